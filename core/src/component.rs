@@ -1,0 +1,163 @@
+//! The traits every component implements, and the factories that build them.
+//!
+//! The topology knows components only through these traits: it never names a
+//! concrete one.
+
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ComponentId, ConfigError, DeliveryConfig};
+use crate::error::BoxError;
+use crate::model::{Batch, SignalSet};
+use crate::telemetry::Registry;
+use crate::topology::Output;
+
+/// What a factory gets when it builds a component.
+#[derive(Clone)]
+pub struct BuildContext {
+    /// The component's id.
+    pub id: ComponentId,
+    /// The daemon's metrics registry.
+    pub telemetry: Registry,
+}
+
+/// A source of data. It is built (and binds its sockets) before anything
+/// runs, then runs until `shutdown` fires, sending into `out`. It must drop
+/// `out` when it returns: that is how pipelines learn there is no more input.
+#[async_trait]
+pub trait Receiver: Send {
+    /// Run until `shutdown`.
+    async fn run(self: Box<Self>, out: Output, shutdown: CancellationToken)
+        -> Result<(), BoxError>;
+}
+
+/// An error from a processor. The batch it was processing is lost and counted.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ProcessError(pub BoxError);
+
+/// A step of a pipeline. One instance per pipeline. Batches of signals it
+/// does not accept bypass it.
+#[async_trait]
+pub trait Processor: Send {
+    /// The signals it processes.
+    fn accepts(&self) -> SignalSet;
+    /// Process one batch, pushing what it passes on into `out` (maybe later).
+    async fn process(&mut self, batch: Batch, out: &mut Vec<Batch>) -> Result<(), ProcessError>;
+    /// When [`Processor::on_tick`] must run next, if ever.
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
+    /// Called at or after [`Processor::next_deadline`].
+    async fn on_tick(&mut self, _now: Instant, _out: &mut Vec<Batch>) -> Result<(), ProcessError> {
+        Ok(())
+    }
+    /// Called at shutdown: push out everything held.
+    async fn flush(&mut self, _out: &mut Vec<Batch>) -> Result<(), ProcessError> {
+        Ok(())
+    }
+}
+
+/// The result of a successful export.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Delivered {
+    /// Items the backend accepted the request for but rejected
+    /// (OTLP partial success). They are not resent.
+    pub rejected: u64,
+}
+
+/// Why an export attempt failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// Try again later (after `retry_after` if the server said so).
+    #[error("retryable: {source}")]
+    Retryable {
+        /// The cause.
+        #[source]
+        source: BoxError,
+        /// The server's hint.
+        retry_after: Option<Duration>,
+    },
+    /// Never resend this batch (the server said it is invalid).
+    #[error("permanent: {source}")]
+    Permanent {
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// A destination. `export` is one attempt: queueing, retries with backoff,
+/// timeouts and concurrency live in the topology (the Collector's
+/// exporterhelper), configured by [`DeliveryConfig`].
+#[async_trait]
+pub trait Exporter: Send + Sync {
+    /// One attempt to deliver `batch`.
+    async fn export(&self, batch: &Batch) -> Result<Delivered, ExportError>;
+    /// Flush and close; called once after the last export.
+    async fn shutdown(&self) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+/// A built exporter and how to deliver to it.
+pub struct BuiltExporter {
+    /// The exporter.
+    pub exporter: Arc<dyn Exporter>,
+    /// Queue, retry and timeout settings.
+    pub delivery: DeliveryConfig,
+}
+
+/// Builds receivers of one type.
+#[async_trait]
+pub trait ReceiverFactory: Send + Sync {
+    /// The type in component ids (`otlp`).
+    fn kind(&self) -> &'static str;
+    /// Signals it can produce.
+    fn signals(&self) -> SignalSet;
+    /// Decode and check a section; paths relative to the section.
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>>;
+    /// Build (binding sockets); `cfg` has been validated.
+    async fn build(
+        &self,
+        ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<Box<dyn Receiver>, BoxError>;
+}
+
+/// Builds processors of one type.
+#[async_trait]
+pub trait ProcessorFactory: Send + Sync {
+    /// The type in component ids (`batch`).
+    fn kind(&self) -> &'static str;
+    /// Signals it processes.
+    fn signals(&self) -> SignalSet;
+    /// Decode and check a section.
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>>;
+    /// Build one instance (one per pipeline).
+    async fn build(
+        &self,
+        ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<Box<dyn Processor>, BoxError>;
+}
+
+/// Builds exporters of one type.
+#[async_trait]
+pub trait ExporterFactory: Send + Sync {
+    /// The type in component ids (`otlp`).
+    fn kind(&self) -> &'static str;
+    /// Signals it can export.
+    fn signals(&self) -> SignalSet;
+    /// Decode and check a section.
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>>;
+    /// Build it.
+    async fn build(
+        &self,
+        ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<BuiltExporter, BoxError>;
+}

@@ -1,0 +1,302 @@
+//! Loading and validating a pipeline file.
+
+use indexmap::IndexMap;
+use serde_yaml::Value;
+use std::path::Path;
+
+use super::env::expand;
+use super::locate::Locator;
+use super::{path_error, ComponentId, ConfigError, PipelineFile, PipelineId};
+use crate::error::CoreError;
+use crate::model::SignalSet;
+use crate::registry::{Kind, Registry};
+
+/// A pipeline, with its components resolved.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    /// Its id.
+    pub id: PipelineId,
+    /// Receivers, in the order listed.
+    pub receivers: Vec<ComponentId>,
+    /// Processors, in order.
+    pub processors: Vec<ComponentId>,
+    /// Exporters.
+    pub exporters: Vec<ComponentId>,
+}
+
+/// A loaded, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The raw file, after substitution.
+    pub file: PipelineFile,
+    /// Receiver sections by id.
+    pub receivers: IndexMap<ComponentId, Value>,
+    /// Processor sections by id.
+    pub processors: IndexMap<ComponentId, Value>,
+    /// Exporter sections by id.
+    pub exporters: IndexMap<ComponentId, Value>,
+    /// Pipelines in file order.
+    pub pipelines: Vec<Pipeline>,
+    /// Things that are allowed but probably mistakes (unused components).
+    pub warnings: Vec<String>,
+}
+
+/// Load and validate a file, reading `${env:…}` from the process environment.
+pub fn load_file(path: &Path, registry: &Registry) -> Result<Config, CoreError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CoreError::ReadConfig {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    load_str(&text, &path.display().to_string(), registry, &|name| {
+        std::env::var(name).ok()
+    })
+    .map_err(CoreError::InvalidConfig)
+}
+
+/// Load and validate a text; `source` names it in error locations.
+pub fn load_str(
+    text: &str,
+    source: &str,
+    registry: &Registry,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<ConfigError>> {
+    let mut value: Value = match serde_yaml::from_str(text) {
+        Ok(Value::Null) => Value::Mapping(Default::default()),
+        Ok(v) => v,
+        Err(e) => {
+            let mut err = ConfigError::new(
+                "",
+                format!("invalid YAML: {}", strip_location(&e.to_string())),
+            );
+            if let Some(loc) = e.location() {
+                err.location = Some(format!("{source}:{}:{}", loc.line(), loc.column()));
+            }
+            return Err(vec![err]);
+        }
+    };
+    let locator = Locator::new(text);
+    let locate = |mut errors: Vec<ConfigError>| {
+        for e in &mut errors {
+            if e.location.is_none() {
+                if let Some((line, col)) = locator.find(&e.path) {
+                    e.location = Some(format!("{source}:{line}:{col}"));
+                }
+            }
+        }
+        errors
+    };
+
+    let mut errors = Vec::new();
+    expand(&mut value, "", env, &mut errors);
+    if !errors.is_empty() {
+        return Err(locate(errors));
+    }
+    let file: PipelineFile =
+        serde_path_to_error::deserialize(value).map_err(|e| locate(vec![path_error(e)]))?;
+
+    let receivers = check_section(Kind::Receiver, &file.receivers, registry, &mut errors);
+    let processors = check_section(Kind::Processor, &file.processors, registry, &mut errors);
+    let exporters = check_section(Kind::Exporter, &file.exporters, registry, &mut errors);
+    check_section(Kind::Connector, &file.connectors, registry, &mut errors);
+    check_section(Kind::Extension, &file.extensions, registry, &mut errors);
+
+    for (i, ext) in file.service.extensions.iter().enumerate() {
+        if !file.extensions.contains_key(ext) {
+            errors.push(ConfigError::new(
+                format!("service.extensions[{i}]"),
+                format!("extension {ext:?} is not defined under `extensions`"),
+            ));
+        }
+    }
+
+    let mut pipelines = Vec::new();
+    if file.service.pipelines.is_empty() {
+        errors.push(ConfigError::new(
+            "service.pipelines",
+            "at least one pipeline is required",
+        ));
+    }
+    for (pid, p) in &file.service.pipelines {
+        let base = format!("service.pipelines.{pid}");
+        let id = match PipelineId::parse(pid) {
+            Ok(id) => id,
+            Err(msg) => {
+                errors.push(ConfigError::new(base, msg));
+                continue;
+            }
+        };
+        let mut resolve =
+            |kind: Kind, list: &[String], known: &IndexMap<ComponentId, Value>, required: bool| {
+                let field = kind.section();
+                if required && list.is_empty() {
+                    errors.push(ConfigError::new(
+                        format!("{base}.{field}"),
+                        format!("a pipeline needs at least one {}", kind.singular()),
+                    ));
+                }
+                let mut out = Vec::new();
+                for (i, name) in list.iter().enumerate() {
+                    let path = format!("{base}.{field}[{i}]");
+                    let Ok(cid) = name.parse::<ComponentId>() else {
+                        errors.push(ConfigError::new(
+                            path,
+                            format!("invalid component id {name:?}"),
+                        ));
+                        continue;
+                    };
+                    if !known.contains_key(&cid) {
+                        let defined: Vec<String> = known.keys().map(ToString::to_string).collect();
+                        errors.push(ConfigError::new(
+                            path,
+                            format!(
+                                "{} {name:?} is not defined under `{field}` (defined: [{}])",
+                                kind.singular(),
+                                defined.join(", ")
+                            ),
+                        ));
+                        continue;
+                    }
+                    if out.contains(&cid) {
+                        errors.push(ConfigError::new(path, format!("{name:?} is listed twice")));
+                        continue;
+                    }
+                    let signals = match kind {
+                        Kind::Receiver => registry.receiver(cid.kind()).map(|f| f.signals()),
+                        Kind::Processor => registry.processor(cid.kind()).map(|f| f.signals()),
+                        Kind::Exporter => registry.exporter(cid.kind()).map(|f| f.signals()),
+                        _ => None,
+                    };
+                    if let Some(signals) = signals {
+                        if signals.intersect(id.signals).is_empty() {
+                            errors.push(ConfigError::new(
+                                path,
+                                format!(
+                                    "{} {name:?} accepts {signals} but pipeline {pid:?} carries {}",
+                                    kind.singular(),
+                                    id.signals
+                                ),
+                            ));
+                        }
+                    }
+                    out.push(cid);
+                }
+                out
+            };
+        let r = resolve(Kind::Receiver, &p.receivers, &receivers, true);
+        let pr = resolve(Kind::Processor, &p.processors, &processors, false);
+        let ex = resolve(Kind::Exporter, &p.exporters, &exporters, true);
+        pipelines.push(Pipeline {
+            id,
+            receivers: r,
+            processors: pr,
+            exporters: ex,
+        });
+    }
+
+    if !errors.is_empty() {
+        return Err(locate(errors));
+    }
+
+    let mut warnings = Vec::new();
+    for (kind, ids) in [
+        (Kind::Receiver, receivers.keys().collect::<Vec<_>>()),
+        (Kind::Processor, processors.keys().collect()),
+        (Kind::Exporter, exporters.keys().collect()),
+    ] {
+        for id in ids {
+            let used = pipelines.iter().any(|p| match kind {
+                Kind::Receiver => p.receivers.contains(id),
+                Kind::Processor => p.processors.contains(id),
+                _ => p.exporters.contains(id),
+            });
+            if !used {
+                warnings.push(format!(
+                    "{} {id} is defined but used by no pipeline; it will not run",
+                    kind.singular()
+                ));
+            }
+        }
+    }
+    for p in &pipelines {
+        let exported = p.exporters.iter().fold(SignalSet::NONE, |acc, e| {
+            let s = registry
+                .exporter(e.kind())
+                .map_or(SignalSet::NONE, |f| f.signals());
+            SignalSet::of(&acc.iter().chain(s.iter()).collect::<Vec<_>>())
+        });
+        for r in &p.receivers {
+            let produced = registry
+                .receiver(r.kind())
+                .map_or(SignalSet::NONE, |f| f.signals());
+            for s in produced.intersect(p.id.signals).iter() {
+                if !exported.contains(s) {
+                    warnings.push(format!(
+                        "pipeline {}: {s} from receiver {r} reach no exporter and will be dropped",
+                        p.id
+                    ));
+                }
+            }
+        }
+    }
+
+    Ok(Config {
+        file,
+        receivers,
+        processors,
+        exporters,
+        pipelines,
+        warnings,
+    })
+}
+
+fn check_section(
+    kind: Kind,
+    section: &IndexMap<String, Value>,
+    registry: &Registry,
+    errors: &mut Vec<ConfigError>,
+) -> IndexMap<ComponentId, Value> {
+    let mut out = IndexMap::new();
+    for (name, cfg) in section {
+        let path = format!("{}.{name}", kind.section());
+        let id = match name.parse::<ComponentId>() {
+            Ok(id) => id,
+            Err(msg) => {
+                errors.push(ConfigError::new(path, msg));
+                continue;
+            }
+        };
+        let validated = match kind {
+            Kind::Receiver => registry.receiver(id.kind()).map(|f| f.validate(cfg)),
+            Kind::Processor => registry.processor(id.kind()).map(|f| f.validate(cfg)),
+            Kind::Exporter => registry.exporter(id.kind()).map(|f| f.validate(cfg)),
+            Kind::Connector | Kind::Extension => None,
+        };
+        match validated {
+            None => {
+                let valid = registry.kinds(kind);
+                let list = if valid.is_empty() {
+                    format!("no {} types are available in this build", kind.singular())
+                } else {
+                    format!("valid values: [{}]", valid.join(", "))
+                };
+                errors.push(ConfigError::new(
+                    path,
+                    format!("unknown type {:?} for id {name:?} ({list})", id.kind()),
+                ));
+            }
+            Some(Err(errs)) => errors.extend(errs.into_iter().map(|e| e.under(&path))),
+            Some(Ok(())) => {}
+        }
+        // Inserted even when invalid, so pipelines naming it do not get a second,
+        // misleading "not defined" error.
+        out.insert(id, cfg.clone());
+    }
+    out
+}
+
+fn strip_location(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}

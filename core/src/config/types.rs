@@ -1,0 +1,583 @@
+//! Typed pieces of the configuration shared by all components.
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Deserializer};
+use std::fmt;
+use std::str::FromStr;
+
+use super::{ConfigError, Validate};
+use crate::model::{Signal, SignalSet};
+
+/// A component id: `type` or `type/name`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ComponentId {
+    kind: String,
+    name: Option<String>,
+}
+
+impl ComponentId {
+    /// The component type (`otlp` in `otlp/jaeger`).
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+    /// The name after the slash, if any.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+}
+
+impl FromStr for ComponentId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kind, name) = match s.split_once('/') {
+            Some((k, n)) => (k, Some(n)),
+            None => (s, None),
+        };
+        let valid_kind = kind.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && kind.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_kind {
+            return Err(format!(
+                "invalid component id {s:?}: the type must start with a letter and contain only letters, digits and `_`"
+            ));
+        }
+        if name.is_some_and(|n| n.is_empty() || n.contains(char::is_whitespace)) {
+            return Err(format!(
+                "invalid component id {s:?}: the name after `/` must be non-empty, without spaces"
+            ));
+        }
+        Ok(ComponentId {
+            kind: kind.to_string(),
+            name: name.map(str::to_string),
+        })
+    }
+}
+
+impl fmt::Display for ComponentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.name {
+            Some(n) => write!(f, "{}/{}", self.kind, n),
+            None => f.write_str(&self.kind),
+        }
+    }
+}
+
+/// A pipeline id: `traces`, `logs`, `metrics` or `all`, optionally `/name`.
+/// `all` pipelines carry the three signals together (for joins).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PipelineId {
+    /// The signals this pipeline carries.
+    pub signals: SignalSet,
+    id: String,
+}
+
+impl PipelineId {
+    /// Parse `traces[/name]`, `logs[/name]`, `metrics[/name]`, `all[/name]`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let kind = s.split_once('/').map_or(s, |(k, _)| k);
+        let signals = match kind {
+            "traces" => SignalSet::only(Signal::Traces),
+            "logs" => SignalSet::only(Signal::Logs),
+            "metrics" => SignalSet::only(Signal::Metrics),
+            "all" => SignalSet::ALL,
+            other => {
+                return Err(format!(
+                    "unknown pipeline type {other:?} (valid: traces, logs, metrics, all; optionally followed by /name)"
+                ))
+            }
+        };
+        Ok(PipelineId {
+            signals,
+            id: s.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for PipelineId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.id)
+    }
+}
+
+/// A duration written as `10s`, `500ms`, `1m30s`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Duration(pub std::time::Duration);
+
+impl Duration {
+    /// From seconds.
+    pub const fn secs(s: u64) -> Self {
+        Duration(std::time::Duration::from_secs(s))
+    }
+    /// From milliseconds.
+    pub const fn millis(ms: u64) -> Self {
+        Duration(std::time::Duration::from_millis(ms))
+    }
+    /// The std duration.
+    pub fn get(self) -> std::time::Duration {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Duration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("expected a duration such as `10s`, `500ms` or `1m30s`")
+        })?;
+        humantime::parse_duration(s.trim())
+            .map(Duration)
+            .map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "invalid duration {s:?} ({e}); write e.g. `10s`, `500ms`, `1m30s`"
+                ))
+            })
+    }
+}
+
+/// A size in bytes written as `64MiB`, `1GB`, `512KiB` or a plain number of bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct ByteSize(pub u64);
+
+impl FromStr for ByteSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let num: f64 = num
+            .parse()
+            .map_err(|_| format!("invalid size {s:?}; write e.g. `64MiB`, `512KiB`, `1GB`"))?;
+        let mult: u64 = match unit.trim() {
+            "" | "B" => 1,
+            "KB" | "kB" => 1_000,
+            "MB" => 1_000_000,
+            "GB" => 1_000_000_000,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            other => {
+                return Err(format!(
+                    "unknown size unit {other:?} in {s:?} (use B, KB, MB, GB, KiB, MiB, GiB)"
+                ))
+            }
+        };
+        Ok(ByteSize((num * mult as f64) as u64))
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d).map_err(|_| {
+            serde::de::Error::custom("expected a size such as `64MiB` or a number of bytes")
+        })? {
+            Raw::N(n) => Ok(ByteSize(n)),
+            Raw::S(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Deserialize a present-but-null section (`grpc:`) as its defaults, as the
+/// Collector does; use with `#[serde(default, deserialize_with = ...)]`.
+pub fn null_as_default<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
+}
+
+/// The top level of the pipeline file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineFile {
+    /// Receivers by id; each section is decoded by its factory.
+    #[serde(default)]
+    pub receivers: IndexMap<String, serde_yaml::Value>,
+    /// Processors by id.
+    #[serde(default)]
+    pub processors: IndexMap<String, serde_yaml::Value>,
+    /// Exporters by id.
+    #[serde(default)]
+    pub exporters: IndexMap<String, serde_yaml::Value>,
+    /// Connectors by id (none is built in yet; see README).
+    #[serde(default)]
+    pub connectors: IndexMap<String, serde_yaml::Value>,
+    /// Extensions by id (none is built in yet; see README).
+    #[serde(default)]
+    pub extensions: IndexMap<String, serde_yaml::Value>,
+    /// Which components run, wired how.
+    #[serde(default)]
+    pub service: ServiceConfig,
+}
+
+/// The `service` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// Extensions to start.
+    #[serde(default)]
+    pub extensions: Vec<String>,
+    /// Pipelines by id (`traces`, `logs/gateway`, `all`, …).
+    #[serde(default)]
+    pub pipelines: IndexMap<String, PipelineConfig>,
+    /// The daemon's own logs, metrics and traces.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+    /// How long SIGTERM/SIGINT may take to drain pipelines and flush exporters
+    /// before what is left is dropped (counted). A causeway extension.
+    #[serde(default = "default_shutdown_timeout")]
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            extensions: Vec::new(),
+            pipelines: IndexMap::new(),
+            telemetry: TelemetryConfig::default(),
+            shutdown_timeout: default_shutdown_timeout(),
+        }
+    }
+}
+
+fn default_shutdown_timeout() -> Duration {
+    Duration::secs(30)
+}
+
+/// One pipeline.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Receiver ids feeding this pipeline.
+    #[serde(default)]
+    pub receivers: Vec<String>,
+    /// Processor ids, in order.
+    #[serde(default)]
+    pub processors: Vec<String>,
+    /// Exporter ids receiving the pipeline's output.
+    #[serde(default)]
+    pub exporters: Vec<String>,
+}
+
+/// `service.telemetry`, in the Collector's shape.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The daemon's logs.
+    #[serde(default)]
+    pub logs: TelemetryLogs,
+    /// The daemon's metrics.
+    #[serde(default)]
+    pub metrics: TelemetryMetrics,
+    /// The daemon's traces.
+    #[serde(default)]
+    pub traces: TelemetryTraces,
+    /// Resource attributes on the daemon's own telemetry.
+    #[serde(default)]
+    pub resource: IndexMap<String, String>,
+}
+
+/// `service.telemetry.logs`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryLogs {
+    /// `debug`, `info`, `warn`, `error` (the `--log-level` flag wins).
+    pub level: Option<String>,
+    /// `console` (text) or `json` (the `--log-format` flag wins).
+    pub encoding: Option<String>,
+}
+
+/// `service.telemetry.metrics`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryMetrics {
+    /// `none` disables the metrics server; anything else enables it.
+    pub level: Option<String>,
+    /// Legacy form of the pull reader: `host:port` of `/metrics`, `/healthz`, `/readyz`
+    /// (default `127.0.0.1:8888`).
+    pub address: Option<String>,
+    /// Readers: `pull` (Prometheus) and `periodic` (OTLP push).
+    #[serde(default)]
+    pub readers: Vec<MetricReader>,
+}
+
+/// One metric reader.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricReader {
+    /// Serve `/metrics` for scraping.
+    pub pull: Option<PullReader>,
+    /// Push by OTLP at an interval.
+    pub periodic: Option<PeriodicReader>,
+}
+
+/// `pull: {exporter: {prometheus: {host, port}}}`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PullReader {
+    /// The exporter.
+    pub exporter: PullExporter,
+}
+
+/// `exporter: {prometheus: …}`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PullExporter {
+    /// Host and port of the scrape endpoint.
+    pub prometheus: PrometheusEndpoint,
+}
+
+/// Host and port.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrometheusEndpoint {
+    /// Host (default 127.0.0.1).
+    #[serde(default = "default_host")]
+    pub host: String,
+    /// Port (default 8888).
+    #[serde(default = "default_port")]
+    pub port: u16,
+}
+
+impl Default for PrometheusEndpoint {
+    fn default() -> Self {
+        PrometheusEndpoint {
+            host: default_host(),
+            port: default_port(),
+        }
+    }
+}
+
+fn default_host() -> String {
+    "127.0.0.1".into()
+}
+
+fn default_port() -> u16 {
+    8888
+}
+
+/// `periodic: {interval, exporter: {otlp: …}}`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeriodicReader {
+    /// Export interval in milliseconds (default 60000), as in the Collector.
+    pub interval: Option<u64>,
+    /// The OTLP exporter.
+    pub exporter: OtlpTelemetryExporter,
+}
+
+/// `exporter: {otlp: {protocol, endpoint}}`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpTelemetryExporter {
+    /// Where to send.
+    pub otlp: OtlpTelemetryEndpoint,
+}
+
+/// An OTLP destination for the daemon's own telemetry.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpTelemetryEndpoint {
+    /// `grpc` (default) or `http/protobuf`.
+    pub protocol: Option<String>,
+    /// E.g. `http://127.0.0.1:4317`.
+    pub endpoint: String,
+}
+
+/// `service.telemetry.traces`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryTraces {
+    /// Span processors: `- batch: {exporter: {otlp: …}}`.
+    #[serde(default)]
+    pub processors: Vec<TraceProcessorConfig>,
+}
+
+/// One span processor of the daemon's own traces.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceProcessorConfig {
+    /// Batch span processor.
+    pub batch: Option<BatchSpanProcessorConfig>,
+}
+
+/// `batch: {exporter: {otlp: …}}`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSpanProcessorConfig {
+    /// The exporter.
+    pub exporter: OtlpTelemetryExporter,
+}
+
+/// `retry_on_failure`, as in the Collector's exporterhelper.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Retry retryable failures at all.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// First wait.
+    #[serde(default = "retry_initial")]
+    pub initial_interval: Duration,
+    /// Jitter: each wait is multiplied by a random factor in `[1-f, 1+f]`.
+    #[serde(default = "retry_jitter")]
+    pub randomization_factor: f64,
+    /// Growth of the wait after each failure.
+    #[serde(default = "retry_multiplier")]
+    pub multiplier: f64,
+    /// Largest wait.
+    #[serde(default = "retry_max_interval")]
+    pub max_interval: Duration,
+    /// Give up after this long (`0s`: never).
+    #[serde(default = "retry_max_elapsed")]
+    pub max_elapsed_time: Duration,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            enabled: true,
+            initial_interval: retry_initial(),
+            randomization_factor: retry_jitter(),
+            multiplier: retry_multiplier(),
+            max_interval: retry_max_interval(),
+            max_elapsed_time: retry_max_elapsed(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn retry_initial() -> Duration {
+    Duration::secs(5)
+}
+fn retry_jitter() -> f64 {
+    0.5
+}
+fn retry_multiplier() -> f64 {
+    1.5
+}
+fn retry_max_interval() -> Duration {
+    Duration::secs(30)
+}
+fn retry_max_elapsed() -> Duration {
+    Duration::secs(300)
+}
+
+impl Validate for RetryConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e = Vec::new();
+        if !(0.0..=1.0).contains(&self.randomization_factor) {
+            e.push(ConfigError::new(
+                "randomization_factor",
+                "must be between 0 and 1",
+            ));
+        }
+        if self.multiplier < 1.0 {
+            e.push(ConfigError::new("multiplier", "must be at least 1"));
+        }
+        if self.initial_interval.get().is_zero() {
+            e.push(ConfigError::new(
+                "initial_interval",
+                "must be greater than 0",
+            ));
+        }
+        if self.max_interval < self.initial_interval {
+            e.push(ConfigError::new(
+                "max_interval",
+                "must not be less than initial_interval",
+            ));
+        }
+        e
+    }
+}
+
+/// `sending_queue`, as in the Collector's exporterhelper.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// Queue at all (off: the pipeline waits for each export).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Concurrent exports.
+    #[serde(default = "queue_consumers")]
+    pub num_consumers: usize,
+    /// Capacity in batches.
+    #[serde(default = "queue_size")]
+    pub queue_size: usize,
+    /// When full: wait (pushing back to receivers and clients) or drop and count.
+    /// causeway waits by default, so nothing is dropped silently.
+    #[serde(default = "yes")]
+    pub block_on_overflow: bool,
+    /// Only `requests` (a batch counts as one) is supported.
+    #[serde(default)]
+    pub sizer: Option<String>,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            enabled: true,
+            num_consumers: queue_consumers(),
+            queue_size: queue_size(),
+            block_on_overflow: true,
+            sizer: None,
+        }
+    }
+}
+
+fn queue_consumers() -> usize {
+    10
+}
+fn queue_size() -> usize {
+    1000
+}
+
+impl Validate for QueueConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e = Vec::new();
+        if self.num_consumers == 0 {
+            e.push(ConfigError::new("num_consumers", "must be at least 1"));
+        }
+        if self.queue_size == 0 {
+            e.push(ConfigError::new("queue_size", "must be at least 1"));
+        }
+        if let Some(s) = &self.sizer {
+            if s != "requests" {
+                e.push(ConfigError::new(
+                    "sizer",
+                    format!("unsupported sizer {s:?}: only `requests` is supported"),
+                ));
+            }
+        }
+        e
+    }
+}
+
+/// How the topology delivers to an exporter: timeout, retries, queue.
+#[derive(Debug, Clone)]
+pub struct DeliveryConfig {
+    /// Per-attempt timeout.
+    pub timeout: std::time::Duration,
+    /// Retries.
+    pub retry: RetryConfig,
+    /// Sending queue.
+    pub queue: QueueConfig,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            timeout: std::time::Duration::from_secs(5),
+            retry: RetryConfig::default(),
+            queue: QueueConfig::default(),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The error type of the core crate.
+
+use std::path::PathBuf;
+
+/// A boxed error used at trait boundaries between components and the topology.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Errors raised by the core crate. Each variant carries the context an
+/// operator needs to find the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// The configuration file could not be read.
+    #[error("cannot read configuration file {path}: {source}")]
+    ReadConfig {
+        /// The file that was read.
+        path: PathBuf,
+        /// The underlying IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The configuration is invalid; every problem found is listed.
+    #[error("{}", crate::config::ConfigErrors::render(.0))]
+    InvalidConfig(Vec<crate::config::ConfigError>),
+    /// A component failed to build.
+    #[error("{kind} {id}: {source}")]
+    Build {
+        /// Component kind (receiver, processor, exporter).
+        kind: &'static str,
+        /// Component id.
+        id: String,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+    /// A listener could not be bound.
+    #[error("{what}: cannot listen on {addr}: {source}")]
+    Bind {
+        /// What tried to bind.
+        what: String,
+        /// The address.
+        addr: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Protobuf wire data was malformed.
+    #[error(transparent)]
+    Wire(#[from] crate::wire::WireError),
+    /// Protobuf decoding failed.
+    #[error("protobuf decode: {0}")]
+    Decode(#[from] prost::DecodeError),
+}

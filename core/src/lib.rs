@@ -1,0 +1,20 @@
+//! causeway-core: the data model, component traits, configuration loading and
+//! the topology that wires receivers, processors and exporters together.
+//!
+//! Nothing in this crate names a concrete component: components register
+//! through factories ([`registry::Registry`]) and the topology only speaks to
+//! the traits in [`component`].
+
+pub mod component;
+pub mod config;
+pub mod error;
+pub mod model;
+pub mod registry;
+pub mod retry;
+pub mod rpc;
+pub mod telemetry;
+pub mod topology;
+pub mod wire;
+
+pub use error::{BoxError, CoreError};
+pub use model::{Batch, Signal, SignalSet};

@@ -1,0 +1,434 @@
+//! The data that travels between components.
+//!
+//! A [`Batch`] carries one signal. Its data is kept in the cheapest form that
+//! the components touching it need: as received (one or more encoded OTLP
+//! `Export*ServiceRequest` messages) until a component asks for the decoded
+//! prost types. A forwarding pipeline therefore never decodes a span: an
+//! `Export*ServiceRequest` is a single repeated field, so encoded requests
+//! concatenate into a valid request.
+
+use bytes::{Bytes, BytesMut};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::logs::v1::ResourceLogs;
+use opentelemetry_proto::tonic::metrics::v1::{metric, ResourceMetrics};
+use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+use prost::Message;
+use std::fmt;
+
+use crate::error::CoreError;
+
+/// One of the three OpenTelemetry signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Signal {
+    /// Spans.
+    Traces,
+    /// Log records.
+    Logs,
+    /// Metric data points.
+    Metrics,
+}
+
+impl Signal {
+    /// All signals, in a fixed order.
+    pub const ALL: [Signal; 3] = [Signal::Traces, Signal::Logs, Signal::Metrics];
+
+    /// The lowercase name used in config and metrics (`traces`, `logs`, `metrics`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::Traces => "traces",
+            Signal::Logs => "logs",
+            Signal::Metrics => "metrics",
+        }
+    }
+
+    /// The name of one item of this signal (`spans`, `log_records`, `data_points`).
+    pub fn item_name(self) -> &'static str {
+        match self {
+            Signal::Traces => "spans",
+            Signal::Logs => "log_records",
+            Signal::Metrics => "data_points",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        match self {
+            Signal::Traces => 1,
+            Signal::Logs => 2,
+            Signal::Metrics => 4,
+        }
+    }
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A set of signals (a bitmask).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SignalSet(u8);
+
+impl SignalSet {
+    /// No signal.
+    pub const NONE: SignalSet = SignalSet(0);
+    /// Traces, logs and metrics.
+    pub const ALL: SignalSet = SignalSet(7);
+
+    /// A set with one signal.
+    pub fn only(signal: Signal) -> Self {
+        SignalSet(signal.bit())
+    }
+
+    /// A set of the given signals.
+    pub fn of(signals: &[Signal]) -> Self {
+        SignalSet(signals.iter().fold(0, |acc, s| acc | s.bit()))
+    }
+
+    /// Whether `signal` is in the set.
+    pub fn contains(self, signal: Signal) -> bool {
+        self.0 & signal.bit() != 0
+    }
+
+    /// The signals in both sets.
+    pub fn intersect(self, other: SignalSet) -> SignalSet {
+        SignalSet(self.0 & other.0)
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The signals in the set, in a fixed order.
+    pub fn iter(self) -> impl Iterator<Item = Signal> {
+        Signal::ALL.into_iter().filter(move |s| self.contains(*s))
+    }
+}
+
+impl fmt::Display for SignalSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.iter().map(Signal::as_str).collect();
+        write!(f, "[{}]", names.join(", "))
+    }
+}
+
+/// The data of a batch, encoded or decoded.
+#[derive(Debug, Clone)]
+pub enum Data {
+    /// Encoded `Export*ServiceRequest` messages, in order. Their concatenation
+    /// is itself a valid request.
+    Encoded(Vec<Bytes>),
+    /// Decoded spans.
+    Traces(Vec<ResourceSpans>),
+    /// Decoded log records.
+    Logs(Vec<ResourceLogs>),
+    /// Decoded metrics.
+    Metrics(Vec<ResourceMetrics>),
+}
+
+/// A unit of work flowing through a pipeline: items of one signal.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    signal: Signal,
+    items: usize,
+    data: Data,
+}
+
+impl Batch {
+    /// A batch from one encoded request whose items were already counted
+    /// (see [`crate::wire::scan`]).
+    pub fn from_encoded(signal: Signal, bytes: Bytes, items: usize) -> Self {
+        Batch {
+            signal,
+            items,
+            data: Data::Encoded(vec![bytes]),
+        }
+    }
+
+    /// A batch of decoded spans.
+    pub fn from_traces(resource_spans: Vec<ResourceSpans>) -> Self {
+        let items = count_spans(&resource_spans);
+        Batch {
+            signal: Signal::Traces,
+            items,
+            data: Data::Traces(resource_spans),
+        }
+    }
+
+    /// A batch of decoded log records.
+    pub fn from_logs(resource_logs: Vec<ResourceLogs>) -> Self {
+        let items = count_logs(&resource_logs);
+        Batch {
+            signal: Signal::Logs,
+            items,
+            data: Data::Logs(resource_logs),
+        }
+    }
+
+    /// A batch of decoded metrics.
+    pub fn from_metrics(resource_metrics: Vec<ResourceMetrics>) -> Self {
+        let items = count_data_points(&resource_metrics);
+        Batch {
+            signal: Signal::Metrics,
+            items,
+            data: Data::Metrics(resource_metrics),
+        }
+    }
+
+    /// The signal this batch carries.
+    pub fn signal(&self) -> Signal {
+        self.signal
+    }
+
+    /// The number of items (spans, log records or data points).
+    pub fn items(&self) -> usize {
+        self.items
+    }
+
+    /// Whether the batch holds no item and no resource.
+    pub fn is_empty(&self) -> bool {
+        match &self.data {
+            Data::Encoded(parts) => parts.iter().all(|p| p.is_empty()),
+            Data::Traces(v) => v.is_empty(),
+            Data::Logs(v) => v.is_empty(),
+            Data::Metrics(v) => v.is_empty(),
+        }
+    }
+
+    /// The data, as it is held now.
+    pub fn data(&self) -> &Data {
+        &self.data
+    }
+
+    /// The size in bytes of the encoded request (exact when encoded, computed otherwise).
+    pub fn encoded_len(&self) -> usize {
+        match &self.data {
+            Data::Encoded(parts) => parts.iter().map(Bytes::len).sum(),
+            Data::Traces(v) => v
+                .iter()
+                .map(|r| prost::encoding::message::encoded_len(1, r))
+                .sum(),
+            Data::Logs(v) => v
+                .iter()
+                .map(|r| prost::encoding::message::encoded_len(1, r))
+                .sum(),
+            Data::Metrics(v) => v
+                .iter()
+                .map(|r| prost::encoding::message::encoded_len(1, r))
+                .sum(),
+        }
+    }
+
+    /// The batch as one encoded `Export*ServiceRequest`. Encoded parts are
+    /// concatenated (one copy, no decode); decoded data is encoded.
+    pub fn to_encoded(&self) -> Bytes {
+        match &self.data {
+            Data::Encoded(parts) if parts.len() == 1 => parts[0].clone(),
+            Data::Encoded(parts) => {
+                let mut buf = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
+                for p in parts {
+                    buf.extend_from_slice(p);
+                }
+                buf.freeze()
+            }
+            Data::Traces(v) => encode_traces(v),
+            Data::Logs(v) => encode_logs(v),
+            Data::Metrics(v) => encode_metrics(v),
+        }
+    }
+
+    /// The encoded parts, without concatenating them (for writers that can
+    /// send several buffers).
+    pub fn encoded_parts(&self) -> Vec<Bytes> {
+        match &self.data {
+            Data::Encoded(parts) => parts.clone(),
+            _ => vec![self.to_encoded()],
+        }
+    }
+
+    fn decode_in_place(&mut self) -> Result<(), CoreError> {
+        let Data::Encoded(parts) = &self.data else {
+            return Ok(());
+        };
+        let data = match self.signal {
+            Signal::Traces => {
+                let mut all = Vec::new();
+                for p in parts {
+                    all.extend(ExportTraceServiceRequest::decode(p.clone())?.resource_spans);
+                }
+                Data::Traces(all)
+            }
+            Signal::Logs => {
+                let mut all = Vec::new();
+                for p in parts {
+                    all.extend(ExportLogsServiceRequest::decode(p.clone())?.resource_logs);
+                }
+                Data::Logs(all)
+            }
+            Signal::Metrics => {
+                let mut all = Vec::new();
+                for p in parts {
+                    all.extend(ExportMetricsServiceRequest::decode(p.clone())?.resource_metrics);
+                }
+                Data::Metrics(all)
+            }
+        };
+        self.data = data;
+        Ok(())
+    }
+
+    /// The decoded spans, decoding them on first use. `None` if this is not a traces batch.
+    pub fn traces_mut(&mut self) -> Result<Option<&mut Vec<ResourceSpans>>, CoreError> {
+        self.decode_in_place()?;
+        Ok(match &mut self.data {
+            Data::Traces(v) => Some(v),
+            _ => None,
+        })
+    }
+
+    /// The decoded log records, decoding them on first use.
+    pub fn logs_mut(&mut self) -> Result<Option<&mut Vec<ResourceLogs>>, CoreError> {
+        self.decode_in_place()?;
+        Ok(match &mut self.data {
+            Data::Logs(v) => Some(v),
+            _ => None,
+        })
+    }
+
+    /// The decoded metrics, decoding them on first use.
+    pub fn metrics_mut(&mut self) -> Result<Option<&mut Vec<ResourceMetrics>>, CoreError> {
+        self.decode_in_place()?;
+        Ok(match &mut self.data {
+            Data::Metrics(v) => Some(v),
+            _ => None,
+        })
+    }
+
+    /// Recount items after a component changed decoded data.
+    pub fn recount(&mut self) {
+        self.items = match &self.data {
+            Data::Encoded(_) => self.items,
+            Data::Traces(v) => count_spans(v),
+            Data::Logs(v) => count_logs(v),
+            Data::Metrics(v) => count_data_points(v),
+        };
+    }
+
+    /// Append another batch of the same signal. Two encoded batches are
+    /// joined without decoding; otherwise both are decoded.
+    pub fn append(&mut self, other: Batch) -> Result<(), CoreError> {
+        debug_assert_eq!(self.signal, other.signal);
+        self.items += other.items;
+        match (&mut self.data, other.data) {
+            (Data::Encoded(a), Data::Encoded(b)) => a.extend(b),
+            (Data::Traces(a), Data::Traces(b)) => a.extend(b),
+            (Data::Logs(a), Data::Logs(b)) => a.extend(b),
+            (Data::Metrics(a), Data::Metrics(b)) => a.extend(b),
+            (_, data) => {
+                let mut other = Batch {
+                    signal: self.signal,
+                    items: 0,
+                    data,
+                };
+                self.decode_in_place()?;
+                other.decode_in_place()?;
+                match (&mut self.data, other.data) {
+                    (Data::Traces(a), Data::Traces(b)) => a.extend(b),
+                    (Data::Logs(a), Data::Logs(b)) => a.extend(b),
+                    (Data::Metrics(a), Data::Metrics(b)) => a.extend(b),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Decode into a full traces request (for exporters that write JSON).
+    pub fn to_traces_request(&self) -> Result<ExportTraceServiceRequest, CoreError> {
+        Ok(match &self.data {
+            Data::Traces(v) => ExportTraceServiceRequest {
+                resource_spans: v.clone(),
+            },
+            _ => ExportTraceServiceRequest::decode(self.to_encoded())?,
+        })
+    }
+
+    /// Decode into a full logs request.
+    pub fn to_logs_request(&self) -> Result<ExportLogsServiceRequest, CoreError> {
+        Ok(match &self.data {
+            Data::Logs(v) => ExportLogsServiceRequest {
+                resource_logs: v.clone(),
+            },
+            _ => ExportLogsServiceRequest::decode(self.to_encoded())?,
+        })
+    }
+
+    /// Decode into a full metrics request.
+    pub fn to_metrics_request(&self) -> Result<ExportMetricsServiceRequest, CoreError> {
+        Ok(match &self.data {
+            Data::Metrics(v) => ExportMetricsServiceRequest {
+                resource_metrics: v.clone(),
+            },
+            _ => ExportMetricsServiceRequest::decode(self.to_encoded())?,
+        })
+    }
+}
+
+fn encode_traces(v: &[ResourceSpans]) -> Bytes {
+    let mut buf = BytesMut::new();
+    for rs in v {
+        prost::encoding::message::encode(1, rs, &mut buf);
+    }
+    buf.freeze()
+}
+
+fn encode_logs(v: &[ResourceLogs]) -> Bytes {
+    let mut buf = BytesMut::new();
+    for rl in v {
+        prost::encoding::message::encode(1, rl, &mut buf);
+    }
+    buf.freeze()
+}
+
+fn encode_metrics(v: &[ResourceMetrics]) -> Bytes {
+    let mut buf = BytesMut::new();
+    for rm in v {
+        prost::encoding::message::encode(1, rm, &mut buf);
+    }
+    buf.freeze()
+}
+
+/// The number of spans.
+pub fn count_spans(v: &[ResourceSpans]) -> usize {
+    v.iter()
+        .flat_map(|r| &r.scope_spans)
+        .map(|s| s.spans.len())
+        .sum()
+}
+
+/// The number of log records.
+pub fn count_logs(v: &[ResourceLogs]) -> usize {
+    v.iter()
+        .flat_map(|r| &r.scope_logs)
+        .map(|s| s.log_records.len())
+        .sum()
+}
+
+/// The number of metric data points.
+pub fn count_data_points(v: &[ResourceMetrics]) -> usize {
+    v.iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .map(|m| match &m.data {
+            Some(metric::Data::Gauge(g)) => g.data_points.len(),
+            Some(metric::Data::Sum(s)) => s.data_points.len(),
+            Some(metric::Data::Histogram(h)) => h.data_points.len(),
+            Some(metric::Data::ExponentialHistogram(h)) => h.data_points.len(),
+            Some(metric::Data::Summary(s)) => s.data_points.len(),
+            None => 0,
+        })
+        .sum()
+}

@@ -1,0 +1,356 @@
+//! The daemon's own metrics: a small registry of counters and gauges,
+//! rendered in the Prometheus text format on `/metrics`, next to `/healthz`
+//! and `/readyz`.
+//!
+//! Counters are plain atomics handed to components when they are built, so
+//! recording costs one relaxed add on the hot path.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::CoreError;
+use crate::model::Signal;
+
+/// Items a receiver accepted and passed on.
+pub const RECEIVER_ACCEPTED: &str = "causeway_receiver_accepted_items_total";
+/// Items a receiver refused (malformed, or the pipeline was full).
+pub const RECEIVER_REFUSED: &str = "causeway_receiver_refused_items_total";
+/// Items that entered a processor.
+pub const PROCESSOR_RECEIVED: &str = "causeway_processor_received_items_total";
+/// Items a processor passed on.
+pub const PROCESSOR_SENT: &str = "causeway_processor_sent_items_total";
+/// Items a processor dropped on purpose (e.g. sampling).
+pub const PROCESSOR_DROPPED: &str = "causeway_processor_dropped_items_total";
+/// Items an exporter delivered.
+pub const EXPORTER_SENT: &str = "causeway_exporter_sent_items_total";
+/// Items an exporter gave up on (permanent error, or retries exhausted).
+pub const EXPORTER_SEND_FAILED: &str = "causeway_exporter_send_failed_items_total";
+/// Items the backend accepted the request for but rejected (OTLP partial success).
+pub const EXPORTER_REJECTED: &str = "causeway_exporter_rejected_items_total";
+/// Items dropped because the sending queue was full and `block_on_overflow` was off.
+pub const EXPORTER_ENQUEUE_FAILED: &str = "causeway_exporter_enqueue_failed_items_total";
+/// Retried export attempts.
+pub const EXPORTER_RETRIES: &str = "causeway_exporter_retries_total";
+/// Batches waiting in an exporter's sending queue.
+pub const EXPORTER_QUEUE_SIZE: &str = "causeway_exporter_queue_size";
+/// Capacity of an exporter's sending queue, in batches.
+pub const EXPORTER_QUEUE_CAPACITY: &str = "causeway_exporter_queue_capacity";
+/// Batches waiting at the entry of a pipeline.
+pub const PIPELINE_QUEUE_SIZE: &str = "causeway_pipeline_queue_size";
+
+/// A monotonic counter.
+#[derive(Clone, Debug, Default)]
+pub struct Counter(Arc<AtomicU64>);
+
+impl Counter {
+    /// Add `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A gauge that can go up and down.
+#[derive(Clone, Debug, Default)]
+pub struct Gauge(Arc<AtomicI64>);
+
+impl Gauge {
+    /// Set the value.
+    pub fn set(&self, v: i64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+    /// Add `d` (may be negative).
+    pub fn add(&self, d: i64) {
+        self.0.fetch_add(d, Ordering::Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One counter per signal.
+#[derive(Clone, Debug, Default)]
+pub struct SignalCounters([Counter; 3]);
+
+impl SignalCounters {
+    /// The counter of `signal`.
+    pub fn get(&self, signal: Signal) -> &Counter {
+        &self.0[signal as usize]
+    }
+}
+
+/// Kind of a metric family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Monotonic.
+    Counter,
+    /// Up and down.
+    Gauge,
+}
+
+#[derive(Clone, Debug)]
+enum Value {
+    Counter(Counter),
+    Gauge(Gauge),
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+#[derive(Default)]
+struct Families {
+    help: BTreeMap<&'static str, (&'static str, Kind)>,
+    series: BTreeMap<(&'static str, Labels), Value>,
+}
+
+/// One sample, as read by [`Registry::snapshot`].
+#[derive(Clone, Debug)]
+pub struct Sample {
+    /// Metric name.
+    pub name: &'static str,
+    /// Help text.
+    pub help: &'static str,
+    /// Counter or gauge.
+    pub kind: Kind,
+    /// Label pairs.
+    pub labels: Vec<(&'static str, String)>,
+    /// Current value.
+    pub value: f64,
+}
+
+/// The registry of the daemon's own metrics, plus its readiness flag.
+#[derive(Clone, Default)]
+pub struct Registry {
+    inner: Arc<Mutex<Families>>,
+    ready: Arc<AtomicBool>,
+}
+
+impl Registry {
+    /// A new, empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Families) -> R) -> R {
+        let mut guard = match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(&mut guard)
+    }
+
+    /// A counter with these labels (the same handle for the same name and labels).
+    pub fn counter(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, &str)],
+    ) -> Counter {
+        let labels: Labels = labels.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        self.with(|f| {
+            f.help.insert(name, (help, Kind::Counter));
+            match f
+                .series
+                .entry((name, labels))
+                .or_insert_with(|| Value::Counter(Counter::default()))
+            {
+                Value::Counter(c) => c.clone(),
+                Value::Gauge(_) => Counter::default(),
+            }
+        })
+    }
+
+    /// A gauge with these labels.
+    pub fn gauge(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, &str)],
+    ) -> Gauge {
+        let labels: Labels = labels.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        self.with(|f| {
+            f.help.insert(name, (help, Kind::Gauge));
+            match f
+                .series
+                .entry((name, labels))
+                .or_insert_with(|| Value::Gauge(Gauge::default()))
+            {
+                Value::Gauge(g) => g.clone(),
+                Value::Counter(_) => Gauge::default(),
+            }
+        })
+    }
+
+    /// One counter per signal, labelled `component` and `signal`.
+    pub fn signal_counters(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        component: &str,
+    ) -> SignalCounters {
+        SignalCounters(Signal::ALL.map(|s| {
+            self.counter(
+                name,
+                help,
+                &[("component", component), ("signal", s.as_str())],
+            )
+        }))
+    }
+
+    /// Every series, for export through OTLP.
+    pub fn snapshot(&self) -> Vec<Sample> {
+        self.with(|f| {
+            f.series
+                .iter()
+                .map(|((name, labels), v)| {
+                    let (help, kind) = f.help.get(name).copied().unwrap_or(("", Kind::Counter));
+                    Sample {
+                        name,
+                        help,
+                        kind,
+                        labels: labels.clone(),
+                        value: match v {
+                            Value::Counter(c) => c.get() as f64,
+                            Value::Gauge(g) => g.get() as f64,
+                        },
+                    }
+                })
+                .collect()
+        })
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let mut last: Option<&'static str> = None;
+        for s in self.snapshot() {
+            if last != Some(s.name) {
+                let kind = match s.kind {
+                    Kind::Counter => "counter",
+                    Kind::Gauge => "gauge",
+                };
+                let _ = writeln!(out, "# HELP {} {}", s.name, s.help);
+                let _ = writeln!(out, "# TYPE {} {}", s.name, kind);
+                last = Some(s.name);
+            }
+            out.push_str(s.name);
+            if !s.labels.is_empty() {
+                out.push('{');
+                for (i, (k, v)) in s.labels.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    let v = v
+                        .replace('\\', "\\\\")
+                        .replace('"', "\\\"")
+                        .replace('\n', "\\n");
+                    let _ = write!(out, "{k}=\"{v}\"");
+                }
+                out.push('}');
+            }
+            let _ = writeln!(out, " {}", s.value);
+        }
+        out
+    }
+
+    /// Mark the daemon ready (or not) for `/readyz`.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Whether the daemon is ready.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+}
+
+/// Bind the telemetry server; serve until `shutdown`.
+pub async fn serve(
+    addr: &str,
+    registry: Registry,
+    shutdown: CancellationToken,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), CoreError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| CoreError::Bind {
+            what: "telemetry server".into(),
+            addr: addr.into(),
+            source,
+        })?;
+    let local = listener.local_addr().map_err(|source| CoreError::Bind {
+        what: "telemetry server".into(),
+        addr: addr.into(),
+        source,
+    })?;
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(registry);
+    let handle = tokio::spawn(async move {
+        let res = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(error) = res {
+            tracing::error!(%error, "Telemetry server failed.");
+        }
+    });
+    Ok((local, handle))
+}
+
+async fn metrics(State(registry): State<Registry>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        registry.render(),
+    )
+}
+
+async fn readyz(State(registry): State<Registry>) -> impl IntoResponse {
+    if registry.is_ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let r = Registry::new();
+        let c = r.signal_counters(RECEIVER_ACCEPTED, "Items accepted.", "otlp");
+        c.get(Signal::Traces).add(3);
+        r.gauge(
+            EXPORTER_QUEUE_SIZE,
+            "Queue.",
+            &[("component", "otlp/\"x\"")],
+        )
+        .set(2);
+        let text = r.render();
+        assert!(text.contains("# TYPE causeway_receiver_accepted_items_total counter"));
+        assert!(text.contains(
+            "causeway_receiver_accepted_items_total{component=\"otlp\",signal=\"traces\"} 3"
+        ));
+        assert!(text.contains(
+            "causeway_receiver_accepted_items_total{component=\"otlp\",signal=\"logs\"} 0"
+        ));
+        assert!(text.contains("causeway_exporter_queue_size{component=\"otlp/\\\"x\\\"\"} 2"));
+    }
+}

@@ -1,0 +1,234 @@
+//! Delivery to one exporter: a bounded sending queue, concurrent consumers,
+//! per-attempt timeouts and retries with backoff (the Collector's
+//! exporterhelper).
+
+use std::sync::Arc;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::component::{ExportError, Exporter};
+use crate::config::DeliveryConfig;
+use crate::model::Batch;
+use crate::retry::Backoff;
+use crate::telemetry::{self, Counter, Gauge, Registry, SignalCounters};
+
+/// The sending side of an exporter's queue, shared by the pipelines using it.
+#[derive(Clone)]
+pub(crate) struct ExporterQueue {
+    pub(crate) id: String,
+    pub(crate) tx: mpsc::Sender<Batch>,
+    pub(crate) block: bool,
+    pub(crate) enqueue_failed: SignalCounters,
+    pub(crate) size: Gauge,
+}
+
+impl ExporterQueue {
+    /// Enqueue; waits for room when `block_on_overflow`, else drops and counts.
+    pub(crate) async fn push(&self, batch: Batch) {
+        let (signal, items) = (batch.signal(), batch.items());
+        if self.block {
+            if self.tx.send(batch).await.is_err() {
+                self.enqueue_failed.get(signal).add(items as u64);
+                tracing::error!(exporter = %self.id, items, "Exporter stopped; batch dropped.");
+            }
+        } else if let Err(e) = self.tx.try_send(batch) {
+            self.enqueue_failed.get(signal).add(items as u64);
+            let reason = match e {
+                mpsc::error::TrySendError::Full(_) => "sending queue is full",
+                mpsc::error::TrySendError::Closed(_) => "exporter stopped",
+            };
+            tracing::warn!(exporter = %self.id, items, reason, "Batch dropped (block_on_overflow is off).");
+        }
+        self.size
+            .set((self.tx.max_capacity() - self.tx.capacity()) as i64);
+    }
+}
+
+struct Counters {
+    sent: SignalCounters,
+    failed: SignalCounters,
+    rejected: SignalCounters,
+    retries: Counter,
+}
+
+/// Create the queue of an exporter and the task that drains it. The task
+/// ends when every sender is dropped and the queue is empty, or when
+/// `hard_stop` fires (what is left is counted as failed).
+pub(crate) fn spawn(
+    id: String,
+    exporter: Arc<dyn Exporter>,
+    delivery: DeliveryConfig,
+    telemetry: &Registry,
+    hard_stop: CancellationToken,
+) -> (ExporterQueue, tokio::task::JoinHandle<()>) {
+    let capacity = if delivery.queue.enabled {
+        delivery.queue.queue_size
+    } else {
+        1
+    };
+    let consumers = if delivery.queue.enabled {
+        delivery.queue.num_consumers
+    } else {
+        1
+    };
+    let (tx, mut rx) = mpsc::channel::<Batch>(capacity);
+    let size = telemetry.gauge(
+        telemetry::EXPORTER_QUEUE_SIZE,
+        "Batches in an exporter's sending queue.",
+        &[("component", &id)],
+    );
+    telemetry
+        .gauge(
+            telemetry::EXPORTER_QUEUE_CAPACITY,
+            "Capacity of an exporter's sending queue, in batches.",
+            &[("component", &id)],
+        )
+        .set(capacity as i64);
+    let queue = ExporterQueue {
+        id: id.clone(),
+        tx,
+        block: delivery.queue.block_on_overflow || !delivery.queue.enabled,
+        enqueue_failed: telemetry.signal_counters(
+            telemetry::EXPORTER_ENQUEUE_FAILED,
+            "Items dropped because the sending queue was full.",
+            &id,
+        ),
+        size: size.clone(),
+    };
+    let counters = Arc::new(Counters {
+        sent: telemetry.signal_counters(
+            telemetry::EXPORTER_SENT,
+            "Items delivered by an exporter.",
+            &id,
+        ),
+        failed: telemetry.signal_counters(
+            telemetry::EXPORTER_SEND_FAILED,
+            "Items an exporter gave up on.",
+            &id,
+        ),
+        rejected: telemetry.signal_counters(
+            telemetry::EXPORTER_REJECTED,
+            "Items the backend rejected (partial success).",
+            &id,
+        ),
+        retries: telemetry.counter(
+            telemetry::EXPORTER_RETRIES,
+            "Retried export attempts.",
+            &[("component", &id)],
+        ),
+    });
+    let handle = tokio::spawn(async move {
+        let slots = Arc::new(Semaphore::new(consumers));
+        let mut tasks = JoinSet::new();
+        loop {
+            let batch = tokio::select! {
+                b = rx.recv() => b,
+                _ = hard_stop.cancelled() => None,
+            };
+            let Some(batch) = batch else { break };
+            size.set(rx.len() as i64);
+            let permit = tokio::select! {
+                p = slots.clone().acquire_owned() => p,
+                _ = hard_stop.cancelled() => {
+                    counters.failed.get(batch.signal()).add(batch.items() as u64);
+                    break;
+                }
+            };
+            let Ok(permit) = permit else { break };
+            let (exporter, counters, id, stop, delivery) = (
+                exporter.clone(),
+                counters.clone(),
+                id.clone(),
+                hard_stop.clone(),
+                delivery.clone(),
+            );
+            tasks.spawn(async move {
+                deliver(&id, exporter.as_ref(), &batch, &delivery, &counters, &stop).await;
+                drop(permit);
+            });
+            while tasks.try_join_next().is_some() {}
+        }
+        while tasks.join_next().await.is_some() {}
+        // Anything still queued after a hard stop is lost: count it.
+        rx.close();
+        while let Ok(b) = rx.try_recv() {
+            counters.failed.get(b.signal()).add(b.items() as u64);
+        }
+        size.set(0);
+        if let Err(error) = exporter.shutdown().await {
+            tracing::error!(exporter = %id, %error, "Exporter shutdown failed.");
+        }
+    });
+    (queue, handle)
+}
+
+async fn deliver(
+    id: &str,
+    exporter: &dyn Exporter,
+    batch: &Batch,
+    delivery: &DeliveryConfig,
+    counters: &Counters,
+    stop: &CancellationToken,
+) {
+    let (signal, items) = (batch.signal(), batch.items() as u64);
+    let started = tokio::time::Instant::now();
+    let mut backoff = Backoff::new(delivery.retry);
+    loop {
+        let attempt = tokio::select! {
+            r = tokio::time::timeout(delivery.timeout, exporter.export(batch)) => r,
+            _ = stop.cancelled() => {
+                counters.failed.get(signal).add(items);
+                tracing::error!(exporter = %id, items, "Shutdown deadline reached; batch dropped.");
+                return;
+            }
+        };
+        let (error, retry_after) = match attempt {
+            Ok(Ok(d)) => {
+                counters
+                    .sent
+                    .get(signal)
+                    .add(items.saturating_sub(d.rejected));
+                if d.rejected > 0 {
+                    counters.rejected.get(signal).add(d.rejected);
+                }
+                return;
+            }
+            Ok(Err(ExportError::Permanent { source })) => {
+                counters.failed.get(signal).add(items);
+                tracing::error!(exporter = %id, items, error = %source, "Export rejected permanently; not retrying.");
+                return;
+            }
+            Ok(Err(ExportError::Retryable {
+                source,
+                retry_after,
+            })) => (source.to_string(), retry_after),
+            Err(_) => (
+                format!("attempt timed out after {:?}", delivery.timeout),
+                None,
+            ),
+        };
+        if !delivery.retry.enabled {
+            counters.failed.get(signal).add(items);
+            tracing::error!(exporter = %id, items, %error, "Export failed; retries are disabled.");
+            return;
+        }
+        let wait = retry_after.unwrap_or_else(|| backoff.next_wait());
+        let max = delivery.retry.max_elapsed_time.get();
+        if !max.is_zero() && started.elapsed() + wait > max {
+            counters.failed.get(signal).add(items);
+            tracing::error!(exporter = %id, items, %error, "Export failed; giving up after max_elapsed_time.");
+            return;
+        }
+        counters.retries.add(1);
+        tracing::warn!(exporter = %id, items, %error, wait_ms = wait.as_millis() as u64, "Export failed; will retry.");
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.cancelled() => {
+                counters.failed.get(signal).add(items);
+                tracing::error!(exporter = %id, items, "Shutdown deadline reached; batch dropped.");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! Wiring: builds every component through its factory, connects them with
+//! bounded queues, runs them, and shuts them down in order.
+//!
+//! receivers → (bounded entry queue per pipeline) → pipeline task running its
+//! processors inline → fanout → (bounded sending queue per exporter) →
+//! exporter runner with retries. Every queue is bounded and every full queue
+//! waits, so a slow exporter pushes back all the way to the clients.
+
+mod exporter_runner;
+mod output;
+mod pipeline;
+
+pub use output::{Output, SendError, ADMISSION_WAIT, RETRY_AFTER};
+
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::component::BuildContext;
+use crate::config::{ComponentId, Config};
+use crate::error::CoreError;
+use crate::model::Batch;
+use crate::registry::Registry;
+use crate::telemetry::{self, Registry as Telemetry};
+use exporter_runner::ExporterQueue;
+use pipeline::{PipelineTask, Sink, Stage};
+
+/// Batches a pipeline's entry queue holds before receivers must wait.
+pub const PIPELINE_QUEUE: usize = 64;
+
+/// A running topology.
+pub struct Running {
+    receivers_stop: CancellationToken,
+    hard_stop: CancellationToken,
+    receivers: Vec<(String, JoinHandle<()>)>,
+    pipelines: Vec<JoinHandle<()>>,
+    exporters: Vec<JoinHandle<()>>,
+}
+
+/// Build every component and start the topology.
+pub async fn start(
+    config: &Config,
+    registry: &Registry,
+    telemetry: &Telemetry,
+) -> Result<Running, CoreError> {
+    let hard_stop = CancellationToken::new();
+    let receivers_stop = CancellationToken::new();
+    let ctx = |id: &ComponentId| BuildContext {
+        id: id.clone(),
+        telemetry: telemetry.clone(),
+    };
+    let build_err = |kind: &'static str, id: &ComponentId, source| CoreError::Build {
+        kind,
+        id: id.to_string(),
+        source,
+    };
+
+    // Exporters: one instance and one queue each, shared by the pipelines using it.
+    let mut queues: HashMap<ComponentId, ExporterQueue> = HashMap::new();
+    let mut exporters = Vec::new();
+    for p in &config.pipelines {
+        for id in &p.exporters {
+            if queues.contains_key(id) {
+                continue;
+            }
+            let factory = registry
+                .exporter(id.kind())
+                .ok_or_else(|| build_err("exporter", id, "unknown type".into()))?;
+            let built = factory
+                .build(ctx(id), &config.exporters[id])
+                .await
+                .map_err(|e| build_err("exporter", id, e))?;
+            let (queue, handle) = exporter_runner::spawn(
+                id.to_string(),
+                built.exporter,
+                built.delivery,
+                telemetry,
+                hard_stop.clone(),
+            );
+            queues.insert(id.clone(), queue);
+            exporters.push(handle);
+        }
+    }
+
+    // Pipelines: their own processor instances.
+    let mut routes: HashMap<ComponentId, Vec<(crate::SignalSet, mpsc::Sender<Batch>)>> =
+        HashMap::new();
+    let mut pipelines = Vec::new();
+    for p in &config.pipelines {
+        let pid = p.id.to_string();
+        let mut stages = Vec::new();
+        for id in &p.processors {
+            let factory = registry
+                .processor(id.kind())
+                .ok_or_else(|| build_err("processor", id, "unknown type".into()))?;
+            let processor = factory
+                .build(ctx(id), &config.processors[id])
+                .await
+                .map_err(|e| build_err("processor", id, e))?;
+            let label = format!("{pid}/{id}");
+            stages.push(Stage {
+                id: id.to_string(),
+                accepts: processor.accepts().intersect(p.id.signals),
+                processor,
+                received: telemetry.signal_counters(
+                    telemetry::PROCESSOR_RECEIVED,
+                    "Items that entered a processor.",
+                    &label,
+                ),
+                sent: telemetry.signal_counters(
+                    telemetry::PROCESSOR_SENT,
+                    "Items a processor passed on.",
+                    &label,
+                ),
+                dropped: telemetry.signal_counters(
+                    telemetry::PROCESSOR_DROPPED,
+                    "Items a processor dropped.",
+                    &label,
+                ),
+            });
+        }
+        let sinks = p
+            .exporters
+            .iter()
+            .filter_map(|id| {
+                let accepts = registry
+                    .exporter(id.kind())?
+                    .signals()
+                    .intersect(p.id.signals);
+                Some(Sink {
+                    accepts,
+                    queue: queues.get(id)?.clone(),
+                })
+            })
+            .collect();
+        let (tx, rx) = mpsc::channel(PIPELINE_QUEUE);
+        for r in &p.receivers {
+            let signals = registry
+                .receiver(r.kind())
+                .map_or(crate::SignalSet::NONE, |f| f.signals())
+                .intersect(p.id.signals);
+            routes
+                .entry(r.clone())
+                .or_default()
+                .push((signals, tx.clone()));
+        }
+        drop(tx);
+        let task = PipelineTask {
+            queue_size: telemetry.gauge(
+                telemetry::PIPELINE_QUEUE_SIZE,
+                "Batches waiting at a pipeline's entry.",
+                &[("pipeline", &pid)],
+            ),
+            id: pid,
+            rx,
+            stages,
+            sinks,
+        };
+        pipelines.push(tokio::spawn(task.run()));
+    }
+    drop(queues);
+
+    // Receivers last, so nothing arrives before its path exists. All are
+    // built (sockets bound) before any runs.
+    let mut built = Vec::new();
+    for (id, cfg) in &config.receivers {
+        let Some(r) = routes.remove(id) else { continue };
+        let factory = registry
+            .receiver(id.kind())
+            .ok_or_else(|| build_err("receiver", id, "unknown type".into()))?;
+        let receiver = factory
+            .build(ctx(id), cfg)
+            .await
+            .map_err(|e| build_err("receiver", id, e))?;
+        built.push((
+            id.to_string(),
+            receiver,
+            Output::new(&id.to_string(), r, telemetry),
+        ));
+    }
+    let receivers = built
+        .into_iter()
+        .map(|(id, receiver, out)| {
+            let stop = receivers_stop.clone();
+            let name = id.clone();
+            let handle = tokio::spawn(async move {
+                if let Err(error) = receiver.run(out, stop).await {
+                    tracing::error!(receiver = %name, %error, "Receiver failed.");
+                }
+            });
+            (id, handle)
+        })
+        .collect();
+
+    Ok(Running {
+        receivers_stop,
+        hard_stop,
+        receivers,
+        pipelines,
+        exporters,
+    })
+}
+
+impl Running {
+    /// Stop accepting, drain pipelines and flush exporters. After `timeout`
+    /// whatever is still queued or retrying is dropped and counted. Returns
+    /// whether everything drained in time.
+    pub async fn shutdown(self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        self.receivers_stop.cancel();
+        let drained = async {
+            for (id, h) in self.receivers {
+                if let Err(error) = h.await {
+                    tracing::error!(receiver = %id, %error, "Receiver task panicked.");
+                }
+            }
+            for h in self.pipelines {
+                if let Err(error) = h.await {
+                    tracing::error!(%error, "Pipeline task panicked.");
+                }
+            }
+        };
+        let mut in_time = tokio::time::timeout_at(deadline, drained).await.is_ok();
+        if !in_time {
+            self.hard_stop.cancel();
+        }
+        let exporters = async {
+            for h in self.exporters {
+                if let Err(error) = h.await {
+                    tracing::error!(%error, "Exporter task panicked.");
+                }
+            }
+        };
+        if tokio::time::timeout_at(deadline, exporters).await.is_err() {
+            in_time = false;
+            self.hard_stop.cancel();
+        }
+        in_time
+    }
+}
