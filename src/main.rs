@@ -1,1 +1,187 @@
-fn main() {}
+//! causeway: a telemetry pipeline daemon that tells an SRE why a request was slow.
+
+use anyhow::Context as _;
+use causeway_core::config::{self, Config};
+use causeway_core::registry::Registry;
+use causeway_core::telemetry;
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tokio_util::sync::CancellationToken;
+
+mod self_telemetry;
+use self_telemetry::LogFormat;
+
+#[derive(Parser)]
+#[command(
+    name = "causeway",
+    version,
+    about = "A telemetry pipeline daemon that tells an SRE why a request was slow."
+)]
+struct Cli {
+    /// The pipeline file (for `run`, the default command).
+    #[arg(long, short, global = true, default_value = "pipeline.yaml")]
+    config: PathBuf,
+    /// Log level or filter (`info`, `debug`, `causeway_core=debug,info`); overrides service.telemetry.logs.level.
+    #[arg(long, global = true, env = "CAUSEWAY_LOG")]
+    log_level: Option<String>,
+    /// Log format; overrides service.telemetry.logs.encoding.
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon (the default).
+    Run,
+    /// Check a pipeline file: exit 0 when valid, 1 with every error listed.
+    Validate,
+}
+
+fn registry() -> Registry {
+    let mut r = Registry::new();
+    causeway_receivers::register(&mut r);
+    causeway_processors::register(&mut r);
+    causeway_exporters::register(&mut r);
+    r
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let registry = registry();
+    let config = match config::load_file(&cli.config, &registry) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{}: {e}", cli.config.display());
+            return ExitCode::from(1);
+        }
+    };
+    match cli.command.as_ref().unwrap_or(&Command::Run) {
+        Command::Validate => {
+            for w in &config.warnings {
+                eprintln!("warning: {w}");
+            }
+            println!(
+                "{}: valid ({} pipelines)",
+                cli.config.display(),
+                config.pipelines.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Run => {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("cannot start the runtime: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            match runtime.block_on(run(&cli, &cli.config, config, registry)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "causeway stopped.");
+                    eprintln!("causeway: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}
+
+async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyhow::Result<()> {
+    let tcfg = &config.file.service.telemetry;
+    let level = cli
+        .log_level
+        .clone()
+        .or_else(|| tcfg.logs.level.clone())
+        .unwrap_or_else(|| "info".into());
+    let format = cli
+        .log_format
+        .unwrap_or(match tcfg.logs.encoding.as_deref() {
+            Some("json") => LogFormat::Json,
+            _ => LogFormat::Text,
+        });
+    let mut providers = self_telemetry::init_logging(&level, format, tcfg)?;
+    for w in &config.warnings {
+        tracing::warn!(config = %path.display(), "{w}");
+    }
+
+    let metrics = telemetry::Registry::new();
+    let stop_telemetry = CancellationToken::new();
+    let address = telemetry_address(&config);
+    let server = match &address {
+        Some(addr) => {
+            let (local, handle) =
+                telemetry::serve(addr, metrics.clone(), stop_telemetry.clone()).await?;
+            tracing::info!(address = %local, "Telemetry server listening (/metrics, /healthz, /readyz).");
+            Some(handle)
+        }
+        None => None,
+    };
+
+    let running = causeway_core::topology::start(&config, &registry, &metrics)
+        .await
+        .context("cannot start the pipelines")?;
+    providers.start_metrics(tcfg, &metrics)?;
+    metrics.set_ready(true);
+    tracing::info!(
+        config = %path.display(),
+        pipelines = config.pipelines.len(),
+        version = env!("CARGO_PKG_VERSION"),
+        "causeway started."
+    );
+
+    wait_for_signal().await?;
+    metrics.set_ready(false);
+    let timeout = config.file.service.shutdown_timeout.get();
+    tracing::info!(
+        timeout_ms = timeout.as_millis() as u64,
+        "Shutting down: draining pipelines and flushing exporters."
+    );
+    if running.shutdown(timeout).await {
+        tracing::info!("Shutdown complete; everything accepted was delivered or counted.");
+    } else {
+        tracing::error!(
+            timeout_ms = timeout.as_millis() as u64,
+            "Shutdown timeout reached; undelivered items were dropped (see causeway_exporter_send_failed_items_total)."
+        );
+    }
+    stop_telemetry.cancel();
+    if let Some(h) = server {
+        if let Err(error) = h.await {
+            tracing::warn!(%error, "Telemetry server task failed.");
+        }
+    }
+    providers.shutdown();
+    Ok(())
+}
+
+/// Where `/metrics` is served: `service.telemetry.metrics` (`level: none`
+/// disables it; a `pull` reader or `address` sets it), default 127.0.0.1:8888.
+fn telemetry_address(config: &Config) -> Option<String> {
+    let m = &config.file.service.telemetry.metrics;
+    if m.level.as_deref() == Some("none") {
+        return None;
+    }
+    if let Some(p) = m.readers.iter().find_map(|r| r.pull.as_ref()) {
+        let e = &p.exporter.prometheus;
+        return Some(format!("{}:{}", e.host, e.port));
+    }
+    Some(m.address.clone().unwrap_or_else(|| "127.0.0.1:8888".into()))
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!(signal = "SIGTERM", "Signal received."),
+        _ = int.recv() => tracing::info!(signal = "SIGINT", "Signal received."),
+    }
+    Ok(())
+}

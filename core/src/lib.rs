@@ -8,6 +8,7 @@
 pub mod component;
 pub mod config;
 pub mod error;
+pub mod grpc;
 pub mod model;
 pub mod registry;
 pub mod retry;

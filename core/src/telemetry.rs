@@ -93,7 +93,7 @@ impl SignalCounters {
 }
 
 /// Kind of a metric family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
     /// Monotonic.
     Counter,

@@ -1,1 +1,34 @@
+//! causeway receivers.
 
+pub mod otlp;
+
+use causeway_core::registry::Registry;
+
+/// The error type of the receivers crate.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiverError {
+    /// A listener could not be bound.
+    #[error("{protocol} listener on {endpoint}: {source}")]
+    Bind {
+        /// `grpc` or `http`.
+        protocol: &'static str,
+        /// The configured endpoint.
+        endpoint: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A server stopped with an error.
+    #[error("{protocol} server: {message}")]
+    Serve {
+        /// `grpc` or `http`.
+        protocol: &'static str,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// Register every receiver of this crate.
+pub fn register(registry: &mut Registry) {
+    registry.add_receiver(otlp::OtlpReceiverFactory);
+}

@@ -1,0 +1,173 @@
+//! The `debug` exporter: a readable summary of what passes, on stdout.
+
+use async_trait::async_trait;
+use causeway_core::component::{
+    BuildContext, BuiltExporter, Delivered, ExportError, Exporter, ExporterFactory,
+};
+use causeway_core::config::{decode, ConfigError, DeliveryConfig, Validate};
+use causeway_core::{Batch, BoxError, Signal, SignalSet};
+use serde::Deserialize;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::Arc;
+
+/// `exporters.debug`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DebugExporterConfig {
+    /// `basic` (one line a batch, the default), `normal` (one line an item)
+    /// or `detailed` (the batch as OTLP JSON).
+    #[serde(default)]
+    pub verbosity: Verbosity,
+}
+
+/// How much to print.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verbosity {
+    /// One line a batch.
+    #[default]
+    Basic,
+    /// One line an item.
+    Normal,
+    /// Full OTLP JSON.
+    Detailed,
+}
+
+impl Validate for DebugExporterConfig {}
+
+/// Factory of the `debug` exporter.
+pub struct DebugExporterFactory;
+
+#[async_trait]
+impl ExporterFactory for DebugExporterFactory {
+    fn kind(&self) -> &'static str {
+        "debug"
+    }
+    fn signals(&self) -> SignalSet {
+        SignalSet::ALL
+    }
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
+        decode::<DebugExporterConfig>(cfg).map(|_| ())
+    }
+    async fn build(
+        &self,
+        ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<BuiltExporter, BoxError> {
+        let cfg: DebugExporterConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
+        let mut delivery = DeliveryConfig::default();
+        delivery.queue.num_consumers = 1;
+        Ok(BuiltExporter {
+            exporter: Arc::new(DebugExporter {
+                id: ctx.id.to_string(),
+                verbosity: cfg.verbosity,
+            }),
+            delivery,
+        })
+    }
+}
+
+struct DebugExporter {
+    id: String,
+    verbosity: Verbosity,
+}
+
+fn hex(b: &[u8]) -> String {
+    hex::encode(b)
+}
+
+/// The summary text of a batch.
+fn summarize(
+    id: &str,
+    batch: &Batch,
+    verbosity: Verbosity,
+) -> Result<String, causeway_core::CoreError> {
+    let mut s = format!(
+        "{id}: {}: {} {}\n",
+        batch.signal(),
+        batch.items(),
+        batch.signal().item_name()
+    );
+    match verbosity {
+        Verbosity::Basic => {}
+        Verbosity::Detailed => {
+            let json = match batch.signal() {
+                Signal::Traces => serde_json::to_string_pretty(&batch.to_traces_request()?),
+                Signal::Logs => serde_json::to_string_pretty(&batch.to_logs_request()?),
+                Signal::Metrics => serde_json::to_string_pretty(&batch.to_metrics_request()?),
+            };
+            s.push_str(&json.unwrap_or_default());
+            s.push('\n');
+        }
+        Verbosity::Normal => match batch.signal() {
+            Signal::Traces => {
+                for rs in batch.to_traces_request()?.resource_spans {
+                    for ss in rs.scope_spans {
+                        for sp in ss.spans {
+                            let dur_ms = sp
+                                .end_time_unix_nano
+                                .saturating_sub(sp.start_time_unix_nano)
+                                as f64
+                                / 1e6;
+                            let code = sp.status.map(|st| st.code).unwrap_or(0);
+                            let _ = writeln!(
+                                s,
+                                "  span {} trace={} id={} parent={} {:.3}ms status={} attrs={}",
+                                sp.name,
+                                hex(&sp.trace_id),
+                                hex(&sp.span_id),
+                                hex(&sp.parent_span_id),
+                                dur_ms,
+                                code,
+                                sp.attributes.len()
+                            );
+                        }
+                    }
+                }
+            }
+            Signal::Logs => {
+                for rl in batch.to_logs_request()?.resource_logs {
+                    for sl in rl.scope_logs {
+                        for l in sl.log_records {
+                            let body = l.body.map(|b| format!("{:?}", b.value)).unwrap_or_default();
+                            let _ = writeln!(
+                                s,
+                                "  log severity={} trace={} {}",
+                                l.severity_text,
+                                hex(&l.trace_id),
+                                body
+                            );
+                        }
+                    }
+                }
+            }
+            Signal::Metrics => {
+                for rm in batch.to_metrics_request()?.resource_metrics {
+                    for sm in rm.scope_metrics {
+                        for m in sm.metrics {
+                            let _ = writeln!(s, "  metric {} unit={:?}", m.name, m.unit);
+                        }
+                    }
+                }
+            }
+        },
+    }
+    Ok(s)
+}
+
+#[async_trait]
+impl Exporter for DebugExporter {
+    async fn export(&self, batch: &Batch) -> Result<Delivered, ExportError> {
+        let text =
+            summarize(&self.id, batch, self.verbosity).map_err(|e| ExportError::Permanent {
+                source: Box::new(e),
+            })?;
+        let mut out = std::io::stdout().lock();
+        // stdout closed (e.g. a pipe) is not worth failing the pipeline for.
+        if out.write_all(text.as_bytes()).is_err() {
+            tracing::debug!(exporter = %self.id, "stdout is closed.");
+        }
+        Ok(Delivered::default())
+    }
+}

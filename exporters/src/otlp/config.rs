@@ -1,0 +1,202 @@
+//! Configuration of the `otlp` (gRPC) and `otlphttp` exporters, in the
+//! Collector's shape.
+
+use causeway_core::config::{ConfigError, Duration, QueueConfig, RetryConfig, Validate};
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+/// `compression`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// gzip (the Collector's default).
+    #[default]
+    Gzip,
+    /// No compression.
+    None,
+}
+
+/// `tls`: only plaintext is available in this build.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Use plaintext (must be true, or the endpoint must be `http://`).
+    #[serde(default)]
+    pub insecure: bool,
+}
+
+/// `exporters.otlp` (OTLP/gRPC).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpGrpcConfig {
+    /// `host:port` or `http://host:port` of the OTLP/gRPC server (e.g. Jaeger's collector on 4317).
+    pub endpoint: String,
+    /// `gzip` (default) or `none`.
+    #[serde(default)]
+    pub compression: Compression,
+    /// Headers (gRPC metadata) sent with every request.
+    #[serde(default)]
+    pub headers: IndexMap<String, String>,
+    /// Per-attempt timeout (default 5s).
+    #[serde(default = "default_timeout")]
+    pub timeout: Duration,
+    /// Retries of retryable failures.
+    #[serde(default)]
+    pub retry_on_failure: RetryConfig,
+    /// The bounded sending queue.
+    #[serde(default)]
+    pub sending_queue: QueueConfig,
+    /// Transport security (plaintext only in this build).
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+/// `encoding` of `otlphttp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpEncoding {
+    /// `application/x-protobuf` (default).
+    #[default]
+    Proto,
+    /// `application/json`.
+    Json,
+}
+
+/// `exporters.otlphttp` (OTLP/HTTP).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpHttpConfig {
+    /// Base URL; `/v1/traces`, `/v1/logs`, `/v1/metrics` are appended.
+    pub endpoint: Option<String>,
+    /// Full URL for traces (overrides `endpoint`).
+    pub traces_endpoint: Option<String>,
+    /// Full URL for logs (overrides `endpoint`).
+    pub logs_endpoint: Option<String>,
+    /// Full URL for metrics (overrides `endpoint`).
+    pub metrics_endpoint: Option<String>,
+    /// `proto` (default) or `json`.
+    #[serde(default)]
+    pub encoding: HttpEncoding,
+    /// `gzip` (default) or `none`.
+    #[serde(default)]
+    pub compression: Compression,
+    /// Headers sent with every request.
+    #[serde(default)]
+    pub headers: IndexMap<String, String>,
+    /// Per-attempt timeout (default 5s).
+    #[serde(default = "default_timeout")]
+    pub timeout: Duration,
+    /// Retries of retryable failures.
+    #[serde(default)]
+    pub retry_on_failure: RetryConfig,
+    /// The bounded sending queue.
+    #[serde(default)]
+    pub sending_queue: QueueConfig,
+    /// Transport security (plaintext only in this build).
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+fn default_timeout() -> Duration {
+    Duration::secs(5)
+}
+
+fn check_common(
+    endpoints: &[(&str, &str)],
+    retry: &RetryConfig,
+    queue: &QueueConfig,
+    timeout: Duration,
+    tls: &TlsConfig,
+) -> Vec<ConfigError> {
+    let mut e: Vec<ConfigError> = retry
+        .validate()
+        .into_iter()
+        .map(|x| x.under("retry_on_failure"))
+        .collect();
+    e.extend(
+        queue
+            .validate()
+            .into_iter()
+            .map(|x| x.under("sending_queue")),
+    );
+    if timeout.get().is_zero() {
+        e.push(ConfigError::new("timeout", "must be greater than 0"));
+    }
+    for (key, ep) in endpoints {
+        if ep.trim().is_empty() {
+            e.push(ConfigError::new(*key, "must not be empty"));
+        } else if ep.starts_with("https://")
+            || (!tls.insecure && !ep.starts_with("http://") && ep.contains("://"))
+        {
+            e.push(ConfigError::new(
+                *key,
+                format!("{ep:?}: TLS is not available in this build; use an http:// endpoint or set tls.insecure: true"),
+            ));
+        }
+    }
+    e
+}
+
+impl Validate for OtlpGrpcConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e = check_common(
+            &[("endpoint", &self.endpoint)],
+            &self.retry_on_failure,
+            &self.sending_queue,
+            self.timeout,
+            &self.tls,
+        );
+        if super::grpc_uri(&self.endpoint).is_err() {
+            e.push(ConfigError::new(
+                "endpoint",
+                format!(
+                    "invalid endpoint {:?}: expected host:port or http://host:port",
+                    self.endpoint
+                ),
+            ));
+        }
+        e
+    }
+}
+
+impl Validate for OtlpHttpConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut eps = Vec::new();
+        for (k, v) in [
+            ("endpoint", &self.endpoint),
+            ("traces_endpoint", &self.traces_endpoint),
+            ("logs_endpoint", &self.logs_endpoint),
+            ("metrics_endpoint", &self.metrics_endpoint),
+        ] {
+            if let Some(v) = v {
+                eps.push((k, v.as_str()));
+            }
+        }
+        let mut e = check_common(
+            &eps,
+            &self.retry_on_failure,
+            &self.sending_queue,
+            self.timeout,
+            &self.tls,
+        );
+        if self.endpoint.is_none()
+            && (self.traces_endpoint.is_none()
+                || self.logs_endpoint.is_none()
+                || self.metrics_endpoint.is_none())
+        {
+            e.push(ConfigError::new(
+                "endpoint",
+                "set `endpoint`, or all of traces_endpoint, logs_endpoint and metrics_endpoint",
+            ));
+        }
+        for (k, v) in eps {
+            if !v.starts_with("http://") && !v.starts_with("https://") {
+                e.push(ConfigError::new(
+                    k,
+                    format!("{v:?} must be a URL starting with http://"),
+                ));
+            }
+        }
+        e
+    }
+}

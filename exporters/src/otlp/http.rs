@@ -1,0 +1,183 @@
+//! OTLP/HTTP client.
+
+use async_trait::async_trait;
+use causeway_core::component::{Delivered, ExportError, Exporter};
+use causeway_core::rpc::RpcStatus;
+use causeway_core::{Batch, Signal};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+use prost::Message;
+use std::io::Write;
+use std::time::Duration;
+
+use super::config::{Compression, HttpEncoding, OtlpHttpConfig};
+use crate::ExporterError;
+
+pub(crate) struct HttpExporter {
+    client: reqwest::Client,
+    urls: [String; 3],
+    encoding: HttpEncoding,
+    compression: Compression,
+    headers: reqwest::header::HeaderMap,
+}
+
+impl HttpExporter {
+    pub(crate) fn new(cfg: &OtlpHttpConfig) -> Result<Self, ExporterError> {
+        let base = cfg.endpoint.clone().unwrap_or_default();
+        let base = base.trim_end_matches('/');
+        let url = |over: &Option<String>, path: &str| {
+            over.clone().unwrap_or_else(|| format!("{base}{path}"))
+        };
+        let urls = [
+            url(&cfg.traces_endpoint, "/v1/traces"),
+            url(&cfg.logs_endpoint, "/v1/logs"),
+            url(&cfg.metrics_endpoint, "/v1/metrics"),
+        ];
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (k, v) in &cfg.headers {
+            let bad = |e: String| ExporterError::Endpoint {
+                endpoint: base.to_string(),
+                reason: format!("header {k:?}: {e}"),
+            };
+            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| bad(e.to_string()))?;
+            let value =
+                reqwest::header::HeaderValue::from_str(v).map_err(|e| bad(e.to_string()))?;
+            headers.insert(name, value);
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(cfg.timeout.get())
+            .build()
+            .map_err(|e| ExporterError::Endpoint {
+                endpoint: base.to_string(),
+                reason: e.to_string(),
+            })?;
+        Ok(HttpExporter {
+            client,
+            urls,
+            encoding: cfg.encoding,
+            compression: cfg.compression,
+            headers,
+        })
+    }
+
+    fn body(&self, batch: &Batch) -> Result<Vec<u8>, ExporterError> {
+        let enc = |e: causeway_core::CoreError| ExporterError::Encode(e.to_string());
+        let json = |e: serde_json::Error| ExporterError::Encode(e.to_string());
+        match self.encoding {
+            HttpEncoding::Proto => Ok(batch.to_encoded().to_vec()),
+            HttpEncoding::Json => match batch.signal() {
+                Signal::Traces => {
+                    serde_json::to_vec(&batch.to_traces_request().map_err(enc)?).map_err(json)
+                }
+                Signal::Logs => {
+                    serde_json::to_vec(&batch.to_logs_request().map_err(enc)?).map_err(json)
+                }
+                Signal::Metrics => {
+                    serde_json::to_vec(&batch.to_metrics_request().map_err(enc)?).map_err(json)
+                }
+            },
+        }
+    }
+}
+
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+fn rejected(signal: Signal, encoding: HttpEncoding, body: &[u8]) -> (i64, String) {
+    if body.is_empty() {
+        return (0, String::new());
+    }
+    macro_rules! parse {
+        ($t:ty, $field:ident) => {{
+            let r: Option<$t> = match encoding {
+                HttpEncoding::Proto => <$t>::decode(body).ok(),
+                HttpEncoding::Json => serde_json::from_slice(body).ok(),
+            };
+            r.and_then(|r| r.partial_success)
+                .map(|p| (p.$field, p.error_message))
+                .unwrap_or_default()
+        }};
+    }
+    match signal {
+        Signal::Traces => parse!(ExportTraceServiceResponse, rejected_spans),
+        Signal::Logs => parse!(ExportLogsServiceResponse, rejected_log_records),
+        Signal::Metrics => parse!(ExportMetricsServiceResponse, rejected_data_points),
+    }
+}
+
+#[async_trait]
+impl Exporter for HttpExporter {
+    async fn export(&self, batch: &Batch) -> Result<Delivered, ExportError> {
+        let signal = batch.signal();
+        let url = &self.urls[signal as usize];
+        let mut body = self.body(batch).map_err(|e| ExportError::Permanent {
+            source: Box::new(e),
+        })?;
+        let mut req = self.client.post(url).headers(self.headers.clone()).header(
+            reqwest::header::CONTENT_TYPE,
+            match self.encoding {
+                HttpEncoding::Proto => "application/x-protobuf",
+                HttpEncoding::Json => "application/json",
+            },
+        );
+        if self.compression == Compression::Gzip {
+            let mut enc = flate2::write::GzEncoder::new(
+                Vec::with_capacity(body.len() / 4),
+                flate2::Compression::fast(),
+            );
+            enc.write_all(&body)
+                .and_then(|_| enc.finish())
+                .map(|b| body = b)
+                .map_err(|e| ExportError::Permanent {
+                    source: Box::new(ExporterError::Encode(e.to_string())),
+                })?;
+            req = req.header(reqwest::header::CONTENT_ENCODING, "gzip");
+        }
+        let resp = req
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| ExportError::Retryable {
+                source: Box::new(ExporterError::Transport {
+                    endpoint: url.clone(),
+                    message: e.to_string(),
+                }),
+                retry_after: None,
+            })?;
+        let status = resp.status();
+        let hint = retry_after(resp.headers());
+        let body = resp.bytes().await.unwrap_or_default();
+        if status.is_success() {
+            let (rejected, message) = rejected(signal, self.encoding, &body);
+            if rejected > 0 || !message.is_empty() {
+                tracing::warn!(endpoint = %url, rejected, message, "Server accepted the request partially.");
+            }
+            return Ok(Delivered {
+                rejected: u64::try_from(rejected).unwrap_or(0),
+            });
+        }
+        let message = match self.encoding {
+            HttpEncoding::Proto => RpcStatus::decode(body.as_ref()).map(|s| s.message).ok(),
+            HttpEncoding::Json => None,
+        }
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned());
+        let source = Box::new(ExporterError::Server {
+            endpoint: url.clone(),
+            status: status.to_string(),
+            message,
+        });
+        // OTLP spec: only 429, 502, 503 and 504 are retryable.
+        if matches!(status.as_u16(), 429 | 502 | 503 | 504) {
+            Err(ExportError::Retryable {
+                source,
+                retry_after: hint,
+            })
+        } else {
+            Err(ExportError::Permanent { source })
+        }
+    }
+}

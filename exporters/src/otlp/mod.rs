@@ -1,0 +1,99 @@
+//! The `otlp` (gRPC) and `otlphttp` exporters: how traces reach Jaeger
+//! (whose collector takes OTLP on 4317/4318), or another causeway.
+//!
+//! Batches that were never decoded leave as they arrived: the encoded parts
+//! are written one after the other into the request. Answers are classified
+//! as the OTLP specification says: only retryable codes are retried (with
+//! the server's retry hint when given), partial successes are counted and
+//! never resent.
+
+pub mod config;
+mod grpc;
+mod http;
+#[cfg(test)]
+mod tests;
+
+use async_trait::async_trait;
+use causeway_core::component::{BuildContext, BuiltExporter, ExporterFactory};
+use causeway_core::config::{decode, ConfigError, DeliveryConfig};
+use causeway_core::{BoxError, SignalSet};
+
+use config::{OtlpGrpcConfig, OtlpHttpConfig};
+
+/// Factory of the `otlp` exporter (OTLP/gRPC).
+pub struct OtlpGrpcExporterFactory;
+
+#[async_trait]
+impl ExporterFactory for OtlpGrpcExporterFactory {
+    fn kind(&self) -> &'static str {
+        "otlp"
+    }
+    fn signals(&self) -> SignalSet {
+        SignalSet::ALL
+    }
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
+        decode::<OtlpGrpcConfig>(cfg).map(|_| ())
+    }
+    async fn build(
+        &self,
+        _ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<BuiltExporter, BoxError> {
+        let cfg: OtlpGrpcConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
+        let delivery = DeliveryConfig {
+            timeout: cfg.timeout.get(),
+            retry: cfg.retry_on_failure,
+            queue: cfg.sending_queue.clone(),
+        };
+        Ok(BuiltExporter {
+            exporter: std::sync::Arc::new(grpc::GrpcExporter::new(&cfg)?),
+            delivery,
+        })
+    }
+}
+
+/// Factory of the `otlphttp` exporter (OTLP/HTTP).
+pub struct OtlpHttpExporterFactory;
+
+#[async_trait]
+impl ExporterFactory for OtlpHttpExporterFactory {
+    fn kind(&self) -> &'static str {
+        "otlphttp"
+    }
+    fn signals(&self) -> SignalSet {
+        SignalSet::ALL
+    }
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
+        decode::<OtlpHttpConfig>(cfg).map(|_| ())
+    }
+    async fn build(
+        &self,
+        _ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<BuiltExporter, BoxError> {
+        let cfg: OtlpHttpConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
+        let delivery = DeliveryConfig {
+            timeout: cfg.timeout.get(),
+            retry: cfg.retry_on_failure,
+            queue: cfg.sending_queue.clone(),
+        };
+        Ok(BuiltExporter {
+            exporter: std::sync::Arc::new(http::HttpExporter::new(&cfg)?),
+            delivery,
+        })
+    }
+}
+
+/// The URI of a gRPC endpoint written `host:port` or `http://host:port`.
+pub(crate) fn grpc_uri(endpoint: &str) -> Result<::http::Uri, String> {
+    let with_scheme = if endpoint.contains("://") {
+        endpoint.to_string()
+    } else {
+        format!("http://{endpoint}")
+    };
+    let uri: ::http::Uri = with_scheme.parse().map_err(|e| format!("{e}"))?;
+    if uri.host().is_none() {
+        return Err("no host".into());
+    }
+    Ok(uri)
+}

@@ -1,0 +1,162 @@
+//! Configuration of the `otlp` receiver, in the Collector's shape.
+
+use causeway_core::config::{null_as_default, ByteSize, ConfigError, Validate};
+use serde::Deserialize;
+
+/// `receivers.otlp`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpReceiverConfig {
+    /// The protocols to serve; at least one.
+    #[serde(default)]
+    pub protocols: Protocols,
+}
+
+/// `protocols`: a present key (even empty, `grpc:`) enables the protocol with its defaults.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Protocols {
+    /// OTLP/gRPC.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub grpc: Option<GrpcConfig>,
+    /// OTLP/HTTP (protobuf and JSON).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub http: Option<HttpConfig>,
+}
+
+/// `protocols.grpc`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcConfig {
+    /// `host:port` to listen on (default `127.0.0.1:4317`).
+    #[serde(default = "grpc_endpoint")]
+    pub endpoint: String,
+    /// Largest accepted message, in MiB, after decompression (default 4).
+    #[serde(default = "max_recv")]
+    pub max_recv_msg_size_mib: u64,
+    /// Largest number of concurrent streams per connection (default unlimited).
+    #[serde(default)]
+    pub max_concurrent_streams: Option<u32>,
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        GrpcConfig {
+            endpoint: grpc_endpoint(),
+            max_recv_msg_size_mib: max_recv(),
+            max_concurrent_streams: None,
+        }
+    }
+}
+
+fn grpc_endpoint() -> String {
+    "127.0.0.1:4317".into()
+}
+fn max_recv() -> u64 {
+    4
+}
+
+/// `protocols.http`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// `host:port` to listen on (default `127.0.0.1:4318`).
+    #[serde(default = "http_endpoint")]
+    pub endpoint: String,
+    /// Largest accepted body, before and after decompression (default 20MiB).
+    #[serde(default = "max_body")]
+    pub max_request_body_size: ByteSize,
+    /// Path of trace exports (default `/v1/traces`).
+    #[serde(default = "traces_path")]
+    pub traces_url_path: String,
+    /// Path of log exports (default `/v1/logs`).
+    #[serde(default = "logs_path")]
+    pub logs_url_path: String,
+    /// Path of metric exports (default `/v1/metrics`).
+    #[serde(default = "metrics_path")]
+    pub metrics_url_path: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            endpoint: http_endpoint(),
+            max_request_body_size: max_body(),
+            traces_url_path: traces_path(),
+            logs_url_path: logs_path(),
+            metrics_url_path: metrics_path(),
+        }
+    }
+}
+
+fn http_endpoint() -> String {
+    "127.0.0.1:4318".into()
+}
+fn max_body() -> ByteSize {
+    ByteSize(20 << 20)
+}
+fn traces_path() -> String {
+    "/v1/traces".into()
+}
+fn logs_path() -> String {
+    "/v1/logs".into()
+}
+fn metrics_path() -> String {
+    "/v1/metrics".into()
+}
+
+fn check_endpoint(path: &str, endpoint: &str, errors: &mut Vec<ConfigError>) {
+    if endpoint
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok())
+        .is_none()
+    {
+        errors.push(ConfigError::new(
+            path,
+            format!("invalid endpoint {endpoint:?}: expected host:port"),
+        ));
+    }
+}
+
+impl Validate for OtlpReceiverConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e = Vec::new();
+        if self.protocols.grpc.is_none() && self.protocols.http.is_none() {
+            e.push(ConfigError::new(
+                "protocols",
+                "enable at least one protocol (`grpc:` and/or `http:`)",
+            ));
+        }
+        if let Some(g) = &self.protocols.grpc {
+            check_endpoint("protocols.grpc.endpoint", &g.endpoint, &mut e);
+            if g.max_recv_msg_size_mib == 0 {
+                e.push(ConfigError::new(
+                    "protocols.grpc.max_recv_msg_size_mib",
+                    "must be at least 1",
+                ));
+            }
+        }
+        if let Some(h) = &self.protocols.http {
+            check_endpoint("protocols.http.endpoint", &h.endpoint, &mut e);
+            for (k, p) in [
+                ("traces_url_path", &h.traces_url_path),
+                ("logs_url_path", &h.logs_url_path),
+                ("metrics_url_path", &h.metrics_url_path),
+            ] {
+                if !p.starts_with('/') {
+                    e.push(ConfigError::new(
+                        format!("protocols.http.{k}"),
+                        "must start with `/`",
+                    ));
+                }
+            }
+            if h.max_request_body_size.0 == 0 {
+                e.push(ConfigError::new(
+                    "protocols.http.max_request_body_size",
+                    "must be greater than 0",
+                ));
+            }
+        }
+        e
+    }
+}

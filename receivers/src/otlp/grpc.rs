@@ -1,0 +1,225 @@
+//! OTLP/gRPC: one tonic service per signal with a codec that takes the
+//! request as raw bytes.
+
+use bytes::Bytes;
+use causeway_core::grpc::{export_path, ServerCodec};
+use causeway_core::rpc::{code, RpcStatus};
+use causeway_core::topology::Output;
+use causeway_core::Signal;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsPartialSuccess, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceResponse,
+};
+use prost::Message;
+use std::convert::Infallible;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::codec::CompressionEncoding;
+use tonic::server::{NamedService, UnaryService};
+use tonic::{Code, Status};
+
+use super::config::GrpcConfig;
+use super::{ingest, Accepted, Refused};
+use crate::ReceiverError;
+
+/// A signal's response type and service name.
+pub(crate) trait Kind: Send + Sync + 'static {
+    const SIGNAL: Signal;
+    const NAME: &'static str;
+    type Response: Message + Default + Send + 'static;
+    fn response(a: Accepted) -> Self::Response;
+}
+
+pub(crate) struct Traces;
+pub(crate) struct Logs;
+pub(crate) struct Metrics;
+
+impl Kind for Traces {
+    const SIGNAL: Signal = Signal::Traces;
+    const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
+    type Response = ExportTraceServiceResponse;
+    fn response(a: Accepted) -> Self::Response {
+        ExportTraceServiceResponse {
+            partial_success: (a.rejected > 0).then(|| ExportTracePartialSuccess {
+                rejected_spans: a.rejected,
+                error_message: a.message,
+            }),
+        }
+    }
+}
+
+impl Kind for Logs {
+    const SIGNAL: Signal = Signal::Logs;
+    const NAME: &'static str = "opentelemetry.proto.collector.logs.v1.LogsService";
+    type Response = ExportLogsServiceResponse;
+    fn response(a: Accepted) -> Self::Response {
+        ExportLogsServiceResponse {
+            partial_success: (a.rejected > 0).then(|| ExportLogsPartialSuccess {
+                rejected_log_records: a.rejected,
+                error_message: a.message,
+            }),
+        }
+    }
+}
+
+impl Kind for Metrics {
+    const SIGNAL: Signal = Signal::Metrics;
+    const NAME: &'static str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
+    type Response = ExportMetricsServiceResponse;
+    fn response(a: Accepted) -> Self::Response {
+        ExportMetricsServiceResponse {
+            partial_success: (a.rejected > 0).then(|| ExportMetricsPartialSuccess {
+                rejected_data_points: a.rejected,
+                error_message: a.message,
+            }),
+        }
+    }
+}
+
+struct Shared {
+    out: Output,
+    max_message: usize,
+}
+
+/// The export service of one signal.
+pub(crate) struct Service<K> {
+    shared: Arc<Shared>,
+    _kind: PhantomData<K>,
+}
+
+impl<K> Clone for Service<K> {
+    fn clone(&self) -> Self {
+        Service {
+            shared: self.shared.clone(),
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<K: Kind> NamedService for Service<K> {
+    const NAME: &'static str = K::NAME;
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
+
+struct Export<K> {
+    shared: Arc<Shared>,
+    _kind: PhantomData<K>,
+}
+
+impl<K: Kind> UnaryService<Bytes> for Export<K> {
+    type Response = K::Response;
+    type Future = BoxFuture<tonic::Response<K::Response>, Status>;
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            match ingest(&shared.out, K::SIGNAL, request.into_inner()).await {
+                Ok(a) => Ok(tonic::Response::new(K::response(a))),
+                Err(r) => Err(refused_status(r)),
+            }
+        })
+    }
+}
+
+/// The gRPC status for a refusal, with RetryInfo when retrying makes sense.
+pub(crate) fn refused_status(r: Refused) -> Status {
+    let (grpc, c, msg, retry) = match r {
+        Refused::Invalid(m) => (Code::InvalidArgument, code::INVALID_ARGUMENT, m, None),
+        Refused::Full(after) => (
+            Code::Unavailable,
+            code::UNAVAILABLE,
+            "pipeline is full; retry later".to_string(),
+            Some(after),
+        ),
+        Refused::ShuttingDown => (
+            Code::Unavailable,
+            code::UNAVAILABLE,
+            "receiver is shutting down".to_string(),
+            Some(std::time::Duration::from_secs(1)),
+        ),
+    };
+    let details = RpcStatus::new(c, msg.clone(), retry).encode_to_vec();
+    Status::with_details(grpc, msg, Bytes::from(details))
+}
+
+impl<K, B> tower::Service<http::Request<B>> for Service<K>
+where
+    K: Kind,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.uri().path() != export_path(K::SIGNAL) {
+            return Box::pin(async { Ok(Status::unimplemented("unknown method").into_http()) });
+        }
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let max = shared.max_message;
+            let method = Export::<K> {
+                shared,
+                _kind: PhantomData,
+            };
+            let mut grpc = tonic::server::Grpc::new(ServerCodec::<K::Response>::default())
+                .accept_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Gzip)
+                .max_decoding_message_size(max);
+            Ok(grpc.unary(method, req).await)
+        })
+    }
+}
+
+fn service<K: Kind>(shared: &Arc<Shared>) -> Service<K> {
+    Service {
+        shared: shared.clone(),
+        _kind: PhantomData,
+    }
+}
+
+/// Serve OTLP/gRPC on `listener` until `shutdown`.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    cfg: GrpcConfig,
+    out: Output,
+    shutdown: CancellationToken,
+) -> Result<(), ReceiverError> {
+    let shared = Arc::new(Shared {
+        out,
+        max_message: usize::try_from(cfg.max_recv_msg_size_mib.saturating_mul(1 << 20))
+            .unwrap_or(usize::MAX),
+    });
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(n) = cfg.max_concurrent_streams {
+        builder = builder.max_concurrent_streams(n);
+    }
+    let router = builder
+        .add_service(service::<Traces>(&shared))
+        .add_service(service::<Logs>(&shared))
+        .add_service(service::<Metrics>(&shared));
+    drop(shared);
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    router
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+        .await
+        .map_err(|e| ReceiverError::Serve {
+            protocol: "grpc",
+            message: e.to_string(),
+        })
+}

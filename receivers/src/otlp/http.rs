@@ -1,0 +1,246 @@
+//! OTLP/HTTP: `POST /v1/{traces,logs,metrics}` with protobuf or JSON bodies,
+//! optionally gzip-compressed, answered in the request's encoding.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use bytes::Bytes;
+use causeway_core::rpc::{code, RpcStatus};
+use causeway_core::topology::Output;
+use prost::Message;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::io::Read;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::config::HttpConfig;
+use super::grpc::{Kind, Logs, Metrics, Traces};
+use super::{ingest, Refused};
+use crate::ReceiverError;
+
+struct HttpState {
+    out: Output,
+    max_body: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Proto,
+    Json,
+}
+
+/// Serve OTLP/HTTP on `listener` until `shutdown`.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    cfg: HttpConfig,
+    out: Output,
+    shutdown: CancellationToken,
+) -> Result<(), ReceiverError> {
+    let state = Arc::new(HttpState {
+        out,
+        max_body: usize::try_from(cfg.max_request_body_size.0).unwrap_or(usize::MAX),
+    });
+    let app = Router::new()
+        .route(&cfg.traces_url_path, post(handle::<Traces, TraceReq>))
+        .route(&cfg.logs_url_path, post(handle::<Logs, LogsReq>))
+        .route(&cfg.metrics_url_path, post(handle::<Metrics, MetricsReq>))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+        .map_err(|e| ReceiverError::Serve {
+            protocol: "http",
+            message: e.to_string(),
+        })
+}
+
+type TraceReq = opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+type LogsReq = opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+type MetricsReq = opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+
+async fn handle<K, Req>(
+    State(st): State<Arc<HttpState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response
+where
+    K: Kind,
+    K::Response: Serialize,
+    Req: Message + DeserializeOwned,
+{
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let encoding = if content_type.starts_with("application/x-protobuf")
+        || content_type.starts_with("application/protobuf")
+    {
+        Encoding::Proto
+    } else if content_type.starts_with("application/json") {
+        Encoding::Json
+    } else {
+        return error(
+            Encoding::Proto,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("unsupported content type {content_type:?}: use application/x-protobuf or application/json"),
+            None,
+        );
+    };
+    let raw = match axum::body::to_bytes(body, st.max_body).await {
+        Ok(b) => b,
+        Err(_) => {
+            st.out.refused(K::SIGNAL, 1);
+            return error(
+                encoding,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "request body exceeds max_request_body_size ({} bytes)",
+                    st.max_body
+                ),
+                None,
+            );
+        }
+    };
+    let content_encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("identity")
+        .to_ascii_lowercase();
+    let body = match content_encoding.as_str() {
+        "" | "identity" => raw,
+        "gzip" | "x-gzip" => match gunzip(&raw, st.max_body) {
+            Ok(b) => b,
+            Err((status, msg)) => {
+                st.out.refused(K::SIGNAL, 1);
+                return error(encoding, status, msg, None);
+            }
+        },
+        other => {
+            return error(
+                encoding,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("unsupported content encoding {other:?}: use gzip or none"),
+                None,
+            )
+        }
+    };
+    let body = match encoding {
+        Encoding::Proto => body,
+        Encoding::Json => match serde_json::from_slice::<Req>(&body) {
+            Ok(req) => Bytes::from(req.encode_to_vec()),
+            Err(e) => {
+                st.out.refused(K::SIGNAL, 1);
+                return error(
+                    encoding,
+                    StatusCode::BAD_REQUEST,
+                    format!("invalid OTLP/JSON {} request: {e}", K::SIGNAL),
+                    None,
+                );
+            }
+        },
+    };
+    match ingest(&st.out, K::SIGNAL, body).await {
+        Ok(accepted) => {
+            let resp = K::response(accepted);
+            match encoding {
+                Encoding::Proto => (
+                    [(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/x-protobuf"),
+                    )],
+                    resp.encode_to_vec(),
+                )
+                    .into_response(),
+                Encoding::Json => (
+                    [(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    )],
+                    serde_json::to_vec(&resp).unwrap_or_else(|_| b"{}".to_vec()),
+                )
+                    .into_response(),
+            }
+        }
+        Err(Refused::Invalid(msg)) => error(encoding, StatusCode::BAD_REQUEST, msg, None),
+        Err(Refused::Full(after)) => error(
+            encoding,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "pipeline is full; retry later".into(),
+            Some(after),
+        ),
+        Err(Refused::ShuttingDown) => error(
+            encoding,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "receiver is shutting down".into(),
+            Some(std::time::Duration::from_secs(1)),
+        ),
+    }
+}
+
+/// Decompress at most `limit` bytes; more is a 413 (a zip bomb stops here).
+fn gunzip(raw: &[u8], limit: usize) -> Result<Bytes, (StatusCode, String)> {
+    let mut out = Vec::new();
+    let mut dec = flate2::read::GzDecoder::new(raw).take(limit as u64 + 1);
+    dec.read_to_end(&mut out)
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("invalid gzip body: {e}")))?;
+    if out.len() > limit {
+        return Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("decompressed body exceeds max_request_body_size ({limit} bytes)"),
+        ));
+    }
+    Ok(Bytes::from(out))
+}
+
+/// An OTLP/HTTP error: a `google.rpc.Status` in the request's encoding,
+/// with `Retry-After` when the client should retry.
+fn error(
+    encoding: Encoding,
+    status: StatusCode,
+    message: String,
+    retry_after: Option<std::time::Duration>,
+) -> Response {
+    let c = match status {
+        StatusCode::SERVICE_UNAVAILABLE => code::UNAVAILABLE,
+        StatusCode::TOO_MANY_REQUESTS => code::RESOURCE_EXHAUSTED,
+        StatusCode::BAD_REQUEST
+        | StatusCode::PAYLOAD_TOO_LARGE
+        | StatusCode::UNSUPPORTED_MEDIA_TYPE => code::INVALID_ARGUMENT,
+        _ => code::INTERNAL,
+    };
+    let rpc = RpcStatus::new(c, message, retry_after);
+    let mut resp = match encoding {
+        Encoding::Proto => (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/x-protobuf"),
+            )],
+            rpc.encode_to_vec(),
+        )
+            .into_response(),
+        Encoding::Json => (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            rpc.to_json().to_string(),
+        )
+            .into_response(),
+    };
+    if let Some(after) = retry_after {
+        let secs = after.as_secs_f64().ceil().max(1.0) as u64;
+        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    resp
+}

@@ -1,0 +1,220 @@
+//! The `otlp` receiver: OTLP over gRPC and over HTTP (protobuf and JSON).
+//!
+//! Requests are not decoded on the hot path: the protobuf framing is walked
+//! ([`causeway_core::wire::scan`]) to count items and find invalid ids, and
+//! the bytes are passed on as they arrived. Only a request carrying invalid
+//! ids is decoded, to drop those items and answer with a partial success.
+//! When the pipelines are full the client gets a retryable answer with a
+//! retry hint (gRPC UNAVAILABLE + RetryInfo, HTTP 503 + Retry-After).
+
+pub mod config;
+mod grpc;
+mod http;
+#[cfg(test)]
+mod tests;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
+use causeway_core::config::{decode, ConfigError};
+use causeway_core::topology::{Output, SendError};
+use causeway_core::wire;
+use causeway_core::{Batch, BoxError, Signal, SignalSet};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::ReceiverError;
+use config::OtlpReceiverConfig;
+
+/// Factory of the `otlp` receiver.
+pub struct OtlpReceiverFactory;
+
+#[async_trait]
+impl ReceiverFactory for OtlpReceiverFactory {
+    fn kind(&self) -> &'static str {
+        "otlp"
+    }
+    fn signals(&self) -> SignalSet {
+        SignalSet::ALL
+    }
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
+        decode::<OtlpReceiverConfig>(cfg).map(|_| ())
+    }
+    async fn build(
+        &self,
+        ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<Box<dyn Receiver>, BoxError> {
+        let cfg: OtlpReceiverConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
+        let bind = |protocol: &'static str, endpoint: String| async move {
+            TcpListener::bind(&endpoint)
+                .await
+                .map_err(|source| ReceiverError::Bind {
+                    protocol,
+                    endpoint,
+                    source,
+                })
+        };
+        let grpc = match &cfg.protocols.grpc {
+            Some(g) => Some((bind("grpc", g.endpoint.clone()).await?, g.clone())),
+            None => None,
+        };
+        let http = match &cfg.protocols.http {
+            Some(h) => Some((bind("http", h.endpoint.clone()).await?, h.clone())),
+            None => None,
+        };
+        for (protocol, l) in [
+            ("grpc", grpc.as_ref().map(|g| &g.0)),
+            ("http", http.as_ref().map(|h| &h.0)),
+        ] {
+            if let Some(addr) = l.and_then(|l| l.local_addr().ok()) {
+                tracing::info!(receiver = %ctx.id, protocol, %addr, "OTLP receiver listening.");
+            }
+        }
+        Ok(Box::new(OtlpReceiver { grpc, http }))
+    }
+}
+
+struct OtlpReceiver {
+    grpc: Option<(TcpListener, config::GrpcConfig)>,
+    http: Option<(TcpListener, config::HttpConfig)>,
+}
+
+#[async_trait]
+impl Receiver for OtlpReceiver {
+    async fn run(
+        self: Box<Self>,
+        out: Output,
+        shutdown: CancellationToken,
+    ) -> Result<(), BoxError> {
+        let mut tasks = tokio::task::JoinSet::new();
+        if let Some((listener, cfg)) = self.grpc {
+            tasks.spawn(grpc::serve(listener, cfg, out.clone(), shutdown.clone()));
+        }
+        if let Some((listener, cfg)) = self.http {
+            tasks.spawn(http::serve(listener, cfg, out.clone(), shutdown.clone()));
+        }
+        drop(out);
+        let mut result: Result<(), BoxError> = Ok(());
+        while let Some(r) = tasks.join_next().await {
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    // One protocol failing stops the other too: the receiver is down.
+                    shutdown.cancel();
+                    result = Err(Box::new(e));
+                }
+                Err(e) => result = Err(Box::new(e)),
+            }
+        }
+        result
+    }
+}
+
+/// What an accepted request yields: items rejected (partial success).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Accepted {
+    pub(crate) rejected: i64,
+    pub(crate) message: String,
+}
+
+/// Why a request was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Malformed: do not retry (gRPC INVALID_ARGUMENT, HTTP 400).
+    Invalid(String),
+    /// No room: retry after the hint (gRPC UNAVAILABLE, HTTP 503).
+    Full(Duration),
+    /// Shutting down: retry elsewhere or later.
+    ShuttingDown,
+}
+
+/// The path shared by gRPC and HTTP: check, count, repair and send one
+/// encoded `Export*ServiceRequest`.
+pub(crate) async fn ingest(out: &Output, signal: Signal, body: Bytes) -> Result<Accepted, Refused> {
+    let scan = match wire::scan(signal, &body) {
+        Ok(s) => s,
+        Err(e) => {
+            out.refused(signal, 1);
+            return Err(Refused::Invalid(format!(
+                "invalid OTLP {signal} request: {e}"
+            )));
+        }
+    };
+    let (body, items, accepted) = if scan.invalid_ids > 0 {
+        let (body, kept) = drop_invalid_ids(signal, &body).map_err(|e| {
+            out.refused(signal, scan.items);
+            Refused::Invalid(format!("invalid OTLP {signal} request: {e}"))
+        })?;
+        let rejected = scan.items - kept;
+        out.refused(signal, rejected);
+        let message = format!(
+            "{rejected} {} rejected: trace_id must be 16 bytes and span_id 8 bytes, not all zeros",
+            signal.item_name()
+        );
+        tracing::warn!(%signal, rejected, "Rejected items with invalid ids.");
+        (
+            body,
+            kept,
+            Accepted {
+                rejected: rejected as i64,
+                message,
+            },
+        )
+    } else {
+        (body, scan.items, Accepted::default())
+    };
+    if items == 0 {
+        // Nothing to deliver (an empty request, or every item rejected).
+        return Ok(accepted);
+    }
+    match out.send(Batch::from_encoded(signal, body, items)).await {
+        Ok(()) => Ok(accepted),
+        Err(SendError::Full { retry_after }) => Err(Refused::Full(retry_after)),
+        Err(SendError::Closed) => Err(Refused::ShuttingDown),
+    }
+}
+
+fn valid(id: &[u8], len: usize, optional: bool) -> bool {
+    (optional && id.is_empty()) || (id.len() == len && id.iter().any(|&b| b != 0))
+}
+
+/// Decode, drop the items with invalid ids, re-encode. Returns the new body and the kept count.
+fn drop_invalid_ids(signal: Signal, body: &[u8]) -> Result<(Bytes, usize), prost::DecodeError> {
+    let mut kept = 0;
+    let bytes = match signal {
+        Signal::Traces => {
+            let mut req = ExportTraceServiceRequest::decode(body)?;
+            for rs in &mut req.resource_spans {
+                for ss in &mut rs.scope_spans {
+                    ss.spans
+                        .retain(|s| valid(&s.trace_id, 16, false) && valid(&s.span_id, 8, false));
+                    kept += ss.spans.len();
+                }
+            }
+            req.encode_to_vec()
+        }
+        Signal::Logs => {
+            let mut req = ExportLogsServiceRequest::decode(body)?;
+            for rl in &mut req.resource_logs {
+                for sl in &mut rl.scope_logs {
+                    sl.log_records
+                        .retain(|l| valid(&l.trace_id, 16, true) && valid(&l.span_id, 8, true));
+                    kept += sl.log_records.len();
+                }
+            }
+            req.encode_to_vec()
+        }
+        Signal::Metrics => {
+            let req = ExportMetricsServiceRequest::decode(body)?;
+            kept = causeway_core::model::count_data_points(&req.resource_metrics);
+            req.encode_to_vec()
+        }
+    };
+    Ok((Bytes::from(bytes), kept))
+}

@@ -1,0 +1,205 @@
+//! The daemon's own telemetry: logs through `tracing`, and optionally its
+//! traces and metrics exported by OTLP (`service.telemetry`), built with the
+//! `opentelemetry` SDK.
+
+use anyhow::Context as _;
+use causeway_core::config::{OtlpTelemetryEndpoint, TelemetryConfig};
+use causeway_core::telemetry::{Kind, Registry};
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig as _};
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+/// Providers to flush at exit.
+#[derive(Default)]
+pub struct Providers {
+    tracer: Option<SdkTracerProvider>,
+    meter: Option<SdkMeterProvider>,
+}
+
+fn resource(cfg: &TelemetryConfig) -> Resource {
+    let mut b = Resource::builder().with_service_name("causeway");
+    b = b.with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
+    for (k, v) in &cfg.resource {
+        b = b.with_attribute(KeyValue::new(k.clone(), v.clone()));
+    }
+    b.build()
+}
+
+fn is_http(ep: &OtlpTelemetryEndpoint) -> bool {
+    matches!(ep.protocol.as_deref(), Some("http/protobuf") | Some("http"))
+}
+
+/// Install the global subscriber; build the OTLP trace pipeline if configured.
+pub fn init_logging(
+    level: &str,
+    format: LogFormat,
+    cfg: &TelemetryConfig,
+) -> anyhow::Result<Providers> {
+    let filter =
+        EnvFilter::try_new(level).with_context(|| format!("invalid log level {level:?}"))?;
+    let fmt = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .boxed(),
+    };
+    let mut providers = Providers::default();
+    let otel = match cfg.traces.processors.iter().find_map(|p| p.batch.as_ref()) {
+        Some(batch) => {
+            let ep = &batch.exporter.otlp;
+            let exporter = if is_http(ep) {
+                opentelemetry_otlp::SpanExporter::builder()
+                    .with_http()
+                    .with_endpoint(format!("{}/v1/traces", ep.endpoint.trim_end_matches('/')))
+                    .with_headers(Default::default())
+                    .build()
+            } else {
+                opentelemetry_otlp::SpanExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(&ep.endpoint)
+                    .build()
+            }
+            .context("service.telemetry.traces: cannot build the OTLP span exporter")?;
+            let provider = SdkTracerProvider::builder()
+                .with_batch_exporter(exporter)
+                .with_resource(resource(cfg))
+                .build();
+            let tracer = provider.tracer("causeway");
+            providers.tracer = Some(provider);
+            // Only causeway's own spans: the exporter's HTTP/gRPC stack must not trace itself.
+            let only_ours =
+                tracing_subscriber::filter::filter_fn(|m| m.target().starts_with("causeway"));
+            Some(
+                tracing_opentelemetry::layer()
+                    .with_tracer(tracer)
+                    .with_filter(only_ours),
+            )
+        }
+        None => None,
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .try_init()
+        .context("cannot install the log subscriber")?;
+    Ok(providers)
+}
+
+impl Providers {
+    /// Export the registry's series by OTLP on the configured periodic readers.
+    pub fn start_metrics(
+        &mut self,
+        cfg: &TelemetryConfig,
+        registry: &Registry,
+    ) -> anyhow::Result<()> {
+        let Some(periodic) = cfg.metrics.readers.iter().find_map(|r| r.periodic.as_ref()) else {
+            return Ok(());
+        };
+        let ep = &periodic.exporter.otlp;
+        let exporter = if is_http(ep) {
+            opentelemetry_otlp::MetricExporter::builder()
+                .with_http()
+                .with_endpoint(format!("{}/v1/metrics", ep.endpoint.trim_end_matches('/')))
+                .build()
+        } else {
+            opentelemetry_otlp::MetricExporter::builder()
+                .with_tonic()
+                .with_endpoint(&ep.endpoint)
+                .build()
+        }
+        .context("service.telemetry.metrics: cannot build the OTLP metric exporter")?;
+        let reader = PeriodicReader::builder(exporter)
+            .with_interval(Duration::from_millis(periodic.interval.unwrap_or(60_000)))
+            .build();
+        let provider = SdkMeterProvider::builder()
+            .with_reader(reader)
+            .with_resource(resource(cfg))
+            .build();
+        let meter = provider.meter("causeway");
+        let names: BTreeSet<(&'static str, &'static str, Kind)> = registry
+            .snapshot()
+            .into_iter()
+            .map(|s| (s.name, s.help, s.kind))
+            .collect();
+        for (name, help, kind) in names {
+            let reg = registry.clone();
+            let observe = move |name: &str| {
+                reg.snapshot()
+                    .into_iter()
+                    .filter(|s| s.name == name)
+                    .map(|s| {
+                        let attrs: Vec<KeyValue> = s
+                            .labels
+                            .into_iter()
+                            .map(|(k, v)| KeyValue::new(k, v))
+                            .collect();
+                        (s.value, attrs)
+                    })
+                    .collect::<Vec<_>>()
+            };
+            match kind {
+                Kind::Counter => {
+                    meter
+                        .u64_observable_counter(name)
+                        .with_description(help)
+                        .with_callback(move |o| {
+                            for (v, attrs) in observe(name) {
+                                o.observe(v as u64, &attrs);
+                            }
+                        })
+                        .build();
+                }
+                Kind::Gauge => {
+                    meter
+                        .i64_observable_gauge(name)
+                        .with_description(help)
+                        .with_callback(move |o| {
+                            for (v, attrs) in observe(name) {
+                                o.observe(v as i64, &attrs);
+                            }
+                        })
+                        .build();
+                }
+            }
+        }
+        self.meter = Some(provider);
+        Ok(())
+    }
+
+    /// Flush and stop.
+    pub fn shutdown(self) {
+        if let Some(m) = self.meter {
+            if let Err(error) = m.shutdown() {
+                tracing::warn!(%error, "Self-telemetry metrics shutdown failed.");
+            }
+        }
+        if let Some(t) = self.tracer {
+            if let Err(error) = t.shutdown() {
+                tracing::warn!(%error, "Self-telemetry traces shutdown failed.");
+            }
+        }
+    }
+}
