@@ -1,0 +1,189 @@
+//! Helpers for end-to-end tests that run the real `causeway` binary.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_causeway");
+
+/// A free TCP port on 127.0.0.1 (bound then released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// Poll `f` until it is true; panic with `what` after `timeout`.
+pub fn wait_for(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A plain HTTP/1.0 GET; returns (status, body).
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default();
+    Some((status, body))
+}
+
+/// A running daemon.
+pub struct Daemon {
+    pub child: Child,
+    pub dir: PathBuf,
+    pub telemetry: String,
+}
+
+impl Daemon {
+    /// Write `config` (with `{dir}` and `{telemetry}` replaced) and start the
+    /// daemon on it; returns once `/readyz` answers 200.
+    pub fn start(dir: &Path, name: &str, config: &str) -> Daemon {
+        let telemetry = format!("127.0.0.1:{}", free_port());
+        let config = config
+            .replace("{dir}", &dir.display().to_string())
+            .replace("{telemetry}", &telemetry);
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, config).expect("write config");
+        Self::spawn(dir, name, &["--config", &path.display().to_string()], &[], telemetry)
+    }
+
+    /// Start the binary with `args` and environment; `telemetry` is where `/readyz` is.
+    pub fn spawn(dir: &Path, name: &str, args: &[&str], env: &[(&str, String)], telemetry: String) -> Daemon {
+        let stdout = std::fs::File::create(dir.join(format!("{name}.stdout"))).expect("stdout");
+        let stderr = std::fs::File::create(dir.join(format!("{name}.stderr"))).expect("stderr");
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).current_dir(dir).stdout(stdout).stderr(Stdio::from(stderr));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn causeway");
+        let mut d = Daemon {
+            child,
+            dir: dir.to_path_buf(),
+            telemetry,
+        };
+        let name = name.to_string();
+        let start = Instant::now();
+        loop {
+            if let Some((200, _)) = http_get(&d.telemetry, "/readyz") {
+                break;
+            }
+            if let Ok(Some(status)) = d.child.try_wait() {
+                let err = std::fs::read_to_string(dir.join(format!("{name}.stderr"))).unwrap_or_default();
+                panic!("causeway {name} exited with {status} before ready:\n{err}");
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "causeway {name} not ready in 30s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    /// Send SIGTERM and wait for the exit.
+    pub fn terminate(mut self) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success();
+        assert!(ok, "kill -TERM failed");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "causeway did not exit within 60s of SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The value of one series on `/metrics` (name with labels, exactly as rendered).
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = http_get(&self.telemetry, "/metrics")?;
+        body.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+    }
+
+    pub fn stderr(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{name}.stderr"))).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every JSON line of a file (missing file: none).
+pub fn read_jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("valid JSON line"))
+        .collect()
+}
+
+/// Every span in OTLP JSON lines, with its resource and scope: (resource, scope, span).
+pub fn spans(lines: &[Value]) -> Vec<(Value, Value, Value)> {
+    let mut out = vec![];
+    for l in lines {
+        for rs in l["resourceSpans"].as_array().into_iter().flatten() {
+            for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                for sp in ss["spans"].as_array().into_iter().flatten() {
+                    out.push((rs["resource"].clone(), ss["scope"].clone(), sp.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every log record: (resource, scope, record).
+pub fn log_records(lines: &[Value]) -> Vec<(Value, Value, Value)> {
+    let mut out = vec![];
+    for l in lines {
+        for rl in l["resourceLogs"].as_array().into_iter().flatten() {
+            for sl in rl["scopeLogs"].as_array().into_iter().flatten() {
+                for r in sl["logRecords"].as_array().into_iter().flatten() {
+                    out.push((rl["resource"].clone(), sl["scope"].clone(), r.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every metric: (resource, metric).
+pub fn metrics(lines: &[Value]) -> Vec<(Value, Value)> {
+    let mut out = vec![];
+    for l in lines {
+        for rm in l["resourceMetrics"].as_array().into_iter().flatten() {
+            for sm in rm["scopeMetrics"].as_array().into_iter().flatten() {
+                for m in sm["metrics"].as_array().into_iter().flatten() {
+                    out.push((rm["resource"].clone(), m.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The value of attribute `key` in an OTLP JSON attribute list.
+pub fn attr<'a>(attrs: &'a Value, key: &str) -> Option<&'a Value> {
+    attrs
+        .as_array()?
+        .iter()
+        .find(|kv| kv["key"] == key)
+        .map(|kv| &kv["value"])
+}

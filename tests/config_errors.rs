@@ -1,0 +1,104 @@
+//! `causeway validate` reports every configuration error with its key path
+//! and its place in the file.
+
+mod common;
+
+use std::process::Command;
+
+fn validate(text: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, text).expect("write");
+    let out = Command::new(common::BIN)
+        .args(["validate", "--config", &path.display().to_string()])
+        .output()
+        .expect("run validate");
+    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    (out.status.success(), text.replace(&path.display().to_string(), "bad.yaml"))
+}
+
+const BAD: &str = r#"receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:4317
+processors:
+  batch:
+    timeout: 10 parsecs
+  nosuch/thing: {}
+exporters:
+  otlp/jaeger:
+    endpoint: jaeger:4317
+    endpointt: typo
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [otlp/jaeger, otlp/missing]
+"#;
+
+#[test]
+fn every_error_is_reported_with_path_and_location() {
+    let (ok, out) = validate(BAD);
+    assert!(!ok, "validate must fail:\n{out}");
+    assert!(out.contains("4 errors"), "{out}");
+    // A bad duration: key path and line:column of the key.
+    assert!(
+        out.contains("bad.yaml:8:5: processors.batch.timeout: invalid duration \"10 parsecs\""),
+        "{out}"
+    );
+    // An unknown component type lists the valid ones.
+    assert!(
+        out.contains("bad.yaml:9:3: processors.nosuch/thing: unknown type \"nosuch\" for id \"nosuch/thing\" (valid values: [batch])"),
+        "{out}"
+    );
+    // An unknown key, with the field itself located.
+    assert!(
+        out.contains("bad.yaml:13:5: exporters.otlp/jaeger.endpointt: unknown field `endpointt`"),
+        "{out}"
+    );
+    // A pipeline naming an undefined component.
+    assert!(
+        out.contains("bad.yaml:19:32: service.pipelines.traces.exporters[1]: exporter \"otlp/missing\" is not defined under `exporters`"),
+        "{out}"
+    );
+}
+
+#[test]
+fn yaml_syntax_error_has_a_location() {
+    let (ok, out) = validate("receivers:\n  otlp: [\n");
+    assert!(!ok);
+    assert!(out.contains("bad.yaml:3:"), "{out}");
+    assert!(out.contains("invalid YAML"), "{out}");
+}
+
+#[test]
+fn top_level_unknown_key_and_signal_mismatch() {
+    let (ok, out) = validate(
+        "receivers:\n  otlp:\n    protocols: { http: }\nexporters:\n  debug:\nservice:\n  pipelines:\n    spans:\n      receivers: [otlp]\n      exporters: [debug]\n",
+    );
+    assert!(!ok);
+    assert!(out.contains("service.pipelines.spans: unknown pipeline type \"spans\""), "{out}");
+    let (ok, out) = validate("recievers: {}\n");
+    assert!(!ok);
+    assert!(out.contains("bad.yaml:1:1: recievers: unknown field `recievers`"), "{out}");
+}
+
+#[test]
+fn missing_env_var_is_named() {
+    let (ok, out) = validate(
+        "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: ${env:CAUSEWAY_TEST_UNSET_VAR}\nexporters:\n  debug:\nservice:\n  pipelines:\n    traces: { receivers: [otlp], exporters: [debug] }\n",
+    );
+    assert!(!ok);
+    assert!(out.contains("bad.yaml:5:9: receivers.otlp.protocols.grpc.endpoint: environment variable CAUSEWAY_TEST_UNSET_VAR is not set"), "{out}");
+}
+
+#[test]
+fn valid_config_passes_with_env_defaults() {
+    let (ok, out) = validate(
+        "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: ${env:CAUSEWAY_TEST_UNSET_VAR:-127.0.0.1:4317}\nexporters:\n  otlp:\n    endpoint: localhost:4317\n    retry_on_failure: { initial_interval: 1s, max_elapsed_time: 1m }\n    sending_queue: { queue_size: 10 }\nservice:\n  pipelines:\n    traces: { receivers: [otlp], exporters: [otlp] }\n",
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("valid"), "{out}");
+}
