@@ -13,8 +13,12 @@ fn validate(text: &str) -> (bool, String) {
         .args(["validate", "--config", &path.display().to_string()])
         .output()
         .expect("run validate");
-    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    (out.status.success(), text.replace(&path.display().to_string(), "bad.yaml"))
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    (
+        out.status.success(),
+        text.replace(&path.display().to_string(), "bad.yaml"),
+    )
 }
 
 const BAD: &str = r#"receivers:
@@ -79,10 +83,16 @@ fn top_level_unknown_key_and_signal_mismatch() {
         "receivers:\n  otlp:\n    protocols: { http: }\nexporters:\n  debug:\nservice:\n  pipelines:\n    spans:\n      receivers: [otlp]\n      exporters: [debug]\n",
     );
     assert!(!ok);
-    assert!(out.contains("service.pipelines.spans: unknown pipeline type \"spans\""), "{out}");
+    assert!(
+        out.contains("service.pipelines.spans: unknown pipeline type \"spans\""),
+        "{out}"
+    );
     let (ok, out) = validate("recievers: {}\n");
     assert!(!ok);
-    assert!(out.contains("bad.yaml:1:1: recievers: unknown field `recievers`"), "{out}");
+    assert!(
+        out.contains("bad.yaml:1:1: recievers: unknown field `recievers`"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -8,7 +8,9 @@ mod common;
 use common::*;
 use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
 use opentelemetry::metrics::MeterProvider as _;
-use opentelemetry::trace::{Link, Span as _, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _};
+use opentelemetry::trace::{
+    Link, Span as _, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _,
+};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::logs::SdkLoggerProvider;
@@ -82,16 +84,24 @@ fn emit(client: &str, grpc: bool, port: u16, exp: &mut Expected) {
         }
     };
     let span_exporter = if grpc {
-        opentelemetry_otlp::SpanExporter::builder().with_tonic().with_endpoint(endpoint("")).build()
+        opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint(""))
+            .build()
     } else {
-        opentelemetry_otlp::SpanExporter::builder().with_http().with_endpoint(endpoint("/v1/traces")).build()
+        opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_endpoint(endpoint("/v1/traces"))
+            .build()
     }
     .expect("span exporter");
     let tp = SdkTracerProvider::builder()
         .with_batch_exporter(span_exporter)
         .with_resource(resource(client))
         .build();
-    let scope = InstrumentationScope::builder("e2e-scope").with_version("1.2.3").build();
+    let scope = InstrumentationScope::builder("e2e-scope")
+        .with_version("1.2.3")
+        .build();
     let tracer = tp.tracer_with_scope(scope);
     for i in 0..TRACES_PER_CLIENT {
         let root_name = format!("{client}-root-{i}");
@@ -113,24 +123,42 @@ fn emit(client: &str, grpc: bool, port: u16, exp: &mut Expected) {
             .with_kind(SpanKind::Client)
             .with_links(vec![Link::with_context(root_ctx.clone())])
             .start_with_context(&tracer, &cx);
-        child.add_event("cache.miss", vec![KeyValue::new("cache.key", format!("k{i}"))]);
+        child.add_event(
+            "cache.miss",
+            vec![KeyValue::new("cache.key", format!("k{i}"))],
+        );
         child.set_status(Status::error("upstream timeout"));
         let child_ctx = child.span_context().clone();
         child.end();
         root.set_status(Status::Ok);
         root.end();
         let t = root_ctx.trace_id().to_string();
-        exp.spans.insert(root_name, (t.clone(), root_ctx.span_id().to_string(), String::new()));
-        exp.spans
-            .insert(child_name, (t.clone(), child_ctx.span_id().to_string(), root_ctx.span_id().to_string()));
+        exp.spans.insert(
+            root_name,
+            (t.clone(), root_ctx.span_id().to_string(), String::new()),
+        );
+        exp.spans.insert(
+            child_name,
+            (
+                t.clone(),
+                child_ctx.span_id().to_string(),
+                root_ctx.span_id().to_string(),
+            ),
+        );
         exp.link_target = (t, root_ctx.span_id().to_string());
     }
     tp.shutdown().expect("trace shutdown");
 
     let log_exporter = if grpc {
-        opentelemetry_otlp::LogExporter::builder().with_tonic().with_endpoint(endpoint("")).build()
+        opentelemetry_otlp::LogExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint(""))
+            .build()
     } else {
-        opentelemetry_otlp::LogExporter::builder().with_http().with_endpoint(endpoint("/v1/logs")).build()
+        opentelemetry_otlp::LogExporter::builder()
+            .with_http()
+            .with_endpoint(endpoint("/v1/logs"))
+            .build()
     }
     .expect("log exporter");
     let lp = SdkLoggerProvider::builder()
@@ -155,19 +183,32 @@ fn emit(client: &str, grpc: bool, port: u16, exp: &mut Expected) {
     lp.shutdown().expect("log shutdown");
 
     let metric_exporter = if grpc {
-        opentelemetry_otlp::MetricExporter::builder().with_tonic().with_endpoint(endpoint("")).build()
+        opentelemetry_otlp::MetricExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint(""))
+            .build()
     } else {
-        opentelemetry_otlp::MetricExporter::builder().with_http().with_endpoint(endpoint("/v1/metrics")).build()
+        opentelemetry_otlp::MetricExporter::builder()
+            .with_http()
+            .with_endpoint(endpoint("/v1/metrics"))
+            .build()
     }
     .expect("metric exporter");
     let mp = SdkMeterProvider::builder()
-        .with_reader(PeriodicReader::builder(metric_exporter).with_interval(Duration::from_secs(3600)).build())
+        .with_reader(
+            PeriodicReader::builder(metric_exporter)
+                .with_interval(Duration::from_secs(3600))
+                .build(),
+        )
         .with_resource(resource(client))
         .build();
     let meter = mp.meter("e2e-meter");
     let counter = meter.u64_counter(format!("{client}.requests")).build();
     counter.add(7, &[KeyValue::new("route_id", "payment-v2")]);
-    let hist = meter.f64_histogram(format!("{client}.latency")).with_unit("ms").build();
+    let hist = meter
+        .f64_histogram(format!("{client}.latency"))
+        .with_unit("ms")
+        .build();
     for v in [5.0, 50.0, 500.0] {
         hist.record(v, &[]);
     }
@@ -180,7 +221,9 @@ fn run_roundtrip(id: &str, forward: &str) {
     let b = Daemon::start(
         dir.path(),
         "b",
-        &b_config().replace("{b_grpc}", &b_grpc.to_string()).replace("{b_http}", &b_http.to_string()),
+        &b_config()
+            .replace("{b_grpc}", &b_grpc.to_string())
+            .replace("{b_http}", &b_http.to_string()),
     );
     let (a_grpc, a_http) = (free_port(), free_port());
     let forward = forward
@@ -198,7 +241,10 @@ fn run_roundtrip(id: &str, forward: &str) {
         spans: HashMap::new(),
         link_target: Default::default(),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     {
         // The tonic exporters need a Tokio runtime to drive their connections.
         let _guard = rt.enter();
@@ -220,22 +266,43 @@ fn run_roundtrip(id: &str, forward: &str) {
     for (res, scope, sp) in &got {
         let name = sp["name"].as_str().expect("name").to_string();
         *seen.entry(name.clone()).or_insert(0) += 1;
-        let (trace_id, span_id, parent) = exp.spans.get(&name).unwrap_or_else(|| panic!("unexpected span {name}"));
+        let (trace_id, span_id, parent) = exp
+            .spans
+            .get(&name)
+            .unwrap_or_else(|| panic!("unexpected span {name}"));
         assert_eq!(sp["traceId"], trace_id.as_str(), "{name} trace id");
         assert_eq!(sp["spanId"], span_id.as_str(), "{name} span id");
         assert_eq!(sp["parentSpanId"], parent.as_str(), "{name} parent");
-        assert_eq!(attr(&res["attributes"], "service.name").expect("service.name")["stringValue"], "checkout");
+        assert_eq!(
+            attr(&res["attributes"], "service.name").expect("service.name")["stringValue"],
+            "checkout"
+        );
         let client = name.split('-').next().expect("client");
-        assert_eq!(attr(&res["attributes"], "client").expect("client attr")["stringValue"], client);
+        assert_eq!(
+            attr(&res["attributes"], "client").expect("client attr")["stringValue"],
+            client
+        );
         assert_eq!(scope["name"], "e2e-scope");
         assert_eq!(scope["version"], "1.2.3");
         if name.contains("-root-") {
             assert_eq!(sp["kind"], 2, "server kind");
-            assert_eq!(attr(&sp["attributes"], "http.route").expect("route")["stringValue"], "/payment/charge");
+            assert_eq!(
+                attr(&sp["attributes"], "http.route").expect("route")["stringValue"],
+                "/payment/charge"
+            );
             let i: i64 = name.rsplit('-').next().expect("i").parse().expect("num");
-            assert_eq!(attr(&sp["attributes"], "attempt").expect("attempt")["intValue"], i.to_string());
-            assert_eq!(attr(&sp["attributes"], "ratio").expect("ratio")["doubleValue"], 0.5);
-            assert_eq!(attr(&sp["attributes"], "ok").expect("ok")["boolValue"], true);
+            assert_eq!(
+                attr(&sp["attributes"], "attempt").expect("attempt")["intValue"],
+                i.to_string()
+            );
+            assert_eq!(
+                attr(&sp["attributes"], "ratio").expect("ratio")["doubleValue"],
+                0.5
+            );
+            assert_eq!(
+                attr(&sp["attributes"], "ok").expect("ok")["boolValue"],
+                true
+            );
             assert_eq!(sp["status"]["code"], 1, "OK status");
         } else {
             assert_eq!(sp["kind"], 3, "client kind");
@@ -248,8 +315,16 @@ fn run_roundtrip(id: &str, forward: &str) {
             assert_eq!(link["traceId"], trace_id.as_str());
             assert_eq!(link["spanId"], parent.as_str());
         }
-        let start: u64 = sp["startTimeUnixNano"].as_str().expect("start").parse().expect("u64");
-        let end: u64 = sp["endTimeUnixNano"].as_str().expect("end").parse().expect("u64");
+        let start: u64 = sp["startTimeUnixNano"]
+            .as_str()
+            .expect("start")
+            .parse()
+            .expect("u64");
+        let end: u64 = sp["endTimeUnixNano"]
+            .as_str()
+            .expect("end")
+            .parse()
+            .expect("u64");
         assert!(start > 0 && end >= start);
     }
     assert!(seen.values().all(|&n| n == 1));
@@ -257,24 +332,42 @@ fn run_roundtrip(id: &str, forward: &str) {
     let logs = log_records(&read_jsonl(&dir.path().join("b-logs.jsonl")));
     assert_eq!(logs.len(), 20, "every log record exactly once");
     for (res, scope, rec) in &logs {
-        assert_eq!(attr(&res["attributes"], "service.name").expect("svc")["stringValue"], "checkout");
+        assert_eq!(
+            attr(&res["attributes"], "service.name").expect("svc")["stringValue"],
+            "checkout"
+        );
         assert_eq!(scope["name"], "e2e-logger");
         assert_eq!(rec["severityNumber"], 13);
         assert_eq!(rec["severityText"], "WARN");
-        assert_eq!(attr(&rec["attributes"], "route_id").expect("route")["stringValue"], "payment-v2");
+        assert_eq!(
+            attr(&rec["attributes"], "route_id").expect("route")["stringValue"],
+            "payment-v2"
+        );
         assert_eq!(rec["traceId"].as_str().map(str::len), Some(32));
         assert_eq!(rec["spanId"].as_str().map(str::len), Some(16));
-        assert!(rec["body"]["stringValue"].as_str().expect("body").contains(" log "));
+        assert!(rec["body"]["stringValue"]
+            .as_str()
+            .expect("body")
+            .contains(" log "));
     }
 
     let ms = metrics(&read_jsonl(&dir.path().join("b-metrics.jsonl")));
     for client in ["grpcclient", "httpclient"] {
-        let counter: Vec<_> = ms.iter().filter(|(_, m)| m["name"] == format!("{client}.requests")).collect();
+        let counter: Vec<_> = ms
+            .iter()
+            .filter(|(_, m)| m["name"] == format!("{client}.requests"))
+            .collect();
         assert_eq!(counter.len(), 1, "{client} counter once");
         let dp = &counter[0].1["sum"]["dataPoints"][0];
         assert_eq!(dp["asInt"], "7");
-        assert_eq!(attr(&dp["attributes"], "route_id").expect("route")["stringValue"], "payment-v2");
-        let hist: Vec<_> = ms.iter().filter(|(_, m)| m["name"] == format!("{client}.latency")).collect();
+        assert_eq!(
+            attr(&dp["attributes"], "route_id").expect("route")["stringValue"],
+            "payment-v2"
+        );
+        let hist: Vec<_> = ms
+            .iter()
+            .filter(|(_, m)| m["name"] == format!("{client}.latency"))
+            .collect();
         assert_eq!(hist.len(), 1, "{client} histogram once");
         assert_eq!(hist[0].1["unit"], "ms");
         assert_eq!(hist[0].1["histogram"]["dataPoints"][0]["count"], "3");
@@ -284,10 +377,16 @@ fn run_roundtrip(id: &str, forward: &str) {
 
 #[test]
 fn sdk_to_causeway_to_causeway_over_grpc() {
-    run_roundtrip("otlp/forward", "    endpoint: 127.0.0.1:{b_grpc}\n    tls: { insecure: true }\n");
+    run_roundtrip(
+        "otlp/forward",
+        "    endpoint: 127.0.0.1:{b_grpc}\n    tls: { insecure: true }\n",
+    );
 }
 
 #[test]
 fn sdk_to_causeway_to_causeway_over_http() {
-    run_roundtrip("otlphttp/forward", "    endpoint: http://127.0.0.1:{b_http}\n");
+    run_roundtrip(
+        "otlphttp/forward",
+        "    endpoint: http://127.0.0.1:{b_http}\n",
+    );
 }

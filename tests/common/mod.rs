@@ -35,7 +35,10 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default();
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|x| x.1.to_string())
+        .unwrap_or_default();
     Some((status, body))
 }
 
@@ -56,15 +59,30 @@ impl Daemon {
             .replace("{telemetry}", &telemetry);
         let path = dir.join(format!("{name}.yaml"));
         std::fs::write(&path, config).expect("write config");
-        Self::spawn(dir, name, &["--config", &path.display().to_string()], &[], telemetry)
+        Self::spawn(
+            dir,
+            name,
+            &["--config", &path.display().to_string()],
+            &[],
+            telemetry,
+        )
     }
 
     /// Start the binary with `args` and environment; `telemetry` is where `/readyz` is.
-    pub fn spawn(dir: &Path, name: &str, args: &[&str], env: &[(&str, String)], telemetry: String) -> Daemon {
+    pub fn spawn(
+        dir: &Path,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, String)],
+        telemetry: String,
+    ) -> Daemon {
         let stdout = std::fs::File::create(dir.join(format!("{name}.stdout"))).expect("stdout");
         let stderr = std::fs::File::create(dir.join(format!("{name}.stderr"))).expect("stderr");
         let mut cmd = Command::new(BIN);
-        cmd.args(args).current_dir(dir).stdout(stdout).stderr(Stdio::from(stderr));
+        cmd.args(args)
+            .current_dir(dir)
+            .stdout(stdout)
+            .stderr(Stdio::from(stderr));
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -81,10 +99,14 @@ impl Daemon {
                 break;
             }
             if let Ok(Some(status)) = d.child.try_wait() {
-                let err = std::fs::read_to_string(dir.join(format!("{name}.stderr"))).unwrap_or_default();
+                let err =
+                    std::fs::read_to_string(dir.join(format!("{name}.stderr"))).unwrap_or_default();
                 panic!("causeway {name} exited with {status} before ready:\n{err}");
             }
-            assert!(start.elapsed() < Duration::from_secs(30), "causeway {name} not ready in 30s");
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "causeway {name} not ready in 30s"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         d
@@ -93,14 +115,21 @@ impl Daemon {
     /// Send SIGTERM and wait for the exit.
     pub fn terminate(mut self) -> ExitStatus {
         let pid = self.child.id().to_string();
-        let ok = Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success();
+        let ok = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success();
         assert!(ok, "kill -TERM failed");
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {
                 return status;
             }
-            assert!(start.elapsed() < Duration::from_secs(60), "causeway did not exit within 60s of SIGTERM");
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "causeway did not exit within 60s of SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -1,0 +1,537 @@
+//! Behaviour of the running daemon at its edges: OTLP/JSON equals its
+//! protobuf twin, malformed and partially invalid requests, backpressure to
+//! clients with retry hints, graceful shutdown, and the default pipeline.
+
+mod common;
+
+use bytes::Bytes;
+use causeway_core::grpc::{export_path, ClientCodec};
+use causeway_core::rpc::RpcStatus;
+use causeway_core::Signal;
+use common::*;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{
+    any_value, AnyValue, ArrayValue, InstrumentationScope, KeyValue,
+};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans, ScopeSpans, Span, Status};
+use prost::Message;
+use std::collections::HashMap;
+use std::time::Duration;
+use tonic::codegen::http::uri::PathAndQuery;
+
+fn kv(key: &str, v: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(v) }),
+        ..Default::default()
+    }
+}
+
+fn string(s: &str) -> any_value::Value {
+    any_value::Value::StringValue(s.into())
+}
+
+/// A request of `n` spans named `{tag}-{i}`, each with its own trace.
+fn traces(tag: &str, n: usize, seed: u64) -> ExportTraceServiceRequest {
+    let spans = (0..n)
+        .map(|i| {
+            let id = seed * 10_000 + i as u64 + 1;
+            let mut trace_id = vec![0xab; 8];
+            trace_id.extend_from_slice(&id.to_be_bytes());
+            Span {
+                trace_id,
+                span_id: id.to_be_bytes().to_vec(),
+                name: format!("{tag}-{i}"),
+                kind: span::SpanKind::Server as i32,
+                start_time_unix_nano: 1_700_000_000_000_000_000,
+                end_time_unix_nano: 1_700_000_000_100_000_000,
+                attributes: vec![kv("http.route", string("/orders"))],
+                ..Default::default()
+            }
+        })
+        .collect();
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", string("orders"))],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+async fn grpc_export(
+    addr: &str,
+    req: &ExportTraceServiceRequest,
+) -> Result<ExportTraceServiceResponse, tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| tonic::Status::internal(e.to_string()))?
+        .connect()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut client = tonic::client::Grpc::new(channel);
+    client
+        .ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    client
+        .unary(
+            tonic::Request::new(vec![Bytes::from(req.encode_to_vec())]),
+            PathAndQuery::from_static(export_path(Signal::Traces)),
+            ClientCodec::<ExportTraceServiceResponse>::default(),
+        )
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+async fn http_post(
+    url: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (u16, HashMap<String, String>, Vec<u8>) {
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .expect("http post");
+    let status = resp.status().as_u16();
+    let headers = resp
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    (status, headers, resp.bytes().await.expect("body").to_vec())
+}
+
+fn file_sink_config(extra_processors: &str, processors: &str) -> String {
+    format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: "127.0.0.1:{{grpc}}" }}
+      http: {{ endpoint: "127.0.0.1:{{http}}" }}
+{extra_processors}
+exporters:
+  file: {{ path: "{{dir}}/out-{{signal}}.jsonl" }}
+service:
+  pipelines:
+    all: {{ receivers: [otlp], processors: [{processors}], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    )
+}
+
+fn start_sink(dir: &std::path::Path, name: &str, config: &str) -> (Daemon, String, String) {
+    let (g, h) = (free_port(), free_port());
+    let d = Daemon::start(
+        dir,
+        name,
+        &config
+            .replace("{grpc}", &g.to_string())
+            .replace("{http}", &h.to_string()),
+    );
+    (d, format!("127.0.0.1:{g}"), format!("127.0.0.1:{h}"))
+}
+
+const TWIN_JSON: &str = r#"{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"twin"}}]},
+ "scopeSpans":[{"scope":{"name":"lib","version":"1"},
+ "spans":[{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"b7ad6b7169203331","parentSpanId":"00f067aa0ba902b7",
+  "name":"GET /twin","kind":2,"startTimeUnixNano":"1700000000000000000","endTimeUnixNano":"1700000000250000000",
+  "attributes":[{"key":"http.response.status_code","value":{"intValue":"503"}},{"key":"ratio","value":{"doubleValue":0.25}},
+   {"key":"tags","value":{"arrayValue":{"values":[{"stringValue":"a"}]}}}],
+  "events":[{"timeUnixNano":"1700000000100000000","name":"exception","attributes":[{"key":"exception.message","value":{"stringValue":"boom"}}]}],
+  "links":[{"traceId":"11111111111111111111111111111111","spanId":"2222222222222222"}],
+  "status":{"code":2,"message":"bad"}, "unknownFieldIsIgnored": true}]}]}]}"#;
+
+fn twin_proto() -> ExportTraceServiceRequest {
+    let h = |s: &str| hex::decode(s).expect("hex");
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", string("twin"))],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                scope: Some(InstrumentationScope {
+                    name: "lib".into(),
+                    version: "1".into(),
+                    ..Default::default()
+                }),
+                spans: vec![Span {
+                    trace_id: h("0af7651916cd43dd8448eb211c80319c"),
+                    span_id: h("b7ad6b7169203331"),
+                    parent_span_id: h("00f067aa0ba902b7"),
+                    name: "GET /twin".into(),
+                    kind: 2,
+                    start_time_unix_nano: 1_700_000_000_000_000_000,
+                    end_time_unix_nano: 1_700_000_000_250_000_000,
+                    attributes: vec![
+                        kv("http.response.status_code", any_value::Value::IntValue(503)),
+                        kv("ratio", any_value::Value::DoubleValue(0.25)),
+                        kv(
+                            "tags",
+                            any_value::Value::ArrayValue(ArrayValue {
+                                values: vec![AnyValue {
+                                    value: Some(string("a")),
+                                }],
+                            }),
+                        ),
+                    ],
+                    events: vec![span::Event {
+                        time_unix_nano: 1_700_000_000_100_000_000,
+                        name: "exception".into(),
+                        attributes: vec![kv("exception.message", string("boom"))],
+                        ..Default::default()
+                    }],
+                    links: vec![span::Link {
+                        trace_id: h("11111111111111111111111111111111"),
+                        span_id: h("2222222222222222"),
+                        ..Default::default()
+                    }],
+                    status: Some(Status {
+                        code: 2,
+                        message: "bad".into(),
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_request_is_exported_identically_to_its_protobuf_twin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (d, grpc, http) = start_sink(dir.path(), "twin", &file_sink_config("", ""));
+    let url = format!("http://{http}/v1/traces");
+    let (s, _, body) = http_post(&url, "application/json", TWIN_JSON.as_bytes().to_vec()).await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    let (s, h, body) =
+        http_post(&url, "application/x-protobuf", twin_proto().encode_to_vec()).await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        h.get("content-type").map(String::as_str),
+        Some("application/x-protobuf")
+    );
+    assert_eq!(
+        ExportTraceServiceResponse::decode(body.as_slice())
+            .expect("response")
+            .partial_success,
+        None
+    );
+    grpc_export(&grpc, &twin_proto())
+        .await
+        .expect("grpc export");
+    let path = dir.path().join("out-traces.jsonl");
+    wait_for(Duration::from_secs(10), "three lines", || {
+        read_jsonl(&path).len() == 3
+    });
+    assert!(d.terminate().success());
+    let lines = read_jsonl(&path);
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0], lines[1], "JSON and protobuf over HTTP differ");
+    assert_eq!(lines[1], lines[2], "HTTP and gRPC differ");
+    let sp = &spans(&lines)[0].2;
+    assert_eq!(sp["traceId"], "0af7651916cd43dd8448eb211c80319c");
+    assert_eq!(sp["parentSpanId"], "00f067aa0ba902b7");
+    assert_eq!(
+        attr(&sp["attributes"], "http.response.status_code").expect("attr")["intValue"],
+        "503"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_and_partially_invalid_requests() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (d, grpc, http) = start_sink(dir.path(), "bad", &file_sink_config("", ""));
+    let url = format!("http://{http}/v1/traces");
+
+    // Malformed protobuf: 400 with a google.rpc.Status naming the problem; gRPC INVALID_ARGUMENT.
+    let (s, _, body) = http_post(&url, "application/x-protobuf", vec![0x0a, 0x7f, 0x01]).await;
+    assert_eq!(s, 400);
+    let st = RpcStatus::decode(body.as_slice()).expect("status body");
+    assert!(st.message.contains("malformed protobuf"), "{}", st.message);
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = tonic::client::Grpc::new(channel);
+    client.ready().await.expect("ready");
+    let err = client
+        .unary(
+            tonic::Request::new(vec![Bytes::from_static(&[0x0a, 0x7f, 0x01])]),
+            PathAndQuery::from_static(export_path(Signal::Traces)),
+            ClientCodec::<ExportTraceServiceResponse>::default(),
+        )
+        .await
+        .expect_err("must fail");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+
+    // Invalid JSON: 400 with the parser's position.
+    let (s, _, body) =
+        http_post(&url, "application/json", b"{\"resourceSpans\": [}".to_vec()).await;
+    assert_eq!(s, 400);
+    let msg = String::from_utf8_lossy(&body);
+    assert!(msg.contains("line 1 column"), "{msg}");
+
+    // Unsupported content type: 415.
+    let (s, _, _) = http_post(&url, "text/plain", b"hello".to_vec()).await;
+    assert_eq!(s, 415);
+
+    // A span with a 15-byte trace id next to a valid one: partial success, the valid one flows.
+    let mut req = traces("partial", 2, 7);
+    req.resource_spans[0].scope_spans[0].spans[0].trace_id.pop();
+    let resp = grpc_export(&grpc, &req).await.expect("accepted");
+    let ps = resp.partial_success.expect("partial success");
+    assert_eq!(ps.rejected_spans, 1);
+    assert!(
+        ps.error_message.contains("trace_id must be 16 bytes"),
+        "{}",
+        ps.error_message
+    );
+
+    // A log record without ids is valid.
+    let logs = ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: vec![LogRecord {
+                    body: Some(AnyValue {
+                        value: Some(string("no ids")),
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let (s, _, body) = http_post(
+        &format!("http://{http}/v1/logs"),
+        "application/x-protobuf",
+        logs.encode_to_vec(),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        ExportLogsServiceResponse::decode(body.as_slice())
+            .expect("resp")
+            .partial_success,
+        None
+    );
+
+    let path = dir.path().join("out-traces.jsonl");
+    wait_for(Duration::from_secs(10), "the valid span", || {
+        !spans(&read_jsonl(&path)).is_empty()
+    });
+    assert!(
+        d.metric("causeway_receiver_refused_items_total{component=\"otlp\",signal=\"traces\"}")
+            .expect("metric")
+            >= 3.0
+    );
+    assert!(d.terminate().success());
+    let got = spans(&read_jsonl(&path));
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].2["name"], "partial-1");
+    assert_eq!(
+        log_records(&read_jsonl(&dir.path().join("out-logs.jsonl"))).len(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn backpressure_gives_retryable_refusals_and_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b_grpc = free_port();
+    let a_config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: "127.0.0.1:{{grpc}}" }}
+      http: {{ endpoint: "127.0.0.1:{{http}}" }}
+exporters:
+  otlp/down:
+    endpoint: 127.0.0.1:{b_grpc}
+    timeout: 1s
+    retry_on_failure: {{ initial_interval: 50ms, max_interval: 200ms, max_elapsed_time: 0s }}
+    sending_queue: {{ queue_size: 1, num_consumers: 1 }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [otlp/down] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    );
+    let (a, a_grpc, a_http) = start_sink(dir.path(), "a", &a_config);
+
+    // Downstream unreachable: send until the receiver refuses.
+    let mut accepted = Vec::new();
+    let mut refused = None;
+    for i in 0..1000u64 {
+        let req = traces("bp", 5, i);
+        match grpc_export(&a_grpc, &req).await {
+            Ok(_) => accepted.push(req),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                let detail = RpcStatus::decode(status.details()).expect("status details");
+                assert!(detail.retry_delay().is_some(), "RetryInfo must be attached");
+                refused = Some(req);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("the receiver never refused: no backpressure");
+    assert!(!accepted.is_empty());
+
+    // HTTP clients get 503 with Retry-After while full.
+    let (s, h, _) = http_post(
+        &format!("http://{a_http}/v1/traces"),
+        "application/x-protobuf",
+        traces("bp-http", 1, 99_999).encode_to_vec(),
+    )
+    .await;
+    assert_eq!(s, 503);
+    assert!(
+        h.get("retry-after")
+            .is_some_and(|v| v.parse::<u64>().is_ok()),
+        "{h:?}"
+    );
+
+    // Downstream comes back.
+    let b_config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: "127.0.0.1:{b_grpc}" }}
+exporters:
+  file: {{ path: "{{dir}}/b-{{signal}}.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    );
+    let b = Daemon::start(dir.path(), "b", &b_config);
+    // The client re-sends what was refused, as an OTLP client does.
+    let mut resend_ok = false;
+    for _ in 0..300 {
+        if grpc_export(&a_grpc, &refused).await.is_ok() {
+            resend_ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(resend_ok, "re-sent request never accepted after recovery");
+    accepted.push(refused);
+
+    let expected: usize = accepted.len() * 5;
+    let path = dir.path().join("b-traces.jsonl");
+    wait_for(Duration::from_secs(60), "every accepted span at B", || {
+        spans(&read_jsonl(&path)).len() >= expected
+    });
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+    let mut names: Vec<String> = spans(&read_jsonl(&path))
+        .iter()
+        .map(|(_, _, s)| format!("{}/{}", s["name"], s["spanId"]))
+        .collect();
+    let n = names.len();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), n, "duplicates delivered");
+    assert_eq!(n, expected, "accepted spans missing");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_flushes_everything_accepted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The batch processor would hold these for an hour: only the shutdown flush writes them.
+    let cfg = file_sink_config(
+        "processors:\n  batch: { send_batch_size: 1000000, timeout: 1h }",
+        "batch",
+    );
+    let (d, grpc, _) = start_sink(dir.path(), "shutdown", &cfg);
+    for i in 0..10 {
+        grpc_export(&grpc, &traces("term", 10, i))
+            .await
+            .expect("accepted");
+    }
+    let path = dir.path().join("out-traces.jsonl");
+    assert!(
+        spans(&read_jsonl(&path)).is_empty(),
+        "batch should still hold the spans"
+    );
+    let status = d.terminate();
+    assert!(status.success(), "exit status {status:?}");
+    assert_eq!(spans(&read_jsonl(&path)).len(), 100);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn default_pipeline_runs_without_external_services() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (g, h, t) = (free_port(), free_port(), free_port());
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/pipeline.yaml");
+    let data = dir.path().join("data");
+    let d = Daemon::spawn(
+        dir.path(),
+        "default",
+        &["--config", config],
+        &[
+            ("CAUSEWAY_OTLP_GRPC_ENDPOINT", format!("127.0.0.1:{g}")),
+            ("CAUSEWAY_OTLP_HTTP_ENDPOINT", format!("127.0.0.1:{h}")),
+            ("CAUSEWAY_TELEMETRY_ENDPOINT", format!("127.0.0.1:{t}")),
+            ("CAUSEWAY_DATA_DIR", data.display().to_string()),
+        ],
+        format!("127.0.0.1:{t}"),
+    );
+    grpc_export(&format!("127.0.0.1:{g}"), &traces("default", 3, 1))
+        .await
+        .expect("grpc");
+    let (s, _, _) = http_post(
+        &format!("http://127.0.0.1:{h}/v1/traces"),
+        "application/json",
+        TWIN_JSON.as_bytes().to_vec(),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let path = data.join("traces.jsonl");
+    wait_for(
+        Duration::from_secs(10),
+        "spans in the default file sink",
+        || spans(&read_jsonl(&path)).len() == 4,
+    );
+    assert_eq!(
+        d.metric("causeway_receiver_accepted_items_total{component=\"otlp\",signal=\"traces\"}"),
+        Some(4.0)
+    );
+    wait_for(Duration::from_secs(10), "exporter counters", || {
+        d.metric("causeway_exporter_sent_items_total{component=\"file\",signal=\"traces\"}")
+            == Some(4.0)
+    });
+    let (code, _) = http_get(&d.telemetry, "/healthz").expect("healthz");
+    assert_eq!(code, 200);
+    assert!(d.terminate().success());
+    let stdout = std::fs::read_to_string(dir.path().join("default.stdout")).expect("stdout");
+    assert!(
+        stdout.contains("debug: traces:"),
+        "debug exporter output: {stdout}"
+    );
+}
