@@ -11,7 +11,6 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -241,8 +240,10 @@ impl Registry {
                     Kind::Counter => "counter",
                     Kind::Gauge => "gauge",
                 };
-                let _ = writeln!(out, "# HELP {} {}", s.name, s.help);
-                let _ = writeln!(out, "# TYPE {} {}", s.name, kind);
+                out.push_str(&format!("# HELP {} {}", s.name, s.help));
+                out.push('\n');
+                out.push_str(&format!("# TYPE {} {}", s.name, kind));
+                out.push('\n');
                 last = Some(s.name);
             }
             out.push_str(s.name);
@@ -256,11 +257,12 @@ impl Registry {
                         .replace('\\', "\\\\")
                         .replace('"', "\\\"")
                         .replace('\n', "\\n");
-                    let _ = write!(out, "{k}=\"{v}\"");
+                    out.push_str(&format!("{k}=\"{v}\""));
                 }
                 out.push('}');
             }
-            let _ = writeln!(out, " {}", s.value);
+            out.push_str(&format!(" {}", s.value));
+            out.push('\n');
         }
         out
     }

@@ -28,6 +28,9 @@ pub struct ScanResult {
     pub invalid_ids: usize,
 }
 
+/// A field: its number and, for length-delimited fields, its payload and offset.
+type Field<'a> = (u32, Option<(&'a [u8], usize)>);
+
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -62,7 +65,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next field: (number, wire type, payload for length-delimited fields).
-    fn next(&mut self) -> Result<Option<(u32, Option<(&'a [u8], usize)>)>, WireError> {
+    fn next(&mut self) -> Result<Option<Field<'a>>, WireError> {
         if self.pos >= self.buf.len() {
             return Ok(None);
         }
@@ -123,7 +126,7 @@ fn each<'a>(
 fn id_ok(id: Option<&[u8]>, len: usize, optional: bool) -> bool {
     match id {
         None => optional,
-        Some(b) if b.is_empty() => optional,
+        Some([]) => optional,
         Some(b) => b.len() == len && b.iter().any(|&x| x != 0),
     }
 }

@@ -148,8 +148,10 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Already exited is fine: nothing to clean up then.
+        if self.child.kill().is_ok() {
+            self.child.wait().ok();
+        }
     }
 }
 

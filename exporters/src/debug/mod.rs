@@ -7,7 +7,6 @@ use causeway_core::component::{
 use causeway_core::config::{decode, ConfigError, DeliveryConfig, Validate};
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
 use serde::Deserialize;
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::sync::Arc;
 
@@ -111,8 +110,7 @@ fn summarize(
                                 as f64
                                 / 1e6;
                             let code = sp.status.map(|st| st.code).unwrap_or(0);
-                            let _ = writeln!(
-                                s,
+                            s.push_str(&format!(
                                 "  span {} trace={} id={} parent={} {:.3}ms status={} attrs={}",
                                 sp.name,
                                 hex(&sp.trace_id),
@@ -121,7 +119,8 @@ fn summarize(
                                 dur_ms,
                                 code,
                                 sp.attributes.len()
-                            );
+                            ));
+                            s.push('\n');
                         }
                     }
                 }
@@ -131,13 +130,13 @@ fn summarize(
                     for sl in rl.scope_logs {
                         for l in sl.log_records {
                             let body = l.body.map(|b| format!("{:?}", b.value)).unwrap_or_default();
-                            let _ = writeln!(
-                                s,
+                            s.push_str(&format!(
                                 "  log severity={} trace={} {}",
                                 l.severity_text,
                                 hex(&l.trace_id),
                                 body
-                            );
+                            ));
+                            s.push('\n');
                         }
                     }
                 }
@@ -146,7 +145,8 @@ fn summarize(
                 for rm in batch.to_metrics_request()?.resource_metrics {
                     for sm in rm.scope_metrics {
                         for m in sm.metrics {
-                            let _ = writeln!(s, "  metric {} unit={:?}", m.name, m.unit);
+                            s.push_str(&format!("  metric {} unit={:?}", m.name, m.unit));
+                            s.push('\n');
                         }
                     }
                 }

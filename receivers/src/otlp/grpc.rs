@@ -50,7 +50,7 @@ impl Kind for Traces {
     type Response = ExportTraceServiceResponse;
     fn response(a: Accepted) -> Self::Response {
         ExportTraceServiceResponse {
-            partial_success: (a.rejected > 0).then(|| ExportTracePartialSuccess {
+            partial_success: (a.rejected > 0).then_some(ExportTracePartialSuccess {
                 rejected_spans: a.rejected,
                 error_message: a.message,
             }),
@@ -64,7 +64,7 @@ impl Kind for Logs {
     type Response = ExportLogsServiceResponse;
     fn response(a: Accepted) -> Self::Response {
         ExportLogsServiceResponse {
-            partial_success: (a.rejected > 0).then(|| ExportLogsPartialSuccess {
+            partial_success: (a.rejected > 0).then_some(ExportLogsPartialSuccess {
                 rejected_log_records: a.rejected,
                 error_message: a.message,
             }),
@@ -78,7 +78,7 @@ impl Kind for Metrics {
     type Response = ExportMetricsServiceResponse;
     fn response(a: Accepted) -> Self::Response {
         ExportMetricsServiceResponse {
-            partial_success: (a.rejected > 0).then(|| ExportMetricsPartialSuccess {
+            partial_success: (a.rejected > 0).then_some(ExportMetricsPartialSuccess {
                 rejected_data_points: a.rejected,
                 error_message: a.message,
             }),
