@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Whole-daemon forwarding benchmark: OTLP/gRPC in -> batch -> OTLP/gRPC out.
+# The daemon under test is pinned to CPU 0; the load generator and the sink
+# share CPU 1. Reports spans/s, spans per daemon CPU-second and peak RSS.
+#
+#   bench/forward.sh [seconds] [causeway|rotel|both]
+#
+# rotel is installed with `pip install --pre rotel` when asked for.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-20}
+WHICH=${2:-causeway}
+T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
+export CARGO_TARGET_DIR=$T
+cargo build --release -q -p causeway -p causeway-loadgen
+LG=$T/release/loadgen
+TCK=$(getconf CLK_TCK)
+OUT=$(mktemp -d)
+
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+
+wait_port() {
+  for _ in $(seq 1 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "port $1 never opened" >&2; return 1
+}
+
+run_one() {
+  local name=$1; shift
+  taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 2 > "$OUT/$name-sink.json" &
+  local sink=$!
+  wait_port 15317
+  taskset -c 0 "$@" > "$OUT/$name.log" 2>&1 &
+  local daemon=$!
+  wait_port 14317
+  local before; before=$(cpu_ticks "$daemon")
+  taskset -c 1 "$LG" send --target 127.0.0.1:14317 --seconds "$SECS" --spans 500 --concurrency 8 > "$OUT/$name-send.json"
+  local after; after=$(cpu_ticks "$daemon")
+  local hwm; hwm=$(awk '/VmHWM/{print $2}' "/proc/$daemon/status")
+  kill -TERM "$daemon"; wait "$daemon" || true
+  wait "$sink" || true
+  python3 - "$name" "$OUT" "$before" "$after" "$TCK" "$hwm" <<'PY'
+import json, sys
+name, out, before, after, tck, hwm = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+send = json.load(open(f"{out}/{name}-send.json"))
+sink = json.load(open(f"{out}/{name}-sink.json"))
+cpu = (after - before) / tck
+print(json.dumps({
+  "daemon": name,
+  "spans_accepted": send["spans_accepted"],
+  "spans_at_sink": sink["spans_received"],
+  "spans_per_sec": round(send["spans_per_sec"]),
+  "daemon_cpu_seconds": round(cpu, 2),
+  "spans_per_cpu_second": round(send["spans_accepted"] / cpu) if cpu else None,
+  "peak_rss_mib": round(hwm / 1024, 1),
+  "bytes_per_span": send["bytes_per_span"],
+}))
+PY
+}
+
+if [[ $WHICH == causeway || $WHICH == both ]]; then
+  run_one causeway "$T/release/causeway" --config bench/forward.yaml --log-level warn
+fi
+if [[ $WHICH == rotel || $WHICH == both ]]; then
+  ROTEL=$(python3 -c 'import rotel, os; print(os.path.join(os.path.dirname(rotel.__file__), "rotel-agent"))' 2>/dev/null || true)
+  if [[ -z $ROTEL ]]; then
+    pip install --quiet --pre rotel
+    ROTEL=$(python3 -c 'import rotel, os; print(os.path.join(os.path.dirname(rotel.__file__), "rotel-agent"))')
+  fi
+  run_one rotel "$ROTEL" start --otlp-grpc-endpoint 127.0.0.1:14317 --otlp-http-endpoint 127.0.0.1:14318 \
+    --exporter otlp --otlp-exporter-endpoint http://127.0.0.1:15317 --otlp-exporter-compression none
+fi
