@@ -27,7 +27,9 @@ fn request(n: usize) -> Bytes {
             kind: 2,
             start_time_unix_nano: 1_764_000_000_000_000_000 + i,
             end_time_unix_nano: 1_764_000_000_020_000_000 + i,
-            attributes: (0..10).map(|a| kv(&format!("attr.{a}"), "value-abcdef")).collect(),
+            attributes: (0..10)
+                .map(|a| kv(&format!("attr.{a}"), "value-abcdef"))
+                .collect(),
             ..Default::default()
         })
         .collect();
@@ -49,12 +51,20 @@ fn bench(c: &mut Criterion) {
     let req = request(500);
     let mut g = c.benchmark_group("receive_500_spans");
     g.throughput(Throughput::Elements(500));
-    g.bench_function("wire_scan", |b| b.iter(|| wire::scan(Signal::Traces, black_box(&req)).map(|s| s.items)));
+    g.bench_function("wire_scan", |b| {
+        b.iter(|| wire::scan(Signal::Traces, black_box(&req)).map(|s| s.items))
+    });
     g.bench_function("prost_decode", |b| {
-        b.iter(|| ExportTraceServiceRequest::decode(black_box(req.clone())).map(|r| r.resource_spans.len()))
+        b.iter(|| {
+            ExportTraceServiceRequest::decode(black_box(req.clone()))
+                .map(|r| r.resource_spans.len())
+        })
     });
     g.bench_function("prost_decode_encode", |b| {
-        b.iter(|| ExportTraceServiceRequest::decode(black_box(req.clone())).map(|r| r.encode_to_vec().len()))
+        b.iter(|| {
+            ExportTraceServiceRequest::decode(black_box(req.clone()))
+                .map(|r| r.encode_to_vec().len())
+        })
     });
     g.finish();
 
@@ -64,7 +74,9 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let mut batch = Batch::from_encoded(Signal::Traces, req.clone(), 500);
             for _ in 0..15 {
-                batch.append(Batch::from_encoded(Signal::Traces, req.clone(), 500)).expect("same signal");
+                batch
+                    .append(Batch::from_encoded(Signal::Traces, req.clone(), 500))
+                    .expect("same signal");
             }
             batch.to_encoded().len()
         })

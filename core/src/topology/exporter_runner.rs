@@ -232,3 +232,145 @@ async fn deliver(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::component::Delivered;
+    use crate::config::{Duration as D, QueueConfig, RetryConfig};
+    use crate::telemetry::{EXPORTER_RETRIES, EXPORTER_SEND_FAILED, EXPORTER_SENT};
+    use async_trait::async_trait;
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// Answers from a script, recording when each attempt came.
+    struct Scripted {
+        answers: Mutex<VecDeque<Result<Delivered, ExportError>>>,
+        attempts: Mutex<Vec<tokio::time::Instant>>,
+    }
+
+    #[async_trait]
+    impl Exporter for Scripted {
+        async fn export(&self, _batch: &Batch) -> Result<Delivered, ExportError> {
+            self.attempts
+                .lock()
+                .expect("lock")
+                .push(tokio::time::Instant::now());
+            self.answers
+                .lock()
+                .expect("lock")
+                .pop_front()
+                .unwrap_or(Ok(Delivered::default()))
+        }
+    }
+
+    fn retryable(after: Option<Duration>) -> Result<Delivered, ExportError> {
+        Err(ExportError::Retryable {
+            source: "down".into(),
+            retry_after: after,
+        })
+    }
+
+    fn delivery(max_elapsed: D) -> DeliveryConfig {
+        DeliveryConfig {
+            timeout: Duration::from_secs(5),
+            retry: RetryConfig {
+                initial_interval: D::millis(100),
+                max_interval: D::millis(400),
+                randomization_factor: 0.0,
+                multiplier: 2.0,
+                max_elapsed_time: max_elapsed,
+                enabled: true,
+            },
+            queue: QueueConfig::default(),
+        }
+    }
+
+    async fn run(
+        answers: Vec<Result<Delivered, ExportError>>,
+        d: DeliveryConfig,
+    ) -> (Arc<Scripted>, Registry) {
+        let exp = Arc::new(Scripted {
+            answers: Mutex::new(answers.into()),
+            attempts: Mutex::new(vec![]),
+        });
+        let reg = Registry::new();
+        let (queue, handle) = spawn("x".into(), exp.clone(), d, &reg, CancellationToken::new());
+        queue
+            .push(Batch::from_encoded(
+                crate::Signal::Traces,
+                bytes::Bytes::new(),
+                3,
+            ))
+            .await;
+        drop(queue);
+        handle.await.expect("runner");
+        (exp, reg)
+    }
+
+    fn count(reg: &Registry, name: &'static str) -> u64 {
+        reg.counter(name, "", &[("component", "x"), ("signal", "traces")])
+            .get()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permanent_errors_are_not_retried() {
+        let (exp, reg) = run(
+            vec![Err(ExportError::Permanent {
+                source: "400".into(),
+            })],
+            delivery(D::secs(60)),
+        )
+        .await;
+        assert_eq!(exp.attempts.lock().expect("lock").len(), 1);
+        assert_eq!(
+            reg.counter(EXPORTER_RETRIES, "", &[("component", "x")])
+                .get(),
+            0
+        );
+        assert_eq!(count(&reg, EXPORTER_SENT), 0);
+        assert_eq!(count(&reg, EXPORTER_SEND_FAILED), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retryable_errors_back_off_and_honour_the_server_hint() {
+        let (exp, reg) = run(
+            vec![
+                retryable(None),
+                retryable(None),
+                retryable(Some(Duration::from_secs(3))),
+                Ok(Delivered::default()),
+            ],
+            delivery(D::secs(60)),
+        )
+        .await;
+        let at = exp.attempts.lock().expect("lock").clone();
+        assert_eq!(at.len(), 4);
+        let gaps: Vec<u128> = at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        assert_eq!(
+            gaps,
+            vec![100, 200, 3000],
+            "backoff 100ms, 200ms, then the server's 3s"
+        );
+        assert_eq!(
+            reg.counter(EXPORTER_RETRIES, "", &[("component", "x")])
+                .get(),
+            3
+        );
+        assert_eq!(count(&reg, EXPORTER_SENT), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gives_up_after_max_elapsed_time_and_counts_it() {
+        let answers = (0..100).map(|_| retryable(None)).collect();
+        let failed = {
+            let (exp, reg) = run(answers, delivery(D::secs(2))).await;
+            let at = exp.attempts.lock().expect("lock").clone();
+            assert!((at[at.len() - 1] - at[0]) <= Duration::from_secs(2));
+            assert!(at.len() >= 5, "{} attempts", at.len());
+            count(&reg, EXPORTER_SEND_FAILED)
+        };
+        assert_eq!(failed, 3);
+    }
+}

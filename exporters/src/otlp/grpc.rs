@@ -52,7 +52,7 @@ impl GrpcExporter {
         })
     }
 
-    fn classify(&self, status: tonic::Status) -> ExportError {
+    pub(crate) fn classify(&self, status: tonic::Status) -> ExportError {
         let retry_after = RpcStatus::decode(status.details())
             .ok()
             .and_then(|s| s.retry_delay());

@@ -11,10 +11,14 @@ use bytes::Bytes;
 use causeway_core::grpc::{export_path, ClientCodec, ServerCodec};
 use causeway_core::{wire, Signal};
 use clap::{Parser, Subcommand};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{span, status, ResourceSpans, ScopeSpans, Span, Status};
+use opentelemetry_proto::tonic::trace::v1::{
+    span, status, ResourceSpans, ScopeSpans, Span, Status,
+};
 use prost::Message;
 use std::convert::Infallible;
 use std::future::Future;
@@ -78,7 +82,12 @@ fn kv(k: &str, v: any_value::Value) -> KeyValue {
 }
 
 /// A request of `n` spans with 10 attributes each; ids derived from `seed`.
-fn request(seed: u64, n: usize, error_every: usize, slow_every: usize) -> ExportTraceServiceRequest {
+fn request(
+    seed: u64,
+    n: usize,
+    error_every: usize,
+    slow_every: usize,
+) -> ExportTraceServiceRequest {
     let s = |x: &str| any_value::Value::StringValue(x.into());
     let spans = (0..n)
         .map(|i| {
@@ -88,12 +97,20 @@ fn request(seed: u64, n: usize, error_every: usize, slow_every: usize) -> Export
             trace_id.extend_from_slice(&(trace ^ 0x5bd1_e995).to_be_bytes());
             let start = 1_764_000_000_000_000_000u64 + id * 1_000;
             let slow = slow_every > 0 && trace % slow_every as u64 == 0;
-            let dur = if slow { 3_000_000_000 } else { 20_000_000 + (id % 7) * 1_000_000 };
+            let dur = if slow {
+                3_000_000_000
+            } else {
+                20_000_000 + (id % 7) * 1_000_000
+            };
             let err = error_every > 0 && (id as usize).is_multiple_of(error_every);
             Span {
                 trace_id,
                 span_id: id.to_be_bytes().to_vec(),
-                parent_span_id: if id % 5 == 0 { vec![] } else { (id - 1).to_be_bytes().to_vec() },
+                parent_span_id: if id % 5 == 0 {
+                    vec![]
+                } else {
+                    (id - 1).to_be_bytes().to_vec()
+                },
                 name: "GET /orders".into(),
                 kind: span::SpanKind::Server as i32,
                 start_time_unix_nano: start,
@@ -101,7 +118,10 @@ fn request(seed: u64, n: usize, error_every: usize, slow_every: usize) -> Export
                 attributes: vec![
                     kv("http.request.method", s("GET")),
                     kv("http.route", s("/api/v1/orders/{id}")),
-                    kv("http.response.status_code", any_value::Value::IntValue(if err { 500 } else { 200 })),
+                    kv(
+                        "http.response.status_code",
+                        any_value::Value::IntValue(if err { 500 } else { 200 }),
+                    ),
                     kv("url.path", s("/api/v1/orders/1")),
                     kv("server.address", s("orders")),
                     kv("server.port", any_value::Value::IntValue(8080)),
@@ -111,7 +131,11 @@ fn request(seed: u64, n: usize, error_every: usize, slow_every: usize) -> Export
                     kv("net.proto", s("1.1")),
                 ],
                 status: Some(Status {
-                    code: if err { status::StatusCode::Error as i32 } else { status::StatusCode::Unset as i32 },
+                    code: if err {
+                        status::StatusCode::Error as i32
+                    } else {
+                        status::StatusCode::Unset as i32
+                    },
                     message: String::new(),
                 }),
                 ..Default::default()
@@ -121,7 +145,10 @@ fn request(seed: u64, n: usize, error_every: usize, slow_every: usize) -> Export
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
             resource: Some(Resource {
-                attributes: vec![kv("service.name", s("orders")), kv("host.name", s("node-1"))],
+                attributes: vec![
+                    kv("service.name", s("orders")),
+                    kv("host.name", s("node-1")),
+                ],
                 ..Default::default()
             }),
             scope_spans: vec![ScopeSpans {
@@ -228,7 +255,9 @@ impl UnaryService<Bytes> for SinkSvc {
     type Response = ExportTraceServiceResponse;
     type Future = BoxFut<tonic::Response<Self::Response>, tonic::Status>;
     fn call(&mut self, req: tonic::Request<Bytes>) -> Self::Future {
-        let n = wire::scan(Signal::Traces, req.get_ref()).map(|s| s.items).unwrap_or(0);
+        let n = wire::scan(Signal::Traces, req.get_ref())
+            .map(|s| s.items)
+            .unwrap_or(0);
         self.spans.fetch_add(n as u64, Ordering::Relaxed);
         self.last.store(now_ms(), Ordering::Relaxed);
         Box::pin(async { Ok(tonic::Response::new(ExportTraceServiceResponse::default())) })
@@ -249,9 +278,10 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let svc = self.clone();
         Box::pin(async move {
-            let mut grpc = tonic::server::Grpc::new(ServerCodec::<ExportTraceServiceResponse>::default())
-                .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
-                .max_decoding_message_size(64 << 20);
+            let mut grpc =
+                tonic::server::Grpc::new(ServerCodec::<ExportTraceServiceResponse>::default())
+                    .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+                    .max_decoding_message_size(64 << 20);
             Ok(grpc.unary(svc, req).await)
         })
     }
@@ -288,13 +318,19 @@ async fn sink(listen: String, idle_exit: u64) -> anyhow::Result<()> {
         .add_service(svc)
         .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), stop)
         .await?;
-    println!("{{\"role\":\"sink\",\"spans_received\":{}}}", spans.load(Ordering::Relaxed));
+    println!(
+        "{{\"role\":\"sink\",\"spans_received\":{}}}",
+        spans.load(Ordering::Relaxed)
+    );
     Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     match cli.command {
         Cmd::Send {
             target,
@@ -304,7 +340,15 @@ fn main() -> anyhow::Result<()> {
             connections,
             error_every,
             slow_every,
-        } => rt.block_on(send(target, seconds, spans, concurrency, connections, error_every, slow_every)),
+        } => rt.block_on(send(
+            target,
+            seconds,
+            spans,
+            concurrency,
+            connections,
+            error_every,
+            slow_every,
+        )),
         Cmd::Sink { listen, idle_exit } => rt.block_on(sink(listen, idle_exit)),
     }
 }
