@@ -96,7 +96,7 @@ fn request(
             let mut trace_id = trace.to_be_bytes().to_vec();
             trace_id.extend_from_slice(&(trace ^ 0x5bd1_e995).to_be_bytes());
             let start = 1_764_000_000_000_000_000u64 + id * 1_000;
-            let slow = slow_every > 0 && trace % slow_every as u64 == 0;
+            let slow = slow_every > 0 && trace.is_multiple_of(slow_every as u64);
             let dur = if slow {
                 3_000_000_000
             } else {
@@ -106,7 +106,7 @@ fn request(
             Span {
                 trace_id,
                 span_id: id.to_be_bytes().to_vec(),
-                parent_span_id: if id % 5 == 0 {
+                parent_span_id: if id.is_multiple_of(5) {
                     vec![]
                 } else {
                     (id - 1).to_be_bytes().to_vec()
