@@ -300,3 +300,94 @@ fn strip_location(message: &str) -> String {
         None => message.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::component::{
+        BuildContext, BuiltExporter, ExporterFactory, Receiver, ReceiverFactory,
+    };
+    use crate::error::BoxError;
+    use crate::model::Signal;
+    use async_trait::async_trait;
+
+    struct MetricsOnly;
+    #[async_trait]
+    impl ReceiverFactory for MetricsOnly {
+        fn kind(&self) -> &'static str {
+            "scraper"
+        }
+        fn signals(&self) -> SignalSet {
+            SignalSet::only(Signal::Metrics)
+        }
+        fn validate(&self, _: &Value) -> Result<(), Vec<ConfigError>> {
+            Ok(())
+        }
+        async fn build(&self, _: BuildContext, _: &Value) -> Result<Box<dyn Receiver>, BoxError> {
+            Err("not in this test".into())
+        }
+    }
+
+    struct LogsOnly;
+    #[async_trait]
+    impl ExporterFactory for LogsOnly {
+        fn kind(&self) -> &'static str {
+            "logsink"
+        }
+        fn signals(&self) -> SignalSet {
+            SignalSet::only(Signal::Logs)
+        }
+        fn validate(&self, _: &Value) -> Result<(), Vec<ConfigError>> {
+            Ok(())
+        }
+        async fn build(&self, _: BuildContext, _: &Value) -> Result<BuiltExporter, BoxError> {
+            Err("not in this test".into())
+        }
+    }
+
+    fn registry() -> Registry {
+        let mut r = Registry::new();
+        r.add_receiver(MetricsOnly);
+        r.add_exporter(LogsOnly);
+        r
+    }
+
+    #[test]
+    fn components_that_take_none_of_a_pipelines_signals_are_errors() {
+        let text = "receivers:\n  scraper:\nexporters:\n  logsink:\nservice:\n  pipelines:\n    traces:\n      receivers: [scraper]\n      exporters: [logsink]\n";
+        let errs = load_str(text, "p.yaml", &registry(), &|_| None).expect_err("invalid");
+        let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(msgs[0].starts_with("p.yaml:8:19: service.pipelines.traces.receivers[0]: receiver \"scraper\" accepts [metrics] but pipeline \"traces\" carries [traces]"), "{msgs:?}");
+        assert!(
+            msgs[1].contains("exporter \"logsink\" accepts [logs]"),
+            "{msgs:?}"
+        );
+    }
+
+    #[test]
+    fn all_pipelines_warn_about_signals_no_exporter_takes() {
+        let text = "receivers:\n  scraper:\nexporters:\n  logsink:\nservice:\n  pipelines:\n    all:\n      receivers: [scraper]\n      exporters: [logsink]\n";
+        let cfg = load_str(text, "p.yaml", &registry(), &|_| None).expect("valid");
+        assert_eq!(cfg.warnings.len(), 1, "{:?}", cfg.warnings);
+        assert!(cfg.warnings[0].contains("metrics from receiver scraper reach no exporter"));
+    }
+
+    #[test]
+    fn connectors_and_extensions_are_checked() {
+        let text = "receivers:\n  scraper:\nexporters:\n  logsink:\nconnectors:\n  count:\nextensions:\n  health_check:\nservice:\n  extensions: [health_check, pprof]\n  pipelines:\n    all: { receivers: [scraper], exporters: [logsink] }\n";
+        let errs = load_str(text, "p.yaml", &registry(), &|_| None).expect_err("invalid");
+        let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("connectors.count: unknown type \"count\"")
+                    && m.contains("no connector types")),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("service.extensions[1]: extension \"pprof\" is not defined")),
+            "{msgs:?}"
+        );
+    }
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::component::{ExportError, Exporter};
 use crate::config::DeliveryConfig;
@@ -143,10 +144,14 @@ pub(crate) fn spawn(
                 hard_stop.clone(),
                 delivery.clone(),
             );
-            tasks.spawn(async move {
-                deliver(&id, exporter.as_ref(), &batch, &delivery, &counters, &stop).await;
-                drop(permit);
-            });
+            let span = tracing::info_span!("causeway.export", exporter = %id, signal = %batch.signal(), items = batch.items());
+            tasks.spawn(
+                async move {
+                    deliver(&id, exporter.as_ref(), &batch, &delivery, &counters, &stop).await;
+                    drop(permit);
+                }
+                .instrument(span),
+            );
             while tasks.try_join_next().is_some() {}
         }
         while tasks.join_next().await.is_some() {}
