@@ -29,7 +29,7 @@ pub struct ScanResult {
 }
 
 /// A field: its number and, for length-delimited fields, its payload and offset.
-type Field<'a> = (u32, Option<(&'a [u8], usize)>);
+type RawField<'a> = (u32, Option<(&'a [u8], usize)>);
 
 struct Reader<'a> {
     buf: &'a [u8],
@@ -65,7 +65,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next field: (number, wire type, payload for length-delimited fields).
-    fn next(&mut self) -> Result<Option<Field<'a>>, WireError> {
+    fn next(&mut self) -> Result<Option<RawField<'a>>, WireError> {
         if self.pos >= self.buf.len() {
             return Ok(None);
         }
@@ -314,5 +314,186 @@ mod tests {
         assert_eq!(scan(Signal::Traces, &two).expect("valid").items, 2);
         let decoded = ExportTraceServiceRequest::decode(two.as_slice()).expect("decodes");
         assert_eq!(decoded.resource_spans.len(), 2);
+    }
+}
+
+/// A field read by [`Fields`].
+#[derive(Debug, Clone, Copy)]
+pub struct Field<'a> {
+    /// Field number.
+    pub number: u32,
+    /// The value.
+    pub value: Value<'a>,
+    /// The whole field as encoded: key, length prefix and payload.
+    pub raw: &'a [u8],
+}
+
+/// A field's value.
+#[derive(Debug, Clone, Copy)]
+pub enum Value<'a> {
+    /// Wire type 0.
+    Varint(u64),
+    /// Wire type 1.
+    Fixed64(u64),
+    /// Wire type 5.
+    Fixed32(u32),
+    /// Wire type 2.
+    Bytes(&'a [u8]),
+}
+
+impl<'a> Value<'a> {
+    /// The payload of a length-delimited field.
+    pub fn bytes(self) -> Option<&'a [u8]> {
+        match self {
+            Value::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+/// An iterator over the fields of one message, checking framing. It stops
+/// with `Some(Err)` at the first malformed field.
+pub struct Fields<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    failed: bool,
+}
+
+impl<'a> Fields<'a> {
+    /// Iterate the fields of `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Fields {
+            buf,
+            pos: 0,
+            failed: false,
+        }
+    }
+
+    fn varint(&mut self) -> Result<u64, WireError> {
+        let mut value: u64 = 0;
+        for i in 0..10 {
+            let Some(&b) = self.buf.get(self.pos) else {
+                return Err(self.err("truncated varint"));
+            };
+            self.pos += 1;
+            value |= u64::from(b & 0x7f) << (7 * i);
+            if b < 0x80 {
+                return Ok(value);
+            }
+        }
+        Err(self.err("varint longer than 10 bytes"))
+    }
+
+    fn err(&self, reason: &'static str) -> WireError {
+        WireError {
+            offset: self.pos,
+            reason,
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if self.buf.len() - self.pos < n {
+            return Err(self.err("field runs past the end of its message"));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn read(&mut self) -> Result<Field<'a>, WireError> {
+        let start = self.pos;
+        let key = self.varint()?;
+        let number = (key >> 3) as u32;
+        if number == 0 {
+            return Err(self.err("field number 0"));
+        }
+        let value = match key & 7 {
+            0 => Value::Varint(self.varint()?),
+            1 => {
+                let b = self.take(8)?;
+                Value::Fixed64(u64::from_le_bytes([
+                    b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+                ]))
+            }
+            5 => {
+                let b = self.take(4)?;
+                Value::Fixed32(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            }
+            2 => {
+                let len =
+                    usize::try_from(self.varint()?).map_err(|_| self.err("length overflows"))?;
+                Value::Bytes(self.take(len)?)
+            }
+            _ => return Err(self.err("unsupported wire type (groups are not allowed in OTLP)")),
+        };
+        Ok(Field {
+            number,
+            value,
+            raw: &self.buf[start..self.pos],
+        })
+    }
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Result<Field<'a>, WireError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.pos >= self.buf.len() {
+            return None;
+        }
+        let r = self.read();
+        self.failed = r.is_err();
+        Some(r)
+    }
+}
+
+/// Append a varint.
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// The encoded size of a varint.
+pub fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// Append the key and length prefix of a length-delimited field.
+pub fn put_len_prefix(out: &mut Vec<u8>, field: u32, len: usize) {
+    put_varint(out, (u64::from(field) << 3) | 2);
+    put_varint(out, len as u64);
+}
+
+/// The size of a length-delimited field with a payload of `len` bytes (field numbers below 16).
+pub fn len_field_size(len: usize) -> usize {
+    1 + varint_len(len as u64) + len
+}
+
+#[cfg(test)]
+mod field_tests {
+    use super::*;
+
+    #[test]
+    fn varint_sizes_and_fields_round_trip() {
+        for v in [0u64, 1, 127, 128, 16383, 16384, u64::MAX] {
+            let mut b = vec![];
+            put_varint(&mut b, v);
+            assert_eq!(b.len(), varint_len(v), "{v}");
+        }
+        let mut msg = vec![];
+        put_len_prefix(&mut msg, 2, 3);
+        msg.extend_from_slice(b"abc");
+        msg.extend_from_slice(&[0x08, 0x96, 0x01]); // field 1 varint 150
+        let fields: Vec<Field<'_>> = Fields::new(&msg).collect::<Result<_, _>>().expect("valid");
+        assert_eq!(fields[0].number, 2);
+        assert_eq!(fields[0].value.bytes(), Some(&b"abc"[..]));
+        assert_eq!(fields[0].raw.len(), 5);
+        assert!(matches!(fields[1].value, Value::Varint(150)));
+        assert!(Fields::new(&[0x0a, 0x05, 0x01])
+            .next()
+            .expect("one")
+            .is_err());
     }
 }

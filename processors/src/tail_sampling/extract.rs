@@ -1,0 +1,290 @@
+//! Reading spans out of encoded requests without decoding them, and writing
+//! kept spans back as a request.
+//!
+//! Each span is kept as its own encoded bytes. Its resource and scope (every
+//! field of `ResourceSpans` and `ScopeSpans` except the children) are kept
+//! once per request and shared, so that kept spans can be re-wrapped exactly
+//! as they arrived. Only the few fields the policies read are extracted.
+
+use bytes::Bytes;
+use causeway_core::wire::{self, Field, Fields, Value, WireError};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// An attribute value the policies can read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue {
+    /// String.
+    Str(Box<str>),
+    /// Integer.
+    Int(i64),
+    /// Double.
+    Double(f64),
+    /// Boolean.
+    Bool(bool),
+}
+
+/// The attribute keys the policies read, numbered.
+#[derive(Debug, Default, Clone)]
+pub struct Keys {
+    index: HashMap<Vec<u8>, u16>,
+    names: Vec<String>,
+}
+
+impl Keys {
+    /// The number of `key`, adding it if new.
+    pub fn add(&mut self, key: &str) -> u16 {
+        if let Some(i) = self.index.get(key.as_bytes()) {
+            return *i;
+        }
+        let i = self.names.len() as u16;
+        self.index.insert(key.as_bytes().to_vec(), i);
+        self.names.push(key.to_string());
+        i
+    }
+
+    fn get(&self, key: &[u8]) -> Option<u16> {
+        self.index.get(key).copied()
+    }
+}
+
+/// The resource and scope of a run of spans, as encoded.
+#[derive(Debug)]
+pub struct Group {
+    /// Every field of the `ResourceSpans` except `scope_spans`.
+    pub resource_part: Bytes,
+    /// Every field of the `ScopeSpans` except `spans`.
+    pub scope_part: Bytes,
+    /// Resource attributes the policies read.
+    pub resource_attrs: Vec<(u16, AttrValue)>,
+}
+
+/// What the policies need of a span.
+#[derive(Debug)]
+pub struct SpanInfo<'a> {
+    /// Trace id.
+    pub trace_id: [u8; 16],
+    /// Whether the span has no parent.
+    pub is_root: bool,
+    /// Span name.
+    pub name: &'a [u8],
+    /// Start, ns since epoch.
+    pub start: u64,
+    /// End, ns since epoch.
+    pub end: u64,
+    /// Status code: 0 unset, 1 ok, 2 error.
+    pub status: u64,
+    /// Attributes the policies read.
+    pub attrs: Vec<(u16, AttrValue)>,
+    /// The span, as encoded (without its field key and length).
+    pub raw: &'a [u8],
+}
+
+fn any_value(buf: &[u8]) -> Result<Option<AttrValue>, WireError> {
+    let Some(f) = Fields::new(buf).next() else {
+        return Ok(None);
+    };
+    let f = f?;
+    Ok(match (f.number, f.value) {
+        (1, Value::Bytes(b)) => Some(AttrValue::Str(String::from_utf8_lossy(b).into())),
+        (2, Value::Varint(v)) => Some(AttrValue::Bool(v != 0)),
+        (3, Value::Varint(v)) => Some(AttrValue::Int(v as i64)),
+        (4, Value::Fixed64(v)) => Some(AttrValue::Double(f64::from_bits(v))),
+        _ => None,
+    })
+}
+
+/// Read the attributes of interest from a `KeyValue` field payload.
+fn key_value(buf: &[u8], keys: &Keys, out: &mut Vec<(u16, AttrValue)>) -> Result<(), WireError> {
+    let mut key = None;
+    let mut value = None;
+    for f in Fields::new(buf) {
+        let f = f?;
+        match (f.number, f.value) {
+            (1, Value::Bytes(k)) => match keys.get(k) {
+                Some(i) => key = Some(i),
+                None => return Ok(()),
+            },
+            (2, Value::Bytes(v)) => value = Some(v),
+            _ => {}
+        }
+    }
+    if let (Some(k), Some(v)) = (key, value) {
+        if let Some(v) = any_value(v)? {
+            out.push((k, v));
+        }
+    }
+    Ok(())
+}
+
+fn part_without(buf: &[u8], children: u32) -> Result<(Bytes, Vec<Field<'_>>), WireError> {
+    let mut part = Vec::new();
+    let mut kids = Vec::new();
+    for f in Fields::new(buf) {
+        let f = f?;
+        if f.number == children {
+            kids.push(f);
+        } else {
+            part.extend_from_slice(f.raw);
+        }
+    }
+    Ok((Bytes::from(part), kids))
+}
+
+/// Walk an encoded `ExportTraceServiceRequest`, calling `f` for every span.
+pub fn for_each_span(
+    buf: &[u8],
+    keys: &Keys,
+    mut f: impl FnMut(&Arc<Group>, SpanInfo<'_>),
+) -> Result<(), WireError> {
+    for rs in Fields::new(buf) {
+        let rs = rs?;
+        let Some(rs_buf) = (rs.number == 1).then(|| rs.value.bytes()).flatten() else {
+            continue;
+        };
+        let (resource_part, scopes) = part_without(rs_buf, 2)?;
+        let mut resource_attrs = Vec::new();
+        for rf in Fields::new(&resource_part) {
+            let rf = rf?;
+            if let (1, Value::Bytes(res)) = (rf.number, rf.value) {
+                for a in Fields::new(res) {
+                    let a = a?;
+                    if let (1, Value::Bytes(kv)) = (a.number, a.value) {
+                        key_value(kv, keys, &mut resource_attrs)?;
+                    }
+                }
+            }
+        }
+        for ss in scopes {
+            let Some(ss_buf) = ss.value.bytes() else {
+                continue;
+            };
+            let (scope_part, spans) = part_without(ss_buf, 2)?;
+            let group = Arc::new(Group {
+                resource_part: resource_part.clone(),
+                scope_part,
+                resource_attrs: resource_attrs.clone(),
+            });
+            for sp in spans {
+                let Some(raw) = sp.value.bytes() else {
+                    continue;
+                };
+                let mut info = SpanInfo {
+                    trace_id: [0; 16],
+                    is_root: true,
+                    name: &[],
+                    start: 0,
+                    end: 0,
+                    status: 0,
+                    attrs: Vec::new(),
+                    raw,
+                };
+                for field in Fields::new(raw) {
+                    let field = field?;
+                    match (field.number, field.value) {
+                        (1, Value::Bytes(t)) if t.len() == 16 => info.trace_id.copy_from_slice(t),
+                        (4, Value::Bytes(p)) => info.is_root = p.is_empty(),
+                        (5, Value::Bytes(n)) => info.name = n,
+                        (7, Value::Fixed64(t)) => info.start = t,
+                        (8, Value::Fixed64(t)) => info.end = t,
+                        (9, Value::Bytes(kv)) => key_value(kv, keys, &mut info.attrs)?,
+                        (15, Value::Bytes(st)) => {
+                            for s in Fields::new(st) {
+                                if let Ok(Field {
+                                    number: 3,
+                                    value: Value::Varint(c),
+                                    ..
+                                }) = s
+                                {
+                                    info.status = c;
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                f(&group, info);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A span held for a decision.
+#[derive(Debug)]
+pub struct Held {
+    /// The span's encoded bytes.
+    pub raw: Box<[u8]>,
+    /// Its resource and scope.
+    pub group: Arc<Group>,
+}
+
+/// A group and its spans with their extra bytes.
+type GroupSpans<'a> = (&'a Arc<Group>, Vec<(&'a [u8], &'a [u8])>);
+
+/// Write spans back as an encoded `ExportTraceServiceRequest`, appending
+/// `extra` (encoded span fields, e.g. an attribute) to every span. Spans
+/// sharing a group are written under one `ResourceSpans`/`ScopeSpans`.
+pub fn encode<'a>(spans: impl IntoIterator<Item = (&'a Held, &'a [u8])>, out: &mut Vec<u8>) {
+    // Group by the group's address, keeping first-seen order.
+    let mut order: Vec<*const Group> = Vec::new();
+    let mut by_group: HashMap<*const Group, GroupSpans<'_>> = HashMap::new();
+    for (h, extra) in spans {
+        let key = Arc::as_ptr(&h.group);
+        by_group
+            .entry(key)
+            .or_insert_with(|| {
+                order.push(key);
+                (&h.group, Vec::new())
+            })
+            .1
+            .push((&h.raw, extra));
+    }
+    for key in order {
+        let Some((group, spans)) = by_group.get(&key) else {
+            continue;
+        };
+        let spans_len: usize = spans
+            .iter()
+            .map(|(r, e)| wire::len_field_size(r.len() + e.len()))
+            .sum();
+        let scope_len = group.scope_part.len() + spans_len;
+        let resource_len = group.resource_part.len() + wire::len_field_size(scope_len);
+        wire::put_len_prefix(out, 1, resource_len);
+        out.extend_from_slice(&group.resource_part);
+        wire::put_len_prefix(out, 2, scope_len);
+        out.extend_from_slice(&group.scope_part);
+        for (raw, extra) in spans {
+            wire::put_len_prefix(out, 2, raw.len() + extra.len());
+            out.extend_from_slice(raw);
+            out.extend_from_slice(extra);
+        }
+    }
+}
+
+/// An encoded span attribute field (`attributes`, field 9) with a string value.
+pub fn string_attribute(key: &str, value: &str) -> Vec<u8> {
+    let mut any = Vec::new();
+    wire::put_len_prefix(&mut any, 1, value.len());
+    any.extend_from_slice(value.as_bytes());
+    attribute(key, &any)
+}
+
+/// An encoded span attribute field with a double value.
+pub fn double_attribute(key: &str, value: f64) -> Vec<u8> {
+    let mut any = vec![0x21]; // field 4, fixed64
+    any.extend_from_slice(&value.to_bits().to_le_bytes());
+    attribute(key, &any)
+}
+
+fn attribute(key: &str, any: &[u8]) -> Vec<u8> {
+    let mut kv = Vec::new();
+    wire::put_len_prefix(&mut kv, 1, key.len());
+    kv.extend_from_slice(key.as_bytes());
+    wire::put_len_prefix(&mut kv, 2, any.len());
+    kv.extend_from_slice(any);
+    let mut out = Vec::new();
+    wire::put_len_prefix(&mut out, 9, kv.len());
+    out.extend_from_slice(&kv);
+    out
+}

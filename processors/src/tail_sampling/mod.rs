@@ -1,0 +1,687 @@
+//! The `tail_sampling` processor: holds each trace's spans until a decision,
+//! then forwards all of them (late ones too) or drops them.
+//!
+//! Built to fix what users of the Collector's tailsamplingprocessor report:
+//! - memory is bounded by `num_traces` *and* measured bytes (`max_memory`);
+//!   at a bound the oldest traces are decided early by the same policies,
+//!   never silently discarded;
+//! - decisions run on the pipeline's timer branch, which is polled before
+//!   input, so ingest cannot starve them; a trace over `max_spans_per_trace`
+//!   or `maximum_trace_size_bytes` is decided at once and cannot hold the others up;
+//! - spans are never decoded: the few fields the policies read are
+//!   extracted, and the span bytes are kept as they arrived and re-wrapped.
+//!
+//! Kept spans carry `sampling.policy` (and `sampling.adjusted_count` when a
+//! probabilistic policy kept them).
+
+pub mod config;
+mod extract;
+mod policy;
+mod sketch;
+#[cfg(test)]
+mod tests;
+
+use async_trait::async_trait;
+use causeway_core::component::{BuildContext, ProcessError, Processor, ProcessorFactory};
+use causeway_core::config::{decode, ConfigError};
+use causeway_core::telemetry::{Counter, Gauge, Registry};
+use causeway_core::{Batch, BoxError, Signal, SignalSet};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use tokio::time::Instant;
+
+use config::{default_route_attributes, PolicyType, TailSamplingConfig};
+use extract::{AttrValue, Group, Held, Keys};
+use policy::{Decision, Policy, TraceView};
+
+/// Pending traces.
+pub const PENDING_TRACES: &str = "causeway_tail_sampling_pending_traces";
+/// Pending spans.
+pub const PENDING_SPANS: &str = "causeway_tail_sampling_pending_spans";
+/// Bytes held by pending spans, with bookkeeping.
+pub const PENDING_BYTES: &str = "causeway_tail_sampling_pending_bytes";
+/// Traces decided, by outcome.
+pub const TRACES: &str = "causeway_tail_sampling_traces_total";
+/// Each policy's evaluations, by outcome.
+pub const POLICY_DECISIONS: &str = "causeway_tail_sampling_policy_decisions_total";
+/// Spans arriving after their trace's decision, by the decision they followed.
+pub const LATE_SPANS: &str = "causeway_tail_sampling_late_spans_total";
+/// Traces decided before their time, by reason.
+pub const EARLY_DECISIONS: &str = "causeway_tail_sampling_early_decisions_total";
+/// How late after its deadline the latest tick decided a trace.
+pub const DECISION_LAG: &str = "causeway_tail_sampling_decision_lag_seconds";
+
+/// Per-span bookkeeping counted in `max_memory` on top of the span's bytes.
+const SPAN_OVERHEAD: usize = std::mem::size_of::<Held>() + 16;
+/// Per-trace bookkeeping counted in `max_memory`.
+const TRACE_OVERHEAD: usize = std::mem::size_of::<Trace>() + std::mem::size_of::<[u8; 16]>() + 64;
+/// At most this many distinct attribute values are kept per trace.
+const MAX_ATTRS: usize = 64;
+/// Output requests are cut at this size.
+const MAX_OUTPUT_BYTES: usize = 2 << 20;
+
+/// Factory of the `tail_sampling` processor.
+pub struct TailSamplingFactory;
+
+#[async_trait]
+impl ProcessorFactory for TailSamplingFactory {
+    fn kind(&self) -> &'static str {
+        "tail_sampling"
+    }
+    fn signals(&self) -> SignalSet {
+        SignalSet::only(Signal::Traces)
+    }
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
+        decode::<TailSamplingConfig>(cfg).map(|_| ())
+    }
+    async fn build(
+        &self,
+        ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<Box<dyn Processor>, BoxError> {
+        let cfg: TailSamplingConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
+        Ok(Box::new(TailSampling::new(
+            cfg,
+            &ctx.id.to_string(),
+            &ctx.telemetry,
+        )?))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    Deadline,
+    RootReceived,
+    NumTraces,
+    MaxMemory,
+    TooLarge,
+    Shutdown,
+}
+
+impl Reason {
+    fn early_label(self) -> Option<&'static str> {
+        match self {
+            Reason::NumTraces => Some("num_traces"),
+            Reason::MaxMemory => Some("max_memory"),
+            Reason::TooLarge => Some("trace_too_large"),
+            Reason::Shutdown => Some("shutdown"),
+            Reason::Deadline | Reason::RootReceived => None,
+        }
+    }
+}
+
+struct Trace {
+    generation: u64,
+    deadline: Instant,
+    spans: Vec<Held>,
+    bytes: usize,
+    start_min: u64,
+    end_max: u64,
+    error: bool,
+    ok: bool,
+    unset: bool,
+    root_seen: bool,
+    attrs: Vec<(u16, AttrValue)>,
+    route: Option<Box<str>>,
+    root_name: Option<Box<str>>,
+}
+
+/// A bounded set remembering insertion order; the oldest leaves first.
+struct Fifo<V> {
+    map: HashMap<[u8; 16], V>,
+    order: VecDeque<[u8; 16]>,
+    cap: usize,
+}
+
+impl<V> Fifo<V> {
+    fn new(cap: usize) -> Self {
+        Fifo {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            cap,
+        }
+    }
+    fn insert(&mut self, id: [u8; 16], v: V) {
+        if self.cap == 0 {
+            return;
+        }
+        if self.map.insert(id, v).is_none() {
+            self.order.push_back(id);
+            while self.order.len() > self.cap {
+                if let Some(old) = self.order.pop_front() {
+                    self.map.remove(&old);
+                }
+            }
+        }
+    }
+    fn get(&self, id: &[u8; 16]) -> Option<&V> {
+        self.map.get(id)
+    }
+}
+
+struct Metrics {
+    pending_traces: Gauge,
+    pending_spans: Gauge,
+    pending_bytes: Gauge,
+    kept: Counter,
+    dropped: Counter,
+    late_kept: Counter,
+    late_dropped: Counter,
+    early: HashMap<&'static str, Counter>,
+    lag_ms: Gauge,
+    /// Per policy (index as in `policies`, then the errors policy): sampled, not sampled, drop.
+    policy: Vec<[Counter; 3]>,
+}
+
+/// Label and encoded annotation of each policy that kept a trace.
+struct Labels {
+    index: HashMap<String, u32>,
+    annotations: Vec<Arc<[u8]>>,
+}
+
+impl Labels {
+    fn get(&mut self, label: &str, adjusted: Option<f64>) -> u32 {
+        let key = match adjusted {
+            Some(a) => format!("{label}\u{0}{a}"),
+            None => label.to_string(),
+        };
+        if let Some(i) = self.index.get(&key) {
+            return *i;
+        }
+        let mut bytes = extract::string_attribute("sampling.policy", label);
+        if let Some(a) = adjusted {
+            bytes.extend(extract::double_attribute("sampling.adjusted_count", a));
+        }
+        let i = self.annotations.len() as u32;
+        self.annotations.push(bytes.into());
+        self.index.insert(key, i);
+        i
+    }
+}
+
+/// Collects kept spans into output requests of bounded size.
+struct Emitter {
+    buf: Vec<u8>,
+    spans: usize,
+    out: Vec<Batch>,
+}
+
+impl Emitter {
+    fn new() -> Self {
+        Emitter {
+            buf: Vec::new(),
+            spans: 0,
+            out: Vec::new(),
+        }
+    }
+    fn add(&mut self, spans: &[Held], extra: &[u8]) {
+        for chunk in spans.chunks(1024) {
+            extract::encode(chunk.iter().map(|h| (h, extra)), &mut self.buf);
+            self.spans += chunk.len();
+            if self.buf.len() >= MAX_OUTPUT_BYTES {
+                self.cut();
+            }
+        }
+    }
+    fn cut(&mut self) {
+        if self.spans > 0 {
+            let buf = std::mem::take(&mut self.buf);
+            self.out
+                .push(Batch::from_encoded(Signal::Traces, buf.into(), self.spans));
+            self.spans = 0;
+        }
+    }
+    fn finish(mut self, out: &mut Vec<Batch>) {
+        self.cut();
+        out.extend(self.out);
+    }
+}
+
+/// The processor.
+pub struct TailSampling {
+    cfg: TailSamplingConfig,
+    keys: Keys,
+    route_keys: Vec<u16>,
+    policies: Vec<Policy>,
+    errors: Option<Policy>,
+    traces: HashMap<[u8; 16], Trace>,
+    arrival: VecDeque<(Instant, [u8; 16], u64)>,
+    roots: VecDeque<(Instant, [u8; 16], u64)>,
+    generation: u64,
+    bytes: usize,
+    spans: usize,
+    sampled: Fifo<u32>,
+    not_sampled: Fifo<()>,
+    labels: Labels,
+    epoch: Instant,
+    metrics: Metrics,
+}
+
+impl TailSampling {
+    /// Build from a validated config.
+    pub fn new(cfg: TailSamplingConfig, id: &str, telemetry: &Registry) -> Result<Self, String> {
+        let mut keys = Keys::default();
+        let route_attributes = cfg
+            .policies
+            .iter()
+            .find(|p| p.kind == PolicyType::AdaptiveLatency)
+            .and_then(|p| p.adaptive_latency.as_ref())
+            .map(|a| a.route_attributes.clone())
+            .unwrap_or_else(default_route_attributes);
+        let route_keys = route_attributes.iter().map(|k| keys.add(k)).collect();
+        let policies: Vec<Policy> = cfg
+            .policies
+            .iter()
+            .map(|p| Policy::build(p, &mut keys))
+            .collect::<Result<_, _>>()?;
+        let errors = cfg.always_keep_errors.then(Policy::errors);
+        let c = |name: &'static str, help: &'static str, extra: &[(&'static str, &str)]| {
+            let mut labels = vec![("component", id)];
+            labels.extend_from_slice(extra);
+            telemetry.counter(name, help, &labels)
+        };
+        let mut policy_counters = Vec::new();
+        for name in policies
+            .iter()
+            .map(|p| p.name.as_str())
+            .chain(errors.iter().map(|p| p.name.as_str()))
+        {
+            policy_counters.push(["sampled", "not_sampled", "dropped"].map(|d| {
+                c(
+                    POLICY_DECISIONS,
+                    "Policy evaluations by outcome.",
+                    &[("policy", name), ("decision", d)],
+                )
+            }));
+        }
+        let g = |name: &'static str, help: &'static str| {
+            telemetry.gauge(name, help, &[("component", id)])
+        };
+        let metrics = Metrics {
+            pending_traces: g(PENDING_TRACES, "Traces waiting for a sampling decision."),
+            pending_spans: g(PENDING_SPANS, "Spans waiting for a sampling decision."),
+            pending_bytes: g(
+                PENDING_BYTES,
+                "Bytes held by pending spans, with bookkeeping.",
+            ),
+            kept: c(
+                TRACES,
+                "Traces decided, by outcome.",
+                &[("decision", "sampled")],
+            ),
+            dropped: c(
+                TRACES,
+                "Traces decided, by outcome.",
+                &[("decision", "not_sampled")],
+            ),
+            late_kept: c(
+                LATE_SPANS,
+                "Spans that arrived after their trace's decision.",
+                &[("decision", "sampled")],
+            ),
+            late_dropped: c(
+                LATE_SPANS,
+                "Spans that arrived after their trace's decision.",
+                &[("decision", "not_sampled")],
+            ),
+            early: ["num_traces", "max_memory", "trace_too_large", "shutdown"]
+                .into_iter()
+                .map(|r| {
+                    (
+                        r,
+                        c(
+                            EARLY_DECISIONS,
+                            "Traces decided early, by reason.",
+                            &[("reason", r)],
+                        ),
+                    )
+                })
+                .collect(),
+            lag_ms: g(
+                DECISION_LAG,
+                "How late after its deadline the last tick decided (milliseconds).",
+            ),
+            policy: policy_counters,
+        };
+        Ok(TailSampling {
+            keys,
+            route_keys,
+            policies,
+            errors,
+            traces: HashMap::new(),
+            arrival: VecDeque::new(),
+            roots: VecDeque::new(),
+            generation: 0,
+            bytes: 0,
+            spans: 0,
+            sampled: Fifo::new(cfg.decision_cache.sampled_cache_size),
+            not_sampled: Fifo::new(cfg.decision_cache.non_sampled_cache_size),
+            labels: Labels {
+                index: HashMap::new(),
+                annotations: Vec::new(),
+            },
+            epoch: Instant::now(),
+            metrics,
+            cfg,
+        })
+    }
+
+    fn update_gauges(&self) {
+        self.metrics.pending_traces.set(self.traces.len() as i64);
+        self.metrics.pending_spans.set(self.spans as i64);
+        self.metrics.pending_bytes.set(self.bytes as i64);
+    }
+
+    /// Bytes held, as counted against `max_memory`.
+    pub fn pending_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn add_span(
+        &mut self,
+        group: &Arc<Group>,
+        info: extract::SpanInfo<'_>,
+        now: Instant,
+        late: &mut Vec<(Held, u32)>,
+        too_large: &mut Vec<[u8; 16]>,
+    ) {
+        let id = info.trace_id;
+        if !self.traces.contains_key(&id) {
+            if let Some(label) = self.sampled.get(&id) {
+                self.metrics.late_kept.add(1);
+                late.push((
+                    Held {
+                        raw: info.raw.into(),
+                        group: group.clone(),
+                    },
+                    *label,
+                ));
+                return;
+            }
+            if self.not_sampled.get(&id).is_some() {
+                if info.status == 2 && self.errors.is_some() {
+                    // An error that arrived after the decision: keep it and what follows
+                    // (the spans already dropped are gone; counted as late).
+                    let idx = self.labels.get("errors-late", None);
+                    self.not_sampled.map.remove(&id);
+                    self.sampled.insert(id, idx);
+                    self.metrics.late_kept.add(1);
+                    late.push((
+                        Held {
+                            raw: info.raw.into(),
+                            group: group.clone(),
+                        },
+                        idx,
+                    ));
+                    return;
+                }
+                self.metrics.late_dropped.add(1);
+                return;
+            }
+            self.generation += 1;
+            let deadline = now + self.cfg.decision_wait.get();
+            self.arrival.push_back((deadline, id, self.generation));
+            self.bytes += TRACE_OVERHEAD;
+            self.traces.insert(
+                id,
+                Trace {
+                    generation: self.generation,
+                    deadline,
+                    spans: Vec::new(),
+                    bytes: TRACE_OVERHEAD,
+                    start_min: u64::MAX,
+                    end_max: 0,
+                    error: false,
+                    ok: false,
+                    unset: false,
+                    root_seen: false,
+                    attrs: Vec::new(),
+                    route: None,
+                    root_name: None,
+                },
+            );
+        }
+        let Some(t) = self.traces.get_mut(&id) else {
+            return;
+        };
+        let size = info.raw.len() + SPAN_OVERHEAD;
+        t.bytes += size;
+        self.bytes += size;
+        self.spans += 1;
+        t.start_min = t.start_min.min(info.start);
+        t.end_max = t.end_max.max(info.end);
+        match info.status {
+            2 => t.error = true,
+            1 => t.ok = true,
+            _ => t.unset = true,
+        }
+        for (k, v) in info.attrs.iter().chain(group.resource_attrs.iter()) {
+            if t.attrs.len() < MAX_ATTRS && !t.attrs.iter().any(|(k2, v2)| k2 == k && v2 == v) {
+                t.attrs.push((*k, v.clone()));
+            }
+        }
+        let span_route = self.route_keys.iter().find_map(|rk| {
+            info.attrs.iter().find_map(|(k, v)| match v {
+                AttrValue::Str(s) if k == rk => Some(s.clone()),
+                _ => None,
+            })
+        });
+        if info.is_root {
+            t.root_name = Some(String::from_utf8_lossy(info.name).into());
+            if span_route.is_some() {
+                t.route = span_route;
+            }
+            if !t.root_seen {
+                t.root_seen = true;
+                let after = self.cfg.decision_wait_after_root_received.get();
+                if !after.is_zero() && now + after < t.deadline {
+                    t.deadline = now + after;
+                    self.roots.push_back((now + after, id, t.generation));
+                }
+            }
+        } else if t.route.is_none() {
+            t.route = span_route;
+        }
+        t.spans.push(Held {
+            raw: info.raw.into(),
+            group: group.clone(),
+        });
+        let limit_spans = self.cfg.max_spans_per_trace;
+        let limit_bytes = self.cfg.maximum_trace_size_bytes.0 as usize;
+        if (limit_spans > 0 && t.spans.len() >= limit_spans)
+            || (limit_bytes > 0 && t.bytes >= limit_bytes)
+        {
+            too_large.push(id);
+        }
+    }
+
+    /// Decide one pending trace; kept spans go to `emit`.
+    fn decide(&mut self, id: [u8; 16], reason: Reason, now: Instant, emit: &mut Emitter) {
+        let Some(t) = self.traces.remove(&id) else {
+            return;
+        };
+        self.bytes -= t.bytes;
+        self.spans -= t.spans.len();
+        if let Some(r) = reason.early_label() {
+            if let Some(c) = self.metrics.early.get(r) {
+                c.add(1);
+            }
+        } else {
+            let lag = now.saturating_duration_since(t.deadline);
+            self.metrics.lag_ms.set(lag.as_millis() as i64);
+        }
+        if reason == Reason::Shutdown && self.cfg.drop_pending_traces_on_shutdown {
+            self.metrics.dropped.add(1);
+            return;
+        }
+        let view = TraceView {
+            trace_id: &id,
+            duration_ns: t.end_max.saturating_sub(t.start_min.min(t.end_max)),
+            span_count: t.spans.len(),
+            error: t.error,
+            ok: t.ok,
+            unset: t.unset,
+            attrs: &t.attrs,
+            route: t.route.as_deref().or(t.root_name.as_deref()),
+        };
+        let now_secs = now.saturating_duration_since(self.epoch).as_secs();
+        let mut kept: Option<(String, Option<f64>)> = None;
+        let mut dropped = false;
+        let n = self.policies.len();
+        let errors_first = self.errors.iter_mut().map(|p| (n, p));
+        for (i, p) in errors_first.chain(self.policies.iter_mut().enumerate()) {
+            if kept.is_some() && self.cfg.sample_on_first_match {
+                break;
+            }
+            let d = p.evaluate(&view, now_secs);
+            self.metrics.policy[i][match d {
+                Decision::Sampled => 0,
+                Decision::NotSampled => 1,
+                Decision::Drop => 2,
+            }]
+            .add(1);
+            match d {
+                Decision::Sampled if kept.is_none() => kept = Some((p.label(), p.adjusted_count)),
+                Decision::Drop => dropped = true,
+                _ => {}
+            }
+        }
+        match kept {
+            Some((label, adjusted)) if !dropped => {
+                let idx = self.labels.get(&label, adjusted);
+                emit.add(&t.spans, &self.labels.annotations[idx as usize]);
+                self.sampled.insert(id, idx);
+                self.metrics.kept.add(1);
+            }
+            _ => {
+                self.not_sampled.insert(id, ());
+                self.metrics.dropped.add(1);
+            }
+        }
+    }
+
+    /// Decide the oldest traces while a bound is exceeded.
+    fn enforce_bounds(&mut self, now: Instant, emit: &mut Emitter) {
+        while self.traces.len() > self.cfg.num_traces || self.bytes > self.cfg.max_memory.0 as usize
+        {
+            let reason = if self.traces.len() > self.cfg.num_traces {
+                Reason::NumTraces
+            } else {
+                Reason::MaxMemory
+            };
+            let Some((_, id, generation)) = self.arrival.pop_front() else {
+                break;
+            };
+            if self
+                .traces
+                .get(&id)
+                .is_some_and(|t| t.generation == generation)
+            {
+                self.decide(id, reason, now, emit);
+            }
+        }
+    }
+
+    fn ingest(&mut self, buf: &[u8], now: Instant, emit: &mut Emitter) -> Result<(), ProcessError> {
+        let mut late = Vec::new();
+        let mut too_large = Vec::new();
+        let keys = std::mem::take(&mut self.keys);
+        let res = extract::for_each_span(buf, &keys, |group, info| {
+            self.add_span(group, info, now, &mut late, &mut too_large)
+        });
+        self.keys = keys;
+        res.map_err(|e| ProcessError(Box::new(e)))?;
+        for (held, label) in &late {
+            emit.add(
+                std::slice::from_ref(held),
+                &self.labels.annotations[*label as usize],
+            );
+        }
+        for id in too_large {
+            self.decide(id, Reason::TooLarge, now, emit);
+        }
+        self.enforce_bounds(now, emit);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Processor for TailSampling {
+    fn accepts(&self) -> SignalSet {
+        SignalSet::only(Signal::Traces)
+    }
+
+    async fn process(&mut self, batch: Batch, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
+        let now = Instant::now();
+        let mut emit = Emitter::new();
+        let r = batch
+            .encoded_parts()
+            .iter()
+            .try_for_each(|part| self.ingest(part, now, &mut emit));
+        emit.finish(out);
+        self.update_gauges();
+        r
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let a = self.arrival.front().map(|x| x.0);
+        let r = self.roots.front().map(|x| x.0);
+        match (a, r) {
+            (Some(a), Some(r)) => Some(a.min(r)),
+            (a, r) => a.or(r),
+        }
+    }
+
+    async fn on_tick(&mut self, now: Instant, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
+        let mut emit = Emitter::new();
+        while let Some(&(deadline, id, generation)) = self.roots.front() {
+            if deadline > now {
+                break;
+            }
+            self.roots.pop_front();
+            if self
+                .traces
+                .get(&id)
+                .is_some_and(|t| t.generation == generation)
+            {
+                self.decide(id, Reason::RootReceived, now, &mut emit);
+            }
+        }
+        while let Some(&(deadline, id, generation)) = self.arrival.front() {
+            if deadline > now {
+                break;
+            }
+            self.arrival.pop_front();
+            if self
+                .traces
+                .get(&id)
+                .is_some_and(|t| t.generation == generation)
+            {
+                self.decide(id, Reason::Deadline, now, &mut emit);
+            }
+        }
+        emit.finish(out);
+        self.update_gauges();
+        Ok(())
+    }
+
+    async fn flush(&mut self, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
+        let now = Instant::now();
+        let mut emit = Emitter::new();
+        let pending: Vec<([u8; 16], u64)> =
+            self.arrival.drain(..).map(|(_, id, g)| (id, g)).collect();
+        for (id, generation) in pending {
+            if self
+                .traces
+                .get(&id)
+                .is_some_and(|t| t.generation == generation)
+            {
+                self.decide(id, Reason::Shutdown, now, &mut emit);
+            }
+        }
+        self.roots.clear();
+        emit.finish(out);
+        self.update_gauges();
+        Ok(())
+    }
+}
