@@ -58,9 +58,12 @@ enum Cmd {
         /// Error spans every N spans (0: none).
         #[arg(long, default_value = "0")]
         error_every: usize,
-        /// Use Zipf-ish slow spans: every N-th trace's root lasts 3 s (0: none).
+        /// Slow traces: every N-th trace's spans last 3 s (0: none).
         #[arg(long, default_value = "0")]
         slow_every: usize,
+        /// Stop after this many spans were accepted (0: run for --seconds).
+        #[arg(long, default_value = "0")]
+        total_spans: u64,
     },
     /// Count spans received over OTLP/gRPC.
     Sink {
@@ -93,7 +96,9 @@ fn request(
         .map(|i| {
             let id = seed.wrapping_mul(1_000_003).wrapping_add(i as u64 + 1);
             let trace = id / 5; // 5 spans a trace
-            let mut trace_id = trace.to_be_bytes().to_vec();
+                                // A marker in the first 4 bytes lets the sender find and renumber trace ids.
+            let mut trace_id = vec![0xC0, 0xFF, 0xEE, 0x42];
+            trace_id.extend_from_slice(&(trace as u32).to_be_bytes());
             trace_id.extend_from_slice(&(trace ^ 0x5bd1_e995).to_be_bytes());
             let start = 1_764_000_000_000_000_000u64 + id * 1_000;
             let slow = slow_every > 0 && trace.is_multiple_of(slow_every as u64);
@@ -173,13 +178,26 @@ async fn send(
     connections: usize,
     error_every: usize,
     slow_every: usize,
+    total_spans: u64,
 ) -> anyhow::Result<()> {
-    let reqs: Arc<Vec<Bytes>> = Arc::new(
+    // 64 request templates; every send renumbers the trace ids, so each request
+    // carries new traces (as real traffic does) at the cost of one copy.
+    let reqs: Arc<Vec<(Bytes, Vec<usize>)>> = Arc::new(
         (0..64)
-            .map(|i| Bytes::from(request(i, spans, error_every, slow_every).encode_to_vec()))
+            .map(|i| {
+                let b = request(i, spans, error_every, slow_every).encode_to_vec();
+                let offsets = b
+                    .windows(6)
+                    .enumerate()
+                    .filter(|(_, w)| w == &[0x0a, 0x10, 0xC0, 0xFF, 0xEE, 0x42])
+                    .map(|(o, _)| o + 2)
+                    .collect();
+                (Bytes::from(b), offsets)
+            })
             .collect(),
     );
-    let span_bytes = reqs[0].len() as f64 / spans as f64;
+    let seq = Arc::new(AtomicU64::new(1));
+    let span_bytes = reqs[0].0.len() as f64 / spans as f64;
     let mut channels = Vec::new();
     for _ in 0..connections.max(1) {
         let ch = tonic::transport::Endpoint::from_shared(format!("http://{target}"))?
@@ -196,20 +214,36 @@ async fn send(
     let mut tasks = Vec::new();
     for t in 0..concurrency {
         let ch = channels[t % channels.len()].clone();
-        let (reqs, sent, refused) = (reqs.clone(), sent.clone(), refused.clone());
+        let (reqs, sent, refused, seq) = (reqs.clone(), sent.clone(), refused.clone(), seq.clone());
         tasks.push(tokio::spawn(async move {
             let mut client = tonic::client::Grpc::new(ch);
             let mut i = t;
+            let mut body = Bytes::new();
+            let mut resend = false;
             while Instant::now() < deadline {
-                let body = reqs[i % reqs.len()].clone();
+                if total_spans > 0 && sent.load(Ordering::Relaxed) >= total_spans {
+                    break;
+                }
+                if !resend {
+                    let (template, offsets) = &reqs[i % reqs.len()];
+                    let n = seq.fetch_add(1, Ordering::Relaxed) as u32;
+                    let mut b = template.to_vec();
+                    for o in offsets {
+                        b[o + 4..o + 8].copy_from_slice(&n.to_be_bytes());
+                    }
+                    body = Bytes::from(b);
+                }
+                resend = false;
                 i += concurrency;
                 if client.ready().await.is_err() {
                     refused.fetch_add(1, Ordering::Relaxed);
+                    resend = true;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
                 let r = client
                     .unary::<Vec<Bytes>, ExportTraceServiceResponse, _>(
-                        tonic::Request::new(vec![body]),
+                        tonic::Request::new(vec![body.clone()]),
                         http::uri::PathAndQuery::from_static(export_path(Signal::Traces)),
                         ClientCodec::default(),
                     )
@@ -220,6 +254,7 @@ async fn send(
                     }
                     Err(_) => {
                         refused.fetch_add(1, Ordering::Relaxed);
+                        resend = true; // send the refused request again
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                 }
@@ -340,6 +375,7 @@ fn main() -> anyhow::Result<()> {
             connections,
             error_every,
             slow_every,
+            total_spans,
         } => rt.block_on(send(
             target,
             seconds,
@@ -348,6 +384,7 @@ fn main() -> anyhow::Result<()> {
             connections,
             error_every,
             slow_every,
+            total_spans,
         )),
         Cmd::Sink { listen, idle_exit } => rt.block_on(sink(listen, idle_exit)),
     }
