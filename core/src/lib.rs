@@ -18,4 +18,4 @@ pub mod topology;
 pub mod wire;
 
 pub use error::{BoxError, CoreError};
-pub use model::{Batch, Signal, SignalSet};
+pub use model::{Ack, Batch, Signal, SignalSet};

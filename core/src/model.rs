@@ -129,12 +129,56 @@ pub enum Data {
     Metrics(Vec<ResourceMetrics>),
 }
 
+/// An acknowledgement: fires once every holder of a clone has dropped it,
+/// telling the source whether all of them delivered. Receivers that must
+/// not lose data (file tailing) advance their checkpoints only on it.
+#[derive(Debug, Clone)]
+pub struct Ack(std::sync::Arc<AckInner>);
+
+#[derive(Debug)]
+struct AckInner {
+    failed: std::sync::atomic::AtomicBool,
+    tx: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<bool>>>,
+}
+
+impl Ack {
+    /// A new acknowledgement and the receiver of its outcome (`true`: delivered).
+    pub fn new() -> (Ack, tokio::sync::oneshot::Receiver<bool>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (
+            Ack(std::sync::Arc::new(AckInner {
+                failed: std::sync::atomic::AtomicBool::new(false),
+                tx: std::sync::Mutex::new(Some(tx)),
+            })),
+            rx,
+        )
+    }
+
+    fn fail(&self) {
+        self.0.failed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for AckInner {
+    fn drop(&mut self) {
+        let tx = match self.tx.lock() {
+            Ok(mut g) => g.take(),
+            Err(p) => p.into_inner().take(),
+        };
+        if let Some(tx) = tx {
+            // The source may have stopped listening; nothing to do then.
+            tx.send(!self.failed.load(std::sync::atomic::Ordering::SeqCst)).ok();
+        }
+    }
+}
+
 /// A unit of work flowing through a pipeline: items of one signal.
 #[derive(Debug, Clone)]
 pub struct Batch {
     signal: Signal,
     items: usize,
     data: Data,
+    acks: Vec<Ack>,
 }
 
 impl Batch {
@@ -145,6 +189,7 @@ impl Batch {
             signal,
             items,
             data: Data::Encoded(vec![bytes]),
+            acks: Vec::new(),
         }
     }
 
@@ -155,6 +200,7 @@ impl Batch {
             signal: Signal::Traces,
             items,
             data: Data::Traces(resource_spans),
+            acks: Vec::new(),
         }
     }
 
@@ -165,6 +211,7 @@ impl Batch {
             signal: Signal::Logs,
             items,
             data: Data::Logs(resource_logs),
+            acks: Vec::new(),
         }
     }
 
@@ -175,6 +222,21 @@ impl Batch {
             signal: Signal::Metrics,
             items,
             data: Data::Metrics(resource_metrics),
+            acks: Vec::new(),
+        }
+    }
+
+    /// Attach an acknowledgement: it fires when every copy of this batch
+    /// (and of batches it is merged into) has been delivered or given up.
+    pub fn with_ack(mut self, ack: Ack) -> Self {
+        self.acks.push(ack);
+        self
+    }
+
+    /// Mark every acknowledgement of this batch as failed (an exporter gave up).
+    pub fn mark_failed(&self) {
+        for a in &self.acks {
+            a.fail();
         }
     }
 
@@ -319,9 +381,10 @@ impl Batch {
 
     /// Append another batch of the same signal. Two encoded batches are
     /// joined without decoding; otherwise both are decoded.
-    pub fn append(&mut self, other: Batch) -> Result<(), CoreError> {
+    pub fn append(&mut self, mut other: Batch) -> Result<(), CoreError> {
         debug_assert_eq!(self.signal, other.signal);
         self.items += other.items;
+        self.acks.append(&mut other.acks);
         match (&mut self.data, other.data) {
             (Data::Encoded(a), Data::Encoded(b)) => a.extend(b),
             (Data::Traces(a), Data::Traces(b)) => a.extend(b),
@@ -332,6 +395,7 @@ impl Batch {
                     signal: self.signal,
                     items: 0,
                     data,
+                    acks: Vec::new(),
                 };
                 self.decode_in_place()?;
                 other.decode_in_place()?;
@@ -431,4 +495,31 @@ pub fn count_data_points(v: &[ResourceMetrics]) -> usize {
             None => 0,
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_fires_when_every_copy_is_gone() {
+        let (ack, mut rx) = Ack::new();
+        let b = Batch::from_logs(vec![]).with_ack(ack);
+        let copy = b.clone();
+        let mut merged = Batch::from_logs(vec![]);
+        merged.append(b).expect("append");
+        assert!(rx.try_recv().is_err(), "still held");
+        drop(copy);
+        assert!(rx.try_recv().is_err(), "still held by the merged batch");
+        drop(merged);
+        assert_eq!(rx.try_recv(), Ok(true));
+
+        let (ack, mut rx) = Ack::new();
+        let b = Batch::from_logs(vec![]).with_ack(ack);
+        let copy = b.clone();
+        copy.mark_failed();
+        drop(copy);
+        drop(b);
+        assert_eq!(rx.try_recv(), Ok(false), "one copy failed");
+    }
 }

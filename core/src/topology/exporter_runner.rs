@@ -158,6 +158,7 @@ pub(crate) fn spawn(
         // Anything still queued after a hard stop is lost: count it.
         rx.close();
         while let Ok(b) = rx.try_recv() {
+            b.mark_failed();
             counters.failed.get(b.signal()).add(b.items() as u64);
         }
         size.set(0);
@@ -183,6 +184,7 @@ async fn deliver(
         let attempt = tokio::select! {
             r = tokio::time::timeout(delivery.timeout, exporter.export(batch)) => r,
             _ = stop.cancelled() => {
+                batch.mark_failed();
                 counters.failed.get(signal).add(items);
                 tracing::error!(exporter = %id, items, "Shutdown deadline reached; batch dropped.");
                 return;
@@ -200,6 +202,7 @@ async fn deliver(
                 return;
             }
             Ok(Err(ExportError::Permanent { source })) => {
+                batch.mark_failed();
                 counters.failed.get(signal).add(items);
                 tracing::error!(exporter = %id, items, error = %source, "Export rejected permanently; not retrying.");
                 return;
@@ -214,6 +217,7 @@ async fn deliver(
             ),
         };
         if !delivery.retry.enabled {
+            batch.mark_failed();
             counters.failed.get(signal).add(items);
             tracing::error!(exporter = %id, items, %error, "Export failed; retries are disabled.");
             return;
@@ -221,6 +225,7 @@ async fn deliver(
         let wait = retry_after.unwrap_or_else(|| backoff.next_wait());
         let max = delivery.retry.max_elapsed_time.get();
         if !max.is_zero() && started.elapsed() + wait > max {
+            batch.mark_failed();
             counters.failed.get(signal).add(items);
             tracing::error!(exporter = %id, items, %error, "Export failed; giving up after max_elapsed_time.");
             return;
@@ -230,6 +235,7 @@ async fn deliver(
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = stop.cancelled() => {
+                batch.mark_failed();
                 counters.failed.get(signal).add(items);
                 tracing::error!(exporter = %id, items, "Shutdown deadline reached; batch dropped.");
                 return;
