@@ -1,5 +1,6 @@
 //! causeway receivers.
 
+pub mod gateway_log;
 pub mod otlp;
 
 use causeway_core::registry::Registry;
@@ -31,4 +32,5 @@ pub enum ReceiverError {
 /// Register every receiver of this crate.
 pub fn register(registry: &mut Registry) {
     registry.add_receiver(otlp::OtlpReceiverFactory);
+    registry.add_receiver(gateway_log::GatewayLogFactory);
 }

@@ -1,0 +1,152 @@
+//! Configuration of the `gateway_log` receiver.
+
+use causeway_core::config::{ByteSize, ConfigError, Duration, Validate};
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+use super::parse::Canon;
+
+/// Where to start in files found at startup without a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum StartAt {
+    /// From the first byte.
+    Beginning,
+    /// From the current end (new lines only), as the Collector's filelog does.
+    #[default]
+    End,
+}
+
+/// Line formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatName {
+    /// One JSON object a line.
+    #[default]
+    Json,
+    /// Envoy JSON access log.
+    Envoy,
+    /// NGINX combined (+ timings) or NGINX JSON.
+    Nginx,
+    /// Named-capture regex (`regex:`).
+    Regex,
+}
+
+/// `receivers.gateway_log`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayLogConfig {
+    /// Glob patterns of files to tail. Include the rotated names (`access.log*`)
+    /// so that lines written just before a copy-truncate rotation are read from the copy.
+    pub include: Vec<String>,
+    /// Glob patterns to leave out.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// `end` (default) or `beginning`, for files found at startup without a checkpoint.
+    /// Files that appear later are always read from their beginning.
+    #[serde(default)]
+    pub start_at: StartAt,
+    /// How often to look for new files and new lines (default 200ms).
+    #[serde(default = "poll")]
+    pub poll_interval: Duration,
+    /// `json` (default), `envoy`, `nginx` or `regex`.
+    #[serde(default)]
+    pub format: FormatName,
+    /// For `format: regex`: named captures named after the fields (`trace_id`, `route_id`, `status_code`, …).
+    #[serde(default)]
+    pub regex: Option<String>,
+    /// Which key holds which field, e.g. `{trace_id: x_trace, duration_ms: took}`.
+    #[serde(default)]
+    pub fields: IndexMap<String, String>,
+    /// Longer lines are cut: skipped to the next newline, counted and reported (default 1MiB).
+    #[serde(default = "max_line")]
+    pub max_line_bytes: ByteSize,
+    /// Bytes of a file's beginning that identify it across renames (default 1KiB).
+    #[serde(default = "fingerprint")]
+    pub fingerprint_size: ByteSize,
+    /// Directory for read checkpoints; without it a restart starts over by `start_at`.
+    #[serde(default)]
+    pub storage: Option<String>,
+    /// Lines per batch sent into the pipeline (default 1000).
+    #[serde(default = "batch_lines")]
+    pub max_batch_lines: usize,
+    /// Batches sent but not yet delivered; reading pauses beyond it. This
+    /// bounds what a crash can repeat (default 16).
+    #[serde(default = "inflight")]
+    pub max_inflight_batches: usize,
+    /// A file that bad lines are appended to (as JSON, with file, offset and reason).
+    #[serde(default)]
+    pub dead_letter: Option<String>,
+    /// Resource attributes of the records, e.g. `service.name: edge-gateway`.
+    #[serde(default)]
+    pub resource: IndexMap<String, String>,
+}
+
+fn poll() -> Duration {
+    Duration::millis(200)
+}
+fn max_line() -> ByteSize {
+    ByteSize(1 << 20)
+}
+fn fingerprint() -> ByteSize {
+    ByteSize(1024)
+}
+fn batch_lines() -> usize {
+    1000
+}
+fn inflight() -> usize {
+    16
+}
+
+impl Validate for GatewayLogConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e = Vec::new();
+        if self.include.is_empty() {
+            e.push(ConfigError::new("include", "at least one glob pattern is required"));
+        }
+        for (key, list) in [("include", &self.include), ("exclude", &self.exclude)] {
+            for (i, p) in list.iter().enumerate() {
+                if let Err(x) = glob::Pattern::new(p) {
+                    e.push(ConfigError::new(format!("{key}[{i}]"), format!("invalid glob: {x}")));
+                }
+            }
+        }
+        match (&self.format, &self.regex) {
+            (FormatName::Regex, None) => e.push(ConfigError::new("regex", "required with format: regex")),
+            (FormatName::Regex, Some(r)) => match regex::Regex::new(r) {
+                Err(x) => e.push(ConfigError::new("regex", format!("invalid regex: {x}"))),
+                Ok(re) => {
+                    for n in re.capture_names().flatten() {
+                        if Canon::from_name(n).is_none() {
+                            e.push(ConfigError::new("regex", format!("unknown capture name {n:?}: use field names such as trace_id, route_id, status_code")));
+                        }
+                    }
+                }
+            },
+            (_, Some(_)) => e.push(ConfigError::new("regex", "only used with format: regex")),
+            _ => {}
+        }
+        for k in self.fields.keys() {
+            if Canon::from_name(k).is_none() {
+                let valid: Vec<&str> = Canon::ALL.iter().map(|c| c.name()).collect();
+                e.push(ConfigError::new(format!("fields.{k}"), format!("unknown field (valid: {})", valid.join(", "))));
+            }
+        }
+        if self.max_line_bytes.0 < 64 {
+            e.push(ConfigError::new("max_line_bytes", "must be at least 64"));
+        }
+        if self.fingerprint_size.0 < 16 {
+            e.push(ConfigError::new("fingerprint_size", "must be at least 16 bytes"));
+        }
+        if self.max_batch_lines == 0 {
+            e.push(ConfigError::new("max_batch_lines", "must be at least 1"));
+        }
+        if self.max_inflight_batches == 0 {
+            e.push(ConfigError::new("max_inflight_batches", "must be at least 1"));
+        }
+        if self.poll_interval.get().is_zero() {
+            e.push(ConfigError::new("poll_interval", "must be greater than 0"));
+        }
+        e
+    }
+}

@@ -1,0 +1,361 @@
+//! The `gateway_log` receiver: tails API-gateway / ingress access logs
+//! (JSON, Envoy, NGINX, regex) and turns each line into an OTLP log record
+//! with `trace_id`/`span_id` set and the gateway's fields as attributes, so
+//! they can be joined with traces and exported to Loki.
+//!
+//! Nothing is lost: files are followed across rename and copy-truncate
+//! rotation by fingerprint and inode, and read offsets are checkpointed
+//! (write, fsync, rename) only once the lines were **delivered** by every
+//! exporter (end-to-end acknowledgement). After a crash at most the batches
+//! in flight — `max_inflight_batches` × `max_batch_lines` lines — are read
+//! again; nothing is skipped.
+
+pub mod config;
+pub mod parse;
+mod tail;
+#[cfg(test)]
+mod tests;
+
+use async_trait::async_trait;
+use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
+use causeway_core::config::{decode, ConfigError};
+use causeway_core::telemetry::{Counter, Gauge};
+use causeway_core::topology::{Output, SendError};
+use causeway_core::{Ack, Batch, BoxError, Signal, SignalSet};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use config::{FormatName, GatewayLogConfig, StartAt};
+use parse::{Canon, Format, KeyMap};
+use tail::{Checkpoint, TailConfig, Tailer};
+
+/// Lines read, by outcome (`parsed`, `bad`, `too_long`).
+pub const LINES: &str = "causeway_gateway_log_lines_total";
+/// Files being followed.
+pub const OPEN_FILES: &str = "causeway_gateway_log_open_files";
+
+/// Factory of the `gateway_log` receiver.
+pub struct GatewayLogFactory;
+
+#[async_trait]
+impl ReceiverFactory for GatewayLogFactory {
+    fn kind(&self) -> &'static str {
+        "gateway_log"
+    }
+    fn signals(&self) -> SignalSet {
+        SignalSet::only(Signal::Logs)
+    }
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
+        decode::<GatewayLogConfig>(cfg).map(|_| ())
+    }
+    async fn build(&self, ctx: BuildContext, cfg: &serde_yaml::Value) -> Result<Box<dyn Receiver>, BoxError> {
+        let cfg: GatewayLogConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
+        let id = ctx.id.to_string();
+        let checkpoint = cfg
+            .storage
+            .as_ref()
+            .map(|d| PathBuf::from(d).join(format!("gateway_log-{}.json", id.replace(['/', '\\'], "_"))));
+        let (restored, problem) = match &checkpoint {
+            Some(p) => tail::load_checkpoints(p),
+            None => (Vec::new(), None),
+        };
+        if let Some(problem) = problem {
+            tracing::warn!(receiver = %id, %problem, "Checkpoint not loaded; files start by start_at.");
+        }
+        let format = build_format(&cfg)?;
+        let tail_cfg = TailConfig {
+            include: cfg.include.clone(),
+            exclude: cfg.exclude.iter().filter_map(|p| glob::Pattern::new(p).ok()).collect(),
+            start_at_end: cfg.start_at == StartAt::End,
+            max_line: cfg.max_line_bytes.0 as usize,
+            fp_size: cfg.fingerprint_size.0 as usize,
+        };
+        let lines = |outcome: &str| {
+            ctx.telemetry
+                .counter(LINES, "Gateway log lines read, by outcome.", &[("component", &id), ("outcome", outcome)])
+        };
+        let resource = Resource {
+            attributes: cfg.resource.iter().map(|(k, v)| kv(k, v)).collect(),
+            ..Default::default()
+        };
+        Ok(Box::new(GatewayLogReceiver {
+            parsed: lines("parsed"),
+            bad: lines("bad"),
+            too_long: lines("too_long"),
+            open_files: ctx.telemetry.gauge(OPEN_FILES, "Files followed by a gateway_log receiver.", &[("component", &id)]),
+            tailer: Some(Tailer::new(tail_cfg, restored)),
+            format: std::sync::Arc::new(format),
+            resource,
+            checkpoint,
+            id,
+            cfg,
+        }))
+    }
+}
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+fn build_format(cfg: &GatewayLogConfig) -> Result<Format, BoxError> {
+    let overrides: Vec<(Canon, String)> = cfg
+        .fields
+        .iter()
+        .filter_map(|(k, v)| Some((Canon::from_name(k)?, v.clone())))
+        .collect();
+    Ok(match cfg.format {
+        FormatName::Json => Format::Json(KeyMap::new(&overrides)),
+        FormatName::Envoy => Format::Envoy(KeyMap::new(&overrides)),
+        FormatName::Nginx => Format::Nginx(KeyMap::new(&overrides)),
+        FormatName::Regex => Format::Regex(regex::Regex::new(cfg.regex.as_deref().unwrap_or(""))?),
+    })
+}
+
+struct GatewayLogReceiver {
+    id: String,
+    cfg: GatewayLogConfig,
+    tailer: Option<Tailer>,
+    format: std::sync::Arc<Format>,
+    resource: Resource,
+    checkpoint: Option<PathBuf>,
+    parsed: Counter,
+    bad: Counter,
+    too_long: Counter,
+    open_files: Gauge,
+}
+
+struct InFlight {
+    done: oneshot::Receiver<bool>,
+    /// Per file: offset just after the last line of this batch.
+    ends: Vec<(u64, u64)>,
+}
+
+/// Parsed records and bad lines of one chunk, built on the blocking pool.
+struct Parsed {
+    records: Vec<LogRecord>,
+    ends: Vec<(u64, u64)>,
+    bad: Vec<(u64, u64, String, Vec<u8>)>,
+    too_long: u64,
+}
+
+fn parse_chunk(format: &Format, lines: Vec<tail::Line>) -> Parsed {
+    let observed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut out = Parsed {
+        records: Vec::with_capacity(lines.len()),
+        ends: Vec::new(),
+        bad: Vec::new(),
+        too_long: 0,
+    };
+    let mut ends: HashMap<u64, u64> = HashMap::new();
+    for l in lines {
+        let e = ends.entry(l.file).or_insert(0);
+        *e = (*e).max(l.end);
+        if l.too_long {
+            out.too_long += 1;
+            out.bad.push((l.file, l.offset, "line longer than max_line_bytes; cut and skipped".into(), l.bytes));
+            continue;
+        }
+        let text = match std::str::from_utf8(&l.bytes) {
+            Ok(t) => t,
+            Err(e) => {
+                out.bad.push((l.file, l.offset, format!("not UTF-8: {e}"), l.bytes));
+                continue;
+            }
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        match format.parse(text) {
+            Ok(f) => out.records.push(parse::to_record(text, &f, observed)),
+            Err(e) => out.bad.push((l.file, l.offset, e.0, l.bytes)),
+        }
+    }
+    out.ends = ends.into_iter().collect();
+    out
+}
+
+impl GatewayLogReceiver {
+    fn batch(&self, records: Vec<LogRecord>) -> Batch {
+        Batch::from_logs(vec![ResourceLogs {
+            resource: Some(self.resource.clone()),
+            scope_logs: vec![ScopeLogs {
+                scope: Some(InstrumentationScope {
+                    name: "causeway.gateway_log".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    ..Default::default()
+                }),
+                log_records: records,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }])
+    }
+
+    fn report_bad(&self, tailer: &Tailer, bad: &[(u64, u64, String, Vec<u8>)]) {
+        for (i, (file, offset, reason, bytes)) in bad.iter().enumerate() {
+            let path = tailer.identity(*file).map(|x| x.1).unwrap_or_default();
+            if i < 20 {
+                tracing::warn!(receiver = %self.id, file = %path, offset, reason = %reason, "Bad gateway log line skipped.");
+            } else if i == 20 {
+                tracing::warn!(receiver = %self.id, more = bad.len() - 20, "More bad gateway log lines in this read.");
+            }
+            if let Some(dl) = &self.cfg.dead_letter {
+                let entry = serde_json::json!({
+                    "receiver": self.id, "file": path, "offset": offset, "reason": reason,
+                    "line": String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]),
+                });
+                let written = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dl)
+                    .and_then(|mut f| writeln!(f, "{entry}"));
+                if let Err(error) = written {
+                    tracing::warn!(receiver = %self.id, dead_letter = %dl, %error, "Cannot write the dead-letter file.");
+                }
+            }
+        }
+    }
+
+    fn save(&self, committed: &HashMap<u64, Checkpoint>) {
+        let Some(path) = &self.checkpoint else { return };
+        let cps: Vec<Checkpoint> = committed.values().cloned().collect();
+        if let Err(error) = tail::save_checkpoints(path, &cps) {
+            tracing::error!(receiver = %self.id, checkpoint = %path.display(), %error, "Cannot write the checkpoint.");
+        }
+    }
+}
+
+/// Advance checkpoints over the delivered batches at the front of `inflight`, in order.
+fn commit_ready(inflight: &mut VecDeque<InFlight>, tailer: &Tailer, committed: &mut HashMap<u64, Checkpoint>) -> bool {
+    let mut changed = false;
+    while let Some(front) = inflight.front_mut() {
+        match front.done.try_recv() {
+            Ok(delivered) => {
+                if !delivered {
+                    tracing::error!("Gateway log lines were not delivered (an exporter gave up); moving on.");
+                }
+            }
+            Err(oneshot::error::TryRecvError::Empty) => break,
+            Err(oneshot::error::TryRecvError::Closed) => {}
+        }
+        if let Some(f) = inflight.pop_front() {
+            for (file, end) in f.ends {
+                if let Some((fp, path)) = tailer.identity(file) {
+                    let e = committed.entry(file).or_insert(Checkpoint {
+                        fingerprint: fp.clone(),
+                        offset: 0,
+                        path: path.clone(),
+                    });
+                    e.offset = e.offset.max(end);
+                    e.fingerprint = fp;
+                    e.path = path;
+                    changed = true;
+                }
+            }
+        }
+    }
+    changed
+}
+
+#[async_trait]
+impl Receiver for GatewayLogReceiver {
+    async fn run(mut self: Box<Self>, out: Output, shutdown: CancellationToken) -> Result<(), BoxError> {
+        let mut tailer = self.tailer.take().ok_or("gateway_log: already running")?;
+        let mut inflight: VecDeque<InFlight> = VecDeque::new();
+        let mut committed: HashMap<u64, Checkpoint> = HashMap::new();
+        let mut tick = tokio::time::interval(self.cfg.poll_interval.get());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        'outer: loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let (t, (lines, errors)) = tokio::task::spawn_blocking(move || {
+                let r = tailer.poll();
+                (tailer, r)
+            })
+            .await?;
+            tailer = t;
+            for error in errors {
+                tracing::warn!(receiver = %self.id, %error, "Cannot read a file.");
+            }
+            let mut changed = false;
+            for (id, cp) in tailer.new_files() {
+                committed.entry(id).or_insert(cp);
+                changed = true;
+            }
+            committed.retain(|id, _| tailer.is_open(*id));
+            self.open_files.set(tailer.open_files() as i64);
+            let mut lines = lines.into_iter().peekable();
+            while lines.peek().is_some() {
+                let chunk: Vec<tail::Line> = lines.by_ref().take(self.cfg.max_batch_lines).collect();
+                let format = self.format.clone();
+                let parsed = tokio::task::spawn_blocking(move || parse_chunk(&format, chunk)).await?;
+                self.parsed.add(parsed.records.len() as u64);
+                self.bad.add((parsed.bad.len() as u64).saturating_sub(parsed.too_long));
+                self.too_long.add(parsed.too_long);
+                self.report_bad(&tailer, &parsed.bad);
+                let (ack, done) = Ack::new();
+                let batch = self.batch(parsed.records).with_ack(ack);
+                // Wait for room: the lines are already read, and the checkpoint
+                // does not move until they are delivered.
+                let mut batch = Some(batch);
+                while let Some(b) = batch.take() {
+                    let retry = b.clone();
+                    match out.send(b).await {
+                        Ok(()) => {}
+                        Err(SendError::Full { .. }) => {
+                            if shutdown.is_cancelled() {
+                                break 'outer;
+                            }
+                            batch = Some(retry);
+                        }
+                        Err(SendError::Closed) => break 'outer,
+                    }
+                }
+                inflight.push_back(InFlight { done, ends: parsed.ends });
+                changed |= commit_ready(&mut inflight, &tailer, &mut committed);
+                // Bound what is in flight (and so what a crash can repeat).
+                while inflight.len() >= self.cfg.max_inflight_batches {
+                    let Some(front) = inflight.front_mut() else { break };
+                    tokio::select! {
+                        _ = &mut front.done => {}
+                        _ = shutdown.cancelled() => break 'outer,
+                    }
+                    changed |= commit_ready(&mut inflight, &tailer, &mut committed);
+                }
+            }
+            changed |= commit_ready(&mut inflight, &tailer, &mut committed);
+            if changed {
+                self.save(&committed);
+            }
+        }
+        // Give in-flight batches a moment to be delivered, so the checkpoint is current.
+        drop(out);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while let Some(front) = inflight.front_mut() {
+            if tokio::time::timeout_at(deadline, &mut front.done).await.is_err() {
+                break;
+            }
+            commit_ready(&mut inflight, &tailer, &mut committed);
+        }
+        self.save(&committed);
+        Ok(())
+    }
+}

@@ -1,0 +1,388 @@
+//! Following files: discovery by glob, identity by fingerprint (the first
+//! bytes) and inode, rotation by rename and by copy-truncate, partial lines,
+//! over-long lines, and crash-safe checkpoints.
+//!
+//! All IO here is blocking; the receiver runs it on the blocking pool.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Read at most this much of one file per poll, so one busy file cannot
+/// starve the others or fill memory.
+const READ_BUDGET: usize = 4 << 20;
+
+/// One complete line (without its newline).
+#[derive(Debug)]
+pub struct Line {
+    /// The file it came from.
+    pub file: u64,
+    /// Offset of the line's first byte.
+    pub offset: u64,
+    /// Offset just after the line's newline: where reading resumes once it is delivered.
+    pub end: u64,
+    /// The bytes (may be invalid UTF-8).
+    pub bytes: Vec<u8>,
+    /// Set when the line was longer than `max_line_bytes` and was cut.
+    pub too_long: bool,
+}
+
+struct Tracked {
+    id: u64,
+    fp: Vec<u8>,
+    file: File,
+    dev_ino: (u64, u64),
+    path: PathBuf,
+    /// Bytes consumed, including a partial line in `partial`.
+    read: u64,
+    partial: Vec<u8>,
+    partial_start: u64,
+    /// Inside an over-long line: drop bytes until the next newline.
+    skipping: bool,
+    absent_polls: u32,
+    /// Reported by `new_files` yet.
+    reported: bool,
+}
+
+/// Where a file was delivered up to, as saved in the checkpoint.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Hex of the file's first bytes.
+    pub fingerprint: String,
+    /// Offset delivered up to.
+    pub offset: u64,
+    /// Last known path (informational).
+    pub path: String,
+}
+
+/// Tailer settings.
+#[derive(Debug, Clone)]
+pub struct TailConfig {
+    /// Include globs.
+    pub include: Vec<String>,
+    /// Exclude globs.
+    pub exclude: Vec<glob::Pattern>,
+    /// Start files found at startup at their end.
+    pub start_at_end: bool,
+    /// Longest line kept.
+    pub max_line: usize,
+    /// Fingerprint length.
+    pub fp_size: usize,
+}
+
+/// Follows a set of files.
+pub struct Tailer {
+    cfg: TailConfig,
+    files: Vec<Tracked>,
+    /// Identities of files that were copy-truncated: a new file with this
+    /// fingerprint is the copy and continues at the offset.
+    ghosts: Vec<(Vec<u8>, u64, u32)>,
+    /// Offsets from the last checkpoint, by fingerprint, for files not yet found.
+    restored: Vec<(Vec<u8>, u64)>,
+    first_poll: bool,
+    next_id: u64,
+}
+
+/// Whether `new` begins with all of `known` (a file keeps its first bytes as it grows).
+fn starts_with(new: &[u8], known: &[u8]) -> bool {
+    !known.is_empty() && new.len() >= known.len() && new[..known.len()] == *known
+}
+
+fn read_fp(file: &mut File, size: usize) -> std::io::Result<Vec<u8>> {
+    let mut fp = vec![0; size];
+    file.seek(SeekFrom::Start(0))?;
+    let mut n = 0;
+    while n < size {
+        let r = file.read(&mut fp[n..])?;
+        if r == 0 {
+            break;
+        }
+        n += r;
+    }
+    fp.truncate(n);
+    Ok(fp)
+}
+
+impl Tailer {
+    /// A tailer; `restored` comes from the checkpoint file.
+    pub fn new(cfg: TailConfig, restored: Vec<Checkpoint>) -> Self {
+        Tailer {
+            cfg,
+            files: Vec::new(),
+            ghosts: Vec::new(),
+            restored: restored
+                .into_iter()
+                .filter_map(|c| Some((hex::decode(&c.fingerprint).ok()?, c.offset)))
+                .collect(),
+            first_poll: true,
+            next_id: 1,
+        }
+    }
+
+    /// Files opened since the last call, with where reading starts: their
+    /// first checkpoint, so a restart before any line is delivered still
+    /// resumes there.
+    pub fn new_files(&mut self) -> Vec<(u64, Checkpoint)> {
+        self.files
+            .iter_mut()
+            .filter(|t| !t.reported)
+            .map(|t| {
+                t.reported = true;
+                (
+                    t.id,
+                    Checkpoint {
+                        fingerprint: hex::encode(&t.fp),
+                        offset: t.partial_start,
+                        path: t.path.display().to_string(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Whether file `id` is still open.
+    pub fn is_open(&self, id: u64) -> bool {
+        self.files.iter().any(|t| t.id == id)
+    }
+
+    /// Files currently open.
+    pub fn open_files(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Fingerprint and path of an open file.
+    pub fn identity(&self, id: u64) -> Option<(String, String)> {
+        self.files
+            .iter()
+            .find(|t| t.id == id)
+            .map(|t| (hex::encode(&t.fp), t.path.display().to_string()))
+    }
+
+    fn discover(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for pat in &self.cfg.include {
+            let Ok(paths) = glob::glob(pat) else { continue };
+            for p in paths.flatten() {
+                if p.is_file() && !self.cfg.exclude.iter().any(|e| e.matches_path(&p)) && !out.contains(&p) {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    }
+
+    /// One round: find files, read what is new. Returns complete lines, and
+    /// errors worth logging (a file that could not be read).
+    pub fn poll(&mut self) -> (Vec<Line>, Vec<String>) {
+        let mut errors = Vec::new();
+        // Truncation (copy-truncate) of files already open.
+        for t in &mut self.files {
+            if let Ok(m) = t.file.metadata() {
+                // Shorter than what was read, or its first bytes changed: truncated
+                // (and perhaps already rewritten past the old offset).
+                let rewritten = !t.fp.is_empty()
+                    && m.len() >= t.fp.len() as u64
+                    && read_fp(&mut t.file, t.fp.len()).is_ok_and(|now| now != t.fp);
+                if m.len() < t.read || rewritten {
+                    self.ghosts.push((t.fp.clone(), t.read, 5));
+                    t.read = 0;
+                    t.partial.clear();
+                    t.partial_start = 0;
+                    t.skipping = false;
+                    t.fp.clear();
+                }
+            }
+        }
+        for t in &mut self.files {
+            t.absent_polls += 1;
+        }
+        for path in self.discover() {
+            let Ok(meta) = std::fs::metadata(&path) else { continue };
+            let dev_ino = (meta.dev(), meta.ino());
+            if let Some(t) = self.files.iter_mut().find(|t| t.dev_ino == dev_ino) {
+                t.absent_polls = 0;
+                t.path = path;
+                continue;
+            }
+            let mut file = match File::open(&path) {
+                Ok(f) => f,
+                Err(e) => {
+                    errors.push(format!("{}: {e}", path.display()));
+                    continue;
+                }
+            };
+            let fp = match read_fp(&mut file, self.cfg.fp_size) {
+                Ok(fp) => fp,
+                Err(e) => {
+                    errors.push(format!("{}: {e}", path.display()));
+                    continue;
+                }
+            };
+            if fp.is_empty() {
+                continue; // identify it once it has content
+            }
+            let len = meta.len();
+            let start = if let Some(i) = self.ghosts.iter().position(|(g, _, _)| starts_with(&fp, g)) {
+                // The copy of a file that was copy-truncated: continue where it was read up to.
+                let (_, off, _) = self.ghosts.remove(i);
+                off.min(len)
+            } else if let Some(i) = self.restored.iter().position(|(r, _)| starts_with(&fp, r)) {
+                let (_, off) = self.restored.remove(i);
+                if off <= len {
+                    off
+                } else {
+                    0
+                }
+            } else if self.first_poll && self.cfg.start_at_end {
+                len
+            } else {
+                0
+            };
+            // Resume at a line boundary: partial bytes before `start` were delivered as lines.
+            self.files.push(Tracked {
+                id: self.next_id,
+                fp,
+                file,
+                dev_ino,
+                path,
+                read: start,
+                partial: Vec::new(),
+                partial_start: start,
+                skipping: false,
+                absent_polls: 0,
+                reported: false,
+            });
+            self.next_id += 1;
+        }
+        self.first_poll = false;
+        for (_, _, ttl) in &mut self.ghosts {
+            *ttl = ttl.saturating_sub(1);
+        }
+        self.ghosts.retain(|(_, _, ttl)| *ttl > 0);
+
+        let mut lines = Vec::new();
+        let max_line = self.cfg.max_line;
+        let fp_size = self.cfg.fp_size;
+        for t in &mut self.files {
+            if let Err(e) = read_new(t, max_line, fp_size, &mut lines) {
+                errors.push(format!("{}: {e}", t.path.display()));
+            }
+        }
+        // Close files gone from every pattern (renamed away or deleted) once drained:
+        // a partial last line is delivered then, as it will never be completed.
+        let mut i = 0;
+        while i < self.files.len() {
+            let t = &self.files[i];
+            let len = t.file.metadata().map(|m| m.len()).unwrap_or(0);
+            if t.absent_polls >= 2 && t.read >= len {
+                let mut t = self.files.remove(i);
+                if !t.partial.is_empty() && !t.skipping {
+                    lines.push(Line {
+                        file: t.id,
+                        offset: t.partial_start,
+                        end: t.read,
+                        bytes: std::mem::take(&mut t.partial),
+                        too_long: false,
+                    });
+                }
+            } else {
+                i += 1;
+            }
+        }
+        (lines, errors)
+    }
+}
+
+fn read_new(t: &mut Tracked, max_line: usize, fp_size: usize, lines: &mut Vec<Line>) -> std::io::Result<()> {
+    let len = t.file.metadata()?.len();
+    if len <= t.read {
+        return Ok(());
+    }
+    if t.fp.len() < fp_size {
+        let fp = read_fp(&mut t.file, fp_size)?;
+        if fp.len() > t.fp.len() {
+            t.fp = fp;
+        }
+    }
+    t.file.seek(SeekFrom::Start(t.read))?;
+    let mut budget = READ_BUDGET;
+    let mut buf = vec![0u8; 64 * 1024];
+    while budget > 0 {
+        let want = buf.len().min(budget);
+        let n = t.file.read(&mut buf[..want])?;
+        if n == 0 {
+            break;
+        }
+        budget = budget.saturating_sub(n);
+        let mut start = 0;
+        for (i, b) in buf[..n].iter().enumerate() {
+            if *b != b'\n' {
+                continue;
+            }
+            let end = t.read + i as u64 + 1;
+            if t.skipping {
+                t.skipping = false;
+            } else {
+                t.partial.extend_from_slice(&buf[start..i]);
+                let mut bytes = std::mem::take(&mut t.partial);
+                if bytes.last() == Some(&b'\r') {
+                    bytes.pop();
+                }
+                lines.push(Line {
+                    file: t.id,
+                    offset: t.partial_start,
+                    end,
+                    bytes,
+                    too_long: false,
+                });
+            }
+            t.partial_start = end;
+            start = i + 1;
+        }
+        if !t.skipping {
+            t.partial.extend_from_slice(&buf[start..n]);
+            if t.partial.len() > max_line {
+                // Cut: report the beginning, skip to the next newline.
+                let mut head = std::mem::take(&mut t.partial);
+                head.truncate(max_line);
+                lines.push(Line {
+                    file: t.id,
+                    offset: t.partial_start,
+                    end: t.read + n as u64,
+                    bytes: head,
+                    too_long: true,
+                });
+                t.skipping = true;
+            }
+        }
+        t.read += n as u64;
+    }
+    Ok(())
+}
+
+/// Load checkpoints (missing file: none; corrupt file: none, with the reason).
+pub fn load_checkpoints(path: &Path) -> (Vec<Checkpoint>, Option<String>) {
+    match std::fs::read(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), None),
+        Err(e) => (Vec::new(), Some(format!("{}: {e}", path.display()))),
+        Ok(b) => match serde_json::from_slice(&b) {
+            Ok(c) => (c, None),
+            Err(e) => (Vec::new(), Some(format!("{}: corrupt checkpoint ignored: {e}", path.display()))),
+        },
+    }
+}
+
+/// Save checkpoints crash-safely: write a temporary file, fsync, rename over, fsync the directory.
+pub fn save_checkpoints(path: &Path, cps: &[Checkpoint]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(&serde_json::to_vec(cps).map_err(std::io::Error::other)?)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
+}
