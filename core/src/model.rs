@@ -155,7 +155,9 @@ impl Ack {
     }
 
     fn fail(&self) {
-        self.0.failed.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.0
+            .failed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -167,7 +169,8 @@ impl Drop for AckInner {
         };
         if let Some(tx) = tx {
             // The source may have stopped listening; nothing to do then.
-            tx.send(!self.failed.load(std::sync::atomic::Ordering::SeqCst)).ok();
+            tx.send(!self.failed.load(std::sync::atomic::Ordering::SeqCst))
+                .ok();
         }
     }
 }

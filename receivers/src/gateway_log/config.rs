@@ -102,17 +102,25 @@ impl Validate for GatewayLogConfig {
     fn validate(&self) -> Vec<ConfigError> {
         let mut e = Vec::new();
         if self.include.is_empty() {
-            e.push(ConfigError::new("include", "at least one glob pattern is required"));
+            e.push(ConfigError::new(
+                "include",
+                "at least one glob pattern is required",
+            ));
         }
         for (key, list) in [("include", &self.include), ("exclude", &self.exclude)] {
             for (i, p) in list.iter().enumerate() {
                 if let Err(x) = glob::Pattern::new(p) {
-                    e.push(ConfigError::new(format!("{key}[{i}]"), format!("invalid glob: {x}")));
+                    e.push(ConfigError::new(
+                        format!("{key}[{i}]"),
+                        format!("invalid glob: {x}"),
+                    ));
                 }
             }
         }
         match (&self.format, &self.regex) {
-            (FormatName::Regex, None) => e.push(ConfigError::new("regex", "required with format: regex")),
+            (FormatName::Regex, None) => {
+                e.push(ConfigError::new("regex", "required with format: regex"))
+            }
             (FormatName::Regex, Some(r)) => match regex::Regex::new(r) {
                 Err(x) => e.push(ConfigError::new("regex", format!("invalid regex: {x}"))),
                 Ok(re) => {
@@ -129,20 +137,29 @@ impl Validate for GatewayLogConfig {
         for k in self.fields.keys() {
             if Canon::from_name(k).is_none() {
                 let valid: Vec<&str> = Canon::ALL.iter().map(|c| c.name()).collect();
-                e.push(ConfigError::new(format!("fields.{k}"), format!("unknown field (valid: {})", valid.join(", "))));
+                e.push(ConfigError::new(
+                    format!("fields.{k}"),
+                    format!("unknown field (valid: {})", valid.join(", ")),
+                ));
             }
         }
         if self.max_line_bytes.0 < 64 {
             e.push(ConfigError::new("max_line_bytes", "must be at least 64"));
         }
         if self.fingerprint_size.0 < 16 {
-            e.push(ConfigError::new("fingerprint_size", "must be at least 16 bytes"));
+            e.push(ConfigError::new(
+                "fingerprint_size",
+                "must be at least 16 bytes",
+            ));
         }
         if self.max_batch_lines == 0 {
             e.push(ConfigError::new("max_batch_lines", "must be at least 1"));
         }
         if self.max_inflight_batches == 0 {
-            e.push(ConfigError::new("max_inflight_batches", "must be at least 1"));
+            e.push(ConfigError::new(
+                "max_inflight_batches",
+                "must be at least 1",
+            ));
         }
         if self.poll_interval.get().is_zero() {
             e.push(ConfigError::new("poll_interval", "must be greater than 0"));

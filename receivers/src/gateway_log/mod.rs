@@ -6,9 +6,12 @@
 //! Nothing is lost: files are followed across rename and copy-truncate
 //! rotation by fingerprint and inode, and read offsets are checkpointed
 //! (write, fsync, rename) only once the lines were **delivered** by every
-//! exporter (end-to-end acknowledgement). After a crash at most the batches
-//! in flight — `max_inflight_batches` × `max_batch_lines` lines — are read
-//! again; nothing is skipped.
+//! exporter (end-to-end acknowledgement). The checkpoint is rewritten
+//! (atomically, by rename) after every delivered batch and fsynced at most
+//! once a second. After a kill -9, at most `max_inflight_batches + 1`
+//! batches of `max_batch_lines` lines are read again (those in flight, and
+//! the one delivered while the checkpoint was being written); after a
+//! machine crash, add the lines delivered in the last second. Nothing is skipped.
 
 pub mod config;
 pub mod parse;
@@ -55,13 +58,16 @@ impl ReceiverFactory for GatewayLogFactory {
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<GatewayLogConfig>(cfg).map(|_| ())
     }
-    async fn build(&self, ctx: BuildContext, cfg: &serde_yaml::Value) -> Result<Box<dyn Receiver>, BoxError> {
+    async fn build(
+        &self,
+        ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<Box<dyn Receiver>, BoxError> {
         let cfg: GatewayLogConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
         let id = ctx.id.to_string();
-        let checkpoint = cfg
-            .storage
-            .as_ref()
-            .map(|d| PathBuf::from(d).join(format!("gateway_log-{}.json", id.replace(['/', '\\'], "_"))));
+        let checkpoint = cfg.storage.as_ref().map(|d| {
+            PathBuf::from(d).join(format!("gateway_log-{}.json", id.replace(['/', '\\'], "_")))
+        });
         let (restored, problem) = match &checkpoint {
             Some(p) => tail::load_checkpoints(p),
             None => (Vec::new(), None),
@@ -72,14 +78,21 @@ impl ReceiverFactory for GatewayLogFactory {
         let format = build_format(&cfg)?;
         let tail_cfg = TailConfig {
             include: cfg.include.clone(),
-            exclude: cfg.exclude.iter().filter_map(|p| glob::Pattern::new(p).ok()).collect(),
+            exclude: cfg
+                .exclude
+                .iter()
+                .filter_map(|p| glob::Pattern::new(p).ok())
+                .collect(),
             start_at_end: cfg.start_at == StartAt::End,
             max_line: cfg.max_line_bytes.0 as usize,
             fp_size: cfg.fingerprint_size.0 as usize,
         };
         let lines = |outcome: &str| {
-            ctx.telemetry
-                .counter(LINES, "Gateway log lines read, by outcome.", &[("component", &id), ("outcome", outcome)])
+            ctx.telemetry.counter(
+                LINES,
+                "Gateway log lines read, by outcome.",
+                &[("component", &id), ("outcome", outcome)],
+            )
         };
         let resource = Resource {
             attributes: cfg.resource.iter().map(|(k, v)| kv(k, v)).collect(),
@@ -89,7 +102,11 @@ impl ReceiverFactory for GatewayLogFactory {
             parsed: lines("parsed"),
             bad: lines("bad"),
             too_long: lines("too_long"),
-            open_files: ctx.telemetry.gauge(OPEN_FILES, "Files followed by a gateway_log receiver.", &[("component", &id)]),
+            open_files: ctx.telemetry.gauge(
+                OPEN_FILES,
+                "Files followed by a gateway_log receiver.",
+                &[("component", &id)],
+            ),
             tailer: Some(Tailer::new(tail_cfg, restored)),
             format: std::sync::Arc::new(format),
             resource,
@@ -168,13 +185,19 @@ fn parse_chunk(format: &Format, lines: Vec<tail::Line>) -> Parsed {
         *e = (*e).max(l.end);
         if l.too_long {
             out.too_long += 1;
-            out.bad.push((l.file, l.offset, "line longer than max_line_bytes; cut and skipped".into(), l.bytes));
+            out.bad.push((
+                l.file,
+                l.offset,
+                "line longer than max_line_bytes; cut and skipped".into(),
+                l.bytes,
+            ));
             continue;
         }
         let text = match std::str::from_utf8(&l.bytes) {
             Ok(t) => t,
             Err(e) => {
-                out.bad.push((l.file, l.offset, format!("not UTF-8: {e}"), l.bytes));
+                out.bad
+                    .push((l.file, l.offset, format!("not UTF-8: {e}"), l.bytes));
                 continue;
             }
         };
@@ -232,23 +255,39 @@ impl GatewayLogReceiver {
         }
     }
 
-    fn save(&self, committed: &HashMap<u64, Checkpoint>) {
+    /// Write the checkpoint (atomically; fsynced at most once a second and at exit).
+    fn save(
+        &self,
+        committed: &HashMap<u64, Checkpoint>,
+        last_sync: &mut std::time::Instant,
+        force: bool,
+    ) {
         let Some(path) = &self.checkpoint else { return };
         let cps: Vec<Checkpoint> = committed.values().cloned().collect();
-        if let Err(error) = tail::save_checkpoints(path, &cps) {
+        let durable = force || last_sync.elapsed() >= Duration::from_secs(1);
+        if durable {
+            *last_sync = std::time::Instant::now();
+        }
+        if let Err(error) = tail::save_checkpoints(path, &cps, durable) {
             tracing::error!(receiver = %self.id, checkpoint = %path.display(), %error, "Cannot write the checkpoint.");
         }
     }
 }
 
 /// Advance checkpoints over the delivered batches at the front of `inflight`, in order.
-fn commit_ready(inflight: &mut VecDeque<InFlight>, tailer: &Tailer, committed: &mut HashMap<u64, Checkpoint>) -> bool {
+fn commit_ready(
+    inflight: &mut VecDeque<InFlight>,
+    tailer: &Tailer,
+    committed: &mut HashMap<u64, Checkpoint>,
+) -> bool {
     let mut changed = false;
     while let Some(front) = inflight.front_mut() {
         match front.done.try_recv() {
             Ok(delivered) => {
                 if !delivered {
-                    tracing::error!("Gateway log lines were not delivered (an exporter gave up); moving on.");
+                    tracing::error!(
+                        "Gateway log lines were not delivered (an exporter gave up); moving on."
+                    );
                 }
             }
             Err(oneshot::error::TryRecvError::Empty) => break,
@@ -275,10 +314,15 @@ fn commit_ready(inflight: &mut VecDeque<InFlight>, tailer: &Tailer, committed: &
 
 #[async_trait]
 impl Receiver for GatewayLogReceiver {
-    async fn run(mut self: Box<Self>, out: Output, shutdown: CancellationToken) -> Result<(), BoxError> {
+    async fn run(
+        mut self: Box<Self>,
+        out: Output,
+        shutdown: CancellationToken,
+    ) -> Result<(), BoxError> {
         let mut tailer = self.tailer.take().ok_or("gateway_log: already running")?;
         let mut inflight: VecDeque<InFlight> = VecDeque::new();
         let mut committed: HashMap<u64, Checkpoint> = HashMap::new();
+        let mut last_sync = std::time::Instant::now();
         let mut tick = tokio::time::interval(self.cfg.poll_interval.get());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         'outer: loop {
@@ -304,11 +348,14 @@ impl Receiver for GatewayLogReceiver {
             self.open_files.set(tailer.open_files() as i64);
             let mut lines = lines.into_iter().peekable();
             while lines.peek().is_some() {
-                let chunk: Vec<tail::Line> = lines.by_ref().take(self.cfg.max_batch_lines).collect();
+                let chunk: Vec<tail::Line> =
+                    lines.by_ref().take(self.cfg.max_batch_lines).collect();
                 let format = self.format.clone();
-                let parsed = tokio::task::spawn_blocking(move || parse_chunk(&format, chunk)).await?;
+                let parsed =
+                    tokio::task::spawn_blocking(move || parse_chunk(&format, chunk)).await?;
                 self.parsed.add(parsed.records.len() as u64);
-                self.bad.add((parsed.bad.len() as u64).saturating_sub(parsed.too_long));
+                self.bad
+                    .add((parsed.bad.len() as u64).saturating_sub(parsed.too_long));
                 self.too_long.add(parsed.too_long);
                 self.report_bad(&tailer, &parsed.bad);
                 let (ack, done) = Ack::new();
@@ -329,33 +376,45 @@ impl Receiver for GatewayLogReceiver {
                         Err(SendError::Closed) => break 'outer,
                     }
                 }
-                inflight.push_back(InFlight { done, ends: parsed.ends });
-                changed |= commit_ready(&mut inflight, &tailer, &mut committed);
+                inflight.push_back(InFlight {
+                    done,
+                    ends: parsed.ends,
+                });
+                if commit_ready(&mut inflight, &tailer, &mut committed) {
+                    self.save(&committed, &mut last_sync, false);
+                }
                 // Bound what is in flight (and so what a crash can repeat).
                 while inflight.len() >= self.cfg.max_inflight_batches {
-                    let Some(front) = inflight.front_mut() else { break };
+                    let Some(front) = inflight.front_mut() else {
+                        break;
+                    };
                     tokio::select! {
                         _ = &mut front.done => {}
                         _ = shutdown.cancelled() => break 'outer,
                     }
-                    changed |= commit_ready(&mut inflight, &tailer, &mut committed);
+                    if commit_ready(&mut inflight, &tailer, &mut committed) {
+                        self.save(&committed, &mut last_sync, false);
+                    }
                 }
             }
             changed |= commit_ready(&mut inflight, &tailer, &mut committed);
             if changed {
-                self.save(&committed);
+                self.save(&committed, &mut last_sync, false);
             }
         }
         // Give in-flight batches a moment to be delivered, so the checkpoint is current.
         drop(out);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while let Some(front) = inflight.front_mut() {
-            if tokio::time::timeout_at(deadline, &mut front.done).await.is_err() {
+            if tokio::time::timeout_at(deadline, &mut front.done)
+                .await
+                .is_err()
+            {
                 break;
             }
             commit_ready(&mut inflight, &tailer, &mut committed);
         }
-        self.save(&committed);
+        self.save(&committed, &mut last_sync, true);
         Ok(())
     }
 }

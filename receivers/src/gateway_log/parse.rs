@@ -111,7 +111,12 @@ impl Canon {
             Canon::SpanId => &["span_id", "spanId", "span.id"],
             Canon::Traceparent => &["traceparent", "http_traceparent"],
             Canon::B3TraceId => &["x_b3_traceid", "x-b3-traceid", "http_x_b3_traceid"],
-            Canon::RequestId => &["x_request_id", "x-request-id", "request_id", "http_x_request_id"],
+            Canon::RequestId => &[
+                "x_request_id",
+                "x-request-id",
+                "request_id",
+                "http_x_request_id",
+            ],
             Canon::RouteId => &["route_id", "routeId", "route_name", "route"],
             Canon::Status => &["status_code", "response_code", "status"],
             Canon::DurationMs => &["duration_ms", "latency_ms", "duration"],
@@ -123,8 +128,21 @@ impl Canon {
             Canon::Method => &["method", "request_method", "http_method"],
             Canon::Path => &["path", "request_uri", "uri", "url"],
             Canon::Upstream => &["upstream", "upstream_host", "upstream_addr"],
-            Canon::ClientIp => &["client_ip", "remote_addr", "downstream_remote_address", "client_address"],
-            Canon::Timestamp => &["timestamp", "time", "@timestamp", "ts", "start_time", "time_iso8601", "time_local"],
+            Canon::ClientIp => &[
+                "client_ip",
+                "remote_addr",
+                "downstream_remote_address",
+                "client_address",
+            ],
+            Canon::Timestamp => &[
+                "timestamp",
+                "time",
+                "@timestamp",
+                "ts",
+                "start_time",
+                "time_iso8601",
+                "time_local",
+            ],
         }
     }
 }
@@ -158,7 +176,9 @@ impl<'a> Val<'a> {
     fn as_str(&self) -> Cow<'_, str> {
         match self {
             Val::Str(s) => Cow::Borrowed(s.as_ref()),
-            Val::Num(n) if n.fract() == 0.0 && n.abs() < 1e15 => Cow::Owned(format!("{}", *n as i64)),
+            Val::Num(n) if n.fract() == 0.0 && n.abs() < 1e15 => {
+                Cow::Owned(format!("{}", *n as i64))
+            }
             Val::Num(n) => Cow::Owned(n.to_string()),
         }
     }
@@ -281,7 +301,9 @@ impl<'de, 'm> Visitor<'de> for Object<'de, 'm> {
 fn json_val(raw: &RawValue) -> Option<Val<'_>> {
     let s = raw.get();
     match s.as_bytes().first()? {
-        b'"' => serde_json::from_str::<Text<'_>>(s).ok().map(|t| Val::Str(t.0)),
+        b'"' => serde_json::from_str::<Text<'_>>(s)
+            .ok()
+            .map(|t| Val::Str(t.0)),
         b'-' | b'0'..=b'9' => s.parse().ok().map(Val::Num),
         _ => None, // null, booleans, objects and arrays carry nothing we read
     }
@@ -296,7 +318,8 @@ fn parse_json<'a>(line: &'a str, keys: &KeyMap) -> Result<Fields<'a>, ParseError
     }
     .deserialize(&mut de)
     .map_err(|e| ParseError(format!("invalid JSON: {e}")))?;
-    de.end().map_err(|e| ParseError(format!("invalid JSON: {e}")))?;
+    de.end()
+        .map_err(|e| ParseError(format!("invalid JSON: {e}")))?;
     found.sort_by_key(|(c, p, _)| (*c, *p));
     let mut f = Fields::default();
     for (c, _, raw) in found {
@@ -310,9 +333,14 @@ fn parse_json<'a>(line: &'a str, keys: &KeyMap) -> Result<Fields<'a>, ParseError
 /// `$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent" [$request_time [$upstream_response_time]]`
 fn parse_nginx_combined(line: &str) -> Result<Fields<'_>, ParseError> {
     let bad = |what: &str| ParseError(format!("not an NGINX combined line: {what}"));
-    let (remote, rest) = line.split_once(' ').ok_or_else(|| bad("no remote address"))?;
+    let (remote, rest) = line
+        .split_once(' ')
+        .ok_or_else(|| bad("no remote address"))?;
     let open = rest.find('[').ok_or_else(|| bad("no [time_local]"))?;
-    let close = rest[open..].find(']').ok_or_else(|| bad("unterminated [time_local]"))? + open;
+    let close = rest[open..]
+        .find(']')
+        .ok_or_else(|| bad("unterminated [time_local]"))?
+        + open;
     let time = &rest[open + 1..close];
     let rest = rest[close + 1..].trim_start();
     let (request, rest) = quoted(rest).ok_or_else(|| bad("no \"request\""))?;
@@ -333,7 +361,10 @@ fn parse_nginx_combined(line: &str) -> Result<Fields<'_>, ParseError> {
         f.set(Canon::Method, Val::Str(Cow::Borrowed(m)));
     }
     if let Some(p) = parts.next() {
-        f.set(Canon::Path, Val::Str(Cow::Borrowed(p.split('?').next().unwrap_or(p))));
+        f.set(
+            Canon::Path,
+            Val::Str(Cow::Borrowed(p.split('?').next().unwrap_or(p))),
+        );
     }
     f.set(Canon::Status, Val::Num(status));
     let rest = rest.trim();
@@ -341,7 +372,10 @@ fn parse_nginx_combined(line: &str) -> Result<Fields<'_>, ParseError> {
         let (rt, ut) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
         f.set(Canon::RequestTime, Val::Str(Cow::Borrowed(rt)));
         // "0.012, 0.340" when NGINX tried several upstreams: the total is their sum.
-        let times: Vec<f64> = ut.split(',').filter_map(|x| x.trim().parse::<f64>().ok()).collect();
+        let times: Vec<f64> = ut
+            .split(',')
+            .filter_map(|x| x.trim().parse::<f64>().ok())
+            .collect();
         if !times.is_empty() {
             f.set(Canon::UpstreamTime, Val::Num(times.iter().sum()));
         }
@@ -377,7 +411,9 @@ impl Format {
                 }
             }
             Format::Regex(re) => {
-                let caps = re.captures(line).ok_or_else(|| ParseError("line does not match the regex".into()))?;
+                let caps = re
+                    .captures(line)
+                    .ok_or_else(|| ParseError("line does not match the regex".into()))?;
                 let mut f = Fields::default();
                 for name in re.capture_names().flatten() {
                     if let (Some(c), Some(m)) = (Canon::from_name(name), caps.name(name)) {
@@ -557,7 +593,11 @@ mod tests {
     use super::*;
 
     fn attr<'a>(r: &'a LogRecord, k: &str) -> Option<&'a any_value::Value> {
-        r.attributes.iter().find(|a| a.key == k).and_then(|a| a.value.as_ref()).and_then(|v| v.value.as_ref())
+        r.attributes
+            .iter()
+            .find(|a| a.key == k)
+            .and_then(|a| a.value.as_ref())
+            .and_then(|v| v.value.as_ref())
     }
 
     fn s(v: &str) -> Option<any_value::Value> {
@@ -575,29 +615,47 @@ mod tests {
         let r = rec(&Format::Json(KeyMap::new(&[])), line);
         assert_eq!(hex::encode(&r.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(attr(&r, "route_id").cloned(), s("user-service-v2"));
-        assert_eq!(attr(&r, "gateway.rate_limit_rule").cloned(), s("qps-100-per-ip"));
+        assert_eq!(
+            attr(&r, "gateway.rate_limit_rule").cloned(),
+            s("qps-100-per-ip")
+        );
         assert_eq!(attr(&r, "gateway.circuit_state").cloned(), s("HALF_OPEN"));
-        assert_eq!(attr(&r, "http.response.status_code").cloned(), Some(any_value::Value::IntValue(429)));
+        assert_eq!(
+            attr(&r, "http.response.status_code").cloned(),
+            Some(any_value::Value::IntValue(429))
+        );
         assert_eq!((r.severity_number, r.severity_text.as_str()), (13, "WARN"));
         assert_eq!(r.body.and_then(|b| b.value), s(line));
     }
 
     #[test]
     fn json_with_field_overrides_timestamps_and_durations() {
-        let keys = KeyMap::new(&[(Canon::TraceId, "tid".into()), (Canon::DurationMs, "took".into())]);
+        let keys = KeyMap::new(&[
+            (Canon::TraceId, "tid".into()),
+            (Canon::DurationMs, "took".into()),
+        ]);
         let line = r#"{"tid":"0af7651916cd43dd8448eb211c80319c","trace_id":"ignored","took":"250","timestamp":"2026-11-29T10:00:00.5+01:00","status":503,"method":"POST","path":"/payment/charge","upstream":"payments:8080","client_ip":"10.0.0.7"}"#;
         let r = rec(&Format::Json(keys), line);
         assert_eq!(hex::encode(&r.trace_id), "0af7651916cd43dd8448eb211c80319c");
-        assert_eq!(attr(&r, "http.server.request.duration").cloned(), Some(any_value::Value::DoubleValue(0.25)));
+        assert_eq!(
+            attr(&r, "http.server.request.duration").cloned(),
+            Some(any_value::Value::DoubleValue(0.25))
+        );
         assert_eq!(r.time_unix_nano, 1_795_942_800_500_000_000);
         assert_eq!(r.severity_number, 17);
         assert_eq!(attr(&r, "http.request.method").cloned(), s("POST"));
         assert_eq!(attr(&r, "url.path").cloned(), s("/payment/charge"));
         assert_eq!(attr(&r, "server.address").cloned(), s("payments:8080"));
         assert_eq!(attr(&r, "client.address").cloned(), s("10.0.0.7"));
-        for (ts, ns) in [("1764410400", 1_764_410_400_000_000_000u64), ("1764410400123", 1_764_410_400_123_000_000)] {
+        for (ts, ns) in [
+            ("1764410400", 1_764_410_400_000_000_000u64),
+            ("1764410400123", 1_764_410_400_123_000_000),
+        ] {
             let line = format!(r#"{{"ts":{ts}}}"#);
-            assert_eq!(rec(&Format::Json(KeyMap::new(&[])), &line).time_unix_nano, ns);
+            assert_eq!(
+                rec(&Format::Json(KeyMap::new(&[])), &line).time_unix_nano,
+                ns
+            );
         }
     }
 
@@ -606,17 +664,30 @@ mod tests {
         // Envoy's documented default format fields, as a JSON access log (json_format).
         let line = r#"{"start_time":"2026-11-29T10:00:01.123Z","method":"GET","path":"/orders/42","protocol":"HTTP/1.1","response_code":503,"response_flags":"UO","bytes_received":0,"bytes_sent":81,"duration":3,"upstream_service_time":"-","x_forwarded_for":"-","user_agent":"curl/8.5.0","request_id":"5f2f2a6e-4d8e-4b4a-9d8a-2c1a0f6b9e11","authority":"orders","upstream_host":"-","upstream_cluster":"orders-v1","route_name":"orders-route","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#;
         let r = rec(&Format::Envoy(KeyMap::new(&[])), line);
-        assert_eq!(hex::encode(&r.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736", "traceparent wins over x-request-id");
+        assert_eq!(
+            hex::encode(&r.trace_id),
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "traceparent wins over x-request-id"
+        );
         assert_eq!(hex::encode(&r.span_id), "00f067aa0ba902b7");
         assert_eq!(attr(&r, "gateway.response_flags").cloned(), s("UO"));
         assert_eq!(attr(&r, "route_id").cloned(), s("orders-route"));
         assert_eq!(attr(&r, "server.address"), None, "\"-\" is no value");
-        assert_eq!(attr(&r, "http.server.request.duration").cloned(), Some(any_value::Value::DoubleValue(0.003)));
+        assert_eq!(
+            attr(&r, "http.server.request.duration").cloned(),
+            Some(any_value::Value::DoubleValue(0.003))
+        );
         assert_eq!(r.severity_number, 17);
         // x-b3-traceid (64-bit) and x-request-id (UUID) as fallbacks.
-        let r = rec(&Format::Envoy(KeyMap::new(&[])), r#"{"response_code":429,"response_flags":"RL","x-b3-traceid":"a3ce929d0e0e4736"}"#);
+        let r = rec(
+            &Format::Envoy(KeyMap::new(&[])),
+            r#"{"response_code":429,"response_flags":"RL","x-b3-traceid":"a3ce929d0e0e4736"}"#,
+        );
         assert_eq!(hex::encode(&r.trace_id), "0000000000000000a3ce929d0e0e4736");
-        let r = rec(&Format::Envoy(KeyMap::new(&[])), r#"{"response_code":504,"response_flags":"UT","x-request-id":"5f2f2a6e-4d8e-4b4a-9d8a-2c1a0f6b9e11"}"#);
+        let r = rec(
+            &Format::Envoy(KeyMap::new(&[])),
+            r#"{"response_code":504,"response_flags":"UT","x-request-id":"5f2f2a6e-4d8e-4b4a-9d8a-2c1a0f6b9e11"}"#,
+        );
         assert_eq!(hex::encode(&r.trace_id), "5f2f2a6e4d8e4b4a9d8a2c1a0f6b9e11");
     }
 
@@ -627,20 +698,35 @@ mod tests {
         assert_eq!(attr(&r, "client.address").cloned(), s("10.1.2.3"));
         assert_eq!(attr(&r, "http.request.method").cloned(), s("GET"));
         assert_eq!(attr(&r, "url.path").cloned(), s("/api/v1/orders"));
-        assert_eq!(attr(&r, "http.response.status_code").cloned(), Some(any_value::Value::IntValue(502)));
-        assert_eq!(attr(&r, "http.server.request.duration").cloned(), Some(any_value::Value::DoubleValue(1.25)));
+        assert_eq!(
+            attr(&r, "http.response.status_code").cloned(),
+            Some(any_value::Value::IntValue(502))
+        );
+        assert_eq!(
+            attr(&r, "http.server.request.duration").cloned(),
+            Some(any_value::Value::DoubleValue(1.25))
+        );
         match attr(&r, "gateway.upstream.duration") {
             Some(any_value::Value::DoubleValue(d)) => assert!((d - 1.24).abs() < 1e-9),
             other => panic!("{other:?}"),
         }
         assert_eq!(r.time_unix_nano, 1_795_946_400_000_000_000);
         // Plain combined, without the timing fields.
-        let r = rec(&Format::Nginx(KeyMap::new(&[])), r#"127.0.0.1 - frank [10/Oct/2000:13:55:36 -0700] "GET /apache_pb.gif HTTP/1.0" 200 2326 "http://www.example.com/start.html" "Mozilla/4.08""#);
+        let r = rec(
+            &Format::Nginx(KeyMap::new(&[])),
+            r#"127.0.0.1 - frank [10/Oct/2000:13:55:36 -0700] "GET /apache_pb.gif HTTP/1.0" 200 2326 "http://www.example.com/start.html" "Mozilla/4.08""#,
+        );
         assert_eq!(r.time_unix_nano, 971_211_336_000_000_000);
         assert_eq!(r.severity_number, 9);
         // NGINX JSON log_format.
-        let r = rec(&Format::Nginx(KeyMap::new(&[])), r#"{"time_iso8601":"2026-11-29T10:00:00+00:00","remote_addr":"10.0.0.1","request_method":"GET","request_uri":"/x","status":"404","request_time":"0.010","upstream_addr":"10.0.0.9:80","http_traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#);
-        assert_eq!(attr(&r, "http.response.status_code").cloned(), Some(any_value::Value::IntValue(404)));
+        let r = rec(
+            &Format::Nginx(KeyMap::new(&[])),
+            r#"{"time_iso8601":"2026-11-29T10:00:00+00:00","remote_addr":"10.0.0.1","request_method":"GET","request_uri":"/x","status":"404","request_time":"0.010","upstream_addr":"10.0.0.9:80","http_traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#,
+        );
+        assert_eq!(
+            attr(&r, "http.response.status_code").cloned(),
+            Some(any_value::Value::IntValue(404))
+        );
         assert_eq!(attr(&r, "server.address").cloned(), s("10.0.0.9:80"));
         assert_eq!(hex::encode(&r.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
     }
@@ -648,9 +734,15 @@ mod tests {
     #[test]
     fn regex_named_captures() {
         let re = regex::Regex::new(r"^(?P<timestamp>\S+) (?P<route_id>\S+) (?P<status_code>\d+) (?P<duration_ms>\d+)ms trace=(?P<trace_id>[0-9a-f]+)$").expect("re");
-        let r = rec(&Format::Regex(re), "2026-11-29T10:00:00Z checkout 500 1200ms trace=4bf92f3577b34da6a3ce929d0e0e4736");
+        let r = rec(
+            &Format::Regex(re),
+            "2026-11-29T10:00:00Z checkout 500 1200ms trace=4bf92f3577b34da6a3ce929d0e0e4736",
+        );
         assert_eq!(attr(&r, "route_id").cloned(), s("checkout"));
-        assert_eq!(attr(&r, "http.server.request.duration").cloned(), Some(any_value::Value::DoubleValue(1.2)));
+        assert_eq!(
+            attr(&r, "http.server.request.duration").cloned(),
+            Some(any_value::Value::DoubleValue(1.2))
+        );
         assert_eq!(r.severity_number, 17);
     }
 

@@ -43,6 +43,8 @@ struct Tracked {
     absent_polls: u32,
     /// Reported by `new_files` yet.
     reported: bool,
+    /// Where reading started.
+    start: u64,
 }
 
 /// Where a file was delivered up to, as saved in the checkpoint.
@@ -133,7 +135,7 @@ impl Tailer {
                     t.id,
                     Checkpoint {
                         fingerprint: hex::encode(&t.fp),
-                        offset: t.partial_start,
+                        offset: t.start,
                         path: t.path.display().to_string(),
                     },
                 )
@@ -164,7 +166,10 @@ impl Tailer {
         for pat in &self.cfg.include {
             let Ok(paths) = glob::glob(pat) else { continue };
             for p in paths.flatten() {
-                if p.is_file() && !self.cfg.exclude.iter().any(|e| e.matches_path(&p)) && !out.contains(&p) {
+                if p.is_file()
+                    && !self.cfg.exclude.iter().any(|e| e.matches_path(&p))
+                    && !out.contains(&p)
+                {
                     out.push(p);
                 }
             }
@@ -198,7 +203,9 @@ impl Tailer {
             t.absent_polls += 1;
         }
         for path in self.discover() {
-            let Ok(meta) = std::fs::metadata(&path) else { continue };
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
             let dev_ino = (meta.dev(), meta.ino());
             if let Some(t) = self.files.iter_mut().find(|t| t.dev_ino == dev_ino) {
                 t.absent_polls = 0;
@@ -223,7 +230,9 @@ impl Tailer {
                 continue; // identify it once it has content
             }
             let len = meta.len();
-            let start = if let Some(i) = self.ghosts.iter().position(|(g, _, _)| starts_with(&fp, g)) {
+            let start = if let Some(i) =
+                self.ghosts.iter().position(|(g, _, _)| starts_with(&fp, g))
+            {
                 // The copy of a file that was copy-truncated: continue where it was read up to.
                 let (_, off, _) = self.ghosts.remove(i);
                 off.min(len)
@@ -252,6 +261,7 @@ impl Tailer {
                 skipping: false,
                 absent_polls: 0,
                 reported: false,
+                start,
             });
             self.next_id += 1;
         }
@@ -294,7 +304,12 @@ impl Tailer {
     }
 }
 
-fn read_new(t: &mut Tracked, max_line: usize, fp_size: usize, lines: &mut Vec<Line>) -> std::io::Result<()> {
+fn read_new(
+    t: &mut Tracked,
+    max_line: usize,
+    fp_size: usize,
+    lines: &mut Vec<Line>,
+) -> std::io::Result<()> {
     let len = t.file.metadata()?.len();
     if len <= t.read {
         return Ok(());
@@ -368,21 +383,35 @@ pub fn load_checkpoints(path: &Path) -> (Vec<Checkpoint>, Option<String>) {
         Err(e) => (Vec::new(), Some(format!("{}: {e}", path.display()))),
         Ok(b) => match serde_json::from_slice(&b) {
             Ok(c) => (c, None),
-            Err(e) => (Vec::new(), Some(format!("{}: corrupt checkpoint ignored: {e}", path.display()))),
+            Err(e) => (
+                Vec::new(),
+                Some(format!(
+                    "{}: corrupt checkpoint ignored: {e}",
+                    path.display()
+                )),
+            ),
         },
     }
 }
 
-/// Save checkpoints crash-safely: write a temporary file, fsync, rename over, fsync the directory.
-pub fn save_checkpoints(path: &Path, cps: &[Checkpoint]) -> std::io::Result<()> {
+/// Save checkpoints atomically: write a temporary file and rename it over
+/// the old one, so a crash leaves either the old or the new checkpoint.
+/// With `durable`, also fsync the file and the directory, so the checkpoint
+/// survives a machine crash, not only a process crash.
+pub fn save_checkpoints(path: &Path, cps: &[Checkpoint], durable: bool) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let tmp = path.with_extension("tmp");
     {
         let mut f = File::create(&tmp)?;
         f.write_all(&serde_json::to_vec(cps).map_err(std::io::Error::other)?)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
     }
     std::fs::rename(&tmp, path)?;
-    File::open(dir)?.sync_all()
+    if durable {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
