@@ -87,6 +87,12 @@ impl Output {
 
     /// Send a batch to every pipeline taking its signal.
     pub async fn send(&self, batch: Batch) -> Result<(), SendError> {
+        self.send_or_return(batch).await.map_err(|(e, _)| e)
+    }
+
+    /// Like [`Output::send`], but a refused batch comes back, so the caller
+    /// can retry it without having kept a copy.
+    pub async fn send_or_return(&self, batch: Batch) -> Result<(), (SendError, Batch)> {
         let signal = batch.signal();
         let items = batch.items() as u64;
         let deadline = tokio::time::Instant::now() + self.wait;
@@ -96,13 +102,16 @@ impl Output {
                 Ok(Ok(permit)) => permits.push(permit),
                 Ok(Err(_)) => {
                     self.refused.get(signal).add(items);
-                    return Err(SendError::Closed);
+                    return Err((SendError::Closed, batch));
                 }
                 Err(_) => {
                     self.refused.get(signal).add(items);
-                    return Err(SendError::Full {
-                        retry_after: RETRY_AFTER,
-                    });
+                    return Err((
+                        SendError::Full {
+                            retry_after: RETRY_AFTER,
+                        },
+                        batch,
+                    ));
                 }
             }
         }

@@ -24,9 +24,9 @@ use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
 use causeway_core::config::{decode, ConfigError};
 use causeway_core::telemetry::{Counter, Gauge};
 use causeway_core::topology::{Output, SendError};
+use causeway_core::wire;
 use causeway_core::{Ack, Batch, BoxError, Signal, SignalSet};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
-use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -98,6 +98,17 @@ impl ReceiverFactory for GatewayLogFactory {
             attributes: cfg.resource.iter().map(|(k, v)| kv(k, v)).collect(),
             ..Default::default()
         };
+        let scope = InstrumentationScope {
+            name: "causeway.gateway_log".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..Default::default()
+        };
+        let mut envelope = Envelope {
+            resource: Vec::new(),
+            scope: Vec::new(),
+        };
+        prost::encoding::message::encode(1, &resource, &mut envelope.resource);
+        prost::encoding::message::encode(1, &scope, &mut envelope.scope);
         Ok(Box::new(GatewayLogReceiver {
             parsed: lines("parsed"),
             bad: lines("bad"),
@@ -109,7 +120,7 @@ impl ReceiverFactory for GatewayLogFactory {
             ),
             tailer: Some(Tailer::new(tail_cfg, restored)),
             format: std::sync::Arc::new(format),
-            resource,
+            envelope: std::sync::Arc::new(envelope),
             checkpoint,
             id,
             cfg,
@@ -146,7 +157,7 @@ struct GatewayLogReceiver {
     cfg: GatewayLogConfig,
     tailer: Option<Tailer>,
     format: std::sync::Arc<Format>,
-    resource: Resource,
+    envelope: std::sync::Arc<Envelope>,
     checkpoint: Option<PathBuf>,
     parsed: Counter,
     bad: Counter,
@@ -160,25 +171,37 @@ struct InFlight {
     ends: Vec<(u64, u64)>,
 }
 
-/// Parsed records and bad lines of one chunk, built on the blocking pool.
+/// Parsed records (one encoded `ExportLogsServiceRequest`) and bad lines of
+/// one chunk, built on the blocking pool.
 struct Parsed {
-    records: Vec<LogRecord>,
+    request: Vec<u8>,
+    records: usize,
     ends: Vec<(u64, u64)>,
     bad: Vec<(u64, u64, String, Vec<u8>)>,
     too_long: u64,
 }
 
-fn parse_chunk(format: &Format, lines: Vec<tail::Line>) -> Parsed {
+/// The encoded `resource` field of `ResourceLogs` and `scope` field of `ScopeLogs`.
+struct Envelope {
+    resource: Vec<u8>,
+    scope: Vec<u8>,
+}
+
+fn parse_chunk(format: &Format, envelope: &Envelope, lines: Vec<tail::Line>) -> Parsed {
     let observed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     let mut out = Parsed {
-        records: Vec::with_capacity(lines.len()),
+        request: Vec::new(),
+        records: 0,
         ends: Vec::new(),
         bad: Vec::new(),
         too_long: 0,
     };
+    let mut scope_logs = Vec::with_capacity(lines.len() * 640);
+    scope_logs.extend_from_slice(&envelope.scope);
+    let mut rec = Vec::with_capacity(1024);
     let mut ends: HashMap<u64, u64> = HashMap::new();
     for l in lines {
         let e = ends.entry(l.file).or_insert(0);
@@ -205,31 +228,30 @@ fn parse_chunk(format: &Format, lines: Vec<tail::Line>) -> Parsed {
             continue;
         }
         match format.parse(text) {
-            Ok(f) => out.records.push(parse::to_record(text, &f, observed)),
+            Ok(f) => {
+                rec.clear();
+                parse::encode_record(text, &f, observed, &mut rec);
+                wire::put_len_prefix(&mut scope_logs, 2, rec.len());
+                scope_logs.extend_from_slice(&rec);
+                out.records += 1;
+            }
             Err(e) => out.bad.push((l.file, l.offset, e.0, l.bytes)),
         }
     }
     out.ends = ends.into_iter().collect();
+    if out.records > 0 {
+        let resource_logs = envelope.resource.len() + wire::len_field_size(scope_logs.len());
+        let mut req = Vec::with_capacity(wire::len_field_size(resource_logs));
+        wire::put_len_prefix(&mut req, 1, resource_logs);
+        req.extend_from_slice(&envelope.resource);
+        wire::put_len_prefix(&mut req, 2, scope_logs.len());
+        req.extend_from_slice(&scope_logs);
+        out.request = req;
+    }
     out
 }
 
 impl GatewayLogReceiver {
-    fn batch(&self, records: Vec<LogRecord>) -> Batch {
-        Batch::from_logs(vec![ResourceLogs {
-            resource: Some(self.resource.clone()),
-            scope_logs: vec![ScopeLogs {
-                scope: Some(InstrumentationScope {
-                    name: "causeway.gateway_log".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    ..Default::default()
-                }),
-                log_records: records,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }])
-    }
-
     fn report_bad(&self, tailer: &Tailer, bad: &[(u64, u64, String, Vec<u8>)]) {
         for (i, (file, offset, reason, bytes)) in bad.iter().enumerate() {
             let path = tailer.identity(*file).map(|x| x.1).unwrap_or_default();
@@ -326,9 +348,13 @@ impl Receiver for GatewayLogReceiver {
         let mut tick = tokio::time::interval(self.cfg.poll_interval.get());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         'outer: loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tick.tick() => {}
+            if !tailer.has_more() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+            } else if shutdown.is_cancelled() {
+                break;
             }
             let (t, (lines, errors)) = tokio::task::spawn_blocking(move || {
                 let r = tailer.poll();
@@ -350,31 +376,37 @@ impl Receiver for GatewayLogReceiver {
             while lines.peek().is_some() {
                 let chunk: Vec<tail::Line> =
                     lines.by_ref().take(self.cfg.max_batch_lines).collect();
-                let format = self.format.clone();
+                let (format, envelope) = (self.format.clone(), self.envelope.clone());
                 let parsed =
-                    tokio::task::spawn_blocking(move || parse_chunk(&format, chunk)).await?;
-                self.parsed.add(parsed.records.len() as u64);
+                    tokio::task::spawn_blocking(move || parse_chunk(&format, &envelope, chunk))
+                        .await?;
+                self.parsed.add(parsed.records as u64);
                 self.bad
                     .add((parsed.bad.len() as u64).saturating_sub(parsed.too_long));
                 self.too_long.add(parsed.too_long);
                 self.report_bad(&tailer, &parsed.bad);
                 let (ack, done) = Ack::new();
-                let batch = self.batch(parsed.records).with_ack(ack);
-                // Wait for room: the lines are already read, and the checkpoint
-                // does not move until they are delivered.
-                let mut batch = Some(batch);
-                while let Some(b) = batch.take() {
-                    let retry = b.clone();
-                    match out.send(b).await {
-                        Ok(()) => {}
-                        Err(SendError::Full { .. }) => {
-                            if shutdown.is_cancelled() {
-                                break 'outer;
+                if parsed.records > 0 {
+                    let batch =
+                        Batch::from_encoded(Signal::Logs, parsed.request.into(), parsed.records)
+                            .with_ack(ack);
+                    // Wait for room: the lines are already read, and the checkpoint
+                    // does not move until they are delivered.
+                    let mut batch = Some(batch);
+                    while let Some(b) = batch.take() {
+                        match out.send_or_return(b).await {
+                            Ok(()) => {}
+                            Err((SendError::Full { .. }, b)) => {
+                                if shutdown.is_cancelled() {
+                                    break 'outer;
+                                }
+                                batch = Some(b);
                             }
-                            batch = Some(retry);
+                            Err((SendError::Closed, _)) => break 'outer,
                         }
-                        Err(SendError::Closed) => break 'outer,
                     }
+                } else {
+                    drop(ack); // only bad lines: nothing to deliver, the offsets may advance
                 }
                 inflight.push_back(InFlight {
                     done,

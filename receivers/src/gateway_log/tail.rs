@@ -84,6 +84,8 @@ pub struct Tailer {
     restored: Vec<(Vec<u8>, u64)>,
     first_poll: bool,
     next_id: u64,
+    /// The last poll stopped at a file's read budget: poll again at once.
+    more: bool,
 }
 
 /// Whether `new` begins with all of `known` (a file keeps its first bytes as it grows).
@@ -119,6 +121,7 @@ impl Tailer {
                 .collect(),
             first_poll: true,
             next_id: 1,
+            more: false,
         }
     }
 
@@ -146,6 +149,11 @@ impl Tailer {
     /// Whether file `id` is still open.
     pub fn is_open(&self, id: u64) -> bool {
         self.files.iter().any(|t| t.id == id)
+    }
+
+    /// Whether the last poll left unread data (a file hit its read budget).
+    pub fn has_more(&self) -> bool {
+        self.more
     }
 
     /// Files currently open.
@@ -274,9 +282,11 @@ impl Tailer {
         let mut lines = Vec::new();
         let max_line = self.cfg.max_line;
         let fp_size = self.cfg.fp_size;
+        self.more = false;
         for t in &mut self.files {
-            if let Err(e) = read_new(t, max_line, fp_size, &mut lines) {
-                errors.push(format!("{}: {e}", t.path.display()));
+            match read_new(t, max_line, fp_size, &mut lines) {
+                Ok(more) => self.more |= more,
+                Err(e) => errors.push(format!("{}: {e}", t.path.display())),
             }
         }
         // Close files gone from every pattern (renamed away or deleted) once drained:
@@ -304,15 +314,16 @@ impl Tailer {
     }
 }
 
+/// Read what is new; `Ok(true)` when the read budget ran out before the end.
 fn read_new(
     t: &mut Tracked,
     max_line: usize,
     fp_size: usize,
     lines: &mut Vec<Line>,
-) -> std::io::Result<()> {
+) -> std::io::Result<bool> {
     let len = t.file.metadata()?.len();
     if len <= t.read {
-        return Ok(());
+        return Ok(false);
     }
     if t.fp.len() < fp_size {
         let fp = read_fp(&mut t.file, fp_size)?;
@@ -373,7 +384,7 @@ fn read_new(
         }
         t.read += n as u64;
     }
-    Ok(())
+    Ok(budget == 0 && t.read < len)
 }
 
 /// Load checkpoints (missing file: none; corrupt file: none, with the reason).

@@ -274,23 +274,29 @@ async fn send(
     Ok(())
 }
 
+/// Counts the items of one signal.
 #[derive(Clone)]
-struct SinkSvc {
+struct SinkSvc<const LOGS: bool> {
     spans: Arc<AtomicU64>,
     last: Arc<AtomicU64>,
 }
 
-impl NamedService for SinkSvc {
+impl NamedService for SinkSvc<false> {
     const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
+}
+
+impl NamedService for SinkSvc<true> {
+    const NAME: &'static str = "opentelemetry.proto.collector.logs.v1.LogsService";
 }
 
 type BoxFut<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
-impl UnaryService<Bytes> for SinkSvc {
+impl<const LOGS: bool> UnaryService<Bytes> for SinkSvc<LOGS> {
     type Response = ExportTraceServiceResponse;
     type Future = BoxFut<tonic::Response<Self::Response>, tonic::Status>;
     fn call(&mut self, req: tonic::Request<Bytes>) -> Self::Future {
-        let n = wire::scan(Signal::Traces, req.get_ref())
+        let signal = if LOGS { Signal::Logs } else { Signal::Traces };
+        let n = wire::scan(signal, req.get_ref())
             .map(|s| s.items)
             .unwrap_or(0);
         self.spans.fetch_add(n as u64, Ordering::Relaxed);
@@ -299,7 +305,7 @@ impl UnaryService<Bytes> for SinkSvc {
     }
 }
 
-impl<B> tower_service::Service<http::Request<B>> for SinkSvc
+impl<B, const LOGS: bool> tower_service::Service<http::Request<B>> for SinkSvc<LOGS>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
@@ -330,9 +336,14 @@ fn now_ms() -> u64 {
 }
 
 async fn sink(listen: String, idle_exit: u64) -> anyhow::Result<()> {
-    let svc = SinkSvc {
+    let svc = SinkSvc::<false> {
         spans: Arc::new(AtomicU64::new(0)),
         last: Arc::new(AtomicU64::new(0)),
+    };
+    // Log records count into the same total (the response types are wire-compatible: both empty).
+    let logs = SinkSvc::<true> {
+        spans: svc.spans.clone(),
+        last: svc.last.clone(),
     };
     let listener = tokio::net::TcpListener::bind(&listen).await?;
     let (spans, last) = (svc.spans.clone(), svc.last.clone());
@@ -351,6 +362,7 @@ async fn sink(listen: String, idle_exit: u64) -> anyhow::Result<()> {
     };
     tonic::transport::Server::builder()
         .add_service(svc)
+        .add_service(logs)
         .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), stop)
         .await?;
     println!(
