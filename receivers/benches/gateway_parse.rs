@@ -27,7 +27,12 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements(lines.len() as u64));
     let json = Format::Json(KeyMap::new(&[]));
     g.bench_function("parse_only", |b| {
-        b.iter(|| lines.iter().filter(|l| json.parse(black_box(l)).is_ok()).count())
+        b.iter(|| {
+            lines
+                .iter()
+                .filter(|l| json.parse(black_box(l)).is_ok())
+                .count()
+        })
     });
     let mut buf = Vec::with_capacity(1 << 20);
     g.bench_function("parse_and_encode_record", |b| {
