@@ -2,6 +2,7 @@
 
 pub mod debug;
 pub mod file;
+pub mod loki;
 pub mod otlp;
 
 use causeway_core::registry::Registry;
@@ -55,4 +56,5 @@ pub fn register(registry: &mut Registry) {
     registry.add_exporter(otlp::OtlpHttpExporterFactory);
     registry.add_exporter(file::FileExporterFactory);
     registry.add_exporter(debug::DebugExporterFactory);
+    registry.add_exporter(loki::LokiExporterFactory);
 }

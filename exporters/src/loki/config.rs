@@ -1,0 +1,152 @@
+//! Configuration of the `loki` exporter.
+
+use causeway_core::config::{ConfigError, Duration, QueueConfig, RetryConfig, Validate};
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+/// Body encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LokiEncoding {
+    /// Snappy-compressed `logproto.PushRequest` (Loki's default).
+    #[default]
+    Protobuf,
+    /// `{"streams":[…]}`, optionally gzipped.
+    Json,
+}
+
+/// Which attributes become stream labels.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelsConfig {
+    /// Resource attribute → label name (default `service.name: service_name`).
+    #[serde(default = "default_resource_labels")]
+    pub resource: IndexMap<String, String>,
+    /// Record attribute → label name (default `route_id: route_id`).
+    #[serde(default = "default_record_labels")]
+    pub attributes: IndexMap<String, String>,
+    /// Add `level` from the record's severity (default true).
+    #[serde(default = "yes")]
+    pub level: bool,
+}
+
+impl Default for LabelsConfig {
+    fn default() -> Self {
+        LabelsConfig {
+            resource: default_resource_labels(),
+            attributes: default_record_labels(),
+            level: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_resource_labels() -> IndexMap<String, String> {
+    IndexMap::from([("service.name".to_string(), "service_name".to_string())])
+}
+fn default_record_labels() -> IndexMap<String, String> {
+    IndexMap::from([("route_id".to_string(), "route_id".to_string())])
+}
+
+/// `exporters.loki`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LokiConfig {
+    /// The push URL, e.g. `http://loki:3100/loki/api/v1/push` (a bare `http://host:3100` gets the path appended).
+    pub endpoint: String,
+    /// `protobuf` (default, snappy) or `json`.
+    #[serde(default)]
+    pub encoding: LokiEncoding,
+    /// For `json`: `gzip` or `none` (default).
+    #[serde(default)]
+    pub compression: Option<String>,
+    /// Tenant, sent as `X-Scope-OrgID`.
+    #[serde(default)]
+    pub tenant_id: Option<String>,
+    /// Extra headers.
+    #[serde(default)]
+    pub headers: IndexMap<String, String>,
+    /// Stream labels.
+    #[serde(default)]
+    pub labels: LabelsConfig,
+    /// A label with more distinct values than this becomes structured metadata (default 1000).
+    #[serde(default = "max_values")]
+    pub max_label_values: usize,
+    /// Per-attempt timeout (default 5s).
+    #[serde(default = "timeout")]
+    pub timeout: Duration,
+    /// Retries (429 and 5xx only).
+    #[serde(default)]
+    pub retry_on_failure: RetryConfig,
+    /// The sending queue.
+    #[serde(default)]
+    pub sending_queue: QueueConfig,
+}
+
+fn max_values() -> usize {
+    1000
+}
+fn timeout() -> Duration {
+    Duration::secs(5)
+}
+
+fn valid_label(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+impl Validate for LokiConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e: Vec<ConfigError> = self
+            .retry_on_failure
+            .validate()
+            .into_iter()
+            .map(|x| x.under("retry_on_failure"))
+            .collect();
+        e.extend(
+            self.sending_queue
+                .validate()
+                .into_iter()
+                .map(|x| x.under("sending_queue")),
+        );
+        if !self.endpoint.starts_with("http://") {
+            e.push(ConfigError::new(
+                "endpoint",
+                "must be an http:// URL (TLS is not available in this build)",
+            ));
+        }
+        if let Some(c) = &self.compression {
+            if c != "gzip" && c != "none" {
+                e.push(ConfigError::new("compression", "must be gzip or none"));
+            }
+            if self.encoding == LokiEncoding::Protobuf && c == "gzip" {
+                e.push(ConfigError::new(
+                    "compression",
+                    "protobuf bodies are always snappy; gzip applies to json",
+                ));
+            }
+        }
+        for (section, map) in [
+            ("labels.resource", &self.labels.resource),
+            ("labels.attributes", &self.labels.attributes),
+        ] {
+            for (k, v) in map {
+                if !valid_label(v) {
+                    e.push(ConfigError::new(
+                        format!("{section}.{k}"),
+                        format!("{v:?} is not a valid Loki label name"),
+                    ));
+                }
+            }
+        }
+        if self.max_label_values == 0 {
+            e.push(ConfigError::new("max_label_values", "must be at least 1"));
+        }
+        e
+    }
+}
