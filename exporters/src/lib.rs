@@ -4,6 +4,7 @@ pub mod debug;
 pub mod file;
 pub mod loki;
 pub mod otlp;
+pub mod victoriametrics;
 
 use causeway_core::registry::Registry;
 
@@ -57,4 +58,5 @@ pub fn register(registry: &mut Registry) {
     registry.add_exporter(file::FileExporterFactory);
     registry.add_exporter(debug::DebugExporterFactory);
     registry.add_exporter(loki::LokiExporterFactory);
+    registry.add_exporter(victoriametrics::VictoriaMetricsExporterFactory);
 }

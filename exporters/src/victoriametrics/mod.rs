@@ -1,0 +1,625 @@
+//! The `victoriametrics` exporter: Prometheus remote write 1.0 to
+//! `/api/v1/write`, snappy (default) or zstd (VictoriaMetrics' own variant).
+//!
+//! OTel → Prometheus as the OpenTelemetry compatibility spec describes:
+//! names sanitized (dots to underscores), unit suffixes (`_seconds`,
+//! `_bytes`, …), `_total` for monotonic sums, histograms as `_bucket{le}` /
+//! `_sum` / `_count`, summaries as `{quantile}` / `_sum` / `_count`, delta
+//! temporality accumulated into cumulative series, resource attributes to
+//! `job` / `instance` plus one `target_info` series. Labels are sorted and
+//! unique; samples are ordered per series. 5xx and 429 are retried; other
+//! answers are never resent.
+
+#[cfg(test)]
+mod tests;
+
+use async_trait::async_trait;
+use causeway_core::component::{
+    BuildContext, BuiltExporter, Delivered, ExportError, Exporter, ExporterFactory,
+};
+use causeway_core::config::{
+    decode, ConfigError, DeliveryConfig, Duration, QueueConfig, RetryConfig, Validate,
+};
+use causeway_core::{Batch, BoxError, Signal, SignalSet};
+use indexmap::IndexMap;
+use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, AggregationTemporality};
+use prost::Message;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use crate::ExporterError;
+
+/// Prometheus remote-write 1.0 messages.
+pub mod proto {
+    /// `prometheus.WriteRequest`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct WriteRequest {
+        /// Series.
+        #[prost(message, repeated, tag = "1")]
+        pub timeseries: Vec<TimeSeries>,
+    }
+    /// `prometheus.TimeSeries`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TimeSeries {
+        /// Labels, sorted by name.
+        #[prost(message, repeated, tag = "1")]
+        pub labels: Vec<Label>,
+        /// Samples, in time order.
+        #[prost(message, repeated, tag = "2")]
+        pub samples: Vec<Sample>,
+    }
+    /// `prometheus.Label`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Label {
+        /// Name.
+        #[prost(string, tag = "1")]
+        pub name: String,
+        /// Value.
+        #[prost(string, tag = "2")]
+        pub value: String,
+    }
+    /// `prometheus.Sample`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        /// Value.
+        #[prost(double, tag = "1")]
+        pub value: f64,
+        /// Milliseconds since the epoch.
+        #[prost(int64, tag = "2")]
+        pub timestamp: i64,
+    }
+}
+
+/// `compression`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RwCompression {
+    /// Prometheus remote write (snappy block).
+    #[default]
+    Snappy,
+    /// VictoriaMetrics remote write protocol (zstd).
+    Zstd,
+}
+
+/// `exporters.victoriametrics`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VictoriaMetricsConfig {
+    /// The write URL, e.g. `http://victoriametrics:8428/api/v1/write` (a bare host gets the path appended).
+    pub endpoint: String,
+    /// `snappy` (default) or `zstd`.
+    #[serde(default)]
+    pub compression: RwCompression,
+    /// Extra headers.
+    #[serde(default)]
+    pub headers: IndexMap<String, String>,
+    /// Add unit suffixes to names (default true).
+    #[serde(default = "yes")]
+    pub add_unit_suffixes: bool,
+    /// Send a `target_info` series with the resource attributes (default true).
+    #[serde(default = "yes")]
+    pub target_info: bool,
+    /// Per-attempt timeout (default 5s).
+    #[serde(default = "timeout")]
+    pub timeout: Duration,
+    /// Retries (5xx and 429 only).
+    #[serde(default)]
+    pub retry_on_failure: RetryConfig,
+    /// The sending queue.
+    #[serde(default)]
+    pub sending_queue: QueueConfig,
+}
+
+fn yes() -> bool {
+    true
+}
+fn timeout() -> Duration {
+    Duration::secs(5)
+}
+
+impl Validate for VictoriaMetricsConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e: Vec<ConfigError> = self
+            .retry_on_failure
+            .validate()
+            .into_iter()
+            .map(|x| x.under("retry_on_failure"))
+            .collect();
+        e.extend(
+            self.sending_queue
+                .validate()
+                .into_iter()
+                .map(|x| x.under("sending_queue")),
+        );
+        if !self.endpoint.starts_with("http://") {
+            e.push(ConfigError::new(
+                "endpoint",
+                "must be an http:// URL (TLS is not available in this build)",
+            ));
+        }
+        e
+    }
+}
+
+/// Factory of the `victoriametrics` exporter.
+pub struct VictoriaMetricsExporterFactory;
+
+#[async_trait]
+impl ExporterFactory for VictoriaMetricsExporterFactory {
+    fn kind(&self) -> &'static str {
+        "victoriametrics"
+    }
+    fn signals(&self) -> SignalSet {
+        SignalSet::only(Signal::Metrics)
+    }
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
+        decode::<VictoriaMetricsConfig>(cfg).map(|_| ())
+    }
+    async fn build(
+        &self,
+        _ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<BuiltExporter, BoxError> {
+        let cfg: VictoriaMetricsConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
+        let delivery = DeliveryConfig {
+            timeout: cfg.timeout.get(),
+            retry: cfg.retry_on_failure,
+            queue: cfg.sending_queue.clone(),
+        };
+        Ok(BuiltExporter {
+            exporter: std::sync::Arc::new(VictoriaMetricsExporter::new(cfg)?),
+            delivery,
+        })
+    }
+}
+
+/// The exporter.
+pub struct VictoriaMetricsExporter {
+    cfg: VictoriaMetricsConfig,
+    url: String,
+    client: reqwest::Client,
+    /// Running totals of delta series, by series key.
+    totals: Mutex<HashMap<String, f64>>,
+}
+
+/// A Prometheus metric or label name from an OTel one.
+pub fn sanitize(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    while out.contains("__") {
+        out = out.replace("__", "_");
+    }
+    out
+}
+
+fn unit_suffix(unit: &str) -> Option<&'static str> {
+    Some(match unit {
+        "s" => "seconds",
+        "ms" => "milliseconds",
+        "us" => "microseconds",
+        "ns" => "nanoseconds",
+        "min" => "minutes",
+        "h" => "hours",
+        "d" => "days",
+        "By" => "bytes",
+        "KBy" | "KiBy" => "kilobytes",
+        "MBy" | "MiBy" => "megabytes",
+        "GBy" | "GiBy" => "gigabytes",
+        "1" => "ratio",
+        "%" => "percent",
+        "Hz" => "hertz",
+        "m" => "meters",
+        "V" => "volts",
+        "A" => "amperes",
+        "J" => "joules",
+        "W" => "watts",
+        "g" => "grams",
+        "Cel" => "celsius",
+        _ => return None,
+    })
+}
+
+/// The Prometheus name of an OTel metric.
+pub fn prom_name(
+    name: &str,
+    unit: &str,
+    monotonic_sum: bool,
+    gauge: bool,
+    add_units: bool,
+) -> String {
+    let mut n = sanitize(name);
+    if add_units {
+        let unit = unit.split('{').next().unwrap_or("").trim();
+        let suffix = match unit_suffix(unit) {
+            Some("ratio") if !gauge => None,
+            other => other,
+        }
+        .map(str::to_string)
+        .or_else(|| (!unit.is_empty() && !unit.contains('/')).then(|| sanitize(unit)))
+        .or_else(|| {
+            // "By/s" → "bytes_per_second"
+            let (a, b) = unit.split_once('/')?;
+            let per = match b {
+                "s" => "second",
+                "m" => "minute",
+                "h" => "hour",
+                other => other,
+            };
+            Some(format!(
+                "{}_per_{per}",
+                unit_suffix(a)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| sanitize(a))
+            ))
+        });
+        if let Some(s) = suffix.filter(|s| !s.is_empty()) {
+            if !n.ends_with(&format!("_{s}")) {
+                n = format!("{n}_{s}");
+            }
+        }
+    }
+    if monotonic_sum && !n.ends_with("_total") {
+        n.push_str("_total");
+    }
+    n
+}
+
+fn attr_str(v: &Option<opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
+    match v.as_ref().and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        Some(any_value::Value::IntValue(i)) => i.to_string(),
+        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+        Some(any_value::Value::BoolValue(b)) => b.to_string(),
+        Some(other) => serde_json::to_string(other).unwrap_or_default(),
+        None => String::new(),
+    }
+}
+
+/// Series under construction: sorted labels → samples.
+#[derive(Default)]
+struct Series(BTreeMap<Vec<(String, String)>, Vec<proto::Sample>>);
+
+impl Series {
+    fn push(
+        &mut self,
+        name: &str,
+        base: &BTreeMap<String, String>,
+        extra: &[(&str, String)],
+        value: f64,
+        ts_ms: i64,
+    ) {
+        let mut labels = base.clone();
+        for (k, v) in extra {
+            labels.insert((*k).to_string(), v.clone());
+        }
+        labels.insert("__name__".into(), name.to_string());
+        let key: Vec<(String, String)> = labels.into_iter().collect();
+        self.0.entry(key).or_default().push(proto::Sample {
+            value,
+            timestamp: ts_ms,
+        });
+    }
+}
+
+fn ms(ns: u64) -> i64 {
+    (ns / 1_000_000) as i64
+}
+
+impl VictoriaMetricsExporter {
+    /// A new exporter.
+    pub fn new(cfg: VictoriaMetricsConfig) -> Result<Self, ExporterError> {
+        let url = if cfg.endpoint.contains("/api/v1/write") || cfg.endpoint.contains("/prometheus/")
+        {
+            cfg.endpoint.clone()
+        } else {
+            format!("{}/api/v1/write", cfg.endpoint.trim_end_matches('/'))
+        };
+        let client = reqwest::Client::builder()
+            .connect_timeout(cfg.timeout.get())
+            .build()
+            .map_err(|e| ExporterError::Endpoint {
+                endpoint: url.clone(),
+                reason: e.to_string(),
+            })?;
+        Ok(VictoriaMetricsExporter {
+            cfg,
+            url,
+            client,
+            totals: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Accumulate a delta value into its running total.
+    fn cumulative(&self, key: String, delta: f64) -> f64 {
+        let mut t = match self.totals.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let v = t.entry(key).or_insert(0.0);
+        *v += delta;
+        *v
+    }
+
+    /// The remote-write request for a batch of metrics.
+    pub fn write_request(
+        &self,
+        batch: &Batch,
+    ) -> Result<proto::WriteRequest, causeway_core::CoreError> {
+        let req = batch.to_metrics_request()?;
+        let mut series = Series::default();
+        let add_units = self.cfg.add_unit_suffixes;
+        for rm in &req.resource_metrics {
+            let res: &[KeyValue] = rm
+                .resource
+                .as_ref()
+                .map(|r| r.attributes.as_slice())
+                .unwrap_or(&[]);
+            let get = |k: &str| {
+                res.iter()
+                    .find(|kv| kv.key == k)
+                    .map(|kv| attr_str(&kv.value))
+            };
+            let job = match (get("service.namespace"), get("service.name")) {
+                (Some(ns), Some(n)) => Some(format!("{ns}/{n}")),
+                (None, Some(n)) => Some(n),
+                _ => None,
+            };
+            let instance = get("service.instance.id");
+            let mut base = BTreeMap::new();
+            if let Some(j) = &job {
+                base.insert("job".to_string(), j.clone());
+            }
+            if let Some(i) = &instance {
+                base.insert("instance".to_string(), i.clone());
+            }
+            let mut latest_ms = 0i64;
+            for sm in &rm.scope_metrics {
+                for m in &sm.metrics {
+                    let Some(data) = &m.data else { continue };
+                    let labels_of = |attrs: &[KeyValue]| {
+                        let mut l = base.clone();
+                        for kv in attrs {
+                            l.insert(sanitize(&kv.key), attr_str(&kv.value));
+                        }
+                        l
+                    };
+                    let key_of = |name: &str, l: &BTreeMap<String, String>, extra: &str| {
+                        format!("{name}{l:?}{extra}")
+                    };
+                    match data {
+                        metric::Data::Gauge(g) => {
+                            let name = prom_name(&m.name, &m.unit, false, true, add_units);
+                            for p in &g.data_points {
+                                let v = match p.value {
+                                    Some(number_data_point::Value::AsDouble(d)) => d,
+                                    Some(number_data_point::Value::AsInt(i)) => i as f64,
+                                    None => continue,
+                                };
+                                latest_ms = latest_ms.max(ms(p.time_unix_nano));
+                                series.push(
+                                    &name,
+                                    &labels_of(&p.attributes),
+                                    &[],
+                                    v,
+                                    ms(p.time_unix_nano),
+                                );
+                            }
+                        }
+                        metric::Data::Sum(s) => {
+                            let delta =
+                                s.aggregation_temporality == AggregationTemporality::Delta as i32;
+                            let name = prom_name(
+                                &m.name,
+                                &m.unit,
+                                s.is_monotonic,
+                                !s.is_monotonic,
+                                add_units,
+                            );
+                            for p in &s.data_points {
+                                let v = match p.value {
+                                    Some(number_data_point::Value::AsDouble(d)) => d,
+                                    Some(number_data_point::Value::AsInt(i)) => i as f64,
+                                    None => continue,
+                                };
+                                let l = labels_of(&p.attributes);
+                                let v = if delta {
+                                    self.cumulative(key_of(&name, &l, ""), v)
+                                } else {
+                                    v
+                                };
+                                latest_ms = latest_ms.max(ms(p.time_unix_nano));
+                                series.push(&name, &l, &[], v, ms(p.time_unix_nano));
+                            }
+                        }
+                        metric::Data::Histogram(h) => {
+                            let delta =
+                                h.aggregation_temporality == AggregationTemporality::Delta as i32;
+                            let name = prom_name(&m.name, &m.unit, false, false, add_units);
+                            for p in &h.data_points {
+                                let l = labels_of(&p.attributes);
+                                let ts = ms(p.time_unix_nano);
+                                latest_ms = latest_ms.max(ts);
+                                let acc = |extra: &str, v: f64| {
+                                    if delta {
+                                        self.cumulative(key_of(&name, &l, extra), v)
+                                    } else {
+                                        v
+                                    }
+                                };
+                                let mut cum = 0u64;
+                                for (i, c) in p.bucket_counts.iter().enumerate() {
+                                    cum += c;
+                                    let le = p
+                                        .explicit_bounds
+                                        .get(i)
+                                        .map(|b| b.to_string())
+                                        .unwrap_or_else(|| "+Inf".into());
+                                    let v = acc(&le, cum as f64);
+                                    series.push(
+                                        &format!("{name}_bucket"),
+                                        &l,
+                                        &[("le", le)],
+                                        v,
+                                        ts,
+                                    );
+                                }
+                                if p.bucket_counts.is_empty() {
+                                    let v = acc("+Inf", p.count as f64);
+                                    series.push(
+                                        &format!("{name}_bucket"),
+                                        &l,
+                                        &[("le", "+Inf".into())],
+                                        v,
+                                        ts,
+                                    );
+                                }
+                                if let Some(sum) = p.sum {
+                                    let v = acc("_sum", sum);
+                                    series.push(&format!("{name}_sum"), &l, &[], v, ts);
+                                }
+                                let v = acc("_count", p.count as f64);
+                                series.push(&format!("{name}_count"), &l, &[], v, ts);
+                            }
+                        }
+                        metric::Data::Summary(s) => {
+                            let name = prom_name(&m.name, &m.unit, false, false, add_units);
+                            for p in &s.data_points {
+                                let l = labels_of(&p.attributes);
+                                let ts = ms(p.time_unix_nano);
+                                latest_ms = latest_ms.max(ts);
+                                for q in &p.quantile_values {
+                                    series.push(
+                                        &name,
+                                        &l,
+                                        &[("quantile", q.quantile.to_string())],
+                                        q.value,
+                                        ts,
+                                    );
+                                }
+                                series.push(&format!("{name}_sum"), &l, &[], p.sum, ts);
+                                series.push(&format!("{name}_count"), &l, &[], p.count as f64, ts);
+                            }
+                        }
+                        metric::Data::ExponentialHistogram(_) => {
+                            tracing::debug!(metric = %m.name, "Exponential histograms are not sent by remote write 1.0; skipped.");
+                        }
+                    }
+                }
+            }
+            if self.cfg.target_info && (job.is_some() || instance.is_some()) {
+                let mut l = base.clone();
+                for kv in res {
+                    if !matches!(
+                        kv.key.as_str(),
+                        "service.name" | "service.namespace" | "service.instance.id"
+                    ) {
+                        l.insert(sanitize(&kv.key), attr_str(&kv.value));
+                    }
+                }
+                series.push("target_info", &l, &[], 1.0, latest_ms);
+            }
+        }
+        Ok(proto::WriteRequest {
+            timeseries: series
+                .0
+                .into_iter()
+                .map(|(labels, mut samples)| {
+                    samples.sort_by_key(|s| s.timestamp);
+                    proto::TimeSeries {
+                        labels: labels
+                            .into_iter()
+                            .map(|(name, value)| proto::Label { name, value })
+                            .collect(),
+                        samples,
+                    }
+                })
+                .collect(),
+        })
+    }
+}
+
+#[async_trait]
+impl Exporter for VictoriaMetricsExporter {
+    async fn export(&self, batch: &Batch) -> Result<Delivered, ExportError> {
+        let permanent = |e: ExporterError| ExportError::Permanent {
+            source: Box::new(e),
+        };
+        let req = self
+            .write_request(batch)
+            .map_err(|e| permanent(ExporterError::Encode(e.to_string())))?;
+        if req.timeseries.is_empty() {
+            return Ok(Delivered::default());
+        }
+        let raw = req.encode_to_vec();
+        let (body, encoding) = match self.cfg.compression {
+            RwCompression::Snappy => (
+                snap::raw::Encoder::new()
+                    .compress_vec(&raw)
+                    .map_err(|e| permanent(ExporterError::Encode(e.to_string())))?,
+                "snappy",
+            ),
+            RwCompression::Zstd => (
+                zstd::bulk::compress(&raw, 0)
+                    .map_err(|e| permanent(ExporterError::Encode(e.to_string())))?,
+                "zstd",
+            ),
+        };
+        let mut r = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
+            .header(reqwest::header::CONTENT_ENCODING, encoding)
+            .header("X-Prometheus-Remote-Write-Version", "0.1.0");
+        for (k, v) in &self.cfg.headers {
+            r = r.header(k.as_str(), v.as_str());
+        }
+        let resp = r
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| ExportError::Retryable {
+                source: Box::new(ExporterError::Transport {
+                    endpoint: self.url.clone(),
+                    message: e.to_string(),
+                }),
+                retry_after: None,
+            })?;
+        let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(std::time::Duration::from_secs);
+        if status.is_success() {
+            return Ok(Delivered::default());
+        }
+        let text = resp.text().await.unwrap_or_default();
+        let source = Box::new(ExporterError::Server {
+            endpoint: self.url.clone(),
+            status: status.to_string(),
+            message: text.chars().take(1024).collect(),
+        });
+        if status.as_u16() == 429 || status.is_server_error() {
+            Err(ExportError::Retryable {
+                source,
+                retry_after,
+            })
+        } else {
+            Err(ExportError::Permanent { source })
+        }
+    }
+}
