@@ -39,6 +39,8 @@ pub const EXPORTER_REJECTED: &str = "causeway_exporter_rejected_items_total";
 pub const EXPORTER_ENQUEUE_FAILED: &str = "causeway_exporter_enqueue_failed_items_total";
 /// Retried export attempts.
 pub const EXPORTER_RETRIES: &str = "causeway_exporter_retries_total";
+/// Corrupt persistent-queue records skipped.
+pub const QUEUE_CORRUPT: &str = "causeway_exporter_queue_corrupt_records_total";
 /// Batches waiting in an exporter's sending queue.
 pub const EXPORTER_QUEUE_SIZE: &str = "causeway_exporter_queue_size";
 /// Capacity of an exporter's sending queue, in batches.

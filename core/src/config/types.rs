@@ -519,6 +519,23 @@ pub struct QueueConfig {
     /// Only `requests` (a batch counts as one) is supported.
     #[serde(default)]
     pub sizer: Option<String>,
+    /// A directory for a persistent queue on local disk (off: in memory).
+    /// What is queued survives a crash or kill -9 and is sent after a restart.
+    #[serde(default)]
+    pub storage: Option<String>,
+    /// Largest size of the persistent queue (default 1GiB).
+    #[serde(default = "queue_max_size")]
+    pub max_size: ByteSize,
+    /// Persistent queue full: `block` (default: backpressure) or `drop_oldest` (counted).
+    #[serde(default)]
+    pub when_full: crate::topology::WhenFull,
+    /// Persistent queue fsync: `always`, `periodic` (default, once a second) or `never`.
+    #[serde(default)]
+    pub fsync: crate::topology::Fsync,
+}
+
+fn queue_max_size() -> ByteSize {
+    ByteSize(1 << 30)
 }
 
 impl Default for QueueConfig {
@@ -529,6 +546,10 @@ impl Default for QueueConfig {
             queue_size: queue_size(),
             block_on_overflow: true,
             sizer: None,
+            storage: None,
+            max_size: queue_max_size(),
+            when_full: crate::topology::WhenFull::Block,
+            fsync: crate::topology::Fsync::Periodic,
         }
     }
 }
@@ -548,6 +569,12 @@ impl Validate for QueueConfig {
         }
         if self.queue_size == 0 {
             e.push(ConfigError::new("queue_size", "must be at least 1"));
+        }
+        if self.storage.as_ref().is_some_and(|s| s.trim().is_empty()) {
+            e.push(ConfigError::new("storage", "must be a directory path"));
+        }
+        if self.max_size.0 < 1 << 20 {
+            e.push(ConfigError::new("max_size", "must be at least 1MiB"));
         }
         if let Some(s) = &self.sizer {
             if s != "requests" {

@@ -8,6 +8,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use super::disk_queue::DiskQueue;
 use crate::component::{ExportError, Exporter};
 use crate::config::DeliveryConfig;
 use crate::model::Batch;
@@ -19,6 +20,7 @@ use crate::telemetry::{self, Counter, Gauge, Registry, SignalCounters};
 pub(crate) struct ExporterQueue {
     pub(crate) id: String,
     pub(crate) tx: mpsc::Sender<Batch>,
+    pub(crate) disk: Option<Arc<DiskQueue>>,
     pub(crate) block: bool,
     pub(crate) enqueue_failed: SignalCounters,
     pub(crate) size: Gauge,
@@ -26,8 +28,19 @@ pub(crate) struct ExporterQueue {
 
 impl ExporterQueue {
     /// Enqueue; waits for room when `block_on_overflow`, else drops and counts.
+    /// With a persistent queue the batch is written to disk (and its
+    /// acknowledgement released: it is durable now).
     pub(crate) async fn push(&self, batch: Batch) {
         let (signal, items) = (batch.signal(), batch.items());
+        if let Some(disk) = &self.disk {
+            if let Err(error) = disk.push(signal, items, &batch.to_encoded()).await {
+                batch.mark_failed();
+                self.enqueue_failed.get(signal).add(items as u64);
+                tracing::error!(exporter = %self.id, items, %error, "Cannot write to the persistent queue; batch dropped.");
+            }
+            self.size.set(disk.size_bytes() as i64);
+            return;
+        }
         if self.block {
             if self.tx.send(batch).await.is_err() {
                 self.enqueue_failed.get(signal).add(items as u64);
@@ -63,6 +76,40 @@ pub(crate) fn spawn(
     telemetry: &Registry,
     hard_stop: CancellationToken,
 ) -> (ExporterQueue, tokio::task::JoinHandle<()>) {
+    let disk = delivery.queue.storage.as_ref().and_then(|dir| {
+        let path = std::path::Path::new(dir).join(id.replace(['/', '\\'], "_"));
+        let dropped = telemetry.counter(
+            telemetry::EXPORTER_ENQUEUE_FAILED,
+            "Items dropped because the sending queue was full.",
+            &[("component", &id), ("signal", "any")],
+        );
+        let corrupt = telemetry.counter(
+            telemetry::QUEUE_CORRUPT,
+            "Corrupt persistent-queue records skipped.",
+            &[("component", &id)],
+        );
+        let opened = DiskQueue::open(
+            &path,
+            delivery.queue.max_size.0,
+            delivery.queue.when_full,
+            delivery.queue.fsync,
+            dropped,
+            corrupt,
+        );
+        match opened {
+            Ok((q, problems)) => {
+                for problem in problems {
+                    tracing::error!(exporter = %id, queue = %path.display(), %problem, "Persistent queue damaged; skipped what could not be read.");
+                }
+                tracing::info!(exporter = %id, queue = %path.display(), bytes = q.size_bytes(), "Persistent queue open.");
+                Some(Arc::new(q))
+            }
+            Err(error) => {
+                tracing::error!(exporter = %id, queue = %path.display(), %error, "Cannot open the persistent queue; using memory.");
+                None
+            }
+        }
+    });
     let capacity = if delivery.queue.enabled {
         delivery.queue.queue_size
     } else {
@@ -89,6 +136,7 @@ pub(crate) fn spawn(
     let queue = ExporterQueue {
         id: id.clone(),
         tx,
+        disk: disk.clone(),
         block: delivery.queue.block_on_overflow || !delivery.queue.enabled,
         enqueue_failed: telemetry.signal_counters(
             telemetry::EXPORTER_ENQUEUE_FAILED,
@@ -122,6 +170,13 @@ pub(crate) fn spawn(
     let handle = tokio::spawn(async move {
         let slots = Arc::new(Semaphore::new(consumers));
         let mut tasks = JoinSet::new();
+        if let Some(disk) = disk {
+            run_disk(
+                id, exporter, delivery, disk, rx, counters, size, hard_stop, slots,
+            )
+            .await;
+            return;
+        }
         loop {
             let batch = tokio::select! {
                 b = rx.recv() => b,
@@ -167,6 +222,62 @@ pub(crate) fn spawn(
         }
     });
     (queue, handle)
+}
+
+/// The runner of a persistent queue: records are read back from disk and
+/// acknowledged once delivered (or given up). At a hard stop, what is not
+/// acknowledged stays on disk for the next start.
+#[allow(clippy::too_many_arguments)]
+async fn run_disk(
+    id: String,
+    exporter: Arc<dyn Exporter>,
+    delivery: DeliveryConfig,
+    disk: Arc<DiskQueue>,
+    mut closed: mpsc::Receiver<Batch>,
+    counters: Arc<Counters>,
+    size: Gauge,
+    hard_stop: CancellationToken,
+    slots: Arc<Semaphore>,
+) {
+    let mut tasks = JoinSet::new();
+    let mut open = true;
+    loop {
+        let rec = tokio::select! {
+            r = disk.pop() => r,
+            // Every sender gone: no more pushes; drain what is on disk.
+            _ = closed.recv(), if open => { open = false; disk.close(); continue; }
+            _ = hard_stop.cancelled() => None,
+        };
+        let Some(rec) = rec else { break };
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => p,
+            _ = hard_stop.cancelled() => break,
+        };
+        let Ok(permit) = permit else { break };
+        let (exporter, counters, id, stop, delivery, disk, size) = (
+            exporter.clone(),
+            counters.clone(),
+            id.clone(),
+            hard_stop.clone(),
+            delivery.clone(),
+            disk.clone(),
+            size.clone(),
+        );
+        tasks.spawn(async move {
+            let batch = Batch::from_encoded(rec.signal, rec.payload, rec.items);
+            deliver(&id, exporter.as_ref(), &batch, &delivery, &counters, &stop).await;
+            if !stop.is_cancelled() {
+                disk.ack(rec.id);
+            }
+            size.set(disk.size_bytes() as i64);
+            drop(permit);
+        });
+        while tasks.try_join_next().is_some() {}
+    }
+    while tasks.join_next().await.is_some() {}
+    if let Err(error) = exporter.shutdown().await {
+        tracing::error!(exporter = %id, %error, "Exporter shutdown failed.");
+    }
 }
 
 async fn deliver(

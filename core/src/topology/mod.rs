@@ -6,10 +6,12 @@
 //! exporter runner with retries. Every queue is bounded and every full queue
 //! waits, so a slow exporter pushes back all the way to the clients.
 
+mod disk_queue;
 mod exporter_runner;
 mod output;
 mod pipeline;
 
+pub use disk_queue::{DiskQueue, Fsync, WhenFull};
 pub use output::{Output, SendError, ADMISSION_WAIT, RETRY_AFTER};
 
 use std::collections::HashMap;
