@@ -362,7 +362,8 @@ impl LokiExporter {
         Ok(out)
     }
 
-    fn body(&self, streams: Streams) -> Result<(Vec<u8>, Option<&'static str>), ExporterError> {
+    /// The encoded request body and its `Content-Encoding`.
+    pub fn body(&self, streams: Streams) -> Result<(Vec<u8>, Option<&'static str>), ExporterError> {
         match self.cfg.encoding {
             LokiEncoding::Protobuf => {
                 let req = proto::PushRequest {
