@@ -1,6 +1,7 @@
 //! causeway receivers.
 
 pub mod gateway_log;
+pub mod kafka_lag;
 pub mod otlp;
 
 use causeway_core::registry::Registry;

@@ -1,0 +1,434 @@
+//! Time lag, Burrow status, lag alarm and retry storms, from samples.
+
+use std::collections::VecDeque;
+
+/// Burrow's status codes (`kafka.consumer_group.status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Status {
+    /// Not enough samples yet.
+    NotFound = 0,
+    /// Keeping up.
+    Ok = 1,
+    /// Offsets advance but lag does not come down.
+    Warn = 2,
+    /// The group: a partition is STOP, STALL or REWIND.
+    Err = 3,
+    /// No progress for longer than the window's own span, with lag.
+    Stop = 4,
+    /// Members are there and committing, but the offset does not move, with lag.
+    Stall = 5,
+    /// The committed offset went back.
+    Rewind = 6,
+}
+
+impl Status {
+    /// Upper-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::NotFound => "NOTFOUND",
+            Status::Ok => "OK",
+            Status::Warn => "WARN",
+            Status::Err => "ERR",
+            Status::Stop => "STOP",
+            Status::Stall => "STALL",
+            Status::Rewind => "REWIND",
+        }
+    }
+
+    /// How bad, for taking the worst of several.
+    fn severity(self) -> u8 {
+        match self {
+            Status::NotFound => 0,
+            Status::Ok => 1,
+            Status::Warn => 2,
+            Status::Stall => 3,
+            Status::Rewind => 4,
+            Status::Stop => 5,
+            Status::Err => 6,
+        }
+    }
+}
+
+/// A group's status: the worst of its partitions, STOP/STALL/REWIND counting as ERR.
+pub fn group_status(partitions: impl IntoIterator<Item = Status>) -> Status {
+    let worst = partitions
+        .into_iter()
+        .max_by_key(|s| s.severity())
+        .unwrap_or(Status::NotFound);
+    match worst {
+        Status::Stop | Status::Stall | Status::Rewind => Status::Err,
+        s => s,
+    }
+}
+
+/// High-water marks of a partition over time, to estimate when an offset was produced.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    points: VecDeque<(i64, f64)>,
+    cap: usize,
+}
+
+impl Timeline {
+    /// A timeline of at most `cap` points (kafka-lag-exporter keeps 60).
+    pub fn new(cap: usize) -> Self {
+        Timeline {
+            points: VecDeque::new(),
+            cap: cap.max(2),
+        }
+    }
+
+    /// Record the latest offset at `t` (seconds). Equal offsets only move the last point's time.
+    pub fn add(&mut self, latest: i64, t: f64) {
+        if let Some(last) = self.points.back_mut() {
+            if last.0 == latest {
+                // Keep the first time an offset was the latest; it is when it was produced.
+                return;
+            }
+            if latest < last.0 {
+                // Topic recreated or truncated: start again.
+                self.points.clear();
+            }
+        }
+        self.points.push_back((latest, t));
+        while self.points.len() > self.cap {
+            self.points.pop_front();
+        }
+    }
+
+    /// Seconds since `committed` was the latest offset, at `now`: 0 when caught
+    /// up; interpolated between samples; extrapolated at both ends.
+    pub fn lag_seconds(&self, committed: i64, now: f64) -> Option<f64> {
+        let last = *self.points.back()?;
+        if committed >= last.0 {
+            return Some(0.0);
+        }
+        let produced_at = if self.points.len() == 1 {
+            last.1
+        } else {
+            let pts: Vec<(i64, f64)> = self.points.iter().copied().collect();
+            match pts
+                .windows(2)
+                .find(|w| committed >= w[0].0 && committed < w[1].0)
+            {
+                Some(w) => interpolate(w[0], w[1], committed),
+                // Older than the oldest point: extrapolate from the first two.
+                None => interpolate(pts[0], pts[1], committed),
+            }
+        };
+        Some((now - produced_at).max(0.0))
+    }
+}
+
+fn interpolate(a: (i64, f64), b: (i64, f64), x: i64) -> f64 {
+    if b.0 == a.0 {
+        return a.1;
+    }
+    a.1 + (b.1 - a.1) * ((x - a.0) as f64 / (b.0 - a.0) as f64)
+}
+
+/// One sample of a partition of a group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// When (seconds).
+    pub t: f64,
+    /// Committed offset.
+    pub committed: i64,
+    /// Lag in messages.
+    pub lag: i64,
+}
+
+/// Burrow's sliding-window evaluation of one partition, on samples the
+/// receiver takes itself every interval, so a consumer that stopped is seen
+/// without waiting for its next commit.
+#[derive(Debug, Clone)]
+pub struct Window {
+    samples: VecDeque<Sample>,
+    size: usize,
+    /// When the committed offset last changed, and the first such time in the window.
+    changes: VecDeque<f64>,
+}
+
+impl Window {
+    /// A window of `size` samples (Burrow's `intervals`, default 10).
+    pub fn new(size: usize) -> Self {
+        Window {
+            samples: VecDeque::new(),
+            size: size.max(2),
+            changes: VecDeque::new(),
+        }
+    }
+
+    /// Add a sample.
+    pub fn add(&mut self, s: Sample) {
+        let changed = self
+            .samples
+            .back()
+            .is_none_or(|p| p.committed != s.committed);
+        if changed {
+            self.changes.push_back(s.t);
+        }
+        self.samples.push_back(s);
+        while self.samples.len() > self.size {
+            self.samples.pop_front();
+        }
+        let oldest = self.samples.front().map_or(s.t, |f| f.t);
+        while self.changes.len() > 1 && self.changes.get(1).is_some_and(|t| *t <= oldest) {
+            self.changes.pop_front();
+        }
+    }
+
+    /// The latest sample.
+    pub fn last(&self) -> Option<&Sample> {
+        self.samples.back()
+    }
+
+    /// Burrow's status. `allowed_lag`: lag at or below it counts as caught up.
+    /// `has_members`: whether the group has members (None: unknown); with
+    /// members a non-moving offset is STALL, without it is STOP.
+    pub fn status(&self, now: f64, allowed_lag: i64, has_members: Option<bool>) -> Status {
+        if self.samples.len() < self.size {
+            return Status::NotFound;
+        }
+        let Some(last) = self.samples.back() else {
+            return Status::NotFound;
+        };
+        if last.lag <= allowed_lag {
+            return Status::Ok;
+        }
+        let s: Vec<&Sample> = self.samples.iter().collect();
+        // REWIND: the offset went back within the window and did not recover.
+        for w in s.windows(2) {
+            if w[1].committed < w[0].committed && last.committed < w[0].committed {
+                return Status::Rewind;
+            }
+        }
+        // No progress at all in the window, with lag: STALL when members are
+        // there (committing the same offset), STOP otherwise.
+        let moved = s.windows(2).any(|w| w[1].committed != w[0].committed);
+        if !moved {
+            return if has_members == Some(true) {
+                Status::Stall
+            } else {
+                Status::Stop
+            };
+        }
+        // STOP: the time since the last progress is longer than the span over
+        // which progress was seen (Burrow's rule on commit times).
+        let first_change = self.changes.front().copied().unwrap_or(s[0].t);
+        let last_change = self.changes.back().copied().unwrap_or(s[0].t);
+        if now - last_change > last_change - first_change {
+            return Status::Stop;
+        }
+        // Rule 1: caught up at some point in the window.
+        if s.iter().any(|x| x.lag <= allowed_lag) {
+            return Status::Ok;
+        }
+        // WARN: offsets advance but lag never decreases.
+        let never_down = s.windows(2).all(|w| w[1].lag >= w[0].lag);
+        if never_down && last.lag > s[0].lag {
+            return Status::Warn;
+        }
+        Status::Ok
+    }
+}
+
+/// The lag alarm SREs use: lag above a threshold, or lag growing for a whole window.
+#[derive(Debug, Clone)]
+pub struct LagAlarm {
+    threshold: i64,
+    growth_window: f64,
+    /// Since when the lag has been growing (not decreasing), if it is.
+    growing_since: Option<f64>,
+    last_lag: Option<i64>,
+}
+
+impl LagAlarm {
+    /// Alarm above `threshold` messages or after `growth_window` seconds of growth.
+    pub fn new(threshold: i64, growth_window: f64) -> Self {
+        LagAlarm {
+            threshold,
+            growth_window,
+            growing_since: None,
+            last_lag: None,
+        }
+    }
+
+    /// Feed the current lag; returns whether the alarm is on.
+    pub fn update(&mut self, lag: i64, t: f64) -> bool {
+        match self.last_lag {
+            Some(prev) if lag > prev => {
+                self.growing_since.get_or_insert(t);
+            }
+            Some(prev) if lag < prev => self.growing_since = None,
+            None => {}
+            _ => {}
+        }
+        if lag == 0 {
+            self.growing_since = None;
+        }
+        self.last_lag = Some(lag);
+        lag > self.threshold
+            || self
+                .growing_since
+                .is_some_and(|s| t - s >= self.growth_window)
+    }
+}
+
+/// Produce rate of a topic from high-water-mark deltas, and the retry-storm verdict.
+#[derive(Debug, Clone, Default)]
+pub struct ProduceRate {
+    last: Option<(i64, f64)>,
+    rate: f64,
+}
+
+impl ProduceRate {
+    /// Feed the sum of a topic's high-water marks at `t`; returns messages per second.
+    pub fn update(&mut self, total_latest: i64, t: f64) -> f64 {
+        if let Some((prev, pt)) = self.last {
+            if t > pt {
+                self.rate = if total_latest >= prev {
+                    (total_latest - prev) as f64 / (t - pt)
+                } else {
+                    0.0
+                };
+            }
+        }
+        self.last = Some((total_latest, t));
+        self.rate
+    }
+}
+
+/// Whether a topic is in a retry storm: it is a retry/DLQ topic and its produce rate is above the threshold.
+pub fn retry_storm(topic: &str, rate: f64, retry_topics: &regex::Regex, threshold: f64) -> bool {
+    retry_topics.is_match(topic) && rate > threshold
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(samples: &[(f64, i64, i64)]) -> Window {
+        let mut w = Window::new(samples.len());
+        for (t, committed, lag) in samples {
+            w.add(Sample {
+                t: *t,
+                committed: *committed,
+                lag: *lag,
+            });
+        }
+        w
+    }
+
+    #[test]
+    fn burrow_statuses() {
+        // Keeping up: lag returns to 0.
+        let w = window(&[(0.0, 0, 5), (10.0, 10, 0), (20.0, 20, 3), (30.0, 30, 2)]);
+        assert_eq!(w.status(30.0, 0, Some(true)), Status::Ok);
+        // Progress but lag never comes down: WARN.
+        let w = window(&[(0.0, 0, 10), (10.0, 10, 20), (20.0, 20, 30), (30.0, 30, 40)]);
+        assert_eq!(w.status(30.0, 0, Some(true)), Status::Warn);
+        // No progress at all with lag: STOP without members, STALL with.
+        let w = window(&[
+            (0.0, 50, 10),
+            (10.0, 50, 20),
+            (20.0, 50, 30),
+            (30.0, 50, 40),
+        ]);
+        assert_eq!(w.status(30.0, 0, None), Status::Stop);
+        assert_eq!(w.status(30.0, 0, Some(true)), Status::Stall);
+        // Progress stopped a while ago (longer than the span it moved over): STOP.
+        let w = window(&[
+            (0.0, 0, 10),
+            (10.0, 10, 10),
+            (20.0, 10, 20),
+            (30.0, 10, 30),
+            (40.0, 10, 40),
+        ]);
+        assert_eq!(w.status(40.0, 0, None), Status::Stop);
+        // The offset went back: REWIND.
+        let w = window(&[
+            (0.0, 100, 10),
+            (10.0, 110, 10),
+            (20.0, 50, 70),
+            (30.0, 60, 70),
+        ]);
+        assert_eq!(w.status(30.0, 0, Some(true)), Status::Rewind);
+        // Not enough samples.
+        let mut w = Window::new(10);
+        w.add(Sample {
+            t: 0.0,
+            committed: 0,
+            lag: 100,
+        });
+        assert_eq!(w.status(0.0, 0, None), Status::NotFound);
+        assert_eq!(group_status([Status::Ok, Status::Warn]), Status::Warn);
+        assert_eq!(group_status([Status::Ok, Status::Stall]), Status::Err);
+        assert_eq!(Status::Rewind as i32, 6);
+    }
+
+    #[test]
+    fn time_lag_is_interpolated_and_extrapolated() {
+        let mut tl = Timeline::new(60);
+        tl.add(100, 10.0);
+        tl.add(200, 20.0);
+        tl.add(400, 30.0);
+        assert_eq!(tl.lag_seconds(400, 35.0), Some(0.0), "caught up");
+        assert_eq!(
+            tl.lag_seconds(150, 35.0),
+            Some(20.0),
+            "150 was produced at 15 s"
+        );
+        assert_eq!(
+            tl.lag_seconds(300, 35.0),
+            Some(10.0),
+            "300 was produced at 25 s"
+        );
+        assert_eq!(
+            tl.lag_seconds(50, 35.0),
+            Some(30.0),
+            "before the first point: extrapolated to 5 s"
+        );
+        tl.add(400, 40.0);
+        assert_eq!(
+            tl.lag_seconds(300, 45.0),
+            Some(20.0),
+            "a repeated high-water mark keeps its first time"
+        );
+        assert_eq!(Timeline::new(60).lag_seconds(1, 1.0), None);
+    }
+
+    #[test]
+    fn lag_alarm_by_threshold_and_by_growth() {
+        let mut a = LagAlarm::new(10_000, 300.0);
+        assert!(!a.update(100, 0.0));
+        assert!(a.update(20_000, 15.0), "above the threshold");
+        let mut a = LagAlarm::new(10_000, 300.0);
+        let mut on = false;
+        for i in 0..=30 {
+            on = a.update(100 + i * 10, i as f64 * 15.0);
+            if i * 15 < 300 {
+                assert!(!on, "not yet at {}s", i * 15);
+            }
+        }
+        assert!(on, "growing for five minutes");
+        assert!(!a.update(50, 500.0), "coming down resets it");
+    }
+
+    #[test]
+    fn retry_storms_from_high_water_deltas() {
+        let re = regex::Regex::new(r".*-retry$|.*\.DLQ$").expect("re");
+        let mut r = ProduceRate::default();
+        r.update(1000, 0.0);
+        let rate = r.update(5000, 10.0);
+        assert_eq!(rate, 400.0);
+        assert!(retry_storm("payments-retry", rate, &re, 200.0));
+        assert!(
+            !retry_storm("payments", rate, &re, 200.0),
+            "not a retry topic"
+        );
+        assert!(
+            !retry_storm("payments.DLQ", 50.0, &re, 200.0),
+            "normal traffic"
+        );
+    }
+}

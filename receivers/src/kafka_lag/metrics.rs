@@ -1,0 +1,402 @@
+//! A sampled cluster snapshot, and its OTLP metrics with the names of the
+//! Collector's kafkametricsreceiver plus causeway's time lag, status, alarm
+//! and retry-storm metrics.
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric, number_data_point, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
+};
+use std::collections::BTreeMap;
+
+use super::analysis::Status;
+
+/// One partition of a topic: its offsets.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionOffsets {
+    /// Oldest available offset (low water mark).
+    pub oldest: i64,
+    /// Next offset to be written (high water mark).
+    pub latest: i64,
+}
+
+/// A group's view of one partition.
+#[derive(Debug, Clone)]
+pub struct GroupPartition {
+    /// Committed offset; `None` when the group never committed one.
+    pub committed: Option<i64>,
+    /// Time lag in seconds, when known.
+    pub lag_seconds: Option<f64>,
+    /// Burrow status of the partition.
+    pub status: Status,
+}
+
+/// Per group: members, status, per topic/partition.
+#[derive(Debug, Clone, Default)]
+pub struct GroupSnapshot {
+    /// Members, when the broker told.
+    pub members: Option<i64>,
+    /// Group status (the worst partition).
+    pub status: Option<Status>,
+    /// Lag alarm per topic.
+    pub alarm: BTreeMap<String, bool>,
+    /// topic → partition → view.
+    pub partitions: BTreeMap<String, BTreeMap<i32, GroupPartition>>,
+}
+
+/// Everything one collection round saw.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Unix time of the round, nanoseconds.
+    pub time_ns: u64,
+    /// topic → partition → offsets.
+    pub topics: BTreeMap<String, BTreeMap<i32, PartitionOffsets>>,
+    /// Produce rate per topic (messages/s) and whether it is a retry storm.
+    pub produce: BTreeMap<String, (f64, bool)>,
+    /// group → snapshot.
+    pub groups: BTreeMap<String, GroupSnapshot>,
+}
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+fn kv_int(k: &str, v: i64) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::IntValue(v)),
+        }),
+        ..Default::default()
+    }
+}
+
+struct Builder {
+    time: u64,
+    metrics: BTreeMap<&'static str, (&'static str, &'static str, Vec<NumberDataPoint>)>,
+}
+
+impl Builder {
+    fn point(
+        &mut self,
+        name: &'static str,
+        unit: &'static str,
+        desc: &'static str,
+        attrs: Vec<KeyValue>,
+        v: f64,
+        int: bool,
+    ) {
+        let value = if int {
+            number_data_point::Value::AsInt(v as i64)
+        } else {
+            number_data_point::Value::AsDouble(v)
+        };
+        self.metrics
+            .entry(name)
+            .or_insert((unit, desc, Vec::new()))
+            .2
+            .push(NumberDataPoint {
+                attributes: attrs,
+                time_unix_nano: self.time,
+                value: Some(value),
+                ..Default::default()
+            });
+    }
+}
+
+/// The snapshot as OTLP metrics. Partitions without a committed offset get
+/// no lag point at all (never a huge false lag); their offset point is -1.
+pub fn to_metrics(snap: &Snapshot, cluster: &str) -> ResourceMetrics {
+    let mut b = Builder {
+        time: snap.time_ns,
+        metrics: BTreeMap::new(),
+    };
+    for (topic, parts) in &snap.topics {
+        b.point(
+            "kafka.topic.partitions",
+            "{partitions}",
+            "Partitions of a topic.",
+            vec![kv("topic", topic)],
+            parts.len() as f64,
+            true,
+        );
+        for (p, o) in parts {
+            let attrs = || vec![kv("topic", topic), kv_int("partition", i64::from(*p))];
+            b.point(
+                "kafka.partition.current_offset",
+                "1",
+                "Current (high water mark) offset of a partition.",
+                attrs(),
+                o.latest as f64,
+                true,
+            );
+            b.point(
+                "kafka.partition.oldest_offset",
+                "1",
+                "Oldest offset of a partition.",
+                attrs(),
+                o.oldest as f64,
+                true,
+            );
+        }
+        if let Some((rate, storm)) = snap.produce.get(topic) {
+            b.point(
+                "kafka.topic.produce_rate",
+                "{messages}/s",
+                "Messages produced per second, from high-water-mark deltas.",
+                vec![kv("topic", topic)],
+                *rate,
+                false,
+            );
+            b.point(
+                "kafka.topic.retry_storm",
+                "1",
+                "1 when a retry/DLQ topic is produced to faster than retry_rate_threshold.",
+                vec![kv("topic", topic)],
+                if *storm { 1.0 } else { 0.0 },
+                true,
+            );
+        }
+    }
+    for (group, g) in &snap.groups {
+        if let Some(m) = g.members {
+            b.point(
+                "kafka.consumer_group.members",
+                "{members}",
+                "Members of a consumer group.",
+                vec![kv("group", group)],
+                m as f64,
+                true,
+            );
+        }
+        if let Some(s) = g.status {
+            b.point(
+                "kafka.consumer_group.status",
+                "1",
+                "Burrow status: 0 NOTFOUND, 1 OK, 2 WARN, 3 ERR, 4 STOP, 5 STALL, 6 REWIND.",
+                vec![kv("group", group), kv("status", s.name())],
+                s as i64 as f64,
+                true,
+            );
+        }
+        for (topic, parts) in &g.partitions {
+            let (mut lag_sum, mut off_sum, mut any) = (0i64, 0i64, false);
+            for (p, gp) in parts {
+                let attrs = || {
+                    vec![
+                        kv("group", group),
+                        kv("topic", topic),
+                        kv_int("partition", i64::from(*p)),
+                    ]
+                };
+                let latest = snap
+                    .topics
+                    .get(topic)
+                    .and_then(|t| t.get(p))
+                    .map(|o| o.latest);
+                b.point(
+                    "kafka.consumer_group.offset",
+                    "1",
+                    "Committed offset of a group on a partition (-1: none).",
+                    attrs(),
+                    gp.committed.unwrap_or(-1) as f64,
+                    true,
+                );
+                if let (Some(c), Some(l)) = (gp.committed, latest) {
+                    let lag = (l - c).max(0);
+                    b.point(
+                        "kafka.consumer_group.lag",
+                        "{messages}",
+                        "Messages a group has not consumed on a partition.",
+                        attrs(),
+                        lag as f64,
+                        true,
+                    );
+                    lag_sum += lag;
+                    off_sum += c;
+                    any = true;
+                }
+                if let Some(ls) = gp.lag_seconds {
+                    b.point(
+                        "kafka.consumer_group.lag_seconds",
+                        "s",
+                        "Age of the oldest unconsumed message, interpolated.",
+                        attrs(),
+                        ls,
+                        false,
+                    );
+                }
+                let mut with_status = attrs();
+                with_status.push(kv("status", gp.status.name()));
+                b.point(
+                    "kafka.consumer_group.partition_status",
+                    "1",
+                    "Burrow status of a partition (codes as kafka.consumer_group.status).",
+                    with_status,
+                    gp.status as i64 as f64,
+                    true,
+                );
+            }
+            if any {
+                b.point(
+                    "kafka.consumer_group.lag_sum",
+                    "{messages}",
+                    "Lag of a group summed over a topic's partitions.",
+                    vec![kv("group", group), kv("topic", topic)],
+                    lag_sum as f64,
+                    true,
+                );
+                b.point(
+                    "kafka.consumer_group.offset_sum",
+                    "1",
+                    "Committed offsets of a group summed over a topic.",
+                    vec![kv("group", group), kv("topic", topic)],
+                    off_sum as f64,
+                    true,
+                );
+            }
+            if let Some(on) = g.alarm.get(topic) {
+                b.point(
+                    "kafka.consumer_group.lag_alarm",
+                    "1",
+                    "1 when lag is above lag_threshold or has grown for growth_window.",
+                    vec![kv("group", group), kv("topic", topic)],
+                    if *on { 1.0 } else { 0.0 },
+                    true,
+                );
+            }
+        }
+    }
+    let metrics = b
+        .metrics
+        .into_iter()
+        .map(|(name, (unit, desc, points))| Metric {
+            name: name.into(),
+            unit: unit.into(),
+            description: desc.into(),
+            data: Some(metric::Data::Gauge(Gauge {
+                data_points: points,
+            })),
+            ..Default::default()
+        })
+        .collect();
+    ResourceMetrics {
+        resource: Some(opentelemetry_proto::tonic::resource::v1::Resource {
+            attributes: vec![
+                kv("kafka.cluster.alias", cluster),
+                kv("service.name", "kafka"),
+            ],
+            ..Default::default()
+        }),
+        scope_metrics: vec![ScopeMetrics {
+            scope: Some(InstrumentationScope {
+                name: "causeway.kafka_lag".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                ..Default::default()
+            }),
+            metrics,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_to_kafkametrics_names_and_no_false_lag() {
+        let mut snap = Snapshot {
+            time_ns: 7,
+            ..Default::default()
+        };
+        snap.topics.insert(
+            "orders".into(),
+            BTreeMap::from([
+                (
+                    0,
+                    PartitionOffsets {
+                        oldest: 0,
+                        latest: 100,
+                    },
+                ),
+                (
+                    1,
+                    PartitionOffsets {
+                        oldest: 0,
+                        latest: 50,
+                    },
+                ),
+            ]),
+        );
+        let mut g = GroupSnapshot {
+            members: Some(2),
+            status: Some(Status::Warn),
+            ..Default::default()
+        };
+        g.partitions.insert(
+            "orders".into(),
+            BTreeMap::from([
+                (
+                    0,
+                    GroupPartition {
+                        committed: Some(60),
+                        lag_seconds: Some(12.5),
+                        status: Status::Warn,
+                    },
+                ),
+                (
+                    1,
+                    GroupPartition {
+                        committed: None,
+                        lag_seconds: None,
+                        status: Status::NotFound,
+                    },
+                ),
+            ]),
+        );
+        g.alarm.insert("orders".into(), false);
+        snap.groups.insert("billing".into(), g);
+        let rm = to_metrics(&snap, "main");
+        let m = &rm.scope_metrics[0].metrics;
+        let get = |n: &str| {
+            m.iter()
+                .find(|x| x.name == n)
+                .unwrap_or_else(|| panic!("{n} missing"))
+        };
+        let points = |n: &str| match &get(n).data {
+            Some(metric::Data::Gauge(g)) => g.data_points.clone(),
+            _ => vec![],
+        };
+        let int = |p: &NumberDataPoint| match p.value {
+            Some(number_data_point::Value::AsInt(i)) => i,
+            _ => i64::MIN,
+        };
+        let lag = points("kafka.consumer_group.lag");
+        assert_eq!(
+            lag.len(),
+            1,
+            "no lag point for a partition without a commit"
+        );
+        assert_eq!(int(&lag[0]), 40);
+        assert_eq!(int(&points("kafka.consumer_group.lag_sum")[0]), 40);
+        let offsets: Vec<i64> = points("kafka.consumer_group.offset")
+            .iter()
+            .map(int)
+            .collect();
+        assert_eq!(offsets, vec![60, -1]);
+        assert_eq!(int(&points("kafka.consumer_group.members")[0]), 2);
+        assert_eq!(int(&points("kafka.consumer_group.status")[0]), 2);
+        assert_eq!(int(&points("kafka.topic.partitions")[0]), 2);
+        assert_eq!(points("kafka.partition.current_offset").len(), 2);
+        assert!(
+            matches!(points("kafka.consumer_group.lag_seconds")[0].value, Some(number_data_point::Value::AsDouble(x)) if x == 12.5)
+        );
+    }
+}
