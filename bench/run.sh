@@ -30,7 +30,7 @@ taskset -c 1 "$LG" send --target 127.0.0.1:14317 --seconds "$SECS" "$@" > "$OUT/
 AFTER=$(awk '{print $14+$15}' /proc/$D/stat)
 RSS1=$(awk '/VmRSS/{print $2}' /proc/$D/status)
 HWM=$(awk '/VmHWM/{print $2}' /proc/$D/status)
-METRICS=$(curl -s "http://${CAUSEWAY_BENCH_TELEMETRY:-127.0.0.1:18888}/metrics" | grep -E '^causeway_tail_sampling_(pending|traces_total|early)' || true)
+METRICS=$(curl -s "http://${CAUSEWAY_BENCH_TELEMETRY:-127.0.0.1:18888}/metrics" | grep -E '^causeway_tail_sampling_(pending|traces_total|early|decision_lag)' || true)
 kill -TERM "$D"; wait "$D" || true
 wait "$SINK" || true
 python3 - "$OUT" "$BEFORE" "$AFTER" "$TCK" "$HWM" "$RSS0" "$RSS1" "$CONFIG" <<'PY'

@@ -49,7 +49,7 @@ pub const LATE_SPANS: &str = "causeway_tail_sampling_late_spans_total";
 /// Traces decided before their time, by reason.
 pub const EARLY_DECISIONS: &str = "causeway_tail_sampling_early_decisions_total";
 /// How late after its deadline the latest tick decided a trace.
-pub const DECISION_LAG: &str = "causeway_tail_sampling_decision_lag_seconds";
+pub const DECISION_LAG: &str = "causeway_tail_sampling_decision_lag_milliseconds";
 
 /// Per-span bookkeeping counted in `max_memory` on top of the span's bytes.
 const SPAN_OVERHEAD: usize = std::mem::size_of::<Held>() + 16;
