@@ -101,6 +101,18 @@ service:
     )
 }
 
+/// Wait until the persistent queue holds every request sent (13-byte record
+/// header + the request): data accepted by the receiver is in memory until
+/// the pipeline writes it to the queue.
+fn wait_persisted(d: &Daemon, requests: u64) {
+    let expected: usize = (0..requests).map(|r| 13 + request(r).len()).sum();
+    wait_for(
+        Duration::from_secs(30),
+        "every request in the persistent queue",
+        || d.metric("causeway_exporter_queue_size{component=\"otlp/b\"}") == Some(expected as f64),
+    );
+}
+
 fn names(path: &Path) -> Vec<String> {
     spans(&read_jsonl(path))
         .into_iter()
@@ -117,6 +129,7 @@ async fn outage_and_kill_9_lose_nothing() {
     for r in 0..40 {
         send(&format!("127.0.0.1:{a_grpc}"), request(r)).await;
     }
+    wait_persisted(&a, 40);
     // The backend is down: everything waits on disk. Kill -9 during the outage.
     a.child.kill().expect("kill -9");
     a.child.wait().expect("wait");
@@ -165,6 +178,7 @@ async fn a_corrupt_segment_is_reported_and_the_rest_delivered() {
     for r in 0..100 {
         send(&format!("127.0.0.1:{a_grpc}"), request(r)).await;
     }
+    wait_persisted(&a, 100);
     a.child.kill().expect("kill -9");
     a.child.wait().expect("wait");
     let qdir = dir.path().join("queue").join("otlp_b");
