@@ -84,6 +84,9 @@ pub struct Tailer {
     restored: Vec<(Vec<u8>, u64)>,
     first_poll: bool,
     next_id: u64,
+    /// New files that look like a copy of an open file (same first bytes),
+    /// by inode, with the polls they were held back for.
+    deferred: std::collections::HashMap<(u64, u64), u32>,
     /// The last poll stopped at a file's read budget: poll again at once.
     more: bool,
 }
@@ -121,6 +124,7 @@ impl Tailer {
                 .collect(),
             first_poll: true,
             next_id: 1,
+            deferred: std::collections::HashMap::new(),
             more: false,
         }
     }
@@ -240,6 +244,18 @@ impl Tailer {
                 continue; // identify it once it has content
             }
             let len = meta.len();
+            let is_ghost = self.ghosts.iter().any(|(g, _, _)| starts_with(&fp, g));
+            if !is_ghost && self.files.iter().any(|t| starts_with(&fp, &t.fp)) {
+                // Same first bytes as an open file: most likely a copy-truncate in
+                // progress (copied, not yet truncated). Wait a few polls for the
+                // truncation, which turns it into a ghost match.
+                let waited = self.deferred.entry(dev_ino).or_insert(0);
+                *waited += 1;
+                if *waited <= 3 {
+                    continue;
+                }
+            }
+            self.deferred.remove(&dev_ino);
             let start = if let Some(i) =
                 self.ghosts.iter().position(|(g, _, _)| starts_with(&fp, g))
             {
@@ -432,6 +448,23 @@ pub fn save_checkpoints(path: &Path, cps: &[Checkpoint], durable: bool) -> std::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_seen_before_the_truncation_is_not_read_twice() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = dir.path().join("x.log");
+        std::fs::write(&log, "line-0\nline-1\n").expect("write");
+        let mut t = Tailer::new(cfg(dir.path()), vec![]);
+        let mut all = numbers(&t.poll().0);
+        std::fs::copy(&log, dir.path().join("x.log.1")).expect("copy");
+        all.extend(numbers(&t.poll().0)); // the copy is seen before the truncation
+        std::fs::write(&log, "line-2\n").expect("truncate and write");
+        for _ in 0..5 {
+            all.extend(numbers(&t.poll().0));
+        }
+        all.sort_unstable();
+        assert_eq!(all, vec![0, 1, 2]);
+    }
 
     fn cfg(dir: &Path) -> TailConfig {
         TailConfig {
