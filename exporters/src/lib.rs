@@ -2,6 +2,7 @@
 
 pub mod debug;
 pub mod file;
+mod http_util;
 pub mod loki;
 pub mod otlp;
 pub mod victoriametrics;

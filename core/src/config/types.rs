@@ -588,6 +588,30 @@ impl Validate for QueueConfig {
     }
 }
 
+/// Check the delivery sections every exporter has, with their key paths
+/// (`retry_on_failure.…`, `sending_queue.…`, `timeout`).
+pub fn delivery_errors(
+    retry: &RetryConfig,
+    queue: &QueueConfig,
+    timeout: Duration,
+) -> Vec<ConfigError> {
+    let mut e: Vec<ConfigError> = retry
+        .validate()
+        .into_iter()
+        .map(|x| x.under("retry_on_failure"))
+        .collect();
+    e.extend(
+        queue
+            .validate()
+            .into_iter()
+            .map(|x| x.under("sending_queue")),
+    );
+    if timeout.get().is_zero() {
+        e.push(ConfigError::new("timeout", "must be greater than 0"));
+    }
+    e
+}
+
 /// How the topology delivers to an exporter: timeout, retries, queue.
 #[derive(Debug, Clone)]
 pub struct DeliveryConfig {

@@ -1,6 +1,8 @@
 //! Configuration of the `loki` exporter.
 
-use causeway_core::config::{ConfigError, Duration, QueueConfig, RetryConfig, Validate};
+use causeway_core::config::{
+    delivery_errors, ConfigError, Duration, QueueConfig, RetryConfig, Validate,
+};
 use indexmap::IndexMap;
 use serde::Deserialize;
 
@@ -102,18 +104,7 @@ fn valid_label(name: &str) -> bool {
 
 impl Validate for LokiConfig {
     fn validate(&self) -> Vec<ConfigError> {
-        let mut e: Vec<ConfigError> = self
-            .retry_on_failure
-            .validate()
-            .into_iter()
-            .map(|x| x.under("retry_on_failure"))
-            .collect();
-        e.extend(
-            self.sending_queue
-                .validate()
-                .into_iter()
-                .map(|x| x.under("sending_queue")),
-        );
+        let mut e = delivery_errors(&self.retry_on_failure, &self.sending_queue, self.timeout);
         if !self.endpoint.starts_with("http://") {
             e.push(ConfigError::new(
                 "endpoint",

@@ -29,7 +29,6 @@ use prost::Message;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use crate::ExporterError;
 use config::{LokiConfig, LokiEncoding};
@@ -481,20 +480,9 @@ impl Exporter for LokiExporter {
             .body(body)
             .send()
             .await
-            .map_err(|e| ExportError::Retryable {
-                source: Box::new(ExporterError::Transport {
-                    endpoint: self.url.clone(),
-                    message: e.to_string(),
-                }),
-                retry_after: None,
-            })?;
+            .map_err(|e| crate::http_util::transport_error(&self.url, e))?;
         let status = resp.status();
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        let retry_after = crate::http_util::retry_after(resp.headers());
         let text = resp.text().await.unwrap_or_default();
         if status.is_success() {
             return Ok(Delivered::default());

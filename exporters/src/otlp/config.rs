@@ -1,7 +1,9 @@
 //! Configuration of the `otlp` (gRPC) and `otlphttp` exporters, in the
 //! Collector's shape.
 
-use causeway_core::config::{ConfigError, Duration, QueueConfig, RetryConfig, Validate};
+use causeway_core::config::{
+    delivery_errors, ConfigError, Duration, QueueConfig, RetryConfig, Validate,
+};
 use indexmap::IndexMap;
 use serde::Deserialize;
 
@@ -108,20 +110,7 @@ fn check_common(
     timeout: Duration,
     tls: &TlsConfig,
 ) -> Vec<ConfigError> {
-    let mut e: Vec<ConfigError> = retry
-        .validate()
-        .into_iter()
-        .map(|x| x.under("retry_on_failure"))
-        .collect();
-    e.extend(
-        queue
-            .validate()
-            .into_iter()
-            .map(|x| x.under("sending_queue")),
-    );
-    if timeout.get().is_zero() {
-        e.push(ConfigError::new("timeout", "must be greater than 0"));
-    }
+    let mut e = delivery_errors(retry, queue, timeout);
     for (key, ep) in endpoints {
         if ep.trim().is_empty() {
             e.push(ConfigError::new(*key, "must not be empty"));

@@ -9,7 +9,6 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResp
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
 use std::io::Write;
-use std::time::Duration;
 
 use super::config::{Compression, HttpEncoding, OtlpHttpConfig};
 use crate::ExporterError;
@@ -82,11 +81,6 @@ impl HttpExporter {
     }
 }
 
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
-}
-
 fn rejected(signal: Signal, encoding: HttpEncoding, body: &[u8]) -> (i64, String) {
     if body.is_empty() {
         return (0, String::new());
@@ -141,15 +135,9 @@ impl Exporter for HttpExporter {
             .body(body)
             .send()
             .await
-            .map_err(|e| ExportError::Retryable {
-                source: Box::new(ExporterError::Transport {
-                    endpoint: url.clone(),
-                    message: e.to_string(),
-                }),
-                retry_after: None,
-            })?;
+            .map_err(|e| crate::http_util::transport_error(url, e))?;
         let status = resp.status();
-        let hint = retry_after(resp.headers());
+        let hint = crate::http_util::retry_after(resp.headers());
         let body = resp.bytes().await.unwrap_or_default();
         if status.is_success() {
             let (rejected, message) = rejected(signal, self.encoding, &body);

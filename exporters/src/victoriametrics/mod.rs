@@ -18,7 +18,8 @@ use causeway_core::component::{
     BuildContext, BuiltExporter, Delivered, ExportError, Exporter, ExporterFactory,
 };
 use causeway_core::config::{
-    decode, ConfigError, DeliveryConfig, Duration, QueueConfig, RetryConfig, Validate,
+    decode, delivery_errors, ConfigError, DeliveryConfig, Duration, QueueConfig, RetryConfig,
+    Validate,
 };
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
 use indexmap::IndexMap;
@@ -121,18 +122,7 @@ fn timeout() -> Duration {
 
 impl Validate for VictoriaMetricsConfig {
     fn validate(&self) -> Vec<ConfigError> {
-        let mut e: Vec<ConfigError> = self
-            .retry_on_failure
-            .validate()
-            .into_iter()
-            .map(|x| x.under("retry_on_failure"))
-            .collect();
-        e.extend(
-            self.sending_queue
-                .validate()
-                .into_iter()
-                .map(|x| x.under("sending_queue")),
-        );
+        let mut e = delivery_errors(&self.retry_on_failure, &self.sending_queue, self.timeout);
         if !self.endpoint.starts_with("http://") {
             e.push(ConfigError::new(
                 "endpoint",
@@ -590,20 +580,9 @@ impl Exporter for VictoriaMetricsExporter {
             .body(body)
             .send()
             .await
-            .map_err(|e| ExportError::Retryable {
-                source: Box::new(ExporterError::Transport {
-                    endpoint: self.url.clone(),
-                    message: e.to_string(),
-                }),
-                retry_after: None,
-            })?;
+            .map_err(|e| crate::http_util::transport_error(&self.url, e))?;
         let status = resp.status();
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(std::time::Duration::from_secs);
+        let retry_after = crate::http_util::retry_after(resp.headers());
         if status.is_success() {
             return Ok(Delivered::default());
         }

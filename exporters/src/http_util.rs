@@ -1,0 +1,23 @@
+//! Pieces shared by the HTTP exporters.
+
+use causeway_core::component::ExportError;
+use std::time::Duration;
+
+use crate::ExporterError;
+
+/// The server's `Retry-After`, in seconds (the HTTP-date form is not used by these backends).
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// A request that did not reach the server: retryable.
+pub(crate) fn transport_error(endpoint: &str, e: reqwest::Error) -> ExportError {
+    ExportError::Retryable {
+        source: Box::new(ExporterError::Transport {
+            endpoint: endpoint.to_string(),
+            message: e.to_string(),
+        }),
+        retry_after: None,
+    }
+}
