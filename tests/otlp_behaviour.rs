@@ -76,24 +76,7 @@ async fn grpc_export(
     addr: &str,
     req: &ExportTraceServiceRequest,
 ) -> Result<ExportTraceServiceResponse, tonic::Status> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| tonic::Status::internal(e.to_string()))?
-        .connect()
-        .await
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-    let mut client = tonic::client::Grpc::new(channel);
-    client
-        .ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-    client
-        .unary(
-            tonic::Request::new(vec![Bytes::from(req.encode_to_vec())]),
-            PathAndQuery::from_static(export_path(Signal::Traces)),
-            ClientCodec::<ExportTraceServiceResponse>::default(),
-        )
-        .await
-        .map(tonic::Response::into_inner)
+    otlp_grpc_traces(addr, Bytes::from(req.encode_to_vec())).await
 }
 
 async fn http_post(

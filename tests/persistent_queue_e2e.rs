@@ -5,18 +5,13 @@
 mod common;
 
 use bytes::Bytes;
-use causeway_core::grpc::{export_path, ClientCodec};
-use causeway_core::Signal;
 use common::*;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
-use tonic::codegen::http::uri::PathAndQuery;
 
 fn request(r: u64) -> Bytes {
     let spans = (0..50u64)
@@ -42,20 +37,7 @@ fn request(r: u64) -> Bytes {
 }
 
 async fn send(addr: &str, body: Bytes) {
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect");
-    let mut c = tonic::client::Grpc::new(ch);
-    c.ready().await.expect("ready");
-    c.unary::<Vec<Bytes>, ExportTraceServiceResponse, _>(
-        tonic::Request::new(vec![body]),
-        PathAndQuery::from_static(export_path(Signal::Traces)),
-        ClientCodec::default(),
-    )
-    .await
-    .expect("accepted");
+    otlp_grpc_traces(addr, body).await.expect("accepted");
 }
 
 fn a_config(grpc: u16, b_grpc: u16, dir: &Path) -> String {

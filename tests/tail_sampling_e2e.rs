@@ -5,17 +5,12 @@
 mod common;
 
 use bytes::Bytes;
-use causeway_core::grpc::{export_path, ClientCodec};
-use causeway_core::Signal;
 use common::*;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::{status, ResourceSpans, ScopeSpans, Span, Status};
 use prost::Message;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-use tonic::codegen::http::uri::PathAndQuery;
 
 const T0: u64 = 1_764_000_000_000_000_000;
 
@@ -58,31 +53,17 @@ fn request(spans: Vec<Span>) -> Bytes {
     )
 }
 
-struct Client(tonic::client::Grpc<tonic::transport::Channel>);
+struct Client(String);
 
 impl Client {
     async fn connect(addr: &str) -> Client {
-        let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect");
-        Client(tonic::client::Grpc::new(ch))
+        Client(addr.to_string())
     }
 
     /// Send, retrying while the daemon pushes back.
     async fn send(&mut self, body: Bytes) {
         for _ in 0..600 {
-            self.0.ready().await.expect("ready");
-            let r = self
-                .0
-                .unary::<Vec<Bytes>, ExportTraceServiceResponse, _>(
-                    tonic::Request::new(vec![body.clone()]),
-                    PathAndQuery::from_static(export_path(Signal::Traces)),
-                    ClientCodec::default(),
-                )
-                .await;
-            match r {
+            match otlp_grpc_traces(&self.0, body.clone()).await {
                 Ok(_) => return,
                 Err(s) if s.code() == tonic::Code::Unavailable => {
                     tokio::time::sleep(Duration::from_millis(50)).await

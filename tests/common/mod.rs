@@ -218,3 +218,34 @@ pub fn attr<'a>(attrs: &'a Value, key: &str) -> Option<&'a Value> {
         .find(|kv| kv["key"] == key)
         .map(|kv| &kv["value"])
 }
+
+/// Send one encoded `ExportTraceServiceRequest` over OTLP/gRPC on a new connection.
+pub async fn otlp_grpc_traces(
+    addr: &str,
+    body: bytes::Bytes,
+) -> Result<
+    opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+    tonic::Status,
+> {
+    use causeway_core::grpc::{export_path, ClientCodec};
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| tonic::Status::internal(e.to_string()))?
+        .connect()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut client = tonic::client::Grpc::new(channel);
+    client
+        .ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    client
+        .unary(
+            tonic::Request::new(vec![body]),
+            tonic::codegen::http::uri::PathAndQuery::from_static(export_path(
+                causeway_core::Signal::Traces,
+            )),
+            ClientCodec::default(),
+        )
+        .await
+        .map(tonic::Response::into_inner)
+}
