@@ -20,6 +20,14 @@ pub enum ReceiverError {
         #[source]
         source: std::io::Error,
     },
+    /// A Kafka request failed.
+    #[error("kafka {op}: {message}")]
+    Kafka {
+        /// What was being done (`metadata`, `list groups`, ...).
+        op: &'static str,
+        /// librdkafka's reason.
+        message: String,
+    },
     /// A server stopped with an error.
     #[error("{protocol} server: {message}")]
     Serve {
@@ -34,4 +42,5 @@ pub enum ReceiverError {
 pub fn register(registry: &mut Registry) {
     registry.add_receiver(otlp::OtlpReceiverFactory);
     registry.add_receiver(gateway_log::GatewayLogFactory);
+    registry.add_receiver(kafka_lag::KafkaLagFactory);
 }

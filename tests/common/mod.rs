@@ -1,6 +1,8 @@
 //! Helpers for end-to-end tests that run the real `causeway` binary.
 #![allow(dead_code)]
 
+pub mod kafka;
+
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::TcpStream;

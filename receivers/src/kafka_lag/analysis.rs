@@ -223,9 +223,18 @@ impl Window {
         if s.iter().any(|x| x.lag <= allowed_lag) {
             return Status::Ok;
         }
-        // WARN: offsets advance but lag never decreases.
-        let never_down = s.windows(2).all(|w| w[1].lag >= w[0].lag);
-        if never_down && last.lag > s[0].lag {
+        // WARN: offsets advance but lag never decreases. As in Burrow, lag is
+        // compared at the commits (the first sample of each committed offset):
+        // a sample taken between a burst of production and the next commit
+        // is not a decrease when the commit brings the lag down a little.
+        let at_commits: Vec<i64> = s
+            .iter()
+            .enumerate()
+            .filter(|(i, x)| *i == 0 || s[i - 1].committed != x.committed)
+            .map(|(_, x)| x.lag)
+            .collect();
+        let never_down = at_commits.windows(2).all(|w| w[1] >= w[0]);
+        if at_commits.len() >= 2 && never_down && at_commits.last() > at_commits.first() {
             return Status::Warn;
         }
         Status::Ok
@@ -327,6 +336,24 @@ mod tests {
         // Progress but lag never comes down: WARN.
         let w = window(&[(0.0, 0, 10), (10.0, 10, 20), (20.0, 20, 30), (30.0, 30, 40)]);
         assert_eq!(w.status(30.0, 0, Some(true)), Status::Warn);
+        // Sampled between production and the next commit: lag dips at each
+        // commit but grows commit over commit: still WARN.
+        let w = window(&[
+            (0.0, 10, 40),
+            (10.0, 10, 90),
+            (20.0, 20, 80),
+            (30.0, 20, 130),
+            (40.0, 30, 120),
+        ]);
+        assert_eq!(w.status(40.0, 0, Some(true)), Status::Warn);
+        // Lag at the commits comes down: OK.
+        let w = window(&[
+            (0.0, 10, 90),
+            (10.0, 20, 60),
+            (20.0, 30, 70),
+            (30.0, 40, 50),
+        ]);
+        assert_eq!(w.status(30.0, 0, Some(true)), Status::Ok);
         // No progress at all with lag: STOP without members, STALL with.
         let w = window(&[
             (0.0, 50, 10),

@@ -1,0 +1,474 @@
+//! The `kafka_lag` receiver in the running daemon against a real
+//! Kafka-protocol broker (tansu, SQLite storage), driven by an rdkafka
+//! producer and consumer: exact lag, Burrow status through WARN and STOP and
+//! back to OK with time lag tracking the oldest unconsumed message, retry
+//! storms, and a broker restart under the daemon.
+
+mod common;
+
+use common::kafka::Broker;
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const INTERVAL_MS: u64 = 400;
+
+fn config(dir: &Path, broker: &str, extra: &str) -> String {
+    format!(
+        r#"
+receivers:
+  kafka_lag:
+    brokers: ["{broker}"]
+    interval: {INTERVAL_MS}ms
+    timeout: 2s
+    window: 5
+    lag_threshold: 100
+    retry_rate_threshold: 200
+{extra}
+exporters:
+  file: {{ path: "{d}/metrics.jsonl" }}
+service:
+  pipelines:
+    metrics: {{ receivers: [kafka_lag], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+        d = dir.display()
+    )
+}
+
+/// One collection round as exported: its time and every point.
+#[derive(Debug)]
+struct Snap {
+    time: f64,
+    points: Vec<(String, BTreeMap<String, String>, f64)>,
+}
+
+fn num(v: &Value) -> Option<f64> {
+    v.as_f64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+}
+
+impl Snap {
+    /// The value of `name` at the point whose attributes include `attrs`.
+    fn get(&self, name: &str, attrs: &[(&str, &str)]) -> Option<f64> {
+        self.points
+            .iter()
+            .find(|(n, a, _)| {
+                n == name
+                    && attrs
+                        .iter()
+                        .all(|(k, v)| a.get(*k).map(String::as_str) == Some(*v))
+            })
+            .map(|p| p.2)
+    }
+    fn count(&self, name: &str, attrs: &[(&str, &str)]) -> usize {
+        self.points
+            .iter()
+            .filter(|(n, a, _)| {
+                n == name
+                    && attrs
+                        .iter()
+                        .all(|(k, v)| a.get(*k).map(String::as_str) == Some(*v))
+            })
+            .count()
+    }
+}
+
+fn snaps(dir: &Path) -> Vec<Snap> {
+    let mut out = Vec::new();
+    for line in read_jsonl(&dir.join("metrics.jsonl")) {
+        let mut s = Snap {
+            time: 0.0,
+            points: Vec::new(),
+        };
+        for (resource, m) in metrics(&[line]) {
+            assert_eq!(
+                attr(&resource["attributes"], "kafka.cluster.alias").expect("cluster alias")
+                    ["stringValue"],
+                "kafka"
+            );
+            for dp in m["gauge"]["dataPoints"].as_array().into_iter().flatten() {
+                let mut attrs = BTreeMap::new();
+                for kv in dp["attributes"].as_array().into_iter().flatten() {
+                    let v = &kv["value"];
+                    let v = v["stringValue"]
+                        .as_str()
+                        .map(str::to_string)
+                        .or_else(|| num(&v["intValue"]).map(|x| x.to_string()))
+                        .unwrap_or_default();
+                    attrs.insert(kv["key"].as_str().unwrap_or_default().to_string(), v);
+                }
+                let value = num(&dp["asInt"])
+                    .or_else(|| num(&dp["asDouble"]))
+                    .expect("value");
+                s.time = num(&dp["timeUnixNano"]).expect("time") / 1e9;
+                s.points.push((
+                    m["name"].as_str().unwrap_or_default().to_string(),
+                    attrs,
+                    value,
+                ));
+            }
+        }
+        out.push(s);
+    }
+    out
+}
+
+/// Wait for the next exported round after the ones seen so far, and return it.
+fn next_round(dir: &Path, seen: &mut usize) -> Snap {
+    wait_for(Duration::from_secs(20), "a kafka_lag round", || {
+        snaps(dir).len() > *seen
+    });
+    let mut all = snaps(dir);
+    *seen = all.len();
+    all.pop().expect("a round")
+}
+
+/// Rounds until `f` holds on one (at most `max`); returns that round.
+fn round_where(
+    dir: &Path,
+    seen: &mut usize,
+    max: usize,
+    what: &str,
+    mut f: impl FnMut(&Snap) -> bool,
+) -> Snap {
+    for _ in 0..max {
+        let s = next_round(dir, seen);
+        if f(&s) {
+            return s;
+        }
+    }
+    panic!("no round with {what} in {max} rounds");
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64()
+}
+
+#[test]
+fn lag_per_partition_and_sums_are_exact() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    broker.create_topic("payments", 3);
+    let p = broker.producer();
+    for (part, n) in [(0, 30), (1, 20), (2, 10)] {
+        broker.produce(&p, "payments", part, n);
+    }
+    let c = broker.consumer("billing");
+    assert_eq!(broker.consume(&c, "payments", 0, 12), 12);
+    assert_eq!(broker.consume(&c, "payments", 1, 20), 20);
+    // Partition 2: never consumed, no commit.
+    let d = Daemon::start(dir.path(), "lag", &config(dir.path(), &broker.addr(), ""));
+    let mut seen = 0;
+    let s = round_where(dir.path(), &mut seen, 10, "the group's commits", |s| {
+        s.get("kafka.consumer_group.offset_sum", &[("group", "billing")])
+            .is_some()
+    });
+    let g = |name: &str, part: &str| {
+        s.get(
+            name,
+            &[
+                ("group", "billing"),
+                ("topic", "payments"),
+                ("partition", part),
+            ],
+        )
+    };
+    assert_eq!(g("kafka.consumer_group.lag", "0"), Some(18.0));
+    assert_eq!(g("kafka.consumer_group.lag", "1"), Some(0.0));
+    assert_eq!(
+        g("kafka.consumer_group.lag", "2"),
+        None,
+        "no commit: no (false) lag"
+    );
+    assert_eq!(g("kafka.consumer_group.offset", "0"), Some(12.0));
+    assert_eq!(g("kafka.consumer_group.offset", "2"), Some(-1.0));
+    let sum = |name: &str| s.get(name, &[("group", "billing"), ("topic", "payments")]);
+    assert_eq!(sum("kafka.consumer_group.lag_sum"), Some(18.0));
+    assert_eq!(sum("kafka.consumer_group.offset_sum"), Some(32.0));
+    for (part, hwm) in [("0", 30.0), ("1", 20.0), ("2", 10.0)] {
+        assert_eq!(
+            s.get(
+                "kafka.partition.current_offset",
+                &[("topic", "payments"), ("partition", part)]
+            ),
+            Some(hwm)
+        );
+        assert_eq!(
+            s.get(
+                "kafka.partition.oldest_offset",
+                &[("topic", "payments"), ("partition", part)]
+            ),
+            Some(0.0)
+        );
+    }
+    assert_eq!(
+        s.get("kafka.topic.partitions", &[("topic", "payments")]),
+        Some(3.0)
+    );
+    // tansu does not serve DescribeGroups: reported, not fatal, no member count.
+    assert_eq!(s.count("kafka.consumer_group.members", &[]), 0);
+    wait_for(
+        Duration::from_secs(10),
+        "the describe error counted",
+        || {
+            d.metric(
+                "causeway_kafka_lag_errors_total{component=\"kafka_lag\",op=\"describe groups\"}",
+            )
+            .unwrap_or(0.0)
+                >= 1.0
+        },
+    );
+    assert_eq!(
+        d.metric("causeway_kafka_lag_up{component=\"kafka_lag\"}"),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn stopped_consumer_goes_warn_then_stop_with_time_lag_then_ok() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    broker.create_topic("orders", 1);
+    let p = broker.producer();
+    let c = broker.consumer("shipping");
+    broker.produce(&p, "orders", 0, 20);
+    broker.consume(&c, "orders", 0, 20);
+    let _d = Daemon::start(
+        dir.path(),
+        "status",
+        &config(dir.path(), &broker.addr(), ""),
+    );
+    let mut seen = 0;
+    let status = |s: &Snap| {
+        s.get(
+            "kafka.consumer_group.partition_status",
+            &[
+                ("group", "shipping"),
+                ("topic", "orders"),
+                ("partition", "0"),
+            ],
+        )
+    };
+    // Caught up: OK once the window (5 rounds) is full.
+    round_where(dir.path(), &mut seen, 15, "status OK", |s| {
+        status(s) == Some(1.0)
+    });
+
+    // The consumer falls behind: it keeps committing, but less than is produced.
+    // Each step waits for a round, so the daemon samples every step.
+    let mut produced_at: Vec<(i64, f64)> = Vec::new(); // (first offset of a burst, when)
+    let mut hwm = 20i64;
+    let mut warn = false;
+    let mut statuses = Vec::new();
+    for _ in 0..15 {
+        produced_at.push((hwm, now()));
+        broker.produce(&p, "orders", 0, 50);
+        hwm += 50;
+        broker.consume(&c, "orders", 0, 10);
+        let s = next_round(dir.path(), &mut seen);
+        statuses.push(status(&s));
+        if status(&s) == Some(2.0) {
+            warn = true;
+            break;
+        }
+    }
+    assert!(
+        warn,
+        "status never WARN while lag grew with commits moving: {statuses:?}"
+    );
+
+    // The consumer stops; production goes on. STOP within the window.
+    let committed = {
+        let s = next_round(dir.path(), &mut seen);
+        s.get(
+            "kafka.consumer_group.offset",
+            &[("group", "shipping"), ("partition", "0")],
+        )
+        .expect("offset") as i64
+    };
+    let mut stop = None;
+    for _ in 0..15 {
+        produced_at.push((hwm, now()));
+        broker.produce(&p, "orders", 0, 20);
+        hwm += 20;
+        let s = next_round(dir.path(), &mut seen);
+        if status(&s) == Some(4.0) {
+            stop = Some(s);
+            break;
+        }
+    }
+    let s = stop.expect("status never STOP after the consumer stopped");
+    assert_eq!(
+        s.get("kafka.consumer_group.status", &[("group", "shipping")]),
+        Some(3.0),
+        "group ERR"
+    );
+    assert!(
+        s.get(
+            "kafka.consumer_group.lag_alarm",
+            &[("group", "shipping"), ("topic", "orders")]
+        ) == Some(1.0)
+    );
+    // Time lag: the age of the oldest unconsumed message (offset `committed`),
+    // known to within one interval (the timeline's resolution) plus produce time.
+    let born = produced_at
+        .iter()
+        .rev()
+        .find(|(first, _)| *first <= committed)
+        .map(|x| x.1)
+        .expect("burst of the committed offset");
+    let expected = s.time - born;
+    let got = s
+        .get(
+            "kafka.consumer_group.lag_seconds",
+            &[("group", "shipping"), ("partition", "0")],
+        )
+        .expect("lag_seconds");
+    let tolerance = 2.0 * INTERVAL_MS as f64 / 1000.0 + 0.5;
+    assert!(
+        (got - expected).abs() <= tolerance,
+        "lag_seconds {got:.2} vs age of the oldest unconsumed message {expected:.2} (±{tolerance})"
+    );
+
+    // It resumes and catches up: OK.
+    let lag = (hwm - committed) as usize;
+    broker.consume(&c, "orders", 0, lag);
+    let s = round_where(
+        dir.path(),
+        &mut seen,
+        15,
+        "status OK after catching up",
+        |s| status(s) == Some(1.0),
+    );
+    assert_eq!(
+        s.get("kafka.consumer_group.lag", &[("group", "shipping")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        s.get("kafka.consumer_group.lag_seconds", &[("group", "shipping")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        s.get("kafka.consumer_group.status", &[("group", "shipping")]),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_burst_on_a_retry_topic_is_a_retry_storm_and_normal_traffic_is_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    broker.create_topic("orders", 1);
+    broker.create_topic("orders-retry", 1);
+    let p = broker.producer();
+    let _d = Daemon::start(dir.path(), "storm", &config(dir.path(), &broker.addr(), ""));
+    let mut seen = 0;
+    let storm = |s: &Snap, t: &str| s.get("kafka.topic.retry_storm", &[("topic", t)]);
+    // Normal traffic on both: a few messages a round. No storm.
+    for _ in 0..4 {
+        broker.produce(&p, "orders", 0, 5);
+        broker.produce(&p, "orders-retry", 0, 5);
+        let s = next_round(dir.path(), &mut seen);
+        assert_ne!(
+            storm(&s, "orders-retry"),
+            Some(1.0),
+            "normal retry traffic flagged"
+        );
+        assert_eq!(storm(&s, "orders"), Some(0.0));
+    }
+    // A burst far above 200/s on both: only the retry topic is a storm.
+    broker.produce(&p, "orders-retry", 0, 3000);
+    broker.produce(&p, "orders", 0, 3000);
+    let s = round_where(dir.path(), &mut seen, 5, "a retry storm", |s| {
+        storm(s, "orders-retry") == Some(1.0)
+    });
+    assert!(
+        s.get("kafka.topic.produce_rate", &[("topic", "orders-retry")])
+            .expect("rate")
+            > 200.0
+    );
+    assert_eq!(
+        storm(&s, "orders"),
+        Some(0.0),
+        "a burst on a non-retry topic is no retry storm"
+    );
+    // The burst is over: the flag clears.
+    round_where(dir.path(), &mut seen, 5, "the storm over", |s| {
+        storm(s, "orders-retry") == Some(0.0)
+    });
+}
+
+#[test]
+fn broker_restart_is_reported_and_metrics_resume() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut broker = Broker::start(dir.path());
+    broker.create_topic("events", 2);
+    let p = broker.producer();
+    broker.produce(&p, "events", 0, 7);
+    drop(p);
+    let d = Daemon::start(
+        dir.path(),
+        "restart",
+        &config(dir.path(), &broker.addr(), ""),
+    );
+    let mut seen = 0;
+    next_round(dir.path(), &mut seen);
+    broker.stop();
+    wait_for(Duration::from_secs(30), "failed rounds reported", || {
+        d.metric("causeway_kafka_lag_rounds_total{component=\"kafka_lag\",outcome=\"error\"}")
+            .unwrap_or(0.0)
+            >= 2.0
+    });
+    assert_eq!(
+        d.metric("causeway_kafka_lag_up{component=\"kafka_lag\"}"),
+        Some(0.0)
+    );
+    assert!(
+        d.metric("causeway_kafka_lag_errors_total{component=\"kafka_lag\",op=\"metadata\"}")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+    assert!(
+        d.stderr("restart")
+            .contains("Kafka cluster not read this round"),
+        "no log line for the outage:\n{}",
+        d.stderr("restart")
+    );
+    assert_eq!(
+        http_get(&d.telemetry, "/healthz").map(|x| x.0),
+        Some(200),
+        "daemon still up"
+    );
+    seen = snaps(dir.path()).len();
+    let restarted = now();
+    broker.restart();
+    let p = broker.producer();
+    broker.produce(&p, "events", 0, 3);
+    let s = round_where(
+        dir.path(),
+        &mut seen,
+        60,
+        "a round after the restart",
+        |s| {
+            s.time > restarted
+                && s.get(
+                    "kafka.partition.current_offset",
+                    &[("topic", "events"), ("partition", "0")],
+                ) == Some(10.0)
+        },
+    );
+    assert_eq!(
+        s.get("kafka.topic.partitions", &[("topic", "events")]),
+        Some(2.0)
+    );
+    wait_for(Duration::from_secs(10), "up again", || {
+        d.metric("causeway_kafka_lag_up{component=\"kafka_lag\"}") == Some(1.0)
+    });
+    assert!(d.stderr("restart").contains("Kafka cluster read again"));
+}
