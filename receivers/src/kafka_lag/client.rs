@@ -28,6 +28,9 @@ use std::time::Duration;
 
 use crate::ReceiverError;
 
+/// Partitions per ListOffsets call (see [`Client::list_offsets`]).
+const OFFSETS_CHUNK: usize = 500;
+
 /// topic → partitions.
 pub type Topics = BTreeMap<String, Vec<i32>>;
 
@@ -118,21 +121,49 @@ impl Client {
     }
 
     /// ListOffsets with the special timestamps -2 (earliest) / -1 (latest),
-    /// sent by librdkafka's offsetsForTimes, batched per leader.
+    /// sent by librdkafka's offsetsForTimes, batched per leader. librdkafka
+    /// merges the answer into the request list by linear search (quadratic
+    /// in the list's length), so large clusters are asked in chunks of
+    /// [`OFFSETS_CHUNK`] partitions, the chunks in flight together.
     fn list_offsets(
         &self,
         topics: &Topics,
         which: Offset,
     ) -> Result<PerPartition<i64>, ReceiverError> {
-        let mut tpl = TopicPartitionList::new();
-        for (t, parts) in topics {
-            for p in parts {
-                tpl.add_partition_offset(t, *p, which)
-                    .map_err(|e| kafka_err("list offsets", e))?;
-            }
+        let all: Vec<(&String, i32)> = topics
+            .iter()
+            .flat_map(|(t, parts)| parts.iter().map(move |p| (t, *p)))
+            .collect();
+        let results: Vec<Result<PerPartition<i64>, ReceiverError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = all
+                .chunks(OFFSETS_CHUNK)
+                .map(|chunk| scope.spawn(move || self.list_offsets_chunk(chunk, which)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(kafka_err("list offsets", "a request thread panicked"))
+                    })
+                })
+                .collect()
+        });
+        let mut out = PerPartition::new();
+        for r in results {
+            out.extend(r?);
         }
-        if tpl.count() == 0 {
-            return Ok(PerPartition::new());
+        Ok(out)
+    }
+
+    fn list_offsets_chunk(
+        &self,
+        chunk: &[(&String, i32)],
+        which: Offset,
+    ) -> Result<PerPartition<i64>, ReceiverError> {
+        let mut tpl = TopicPartitionList::with_capacity(chunk.len());
+        for (t, p) in chunk {
+            tpl.add_partition_offset(t, *p, which)
+                .map_err(|e| kafka_err("list offsets", e))?;
         }
         let res = self
             .consumer

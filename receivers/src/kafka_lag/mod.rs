@@ -362,29 +362,28 @@ impl Receiver for KafkaLagReceiver {
     }
 }
 
-/// Wall time and CPU of rounds, for the benchmark: read the cluster `rounds` times.
+/// For the benchmark (`examples/kafka_lag_round.rs`): read the cluster
+/// `rounds` times with one client, calling `each` after every round with its
+/// wall time and snapshot.
 pub fn bench_rounds(
     cfg: &KafkaLagConfig,
     rounds: usize,
-) -> Result<Vec<(Duration, metrics::Snapshot)>, BoxError> {
+    mut each: impl FnMut(Duration, &metrics::Snapshot),
+) -> Result<(), BoxError> {
     let (settings, mut scope) = plan(cfg)?;
     let client = Client::new(&cfg.client_settings(), cfg.timeout.get())?;
     let mut tracker = Tracker::new(settings);
-    let mut out = Vec::new();
     for _ in 0..rounds {
         let t = Instant::now();
         let o = collect(&client, &mut scope, &mut tracker);
-        let snap = match o.snapshot {
-            Some(s) => s,
-            None => {
-                return Err(o
-                    .errors
-                    .into_iter()
-                    .next()
-                    .map_or_else(|| "round failed".into(), |e| e.into()))
-            }
+        let Some(snap) = o.snapshot else {
+            return Err(o
+                .errors
+                .into_iter()
+                .next()
+                .map_or_else(|| "round failed".into(), |e| e.into()));
         };
-        out.push((t.elapsed(), snap));
+        each(t.elapsed(), &snap);
     }
-    Ok(out)
+    Ok(())
 }
