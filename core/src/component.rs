@@ -22,6 +22,8 @@ pub struct BuildContext {
     pub id: ComponentId,
     /// The daemon's metrics registry.
     pub telemetry: Registry,
+    /// State shared with other components of the topology.
+    pub shared: crate::shared::Shared,
 }
 
 /// A source of data. It is built (and binds its sockets) before anything

@@ -13,6 +13,7 @@ pub mod model;
 pub mod registry;
 pub mod retry;
 pub mod rpc;
+pub mod shared;
 pub mod telemetry;
 pub mod topology;
 pub mod wire;

@@ -1,7 +1,9 @@
 //! causeway receivers.
 
 pub mod gateway_log;
+pub mod hostmetrics;
 pub mod kafka_lag;
+pub mod metric_builder;
 pub mod otlp;
 
 use causeway_core::registry::Registry;
@@ -43,4 +45,5 @@ pub fn register(registry: &mut Registry) {
     registry.add_receiver(otlp::OtlpReceiverFactory);
     registry.add_receiver(gateway_log::GatewayLogFactory);
     registry.add_receiver(kafka_lag::KafkaLagFactory);
+    registry.add_receiver(hostmetrics::HostMetricsFactory);
 }

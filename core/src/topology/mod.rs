@@ -49,9 +49,11 @@ pub async fn start(
 ) -> Result<Running, CoreError> {
     let hard_stop = CancellationToken::new();
     let receivers_stop = CancellationToken::new();
+    let shared = crate::shared::Shared::default();
     let ctx = |id: &ComponentId| BuildContext {
         id: id.clone(),
         telemetry: telemetry.clone(),
+        shared: shared.clone(),
     };
     let build_err = |kind: &'static str, id: &ComponentId, source| CoreError::Build {
         kind,

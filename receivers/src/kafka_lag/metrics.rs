@@ -2,11 +2,10 @@
 //! Collector's kafkametricsreceiver plus causeway's time lag, status, alarm
 //! and retry-storm metrics.
 
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
-use opentelemetry_proto::tonic::metrics::v1::{
-    metric, number_data_point, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
-};
+use opentelemetry_proto::tonic::metrics::v1::ResourceMetrics;
 use std::collections::BTreeMap;
+
+use crate::metric_builder::{kv, kv_int, Builder, Value};
 
 use super::analysis::Status;
 
@@ -56,132 +55,69 @@ pub struct Snapshot {
     pub groups: BTreeMap<String, GroupSnapshot>,
 }
 
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(v.into())),
-        }),
-        ..Default::default()
-    }
-}
-
-fn kv_int(k: &str, v: i64) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::IntValue(v)),
-        }),
-        ..Default::default()
-    }
-}
-
-struct Builder {
-    time: u64,
-    metrics: BTreeMap<&'static str, (&'static str, &'static str, Vec<NumberDataPoint>)>,
-}
-
-impl Builder {
-    fn point(
-        &mut self,
-        name: &'static str,
-        unit: &'static str,
-        desc: &'static str,
-        attrs: Vec<KeyValue>,
-        v: f64,
-        int: bool,
-    ) {
-        let value = if int {
-            number_data_point::Value::AsInt(v as i64)
-        } else {
-            number_data_point::Value::AsDouble(v)
-        };
-        self.metrics
-            .entry(name)
-            .or_insert((unit, desc, Vec::new()))
-            .2
-            .push(NumberDataPoint {
-                attributes: attrs,
-                time_unix_nano: self.time,
-                value: Some(value),
-                ..Default::default()
-            });
-    }
-}
-
 /// The snapshot as OTLP metrics. Partitions without a committed offset get
 /// no lag point at all (never a huge false lag); their offset point is -1.
 pub fn to_metrics(snap: &Snapshot, cluster: &str) -> ResourceMetrics {
-    let mut b = Builder {
-        time: snap.time_ns,
-        metrics: BTreeMap::new(),
-    };
+    let mut b = Builder::new(snap.time_ns, 0);
     for (topic, parts) in &snap.topics {
-        b.point(
+        b.gauge(
             "kafka.topic.partitions",
             "{partitions}",
             "Partitions of a topic.",
             vec![kv("topic", topic)],
-            parts.len() as f64,
-            true,
+            Value::Int(i64::try_from(parts.len()).unwrap_or(i64::MAX)),
         );
         for (p, o) in parts {
             let attrs = || vec![kv("topic", topic), kv_int("partition", i64::from(*p))];
-            b.point(
+            b.gauge(
                 "kafka.partition.current_offset",
                 "1",
                 "Current (high water mark) offset of a partition.",
                 attrs(),
-                o.latest as f64,
-                true,
+                Value::Int(o.latest),
             );
-            b.point(
+            b.gauge(
                 "kafka.partition.oldest_offset",
                 "1",
                 "Oldest offset of a partition.",
                 attrs(),
-                o.oldest as f64,
-                true,
+                Value::Int(o.oldest),
             );
         }
         if let Some((rate, storm)) = snap.produce.get(topic) {
-            b.point(
+            b.gauge(
                 "kafka.topic.produce_rate",
                 "{messages}/s",
                 "Messages produced per second, from high-water-mark deltas.",
                 vec![kv("topic", topic)],
-                *rate,
-                false,
+                Value::Double(*rate),
             );
-            b.point(
+            b.gauge(
                 "kafka.topic.retry_storm",
                 "1",
                 "1 when a retry/DLQ topic is produced to faster than retry_rate_threshold.",
                 vec![kv("topic", topic)],
-                if *storm { 1.0 } else { 0.0 },
-                true,
+                Value::Int(i64::from(*storm)),
             );
         }
     }
     for (group, g) in &snap.groups {
         if let Some(m) = g.members {
-            b.point(
+            b.gauge(
                 "kafka.consumer_group.members",
                 "{members}",
                 "Members of a consumer group.",
                 vec![kv("group", group)],
-                m as f64,
-                true,
+                Value::Int(m),
             );
         }
         if let Some(s) = g.status {
-            b.point(
+            b.gauge(
                 "kafka.consumer_group.status",
                 "1",
                 "Burrow status: 0 NOTFOUND, 1 OK, 2 WARN, 3 ERR, 4 STOP, 5 STALL, 6 REWIND.",
                 vec![kv("group", group), kv("status", s.name())],
-                s as i64 as f64,
-                true,
+                Value::Int(s as i64),
             );
         }
         for (topic, parts) in &g.partitions {
@@ -199,116 +135,85 @@ pub fn to_metrics(snap: &Snapshot, cluster: &str) -> ResourceMetrics {
                     .get(topic)
                     .and_then(|t| t.get(p))
                     .map(|o| o.latest);
-                b.point(
+                b.gauge(
                     "kafka.consumer_group.offset",
                     "1",
                     "Committed offset of a group on a partition (-1: none).",
                     attrs(),
-                    gp.committed.unwrap_or(-1) as f64,
-                    true,
+                    Value::Int(gp.committed.unwrap_or(-1)),
                 );
                 if let (Some(c), Some(l)) = (gp.committed, latest) {
                     let lag = (l - c).max(0);
-                    b.point(
+                    b.gauge(
                         "kafka.consumer_group.lag",
                         "{messages}",
                         "Messages a group has not consumed on a partition.",
                         attrs(),
-                        lag as f64,
-                        true,
+                        Value::Int(lag),
                     );
                     lag_sum += lag;
                     off_sum += c;
                     any = true;
                 }
                 if let Some(ls) = gp.lag_seconds {
-                    b.point(
+                    b.gauge(
                         "kafka.consumer_group.lag_seconds",
                         "s",
                         "Age of the oldest unconsumed message, interpolated.",
                         attrs(),
-                        ls,
-                        false,
+                        Value::Double(ls),
                     );
                 }
                 let mut with_status = attrs();
                 with_status.push(kv("status", gp.status.name()));
-                b.point(
+                b.gauge(
                     "kafka.consumer_group.partition_status",
                     "1",
                     "Burrow status of a partition (codes as kafka.consumer_group.status).",
                     with_status,
-                    gp.status as i64 as f64,
-                    true,
+                    Value::Int(gp.status as i64),
                 );
             }
             if any {
-                b.point(
+                b.gauge(
                     "kafka.consumer_group.lag_sum",
                     "{messages}",
                     "Lag of a group summed over a topic's partitions.",
                     vec![kv("group", group), kv("topic", topic)],
-                    lag_sum as f64,
-                    true,
+                    Value::Int(lag_sum),
                 );
-                b.point(
+                b.gauge(
                     "kafka.consumer_group.offset_sum",
                     "1",
                     "Committed offsets of a group summed over a topic.",
                     vec![kv("group", group), kv("topic", topic)],
-                    off_sum as f64,
-                    true,
+                    Value::Int(off_sum),
                 );
             }
             if let Some(on) = g.alarm.get(topic) {
-                b.point(
+                b.gauge(
                     "kafka.consumer_group.lag_alarm",
                     "1",
                     "1 when lag is above lag_threshold or has grown for growth_window.",
                     vec![kv("group", group), kv("topic", topic)],
-                    if *on { 1.0 } else { 0.0 },
-                    true,
+                    Value::Int(i64::from(*on)),
                 );
             }
         }
     }
-    let metrics = b
-        .metrics
-        .into_iter()
-        .map(|(name, (unit, desc, points))| Metric {
-            name: name.into(),
-            unit: unit.into(),
-            description: desc.into(),
-            data: Some(metric::Data::Gauge(Gauge {
-                data_points: points,
-            })),
-            ..Default::default()
-        })
-        .collect();
-    ResourceMetrics {
-        resource: Some(opentelemetry_proto::tonic::resource::v1::Resource {
-            attributes: vec![
-                kv("kafka.cluster.alias", cluster),
-                kv("service.name", "kafka"),
-            ],
-            ..Default::default()
-        }),
-        scope_metrics: vec![ScopeMetrics {
-            scope: Some(InstrumentationScope {
-                name: "causeway.kafka_lag".into(),
-                version: env!("CARGO_PKG_VERSION").into(),
-                ..Default::default()
-            }),
-            metrics,
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
+    b.finish(
+        vec![
+            kv("kafka.cluster.alias", cluster),
+            kv("service.name", "kafka"),
+        ],
+        "causeway.kafka_lag",
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, NumberDataPoint};
 
     #[test]
     fn snapshot_to_kafkametrics_names_and_no_false_lag() {

@@ -1,0 +1,147 @@
+use super::*;
+use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
+
+fn write(root: &std::path::Path, rel: &str, content: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    std::fs::write(p, content).expect("write");
+}
+
+fn fake_proc(root: &std::path::Path, user: u64, iowait: u64, idle: u64, io_ticks: u64) {
+    write(
+        root,
+        "proc/stat",
+        &format!("cpu  {user} 0 100 {idle} {iowait} 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8\ncpu1 1 2 3 4 5 6 7 8\nintr 1 2\n"),
+    );
+    write(root, "proc/loadavg", "3.50 2.00 1.00 4/600 1234\n");
+    write(
+        root,
+        "proc/meminfo",
+        "MemTotal:       1000 kB\nMemFree:         100 kB\nMemAvailable:    250 kB\nBuffers:          50 kB\nCached:          100 kB\nSReclaimable:     50 kB\nAnonPages:       600 kB\n",
+    );
+    write(
+        root,
+        "proc/diskstats",
+        &format!("   8       0 sda 1 2 3 4 5 6 7 8 9 {io_ticks} 11 0 0 0 0\n   7       0 loop0 1 2 3 4 5 6 7 8 9 999 11\n"),
+    );
+    write(root, "proc/pressure/io", "some avg10=42.50 avg60=10.00 avg300=1.00 total=1\nfull avg10=1.00 avg60=0 avg300=0 total=1\n");
+}
+
+fn value(rm: &ResourceMetrics, name: &str, attr: Option<(&str, &str)>) -> Option<f64> {
+    let m = rm.scope_metrics[0]
+        .metrics
+        .iter()
+        .find(|m| m.name == name)?;
+    let points = match m.data.as_ref()? {
+        metric::Data::Gauge(g) => &g.data_points,
+        metric::Data::Sum(s) => &s.data_points,
+        _ => return None,
+    };
+    points
+        .iter()
+        .find(|p| {
+            attr.is_none_or(|(k, v)| {
+                p.attributes.iter().any(|kv| {
+                    kv.key == k
+                        && matches!(&kv.value, Some(a) if matches!(&a.value, Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) if s == v))
+                })
+            })
+        })
+        .and_then(|p| match p.value? {
+            number_data_point::Value::AsDouble(d) => Some(d),
+            number_data_point::Value::AsInt(i) => Some(i as f64),
+        })
+}
+
+#[test]
+fn proc_files_become_otel_host_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fake_proc(dir.path(), 1000, 0, 8900, 1000);
+    let (a, problems) = proc::read(dir.path());
+    assert!(problems.is_empty(), "{problems:?}");
+    // 10 s later: 200 ticks user, 600 iowait, 200 idle (of 1000), the disk busy 5 of 10 s.
+    fake_proc(dir.path(), 1200, 600, 9100, 6000);
+    let (b, _) = proc::read(dir.path());
+    let rm = to_metrics("web-1", &b, Some((&a, 10.0)), 2, 1);
+    let close = |x: Option<f64>, y: f64| x.is_some_and(|x| (x - y).abs() < 1e-9);
+    assert!(close(
+        value(&rm, "system.cpu.utilization", Some(("cpu.mode", "iowait"))),
+        0.6
+    ));
+    assert!(close(
+        value(&rm, "system.cpu.utilization", Some(("cpu.mode", "user"))),
+        0.2
+    ));
+    assert!(close(
+        value(&rm, "system.cpu.time", Some(("cpu.mode", "user"))),
+        12.0
+    ));
+    assert!(close(value(&rm, "system.cpu.logical.count", None), 2.0));
+    assert!(close(value(&rm, "system.cpu.load_average.1m", None), 3.5));
+    assert!(close(
+        value(&rm, "system.linux.memory.available", None),
+        250.0 * 1024.0
+    ));
+    assert!(close(
+        value(&rm, "system.linux.memory.anon", None),
+        600.0 * 1024.0
+    ));
+    // used = total - free - buffers - (cached + sreclaimable) = 1000 - 100 - 50 - 150 = 700
+    assert!(close(
+        value(
+            &rm,
+            "system.memory.utilization",
+            Some(("system.memory.state", "used"))
+        ),
+        0.7
+    ));
+    assert!(close(
+        value(&rm, "system.disk.io_time", Some(("device", "sda"))),
+        6.0
+    ));
+    assert!(close(
+        value(&rm, "system.disk.utilization", Some(("device", "sda"))),
+        0.5
+    ));
+    assert!(value(&rm, "system.disk.io_time", Some(("device", "loop0"))).is_none());
+    assert!(close(
+        value(&rm, "system.linux.pressure", Some(("resource", "io"))),
+        42.5
+    ));
+    let host = &rm.resource.as_ref().expect("resource").attributes[0];
+    assert_eq!(host.key, "host.name");
+    // The first reading has no utilization (it needs an interval).
+    let first = to_metrics("web-1", &a, None, 1, 1);
+    assert!(value(&first, "system.cpu.utilization", Some(("cpu.mode", "user"))).is_none());
+}
+
+#[test]
+fn missing_and_malformed_files_are_named_and_the_rest_is_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "proc/stat", "cpu garbage\n");
+    write(dir.path(), "proc/loadavg", "1.0 2.0 3.0 1/1 1\n");
+    let (r, problems) = proc::read(dir.path());
+    assert_eq!(r.load, Some([1.0, 2.0, 3.0]));
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("proc/stat") && p.contains("malformed")),
+        "{problems:?}"
+    );
+    assert!(
+        problems.iter().any(|p| p.contains("proc/meminfo")),
+        "{problems:?}"
+    );
+    assert!(
+        problems.iter().any(|p| p.contains("proc/diskstats")),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn the_real_proc_is_readable() {
+    let (r, problems) = proc::read(std::path::Path::new("/"));
+    assert!(problems.is_empty(), "{problems:?}");
+    assert!(r.cpu.is_some() && r.cpus > 0);
+    assert!(r.mem.contains_key("MemAvailable"));
+}
