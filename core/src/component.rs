@@ -24,6 +24,9 @@ pub struct BuildContext {
     pub telemetry: Registry,
     /// State shared with other components of the topology.
     pub shared: crate::shared::Shared,
+    /// The signals of the pipeline a processor is built for (one instance a
+    /// pipeline); every signal for receivers and exporters.
+    pub pipeline_signals: crate::SignalSet,
 }
 
 /// A source of data. It is built (and binds its sockets) before anything

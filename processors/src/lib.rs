@@ -1,6 +1,7 @@
 //! causeway processors.
 
 pub mod batch;
+pub mod correlate;
 pub mod tail_sampling;
 
 use causeway_core::registry::Registry;
@@ -9,4 +10,5 @@ use causeway_core::registry::Registry;
 pub fn register(registry: &mut Registry) {
     registry.add_processor(batch::BatchProcessorFactory);
     registry.add_processor(tail_sampling::TailSamplingFactory);
+    registry.add_processor(correlate::CorrelateFactory);
 }

@@ -50,11 +50,13 @@ pub async fn start(
     let hard_stop = CancellationToken::new();
     let receivers_stop = CancellationToken::new();
     let shared = crate::shared::Shared::default();
-    let ctx = |id: &ComponentId| BuildContext {
+    let ctx_in = |id: &ComponentId, pipeline_signals: crate::SignalSet| BuildContext {
         id: id.clone(),
         telemetry: telemetry.clone(),
         shared: shared.clone(),
+        pipeline_signals,
     };
+    let ctx = |id: &ComponentId| ctx_in(id, crate::SignalSet::ALL);
     let build_err = |kind: &'static str, id: &ComponentId, source| CoreError::Build {
         kind,
         id: id.to_string(),
@@ -100,7 +102,7 @@ pub async fn start(
                 .processor(id.kind())
                 .ok_or_else(|| build_err("processor", id, "unknown type".into()))?;
             let processor = factory
-                .build(ctx(id), &config.processors[id])
+                .build(ctx_in(id, p.id.signals), &config.processors[id])
                 .await
                 .map_err(|e| build_err("processor", id, e))?;
             let label = format!("{pid}/{id}");

@@ -17,7 +17,7 @@
 pub mod config;
 mod extract;
 mod policy;
-mod sketch;
+pub(crate) mod sketch;
 #[cfg(test)]
 mod tests;
 

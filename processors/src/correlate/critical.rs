@@ -1,0 +1,207 @@
+//! The critical path of a trace, as Jaeger UI computes it (and as Uber's
+//! CRISP does): start at the root, recurse into the last-finishing child,
+//! then walk back through the children that finished before the returning
+//! child started. Children that start after their parent ended are dropped
+//! (with their subtrees); children that overflow their parent are clipped
+//! to it. Iterative, so a 100,000-span chain does not exhaust the stack.
+
+/// A span as the algorithm sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Node {
+    /// Start (ns).
+    pub start: u64,
+    /// End (ns).
+    pub end: u64,
+    /// Index of the parent in the same slice, when it is in the trace.
+    pub parent: Option<usize>,
+}
+
+/// A stretch of time during which `span` was what the request waited on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Section {
+    /// Index of the span.
+    pub span: usize,
+    /// Start (ns).
+    pub start: u64,
+    /// End (ns).
+    pub end: u64,
+}
+
+/// The root the path starts from: the parentless span that ends last
+/// (ties: the longest). `None` for an empty trace.
+pub fn root(nodes: &[Node]) -> Option<usize> {
+    (0..nodes.len())
+        .filter(|&i| nodes[i].parent.is_none())
+        .max_by_key(|&i| (nodes[i].end, nodes[i].end.saturating_sub(nodes[i].start)))
+}
+
+/// The critical path from `root`, latest section first, and each span's
+/// self time on it (ns; 0 off the path).
+pub fn critical_path(nodes: &[Node], root: usize) -> (Vec<Section>, Vec<u64>) {
+    let n = nodes.len();
+    // Sanitized times: clipped to the parent, top-down. `alive` is false for
+    // spans dropped because they start after their parent ended.
+    let mut order: Vec<usize> = Vec::with_capacity(n);
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, node) in nodes.iter().enumerate() {
+        if let Some(p) = node.parent {
+            if p < n && p != i {
+                children[p].push(i);
+            }
+        }
+    }
+    let mut start: Vec<u64> = nodes.iter().map(|x| x.start).collect();
+    let mut end: Vec<u64> = nodes.iter().map(|x| x.end.max(x.start)).collect();
+    let mut alive = vec![false; n];
+    let mut stack = vec![root];
+    alive[root] = true;
+    while let Some(i) = stack.pop() {
+        order.push(i);
+        for &c in &children[i] {
+            if alive[c] {
+                continue; // a cycle in bad data: visit once
+            }
+            if start[c] >= end[i] && !(start[c] == end[i] && end[c] == end[i]) {
+                continue; // starts after the parent ended: dropped with its subtree
+            }
+            start[c] = start[c].max(start[i]);
+            end[c] = end[c].min(end[i]).max(start[c]);
+            alive[c] = true;
+            stack.push(c);
+        }
+    }
+    // Children by end, for the last-finishing search.
+    for c in children.iter_mut() {
+        c.retain(|&x| alive[x]);
+        c.sort_unstable_by_key(|&x| end[x]);
+    }
+    let mut sections = Vec::new();
+    let mut self_time = vec![0u64; n];
+    // (span, the start of the child we returned from, if any)
+    let mut work: Vec<(usize, Option<u64>)> = vec![(root, None)];
+    while let Some((span, returning)) = work.pop() {
+        let section_end = returning.unwrap_or(end[span]);
+        // The last child to finish before `section_end` (strictly before the
+        // returning child's start, as Jaeger UI does).
+        let lfc = children[span]
+            .iter()
+            .rev()
+            .find(|&&c| match returning {
+                Some(r) => end[c] < r,
+                None => end[c] <= section_end,
+            })
+            .copied();
+        match lfc {
+            Some(c) => {
+                if end[c] < section_end {
+                    sections.push(Section {
+                        span,
+                        start: end[c],
+                        end: section_end,
+                    });
+                    self_time[span] += section_end - end[c];
+                }
+                // Walk back in this span once the child's subtree is done.
+                work.push((span, Some(start[c])));
+                work.push((c, None));
+            }
+            None => {
+                let s = start[span].min(section_end);
+                if s < section_end {
+                    sections.push(Section {
+                        span,
+                        start: s,
+                        end: section_end,
+                    });
+                    self_time[span] += section_end - s;
+                }
+            }
+        }
+    }
+    (sections, self_time)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(start: u64, end: u64, parent: Option<usize>) -> Node {
+        Node { start, end, parent }
+    }
+
+    #[test]
+    fn sequential_and_parallel_children() {
+        // root 0..100; A 10..40; B 20..90 (parallel with A, finishes last); C 45..60 under B.
+        let nodes = [
+            node(0, 100, None),
+            node(10, 40, Some(0)),
+            node(20, 90, Some(0)),
+            node(45, 60, Some(2)),
+        ];
+        let r = root(&nodes).expect("root");
+        assert_eq!(r, 0);
+        let (_, st) = critical_path(&nodes, r);
+        // root: 90..100 and 0..20 (A ended at 40, not before B's start 20: off the path).
+        assert_eq!(st[0], 10 + 20);
+        assert_eq!(st[1], 0, "A overlaps B, which finished later: not critical");
+        // B: 60..90 and 20..45.
+        assert_eq!(st[2], 30 + 25);
+        assert_eq!(st[3], 15);
+        assert_eq!(
+            st.iter().sum::<u64>(),
+            100,
+            "the path covers the root's duration"
+        );
+    }
+
+    #[test]
+    fn sequential_children_are_both_critical() {
+        let nodes = [
+            node(0, 100, None),
+            node(10, 40, Some(0)),
+            node(50, 90, Some(0)),
+        ];
+        let (_, st) = critical_path(&nodes, 0);
+        assert_eq!(st, vec![10 + 10 + 10, 30, 40]);
+    }
+
+    #[test]
+    fn overflowing_children_are_clipped_and_late_ones_dropped() {
+        // Child 1 overflows the root's end; child 2 starts after it ended.
+        let nodes = [
+            node(0, 100, None),
+            node(50, 150, Some(0)),
+            node(120, 130, Some(0)),
+            node(125, 128, Some(2)),
+        ];
+        let (_, st) = critical_path(&nodes, 0);
+        assert_eq!(st[1], 50, "clipped to 50..100");
+        assert_eq!(st[2], 0);
+        assert_eq!(st[3], 0);
+        assert_eq!(st[0], 50);
+    }
+
+    #[test]
+    fn deep_chain_does_not_overflow_the_stack() {
+        let n = 100_000;
+        let nodes: Vec<Node> = (0..n)
+            .map(|i| {
+                node(
+                    i as u64,
+                    (2 * n - i) as u64,
+                    if i == 0 { None } else { Some(i - 1) },
+                )
+            })
+            .collect();
+        let (_, st) = critical_path(&nodes, 0);
+        assert_eq!(st.iter().sum::<u64>(), 2 * n as u64);
+        assert_eq!(st[n - 1], 2, "the leaf");
+    }
+
+    #[test]
+    fn root_is_the_latest_ending_parentless_span() {
+        let nodes = [node(5, 10, None), node(0, 100, None), node(1, 2, Some(1))];
+        assert_eq!(root(&nodes), Some(1));
+        assert_eq!(root(&[]), None);
+    }
+}

@@ -1,0 +1,581 @@
+//! A kept trace as evidence: its spans with the critical path and self
+//! times, its culprit, and what the correlation state knows of it (logs,
+//! route statistics, Kafka lag of the topics it touches, pressure of the
+//! hosts it ran on). Rows of the tables the rules query.
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{
+    span::SpanKind, status::StatusCode, ResourceSpans, Span,
+};
+use std::collections::{BTreeSet, HashMap};
+
+use super::critical::{critical_path, root, Node};
+use super::store::{LogEvidence, RouteStats, Series, Store, ROUTE_KEYS};
+
+/// Where a span is in the batch: (resource_spans, scope_spans, span) indexes.
+pub type SpanRef = (usize, usize, usize);
+
+/// One span, as a row.
+#[derive(Debug, Clone, Default)]
+pub struct SpanRow {
+    /// Where it is.
+    pub at: SpanRef,
+    /// Hex span id.
+    pub span_id: String,
+    /// Hex parent id ("" for a root).
+    pub parent_id: String,
+    /// `service.name`.
+    pub service: String,
+    /// `host.name`.
+    pub host: String,
+    /// Span name.
+    pub name: String,
+    /// server, client, producer, consumer, internal.
+    pub kind: &'static str,
+    /// Start relative to the trace's start (ms).
+    pub start_ms: f64,
+    /// End relative to the trace's start (ms).
+    pub end_ms: f64,
+    /// Duration (ms).
+    pub duration_ms: f64,
+    /// Self time on the critical path (ms).
+    pub self_ms: f64,
+    /// On the critical path.
+    pub critical: bool,
+    /// unset, ok, error.
+    pub status: &'static str,
+    /// Status message.
+    pub status_message: String,
+    /// `http.response.status_code` (or the older `http.status_code`).
+    pub http_status: Option<i64>,
+    /// Route.
+    pub route: Option<String>,
+    /// `db.system` (`db.system.name`).
+    pub db_system: Option<String>,
+    /// `db.operation.name` (or `db.operation`).
+    pub db_operation: Option<String>,
+    /// `messaging.system`.
+    pub messaging_system: Option<String>,
+    /// `messaging.destination.name`.
+    pub destination: Option<String>,
+    /// `messaging.consumer.group.name` (or `messaging.kafka.consumer.group`).
+    pub consumer_group: Option<String>,
+    /// `server.address` (or `net.peer.name`).
+    pub server_address: Option<String>,
+    /// `error.type`.
+    pub error_type: Option<String>,
+    /// `exception.type` of an `exception` event.
+    pub exception_type: Option<String>,
+    /// `exception.message` of an `exception` event.
+    pub exception_message: Option<String>,
+    /// `http.request.resend_count`.
+    pub resend_count: Option<i64>,
+    /// `cache.hit` (`db.cache.hit`), or `cache.result` = hit/miss.
+    pub cache_hit: Option<bool>,
+    /// Time from the span's start to its first child's start (ms), when it has children.
+    pub wait_ms: Option<f64>,
+}
+
+/// One kept trace.
+#[derive(Debug, Clone, Default)]
+pub struct TraceRow {
+    /// Raw id.
+    pub id: [u8; 16],
+    /// Hex id.
+    pub trace_id: String,
+    /// Start (ns since epoch).
+    pub start_ns: u64,
+    /// End (ns since epoch).
+    pub end_ns: u64,
+    /// Root to last end (ms).
+    pub duration_ms: f64,
+    /// Index of the root span in `spans`.
+    pub root: usize,
+    /// Spans.
+    pub spans: Vec<SpanRow>,
+    /// Index of the culprit (largest self time on the critical path, or the error origin).
+    pub culprit: usize,
+    /// Index of the error origin, if a span failed.
+    pub error_origin: Option<usize>,
+    /// Route (from the spans, else from the gateway logs).
+    pub route: Option<String>,
+    /// Log records of the trace.
+    pub logs: Vec<LogEvidence>,
+    /// Route statistics of its route.
+    pub route_stats: Option<(String, RouteStats)>,
+    /// Kafka state of the topics it touches.
+    pub kafka: Vec<KafkaRow>,
+    /// Pressure of the hosts its spans ran on.
+    pub hosts: Vec<HostRow>,
+}
+
+/// Kafka state of a topic (and group) a trace touches.
+#[derive(Debug, Clone, Default)]
+pub struct KafkaRow {
+    /// Topic.
+    pub topic: String,
+    /// Consumer group ("" when the trace does not name one).
+    pub group: String,
+    /// Lag (messages), largest in the join interval.
+    pub lag: Option<f64>,
+    /// Time lag (s), largest.
+    pub lag_seconds: Option<f64>,
+    /// Burrow group status code, worst.
+    pub status: Option<i64>,
+    /// Lag alarm on.
+    pub alarm: bool,
+    /// Retry storm on the topic.
+    pub retry_storm: bool,
+    /// Produce rate (messages/s).
+    pub produce_rate: Option<f64>,
+    /// The times of the points used (ns), for the evidence.
+    pub time_ns: u64,
+}
+
+/// Pressure of a host a trace ran on.
+#[derive(Debug, Clone, Default)]
+pub struct HostRow {
+    /// `host.name`.
+    pub host: String,
+    /// Whether the culprit span ran there.
+    pub culprit: bool,
+    /// 1 − idle utilization.
+    pub cpu_busy: Option<f64>,
+    /// iowait utilization.
+    pub iowait: Option<f64>,
+    /// Memory used fraction.
+    pub mem_used: Option<f64>,
+    /// MemAvailable / total.
+    pub mem_available_ratio: Option<f64>,
+    /// Busiest disk's busy fraction.
+    pub disk_util: Option<f64>,
+    /// PSI some avg10 (%).
+    pub psi_cpu: Option<f64>,
+    /// PSI some avg10 (%).
+    pub psi_memory: Option<f64>,
+    /// PSI some avg10 (%).
+    pub psi_io: Option<f64>,
+    /// Time of the latest point used (ns).
+    pub time_ns: u64,
+}
+
+fn any_str(v: &Option<AnyValue>) -> Option<String> {
+    match v.as_ref()?.value.as_ref()? {
+        any_value::Value::StringValue(x) => Some(x.clone()),
+        any_value::Value::IntValue(i) => Some(i.to_string()),
+        any_value::Value::BoolValue(b) => Some(b.to_string()),
+        any_value::Value::DoubleValue(d) => Some(d.to_string()),
+        _ => None,
+    }
+}
+
+fn any_int(v: &Option<AnyValue>) -> Option<i64> {
+    match v.as_ref()?.value.as_ref()? {
+        any_value::Value::IntValue(i) => Some(*i),
+        any_value::Value::DoubleValue(d) => Some(*d as i64),
+        any_value::Value::StringValue(x) => x.parse().ok(),
+        _ => None,
+    }
+}
+
+fn get<'a>(attrs: &'a [KeyValue], keys: &[&str]) -> Option<&'a Option<AnyValue>> {
+    keys.iter()
+        .find_map(|k| attrs.iter().find(|kv| kv.key == *k).map(|kv| &kv.value))
+}
+
+fn kind_name(k: i32) -> &'static str {
+    match SpanKind::try_from(k) {
+        Ok(SpanKind::Server) => "server",
+        Ok(SpanKind::Client) => "client",
+        Ok(SpanKind::Producer) => "producer",
+        Ok(SpanKind::Consumer) => "consumer",
+        _ => "internal",
+    }
+}
+
+fn span_row(at: SpanRef, span: &Span, service: &str, host: &str) -> SpanRow {
+    let a = &span.attributes;
+    let status = match span.status.as_ref().map(|s| StatusCode::try_from(s.code)) {
+        Some(Ok(StatusCode::Error)) => "error",
+        Some(Ok(StatusCode::Ok)) => "ok",
+        _ => "unset",
+    };
+    let exception = span.events.iter().find(|e| e.name == "exception");
+    let cache_hit =
+        match get(a, &["cache.hit", "db.cache.hit"]).and_then(|v| v.as_ref()?.value.as_ref()) {
+            Some(any_value::Value::BoolValue(b)) => Some(*b),
+            Some(any_value::Value::StringValue(x)) => Some(x == "true" || x == "hit"),
+            _ => get(a, &["cache.result"])
+                .and_then(any_str)
+                .map(|x| x == "hit"),
+        };
+    SpanRow {
+        at,
+        span_id: hex::encode(&span.span_id),
+        parent_id: hex::encode(&span.parent_span_id),
+        service: service.to_string(),
+        host: host.to_string(),
+        name: span.name.clone(),
+        kind: kind_name(span.kind),
+        status,
+        status_message: span
+            .status
+            .as_ref()
+            .map(|s| s.message.clone())
+            .unwrap_or_default(),
+        http_status: get(a, &["http.response.status_code", "http.status_code"]).and_then(any_int),
+        route: get(a, &ROUTE_KEYS).and_then(any_str),
+        db_system: get(a, &["db.system", "db.system.name"]).and_then(any_str),
+        db_operation: get(a, &["db.operation.name", "db.operation"]).and_then(any_str),
+        messaging_system: get(a, &["messaging.system"]).and_then(any_str),
+        destination: get(a, &["messaging.destination.name"]).and_then(any_str),
+        consumer_group: get(
+            a,
+            &[
+                "messaging.consumer.group.name",
+                "messaging.kafka.consumer.group",
+            ],
+        )
+        .and_then(any_str),
+        server_address: get(a, &["server.address", "net.peer.name"]).and_then(any_str),
+        error_type: get(a, &["error.type"]).and_then(any_str),
+        exception_type: exception
+            .and_then(|e| get(&e.attributes, &["exception.type"]).and_then(any_str)),
+        exception_message: exception
+            .and_then(|e| get(&e.attributes, &["exception.message"]).and_then(any_str)),
+        resend_count: get(a, &["http.request.resend_count"]).and_then(any_int),
+        cache_hit,
+        ..Default::default()
+    }
+}
+
+/// Group the spans of a batch by trace and compute each trace's critical
+/// path, self times, culprit and error origin.
+pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
+    struct Raw<'a> {
+        span: &'a Span,
+        row: SpanRow,
+    }
+    let mut by_trace: HashMap<[u8; 16], Vec<Raw<'_>>> = HashMap::new();
+    let mut order: Vec<[u8; 16]> = Vec::new();
+    for (ri, rs) in batch.iter().enumerate() {
+        let ra = rs
+            .resource
+            .as_ref()
+            .map(|r| r.attributes.as_slice())
+            .unwrap_or(&[]);
+        let service = get(ra, &["service.name"])
+            .and_then(any_str)
+            .unwrap_or_default();
+        let host = get(ra, &["host.name"])
+            .and_then(any_str)
+            .unwrap_or_default();
+        for (si, ss) in rs.scope_spans.iter().enumerate() {
+            for (pi, span) in ss.spans.iter().enumerate() {
+                if span.trace_id.len() != 16 {
+                    continue;
+                }
+                let mut id = [0u8; 16];
+                id.copy_from_slice(&span.trace_id);
+                let v = by_trace.entry(id).or_insert_with(|| {
+                    order.push(id);
+                    Vec::new()
+                });
+                v.push(Raw {
+                    span,
+                    row: span_row((ri, si, pi), span, &service, &host),
+                });
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(order.len());
+    for id in order {
+        let Some(raws) = by_trace.remove(&id) else {
+            continue;
+        };
+        let index: HashMap<&[u8], usize> = raws
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.span.span_id.as_slice(), i))
+            .collect();
+        let nodes: Vec<Node> = raws
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Node {
+                start: r.span.start_time_unix_nano,
+                end: r.span.end_time_unix_nano.max(r.span.start_time_unix_nano),
+                parent: index
+                    .get(r.span.parent_span_id.as_slice())
+                    .copied()
+                    .filter(|p| *p != i),
+            })
+            .collect();
+        let Some(root_i) = root(&nodes) else { continue };
+        let (_, self_ns) = critical_path(&nodes, root_i);
+        let start_ns = nodes.iter().map(|n| n.start).min().unwrap_or(0);
+        let end_ns = nodes.iter().map(|n| n.end).max().unwrap_or(start_ns);
+        let mut first_child: Vec<Option<u64>> = vec![None; nodes.len()];
+        let mut has_error_child = vec![false; nodes.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            if let Some(p) = n.parent {
+                first_child[p] = Some(first_child[p].map_or(n.start, |s| s.min(n.start)));
+                if raws[i].row.status == "error" {
+                    has_error_child[p] = true;
+                }
+            }
+        }
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let mut spans: Vec<SpanRow> = raws
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let mut row = r.row;
+                let n = nodes[i];
+                row.start_ms = ms(n.start.saturating_sub(start_ns));
+                row.end_ms = ms(n.end.saturating_sub(start_ns));
+                row.duration_ms = ms(n.end - n.start);
+                row.self_ms = ms(self_ns[i]);
+                row.critical = self_ns[i] > 0;
+                row.wait_ms = first_child[i].map(|c| ms(c.saturating_sub(n.start)));
+                row
+            })
+            .collect();
+        // Error origin: the failed span none of whose children failed, latest-ending first.
+        let error_origin = (0..spans.len())
+            .filter(|&i| spans[i].status == "error" && !has_error_child[i])
+            .max_by(|&a, &b| spans[a].end_ms.total_cmp(&spans[b].end_ms));
+        let largest = (0..spans.len())
+            .max_by(|&a, &b| spans[a].self_ms.total_cmp(&spans[b].self_ms))
+            .unwrap_or(root_i);
+        let culprit = error_origin
+            .filter(|&e| spans[e].critical || spans[e].self_ms >= spans[largest].self_ms * 0.5)
+            .unwrap_or(largest);
+        let route = spans[root_i]
+            .route
+            .clone()
+            .or_else(|| spans.iter().find_map(|s| s.route.clone()));
+        for s in &mut spans {
+            s.route = s.route.clone().or_else(|| route.clone());
+        }
+        out.push(TraceRow {
+            id,
+            trace_id: hex::encode(id),
+            start_ns,
+            end_ns,
+            duration_ms: ms(end_ns - start_ns),
+            root: root_i,
+            spans,
+            culprit,
+            error_origin,
+            route,
+            ..Default::default()
+        });
+    }
+    out
+}
+
+/// Join each trace with the correlation state.
+pub fn join(
+    traces: &mut [TraceRow],
+    store: &Store,
+    lookback_ns: u64,
+    lookahead_ns: u64,
+    now_ns: u64,
+) {
+    for t in traces.iter_mut() {
+        t.logs = store.logs_of(&t.id);
+        if t.route.is_none() {
+            t.route = t.logs.iter().find_map(|l| l.route.clone());
+        }
+        if let Some(route) = &t.route {
+            t.route_stats = store.route_stats(route, now_ns).map(|s| (route.clone(), s));
+        }
+    }
+    // One pass over the series for all traces of the tick.
+    let topics: BTreeSet<String> = traces
+        .iter()
+        .flat_map(|t| t.spans.iter().filter_map(|s| s.destination.clone()))
+        .collect();
+    let hosts: BTreeSet<String> = traces
+        .iter()
+        .flat_map(|t| t.spans.iter().map(|s| s.host.clone()))
+        .filter(|h| !h.is_empty())
+        .collect();
+    let kafka_series =
+        store.series_where(|s| s.dims.topic.as_ref().is_some_and(|t| topics.contains(t)));
+    let host_series =
+        store.series_where(|s| s.dims.host.as_ref().is_some_and(|h| hosts.contains(h)));
+    for t in traces.iter_mut() {
+        let from = t.start_ns.saturating_sub(lookback_ns);
+        let to = t.end_ns.saturating_add(lookahead_ns);
+        let mut touched: BTreeSet<(String, String)> = BTreeSet::new();
+        for s in &t.spans {
+            if let Some(topic) = &s.destination {
+                touched.insert((topic.clone(), s.consumer_group.clone().unwrap_or_default()));
+            }
+        }
+        for (topic, group) in touched {
+            let row = kafka_row(&kafka_series, &topic, &group, from, to);
+            if row.time_ns > 0 {
+                t.kafka.push(row);
+            }
+        }
+        let culprit_host = t.spans[t.culprit].host.clone();
+        let span_hosts: BTreeSet<&str> = t
+            .spans
+            .iter()
+            .map(|s| s.host.as_str())
+            .filter(|h| !h.is_empty())
+            .collect();
+        for h in span_hosts {
+            let mut row = host_row(&host_series, h, from, to);
+            if row.time_ns > 0 {
+                row.culprit = h == culprit_host;
+                t.hosts.push(row);
+            }
+        }
+    }
+}
+
+fn kafka_row(series: &[Series], topic: &str, group: &str, from: u64, to: u64) -> KafkaRow {
+    let mut row = KafkaRow {
+        topic: topic.to_string(),
+        group: group.to_string(),
+        ..Default::default()
+    };
+    let mut bump = |t: u64| row_time(&mut row.time_ns, t);
+    let mut lag = None;
+    let mut lag_s = None;
+    let mut status = None;
+    let mut alarm = false;
+    let mut storm = false;
+    let mut rate = None;
+    for s in series
+        .iter()
+        .filter(|s| s.dims.topic.as_deref() == Some(topic))
+    {
+        let group_ok =
+            group.is_empty() || s.dims.group.is_none() || s.dims.group.as_deref() == Some(group);
+        if !group_ok {
+            continue;
+        }
+        let Some((t, v)) = s.max_in(from, to) else {
+            continue;
+        };
+        match s.name.as_str() {
+            "kafka.consumer_group.lag_sum" | "kafka.consumer_group.lag" => {
+                lag = Some(lag.map_or(v, |x: f64| x.max(v)));
+            }
+            "kafka.consumer_group.lag_seconds" => lag_s = Some(lag_s.map_or(v, |x: f64| x.max(v))),
+            "kafka.consumer_group.partition_status" => {
+                status = Some(status.map_or(v as i64, |x: i64| x.max(v as i64)));
+            }
+            "kafka.consumer_group.lag_alarm" => alarm |= v >= 1.0,
+            "kafka.topic.retry_storm" => storm |= v >= 1.0,
+            "kafka.topic.produce_rate" => rate = Some(rate.map_or(v, |x: f64| x.max(v))),
+            _ => continue,
+        }
+        bump(t);
+    }
+    // Group status series carry only the group (no topic): joined by group.
+    row.lag = lag;
+    row.lag_seconds = lag_s;
+    row.status = status;
+    row.alarm = alarm;
+    row.retry_storm = storm;
+    row.produce_rate = rate;
+    row
+}
+
+fn row_time(slot: &mut u64, t: u64) {
+    *slot = (*slot).max(t);
+}
+
+fn host_row(series: &[Series], host: &str, from: u64, to: u64) -> HostRow {
+    let mut row = HostRow {
+        host: host.to_string(),
+        ..Default::default()
+    };
+    let max = |a: Option<f64>, b: f64| Some(a.map_or(b, |x| x.max(b)));
+    let min = |a: Option<f64>, b: f64| Some(a.map_or(b, |x| x.min(b)));
+    let mut mem_total = None;
+    let mut mem_avail = None;
+    for s in series
+        .iter()
+        .filter(|s| s.dims.host.as_deref() == Some(host))
+    {
+        let mode = s
+            .attr("cpu.mode")
+            .or_else(|| s.attr("state"))
+            .or_else(|| s.attr("system.memory.state"));
+        let pick = match s.name.as_str() {
+            "system.cpu.utilization" if mode == Some("idle") => {
+                // The least idle in the interval: the busiest moment.
+                s.points
+                    .iter()
+                    .filter(|(t, _)| *t >= from && *t <= to)
+                    .fold(None, |acc: Option<(u64, f64)>, p| match acc {
+                        Some(a) if a.1 <= p.1 => Some(a),
+                        _ => Some(*p),
+                    })
+                    .map(|(t, v)| {
+                        row.cpu_busy = max(row.cpu_busy, 1.0 - v);
+                        t
+                    })
+            }
+            "system.cpu.utilization" if mode == Some("iowait") || mode == Some("wait") => {
+                s.max_in(from, to).map(|(t, v)| {
+                    row.iowait = max(row.iowait, v);
+                    t
+                })
+            }
+            "system.memory.utilization" if mode == Some("used") => {
+                s.max_in(from, to).map(|(t, v)| {
+                    row.mem_used = max(row.mem_used, v);
+                    t
+                })
+            }
+            "system.linux.memory.available" => s
+                .points
+                .iter()
+                .filter(|(t, _)| *t >= from && *t <= to)
+                .map(|p| p.1)
+                .reduce(f64::min)
+                .map(|v| {
+                    mem_avail = min(mem_avail, v);
+                    s.points.back().map_or(0, |p| p.0)
+                }),
+            "system.memory.usage" => s.max_in(from, to).map(|(t, v)| {
+                mem_total = Some(mem_total.unwrap_or(0.0) + v);
+                t
+            }),
+            "system.disk.utilization" => s.max_in(from, to).map(|(t, v)| {
+                row.disk_util = max(row.disk_util, v);
+                t
+            }),
+            "system.disk.io_time" => s.rate_in(from, to).map(|v| {
+                row.disk_util = max(row.disk_util, v.min(1.0));
+                s.points.back().map_or(0, |p| p.0)
+            }),
+            "system.linux.pressure" => s.max_in(from, to).map(|(t, v)| {
+                match s.attr("resource") {
+                    Some("cpu") => row.psi_cpu = max(row.psi_cpu, v),
+                    Some("memory") => row.psi_memory = max(row.psi_memory, v),
+                    Some("io") => row.psi_io = max(row.psi_io, v),
+                    _ => {}
+                }
+                t
+            }),
+            _ => None,
+        };
+        if let Some(t) = pick {
+            row_time(&mut row.time_ns, t);
+        }
+    }
+    if let (Some(a), Some(total)) = (mem_avail, mem_total) {
+        if total > 0.0 {
+            row.mem_available_ratio = Some(a / total);
+        }
+    }
+    row
+}

@@ -1,0 +1,883 @@
+//! Root-cause rules: SQL over Arrow tables of the joined evidence, run with
+//! DataFusion once per batch of kept traces (one decision tick).
+//!
+//! Tables (one row per …):
+//! - `traces` (trace): `trace_id, duration_ms, route, root_service, root_name, error,
+//!   culprit_span_id, culprit_service, culprit_name, culprit_kind, culprit_self_ms,
+//!   culprit_share, culprit_host, culprit_db_system, error_span_id, error_service`
+//! - `spans` (span): `trace_id, span_id, parent_id, service, host, name, kind, start_ms,
+//!   end_ms, duration_ms, self_ms, share, critical, status, status_message, http_status,
+//!   route, db_system, db_operation, messaging_system, destination, consumer_group,
+//!   server_address, error_type, exception_type, exception_message, resend_count,
+//!   cache_hit, wait_ms`
+//! - `logs` (log record of the trace): `trace_id, time_ms, gateway, service, route,
+//!   status, rate_limit_rule, circuit_state, response_flags, upstream, duration_ms,
+//!   severity, error_type, body`
+//! - `route_stats` (trace with a known route): `trace_id, route, requests, s4xx, s5xx,
+//!   s429, s503, s504, not_closed, top_rule, circuit_state, circuit_changes, p50_ms, p99_ms`
+//! - `kafka_lag` (topic the trace touches): `trace_id, topic, consumer_group, lag,
+//!   lag_seconds, status, alarm, retry_storm, produce_rate, time_ms`
+//! - `host` (host the trace ran on): `trace_id, host, culprit, cpu_busy, iowait, mem_used,
+//!   mem_available_ratio, disk_util, psi_cpu, psi_memory, psi_io, time_ms`
+//!
+//! A rule returns `trace_id, confidence, summary` and optionally
+//! `culprit_span_id` and `evidence` (text or JSON).
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::datasource::MemTable;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::config::{RuleConfig, REQUIRED_COLUMNS};
+use super::features::TraceRow;
+
+/// A rule ready to run.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Name (`rca.rule`).
+    pub name: String,
+    /// Cause.
+    pub cause: String,
+    /// SQL.
+    pub sql: String,
+    /// A user rule (wins ties against built-ins).
+    pub user: bool,
+}
+
+/// What a rule concluded for a trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    /// Rule name.
+    pub rule: String,
+    /// Cause.
+    pub cause: String,
+    /// 0..1.
+    pub confidence: f64,
+    /// One sentence.
+    pub summary: String,
+    /// Culprit span the rule named.
+    pub culprit_span_id: Option<String>,
+    /// Extra evidence the rule returned.
+    pub evidence: Option<String>,
+    /// From a user rule.
+    pub user: bool,
+}
+
+/// The built-in rules. Each is data: name, cause, SQL.
+pub fn builtin() -> Vec<Rule> {
+    let r = |name: &str, cause: &str, sql: &str| Rule {
+        name: name.into(),
+        cause: cause.into(),
+        sql: sql.into(),
+        user: false,
+    };
+    vec![
+        r(
+            "gateway_429",
+            "rate_limited",
+            r#"
+SELECT l.trace_id, 0.97 AS confidence,
+  concat('route ', coalesce(max(l.route), '?'), ' rate-limited by ', coalesce(max(l.rate_limit_rule), 'a rate limit'), ': ',
+         CAST(sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
+         ' gateway attempts answered 429') AS summary,
+  concat('rate_limit_rule=', coalesce(max(l.rate_limit_rule), '')) AS evidence
+FROM logs l WHERE l.gateway
+GROUP BY l.trace_id
+HAVING sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) > 0"#,
+        ),
+        r(
+            "client_429",
+            "rate_limited",
+            r#"
+SELECT s.trace_id, 0.85 AS confidence,
+  concat(max(s.service), ' was rate-limited by ', coalesce(max(s.server_address), 'its upstream'), ': ',
+         CAST(count(*) AS VARCHAR), ' calls answered 429') AS summary,
+  max(s.span_id) AS culprit_span_id
+FROM spans s WHERE s.http_status = 429 AND s.kind = 'client'
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "gateway_circuit_open",
+            "circuit_open",
+            r#"
+SELECT l.trace_id, 0.96 AS confidence,
+  concat('circuit breaker ', coalesce(max(upper(l.circuit_state)), 'OPEN'), ' for ', coalesce(max(l.upstream), 'the upstream'),
+         ' on route ', coalesce(max(l.route), '?'), ': ',
+         CAST(sum(CASE WHEN l.status = 503 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
+         ' gateway attempts answered 503 without reaching it') AS summary,
+  concat('circuit_state=', coalesce(max(l.circuit_state), ''), ' response_flags=', coalesce(max(l.response_flags), '')) AS evidence
+FROM logs l WHERE l.gateway
+GROUP BY l.trace_id
+HAVING sum(CASE WHEN upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN') OR l.response_flags LIKE '%UO%' THEN 1 ELSE 0 END) > 0"#,
+        ),
+        r(
+            "gateway_504",
+            "upstream_timeout",
+            r#"
+SELECT l.trace_id, 0.93 AS confidence,
+  concat('upstream ', coalesce(max(l.upstream), '?'), ' timed out on route ', coalesce(max(l.route), '?'), ': ',
+         CAST(sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 0 END) AS VARCHAR), ' of ',
+         CAST(count(*) AS VARCHAR), ' gateway attempts answered 504 after ',
+         CAST(CAST(max(l.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary
+FROM logs l WHERE l.gateway
+GROUP BY l.trace_id
+HAVING sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 0 END) > 0"#,
+        ),
+        r(
+            "client_timeout",
+            "upstream_timeout",
+            r#"
+SELECT s.trace_id, 0.88 AS confidence,
+  concat(max(s.service), ' timed out calling ', coalesce(max(s.server_address), max(s.name)), ' after ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+  max(s.span_id) AS culprit_span_id
+FROM spans s
+WHERE s.kind IN ('client', 'internal') AND s.critical
+  AND (lower(coalesce(s.error_type, '')) LIKE '%timeout%' OR lower(coalesce(s.exception_type, '')) LIKE '%timeout%'
+       OR lower(coalesce(s.error_type, '')) LIKE '%deadline%' OR s.http_status = 504)
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "gateway_503",
+            "upstream_unavailable",
+            r#"
+SELECT l.trace_id, 0.9 AS confidence,
+  concat('upstream ', coalesce(max(l.upstream), '?'), ' unavailable on route ', coalesce(max(l.route), '?'), ': ',
+         CAST(sum(CASE WHEN l.status IN (502, 503) THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
+         ' gateway attempts answered ', CAST(max(l.status) AS VARCHAR),
+         CASE WHEN max(l.response_flags) IS NULL THEN '' ELSE concat(' (', max(l.response_flags), ')') END) AS summary
+FROM logs l WHERE l.gateway
+GROUP BY l.trace_id
+HAVING sum(CASE WHEN (l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR l.response_flags LIKE '%UH%')
+                 AND coalesce(upper(l.circuit_state), 'CLOSED') = 'CLOSED' THEN 1 ELSE 0 END) > 0"#,
+        ),
+        r(
+            "client_unavailable",
+            "upstream_unavailable",
+            r#"
+SELECT s.trace_id, 0.84 AS confidence,
+  concat(max(s.service), ' could not reach ', coalesce(max(s.server_address), max(s.name)), ': ',
+         coalesce(max(s.error_type), max(s.exception_type), CAST(max(s.http_status) AS VARCHAR))) AS summary,
+  max(s.span_id) AS culprit_span_id
+FROM spans s
+WHERE s.kind = 'client' AND (s.http_status IN (502, 503)
+   OR lower(coalesce(s.error_type, '')) LIKE '%refused%' OR lower(coalesce(s.exception_type, '')) LIKE '%connect%'
+   OR lower(coalesce(s.error_type, '')) LIKE '%unavailable%')
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "tls_handshake",
+            "tls_handshake",
+            r#"
+SELECT s.trace_id, 0.9 AS confidence,
+  concat('TLS handshake with ', coalesce(max(s.server_address), 'the upstream'), ' took ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms of ', CAST(CAST(max(t.duration_ms) AS BIGINT) AS VARCHAR),
+         ' ms (', max(s.service), ')') AS summary,
+  max(s.span_id) AS culprit_span_id
+FROM spans s JOIN traces t ON s.trace_id = t.trace_id
+WHERE s.name IN ('http.tls', 'tls.handshake', 'tls_handshake', 'TLS handshake') AND s.duration_ms >= 0.3 * t.duration_ms
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "cache_miss_fallback",
+            "cache_miss_fallback",
+            r#"
+SELECT d.trace_id, 0.88 AS confidence,
+  concat('cache miss in ', max(c.service), ' (', coalesce(max(c.db_system), 'cache'), ') fell back to ',
+         coalesce(max(d.db_system), max(d.name)), ' ', coalesce(max(d.db_operation), ''), ' taking ',
+         CAST(CAST(max(d.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+  max(d.span_id) AS culprit_span_id
+FROM spans c JOIN spans d ON c.trace_id = d.trace_id AND c.parent_id = d.parent_id
+JOIN traces t ON t.trace_id = d.trace_id
+WHERE c.cache_hit = false AND d.start_ms >= c.end_ms - 0.001 AND d.span_id <> c.span_id
+  AND (d.db_system IS NULL OR d.db_system NOT IN ('redis', 'memcached'))
+  AND d.self_ms >= 0.3 * t.duration_ms
+GROUP BY d.trace_id"#,
+        ),
+        r(
+            "consumer_lag",
+            "consumer_lag",
+            r#"
+SELECT k.trace_id, 0.86 AS confidence,
+  concat('consumer group ', coalesce(max(k.consumer_group), '?'), ' lags on ', max(k.topic), ': ',
+         CAST(CAST(max(k.lag) AS BIGINT) AS VARCHAR), ' messages, ',
+         CAST(CAST(max(k.lag_seconds) AS BIGINT) AS VARCHAR), ' s behind') AS summary,
+  concat('lag=', CAST(max(k.lag) AS VARCHAR), ' lag_seconds=', CAST(max(k.lag_seconds) AS VARCHAR), ' status=', CAST(max(k.status) AS VARCHAR)) AS evidence
+FROM kafka_lag k
+WHERE (k.alarm OR k.status IN (2, 3, 4, 5) OR k.lag_seconds >= 10) AND NOT k.retry_storm
+GROUP BY k.trace_id"#,
+        ),
+        r(
+            "retry_storm_topic",
+            "retry_storm",
+            r#"
+SELECT k.trace_id, 0.87 AS confidence,
+  concat('retry storm on ', max(k.topic), ': ', CAST(CAST(max(k.produce_rate) AS BIGINT) AS VARCHAR), ' messages/s') AS summary
+FROM kafka_lag k WHERE k.retry_storm
+GROUP BY k.trace_id"#,
+        ),
+        r(
+            "client_retries",
+            "retry_storm",
+            r#"
+SELECT s.trace_id, 0.8 AS confidence,
+  concat(max(s.service), ' retried ', coalesce(max(s.server_address), max(s.name)), ' ',
+         CAST(max(s.resend_count) AS VARCHAR), ' times') AS summary,
+  max(s.span_id) AS culprit_span_id
+FROM spans s WHERE s.resend_count >= 2
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "host_cpu",
+            "host_cpu_saturation",
+            r#"
+SELECT h.trace_id, 0.84 AS confidence,
+  concat('host ', max(h.host), ' CPU saturated (', CAST(CAST(max(h.cpu_busy) * 100 AS BIGINT) AS VARCHAR), '% busy) while ',
+         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary
+FROM host h JOIN traces t ON h.trace_id = t.trace_id
+WHERE h.culprit AND (h.cpu_busy >= 0.9 OR h.psi_cpu >= 40)
+GROUP BY h.trace_id"#,
+        ),
+        r(
+            "host_iowait",
+            "host_io_wait",
+            r#"
+SELECT h.trace_id, 0.84 AS confidence,
+  concat('host ', max(h.host), ' waiting on disk IO (iowait ', CAST(CAST(coalesce(max(h.iowait), 0) * 100 AS BIGINT) AS VARCHAR),
+         '%, disk busy ', CAST(CAST(coalesce(max(h.disk_util), 0) * 100 AS BIGINT) AS VARCHAR), '%) while ',
+         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary
+FROM host h JOIN traces t ON h.trace_id = t.trace_id
+WHERE h.culprit AND (h.iowait >= 0.2 OR h.disk_util >= 0.9 OR h.psi_io >= 30)
+GROUP BY h.trace_id"#,
+        ),
+        r(
+            "host_memory",
+            "host_memory_pressure",
+            r#"
+SELECT h.trace_id, 0.84 AS confidence,
+  concat('host ', max(h.host), ' under memory pressure (',
+         CAST(CAST(coalesce(max(h.mem_used), 1 - min(h.mem_available_ratio)) * 100 AS BIGINT) AS VARCHAR), '% used) while ',
+         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary
+FROM host h JOIN traces t ON h.trace_id = t.trace_id
+WHERE h.culprit AND (h.mem_used >= 0.95 OR h.mem_available_ratio <= 0.05 OR h.psi_memory >= 20)
+GROUP BY h.trace_id"#,
+        ),
+        r(
+            "queueing",
+            "queueing",
+            r#"
+SELECT s.trace_id, 0.78 AS confidence,
+  concat(max(s.service), ' ', max(s.name), ' waited ', CAST(CAST(max(s.wait_ms) AS BIGINT) AS VARCHAR),
+         ' ms before starting its work (pool, lock or queue)') AS summary,
+  max(s.span_id) AS culprit_span_id
+FROM spans s JOIN traces t ON s.trace_id = t.trace_id
+WHERE s.critical AND s.wait_ms >= 0.3 * t.duration_ms AND s.wait_ms >= 0.6 * s.duration_ms
+GROUP BY s.trace_id
+UNION ALL
+SELECT s.trace_id, 0.76 AS confidence,
+  concat(max(s.service), ' waited ', CAST(CAST(max(s.self_ms) AS BIGINT) AS VARCHAR), ' ms in ', max(s.name)) AS summary,
+  max(s.span_id) AS culprit_span_id
+FROM spans s JOIN traces t ON s.trace_id = t.trace_id
+WHERE s.critical AND s.self_ms >= 0.3 * t.duration_ms
+  AND regexp_like(lower(s.name), '(pool|acquire|lock|queue|wait)')
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "error",
+            "error",
+            r#"
+SELECT t.trace_id, 0.6 AS confidence,
+  concat('error in ', coalesce(t.error_service, t.culprit_service), ': ',
+         coalesce(s.exception_type, s.error_type, nullif(s.status_message, ''), s.name)) AS summary,
+  t.error_span_id AS culprit_span_id
+FROM traces t JOIN spans s ON s.trace_id = t.trace_id AND s.span_id = t.error_span_id
+WHERE t.error"#,
+        ),
+        r(
+            "slow_dependency",
+            "slow_dependency",
+            r#"
+SELECT t.trace_id, 0.45 AS confidence,
+  concat(t.culprit_service, ' ', t.culprit_name, ' took ', CAST(CAST(t.culprit_self_ms AS BIGINT) AS VARCHAR), ' ms of ',
+         CAST(CAST(t.duration_ms AS BIGINT) AS VARCHAR), ' ms on the critical path') AS summary
+FROM traces t
+WHERE t.culprit_share >= 0.5 AND (t.culprit_kind = 'client' OR t.culprit_db_system IS NOT NULL OR t.culprit_service <> t.root_service)"#,
+        ),
+    ]
+}
+
+/// The rules to run: built-ins (unless disabled), user rules replacing built-ins by name.
+pub fn assemble(builtin_rules: bool, user: &[RuleConfig]) -> Vec<Rule> {
+    let mut rules: Vec<Rule> = if builtin_rules { builtin() } else { Vec::new() };
+    for u in user {
+        rules.retain(|r| r.name != u.name);
+        rules.push(Rule {
+            name: u.name.clone(),
+            cause: u.cause.clone(),
+            sql: u.sql.clone(),
+            user: true,
+        });
+    }
+    rules
+}
+
+fn utf8(name: &str) -> Field {
+    Field::new(name, DataType::Utf8, true)
+}
+fn f64f(name: &str) -> Field {
+    Field::new(name, DataType::Float64, true)
+}
+fn i64f(name: &str) -> Field {
+    Field::new(name, DataType::Int64, true)
+}
+fn boolf(name: &str) -> Field {
+    Field::new(name, DataType::Boolean, true)
+}
+
+fn schema(fields: Vec<Field>) -> SchemaRef {
+    Arc::new(Schema::new(fields))
+}
+
+/// The schemas of the tables.
+pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
+    vec![
+        (
+            "traces",
+            schema(vec![
+                utf8("trace_id"),
+                f64f("duration_ms"),
+                utf8("route"),
+                utf8("root_service"),
+                utf8("root_name"),
+                boolf("error"),
+                utf8("culprit_span_id"),
+                utf8("culprit_service"),
+                utf8("culprit_name"),
+                utf8("culprit_kind"),
+                f64f("culprit_self_ms"),
+                f64f("culprit_share"),
+                utf8("culprit_host"),
+                utf8("culprit_db_system"),
+                utf8("error_span_id"),
+                utf8("error_service"),
+            ]),
+        ),
+        (
+            "spans",
+            schema(vec![
+                utf8("trace_id"),
+                utf8("span_id"),
+                utf8("parent_id"),
+                utf8("service"),
+                utf8("host"),
+                utf8("name"),
+                utf8("kind"),
+                f64f("start_ms"),
+                f64f("end_ms"),
+                f64f("duration_ms"),
+                f64f("self_ms"),
+                f64f("share"),
+                boolf("critical"),
+                utf8("status"),
+                utf8("status_message"),
+                i64f("http_status"),
+                utf8("route"),
+                utf8("db_system"),
+                utf8("db_operation"),
+                utf8("messaging_system"),
+                utf8("destination"),
+                utf8("consumer_group"),
+                utf8("server_address"),
+                utf8("error_type"),
+                utf8("exception_type"),
+                utf8("exception_message"),
+                i64f("resend_count"),
+                boolf("cache_hit"),
+                f64f("wait_ms"),
+            ]),
+        ),
+        (
+            "logs",
+            schema(vec![
+                utf8("trace_id"),
+                f64f("time_ms"),
+                boolf("gateway"),
+                utf8("service"),
+                utf8("route"),
+                i64f("status"),
+                utf8("rate_limit_rule"),
+                utf8("circuit_state"),
+                utf8("response_flags"),
+                utf8("upstream"),
+                f64f("duration_ms"),
+                i64f("severity"),
+                utf8("error_type"),
+                utf8("body"),
+            ]),
+        ),
+        (
+            "route_stats",
+            schema(vec![
+                utf8("trace_id"),
+                utf8("route"),
+                i64f("requests"),
+                i64f("s4xx"),
+                i64f("s5xx"),
+                i64f("s429"),
+                i64f("s503"),
+                i64f("s504"),
+                i64f("not_closed"),
+                utf8("top_rule"),
+                utf8("circuit_state"),
+                i64f("circuit_changes"),
+                f64f("p50_ms"),
+                f64f("p99_ms"),
+            ]),
+        ),
+        (
+            "kafka_lag",
+            schema(vec![
+                utf8("trace_id"),
+                utf8("topic"),
+                utf8("consumer_group"),
+                f64f("lag"),
+                f64f("lag_seconds"),
+                i64f("status"),
+                boolf("alarm"),
+                boolf("retry_storm"),
+                f64f("produce_rate"),
+                f64f("time_ms"),
+            ]),
+        ),
+        (
+            "host",
+            schema(vec![
+                utf8("trace_id"),
+                utf8("host"),
+                boolf("culprit"),
+                f64f("cpu_busy"),
+                f64f("iowait"),
+                f64f("mem_used"),
+                f64f("mem_available_ratio"),
+                f64f("disk_util"),
+                f64f("psi_cpu"),
+                f64f("psi_memory"),
+                f64f("psi_io"),
+                f64f("time_ms"),
+            ]),
+        ),
+    ]
+}
+
+/// Column builders, one vector per column.
+#[derive(Default)]
+struct Cols {
+    cols: Vec<Col>,
+}
+
+enum Col {
+    S(Vec<Option<String>>),
+    F(Vec<Option<f64>>),
+    I(Vec<Option<i64>>),
+    B(Vec<Option<bool>>),
+}
+
+/// A cell.
+enum V {
+    S(Option<String>),
+    F(Option<f64>),
+    I(Option<i64>),
+    B(Option<bool>),
+}
+
+impl Cols {
+    fn new(schema: &Schema) -> Self {
+        Cols {
+            cols: schema
+                .fields()
+                .iter()
+                .map(|f| match f.data_type() {
+                    DataType::Float64 => Col::F(Vec::new()),
+                    DataType::Int64 => Col::I(Vec::new()),
+                    DataType::Boolean => Col::B(Vec::new()),
+                    _ => Col::S(Vec::new()),
+                })
+                .collect(),
+        }
+    }
+    fn row(&mut self, cells: Vec<V>) {
+        for (c, v) in self.cols.iter_mut().zip(cells) {
+            match (c, v) {
+                (Col::S(x), V::S(v)) => x.push(v),
+                (Col::F(x), V::F(v)) => x.push(v),
+                (Col::I(x), V::I(v)) => x.push(v),
+                (Col::B(x), V::B(v)) => x.push(v),
+                (Col::S(x), _) => x.push(None),
+                (Col::F(x), _) => x.push(None),
+                (Col::I(x), _) => x.push(None),
+                (Col::B(x), _) => x.push(None),
+            }
+        }
+    }
+    fn finish(self, schema: SchemaRef) -> Result<RecordBatch, String> {
+        let arrays: Vec<ArrayRef> = self
+            .cols
+            .into_iter()
+            .map(|c| -> ArrayRef {
+                match c {
+                    Col::S(v) => Arc::new(StringArray::from(v)),
+                    Col::F(v) => Arc::new(Float64Array::from(v)),
+                    Col::I(v) => Arc::new(Int64Array::from(v)),
+                    Col::B(v) => Arc::new(BooleanArray::from(v)),
+                }
+            })
+            .collect();
+        RecordBatch::try_new(schema, arrays).map_err(|e| e.to_string())
+    }
+}
+
+fn s(x: &str) -> V {
+    V::S(Some(x.to_string()))
+}
+fn so(x: &Option<String>) -> V {
+    V::S(x.clone())
+}
+
+/// The tables of a tick's traces.
+pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, RecordBatch)>, String> {
+    let mut out = Vec::new();
+    for (name, schema) in schemas() {
+        let mut c = Cols::new(&schema);
+        match name {
+            "traces" => {
+                for t in traces {
+                    let cu = &t.spans[t.culprit];
+                    let root = &t.spans[t.root];
+                    let err = t.error_origin.map(|e| &t.spans[e]);
+                    c.row(vec![
+                        s(&t.trace_id),
+                        V::F(Some(t.duration_ms)),
+                        so(&t.route),
+                        s(&root.service),
+                        s(&root.name),
+                        V::B(Some(t.error_origin.is_some())),
+                        s(&cu.span_id),
+                        s(&cu.service),
+                        s(&cu.name),
+                        s(cu.kind),
+                        V::F(Some(cu.self_ms)),
+                        V::F(Some(if t.duration_ms > 0.0 {
+                            cu.self_ms / t.duration_ms
+                        } else {
+                            0.0
+                        })),
+                        s(&cu.host),
+                        so(&cu.db_system),
+                        V::S(err.map(|e| e.span_id.clone())),
+                        V::S(err.map(|e| e.service.clone())),
+                    ]);
+                }
+            }
+            "spans" => {
+                for t in traces {
+                    for sp in &t.spans {
+                        c.row(vec![
+                            s(&t.trace_id),
+                            s(&sp.span_id),
+                            s(&sp.parent_id),
+                            s(&sp.service),
+                            s(&sp.host),
+                            s(&sp.name),
+                            s(sp.kind),
+                            V::F(Some(sp.start_ms)),
+                            V::F(Some(sp.end_ms)),
+                            V::F(Some(sp.duration_ms)),
+                            V::F(Some(sp.self_ms)),
+                            V::F(Some(if t.duration_ms > 0.0 {
+                                sp.self_ms / t.duration_ms
+                            } else {
+                                0.0
+                            })),
+                            V::B(Some(sp.critical)),
+                            s(sp.status),
+                            s(&sp.status_message),
+                            V::I(sp.http_status),
+                            so(&sp.route),
+                            so(&sp.db_system),
+                            so(&sp.db_operation),
+                            so(&sp.messaging_system),
+                            so(&sp.destination),
+                            so(&sp.consumer_group),
+                            so(&sp.server_address),
+                            so(&sp.error_type),
+                            so(&sp.exception_type),
+                            so(&sp.exception_message),
+                            V::I(sp.resend_count),
+                            V::B(sp.cache_hit),
+                            V::F(sp.wait_ms),
+                        ]);
+                    }
+                }
+            }
+            "logs" => {
+                for t in traces {
+                    for l in &t.logs {
+                        c.row(vec![
+                            s(&t.trace_id),
+                            V::F(Some(l.time_ns as f64 / 1e6)),
+                            V::B(Some(l.gateway)),
+                            s(&l.service),
+                            so(&l.route),
+                            V::I(l.status),
+                            so(&l.rate_limit_rule),
+                            so(&l.circuit_state),
+                            so(&l.response_flags),
+                            so(&l.upstream),
+                            V::F(l.duration_ms),
+                            V::I(Some(i64::from(l.severity))),
+                            so(&l.error_type),
+                            s(&l.body),
+                        ]);
+                    }
+                }
+            }
+            "route_stats" => {
+                for t in traces {
+                    if let Some((route, st)) = &t.route_stats {
+                        let i = |x: u64| V::I(Some(i64::try_from(x).unwrap_or(i64::MAX)));
+                        c.row(vec![
+                            s(&t.trace_id),
+                            s(route),
+                            i(st.requests),
+                            i(st.s4xx),
+                            i(st.s5xx),
+                            i(st.s429),
+                            i(st.s503),
+                            i(st.s504),
+                            i(st.not_closed),
+                            so(&st.top_rule),
+                            so(&st.circuit_state),
+                            i(st.circuit_changes),
+                            V::F(st.p50_ms),
+                            V::F(st.p99_ms),
+                        ]);
+                    }
+                }
+            }
+            "kafka_lag" => {
+                for t in traces {
+                    for k in &t.kafka {
+                        c.row(vec![
+                            s(&t.trace_id),
+                            s(&k.topic),
+                            V::S(Some(k.group.clone()).filter(|g| !g.is_empty())),
+                            V::F(k.lag),
+                            V::F(k.lag_seconds),
+                            V::I(k.status),
+                            V::B(Some(k.alarm)),
+                            V::B(Some(k.retry_storm)),
+                            V::F(k.produce_rate),
+                            V::F(Some(k.time_ns as f64 / 1e6)),
+                        ]);
+                    }
+                }
+            }
+            _ => {
+                for t in traces {
+                    for h in &t.hosts {
+                        c.row(vec![
+                            s(&t.trace_id),
+                            s(&h.host),
+                            V::B(Some(h.culprit)),
+                            V::F(h.cpu_busy),
+                            V::F(h.iowait),
+                            V::F(h.mem_used),
+                            V::F(h.mem_available_ratio),
+                            V::F(h.disk_util),
+                            V::F(h.psi_cpu),
+                            V::F(h.psi_memory),
+                            V::F(h.psi_io),
+                            V::F(Some(h.time_ns as f64 / 1e6)),
+                        ]);
+                    }
+                }
+            }
+        }
+        let batch = c.finish(schema.clone())?;
+        out.push((name, schema, batch));
+    }
+    Ok(out)
+}
+
+fn context(tables: Vec<(&'static str, SchemaRef, RecordBatch)>) -> Result<SessionContext, String> {
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
+    for (name, schema, batch) in tables {
+        let t = MemTable::try_new(schema, vec![vec![batch]]).map_err(|e| e.to_string())?;
+        ctx.register_table(name, Arc::new(t))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(ctx)
+}
+
+/// Check a rule's SQL against the tables (empty): it must parse, name
+/// existing tables and columns, and return the required columns.
+pub fn check_sql(sql: &str) -> Result<(), String> {
+    let tables = tables(&[])?;
+    let ctx = context(tables)?;
+    let df = futures_lite_block_on(ctx.sql(sql)).map_err(|e| first_line(&e.to_string()))?;
+    let cols: Vec<String> = df
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    for need in REQUIRED_COLUMNS {
+        if !cols.iter().any(|c| c == need) {
+            return Err(format!(
+                "the query must return a `{need}` column (it returns: {})",
+                cols.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or(s).to_string()
+}
+
+/// Block on a future that does no IO (DataFusion planning over memory tables).
+fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct W(std::thread::Thread);
+    impl Wake for W {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(W(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        match f.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
+
+fn column_str(b: &RecordBatch, name: &str, row: usize) -> Option<String> {
+    let col = b.column_by_name(name)?;
+    if col.is_null(row) {
+        return None;
+    }
+    let casted = datafusion::arrow::compute::cast(col, &DataType::Utf8).ok()?;
+    let a = casted.as_any().downcast_ref::<StringArray>()?;
+    Some(a.value(row).to_string())
+}
+
+fn column_f64(b: &RecordBatch, name: &str, row: usize) -> Option<f64> {
+    let col = b.column_by_name(name)?;
+    if col.is_null(row) {
+        return None;
+    }
+    let casted = datafusion::arrow::compute::cast(col, &DataType::Float64).ok()?;
+    let a = casted.as_any().downcast_ref::<Float64Array>()?;
+    Some(a.value(row))
+}
+
+/// Run every rule over the traces; findings per trace id, and the errors of rules that failed.
+pub async fn evaluate(
+    rules: &[Rule],
+    traces: &[TraceRow],
+) -> (HashMap<String, Vec<Finding>>, Vec<(String, String)>) {
+    let mut findings: HashMap<String, Vec<Finding>> = HashMap::new();
+    let mut errors = Vec::new();
+    if traces.is_empty() {
+        return (findings, errors);
+    }
+    let ctx = match tables(traces).and_then(context) {
+        Ok(c) => c,
+        Err(e) => {
+            errors.push(("*".to_string(), e));
+            return (findings, errors);
+        }
+    };
+    for rule in rules {
+        let batches = match ctx.sql(&rule.sql).await {
+            Ok(df) => df.collect().await,
+            Err(e) => Err(e),
+        };
+        let batches = match batches {
+            Ok(b) => b,
+            Err(e) => {
+                errors.push((rule.name.clone(), first_line(&e.to_string())));
+                continue;
+            }
+        };
+        for b in &batches {
+            for row in 0..b.num_rows() {
+                let Some(trace_id) = column_str(b, "trace_id", row) else {
+                    continue;
+                };
+                let confidence = column_f64(b, "confidence", row)
+                    .unwrap_or(0.5)
+                    .clamp(0.0, 1.0);
+                findings.entry(trace_id).or_default().push(Finding {
+                    rule: rule.name.clone(),
+                    cause: rule.cause.clone(),
+                    confidence,
+                    summary: column_str(b, "summary", row).unwrap_or_else(|| rule.cause.clone()),
+                    culprit_span_id: column_str(b, "culprit_span_id", row),
+                    evidence: column_str(b, "evidence", row),
+                    user: rule.user,
+                });
+            }
+        }
+    }
+    for f in findings.values_mut() {
+        // Best first: confidence, then user rules, then rule order (stable).
+        f.sort_by(|a, b| {
+            b.confidence
+                .total_cmp(&a.confidence)
+                .then(b.user.cmp(&a.user))
+        });
+        // One finding per cause: its best.
+        let mut seen = std::collections::HashSet::new();
+        f.retain(|x| seen.insert(x.cause.clone()));
+    }
+    (findings, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_rule_plans_against_the_tables() {
+        for r in builtin() {
+            if let Err(e) = check_sql(&r.sql) {
+                panic!("built-in rule {} does not plan: {e}", r.name);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_rules_are_rejected_with_a_reason() {
+        let e = check_sql("SELECT trace_id FROM nosuch").expect_err("unknown table");
+        assert!(e.contains("nosuch"), "{e}");
+        let e = check_sql("SELECT trace_id, 0.5 AS confidence FROM spans").expect_err("no summary");
+        assert!(e.contains("summary"), "{e}");
+        let e = check_sql("SELEC x").expect_err("syntax");
+        assert!(!e.is_empty());
+        let e = check_sql(
+            "SELECT trace_id, 1.0 AS confidence, 'x' AS summary FROM spans WHERE nope > 1",
+        )
+        .expect_err("column");
+        assert!(e.contains("nope"), "{e}");
+    }
+}

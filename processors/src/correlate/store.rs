@@ -1,0 +1,629 @@
+//! The correlation state: a time window, in bounded memory, of
+//! - log records (gateway and application) indexed by `trace_id`;
+//! - per-route window statistics from gateway logs;
+//! - metric series that join to traces: by Kafka topic / consumer group,
+//!   by `host.name`, by `route_id`.
+//!
+//! Arrival order does not matter within the window: everything is kept by
+//! its own time and looked up when a trace is analysed.
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::ResourceLogs;
+use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, ResourceMetrics};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use crate::tail_sampling::sketch::Sketch;
+
+/// Limits of the store.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// How long evidence is kept (ns).
+    pub window_ns: u64,
+    /// Log records kept at most (oldest evicted first).
+    pub max_log_records: usize,
+    /// Metric series kept at most (least recently updated evicted first).
+    pub max_series: usize,
+    /// Points per series.
+    pub max_points: usize,
+    /// Routes with statistics at most.
+    pub max_routes: usize,
+    /// RCA events waiting to be emitted at most (oldest dropped and counted).
+    pub max_events: usize,
+}
+
+/// One log record, as evidence.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LogEvidence {
+    /// Record time (ns).
+    pub time_ns: u64,
+    /// From a gateway (it carries gateway fields) rather than an application.
+    pub gateway: bool,
+    /// `service.name` of the resource.
+    pub service: String,
+    /// Route.
+    pub route: Option<String>,
+    /// HTTP status.
+    pub status: Option<i64>,
+    /// Rate-limit rule that answered.
+    pub rate_limit_rule: Option<String>,
+    /// Circuit-breaker state (CLOSED, OPEN, HALF_OPEN).
+    pub circuit_state: Option<String>,
+    /// Envoy response flags (UT, UF, UO, UH, URX, RL, ...).
+    pub response_flags: Option<String>,
+    /// Upstream (`server.address`).
+    pub upstream: Option<String>,
+    /// Request duration at the gateway (ms).
+    pub duration_ms: Option<f64>,
+    /// Severity number.
+    pub severity: i32,
+    /// `error.type` / `exception.type`.
+    pub error_type: Option<String>,
+    /// The body, cut to 512 bytes.
+    pub body: String,
+}
+
+/// Ten-second buckets of a route's gateway traffic.
+#[derive(Debug, Clone, Default)]
+struct Bucket {
+    start_s: u64,
+    requests: u64,
+    s4xx: u64,
+    s5xx: u64,
+    s429: u64,
+    s503: u64,
+    s504: u64,
+    not_closed: u64,
+    rules: BTreeMap<String, u64>,
+    latency: Sketch,
+}
+
+#[derive(Debug, Clone, Default)]
+struct RouteWindow {
+    buckets: VecDeque<Bucket>,
+    circuit_state: Option<String>,
+    circuit_changes: u64,
+}
+
+/// A route's statistics over the window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RouteStats {
+    /// Requests.
+    pub requests: u64,
+    /// 4xx answers.
+    pub s4xx: u64,
+    /// 5xx answers.
+    pub s5xx: u64,
+    /// 429 answers.
+    pub s429: u64,
+    /// 503 answers.
+    pub s503: u64,
+    /// 504 answers.
+    pub s504: u64,
+    /// Records whose circuit state was not CLOSED.
+    pub not_closed: u64,
+    /// The most frequent rate-limit rule.
+    pub top_rule: Option<String>,
+    /// Latest circuit state.
+    pub circuit_state: Option<String>,
+    /// Circuit state changes seen.
+    pub circuit_changes: u64,
+    /// Median latency (ms).
+    pub p50_ms: Option<f64>,
+    /// 99th percentile latency (ms).
+    pub p99_ms: Option<f64>,
+}
+
+/// What joins a metric series to traces.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Dims {
+    /// Kafka topic (`topic`, `messaging.destination.name`).
+    pub topic: Option<String>,
+    /// Consumer group (`group`, `messaging.consumer.group.name`).
+    pub group: Option<String>,
+    /// `host.name` (resource).
+    pub host: Option<String>,
+    /// `route_id` / `http.route`.
+    pub route: Option<String>,
+}
+
+/// A metric series.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Metric name.
+    pub name: String,
+    /// Join dimensions.
+    pub dims: Dims,
+    /// Other attributes (`cpu.mode`, `status`, `device`, ...), sorted.
+    pub attrs: Vec<(String, String)>,
+    /// (time ns, value), oldest first.
+    pub points: VecDeque<(u64, f64)>,
+    updated: u64,
+}
+
+impl Series {
+    /// An attribute.
+    pub fn attr(&self, k: &str) -> Option<&str> {
+        self.attrs
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The largest value with a time in `[from, to]`, and its time.
+    pub fn max_in(&self, from: u64, to: u64) -> Option<(u64, f64)> {
+        self.points
+            .iter()
+            .filter(|(t, _)| *t >= from && *t <= to)
+            .copied()
+            .fold(None, |acc: Option<(u64, f64)>, p| match acc {
+                Some(a) if a.1 >= p.1 => Some(a),
+                _ => Some(p),
+            })
+    }
+
+    /// Rate per second between the first and last points in `[from, to]` (counters).
+    pub fn rate_in(&self, from: u64, to: u64) -> Option<f64> {
+        let mut it = self.points.iter().filter(|(t, _)| *t >= from && *t <= to);
+        let first = it.next()?;
+        let last = it.next_back()?;
+        let dt = (last.0.saturating_sub(first.0)) as f64 / 1e9;
+        (dt > 0.0).then(|| (last.1 - first.1).max(0.0) / dt)
+    }
+}
+
+/// One analysed trace, for the RCA log record and counter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RcaEvent {
+    /// When (ns).
+    pub time_ns: u64,
+    /// Trace id.
+    pub trace_id: [u8; 16],
+    /// Root span id.
+    pub span_id: [u8; 8],
+    /// Cause.
+    pub cause: String,
+    /// Summary sentence.
+    pub summary: String,
+    /// Route.
+    pub route: String,
+    /// Culprit service.
+    pub service: String,
+    /// Culprit span id (hex).
+    pub culprit_span_id: String,
+    /// Confidence.
+    pub confidence: f64,
+    /// Rule name.
+    pub rule: String,
+}
+
+/// Metric name, join dimensions, other attributes.
+type SeriesKey = (String, Dims, Vec<(String, String)>);
+
+#[derive(Default)]
+struct Inner {
+    logs: HashMap<[u8; 16], Vec<LogEvidence>>,
+    log_order: VecDeque<(u64, [u8; 16])>,
+    log_count: usize,
+    routes: HashMap<String, RouteWindow>,
+    series: HashMap<SeriesKey, Series>,
+    events: VecDeque<RcaEvent>,
+    counts: BTreeMap<(String, String, String), u64>,
+    counts_changed: bool,
+    evicted_logs: u64,
+    dropped_events: u64,
+    clock: u64,
+}
+
+/// The shared correlation state.
+pub struct Store {
+    limits: Limits,
+    inner: Mutex<Inner>,
+    log_events_owner: AtomicBool,
+    metric_events_owner: AtomicBool,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+fn s(v: &Option<AnyValue>) -> Option<String> {
+    match v.as_ref()?.value.as_ref()? {
+        any_value::Value::StringValue(x) => Some(x.clone()),
+        any_value::Value::IntValue(i) => Some(i.to_string()),
+        any_value::Value::DoubleValue(d) => Some(d.to_string()),
+        any_value::Value::BoolValue(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn num(v: &Option<AnyValue>) -> Option<f64> {
+    match v.as_ref()?.value.as_ref()? {
+        any_value::Value::IntValue(i) => Some(*i as f64),
+        any_value::Value::DoubleValue(d) => Some(*d),
+        any_value::Value::StringValue(x) => x.parse().ok(),
+        _ => None,
+    }
+}
+
+fn find<'a>(attrs: &'a [KeyValue], keys: &[&str]) -> Option<&'a Option<AnyValue>> {
+    keys.iter()
+        .find_map(|k| attrs.iter().find(|kv| kv.key == *k).map(|kv| &kv.value))
+}
+
+/// Route keys, in order of preference.
+pub const ROUTE_KEYS: [&str; 3] = ["route_id", "http.route", "gateway.route_id"];
+
+impl Store {
+    /// An empty store.
+    pub fn new(limits: Limits) -> Self {
+        Store {
+            limits,
+            inner: Mutex::new(Inner::default()),
+            log_events_owner: AtomicBool::new(false),
+            metric_events_owner: AtomicBool::new(false),
+        }
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Claim the emission of RCA log records (the first logs pipeline does).
+    pub fn claim_log_events(&self) -> bool {
+        !self.log_events_owner.swap(true, Ordering::SeqCst)
+    }
+
+    /// Claim the emission of the RCA counter (the first metrics pipeline does).
+    pub fn claim_metric_events(&self) -> bool {
+        !self.metric_events_owner.swap(true, Ordering::SeqCst)
+    }
+
+    /// Take in log records. Records without a trace id still feed route statistics.
+    pub fn add_logs(&self, resource_logs: &[ResourceLogs], now_ns: u64) {
+        let mut g = self.lock();
+        g.clock = g.clock.max(now_ns);
+        for rl in resource_logs {
+            let res_attrs = rl
+                .resource
+                .as_ref()
+                .map(|r| r.attributes.as_slice())
+                .unwrap_or(&[]);
+            let service = find(res_attrs, &["service.name"])
+                .and_then(s)
+                .unwrap_or_default();
+            for sl in &rl.scope_logs {
+                for r in &sl.log_records {
+                    let a = &r.attributes;
+                    let status = find(a, &["http.response.status_code", "status_code", "status"])
+                        .and_then(num)
+                        .map(|x| x as i64);
+                    let rate_limit_rule =
+                        find(a, &["gateway.rate_limit_rule", "rate_limit_rule"]).and_then(s);
+                    let circuit_state =
+                        find(a, &["gateway.circuit_state", "circuit_state"]).and_then(s);
+                    let response_flags =
+                        find(a, &["gateway.response_flags", "response_flags"]).and_then(s);
+                    let duration_ms = find(a, &["http.server.request.duration"])
+                        .and_then(num)
+                        .map(|sec| sec * 1000.0)
+                        .or_else(|| find(a, &["duration_ms"]).and_then(num));
+                    let gateway = rate_limit_rule.is_some()
+                        || circuit_state.is_some()
+                        || response_flags.is_some()
+                        || (status.is_some() && find(a, &ROUTE_KEYS).is_some());
+                    let time_ns = if r.time_unix_nano > 0 {
+                        r.time_unix_nano
+                    } else if r.observed_time_unix_nano > 0 {
+                        r.observed_time_unix_nano
+                    } else {
+                        now_ns
+                    };
+                    let body = r
+                        .body
+                        .as_ref()
+                        .and_then(|b| s(&Some(b.clone())))
+                        .unwrap_or_default();
+                    let mut body = body;
+                    if body.len() > 512 {
+                        let mut cut = 512;
+                        while !body.is_char_boundary(cut) {
+                            cut -= 1;
+                        }
+                        body.truncate(cut);
+                    }
+                    let ev = LogEvidence {
+                        time_ns,
+                        gateway,
+                        service: service.clone(),
+                        route: find(a, &ROUTE_KEYS).and_then(s),
+                        status,
+                        rate_limit_rule: rate_limit_rule.filter(|x| !x.is_empty() && x != "-"),
+                        circuit_state,
+                        response_flags: response_flags.filter(|x| !x.is_empty() && x != "-"),
+                        upstream: find(a, &["server.address", "upstream"]).and_then(s),
+                        duration_ms,
+                        severity: r.severity_number,
+                        error_type: find(a, &["error.type", "exception.type"]).and_then(s),
+                        body,
+                    };
+                    if ev.gateway {
+                        if let Some(route) = ev.route.clone() {
+                            add_route(&mut g, &self.limits, &route, &ev);
+                        }
+                    }
+                    if r.trace_id.len() == 16 && r.trace_id.iter().any(|b| *b != 0) {
+                        let mut tid = [0u8; 16];
+                        tid.copy_from_slice(&r.trace_id);
+                        g.logs.entry(tid).or_default().push(ev);
+                        g.log_order.push_back((now_ns, tid));
+                        g.log_count += 1;
+                    }
+                }
+            }
+        }
+        self.evict_logs(&mut g, now_ns);
+    }
+
+    fn evict_logs(&self, g: &mut Inner, now_ns: u64) {
+        let horizon = now_ns.saturating_sub(self.limits.window_ns);
+        while let Some(&(t, tid)) = g.log_order.front() {
+            if t >= horizon && g.log_count <= self.limits.max_log_records {
+                break;
+            }
+            g.log_order.pop_front();
+            if let Some(v) = g.logs.get_mut(&tid) {
+                if !v.is_empty() {
+                    v.remove(0);
+                    g.log_count -= 1;
+                    g.evicted_logs += u64::from(t >= horizon);
+                }
+                if v.is_empty() {
+                    g.logs.remove(&tid);
+                }
+            }
+        }
+    }
+
+    /// Take in metric points that join to traces (a topic, group, host or route).
+    pub fn add_metrics(&self, resource_metrics: &[ResourceMetrics], now_ns: u64) {
+        let mut g = self.lock();
+        g.clock = g.clock.max(now_ns);
+        for rm in resource_metrics {
+            let res_attrs = rm
+                .resource
+                .as_ref()
+                .map(|r| r.attributes.as_slice())
+                .unwrap_or(&[]);
+            let host = find(res_attrs, &["host.name"]).and_then(s);
+            for sm in &rm.scope_metrics {
+                for m in &sm.metrics {
+                    let points = match &m.data {
+                        Some(metric::Data::Gauge(x)) => &x.data_points,
+                        Some(metric::Data::Sum(x)) => &x.data_points,
+                        _ => continue,
+                    };
+                    for p in points {
+                        let v = match p.value {
+                            Some(number_data_point::Value::AsDouble(d)) => d,
+                            Some(number_data_point::Value::AsInt(i)) => i as f64,
+                            None => continue,
+                        };
+                        let a = &p.attributes;
+                        let dims = Dims {
+                            topic: find(a, &["topic", "messaging.destination.name"]).and_then(s),
+                            group: find(
+                                a,
+                                &[
+                                    "group",
+                                    "messaging.consumer.group.name",
+                                    "messaging.kafka.consumer.group",
+                                ],
+                            )
+                            .and_then(s),
+                            host: host.clone(),
+                            route: find(a, &ROUTE_KEYS).and_then(s),
+                        };
+                        if dims == Dims::default() {
+                            continue;
+                        }
+                        let mut attrs: Vec<(String, String)> = a
+                            .iter()
+                            .filter(|kv| {
+                                !matches!(
+                                    kv.key.as_str(),
+                                    "topic"
+                                        | "group"
+                                        | "messaging.destination.name"
+                                        | "route_id"
+                                        | "http.route"
+                                )
+                            })
+                            .filter_map(|kv| s(&kv.value).map(|v| (kv.key.clone(), v)))
+                            .collect();
+                        attrs.sort();
+                        let t = if p.time_unix_nano > 0 {
+                            p.time_unix_nano
+                        } else {
+                            now_ns
+                        };
+                        let key = (m.name.clone(), dims.clone(), attrs.clone());
+                        let max_points = self.limits.max_points;
+                        let series = g.series.entry(key).or_insert_with(|| Series {
+                            name: m.name.clone(),
+                            dims,
+                            attrs,
+                            points: VecDeque::new(),
+                            updated: now_ns,
+                        });
+                        series.points.push_back((t, v));
+                        series.updated = now_ns;
+                        while series.points.len() > max_points {
+                            series.points.pop_front();
+                        }
+                    }
+                }
+            }
+        }
+        let horizon = now_ns.saturating_sub(self.limits.window_ns);
+        g.series.retain(|_, s| s.updated >= horizon);
+        if g.series.len() > self.limits.max_series {
+            let mut ages: Vec<u64> = g.series.values().map(|s| s.updated).collect();
+            ages.sort_unstable();
+            let cut = ages[g.series.len() - self.limits.max_series];
+            g.series.retain(|_, s| s.updated > cut);
+        }
+    }
+
+    /// The log records of a trace.
+    pub fn logs_of(&self, trace_id: &[u8; 16]) -> Vec<LogEvidence> {
+        self.lock().logs.get(trace_id).cloned().unwrap_or_default()
+    }
+
+    /// Whether any log record of the trace is known.
+    pub fn has_logs(&self, trace_id: &[u8; 16]) -> bool {
+        self.lock().logs.contains_key(trace_id)
+    }
+
+    /// A route's statistics over the window ending at `now_ns`.
+    pub fn route_stats(&self, route: &str, now_ns: u64) -> Option<RouteStats> {
+        let g = self.lock();
+        let w = g.routes.get(route)?;
+        let horizon = now_ns.saturating_sub(self.limits.window_ns) / 1_000_000_000;
+        let mut st = RouteStats {
+            circuit_state: w.circuit_state.clone(),
+            circuit_changes: w.circuit_changes,
+            ..Default::default()
+        };
+        let mut rules: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut sketch = Sketch::default();
+        for b in w.buckets.iter().filter(|b| b.start_s + 10 >= horizon) {
+            st.requests += b.requests;
+            st.s4xx += b.s4xx;
+            st.s5xx += b.s5xx;
+            st.s429 += b.s429;
+            st.s503 += b.s503;
+            st.s504 += b.s504;
+            st.not_closed += b.not_closed;
+            for (r, n) in &b.rules {
+                *rules.entry(r).or_default() += n;
+            }
+            sketch.merge(&b.latency);
+        }
+        st.top_rule = rules
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(r, _)| r.to_string());
+        st.p50_ms = sketch.quantile(0.5);
+        st.p99_ms = sketch.quantile(0.99);
+        Some(st)
+    }
+
+    /// Series matching `pick`, cloned.
+    pub fn series_where(&self, mut pick: impl FnMut(&Series) -> bool) -> Vec<Series> {
+        self.lock()
+            .series
+            .values()
+            .filter(|s| pick(s))
+            .cloned()
+            .collect()
+    }
+
+    /// Record an analysed trace for the RCA log record and counter.
+    pub fn push_event(&self, ev: RcaEvent) {
+        let mut g = self.lock();
+        *g.counts
+            .entry((ev.cause.clone(), ev.route.clone(), ev.service.clone()))
+            .or_default() += 1;
+        g.counts_changed = true;
+        if self.log_events_owner.load(Ordering::SeqCst) {
+            g.events.push_back(ev);
+            while g.events.len() > self.limits.max_events {
+                g.events.pop_front();
+                g.dropped_events += 1;
+            }
+        }
+    }
+
+    /// RCA events waiting to be emitted.
+    pub fn take_events(&self) -> Vec<RcaEvent> {
+        self.lock().events.drain(..).collect()
+    }
+
+    /// The RCA counter, when it changed since the last call.
+    pub fn take_counts(&self) -> Option<BTreeMap<(String, String, String), u64>> {
+        let mut g = self.lock();
+        if !g.counts_changed {
+            return None;
+        }
+        g.counts_changed = false;
+        Some(g.counts.clone())
+    }
+
+    /// Log records held, series held, routes tracked.
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        let g = self.lock();
+        (g.log_count, g.series.len(), g.routes.len())
+    }
+}
+
+fn add_route(g: &mut Inner, limits: &Limits, route: &str, ev: &LogEvidence) {
+    if !g.routes.contains_key(route) && g.routes.len() >= limits.max_routes {
+        return;
+    }
+    let w = g.routes.entry(route.to_string()).or_default();
+    let start_s = ev.time_ns / 1_000_000_000 / 10 * 10;
+    if w.buckets.back().is_none_or(|b| b.start_s < start_s) {
+        w.buckets.push_back(Bucket {
+            start_s,
+            ..Default::default()
+        });
+    }
+    let window_buckets = (limits.window_ns / 10_000_000_000).max(1) as usize + 1;
+    while w.buckets.len() > window_buckets {
+        w.buckets.pop_front();
+    }
+    // A record older than the newest bucket goes to the bucket of its time if kept.
+    let Some(b) = w.buckets.iter_mut().rev().find(|b| b.start_s <= start_s) else {
+        return;
+    };
+    b.requests += 1;
+    if let Some(st) = ev.status {
+        b.s4xx += u64::from((400..500).contains(&st));
+        b.s5xx += u64::from((500..600).contains(&st));
+        b.s429 += u64::from(st == 429);
+        b.s503 += u64::from(st == 503);
+        b.s504 += u64::from(st == 504);
+    }
+    if let Some(r) = &ev.rate_limit_rule {
+        if ev.status == Some(429) {
+            *b.rules.entry(r.clone()).or_default() += 1;
+        }
+    }
+    if let Some(d) = ev.duration_ms {
+        b.latency.add(d);
+    }
+    if let Some(cs) = &ev.circuit_state {
+        let cs_up = cs.to_ascii_uppercase();
+        if cs_up != "CLOSED" {
+            b.not_closed += 1;
+        }
+        if w.circuit_state.as_deref().is_some_and(|prev| prev != cs_up) {
+            w.circuit_changes += 1;
+        }
+        w.circuit_state = Some(cs_up);
+    }
+}
