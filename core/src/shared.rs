@@ -36,7 +36,7 @@ impl Shared {
         };
         let entry = slots
             .entry((TypeId::of::<T>(), key.to_string()))
-            .or_insert_with(|| Arc::new(Slot::<T>::default()) as Arc<dyn Any + Send + Sync>)
+            .or_insert_with(|| Slot::<T>::default() as Arc<dyn Any + Send + Sync>)
             .clone();
         drop(slots);
         // The key includes the type, so the downcast cannot fail.

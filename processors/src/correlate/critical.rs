@@ -77,22 +77,24 @@ pub fn critical_path(nodes: &[Node], root: usize) -> (Vec<Section>, Vec<u64>) {
     }
     let mut sections = Vec::new();
     let mut self_time = vec![0u64; n];
-    // (span, the start of the child we returned from, if any)
-    let mut work: Vec<(usize, Option<u64>)> = vec![(root, None)];
+    // (span, the returning child's position among the span's children (by
+    // end) and its start), when walking back after a child.
+    let mut work: Vec<(usize, Option<(usize, u64)>)> = vec![(root, None)];
     while let Some((span, returning)) = work.pop() {
-        let section_end = returning.unwrap_or(end[span]);
-        // The last child to finish before `section_end` (strictly before the
-        // returning child's start, as Jaeger UI does).
-        let lfc = children[span]
+        let section_end = returning.map_or(end[span], |(_, s)| s);
+        // The last child to finish by `section_end`, before the returning
+        // child in end order. Jaeger UI asks for strictly before; a call
+        // that ends exactly when the next one starts is sequential, so it
+        // counts here (back-to-back calls are common at ms resolution).
+        let limit = returning.map_or(children[span].len(), |(pos, _)| pos);
+        let lfc = children[span][..limit]
             .iter()
+            .enumerate()
             .rev()
-            .find(|&&c| match returning {
-                Some(r) => end[c] < r,
-                None => end[c] <= section_end,
-            })
-            .copied();
+            .find(|(_, &c)| end[c] <= section_end)
+            .map(|(pos, &c)| (pos, c));
         match lfc {
-            Some(c) => {
+            Some((pos, c)) => {
                 if end[c] < section_end {
                     sections.push(Section {
                         span,
@@ -102,7 +104,7 @@ pub fn critical_path(nodes: &[Node], root: usize) -> (Vec<Section>, Vec<u64>) {
                     self_time[span] += section_end - end[c];
                 }
                 // Walk back in this span once the child's subtree is done.
-                work.push((span, Some(start[c])));
+                work.push((span, Some((pos, start[c]))));
                 work.push((c, None));
             }
             None => {
@@ -163,6 +165,22 @@ mod tests {
         ];
         let (_, st) = critical_path(&nodes, 0);
         assert_eq!(st, vec![10 + 10 + 10, 30, 40]);
+    }
+
+    #[test]
+    fn back_to_back_calls_are_both_critical_and_zero_length_ones_terminate() {
+        // B starts exactly when A ends.
+        let nodes = [
+            node(0, 100, None),
+            node(10, 60, Some(0)),
+            node(60, 90, Some(0)),
+        ];
+        let (_, st) = critical_path(&nodes, 0);
+        assert_eq!(st, vec![10 + 10, 50, 30]);
+        // Zero-length children at the same instant.
+        let nodes = [node(0, 10, None), node(5, 5, Some(0)), node(5, 5, Some(0))];
+        let (_, st) = critical_path(&nodes, 0);
+        assert_eq!(st.iter().sum::<u64>(), 10);
     }
 
     #[test]

@@ -319,8 +319,18 @@ pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
         for (i, n) in nodes.iter().enumerate() {
             if let Some(p) = n.parent {
                 first_child[p] = Some(first_child[p].map_or(n.start, |s| s.min(n.start)));
-                if raws[i].row.status == "error" {
-                    has_error_child[p] = true;
+            }
+            if raws[i].row.status == "error" {
+                // Every ancestor of a failed span is not where the error began.
+                let mut p = n.parent;
+                let mut steps = 0;
+                while let Some(x) = p {
+                    if has_error_child[x] || steps > nodes.len() {
+                        break;
+                    }
+                    has_error_child[x] = true;
+                    p = nodes[x].parent;
+                    steps += 1;
                 }
             }
         }

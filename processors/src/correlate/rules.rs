@@ -206,8 +206,9 @@ SELECT k.trace_id, 0.86 AS confidence,
   concat('consumer group ', coalesce(max(k.consumer_group), '?'), ' lags on ', max(k.topic), ': ',
          CAST(CAST(max(k.lag) AS BIGINT) AS VARCHAR), ' messages, ',
          CAST(CAST(max(k.lag_seconds) AS BIGINT) AS VARCHAR), ' s behind') AS summary,
-  concat('lag=', CAST(max(k.lag) AS VARCHAR), ' lag_seconds=', CAST(max(k.lag_seconds) AS VARCHAR), ' status=', CAST(max(k.status) AS VARCHAR)) AS evidence
-FROM kafka_lag k
+  concat('lag=', CAST(max(k.lag) AS VARCHAR), ' lag_seconds=', CAST(max(k.lag_seconds) AS VARCHAR), ' status=', CAST(max(k.status) AS VARCHAR)) AS evidence,
+  max(s.span_id) AS culprit_span_id
+FROM kafka_lag k LEFT JOIN spans s ON s.trace_id = k.trace_id AND s.destination = k.topic AND s.kind = 'consumer'
 WHERE (k.alarm OR k.status IN (2, 3, 4, 5) OR k.lag_seconds >= 10) AND NOT k.retry_storm
 GROUP BY k.trace_id"#,
         ),
@@ -216,8 +217,10 @@ GROUP BY k.trace_id"#,
             "retry_storm",
             r#"
 SELECT k.trace_id, 0.87 AS confidence,
-  concat('retry storm on ', max(k.topic), ': ', CAST(CAST(max(k.produce_rate) AS BIGINT) AS VARCHAR), ' messages/s') AS summary
-FROM kafka_lag k WHERE k.retry_storm
+  concat('retry storm on ', max(k.topic), ': ', CAST(CAST(max(k.produce_rate) AS BIGINT) AS VARCHAR), ' messages/s') AS summary,
+  max(s.span_id) AS culprit_span_id
+FROM kafka_lag k LEFT JOIN spans s ON s.trace_id = k.trace_id AND s.destination = k.topic AND s.kind = 'consumer'
+WHERE k.retry_storm
 GROUP BY k.trace_id"#,
         ),
         r(
