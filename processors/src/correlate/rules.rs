@@ -2,7 +2,7 @@
 //! DataFusion once per batch of kept traces (one decision tick).
 //!
 //! Tables (one row per …):
-//! - `traces` (trace): `trace_id, duration_ms, route, root_service, root_name, error,
+//! - `traces` (trace): `trace_id, duration_ms, route, root_span_id, root_service, root_name, error,
 //!   culprit_span_id, culprit_service, culprit_name, culprit_kind, culprit_self_ms,
 //!   culprit_share, culprit_host, culprit_db_system, error_span_id, error_service`
 //! - `spans` (span): `trace_id, span_id, parent_id, service, host, name, kind, start_ms,
@@ -84,8 +84,9 @@ SELECT l.trace_id, 0.97 AS confidence,
   concat('route ', coalesce(max(l.route), '?'), ' rate-limited by ', coalesce(max(l.rate_limit_rule), 'a rate limit'), ': ',
          CAST(sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered 429') AS summary,
-  concat('rate_limit_rule=', coalesce(max(l.rate_limit_rule), '')) AS evidence
-FROM logs l WHERE l.gateway
+  concat('rate_limit_rule=', coalesce(max(l.rate_limit_rule), '')) AS evidence,
+  max(t.root_span_id) AS culprit_span_id
+FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
 GROUP BY l.trace_id
 HAVING sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) > 0"#,
         ),
@@ -180,6 +181,7 @@ SELECT s.trace_id, 0.9 AS confidence,
   max(s.span_id) AS culprit_span_id
 FROM spans s JOIN traces t ON s.trace_id = t.trace_id
 WHERE s.name IN ('http.tls', 'tls.handshake', 'tls_handshake', 'TLS handshake') AND s.duration_ms >= 0.3 * t.duration_ms
+  AND s.duration_ms >= 50
 GROUP BY s.trace_id"#,
         ),
         r(
@@ -195,7 +197,7 @@ FROM spans c JOIN spans d ON c.trace_id = d.trace_id AND c.parent_id = d.parent_
 JOIN traces t ON t.trace_id = d.trace_id
 WHERE c.cache_hit = false AND d.start_ms >= c.end_ms - 0.001 AND d.span_id <> c.span_id
   AND (d.db_system IS NULL OR d.db_system NOT IN ('redis', 'memcached'))
-  AND d.self_ms >= 0.3 * t.duration_ms
+  AND d.self_ms >= 0.3 * t.duration_ms AND d.duration_ms >= 50
 GROUP BY d.trace_id"#,
         ),
         r(
@@ -278,14 +280,14 @@ SELECT s.trace_id, 0.78 AS confidence,
          ' ms before starting its work (pool, lock or queue)') AS summary,
   max(s.span_id) AS culprit_span_id
 FROM spans s JOIN traces t ON s.trace_id = t.trace_id
-WHERE s.critical AND s.wait_ms >= 0.3 * t.duration_ms AND s.wait_ms >= 0.6 * s.duration_ms
+WHERE s.critical AND s.wait_ms >= 0.3 * t.duration_ms AND s.wait_ms >= 0.6 * s.duration_ms AND s.wait_ms >= 50
 GROUP BY s.trace_id
 UNION ALL
 SELECT s.trace_id, 0.76 AS confidence,
   concat(max(s.service), ' waited ', CAST(CAST(max(s.self_ms) AS BIGINT) AS VARCHAR), ' ms in ', max(s.name)) AS summary,
   max(s.span_id) AS culprit_span_id
 FROM spans s JOIN traces t ON s.trace_id = t.trace_id
-WHERE s.critical AND s.self_ms >= 0.3 * t.duration_ms
+WHERE s.critical AND s.self_ms >= 0.3 * t.duration_ms AND s.self_ms >= 50
   AND regexp_like(lower(s.name), '(pool|acquire|lock|queue|wait)')
 GROUP BY s.trace_id"#,
         ),
@@ -354,6 +356,7 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 utf8("trace_id"),
                 f64f("duration_ms"),
                 utf8("route"),
+                utf8("root_span_id"),
                 utf8("root_service"),
                 utf8("root_name"),
                 boolf("error"),
@@ -565,6 +568,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                         s(&t.trace_id),
                         V::F(Some(t.duration_ms)),
                         so(&t.route),
+                        s(&root.span_id),
                         s(&root.service),
                         s(&root.name),
                         V::B(Some(t.error_origin.is_some())),

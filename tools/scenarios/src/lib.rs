@@ -1028,7 +1028,7 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
             at += d + 2.0;
             culprit = s;
             culprit_service = owner.clone();
-            let tm = t0_ns.saturating_sub(rng.range(0, 20) * 1_000_000_000);
+            let tm = (t0_ns + rng.range(0, 75) * 1_000_000_000).saturating_sub(30_000_000_000);
             metrics.push(match cause {
                 "host_cpu_saturation" => {
                     host_metrics(&owner_host, tm, rng.between(0.0, 0.06), 0.01, 0.5, 0.1)
@@ -1085,6 +1085,28 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
         }
         _ => {}
     }
+    // Confounders any trace may carry, healthy or not: a cache miss served
+    // fast, a call re-sent once, a publish to a topic whose consumers keep up.
+    if rng.f() < 0.3 {
+        let c0 = at;
+        t.add(Some(srv), &front, &front_host, "GET", span::SpanKind::Client, c0, c0 + 0.6, vec![ks("db.system", "redis"), ks("db.operation.name", "GET"), kb("cache.hit", false)]);
+        let d = rng.latency(4.0);
+        t.add(Some(srv), &front, &front_host, "SELECT profile", span::SpanKind::Client, c0 + 0.8, c0 + 0.8 + d, vec![ks("db.system", "postgresql"), ks("db.operation.name", "SELECT")]);
+        at = c0 + 0.8 + d + rng.latency(0.3);
+    }
+    if rng.f() < 0.2 {
+        let callee = *rng.pick(&SERVICES);
+        let d = rng.latency(6.0);
+        t.add(Some(srv), &front, &front_host, &format!("GET {callee}"), span::SpanKind::Client, at, at + d, vec![ks("server.address", callee), ki("http.request.resend_count", 1)]);
+        at += d + rng.latency(0.3);
+    }
+    if rng.f() < 0.2 {
+        let topic = "audit-events";
+        t.add(Some(srv), &front, &front_host, &format!("{topic} publish"), span::SpanKind::Producer, at, at + 1.5, vec![ks("messaging.system", "kafka"), ks("messaging.destination.name", topic)]);
+        at += 1.5;
+        let tm = t0_ns.saturating_sub(rng.range(0, 30) * 1_000_000_000);
+        metrics.push(kafka_metrics("audit-sink", topic, tm, rng.between(0.0, 40.0), rng.between(0.0, 2.0), 1.0, false, false, rng.between(20.0, 120.0)));
+    }
     // Normal work after the fault, then the responses.
     if rng.f() < 0.5 {
         let callee = *rng.pick(&SERVICES);
@@ -1124,15 +1146,10 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
         }],
         ..Default::default()
     });
-    // Healthy hosts report normal pressure.
-    metrics.push(host_metrics(
-        &front_host,
-        t0_ns,
-        rng.between(0.4, 0.8),
-        0.01,
-        rng.between(0.3, 0.7),
-        rng.between(0.0, 0.3),
-    ));
+    // Hosts report their pressure, scraped before or after the request;
+    // healthy ones are sometimes busy, never saturated.
+    let tm = (t0_ns + rng.range(0, 75) * 1_000_000_000).saturating_sub(30_000_000_000);
+    metrics.push(host_metrics(&front_host, tm, rng.between(0.15, 0.8), rng.between(0.0, 0.08), rng.between(0.3, 0.85), rng.between(0.0, 0.6)));
     let culprit_span_id = culprit;
     Case {
         trace_id: tid,
