@@ -1,0 +1,177 @@
+//! Root-cause analysis in the running daemon: a scenario per cause of the
+//! vocabulary, sent over OTLP/HTTP in every arrival order (logs first, spans
+//! first, metrics scraped late), comes out of the file exporter with the
+//! right cause, culprit and evidence; the RCA log records and counter flow
+//! to the logs and metrics exporters; a user SQL rule adds a cause that
+//! appears on matching traces only.
+
+mod common;
+
+use causeway_scenarios::send::{read_annotated, send, Order};
+use causeway_scenarios::{case, Rng, CAUSES};
+use common::*;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+const USER_RULE: &str = r#"
+        - name: table_lock
+          cause: db_lock_contention
+          sql: |
+            SELECT s.trace_id, 0.99 AS confidence,
+                   concat('table lock in ', max(s.service), ': ', max(s.name), ' waited ',
+                          CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+                   max(s.span_id) AS culprit_span_id
+            FROM spans s
+            WHERE s.db_system IS NOT NULL AND s.name LIKE 'LOCK TABLE%' AND s.duration_ms >= 100
+            GROUP BY s.trace_id
+"#;
+
+#[test]
+fn every_cause_is_found_in_every_arrival_order_and_a_user_rule_adds_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let http = free_port();
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+processors:
+  tail_sampling:
+    decision_wait: 1s
+    policies: [{{ name: all, type: always_sample }}]
+  correlate:
+    rules:{USER_RULE}
+exporters:
+  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  file/logs: {{ path: "{{dir}}/logs.jsonl" }}
+  file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/logs] }}
+    metrics: {{ receivers: [otlp], processors: [correlate], exporters: [file/metrics] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    );
+    let d = Daemon::start(dir.path(), "rca", &config);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos() as u64;
+    let mut rng = Rng::new(42);
+    let client = reqwest::blocking::Client::new();
+    let base = format!("http://127.0.0.1:{http}");
+    let orders = [Order::LogsFirst, Order::SpansFirst, Order::MetricsFirst];
+    let mut cases = Vec::new();
+    let mut n = 0;
+    for cause in CAUSES {
+        for order in orders {
+            let c = case(&mut rng, cause, n, now);
+            n += 1;
+            send(&client, &base, std::slice::from_ref(&c), order).expect("send");
+            cases.push((c, order));
+        }
+    }
+    // A slow table lock, for the user rule, and a healthy trace it must not touch.
+    let mut lock = case(&mut rng, "slow_dependency", n, now);
+    for rs in &mut lock.spans {
+        for ss in &mut rs.scope_spans {
+            for sp in &mut ss.spans {
+                if sp.name == "SELECT report" || sp.name == "GET /data" {
+                    sp.name = "LOCK TABLE orders".into();
+                    sp.attributes.push(opentelemetry_proto::tonic::common::v1::KeyValue {
+                        key: "db.system".into(),
+                        value: Some(opentelemetry_proto::tonic::common::v1::AnyValue {
+                            value: Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue("postgresql".into())),
+                        }),
+                        ..Default::default()
+                    });
+                }
+            }
+        }
+    }
+    send(&client, &base, std::slice::from_ref(&lock), Order::SpansFirst).expect("send");
+    let healthy = case(&mut rng, "healthy", n + 1, now);
+    send(&client, &base, std::slice::from_ref(&healthy), Order::LogsFirst).expect("send");
+
+    let path = dir.path().join("traces.jsonl");
+    let total = cases.len() + 2;
+    wait_for(Duration::from_secs(60), "every trace analysed", || {
+        read_annotated(&path).values().filter(|a| a.root.contains_key("rca.cause")).count() >= total
+    });
+    let got = read_annotated(&path);
+    for (c, order) in &cases {
+        let a = &got[&hex(&c.trace_id)];
+        let cause = &a.root["rca.cause"];
+        assert_eq!(cause, c.cause, "{} sent {order:?}: {:?}", c.cause, a.root);
+        assert_eq!(a.root["rca.culprit.service"], c.culprit_service, "{} culprit: {:?}", c.cause, a.root);
+        assert_eq!(a.root["rca.route_id"], c.route);
+        assert!(!a.critical.is_empty(), "critical path marked");
+        let evidence: serde_json::Value = serde_json::from_str(&a.root["rca.evidence"]).expect("evidence is JSON");
+        assert_eq!(evidence["rule"], a.root["rca.rule"].as_str());
+        let confidence: f64 = a.root["rca.confidence"].parse().expect("confidence");
+        assert!(confidence > 0.4, "{}: {confidence}", c.cause);
+        // The evidence that decided it is there.
+        match c.cause {
+            "rate_limited" => {
+                assert!(a.root["rca.summary"].contains("rate-limited by qps-"), "{}", a.root["rca.summary"]);
+                assert!(evidence["logs"].as_array().is_some_and(|l| l.iter().any(|x| x["status"] == 429)));
+            }
+            "circuit_open" => assert!(evidence["logs"].as_array().is_some_and(|l| l.iter().any(|x| x["circuit_state"] == "OPEN"))),
+            "upstream_timeout" => assert!(evidence["logs"].as_array().is_some_and(|l| l.iter().any(|x| x["status"] == 504))),
+            "consumer_lag" | "retry_storm" if evidence["metrics"].as_array().is_some_and(|m| m.iter().any(|x| x["kind"] == "kafka")) => {
+                let k = evidence["metrics"].as_array().expect("metrics").iter().find(|x| x["kind"] == "kafka").expect("kafka");
+                assert!(k["time_unix_nano"].as_u64().is_some_and(|t| t > 0), "metric time in the evidence");
+                assert_eq!(a.root["rca.culprit.span_id"], hex(&c.culprit_span_id), "the consumer span");
+            }
+            "host_cpu_saturation" | "host_io_wait" | "host_memory_pressure" => {
+                let m = evidence["metrics"].as_array().expect("metrics");
+                assert!(m.iter().any(|x| x["kind"] == "host" && x["culprit"] == true), "{m:?}");
+            }
+            "tls_handshake" | "cache_miss_fallback" | "error" | "queueing" => {
+                assert_eq!(a.root["rca.culprit.span_id"], hex(&c.culprit_span_id), "{}", c.cause);
+            }
+            _ => {}
+        }
+    }
+    let l = &got[&hex(&lock.trace_id)];
+    assert_eq!(l.root["rca.cause"], "db_lock_contention");
+    assert_eq!(l.root["rca.rule"], "table_lock");
+    assert!(l.root["rca.summary"].starts_with("table lock in"), "{}", l.root["rca.summary"]);
+    let h = &got[&hex(&healthy.trace_id)];
+    assert!(h.root["rca.cause"] == "unknown" || h.root["rca.cause"] == "slow_dependency", "{:?}", h.root);
+    assert!(
+        got.values().filter(|a| a.root.get("rca.cause").map(String::as_str) == Some("db_lock_contention")).count() == 1,
+        "the user rule matched other traces"
+    );
+
+    // RCA events: one log record per analysed trace, and the counter.
+    wait_for(Duration::from_secs(10), "RCA log records", || {
+        log_records(&read_jsonl(&dir.path().join("logs.jsonl")))
+            .iter()
+            .filter(|(_, _, r)| attr(&r["attributes"], "rca.cause").is_some())
+            .count()
+            >= total
+    });
+    let events = log_records(&read_jsonl(&dir.path().join("logs.jsonl")));
+    let lock_event = events
+        .iter()
+        .find(|(_, _, r)| r["traceId"].as_str() == Some(hex(&lock.trace_id).as_str()) && attr(&r["attributes"], "rca.cause").is_some())
+        .expect("the lock trace's RCA record");
+    assert_eq!(attr(&lock_event.2["attributes"], "rca.cause").expect("cause")["stringValue"], "db_lock_contention");
+    assert!(lock_event.2["body"]["stringValue"].as_str().is_some_and(|b| b.starts_with("table lock in")));
+    wait_for(Duration::from_secs(10), "the causeway.rca.traces counter", || {
+        metrics(&read_jsonl(&dir.path().join("metrics.jsonl")))
+            .iter()
+            .any(|(_, m)| m["name"] == "causeway.rca.traces")
+    });
+    let last = metrics(&read_jsonl(&dir.path().join("metrics.jsonl")))
+        .into_iter()
+        .filter(|(_, m)| m["name"] == "causeway.rca.traces")
+        .last()
+        .expect("counter");
+    let points = last.1["sum"]["dataPoints"].as_array().expect("points").clone();
+    assert!(points.iter().any(|p| attr(&p["attributes"], "cause").is_some_and(|c| c["stringValue"] == "circuit_open")));
+    assert!(d.metric("causeway_rca_traces_total{component=\"correlate\"}").unwrap_or(0.0) >= total as f64);
+}
