@@ -58,7 +58,10 @@ service:
 "#
     );
     let d = Daemon::start(dir.path(), "rca", &config);
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_nanos() as u64;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
     let mut rng = Rng::new(42);
     let client = reqwest::blocking::Client::new();
     let base = format!("http://127.0.0.1:{http}");
@@ -91,46 +94,102 @@ service:
             }
         }
     }
-    send(&client, &base, std::slice::from_ref(&lock), Order::SpansFirst).expect("send");
+    send(
+        &client,
+        &base,
+        std::slice::from_ref(&lock),
+        Order::SpansFirst,
+    )
+    .expect("send");
     let healthy = case(&mut rng, "healthy", n + 1, now);
-    send(&client, &base, std::slice::from_ref(&healthy), Order::LogsFirst).expect("send");
+    send(
+        &client,
+        &base,
+        std::slice::from_ref(&healthy),
+        Order::LogsFirst,
+    )
+    .expect("send");
 
     let path = dir.path().join("traces.jsonl");
     let total = cases.len() + 2;
     wait_for(Duration::from_secs(60), "every trace analysed", || {
-        read_annotated(&path).values().filter(|a| a.root.contains_key("rca.cause")).count() >= total
+        read_annotated(&path)
+            .values()
+            .filter(|a| a.root.contains_key("rca.cause"))
+            .count()
+            >= total
     });
     let got = read_annotated(&path);
     for (c, order) in &cases {
         let a = &got[&hex(&c.trace_id)];
         let cause = &a.root["rca.cause"];
         assert_eq!(cause, c.cause, "{} sent {order:?}: {:?}", c.cause, a.root);
-        assert_eq!(a.root["rca.culprit.service"], c.culprit_service, "{} culprit: {:?}", c.cause, a.root);
+        assert_eq!(
+            a.root["rca.culprit.service"], c.culprit_service,
+            "{} culprit: {:?}",
+            c.cause, a.root
+        );
         assert_eq!(a.root["rca.route_id"], c.route);
         assert!(!a.critical.is_empty(), "critical path marked");
-        let evidence: serde_json::Value = serde_json::from_str(&a.root["rca.evidence"]).expect("evidence is JSON");
+        let evidence: serde_json::Value =
+            serde_json::from_str(&a.root["rca.evidence"]).expect("evidence is JSON");
         assert_eq!(evidence["rule"], a.root["rca.rule"].as_str());
         let confidence: f64 = a.root["rca.confidence"].parse().expect("confidence");
         assert!(confidence > 0.4, "{}: {confidence}", c.cause);
         // The evidence that decided it is there.
         match c.cause {
             "rate_limited" => {
-                assert!(a.root["rca.summary"].contains("rate-limited by qps-"), "{}", a.root["rca.summary"]);
-                assert!(evidence["logs"].as_array().is_some_and(|l| l.iter().any(|x| x["status"] == 429)));
+                assert!(
+                    a.root["rca.summary"].contains("rate-limited by qps-"),
+                    "{}",
+                    a.root["rca.summary"]
+                );
+                assert!(evidence["logs"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|x| x["status"] == 429)));
             }
-            "circuit_open" => assert!(evidence["logs"].as_array().is_some_and(|l| l.iter().any(|x| x["circuit_state"] == "OPEN"))),
-            "upstream_timeout" => assert!(evidence["logs"].as_array().is_some_and(|l| l.iter().any(|x| x["status"] == 504))),
-            "consumer_lag" | "retry_storm" if evidence["metrics"].as_array().is_some_and(|m| m.iter().any(|x| x["kind"] == "kafka")) => {
-                let k = evidence["metrics"].as_array().expect("metrics").iter().find(|x| x["kind"] == "kafka").expect("kafka");
-                assert!(k["time_unix_nano"].as_u64().is_some_and(|t| t > 0), "metric time in the evidence");
-                assert_eq!(a.root["rca.culprit.span_id"], hex(&c.culprit_span_id), "the consumer span");
+            "circuit_open" => assert!(evidence["logs"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|x| x["circuit_state"] == "OPEN"))),
+            "upstream_timeout" => assert!(evidence["logs"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|x| x["status"] == 504))),
+            "consumer_lag" | "retry_storm"
+                if evidence["metrics"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|x| x["kind"] == "kafka")) =>
+            {
+                let k = evidence["metrics"]
+                    .as_array()
+                    .expect("metrics")
+                    .iter()
+                    .find(|x| x["kind"] == "kafka")
+                    .expect("kafka");
+                assert!(
+                    k["time_unix_nano"].as_u64().is_some_and(|t| t > 0),
+                    "metric time in the evidence"
+                );
+                assert_eq!(
+                    a.root["rca.culprit.span_id"],
+                    hex(&c.culprit_span_id),
+                    "the consumer span"
+                );
             }
             "host_cpu_saturation" | "host_io_wait" | "host_memory_pressure" => {
                 let m = evidence["metrics"].as_array().expect("metrics");
-                assert!(m.iter().any(|x| x["kind"] == "host" && x["culprit"] == true), "{m:?}");
+                assert!(
+                    m.iter()
+                        .any(|x| x["kind"] == "host" && x["culprit"] == true),
+                    "{m:?}"
+                );
             }
             "tls_handshake" | "cache_miss_fallback" | "error" | "queueing" => {
-                assert_eq!(a.root["rca.culprit.span_id"], hex(&c.culprit_span_id), "{}", c.cause);
+                assert_eq!(
+                    a.root["rca.culprit.span_id"],
+                    hex(&c.culprit_span_id),
+                    "{}",
+                    c.cause
+                );
             }
             _ => {}
         }
@@ -138,11 +197,22 @@ service:
     let l = &got[&hex(&lock.trace_id)];
     assert_eq!(l.root["rca.cause"], "db_lock_contention");
     assert_eq!(l.root["rca.rule"], "table_lock");
-    assert!(l.root["rca.summary"].starts_with("table lock in"), "{}", l.root["rca.summary"]);
-    let h = &got[&hex(&healthy.trace_id)];
-    assert!(h.root["rca.cause"] == "unknown" || h.root["rca.cause"] == "slow_dependency", "{:?}", h.root);
     assert!(
-        got.values().filter(|a| a.root.get("rca.cause").map(String::as_str) == Some("db_lock_contention")).count() == 1,
+        l.root["rca.summary"].starts_with("table lock in"),
+        "{}",
+        l.root["rca.summary"]
+    );
+    let h = &got[&hex(&healthy.trace_id)];
+    assert!(
+        h.root["rca.cause"] == "unknown" || h.root["rca.cause"] == "slow_dependency",
+        "{:?}",
+        h.root
+    );
+    assert!(
+        got.values()
+            .filter(|a| a.root.get("rca.cause").map(String::as_str) == Some("db_lock_contention"))
+            .count()
+            == 1,
         "the user rule matched other traces"
     );
 
@@ -157,21 +227,139 @@ service:
     let events = log_records(&read_jsonl(&dir.path().join("logs.jsonl")));
     let lock_event = events
         .iter()
-        .find(|(_, _, r)| r["traceId"].as_str() == Some(hex(&lock.trace_id).as_str()) && attr(&r["attributes"], "rca.cause").is_some())
+        .find(|(_, _, r)| {
+            r["traceId"].as_str() == Some(hex(&lock.trace_id).as_str())
+                && attr(&r["attributes"], "rca.cause").is_some()
+        })
         .expect("the lock trace's RCA record");
-    assert_eq!(attr(&lock_event.2["attributes"], "rca.cause").expect("cause")["stringValue"], "db_lock_contention");
-    assert!(lock_event.2["body"]["stringValue"].as_str().is_some_and(|b| b.starts_with("table lock in")));
-    wait_for(Duration::from_secs(10), "the causeway.rca.traces counter", || {
-        metrics(&read_jsonl(&dir.path().join("metrics.jsonl")))
-            .iter()
-            .any(|(_, m)| m["name"] == "causeway.rca.traces")
-    });
+    assert_eq!(
+        attr(&lock_event.2["attributes"], "rca.cause").expect("cause")["stringValue"],
+        "db_lock_contention"
+    );
+    assert!(lock_event.2["body"]["stringValue"]
+        .as_str()
+        .is_some_and(|b| b.starts_with("table lock in")));
+    wait_for(
+        Duration::from_secs(10),
+        "the causeway.rca.traces counter",
+        || {
+            metrics(&read_jsonl(&dir.path().join("metrics.jsonl")))
+                .iter()
+                .any(|(_, m)| m["name"] == "causeway.rca.traces")
+        },
+    );
     let last = metrics(&read_jsonl(&dir.path().join("metrics.jsonl")))
         .into_iter()
-        .filter(|(_, m)| m["name"] == "causeway.rca.traces")
-        .last()
+        .rfind(|(_, m)| m["name"] == "causeway.rca.traces")
         .expect("counter");
-    let points = last.1["sum"]["dataPoints"].as_array().expect("points").clone();
-    assert!(points.iter().any(|p| attr(&p["attributes"], "cause").is_some_and(|c| c["stringValue"] == "circuit_open")));
-    assert!(d.metric("causeway_rca_traces_total{component=\"correlate\"}").unwrap_or(0.0) >= total as f64);
+    let points = last.1["sum"]["dataPoints"]
+        .as_array()
+        .expect("points")
+        .clone();
+    assert!(points.iter().any(
+        |p| attr(&p["attributes"], "cause").is_some_and(|c| c["stringValue"] == "circuit_open")
+    ));
+    assert!(
+        d.metric("causeway_rca_traces_total{component=\"correlate\"}")
+            .unwrap_or(0.0)
+            >= total as f64
+    );
+}
+
+#[test]
+fn signal_aware_sampling_keeps_a_fast_trace_whose_request_was_rate_limited() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let http = free_port();
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+processors:
+  tail_sampling:
+    decision_wait: 1s
+    always_keep_errors: false
+    policies:
+      - {{ name: slow, type: latency, latency: {{ threshold_ms: 5000 }} }}
+      - {{ name: trouble, type: correlated, correlated: {{ processor: correlate }} }}
+  correlate: {{}}
+exporters:
+  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  file/other: {{ path: "{{dir}}/other.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/other] }}
+    metrics: {{ receivers: [otlp], processors: [correlate], exporters: [file/other] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    );
+    let d = Daemon::start(dir.path(), "sampling", &config);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    let mut rng = Rng::new(7);
+    let client = reqwest::blocking::Client::new();
+    let base = format!("http://127.0.0.1:{http}");
+    // Fast (well under 5 s), but the gateway answered 429 to its first attempts.
+    let mut limited = case(&mut rng, "rate_limited", 1, now);
+    let healthy = case(&mut rng, "healthy", 2, now);
+    // Make the rate-limited trace fast: shrink every span to its first millisecond.
+    for rs in &mut limited.spans {
+        for ss in &mut rs.scope_spans {
+            for sp in &mut ss.spans {
+                sp.end_time_unix_nano = sp
+                    .end_time_unix_nano
+                    .min(sp.start_time_unix_nano + 1_000_000);
+            }
+        }
+    }
+    send(
+        &client,
+        &base,
+        std::slice::from_ref(&limited),
+        Order::LogsFirst,
+    )
+    .expect("send");
+    send(
+        &client,
+        &base,
+        std::slice::from_ref(&healthy),
+        Order::LogsFirst,
+    )
+    .expect("send");
+    let path = dir.path().join("traces.jsonl");
+    wait_for(
+        Duration::from_secs(30),
+        "the rate-limited trace kept",
+        || read_annotated(&path).contains_key(&hex(&limited.trace_id)),
+    );
+    // Both decided: one kept, one dropped.
+    wait_for(Duration::from_secs(30), "both decided", || {
+        d.metric("causeway_tail_sampling_traces_total{component=\"tail_sampling\",decision=\"not_sampled\"}") == Some(1.0)
+            && d.metric("causeway_tail_sampling_traces_total{component=\"tail_sampling\",decision=\"sampled\"}") == Some(1.0)
+    });
+    let got = read_annotated(&path);
+    assert_eq!(
+        got[&hex(&limited.trace_id)].root["rca.cause"],
+        "rate_limited"
+    );
+    assert!(
+        !got.contains_key(&hex(&healthy.trace_id)),
+        "a fast healthy trace was kept"
+    );
+    let spans = common::spans(&read_jsonl(&path));
+    let root = spans
+        .iter()
+        .find(|(_, _, s)| {
+            s["traceId"].as_str() == Some(hex(&limited.trace_id).as_str())
+                && s["parentSpanId"].as_str().unwrap_or("").is_empty()
+        })
+        .expect("root");
+    assert_eq!(
+        attr(&root.2["attributes"], "sampling.policy").expect("policy")["stringValue"],
+        "trouble"
+    );
 }

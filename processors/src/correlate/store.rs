@@ -173,6 +173,21 @@ impl Series {
     }
 }
 
+/// What counts as trouble for signal-aware sampling.
+#[derive(Debug, Clone)]
+pub struct Trouble {
+    /// Gateway statuses.
+    pub statuses: Vec<i64>,
+    /// Share of a route's requests answered with `statuses`.
+    pub route_error_ratio: f64,
+    /// CPU busy share.
+    pub cpu_busy: f64,
+    /// iowait share.
+    pub iowait: f64,
+    /// Memory used share.
+    pub memory_used: f64,
+}
+
 /// One analysed trace, for the RCA log record and counter.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RcaEvent {
@@ -530,6 +545,97 @@ impl Store {
         st.p50_ms = sketch.quantile(0.5);
         st.p99_ms = sketch.quantile(0.99);
         Some(st)
+    }
+
+    /// Whether the trace's gateway logs, or the state of its routes, topics or
+    /// hosts, show trouble (for the `correlated` sampling policy).
+    pub fn in_trouble(
+        &self,
+        trace_id: &[u8; 16],
+        routes: &[&str],
+        topics: &[&str],
+        hosts: &[&str],
+        tr: &Trouble,
+    ) -> bool {
+        let g = self.lock();
+        if let Some(logs) = g.logs.get(trace_id) {
+            let bad = logs.iter().any(|l| {
+                l.status.is_some_and(|s| tr.statuses.contains(&s))
+                    || l.circuit_state
+                        .as_deref()
+                        .is_some_and(|c| !c.eq_ignore_ascii_case("CLOSED"))
+            });
+            if bad {
+                return true;
+            }
+        }
+        let now_s = g.clock / 1_000_000_000;
+        let horizon = now_s.saturating_sub(self.limits.window_ns / 1_000_000_000);
+        for r in routes {
+            if let Some(w) = g.routes.get(*r) {
+                if w.circuit_state.as_deref().is_some_and(|c| c != "CLOSED") {
+                    return true;
+                }
+                let (mut req, mut bad) = (0u64, 0u64);
+                for b in w.buckets.iter().filter(|b| b.start_s + 10 >= horizon) {
+                    req += b.requests;
+                    for st in &tr.statuses {
+                        bad += match st {
+                            429 => b.s429,
+                            503 => b.s503,
+                            504 => b.s504,
+                            _ => 0,
+                        };
+                    }
+                }
+                if req > 0 && bad as f64 / req as f64 >= tr.route_error_ratio {
+                    return true;
+                }
+            }
+        }
+        let last = |s: &Series| s.points.back().map(|p| p.1);
+        for s in g.series.values() {
+            if let Some(t) = s.dims.topic.as_deref() {
+                if topics.contains(&t) {
+                    let on = match s.name.as_str() {
+                        "kafka.consumer_group.lag_alarm" | "kafka.topic.retry_storm" => {
+                            last(s).is_some_and(|v| v >= 1.0)
+                        }
+                        "kafka.consumer_group.partition_status" => {
+                            last(s).is_some_and(|v| v >= 2.0)
+                        }
+                        _ => false,
+                    };
+                    if on {
+                        return true;
+                    }
+                }
+            }
+            if let Some(h) = s.dims.host.as_deref() {
+                if hosts.contains(&h) {
+                    let mode = s
+                        .attr("cpu.mode")
+                        .or_else(|| s.attr("state"))
+                        .or_else(|| s.attr("system.memory.state"));
+                    let on = match (s.name.as_str(), mode) {
+                        ("system.cpu.utilization", Some("idle")) => {
+                            last(s).is_some_and(|v| 1.0 - v >= tr.cpu_busy)
+                        }
+                        ("system.cpu.utilization", Some("iowait" | "wait")) => {
+                            last(s).is_some_and(|v| v >= tr.iowait)
+                        }
+                        ("system.memory.utilization", Some("used")) => {
+                            last(s).is_some_and(|v| v >= tr.memory_used)
+                        }
+                        _ => false,
+                    };
+                    if on {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
     }
 
     /// Series matching `pick`, cloned.

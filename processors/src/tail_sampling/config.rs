@@ -122,6 +122,9 @@ pub enum PolicyType {
     Drop,
     /// Sub-policies in priority order sharing a spans/s budget.
     Composite,
+    /// Keep traces whose gateway logs, route, topics or hosts show trouble,
+    /// read from a `correlate` processor's state.
+    Correlated,
 }
 
 /// One policy: `{name, type, <type>: {…}}`.
@@ -157,6 +160,52 @@ pub struct PolicyConfig {
     pub drop: Option<DropConfig>,
     /// `composite` settings.
     pub composite: Option<CompositeConfig>,
+    /// `correlated` settings.
+    pub correlated: Option<CorrelatedConfig>,
+}
+
+/// `correlated`: signal-aware sampling.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorrelatedConfig {
+    /// The id of the `correlate` processor whose state is read (default `correlate`).
+    #[serde(default = "default_correlate")]
+    pub processor: String,
+    /// Gateway answers that mark a trace's own request as in trouble (default 429, 503, 504).
+    #[serde(default = "default_trouble_statuses")]
+    pub statuses: Vec<i64>,
+    /// A route is in trouble when this share of its gateway requests in the
+    /// window answered one of `statuses`, or its circuit is not CLOSED (default 0.05).
+    #[serde(default = "default_route_ratio")]
+    pub route_error_ratio: f64,
+    /// A host is in trouble above this CPU busy share (default 0.9)…
+    #[serde(default = "default_cpu_busy")]
+    pub cpu_busy: f64,
+    /// …or this iowait share (default 0.2)…
+    #[serde(default = "default_iowait")]
+    pub iowait: f64,
+    /// …or this memory used share (default 0.95).
+    #[serde(default = "default_memory_used")]
+    pub memory_used: f64,
+}
+
+fn default_correlate() -> String {
+    "correlate".into()
+}
+fn default_trouble_statuses() -> Vec<i64> {
+    vec![429, 503, 504]
+}
+fn default_route_ratio() -> f64 {
+    0.05
+}
+fn default_cpu_busy() -> f64 {
+    0.9
+}
+fn default_iowait() -> f64 {
+    0.2
+}
+fn default_memory_used() -> f64 {
+    0.95
 }
 
 /// `latency`.
@@ -407,6 +456,7 @@ fn validate_policy(p: &PolicyConfig, path: &str, depth: usize, e: &mut Vec<Confi
         ("and", p.and.is_some()),
         ("drop", p.drop.is_some()),
         ("composite", p.composite.is_some()),
+        ("correlated", p.correlated.is_some()),
     ];
     let want = match p.kind {
         PolicyType::AlwaysSample => None,
@@ -422,6 +472,7 @@ fn validate_policy(p: &PolicyConfig, path: &str, depth: usize, e: &mut Vec<Confi
         PolicyType::And => Some("and"),
         PolicyType::Drop => Some("drop"),
         PolicyType::Composite => Some("composite"),
+        PolicyType::Correlated => Some("correlated"),
     };
     for (key, is) in present {
         if is && Some(key) != want {

@@ -24,9 +24,12 @@ pub enum AttrValue {
     Bool(bool),
 }
 
-/// The attribute keys the policies read, numbered.
+/// The attribute keys the policies read, numbered; and the topology's
+/// shared state, for policies that read other components' state.
 #[derive(Debug, Default, Clone)]
 pub struct Keys {
+    /// Shared state of the topology.
+    pub shared: causeway_core::shared::Shared,
     index: HashMap<Vec<u8>, u16>,
     names: Vec<String>,
 }

@@ -80,10 +80,11 @@ impl ProcessorFactory for TailSamplingFactory {
         cfg: &serde_yaml::Value,
     ) -> Result<Box<dyn Processor>, BoxError> {
         let cfg: TailSamplingConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
-        Ok(Box::new(TailSampling::new(
+        Ok(Box::new(TailSampling::with_shared(
             cfg,
             &ctx.id.to_string(),
             &ctx.telemetry,
+            ctx.shared.clone(),
         )?))
     }
 }
@@ -260,7 +261,19 @@ pub struct TailSampling {
 impl TailSampling {
     /// Build from a validated config.
     pub fn new(cfg: TailSamplingConfig, id: &str, telemetry: &Registry) -> Result<Self, String> {
+        Self::with_shared(cfg, id, telemetry, causeway_core::shared::Shared::default())
+    }
+
+    /// Build from a validated config, with the topology's shared state
+    /// (for `correlated` policies).
+    pub fn with_shared(
+        cfg: TailSamplingConfig,
+        id: &str,
+        telemetry: &Registry,
+        shared: causeway_core::shared::Shared,
+    ) -> Result<Self, String> {
         let mut keys = Keys::default();
+        keys.shared = shared;
         let route_attributes = cfg
             .policies
             .iter()

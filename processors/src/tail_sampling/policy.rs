@@ -152,6 +152,36 @@ enum Kind {
     And(Vec<Policy>),
     Drop(Vec<Policy>),
     Composite(Box<Composite>),
+    Correlated(Box<Correlated>),
+}
+
+struct Correlated {
+    store: causeway_core::shared::Slot<crate::correlate::store::Store>,
+    trouble: crate::correlate::store::Trouble,
+    route_keys: Vec<u16>,
+    topic_key: u16,
+    host_key: u16,
+}
+
+impl Correlated {
+    fn evaluate(&self, t: &TraceView<'_>) -> Decision {
+        let Some(store) = self.store.get() else {
+            return Decision::NotSampled;
+        };
+        let strs = |key: u16| {
+            t.attrs
+                .iter()
+                .filter(move |(k, _)| *k == key)
+                .filter_map(|(_, v)| match v {
+                    AttrValue::Str(s) => Some(s.as_ref()),
+                    _ => None,
+                })
+        };
+        let routes: Vec<&str> = self.route_keys.iter().flat_map(|k| strs(*k)).collect();
+        let topics: Vec<&str> = strs(self.topic_key).collect();
+        let hosts: Vec<&str> = strs(self.host_key).collect();
+        yes(store.in_trouble(t.trace_id, &routes, &topics, &hosts, &self.trouble))
+    }
 }
 
 struct Composite {
@@ -215,6 +245,25 @@ impl Policy {
         let missing = || format!("policy {:?}: settings for its type are missing", cfg.name);
         let mut adjusted_count = None;
         let kind = match cfg.kind {
+            PolicyType::Correlated => {
+                let c = cfg.correlated.as_ref().ok_or_else(missing)?;
+                Kind::Correlated(Box::new(Correlated {
+                    store: keys.shared.slot(&c.processor),
+                    trouble: crate::correlate::store::Trouble {
+                        statuses: c.statuses.clone(),
+                        route_error_ratio: c.route_error_ratio,
+                        cpu_busy: c.cpu_busy,
+                        iowait: c.iowait,
+                        memory_used: c.memory_used,
+                    },
+                    route_keys: ["http.route", "route_id"]
+                        .iter()
+                        .map(|k| keys.add(k))
+                        .collect(),
+                    topic_key: keys.add("messaging.destination.name"),
+                    host_key: keys.add("host.name"),
+                }))
+            }
             PolicyType::AlwaysSample => Kind::Always,
             PolicyType::Latency => {
                 let l = cfg.latency.as_ref().ok_or_else(missing)?;
@@ -388,6 +437,7 @@ impl Policy {
     pub fn evaluate(&mut self, t: &TraceView<'_>, now: u64) -> Decision {
         match &mut self.kind {
             Kind::Always => Decision::Sampled,
+            Kind::Correlated(c) => c.evaluate(t),
             Kind::Latency { min_ns, max_ns } => {
                 yes(t.duration_ns >= *min_ns && max_ns.is_none_or(|m| t.duration_ns <= m))
             }

@@ -49,7 +49,7 @@ impl Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
     /// Next 64 bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -59,11 +59,11 @@ impl Rng {
     }
     /// Uniform in [0, 1).
     pub fn f(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
     /// Uniform integer in [lo, hi].
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
+        lo + self.next_u64() % (hi - lo + 1)
     }
     /// Uniform float in [lo, hi).
     pub fn between(&mut self, lo: f64, hi: f64) -> f64 {
@@ -76,7 +76,7 @@ impl Rng {
     }
     /// One of.
     pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[(self.next() % xs.len() as u64) as usize]
+        &xs[(self.next_u64() % xs.len() as u64) as usize]
     }
 }
 
@@ -221,6 +221,7 @@ impl Trace {
 
 /// A normal call from `service` to `callee` at `start` (ms): a client span,
 /// the callee's server span and maybe a database call; returns its end.
+#[allow(clippy::too_many_arguments)] // a generator's knobs, all positional in one place
 fn normal_call(
     t: &mut Trace,
     rng: &mut Rng,
@@ -439,6 +440,7 @@ pub fn host_metrics(
     )
 }
 
+#[allow(clippy::too_many_arguments)] // one value per kafka_lag metric
 fn kafka_metrics(
     group: &str,
     topic: &str,
@@ -494,7 +496,7 @@ fn kafka_metrics(
 /// Generate one case of `cause` (or `healthy`, `healthy_slow`), number `n`, starting at `t0_ns`.
 pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
     let mut tid = [0u8; 16];
-    tid[..8].copy_from_slice(&rng.next().to_be_bytes());
+    tid[..8].copy_from_slice(&rng.next_u64().to_be_bytes());
     tid[8..].copy_from_slice(&(n + 1).to_be_bytes());
     let class = CAUSES.iter().position(|c| *c == cause).unwrap_or(99);
     let route = format!(
@@ -1089,23 +1091,82 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
     // fast, a call re-sent once, a publish to a topic whose consumers keep up.
     if rng.f() < 0.3 {
         let c0 = at;
-        t.add(Some(srv), &front, &front_host, "GET", span::SpanKind::Client, c0, c0 + 0.6, vec![ks("db.system", "redis"), ks("db.operation.name", "GET"), kb("cache.hit", false)]);
+        t.add(
+            Some(srv),
+            &front,
+            &front_host,
+            "GET",
+            span::SpanKind::Client,
+            c0,
+            c0 + 0.6,
+            vec![
+                ks("db.system", "redis"),
+                ks("db.operation.name", "GET"),
+                kb("cache.hit", false),
+            ],
+        );
         let d = rng.latency(4.0);
-        t.add(Some(srv), &front, &front_host, "SELECT profile", span::SpanKind::Client, c0 + 0.8, c0 + 0.8 + d, vec![ks("db.system", "postgresql"), ks("db.operation.name", "SELECT")]);
+        t.add(
+            Some(srv),
+            &front,
+            &front_host,
+            "SELECT profile",
+            span::SpanKind::Client,
+            c0 + 0.8,
+            c0 + 0.8 + d,
+            vec![
+                ks("db.system", "postgresql"),
+                ks("db.operation.name", "SELECT"),
+            ],
+        );
         at = c0 + 0.8 + d + rng.latency(0.3);
     }
     if rng.f() < 0.2 {
         let callee = *rng.pick(&SERVICES);
         let d = rng.latency(6.0);
-        t.add(Some(srv), &front, &front_host, &format!("GET {callee}"), span::SpanKind::Client, at, at + d, vec![ks("server.address", callee), ki("http.request.resend_count", 1)]);
+        t.add(
+            Some(srv),
+            &front,
+            &front_host,
+            &format!("GET {callee}"),
+            span::SpanKind::Client,
+            at,
+            at + d,
+            vec![
+                ks("server.address", callee),
+                ki("http.request.resend_count", 1),
+            ],
+        );
         at += d + rng.latency(0.3);
     }
     if rng.f() < 0.2 {
         let topic = "audit-events";
-        t.add(Some(srv), &front, &front_host, &format!("{topic} publish"), span::SpanKind::Producer, at, at + 1.5, vec![ks("messaging.system", "kafka"), ks("messaging.destination.name", topic)]);
+        t.add(
+            Some(srv),
+            &front,
+            &front_host,
+            &format!("{topic} publish"),
+            span::SpanKind::Producer,
+            at,
+            at + 1.5,
+            vec![
+                ks("messaging.system", "kafka"),
+                ks("messaging.destination.name", topic),
+            ],
+        );
         at += 1.5;
         let tm = t0_ns.saturating_sub(rng.range(0, 30) * 1_000_000_000);
-        metrics.push(kafka_metrics("audit-sink", topic, tm, rng.between(0.0, 40.0), rng.between(0.0, 2.0), 1.0, false, false, rng.between(20.0, 120.0)));
+        metrics.push(kafka_metrics(
+            "audit-sink",
+            topic,
+            tm,
+            rng.between(0.0, 40.0),
+            rng.between(0.0, 2.0),
+            1.0,
+            false,
+            false,
+            rng.between(20.0, 120.0),
+        ));
     }
     // Normal work after the fault, then the responses.
     if rng.f() < 0.5 {
@@ -1149,7 +1210,14 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
     // Hosts report their pressure, scraped before or after the request;
     // healthy ones are sometimes busy, never saturated.
     let tm = (t0_ns + rng.range(0, 75) * 1_000_000_000).saturating_sub(30_000_000_000);
-    metrics.push(host_metrics(&front_host, tm, rng.between(0.15, 0.8), rng.between(0.0, 0.08), rng.between(0.3, 0.85), rng.between(0.0, 0.6)));
+    metrics.push(host_metrics(
+        &front_host,
+        tm,
+        rng.between(0.15, 0.8),
+        rng.between(0.0, 0.08),
+        rng.between(0.3, 0.85),
+        rng.between(0.0, 0.6),
+    ));
     let culprit_span_id = culprit;
     Case {
         trace_id: tid,

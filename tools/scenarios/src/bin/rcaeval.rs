@@ -122,7 +122,7 @@ service:
         n += 1;
     }
     for i in (1..cases.len()).rev() {
-        let j = (rng.next() % (i as u64 + 1)) as usize;
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
         cases.swap(i, j);
     }
     let client = reqwest::blocking::Client::new();
