@@ -7,8 +7,10 @@ use causeway_core::telemetry;
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+mod demo;
 mod self_telemetry;
 use self_telemetry::LogFormat;
 
@@ -38,6 +40,13 @@ enum Command {
     Run,
     /// Check a pipeline file: exit 0 when valid, 1 with every error listed.
     Validate,
+    /// Run the pipeline with a built-in traffic generator that injects faults,
+    /// and print the root-cause summaries; everything stays in the file sink.
+    Demo {
+        /// How long to run.
+        #[arg(long, default_value = "40")]
+        seconds: u64,
+    },
 }
 
 fn registry() -> Registry {
@@ -70,7 +79,7 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Command::Run => {
+        Command::Run | Command::Demo { .. } => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -94,6 +103,12 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyhow::Result<()> {
+    let demo = match &cli.command {
+        Some(Command::Demo { seconds }) => {
+            Some((Duration::from_secs(*seconds), demo::endpoints(&config)?))
+        }
+        _ => None,
+    };
     let tcfg = &config.file.service.telemetry;
     let level = cli
         .log_level
@@ -136,7 +151,32 @@ async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyh
         "causeway started."
     );
 
-    wait_for_signal().await?;
+    match demo {
+        None => wait_for_signal().await?,
+        Some((length, (http, logs))) => {
+            println!(
+                "causeway demo: sending traffic with injected faults to {http} for {}s; root causes as they are found:",
+                length.as_secs()
+            );
+            let stop = CancellationToken::new();
+            let generator = {
+                let stop = stop.clone();
+                tokio::task::spawn_blocking(move || demo::generate(http, stop))
+            };
+            let printer = tokio::spawn(demo::print(logs.clone(), stop.clone()));
+            tokio::select! {
+                r = wait_for_signal() => r?,
+                _ = tokio::time::sleep(length) => {}
+            }
+            stop.cancel();
+            generator.await.ok();
+            let printed = printer.await.unwrap_or(0);
+            println!(
+                "causeway demo: {printed} root causes found. Annotated traces, RCA log records and metrics are in {}.",
+                logs.parent().map(|p| p.display().to_string()).unwrap_or_default()
+            );
+        }
+    }
     metrics.set_ready(false);
     let timeout = config.file.service.shutdown_timeout.get();
     tracing::info!(

@@ -363,3 +363,68 @@ service:
         "trouble"
     );
 }
+
+#[test]
+fn demo_prints_root_causes_and_leaves_everything_in_the_file_sink() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let out = std::process::Command::new(BIN)
+        .args([
+            "demo",
+            "--seconds",
+            "12",
+            "--log-level",
+            "warn",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/pipeline.yaml"),
+        ])
+        .env(
+            "CAUSEWAY_OTLP_GRPC_ENDPOINT",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .env(
+            "CAUSEWAY_OTLP_HTTP_ENDPOINT",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .env(
+            "CAUSEWAY_TELEMETRY_ENDPOINT",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .env("CAUSEWAY_DATA_DIR", &data)
+        .current_dir(dir.path())
+        .output()
+        .expect("run demo");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let causes: std::collections::BTreeSet<&str> = stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| CAUSES.contains(c))
+        .collect();
+    assert!(causes.len() >= 4, "few root causes printed:\n{stdout}");
+    assert!(stdout.contains("rate-limited by qps-"), "{stdout}");
+    // Everything is in the embedded file sink.
+    let traces = read_annotated(&data.join("traces.jsonl"));
+    assert!(
+        traces
+            .values()
+            .filter(|a| a.root.get("rca.cause").is_some_and(|c| c == "rate_limited"))
+            .count()
+            >= 1
+    );
+    let rca_logs = log_records(&read_jsonl(&data.join("logs.jsonl")))
+        .into_iter()
+        .filter(|(_, _, r)| attr(&r["attributes"], "rca.cause").is_some())
+        .count();
+    assert!(rca_logs >= causes.len());
+    let m = metrics(&read_jsonl(&data.join("metrics.jsonl")));
+    assert!(m.iter().any(|(_, m)| m["name"] == "causeway.rca.traces"));
+    assert!(
+        m.iter().any(|(_, m)| m["name"] == "system.cpu.time"),
+        "host metrics from /proc"
+    );
+}

@@ -1,0 +1,137 @@
+//! `causeway demo`: the default pipeline with a built-in traffic generator
+//! that injects faults, printing the root-cause summaries as they come out
+//! of the pipeline's file sink.
+
+use causeway_core::config::Config;
+use causeway_scenarios::send::{random_order, send};
+use causeway_scenarios::{case, Rng};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio_util::sync::CancellationToken;
+
+/// The faults the demo injects, in turn, among healthy traffic.
+const FAULTS: [&str; 8] = [
+    "rate_limited",
+    "circuit_open",
+    "upstream_timeout",
+    "consumer_lag",
+    "cache_miss_fallback",
+    "host_cpu_saturation",
+    "tls_handshake",
+    "queueing",
+];
+
+fn get<'a>(v: &'a serde_yaml::Value, path: &[&str]) -> Option<&'a serde_yaml::Value> {
+    path.iter().try_fold(v, |v, k| v.get(*k))
+}
+
+/// Where the demo sends (the `otlp` receiver's HTTP endpoint) and reads
+/// (the file exporter's logs file), from the config.
+pub fn endpoints(config: &Config) -> anyhow::Result<(String, PathBuf)> {
+    let http = config
+        .receivers
+        .iter()
+        .find(|(id, _)| id.kind() == "otlp")
+        .and_then(|(_, v)| get(v, &["protocols", "http", "endpoint"]))
+        .and_then(|v| v.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| {
+            anyhow::anyhow!("the demo needs an `otlp` receiver with `protocols.http`")
+        })?;
+    let logs = config
+        .exporters
+        .iter()
+        .find(|(id, _)| id.kind() == "file")
+        .and_then(|(_, v)| get(v, &["path"]))
+        .and_then(|v| v.as_str())
+        .map(|p| PathBuf::from(p.replace("{signal}", "logs")))
+        .ok_or_else(|| anyhow::anyhow!("the demo needs a `file` exporter"))?;
+    Ok((http, logs))
+}
+
+/// Send traffic until `stop`: every second a few healthy traces and one fault.
+pub fn generate(http: String, stop: CancellationToken) {
+    let client = reqwest::blocking::Client::new();
+    let base = format!("http://{http}");
+    let mut rng = Rng::new(2026);
+    let mut n = 0u64;
+    let mut fault = 0usize;
+    while !stop.is_cancelled() {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let mut cases = Vec::new();
+        for _ in 0..6 {
+            cases.push(case(&mut rng, "healthy", n, now));
+            n += 1;
+        }
+        cases.push(case(&mut rng, FAULTS[fault % FAULTS.len()], n, now));
+        n += 1;
+        fault += 1;
+        if let Err(error) = send(&client, &base, &cases, random_order(&mut rng)) {
+            tracing::warn!(%error, "Demo traffic not sent.");
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Print the RCA log records appended to `logs` until `stop`; returns how many.
+pub async fn print(logs: PathBuf, stop: CancellationToken) -> usize {
+    let mut offset = std::fs::metadata(&logs).map(|m| m.len()).unwrap_or(0);
+    let mut partial = String::new();
+    let mut printed = 0;
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return printed,
+            _ = tick.tick() => {}
+        }
+        let Ok(mut f) = std::fs::File::open(&logs) else {
+            continue;
+        };
+        if f.seek(SeekFrom::Start(offset)).is_err() {
+            continue;
+        }
+        let mut buf = String::new();
+        if f.read_to_string(&mut buf).is_err() {
+            continue;
+        }
+        offset += buf.len() as u64;
+        partial.push_str(&buf);
+        while let Some(i) = partial.find('\n') {
+            let line: String = partial.drain(..=i).collect();
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            for rl in v["resourceLogs"].as_array().into_iter().flatten() {
+                for sl in rl["scopeLogs"].as_array().into_iter().flatten() {
+                    for r in sl["logRecords"].as_array().into_iter().flatten() {
+                        let attr = |k: &str| {
+                            r["attributes"]
+                                .as_array()
+                                .and_then(|a| a.iter().find(|x| x["key"] == k))
+                                .and_then(|x| x["value"]["stringValue"].as_str())
+                                .map(str::to_string)
+                        };
+                        let Some(cause) = attr("rca.cause") else {
+                            continue;
+                        };
+                        if cause == "unknown" || cause == "slow_dependency" {
+                            continue; // healthy traffic
+                        }
+                        println!(
+                            "{:<22} {:<30} {}  (trace {})",
+                            cause,
+                            attr("rca.route_id").unwrap_or_default(),
+                            r["body"]["stringValue"].as_str().unwrap_or_default(),
+                            r["traceId"].as_str().unwrap_or_default()
+                        );
+                        printed += 1;
+                    }
+                }
+            }
+        }
+    }
+}
