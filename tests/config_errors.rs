@@ -54,7 +54,7 @@ fn every_error_is_reported_with_path_and_location() {
     );
     // An unknown component type lists the valid ones.
     assert!(
-        out.contains("bad.yaml:9:3: processors.nosuch/thing: unknown type \"nosuch\" for id \"nosuch/thing\" (valid values: [batch, tail_sampling])"),
+        out.contains("bad.yaml:9:3: processors.nosuch/thing: unknown type \"nosuch\" for id \"nosuch/thing\" (valid values: [batch, correlate, tail_sampling])"),
         "{out}"
     );
     // An unknown key, with the field itself located.
@@ -111,4 +111,52 @@ fn valid_config_passes_with_env_defaults() {
     );
     assert!(ok, "{out}");
     assert!(out.contains("valid"), "{out}");
+}
+
+#[test]
+fn a_bad_rca_rule_is_rejected_with_its_path_and_location() {
+    let (ok, out) = validate(
+        r#"receivers:
+  otlp:
+    protocols:
+      http:
+processors:
+  correlate:
+    rules:
+      - name: nope
+        cause: db_lock
+        sql: SELECT trace_id, 0.9 AS confidence, 'x' AS summary FROM spans WHERE no_such_column > 1
+      - name: nope
+        cause: two words
+        sql: SELECT trace_id FROM spans
+exporters:
+  debug:
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [correlate]
+      exporters: [debug]
+"#,
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("processors.correlate.rules[0].sql:") && out.contains("no_such_column"),
+        "{out}"
+    );
+    assert!(
+        out.contains("processors.correlate.rules[1].name: rule \"nope\" is defined twice"),
+        "{out}"
+    );
+    assert!(
+        out.contains("processors.correlate.rules[1].cause:"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "processors.correlate.rules[1].sql: the query must return a `confidence` column"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("bad.yaml:10:"), "located: {out}");
 }

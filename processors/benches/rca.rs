@@ -1,0 +1,201 @@
+//! Root-cause analysis cost: a decision tick of 1,000 kept traces of 50
+//! spans (critical path, join, the built-in rules in DataFusion, the
+//! annotations), and the correlation state taking in gateway log records.
+
+use causeway_processors::correlate::store::{Limits, Store};
+use causeway_processors::correlate::{annotate, features, rules, verdict};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+fn kv(k: &str, v: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue { value: Some(v) }),
+        ..Default::default()
+    }
+}
+
+const T0: u64 = 1_700_000_000_000_000_000;
+
+/// `n` traces of 50 spans: a root, 7 services of 7 spans each (a call and its work).
+fn traces(n: usize) -> Vec<ResourceSpans> {
+    let mut out = Vec::new();
+    for t in 0..n {
+        let mut tid = [0u8; 16];
+        tid[..8].copy_from_slice(&(t as u64 + 1).to_be_bytes());
+        let mut spans = Vec::new();
+        let sid = |i: u64| ((t as u64) << 16 | (i + 1)).to_be_bytes().to_vec();
+        spans.push(Span {
+            trace_id: tid.to_vec(),
+            span_id: sid(0),
+            name: "POST /orders".into(),
+            kind: 2,
+            start_time_unix_nano: T0,
+            end_time_unix_nano: T0 + 500_000_000,
+            attributes: vec![kv(
+                "http.route",
+                any_value::Value::StringValue(format!("route-{}", t % 20)),
+            )],
+            ..Default::default()
+        });
+        for s in 0..7u64 {
+            let call = 1 + s * 7;
+            let start = T0 + s * 60_000_000;
+            spans.push(Span {
+                trace_id: tid.to_vec(),
+                span_id: sid(call),
+                parent_span_id: sid(0),
+                name: format!("GET svc-{s}"),
+                kind: 3,
+                start_time_unix_nano: start,
+                end_time_unix_nano: start + 55_000_000,
+                attributes: vec![kv(
+                    "server.address",
+                    any_value::Value::StringValue(format!("svc-{s}")),
+                )],
+                ..Default::default()
+            });
+            for w in 1..7u64 {
+                let ws = start + w * 7_000_000;
+                spans.push(Span {
+                    trace_id: tid.to_vec(),
+                    span_id: sid(call + w),
+                    parent_span_id: sid(call),
+                    name: "SELECT items".into(),
+                    kind: 3,
+                    start_time_unix_nano: ws,
+                    end_time_unix_nano: ws + 6_000_000,
+                    attributes: vec![kv(
+                        "db.system",
+                        any_value::Value::StringValue("postgresql".into()),
+                    )],
+                    ..Default::default()
+                });
+            }
+        }
+        out.push(ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![
+                    kv(
+                        "service.name",
+                        any_value::Value::StringValue("orders".into()),
+                    ),
+                    kv(
+                        "host.name",
+                        any_value::Value::StringValue(format!("host-{}", t % 10)),
+                    ),
+                ],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+    }
+    out
+}
+
+fn gateway_logs(n: usize) -> Vec<ResourceLogs> {
+    let records = (0..n)
+        .map(|t| {
+            let mut tid = [0u8; 16];
+            tid[..8].copy_from_slice(&(t as u64 + 1).to_be_bytes());
+            LogRecord {
+                time_unix_nano: T0,
+                trace_id: tid.to_vec(),
+                body: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue(format!(
+                        "{{\"route_id\":\"route-{}\",\"status_code\":200}}",
+                        t % 20
+                    ))),
+                }),
+                attributes: vec![
+                    kv(
+                        "route_id",
+                        any_value::Value::StringValue(format!("route-{}", t % 20)),
+                    ),
+                    kv(
+                        "http.response.status_code",
+                        any_value::Value::IntValue(if t % 10 == 0 { 429 } else { 200 }),
+                    ),
+                    kv(
+                        "gateway.rate_limit_rule",
+                        any_value::Value::StringValue("qps-100".into()),
+                    ),
+                    kv(
+                        "http.server.request.duration",
+                        any_value::Value::DoubleValue(0.5),
+                    ),
+                ],
+                ..Default::default()
+            }
+        })
+        .collect();
+    vec![ResourceLogs {
+        resource: Some(Resource::default()),
+        scope_logs: vec![ScopeLogs {
+            log_records: records,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }]
+}
+
+fn store() -> Store {
+    Store::new(Limits {
+        window_ns: 600_000_000_000,
+        max_log_records: 200_000,
+        max_series: 50_000,
+        max_points: 64,
+        max_routes: 10_000,
+        max_events: 100_000,
+    })
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let rules = rules::assemble(true, &[]);
+    let st = store();
+    st.add_logs(&gateway_logs(1000), T0);
+    let batch = traces(1000);
+    let mut g = c.benchmark_group("rca");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(1000));
+    g.bench_function("tick_1000_traces_x50_spans", |b| {
+        b.iter(|| {
+            let mut rs = batch.clone();
+            let mut rows = features::traces(&rs);
+            features::join(&mut rows, &st, 120_000_000_000, 60_000_000_000, T0);
+            let (findings, errors) = rt.block_on(rules::evaluate(&rules, &rows));
+            assert!(errors.is_empty(), "{errors:?}");
+            for t in &rows {
+                let v = verdict(t, findings.get(&t.trace_id));
+                annotate(&mut rs, t, &v);
+            }
+            rs
+        })
+    });
+    g.finish();
+    let logs = gateway_logs(10_000);
+    let mut g = c.benchmark_group("correlation_state");
+    g.throughput(Throughput::Elements(10_000));
+    g.bench_function("add_10000_gateway_log_records", |b| {
+        let st = store();
+        let mut now = T0;
+        b.iter(|| {
+            now += 1_000_000;
+            st.add_logs(&logs, now);
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
