@@ -24,7 +24,8 @@
 //! `culprit_span_id` and `evidence` (text or JSON).
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
+    Array, ArrayRef, BooleanBuilder, Float64Array, Float64Builder, Int64Builder, RecordBatch,
+    StringArray, StringBuilder,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::datasource::MemTable;
@@ -479,22 +480,22 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
     ]
 }
 
-/// Column builders, one vector per column.
-#[derive(Default)]
+/// Column builders, one Arrow builder per column; cells are borrowed, so a
+/// row costs no allocation of its own.
 struct Cols {
     cols: Vec<Col>,
 }
 
 enum Col {
-    S(Vec<Option<String>>),
-    F(Vec<Option<f64>>),
-    I(Vec<Option<i64>>),
-    B(Vec<Option<bool>>),
+    S(StringBuilder),
+    F(Float64Builder),
+    I(Int64Builder),
+    B(BooleanBuilder),
 }
 
 /// A cell.
-enum V {
-    S(Option<String>),
+enum V<'a> {
+    S(Option<&'a str>),
     F(Option<f64>),
     I(Option<i64>),
     B(Option<bool>),
@@ -507,25 +508,25 @@ impl Cols {
                 .fields()
                 .iter()
                 .map(|f| match f.data_type() {
-                    DataType::Float64 => Col::F(Vec::new()),
-                    DataType::Int64 => Col::I(Vec::new()),
-                    DataType::Boolean => Col::B(Vec::new()),
-                    _ => Col::S(Vec::new()),
+                    DataType::Float64 => Col::F(Float64Builder::new()),
+                    DataType::Int64 => Col::I(Int64Builder::new()),
+                    DataType::Boolean => Col::B(BooleanBuilder::new()),
+                    _ => Col::S(StringBuilder::new()),
                 })
                 .collect(),
         }
     }
-    fn row(&mut self, cells: Vec<V>) {
+    fn row<const N: usize>(&mut self, cells: [V<'_>; N]) {
         for (c, v) in self.cols.iter_mut().zip(cells) {
             match (c, v) {
-                (Col::S(x), V::S(v)) => x.push(v),
-                (Col::F(x), V::F(v)) => x.push(v),
-                (Col::I(x), V::I(v)) => x.push(v),
-                (Col::B(x), V::B(v)) => x.push(v),
-                (Col::S(x), _) => x.push(None),
-                (Col::F(x), _) => x.push(None),
-                (Col::I(x), _) => x.push(None),
-                (Col::B(x), _) => x.push(None),
+                (Col::S(x), V::S(v)) => x.append_option(v),
+                (Col::F(x), V::F(v)) => x.append_option(v),
+                (Col::I(x), V::I(v)) => x.append_option(v),
+                (Col::B(x), V::B(v)) => x.append_option(v),
+                (Col::S(x), _) => x.append_null(),
+                (Col::F(x), _) => x.append_null(),
+                (Col::I(x), _) => x.append_null(),
+                (Col::B(x), _) => x.append_null(),
             }
         }
     }
@@ -535,10 +536,10 @@ impl Cols {
             .into_iter()
             .map(|c| -> ArrayRef {
                 match c {
-                    Col::S(v) => Arc::new(StringArray::from(v)),
-                    Col::F(v) => Arc::new(Float64Array::from(v)),
-                    Col::I(v) => Arc::new(Int64Array::from(v)),
-                    Col::B(v) => Arc::new(BooleanArray::from(v)),
+                    Col::S(mut b) => Arc::new(b.finish()),
+                    Col::F(mut b) => Arc::new(b.finish()),
+                    Col::I(mut b) => Arc::new(b.finish()),
+                    Col::B(mut b) => Arc::new(b.finish()),
                 }
             })
             .collect();
@@ -546,11 +547,11 @@ impl Cols {
     }
 }
 
-fn s(x: &str) -> V {
-    V::S(Some(x.to_string()))
+fn s(x: &str) -> V<'_> {
+    V::S(Some(x))
 }
-fn so(x: &Option<String>) -> V {
-    V::S(x.clone())
+fn so(x: &Option<String>) -> V<'_> {
+    V::S(x.as_deref())
 }
 
 /// The tables of a tick's traces.
@@ -564,7 +565,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                     let cu = &t.spans[t.culprit];
                     let root = &t.spans[t.root];
                     let err = t.error_origin.map(|e| &t.spans[e]);
-                    c.row(vec![
+                    c.row([
                         s(&t.trace_id),
                         V::F(Some(t.duration_ms)),
                         so(&t.route),
@@ -584,15 +585,15 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                         })),
                         s(&cu.host),
                         so(&cu.db_system),
-                        V::S(err.map(|e| e.span_id.clone())),
-                        V::S(err.map(|e| e.service.clone())),
+                        V::S(err.map(|e| e.span_id.as_str())),
+                        V::S(err.map(|e| e.service.as_str())),
                     ]);
                 }
             }
             "spans" => {
                 for t in traces {
                     for sp in &t.spans {
-                        c.row(vec![
+                        c.row([
                             s(&t.trace_id),
                             s(&sp.span_id),
                             s(&sp.parent_id),
@@ -633,7 +634,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
             "logs" => {
                 for t in traces {
                     for l in &t.logs {
-                        c.row(vec![
+                        c.row([
                             s(&t.trace_id),
                             V::F(Some(l.time_ns as f64 / 1e6)),
                             V::B(Some(l.gateway)),
@@ -656,7 +657,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                 for t in traces {
                     if let Some((route, st)) = &t.route_stats {
                         let i = |x: u64| V::I(Some(i64::try_from(x).unwrap_or(i64::MAX)));
-                        c.row(vec![
+                        c.row([
                             s(&t.trace_id),
                             s(route),
                             i(st.requests),
@@ -678,10 +679,10 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
             "kafka_lag" => {
                 for t in traces {
                     for k in &t.kafka {
-                        c.row(vec![
+                        c.row([
                             s(&t.trace_id),
                             s(&k.topic),
-                            V::S(Some(k.group.clone()).filter(|g| !g.is_empty())),
+                            V::S(Some(k.group.as_str()).filter(|g| !g.is_empty())),
                             V::F(k.lag),
                             V::F(k.lag_seconds),
                             V::I(k.status),
@@ -696,7 +697,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
             _ => {
                 for t in traces {
                     for h in &t.hosts {
-                        c.row(vec![
+                        c.row([
                             s(&t.trace_id),
                             s(&h.host),
                             V::B(Some(h.culprit)),
@@ -814,10 +815,28 @@ pub async fn evaluate(
             return (findings, errors);
         }
     };
-    for rule in rules {
-        let batches = match ctx.sql(&rule.sql).await {
-            Ok(df) => df.collect().await,
-            Err(e) => Err(e),
+    // The rules run concurrently: on the daemon's multi-threaded runtime a
+    // tick's queries spread over the cores.
+    let runs: Vec<_> = rules
+        .iter()
+        .map(|rule| {
+            let ctx = ctx.clone();
+            let sql = rule.sql.clone();
+            tokio::spawn(async move {
+                match ctx.sql(&sql).await {
+                    Ok(df) => df.collect().await,
+                    Err(e) => Err(e),
+                }
+            })
+        })
+        .collect();
+    for (rule, run) in rules.iter().zip(runs) {
+        let batches = match run.await {
+            Ok(r) => r,
+            Err(e) => {
+                errors.push((rule.name.clone(), format!("the rule's task failed: {e}")));
+                continue;
+            }
         };
         let batches = match batches {
             Ok(b) => b,

@@ -189,3 +189,45 @@ async fn a_trace_with_no_evidence_is_unknown_and_names_its_largest_self_time() {
     );
     let _ = Status::default();
 }
+
+#[test]
+fn the_state_stays_within_its_bounds_under_a_flood() {
+    let st = Store::new(Limits {
+        window_ns: 600_000_000_000,
+        max_log_records: 1000,
+        max_series: 50,
+        max_points: 8,
+        max_routes: 10,
+        max_events: 100,
+    });
+    let mut now = 1_000_000_000_000u64;
+    for round in 0..50u64 {
+        let logs: Vec<ResourceLogs> = (0..200u64)
+            .map(|i| {
+                let mut l = gateway_log(
+                    ((round * 200 + i) % 251) as u8,
+                    200,
+                    vec![attr_s("route_id", &format!("r{}", i % 40))],
+                );
+                l.scope_logs[0].log_records[0].trace_id = (round * 200 + i).to_be_bytes().repeat(2);
+                l
+            })
+            .collect();
+        st.add_logs(&logs, now);
+        now += 1_000_000_000;
+    }
+    let (logs, _, routes) = st.sizes();
+    assert!(logs <= 1000, "{logs} log records held");
+    assert!(routes <= 10, "{routes} routes");
+    // The newest are kept, the oldest gone.
+    let newest = (49u64 * 200 + 199).to_be_bytes().repeat(2);
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&newest);
+    assert!(st.has_logs(&id));
+    let oldest = 0u64.to_be_bytes().repeat(2);
+    id.copy_from_slice(&oldest);
+    assert!(!st.has_logs(&id));
+    // Older than the window: gone however few there are.
+    st.add_logs(&[], now + 700_000_000_000);
+    assert_eq!(st.sizes().0, 0);
+}
