@@ -41,13 +41,22 @@ pub fn critical_path(nodes: &[Node], root: usize) -> (Vec<Section>, Vec<u64>) {
     let n = nodes.len();
     // Sanitized times: clipped to the parent, top-down. `alive` is false for
     // spans dropped because they start after their parent ended.
-    let mut order: Vec<usize> = Vec::with_capacity(n);
-    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+    // Children in one array, each span's a contiguous range (no allocation a span).
+    let mut first = vec![0usize; n + 1];
     for (i, node) in nodes.iter().enumerate() {
-        if let Some(p) = node.parent {
-            if p < n && p != i {
-                children[p].push(i);
-            }
+        if let Some(p) = node.parent.filter(|&p| p < n && p != i) {
+            first[p + 1] += 1;
+        }
+    }
+    for i in 0..n {
+        first[i + 1] += first[i];
+    }
+    let mut flat = vec![0usize; first[n]];
+    let mut fill = first.clone();
+    for (i, node) in nodes.iter().enumerate() {
+        if let Some(p) = node.parent.filter(|&p| p < n && p != i) {
+            flat[fill[p]] = i;
+            fill[p] += 1;
         }
     }
     let mut start: Vec<u64> = nodes.iter().map(|x| x.start).collect();
@@ -56,8 +65,7 @@ pub fn critical_path(nodes: &[Node], root: usize) -> (Vec<Section>, Vec<u64>) {
     let mut stack = vec![root];
     alive[root] = true;
     while let Some(i) = stack.pop() {
-        order.push(i);
-        for &c in &children[i] {
+        for &c in &flat[first[i]..first[i + 1]] {
             if alive[c] {
                 continue; // a cycle in bad data: visit once
             }
@@ -70,11 +78,21 @@ pub fn critical_path(nodes: &[Node], root: usize) -> (Vec<Section>, Vec<u64>) {
             stack.push(c);
         }
     }
-    // Children by end, for the last-finishing search.
-    for c in children.iter_mut() {
-        c.retain(|&x| alive[x]);
-        c.sort_unstable_by_key(|&x| end[x]);
+    // Live children by end, for the last-finishing search.
+    let mut len = vec![0usize; n];
+    for i in 0..n {
+        let seg = &mut flat[first[i]..first[i + 1]];
+        let mut k = 0;
+        for j in 0..seg.len() {
+            if alive[seg[j]] {
+                seg[k] = seg[j];
+                k += 1;
+            }
+        }
+        seg[..k].sort_unstable_by_key(|&x| end[x]);
+        len[i] = k;
     }
+    let children = |i: usize| &flat[first[i]..first[i] + len[i]];
     let mut sections = Vec::new();
     let mut self_time = vec![0u64; n];
     // (span, the returning child's position among the span's children (by
@@ -86,8 +104,8 @@ pub fn critical_path(nodes: &[Node], root: usize) -> (Vec<Section>, Vec<u64>) {
         // child in end order. Jaeger UI asks for strictly before; a call
         // that ends exactly when the next one starts is sequential, so it
         // counts here (back-to-back calls are common at ms resolution).
-        let limit = returning.map_or(children[span].len(), |(pos, _)| pos);
-        let lfc = children[span][..limit]
+        let limit = returning.map_or(children(span).len(), |(pos, _)| pos);
+        let lfc = children(span)[..limit]
             .iter()
             .enumerate()
             .rev()

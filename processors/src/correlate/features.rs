@@ -24,10 +24,10 @@ pub struct SpanRow {
     pub span_id: String,
     /// Hex parent id ("" for a root).
     pub parent_id: String,
-    /// `service.name`.
-    pub service: String,
-    /// `host.name`.
-    pub host: String,
+    /// `service.name` (shared by the spans of a resource).
+    pub service: std::sync::Arc<str>,
+    /// `host.name` (shared by the spans of a resource).
+    pub host: std::sync::Arc<str>,
     /// Span name.
     pub name: String,
     /// server, client, producer, consumer, internal.
@@ -193,7 +193,12 @@ fn kind_name(k: i32) -> &'static str {
     }
 }
 
-fn span_row(at: SpanRef, span: &Span, service: &str, host: &str) -> SpanRow {
+fn span_row(
+    at: SpanRef,
+    span: &Span,
+    service: &std::sync::Arc<str>,
+    host: &std::sync::Arc<str>,
+) -> SpanRow {
     let a = &span.attributes;
     let status = match span.status.as_ref().map(|s| StatusCode::try_from(s.code)) {
         Some(Ok(StatusCode::Error)) => "error",
@@ -213,8 +218,8 @@ fn span_row(at: SpanRef, span: &Span, service: &str, host: &str) -> SpanRow {
         at,
         span_id: hex::encode(&span.span_id),
         parent_id: hex::encode(&span.parent_span_id),
-        service: service.to_string(),
-        host: host.to_string(),
+        service: service.clone(),
+        host: host.clone(),
         name: span.name.clone(),
         kind: kind_name(span.kind),
         status,
@@ -264,12 +269,14 @@ pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
             .as_ref()
             .map(|r| r.attributes.as_slice())
             .unwrap_or(&[]);
-        let service = get(ra, &["service.name"])
+        let service: std::sync::Arc<str> = get(ra, &["service.name"])
             .and_then(any_str)
-            .unwrap_or_default();
-        let host = get(ra, &["host.name"])
+            .unwrap_or_default()
+            .into();
+        let host: std::sync::Arc<str> = get(ra, &["host.name"])
             .and_then(any_str)
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into();
         for (si, ss) in rs.scope_spans.iter().enumerate() {
             for (pi, span) in ss.spans.iter().enumerate() {
                 if span.trace_id.len() != 16 {
@@ -394,13 +401,18 @@ pub fn join(
     lookahead_ns: u64,
     now_ns: u64,
 ) {
+    // A route's statistics are the same for every trace of the tick: computed once.
+    let mut stats: HashMap<String, Option<RouteStats>> = HashMap::new();
     for t in traces.iter_mut() {
         t.logs = store.logs_of(&t.id);
         if t.route.is_none() {
             t.route = t.logs.iter().find_map(|l| l.route.clone());
         }
         if let Some(route) = &t.route {
-            t.route_stats = store.route_stats(route, now_ns).map(|s| (route.clone(), s));
+            let st = stats
+                .entry(route.clone())
+                .or_insert_with(|| store.route_stats(route, now_ns));
+            t.route_stats = st.clone().map(|s| (route.clone(), s));
         }
     }
     // One pass over the series for all traces of the tick.
@@ -410,7 +422,7 @@ pub fn join(
         .collect();
     let hosts: BTreeSet<String> = traces
         .iter()
-        .flat_map(|t| t.spans.iter().map(|s| s.host.clone()))
+        .flat_map(|t| t.spans.iter().map(|s| s.host.to_string()))
         .filter(|h| !h.is_empty())
         .collect();
     let kafka_series =
@@ -436,13 +448,13 @@ pub fn join(
         let span_hosts: BTreeSet<&str> = t
             .spans
             .iter()
-            .map(|s| s.host.as_str())
+            .map(|s| &*s.host)
             .filter(|h| !h.is_empty())
             .collect();
         for h in span_hosts {
             let mut row = host_row(&host_series, h, from, to);
             if row.time_ns > 0 {
-                row.culprit = h == culprit_host;
+                row.culprit = *h == *culprit_host;
                 t.hosts.push(row);
             }
         }

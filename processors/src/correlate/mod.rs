@@ -332,7 +332,7 @@ pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) {
             set_attr(
                 a,
                 "rca.culprit.service",
-                any_value::Value::StringValue(culprit.service.clone()),
+                any_value::Value::StringValue(culprit.service.to_string()),
             );
             set_attr(
                 a,
@@ -417,7 +417,7 @@ impl Correlate {
                 cause: v.best.cause.clone(),
                 summary: v.best.summary.clone(),
                 route: t.route.clone().unwrap_or_default(),
-                service: t.spans[v.culprit].service.clone(),
+                service: t.spans[v.culprit].service.to_string(),
                 culprit_span_id: t.spans[v.culprit].span_id.clone(),
                 confidence: v.best.confidence,
                 rule: v.best.rule.clone(),

@@ -586,7 +586,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                         s(&cu.host),
                         so(&cu.db_system),
                         V::S(err.map(|e| e.span_id.as_str())),
-                        V::S(err.map(|e| e.service.as_str())),
+                        V::S(err.map(|e| &*e.service)),
                     ]);
                 }
             }
