@@ -118,6 +118,8 @@ pub struct KafkaRow {
     pub group: String,
     /// Lag (messages), largest in the join interval.
     pub lag: Option<f64>,
+    /// How the lag moved over the join interval (messages; > 0: growing).
+    pub lag_trend: Option<f64>,
     /// Time lag (s), largest.
     pub lag_seconds: Option<f64>,
     /// Burrow group status code, worst.
@@ -469,6 +471,7 @@ fn kafka_row(series: &[Series], topic: &str, group: &str, from: u64, to: u64) ->
     };
     let mut bump = |t: u64| row_time(&mut row.time_ns, t);
     let mut lag = None;
+    let mut trend: Option<f64> = None;
     let mut lag_s = None;
     let mut status = None;
     let mut alarm = false;
@@ -489,6 +492,11 @@ fn kafka_row(series: &[Series], topic: &str, group: &str, from: u64, to: u64) ->
         match s.name.as_str() {
             "kafka.consumer_group.lag_sum" | "kafka.consumer_group.lag" => {
                 lag = Some(lag.map_or(v, |x: f64| x.max(v)));
+                // Trend: how the lag moved over the join interval (last − first point).
+                let mut pts = s.points.iter().filter(|(t, _)| *t >= from && *t <= to);
+                if let (Some(first), Some(last)) = (pts.next(), pts.next_back()) {
+                    trend = Some(trend.unwrap_or(0.0) + (last.1 - first.1));
+                }
             }
             "kafka.consumer_group.lag_seconds" => lag_s = Some(lag_s.map_or(v, |x: f64| x.max(v))),
             "kafka.consumer_group.partition_status" => {
@@ -503,6 +511,7 @@ fn kafka_row(series: &[Series], topic: &str, group: &str, from: u64, to: u64) ->
     }
     // Group status series carry only the group (no topic): joined by group.
     row.lag = lag;
+    row.lag_trend = trend;
     row.lag_seconds = lag_s;
     row.status = status;
     row.alarm = alarm;

@@ -254,7 +254,7 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
         .iter()
         .map(|k| {
             serde_json::json!({
-                "kind": "kafka", "topic": k.topic, "group": k.group, "lag": k.lag, "lag_seconds": k.lag_seconds,
+                "kind": "kafka", "topic": k.topic, "group": k.group, "lag": k.lag, "lag_trend": k.lag_trend, "lag_seconds": k.lag_seconds,
                 "status": k.status, "alarm": k.alarm, "retry_storm": k.retry_storm, "produce_rate": k.produce_rate,
                 "time_unix_nano": k.time_ns,
             })

@@ -15,7 +15,7 @@
 //!   severity, error_type, body`
 //! - `route_stats` (trace with a known route): `trace_id, route, requests, s4xx, s5xx,
 //!   s429, s503, s504, not_closed, top_rule, circuit_state, circuit_changes, p50_ms, p99_ms`
-//! - `kafka_lag` (topic the trace touches): `trace_id, topic, consumer_group, lag,
+//! - `kafka_lag` (topic the trace touches): `trace_id, topic, consumer_group, lag, lag_trend,
 //!   lag_seconds, status, alarm, retry_storm, produce_rate, time_ms`
 //! - `host` (host the trace ran on): `trace_id, host, culprit, cpu_busy, iowait, mem_used,
 //!   mem_available_ratio, disk_util, psi_cpu, psi_memory, psi_io, time_ms`
@@ -290,6 +290,14 @@ SELECT s.trace_id, 0.76 AS confidence,
 FROM spans s JOIN traces t ON s.trace_id = t.trace_id
 WHERE s.critical AND s.self_ms >= 0.3 * t.duration_ms AND s.self_ms >= 50
   AND regexp_like(lower(s.name), '(pool|acquire|lock|queue|wait)')
+GROUP BY s.trace_id
+UNION ALL
+SELECT s.trace_id, 0.8 AS confidence,
+  concat(max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR),
+         ' ms for a connection to ', coalesce(max(s.server_address), 'its upstream'), ' from its pool (http.getconn)') AS summary,
+  max(s.span_id) AS culprit_span_id
+FROM spans s JOIN traces t ON s.trace_id = t.trace_id
+WHERE s.name = 'http.getconn' AND s.duration_ms >= 0.3 * t.duration_ms AND s.duration_ms >= 50
 GROUP BY s.trace_id"#,
         ),
         r(
@@ -452,6 +460,7 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 utf8("topic"),
                 utf8("consumer_group"),
                 f64f("lag"),
+                f64f("lag_trend"),
                 f64f("lag_seconds"),
                 i64f("status"),
                 boolf("alarm"),
@@ -684,6 +693,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                             s(&k.topic),
                             V::S(Some(k.group.as_str()).filter(|g| !g.is_empty())),
                             V::F(k.lag),
+                            V::F(k.lag_trend),
                             V::F(k.lag_seconds),
                             V::I(k.status),
                             V::B(Some(k.alarm)),

@@ -231,3 +231,101 @@ fn the_state_stays_within_its_bounds_under_a_flood() {
     st.add_logs(&[], now + 700_000_000_000);
     assert_eq!(st.sizes().0, 0);
 }
+
+#[tokio::test]
+async fn a_long_http_getconn_phase_is_queueing_for_a_pooled_connection() {
+    let st = store();
+    let mut rs = vec![resource_spans(
+        "checkout",
+        vec![
+            span(11, 1, None, "POST /checkout", 0, 700, vec![]),
+            span(
+                11,
+                2,
+                Some(1),
+                "POST payments",
+                5,
+                690,
+                vec![attr_s("server.address", "payments")],
+            ),
+            span(11, 3, Some(2), "http.getconn", 5, 600, vec![]),
+            span(11, 4, Some(2), "http.tls", 600, 610, vec![]),
+        ],
+    )];
+    for sp in &mut rs[0].scope_spans[0].spans[2..] {
+        sp.kind = span::SpanKind::Internal as i32;
+    }
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "queueing", "{v:?}");
+    assert!(
+        v.best.summary.contains("from its pool (http.getconn)"),
+        "{}",
+        v.best.summary
+    );
+    assert_eq!(out[0].0.spans[v.culprit].name, "http.getconn");
+}
+
+#[tokio::test]
+async fn kafka_lag_trend_over_the_join_interval_is_a_column_rules_can_use() {
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric, number_data_point, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
+    };
+    let st = store();
+    let point = |t_s: u64, v: f64| ResourceMetrics {
+        scope_metrics: vec![ScopeMetrics {
+            metrics: vec![Metric {
+                name: "kafka.consumer_group.lag_sum".into(),
+                data: Some(metric::Data::Gauge(Gauge {
+                    data_points: vec![NumberDataPoint {
+                        attributes: vec![attr_s("topic", "orders"), attr_s("group", "billing")],
+                        time_unix_nano: 1_000_000_000_000 + t_s * 1_000_000_000,
+                        value: Some(number_data_point::Value::AsDouble(v)),
+                        ..Default::default()
+                    }],
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    st.add_metrics(
+        &[point(0, 100.0), point(15, 900.0), point(30, 2500.0)],
+        1_000_000_000_000,
+    );
+    let mut rs = vec![resource_spans(
+        "billing",
+        vec![span(
+            12,
+            1,
+            None,
+            "orders process",
+            0,
+            100,
+            vec![
+                attr_s("messaging.destination.name", "orders"),
+                attr_s("messaging.consumer.group.name", "billing"),
+            ],
+        )],
+    )];
+    let mut traces = features::traces(&rs);
+    features::join(
+        &mut traces,
+        &st,
+        120_000_000_000,
+        60_000_000_000,
+        1_000_000_000_000,
+    );
+    assert_eq!(traces[0].kafka[0].lag_trend, Some(2400.0));
+    let growing = rules::Rule {
+        name: "lag_growing".into(),
+        cause: "consumer_lag".into(),
+        sql: "SELECT trace_id, 0.99 AS confidence, concat('lag grew by ', CAST(CAST(max(lag_trend) AS BIGINT) AS VARCHAR)) AS summary FROM kafka_lag WHERE lag_trend > 1000 GROUP BY trace_id".into(),
+        user: true,
+    };
+    let (findings, errors) = rules::evaluate(&[growing], &traces).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(findings[&traces[0].trace_id][0].summary, "lag grew by 2400");
+    let _ = &mut rs;
+}
