@@ -90,6 +90,28 @@ impl Output {
         self.send_or_return(batch).await.map_err(|(e, _)| e)
     }
 
+    /// Send, waiting while the pipelines are full, for sources that cannot
+    /// refuse their own input (files, scrapes). `true` once sent; `false` when
+    /// the daemon stops first (`shutdown` fired while full, or pipelines closed).
+    pub async fn send_until_stopped(
+        &self,
+        mut batch: Batch,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> bool {
+        loop {
+            match self.send_or_return(batch).await {
+                Ok(()) => return true,
+                Err((SendError::Full { .. }, b)) => {
+                    if shutdown.is_cancelled() {
+                        return false;
+                    }
+                    batch = b;
+                }
+                Err((SendError::Closed, _)) => return false,
+            }
+        }
+    }
+
     /// Like [`Output::send`], but a refused batch comes back, so the caller
     /// can retry it without having kept a copy.
     pub async fn send_or_return(&self, batch: Batch) -> Result<(), (SendError, Batch)> {

@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
 use causeway_core::config::{decode, ConfigError};
 use causeway_core::telemetry::{Counter, Gauge};
-use causeway_core::topology::{Output, SendError};
+use causeway_core::topology::Output;
 use causeway_core::wire;
 use causeway_core::{Ack, Batch, BoxError, Signal, SignalSet};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
@@ -392,18 +392,8 @@ impl Receiver for GatewayLogReceiver {
                             .with_ack(ack);
                     // Wait for room: the lines are already read, and the checkpoint
                     // does not move until they are delivered.
-                    let mut batch = Some(batch);
-                    while let Some(b) = batch.take() {
-                        match out.send_or_return(b).await {
-                            Ok(()) => {}
-                            Err((SendError::Full { .. }, b)) => {
-                                if shutdown.is_cancelled() {
-                                    break 'outer;
-                                }
-                                batch = Some(b);
-                            }
-                            Err((SendError::Closed, _)) => break 'outer,
-                        }
+                    if !out.send_until_stopped(batch, &shutdown).await {
+                        break 'outer;
                     }
                 } else {
                     drop(ack); // only bad lines: nothing to deliver, the offsets may advance

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
 use causeway_core::config::{decode, ConfigError};
 use causeway_core::telemetry::Counter;
-use causeway_core::topology::{Output, SendError};
+use causeway_core::topology::Output;
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
 use opentelemetry_proto::tonic::metrics::v1::ResourceMetrics;
 use std::path::PathBuf;
@@ -275,18 +275,11 @@ impl Receiver for HostMetricsReceiver {
                 start_ns,
             );
             prev = Some((reading, at));
-            let mut batch = Some(Batch::from_metrics(vec![rm]));
-            while let Some(b) = batch.take() {
-                match out.send_or_return(b).await {
-                    Ok(()) => {}
-                    Err((SendError::Full { .. }, b)) => {
-                        if shutdown.is_cancelled() {
-                            return Ok(());
-                        }
-                        batch = Some(b);
-                    }
-                    Err((SendError::Closed, _)) => return Ok(()),
-                }
+            if !out
+                .send_until_stopped(Batch::from_metrics(vec![rm]), &shutdown)
+                .await
+            {
+                return Ok(());
             }
         }
         Ok(())
