@@ -3,14 +3,16 @@
 //! route statistics, Kafka lag of the topics it touches, pressure of the
 //! hosts it ran on). Rows of the tables the rules query.
 
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 use opentelemetry_proto::tonic::trace::v1::{
     span::SpanKind, status::StatusCode, ResourceSpans, Span,
 };
 use std::collections::{BTreeSet, HashMap};
 
 use super::critical::{critical_path, root, Node};
-use super::store::{LogEvidence, RouteStats, Series, Store, ROUTE_KEYS};
+use super::store::{
+    find as attr, s as attr_str, LogEvidence, RouteStats, Series, Store, ROUTE_KEYS,
+};
 
 /// Where a span is in the batch: (resource_spans, scope_spans, span) indexes.
 pub type SpanRef = (usize, usize, usize);
@@ -161,16 +163,6 @@ pub struct HostRow {
     pub time_ns: u64,
 }
 
-fn any_str(v: &Option<AnyValue>) -> Option<String> {
-    match v.as_ref()?.value.as_ref()? {
-        any_value::Value::StringValue(x) => Some(x.clone()),
-        any_value::Value::IntValue(i) => Some(i.to_string()),
-        any_value::Value::BoolValue(b) => Some(b.to_string()),
-        any_value::Value::DoubleValue(d) => Some(d.to_string()),
-        _ => None,
-    }
-}
-
 fn any_int(v: &Option<AnyValue>) -> Option<i64> {
     match v.as_ref()?.value.as_ref()? {
         any_value::Value::IntValue(i) => Some(*i),
@@ -178,11 +170,6 @@ fn any_int(v: &Option<AnyValue>) -> Option<i64> {
         any_value::Value::StringValue(x) => x.parse().ok(),
         _ => None,
     }
-}
-
-fn get<'a>(attrs: &'a [KeyValue], keys: &[&str]) -> Option<&'a Option<AnyValue>> {
-    keys.iter()
-        .find_map(|k| attrs.iter().find(|kv| kv.key == *k).map(|kv| &kv.value))
 }
 
 fn kind_name(k: i32) -> &'static str {
@@ -209,11 +196,11 @@ fn span_row(
     };
     let exception = span.events.iter().find(|e| e.name == "exception");
     let cache_hit =
-        match get(a, &["cache.hit", "db.cache.hit"]).and_then(|v| v.as_ref()?.value.as_ref()) {
+        match attr(a, &["cache.hit", "db.cache.hit"]).and_then(|v| v.as_ref()?.value.as_ref()) {
             Some(any_value::Value::BoolValue(b)) => Some(*b),
             Some(any_value::Value::StringValue(x)) => Some(x == "true" || x == "hit"),
-            _ => get(a, &["cache.result"])
-                .and_then(any_str)
+            _ => attr(a, &["cache.result"])
+                .and_then(attr_str)
                 .map(|x| x == "hit"),
         };
     SpanRow {
@@ -230,27 +217,27 @@ fn span_row(
             .as_ref()
             .map(|s| s.message.clone())
             .unwrap_or_default(),
-        http_status: get(a, &["http.response.status_code", "http.status_code"]).and_then(any_int),
-        route: get(a, &ROUTE_KEYS).and_then(any_str),
-        db_system: get(a, &["db.system", "db.system.name"]).and_then(any_str),
-        db_operation: get(a, &["db.operation.name", "db.operation"]).and_then(any_str),
-        messaging_system: get(a, &["messaging.system"]).and_then(any_str),
-        destination: get(a, &["messaging.destination.name"]).and_then(any_str),
-        consumer_group: get(
+        http_status: attr(a, &["http.response.status_code", "http.status_code"]).and_then(any_int),
+        route: attr(a, &ROUTE_KEYS).and_then(attr_str),
+        db_system: attr(a, &["db.system", "db.system.name"]).and_then(attr_str),
+        db_operation: attr(a, &["db.operation.name", "db.operation"]).and_then(attr_str),
+        messaging_system: attr(a, &["messaging.system"]).and_then(attr_str),
+        destination: attr(a, &["messaging.destination.name"]).and_then(attr_str),
+        consumer_group: attr(
             a,
             &[
                 "messaging.consumer.group.name",
                 "messaging.kafka.consumer.group",
             ],
         )
-        .and_then(any_str),
-        server_address: get(a, &["server.address", "net.peer.name"]).and_then(any_str),
-        error_type: get(a, &["error.type"]).and_then(any_str),
+        .and_then(attr_str),
+        server_address: attr(a, &["server.address", "net.peer.name"]).and_then(attr_str),
+        error_type: attr(a, &["error.type"]).and_then(attr_str),
         exception_type: exception
-            .and_then(|e| get(&e.attributes, &["exception.type"]).and_then(any_str)),
+            .and_then(|e| attr(&e.attributes, &["exception.type"]).and_then(attr_str)),
         exception_message: exception
-            .and_then(|e| get(&e.attributes, &["exception.message"]).and_then(any_str)),
-        resend_count: get(a, &["http.request.resend_count"]).and_then(any_int),
+            .and_then(|e| attr(&e.attributes, &["exception.message"]).and_then(attr_str)),
+        resend_count: attr(a, &["http.request.resend_count"]).and_then(any_int),
         cache_hit,
         ..Default::default()
     }
@@ -271,12 +258,12 @@ pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
             .as_ref()
             .map(|r| r.attributes.as_slice())
             .unwrap_or(&[]);
-        let service: std::sync::Arc<str> = get(ra, &["service.name"])
-            .and_then(any_str)
+        let service: std::sync::Arc<str> = attr(ra, &["service.name"])
+            .and_then(attr_str)
             .unwrap_or_default()
             .into();
-        let host: std::sync::Arc<str> = get(ra, &["host.name"])
-            .and_then(any_str)
+        let host: std::sync::Arc<str> = attr(ra, &["host.name"])
+            .and_then(attr_str)
             .unwrap_or_default()
             .into();
         for (si, ss) in rs.scope_spans.iter().enumerate() {

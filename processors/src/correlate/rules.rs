@@ -746,7 +746,7 @@ fn context(tables: Vec<(&'static str, SchemaRef, RecordBatch)>) -> Result<Sessio
 pub fn check_sql(sql: &str) -> Result<(), String> {
     let tables = tables(&[])?;
     let ctx = context(tables)?;
-    let df = futures_lite_block_on(ctx.sql(sql)).map_err(|e| first_line(&e.to_string()))?;
+    let df = futures::executor::block_on(ctx.sql(sql)).map_err(|e| first_line(&e.to_string()))?;
     let cols: Vec<String> = df
         .schema()
         .fields()
@@ -766,26 +766,6 @@ pub fn check_sql(sql: &str) -> Result<(), String> {
 
 fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or(s).to_string()
-}
-
-/// Block on a future that does no IO (DataFusion planning over memory tables).
-fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
-    use std::task::{Context, Poll, Wake, Waker};
-    struct W(std::thread::Thread);
-    impl Wake for W {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(W(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        match f.as_mut().poll(&mut cx) {
-            Poll::Ready(v) => return v,
-            Poll::Pending => std::thread::park(),
-        }
-    }
 }
 
 fn column_str(b: &RecordBatch, name: &str, row: usize) -> Option<String> {

@@ -247,7 +247,8 @@ impl std::fmt::Debug for Store {
     }
 }
 
-fn s(v: &Option<AnyValue>) -> Option<String> {
+/// An attribute value as text (numbers and booleans printed).
+pub(crate) fn s(v: &Option<AnyValue>) -> Option<String> {
     match v.as_ref()?.value.as_ref()? {
         any_value::Value::StringValue(x) => Some(x.clone()),
         any_value::Value::IntValue(i) => Some(i.to_string()),
@@ -266,7 +267,8 @@ fn num(v: &Option<AnyValue>) -> Option<f64> {
     }
 }
 
-fn find<'a>(attrs: &'a [KeyValue], keys: &[&str]) -> Option<&'a Option<AnyValue>> {
+/// The value of the first of `keys` present in `attrs`.
+pub(crate) fn find<'a>(attrs: &'a [KeyValue], keys: &[&str]) -> Option<&'a Option<AnyValue>> {
     keys.iter()
         .find_map(|k| attrs.iter().find(|kv| kv.key == *k).map(|kv| &kv.value))
 }
