@@ -1,11 +1,13 @@
 //! causeway exporters.
 
+pub mod alertmanager;
 pub mod debug;
 pub mod file;
 mod http_util;
 pub mod loki;
 pub mod otlp;
 pub mod victoriametrics;
+pub mod webhook;
 
 use causeway_core::registry::Registry;
 
@@ -60,4 +62,6 @@ pub fn register(registry: &mut Registry) {
     registry.add_exporter(debug::DebugExporterFactory);
     registry.add_exporter(loki::LokiExporterFactory);
     registry.add_exporter(victoriametrics::VictoriaMetricsExporterFactory);
+    registry.add_exporter(alertmanager::AlertmanagerExporterFactory);
+    registry.add_exporter(webhook::WebhookExporterFactory);
 }

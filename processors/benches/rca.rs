@@ -157,8 +157,17 @@ fn store() -> Store {
     })
 }
 
+// The daemon's allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // The daemon's runtime: multi-threaded, one worker per core (2 here).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let one = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
     let rules = rules::assemble(true, &[]);
@@ -176,7 +185,7 @@ fn bench(c: &mut Criterion) {
         let tables = rules::tables(&rows).expect("tables");
         let t3 = t.elapsed();
         drop(tables);
-        let (findings, _) = rt.block_on(rules::evaluate(&rules, &rows));
+        let (findings, _) = one.block_on(rules::evaluate(&rules, &rows));
         let t4 = t.elapsed();
         let mut rs = rs;
         for tr in &rows {
@@ -192,26 +201,43 @@ fn bench(c: &mut Criterion) {
             t4 - t3,
             t5 - t4
         );
+        // Each rule alone, on one thread.
+        for r in &rules {
+            let t = std::time::Instant::now();
+            let (_, errors) = one.block_on(rules::evaluate(std::slice::from_ref(r), &rows));
+            assert!(errors.is_empty(), "{errors:?}");
+            eprintln!("rule {:<28} {:?} (with its tables)", r.name, t.elapsed());
+        }
     }
     let mut g = c.benchmark_group("rca");
     g.sample_size(10);
     g.throughput(Throughput::Elements(1000));
+    let tick = |rt: &tokio::runtime::Runtime, rs: Vec<ResourceSpans>| {
+        let mut rs = rs;
+        let mut rows = features::traces(&rs);
+        features::join(&mut rows, &st, 120_000_000_000, 60_000_000_000, T0);
+        let (findings, errors) = rt.block_on(rules::evaluate(&rules, &rows));
+        assert!(errors.is_empty(), "{errors:?}");
+        for t in &rows {
+            let v = verdict(t, findings.get(&t.trace_id));
+            annotate(&mut rs, t, &v);
+        }
+        rs
+    };
+    // On one thread: the CPU a tick costs.
+    g.bench_function("tick_1000_traces_x50_spans_one_thread", |b| {
+        b.iter_batched(
+            || batch.clone(),
+            |rs| tick(&one, rs),
+            criterion::BatchSize::LargeInput,
+        )
+    });
     g.bench_function("tick_1000_traces_x50_spans", |b| {
         // The batch is decoded already when it reaches the processor: its
         // copy is set-up, not measured.
         b.iter_batched(
             || batch.clone(),
-            |mut rs| {
-                let mut rows = features::traces(&rs);
-                features::join(&mut rows, &st, 120_000_000_000, 60_000_000_000, T0);
-                let (findings, errors) = rt.block_on(rules::evaluate(&rules, &rows));
-                assert!(errors.is_empty(), "{errors:?}");
-                for t in &rows {
-                    let v = verdict(t, findings.get(&t.trace_id));
-                    annotate(&mut rs, t, &v);
-                }
-                rs
-            },
+            |rs| tick(&rt, rs),
             criterion::BatchSize::LargeInput,
         )
     });

@@ -54,6 +54,11 @@ pub struct CorrelateConfig {
     /// metrics pipelines) (default true).
     #[serde(default = "yes")]
     pub events: bool,
+    /// Alert rules over the route windows, root-cause results and lag status
+    /// (see [`super::alerts`]); alerts leave as log records into the logs
+    /// pipelines this processor is in.
+    #[serde(default)]
+    pub alerts: super::alerts::AlertsConfig,
 }
 
 fn window() -> Duration {
@@ -113,6 +118,9 @@ impl Validate for CorrelateConfig {
             if let Err(msg) = super::rules::check_sql(&r.sql) {
                 e.push(ConfigError::new(format!("rules[{i}].sql"), msg));
             }
+        }
+        if !self.alerts.rules.is_empty() || !self.alerts.links.is_empty() {
+            e.extend(super::alerts::validate(&self.alerts));
         }
         e
     }

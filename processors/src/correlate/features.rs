@@ -22,10 +22,10 @@ pub type SpanRef = (usize, usize, usize);
 pub struct SpanRow {
     /// Where it is.
     pub at: SpanRef,
-    /// Hex span id.
-    pub span_id: String,
-    /// Hex parent id ("" for a root).
-    pub parent_id: String,
+    /// Span id (8 bytes, big-endian; 0 when absent or malformed).
+    pub span_id: u64,
+    /// Parent id (0 for a root).
+    pub parent_id: u64,
     /// `service.name` (shared by the spans of a resource).
     pub service: std::sync::Arc<str>,
     /// `host.name` (shared by the spans of a resource).
@@ -50,7 +50,7 @@ pub struct SpanRow {
     pub status_message: String,
     /// `http.response.status_code` (or the older `http.status_code`).
     pub http_status: Option<i64>,
-    /// Route.
+    /// Route on the span itself (the `spans` table falls back to the trace's).
     pub route: Option<String>,
     /// `db.system` (`db.system.name`).
     pub db_system: Option<String>,
@@ -101,8 +101,8 @@ pub struct TraceRow {
     pub error_origin: Option<usize>,
     /// Route (from the spans, else from the gateway logs).
     pub route: Option<String>,
-    /// Log records of the trace.
-    pub logs: Vec<LogEvidence>,
+    /// Log records of the trace (shared with the correlation state).
+    pub logs: Vec<std::sync::Arc<LogEvidence>>,
     /// Route statistics of its route.
     pub route_stats: Option<(String, RouteStats)>,
     /// Kafka state of the topics it touches.
@@ -112,7 +112,7 @@ pub struct TraceRow {
 }
 
 /// Kafka state of a topic (and group) a trace touches.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct KafkaRow {
     /// Topic.
     pub topic: String,
@@ -133,11 +133,12 @@ pub struct KafkaRow {
     /// Produce rate (messages/s).
     pub produce_rate: Option<f64>,
     /// The times of the points used (ns), for the evidence.
+    #[serde(rename = "time_unix_nano")]
     pub time_ns: u64,
 }
 
 /// Pressure of a host a trace ran on.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct HostRow {
     /// `host.name`.
     pub host: String,
@@ -160,6 +161,7 @@ pub struct HostRow {
     /// PSI some avg10 (%).
     pub psi_io: Option<f64>,
     /// Time of the latest point used (ns).
+    #[serde(rename = "time_unix_nano")]
     pub time_ns: u64,
 }
 
@@ -205,8 +207,8 @@ fn span_row(
         };
     SpanRow {
         at,
-        span_id: hex::encode(&span.span_id),
-        parent_id: hex::encode(&span.parent_span_id),
+        span_id: id64(&span.span_id),
+        parent_id: id64(&span.parent_span_id),
         service: service.clone(),
         host: host.clone(),
         name: span.name.clone(),
@@ -243,15 +245,53 @@ fn span_row(
     }
 }
 
+/// A span id as a number (0 when it is not 8 bytes).
+pub fn id64(b: &[u8]) -> u64 {
+    <[u8; 8]>::try_from(b).map_or(0, u64::from_be_bytes)
+}
+
+/// A span id as 16 hex digits, without allocating ("" for 0, the absent id).
+#[derive(Clone, Copy)]
+pub struct Hex16([u8; 16], bool);
+
+impl Hex16 {
+    /// The hex text of an id.
+    pub fn of(id: u64) -> Self {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut b = [0u8; 16];
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = DIGITS[((id >> (60 - 4 * i)) & 0xf) as usize];
+        }
+        Hex16(b, id != 0)
+    }
+    /// As text.
+    pub fn as_str(&self) -> &str {
+        if self.1 {
+            // Only ASCII hex digits are ever written.
+            std::str::from_utf8(&self.0).unwrap_or("")
+        } else {
+            ""
+        }
+    }
+}
+
+/// Parse a hex span id as written by [`Hex16`].
+pub fn parse_hex16(s: &str) -> Option<u64> {
+    (s.len() == 16).then(|| u64::from_str_radix(s, 16).ok())?
+}
+
+/// A fast hasher for ids that are random already (trace and span ids).
+type IdMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
 /// Group the spans of a batch by trace and compute each trace's critical
 /// path, self times, culprit and error origin.
 pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
-    struct Raw<'a> {
-        span: &'a Span,
-        row: SpanRow,
-    }
-    let mut by_trace: HashMap<[u8; 16], Vec<Raw<'_>>> = HashMap::new();
-    let mut order: Vec<[u8; 16]> = Vec::new();
+    // Pass 1: each span's trace (by first appearance), without moving rows.
+    let mut trace_of: IdMap<[u8; 16], u32> = IdMap::default();
+    let mut order: Vec<([u8; 16], u32)> = Vec::new(); // id, span count
+    let mut refs: Vec<(u32, SpanRef)> = Vec::new();
+    let mut resources: Vec<(std::sync::Arc<str>, std::sync::Arc<str>)> =
+        Vec::with_capacity(batch.len());
     for (ri, rs) in batch.iter().enumerate() {
         let ra = rs
             .resource
@@ -266,46 +306,60 @@ pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
             .and_then(attr_str)
             .unwrap_or_default()
             .into();
+        resources.push((service, host));
         for (si, ss) in rs.scope_spans.iter().enumerate() {
             for (pi, span) in ss.spans.iter().enumerate() {
-                if span.trace_id.len() != 16 {
+                let Ok(id) = <[u8; 16]>::try_from(span.trace_id.as_slice()) else {
                     continue;
-                }
-                let mut id = [0u8; 16];
-                id.copy_from_slice(&span.trace_id);
-                let v = by_trace.entry(id).or_insert_with(|| {
-                    order.push(id);
-                    Vec::new()
+                };
+                let t = *trace_of.entry(id).or_insert_with(|| {
+                    order.push((id, 0));
+                    (order.len() - 1) as u32
                 });
-                v.push(Raw {
-                    span,
-                    row: span_row((ri, si, pi), span, &service, &host),
-                });
+                order[t as usize].1 += 1;
+                refs.push((t, (ri, si, pi)));
             }
         }
     }
+    // Pass 2: the spans of each trace, contiguous (a counting sort, stable).
+    let mut first = Vec::with_capacity(order.len() + 1);
+    let mut acc = 0usize;
+    for (_, n) in &order {
+        first.push(acc);
+        acc += *n as usize;
+    }
+    first.push(acc);
+    let mut fill = first.clone();
+    let mut grouped: Vec<SpanRef> = vec![(0, 0, 0); refs.len()];
+    for (t, at) in refs {
+        grouped[fill[t as usize]] = at;
+        fill[t as usize] += 1;
+    }
     let mut out = Vec::with_capacity(order.len());
-    for id in order {
-        let Some(raws) = by_trace.remove(&id) else {
-            continue;
-        };
-        let index: HashMap<&[u8], usize> = raws
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.span.span_id.as_slice(), i))
-            .collect();
-        let nodes: Vec<Node> = raws
-            .iter()
-            .enumerate()
-            .map(|(i, r)| Node {
-                start: r.span.start_time_unix_nano,
-                end: r.span.end_time_unix_nano.max(r.span.start_time_unix_nano),
-                parent: index
-                    .get(r.span.parent_span_id.as_slice())
-                    .copied()
+    let mut index: IdMap<u64, usize> = IdMap::default();
+    for (ti, (id, _)) in order.into_iter().enumerate() {
+        let ats = &grouped[first[ti]..first[ti + 1]];
+        let span_at = |&(ri, si, pi): &SpanRef| &batch[ri].scope_spans[si].spans[pi];
+        index.clear();
+        for (i, at) in ats.iter().enumerate() {
+            index.insert(id64(&span_at(at).span_id), i);
+        }
+        let mut spans: Vec<SpanRow> = Vec::with_capacity(ats.len());
+        let mut nodes: Vec<Node> = Vec::with_capacity(ats.len());
+        for (i, at) in ats.iter().enumerate() {
+            let span = span_at(at);
+            let (service, host) = &resources[at.0];
+            let row = span_row(*at, span, service, host);
+            nodes.push(Node {
+                start: span.start_time_unix_nano,
+                end: span.end_time_unix_nano.max(span.start_time_unix_nano),
+                parent: (row.parent_id != 0)
+                    .then(|| index.get(&row.parent_id).copied())
+                    .flatten()
                     .filter(|p| *p != i),
-            })
-            .collect();
+            });
+            spans.push(row);
+        }
         let Some(root_i) = root(&nodes) else { continue };
         let (_, self_ns) = critical_path(&nodes, root_i);
         let start_ns = nodes.iter().map(|n| n.start).min().unwrap_or(0);
@@ -316,7 +370,7 @@ pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
             if let Some(p) = n.parent {
                 first_child[p] = Some(first_child[p].map_or(n.start, |s| s.min(n.start)));
             }
-            if raws[i].row.status == "error" {
+            if spans[i].status == "error" {
                 // Every ancestor of a failed span is not where the error began.
                 let mut p = n.parent;
                 let mut steps = 0;
@@ -331,21 +385,15 @@ pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
             }
         }
         let ms = |ns: u64| ns as f64 / 1e6;
-        let mut spans: Vec<SpanRow> = raws
-            .into_iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let mut row = r.row;
-                let n = nodes[i];
-                row.start_ms = ms(n.start.saturating_sub(start_ns));
-                row.end_ms = ms(n.end.saturating_sub(start_ns));
-                row.duration_ms = ms(n.end - n.start);
-                row.self_ms = ms(self_ns[i]);
-                row.critical = self_ns[i] > 0;
-                row.wait_ms = first_child[i].map(|c| ms(c.saturating_sub(n.start)));
-                row
-            })
-            .collect();
+        for (i, row) in spans.iter_mut().enumerate() {
+            let n = nodes[i];
+            row.start_ms = ms(n.start.saturating_sub(start_ns));
+            row.end_ms = ms(n.end.saturating_sub(start_ns));
+            row.duration_ms = ms(n.end - n.start);
+            row.self_ms = ms(self_ns[i]);
+            row.critical = self_ns[i] > 0;
+            row.wait_ms = first_child[i].map(|c| ms(c.saturating_sub(n.start)));
+        }
         // Error origin: the failed span none of whose children failed, latest-ending first.
         let error_origin = (0..spans.len())
             .filter(|&i| spans[i].status == "error" && !has_error_child[i])
@@ -362,9 +410,6 @@ pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
             .route
             .clone()
             .or_else(|| spans.iter().find_map(|s| s.route.clone()));
-        for s in &mut spans {
-            s.route = s.route.clone().or_else(|| route.clone());
-        }
         out.push(TraceRow {
             id,
             trace_id: hex::encode(id),
@@ -405,19 +450,19 @@ pub fn join(
         }
     }
     // One pass over the series for all traces of the tick.
-    let topics: BTreeSet<String> = traces
+    let topics: BTreeSet<&str> = traces
         .iter()
-        .flat_map(|t| t.spans.iter().filter_map(|s| s.destination.clone()))
+        .flat_map(|t| t.spans.iter().filter_map(|s| s.destination.as_deref()))
         .collect();
-    let hosts: BTreeSet<String> = traces
+    let hosts: BTreeSet<&str> = traces
         .iter()
-        .flat_map(|t| t.spans.iter().map(|s| s.host.to_string()))
+        .flat_map(|t| t.spans.iter().map(|s| &*s.host))
         .filter(|h| !h.is_empty())
         .collect();
     let kafka_series =
-        store.series_where(|s| s.dims.topic.as_ref().is_some_and(|t| topics.contains(t)));
+        store.series_where(|s| s.dims.topic.as_deref().is_some_and(|t| topics.contains(t)));
     let host_series =
-        store.series_where(|s| s.dims.host.as_ref().is_some_and(|h| hosts.contains(h)));
+        store.series_where(|s| s.dims.host.as_deref().is_some_and(|h| hosts.contains(h)));
     for t in traces.iter_mut() {
         let from = t.start_ns.saturating_sub(lookback_ns);
         let to = t.end_ns.saturating_add(lookahead_ns);

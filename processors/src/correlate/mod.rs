@@ -13,6 +13,7 @@
 //! log record per analysed trace, and the first metrics pipeline the
 //! `causeway.rca.traces` counter.
 
+pub mod alerts;
 pub mod config;
 pub mod critical;
 pub mod features;
@@ -39,7 +40,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use config::CorrelateConfig;
-use features::TraceRow;
+use features::{Hex16, TraceRow};
 use rules::{Finding, Rule};
 use store::{Limits, RcaEvent, Store};
 
@@ -47,6 +48,10 @@ use store::{Limits, RcaEvent, Store};
 pub const ANALYSED: &str = "causeway_rca_traces_total";
 /// Rule failures at run time, by rule.
 pub const RULE_ERRORS: &str = "causeway_rca_rule_errors_total";
+/// Alert instances firing, by alert.
+pub const ALERTS_FIRING: &str = "causeway_alerts_firing";
+/// Alert notifications emitted, by alert and status.
+pub const ALERTS_SENT: &str = "causeway_alerts_sent_total";
 
 /// Factory of the `correlate` processor.
 pub struct CorrelateFactory;
@@ -75,7 +80,16 @@ impl ProcessorFactory for CorrelateFactory {
         let emit_metrics = cfg.events
             && ctx.pipeline_signals.contains(Signal::Metrics)
             && store.claim_metric_events();
+        // Alerts are evaluated by the instance that emits the RCA log records.
+        let alerting =
+            (emit_logs && !cfg.alerts.rules.is_empty()).then(|| alerts::Alerting::new(&cfg.alerts));
+        if !cfg.alerts.rules.is_empty() && !ctx.pipeline_signals.contains(Signal::Logs) {
+            tracing::debug!(processor = %id, "Alert rules are evaluated by this processor's instance in a logs pipeline.");
+        }
         Ok(Box::new(Correlate {
+            alert_every: cfg.alerts.interval.get(),
+            next_alert: Instant::now(),
+            alerting,
             rules: rules::assemble(cfg.builtin_rules, &cfg.rules),
             lookback_ns: nanos(cfg.metric_lookback.get()),
             lookahead_ns: nanos(cfg.metric_lookahead.get()),
@@ -123,6 +137,9 @@ fn now_ns() -> u64 {
 
 struct Correlate {
     id: String,
+    alerting: Option<alerts::Alerting>,
+    alert_every: Duration,
+    next_alert: Instant,
     rules: Vec<Rule>,
     store: Arc<Store>,
     lookback_ns: u64,
@@ -223,7 +240,8 @@ pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>) -> Verdict {
     let culprit = best
         .culprit_span_id
         .as_ref()
-        .and_then(|id| t.spans.iter().position(|s| &s.span_id == id))
+        .and_then(|id| features::parse_hex16(id))
+        .and_then(|id| t.spans.iter().position(|s| s.span_id == id))
         .unwrap_or(t.culprit);
     Verdict {
         best,
@@ -232,62 +250,118 @@ pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>) -> Verdict {
     }
 }
 
-/// The evidence of a verdict, as JSON (bounded).
+/// The evidence of a verdict as JSON, bounded: the culprit span, up to 5
+/// telling log records (bodies cut to 200 characters), the metric rows
+/// joined, the route's statistics and up to 4 alternatives.
 pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
+    #[derive(serde::Serialize)]
+    struct Evidence<'a> {
+        rule: &'a str,
+        detail: Option<&'a str>,
+        spans: [EvSpan<'a>; 1],
+        logs: Vec<EvLog<'a>>,
+        metrics: Vec<EvMetric<'a>>,
+        route_stats: Option<EvRoute<'a>>,
+        alternatives: Vec<EvAlt<'a>>,
+    }
+    #[derive(serde::Serialize)]
+    struct EvSpan<'a> {
+        span_id: &'a str,
+        service: &'a str,
+        name: &'a str,
+        self_ms: f64,
+        duration_ms: f64,
+        status: &'a str,
+        host: &'a str,
+    }
+    #[derive(serde::Serialize)]
+    struct EvLog<'a> {
+        time_unix_nano: u64,
+        gateway: bool,
+        service: &'a str,
+        route: Option<&'a str>,
+        status: Option<i64>,
+        rate_limit_rule: Option<&'a str>,
+        circuit_state: Option<&'a str>,
+        response_flags: Option<&'a str>,
+        upstream: Option<&'a str>,
+        duration_ms: Option<f64>,
+        body: &'a str,
+    }
+    #[derive(serde::Serialize)]
+    #[serde(tag = "kind", rename_all = "lowercase")]
+    enum EvMetric<'a> {
+        Kafka(&'a features::KafkaRow),
+        Host(&'a features::HostRow),
+    }
+    #[derive(serde::Serialize)]
+    struct EvRoute<'a> {
+        route: &'a str,
+        #[serde(flatten)]
+        stats: &'a store::RouteStats,
+    }
+    #[derive(serde::Serialize)]
+    struct EvAlt<'a> {
+        cause: &'a str,
+        confidence: f64,
+        rule: &'a str,
+    }
     let c = &t.spans[v.culprit];
-    let logs: Vec<serde_json::Value> = t
-        .logs
-        .iter()
-        .filter(|l| l.gateway || l.severity >= 13 || l.error_type.is_some())
-        .take(5)
-        .map(|l| {
-            serde_json::json!({
-                "time_unix_nano": l.time_ns, "gateway": l.gateway, "service": l.service, "route": l.route,
-                "status": l.status, "rate_limit_rule": l.rate_limit_rule, "circuit_state": l.circuit_state,
-                "response_flags": l.response_flags, "upstream": l.upstream, "duration_ms": l.duration_ms,
-                "body": l.body.chars().take(200).collect::<String>(),
-            })
-        })
-        .collect();
-    let mut metrics: Vec<serde_json::Value> = t
-        .kafka
-        .iter()
-        .map(|k| {
-            serde_json::json!({
-                "kind": "kafka", "topic": k.topic, "group": k.group, "lag": k.lag, "lag_trend": k.lag_trend, "lag_seconds": k.lag_seconds,
-                "status": k.status, "alarm": k.alarm, "retry_storm": k.retry_storm, "produce_rate": k.produce_rate,
-                "time_unix_nano": k.time_ns,
-            })
-        })
-        .collect();
-    metrics.extend(t.hosts.iter().map(|h| {
-        serde_json::json!({
-            "kind": "host", "host": h.host, "culprit": h.culprit, "cpu_busy": h.cpu_busy, "iowait": h.iowait,
-            "mem_used": h.mem_used, "mem_available_ratio": h.mem_available_ratio, "disk_util": h.disk_util,
-            "psi_cpu": h.psi_cpu, "psi_memory": h.psi_memory, "psi_io": h.psi_io, "time_unix_nano": h.time_ns,
-        })
-    }));
-    let route = t.route_stats.as_ref().map(|(r, s)| {
-        serde_json::json!({
-            "route": r, "requests": s.requests, "s429": s.s429, "s503": s.s503, "s504": s.s504, "s5xx": s.s5xx,
-            "not_closed": s.not_closed, "top_rule": s.top_rule, "circuit_state": s.circuit_state, "p99_ms": s.p99_ms,
-        })
-    });
-    serde_json::json!({
-        "rule": v.best.rule,
-        "detail": v.best.evidence,
-        "spans": [{
-            "span_id": c.span_id, "service": c.service, "name": c.name, "self_ms": c.self_ms,
-            "duration_ms": c.duration_ms, "status": c.status, "host": c.host,
+    let culprit_id = Hex16::of(c.span_id);
+    let cut = |b: &'_ str| -> usize { b.char_indices().nth(200).map_or(b.len(), |(i, _)| i) };
+    let ev = Evidence {
+        rule: &v.best.rule,
+        detail: v.best.evidence.as_deref(),
+        spans: [EvSpan {
+            span_id: culprit_id.as_str(),
+            service: &c.service,
+            name: &c.name,
+            self_ms: c.self_ms,
+            duration_ms: c.duration_ms,
+            status: c.status,
+            host: &c.host,
         }],
-        "logs": logs,
-        "metrics": metrics,
-        "route_stats": route,
-        "alternatives": v.alternatives.iter().take(4).map(|a| serde_json::json!({
-            "cause": a.cause, "confidence": a.confidence, "rule": a.rule,
-        })).collect::<Vec<_>>(),
-    })
-    .to_string()
+        logs: t
+            .logs
+            .iter()
+            .filter(|l| l.gateway || l.severity >= 13 || l.error_type.is_some())
+            .take(5)
+            .map(|l| EvLog {
+                time_unix_nano: l.time_ns,
+                gateway: l.gateway,
+                service: &l.service,
+                route: l.route.as_deref(),
+                status: l.status,
+                rate_limit_rule: l.rate_limit_rule.as_deref(),
+                circuit_state: l.circuit_state.as_deref(),
+                response_flags: l.response_flags.as_deref(),
+                upstream: l.upstream.as_deref(),
+                duration_ms: l.duration_ms,
+                body: &l.body[..cut(&l.body)],
+            })
+            .collect(),
+        metrics: t
+            .kafka
+            .iter()
+            .map(EvMetric::Kafka)
+            .chain(t.hosts.iter().map(EvMetric::Host))
+            .collect(),
+        route_stats: t
+            .route_stats
+            .as_ref()
+            .map(|(route, stats)| EvRoute { route, stats }),
+        alternatives: v
+            .alternatives
+            .iter()
+            .take(4)
+            .map(|a| EvAlt {
+                cause: &a.cause,
+                confidence: a.confidence,
+                rule: &a.rule,
+            })
+            .collect(),
+    };
+    serde_json::to_string(&ev).unwrap_or_default()
 }
 
 /// Write the verdict on the trace's spans.
@@ -337,7 +411,7 @@ pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) {
             set_attr(
                 a,
                 "rca.culprit.span_id",
-                any_value::Value::StringValue(culprit.span_id.clone()),
+                any_value::Value::StringValue(Hex16::of(culprit.span_id).as_str().to_string()),
             );
             set_attr(
                 a,
@@ -404,26 +478,84 @@ impl Correlate {
             let v = verdict(t, findings.get(&t.trace_id));
             annotate(rs, t, &v);
             self.analysed.add(1);
-            let mut root_id = [0u8; 8];
-            if let Ok(b) = hex::decode(&t.spans[t.root].span_id) {
-                if b.len() == 8 {
-                    root_id.copy_from_slice(&b);
-                }
-            }
-            self.store.push_event(RcaEvent {
-                time_ns: t.end_ns.max(1),
-                trace_id: t.id,
-                span_id: root_id,
-                cause: v.best.cause.clone(),
-                summary: v.best.summary.clone(),
-                route: t.route.clone().unwrap_or_default(),
-                service: t.spans[v.culprit].service.to_string(),
-                culprit_span_id: t.spans[v.culprit].span_id.clone(),
-                confidence: v.best.confidence,
-                rule: v.best.rule.clone(),
-            });
+            self.store.push_event(
+                RcaEvent {
+                    time_ns: t.end_ns.max(1),
+                    trace_id: t.id,
+                    span_id: t.spans[t.root].span_id.to_be_bytes(),
+                    cause: v.best.cause.clone(),
+                    summary: v.best.summary.clone(),
+                    route: t.route.clone().unwrap_or_default(),
+                    service: t.spans[v.culprit].service.to_string(),
+                    culprit_span_id: Hex16::of(t.spans[v.culprit].span_id).as_str().to_string(),
+                    confidence: v.best.confidence,
+                    rule: v.best.rule.clone(),
+                },
+                now,
+            );
         }
         Ok(())
+    }
+
+    async fn evaluate_alerts(&mut self, out: &mut Vec<Batch>) {
+        let Some(alerting) = self.alerting.as_mut() else {
+            return;
+        };
+        let now = alerts::wall_ns();
+        let sent = alerting.evaluate(&self.store, now).await;
+        for (rule, error) in std::mem::take(&mut alerting.errors) {
+            self.telemetry
+                .counter(
+                    RULE_ERRORS,
+                    "Root-cause rules that failed at run time, by rule.",
+                    &[("component", &self.id), ("rule", &rule)],
+                )
+                .add(1);
+            if self.rule_errors_logged.insert(rule.clone()) {
+                tracing::warn!(processor = %self.id, %rule, %error, "An alert rule failed; the other rules still ran.");
+            }
+        }
+        for (alert, n) in alerting.firing() {
+            self.telemetry
+                .gauge(
+                    ALERTS_FIRING,
+                    "Alert instances firing, by alert.",
+                    &[("component", &self.id), ("alert", &alert)],
+                )
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        if sent.is_empty() {
+            return;
+        }
+        for a in &sent {
+            let name = a.labels.get("alertname").map_or("", String::as_str);
+            let status = if a.firing { "firing" } else { "resolved" };
+            tracing::info!(processor = %self.id, alert = %name, status, labels = ?a.labels, "Alert.");
+            self.telemetry
+                .counter(
+                    ALERTS_SENT,
+                    "Alert notifications emitted, by alert and status.",
+                    &[("component", &self.id), ("alert", name), ("status", status)],
+                )
+                .add(1);
+        }
+        let records = sent.iter().map(|a| alerts::record(a, now)).collect();
+        out.push(Batch::from_logs(vec![ResourceLogs {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", "causeway".to_string())],
+                ..Default::default()
+            }),
+            scope_logs: vec![ScopeLogs {
+                scope: Some(InstrumentationScope {
+                    name: "causeway.alerts".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    ..Default::default()
+                }),
+                log_records: records,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }]));
     }
 
     fn emit(&mut self, out: &mut Vec<Batch>) {
@@ -549,12 +681,23 @@ impl Processor for Correlate {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        (self.emit_logs || self.emit_metrics).then_some(self.next_emit)
+        let emit = (self.emit_logs || self.emit_metrics).then_some(self.next_emit);
+        let alert = self.alerting.as_ref().map(|_| self.next_alert);
+        match (emit, alert) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     async fn on_tick(&mut self, now: Instant, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
-        self.next_emit = now + EMIT_EVERY;
-        self.emit(out);
+        if now >= self.next_emit {
+            self.next_emit = now + EMIT_EVERY;
+            self.emit(out);
+        }
+        if self.alerting.is_some() && now >= self.next_alert {
+            self.next_alert = now + self.alert_every;
+            self.evaluate_alerts(out).await;
+        }
         Ok(())
     }
 

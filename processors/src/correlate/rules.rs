@@ -34,7 +34,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::config::{RuleConfig, REQUIRED_COLUMNS};
-use super::features::TraceRow;
+use super::features::{Hex16, TraceRow};
 
 /// A rule ready to run.
 #[derive(Debug, Clone)]
@@ -339,20 +339,20 @@ pub fn assemble(builtin_rules: bool, user: &[RuleConfig]) -> Vec<Rule> {
     rules
 }
 
-fn utf8(name: &str) -> Field {
+pub(crate) fn utf8(name: &str) -> Field {
     Field::new(name, DataType::Utf8, true)
 }
-fn f64f(name: &str) -> Field {
+pub(crate) fn f64f(name: &str) -> Field {
     Field::new(name, DataType::Float64, true)
 }
-fn i64f(name: &str) -> Field {
+pub(crate) fn i64f(name: &str) -> Field {
     Field::new(name, DataType::Int64, true)
 }
-fn boolf(name: &str) -> Field {
+pub(crate) fn boolf(name: &str) -> Field {
     Field::new(name, DataType::Boolean, true)
 }
 
-fn schema(fields: Vec<Field>) -> SchemaRef {
+pub(crate) fn schema(fields: Vec<Field>) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
@@ -491,11 +491,11 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
 
 /// Column builders, one Arrow builder per column; cells are borrowed, so a
 /// row costs no allocation of its own.
-struct Cols {
+pub(crate) struct Cols {
     cols: Vec<Col>,
 }
 
-enum Col {
+pub(crate) enum Col {
     S(StringBuilder),
     F(Float64Builder),
     I(Int64Builder),
@@ -503,7 +503,7 @@ enum Col {
 }
 
 /// A cell.
-enum V<'a> {
+pub(crate) enum V<'a> {
     S(Option<&'a str>),
     F(Option<f64>),
     I(Option<i64>),
@@ -511,21 +511,22 @@ enum V<'a> {
 }
 
 impl Cols {
-    fn new(schema: &Schema) -> Self {
+    /// Builders sized for `rows` rows (no regrowth while filling).
+    pub(crate) fn new(schema: &Schema, rows: usize) -> Self {
         Cols {
             cols: schema
                 .fields()
                 .iter()
                 .map(|f| match f.data_type() {
-                    DataType::Float64 => Col::F(Float64Builder::new()),
-                    DataType::Int64 => Col::I(Int64Builder::new()),
-                    DataType::Boolean => Col::B(BooleanBuilder::new()),
-                    _ => Col::S(StringBuilder::new()),
+                    DataType::Float64 => Col::F(Float64Builder::with_capacity(rows)),
+                    DataType::Int64 => Col::I(Int64Builder::with_capacity(rows)),
+                    DataType::Boolean => Col::B(BooleanBuilder::with_capacity(rows)),
+                    _ => Col::S(StringBuilder::with_capacity(rows, rows * 16)),
                 })
                 .collect(),
         }
     }
-    fn row<const N: usize>(&mut self, cells: [V<'_>; N]) {
+    pub(crate) fn row<const N: usize>(&mut self, cells: [V<'_>; N]) {
         for (c, v) in self.cols.iter_mut().zip(cells) {
             match (c, v) {
                 (Col::S(x), V::S(v)) => x.append_option(v),
@@ -539,7 +540,7 @@ impl Cols {
             }
         }
     }
-    fn finish(self, schema: SchemaRef) -> Result<RecordBatch, String> {
+    pub(crate) fn finish(self, schema: SchemaRef) -> Result<RecordBatch, String> {
         let arrays: Vec<ArrayRef> = self
             .cols
             .into_iter()
@@ -556,10 +557,10 @@ impl Cols {
     }
 }
 
-fn s(x: &str) -> V<'_> {
+pub(crate) fn s(x: &str) -> V<'_> {
     V::S(Some(x))
 }
-fn so(x: &Option<String>) -> V<'_> {
+pub(crate) fn so(x: &Option<String>) -> V<'_> {
     V::S(x.as_deref())
 }
 
@@ -567,22 +568,31 @@ fn so(x: &Option<String>) -> V<'_> {
 pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, RecordBatch)>, String> {
     let mut out = Vec::new();
     for (name, schema) in schemas() {
-        let mut c = Cols::new(&schema);
+        let rows = match name {
+            "spans" => traces.iter().map(|t| t.spans.len()).sum(),
+            "logs" => traces.iter().map(|t| t.logs.len()).sum(),
+            "kafka_lag" => traces.iter().map(|t| t.kafka.len()).sum(),
+            "host" => traces.iter().map(|t| t.hosts.len()).sum(),
+            _ => traces.len(),
+        };
+        let mut c = Cols::new(&schema, rows);
         match name {
             "traces" => {
                 for t in traces {
                     let cu = &t.spans[t.culprit];
                     let root = &t.spans[t.root];
                     let err = t.error_origin.map(|e| &t.spans[e]);
+                    let (root_id, cu_id) = (Hex16::of(root.span_id), Hex16::of(cu.span_id));
+                    let err_id = err.map(|e| Hex16::of(e.span_id));
                     c.row([
                         s(&t.trace_id),
                         V::F(Some(t.duration_ms)),
                         so(&t.route),
-                        s(&root.span_id),
+                        s(root_id.as_str()),
                         s(&root.service),
                         s(&root.name),
                         V::B(Some(t.error_origin.is_some())),
-                        s(&cu.span_id),
+                        s(cu_id.as_str()),
                         s(&cu.service),
                         s(&cu.name),
                         s(cu.kind),
@@ -594,7 +604,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                         })),
                         s(&cu.host),
                         so(&cu.db_system),
-                        V::S(err.map(|e| e.span_id.as_str())),
+                        V::S(err_id.as_ref().map(Hex16::as_str)),
                         V::S(err.map(|e| &*e.service)),
                     ]);
                 }
@@ -602,10 +612,11 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
             "spans" => {
                 for t in traces {
                     for sp in &t.spans {
+                        let (id, parent) = (Hex16::of(sp.span_id), Hex16::of(sp.parent_id));
                         c.row([
                             s(&t.trace_id),
-                            s(&sp.span_id),
-                            s(&sp.parent_id),
+                            s(id.as_str()),
+                            s(parent.as_str()),
                             s(&sp.service),
                             s(&sp.host),
                             s(&sp.name),
@@ -623,7 +634,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                             s(sp.status),
                             s(&sp.status_message),
                             V::I(sp.http_status),
-                            so(&sp.route),
+                            V::S(sp.route.as_deref().or(t.route.as_deref())),
                             so(&sp.db_system),
                             so(&sp.db_operation),
                             so(&sp.messaging_system),
@@ -731,7 +742,9 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
     Ok(out)
 }
 
-fn context(tables: Vec<(&'static str, SchemaRef, RecordBatch)>) -> Result<SessionContext, String> {
+pub(crate) fn context(
+    tables: Vec<(&'static str, SchemaRef, RecordBatch)>,
+) -> Result<SessionContext, String> {
     let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
     for (name, schema, batch) in tables {
         let t = MemTable::try_new(schema, vec![vec![batch]]).map_err(|e| e.to_string())?;
@@ -768,24 +781,20 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or(s).to_string()
 }
 
-fn column_str(b: &RecordBatch, name: &str, row: usize) -> Option<String> {
+fn str_column(b: &RecordBatch, name: &str) -> Option<StringArray> {
     let col = b.column_by_name(name)?;
-    if col.is_null(row) {
-        return None;
-    }
     let casted = datafusion::arrow::compute::cast(col, &DataType::Utf8).ok()?;
-    let a = casted.as_any().downcast_ref::<StringArray>()?;
-    Some(a.value(row).to_string())
+    casted.as_any().downcast_ref::<StringArray>().cloned()
 }
 
-fn column_f64(b: &RecordBatch, name: &str, row: usize) -> Option<f64> {
+fn cell_str(a: &StringArray, row: usize) -> Option<String> {
+    (!a.is_null(row)).then(|| a.value(row).to_string())
+}
+
+fn f64_column(b: &RecordBatch, name: &str) -> Option<Float64Array> {
     let col = b.column_by_name(name)?;
-    if col.is_null(row) {
-        return None;
-    }
     let casted = datafusion::arrow::compute::cast(col, &DataType::Float64).ok()?;
-    let a = casted.as_any().downcast_ref::<Float64Array>()?;
-    Some(a.value(row))
+    casted.as_any().downcast_ref::<Float64Array>().cloned()
 }
 
 /// Run every rule over the traces; findings per trace id, and the errors of rules that failed.
@@ -836,20 +845,31 @@ pub async fn evaluate(
             }
         };
         for b in &batches {
+            // Each column cast once per batch, not once per row.
+            let strs = |name: &str| str_column(b, name);
+            let Some(ids) = strs("trace_id") else {
+                continue;
+            };
+            let (summaries, culprits, evidence) =
+                (strs("summary"), strs("culprit_span_id"), strs("evidence"));
+            let confidences = f64_column(b, "confidence");
             for row in 0..b.num_rows() {
-                let Some(trace_id) = column_str(b, "trace_id", row) else {
+                let Some(trace_id) = cell_str(&ids, row) else {
                     continue;
                 };
-                let confidence = column_f64(b, "confidence", row)
-                    .unwrap_or(0.5)
+                let confidence = confidences
+                    .as_ref()
+                    .filter(|c| !c.is_null(row))
+                    .map_or(0.5, |c| c.value(row))
                     .clamp(0.0, 1.0);
+                let opt = |c: &Option<StringArray>| c.as_ref().and_then(|c| cell_str(c, row));
                 findings.entry(trace_id).or_default().push(Finding {
                     rule: rule.name.clone(),
                     cause: rule.cause.clone(),
                     confidence,
-                    summary: column_str(b, "summary", row).unwrap_or_else(|| rule.cause.clone()),
-                    culprit_span_id: column_str(b, "culprit_span_id", row),
-                    evidence: column_str(b, "evidence", row),
+                    summary: opt(&summaries).unwrap_or_else(|| rule.cause.clone()),
+                    culprit_span_id: opt(&culprits),
+                    evidence: opt(&evidence),
                     user: rule.user,
                 });
             }

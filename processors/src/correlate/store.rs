@@ -12,7 +12,7 @@ use opentelemetry_proto::tonic::logs::v1::ResourceLogs;
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, ResourceMetrics};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::tail_sampling::sketch::Sketch;
 
@@ -87,7 +87,7 @@ struct RouteWindow {
 }
 
 /// A route's statistics over the window.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct RouteStats {
     /// Requests.
     pub requests: u64,
@@ -218,12 +218,14 @@ type SeriesKey = (String, Dims, Vec<(String, String)>);
 
 #[derive(Default)]
 struct Inner {
-    logs: HashMap<[u8; 16], Vec<LogEvidence>>,
+    logs: HashMap<[u8; 16], Vec<Arc<LogEvidence>>>,
     log_order: VecDeque<(u64, [u8; 16])>,
     log_count: usize,
     routes: HashMap<String, RouteWindow>,
     series: HashMap<SeriesKey, Series>,
     events: VecDeque<RcaEvent>,
+    /// Analysed traces of the window, with the time they were analysed (for alert rules).
+    recent: VecDeque<(u64, RcaEvent)>,
     counts: BTreeMap<(String, String, String), u64>,
     counts_changed: bool,
     evicted_logs: u64,
@@ -385,7 +387,7 @@ impl Store {
                     if r.trace_id.len() == 16 && r.trace_id.iter().any(|b| *b != 0) {
                         let mut tid = [0u8; 16];
                         tid.copy_from_slice(&r.trace_id);
-                        g.logs.entry(tid).or_default().push(ev);
+                        g.logs.entry(tid).or_default().push(Arc::new(ev));
                         g.log_order.push_back((now_ns, tid));
                         g.log_count += 1;
                     }
@@ -506,7 +508,7 @@ impl Store {
     }
 
     /// The log records of a trace.
-    pub fn logs_of(&self, trace_id: &[u8; 16]) -> Vec<LogEvidence> {
+    pub fn logs_of(&self, trace_id: &[u8; 16]) -> Vec<Arc<LogEvidence>> {
         self.lock().logs.get(trace_id).cloned().unwrap_or_default()
     }
 
@@ -519,36 +521,76 @@ impl Store {
     pub fn route_stats(&self, route: &str, now_ns: u64) -> Option<RouteStats> {
         let g = self.lock();
         let w = g.routes.get(route)?;
-        let horizon = now_ns.saturating_sub(self.limits.window_ns) / 1_000_000_000;
-        let mut st = RouteStats {
-            circuit_state: w.circuit_state.clone(),
-            circuit_changes: w.circuit_changes,
-            ..Default::default()
-        };
-        let mut rules: BTreeMap<&str, u64> = BTreeMap::new();
-        let mut sketch = Sketch::default();
-        for b in w.buckets.iter().filter(|b| b.start_s + 10 >= horizon) {
-            st.requests += b.requests;
-            st.s4xx += b.s4xx;
-            st.s5xx += b.s5xx;
-            st.s429 += b.s429;
-            st.s503 += b.s503;
-            st.s504 += b.s504;
-            st.not_closed += b.not_closed;
-            for (r, n) in &b.rules {
-                *rules.entry(r).or_default() += n;
-            }
-            sketch.merge(&b.latency);
-        }
-        st.top_rule = rules
-            .into_iter()
-            .max_by_key(|(_, n)| *n)
-            .map(|(r, _)| r.to_string());
-        st.p50_ms = sketch.quantile(0.5);
-        st.p99_ms = sketch.quantile(0.99);
-        Some(st)
+        Some(stats_over(w, now_ns, self.limits.window_ns))
     }
 
+    /// Every route's statistics over the `window_ns` ending at `now_ns`
+    /// (10-second buckets: a bucket counts when any of it is in the window).
+    pub fn routes_over(&self, now_ns: u64, window_ns: u64) -> Vec<(String, RouteStats)> {
+        let g = self.lock();
+        let from_s = now_ns.saturating_sub(window_ns) / 1_000_000_000;
+        g.routes
+            .iter()
+            .filter(|(_, w)| w.buckets.iter().any(|b| b.start_s + 10 >= from_s))
+            .map(|(r, w)| (r.clone(), stats_over(w, now_ns, window_ns)))
+            .collect()
+    }
+
+    /// Traces analysed since `since_ns` (analysis time), oldest first.
+    pub fn recent_rca(&self, since_ns: u64) -> Vec<(u64, RcaEvent)> {
+        let g = self.lock();
+        g.recent
+            .iter()
+            .filter(|(t, _)| *t >= since_ns)
+            .cloned()
+            .collect()
+    }
+
+    /// The latest point of every metric series: (series, time ns, value).
+    pub fn latest_points(&self) -> Vec<(String, Dims, Vec<(String, String)>, u64, f64)> {
+        let g = self.lock();
+        g.series
+            .values()
+            .filter_map(|s| {
+                let (t, v) = *s.points.back()?;
+                Some((s.name.clone(), s.dims.clone(), s.attrs.clone(), t, v))
+            })
+            .collect()
+    }
+}
+
+fn stats_over(w: &RouteWindow, now_ns: u64, window_ns: u64) -> RouteStats {
+    let horizon = now_ns.saturating_sub(window_ns) / 1_000_000_000;
+    let mut st = RouteStats {
+        circuit_state: w.circuit_state.clone(),
+        circuit_changes: w.circuit_changes,
+        ..Default::default()
+    };
+    let mut rules: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut sketch = Sketch::default();
+    for b in w.buckets.iter().filter(|b| b.start_s + 10 >= horizon) {
+        st.requests += b.requests;
+        st.s4xx += b.s4xx;
+        st.s5xx += b.s5xx;
+        st.s429 += b.s429;
+        st.s503 += b.s503;
+        st.s504 += b.s504;
+        st.not_closed += b.not_closed;
+        for (r, n) in &b.rules {
+            *rules.entry(r).or_default() += n;
+        }
+        sketch.merge(&b.latency);
+    }
+    st.top_rule = rules
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .map(|(r, _)| r.to_string());
+    st.p50_ms = sketch.quantile(0.5);
+    st.p99_ms = sketch.quantile(0.99);
+    st
+}
+
+impl Store {
     /// Whether the trace's gateway logs, or the state of its routes, topics or
     /// hosts, show trouble (for the `correlated` sampling policy).
     pub fn in_trouble(
@@ -650,9 +692,19 @@ impl Store {
             .collect()
     }
 
-    /// Record an analysed trace for the RCA log record and counter.
-    pub fn push_event(&self, ev: RcaEvent) {
+    /// Record a trace analysed at `now_ns` for the RCA log record, the
+    /// counter and the alert rules.
+    pub fn push_event(&self, ev: RcaEvent, now_ns: u64) {
         let mut g = self.lock();
+        let horizon = now_ns.saturating_sub(self.limits.window_ns);
+        while g
+            .recent
+            .front()
+            .is_some_and(|(t, _)| *t < horizon || g.recent.len() >= self.limits.max_events)
+        {
+            g.recent.pop_front();
+        }
+        g.recent.push_back((now_ns, ev.clone()));
         *g.counts
             .entry((ev.cause.clone(), ev.route.clone(), ev.service.clone()))
             .or_default() += 1;

@@ -1,0 +1,897 @@
+//! Alert rules evaluated in the daemon over what the correlation state
+//! holds: route windows, root-cause results and Kafka lag status.
+//!
+//! A rule is SQL (DataFusion) over these tables, built afresh at each
+//! evaluation:
+//! - `routes` (route with gateway traffic in the window): `route_id, requests, s4xx, s5xx,
+//!   s429, s503, s504, error_ratio, not_closed, top_rule, circuit_state, circuit_changes,
+//!   p50_ms, p99_ms`;
+//! - `rca` (trace analysed in the window): `trace_id, route_id, cause, service, confidence,
+//!   rule, time_ms`;
+//! - `kafka_groups` (consumer group): `consumer_group, status, status_name, lag, lag_seconds,
+//!   alarm`;
+//! - `metrics` (latest point of each joined series): `name, topic, consumer_group, host,
+//!   route_id, value, time_ms`.
+//!
+//! Each row the query returns is one alert instance, as a PromQL result
+//! series is: its columns become labels, except `value` (the number shown
+//! by `{{ $value }}`) and `trace_id` (the exemplar). As in Prometheus, an
+//! instance is pending until it has been returned for `for`, then firing;
+//! firing alerts are sent again every `resend` with `endsAt` four resend
+//! intervals ahead (so the receiver resolves them if causeway dies), and
+//! an instance no longer returned is sent once more, resolved.
+//!
+//! When an instance has a `route_id`, it is given the route's dominant
+//! root cause in the window, that cause's share and an exemplar trace (the
+//! latest trace with that cause), and the link templates are filled in, so
+//! the alert leads straight to the trace and its logs.
+//!
+//! Alerts leave as log records (`event.name = causeway.alert`) into the
+//! logs pipelines the processor is in; the `alertmanager` and `webhook`
+//! exporters send them on.
+
+use causeway_core::config::{ConfigError, Duration};
+use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::util::display::array_value_to_string;
+use indexmap::IndexMap;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::rules::{boolf, context, f64f, i64f, s, schema, so, utf8, Cols, V};
+use super::store::Store;
+
+/// The `event.name` of alert log records.
+pub const ALERT_EVENT: &str = "causeway.alert";
+
+/// `correlate.alerts`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// How often the rules are evaluated (default 15s).
+    #[serde(default = "interval")]
+    pub interval: Duration,
+    /// The stretch of time the `routes` and `rca` tables cover (default 1m).
+    #[serde(default = "window")]
+    pub window: Duration,
+    /// How often a firing alert is sent again (default 1m, Prometheus's `resend_delay`).
+    #[serde(default = "resend")]
+    pub resend: Duration,
+    /// Links added to every alert as annotations `<name>_url` (the first is
+    /// also its `generatorURL`): URL templates such as
+    /// `http://jaeger:16686/trace/{{ $trace_id }}`. Values are URL-encoded.
+    #[serde(default)]
+    pub links: IndexMap<String, String>,
+    /// The rules.
+    #[serde(default)]
+    pub rules: Vec<AlertRuleConfig>,
+}
+
+/// One alert rule, shaped like a Prometheus alerting rule.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertRuleConfig {
+    /// The alert's name (`alertname` label).
+    pub alert: String,
+    /// A SELECT over `routes`, `rca`, `kafka_groups` and `metrics`: one row
+    /// per alert instance; columns become labels except `value` and `trace_id`.
+    pub expr: String,
+    /// How long an instance must be returned before it fires (default 0: at once).
+    #[serde(default, rename = "for")]
+    pub for_: Option<Duration>,
+    /// Labels added to every instance.
+    #[serde(default)]
+    pub labels: IndexMap<String, String>,
+    /// Annotations (templates: `{{ $labels.route_id }}`, `{{ $value }}`,
+    /// `{{ $cause }}`, `{{ $cause_share }}`, `{{ $trace_id }}`).
+    #[serde(default)]
+    pub annotations: IndexMap<String, String>,
+}
+
+fn interval() -> Duration {
+    Duration::secs(15)
+}
+fn window() -> Duration {
+    Duration::secs(60)
+}
+fn resend() -> Duration {
+    Duration::secs(60)
+}
+
+/// A parsed template: text and placeholders.
+#[derive(Debug, Clone, PartialEq)]
+enum Piece {
+    Text(String),
+    Label(String),
+    Value,
+    Cause,
+    CauseShare,
+    TraceId,
+}
+
+/// What a template can refer to.
+struct Ctx<'a> {
+    labels: &'a BTreeMap<String, String>,
+    value: f64,
+    cause: &'a str,
+    cause_share: Option<f64>,
+    trace_id: &'a str,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Template(Vec<Piece>);
+
+impl Template {
+    fn parse(text: &str) -> Result<Self, String> {
+        let mut out = Vec::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("{{") {
+            if i > 0 {
+                out.push(Piece::Text(rest[..i].to_string()));
+            }
+            let after = &rest[i + 2..];
+            let Some(j) = after.find("}}") else {
+                return Err(format!("`{{{{` at byte {i} is never closed"));
+            };
+            let inner = after[..j].trim();
+            out.push(match inner {
+                "$value" => Piece::Value,
+                "$cause" => Piece::Cause,
+                "$cause_share" => Piece::CauseShare,
+                "$trace_id" => Piece::TraceId,
+                _ => match inner.strip_prefix("$labels.") {
+                    Some(l) if !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+                        Piece::Label(l.to_string())
+                    }
+                    _ => {
+                        return Err(format!(
+                            "unknown placeholder `{{{{ {inner} }}}}`: use $labels.NAME, $value, $cause, $cause_share or $trace_id"
+                        ))
+                    }
+                },
+            });
+            rest = &after[j + 2..];
+        }
+        if !rest.is_empty() {
+            out.push(Piece::Text(rest.to_string()));
+        }
+        Ok(Template(out))
+    }
+
+    fn render(&self, c: &Ctx<'_>, url: bool) -> String {
+        let mut out = String::new();
+        for p in &self.0 {
+            let v: std::borrow::Cow<'_, str> = match p {
+                // The template's own text is written as is.
+                Piece::Text(t) => {
+                    out.push_str(t);
+                    continue;
+                }
+                Piece::Label(l) => c.labels.get(l).map_or("", String::as_str).into(),
+                Piece::Value => number(c.value).into(),
+                Piece::Cause => c.cause.into(),
+                Piece::CauseShare => c.cause_share.map(number).unwrap_or_default().into(),
+                Piece::TraceId => c.trace_id.into(),
+            };
+            if url {
+                out.push_str(&url_encode(&v));
+            } else {
+                out.push_str(&v);
+            }
+        }
+        out
+    }
+}
+
+fn url_encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{:.3}", v)
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    }
+}
+
+/// The tables the rules query (empty when `store` is `None`: for validation).
+fn tables(
+    store: Option<&Store>,
+    now_ns: u64,
+    window_ns: u64,
+) -> Result<Vec<(&'static str, SchemaRef, RecordBatch)>, String> {
+    let mut out = Vec::new();
+    // routes
+    let sch = schema(vec![
+        utf8("route_id"),
+        i64f("requests"),
+        i64f("s4xx"),
+        i64f("s5xx"),
+        i64f("s429"),
+        i64f("s503"),
+        i64f("s504"),
+        f64f("error_ratio"),
+        i64f("not_closed"),
+        utf8("top_rule"),
+        utf8("circuit_state"),
+        i64f("circuit_changes"),
+        f64f("p50_ms"),
+        f64f("p99_ms"),
+    ]);
+    let routes = store
+        .map(|s| s.routes_over(now_ns, window_ns))
+        .unwrap_or_default();
+    let mut c = Cols::new(&sch, routes.len());
+    let i = |x: u64| V::I(Some(i64::try_from(x).unwrap_or(i64::MAX)));
+    for (r, st) in &routes {
+        let ratio = if st.requests > 0 {
+            st.s5xx as f64 / st.requests as f64
+        } else {
+            0.0
+        };
+        c.row([
+            s(r),
+            i(st.requests),
+            i(st.s4xx),
+            i(st.s5xx),
+            i(st.s429),
+            i(st.s503),
+            i(st.s504),
+            V::F(Some(ratio)),
+            i(st.not_closed),
+            so(&st.top_rule),
+            so(&st.circuit_state),
+            i(st.circuit_changes),
+            V::F(st.p50_ms),
+            V::F(st.p99_ms),
+        ]);
+    }
+    out.push(("routes", sch.clone(), c.finish(sch)?));
+    // rca
+    let sch = schema(vec![
+        utf8("trace_id"),
+        utf8("route_id"),
+        utf8("cause"),
+        utf8("service"),
+        f64f("confidence"),
+        utf8("rule"),
+        f64f("time_ms"),
+    ]);
+    let recent = store
+        .map(|s| s.recent_rca(now_ns.saturating_sub(window_ns)))
+        .unwrap_or_default();
+    let mut c = Cols::new(&sch, recent.len());
+    for (t, e) in &recent {
+        let tid = hex::encode(e.trace_id);
+        c.row([
+            s(&tid),
+            V::S(Some(e.route.as_str()).filter(|r| !r.is_empty())),
+            s(&e.cause),
+            s(&e.service),
+            V::F(Some(e.confidence)),
+            s(&e.rule),
+            V::F(Some(*t as f64 / 1e6)),
+        ]);
+    }
+    out.push(("rca", sch.clone(), c.finish(sch)?));
+    // metrics and kafka_groups, from the latest points
+    let points = store.map(Store::latest_points).unwrap_or_default();
+    let sch = schema(vec![
+        utf8("name"),
+        utf8("topic"),
+        utf8("consumer_group"),
+        utf8("host"),
+        utf8("route_id"),
+        f64f("value"),
+        f64f("time_ms"),
+    ]);
+    let mut c = Cols::new(&sch, points.len());
+    #[derive(Default)]
+    struct Group {
+        status: Option<(u64, i64, String)>,
+        lag: f64,
+        any_lag: bool,
+        lag_seconds: Option<f64>,
+        alarm: bool,
+    }
+    let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+    for (name, dims, attrs, t, v) in &points {
+        c.row([
+            s(name),
+            so(&dims.topic),
+            so(&dims.group),
+            so(&dims.host),
+            so(&dims.route),
+            V::F(Some(*v)),
+            V::F(Some(*t as f64 / 1e6)),
+        ]);
+        let Some(group) = &dims.group else { continue };
+        let g = groups.entry(group.clone()).or_default();
+        match name.as_str() {
+            // The status series is keyed by its status name too: the latest wins.
+            "kafka.consumer_group.status" => {
+                if g.status.as_ref().is_none_or(|(at, _, _)| *t >= *at) {
+                    let label = attrs
+                        .iter()
+                        .find(|(k, _)| k == "status")
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or_default();
+                    g.status = Some((*t, *v as i64, label));
+                }
+            }
+            "kafka.consumer_group.lag_sum" => {
+                g.lag += v;
+                g.any_lag = true;
+            }
+            "kafka.consumer_group.lag_seconds" => {
+                g.lag_seconds = Some(g.lag_seconds.map_or(*v, |x| x.max(*v)));
+            }
+            "kafka.consumer_group.lag_alarm" => g.alarm |= *v >= 1.0,
+            _ => {}
+        }
+    }
+    out.push(("metrics", sch.clone(), c.finish(sch)?));
+    let sch = schema(vec![
+        utf8("consumer_group"),
+        i64f("status"),
+        utf8("status_name"),
+        f64f("lag"),
+        f64f("lag_seconds"),
+        boolf("alarm"),
+    ]);
+    let mut c = Cols::new(&sch, groups.len());
+    for (name, g) in &groups {
+        c.row([
+            s(name),
+            V::I(g.status.as_ref().map(|x| x.1)),
+            V::S(g.status.as_ref().map(|x| x.2.as_str())),
+            V::F(g.any_lag.then_some(g.lag)),
+            V::F(g.lag_seconds),
+            V::B(Some(g.alarm)),
+        ]);
+    }
+    out.push(("kafka_groups", sch.clone(), c.finish(sch)?));
+    Ok(out)
+}
+
+/// Check the alerts section: durations, names, templates, and that every
+/// expression plans against the tables. Paths are relative to `alerts`.
+pub fn validate(cfg: &AlertsConfig) -> Vec<ConfigError> {
+    let mut e = Vec::new();
+    for (k, d) in [
+        ("interval", cfg.interval),
+        ("window", cfg.window),
+        ("resend", cfg.resend),
+    ] {
+        if d.get().is_zero() {
+            e.push(ConfigError::new(
+                format!("alerts.{k}"),
+                "must be more than 0",
+            ));
+        }
+    }
+    for (name, t) in &cfg.links {
+        if let Err(m) = Template::parse(t) {
+            e.push(ConfigError::new(format!("alerts.links.{name}"), m));
+        } else if !(t.starts_with("http://") || t.starts_with("https://")) {
+            e.push(ConfigError::new(
+                format!("alerts.links.{name}"),
+                "must be an http:// or https:// URL template",
+            ));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, r) in cfg.rules.iter().enumerate() {
+        let at = |f: &str| format!("alerts.rules[{i}].{f}");
+        if r.alert.trim().is_empty()
+            || !r
+                .alert
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            e.push(ConfigError::new(
+                at("alert"),
+                format!(
+                    "{:?} is not a valid alert name (letters, digits, _)",
+                    r.alert
+                ),
+            ));
+        }
+        if !seen.insert(r.alert.clone()) {
+            e.push(ConfigError::new(
+                at("alert"),
+                format!("alert {:?} is defined twice", r.alert),
+            ));
+        }
+        for k in r.labels.keys() {
+            if !valid_label(k) {
+                e.push(ConfigError::new(
+                    at(&format!("labels.{k}")),
+                    "is not a valid label name",
+                ));
+            }
+        }
+        for (k, t) in &r.annotations {
+            if let Err(m) = Template::parse(t) {
+                e.push(ConfigError::new(at(&format!("annotations.{k}")), m));
+            }
+        }
+        if let Err(m) = check_expr(&r.expr) {
+            e.push(ConfigError::new(at("expr"), m));
+        }
+    }
+    e
+}
+
+fn valid_label(k: &str) -> bool {
+    let mut c = k.chars();
+    c.next()
+        .is_some_and(|x| x.is_ascii_alphabetic() || x == '_')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+}
+
+fn check_expr(sql: &str) -> Result<(), String> {
+    let ctx = context(tables(None, 0, 0)?)?;
+    let df = futures::executor::block_on(ctx.sql(sql)).map_err(|e| first_line(&e.to_string()))?;
+    if let Ok(f) = df.schema().field_with_unqualified_name("value") {
+        if !f.data_type().is_numeric() {
+            return Err(format!(
+                "the `value` column must be a number, not {}",
+                f.data_type()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or(s).to_string()
+}
+
+struct Rule {
+    cfg: AlertRuleConfig,
+    for_ns: u64,
+    annotations: Vec<(String, Template)>,
+}
+
+#[derive(Debug, Clone)]
+struct Active {
+    labels: BTreeMap<String, String>,
+    active_at: u64,
+    firing: bool,
+    last_sent: u64,
+    value: f64,
+    trace_id: String,
+    cause: String,
+    cause_share: Option<f64>,
+}
+
+/// An alert to send (firing or resolved).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Alert {
+    /// Labels, `alertname` included.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations, links included.
+    pub annotations: BTreeMap<String, String>,
+    /// `startsAt` (ns).
+    pub starts_ns: u64,
+    /// `endsAt` (ns): in the future while firing, the resolution time once resolved.
+    pub ends_ns: u64,
+    /// Firing (else resolved).
+    pub firing: bool,
+    /// The first link, or "".
+    pub generator_url: String,
+    /// Exemplar trace.
+    pub trace_id: String,
+}
+
+/// The alert rules of one `correlate` id and their instances.
+pub struct Alerting {
+    rules: Vec<Rule>,
+    links: Vec<(String, Template)>,
+    window_ns: u64,
+    resend_ns: u64,
+    valid_ns: u64,
+    active: Vec<HashMap<String, Active>>,
+    /// Rule errors at run time, by rule (each logged once).
+    pub errors: Vec<(String, String)>,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.get().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Nanoseconds since the epoch.
+pub fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl Alerting {
+    /// From a validated config.
+    pub fn new(cfg: &AlertsConfig) -> Self {
+        let parse = |t: &str| {
+            Template::parse(t).unwrap_or_else(|_| Template(vec![Piece::Text(t.to_string())]))
+        };
+        let rules: Vec<Rule> = cfg
+            .rules
+            .iter()
+            .map(|r| Rule {
+                for_ns: r.for_.map_or(0, ns),
+                annotations: r
+                    .annotations
+                    .iter()
+                    .map(|(k, v)| (k.clone(), parse(v)))
+                    .collect(),
+                cfg: r.clone(),
+            })
+            .collect();
+        let resend_ns = ns(cfg.resend);
+        Alerting {
+            active: vec![HashMap::new(); rules.len()],
+            rules,
+            links: cfg
+                .links
+                .iter()
+                .map(|(k, v)| (k.clone(), parse(v)))
+                .collect(),
+            window_ns: ns(cfg.window),
+            resend_ns,
+            valid_ns: 4 * resend_ns.max(ns(cfg.interval)),
+            errors: Vec::new(),
+        }
+    }
+
+    /// Whether there are rules at all.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Evaluate every rule at `now_ns`; the alerts to send now.
+    pub async fn evaluate(&mut self, store: &Store, now_ns: u64) -> Vec<Alert> {
+        self.errors.clear();
+        let ctx = match tables(Some(store), now_ns, self.window_ns).and_then(context) {
+            Ok(c) => c,
+            Err(e) => {
+                self.errors.push(("*".into(), e));
+                return Vec::new();
+            }
+        };
+        let recent = store.recent_rca(now_ns.saturating_sub(self.window_ns));
+        let mut out = Vec::new();
+        for (ri, rule) in self.rules.iter().enumerate() {
+            let batches = match ctx.sql(&rule.cfg.expr).await {
+                Ok(df) => df.collect().await,
+                Err(e) => Err(e),
+            };
+            let batches = match batches {
+                Ok(b) => b,
+                Err(e) => {
+                    self.errors
+                        .push((rule.cfg.alert.clone(), first_line(&e.to_string())));
+                    continue;
+                }
+            };
+            let mut seen: HashMap<String, (BTreeMap<String, String>, f64, String)> = HashMap::new();
+            for b in &batches {
+                for row in 0..b.num_rows() {
+                    let (labels, value, trace) = instance(b, row, rule);
+                    seen.insert(fingerprint(&labels), (labels, value, trace));
+                }
+            }
+            let active = &mut self.active[ri];
+            // Gone: resolved (when it fired) or forgotten (when pending).
+            let gone: Vec<String> = active
+                .keys()
+                .filter(|k| !seen.contains_key(*k))
+                .cloned()
+                .collect();
+            for k in gone {
+                if let Some(a) = active.remove(&k) {
+                    if a.firing {
+                        out.push(alert(rule, &self.links, &a, now_ns, false));
+                    }
+                }
+            }
+            for (k, (labels, value, trace)) in seen {
+                let (cause, share, exemplar) = dominant(&recent, labels.get("route_id"));
+                let a = active.entry(k).or_insert_with(|| Active {
+                    labels: labels.clone(),
+                    active_at: now_ns,
+                    firing: false,
+                    last_sent: 0,
+                    value,
+                    trace_id: String::new(),
+                    cause: String::new(),
+                    cause_share: None,
+                });
+                a.value = value;
+                a.cause = cause;
+                a.cause_share = share;
+                a.trace_id = if trace.is_empty() { exemplar } else { trace };
+                if !a.firing && now_ns.saturating_sub(a.active_at) >= rule.for_ns {
+                    a.firing = true;
+                    a.last_sent = 0;
+                }
+                if a.firing
+                    && (a.last_sent == 0 || now_ns.saturating_sub(a.last_sent) >= self.resend_ns)
+                {
+                    a.last_sent = now_ns;
+                    let mut x = alert(rule, &self.links, a, now_ns, true);
+                    x.ends_ns = now_ns.saturating_add(self.valid_ns);
+                    out.push(x);
+                }
+            }
+        }
+        out
+    }
+
+    /// Instances firing now, by alert name (for the daemon's own gauge).
+    pub fn firing(&self) -> Vec<(String, usize)> {
+        self.rules
+            .iter()
+            .zip(&self.active)
+            .map(|(r, a)| (r.cfg.alert.clone(), a.values().filter(|x| x.firing).count()))
+            .collect()
+    }
+}
+
+/// The labels, value and trace of one result row.
+fn instance(b: &RecordBatch, row: usize, rule: &Rule) -> (BTreeMap<String, String>, f64, String) {
+    let mut labels = BTreeMap::new();
+    let mut value = 1.0;
+    let mut trace = String::new();
+    for (i, f) in b.schema().fields().iter().enumerate() {
+        let col = b.column(i);
+        if col.is_null(row) {
+            continue;
+        }
+        match f.name().as_str() {
+            "value" => {
+                if let Ok(c) = datafusion::arrow::compute::cast(col, &DataType::Float64) {
+                    if let Some(a) = c
+                        .as_any()
+                        .downcast_ref::<datafusion::arrow::array::Float64Array>()
+                    {
+                        value = a.value(row);
+                    }
+                }
+            }
+            name => {
+                let Ok(text) = array_value_to_string(col, row) else {
+                    continue;
+                };
+                if name == "trace_id" {
+                    trace = text;
+                } else {
+                    labels.insert(name.to_string(), text);
+                }
+            }
+        }
+    }
+    for (k, v) in &rule.cfg.labels {
+        labels.insert(k.clone(), v.clone());
+    }
+    labels.insert("alertname".into(), rule.cfg.alert.clone());
+    (labels, value, trace)
+}
+
+fn fingerprint(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}\u{1}{v}"))
+        .collect::<Vec<_>>()
+        .join("\u{2}")
+}
+
+/// The dominant cause of a route's analysed traces, its share, and the latest trace with it.
+fn dominant(
+    recent: &[(u64, super::store::RcaEvent)],
+    route: Option<&String>,
+) -> (String, Option<f64>, String) {
+    let Some(route) = route else {
+        return (String::new(), None, String::new());
+    };
+    let mut counts: BTreeMap<&str, (usize, u64, [u8; 16])> = BTreeMap::new();
+    let mut total = 0usize;
+    for (t, e) in recent.iter().filter(|(_, e)| &e.route == route) {
+        total += 1;
+        let c = counts.entry(e.cause.as_str()).or_insert((0, 0, [0; 16]));
+        c.0 += 1;
+        if *t >= c.1 {
+            c.1 = *t;
+            c.2 = e.trace_id;
+        }
+    }
+    match counts.into_iter().max_by_key(|(_, (n, t, _))| (*n, *t)) {
+        Some((cause, (n, _, tid))) => (
+            cause.to_string(),
+            Some(n as f64 / total as f64),
+            hex::encode(tid),
+        ),
+        None => (String::new(), None, String::new()),
+    }
+}
+
+fn alert(
+    rule: &Rule,
+    links: &[(String, Template)],
+    a: &Active,
+    now_ns: u64,
+    firing: bool,
+) -> Alert {
+    let ctx = Ctx {
+        labels: &a.labels,
+        value: a.value,
+        cause: &a.cause,
+        cause_share: a.cause_share,
+        trace_id: &a.trace_id,
+    };
+    let mut annotations: BTreeMap<String, String> = rule
+        .annotations
+        .iter()
+        .map(|(k, t)| (k.clone(), t.render(&ctx, false)))
+        .collect();
+    if !a.cause.is_empty() {
+        annotations.insert("cause".into(), a.cause.clone());
+        if let Some(s) = a.cause_share {
+            annotations.insert("cause_share".into(), number(s));
+        }
+    }
+    if !a.trace_id.is_empty() {
+        annotations.insert("trace_id".into(), a.trace_id.clone());
+    }
+    annotations.insert("value".into(), number(a.value));
+    let mut generator_url = String::new();
+    for (name, t) in links {
+        // A link that needs a trace is left out when there is none.
+        if a.trace_id.is_empty() && t.0.contains(&Piece::TraceId) {
+            continue;
+        }
+        let url = t.render(&ctx, true);
+        if generator_url.is_empty() {
+            generator_url = url.clone();
+        }
+        annotations.insert(format!("{name}_url"), url);
+    }
+    Alert {
+        labels: a.labels.clone(),
+        annotations,
+        starts_ns: a.active_at,
+        ends_ns: now_ns,
+        firing,
+        generator_url,
+        trace_id: a.trace_id.clone(),
+    }
+}
+
+fn kv(k: &str, v: String) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v)),
+        }),
+        ..Default::default()
+    }
+}
+
+/// RFC 3339 with milliseconds, UTC.
+pub fn rfc3339(ns: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + std::time::Duration::from_nanos(ns)).to_string()
+}
+
+/// An alert as a log record: `event.name = causeway.alert`, `alert.*`
+/// attributes (labels and annotations as JSON objects), the exemplar
+/// trace as its `trace_id`, body = the `summary` annotation (or the name).
+pub fn record(a: &Alert, now_ns: u64) -> LogRecord {
+    let json = |m: &BTreeMap<String, String>| serde_json::to_string(m).unwrap_or_default();
+    let name = a.labels.get("alertname").cloned().unwrap_or_default();
+    let status = if a.firing { "firing" } else { "resolved" };
+    let mut attributes = vec![
+        kv("event.name", ALERT_EVENT.to_string()),
+        kv("alert.name", name.clone()),
+        kv("alert.status", status.to_string()),
+        kv("alert.starts_at", rfc3339(a.starts_ns)),
+        kv("alert.ends_at", rfc3339(a.ends_ns)),
+        kv("alert.labels", json(&a.labels)),
+        kv("alert.annotations", json(&a.annotations)),
+        kv("alert.generator_url", a.generator_url.clone()),
+    ];
+    if let Some(r) = a.labels.get("route_id") {
+        attributes.push(kv("route_id", r.clone()));
+    }
+    let trace_id = hex::decode(&a.trace_id)
+        .ok()
+        .filter(|b| b.len() == 16)
+        .unwrap_or_default();
+    LogRecord {
+        time_unix_nano: now_ns,
+        observed_time_unix_nano: now_ns,
+        severity_number: if a.firing { 13 } else { 9 },
+        severity_text: if a.firing { "WARN" } else { "INFO" }.into(),
+        body: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(
+                a.annotations
+                    .get("summary")
+                    .cloned()
+                    .unwrap_or_else(|| format!("{name} {status}")),
+            )),
+        }),
+        attributes,
+        trace_id,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_parse_render_and_refuse_unknown_placeholders() {
+        let t = Template::parse("route {{ $labels.route_id }} p99 {{$value}} ms, {{ $cause }}")
+            .unwrap();
+        let labels = BTreeMap::from([("route_id".to_string(), "a b".to_string())]);
+        let c = Ctx {
+            labels: &labels,
+            value: 2500.0,
+            cause: "queueing",
+            cause_share: Some(0.5),
+            trace_id: "ab",
+        };
+        assert_eq!(t.render(&c, false), "route a b p99 2500 ms, queueing");
+        let u =
+            Template::parse("http://g/explore?q={{ $labels.route_id }}&t={{ $trace_id }}").unwrap();
+        assert_eq!(u.render(&c, true), "http://g/explore?q=a%20b&t=ab");
+        assert!(Template::parse("{{ .Labels.x }}")
+            .unwrap_err()
+            .contains("unknown placeholder"));
+        assert!(Template::parse("{{ $value")
+            .unwrap_err()
+            .contains("never closed"));
+    }
+
+    #[test]
+    fn bad_expressions_and_fields_are_reported_with_their_path() {
+        let cfg: AlertsConfig = serde_yaml::from_str(
+            r#"
+rules:
+  - alert: Ok1
+    expr: SELECT route_id, p99_ms AS value FROM routes WHERE p99_ms > 2000
+  - alert: Bad
+    expr: SELECT nope FROM routes
+  - alert: BadValue
+    expr: SELECT route_id, route_id AS value FROM routes
+    annotations: {summary: "{{ $nope }}"}
+"#,
+        )
+        .unwrap();
+        let e = validate(&cfg);
+        let paths: Vec<&str> = e.iter().map(|x| x.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "alerts.rules[1].expr",
+                "alerts.rules[2].annotations.summary",
+                "alerts.rules[2].expr"
+            ],
+            "{e:?}"
+        );
+    }
+}
