@@ -260,7 +260,7 @@ service:
         |p| attr(&p["attributes"], "cause").is_some_and(|c| c["stringValue"] == "circuit_open")
     ));
     assert!(
-        d.metric("causeway_rca_traces_total{component=\"correlate\"}")
+        d.metric("causeway_correlate_analysed_traces_total{component=\"correlate\"}")
             .unwrap_or(0.0)
             >= total as f64
     );

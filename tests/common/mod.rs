@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_causeway");
 
@@ -250,4 +250,51 @@ pub async fn otlp_grpc_traces(
         )
         .await
         .map(tonic::Response::into_inner)
+}
+
+/// An Alertmanager-compatible server on 127.0.0.1 (`POST /api/v2/alerts`),
+/// keeping every alert it is sent with the time it arrived.
+pub struct AlertSink {
+    pub url: String,
+    pub got: std::sync::Arc<std::sync::Mutex<Vec<(SystemTime, Value)>>>,
+}
+
+impl AlertSink {
+    pub fn start() -> AlertSink {
+        let got: std::sync::Arc<std::sync::Mutex<Vec<(SystemTime, Value)>>> = Default::default();
+        let g = got.clone();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let app = axum::Router::new().route(
+                    "/api/v2/alerts",
+                    axum::routing::post(move |body: axum::body::Bytes| {
+                        let g = g.clone();
+                        async move {
+                            let Ok(Value::Array(alerts)) = serde_json::from_slice(&body) else {
+                                return axum::http::StatusCode::BAD_REQUEST;
+                            };
+                            let now = SystemTime::now();
+                            let mut g = g.lock().expect("lock");
+                            g.extend(alerts.into_iter().map(|a| (now, a)));
+                            axum::http::StatusCode::OK
+                        }
+                    }),
+                );
+                let l = tokio::net::TcpListener::from_std(listener).expect("listener");
+                axum::serve(l, app).await.ok();
+            });
+        });
+        AlertSink { url, got }
+    }
+
+    pub fn alerts(&self) -> Vec<(SystemTime, Value)> {
+        self.got.lock().expect("lock").clone()
+    }
 }

@@ -45,7 +45,7 @@ use rules::{Finding, Rule};
 use store::{Limits, RcaEvent, Store};
 
 /// Traces analysed, by cause.
-pub const ANALYSED: &str = "causeway_rca_traces_total";
+pub const ANALYSED: &str = "causeway_correlate_analysed_traces_total";
 /// Rule failures at run time, by rule.
 pub const RULE_ERRORS: &str = "causeway_rca_rule_errors_total";
 /// Alert instances firing, by alert.
@@ -86,11 +86,29 @@ impl ProcessorFactory for CorrelateFactory {
         if !cfg.alerts.rules.is_empty() && !ctx.pipeline_signals.contains(Signal::Logs) {
             tracing::debug!(processor = %id, "Alert rules are evaluated by this processor's instance in a logs pipeline.");
         }
+        let rules = rules::assemble(cfg.builtin_rules, &cfg.rules);
+        // Every rule's error counter exists from the start (at 0), so dashboards
+        // and alert rules on it see a series before the first failure.
+        let names = rules
+            .iter()
+            .map(|r| r.name.as_str())
+            .chain(cfg.alerts.rules.iter().map(|r| r.alert.as_str()));
+        if emit_logs || ctx.pipeline_signals.contains(Signal::Traces) {
+            for rule in names {
+                ctx.telemetry
+                    .counter(
+                        RULE_ERRORS,
+                        "Root-cause and alert rules that failed at run time, by rule.",
+                        &[("component", &id), ("rule", rule)],
+                    )
+                    .add(0);
+            }
+        }
         Ok(Box::new(Correlate {
             alert_every: cfg.alerts.interval.get(),
             next_alert: Instant::now(),
             alerting,
-            rules: rules::assemble(cfg.builtin_rules, &cfg.rules),
+            rules,
             lookback_ns: nanos(cfg.metric_lookback.get()),
             lookahead_ns: nanos(cfg.metric_lookahead.get()),
             telemetry: ctx.telemetry.clone(),
@@ -466,7 +484,7 @@ impl Correlate {
             self.telemetry
                 .counter(
                     RULE_ERRORS,
-                    "Root-cause rules that failed at run time, by rule.",
+                    "Root-cause and alert rules that failed at run time, by rule.",
                     &[("component", &self.id), ("rule", &rule)],
                 )
                 .add(1);
@@ -507,7 +525,7 @@ impl Correlate {
             self.telemetry
                 .counter(
                     RULE_ERRORS,
-                    "Root-cause rules that failed at run time, by rule.",
+                    "Root-cause and alert rules that failed at run time, by rule.",
                     &[("component", &self.id), ("rule", &rule)],
                 )
                 .add(1);

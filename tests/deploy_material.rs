@@ -1,0 +1,497 @@
+//! The deployment material is checked, not just shipped:
+//! - the Kubernetes manifests embed the example pipelines verbatim, probe
+//!   `/healthz` and `/readyz` on the telemetry port the pipeline opens, set
+//!   memory limits, and (sidecar) share the gateway's log volume with the
+//!   directory the `gateway_log` receiver tails;
+//! - every metric the Grafana dashboard and the Prometheus/vmalert rules
+//!   query is one the daemon really exports: a daemon with the gateway
+//!   pipeline's parts (OTLP, `kafka_lag` against a real broker, `correlate`,
+//!   remote write to an in-test server that decodes snappy protobuf) runs a
+//!   scenario, and the names seen on the wire and on `/metrics` are the
+//!   reference.
+
+mod common;
+
+use causeway_exporters::victoriametrics::proto::WriteRequest;
+use causeway_scenarios::send::{send, Order};
+use causeway_scenarios::{case, Rng};
+use common::kafka::Broker;
+use common::*;
+use prost::Message;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn docs(path: &str) -> Vec<serde_yaml::Value> {
+    let text = std::fs::read_to_string(root().join(path)).expect(path);
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect(path))
+        .collect()
+}
+
+fn kind<'a>(docs: &'a [serde_yaml::Value], k: &str) -> Vec<&'a serde_yaml::Value> {
+    docs.iter()
+        .filter(|d| d["kind"].as_str() == Some(k))
+        .collect()
+}
+
+fn container<'a>(deploy: &'a serde_yaml::Value, name: &str) -> &'a serde_yaml::Value {
+    deploy["spec"]["template"]["spec"]["containers"]
+        .as_sequence()
+        .expect("containers")
+        .iter()
+        .find(|c| c["name"].as_str() == Some(name))
+        .unwrap_or_else(|| panic!("container {name}"))
+}
+
+/// Checks shared by both manifests; returns the embedded pipeline.
+fn check_manifest(
+    path: &str,
+    example: &str,
+    deployment: &str,
+) -> (Vec<serde_yaml::Value>, serde_yaml::Value) {
+    let d = docs(path);
+    let cm = kind(&d, "ConfigMap");
+    assert_eq!(cm.len(), 1, "{path}: one ConfigMap");
+    let embedded = cm[0]["data"]["pipeline.yaml"]
+        .as_str()
+        .expect("pipeline.yaml");
+    let file = std::fs::read_to_string(root().join(example)).expect(example);
+    assert_eq!(embedded, file, "{path} embeds {example} verbatim");
+    let pipeline: serde_yaml::Value = serde_yaml::from_str(&file).expect(example);
+    let dep = kind(&d, "Deployment")
+        .into_iter()
+        .find(|x| x["metadata"]["name"].as_str() == Some(deployment))
+        .expect("deployment");
+    let c = container(dep, "causeway");
+    let args: Vec<&str> = c["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert_eq!(args, ["--config", "/etc/causeway/pipeline.yaml"]);
+    let mounts = c["volumeMounts"].as_sequence().unwrap();
+    let config_vol = mounts
+        .iter()
+        .find(|m| m["mountPath"].as_str() == Some("/etc/causeway"))
+        .expect("config mount")["name"]
+        .clone();
+    let vols = dep["spec"]["template"]["spec"]["volumes"]
+        .as_sequence()
+        .unwrap();
+    let v = vols
+        .iter()
+        .find(|v| v["name"] == config_vol)
+        .expect("config volume");
+    assert_eq!(
+        v["configMap"]["name"], cm[0]["metadata"]["name"],
+        "{path}: mounts its ConfigMap"
+    );
+    // Probes on the telemetry port the pipeline opens, on all interfaces.
+    let addr = pipeline["service"]["telemetry"]["metrics"]["address"]
+        .as_str()
+        .expect("telemetry address");
+    assert!(
+        addr.starts_with("0.0.0.0:"),
+        "{example}: the kubelet probes the pod IP: {addr}"
+    );
+    let port: i64 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    let named = c["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"].as_str() == Some("telemetry"))
+        .expect("telemetry port");
+    assert_eq!(named["containerPort"].as_i64(), Some(port));
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    for p in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(c[p]["httpGet"]["port"], "telemetry");
+    }
+    assert!(
+        c["resources"]["limits"]["memory"].as_str().is_some(),
+        "{path}: a memory limit"
+    );
+    // State where the pipeline writes it.
+    assert!(mounts
+        .iter()
+        .any(|m| m["mountPath"].as_str() == Some("/var/lib/causeway")));
+    assert!(
+        file.contains("/var/lib/causeway/"),
+        "{example} keeps state under /var/lib/causeway"
+    );
+    (d, pipeline)
+}
+
+#[test]
+fn kubernetes_manifests_embed_the_examples_and_probe_the_daemon() {
+    let (d, pipeline) = check_manifest(
+        "deploy/kubernetes/gateway.yaml",
+        "examples/gateway.yaml",
+        "causeway-gateway",
+    );
+    let svc = kind(&d, "Service");
+    assert_eq!(svc.len(), 1);
+    let ports: BTreeSet<i64> = svc[0]["spec"]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["port"].as_i64())
+        .collect();
+    assert_eq!(ports, BTreeSet::from([4317, 4318, 8888]));
+    for (proto, port) in [("grpc", "4317"), ("http", "4318")] {
+        let ep = pipeline["receivers"]["otlp"]["protocols"][proto]["endpoint"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            ep,
+            format!("0.0.0.0:{port}"),
+            "the gateway listens where the Service sends"
+        );
+    }
+
+    let (d, pipeline) = check_manifest(
+        "deploy/kubernetes/sidecar.yaml",
+        "examples/sidecar.yaml",
+        "checkout",
+    );
+    let dep = kind(&d, "Deployment")[0];
+    let include = pipeline["receivers"]["gateway_log"]["include"][0]
+        .as_str()
+        .unwrap();
+    let dir = Path::new(include).parent().unwrap().to_str().unwrap();
+    let mount_of = |c: &str| {
+        container(dep, c)["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"].as_str() == Some(dir))
+            .unwrap_or_else(|| panic!("{c} mounts {dir}"))["name"]
+            .clone()
+    };
+    assert_eq!(
+        mount_of("gateway"),
+        mount_of("causeway"),
+        "the gateway's log volume is shared"
+    );
+    assert_eq!(
+        pipeline["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].as_str(),
+        Some("127.0.0.1:4317"),
+        "the sidecar takes OTLP from its pod only"
+    );
+    let app_env = container(dep, "app")["env"].as_sequence().unwrap();
+    assert!(app_env
+        .iter()
+        .any(|e| e["value"].as_str() == Some("http://127.0.0.1:4318")));
+}
+
+/// The metric names a PromQL expression reads: identifiers that are not
+/// functions, keywords, label names in `by (…)` / matchers, or numbers.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    // Aggregations may put `by (…)` between their name and their argument.
+    const KEYWORDS: [&str; 26] = [
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "bool",
+        "and",
+        "or",
+        "unless",
+        "offset",
+        "inf",
+        "nan",
+        "atan2",
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "count",
+        "group",
+        "stddev",
+        "stdvar",
+        "topk",
+        "bottomk",
+        "quantile",
+        "count_values",
+    ];
+    let mut out = BTreeSet::new();
+    let b = expr.as_bytes();
+    let mut i = 0;
+    let mut skip_group = false;
+    while i < b.len() {
+        let c = b[i] as char;
+        match c {
+            '"' | '\'' | '`' => {
+                i += 1;
+                while i < b.len() && b[i] as char != c {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            '{' | '[' => {
+                let close = if c == '{' { '}' } else { ']' };
+                while i < b.len() && b[i] as char != close {
+                    if b[i] == b'"' {
+                        i += 1;
+                        while i < b.len() && b[i] != b'"' {
+                            i += if b[i] == b'\\' { 2 } else { 1 };
+                        }
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            '(' if skip_group => {
+                while i < b.len() && b[i] != b')' {
+                    i += 1;
+                }
+                skip_group = false;
+                i += 1;
+            }
+            '$' => {
+                i += 1;
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                    i += 1;
+                }
+            }
+            c if c.is_ascii_alphabetic() || c == '_' || c == ':' => {
+                let s = i;
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b':')
+                {
+                    i += 1;
+                }
+                let word = &expr[s..i];
+                let mut j = i;
+                while j < b.len() && b[j] == b' ' {
+                    j += 1;
+                }
+                let call = j < b.len() && b[j] == b'(';
+                if matches!(
+                    word,
+                    "by" | "without" | "on" | "ignoring" | "group_left" | "group_right"
+                ) {
+                    skip_group = true;
+                } else if !call && !KEYWORDS.contains(&word.to_ascii_lowercase().as_str()) {
+                    out.insert(word.to_string());
+                }
+            }
+            c if c.is_ascii_digit() => {
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
+                    i += 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+#[test]
+fn promql_metric_names_are_extracted() {
+    assert_eq!(
+        metric_names(
+            r#"sum by (route_id, cause) (rate(causeway_rca_traces_total{cause!="unknown",route_id=~"$route"}[$__rate_interval])) * 60 > 10"#
+        ),
+        BTreeSet::from(["causeway_rca_traces_total".to_string()])
+    );
+    assert_eq!(
+        metric_names("max by (component) (a_size / b_capacity) > 0.8 and on (x) c"),
+        BTreeSet::from([
+            "a_size".to_string(),
+            "b_capacity".to_string(),
+            "c".to_string()
+        ])
+    );
+}
+
+/// A remote-write endpoint that decodes snappy protobuf and keeps the names.
+fn remote_write_sink() -> (String, Arc<Mutex<BTreeSet<String>>>) {
+    let names: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    let n = names.clone();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("rt");
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/api/v1/write",
+                axum::routing::post(move |body: axum::body::Bytes| {
+                    let n = n.clone();
+                    async move {
+                        let Ok(raw) = snap::raw::Decoder::new().decompress_vec(&body) else {
+                            return axum::http::StatusCode::BAD_REQUEST;
+                        };
+                        let Ok(req) = WriteRequest::decode(raw.as_slice()) else {
+                            return axum::http::StatusCode::BAD_REQUEST;
+                        };
+                        let mut n = n.lock().expect("lock");
+                        for ts in req.timeseries {
+                            if let Some(l) = ts.labels.iter().find(|l| l.name == "__name__") {
+                                n.insert(l.value.clone());
+                            }
+                        }
+                        axum::http::StatusCode::NO_CONTENT
+                    }
+                }),
+            );
+            let l = tokio::net::TcpListener::from_std(listener).expect("listener");
+            axum::serve(l, app).await.ok();
+        });
+    });
+    (url, names)
+}
+
+#[test]
+fn dashboard_and_rule_files_query_metrics_the_daemon_exports() {
+    // What the material queries.
+    let dash: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("deploy/grafana/causeway-dashboard.json"))
+            .expect("dashboard"),
+    )
+    .expect("the dashboard is JSON");
+    assert!(dash["title"].is_string() && dash["uid"].is_string());
+    let mut queried: BTreeSet<String> = BTreeSet::new();
+    let panels = dash["panels"].as_array().expect("panels");
+    let mut n_targets = 0;
+    for p in panels {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            let e = t["expr"].as_str().expect("expr");
+            let names = metric_names(e);
+            assert!(!names.is_empty(), "panel {:?}: {e}", p["title"]);
+            queried.extend(names);
+            n_targets += 1;
+        }
+    }
+    assert!(n_targets >= 10, "{n_targets} queries");
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = v["definition"].as_str() {
+            let inner = q
+                .trim_start_matches("label_values(")
+                .split(',')
+                .next()
+                .unwrap();
+            queried.insert(inner.trim().to_string());
+        }
+    }
+    let rules = docs("deploy/prometheus/causeway-alerts.yaml");
+    let mut n_rules = 0;
+    for g in rules[0]["groups"].as_sequence().expect("groups") {
+        assert!(g["name"].is_string());
+        for r in g["rules"].as_sequence().expect("rules") {
+            let alert = r["alert"].as_str().expect("alert");
+            let expr = r["expr"].as_str().expect("expr");
+            assert!(
+                r["for"].is_string() && r["labels"]["severity"].is_string(),
+                "{alert}"
+            );
+            assert!(r["annotations"]["summary"].is_string(), "{alert}");
+            let names = metric_names(expr);
+            assert!(!names.is_empty(), "{alert}: {expr}");
+            queried.extend(names);
+            n_rules += 1;
+        }
+    }
+    assert!(n_rules >= 5);
+
+    // What the daemon exports: a broker with a lagging group, a scenario
+    // through OTLP, remote write to the in-test sink, and /metrics.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    broker.create_topic("orders", 1);
+    let p = broker.producer();
+    broker.produce(&p, "orders", 0, 20);
+    let c = broker.consumer("shipping");
+    broker.consume(&c, "orders", 0, 5);
+    broker.create_topic("orders-retry", 1);
+    let (vm, names) = remote_write_sink();
+    let http = free_port();
+    let am = AlertSink::start();
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+  kafka_lag:
+    brokers: ["{broker}"]
+    interval: 300ms
+    retry_topics: '.*-retry'
+processors:
+  tail_sampling:
+    decision_wait: 300ms
+    policies: [{{ name: all, type: always_sample }}]
+  correlate:
+    alerts:
+      interval: 200ms
+      rules:
+        - alert: Any
+          expr: SELECT route_id, count(*) AS value FROM rca GROUP BY route_id
+exporters:
+  file: {{ path: "{{dir}}/out-{{signal}}.jsonl" }}
+  victoriametrics: {{ endpoint: "{vm}" }}
+  alertmanager: {{ endpoint: "{am}" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file] }}
+    logs: {{ receivers: [otlp], processors: [correlate], exporters: [file, alertmanager] }}
+    metrics: {{ receivers: [otlp, kafka_lag], processors: [correlate], exporters: [victoriametrics] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+        broker = broker.addr(),
+        am = am.url
+    );
+    let d = Daemon::start(dir.path(), "exports", &config);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let client = reqwest::blocking::Client::new();
+    let mut rng = Rng::new(3);
+    let cases = vec![
+        case(&mut rng, "circuit_open", 0, now),
+        case(&mut rng, "consumer_lag", 1, now),
+    ];
+    send(
+        &client,
+        &format!("http://127.0.0.1:{http}"),
+        &cases,
+        Order::LogsFirst,
+    )
+    .expect("send");
+    let exported = |d: &Daemon| -> BTreeSet<String> {
+        let mut all = names.lock().unwrap().clone();
+        if let Some((_, body)) = http_get(&d.telemetry, "/metrics") {
+            for l in body.lines().filter(|l| !l.starts_with('#')) {
+                if let Some(name) = l.split(['{', ' ']).next() {
+                    all.insert(name.to_string());
+                }
+            }
+        }
+        all
+    };
+    let start = std::time::Instant::now();
+    while !queried.is_subset(&exported(&d)) && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let seen = exported(&d);
+    let missing: Vec<&String> = queried.difference(&seen).collect();
+    assert!(
+        missing.is_empty(),
+        "queried but never exported: {missing:?}\nexported: {:?}",
+        exported(&d)
+    );
+}
