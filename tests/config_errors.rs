@@ -160,3 +160,109 @@ service:
     );
     assert!(out.contains("bad.yaml:10:"), "located: {out}");
 }
+
+#[test]
+fn bad_alert_rules_are_rejected_with_their_path_and_location() {
+    let (ok, out) = validate(
+        r#"receivers:
+  otlp:
+    protocols:
+      http:
+processors:
+  correlate:
+    alerts:
+      links:
+        jaeger: "http://jaeger/trace/{{ .TraceID }}"
+      rules:
+        - alert: RouteSlow
+          expr: SELECT route_id, p99 AS value FROM routes
+          for: 5m
+        - alert: LagBad
+          expr: SELECT consumer_group, status_name AS value FROM kafka_groups
+          fro: 5m
+exporters:
+  alertmanager:
+    endpoint: http://alertmanager:9093
+    url: http://typo
+service:
+  pipelines:
+    logs:
+      receivers: [otlp]
+      processors: [correlate]
+      exporters: [alertmanager]
+"#,
+    );
+    assert!(!ok, "{out}");
+    // The unknown field `fro` stops the section from decoding: reported first.
+    assert!(
+        out.contains("processors.correlate.alerts.rules[1]") && out.contains("fro"),
+        "{out}"
+    );
+    assert!(
+        out.contains("exporters.alertmanager") && out.contains("url"),
+        "{out}"
+    );
+    assert!(
+        out.contains("bad.yaml:16:"),
+        "located at the unknown field: {out}"
+    );
+}
+
+#[test]
+fn bad_alert_expressions_and_templates_are_rejected_with_their_path_and_location() {
+    let (ok, out) = validate(
+        r#"receivers:
+  otlp:
+    protocols:
+      http:
+processors:
+  correlate:
+    alerts:
+      links:
+        jaeger: "http://jaeger/trace/{{ .TraceID }}"
+      rules:
+        - alert: RouteSlow
+          expr: SELECT route_id, p99 AS value FROM routes
+          for: 5m
+        - alert: LagBad
+          expr: SELECT consumer_group, status_name AS value FROM kafka_groups
+          annotations:
+            summary: "{{ $labels.consumer_group } is bad"
+exporters:
+  alertmanager:
+    endpoint: http://alertmanager:9093
+service:
+  pipelines:
+    logs:
+      receivers: [otlp]
+      processors: [correlate]
+      exporters: [alertmanager]
+"#,
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(
+            "processors.correlate.alerts.links.jaeger: unknown placeholder `{{ .TraceID }}`"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("processors.correlate.alerts.rules[0].expr:") && out.contains("p99"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "processors.correlate.alerts.rules[1].expr: the `value` column must be a number"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("processors.correlate.alerts.rules[1].annotations.summary:")
+            && out.contains("never closed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("bad.yaml:12:"),
+        "the expression is located: {out}"
+    );
+}
