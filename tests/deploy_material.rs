@@ -72,12 +72,12 @@ fn check_manifest(
     let c = container(dep, "causeway");
     let args: Vec<&str> = c["args"]
         .as_sequence()
-        .unwrap()
+        .expect("a list")
         .iter()
         .filter_map(|a| a.as_str())
         .collect();
     assert_eq!(args, ["--config", "/etc/causeway/pipeline.yaml"]);
-    let mounts = c["volumeMounts"].as_sequence().unwrap();
+    let mounts = c["volumeMounts"].as_sequence().expect("volumeMounts");
     let config_vol = mounts
         .iter()
         .find(|m| m["mountPath"].as_str() == Some("/etc/causeway"))
@@ -85,7 +85,7 @@ fn check_manifest(
         .clone();
     let vols = dep["spec"]["template"]["spec"]["volumes"]
         .as_sequence()
-        .unwrap();
+        .expect("a list");
     let v = vols
         .iter()
         .find(|v| v["name"] == config_vol)
@@ -102,10 +102,14 @@ fn check_manifest(
         addr.starts_with("0.0.0.0:"),
         "{example}: the kubelet probes the pod IP: {addr}"
     );
-    let port: i64 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    let port: i64 = addr
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port");
     let named = c["ports"]
         .as_sequence()
-        .unwrap()
+        .expect("a list")
         .iter()
         .find(|p| p["name"].as_str() == Some("telemetry"))
         .expect("telemetry port");

@@ -283,7 +283,7 @@ pub(crate) fn build(
     let cfg: AlertHttpConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
     let delivery = DeliveryConfig {
         timeout: cfg.timeout.get(),
-        retry: cfg.retry_on_failure.clone(),
+        retry: cfg.retry_on_failure,
         queue: cfg.sending_queue.clone(),
     };
     Ok(BuiltExporter {

@@ -324,15 +324,15 @@ fn tables(
         let g = groups.entry(group.clone()).or_default();
         match name.as_str() {
             // The status series is keyed by its status name too: the latest wins.
-            "kafka.consumer_group.status" => {
-                if g.status.as_ref().is_none_or(|(at, _, _)| *t >= *at) {
-                    let label = attrs
-                        .iter()
-                        .find(|(k, _)| k == "status")
-                        .map(|(_, v)| v.clone())
-                        .unwrap_or_default();
-                    g.status = Some((*t, *v as i64, label));
-                }
+            "kafka.consumer_group.status"
+                if g.status.as_ref().is_none_or(|(at, _, _)| *t >= *at) =>
+            {
+                let label = attrs
+                    .iter()
+                    .find(|(k, _)| k == "status")
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
+                g.status = Some((*t, *v as i64, label));
             }
             "kafka.consumer_group.lag_sum" => {
                 g.lag += v;

@@ -213,6 +213,9 @@ pub struct RcaEvent {
     pub rule: String,
 }
 
+/// The latest point of a series: name, join dimensions, other attributes, time (ns), value.
+pub type LatestPoint = (String, Dims, Vec<(String, String)>, u64, f64);
+
 /// Metric name, join dimensions, other attributes.
 type SeriesKey = (String, Dims, Vec<(String, String)>);
 
@@ -546,8 +549,8 @@ impl Store {
             .collect()
     }
 
-    /// The latest point of every metric series: (series, time ns, value).
-    pub fn latest_points(&self) -> Vec<(String, Dims, Vec<(String, String)>, u64, f64)> {
+    /// The latest point of every metric series: (name, dims, attributes, time ns, value).
+    pub fn latest_points(&self) -> Vec<LatestPoint> {
         let g = self.lock();
         g.series
             .values()
