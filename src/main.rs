@@ -12,11 +12,6 @@ use tokio_util::sync::CancellationToken;
 
 mod demo;
 mod self_telemetry;
-
-// mimalloc: a tick's many short-lived rows and Arrow buffers cost a third
-// less than with the system allocator (BENCHMARKS.md, RCA tick).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use self_telemetry::LogFormat;
 
 #[derive(Parser)]

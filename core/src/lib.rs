@@ -9,6 +9,7 @@ pub mod component;
 pub mod config;
 pub mod error;
 pub mod grpc;
+pub mod memory;
 pub mod model;
 pub mod registry;
 pub mod retry;

@@ -182,7 +182,12 @@ pub struct Batch {
     items: usize,
     data: Data,
     acks: Vec<Ack>,
+    holds: Vec<Hold>,
 }
+
+/// Something a batch keeps alive until every copy of it is gone (a memory
+/// limiter permit: the bytes count against the budget while queued).
+pub type Hold = std::sync::Arc<dyn std::any::Any + Send + Sync>;
 
 impl Batch {
     /// A batch from one encoded request whose items were already counted
@@ -193,6 +198,7 @@ impl Batch {
             items,
             data: Data::Encoded(vec![bytes]),
             acks: Vec::new(),
+            holds: Vec::new(),
         }
     }
 
@@ -204,6 +210,7 @@ impl Batch {
             items,
             data: Data::Traces(resource_spans),
             acks: Vec::new(),
+            holds: Vec::new(),
         }
     }
 
@@ -215,6 +222,7 @@ impl Batch {
             items,
             data: Data::Logs(resource_logs),
             acks: Vec::new(),
+            holds: Vec::new(),
         }
     }
 
@@ -226,6 +234,7 @@ impl Batch {
             items,
             data: Data::Metrics(resource_metrics),
             acks: Vec::new(),
+            holds: Vec::new(),
         }
     }
 
@@ -233,6 +242,12 @@ impl Batch {
     /// (and of batches it is merged into) has been delivered or given up.
     pub fn with_ack(mut self, ack: Ack) -> Self {
         self.acks.push(ack);
+        self
+    }
+
+    /// Keep `hold` alive as long as this batch (or one it is merged into) is.
+    pub fn with_hold(mut self, hold: Hold) -> Self {
+        self.holds.push(hold);
         self
     }
 
@@ -388,6 +403,7 @@ impl Batch {
         debug_assert_eq!(self.signal, other.signal);
         self.items += other.items;
         self.acks.append(&mut other.acks);
+        self.holds.append(&mut other.holds);
         match (&mut self.data, other.data) {
             (Data::Encoded(a), Data::Encoded(b)) => a.extend(b),
             (Data::Traces(a), Data::Traces(b)) => a.extend(b),
@@ -399,6 +415,7 @@ impl Batch {
                     items: 0,
                     data,
                     acks: Vec::new(),
+                    holds: Vec::new(),
                 };
                 self.decode_in_place()?;
                 other.decode_in_place()?;

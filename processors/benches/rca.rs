@@ -157,10 +157,6 @@ fn store() -> Store {
     })
 }
 
-// The daemon's allocator.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn bench(c: &mut Criterion) {
     // The daemon's runtime: multi-threaded, one worker per core (2 here).
     let rt = tokio::runtime::Builder::new_multi_thread()

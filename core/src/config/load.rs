@@ -100,6 +100,9 @@ pub fn load_str(
     check_section(Kind::Connector, &file.connectors, registry, &mut errors);
     check_section(Kind::Extension, &file.extensions, registry, &mut errors);
 
+    if let Some(m) = &file.service.memory_limiter {
+        errors.extend(m.errors());
+    }
     for (i, ext) in file.service.extensions.iter().enumerate() {
         if !file.extensions.contains_key(ext) {
             errors.push(ConfigError::new(

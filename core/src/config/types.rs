@@ -233,6 +233,9 @@ pub struct ServiceConfig {
     /// before what is left is dropped (counted). A causeway extension.
     #[serde(default = "default_shutdown_timeout")]
     pub shutdown_timeout: Duration,
+    /// Admission control on a memory budget (see [`crate::memory`]). Off by default.
+    #[serde(default)]
+    pub memory_limiter: Option<crate::memory::MemoryLimiterConfig>,
 }
 
 impl Default for ServiceConfig {
@@ -242,6 +245,7 @@ impl Default for ServiceConfig {
             pipelines: IndexMap::new(),
             telemetry: TelemetryConfig::default(),
             shutdown_timeout: default_shutdown_timeout(),
+            memory_limiter: None,
         }
     }
 }

@@ -50,6 +50,16 @@ pub async fn start(
     let hard_stop = CancellationToken::new();
     let receivers_stop = CancellationToken::new();
     let shared = crate::shared::Shared::default();
+    // The memory limiter: in the shared registry for the receivers, sampled
+    // until the topology stops.
+    if let Some(cfg) = &config.file.service.memory_limiter {
+        let limiter = shared.get_or_init(crate::memory::SHARED_KEY, || {
+            crate::memory::MemoryLimiter::new(cfg, telemetry)
+        });
+        let (limit, soft) = limiter.limits();
+        tracing::info!(limit, soft_limit = soft, "Memory limiter on.");
+        tokio::spawn(limiter.run(hard_stop.clone()));
+    }
     let ctx_in = |id: &ComponentId, pipeline_signals: crate::SignalSet| BuildContext {
         id: id.clone(),
         telemetry: telemetry.clone(),

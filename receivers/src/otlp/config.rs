@@ -10,6 +10,15 @@ pub struct OtlpReceiverConfig {
     /// The protocols to serve; at least one.
     #[serde(default)]
     pub protocols: Protocols,
+    /// End-to-end acknowledgements (default false): answer a request only
+    /// once every exporter of its pipelines has it on disk (a persistent
+    /// `sending_queue`) or has delivered it; if an exporter gives up, the
+    /// client gets a retryable error. With a persistent queue, a crash then
+    /// loses nothing a client was told is accepted. Costs latency: the
+    /// answer waits for `batch` timeouts and deliveries. A processor that
+    /// holds data itself (`tail_sampling`) acknowledges once it has taken it.
+    #[serde(default)]
+    pub acknowledgements: bool,
 }
 
 /// `protocols`: a present key (even empty, `grpc:`) enables the protocol with its defaults.

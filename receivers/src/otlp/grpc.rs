@@ -29,7 +29,7 @@ use tonic::server::{NamedService, UnaryService};
 use tonic::{Code, Status};
 
 use super::config::GrpcConfig;
-use super::{ingest, Accepted, Refused};
+use super::{ingest, Accepted, Admission, Refused};
 use crate::ReceiverError;
 
 /// A signal's response type and service name.
@@ -88,6 +88,7 @@ impl Kind for Metrics {
 
 struct Shared {
     out: Output,
+    adm: Admission,
     max_message: usize,
 }
 
@@ -123,7 +124,7 @@ impl<K: Kind> UnaryService<Bytes> for Export<K> {
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let shared = self.shared.clone();
         Box::pin(async move {
-            match ingest(&shared.out, K::SIGNAL, request.into_inner()).await {
+            match ingest(&shared.out, &shared.adm, K::SIGNAL, request.into_inner()).await {
                 Ok(a) => Ok(tonic::Response::new(K::response(a))),
                 Err(r) => Err(refused_status(r)),
             }
@@ -145,6 +146,18 @@ pub(crate) fn refused_status(r: Refused) -> Status {
             Code::Unavailable,
             code::UNAVAILABLE,
             "receiver is shutting down".to_string(),
+            Some(std::time::Duration::from_secs(1)),
+        ),
+        Refused::Memory(after) => (
+            Code::ResourceExhausted,
+            code::RESOURCE_EXHAUSTED,
+            "memory limit reached; retry later".to_string(),
+            Some(after),
+        ),
+        Refused::NotDelivered => (
+            Code::Unavailable,
+            code::UNAVAILABLE,
+            "accepted but not delivered: an exporter gave up; retry".to_string(),
             Some(std::time::Duration::from_secs(1)),
         ),
     };
@@ -171,6 +184,10 @@ where
             return Box::pin(async { Ok(Status::unimplemented("unknown method").into_http()) });
         }
         let shared = self.shared.clone();
+        // Over the memory budget: refused before the body is read.
+        if let Err(r) = shared.adm.admit(0) {
+            return Box::pin(async move { Ok(refused_status(r).into_http()) });
+        }
         Box::pin(async move {
             let max = shared.max_message;
             let method = Export::<K> {
@@ -198,10 +215,12 @@ pub(crate) async fn serve(
     listener: TcpListener,
     cfg: GrpcConfig,
     out: Output,
+    adm: Admission,
     shutdown: CancellationToken,
 ) -> Result<(), ReceiverError> {
     let shared = Arc::new(Shared {
         out,
+        adm,
         max_message: usize::try_from(cfg.max_recv_msg_size_mib.saturating_mul(1 << 20))
             .unwrap_or(usize::MAX),
     });

@@ -20,11 +20,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::HttpConfig;
 use super::grpc::{Kind, Logs, Metrics, Traces};
-use super::{ingest, Refused};
+use super::{ingest, Admission, Refused};
 use crate::ReceiverError;
 
 struct HttpState {
     out: Output,
+    adm: Admission,
     max_body: usize,
 }
 
@@ -39,10 +40,12 @@ pub(crate) async fn serve(
     listener: TcpListener,
     cfg: HttpConfig,
     out: Output,
+    adm: Admission,
     shutdown: CancellationToken,
 ) -> Result<(), ReceiverError> {
     let state = Arc::new(HttpState {
         out,
+        adm,
         max_body: usize::try_from(cfg.max_request_body_size.0).unwrap_or(usize::MAX),
     });
     let app = Router::new()
@@ -93,6 +96,15 @@ where
             None,
         );
     };
+    // Over the hard memory limit: refused before the body is read.
+    if let Err(Refused::Memory(after)) = st.adm.admit_unread() {
+        return error(
+            encoding,
+            StatusCode::TOO_MANY_REQUESTS,
+            "memory limit reached; retry later".into(),
+            Some(after),
+        );
+    }
     let raw = match axum::body::to_bytes(body, st.max_body).await {
         Ok(b) => b,
         Err(_) => {
@@ -107,6 +119,19 @@ where
                 None,
             );
         }
+    };
+    // Over the soft limit: refused before it is decompressed or decoded.
+    let _reading = match st.adm.admit(raw.len()) {
+        Ok(p) => p,
+        Err(Refused::Memory(after)) => {
+            return error(
+                encoding,
+                StatusCode::TOO_MANY_REQUESTS,
+                "memory limit reached; retry later".into(),
+                Some(after),
+            )
+        }
+        Err(_) => None,
     };
     let content_encoding = headers
         .get(header::CONTENT_ENCODING)
@@ -146,7 +171,7 @@ where
             }
         },
     };
-    match ingest(&st.out, K::SIGNAL, body).await {
+    match ingest(&st.out, &st.adm, K::SIGNAL, body).await {
         Ok(accepted) => {
             let resp = K::response(accepted);
             match encoding {
@@ -179,6 +204,18 @@ where
             encoding,
             StatusCode::SERVICE_UNAVAILABLE,
             "receiver is shutting down".into(),
+            Some(std::time::Duration::from_secs(1)),
+        ),
+        Err(Refused::Memory(after)) => error(
+            encoding,
+            StatusCode::TOO_MANY_REQUESTS,
+            "memory limit reached; retry later".into(),
+            Some(after),
+        ),
+        Err(Refused::NotDelivered) => error(
+            encoding,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "accepted but not delivered: an exporter gave up; retry".into(),
             Some(std::time::Duration::from_secs(1)),
         ),
     }

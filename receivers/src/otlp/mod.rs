@@ -17,9 +17,10 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
 use causeway_core::config::{decode, ConfigError};
+use causeway_core::memory::{MemoryLimiter, Permit};
 use causeway_core::topology::{Output, SendError};
 use causeway_core::wire;
-use causeway_core::{Batch, BoxError, Signal, SignalSet};
+use causeway_core::{Ack, Batch, BoxError, Signal, SignalSet};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -76,13 +77,23 @@ impl ReceiverFactory for OtlpReceiverFactory {
                 tracing::info!(receiver = %ctx.id, protocol, %addr, "OTLP receiver listening.");
             }
         }
-        Ok(Box::new(OtlpReceiver { grpc, http }))
+        let adm = Admission {
+            acknowledgements: cfg.acknowledgements,
+            limiter: ctx
+                .shared
+                .slot::<MemoryLimiter>(causeway_core::memory::SHARED_KEY)
+                .get()
+                .cloned(),
+            receiver: ctx.id.to_string(),
+        };
+        Ok(Box::new(OtlpReceiver { grpc, http, adm }))
     }
 }
 
 struct OtlpReceiver {
     grpc: Option<(TcpListener, config::GrpcConfig)>,
     http: Option<(TcpListener, config::HttpConfig)>,
+    adm: Admission,
 }
 
 #[async_trait]
@@ -94,10 +105,22 @@ impl Receiver for OtlpReceiver {
     ) -> Result<(), BoxError> {
         let mut tasks = tokio::task::JoinSet::new();
         if let Some((listener, cfg)) = self.grpc {
-            tasks.spawn(grpc::serve(listener, cfg, out.clone(), shutdown.clone()));
+            tasks.spawn(grpc::serve(
+                listener,
+                cfg,
+                out.clone(),
+                self.adm.clone(),
+                shutdown.clone(),
+            ));
         }
         if let Some((listener, cfg)) = self.http {
-            tasks.spawn(http::serve(listener, cfg, out.clone(), shutdown.clone()));
+            tasks.spawn(http::serve(
+                listener,
+                cfg,
+                out.clone(),
+                self.adm.clone(),
+                shutdown.clone(),
+            ));
         }
         drop(out);
         let mut result: Result<(), BoxError> = Ok(());
@@ -132,11 +155,58 @@ pub(crate) enum Refused {
     Full(Duration),
     /// Shutting down: retry elsewhere or later.
     ShuttingDown,
+    /// Accepted, but an exporter gave up on it (with `acknowledgements`): retry.
+    NotDelivered,
+    /// Over the memory limiter's budget: retry after the hint (gRPC
+    /// RESOURCE_EXHAUSTED with RetryInfo, HTTP 429).
+    Memory(Duration),
+}
+
+/// How requests are admitted and answered.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Admission {
+    /// Answer only once every exporter of the request's pipelines has the
+    /// data on disk (a persistent queue) or delivered.
+    pub(crate) acknowledgements: bool,
+    /// `service.memory_limiter`, when on.
+    pub(crate) limiter: Option<std::sync::Arc<MemoryLimiter>>,
+    /// The receiver's id (for the limiter's counts).
+    pub(crate) receiver: String,
+}
+
+impl Admission {
+    /// Before a body is read: refused only over the hard limit.
+    pub(crate) fn admit_unread(&self) -> Result<(), Refused> {
+        match &self.limiter {
+            None => Ok(()),
+            Some(l) => l
+                .admit_unread(&self.receiver)
+                .map_err(|r| Refused::Memory(r.retry_after)),
+        }
+    }
+
+    /// Admit `bytes` into the memory budget (held until the permit drops).
+    pub(crate) fn admit(&self, bytes: usize) -> Result<Option<Permit>, Refused> {
+        match &self.limiter {
+            None => Ok(None),
+            Some(l) => l
+                .admit(&self.receiver, bytes as u64)
+                .map(Some)
+                .map_err(|r| Refused::Memory(r.retry_after)),
+        }
+    }
 }
 
 /// The path shared by gRPC and HTTP: check, count, repair and send one
 /// encoded `Export*ServiceRequest`.
-pub(crate) async fn ingest(out: &Output, signal: Signal, body: Bytes) -> Result<Accepted, Refused> {
+pub(crate) async fn ingest(
+    out: &Output,
+    adm: &Admission,
+    signal: Signal,
+    body: Bytes,
+) -> Result<Accepted, Refused> {
+    // Counted in the memory budget until the data is exported or on disk.
+    let permit = adm.admit(body.len())?;
     let scan = match wire::scan(signal, &body) {
         Ok(s) => s,
         Err(e) => {
@@ -173,10 +243,28 @@ pub(crate) async fn ingest(out: &Output, signal: Signal, body: Bytes) -> Result<
         // Nothing to deliver (an empty request, or every item rejected).
         return Ok(accepted);
     }
-    match out.send(Batch::from_encoded(signal, body, items)).await {
-        Ok(()) => Ok(accepted),
-        Err(SendError::Full { retry_after }) => Err(Refused::Full(retry_after)),
-        Err(SendError::Closed) => Err(Refused::ShuttingDown),
+    let mut batch = Batch::from_encoded(signal, body, items);
+    if let Some(p) = permit {
+        batch = batch.with_hold(std::sync::Arc::new(p));
+    }
+    let (batch, done) = if adm.acknowledgements {
+        let (ack, done) = Ack::new();
+        (batch.with_ack(ack), Some(done))
+    } else {
+        (batch, None)
+    };
+    match out.send(batch).await {
+        Ok(()) => {}
+        Err(SendError::Full { retry_after }) => return Err(Refused::Full(retry_after)),
+        Err(SendError::Closed) => return Err(Refused::ShuttingDown),
+    }
+    match done {
+        // Fires once every copy is on disk or delivered (true), or given up (false).
+        Some(done) => match done.await {
+            Ok(true) => Ok(accepted),
+            _ => Err(Refused::NotDelivered),
+        },
+        None => Ok(accepted),
     }
 }
 

@@ -1,0 +1,311 @@
+//! The memory limiter: admission control on a byte budget.
+//!
+//! `service.memory_limiter` sets a hard `limit` and a `spike_limit`; the
+//! soft limit is `limit − spike_limit`. Memory in use is estimated as the
+//! process's resident memory (sampled from `/proc/self/statm` every
+//! `check_interval`) plus what the requests admitted since the sample added
+//! (the bytes held by permits now, minus those held at the sample), so a
+//! burst between two samples is counted at once and nothing is counted
+//! twice. A receiver asks [`MemoryLimiter::admit`] with a request's size
+//! before decoding it:
+//! - under the soft limit the request is admitted and its bytes counted
+//!   until the returned [`Permit`] is dropped; receivers attach it to the
+//!   batch, so it lasts while the data waits in pipelines and in-memory
+//!   exporter queues, and ends when the data is exported or on disk;
+//! - over the soft limit, new requests get a retryable refusal (gRPC
+//!   RESOURCE_EXHAUSTED with RetryInfo, HTTP 429 with Retry-After);
+//! - over the hard limit, nothing at all is admitted until memory falls.
+//!
+//! Pull receivers (file tailing, scrapers) wait in
+//! [`MemoryLimiter::wait_below_soft`] instead, losing nothing.
+
+use serde::Deserialize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{ByteSize, ConfigError, Duration as CfgDuration};
+use crate::telemetry::{Gauge, Registry};
+
+/// The key of the limiter in [`crate::shared::Shared`].
+pub const SHARED_KEY: &str = "service.memory_limiter";
+
+/// Requests refused by the memory limiter, by receiver and level.
+pub const REFUSED: &str = "causeway_memory_limiter_refused_requests_total";
+/// Resident memory last sampled.
+pub const RSS: &str = "causeway_process_resident_memory_bytes";
+
+/// `service.memory_limiter`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryLimiterConfig {
+    /// Hard limit: above it nothing is admitted. Set it below the container's limit.
+    pub limit: ByteSize,
+    /// Headroom under the hard limit: above `limit − spike_limit` new
+    /// requests are refused with a retry hint (default 20% of `limit`).
+    #[serde(default)]
+    pub spike_limit: Option<ByteSize>,
+    /// How often resident memory is sampled (default 100ms).
+    #[serde(default = "check_interval")]
+    pub check_interval: CfgDuration,
+    /// The retry hint given with refusals (default 1s).
+    #[serde(default = "retry_after")]
+    pub retry_after: CfgDuration,
+}
+
+fn check_interval() -> CfgDuration {
+    CfgDuration::millis(100)
+}
+fn retry_after() -> CfgDuration {
+    CfgDuration::secs(1)
+}
+
+impl MemoryLimiterConfig {
+    /// Errors, with paths relative to `service.memory_limiter`.
+    pub fn errors(&self) -> Vec<ConfigError> {
+        let mut e = Vec::new();
+        let at = |k: &str| format!("service.memory_limiter.{k}");
+        if self.limit.0 < 32 << 20 {
+            e.push(ConfigError::new(at("limit"), "must be at least 32MiB"));
+        }
+        if let Some(s) = self.spike_limit {
+            if s.0 >= self.limit.0 {
+                e.push(ConfigError::new(
+                    at("spike_limit"),
+                    "must be less than `limit`",
+                ));
+            }
+        }
+        if self.check_interval.get().is_zero() {
+            e.push(ConfigError::new(
+                at("check_interval"),
+                "must be more than 0",
+            ));
+        }
+        e
+    }
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// Over the hard limit (else the soft one).
+    pub hard: bool,
+    /// When to try again.
+    pub retry_after: Duration,
+}
+
+/// The limiter (one per running topology).
+pub struct MemoryLimiter {
+    limit: u64,
+    soft: u64,
+    retry_after: Duration,
+    check_interval: Duration,
+    rss: AtomicU64,
+    in_flight: Arc<AtomicU64>,
+    in_flight_at_sample: AtomicU64,
+    over_soft: AtomicBool,
+    telemetry: Registry,
+    rss_gauge: Gauge,
+}
+
+impl std::fmt::Debug for MemoryLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryLimiter")
+            .field("limit", &self.limit)
+            .field("soft", &self.soft)
+            .finish()
+    }
+}
+
+/// Bytes admitted and not yet queued; released on drop.
+#[derive(Debug)]
+pub struct Permit {
+    bytes: u64,
+    in_flight: Arc<AtomicU64>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.in_flight.fetch_sub(self.bytes, Ordering::SeqCst);
+    }
+}
+
+/// Resident memory of this process (bytes), from `/proc/self/statm`.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+impl MemoryLimiter {
+    /// From a validated config.
+    pub fn new(cfg: &MemoryLimiterConfig, telemetry: &Registry) -> Self {
+        let limit = cfg.limit.0;
+        let spike = cfg.spike_limit.map_or(limit / 5, |s| s.0);
+        let l = MemoryLimiter {
+            limit,
+            soft: limit.saturating_sub(spike),
+            retry_after: cfg.retry_after.get(),
+            check_interval: cfg.check_interval.get(),
+            rss: AtomicU64::new(resident_bytes().unwrap_or(0)),
+            in_flight: Arc::default(),
+            in_flight_at_sample: AtomicU64::new(0),
+            over_soft: AtomicBool::new(false),
+            telemetry: telemetry.clone(),
+            rss_gauge: telemetry.gauge(
+                RSS,
+                "Resident memory of the daemon, as the memory limiter last sampled it.",
+                &[],
+            ),
+        };
+        l.sample();
+        l
+    }
+
+    /// Sample resident memory now.
+    pub fn sample(&self) {
+        if let Some(rss) = resident_bytes() {
+            self.in_flight_at_sample
+                .store(self.in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
+            self.rss.store(rss, Ordering::SeqCst);
+            self.rss_gauge.set(i64::try_from(rss).unwrap_or(i64::MAX));
+            let over = rss >= self.soft;
+            if over != self.over_soft.swap(over, Ordering::SeqCst) {
+                if over {
+                    tracing::warn!(
+                        rss,
+                        soft_limit = self.soft,
+                        limit = self.limit,
+                        "Memory above the soft limit: refusing new data until it falls."
+                    );
+                } else {
+                    tracing::info!(
+                        rss,
+                        soft_limit = self.soft,
+                        "Memory back under the soft limit: admitting data again."
+                    );
+                }
+            }
+        }
+    }
+
+    /// Sample every `check_interval` until `stop`.
+    pub async fn run(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let mut tick = tokio::time::interval(self.check_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.sample(),
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+
+    /// Admit `bytes` for `receiver`, or refuse with a retry hint.
+    pub fn admit(&self, receiver: &str, bytes: u64) -> Result<Permit, Refusal> {
+        let used = self.estimate();
+        let refusal = if used >= self.limit {
+            Some(true)
+        } else if used.saturating_add(bytes) > self.soft {
+            Some(false)
+        } else {
+            None
+        };
+        if let Some(hard) = refusal {
+            self.telemetry
+                .counter(
+                    REFUSED,
+                    "Requests refused by the memory limiter, by receiver and level.",
+                    &[
+                        ("receiver", receiver),
+                        ("level", if hard { "hard" } else { "soft" }),
+                    ],
+                )
+                .add(1);
+            return Err(Refusal {
+                hard,
+                retry_after: self.retry_after,
+            });
+        }
+        self.in_flight.fetch_add(bytes, Ordering::SeqCst);
+        Ok(Permit {
+            bytes,
+            in_flight: self.in_flight.clone(),
+        })
+    }
+
+    /// Refuse only over the hard limit: for a request whose body is not read
+    /// yet (refusing it then breaks the client's upload).
+    pub fn admit_unread(&self, receiver: &str) -> Result<(), Refusal> {
+        if self.estimate() < self.limit {
+            return Ok(());
+        }
+        self.admit(receiver, 0).map(drop)
+    }
+
+    /// Memory in use now: the last sample plus what was admitted since.
+    pub fn estimate(&self) -> u64 {
+        let rss = self.rss.load(Ordering::SeqCst);
+        let now = self.in_flight.load(Ordering::SeqCst);
+        let then = self.in_flight_at_sample.load(Ordering::SeqCst);
+        rss.saturating_add(now.saturating_sub(then))
+    }
+
+    /// Wait until memory is under the soft limit (for pull receivers).
+    pub async fn wait_below_soft(&self) {
+        while self.estimate() >= self.soft {
+            tokio::time::sleep(self.check_interval).await;
+        }
+    }
+
+    /// The hard and soft limits.
+    pub fn limits(&self) -> (u64, u64) {
+        (self.limit, self.soft)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limiter(limit: u64, spike: u64) -> MemoryLimiter {
+        let cfg = MemoryLimiterConfig {
+            limit: ByteSize(limit),
+            spike_limit: Some(ByteSize(spike)),
+            check_interval: CfgDuration::millis(100),
+            retry_after: CfgDuration::secs(2),
+        };
+        MemoryLimiter::new(&cfg, &Registry::default())
+    }
+
+    #[test]
+    fn admits_under_soft_refuses_over_and_releases_on_drop() {
+        let rss = resident_bytes().expect("linux");
+        // Soft limit 10 MiB above what the process uses now.
+        let l = limiter(rss + (20 << 20), 10 << 20);
+        let a = l.admit("otlp", 6 << 20).expect("admitted");
+        // 6 MiB in flight: another 6 would pass the soft limit.
+        let r = l.admit("otlp", 6 << 20).expect_err("refused");
+        assert_eq!(
+            r,
+            Refusal {
+                hard: false,
+                retry_after: Duration::from_secs(2)
+            }
+        );
+        drop(a);
+        let _b = l
+            .admit("otlp", 6 << 20)
+            .expect("admitted once the first is queued");
+    }
+
+    #[test]
+    fn over_the_hard_limit_nothing_is_admitted() {
+        let l = limiter(32 << 20, 1 << 20);
+        // This test process uses more than 32 MiB? Force it: sample says so.
+        l.rss.store(33 << 20, Ordering::SeqCst);
+        let r = l.admit("otlp", 0).expect_err("refused");
+        assert!(r.hard);
+    }
+}

@@ -1,0 +1,260 @@
+//! Overload: clients offer far more than the daemon can export. With
+//! `service.memory_limiter`, resident memory stays under the limit, the
+//! clients get retryable refusals (HTTP 429 with Retry-After), and every
+//! request that was accepted reaches the backend.
+
+mod common;
+
+use common::*;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const LIMIT_MIB: u64 = 192;
+
+/// A request of about 512 KiB: 64 spans with an 8 KiB attribute each, the
+/// request number in every span name.
+fn request(r: u64) -> Vec<u8> {
+    let blob = "x".repeat(8 << 10);
+    let spans = (0..64u64)
+        .map(|i| Span {
+            trace_id: [(r + 1).to_be_bytes(), (i + 1).to_be_bytes()].concat(),
+            span_id: (i + 1).to_be_bytes().to_vec(),
+            name: format!("r{r}"),
+            attributes: vec![opentelemetry_proto::tonic::common::v1::KeyValue {
+                key: "blob".into(),
+                value: Some(opentelemetry_proto::tonic::common::v1::AnyValue {
+                    value: Some(
+                        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                            blob.clone(),
+                        ),
+                    ),
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .collect();
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
+/// A slow OTLP/HTTP backend: 200 ms a request, remembering the request
+/// numbers it received.
+fn slow_backend() -> (String, Arc<Mutex<HashSet<u64>>>) {
+    let got: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let g = got.clone();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("rt");
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/v1/traces",
+                axum::routing::post(move |body: axum::body::Bytes| {
+                    let g = g.clone();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        let Ok(req) = ExportTraceServiceRequest::decode(body.as_ref()) else {
+                            return axum::http::StatusCode::BAD_REQUEST;
+                        };
+                        let mut g = g.lock().expect("lock");
+                        for rs in req.resource_spans {
+                            for ss in rs.scope_spans {
+                                for s in ss.spans {
+                                    if let Some(r) =
+                                        s.name.strip_prefix('r').and_then(|x| x.parse().ok())
+                                    {
+                                        g.insert(r);
+                                    }
+                                }
+                            }
+                        }
+                        axum::http::StatusCode::OK
+                    }
+                }),
+            );
+            let l = tokio::net::TcpListener::from_std(listener).expect("listener");
+            axum::serve(l, app).await.ok();
+        });
+    });
+    (url, got)
+}
+
+fn rss_of(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+#[test]
+fn ten_times_the_export_rate_stays_under_the_memory_limit_and_loses_nothing_accepted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (backend, got) = slow_backend();
+    let http = free_port();
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}", max_request_body_size: 4MiB }}
+exporters:
+  otlphttp:
+    endpoint: "{backend}"
+    compression: none
+    timeout: 10s
+    retry_on_failure: {{ max_elapsed_time: 0s }}
+    # Room for far more than the memory limit: memory, not the queue, is the bound here.
+    sending_queue: {{ queue_size: 100000, num_consumers: 2 }}
+service:
+  memory_limiter:
+    limit: {LIMIT_MIB}MiB
+    spike_limit: 48MiB
+    check_interval: 50ms
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [otlphttp] }}
+  shutdown_timeout: 60s
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    );
+    let d = Daemon::start(dir.path(), "overload", &config);
+    let pid = d.child.id();
+    let max_rss = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (max_rss, done) = (max_rss.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                if let Some(r) = rss_of(pid) {
+                    max_rss.fetch_max(r, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    // The backend takes 2 × 5 requests/s (2.5 MiB/s); 8 clients offer as
+    // fast as the daemon answers, for 8 seconds.
+    let accepted: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let refused = Arc::new(AtomicU64::new(0));
+    let hinted = Arc::new(AtomicU64::new(0));
+    let offered = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let clients: Vec<_> = (0..8u64)
+        .map(|c| {
+            let (accepted, refused, hinted, offered) = (
+                accepted.clone(),
+                refused.clone(),
+                hinted.clone(),
+                offered.clone(),
+            );
+            let url = format!("http://127.0.0.1:{http}/v1/traces");
+            std::thread::spawn(move || {
+                let client = reqwest::blocking::Client::new();
+                let mut r = c;
+                while start.elapsed() < Duration::from_secs(8) {
+                    let body = request(r);
+                    offered.fetch_add(body.len() as u64, Ordering::SeqCst);
+                    let Ok(resp) = client
+                        .post(&url)
+                        .header("content-type", "application/x-protobuf")
+                        .body(body)
+                        .send()
+                    else {
+                        return false; // the daemon stopped answering
+                    };
+                    match resp.status().as_u16() {
+                        200 => {
+                            accepted.lock().expect("lock").insert(r);
+                        }
+                        429 | 503 => {
+                            refused.fetch_add(1, Ordering::SeqCst);
+                            if resp.headers().get("retry-after").is_some() {
+                                hinted.fetch_add(1, Ordering::SeqCst);
+                            }
+                            // Back off as told (briefly: this is the overload).
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        s => panic!("unexpected status {s}"),
+                    }
+                    r += 8;
+                }
+                true
+            })
+        })
+        .collect();
+    for c in clients {
+        assert!(
+            c.join().expect("client"),
+            "the daemon stopped answering:\n{}",
+            d.stderr("overload")
+        );
+    }
+    let offered_mib = offered.load(Ordering::SeqCst) as f64 / (1 << 20) as f64;
+    let accepted = accepted.lock().expect("lock").clone();
+    // Everything accepted reaches the backend.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !accepted.is_subset(&got.lock().expect("lock")) {
+        assert!(
+            Instant::now() < deadline,
+            "accepted requests never delivered: {} of {}",
+            accepted.difference(&got.lock().expect("lock")).count(),
+            accepted.len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    done.store(true, Ordering::SeqCst);
+    sampler.join().expect("sampler");
+    let max = max_rss.load(Ordering::SeqCst);
+    let refused = refused.load(Ordering::SeqCst);
+    eprintln!(
+        "offered {offered_mib:.0} MiB in 8 s ({:.1}× the backend's 2.5 MiB/s), accepted {} requests, refused {refused}, max RSS {} MiB (limit {LIMIT_MIB} MiB)",
+        offered_mib / 8.0 / 2.5,
+        accepted.len(),
+        max >> 20
+    );
+    assert!(
+        offered_mib / 8.0 >= 25.0,
+        "the clients offered at least ten times what the backend takes"
+    );
+    assert!(refused > 0, "the clients were refused");
+    assert_eq!(
+        hinted.load(Ordering::SeqCst),
+        refused,
+        "every refusal carries Retry-After"
+    );
+    assert!(
+        max < LIMIT_MIB << 20,
+        "RSS {} MiB over the {LIMIT_MIB} MiB limit",
+        max >> 20
+    );
+    let refused_metric = d
+        .metric("causeway_memory_limiter_refused_requests_total{receiver=\"otlp\",level=\"soft\"}")
+        .unwrap_or(0.0);
+    assert!(
+        refused_metric > 0.0,
+        "the limiter refused (not only the queue)"
+    );
+}
