@@ -52,7 +52,10 @@ pub fn endpoints(config: &Config) -> anyhow::Result<(String, PathBuf)> {
 
 /// Send traffic until `stop`: every second a few healthy traces and one fault.
 pub fn generate(http: String, stop: CancellationToken) {
-    let client = reqwest::blocking::Client::new();
+    let client = {
+        causeway_core::tls::install_crypto_provider();
+        reqwest::blocking::Client::new()
+    };
     let base = format!("http://{http}");
     let mut rng = Rng::new(2026);
     let mut n = 0u64;

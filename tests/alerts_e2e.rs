@@ -88,7 +88,7 @@ service:
         am = am.url
     );
     let d = Daemon::start(dir.path(), "alerts", &config);
-    let client = reqwest::blocking::Client::new();
+    let client = http_client();
     let base = format!("http://127.0.0.1:{http}");
     let mut rng = Rng::new(7);
     let mut sent: HashSet<String> = HashSet::new();

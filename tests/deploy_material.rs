@@ -463,7 +463,7 @@ service:
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64;
-    let client = reqwest::blocking::Client::new();
+    let client = http_client();
     let mut rng = Rng::new(3);
     let cases = vec![
         case(&mut rng, "circuit_open", 0, now),

@@ -172,7 +172,7 @@ service:
             );
             let url = format!("http://127.0.0.1:{http}/v1/traces");
             std::thread::spawn(move || {
-                let client = reqwest::blocking::Client::new();
+                let client = http_client();
                 let mut r = c;
                 while start.elapsed() < Duration::from_secs(8) {
                     let body = request(r);

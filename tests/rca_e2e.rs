@@ -63,7 +63,7 @@ service:
         .expect("clock")
         .as_nanos() as u64;
     let mut rng = Rng::new(42);
-    let client = reqwest::blocking::Client::new();
+    let client = http_client();
     let base = format!("http://127.0.0.1:{http}");
     let orders = [Order::LogsFirst, Order::SpansFirst, Order::MetricsFirst];
     let mut cases = Vec::new();
@@ -301,7 +301,7 @@ service:
         .expect("clock")
         .as_nanos() as u64;
     let mut rng = Rng::new(7);
-    let client = reqwest::blocking::Client::new();
+    let client = http_client();
     let base = format!("http://127.0.0.1:{http}");
     // Fast (well under 5 s), but the gateway answered 429 to its first attempts.
     let mut limited = case(&mut rng, "rate_limited", 1, now);

@@ -16,6 +16,7 @@ pub mod retry;
 pub mod rpc;
 pub mod shared;
 pub mod telemetry;
+pub mod tls;
 pub mod topology;
 pub mod wire;
 

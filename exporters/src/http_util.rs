@@ -21,3 +21,17 @@ pub(crate) fn transport_error(endpoint: &str, e: reqwest::Error) -> ExportError 
         retry_after: None,
     }
 }
+
+/// An HTTP client builder with the exporter's TLS settings (a CA bundle,
+/// a client certificate) when it has any.
+pub(crate) fn client_builder(
+    tls: &causeway_core::tls::ClientTls,
+) -> Result<reqwest::ClientBuilder, String> {
+    causeway_core::tls::install_crypto_provider();
+    let b = reqwest::Client::builder();
+    if tls.enabled() {
+        Ok(b.use_preconfigured_tls(tls.client_config()?))
+    } else {
+        Ok(b)
+    }
+}

@@ -44,6 +44,12 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// A blocking HTTP client (with the process's rustls provider installed).
+pub fn http_client() -> reqwest::blocking::Client {
+    causeway_core::tls::install_crypto_provider();
+    reqwest::blocking::Client::new()
+}
+
 /// A running daemon.
 pub struct Daemon {
     pub child: Child,
@@ -66,6 +72,23 @@ impl Daemon {
             name,
             &["--config", &path.display().to_string()],
             &[],
+            telemetry,
+        )
+    }
+
+    /// Like [`Daemon::start`], with environment variables.
+    pub fn spawn_config(dir: &Path, name: &str, config: &str, env: &[(&str, String)]) -> Daemon {
+        let telemetry = format!("127.0.0.1:{}", free_port());
+        let config = config
+            .replace("{dir}", &dir.display().to_string())
+            .replace("{telemetry}", &telemetry);
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, config).expect("write config");
+        Self::spawn(
+            dir,
+            name,
+            &["--config", &path.display().to_string()],
+            env,
             telemetry,
         )
     }

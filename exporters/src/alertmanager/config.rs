@@ -25,6 +25,9 @@ pub struct AlertHttpConfig {
     /// The sending queue.
     #[serde(default)]
     pub sending_queue: QueueConfig,
+    /// TLS for https endpoints: `ca_file`, and `cert_file`/`key_file` for mTLS.
+    #[serde(default)]
+    pub tls: causeway_core::tls::ClientTls,
 }
 
 fn timeout() -> Duration {
@@ -34,12 +37,21 @@ fn timeout() -> Duration {
 impl Validate for AlertHttpConfig {
     fn validate(&self) -> Vec<ConfigError> {
         let mut e = delivery_errors(&self.retry_on_failure, &self.sending_queue, self.timeout);
-        if !self.endpoint.starts_with("http://") {
+        if self.endpoint.starts_with("https://") {
+            if self.tls.ca_file.is_none() {
+                e.push(ConfigError::new(
+                    "endpoint",
+                    "an https endpoint needs tls.ca_file (the CA that signs the server's certificate; system roots are not read)",
+                ));
+            }
+        } else if !self.endpoint.starts_with("http://") {
             e.push(ConfigError::new(
                 "endpoint",
-                "must be an http:// URL (TLS is not available in this build)",
+                "must be an http:// or https:// URL",
             ));
-        } else if reqwest::Url::parse(&self.endpoint).is_err() {
+        }
+        e.extend(self.tls.errors("tls"));
+        if reqwest::Url::parse(&self.endpoint).is_err() {
             e.push(ConfigError::new("endpoint", "is not a valid URL"));
         }
         for k in self.headers.keys() {

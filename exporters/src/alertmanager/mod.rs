@@ -197,7 +197,11 @@ impl AlertExporter {
             }
             _ => cfg.endpoint.clone(),
         };
-        let client = reqwest::Client::builder()
+        let client = crate::http_util::client_builder(&cfg.tls)
+            .map_err(|reason| ExporterError::Endpoint {
+                endpoint: cfg.endpoint.clone(),
+                reason,
+            })?
             .timeout(cfg.timeout.get())
             .build()
             .map_err(|e| ExporterError::Endpoint {

@@ -85,6 +85,9 @@ pub struct LokiConfig {
     /// The sending queue.
     #[serde(default)]
     pub sending_queue: QueueConfig,
+    /// TLS for https endpoints: `ca_file`, and `cert_file`/`key_file` for mTLS.
+    #[serde(default)]
+    pub tls: causeway_core::tls::ClientTls,
 }
 
 fn max_values() -> usize {
@@ -105,12 +108,20 @@ fn valid_label(name: &str) -> bool {
 impl Validate for LokiConfig {
     fn validate(&self) -> Vec<ConfigError> {
         let mut e = delivery_errors(&self.retry_on_failure, &self.sending_queue, self.timeout);
-        if !self.endpoint.starts_with("http://") {
+        if self.endpoint.starts_with("https://") {
+            if self.tls.ca_file.is_none() {
+                e.push(ConfigError::new(
+                    "endpoint",
+                    "an https endpoint needs tls.ca_file (the CA that signs the server's certificate; system roots are not read)",
+                ));
+            }
+        } else if !self.endpoint.starts_with("http://") {
             e.push(ConfigError::new(
                 "endpoint",
-                "must be an http:// URL (TLS is not available in this build)",
+                "must be an http:// or https:// URL",
             ));
         }
+        e.extend(self.tls.errors("tls"));
         if let Some(c) = &self.compression {
             if c != "gzip" && c != "none" {
                 e.push(ConfigError::new("compression", "must be gzip or none"));

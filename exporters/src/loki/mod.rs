@@ -230,7 +230,11 @@ impl LokiExporter {
         } else {
             format!("{}/loki/api/v1/push", cfg.endpoint.trim_end_matches('/'))
         };
-        let client = reqwest::Client::builder()
+        let client = crate::http_util::client_builder(&cfg.tls)
+            .map_err(|reason| ExporterError::Endpoint {
+                endpoint: cfg.endpoint.clone(),
+                reason,
+            })?
             .connect_timeout(cfg.timeout.get())
             .build()
             .map_err(|e| ExporterError::Endpoint {

@@ -18,14 +18,8 @@ pub enum Compression {
     None,
 }
 
-/// `tls`: only plaintext is available in this build.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    /// Use plaintext (must be true, or the endpoint must be `http://`).
-    #[serde(default)]
-    pub insecure: bool,
-}
+/// `tls`: the client side of TLS (CA bundle, client certificate, `insecure` for plaintext).
+pub use causeway_core::tls::ClientTls as TlsConfig;
 
 /// `exporters.otlp` (OTLP/gRPC).
 #[derive(Debug, Clone, Deserialize)]
@@ -48,7 +42,8 @@ pub struct OtlpGrpcConfig {
     /// The bounded sending queue.
     #[serde(default)]
     pub sending_queue: QueueConfig,
-    /// Transport security (plaintext only in this build).
+    /// Transport security: `ca_file` (and `cert_file`/`key_file` for mTLS) for
+    /// https endpoints; `insecure: true` for plaintext `host:port`.
     #[serde(default)]
     pub tls: TlsConfig,
 }
@@ -94,7 +89,8 @@ pub struct OtlpHttpConfig {
     /// The bounded sending queue.
     #[serde(default)]
     pub sending_queue: QueueConfig,
-    /// Transport security (plaintext only in this build).
+    /// Transport security: `ca_file` (and `cert_file`/`key_file` for mTLS) for
+    /// https endpoints; `insecure: true` for plaintext `host:port`.
     #[serde(default)]
     pub tls: TlsConfig,
 }
@@ -114,15 +110,19 @@ fn check_common(
     for (key, ep) in endpoints {
         if ep.trim().is_empty() {
             e.push(ConfigError::new(*key, "must not be empty"));
-        } else if ep.starts_with("https://")
-            || (!tls.insecure && !ep.starts_with("http://") && ep.contains("://"))
-        {
+        } else if ep.starts_with("https://") && tls.ca_file.is_none() {
             e.push(ConfigError::new(
                 *key,
-                format!("{ep:?}: TLS is not available in this build; use an http:// endpoint or set tls.insecure: true"),
+                format!("{ep:?}: an https endpoint needs tls.ca_file (the CA that signs the server's certificate; system roots are not read)"),
+            ));
+        } else if ep.contains("://") && !ep.starts_with("http://") && !ep.starts_with("https://") {
+            e.push(ConfigError::new(
+                *key,
+                format!("{ep:?}: use http://, https:// or host:port"),
             ));
         }
     }
+    e.extend(tls.errors("tls"));
     e
 }
 

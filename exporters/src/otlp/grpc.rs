@@ -31,11 +31,33 @@ impl GrpcExporter {
             endpoint: cfg.endpoint.clone(),
             reason,
         };
-        let uri = super::grpc_uri(&cfg.endpoint).map_err(bad)?;
-        let channel = Endpoint::from(uri)
+        let tls = cfg.tls.enabled() || cfg.endpoint.starts_with("https://");
+        let endpoint = if tls && !cfg.endpoint.contains("://") {
+            format!("https://{}", cfg.endpoint)
+        } else {
+            cfg.endpoint.clone()
+        };
+        let uri = super::grpc_uri(&endpoint).map_err(bad)?;
+        let mut ep = Endpoint::from(uri)
             .connect_timeout(cfg.timeout.get())
-            .tcp_nodelay(true)
-            .connect_lazy();
+            .tcp_nodelay(true);
+        if tls {
+            let read = |p: &std::path::Path| {
+                std::fs::read(p).map_err(|e| bad(format!("{}: {e}", p.display())))
+            };
+            let mut t = tonic::transport::ClientTlsConfig::new();
+            if let Some(ca) = &cfg.tls.ca_file {
+                t = t.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+            }
+            if let (Some(c), Some(k)) = (&cfg.tls.cert_file, &cfg.tls.key_file) {
+                t = t.identity(tonic::transport::Identity::from_pem(read(c)?, read(k)?));
+            }
+            if let Some(name) = &cfg.tls.server_name_override {
+                t = t.domain_name(name.clone());
+            }
+            ep = ep.tls_config(t).map_err(|e| bad(e.to_string()))?;
+        }
+        let channel = ep.connect_lazy();
         let mut metadata = MetadataMap::new();
         for (k, v) in &cfg.headers {
             let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())

@@ -45,7 +45,11 @@ impl HttpExporter {
                 reqwest::header::HeaderValue::from_str(v).map_err(|e| bad(e.to_string()))?;
             headers.insert(name, value);
         }
-        let client = reqwest::Client::builder()
+        let client = crate::http_util::client_builder(&cfg.tls)
+            .map_err(|reason| ExporterError::Endpoint {
+                endpoint: base.to_string(),
+                reason,
+            })?
             .connect_timeout(cfg.timeout.get())
             .build()
             .map_err(|e| ExporterError::Endpoint {

@@ -111,6 +111,9 @@ pub struct VictoriaMetricsConfig {
     /// The sending queue.
     #[serde(default)]
     pub sending_queue: QueueConfig,
+    /// TLS for https endpoints: `ca_file`, and `cert_file`/`key_file` for mTLS.
+    #[serde(default)]
+    pub tls: causeway_core::tls::ClientTls,
 }
 
 fn yes() -> bool {
@@ -123,12 +126,20 @@ fn timeout() -> Duration {
 impl Validate for VictoriaMetricsConfig {
     fn validate(&self) -> Vec<ConfigError> {
         let mut e = delivery_errors(&self.retry_on_failure, &self.sending_queue, self.timeout);
-        if !self.endpoint.starts_with("http://") {
+        if self.endpoint.starts_with("https://") {
+            if self.tls.ca_file.is_none() {
+                e.push(ConfigError::new(
+                    "endpoint",
+                    "an https endpoint needs tls.ca_file (the CA that signs the server's certificate; system roots are not read)",
+                ));
+            }
+        } else if !self.endpoint.starts_with("http://") {
             e.push(ConfigError::new(
                 "endpoint",
-                "must be an http:// URL (TLS is not available in this build)",
+                "must be an http:// or https:// URL",
             ));
         }
+        e.extend(self.tls.errors("tls"));
         e
     }
 }
@@ -317,7 +328,11 @@ impl VictoriaMetricsExporter {
         } else {
             format!("{}/api/v1/write", cfg.endpoint.trim_end_matches('/'))
         };
-        let client = reqwest::Client::builder()
+        let client = crate::http_util::client_builder(&cfg.tls)
+            .map_err(|reason| ExporterError::Endpoint {
+                endpoint: cfg.endpoint.clone(),
+                reason,
+            })?
             .connect_timeout(cfg.timeout.get())
             .build()
             .map_err(|e| ExporterError::Endpoint {

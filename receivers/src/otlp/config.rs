@@ -1,6 +1,7 @@
 //! Configuration of the `otlp` receiver, in the Collector's shape.
 
 use causeway_core::config::{null_as_default, ByteSize, ConfigError, Validate};
+use causeway_core::tls::{ServerAuth, ServerTls};
 use serde::Deserialize;
 
 /// `receivers.otlp`.
@@ -46,6 +47,12 @@ pub struct GrpcConfig {
     /// Largest number of concurrent streams per connection (default unlimited).
     #[serde(default)]
     pub max_concurrent_streams: Option<u32>,
+    /// TLS (default: plaintext).
+    #[serde(default)]
+    pub tls: Option<ServerTls>,
+    /// Authentication of requests (default: none).
+    #[serde(default)]
+    pub auth: Option<ServerAuth>,
 }
 
 impl Default for GrpcConfig {
@@ -54,6 +61,8 @@ impl Default for GrpcConfig {
             endpoint: grpc_endpoint(),
             max_recv_msg_size_mib: max_recv(),
             max_concurrent_streams: None,
+            tls: None,
+            auth: None,
         }
     }
 }
@@ -84,6 +93,12 @@ pub struct HttpConfig {
     /// Path of metric exports (default `/v1/metrics`).
     #[serde(default = "metrics_path")]
     pub metrics_url_path: String,
+    /// TLS (default: plaintext).
+    #[serde(default)]
+    pub tls: Option<ServerTls>,
+    /// Authentication of requests (default: none).
+    #[serde(default)]
+    pub auth: Option<ServerAuth>,
 }
 
 impl Default for HttpConfig {
@@ -94,6 +109,8 @@ impl Default for HttpConfig {
             traces_url_path: traces_path(),
             logs_url_path: logs_path(),
             metrics_url_path: metrics_path(),
+            tls: None,
+            auth: None,
         }
     }
 }
@@ -135,6 +152,25 @@ impl Validate for OtlpReceiverConfig {
                 "protocols",
                 "enable at least one protocol (`grpc:` and/or `http:`)",
             ));
+        }
+        for (proto, tls, auth) in [
+            (
+                "grpc",
+                self.protocols.grpc.as_ref().and_then(|g| g.tls.as_ref()),
+                self.protocols.grpc.as_ref().and_then(|g| g.auth.as_ref()),
+            ),
+            (
+                "http",
+                self.protocols.http.as_ref().and_then(|h| h.tls.as_ref()),
+                self.protocols.http.as_ref().and_then(|h| h.auth.as_ref()),
+            ),
+        ] {
+            if let Some(t) = tls {
+                e.extend(t.errors(&format!("protocols.{proto}.tls")));
+            }
+            if let Some(a) = auth {
+                e.extend(a.errors(&format!("protocols.{proto}.auth")));
+            }
         }
         if let Some(g) = &self.protocols.grpc {
             check_endpoint("protocols.grpc.endpoint", &g.endpoint, &mut e);

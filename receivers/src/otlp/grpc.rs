@@ -4,6 +4,8 @@
 use bytes::Bytes;
 use causeway_core::grpc::{export_path, ServerCodec};
 use causeway_core::rpc::{code, RpcStatus};
+use causeway_core::telemetry::Registry;
+use causeway_core::tls::{warn_if_exposed, Authenticator, TlsListener};
 use causeway_core::topology::Output;
 use causeway_core::Signal;
 use opentelemetry_proto::tonic::collector::logs::v1::{
@@ -89,6 +91,7 @@ impl Kind for Metrics {
 struct Shared {
     out: Output,
     adm: Admission,
+    auth: Option<Authenticator>,
     max_message: usize,
 }
 
@@ -184,6 +187,14 @@ where
             return Box::pin(async { Ok(Status::unimplemented("unknown method").into_http()) });
         }
         let shared = self.shared.clone();
+        if let Some(a) = &shared.auth {
+            let given = req.headers().get("authorization").map(|v| v.as_bytes());
+            if !a.check(given) {
+                return Box::pin(async {
+                    Ok(Status::unauthenticated("missing or wrong credentials").into_http())
+                });
+            }
+        }
         // Over the memory budget: refused before the body is read.
         if let Err(r) = shared.adm.admit(0) {
             return Box::pin(async move { Ok(refused_status(r).into_http()) });
@@ -216,11 +227,34 @@ pub(crate) async fn serve(
     cfg: GrpcConfig,
     out: Output,
     adm: Admission,
+    telemetry: Registry,
     shutdown: CancellationToken,
 ) -> Result<(), ReceiverError> {
+    let serve_err = |message: String| ReceiverError::Serve {
+        protocol: "grpc",
+        message,
+    };
+    let tls = cfg
+        .tls
+        .as_ref()
+        .map(|t| t.server_config(&[b"h2"]))
+        .transpose()
+        .map_err(serve_err)?;
+    let auth = cfg
+        .auth
+        .as_ref()
+        .map(|a| a.authenticator())
+        .transpose()
+        .map_err(serve_err)?
+        .flatten();
+    if let Ok(addr) = listener.local_addr() {
+        warn_if_exposed(&adm.receiver, "grpc", addr, tls.is_some());
+    }
+    let receiver = adm.receiver.clone();
     let shared = Arc::new(Shared {
         out,
         adm,
+        auth,
         max_message: usize::try_from(cfg.max_recv_msg_size_mib.saturating_mul(1 << 20))
             .unwrap_or(usize::MAX),
     });
@@ -233,12 +267,26 @@ pub(crate) async fn serve(
         .add_service(service::<Logs>(&shared))
         .add_service(service::<Metrics>(&shared));
     drop(shared);
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    router
-        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
-        .await
-        .map_err(|e| ReceiverError::Serve {
-            protocol: "grpc",
-            message: e.to_string(),
-        })
+    let served = match tls {
+        Some(config) => {
+            let listener = TlsListener::new(listener, config, receiver, telemetry)
+                .map_err(|e| serve_err(e.to_string()))?;
+            let incoming = futures::stream::unfold(listener, |mut l| async move {
+                l.next()
+                    .await
+                    .map(|(tls, _)| (Ok::<_, std::io::Error>(tls), l))
+            });
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+                .await
+        }
+        None => {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+                .await
+        }
+    };
+    served.map_err(|e| serve_err(e.to_string()))
 }

@@ -22,11 +22,14 @@ use super::config::HttpConfig;
 use super::grpc::{Kind, Logs, Metrics, Traces};
 use super::{ingest, Admission, Refused};
 use crate::ReceiverError;
+use causeway_core::telemetry::Registry;
+use causeway_core::tls::{warn_if_exposed, Authenticator, TlsListener};
 
 struct HttpState {
     out: Output,
     adm: Admission,
     max_body: usize,
+    auth: Option<Authenticator>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -41,12 +44,35 @@ pub(crate) async fn serve(
     cfg: HttpConfig,
     out: Output,
     adm: Admission,
+    telemetry: Registry,
     shutdown: CancellationToken,
 ) -> Result<(), ReceiverError> {
+    let serve_err = |message: String| ReceiverError::Serve {
+        protocol: "http",
+        message,
+    };
+    let tls = cfg
+        .tls
+        .as_ref()
+        .map(|t| t.server_config(&[b"h2", b"http/1.1"]))
+        .transpose()
+        .map_err(serve_err)?;
+    let auth = cfg
+        .auth
+        .as_ref()
+        .map(|a| a.authenticator())
+        .transpose()
+        .map_err(serve_err)?
+        .flatten();
+    if let Ok(addr) = listener.local_addr() {
+        warn_if_exposed(&adm.receiver, "http", addr, tls.is_some());
+    }
+    let receiver = adm.receiver.clone();
     let state = Arc::new(HttpState {
         out,
         adm,
         max_body: usize::try_from(cfg.max_request_body_size.0).unwrap_or(usize::MAX),
+        auth,
     });
     let app = Router::new()
         .route(&cfg.traces_url_path, post(handle::<Traces, TraceReq>))
@@ -54,13 +80,21 @@ pub(crate) async fn serve(
         .route(&cfg.metrics_url_path, post(handle::<Metrics, MetricsReq>))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .map_err(|e| ReceiverError::Serve {
-            protocol: "http",
-            message: e.to_string(),
-        })
+    let served = match tls {
+        Some(config) => {
+            let listener = TlsListener::new(listener, config, receiver, telemetry)
+                .map_err(|e| serve_err(e.to_string()))?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        }
+    };
+    served.map_err(|e| serve_err(e.to_string()))
 }
 
 type TraceReq = opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -77,6 +111,17 @@ where
     K::Response: Serialize,
     Req: Message + DeserializeOwned,
 {
+    if let Some(a) = &st.auth {
+        if !a.check(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes())) {
+            tracing::debug!(receiver = %st.adm.receiver, "Request refused: missing or wrong credentials.");
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, a.scheme())],
+                "missing or wrong credentials",
+            )
+                .into_response();
+        }
+    }
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -86,7 +86,12 @@ impl ReceiverFactory for OtlpReceiverFactory {
                 .cloned(),
             receiver: ctx.id.to_string(),
         };
-        Ok(Box::new(OtlpReceiver { grpc, http, adm }))
+        Ok(Box::new(OtlpReceiver {
+            grpc,
+            http,
+            adm,
+            telemetry: ctx.telemetry.clone(),
+        }))
     }
 }
 
@@ -94,6 +99,7 @@ struct OtlpReceiver {
     grpc: Option<(TcpListener, config::GrpcConfig)>,
     http: Option<(TcpListener, config::HttpConfig)>,
     adm: Admission,
+    telemetry: causeway_core::telemetry::Registry,
 }
 
 #[async_trait]
@@ -110,6 +116,7 @@ impl Receiver for OtlpReceiver {
                 cfg,
                 out.clone(),
                 self.adm.clone(),
+                self.telemetry.clone(),
                 shutdown.clone(),
             ));
         }
@@ -119,6 +126,7 @@ impl Receiver for OtlpReceiver {
                 cfg,
                 out.clone(),
                 self.adm.clone(),
+                self.telemetry.clone(),
                 shutdown.clone(),
             ));
         }

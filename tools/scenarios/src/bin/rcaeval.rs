@@ -125,7 +125,12 @@ service:
         let j = (rng.next_u64() % (i as u64 + 1)) as usize;
         cases.swap(i, j);
     }
-    let client = reqwest::blocking::Client::new();
+    let client = {
+        rustls::crypto::ring::default_provider()
+            .install_default()
+            .ok();
+        reqwest::blocking::Client::new()
+    };
     let base = format!("http://127.0.0.1:{http}");
     let sent = Instant::now();
     for chunk in cases.chunks(20) {
