@@ -84,6 +84,7 @@ async fn http_post(
     content_type: &str,
     body: Vec<u8>,
 ) -> (u16, HashMap<String, String>, Vec<u8>) {
+    causeway_core::tls::install_crypto_provider();
     let resp = reqwest::Client::new()
         .post(url)
         .header("content-type", content_type)
@@ -337,6 +338,128 @@ async fn malformed_and_partially_invalid_requests() {
         log_records(&read_jsonl(&dir.path().join("out-logs.jsonl"))).len(),
         1
     );
+}
+
+/// Every hostile input of RELIABILITY.md that reaches the OTLP receiver:
+/// each is refused with its reason, the daemon stays up, and a valid
+/// request sent after them flows.
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_requests_are_refused_with_a_reason_and_valid_data_still_flows() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (d, grpc, http) = start_sink(dir.path(), "hostile", &file_sink_config("", ""));
+    let url = format!("http://{http}/v1/traces");
+    let reason = |body: &[u8]| {
+        RpcStatus::decode(body)
+            .map(|s| s.message)
+            .unwrap_or_else(|_| String::from_utf8_lossy(body).into_owned())
+    };
+
+    // Over max_request_body_size (20 MiB): 413 before anything is decoded.
+    let (s, _, body) = http_post(&url, "application/x-protobuf", vec![0u8; 21 << 20]).await;
+    assert_eq!(s, 413, "{}", reason(&body));
+
+    // A gzip bomb: 64 KiB that inflates past 20 MiB: 413, inflation stops at the limit.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&vec![0u8; 64 << 20]).expect("gzip");
+    let bomb = gz.finish().expect("gzip");
+    assert!(bomb.len() < 1 << 20);
+    causeway_core::tls::install_crypto_provider();
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/x-protobuf")
+        .header("content-encoding", "gzip")
+        .body(bomb)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(resp.status().as_u16(), 413);
+    let body = resp.bytes().await.expect("body");
+    assert!(
+        reason(&body).contains("decompressed body exceeds"),
+        "{}",
+        reason(&body)
+    );
+
+    // gRPC: a message over max_recv_msg_size_mib (4 MiB) is refused.
+    let mut big = traces("big", 1, 1);
+    big.resource_spans[0].scope_spans[0].spans[0].name = "x".repeat(5 << 20);
+    let e = grpc_export(&grpc, &big).await.expect_err("too large");
+    assert!(
+        matches!(
+            e.code(),
+            tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+        ),
+        "{e:?}"
+    );
+
+    // Invalid UTF-8 in a string field (the span name), found without decoding: 400.
+    let mut req = traces("utf8", 1, 2);
+    req.resource_spans[0].scope_spans[0].spans[0].name = "zzzz".into();
+    let mut raw = req.encode_to_vec();
+    let at = raw.windows(4).position(|w| w == b"zzzz").expect("name");
+    raw[at] = 0xff;
+    let (s, _, body) = http_post(&url, "application/x-protobuf", raw).await;
+    assert_eq!(s, 400);
+    assert!(
+        reason(&body).contains("not valid UTF-8"),
+        "{}",
+        reason(&body)
+    );
+
+    // An attribute nested 100 arrays deep: 400.
+    let mut v = AnyValue {
+        value: Some(string("deep")),
+    };
+    for _ in 0..100 {
+        v = AnyValue {
+            value: Some(any_value::Value::ArrayValue(
+                opentelemetry_proto::tonic::common::v1::ArrayValue { values: vec![v] },
+            )),
+        };
+    }
+    let mut deep = traces("deep", 1, 3);
+    deep.resource_spans[0].scope_spans[0].spans[0].attributes = vec![KeyValue {
+        key: "k".into(),
+        value: Some(v),
+        ..Default::default()
+    }];
+    let (s, _, body) = http_post(&url, "application/x-protobuf", deep.encode_to_vec()).await;
+    assert_eq!(s, 400);
+    assert!(reason(&body).contains("nest deeper"), "{}", reason(&body));
+
+    // JSON nested past serde_json's recursion limit: 400, no stack overflow.
+    let json = format!(
+        "{{\"resourceSpans\":[{{\"scopeSpans\":[{{\"spans\":[{{\"attributes\":[{{\"key\":\"k\",\"value\":{}\"x\"{}}}]}}]}}]}}]}}",
+        "{\"arrayValue\":{\"values\":[".repeat(5000),
+        "]}}".repeat(5000)
+    );
+    let (s, _, body) = http_post(&url, "application/json", json.into_bytes()).await;
+    assert_eq!(s, 400, "{}", reason(&body));
+
+    // Absurd timestamps (end before start, year 2554): accepted as sent;
+    // the sampler and the analysis treat end < start as no time.
+    let mut odd = traces("odd", 1, 4);
+    odd.resource_spans[0].scope_spans[0].spans[0].start_time_unix_nano = u64::MAX;
+    odd.resource_spans[0].scope_spans[0].spans[0].end_time_unix_nano = 1;
+    grpc_export(&grpc, &odd).await.expect("accepted");
+
+    // The daemon is up and a valid request flows.
+    grpc_export(&grpc, &traces("valid", 1, 5))
+        .await
+        .expect("accepted");
+    let path = dir.path().join("out-traces.jsonl");
+    wait_for(
+        Duration::from_secs(10),
+        "the valid and the odd span",
+        || spans(&read_jsonl(&path)).len() == 2,
+    );
+    assert!(d.terminate().success());
+    let names: Vec<String> = spans(&read_jsonl(&path))
+        .iter()
+        .map(|(_, _, s)| s["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(names, ["odd-0", "valid-0"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

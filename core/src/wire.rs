@@ -174,7 +174,138 @@ pub fn scan(signal: Signal, buf: &[u8]) -> Result<ScanResult, WireError> {
             })
         })
     })?;
+    check_strings(signal, buf)?;
     Ok(res)
+}
+
+/// Messages of the OTLP schema whose string fields [`check_strings`] validates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum M {
+    Request(Signal),
+    ResourceItems(Signal),
+    ScopeItems(Signal),
+    Resource,
+    Scope,
+    KeyValue,
+    AnyValue,
+    ArrayValue,
+    KvList,
+    Span,
+    Event,
+    Link,
+    Status,
+    LogRecord,
+    Metric,
+    /// Gauge, Sum, Histogram, ExponentialHistogram, Summary: field 1 holds points.
+    Points(u8),
+    NumberPoint,
+    HistogramPoint,
+    ExpHistogramPoint,
+    SummaryPoint,
+    Exemplar,
+}
+
+/// What a field of a message is, for the string check.
+enum F {
+    Str,
+    Msg(M),
+    Other,
+}
+
+fn field_kind(m: M, n: u32) -> F {
+    use F::*;
+    match (m, n) {
+        (M::Request(s), 1) => Msg(M::ResourceItems(s)),
+        (M::ResourceItems(_), 1) => Msg(M::Resource),
+        (M::ResourceItems(s), 2) => Msg(M::ScopeItems(s)),
+        (M::ResourceItems(_) | M::ScopeItems(_), 3) => Str,
+        (M::ScopeItems(_), 1) => Msg(M::Scope),
+        (M::ScopeItems(Signal::Traces), 2) => Msg(M::Span),
+        (M::ScopeItems(Signal::Logs), 2) => Msg(M::LogRecord),
+        (M::ScopeItems(Signal::Metrics), 2) => Msg(M::Metric),
+        (M::Resource, 1) => Msg(M::KeyValue),
+        (M::Scope, 1 | 2) => Str,
+        (M::Scope, 3) => Msg(M::KeyValue),
+        (M::KeyValue, 1) => Str,
+        (M::KeyValue, 2) => Msg(M::AnyValue),
+        (M::AnyValue, 1) => Str,
+        (M::AnyValue, 5) => Msg(M::ArrayValue),
+        (M::AnyValue, 6) => Msg(M::KvList),
+        (M::ArrayValue, 1) => Msg(M::AnyValue),
+        (M::KvList, 1) => Msg(M::KeyValue),
+        (M::Span, 3 | 5) => Str,
+        (M::Span, 9) => Msg(M::KeyValue),
+        (M::Span, 11) => Msg(M::Event),
+        (M::Span, 13) => Msg(M::Link),
+        (M::Span, 15) => Msg(M::Status),
+        (M::Event, 2) => Str,
+        (M::Event, 3) => Msg(M::KeyValue),
+        (M::Link, 3) => Str,
+        (M::Link, 4) => Msg(M::KeyValue),
+        (M::Status, 2) => Str,
+        (M::LogRecord, 3 | 12) => Str,
+        (M::LogRecord, 5) => Msg(M::AnyValue),
+        (M::LogRecord, 6) => Msg(M::KeyValue),
+        (M::Metric, 1..=3) => Str,
+        (M::Metric, 5) => Msg(M::Points(0)),
+        (M::Metric, 7) => Msg(M::Points(0)),
+        (M::Metric, 9) => Msg(M::Points(1)),
+        (M::Metric, 10) => Msg(M::Points(2)),
+        (M::Metric, 11) => Msg(M::Points(3)),
+        (M::Metric, 12) => Msg(M::KeyValue),
+        (M::Points(0), 1) => Msg(M::NumberPoint),
+        (M::Points(1), 1) => Msg(M::HistogramPoint),
+        (M::Points(2), 1) => Msg(M::ExpHistogramPoint),
+        (M::Points(_), 1) => Msg(M::SummaryPoint),
+        (M::NumberPoint, 7)
+        | (M::HistogramPoint, 9)
+        | (M::ExpHistogramPoint, 1)
+        | (M::SummaryPoint, 7) => Msg(M::KeyValue),
+        (M::NumberPoint, 5) | (M::HistogramPoint, 8) | (M::ExpHistogramPoint, 11) => {
+            Msg(M::Exemplar)
+        }
+        (M::Exemplar, 7) => Msg(M::KeyValue),
+        _ => Other,
+    }
+}
+
+/// How deep messages may nest (an OTLP request needs about 10 levels; more
+/// is nested `AnyValue` arrays and lists).
+pub const MAX_DEPTH: usize = 64;
+
+/// Check that every string field of an encoded request is UTF-8 and that
+/// messages nest at most [`MAX_DEPTH`] deep: what a full decode would
+/// refuse later, found before the request is accepted.
+pub fn check_strings(signal: Signal, buf: &[u8]) -> Result<(), WireError> {
+    // An explicit stack: hostile nesting cannot exhaust the thread's stack.
+    let mut stack: Vec<(M, &[u8], usize, usize)> = vec![(M::Request(signal), buf, 0, 1)];
+    while let Some((m, b, off, depth)) = stack.pop() {
+        let mut r = Reader::new(b, off);
+        while let Some((n, payload)) = r.next()? {
+            let Some((p, poff)) = payload else { continue };
+            match field_kind(m, n) {
+                F::Str => {
+                    if std::str::from_utf8(p).is_err() {
+                        return Err(WireError {
+                            offset: poff,
+                            reason: "a string field is not valid UTF-8",
+                        });
+                    }
+                }
+                F::Msg(inner) => {
+                    if depth >= MAX_DEPTH {
+                        return Err(WireError {
+                            offset: poff,
+                            reason: "messages nest deeper than 64 levels",
+                        });
+                    }
+                    stack.push((inner, p, poff, depth + 1));
+                }
+                F::Other => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 type Ids<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
@@ -216,6 +347,49 @@ mod tests {
             name: "x".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn invalid_utf8_anywhere_and_deep_nesting_are_refused() {
+        use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, ArrayValue, KeyValue};
+        let ok = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![span(vec![1; 16], vec![2; 8]); 200],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let buf = ok.encode_to_vec();
+        assert_eq!(scan(Signal::Traces, &buf).expect("valid").items, 200);
+        // The span name "x" (0x78) made invalid in place: 0xff.
+        let mut bad = buf.clone();
+        let at = bad.iter().rposition(|&b| b == b'x').expect("a name");
+        bad[at] = 0xff;
+        let e = scan(Signal::Traces, &bad).expect_err("invalid UTF-8");
+        assert_eq!(e.reason, "a string field is not valid UTF-8");
+        // Bytes fields may hold anything: an id of 0xff bytes is fine.
+        let mut ids = ok.clone();
+        ids.resource_spans[0].scope_spans[0].spans[0].trace_id = vec![0xff; 16];
+        assert!(scan(Signal::Traces, &ids.encode_to_vec()).is_ok());
+        // An attribute value nested 100 arrays deep.
+        let mut v = AnyValue {
+            value: Some(any_value::Value::StringValue("deep".into())),
+        };
+        for _ in 0..100 {
+            v = AnyValue {
+                value: Some(any_value::Value::ArrayValue(ArrayValue { values: vec![v] })),
+            };
+        }
+        let mut deep = ok.clone();
+        deep.resource_spans[0].scope_spans[0].spans[0].attributes = vec![KeyValue {
+            key: "k".into(),
+            value: Some(v),
+            ..Default::default()
+        }];
+        let e = scan(Signal::Traces, &deep.encode_to_vec()).expect_err("too deep");
+        assert_eq!(e.reason, "messages nest deeper than 64 levels");
     }
 
     #[test]
