@@ -35,11 +35,18 @@ struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
     base: usize,
+    /// Wire type of the field last returned by `next`.
+    wire: u8,
 }
 
 impl<'a> Reader<'a> {
     fn new(buf: &'a [u8], base: usize) -> Self {
-        Reader { buf, pos: 0, base }
+        Reader {
+            buf,
+            pos: 0,
+            base,
+            wire: 0,
+        }
     }
 
     fn err(&self, reason: &'static str) -> WireError {
@@ -70,10 +77,14 @@ impl<'a> Reader<'a> {
             return Ok(None);
         }
         let key = self.varint()?;
+        if key > u64::from(u32::MAX) {
+            return Err(self.err("field key out of range"));
+        }
         let field = (key >> 3) as u32;
         if field == 0 {
             return Err(self.err("field number 0"));
         }
+        self.wire = (key & 7) as u8;
         match key & 7 {
             0 => {
                 self.varint()?;
@@ -202,16 +213,30 @@ enum M {
     HistogramPoint,
     ExpHistogramPoint,
     SummaryPoint,
+    Buckets,
+    Quantile,
     Exemplar,
+    EntityRef,
 }
 
-/// What a field of a message is, for the string check.
+/// What a field of a message is: how it must be encoded for a full
+/// decode (prost) to accept it.
 enum F {
     Str,
     Msg(M),
-    Other,
+    Bytes,
+    Varint,
+    I64,
+    I32,
+    /// Repeated fixed64/double: packed (a multiple of 8 bytes) or not.
+    PackedI64,
+    /// Repeated varint: packed (valid varints) or not.
+    PackedVarint,
+    /// Not in the schema: skipped by decoders, any wire type.
+    Unknown,
 }
 
+/// The schema of opentelemetry-proto 0.33 (OTLP 1.7), as prost decodes it.
 fn field_kind(m: M, n: u32) -> F {
     use F::*;
     match (m, n) {
@@ -224,31 +249,53 @@ fn field_kind(m: M, n: u32) -> F {
         (M::ScopeItems(Signal::Logs), 2) => Msg(M::LogRecord),
         (M::ScopeItems(Signal::Metrics), 2) => Msg(M::Metric),
         (M::Resource, 1) => Msg(M::KeyValue),
+        (M::Resource, 2) => Varint,
+        (M::Resource, 3) => Msg(M::EntityRef),
+        (M::EntityRef, 1..=4) => Str,
         (M::Scope, 1 | 2) => Str,
         (M::Scope, 3) => Msg(M::KeyValue),
+        (M::Scope, 4) => Varint,
         (M::KeyValue, 1) => Str,
         (M::KeyValue, 2) => Msg(M::AnyValue),
+        (M::KeyValue, 3) => Varint,
         (M::AnyValue, 1) => Str,
+        (M::AnyValue, 2 | 3) => Varint,
+        (M::AnyValue, 4) => I64,
         (M::AnyValue, 5) => Msg(M::ArrayValue),
         (M::AnyValue, 6) => Msg(M::KvList),
+        (M::AnyValue, 7) => Bytes,
+        (M::AnyValue, 8) => Varint,
         (M::ArrayValue, 1) => Msg(M::AnyValue),
         (M::KvList, 1) => Msg(M::KeyValue),
+        (M::Span, 1 | 2 | 4) => Bytes,
         (M::Span, 3 | 5) => Str,
+        (M::Span, 6 | 10 | 12 | 14) => Varint,
+        (M::Span, 7 | 8) => I64,
         (M::Span, 9) => Msg(M::KeyValue),
         (M::Span, 11) => Msg(M::Event),
         (M::Span, 13) => Msg(M::Link),
         (M::Span, 15) => Msg(M::Status),
+        (M::Span, 16) => I32,
+        (M::Event, 1) => I64,
         (M::Event, 2) => Str,
         (M::Event, 3) => Msg(M::KeyValue),
+        (M::Event, 4) => Varint,
+        (M::Link, 1 | 2) => Bytes,
         (M::Link, 3) => Str,
         (M::Link, 4) => Msg(M::KeyValue),
+        (M::Link, 5) => Varint,
+        (M::Link, 6) => I32,
         (M::Status, 2) => Str,
+        (M::Status, 3) => Varint,
+        (M::LogRecord, 1 | 11) => I64,
+        (M::LogRecord, 2 | 7) => Varint,
         (M::LogRecord, 3 | 12) => Str,
         (M::LogRecord, 5) => Msg(M::AnyValue),
         (M::LogRecord, 6) => Msg(M::KeyValue),
+        (M::LogRecord, 8) => I32,
+        (M::LogRecord, 9 | 10) => Bytes,
         (M::Metric, 1..=3) => Str,
-        (M::Metric, 5) => Msg(M::Points(0)),
-        (M::Metric, 7) => Msg(M::Points(0)),
+        (M::Metric, 5 | 7) => Msg(M::Points(0)),
         (M::Metric, 9) => Msg(M::Points(1)),
         (M::Metric, 10) => Msg(M::Points(2)),
         (M::Metric, 11) => Msg(M::Points(3)),
@@ -257,6 +304,7 @@ fn field_kind(m: M, n: u32) -> F {
         (M::Points(1), 1) => Msg(M::HistogramPoint),
         (M::Points(2), 1) => Msg(M::ExpHistogramPoint),
         (M::Points(_), 1) => Msg(M::SummaryPoint),
+        (M::Points(_), 2 | 3) => Varint,
         (M::NumberPoint, 7)
         | (M::HistogramPoint, 9)
         | (M::ExpHistogramPoint, 1)
@@ -264,26 +312,71 @@ fn field_kind(m: M, n: u32) -> F {
         (M::NumberPoint, 5) | (M::HistogramPoint, 8) | (M::ExpHistogramPoint, 11) => {
             Msg(M::Exemplar)
         }
+        (M::NumberPoint, 2..=4 | 6) => I64,
+        (M::NumberPoint, 8) => Varint,
+        (M::HistogramPoint, 2..=5 | 11 | 12) => I64,
+        (M::HistogramPoint, 6 | 7) => PackedI64,
+        (M::HistogramPoint, 10) => Varint,
+        (M::ExpHistogramPoint, 2..=5 | 7 | 12..=14) => I64,
+        (M::ExpHistogramPoint, 6 | 10) => Varint,
+        (M::ExpHistogramPoint, 8 | 9) => Msg(M::Buckets),
+        (M::Buckets, 1) => Varint,
+        (M::Buckets, 2) => PackedVarint,
+        (M::SummaryPoint, 2..=5) => I64,
+        (M::SummaryPoint, 6) => Msg(M::Quantile),
+        (M::SummaryPoint, 8) => Varint,
+        (M::Quantile, 1 | 2) => I64,
+        (M::Exemplar, 2 | 3 | 6) => I64,
+        (M::Exemplar, 4 | 5) => Bytes,
         (M::Exemplar, 7) => Msg(M::KeyValue),
-        _ => Other,
+        _ => Unknown,
     }
+}
+
+fn packed_varints(mut p: &[u8]) -> bool {
+    while !p.is_empty() {
+        match p.iter().take(10).position(|b| b & 0x80 == 0) {
+            Some(i) => p = &p[i + 1..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// How deep messages may nest (an OTLP request needs about 10 levels; more
 /// is nested `AnyValue` arrays and lists).
 pub const MAX_DEPTH: usize = 64;
 
-/// Check that every string field of an encoded request is UTF-8 and that
-/// messages nest at most [`MAX_DEPTH`] deep: what a full decode would
-/// refuse later, found before the request is accepted.
+/// Check an encoded request against the OTLP schema as a full decode
+/// would, without decoding: every known field has its wire type, string
+/// fields are UTF-8, packed fields are whole, and messages nest at most
+/// [`MAX_DEPTH`] deep. What passes decodes.
 pub fn check_strings(signal: Signal, buf: &[u8]) -> Result<(), WireError> {
     // An explicit stack: hostile nesting cannot exhaust the thread's stack.
     let mut stack: Vec<(M, &[u8], usize, usize)> = vec![(M::Request(signal), buf, 0, 1)];
     while let Some((m, b, off, depth)) = stack.pop() {
         let mut r = Reader::new(b, off);
         while let Some((n, payload)) = r.next()? {
+            let wire = r.wire;
+            let kind = field_kind(m, n);
+            let ok = match (&kind, wire, payload) {
+                (F::Unknown, _, _) => true,
+                (F::Varint | F::PackedVarint, 0, _) => true,
+                (F::I64 | F::PackedI64, 1, _) => true,
+                (F::I32, 5, _) => true,
+                (F::Str | F::Msg(_) | F::Bytes, 2, _) => true,
+                (F::PackedI64, 2, Some((p, _))) => p.len() % 8 == 0,
+                (F::PackedVarint, 2, Some((p, _))) => packed_varints(p),
+                _ => false,
+            };
+            if !ok {
+                return Err(WireError {
+                    offset: payload.map_or(off, |x| x.1),
+                    reason: "a field has the wrong wire type for its schema",
+                });
+            }
             let Some((p, poff)) = payload else { continue };
-            match field_kind(m, n) {
+            match kind {
                 F::Str => {
                     if std::str::from_utf8(p).is_err() {
                         return Err(WireError {
@@ -301,7 +394,7 @@ pub fn check_strings(signal: Signal, buf: &[u8]) -> Result<(), WireError> {
                     }
                     stack.push((inner, p, poff, depth + 1));
                 }
-                F::Other => {}
+                _ => {}
             }
         }
     }

@@ -1,5 +1,6 @@
 //! causeway receivers.
 
+pub mod fuzzing;
 pub mod gateway_log;
 pub mod hostmetrics;
 pub mod kafka_lag;

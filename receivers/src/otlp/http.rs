@@ -267,7 +267,7 @@ where
 }
 
 /// Decompress at most `limit` bytes; more is a 413 (a zip bomb stops here).
-fn gunzip(raw: &[u8], limit: usize) -> Result<Bytes, (StatusCode, String)> {
+pub(crate) fn gunzip(raw: &[u8], limit: usize) -> Result<Bytes, (StatusCode, String)> {
     let mut out = Vec::new();
     let mut dec = flate2::read::GzDecoder::new(raw).take(limit as u64 + 1);
     dec.read_to_end(&mut out)

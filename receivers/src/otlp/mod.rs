@@ -9,7 +9,7 @@
 
 pub mod config;
 mod grpc;
-mod http;
+pub(crate) mod http;
 #[cfg(test)]
 mod tests;
 
@@ -149,14 +149,16 @@ impl Receiver for OtlpReceiver {
 
 /// What an accepted request yields: items rejected (partial success).
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Accepted {
-    pub(crate) rejected: i64,
-    pub(crate) message: String,
+pub struct Accepted {
+    /// Items rejected.
+    pub rejected: i64,
+    /// Why.
+    pub message: String,
 }
 
 /// Why a request was refused.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub enum Refused {
     /// Malformed: do not retry (gRPC INVALID_ARGUMENT, HTTP 400).
     Invalid(String),
     /// No room: retry after the hint (gRPC UNAVAILABLE, HTTP 503).
@@ -215,38 +217,7 @@ pub(crate) async fn ingest(
 ) -> Result<Accepted, Refused> {
     // Counted in the memory budget until the data is exported or on disk.
     let permit = adm.admit(body.len())?;
-    let scan = match wire::scan(signal, &body) {
-        Ok(s) => s,
-        Err(e) => {
-            out.refused(signal, 1);
-            return Err(Refused::Invalid(format!(
-                "invalid OTLP {signal} request: {e}"
-            )));
-        }
-    };
-    let (body, items, accepted) = if scan.invalid_ids > 0 {
-        let (body, kept) = drop_invalid_ids(signal, &body).map_err(|e| {
-            out.refused(signal, scan.items);
-            Refused::Invalid(format!("invalid OTLP {signal} request: {e}"))
-        })?;
-        let rejected = scan.items - kept;
-        out.refused(signal, rejected);
-        let message = format!(
-            "{rejected} {} rejected: trace_id must be 16 bytes and span_id 8 bytes, not all zeros",
-            signal.item_name()
-        );
-        tracing::warn!(%signal, rejected, "Rejected items with invalid ids.");
-        (
-            body,
-            kept,
-            Accepted {
-                rejected: rejected as i64,
-                message,
-            },
-        )
-    } else {
-        (body, scan.items, Accepted::default())
-    };
+    let (body, items, accepted) = check(signal, body, |n| out.refused(signal, n))?;
     if items == 0 {
         // Nothing to deliver (an empty request, or every item rejected).
         return Ok(accepted);
@@ -274,6 +245,49 @@ pub(crate) async fn ingest(
         },
         None => Ok(accepted),
     }
+}
+
+/// Check an encoded request's framing, strings and ids; drop the items with
+/// invalid ids (counted as refused). Returns the body to send, its item
+/// count and the answer's partial success; `refused` counts what is refused.
+pub fn check(
+    signal: Signal,
+    body: Bytes,
+    mut refused: impl FnMut(usize),
+) -> Result<(Bytes, usize, Accepted), Refused> {
+    let scan = match wire::scan(signal, &body) {
+        Ok(s) => s,
+        Err(e) => {
+            refused(1);
+            return Err(Refused::Invalid(format!(
+                "invalid OTLP {signal} request: {e}"
+            )));
+        }
+    };
+    let (body, items, accepted) = if scan.invalid_ids > 0 {
+        let (body, kept) = drop_invalid_ids(signal, &body).map_err(|e| {
+            refused(scan.items);
+            Refused::Invalid(format!("invalid OTLP {signal} request: {e}"))
+        })?;
+        let rejected = scan.items - kept;
+        refused(rejected);
+        let message = format!(
+            "{rejected} {} rejected: trace_id must be 16 bytes and span_id 8 bytes, not all zeros",
+            signal.item_name()
+        );
+        tracing::warn!(%signal, rejected, "Rejected items with invalid ids.");
+        (
+            body,
+            kept,
+            Accepted {
+                rejected: rejected as i64,
+                message,
+            },
+        )
+    } else {
+        (body, scan.items, Accepted::default())
+    };
+    Ok((body, items, accepted))
 }
 
 fn valid(id: &[u8], len: usize, optional: bool) -> bool {
