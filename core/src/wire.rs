@@ -377,13 +377,11 @@ pub fn check_strings(signal: Signal, buf: &[u8]) -> Result<(), WireError> {
             }
             let Some((p, poff)) = payload else { continue };
             match kind {
-                F::Str => {
-                    if std::str::from_utf8(p).is_err() {
-                        return Err(WireError {
-                            offset: poff,
-                            reason: "a string field is not valid UTF-8",
-                        });
-                    }
+                F::Str if std::str::from_utf8(p).is_err() => {
+                    return Err(WireError {
+                        offset: poff,
+                        reason: "a string field is not valid UTF-8",
+                    });
                 }
                 F::Msg(inner) => {
                     if depth >= MAX_DEPTH {
