@@ -124,7 +124,12 @@ fn config_loader() {
     causeway_exporters::register(&mut r);
     run("config", Duration::from_secs(4), |data| {
         if let Ok(text) = std::str::from_utf8(data) {
-            let _ = causeway_core::config::load_str(text, "fuzz.yaml", &r, &|_| None);
+            drop(causeway_core::config::load_str(
+                text,
+                "fuzz.yaml",
+                &r,
+                &|_| None,
+            ));
         }
     });
 }

@@ -16,6 +16,6 @@ fn registry() -> &'static causeway_core::registry::Registry {
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = causeway_core::config::load_str(text, "fuzz.yaml", registry(), &|_| None);
+        drop(causeway_core::config::load_str(text, "fuzz.yaml", registry(), &|_| None));
     }
 });
