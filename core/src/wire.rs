@@ -49,6 +49,7 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[cold]
     fn err(&self, reason: &'static str) -> WireError {
         WireError {
             offset: self.base + self.pos,
@@ -56,7 +57,20 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64, WireError> {
+        // Most keys and lengths fit one byte.
+        if let Some(&b) = self.buf.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
+        self.varint_slow()
+    }
+
+    #[cold]
+    fn varint_slow(&mut self) -> Result<u64, WireError> {
         let mut value: u64 = 0;
         for i in 0..10 {
             let Some(&b) = self.buf.get(self.pos) else {
@@ -72,6 +86,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next field: (number, wire type, payload for length-delimited fields).
+    #[inline(always)]
     fn next(&mut self) -> Result<Option<RawField<'a>>, WireError> {
         if self.pos >= self.buf.len() {
             return Ok(None);
@@ -106,6 +121,7 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline(always)]
     fn skip(&mut self, n: usize) -> Result<(), WireError> {
         if self.buf.len() - self.pos < n {
             return Err(self.err("field runs past the end of its message"));
@@ -333,6 +349,81 @@ fn field_kind(m: M, n: u32) -> F {
     }
 }
 
+fn too_deep(offset: usize) -> WireError {
+    WireError {
+        offset,
+        reason: "messages nest deeper than 64 levels",
+    }
+}
+
+fn wrong_wire(offset: usize) -> WireError {
+    WireError {
+        offset,
+        reason: "a field has the wrong wire type for its schema",
+    }
+}
+
+fn utf8(p: &[u8], offset: usize) -> Result<(), WireError> {
+    if std::str::from_utf8(p).is_ok() {
+        Ok(())
+    } else {
+        Err(WireError {
+            offset,
+            reason: "a string field is not valid UTF-8",
+        })
+    }
+}
+
+/// `KeyValue` (key, value, key_strindex), as [`field_kind`] describes it.
+fn check_kv(b: &[u8], off: usize, depth: usize) -> Result<(), WireError> {
+    if depth > MAX_DEPTH {
+        return Err(too_deep(off));
+    }
+    let mut r = Reader::new(b, off);
+    while let Some((n, payload)) = r.next()? {
+        match (n, r.wire, payload) {
+            (1, 2, Some((p, po))) => utf8(p, po)?,
+            (2, 2, Some((p, po))) => check_any(p, po, depth + 1)?,
+            (3, 0, _) => {}
+            (1..=3, _, x) => return Err(wrong_wire(x.map_or(off, |x| x.1))),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `AnyValue` and the arrays and lists inside it.
+fn check_any(b: &[u8], off: usize, depth: usize) -> Result<(), WireError> {
+    if depth > MAX_DEPTH {
+        return Err(too_deep(off));
+    }
+    let mut r = Reader::new(b, off);
+    while let Some((n, payload)) = r.next()? {
+        match (n, r.wire, payload) {
+            (1, 2, Some((p, po))) => utf8(p, po)?,
+            (2 | 3 | 8, 0, _) | (4, 1, _) | (7, 2, _) => {}
+            (5 | 6, 2, Some((p, po))) => {
+                // ArrayValue.values (AnyValue) / KeyValueList.values (KeyValue).
+                if depth + 1 > MAX_DEPTH {
+                    return Err(too_deep(po));
+                }
+                let mut inner = Reader::new(p, po);
+                while let Some((m, item)) = inner.next()? {
+                    match (m, inner.wire, item) {
+                        (1, 2, Some((q, qo))) if n == 5 => check_any(q, qo, depth + 2)?,
+                        (1, 2, Some((q, qo))) => check_kv(q, qo, depth + 2)?,
+                        (1, _, x) => return Err(wrong_wire(x.map_or(po, |x| x.1))),
+                        _ => {}
+                    }
+                }
+            }
+            (1..=8, _, x) => return Err(wrong_wire(x.map_or(off, |x| x.1))),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn packed_varints(mut p: &[u8]) -> bool {
     while !p.is_empty() {
         match p.iter().take(10).position(|b| b & 0x80 == 0) {
@@ -383,6 +474,9 @@ pub fn check_strings(signal: Signal, buf: &[u8]) -> Result<(), WireError> {
                         reason: "a string field is not valid UTF-8",
                     });
                 }
+                // Attributes are most of a request: checked by a direct walk.
+                F::Msg(M::KeyValue) => check_kv(p, poff, depth + 1)?,
+                F::Msg(M::AnyValue) => check_any(p, poff, depth + 1)?,
                 F::Msg(inner) => {
                     if depth >= MAX_DEPTH {
                         return Err(WireError {
