@@ -131,8 +131,13 @@ async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyh
     let address = telemetry_address(&config);
     let server = match &address {
         Some(addr) => {
-            let (local, handle) =
-                telemetry::serve(addr, metrics.clone(), stop_telemetry.clone()).await?;
+            let (local, handle) = telemetry::serve(
+                addr,
+                config.file.service.telemetry.metrics.tls.as_ref(),
+                metrics.clone(),
+                stop_telemetry.clone(),
+            )
+            .await?;
             tracing::info!(address = %local, "Telemetry server listening (/metrics, /healthz, /readyz).");
             Some(handle)
         }

@@ -425,3 +425,39 @@ service:
         assert!(!metrics.contains(TOKEN));
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_telemetry_server_speaks_tls_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = ca("causeway test CA");
+    let (c, k) = leaf(dir.path(), &good, "server", &["localhost"], false);
+    let tls: causeway_core::tls::ServerTls =
+        serde_yaml::from_str(&format!("{{ cert_file: \"{c}\", key_file: \"{k}\" }}")).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (addr, _h) = causeway_core::telemetry::serve(
+        "127.0.0.1:0",
+        Some(&tls),
+        causeway_core::telemetry::Registry::new(),
+        stop.clone(),
+    )
+    .await
+    .unwrap();
+    let pem = good.cert.pem();
+    let port = addr.port();
+    let (ok, plain) = tokio::task::spawn_blocking(move || {
+        let ok = https(client_config(&pem, None))
+            .get(format!("https://localhost:{port}/healthz"))
+            .send()
+            .map(|r| r.status().as_u16());
+        let plain = http_client()
+            .get(format!("http://127.0.0.1:{port}/healthz"))
+            .send()
+            .map(|r| r.status().as_u16());
+        (ok, plain)
+    })
+    .await
+    .unwrap();
+    assert_eq!(ok.unwrap(), 200);
+    assert!(plain.is_err(), "plaintext is refused: {plain:?}");
+    stop.cancel();
+}

@@ -283,6 +283,7 @@ impl Registry {
 /// Bind the telemetry server; serve until `shutdown`.
 pub async fn serve(
     addr: &str,
+    tls: Option<&crate::tls::ServerTls>,
     registry: Registry,
     shutdown: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), CoreError> {
@@ -302,11 +303,39 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .with_state(registry);
+        .with_state(registry.clone());
+    let tls = match tls.map(|t| t.server_config(&[b"h2", b"http/1.1"])) {
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            return Err(CoreError::Bind {
+                what: "telemetry server".into(),
+                addr: addr.into(),
+                source: std::io::Error::other(e),
+            })
+        }
+        None => None,
+    };
+    crate::tls::warn_if_exposed("telemetry", "http", local, tls.is_some());
+    let telemetry = registry;
     let handle = tokio::spawn(async move {
-        let res = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
+        let res = match tls {
+            Some(config) => {
+                match crate::tls::TlsListener::new(listener, config, "telemetry".into(), telemetry)
+                {
+                    Ok(l) => {
+                        axum::serve(l, app)
+                            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+                            .await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            None => {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move { shutdown.cancelled().await })
+                    .await
+            }
+        };
         if let Err(error) = res {
             tracing::error!(%error, "Telemetry server failed.");
         }

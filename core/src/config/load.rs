@@ -100,6 +100,9 @@ pub fn load_str(
     check_section(Kind::Connector, &file.connectors, registry, &mut errors);
     check_section(Kind::Extension, &file.extensions, registry, &mut errors);
 
+    if let Some(t) = &file.service.telemetry.metrics.tls {
+        errors.extend(t.errors("service.telemetry.metrics.tls"));
+    }
     if let Some(m) = &file.service.memory_limiter {
         errors.extend(m.errors());
     }

@@ -309,6 +309,9 @@ pub struct TelemetryMetrics {
     /// Readers: `pull` (Prometheus) and `periodic` (OTLP push).
     #[serde(default)]
     pub readers: Vec<MetricReader>,
+    /// TLS for the `/metrics`, `/healthz`, `/readyz` server (default: plaintext).
+    #[serde(default)]
+    pub tls: Option<crate::tls::ServerTls>,
 }
 
 /// One metric reader.

@@ -122,6 +122,11 @@ impl ReceiverFactory for GatewayLogFactory {
             format: std::sync::Arc::new(format),
             envelope: std::sync::Arc::new(envelope),
             checkpoint,
+            limiter: ctx
+                .shared
+                .slot::<causeway_core::memory::MemoryLimiter>(causeway_core::memory::SHARED_KEY)
+                .get()
+                .cloned(),
             id,
             cfg,
         }))
@@ -163,6 +168,8 @@ struct GatewayLogReceiver {
     bad: Counter,
     too_long: Counter,
     open_files: Gauge,
+    /// `service.memory_limiter`: reading pauses (nothing is lost) while memory is over its soft limit.
+    limiter: Option<std::sync::Arc<causeway_core::memory::MemoryLimiter>>,
 }
 
 struct InFlight {
@@ -390,6 +397,13 @@ impl Receiver for GatewayLogReceiver {
                     let batch =
                         Batch::from_encoded(Signal::Logs, parsed.request.into(), parsed.records)
                             .with_ack(ack);
+                    // Over the memory limiter's soft limit: wait (the file keeps the data).
+                    if let Some(l) = &self.limiter {
+                        tokio::select! {
+                            _ = l.wait_below_soft() => {}
+                            _ = shutdown.cancelled() => break 'outer,
+                        }
+                    }
                     // Wait for room: the lines are already read, and the checkpoint
                     // does not move until they are delivered.
                     if !out.send_until_stopped(batch, &shutdown).await {
