@@ -77,6 +77,10 @@ impl<'a> Reader<'a> {
                 return Err(self.err("truncated varint"));
             };
             self.pos += 1;
+            if i == 9 && b > 1 {
+                // A 10th byte above 1 overflows 64 bits (decoders refuse it).
+                return Err(self.err("varint overflows 64 bits"));
+            }
             value |= u64::from(b & 0x7f) << (7 * i);
             if b < 0x80 {
                 return Ok(value);
