@@ -58,6 +58,8 @@ fn registry() -> Registry {
 }
 
 fn main() -> ExitCode {
+    // rustls' provider for every HTTP client (exporters, the daemon's own OTLP telemetry).
+    causeway_core::tls::install_crypto_provider();
     let cli = Cli::parse();
     let registry = registry();
     let config = match config::load_file(&cli.config, &registry) {

@@ -322,40 +322,28 @@ fn promql_metric_names_are_extracted() {
 fn remote_write_sink() -> (String, Arc<Mutex<BTreeSet<String>>>) {
     let names: Arc<Mutex<BTreeSet<String>>> = Arc::default();
     let n = names.clone();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.set_nonblocking(true).expect("nonblocking");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("rt");
-        rt.block_on(async move {
-            let app = axum::Router::new().route(
-                "/api/v1/write",
-                axum::routing::post(move |body: axum::body::Bytes| {
-                    let n = n.clone();
-                    async move {
-                        let Ok(raw) = snap::raw::Decoder::new().decompress_vec(&body) else {
-                            return axum::http::StatusCode::BAD_REQUEST;
-                        };
-                        let Ok(req) = WriteRequest::decode(raw.as_slice()) else {
-                            return axum::http::StatusCode::BAD_REQUEST;
-                        };
-                        let mut n = n.lock().expect("lock");
-                        for ts in req.timeseries {
-                            if let Some(l) = ts.labels.iter().find(|l| l.name == "__name__") {
-                                n.insert(l.value.clone());
-                            }
-                        }
-                        axum::http::StatusCode::NO_CONTENT
+    let app = axum::Router::new().route(
+        "/api/v1/write",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let n = n.clone();
+            async move {
+                let Ok(raw) = snap::raw::Decoder::new().decompress_vec(&body) else {
+                    return axum::http::StatusCode::BAD_REQUEST;
+                };
+                let Ok(req) = WriteRequest::decode(raw.as_slice()) else {
+                    return axum::http::StatusCode::BAD_REQUEST;
+                };
+                let mut n = n.lock().expect("lock");
+                for ts in req.timeseries {
+                    if let Some(l) = ts.labels.iter().find(|l| l.name == "__name__") {
+                        n.insert(l.value.clone());
                     }
-                }),
-            );
-            let l = tokio::net::TcpListener::from_std(listener).expect("listener");
-            axum::serve(l, app).await.ok();
-        });
-    });
+                }
+                axum::http::StatusCode::NO_CONTENT
+            }
+        }),
+    );
+    let url = serve_in_thread(app);
     (url, names)
 }
 

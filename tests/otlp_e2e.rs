@@ -76,6 +76,8 @@ fn resource(client: &str) -> Resource {
 
 /// Emit traces, logs and metrics through the SDK to `grpc` or `http` endpoints of A.
 fn emit(client: &str, grpc: bool, port: u16, exp: &mut Expected) {
+    // The SDK's HTTP exporter builds a reqwest client: it needs the process's rustls provider.
+    causeway_core::tls::install_crypto_provider();
     let endpoint = |path: &str| {
         if grpc {
             format!("http://127.0.0.1:{port}")

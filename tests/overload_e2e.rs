@@ -56,45 +56,30 @@ fn request(r: u64) -> Vec<u8> {
 fn slow_backend() -> (String, Arc<Mutex<HashSet<u64>>>) {
     let got: Arc<Mutex<HashSet<u64>>> = Arc::default();
     let g = got.clone();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.set_nonblocking(true).expect("nonblocking");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("rt");
-        rt.block_on(async move {
-            let app = axum::Router::new().route(
-                "/v1/traces",
-                axum::routing::post(move |body: axum::body::Bytes| {
-                    let g = g.clone();
-                    async move {
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        let Ok(req) = ExportTraceServiceRequest::decode(body.as_ref()) else {
-                            return axum::http::StatusCode::BAD_REQUEST;
-                        };
-                        let mut g = g.lock().expect("lock");
-                        for rs in req.resource_spans {
-                            for ss in rs.scope_spans {
-                                for s in ss.spans {
-                                    if let Some(r) =
-                                        s.name.strip_prefix('r').and_then(|x| x.parse().ok())
-                                    {
-                                        g.insert(r);
-                                    }
-                                }
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let g = g.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let Ok(req) = ExportTraceServiceRequest::decode(body.as_ref()) else {
+                    return axum::http::StatusCode::BAD_REQUEST;
+                };
+                let mut g = g.lock().expect("lock");
+                for rs in req.resource_spans {
+                    for ss in rs.scope_spans {
+                        for s in ss.spans {
+                            if let Some(r) = s.name.strip_prefix('r').and_then(|x| x.parse().ok()) {
+                                g.insert(r);
                             }
                         }
-                        axum::http::StatusCode::OK
                     }
-                }),
-            );
-            let l = tokio::net::TcpListener::from_std(listener).expect("listener");
-            axum::serve(l, app).await.ok();
-        });
-    });
+                }
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let url = serve_in_thread(app);
     (url, got)
 }
 

@@ -35,3 +35,28 @@ pub(crate) fn client_builder(
         Ok(b)
     }
 }
+
+/// Errors of an HTTP exporter's `endpoint` and `tls`: an http:// or https://
+/// URL, and a CA for https (system roots are not read).
+pub(crate) fn endpoint_errors(
+    endpoint: &str,
+    tls: &causeway_core::tls::ClientTls,
+) -> Vec<causeway_core::config::ConfigError> {
+    use causeway_core::config::ConfigError;
+    let mut e = Vec::new();
+    if endpoint.starts_with("https://") {
+        if tls.ca_file.is_none() {
+            e.push(ConfigError::new(
+                "endpoint",
+                "an https endpoint needs tls.ca_file (the CA that signs the server's certificate; system roots are not read)",
+            ));
+        }
+    } else if !endpoint.starts_with("http://") {
+        e.push(ConfigError::new(
+            "endpoint",
+            "must be an http:// or https:// URL",
+        ));
+    }
+    e.extend(tls.errors("tls"));
+    e
+}

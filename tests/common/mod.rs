@@ -275,6 +275,26 @@ pub async fn otlp_grpc_traces(
         .map(tonic::Response::into_inner)
 }
 
+/// Serve `app` on 127.0.0.1 from a thread of its own (with its own runtime,
+/// so blocking tests can use it); returns `http://host:port`.
+pub fn serve_in_thread(app: axum::Router) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::from_std(listener).expect("listener");
+            axum::serve(l, app).await.ok();
+        });
+    });
+    url
+}
+
 /// An Alertmanager-compatible server on 127.0.0.1 (`POST /api/v2/alerts`),
 /// keeping every alert it is sent with the time it arrived.
 pub struct AlertSink {
@@ -286,35 +306,25 @@ impl AlertSink {
     pub fn start() -> AlertSink {
         let got: std::sync::Arc<std::sync::Mutex<Vec<(SystemTime, Value)>>> = Default::default();
         let g = got.clone();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let app = axum::Router::new().route(
-                    "/api/v2/alerts",
-                    axum::routing::post(move |body: axum::body::Bytes| {
-                        let g = g.clone();
-                        async move {
-                            let Ok(Value::Array(alerts)) = serde_json::from_slice(&body) else {
-                                return axum::http::StatusCode::BAD_REQUEST;
-                            };
-                            let now = SystemTime::now();
-                            let mut g = g.lock().expect("lock");
-                            g.extend(alerts.into_iter().map(|a| (now, a)));
-                            axum::http::StatusCode::OK
-                        }
-                    }),
-                );
-                let l = tokio::net::TcpListener::from_std(listener).expect("listener");
-                axum::serve(l, app).await.ok();
-            });
-        });
-        AlertSink { url, got }
+        let app = axum::Router::new().route(
+            "/api/v2/alerts",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let g = g.clone();
+                async move {
+                    let Ok(Value::Array(alerts)) = serde_json::from_slice(&body) else {
+                        return axum::http::StatusCode::BAD_REQUEST;
+                    };
+                    let now = SystemTime::now();
+                    let mut g = g.lock().expect("lock");
+                    g.extend(alerts.into_iter().map(|a| (now, a)));
+                    axum::http::StatusCode::OK
+                }
+            }),
+        );
+        AlertSink {
+            url: serve_in_thread(app),
+            got,
+        }
     }
 
     pub fn alerts(&self) -> Vec<(SystemTime, Value)> {

@@ -126,20 +126,7 @@ fn timeout() -> Duration {
 impl Validate for VictoriaMetricsConfig {
     fn validate(&self) -> Vec<ConfigError> {
         let mut e = delivery_errors(&self.retry_on_failure, &self.sending_queue, self.timeout);
-        if self.endpoint.starts_with("https://") {
-            if self.tls.ca_file.is_none() {
-                e.push(ConfigError::new(
-                    "endpoint",
-                    "an https endpoint needs tls.ca_file (the CA that signs the server's certificate; system roots are not read)",
-                ));
-            }
-        } else if !self.endpoint.starts_with("http://") {
-            e.push(ConfigError::new(
-                "endpoint",
-                "must be an http:// or https:// URL",
-            ));
-        }
-        e.extend(self.tls.errors("tls"));
+        e.extend(crate::http_util::endpoint_errors(&self.endpoint, &self.tls));
         e
     }
 }

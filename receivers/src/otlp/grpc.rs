@@ -5,7 +5,7 @@ use bytes::Bytes;
 use causeway_core::grpc::{export_path, ServerCodec};
 use causeway_core::rpc::{code, RpcStatus};
 use causeway_core::telemetry::Registry;
-use causeway_core::tls::{warn_if_exposed, Authenticator, TlsListener};
+use causeway_core::tls::{Authenticator, TlsListener};
 use causeway_core::topology::Output;
 use causeway_core::Signal;
 use opentelemetry_proto::tonic::collector::logs::v1::{
@@ -234,22 +234,15 @@ pub(crate) async fn serve(
         protocol: "grpc",
         message,
     };
-    let tls = cfg
-        .tls
-        .as_ref()
-        .map(|t| t.server_config(&[b"h2"]))
-        .transpose()
-        .map_err(serve_err)?;
-    let auth = cfg
-        .auth
-        .as_ref()
-        .map(|a| a.authenticator())
-        .transpose()
-        .map_err(serve_err)?
-        .flatten();
-    if let Ok(addr) = listener.local_addr() {
-        warn_if_exposed(&adm.receiver, "grpc", addr, tls.is_some());
-    }
+    let (tls, auth) = super::security(
+        &listener,
+        &adm,
+        "grpc",
+        cfg.tls.as_ref(),
+        cfg.auth.as_ref(),
+        &[b"h2"],
+    )
+    .map_err(serve_err)?;
     let receiver = adm.receiver.clone();
     let shared = Arc::new(Shared {
         out,

@@ -23,7 +23,7 @@ use super::grpc::{Kind, Logs, Metrics, Traces};
 use super::{ingest, Admission, Refused};
 use crate::ReceiverError;
 use causeway_core::telemetry::Registry;
-use causeway_core::tls::{warn_if_exposed, Authenticator, TlsListener};
+use causeway_core::tls::{Authenticator, TlsListener};
 
 struct HttpState {
     out: Output,
@@ -51,22 +51,15 @@ pub(crate) async fn serve(
         protocol: "http",
         message,
     };
-    let tls = cfg
-        .tls
-        .as_ref()
-        .map(|t| t.server_config(&[b"h2", b"http/1.1"]))
-        .transpose()
-        .map_err(serve_err)?;
-    let auth = cfg
-        .auth
-        .as_ref()
-        .map(|a| a.authenticator())
-        .transpose()
-        .map_err(serve_err)?
-        .flatten();
-    if let Ok(addr) = listener.local_addr() {
-        warn_if_exposed(&adm.receiver, "http", addr, tls.is_some());
-    }
+    let (tls, auth) = super::security(
+        &listener,
+        &adm,
+        "http",
+        cfg.tls.as_ref(),
+        cfg.auth.as_ref(),
+        &[b"h2", b"http/1.1"],
+    )
+    .map_err(serve_err)?;
     let receiver = adm.receiver.clone();
     let state = Arc::new(HttpState {
         out,

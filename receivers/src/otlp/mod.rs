@@ -290,6 +290,30 @@ pub fn check(
     Ok((body, items, accepted))
 }
 
+/// A listener's TLS configuration and authenticator (files read now), and
+/// a warning when it is exposed beyond loopback without TLS.
+pub(crate) fn security(
+    listener: &TcpListener,
+    adm: &Admission,
+    protocol: &'static str,
+    tls: Option<&causeway_core::tls::ServerTls>,
+    auth: Option<&causeway_core::tls::ServerAuth>,
+    alpn: &[&[u8]],
+) -> Result<
+    (
+        Option<std::sync::Arc<rustls::ServerConfig>>,
+        Option<causeway_core::tls::Authenticator>,
+    ),
+    String,
+> {
+    let tls = tls.map(|t| t.server_config(alpn)).transpose()?;
+    let auth = auth.map(|a| a.authenticator()).transpose()?.flatten();
+    if let Ok(addr) = listener.local_addr() {
+        causeway_core::tls::warn_if_exposed(&adm.receiver, protocol, addr, tls.is_some());
+    }
+    Ok((tls, auth))
+}
+
 fn valid(id: &[u8], len: usize, optional: bool) -> bool {
     (optional && id.is_empty()) || (id.len() == len && id.iter().any(|&b| b != 0))
 }
