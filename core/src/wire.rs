@@ -438,6 +438,10 @@ fn packed_varints(mut p: &[u8]) -> bool {
     true
 }
 
+/// Attributes one resource, scope, span, event, link, log record or data
+/// point may carry (the OTel SDKs' default limit is 128).
+pub const MAX_ATTRIBUTES: usize = 10_000;
+
 /// How deep messages may nest (an OTLP request needs about 10 levels; more
 /// is nested `AnyValue` arrays and lists).
 pub const MAX_DEPTH: usize = 64;
@@ -451,6 +455,7 @@ pub fn check_strings(signal: Signal, buf: &[u8]) -> Result<(), WireError> {
     let mut stack: Vec<(M, &[u8], usize, usize)> = vec![(M::Request(signal), buf, 0, 1)];
     while let Some((m, b, off, depth)) = stack.pop() {
         let mut r = Reader::new(b, off);
+        let mut attributes = 0usize;
         while let Some((n, payload)) = r.next()? {
             let wire = r.wire;
             let kind = field_kind(m, n);
@@ -479,7 +484,16 @@ pub fn check_strings(signal: Signal, buf: &[u8]) -> Result<(), WireError> {
                     });
                 }
                 // Attributes are most of a request: checked by a direct walk.
-                F::Msg(M::KeyValue) => check_kv(p, poff, depth + 1)?,
+                F::Msg(M::KeyValue) => {
+                    attributes += 1;
+                    if attributes > MAX_ATTRIBUTES {
+                        return Err(WireError {
+                            offset: poff,
+                            reason: "more than 10000 attributes on one item",
+                        });
+                    }
+                    check_kv(p, poff, depth + 1)?
+                }
                 F::Msg(M::AnyValue) => check_any(p, poff, depth + 1)?,
                 F::Msg(inner) => {
                     if depth >= MAX_DEPTH {
@@ -579,6 +593,16 @@ mod tests {
         }];
         let e = scan(Signal::Traces, &deep.encode_to_vec()).expect_err("too deep");
         assert_eq!(e.reason, "messages nest deeper than 64 levels");
+        // 10,001 attributes on one span.
+        let mut wide = ok.clone();
+        wide.resource_spans[0].scope_spans[0].spans[0].attributes = (0..=MAX_ATTRIBUTES)
+            .map(|i| KeyValue {
+                key: format!("k{i}"),
+                ..Default::default()
+            })
+            .collect();
+        let e = scan(Signal::Traces, &wide.encode_to_vec()).expect_err("too many");
+        assert_eq!(e.reason, "more than 10000 attributes on one item");
     }
 
     #[test]
