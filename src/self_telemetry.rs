@@ -8,7 +8,7 @@ use causeway_core::telemetry::{Kind, Registry};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig as _};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
@@ -70,16 +70,22 @@ pub fn init_logging(
         Some(batch) => {
             let ep = &batch.exporter.otlp;
             let exporter = if is_http(ep) {
-                opentelemetry_otlp::SpanExporter::builder()
+                let mut b = opentelemetry_otlp::SpanExporter::builder()
                     .with_http()
                     .with_endpoint(format!("{}/v1/traces", ep.endpoint.trim_end_matches('/')))
-                    .with_headers(Default::default())
-                    .build()
+                    .with_headers(Default::default());
+                if let Some(c) = http_client(ep)? {
+                    b = b.with_http_client(c);
+                }
+                b.build()
             } else {
-                opentelemetry_otlp::SpanExporter::builder()
+                let mut b = opentelemetry_otlp::SpanExporter::builder()
                     .with_tonic()
-                    .with_endpoint(&ep.endpoint)
-                    .build()
+                    .with_endpoint(&ep.endpoint);
+                if let Some(t) = grpc_tls(ep)? {
+                    b = b.with_tls_config(t);
+                }
+                b.build()
             }
             .context("service.telemetry.traces: cannot build the OTLP span exporter")?;
             let provider = SdkTracerProvider::builder()
@@ -120,15 +126,21 @@ impl Providers {
         };
         let ep = &periodic.exporter.otlp;
         let exporter = if is_http(ep) {
-            opentelemetry_otlp::MetricExporter::builder()
+            let mut b = opentelemetry_otlp::MetricExporter::builder()
                 .with_http()
-                .with_endpoint(format!("{}/v1/metrics", ep.endpoint.trim_end_matches('/')))
-                .build()
+                .with_endpoint(format!("{}/v1/metrics", ep.endpoint.trim_end_matches('/')));
+            if let Some(c) = http_client(ep)? {
+                b = b.with_http_client(c);
+            }
+            b.build()
         } else {
-            opentelemetry_otlp::MetricExporter::builder()
+            let mut b = opentelemetry_otlp::MetricExporter::builder()
                 .with_tonic()
-                .with_endpoint(&ep.endpoint)
-                .build()
+                .with_endpoint(&ep.endpoint);
+            if let Some(t) = grpc_tls(ep)? {
+                b = b.with_tls_config(t);
+            }
+            b.build()
         }
         .context("service.telemetry.metrics: cannot build the OTLP metric exporter")?;
         let reader = PeriodicReader::builder(exporter)
@@ -202,4 +214,49 @@ impl Providers {
             }
         }
     }
+}
+
+/// The gRPC TLS settings of a telemetry endpoint, when it has any.
+fn grpc_tls(
+    ep: &OtlpTelemetryEndpoint,
+) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
+    let t = &ep.tls;
+    if !t.enabled() && !ep.endpoint.starts_with("https://") {
+        return Ok(None);
+    }
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).with_context(|| format!("service.telemetry: {}", p.display()))
+    };
+    let mut c = tonic::transport::ClientTlsConfig::new();
+    if let Some(ca) = &t.ca_file {
+        c = c.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+    }
+    if let (Some(cert), Some(key)) = (&t.cert_file, &t.key_file) {
+        c = c.identity(tonic::transport::Identity::from_pem(
+            read(cert)?,
+            read(key)?,
+        ));
+    }
+    if let Some(name) = &t.server_name_override {
+        c = c.domain_name(name.clone());
+    }
+    Ok(Some(c))
+}
+
+/// A blocking HTTP client with a telemetry endpoint's TLS settings, when it has any.
+fn http_client(ep: &OtlpTelemetryEndpoint) -> anyhow::Result<Option<reqwest::blocking::Client>> {
+    if !ep.tls.enabled() {
+        return Ok(None);
+    }
+    let cfg = ep
+        .tls
+        .client_config()
+        .map_err(|e| anyhow::anyhow!("service.telemetry: {e}"))?;
+    causeway_core::tls::install_crypto_provider();
+    Ok(Some(
+        reqwest::blocking::Client::builder()
+            .use_preconfigured_tls(cfg)
+            .build()
+            .context("service.telemetry: cannot build the HTTP client")?,
+    ))
 }

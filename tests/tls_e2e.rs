@@ -461,3 +461,77 @@ async fn the_telemetry_server_speaks_tls_when_configured() {
     assert!(plain.is_err(), "plaintext is refused: {plain:?}");
     stop.cancel();
 }
+
+#[test]
+fn the_daemons_own_telemetry_goes_out_over_mtls() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = ca("causeway test CA");
+    let (srv_c, srv_k) = leaf(d, &good, "server", &["localhost", "127.0.0.1"], false);
+    let (cli_c, cli_k) = leaf(d, &good, "client", &[], true);
+    let ca_file = d.join("ca.crt");
+    std::fs::write(&ca_file, good.cert.pem()).unwrap();
+    let ca = ca_file.display();
+    let bg = free_port();
+    let _sink = Daemon::spawn_config(
+        d,
+        "sink",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: "127.0.0.1:{bg}", tls: {{ cert_file: "{srv_c}", key_file: "{srv_k}", client_ca_file: "{ca}" }} }}
+exporters:
+  file: {{ path: "{{dir}}/self-{{signal}}.jsonl" }}
+service:
+  pipelines:
+    metrics: {{ receivers: [otlp], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+        &[],
+    );
+    let h = free_port();
+    let _observed = Daemon::spawn_config(
+        d,
+        "observed",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{h}" }}
+exporters:
+  debug: {{ verbosity: basic }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [debug] }}
+  telemetry:
+    metrics:
+      address: "{{telemetry}}"
+      readers:
+        - periodic:
+            interval: 200
+            exporter:
+              otlp:
+                protocol: grpc
+                endpoint: "https://localhost:{bg}"
+                tls: {{ ca_file: "{ca}", cert_file: "{cli_c}", key_file: "{cli_k}" }}
+"#
+        ),
+        &[],
+    );
+    let out = d.join("self-metrics.jsonl");
+    wait_for(
+        Duration::from_secs(20),
+        "the daemon's own metrics over mTLS",
+        || {
+            metrics(&read_jsonl(&out)).iter().any(|(_, m)| {
+                m["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("causeway_"))
+            })
+        },
+    );
+}

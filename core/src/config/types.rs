@@ -393,8 +393,11 @@ pub struct OtlpTelemetryExporter {
 pub struct OtlpTelemetryEndpoint {
     /// `grpc` (default) or `http/protobuf`.
     pub protocol: Option<String>,
-    /// E.g. `http://127.0.0.1:4317`.
+    /// E.g. `http://127.0.0.1:4317` (`https://…` with `tls`).
     pub endpoint: String,
+    /// TLS: `ca_file`, and `cert_file`/`key_file` for mTLS.
+    #[serde(default)]
+    pub tls: crate::tls::ClientTls,
 }
 
 /// `service.telemetry.traces`.
