@@ -13,34 +13,9 @@ use serde_json::Value;
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
+/// An RFC 3339 time as the daemon writes it (`2026-11-29T10:00:00.123Z`).
 fn rfc3339(v: &Value) -> SystemTime {
-    let s = v.as_str().expect("a time string");
-    humantime_parse(s)
-}
-
-/// `2026-11-29T10:00:00.123Z` (what the daemon writes) to a time.
-fn humantime_parse(s: &str) -> SystemTime {
-    let (date, time) = s.trim_end_matches('Z').split_once('T').expect("T");
-    let d: Vec<i64> = date.split('-').map(|x| x.parse().expect("date")).collect();
-    let (hms, ms) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<i64> = hms.split(':').map(|x| x.parse().expect("time")).collect();
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let (y, m) = if d[1] <= 2 {
-        (d[0] - 1, d[1] + 9)
-    } else {
-        (d[0], d[1] - 3)
-    };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + d[2] - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146097 + doe - 719468;
-    let secs = days * 86400 + t[0] * 3600 + t[1] * 60 + t[2];
-    UNIX_EPOCH + Duration::from_secs(secs as u64) + Duration::from_millis(ms.parse().expect("ms"))
+    humantime::parse_rfc3339(v.as_str().expect("a time string")).expect("RFC 3339")
 }
 
 #[test]
@@ -106,7 +81,7 @@ service:
             .as_nanos() as u64;
         let c = case(&mut rng, "circuit_open", n * 3, now);
         assert_eq!(c.route, route);
-        sent.insert(hex(&c.trace_id));
+        sent.insert(hex::encode(c.trace_id));
         let h = case(&mut rng, "healthy", n * 3 + 1, now);
         send(&client, &base, &[c, h], Order::LogsFirst).expect("send");
         n += 1;

@@ -12,10 +12,6 @@ use causeway_scenarios::{case, Rng, CAUSES};
 use common::*;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 const USER_RULE: &str = r#"
         - name: table_lock
           cause: db_lock_contention
@@ -121,7 +117,7 @@ service:
     });
     let got = read_annotated(&path);
     for (c, order) in &cases {
-        let a = &got[&hex(&c.trace_id)];
+        let a = &got[&hex::encode(c.trace_id)];
         let cause = &a.root["rca.cause"];
         assert_eq!(cause, c.cause, "{} sent {order:?}: {:?}", c.cause, a.root);
         assert_eq!(
@@ -171,7 +167,7 @@ service:
                 );
                 assert_eq!(
                     a.root["rca.culprit.span_id"],
-                    hex(&c.culprit_span_id),
+                    hex::encode(c.culprit_span_id),
                     "the consumer span"
                 );
             }
@@ -186,7 +182,7 @@ service:
             "tls_handshake" | "cache_miss_fallback" | "error" | "queueing" => {
                 assert_eq!(
                     a.root["rca.culprit.span_id"],
-                    hex(&c.culprit_span_id),
+                    hex::encode(c.culprit_span_id),
                     "{}",
                     c.cause
                 );
@@ -194,7 +190,7 @@ service:
             _ => {}
         }
     }
-    let l = &got[&hex(&lock.trace_id)];
+    let l = &got[&hex::encode(lock.trace_id)];
     assert_eq!(l.root["rca.cause"], "db_lock_contention");
     assert_eq!(l.root["rca.rule"], "table_lock");
     assert!(
@@ -202,7 +198,7 @@ service:
         "{}",
         l.root["rca.summary"]
     );
-    let h = &got[&hex(&healthy.trace_id)];
+    let h = &got[&hex::encode(healthy.trace_id)];
     assert!(
         h.root["rca.cause"] == "unknown" || h.root["rca.cause"] == "slow_dependency",
         "{:?}",
@@ -228,7 +224,7 @@ service:
     let lock_event = events
         .iter()
         .find(|(_, _, r)| {
-            r["traceId"].as_str() == Some(hex(&lock.trace_id).as_str())
+            r["traceId"].as_str() == Some(hex::encode(lock.trace_id).as_str())
                 && attr(&r["attributes"], "rca.cause").is_some()
         })
         .expect("the lock trace's RCA record");
@@ -334,7 +330,7 @@ service:
     wait_for(
         Duration::from_secs(30),
         "the rate-limited trace kept",
-        || read_annotated(&path).contains_key(&hex(&limited.trace_id)),
+        || read_annotated(&path).contains_key(&hex::encode(limited.trace_id)),
     );
     // Both decided: one kept, one dropped.
     wait_for(Duration::from_secs(30), "both decided", || {
@@ -343,18 +339,18 @@ service:
     });
     let got = read_annotated(&path);
     assert_eq!(
-        got[&hex(&limited.trace_id)].root["rca.cause"],
+        got[&hex::encode(limited.trace_id)].root["rca.cause"],
         "rate_limited"
     );
     assert!(
-        !got.contains_key(&hex(&healthy.trace_id)),
+        !got.contains_key(&hex::encode(healthy.trace_id)),
         "a fast healthy trace was kept"
     );
     let spans = common::spans(&read_jsonl(&path));
     let root = spans
         .iter()
         .find(|(_, _, s)| {
-            s["traceId"].as_str() == Some(hex(&limited.trace_id).as_str())
+            s["traceId"].as_str() == Some(hex::encode(limited.trace_id).as_str())
                 && s["parentSpanId"].as_str().unwrap_or("").is_empty()
         })
         .expect("root");
