@@ -387,6 +387,17 @@ impl Batch {
         })
     }
 
+    /// A traces batch of `resource_spans` that shares this batch's
+    /// acknowledgements and holds: each fires only once both batches (and
+    /// their copies) are delivered. Used by processors that hold part of a
+    /// batch back (e.g. until more evidence arrives).
+    pub fn sibling_traces(&self, resource_spans: Vec<ResourceSpans>) -> Batch {
+        let mut b = Batch::from_traces(resource_spans);
+        b.acks = self.acks.clone();
+        b.holds = self.holds.clone();
+        b
+    }
+
     /// Recount items after a component changed decoded data.
     pub fn recount(&mut self) {
         self.items = match &self.data {

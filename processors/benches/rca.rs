@@ -154,6 +154,11 @@ fn store() -> Store {
         max_points: 64,
         max_routes: 10_000,
         max_events: 100_000,
+        max_log_bytes: usize::MAX,
+        max_analysed: 100_000,
+        baseline_window_ns: 3_600_000_000_000,
+        baseline_min_samples: 20,
+        baseline_max_operations: 10_000,
     })
 }
 
@@ -174,9 +179,19 @@ fn bench(c: &mut Criterion) {
     {
         let rs = batch.clone();
         let t = std::time::Instant::now();
-        let mut rows = features::traces(&rs);
+        let mut rows = features::traces(&rs, Some(&st.baselines), &Default::default());
         let t1 = t.elapsed();
-        features::join(&mut rows, &st, 120_000_000_000, 60_000_000_000, T0);
+        features::join(
+            &mut rows,
+            &st,
+            &features::JoinParams {
+                lookback_ns: 120_000_000_000,
+                lookahead_ns: 60_000_000_000,
+                lag_threshold: 5000.0,
+                lag_growth: 1000.0,
+            },
+            T0,
+        );
         let t2 = t.elapsed();
         let tables = rules::tables(&rows).expect("tables");
         let t3 = t.elapsed();
@@ -185,7 +200,7 @@ fn bench(c: &mut Criterion) {
         let t4 = t.elapsed();
         let mut rs = rs;
         for tr in &rows {
-            let v = verdict(tr, findings.get(&tr.trace_id));
+            let v = verdict(tr, findings.get(&tr.trace_id), 0.2);
             annotate(&mut rs, tr, &v);
         }
         let t5 = t.elapsed();
@@ -210,12 +225,22 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1000));
     let tick = |rt: &tokio::runtime::Runtime, rs: Vec<ResourceSpans>| {
         let mut rs = rs;
-        let mut rows = features::traces(&rs);
-        features::join(&mut rows, &st, 120_000_000_000, 60_000_000_000, T0);
+        let mut rows = features::traces(&rs, Some(&st.baselines), &Default::default());
+        features::join(
+            &mut rows,
+            &st,
+            &features::JoinParams {
+                lookback_ns: 120_000_000_000,
+                lookahead_ns: 60_000_000_000,
+                lag_threshold: 5000.0,
+                lag_growth: 1000.0,
+            },
+            T0,
+        );
         let (findings, errors) = rt.block_on(rules::evaluate(&rules, &rows));
         assert!(errors.is_empty(), "{errors:?}");
         for t in &rows {
-            let v = verdict(t, findings.get(&t.trace_id));
+            let v = verdict(t, findings.get(&t.trace_id), 0.2);
             annotate(&mut rs, t, &v);
         }
         rs

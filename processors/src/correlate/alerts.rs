@@ -884,6 +884,11 @@ mod tests {
             max_points: 64,
             max_routes: 100,
             max_events: 1000,
+            max_log_bytes: usize::MAX,
+            max_analysed: 100_000,
+            baseline_window_ns: 3_600_000_000_000,
+            baseline_min_samples: 20,
+            baseline_max_operations: 10_000,
         })
     }
 

@@ -1,7 +1,8 @@
 //! Configuration of the `correlate` processor.
 
-use causeway_core::config::{ConfigError, Duration, Validate};
+use causeway_core::config::{ByteSize, ConfigError, Duration, Validate};
 use serde::Deserialize;
+use std::collections::HashMap;
 
 /// A root-cause rule: SQL over the joined evidence.
 #[derive(Debug, Clone, Deserialize)]
@@ -26,9 +27,14 @@ pub struct CorrelateConfig {
     /// How long logs, route statistics and metrics are kept (default 10m).
     #[serde(default = "window")]
     pub window: Duration,
-    /// Log records kept at most; the oldest go first (default 200000).
+    /// Log records kept at most; the oldest go first, counted in
+    /// `causeway_correlate_evicted_log_records_total{reason="count"}` (default 1000000).
     #[serde(default = "max_logs")]
     pub max_log_records: usize,
+    /// Bytes of log records kept at most (body + 256 bytes each); the oldest
+    /// go first, counted with `reason="bytes"` (default 256MiB).
+    #[serde(default = "max_log_bytes")]
+    pub max_log_bytes: ByteSize,
     /// Metric series kept at most (default 50000).
     #[serde(default = "max_series")]
     pub max_series: usize,
@@ -54,6 +60,30 @@ pub struct CorrelateConfig {
     /// metrics pipelines) (default true).
     #[serde(default = "yes")]
     pub events: bool,
+    /// A finding must account for at least this share of the trace's
+    /// duration to be its cause, unless it explains why the request failed
+    /// (default 0.2). Below it, it stays an alternative.
+    #[serde(default = "min_share")]
+    pub min_explained_share: f64,
+    /// Hold an analysed trace whose cause is `unknown` this long, then
+    /// analyse it again: its gateway log or metrics may still arrive
+    /// (metrics are scraped every 10–60 s). `0s` (default) turns it off.
+    #[serde(default)]
+    pub evidence_wait: Duration,
+    /// Traces held by `evidence_wait` at most; beyond, they leave at once (default 10000).
+    #[serde(default = "max_held")]
+    pub max_held_traces: usize,
+    /// Service route → gateway route id, for sites whose gateway route ids
+    /// and service routes differ, e.g. `{"POST /orders": order-create}`.
+    /// Mappings are also learned from traces that carry both.
+    #[serde(default)]
+    pub route_map: HashMap<String, String>,
+    /// When Kafka consumer lag counts as lag.
+    #[serde(default)]
+    pub consumer_lag: ConsumerLagConfig,
+    /// Per-operation latency baselines.
+    #[serde(default)]
+    pub baseline: BaselineConfig,
     /// Alert rules over the route windows, root-cause results and lag status
     /// (see [`super::alerts`]); alerts leave as log records into the logs
     /// pipelines this processor is in.
@@ -61,11 +91,86 @@ pub struct CorrelateConfig {
     pub alerts: super::alerts::AlertsConfig,
 }
 
+/// `processors.correlate.consumer_lag`: when plain consumer-group lag (the
+/// Collector's `kafka.consumer_group.lag` / `lag_sum`) counts as lag.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumerLagConfig {
+    /// Lag in messages at or above which the group lags (default 5000, the
+    /// low end of the 5,000–10,000 operators alarm at).
+    #[serde(default = "lag_threshold")]
+    pub lag_threshold: f64,
+    /// Growth in messages, point after point over the join interval, at
+    /// which the group lags whatever its level (default 1000).
+    #[serde(default = "lag_growth")]
+    pub lag_growth: f64,
+}
+
+impl Default for ConsumerLagConfig {
+    fn default() -> Self {
+        ConsumerLagConfig {
+            lag_threshold: lag_threshold(),
+            lag_growth: lag_growth(),
+        }
+    }
+}
+
+/// `processors.correlate.baseline`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BaselineConfig {
+    /// The window a baseline covers (two generations of half of it; default 1h).
+    #[serde(default = "baseline_window")]
+    pub window: Duration,
+    /// Samples an operation needs before its baseline is used (default 20).
+    /// Before, a span's whole self time counts as its deviation.
+    #[serde(default = "min_samples")]
+    pub min_samples: u64,
+    /// Operations (service, span name) with a baseline at most (default 10000).
+    #[serde(default = "max_operations")]
+    pub max_operations: usize,
+}
+
+impl Default for BaselineConfig {
+    fn default() -> Self {
+        BaselineConfig {
+            window: baseline_window(),
+            min_samples: min_samples(),
+            max_operations: max_operations(),
+        }
+    }
+}
+
+fn lag_threshold() -> f64 {
+    5000.0
+}
+fn lag_growth() -> f64 {
+    1000.0
+}
+fn baseline_window() -> Duration {
+    Duration::secs(3600)
+}
+fn min_samples() -> u64 {
+    20
+}
+fn max_operations() -> usize {
+    10_000
+}
+fn max_log_bytes() -> ByteSize {
+    ByteSize(256 << 20)
+}
+fn min_share() -> f64 {
+    0.2
+}
+fn max_held() -> usize {
+    10_000
+}
+
 fn window() -> Duration {
     Duration::secs(600)
 }
 fn max_logs() -> usize {
-    200_000
+    1_000_000
 }
 fn max_series() -> usize {
     50_000
@@ -94,6 +199,24 @@ impl Validate for CorrelateConfig {
         }
         if self.max_log_records == 0 {
             e.push(ConfigError::new("max_log_records", "must be at least 1"));
+        }
+        if self.max_log_bytes.0 < 1 << 20 {
+            e.push(ConfigError::new("max_log_bytes", "must be at least 1MiB"));
+        }
+        if !(0.0..=1.0).contains(&self.min_explained_share) {
+            e.push(ConfigError::new(
+                "min_explained_share",
+                "must be between 0 and 1",
+            ));
+        }
+        if self.baseline.window.get().is_zero() {
+            e.push(ConfigError::new("baseline.window", "must be more than 0"));
+        }
+        if self.consumer_lag.lag_threshold <= 0.0 {
+            e.push(ConfigError::new(
+                "consumer_lag.lag_threshold",
+                "must be more than 0",
+            ));
         }
         let mut names = std::collections::HashSet::new();
         for (i, r) in self.rules.iter().enumerate() {

@@ -9,9 +9,11 @@ use opentelemetry_proto::tonic::trace::v1::{
 };
 use std::collections::{BTreeSet, HashMap};
 
+use super::baseline::Baselines;
 use super::critical::{critical_path, root, Node};
+use super::shape;
 use super::store::{
-    find as attr, s as attr_str, LogEvidence, RouteStats, Series, Store, ROUTE_KEYS,
+    find as attr, host_key, s as attr_str, LogEvidence, RouteStats, Series, Store, ROUTE_KEYS,
 };
 
 /// Where a span is in the batch: (resource_spans, scope_spans, span) indexes.
@@ -76,6 +78,32 @@ pub struct SpanRow {
     pub cache_hit: Option<bool>,
     /// Time from the span's start to its first child's start (ms), when it has children.
     pub wait_ms: Option<f64>,
+    /// Critical-path time of the span and its descendants (ms).
+    pub path_ms: f64,
+    /// The cache miss was inferred from the layout (read, fallback, write).
+    pub cache_inferred: bool,
+    /// A client span marked ERROR for a 4xx answer (the server's answer, not an error origin).
+    pub client_error: bool,
+    /// Attempt number (1-based) when the span is one attempt of a retried call.
+    pub attempt: Option<i64>,
+    /// Attempts of the call it belongs to.
+    pub attempts: Option<i64>,
+    /// Failed attempts of that call.
+    pub failed_attempts: Option<i64>,
+    /// From the first attempt's start to the last attempt's end (ms).
+    pub retry_window_ms: Option<f64>,
+    /// What the failed attempts answered most often (a status or an error type).
+    pub retry_trigger: Option<String>,
+    /// A failed attempt whose call succeeded on a later attempt.
+    pub recovered: bool,
+    /// For a client span: how long its server child waited to start (ms).
+    pub queue_ms: Option<f64>,
+    /// For a consumer span: how long the message waited after it was produced (ms).
+    pub async_wait_ms: Option<f64>,
+    /// The operation's normal self time (ms; its baseline quantile), once known.
+    pub baseline_ms: Option<f64>,
+    /// Self time beyond the baseline (ms), once known.
+    pub excess_ms: Option<f64>,
 }
 
 /// One kept trace.
@@ -99,8 +127,18 @@ pub struct TraceRow {
     pub culprit: usize,
     /// Index of the error origin, if a span failed.
     pub error_origin: Option<usize>,
-    /// Route (from the spans, else from the gateway logs).
+    /// Route: the gateway's `route_id` when a gateway log joins, else the
+    /// entry span's route (mapped by `route_map`), never a downstream template.
     pub route: Option<String>,
+    /// The entry span: the first server span from the root down.
+    pub entry: usize,
+    /// Start (ms since the epoch), to place log records on the trace.
+    pub start_unix_ms: f64,
+    /// The request failed: the gateway's last answer was 5xx or 429, or the
+    /// root or entry span failed.
+    pub failed: bool,
+    /// The final status: the gateway's last answer, else the entry/root span's.
+    pub final_status: Option<i64>,
     /// Log records of the trace (shared with the correlation state).
     pub logs: Vec<std::sync::Arc<LogEvidence>>,
     /// Route statistics of its route.
@@ -132,6 +170,10 @@ pub struct KafkaRow {
     pub retry_storm: bool,
     /// Produce rate (messages/s).
     pub produce_rate: Option<f64>,
+    /// The lag rose point after point by at least `lag_growth` in the join interval.
+    pub growing: bool,
+    /// The lag is at or above `lag_threshold`, or growing.
+    pub lagging: bool,
     /// The times of the points used (ns), for the evidence.
     #[serde(rename = "time_unix_nano")]
     pub time_ns: u64,
@@ -222,9 +264,24 @@ fn span_row(
         http_status: attr(a, &["http.response.status_code", "http.status_code"]).and_then(any_int),
         route: attr(a, &ROUTE_KEYS).and_then(attr_str),
         db_system: attr(a, &["db.system", "db.system.name"]).and_then(attr_str),
-        db_operation: attr(a, &["db.operation.name", "db.operation"]).and_then(attr_str),
+        db_operation: attr(a, &["db.operation.name", "db.operation"])
+            .and_then(attr_str)
+            .or_else(|| {
+                // Stock instrumentations often give only the (masked) statement: `GET ?`.
+                attr(a, &["db.query.text", "db.statement"])
+                    .and_then(attr_str)
+                    .and_then(|q| q.split_whitespace().next().map(str::to_ascii_uppercase))
+            }),
         messaging_system: attr(a, &["messaging.system"]).and_then(attr_str),
-        destination: attr(a, &["messaging.destination.name"]).and_then(attr_str),
+        destination: attr(
+            a,
+            &[
+                "messaging.destination.name",
+                "messaging.destination",
+                "messaging.kafka.destination",
+            ],
+        )
+        .and_then(attr_str),
         consumer_group: attr(
             a,
             &[
@@ -233,7 +290,16 @@ fn span_row(
             ],
         )
         .and_then(attr_str),
-        server_address: attr(a, &["server.address", "net.peer.name"]).and_then(attr_str),
+        server_address: attr(
+            a,
+            &[
+                "server.address",
+                "net.peer.name",
+                "peer.service",
+                "net.sock.peer.addr",
+            ],
+        )
+        .and_then(attr_str),
         error_type: attr(a, &["error.type"]).and_then(attr_str),
         exception_type: exception
             .and_then(|e| attr(&e.attributes, &["exception.type"]).and_then(attr_str)),
@@ -285,7 +351,11 @@ type IdMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
 /// Group the spans of a batch by trace and compute each trace's critical
 /// path, self times, culprit and error origin.
-pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
+pub fn traces(
+    batch: &[ResourceSpans],
+    baselines: Option<&Baselines>,
+    route_map: &RouteMap,
+) -> Vec<TraceRow> {
     // Pass 1: each span's trace (by first appearance), without moving rows.
     let mut trace_of: IdMap<[u8; 16], u32> = IdMap::default();
     let mut order: Vec<([u8; 16], u32)> = Vec::new(); // id, span count
@@ -302,10 +372,7 @@ pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
             .and_then(attr_str)
             .unwrap_or_default()
             .into();
-        let host: std::sync::Arc<str> = attr(ra, &["host.name"])
-            .and_then(attr_str)
-            .unwrap_or_default()
-            .into();
+        let host: std::sync::Arc<str> = host_key(ra).unwrap_or_default().into();
         resources.push((service, host));
         for (si, ss) in rs.scope_spans.iter().enumerate() {
             for (pi, span) in ss.spans.iter().enumerate() {
@@ -360,19 +427,47 @@ pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
             });
             spans.push(row);
         }
+        // A parent cycle in bad data: break it where it closes, so every span
+        // reaches a root and nothing below loops.
+        break_cycles(&mut nodes);
+        let kids = shape::children(&nodes);
+        shape::fix_skew(&mut nodes, &spans, &kids);
         let Some(root_i) = root(&nodes) else { continue };
         let (_, self_ns) = critical_path(&nodes, root_i);
         let start_ns = nodes.iter().map(|n| n.start).min().unwrap_or(0);
         let end_ns = nodes.iter().map(|n| n.end).max().unwrap_or(start_ns);
+        let ms = |ns: u64| ns as f64 / 1e6;
         let mut first_child: Vec<Option<u64>> = vec![None; nodes.len()];
-        let mut has_error_child = vec![false; nodes.len()];
-        for (i, n) in nodes.iter().enumerate() {
+        for n in &nodes {
             if let Some(p) = n.parent {
                 first_child[p] = Some(first_child[p].map_or(n.start, |s| s.min(n.start)));
             }
-            if spans[i].status == "error" {
-                // Every ancestor of a failed span is not where the error began.
-                let mut p = n.parent;
+        }
+        for (i, row) in spans.iter_mut().enumerate() {
+            let n = nodes[i];
+            row.start_ms = ms(n.start.saturating_sub(start_ns));
+            row.end_ms = ms(n.end.saturating_sub(start_ns));
+            row.duration_ms = ms(n.end - n.start);
+            row.self_ms = ms(self_ns[i]);
+            row.critical = self_ns[i] > 0;
+            row.wait_ms = first_child[i].map(|c| ms(c.saturating_sub(n.start)));
+        }
+        shape::infer(&mut spans, &nodes, &kids);
+        // Critical time of each subtree, bottom-up.
+        let order = shape::top_down(&nodes, &kids);
+        for &i in order.iter().rev() {
+            spans[i].path_ms += spans[i].self_ms;
+            if let Some(p) = nodes[i].parent {
+                let add = spans[i].path_ms;
+                spans[p].path_ms += add;
+            }
+        }
+        // Where errors began: a failed span none of whose children failed.
+        // Client 4xx answers and attempts a later retry recovered from are not.
+        let mut has_error_child = vec![false; nodes.len()];
+        for i in 0..nodes.len() {
+            if spans[i].status == "error" && !spans[i].client_error && !spans[i].recovered {
+                let mut p = nodes[i].parent;
                 let mut steps = 0;
                 while let Some(x) = p {
                     if has_error_child[x] || steps > nodes.len() {
@@ -384,64 +479,194 @@ pub fn traces(batch: &[ResourceSpans]) -> Vec<TraceRow> {
                 }
             }
         }
-        let ms = |ns: u64| ns as f64 / 1e6;
-        for (i, row) in spans.iter_mut().enumerate() {
-            let n = nodes[i];
-            row.start_ms = ms(n.start.saturating_sub(start_ns));
-            row.end_ms = ms(n.end.saturating_sub(start_ns));
-            row.duration_ms = ms(n.end - n.start);
-            row.self_ms = ms(self_ns[i]);
-            row.critical = self_ns[i] > 0;
-            row.wait_ms = first_child[i].map(|c| ms(c.saturating_sub(n.start)));
-        }
-        // Error origin: the failed span none of whose children failed, latest-ending first.
         let error_origin = (0..spans.len())
-            .filter(|&i| spans[i].status == "error" && !has_error_child[i])
+            .filter(|&i| {
+                spans[i].status == "error"
+                    && !spans[i].client_error
+                    && !spans[i].recovered
+                    && !has_error_child[i]
+            })
             .max_by(|&a, &b| spans[a].end_ms.total_cmp(&spans[b].end_ms));
+        // How much each critical span deviates: its self time beyond its
+        // operation's normal, or all of it before a baseline exists.
+        if let Some(b) = baselines {
+            for r in spans.iter_mut().filter(|r| r.critical) {
+                if let Some(normal) = b.normal(&r.service, &r.name) {
+                    r.baseline_ms = Some(normal);
+                    r.excess_ms = Some((r.self_ms - b.factor * normal).max(0.0));
+                }
+            }
+        }
+        let deviation = |r: &SpanRow| r.excess_ms.unwrap_or(r.self_ms);
         let largest = (0..spans.len())
-            .max_by(|&a, &b| spans[a].self_ms.total_cmp(&spans[b].self_ms))
+            .filter(|&i| spans[i].critical)
+            .max_by(|&a, &b| deviation(&spans[a]).total_cmp(&deviation(&spans[b])))
             .unwrap_or(root_i);
         // The error origin, unless it barely took time and something else took
         // most of it (a timed-out call: the callee that was slow is the culprit).
         let culprit = error_origin
-            .filter(|&e| spans[e].self_ms >= spans[largest].self_ms * 0.5)
+            .filter(|&e| spans[e].self_ms >= deviation(&spans[largest]) * 0.5)
             .unwrap_or(largest);
-        let route = spans[root_i]
-            .route
-            .clone()
-            .or_else(|| spans.iter().find_map(|s| s.route.clone()));
+        // The entry: the root when it is a server span, else the first server
+        // span below it (a client or load generator may be the root).
+        let entry = order
+            .iter()
+            .copied()
+            .filter(|&i| spans[i].kind == "server")
+            .min_by(|&a, &b| {
+                depth(&nodes, a)
+                    .cmp(&depth(&nodes, b))
+                    .then(nodes[a].start.cmp(&nodes[b].start))
+            })
+            .unwrap_or(root_i);
+        let route = spans[entry].route.clone().map(|r| route_map.map(&r));
+        let status_of = |r: &SpanRow| r.http_status;
+        let final_status = status_of(&spans[entry]).or(status_of(&spans[root_i]));
+        let failed = [root_i, entry].iter().any(|&i| {
+            (spans[i].status == "error" && !spans[i].recovered && !spans[i].client_error)
+                || spans[i].http_status.is_some_and(|s| s >= 500 || s == 429)
+        });
         out.push(TraceRow {
             id,
             trace_id: hex::encode(id),
             start_ns,
             end_ns,
             duration_ms: ms(end_ns - start_ns),
+            start_unix_ms: ms(start_ns),
             root: root_i,
+            entry,
             spans,
             culprit,
             error_origin,
             route,
+            failed,
+            final_status,
             ..Default::default()
         });
     }
     out
 }
 
+fn depth(nodes: &[Node], mut i: usize) -> usize {
+    let mut d = 0;
+    while let Some(p) = nodes[i].parent {
+        d += 1;
+        i = p;
+        if d > nodes.len() {
+            break;
+        }
+    }
+    d
+}
+
+/// Cut the parent link that closes each cycle of parent ids.
+fn break_cycles(nodes: &mut [Node]) {
+    // 0 unvisited, 1 on the current chain, 2 done.
+    let mut state = vec![0u8; nodes.len()];
+    for s in 0..nodes.len() {
+        let mut chain: Vec<usize> = Vec::new();
+        let mut i = s;
+        loop {
+            match state[i] {
+                2 => break,
+                1 => {
+                    // `i` is on the chain: the link into it from the chain's last closes a cycle.
+                    if let Some(&last) = chain.last() {
+                        nodes[last].parent = None;
+                    }
+                    break;
+                }
+                _ => {}
+            }
+            state[i] = 1;
+            chain.push(i);
+            match nodes[i].parent {
+                Some(p) if p < nodes.len() => i = p,
+                _ => break,
+            }
+        }
+        for c in chain {
+            state[c] = 2;
+        }
+    }
+}
+
+/// Maps a service's route template to the gateway's route id, for sites
+/// whose gateway route ids and service routes differ.
+#[derive(Debug, Clone, Default)]
+pub struct RouteMap {
+    /// Configured: service route → route id.
+    pub fixed: HashMap<String, String>,
+}
+
+impl RouteMap {
+    /// The route id of a route.
+    pub fn map(&self, route: &str) -> String {
+        self.fixed
+            .get(route)
+            .cloned()
+            .unwrap_or_else(|| route.to_string())
+    }
+}
+
+/// What the join needs besides the state.
+#[derive(Debug, Clone)]
+pub struct JoinParams {
+    /// Metric points this long before a trace's start join it (ns).
+    pub lookback_ns: u64,
+    /// Metric points this long after a trace's end join it (ns).
+    pub lookahead_ns: u64,
+    /// Consumer lag (messages) at or above which a group lags.
+    pub lag_threshold: f64,
+    /// Growth of the lag (messages) over the join interval, rising point
+    /// after point, at which a group lags.
+    pub lag_growth: f64,
+}
+
+/// What a join found nothing for (for the self-metrics).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JoinMisses {
+    /// Traces whose hosts have no pressure metrics while other hosts have.
+    pub host: u64,
+    /// Topics a trace touches with no Kafka metrics while other topics have.
+    pub kafka: u64,
+}
+
 /// Join each trace with the correlation state.
-pub fn join(
-    traces: &mut [TraceRow],
-    store: &Store,
-    lookback_ns: u64,
-    lookahead_ns: u64,
-    now_ns: u64,
-) {
+pub fn join(traces: &mut [TraceRow], store: &Store, p: &JoinParams, now_ns: u64) -> JoinMisses {
+    let mut misses = JoinMisses::default();
     // A route's statistics are the same for every trace of the tick: computed once.
     let mut stats: HashMap<String, Option<RouteStats>> = HashMap::new();
     for t in traces.iter_mut() {
         t.logs = store.logs_of(&t.id);
-        if t.route.is_none() {
-            t.route = t.logs.iter().find_map(|l| l.route.clone());
+        // The gateway's own route id is the route; the service route it maps
+        // to is learned, so a trace whose gateway log is missing still gets it.
+        let entry_route = t.route.clone();
+        let gateway = t
+            .logs
+            .iter()
+            .filter(|l| l.gateway)
+            .max_by_key(|l| l.time_ns);
+        if let Some(g) = gateway {
+            if let Some(st) = g.status {
+                t.final_status = Some(st);
+                t.failed |= st >= 500 || st == 429;
+            }
         }
+        let gw_route = t
+            .logs
+            .iter()
+            .filter(|l| l.gateway)
+            .find_map(|l| l.route.clone());
+        t.route = match (gw_route, entry_route) {
+            (Some(gw), Some(entry)) => {
+                store.learn_route(&entry, &gw);
+                Some(gw)
+            }
+            (Some(gw), None) => Some(gw),
+            (None, Some(entry)) => Some(store.learned_route(&entry).unwrap_or(entry)),
+            (None, None) => None,
+        };
         if let Some(route) = &t.route {
             let st = stats
                 .entry(route.clone())
@@ -463,9 +688,10 @@ pub fn join(
         store.series_where(|s| s.dims.topic.as_deref().is_some_and(|t| topics.contains(t)));
     let host_series =
         store.series_where(|s| s.dims.host.as_deref().is_some_and(|h| hosts.contains(h)));
+    let (any_host_metrics, any_kafka_metrics) = store.has_series();
     for t in traces.iter_mut() {
-        let from = t.start_ns.saturating_sub(lookback_ns);
-        let to = t.end_ns.saturating_add(lookahead_ns);
+        let from = t.start_ns.saturating_sub(p.lookback_ns);
+        let to = t.end_ns.saturating_add(p.lookahead_ns);
         let mut touched: BTreeSet<(String, String)> = BTreeSet::new();
         for s in &t.spans {
             if let Some(topic) = &s.destination {
@@ -473,9 +699,11 @@ pub fn join(
             }
         }
         for (topic, group) in touched {
-            let row = kafka_row(&kafka_series, &topic, &group, from, to);
+            let row = kafka_row(&kafka_series, &topic, &group, from, to, p);
             if row.time_ns > 0 {
                 t.kafka.push(row);
+            } else if any_kafka_metrics {
+                misses.kafka += 1;
             }
         }
         let culprit_host = t.spans[t.culprit].host.clone();
@@ -485,17 +713,30 @@ pub fn join(
             .map(|s| &*s.host)
             .filter(|h| !h.is_empty())
             .collect();
+        let mut joined = false;
         for h in span_hosts {
             let mut row = host_row(&host_series, h, from, to);
             if row.time_ns > 0 {
                 row.culprit = *h == *culprit_host;
                 t.hosts.push(row);
+                joined = true;
             }
         }
+        if !joined && any_host_metrics {
+            misses.host += 1;
+        }
     }
+    misses
 }
 
-fn kafka_row(series: &[Series], topic: &str, group: &str, from: u64, to: u64) -> KafkaRow {
+fn kafka_row(
+    series: &[Series],
+    topic: &str,
+    group: &str,
+    from: u64,
+    to: u64,
+    p: &JoinParams,
+) -> KafkaRow {
     let mut row = KafkaRow {
         topic: topic.to_string(),
         group: group.to_string(),
@@ -509,6 +750,8 @@ fn kafka_row(series: &[Series], topic: &str, group: &str, from: u64, to: u64) ->
     let mut alarm = false;
     let mut storm = false;
     let mut rate = None;
+    let mut groups: BTreeSet<&str> = BTreeSet::new();
+    let mut rising = false;
     for s in series
         .iter()
         .filter(|s| s.dims.topic.as_deref() == Some(topic))
@@ -525,9 +768,21 @@ fn kafka_row(series: &[Series], topic: &str, group: &str, from: u64, to: u64) ->
             "kafka.consumer_group.lag_sum" | "kafka.consumer_group.lag" => {
                 lag = Some(lag.map_or(v, |x: f64| x.max(v)));
                 // Trend: how the lag moved over the join interval (last − first point).
-                let mut pts = s.points.iter().filter(|(t, _)| *t >= from && *t <= to);
-                if let (Some(first), Some(last)) = (pts.next(), pts.next_back()) {
-                    trend = Some(trend.unwrap_or(0.0) + (last.1 - first.1));
+                let pts: Vec<f64> = s
+                    .points
+                    .iter()
+                    .filter(|(t, _)| *t >= from && *t <= to)
+                    .map(|x| x.1)
+                    .collect();
+                if let (Some(first), Some(last)) = (pts.first(), pts.last()) {
+                    trend = Some(trend.unwrap_or(0.0) + (last - first));
+                    // Growing: at least three points, never coming down, by `lag_growth` in all.
+                    rising |= pts.len() >= 3
+                        && pts.windows(2).all(|w| w[1] >= w[0])
+                        && last - first >= p.lag_growth;
+                }
+                if let Some(g) = s.dims.group.as_deref() {
+                    groups.insert(g);
                 }
             }
             "kafka.consumer_group.lag_seconds" => lag_s = Some(lag_s.map_or(v, |x: f64| x.max(v))),
@@ -549,6 +804,12 @@ fn kafka_row(series: &[Series], topic: &str, group: &str, from: u64, to: u64) ->
     row.alarm = alarm;
     row.retry_storm = storm;
     row.produce_rate = rate;
+    row.growing = rising;
+    row.lagging = rising || lag.is_some_and(|l| l >= p.lag_threshold);
+    // The group from the metrics when the spans do not name it (old messaging conventions).
+    if row.group.is_empty() && groups.len() == 1 {
+        row.group = groups.into_iter().next().unwrap_or_default().to_string();
+    }
     row
 }
 

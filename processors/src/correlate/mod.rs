@@ -14,10 +14,12 @@
 //! `causeway.rca.traces` counter.
 
 pub mod alerts;
+pub mod baseline;
 pub mod config;
 pub mod critical;
 pub mod features;
 pub mod rules;
+pub mod shape;
 pub mod store;
 #[cfg(test)]
 mod tests;
@@ -40,7 +42,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use config::CorrelateConfig;
-use features::{Hex16, TraceRow};
+use features::{Hex16, JoinParams, RouteMap, TraceRow};
 use rules::{Finding, Rule};
 use store::{Limits, RcaEvent, Store};
 
@@ -48,6 +50,16 @@ use store::{Limits, RcaEvent, Store};
 pub const ANALYSED: &str = "causeway_correlate_analysed_traces_total";
 /// Rule failures at run time, by rule.
 pub const RULE_ERRORS: &str = "causeway_rca_rule_errors_total";
+/// Log records evicted before the window ended, by the limit that forced it.
+pub const EVICTED_LOGS: &str = "causeway_correlate_evicted_log_records_total";
+/// Age of the oldest log record held (how far back gateway evidence reaches).
+pub const LOG_RETENTION: &str = "causeway_correlate_log_retention_seconds";
+/// Spans of traces analysed already (late), passed on without a second analysis.
+pub const LATE_SPANS: &str = "causeway_correlate_late_spans_total";
+/// Traces whose join with host or Kafka metrics found nothing while such metrics flow.
+pub const JOIN_MISSES: &str = "causeway_correlate_join_misses_total";
+/// Traces held by `evidence_wait`.
+pub const HELD_TRACES: &str = "causeway_correlate_held_traces";
 /// Alert instances firing, by alert.
 pub const ALERTS_FIRING: &str = "causeway_alerts_firing";
 /// Alert notifications emitted, by alert and status.
@@ -105,12 +117,24 @@ impl ProcessorFactory for CorrelateFactory {
             }
         }
         Ok(Box::new(Correlate {
+            join: JoinParams {
+                lookback_ns: nanos(cfg.metric_lookback.get()),
+                lookahead_ns: nanos(cfg.metric_lookahead.get()),
+                lag_threshold: cfg.consumer_lag.lag_threshold,
+                lag_growth: cfg.consumer_lag.lag_growth,
+            },
+            min_share: cfg.min_explained_share,
+            route_map: RouteMap {
+                fixed: cfg.route_map.clone().into_iter().collect(),
+            },
+            evidence_wait: cfg.evidence_wait.get(),
+            max_held: cfg.max_held_traces,
+            held: Vec::new(),
+            reported_evictions: (0, 0),
             alert_every: cfg.alerts.interval.get(),
             next_alert: Instant::now(),
             alerting,
             rules,
-            lookback_ns: nanos(cfg.metric_lookback.get()),
-            lookahead_ns: nanos(cfg.metric_lookahead.get()),
             telemetry: ctx.telemetry.clone(),
             store,
             emit_logs,
@@ -132,6 +156,11 @@ pub fn limits(cfg: &CorrelateConfig) -> Limits {
     Limits {
         window_ns: nanos(cfg.window.get()),
         max_log_records: cfg.max_log_records,
+        max_log_bytes: usize::try_from(cfg.max_log_bytes.0).unwrap_or(usize::MAX),
+        max_analysed: 200_000,
+        baseline_window_ns: nanos(cfg.baseline.window.get()),
+        baseline_min_samples: cfg.baseline.min_samples,
+        baseline_max_operations: cfg.baseline.max_operations,
         max_series: cfg.max_series,
         max_points: 64,
         max_routes: cfg.max_routes,
@@ -153,15 +182,27 @@ fn now_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// Traces held by `evidence_wait`, analysed again when it has passed.
+struct Held {
+    due: Instant,
+    batch: Batch,
+    traces: usize,
+}
+
 struct Correlate {
     id: String,
+    join: JoinParams,
+    min_share: f64,
+    route_map: RouteMap,
+    evidence_wait: Duration,
+    max_held: usize,
+    held: Vec<Held>,
+    reported_evictions: (u64, u64),
     alerting: Option<alerts::Alerting>,
     alert_every: Duration,
     next_alert: Instant,
     rules: Vec<Rule>,
     store: Arc<Store>,
-    lookback_ns: u64,
-    lookahead_ns: u64,
     emit_logs: bool,
     emit_metrics: bool,
     next_emit: Instant,
@@ -224,19 +265,70 @@ fn set_attr(attrs: &mut Vec<KeyValue>, k: &str, v: any_value::Value) {
 /// The root-cause verdict of one trace.
 #[derive(Debug, Clone)]
 pub struct Verdict {
-    /// The winning finding (cause `unknown` when no rule matched).
+    /// The winning finding (cause `unknown` when no finding explains enough).
     pub best: Finding,
-    /// The others, best first.
+    /// The others, best first, each with the time it explains.
     pub alternatives: Vec<Finding>,
     /// Culprit span index.
     pub culprit: usize,
 }
 
-/// Pick the verdict of a trace from its findings.
-pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>) -> Verdict {
-    let mut all = findings.cloned().unwrap_or_default();
-    let best = if all.is_empty() {
-        let c = &t.spans[t.culprit];
+/// The time a finding explains when its rule did not say: the critical
+/// time of the subtree of the span it blames (or of the trace's culprit).
+fn default_explained(t: &TraceRow, f: &Finding) -> f64 {
+    let span = f
+        .culprit_span_id
+        .as_deref()
+        .and_then(features::parse_hex16)
+        .and_then(|id| t.spans.iter().position(|s| s.span_id == id))
+        .unwrap_or(t.culprit);
+    t.spans[span].path_ms
+}
+
+/// Pick the verdict of a trace from its findings: the cause is the finding
+/// that explains the request's failure, else the one that accounts for the
+/// most critical-path time (in steps of a tenth of the trace: nearly equal
+/// counts as equal), strength of evidence (confidence) breaking ties. A
+/// finding that explains less than `min_share` of the trace and not its
+/// failure is only an alternative. Confidence is scaled by the share of the
+/// time a finding explains (a failure's cause keeps its own).
+pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>, min_share: f64) -> Verdict {
+    let dur = t.duration_ms.max(1e-6);
+    let mut all: Vec<Finding> = findings.cloned().unwrap_or_default();
+    for f in &mut all {
+        if !f.explained_ms.is_finite() {
+            f.explained_ms = default_explained(t, f);
+        }
+        f.explained_ms = f.explained_ms.clamp(0.0, dur);
+        f.explains_failure &= t.failed;
+        if !f.explains_failure {
+            let share = f.explained_ms / dur;
+            f.confidence *= 0.5 + 0.5 * (share / 0.6).min(1.0);
+        }
+        f.confidence = (f.confidence * 1000.0).round() / 1000.0;
+    }
+    let eligible = |f: &Finding| f.explains_failure || f.explained_ms / dur >= min_share;
+    let step = |f: &Finding| (f.explained_ms / dur * 10.0).round() as i64;
+    all.sort_by(|a, b| {
+        eligible(b)
+            .cmp(&eligible(a))
+            .then(b.explains_failure.cmp(&a.explains_failure))
+            .then(step(b).cmp(&step(a)))
+            .then(b.confidence.total_cmp(&a.confidence))
+            .then(b.user.cmp(&a.user))
+            .then(b.explained_ms.total_cmp(&a.explained_ms))
+    });
+    // One finding per cause: its best.
+    let mut seen = std::collections::HashSet::new();
+    all.retain(|x| seen.insert(x.cause.clone()));
+    let best = if all.first().is_some_and(eligible) {
+        all.remove(0)
+    } else {
+        let c = t
+            .spans
+            .iter()
+            .max_by(|a, b| a.self_ms.total_cmp(&b.self_ms))
+            .unwrap_or(&t.spans[t.culprit]);
         Finding {
             rule: "none".into(),
             cause: "unknown".into(),
@@ -248,12 +340,12 @@ pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>) -> Verdict {
                 c.self_ms.round(),
                 t.duration_ms.round()
             ),
-            culprit_span_id: None,
+            culprit_span_id: Some(Hex16::of(c.span_id).as_str().to_string()),
             evidence: None,
             user: false,
+            explained_ms: c.self_ms,
+            explains_failure: false,
         }
-    } else {
-        all.remove(0)
     };
     let culprit = best
         .culprit_span_id
@@ -275,6 +367,8 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
     #[derive(serde::Serialize)]
     struct Evidence<'a> {
         rule: &'a str,
+        explained_ms: f64,
+        explains_failure: bool,
         detail: Option<&'a str>,
         spans: [EvSpan<'a>; 1],
         logs: Vec<EvLog<'a>>,
@@ -323,12 +417,16 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
         cause: &'a str,
         confidence: f64,
         rule: &'a str,
+        explained_ms: f64,
+        summary: &'a str,
     }
     let c = &t.spans[v.culprit];
     let culprit_id = Hex16::of(c.span_id);
     let cut = |b: &'_ str| -> usize { b.char_indices().nth(200).map_or(b.len(), |(i, _)| i) };
     let ev = Evidence {
         rule: &v.best.rule,
+        explained_ms: (v.best.explained_ms * 10.0).round() / 10.0,
+        explains_failure: v.best.explains_failure,
         detail: v.best.evidence.as_deref(),
         spans: [EvSpan {
             span_id: culprit_id.as_str(),
@@ -376,6 +474,8 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
                 cause: &a.cause,
                 confidence: a.confidence,
                 rule: &a.rule,
+                explained_ms: (a.explained_ms * 10.0).round() / 10.0,
+                summary: &a.summary,
             })
             .collect(),
     };
@@ -438,6 +538,13 @@ pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) {
             );
             set_attr(
                 a,
+                "rca.explained_share",
+                any_value::Value::DoubleValue(
+                    (v.best.explained_ms / t.duration_ms.max(1e-6) * 1000.0).round() / 1000.0,
+                ),
+            );
+            set_attr(
+                a,
                 "rca.route_id",
                 any_value::Value::StringValue(route.clone()),
             );
@@ -449,7 +556,14 @@ pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) {
             let alts: Vec<String> = v
                 .alternatives
                 .iter()
-                .map(|x| format!("{}:{:.2}", x.cause, x.confidence))
+                .map(|x| {
+                    format!(
+                        "{}:{:.2}:{:.2}",
+                        x.cause,
+                        x.confidence,
+                        x.explained_ms / t.duration_ms.max(1e-6)
+                    )
+                })
                 .collect();
             set_attr(
                 a,
@@ -461,24 +575,60 @@ pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) {
 }
 
 impl Correlate {
-    async fn analyse(&mut self, batch: &mut Batch) -> Result<(), ProcessError> {
+    /// Analyse the kept traces of a batch and annotate them. With `again`,
+    /// the batch is one held by `evidence_wait`: analysed whatever it finds.
+    async fn analyse(&mut self, batch: &mut Batch, again: bool) -> Result<(), ProcessError> {
         let now = now_ns();
         let rs = match batch.traces_mut() {
             Ok(Some(rs)) => rs,
             Ok(None) => return Ok(()),
             Err(e) => return Err(ProcessError(Box::new(e))),
         };
-        let mut traces = features::traces(rs);
+        let mut traces = features::traces(rs, Some(&self.store.baselines), &self.route_map);
         if traces.is_empty() {
             return Ok(());
         }
-        features::join(
-            &mut traces,
-            &self.store,
-            self.lookback_ns,
-            self.lookahead_ns,
-            now,
-        );
+        if !again {
+            // Late spans of a trace analysed already are passed on as they
+            // are: never analysed as a new (fragment of a) trace.
+            let ids: Vec<[u8; 16]> = traces.iter().map(|t| t.id).collect();
+            let late = self.store.mark_analysed(&ids, now);
+            let mut n = 0u64;
+            let mut k = 0;
+            traces.retain(|t| {
+                let keep = !late[k];
+                if !keep {
+                    n += t.spans.len() as u64;
+                }
+                k += 1;
+                keep
+            });
+            if n > 0 {
+                self.store.count_late(n);
+                self.telemetry
+                    .counter(
+                        LATE_SPANS,
+                        "Spans of traces analysed already, passed on without a second analysis.",
+                        &[("component", &self.id)],
+                    )
+                    .add(n);
+            }
+            if traces.is_empty() {
+                return Ok(());
+            }
+        }
+        let misses = features::join(&mut traces, &self.store, &self.join, now);
+        for (join, n) in [("host", misses.host), ("kafka", misses.kafka)] {
+            if n > 0 {
+                self.telemetry
+                    .counter(
+                        JOIN_MISSES,
+                        "Traces whose join with host or Kafka metrics found nothing while such metrics flow.",
+                        &[("component", &self.id), ("join", join)],
+                    )
+                    .add(n);
+            }
+        }
         let (findings, errors) = rules::evaluate(&self.rules, &traces).await;
         for (rule, error) in errors {
             self.telemetry
@@ -492,8 +642,23 @@ impl Correlate {
                 tracing::warn!(processor = %self.id, %rule, %error, "A root-cause rule failed; the other rules still ran.");
             }
         }
+        let mut hold: std::collections::HashSet<[u8; 16]> = std::collections::HashSet::new();
+        let held_now: usize = self.held.iter().map(|h| h.traces).sum();
+        let mut fed: Vec<(&str, &str, f64)> = Vec::new();
         for t in &traces {
-            let v = verdict(t, findings.get(&t.trace_id));
+            let v = verdict(t, findings.get(&t.trace_id), self.min_share);
+            let unknown = v.best.cause == "unknown";
+            if unknown
+                && !again
+                && !self.evidence_wait.is_zero()
+                && held_now + hold.len() < self.max_held
+            {
+                hold.insert(t.id);
+                continue;
+            }
+            for s in t.spans.iter().filter(|s| s.critical) {
+                fed.push((&s.service, &s.name, s.self_ms));
+            }
             annotate(rs, t, &v);
             self.analysed.add(1);
             self.store.push_event(
@@ -512,7 +677,102 @@ impl Correlate {
                 now,
             );
         }
+        self.store.baselines.feed(now, fed.into_iter());
+        if !hold.is_empty() {
+            // The held traces leave this batch for one of their own, which
+            // shares its acknowledgements.
+            let mut held_rs = Vec::new();
+            for r in rs.iter_mut() {
+                let mut scopes = Vec::new();
+                for sc in r.scope_spans.iter_mut() {
+                    let (h, keep): (Vec<_>, Vec<_>) =
+                        std::mem::take(&mut sc.spans).into_iter().partition(|sp| {
+                            <[u8; 16]>::try_from(sp.trace_id.as_slice())
+                                .is_ok_and(|id| hold.contains(&id))
+                        });
+                    sc.spans = keep;
+                    if !h.is_empty() {
+                        scopes.push(opentelemetry_proto::tonic::trace::v1::ScopeSpans {
+                            scope: sc.scope.clone(),
+                            spans: h,
+                            schema_url: sc.schema_url.clone(),
+                        });
+                    }
+                }
+                r.scope_spans.retain(|sc| !sc.spans.is_empty());
+                if !scopes.is_empty() {
+                    held_rs.push(ResourceSpans {
+                        resource: r.resource.clone(),
+                        scope_spans: scopes,
+                        schema_url: r.schema_url.clone(),
+                    });
+                }
+            }
+            rs.retain(|r| !r.scope_spans.is_empty());
+            let held = batch.sibling_traces(held_rs);
+            batch.recount();
+            self.held.push(Held {
+                due: Instant::now() + self.evidence_wait,
+                batch: held,
+                traces: hold.len(),
+            });
+            self.set_held_gauge();
+        }
         Ok(())
+    }
+
+    fn set_held_gauge(&self) {
+        let n: usize = self.held.iter().map(|h| h.traces).sum();
+        self.telemetry
+            .gauge(
+                HELD_TRACES,
+                "Traces held by evidence_wait.",
+                &[("component", &self.id)],
+            )
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Analyse again, and pass on, the held traces that are due (all at a flush).
+    async fn release_held(&mut self, now: Instant, all: bool, out: &mut Vec<Batch>) {
+        let (due, keep): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| all || h.due <= now);
+        self.held = keep;
+        for mut h in due {
+            if let Err(e) = self.analyse(&mut h.batch, true).await {
+                tracing::warn!(processor = %self.id, error = %e.0, "Held traces could not be analysed again; passed on.");
+            }
+            out.push(h.batch);
+        }
+        self.set_held_gauge();
+    }
+
+    /// Log retention and evictions as self-metrics.
+    fn retention_metrics(&mut self) {
+        let now = now_ns();
+        let (count, bytes) = self.store.evictions();
+        let (was_count, was_bytes) =
+            std::mem::replace(&mut self.reported_evictions, (count, bytes));
+        for (reason, n) in [
+            ("count", count.saturating_sub(was_count)),
+            ("bytes", bytes.saturating_sub(was_bytes)),
+        ] {
+            self.telemetry
+                .counter(
+                    EVICTED_LOGS,
+                    "Log records evicted before the window ended, by the limit that forced it (count or bytes).",
+                    &[("component", &self.id), ("reason", reason)],
+                )
+                .add(n);
+        }
+        let (_, age) = self.store.log_retention(now);
+        self.telemetry
+            .gauge(
+                LOG_RETENTION,
+                "Age of the oldest log record held, in seconds.",
+                &[("component", &self.id)],
+            )
+            .set(i64::try_from(age / 1_000_000_000).unwrap_or(i64::MAX));
     }
 
     async fn evaluate_alerts(&mut self, out: &mut Vec<Batch>) {
@@ -692,14 +952,25 @@ impl Processor for Correlate {
                     tracing::warn!(processor = %self.id, error = %e, "Metrics not taken into the correlation state; passed on.")
                 }
             },
-            Signal::Traces => self.analyse(&mut batch).await?,
+            Signal::Traces => {
+                self.analyse(&mut batch, false).await?;
+                if batch.is_empty() {
+                    // Every trace of it is held by `evidence_wait`.
+                    return Ok(());
+                }
+            }
         }
         out.push(batch);
         Ok(())
     }
 
     fn next_deadline(&self) -> Option<Instant> {
+        let held = self.held.iter().map(|h| h.due).min();
         let emit = (self.emit_logs || self.emit_metrics).then_some(self.next_emit);
+        let emit = match (emit, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let alert = self.alerting.as_ref().map(|_| self.next_alert);
         match (emit, alert) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -708,9 +979,15 @@ impl Processor for Correlate {
     }
 
     async fn on_tick(&mut self, now: Instant, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
+        if self.held.iter().any(|h| h.due <= now) {
+            self.release_held(now, false, out).await;
+        }
         if now >= self.next_emit {
             self.next_emit = now + EMIT_EVERY;
             self.emit(out);
+            if self.emit_logs {
+                self.retention_metrics();
+            }
         }
         if self.alerting.is_some() && now >= self.next_alert {
             self.next_alert = now + self.alert_every;
@@ -720,6 +997,7 @@ impl Processor for Correlate {
     }
 
     async fn flush(&mut self, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
+        self.release_held(Instant::now(), true, out).await;
         self.emit(out);
         Ok(())
     }

@@ -21,7 +21,11 @@
 //!   mem_available_ratio, disk_util, psi_cpu, psi_memory, psi_io, time_ms`
 //!
 //! A rule returns `trace_id, confidence, summary` and optionally
-//! `culprit_span_id` and `evidence` (text or JSON).
+//! `culprit_span_id`, `evidence` (text or JSON), `explained_ms` (the
+//! critical-path time it accounts for; by default the critical time of the
+//! culprit span's subtree) and `explains_failure` (it says why the request
+//! failed). The verdict ranks findings by what they explain (see
+//! `super::verdict`).
 
 use datafusion::arrow::array::{
     Array, ArrayRef, BooleanBuilder, Float64Array, Float64Builder, Int64Builder, RecordBatch,
@@ -66,6 +70,10 @@ pub struct Finding {
     pub evidence: Option<String>,
     /// From a user rule.
     pub user: bool,
+    /// The critical-path time (ms) the finding accounts for.
+    pub explained_ms: f64,
+    /// It explains why the request failed (not only why it was slow).
+    pub explains_failure: bool,
 }
 
 /// The built-in rules. Each is data: name, cause, SQL.
@@ -81,12 +89,15 @@ pub fn builtin() -> Vec<Rule> {
             "gateway_429",
             "rate_limited",
             r#"
-SELECT l.trace_id, 0.97 AS confidence,
+SELECT l.trace_id, 0.95 AS confidence,
   concat('route ', coalesce(max(l.route), '?'), ' rate-limited by ', coalesce(max(l.rate_limit_rule), 'a rate limit'), ': ',
          CAST(sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered 429') AS summary,
   concat('rate_limit_rule=', coalesce(max(l.rate_limit_rule), '')) AS evidence,
-  max(t.root_span_id) AS culprit_span_id
+  max(t.root_span_id) AS culprit_span_id,
+  CASE WHEN max(t.final_status) = 429 THEN max(t.duration_ms)
+       ELSE least(max(t.duration_ms), greatest(0.0, max(CASE WHEN l.status = 429 THEN l.time_ms END) - max(t.start_unix_ms))) END AS explained_ms,
+  coalesce(max(t.final_status) = 429, false) AS explains_failure
 FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
 GROUP BY l.trace_id
 HAVING sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) > 0"#,
@@ -95,11 +106,15 @@ HAVING sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) > 0"#,
             "client_429",
             "rate_limited",
             r#"
-SELECT s.trace_id, 0.85 AS confidence,
+SELECT s.trace_id, 0.88 AS confidence,
   concat(max(s.service), ' was rate-limited by ', coalesce(max(s.server_address), 'its upstream'), ': ',
          CAST(count(*) AS VARCHAR), ' calls answered 429') AS summary,
-  max(s.span_id) AS culprit_span_id
-FROM spans s WHERE s.http_status = 429 AND s.kind = 'client'
+  max(s.span_id) AS culprit_span_id,
+  CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) THEN max(t.duration_ms)
+       ELSE coalesce(max(s.retry_window_ms), sum(s.duration_ms)) END AS explained_ms,
+  bool_or(t.failed) AND bool_or(NOT s.recovered) AS explains_failure
+FROM spans s JOIN traces t ON t.trace_id = s.trace_id
+WHERE s.http_status = 429 AND s.kind = 'client'
 GROUP BY s.trace_id"#,
         ),
         r(
@@ -111,8 +126,10 @@ SELECT l.trace_id, 0.96 AS confidence,
          ' on route ', coalesce(max(l.route), '?'), ': ',
          CAST(sum(CASE WHEN l.status = 503 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered 503 without reaching it') AS summary,
-  concat('circuit_state=', coalesce(max(l.circuit_state), ''), ' response_flags=', coalesce(max(l.response_flags), '')) AS evidence
-FROM logs l WHERE l.gateway
+  concat('circuit_state=', coalesce(max(l.circuit_state), ''), ' response_flags=', coalesce(max(l.response_flags), '')) AS evidence,
+  CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE coalesce(sum(l.duration_ms), 0.0) END AS explained_ms,
+  bool_or(t.failed) AS explains_failure
+FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
 GROUP BY l.trace_id
 HAVING sum(CASE WHEN upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN') OR l.response_flags LIKE '%UO%' THEN 1 ELSE 0 END) > 0"#,
         ),
@@ -124,8 +141,10 @@ SELECT l.trace_id, 0.93 AS confidence,
   concat('upstream ', coalesce(max(l.upstream), '?'), ' timed out on route ', coalesce(max(l.route), '?'), ': ',
          CAST(sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 0 END) AS VARCHAR), ' of ',
          CAST(count(*) AS VARCHAR), ' gateway attempts answered 504 after ',
-         CAST(CAST(max(l.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary
-FROM logs l WHERE l.gateway
+         CAST(CAST(max(l.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+  CASE WHEN max(t.final_status) = 504 THEN max(t.duration_ms) ELSE coalesce(max(l.duration_ms), 0.0) END AS explained_ms,
+  coalesce(max(t.final_status) = 504, false) AS explains_failure
+FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
 GROUP BY l.trace_id
 HAVING sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 0 END) > 0"#,
         ),
@@ -136,11 +155,14 @@ HAVING sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 
 SELECT s.trace_id, 0.88 AS confidence,
   concat(max(s.service), ' timed out calling ', coalesce(max(s.server_address), max(s.name)), ' after ',
          CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
-  max(s.span_id) AS culprit_span_id
-FROM spans s
-WHERE s.kind IN ('client', 'internal') AND s.critical
+  max(s.span_id) AS culprit_span_id,
+  CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) THEN max(t.duration_ms) ELSE max(s.duration_ms) END AS explained_ms,
+  bool_or(t.failed) AND bool_or(NOT s.recovered) AS explains_failure
+FROM spans s JOIN traces t ON t.trace_id = s.trace_id
+WHERE s.kind IN ('client', 'internal')
   AND (lower(coalesce(s.error_type, '')) LIKE '%timeout%' OR lower(coalesce(s.exception_type, '')) LIKE '%timeout%'
-       OR lower(coalesce(s.error_type, '')) LIKE '%deadline%' OR s.http_status = 504)
+       OR lower(coalesce(s.error_type, '')) LIKE '%deadline%' OR lower(coalesce(s.exception_message, '')) LIKE '%timed out%'
+       OR s.http_status = 504)
 GROUP BY s.trace_id"#,
         ),
         r(
@@ -151,8 +173,10 @@ SELECT l.trace_id, 0.9 AS confidence,
   concat('upstream ', coalesce(max(l.upstream), '?'), ' unavailable on route ', coalesce(max(l.route), '?'), ': ',
          CAST(sum(CASE WHEN l.status IN (502, 503) THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered ', CAST(max(l.status) AS VARCHAR),
-         CASE WHEN max(l.response_flags) IS NULL THEN '' ELSE concat(' (', max(l.response_flags), ')') END) AS summary
-FROM logs l WHERE l.gateway
+         CASE WHEN max(l.response_flags) IS NULL THEN '' ELSE concat(' (', max(l.response_flags), ')') END) AS summary,
+  CASE WHEN max(t.final_status) IN (502, 503) THEN max(t.duration_ms) ELSE coalesce(sum(l.duration_ms), 0.0) END AS explained_ms,
+  coalesce(max(t.final_status) IN (502, 503), false) AS explains_failure
+FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
 GROUP BY l.trace_id
 HAVING sum(CASE WHEN (l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR l.response_flags LIKE '%UH%')
                  AND coalesce(upper(l.circuit_state), 'CLOSED') = 'CLOSED' THEN 1 ELSE 0 END) > 0"#,
@@ -164,10 +188,14 @@ HAVING sum(CASE WHEN (l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR 
 SELECT s.trace_id, 0.84 AS confidence,
   concat(max(s.service), ' could not reach ', coalesce(max(s.server_address), max(s.name)), ': ',
          coalesce(max(s.error_type), max(s.exception_type), CAST(max(s.http_status) AS VARCHAR))) AS summary,
-  max(s.span_id) AS culprit_span_id
-FROM spans s
+  max(s.span_id) AS culprit_span_id,
+  CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) AND max(s.attempts) IS NULL THEN max(t.duration_ms)
+       ELSE sum(s.duration_ms) END AS explained_ms,
+  bool_or(t.failed) AND bool_or(NOT s.recovered) AS explains_failure
+FROM spans s JOIN traces t ON t.trace_id = s.trace_id
 WHERE s.kind = 'client' AND (s.http_status IN (502, 503)
    OR lower(coalesce(s.error_type, '')) LIKE '%refused%' OR lower(coalesce(s.exception_type, '')) LIKE '%connect%'
+   OR lower(coalesce(s.exception_message, '')) LIKE '%econnrefused%'
    OR lower(coalesce(s.error_type, '')) LIKE '%unavailable%')
 GROUP BY s.trace_id"#,
         ),
@@ -179,10 +207,10 @@ SELECT s.trace_id, 0.9 AS confidence,
   concat('TLS handshake with ', coalesce(max(s.server_address), 'the upstream'), ' took ',
          CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms of ', CAST(CAST(max(t.duration_ms) AS BIGINT) AS VARCHAR),
          ' ms (', max(s.service), ')') AS summary,
-  max(s.span_id) AS culprit_span_id
+  max(s.span_id) AS culprit_span_id,
+  max(s.duration_ms) AS explained_ms
 FROM spans s JOIN traces t ON s.trace_id = t.trace_id
-WHERE s.name IN ('http.tls', 'tls.handshake', 'tls_handshake', 'TLS handshake') AND s.duration_ms >= 0.3 * t.duration_ms
-  AND s.duration_ms >= 50
+WHERE s.name IN ('http.tls', 'tls.handshake', 'tls_handshake', 'TLS handshake', 'tls.connect')
 GROUP BY s.trace_id"#,
         ),
         r(
@@ -190,15 +218,15 @@ GROUP BY s.trace_id"#,
             "cache_miss_fallback",
             r#"
 SELECT d.trace_id, 0.88 AS confidence,
-  concat('cache miss in ', max(c.service), ' (', coalesce(max(c.db_system), 'cache'), ') fell back to ',
-         coalesce(max(d.db_system), max(d.name)), ' ', coalesce(max(d.db_operation), ''), ' taking ',
+  concat('cache miss in ', max(c.service), ' (', coalesce(max(c.db_system), 'cache'),
+         CASE WHEN bool_or(c.cache_inferred) THEN ' GET, then a fallback read, then SET' ELSE '' END,
+         ') fell back to ', coalesce(max(d.db_system), max(d.server_address), max(d.name)), ' ', coalesce(max(d.db_operation), ''), ' taking ',
          CAST(CAST(max(d.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
-  max(d.span_id) AS culprit_span_id
+  max(d.span_id) AS culprit_span_id,
+  max(d.path_ms) AS explained_ms
 FROM spans c JOIN spans d ON c.trace_id = d.trace_id AND c.parent_id = d.parent_id
-JOIN traces t ON t.trace_id = d.trace_id
-WHERE c.cache_hit = false AND d.start_ms >= c.end_ms - 0.001 AND d.span_id <> c.span_id
-  AND (d.db_system IS NULL OR d.db_system NOT IN ('redis', 'memcached'))
-  AND d.self_ms >= 0.3 * t.duration_ms AND d.duration_ms >= 50
+WHERE c.cache_hit = false AND d.start_ms >= c.end_ms - 1.0 AND d.span_id <> c.span_id
+  AND (d.db_system IS NULL OR lower(d.db_system) NOT IN ('redis', 'memcached', 'valkey'))
 GROUP BY d.trace_id"#,
         ),
         r(
@@ -207,12 +235,14 @@ GROUP BY d.trace_id"#,
             r#"
 SELECT k.trace_id, 0.86 AS confidence,
   concat('consumer group ', coalesce(max(k.consumer_group), '?'), ' lags on ', max(k.topic), ': ',
-         CAST(CAST(max(k.lag) AS BIGINT) AS VARCHAR), ' messages, ',
-         CAST(CAST(max(k.lag_seconds) AS BIGINT) AS VARCHAR), ' s behind') AS summary,
-  concat('lag=', CAST(max(k.lag) AS VARCHAR), ' lag_seconds=', CAST(max(k.lag_seconds) AS VARCHAR), ' status=', CAST(max(k.status) AS VARCHAR)) AS evidence,
-  max(s.span_id) AS culprit_span_id
-FROM kafka_lag k LEFT JOIN spans s ON s.trace_id = k.trace_id AND s.destination = k.topic AND s.kind = 'consumer'
-WHERE (k.alarm OR k.status IN (2, 3, 4, 5) OR k.lag_seconds >= 10) AND NOT k.retry_storm
+         CAST(CAST(max(k.lag) AS BIGINT) AS VARCHAR), ' messages',
+         CASE WHEN bool_or(k.growing) THEN concat(', up ', CAST(CAST(max(k.lag_trend) AS BIGINT) AS VARCHAR), ' in the window') ELSE '' END,
+         '; the message waited ', CAST(CAST(max(s.async_wait_ms) AS BIGINT) AS VARCHAR), ' ms before ', max(s.service), ' consumed it') AS summary,
+  concat('lag=', CAST(max(k.lag) AS VARCHAR), ' lag_trend=', CAST(max(k.lag_trend) AS VARCHAR), ' lag_seconds=', CAST(max(k.lag_seconds) AS VARCHAR), ' status=', CAST(max(k.status) AS VARCHAR)) AS evidence,
+  max(s.span_id) AS culprit_span_id,
+  max(s.async_wait_ms) AS explained_ms
+FROM kafka_lag k JOIN spans s ON s.trace_id = k.trace_id AND s.destination = k.topic AND s.async_wait_ms IS NOT NULL
+WHERE (k.lagging OR k.alarm OR k.status IN (2, 3, 4, 5) OR k.lag_seconds >= 10) AND NOT k.retry_storm
 GROUP BY k.trace_id"#,
         ),
         r(
@@ -221,8 +251,9 @@ GROUP BY k.trace_id"#,
             r#"
 SELECT k.trace_id, 0.87 AS confidence,
   concat('retry storm on ', max(k.topic), ': ', CAST(CAST(max(k.produce_rate) AS BIGINT) AS VARCHAR), ' messages/s') AS summary,
-  max(s.span_id) AS culprit_span_id
-FROM kafka_lag k LEFT JOIN spans s ON s.trace_id = k.trace_id AND s.destination = k.topic AND s.kind = 'consumer'
+  max(s.span_id) AS culprit_span_id,
+  coalesce(max(s.async_wait_ms) + max(s.duration_ms), 0.0) AS explained_ms
+FROM kafka_lag k JOIN spans s ON s.trace_id = k.trace_id AND s.destination = k.topic AND s.kind = 'consumer'
 WHERE k.retry_storm
 GROUP BY k.trace_id"#,
         ),
@@ -230,20 +261,25 @@ GROUP BY k.trace_id"#,
             "client_retries",
             "retry_storm",
             r#"
-SELECT s.trace_id, 0.8 AS confidence,
-  concat(max(s.service), ' retried ', coalesce(max(s.server_address), max(s.name)), ' ',
-         CAST(max(s.resend_count) AS VARCHAR), ' times') AS summary,
-  max(s.span_id) AS culprit_span_id
-FROM spans s WHERE s.resend_count >= 2
+SELECT s.trace_id, 0.92 AS confidence,
+  concat(max(s.service), ' retried ', coalesce(max(s.server_address), max(s.name)), ': ',
+         CAST(max(s.attempts) AS VARCHAR), ' attempts in ', CAST(CAST(max(s.retry_window_ms) AS BIGINT) AS VARCHAR), ' ms',
+         CASE WHEN max(s.retry_trigger) IS NULL THEN '' ELSE concat(', ', CAST(max(s.failed_attempts) AS VARCHAR), ' failed with ', max(s.retry_trigger)) END) AS summary,
+  max(s.span_id) AS culprit_span_id,
+  max(s.retry_window_ms) AS explained_ms,
+  bool_or(t.failed) AS explains_failure
+FROM spans s JOIN traces t ON t.trace_id = s.trace_id
+WHERE s.attempts >= 3 OR s.resend_count >= 2
 GROUP BY s.trace_id"#,
         ),
         r(
             "host_cpu",
             "host_cpu_saturation",
             r#"
-SELECT h.trace_id, 0.84 AS confidence,
+SELECT h.trace_id, 0.82 AS confidence,
   concat('host ', max(h.host), ' CPU saturated (', CAST(CAST(max(h.cpu_busy) * 100 AS BIGINT) AS VARCHAR), '% busy) while ',
-         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary
+         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
+  coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
 FROM host h JOIN traces t ON h.trace_id = t.trace_id
 WHERE h.culprit AND (h.cpu_busy >= 0.9 OR h.psi_cpu >= 40)
 GROUP BY h.trace_id"#,
@@ -252,10 +288,11 @@ GROUP BY h.trace_id"#,
             "host_iowait",
             "host_io_wait",
             r#"
-SELECT h.trace_id, 0.84 AS confidence,
+SELECT h.trace_id, 0.82 AS confidence,
   concat('host ', max(h.host), ' waiting on disk IO (iowait ', CAST(CAST(coalesce(max(h.iowait), 0) * 100 AS BIGINT) AS VARCHAR),
          '%, disk busy ', CAST(CAST(coalesce(max(h.disk_util), 0) * 100 AS BIGINT) AS VARCHAR), '%) while ',
-         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary
+         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
+  coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
 FROM host h JOIN traces t ON h.trace_id = t.trace_id
 WHERE h.culprit AND (h.iowait >= 0.2 OR h.disk_util >= 0.9 OR h.psi_io >= 30)
 GROUP BY h.trace_id"#,
@@ -264,10 +301,11 @@ GROUP BY h.trace_id"#,
             "host_memory",
             "host_memory_pressure",
             r#"
-SELECT h.trace_id, 0.84 AS confidence,
+SELECT h.trace_id, 0.82 AS confidence,
   concat('host ', max(h.host), ' under memory pressure (',
          CAST(CAST(coalesce(max(h.mem_used), 1 - min(h.mem_available_ratio)) * 100 AS BIGINT) AS VARCHAR), '% used) while ',
-         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary
+         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
+  coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
 FROM host h JOIN traces t ON h.trace_id = t.trace_id
 WHERE h.culprit AND (h.mem_used >= 0.95 OR h.mem_available_ratio <= 0.05 OR h.psi_memory >= 20)
 GROUP BY h.trace_id"#,
@@ -276,38 +314,35 @@ GROUP BY h.trace_id"#,
             "queueing",
             "queueing",
             r#"
-SELECT s.trace_id, 0.78 AS confidence,
-  concat(max(s.service), ' ', max(s.name), ' waited ', CAST(CAST(max(s.wait_ms) AS BIGINT) AS VARCHAR),
-         ' ms before starting its work (pool, lock or queue)') AS summary,
-  max(s.span_id) AS culprit_span_id
-FROM spans s JOIN traces t ON s.trace_id = t.trace_id
-WHERE s.critical AND s.wait_ms >= 0.3 * t.duration_ms AND s.wait_ms >= 0.6 * s.duration_ms AND s.wait_ms >= 50
-GROUP BY s.trace_id
-UNION ALL
-SELECT s.trace_id, 0.76 AS confidence,
-  concat(max(s.service), ' waited ', CAST(CAST(max(s.self_ms) AS BIGINT) AS VARCHAR), ' ms in ', max(s.name)) AS summary,
-  max(s.span_id) AS culprit_span_id
-FROM spans s JOIN traces t ON s.trace_id = t.trace_id
-WHERE s.critical AND s.self_ms >= 0.3 * t.duration_ms AND s.self_ms >= 50
-  AND regexp_like(lower(s.name), '(pool|acquire|lock|queue|wait)')
+SELECT s.trace_id, 0.8 AS confidence,
+  concat('the request from ', max(s.service), ' to ', coalesce(max(s.server_address), max(s.name)), ' waited ',
+         CAST(CAST(max(s.queue_ms) AS BIGINT) AS VARCHAR),
+         ' ms before the server began it (accept queue or worker pool)') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  max(s.queue_ms) AS explained_ms
+FROM spans s WHERE s.queue_ms IS NOT NULL AND s.critical
 GROUP BY s.trace_id
 UNION ALL
 SELECT s.trace_id, 0.8 AS confidence,
-  concat(max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR),
-         ' ms for a connection to ', coalesce(max(s.server_address), 'its upstream'), ' from its pool (http.getconn)') AS summary,
-  max(s.span_id) AS culprit_span_id
-FROM spans s JOIN traces t ON s.trace_id = t.trace_id
-WHERE s.name = 'http.getconn' AND s.duration_ms >= 0.3 * t.duration_ms AND s.duration_ms >= 50
+  concat(max(s.service), ' waited ', CAST(CAST(max(s.self_ms) AS BIGINT) AS VARCHAR), ' ms in ', max(s.name),
+         ' (pool, lock or queue)') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  max(s.self_ms) AS explained_ms
+FROM spans s
+WHERE s.critical AND regexp_like(lower(s.name), '(pool|acquire|lock|queue|wait|getconn|semaphore)')
+  AND s.kind <> 'server'
 GROUP BY s.trace_id"#,
         ),
         r(
             "error",
             "error",
             r#"
-SELECT t.trace_id, 0.6 AS confidence,
+SELECT t.trace_id, 0.7 AS confidence,
   concat('error in ', coalesce(t.error_service, t.culprit_service), ': ',
          coalesce(s.exception_type, s.error_type, nullif(s.status_message, ''), s.name)) AS summary,
-  t.error_span_id AS culprit_span_id
+  t.error_span_id AS culprit_span_id,
+  CASE WHEN t.failed AND s.attempts IS NULL THEN t.duration_ms ELSE s.path_ms END AS explained_ms,
+  t.failed AND s.attempts IS NULL AS explains_failure
 FROM traces t JOIN spans s ON s.trace_id = t.trace_id AND s.span_id = t.error_span_id
 WHERE t.error"#,
         ),
@@ -315,11 +350,15 @@ WHERE t.error"#,
             "slow_dependency",
             "slow_dependency",
             r#"
-SELECT t.trace_id, 0.45 AS confidence,
+SELECT t.trace_id, CASE WHEN t.culprit_excess_ms IS NULL THEN 0.4 ELSE 0.6 END AS confidence,
   concat(t.culprit_service, ' ', t.culprit_name, ' took ', CAST(CAST(t.culprit_self_ms AS BIGINT) AS VARCHAR), ' ms of ',
-         CAST(CAST(t.duration_ms AS BIGINT) AS VARCHAR), ' ms on the critical path') AS summary
+         CAST(CAST(t.duration_ms AS BIGINT) AS VARCHAR), ' ms on the critical path',
+         CASE WHEN t.culprit_baseline_ms IS NULL THEN ' (no baseline yet)'
+              ELSE concat(' (normally ', CAST(CAST(t.culprit_baseline_ms AS BIGINT) AS VARCHAR), ' ms)') END) AS summary,
+  coalesce(t.culprit_excess_ms, t.culprit_self_ms) AS explained_ms
 FROM traces t
-WHERE t.culprit_share >= 0.5 AND (t.culprit_kind = 'client' OR t.culprit_db_system IS NOT NULL OR t.culprit_service <> t.root_service)"#,
+WHERE (t.culprit_kind = 'client' OR t.culprit_db_system IS NOT NULL OR t.culprit_service <> t.entry_service)
+  AND (t.culprit_excess_ms IS NOT NULL OR t.culprit_self_ms >= 0.5 * t.duration_ms)"#,
         ),
     ]
 }
@@ -379,6 +418,14 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 utf8("culprit_db_system"),
                 utf8("error_span_id"),
                 utf8("error_service"),
+                f64f("start_unix_ms"),
+                boolf("failed"),
+                i64f("final_status"),
+                f64f("culprit_excess_ms"),
+                f64f("culprit_baseline_ms"),
+                f64f("culprit_path_ms"),
+                utf8("entry_span_id"),
+                utf8("entry_service"),
             ]),
         ),
         (
@@ -413,6 +460,19 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 i64f("resend_count"),
                 boolf("cache_hit"),
                 f64f("wait_ms"),
+                f64f("path_ms"),
+                boolf("cache_inferred"),
+                boolf("client_error"),
+                i64f("attempt"),
+                i64f("attempts"),
+                i64f("failed_attempts"),
+                f64f("retry_window_ms"),
+                utf8("retry_trigger"),
+                boolf("recovered"),
+                f64f("queue_ms"),
+                f64f("async_wait_ms"),
+                f64f("baseline_ms"),
+                f64f("excess_ms"),
             ]),
         ),
         (
@@ -467,6 +527,8 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 boolf("retry_storm"),
                 f64f("produce_rate"),
                 f64f("time_ms"),
+                boolf("growing"),
+                boolf("lagging"),
             ]),
         ),
         (
@@ -584,6 +646,8 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                     let err = t.error_origin.map(|e| &t.spans[e]);
                     let (root_id, cu_id) = (Hex16::of(root.span_id), Hex16::of(cu.span_id));
                     let err_id = err.map(|e| Hex16::of(e.span_id));
+                    let entry = &t.spans[t.entry];
+                    let entry_id = Hex16::of(entry.span_id);
                     c.row([
                         s(&t.trace_id),
                         V::F(Some(t.duration_ms)),
@@ -606,6 +670,14 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                         so(&cu.db_system),
                         V::S(err_id.as_ref().map(Hex16::as_str)),
                         V::S(err.map(|e| &*e.service)),
+                        V::F(Some(t.start_unix_ms)),
+                        V::B(Some(t.failed)),
+                        V::I(t.final_status),
+                        V::F(cu.excess_ms),
+                        V::F(cu.baseline_ms),
+                        V::F(Some(cu.path_ms)),
+                        s(entry_id.as_str()),
+                        s(&entry.service),
                     ]);
                 }
             }
@@ -647,6 +719,19 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                             V::I(sp.resend_count),
                             V::B(sp.cache_hit),
                             V::F(sp.wait_ms),
+                            V::F(Some(sp.path_ms)),
+                            V::B(Some(sp.cache_inferred)),
+                            V::B(Some(sp.client_error)),
+                            V::I(sp.attempt),
+                            V::I(sp.attempts),
+                            V::I(sp.failed_attempts),
+                            V::F(sp.retry_window_ms),
+                            so(&sp.retry_trigger),
+                            V::B(Some(sp.recovered)),
+                            V::F(sp.queue_ms),
+                            V::F(sp.async_wait_ms),
+                            V::F(sp.baseline_ms),
+                            V::F(sp.excess_ms),
                         ]);
                     }
                 }
@@ -711,6 +796,8 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                             V::B(Some(k.retry_storm)),
                             V::F(k.produce_rate),
                             V::F(Some(k.time_ns as f64 / 1e6)),
+                            V::B(Some(k.growing)),
+                            V::B(Some(k.lagging)),
                         ]);
                     }
                 }
@@ -853,6 +940,8 @@ pub async fn evaluate(
             let (summaries, culprits, evidence) =
                 (strs("summary"), strs("culprit_span_id"), strs("evidence"));
             let confidences = f64_column(b, "confidence");
+            let explained = f64_column(b, "explained_ms");
+            let failure = strs("explains_failure");
             for row in 0..b.num_rows() {
                 let Some(trace_id) = cell_str(&ids, row) else {
                     continue;
@@ -871,20 +960,14 @@ pub async fn evaluate(
                     culprit_span_id: opt(&culprits),
                     evidence: opt(&evidence),
                     user: rule.user,
+                    explained_ms: explained
+                        .as_ref()
+                        .filter(|c| !c.is_null(row))
+                        .map_or(f64::NAN, |c| c.value(row)),
+                    explains_failure: opt(&failure).is_some_and(|v| v == "true"),
                 });
             }
         }
-    }
-    for f in findings.values_mut() {
-        // Best first: confidence, then user rules, then rule order (stable).
-        f.sort_by(|a, b| {
-            b.confidence
-                .total_cmp(&a.confidence)
-                .then(b.user.cmp(&a.user))
-        });
-        // One finding per cause: its best.
-        let mut seen = std::collections::HashSet::new();
-        f.retain(|x| seen.insert(x.cause.clone()));
     }
     (findings, errors)
 }

@@ -23,6 +23,10 @@ pub struct Limits {
     pub window_ns: u64,
     /// Log records kept at most (oldest evicted first).
     pub max_log_records: usize,
+    /// Bytes of log records kept at most (body + 256 bytes each; oldest evicted first).
+    pub max_log_bytes: usize,
+    /// Analysed trace ids remembered, so that their late spans are not analysed again.
+    pub max_analysed: usize,
     /// Metric series kept at most (least recently updated evicted first).
     pub max_series: usize,
     /// Points per series.
@@ -31,6 +35,12 @@ pub struct Limits {
     pub max_routes: usize,
     /// RCA events waiting to be emitted at most (oldest dropped and counted).
     pub max_events: usize,
+    /// The window a latency baseline covers (ns).
+    pub baseline_window_ns: u64,
+    /// Samples an operation needs before its baseline is used.
+    pub baseline_min_samples: u64,
+    /// Operations with a baseline at most.
+    pub baseline_max_operations: usize,
 }
 
 /// One log record, as evidence.
@@ -232,13 +242,29 @@ struct Inner {
     counts: BTreeMap<(String, String, String), u64>,
     counts_changed: bool,
     evicted_logs: u64,
+    evicted_logs_bytes: u64,
+    log_bytes: usize,
     dropped_events: u64,
     clock: u64,
+    /// Entry route → gateway route id, learned from traces that had both.
+    learned_routes: HashMap<String, String>,
+    /// Traces analysed (or held for evidence), with when: late spans of them
+    /// are not analysed again.
+    analysed: HashMap<[u8; 16], u64>,
+    analysed_order: VecDeque<(u64, [u8; 16])>,
+    late_spans: u64,
+}
+
+/// The memory a log record is counted at: its body plus a fixed overhead.
+fn log_cost(ev: &LogEvidence) -> usize {
+    256 + ev.body.len()
 }
 
 /// The shared correlation state.
 pub struct Store {
     limits: Limits,
+    /// Per-operation latency baselines.
+    pub baselines: super::baseline::Baselines,
     inner: Mutex<Inner>,
     log_events_owner: AtomicBool,
     metric_events_owner: AtomicBool,
@@ -278,6 +304,29 @@ pub(crate) fn find<'a>(attrs: &'a [KeyValue], keys: &[&str]) -> Option<&'a Optio
         .find_map(|k| attrs.iter().find(|kv| kv.key == *k).map(|kv| &kv.value))
 }
 
+/// Resource attributes that name the machine a resource ran on, in order of
+/// preference, for the join with host metrics. `k8s.node.name` comes first:
+/// a pod enriched by a k8sattributes-style processor names its node, which
+/// is what node-level metrics carry; `host.name` inside a pod is the pod's
+/// name. Without any of them, `k8s.pod.name` and `service.instance.id` still
+/// join metrics reported per pod or per instance.
+pub const HOST_KEYS: [&str; 5] = [
+    "k8s.node.name",
+    "host.name",
+    "host.id",
+    "k8s.pod.name",
+    "service.instance.id",
+];
+
+/// The host a resource ran on (see [`HOST_KEYS`]).
+pub(crate) fn host_key(resource_attrs: &[KeyValue]) -> Option<String> {
+    HOST_KEYS.iter().find_map(|k| {
+        find(resource_attrs, &[k])
+            .and_then(s)
+            .filter(|v| !v.is_empty())
+    })
+}
+
 /// Route keys, in order of preference.
 pub const ROUTE_KEYS: [&str; 3] = ["route_id", "http.route", "gateway.route_id"];
 
@@ -285,6 +334,11 @@ impl Store {
     /// An empty store.
     pub fn new(limits: Limits) -> Self {
         Store {
+            baselines: super::baseline::Baselines::new(
+                limits.baseline_window_ns,
+                limits.baseline_max_operations,
+                limits.baseline_min_samples,
+            ),
             limits,
             inner: Mutex::new(Inner::default()),
             log_events_owner: AtomicBool::new(false),
@@ -390,6 +444,7 @@ impl Store {
                     if r.trace_id.len() == 16 && r.trace_id.iter().any(|b| *b != 0) {
                         let mut tid = [0u8; 16];
                         tid.copy_from_slice(&r.trace_id);
+                        g.log_bytes += log_cost(&ev);
                         g.logs.entry(tid).or_default().push(Arc::new(ev));
                         g.log_order.push_back((now_ns, tid));
                         g.log_count += 1;
@@ -403,18 +458,31 @@ impl Store {
     fn evict_logs(&self, g: &mut Inner, now_ns: u64) {
         let horizon = now_ns.saturating_sub(self.limits.window_ns);
         while let Some(&(t, tid)) = g.log_order.front() {
-            if t >= horizon && g.log_count <= self.limits.max_log_records {
+            let over_count = g.log_count > self.limits.max_log_records;
+            let over_bytes = g.log_bytes > self.limits.max_log_bytes;
+            if t >= horizon && !over_count && !over_bytes {
                 break;
             }
             g.log_order.pop_front();
+            let mut freed = None;
             if let Some(v) = g.logs.get_mut(&tid) {
                 if !v.is_empty() {
-                    v.remove(0);
-                    g.log_count -= 1;
-                    g.evicted_logs += u64::from(t >= horizon);
+                    freed = Some(log_cost(&v.remove(0)));
                 }
                 if v.is_empty() {
                     g.logs.remove(&tid);
+                }
+            }
+            if let Some(cost) = freed {
+                g.log_count -= 1;
+                g.log_bytes = g.log_bytes.saturating_sub(cost);
+                // Evicted before the window ended: counted, by what forced it.
+                if t >= horizon {
+                    if over_count {
+                        g.evicted_logs += 1;
+                    } else {
+                        g.evicted_logs_bytes += 1;
+                    }
                 }
             }
         }
@@ -430,7 +498,7 @@ impl Store {
                 .as_ref()
                 .map(|r| r.attributes.as_slice())
                 .unwrap_or(&[]);
-            let host = find(res_attrs, &["host.name"]).and_then(s);
+            let host = host_key(res_attrs);
             for sm in &rm.scope_metrics {
                 for m in &sm.metrics {
                     let points = match &m.data {
@@ -734,6 +802,83 @@ impl Store {
         }
         g.counts_changed = false;
         Some(g.counts.clone())
+    }
+
+    /// Remember the gateway route id of an entry route (bounded).
+    pub fn learn_route(&self, entry: &str, route_id: &str) {
+        let mut g = self.lock();
+        if g.learned_routes.get(entry).map(String::as_str) == Some(route_id) {
+            return;
+        }
+        if g.learned_routes.len() >= self.limits.max_routes && !g.learned_routes.contains_key(entry)
+        {
+            return;
+        }
+        g.learned_routes
+            .insert(entry.to_string(), route_id.to_string());
+    }
+
+    /// The gateway route id learned for an entry route.
+    pub fn learned_route(&self, entry: &str) -> Option<String> {
+        self.lock().learned_routes.get(entry).cloned()
+    }
+
+    /// Whether any host series and any Kafka series are held (a join that
+    /// finds nothing then counts as a miss).
+    pub fn has_series(&self) -> (bool, bool) {
+        let g = self.lock();
+        let host = g.series.values().any(|s| s.dims.host.is_some());
+        let kafka = g.series.values().any(|s| s.dims.topic.is_some());
+        (host, kafka)
+    }
+
+    /// Mark traces as analysed at `now_ns`; returns, for each, whether it was
+    /// analysed before (its spans are late).
+    pub fn mark_analysed(&self, ids: &[[u8; 16]], now_ns: u64) -> Vec<bool> {
+        let mut g = self.lock();
+        let horizon = now_ns.saturating_sub(self.limits.window_ns);
+        while let Some(&(t, id)) = g.analysed_order.front() {
+            if t >= horizon && g.analysed_order.len() <= self.limits.max_analysed {
+                break;
+            }
+            g.analysed_order.pop_front();
+            if g.analysed.get(&id) == Some(&t) {
+                g.analysed.remove(&id);
+            }
+        }
+        ids.iter()
+            .map(|id| {
+                let before = g.analysed.contains_key(id);
+                if !before {
+                    g.analysed.insert(*id, now_ns);
+                    g.analysed_order.push_back((now_ns, *id));
+                }
+                before
+            })
+            .collect()
+    }
+
+    /// Count late spans (of traces analysed already); returns the total.
+    pub fn count_late(&self, n: u64) -> u64 {
+        let mut g = self.lock();
+        g.late_spans += n;
+        g.late_spans
+    }
+
+    /// Log records evicted before the window ended: (for the count limit, for the byte limit).
+    pub fn evictions(&self) -> (u64, u64) {
+        let g = self.lock();
+        (g.evicted_logs, g.evicted_logs_bytes)
+    }
+
+    /// Bytes of log records held, and the age (ns) of the oldest at `now_ns`.
+    pub fn log_retention(&self, now_ns: u64) -> (usize, u64) {
+        let g = self.lock();
+        let age = g
+            .log_order
+            .front()
+            .map_or(0, |(t, _)| now_ns.saturating_sub(*t));
+        (g.log_bytes, age)
     }
 
     /// Log records held, series held, routes tracked.

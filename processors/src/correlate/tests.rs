@@ -1,5 +1,8 @@
 use super::*;
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric, number_data_point, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
+};
 use opentelemetry_proto::tonic::trace::v1::{span, ScopeSpans, Span, Status};
 
 pub(crate) fn attr_s(k: &str, v: &str) -> KeyValue {
@@ -81,16 +84,25 @@ fn store() -> Arc<Store> {
         max_points: 64,
         max_routes: 100,
         max_events: 100,
+        max_log_bytes: usize::MAX,
+        max_analysed: 100_000,
+        baseline_window_ns: 3_600_000_000_000,
+        baseline_min_samples: 20,
+        baseline_max_operations: 10_000,
     }))
 }
 
 async fn analyse(store: &Store, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verdict)> {
-    let mut traces = features::traces(rs);
+    let mut traces = features::traces(rs, Some(&store.baselines), &Default::default());
     features::join(
         &mut traces,
         store,
-        u64::MAX / 4,
-        u64::MAX / 4,
+        &features::JoinParams {
+            lookback_ns: u64::MAX / 4,
+            lookahead_ns: u64::MAX / 4,
+            lag_threshold: 5000.0,
+            lag_growth: 1000.0,
+        },
         1_000_000_000_000,
     );
     let (findings, errors) = rules::evaluate(&rules::assemble(true, &[]), &traces).await;
@@ -98,7 +110,7 @@ async fn analyse(store: &Store, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verd
     traces
         .into_iter()
         .map(|t| {
-            let v = verdict(&t, findings.get(&t.trace_id));
+            let v = verdict(&t, findings.get(&t.trace_id), 0.2);
             annotate(rs, &t, &v);
             (t, v)
         })
@@ -109,14 +121,14 @@ async fn analyse(store: &Store, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verd
 async fn a_rate_limited_trace_gets_its_cause_summary_and_annotations() {
     let st = store();
     let mut logs = Vec::new();
-    for _ in 0..14 {
+    // Every attempt was rejected: the request failed with 429.
+    for _ in 0..15 {
         logs.push(gateway_log(
             7,
             429,
             vec![attr_s("gateway.rate_limit_rule", "qps-100-per-ip")],
         ));
     }
-    logs.push(gateway_log(7, 201, vec![]));
     st.add_logs(&logs, 1_000_000_000_000);
     let mut rs = vec![resource_spans(
         "orders",
@@ -147,7 +159,7 @@ async fn a_rate_limited_trace_gets_its_cause_summary_and_annotations() {
     assert_eq!(v.best.rule, "gateway_429");
     assert_eq!(
         v.best.summary,
-        "route order-create rate-limited by qps-100-per-ip: 14 of 15 gateway attempts answered 429"
+        "route order-create rate-limited by qps-100-per-ip: 15 of 15 gateway attempts answered 429"
     );
     assert_eq!(t.route.as_deref(), Some("order-create"));
     let root = &rs[0].scope_spans[0].spans[0];
@@ -199,6 +211,11 @@ fn the_state_stays_within_its_bounds_under_a_flood() {
         max_points: 8,
         max_routes: 10,
         max_events: 100,
+        max_log_bytes: usize::MAX,
+        max_analysed: 100_000,
+        baseline_window_ns: 3_600_000_000_000,
+        baseline_min_samples: 20,
+        baseline_max_operations: 10_000,
     });
     let mut now = 1_000_000_000_000u64;
     for round in 0..50u64 {
@@ -259,7 +276,7 @@ async fn a_long_http_getconn_phase_is_queueing_for_a_pooled_connection() {
     let v = &out[0].1;
     assert_eq!(v.best.cause, "queueing", "{v:?}");
     assert!(
-        v.best.summary.contains("from its pool (http.getconn)"),
+        v.best.summary.contains("waited 595 ms in http.getconn"),
         "{}",
         v.best.summary
     );
@@ -309,12 +326,16 @@ async fn kafka_lag_trend_over_the_join_interval_is_a_column_rules_can_use() {
             ],
         )],
     )];
-    let mut traces = features::traces(&rs);
+    let mut traces = features::traces(&rs, None, &Default::default());
     features::join(
         &mut traces,
         &st,
-        120_000_000_000,
-        60_000_000_000,
+        &features::JoinParams {
+            lookback_ns: 120_000_000_000,
+            lookahead_ns: 60_000_000_000,
+            lag_threshold: 5000.0,
+            lag_growth: 1000.0,
+        },
         1_000_000_000_000,
     );
     assert_eq!(traces[0].kafka[0].lag_trend, Some(2400.0));
@@ -328,4 +349,723 @@ async fn kafka_lag_trend_over_the_join_interval_is_a_column_rules_can_use() {
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(findings[&traces[0].trace_id][0].summary, "lag grew by 2400");
     let _ = &mut rs;
+}
+
+// ---- Evidence as stock instrumentation emits it, and causes by the time they explain.
+
+fn sp(id: u8, parent: Option<u8>, name: &str, kind: span::SpanKind, s: u64, e: u64) -> Span {
+    let mut x = span(40, id, parent, name, s, e, vec![]);
+    x.kind = kind as i32;
+    x
+}
+
+fn with(mut x: Span, attrs: Vec<KeyValue>) -> Span {
+    x.attributes.extend(attrs);
+    x
+}
+
+fn failed(mut x: Span, msg: &str) -> Span {
+    x.status = Some(Status {
+        code: 2,
+        message: msg.into(),
+    });
+    x
+}
+
+fn tid(x: u8, mut spans: Vec<Span>) -> Vec<Span> {
+    for s in &mut spans {
+        s.trace_id = vec![x; 16];
+    }
+    spans
+}
+
+use span::SpanKind::{Client, Consumer, Internal, Producer, Server};
+
+#[tokio::test]
+async fn a_stock_redis_cache_aside_miss_is_found_from_the_span_layout() {
+    let st = store();
+    let redis = |id, s, e, stmt: &str| {
+        with(
+            sp(id, Some(1), "get", Client, s, e),
+            vec![
+                attr_s("db.system", "redis"),
+                attr_s("db.statement", stmt),
+                attr_s("net.peer.name", "cache-1"),
+            ],
+        )
+    };
+    let mut rs = vec![resource_spans(
+        "shop",
+        tid(
+            41,
+            vec![
+                sp(1, None, "GET /item/:id", Server, 0, 1000),
+                redis(2, 1, 2, "GET ?"),
+                with(
+                    sp(3, Some(1), "pg.query:SELECT shop", Client, 3, 990),
+                    vec![attr_s("db.system", "postgresql")],
+                ),
+                redis(4, 991, 993, "SET ? ? ? ?"),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "cache_miss_fallback", "{v:?}");
+    assert!(v.best.summary.contains("then SET"), "{}", v.best.summary);
+    assert_eq!(out[0].0.spans[v.culprit].name, "pg.query:SELECT shop");
+    // A GET followed by a read but no SET is not a (known) miss.
+    let mut rs = vec![resource_spans(
+        "shop",
+        tid(
+            42,
+            vec![
+                sp(1, None, "GET /item/:id", Server, 0, 1000),
+                redis(2, 1, 2, "GET ?"),
+                with(
+                    sp(3, Some(1), "pg.query:SELECT shop", Client, 3, 990),
+                    vec![attr_s("db.system", "postgresql")],
+                ),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    assert_ne!(out[0].1.best.cause, "cache_miss_fallback");
+}
+
+#[tokio::test]
+async fn retries_against_a_failing_upstream_are_a_retry_storm_naming_its_trigger() {
+    let st = store();
+    // An explicit retry loop: four attempts answered 503, with backoff between.
+    let attempt = |id, s, e| {
+        failed(
+            with(
+                sp(id, Some(1), "POST", Client, s, e),
+                vec![
+                    attr_s("server.address", "payments"),
+                    kv("http.response.status_code", 503i64),
+                ],
+            ),
+            "",
+        )
+    };
+    let mut rs = vec![resource_spans(
+        "checkout",
+        tid(
+            43,
+            vec![
+                failed(sp(1, None, "POST /checkout", Server, 0, 1000), "503"),
+                attempt(2, 5, 20),
+                attempt(3, 300, 315),
+                attempt(4, 600, 615),
+                attempt(5, 900, 990),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "retry_storm", "{v:?}");
+    assert!(
+        v.best.summary.contains("4 attempts") && v.best.summary.contains("503"),
+        "{}",
+        v.best.summary
+    );
+    assert!(
+        v.alternatives
+            .iter()
+            .any(|a| a.cause == "upstream_unavailable"),
+        "{v:?}"
+    );
+
+    // urllib3's Retry: one client span, the attempts as server spans under it.
+    let mut rs = vec![
+        resource_spans(
+            "checkout",
+            tid(
+                44,
+                vec![
+                    sp(1, None, "POST /checkout", Server, 0, 1000),
+                    with(
+                        sp(2, Some(1), "POST", Client, 5, 995),
+                        vec![kv("http.response.status_code", 200i64)],
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "payments",
+            tid(
+                44,
+                vec![
+                    failed(
+                        with(
+                            sp(3, Some(2), "POST /charge", Server, 10, 30),
+                            vec![kv("http.response.status_code", 503i64)],
+                        ),
+                        "",
+                    ),
+                    failed(
+                        with(
+                            sp(4, Some(2), "POST /charge", Server, 330, 350),
+                            vec![kv("http.response.status_code", 503i64)],
+                        ),
+                        "",
+                    ),
+                    with(
+                        sp(5, Some(2), "POST /charge", Server, 900, 990),
+                        vec![kv("http.response.status_code", 200i64)],
+                    ),
+                ],
+            ),
+        ),
+    ];
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "retry_storm", "{v:?}");
+    assert!(v.best.summary.contains("3 attempts"), "{}", v.best.summary);
+}
+
+#[tokio::test]
+async fn a_failure_retried_once_quickly_is_not_a_cause() {
+    let st = store();
+    let mut rs = vec![resource_spans(
+        "checkout",
+        tid(
+            45,
+            vec![
+                sp(1, None, "POST /checkout", Server, 0, 100),
+                failed(
+                    with(
+                        sp(2, Some(1), "POST", Client, 5, 8),
+                        vec![
+                            attr_s("server.address", "payments"),
+                            kv("http.response.status_code", 503i64),
+                        ],
+                    ),
+                    "",
+                ),
+                with(
+                    sp(3, Some(1), "POST", Client, 9, 12),
+                    vec![
+                        attr_s("server.address", "payments"),
+                        kv("http.response.status_code", 200i64),
+                    ],
+                ),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    let (t, v) = &out[0];
+    assert!(t.error_origin.is_none(), "the failed attempt was recovered");
+    assert!(t.spans[1].recovered);
+    assert_eq!(v.best.cause, "unknown", "{v:?}");
+}
+
+#[tokio::test]
+async fn compute_before_a_call_is_not_queueing_but_a_late_server_span_is() {
+    let st = store();
+    // The handler computes 900 ms, then queries.
+    let mut rs = vec![resource_spans(
+        "reports",
+        tid(
+            46,
+            vec![
+                sp(1, None, "GET /report", Server, 0, 1000),
+                with(
+                    sp(2, Some(1), "SELECT", Client, 900, 990),
+                    vec![attr_s("db.system", "postgresql")],
+                ),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    assert_ne!(out[0].1.best.cause, "queueing", "{:?}", out[0].1);
+    // The callee's server span began 800 ms after the call was sent.
+    let mut rs = vec![
+        resource_spans(
+            "front",
+            tid(
+                47,
+                vec![
+                    sp(1, None, "GET /orders", Server, 0, 1000),
+                    with(
+                        sp(2, Some(1), "GET", Client, 5, 995),
+                        vec![attr_s("server.address", "orders")],
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "orders",
+            tid(47, vec![sp(3, Some(2), "GET /orders", Server, 805, 990)]),
+        ),
+    ];
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "queueing", "{v:?}");
+    assert!(
+        v.best.summary.contains("waited 800 ms"),
+        "{}",
+        v.best.summary
+    );
+}
+
+#[tokio::test]
+async fn consumer_lag_from_kafkametrics_only_and_old_messaging_names() {
+    let st = store();
+    // lag_sum only, growing point after point (the Collector's kafkametrics receiver).
+    let t0 = 1_000_000_000_000u64;
+    let pts: Vec<_> = (0..4u64)
+        .map(|i| {
+            (
+                t0 - 60_000_000_000 + i * 20_000_000_000,
+                2000.0 + 1500.0 * i as f64,
+            )
+        })
+        .collect();
+    st.add_metrics(
+        &[ResourceMetrics {
+            resource: Some(Resource::default()),
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: "kafka.consumer_group.lag_sum".into(),
+                    data: Some(metric::Data::Gauge(
+                        opentelemetry_proto::tonic::metrics::v1::Gauge {
+                            data_points: pts
+                                .iter()
+                                .map(|(t, v)| NumberDataPoint {
+                                    attributes: vec![
+                                        attr_s("group", "billing"),
+                                        attr_s("topic", "orders"),
+                                    ],
+                                    time_unix_nano: *t,
+                                    value: Some(number_data_point::Value::AsDouble(*v)),
+                                    ..Default::default()
+                                })
+                                .collect(),
+                        },
+                    )),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        t0,
+    );
+    // kafka-python: messaging.destination, no group, a zero-length consumer child.
+    let mut rs = vec![
+        resource_spans(
+            "shop",
+            tid(
+                48,
+                vec![
+                    sp(1, None, "POST /order", Server, 0, 20),
+                    with(
+                        sp(2, Some(1), "orders send", Producer, 5, 8),
+                        vec![
+                            attr_s("messaging.system", "kafka"),
+                            attr_s("messaging.destination", "orders"),
+                        ],
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "billing",
+            tid(
+                48,
+                vec![with(
+                    sp(3, Some(2), "orders receive", Consumer, 3008, 3008),
+                    vec![
+                        attr_s("messaging.system", "kafka"),
+                        attr_s("messaging.destination", "orders"),
+                    ],
+                )],
+            ),
+        ),
+    ];
+    let out = analyse(&st, &mut rs).await;
+    let (t, v) = &out[0];
+    assert_eq!(v.best.cause, "consumer_lag", "{v:?}");
+    assert_eq!(
+        t.kafka[0].group, "billing",
+        "the group found from the metrics"
+    );
+    assert!(
+        v.best.summary.contains("waited 3000 ms"),
+        "{}",
+        v.best.summary
+    );
+    assert!(
+        !v.alternatives.iter().any(|a| a.cause == "queueing"),
+        "{v:?}"
+    );
+    // A producer whose trace does not wait on a consumer is not lagging.
+    let mut rs = vec![resource_spans(
+        "shop",
+        tid(
+            49,
+            vec![
+                sp(1, None, "POST /order", Server, 0, 900),
+                with(
+                    sp(2, Some(1), "orders send", Producer, 5, 8),
+                    vec![attr_s("messaging.destination", "orders")],
+                ),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    assert_ne!(out[0].1.best.cause, "consumer_lag");
+}
+
+#[tokio::test]
+async fn a_client_429_marked_error_is_rate_limiting_not_an_error() {
+    let st = store();
+    let mut rs = vec![resource_spans(
+        "front",
+        tid(
+            50,
+            vec![
+                with(
+                    sp(1, None, "GET /x", Server, 0, 100),
+                    vec![kv("http.response.status_code", 429i64)],
+                ),
+                failed(
+                    with(
+                        sp(2, Some(1), "GET", Client, 5, 95),
+                        vec![kv("http.response.status_code", 429i64)],
+                    ),
+                    "",
+                ),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    let (t, v) = &out[0];
+    assert!(t.error_origin.is_none());
+    assert_eq!(v.best.cause, "rate_limited", "{v:?}");
+    assert!(!v.alternatives.iter().any(|a| a.cause == "error"), "{v:?}");
+}
+
+#[tokio::test]
+async fn the_route_is_the_gateways_else_the_entry_spans_never_a_downstream_template() {
+    let st = store();
+    let trace = |id: u8| {
+        vec![
+            resource_spans(
+                "driver",
+                tid(id, vec![sp(1, None, "checkout", Internal, 0, 100)]),
+            ),
+            resource_spans(
+                "front",
+                tid(
+                    id,
+                    vec![
+                        with(
+                            sp(2, Some(1), "POST /checkout", Server, 1, 99),
+                            vec![attr_s("http.route", "/checkout")],
+                        ),
+                        sp(3, Some(2), "POST", Client, 2, 98),
+                    ],
+                ),
+            ),
+            resource_spans(
+                "payments",
+                tid(
+                    id,
+                    vec![with(
+                        sp(4, Some(3), "POST /charge/:id", Server, 3, 97),
+                        vec![attr_s("http.route", "/charge/:id")],
+                    )],
+                ),
+            ),
+        ]
+    };
+    let mut rs = trace(51);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(out[0].0.route.as_deref(), Some("/checkout"), "the entry's");
+    // With a gateway log, the gateway's route id; and it is learned for the entry route.
+    st.add_logs(&[gateway_log(52, 200, vec![])], 1_000_000_000_000);
+    let mut rs = trace(52);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(out[0].0.route.as_deref(), Some("order-create"));
+    let mut rs = trace(53);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(
+        out[0].0.route.as_deref(),
+        Some("order-create"),
+        "learned from the trace that had both"
+    );
+}
+
+#[tokio::test]
+async fn a_dependency_slow_by_nature_is_not_a_cause_but_one_slower_than_its_normal_is() {
+    let st = store();
+    let trace = |id: u8, report_ms: u64| {
+        vec![
+            resource_spans(
+                "front",
+                tid(
+                    id,
+                    vec![
+                        sp(1, None, "GET /r", Server, 0, report_ms + 10),
+                        with(
+                            sp(2, Some(1), "GET", Client, 5, report_ms + 5),
+                            vec![attr_s("server.address", "reports")],
+                        ),
+                    ],
+                ),
+            ),
+            resource_spans(
+                "reports",
+                tid(
+                    id,
+                    vec![sp(3, Some(2), "GET /report", Server, 6, report_ms + 4)],
+                ),
+            ),
+        ]
+    };
+    // Before a baseline exists, a downstream span with most of the time is slow_dependency.
+    let mut rs = trace(60, 1500);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(out[0].1.best.cause, "slow_dependency");
+    assert!(out[0].1.best.summary.contains("no baseline yet"));
+    // The report is always about 1.5 s: once learned, it is not a cause.
+    st.baselines.feed(
+        1_000_000_000_000,
+        (0..30).map(|i| ("reports", "GET /report", 1400.0 + f64::from(i) * 10.0)),
+    );
+    let mut rs = trace(61, 1500);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(out[0].1.best.cause, "unknown", "{:?}", out[0].1);
+    // Ten times its normal: a cause, and the summary says what normal is.
+    let mut rs = trace(62, 15000);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(out[0].1.best.cause, "slow_dependency", "{:?}", out[0].1);
+    assert!(
+        out[0].1.best.summary.contains("normally"),
+        "{}",
+        out[0].1.best.summary
+    );
+}
+
+#[tokio::test]
+async fn a_pod_without_host_name_joins_its_nodes_metrics() {
+    let st = store();
+    let t0 = 1_000_000_000_000u64;
+    let idle = |host: &str| ResourceMetrics {
+        resource: Some(Resource {
+            attributes: vec![attr_s("host.name", host)],
+            ..Default::default()
+        }),
+        scope_metrics: vec![ScopeMetrics {
+            metrics: vec![Metric {
+                name: "system.cpu.utilization".into(),
+                data: Some(metric::Data::Gauge(
+                    opentelemetry_proto::tonic::metrics::v1::Gauge {
+                        data_points: vec![NumberDataPoint {
+                            attributes: vec![attr_s("cpu.mode", "idle")],
+                            time_unix_nano: t0,
+                            value: Some(number_data_point::Value::AsDouble(0.02)),
+                            ..Default::default()
+                        }],
+                    },
+                )),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    st.add_metrics(&[idle("node-7")], t0);
+    let mut rs = vec![ResourceSpans {
+        resource: Some(Resource {
+            attributes: vec![
+                attr_s("service.name", "pricing"),
+                attr_s("service.instance.id", "6f1c"),
+                attr_s("k8s.pod.name", "pricing-7d9f-x2k4"),
+                attr_s("k8s.node.name", "node-7"),
+            ],
+            ..Default::default()
+        }),
+        scope_spans: vec![ScopeSpans {
+            spans: tid(63, vec![sp(1, None, "GET /price", Server, 0, 900)]),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }];
+    let out = analyse(&st, &mut rs).await;
+    let (t, v) = &out[0];
+    assert_eq!(t.hosts.len(), 1, "joined by k8s.node.name");
+    assert_eq!(v.best.cause, "host_cpu_saturation", "{v:?}");
+}
+
+#[tokio::test]
+async fn two_concurrent_faults_are_both_reported_the_larger_first() {
+    let st = store();
+    let redis = |id, s, e, stmt: &str| {
+        with(
+            sp(id, Some(1), "get", Client, s, e),
+            vec![attr_s("db.system", "redis"), attr_s("db.statement", stmt)],
+        )
+    };
+    let mut rs = vec![resource_spans(
+        "shop",
+        tid(
+            64,
+            vec![
+                sp(1, None, "GET /item", Server, 0, 1500),
+                redis(2, 1, 2, "GET ?"),
+                with(
+                    sp(3, Some(1), "SELECT", Client, 3, 1000),
+                    vec![attr_s("db.system", "postgresql")],
+                ),
+                redis(4, 1001, 1002, "SET ? ?"),
+                with(
+                    sp(5, Some(1), "POST", Client, 1003, 1495),
+                    vec![attr_s("server.address", "payments")],
+                ),
+                sp(6, Some(5), "http.tls", Internal, 1004, 1390),
+            ],
+        ),
+    )];
+    for s in &mut rs[0].scope_spans[0].spans {
+        if s.name == "http.tls" {
+            s.kind = Internal as i32;
+        }
+    }
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "cache_miss_fallback", "{v:?}");
+    let tls = v
+        .alternatives
+        .iter()
+        .find(|a| a.cause == "tls_handshake")
+        .expect("the second fault is an alternative");
+    assert!(tls.explained_ms > 300.0 && tls.explained_ms < v.best.explained_ms);
+    let root = &rs[0].scope_spans[0].spans[0];
+    let alts = root
+        .attributes
+        .iter()
+        .find(|a| a.key == "rca.alternatives")
+        .map(|a| format!("{:?}", a.value))
+        .unwrap_or_default();
+    assert!(alts.contains("tls_handshake:"), "{alts}");
+}
+
+#[tokio::test]
+async fn hostile_layouts_are_analysed_or_declined_never_a_panic_or_a_loop() {
+    let st = store();
+    // A parent cycle, a missing parent, a root that ends before its children.
+    let mut rs = vec![resource_spans(
+        "x",
+        tid(
+            65,
+            vec![
+                sp(1, Some(3), "a", Server, 0, 100),
+                sp(2, Some(1), "b", Client, 10, 90),
+                sp(3, Some(2), "c", Server, 20, 80),
+                sp(4, Some(99), "orphan", Client, 5, 500),
+                sp(5, None, "root", Server, 0, 50),
+                sp(6, Some(5), "late child", Client, 40, 400),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(out.len(), 1);
+    // Clock skew of ±2 s between hosts: the server span lies outside its client.
+    let mut rs = vec![
+        resource_spans(
+            "front",
+            tid(
+                66,
+                vec![
+                    sp(1, None, "GET /", Server, 2000, 2400),
+                    sp(2, Some(1), "GET", Client, 2010, 2390),
+                ],
+            ),
+        ),
+        resource_spans(
+            "back",
+            tid(66, vec![sp(3, Some(2), "GET /", Server, 30, 390)]),
+        ),
+    ];
+    let out = analyse(&st, &mut rs).await;
+    let (t, v) = &out[0];
+    let back = t
+        .spans
+        .iter()
+        .find(|s| s.service.as_ref() == "back")
+        .expect("back");
+    assert!(back.start_ms >= 10.0 && back.end_ms <= 390.0, "{back:?}");
+    assert_ne!(v.best.cause, "queueing", "skew is not queueing: {v:?}");
+    // 10,000 spans in one chain and a wide fan-out.
+    let mut spans = vec![sp(1, None, "root", Server, 0, 100_000)];
+    for i in 1..10_000u32 {
+        let mut s = span(
+            67,
+            0,
+            None,
+            "n",
+            u64::from(i),
+            100_000 - u64::from(i),
+            vec![],
+        );
+        s.span_id = (u64::from(i) + 1).to_be_bytes().to_vec();
+        s.parent_span_id = (u64::from(i)).to_be_bytes().to_vec();
+        s.kind = if i % 2 == 0 {
+            Server as i32
+        } else {
+            Client as i32
+        };
+        spans.push(s);
+    }
+    spans[0].span_id = 1u64.to_be_bytes().to_vec();
+    let mut rs = vec![resource_spans("deep", tid(67, spans))];
+    let t = std::time::Instant::now();
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(out[0].0.spans.len(), 10_000);
+    assert!(t.elapsed() < std::time::Duration::from_secs(20));
+}
+
+#[test]
+fn late_spans_of_an_analysed_trace_are_recognised_and_log_bytes_are_bounded() {
+    let st = Store::new(Limits {
+        window_ns: 600_000_000_000,
+        max_log_records: 1_000_000,
+        max_log_bytes: 64 * 1024,
+        max_analysed: 100_000,
+        baseline_window_ns: 3_600_000_000_000,
+        baseline_min_samples: 20,
+        baseline_max_operations: 10_000,
+        max_series: 100,
+        max_points: 8,
+        max_routes: 10,
+        max_events: 100,
+    });
+    let now = 1_000_000_000_000;
+    assert_eq!(
+        st.mark_analysed(&[[1; 16], [2; 16]], now),
+        vec![false, false]
+    );
+    assert_eq!(
+        st.mark_analysed(&[[2; 16], [3; 16]], now + 1),
+        vec![true, false]
+    );
+    // 64 KiB of logs at most: bodies of 1 KiB evict by bytes, and it is counted.
+    let body = "x".repeat(1024);
+    for i in 0..200u8 {
+        let mut l = gateway_log(i, 200, vec![]);
+        l.scope_logs[0].log_records[0].body = Some(AnyValue {
+            value: Some(any_value::Value::StringValue(body.clone())),
+        });
+        st.add_logs(&[l], now);
+    }
+    let (bytes, _) = st.log_retention(now);
+    assert!(bytes <= 64 * 1024, "{bytes}");
+    let (by_count, by_bytes) = st.evictions();
+    assert_eq!(by_count, 0);
+    // Bodies are cut to 512 bytes: 768 bytes a record, 85 fit.
+    assert!(by_bytes >= 110, "{by_bytes}");
 }

@@ -101,7 +101,50 @@ pub struct Case {
     pub logs: Vec<ResourceLogs>,
     /// Metrics (Kafka, hosts), with times around the trace.
     pub metrics: Vec<ResourceMetrics>,
+    /// The metrics arrive after the trace was decided (scraped late).
+    pub late_metrics: bool,
+    /// A second fault on the same trace, smaller than the first: it must be
+    /// among the alternatives.
+    pub second: Option<&'static str>,
+    /// The generator kind (a cause, or one of [`HARD`]).
+    pub kind: &'static str,
 }
+
+/// Hard cases (kind, the cause expected): evidence as stock instrumentation
+/// and stock Collector receivers give it, and layouts that fool simple rules.
+pub const HARD: [(&str, &str); 10] = [
+    // Retries against a failing upstream (503s), each attempt its own client span, no resend_count.
+    ("retry_loop_503", "retry_storm"),
+    // urllib3 Retry: one client span, several server spans (503) under it.
+    ("retry_hidden_server_spans", "retry_storm"),
+    // Failed once, retried, succeeded quickly: healthy for the user.
+    ("retry_recovered_fast", "unknown"),
+    // Lag only as kafkametrics' lag_sum (growing), old messaging names, no group on spans.
+    ("kafkametrics_lag", "consumer_lag"),
+    // Stock Redis: GET ?, a slow SELECT, SET ? ? ? ?, no cache.hit.
+    ("stock_redis_miss", "cache_miss_fallback"),
+    // A handler computes 2 s and then queries: not queueing.
+    ("compute_before_call", "unknown"),
+    // No host.name: a pod with service.instance.id, k8s.pod.name and k8s.node.name.
+    ("no_host_name_cpu", "host_cpu_saturation"),
+    // Host metrics scraped after the trace was decided.
+    ("late_metrics_cpu", "host_cpu_saturation"),
+    // A large cache miss and a smaller slow TLS handshake on one trace.
+    ("concurrent_cache_tls", "cache_miss_fallback"),
+    // The gateway timed out (504) while the backend later finished 200.
+    ("gateway_504_backend_ok", "upstream_timeout"),
+];
+
+/// The services whose operations hold faults, and their normal latency
+/// (ms): the warm-up traffic their baselines learn from.
+pub const OWNER_OPS: [(&str, &str, f64); 6] = [
+    ("slow-dependency-svc", "GET /data", 15.0),
+    ("slow-dependency-svc", "SELECT report", 4.0),
+    ("host-cpu-saturation-svc", "GET /compute", 20.0),
+    ("host-io-wait-svc", "GET /compute", 20.0),
+    ("host-memory-pressure-svc", "GET /compute", 20.0),
+    ("app-svc", "GET /compute", 20.0),
+];
 
 fn kv(k: &str, v: any_value::Value) -> KeyValue {
     KeyValue {
@@ -126,6 +169,9 @@ struct Trace {
     next: u64,
     t0: u64,
     spans: Vec<(String, String, Span)>,
+    /// Resources as a Kubernetes pod reports them: no `host.name`, the pod
+    /// and (from a k8sattributes-style enrichment) its node.
+    k8s: bool,
 }
 
 impl Trace {
@@ -135,6 +181,7 @@ impl Trace {
             next: 1,
             t0,
             spans: Vec::new(),
+            k8s: false,
         }
     }
 
@@ -203,10 +250,20 @@ impl Trace {
         for (svc, host, s) in self.spans {
             by.entry((svc, host)).or_default().push(s);
         }
+        let k8s = self.k8s;
         by.into_iter()
             .map(|((svc, host), spans)| ResourceSpans {
                 resource: Some(Resource {
-                    attributes: vec![ks("service.name", &svc), ks("host.name", &host)],
+                    attributes: if k8s {
+                        vec![
+                            ks("service.name", &svc),
+                            ks("service.instance.id", &format!("{svc}-7d9f-{}", host.len())),
+                            ks("k8s.pod.name", &format!("{svc}-7d9f-x2k4")),
+                            ks("k8s.node.name", &host),
+                        ]
+                    } else {
+                        vec![ks("service.name", &svc), ks("host.name", &host)]
+                    },
                     ..Default::default()
                 }),
                 scope_spans: vec![ScopeSpans {
@@ -580,7 +637,17 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
                     vec![ks("gateway.rate_limit_rule", &rule)],
                 ));
             }
-            at += rng.latency(400.0);
+            // The last attempt was rejected too: the request failed with 429.
+            gw_status = 429;
+            gw_extra.push(gateway_log(
+                &route,
+                &tid,
+                t_ns(at),
+                429,
+                0.4,
+                &front,
+                vec![ks("gateway.rate_limit_rule", &rule)],
+            ));
             culprit = root;
             culprit_service = "edge-gateway".into();
         }
@@ -661,7 +728,7 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
         }
         "upstream_unavailable" => {
             gw_status = 503;
-            for i in 0..rng.range(2, 4) {
+            for i in 0..1 {
                 let s0 = at + i as f64 * 250.0;
                 let c = t.add(
                     Some(srv),
@@ -679,7 +746,7 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
                 t.fail(c, "connect: connection refused", None);
                 culprit = c;
             }
-            at += 800.0;
+            at += 5.0;
             culprit_service = front.clone();
             gw_extra.push(gateway_log(
                 &route,
@@ -959,51 +1026,93 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
         }
         "queueing" => {
             let wait = rng.between(400.0, 1500.0);
-            let s = t.add(
-                Some(srv),
-                &front,
-                &front_host,
-                &format!("GET {owner}"),
-                span::SpanKind::Client,
-                at,
-                at,
-                vec![ks("server.address", &owner)],
-            );
-            let o = t.add(
-                Some(s),
-                &owner,
-                &owner_host,
-                "GET /orders",
-                span::SpanKind::Server,
-                at + 0.5,
-                at + 0.5,
-                vec![],
-            );
-            let q0 = at + 0.5 + wait;
             let d = rng.latency(5.0);
-            t.add(
-                Some(o),
-                &owner,
-                &owner_host,
-                "SELECT orders",
-                span::SpanKind::Client,
-                q0,
-                q0 + d,
-                vec![
-                    ks("db.system", "postgresql"),
-                    ks("db.operation.name", "SELECT"),
-                ],
-            );
-            let end = q0 + d + 1.0;
-            if let Some(x) = t.get(o) {
-                x.end_time_unix_nano = t_ns(end);
+            if rng.f() < 0.5 {
+                // The callee's worker pool was busy: its server span began late.
+                let s = t.add(
+                    Some(srv),
+                    &front,
+                    &front_host,
+                    &format!("GET {owner}"),
+                    span::SpanKind::Client,
+                    at,
+                    at + wait + d + 3.0,
+                    vec![ks("server.address", &owner)],
+                );
+                let o = t.add(
+                    Some(s),
+                    &owner,
+                    &owner_host,
+                    "GET /orders",
+                    span::SpanKind::Server,
+                    at + 0.5 + wait,
+                    at + wait + d + 2.5,
+                    vec![],
+                );
+                t.add(
+                    Some(o),
+                    &owner,
+                    &owner_host,
+                    "SELECT orders",
+                    span::SpanKind::Client,
+                    at + 1.0 + wait,
+                    at + 1.0 + wait + d,
+                    vec![
+                        ks("db.system", "postgresql"),
+                        ks("db.operation.name", "SELECT"),
+                    ],
+                );
+                culprit = s;
+                culprit_service = front.clone();
+            } else {
+                // A connection pool with no free connection (node-postgres' pg-pool.connect).
+                let s = t.add(
+                    Some(srv),
+                    &front,
+                    &front_host,
+                    &format!("GET {owner}"),
+                    span::SpanKind::Client,
+                    at,
+                    at + wait + d + 3.0,
+                    vec![ks("server.address", &owner)],
+                );
+                let o = t.add(
+                    Some(s),
+                    &owner,
+                    &owner_host,
+                    "GET /orders",
+                    span::SpanKind::Server,
+                    at + 0.5,
+                    at + wait + d + 2.5,
+                    vec![],
+                );
+                let pool = t.add(
+                    Some(o),
+                    &owner,
+                    &owner_host,
+                    "pg-pool.connect",
+                    span::SpanKind::Internal,
+                    at + 0.8,
+                    at + 0.8 + wait,
+                    vec![],
+                );
+                t.add(
+                    Some(o),
+                    &owner,
+                    &owner_host,
+                    "pg.query:SELECT shop",
+                    span::SpanKind::Client,
+                    at + 1.0 + wait,
+                    at + 1.0 + wait + d,
+                    vec![
+                        ks("db.system", "postgresql"),
+                        ks("db.statement", "SELECT * FROM orders WHERE id = $1"),
+                    ],
+                );
+                culprit = pool;
+                culprit_service = owner.clone();
             }
-            if let Some(x) = t.get(s) {
-                x.end_time_unix_nano = t_ns(end + 0.5);
-            }
-            at = end + 0.5;
-            culprit = o;
-            culprit_service = owner.clone();
+            at += wait + d + 3.0;
         }
         "host_cpu_saturation" | "host_io_wait" | "host_memory_pressure" => {
             let d = rng.between(300.0, 1500.0);
@@ -1083,6 +1192,409 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
             t.fail(c, "500", None);
             at += d + 1.0;
             culprit = s;
+            culprit_service = owner.clone();
+        }
+        "warmup" => {
+            // Normal traffic, from which the operations' baselines are learned:
+            // the SERVICES' GET /data is slow by nature, the owners' operations fast.
+            let k = (n % (SERVICES.len() + OWNER_OPS.len()) as u64) as usize;
+            let (callee, op, d) = if k < SERVICES.len() {
+                (
+                    SERVICES[k].to_string(),
+                    "GET /data",
+                    rng.between(300.0, 1500.0),
+                )
+            } else {
+                let (svc, op, ms) = OWNER_OPS[k - SERVICES.len()];
+                let op = if op == "SELECT report" {
+                    "GET /data"
+                } else {
+                    op
+                };
+                (svc.to_string(), op, rng.latency(ms))
+            };
+            let c = t.add(
+                Some(srv),
+                &front,
+                &front_host,
+                &format!("GET {callee}"),
+                span::SpanKind::Client,
+                at,
+                at + d + 2.0,
+                vec![ks("server.address", &callee)],
+            );
+            let sv = t.add(
+                Some(c),
+                &callee,
+                &format!("{callee}-host-{}", rng.range(1, 3)),
+                op,
+                span::SpanKind::Server,
+                at + 1.0,
+                at + d + 1.0,
+                vec![],
+            );
+            if k >= SERVICES.len() && op == "GET /data" {
+                let q = rng.latency(4.0).min(d * 0.8);
+                t.add(
+                    Some(sv),
+                    &callee,
+                    &format!("{callee}-db-host"),
+                    "SELECT report",
+                    span::SpanKind::Client,
+                    at + 1.5,
+                    at + 1.5 + q,
+                    vec![
+                        ks("db.system", "postgresql"),
+                        ks("db.operation.name", "SELECT"),
+                    ],
+                );
+            }
+            at += d + 2.0;
+        }
+        "retry_loop_503" | "retry_recovered_fast" => {
+            // An explicit retry loop: each attempt its own client span, ERROR on 503.
+            let fast = cause == "retry_recovered_fast";
+            let n = if fast { 2 } else { rng.range(4, 6) };
+            let backoff = if fast { 1.0 } else { rng.between(150.0, 400.0) };
+            let mut first = None;
+            for i in 0..n {
+                let last = i == n - 1;
+                let d = rng.latency(if fast { 2.0 } else { 15.0 });
+                let ok = fast && last;
+                let c = t.add(
+                    Some(srv),
+                    &front,
+                    &front_host,
+                    &format!("POST {owner}"),
+                    span::SpanKind::Client,
+                    at,
+                    at + d,
+                    vec![
+                        ks("server.address", &owner),
+                        ki("http.response.status_code", if ok { 200 } else { 503 }),
+                    ],
+                );
+                if !ok {
+                    t.fail(c, "503 Service Unavailable", None);
+                }
+                first.get_or_insert(c);
+                at += d + if last { 0.0 } else { backoff };
+            }
+            if !fast {
+                gw_status = 503;
+                gw_extra.push(gateway_log(&route, &tid, t_ns(at), 503, at, &front, vec![]));
+            }
+            culprit = first.unwrap_or(srv);
+            culprit_service = front.clone();
+        }
+        "retry_hidden_server_spans" => {
+            // urllib3 Retry: one client span; the attempts show as server spans under it.
+            let n = rng.range(3, 5);
+            let c = t.add(
+                Some(srv),
+                &front,
+                &front_host,
+                &format!("POST {owner}"),
+                span::SpanKind::Client,
+                at,
+                at,
+                vec![
+                    ks("server.address", &owner),
+                    ki("http.response.status_code", 200),
+                ],
+            );
+            let mut x = at + 0.5;
+            for i in 0..n {
+                let d = rng.latency(20.0);
+                let ok = i == n - 1;
+                let sv = t.add(
+                    Some(c),
+                    &owner,
+                    &owner_host,
+                    "POST /charge",
+                    span::SpanKind::Server,
+                    x,
+                    x + d,
+                    vec![ki("http.response.status_code", if ok { 200 } else { 503 })],
+                );
+                if !ok {
+                    t.fail(sv, "503", None);
+                }
+                x += d + if ok { 0.5 } else { rng.between(200.0, 500.0) };
+            }
+            if let Some(sp) = t.get(c) {
+                sp.end_time_unix_nano = t_ns(x);
+            }
+            at = x;
+            culprit = c;
+            culprit_service = front.clone();
+        }
+        "kafkametrics_lag" => {
+            // kafka-python: `messaging.destination`, no group, a zero-length consumer child.
+            let topic = format!("{owner}-orders");
+            let p = t.add(
+                Some(srv),
+                &front,
+                &front_host,
+                &format!("{topic} send"),
+                span::SpanKind::Producer,
+                at,
+                at + 2.0,
+                vec![
+                    ks("messaging.system", "kafka"),
+                    ks("messaging.destination", &topic),
+                    ki("messaging.kafka.partition", 0),
+                ],
+            );
+            at += 3.0;
+            let wait = rng.between(1500.0, 5000.0);
+            let c = t.add(
+                Some(p),
+                &owner,
+                &owner_host,
+                &format!("{topic} receive"),
+                span::SpanKind::Consumer,
+                at + wait,
+                at + wait,
+                vec![
+                    ks("messaging.system", "kafka"),
+                    ks("messaging.destination", &topic),
+                ],
+            );
+            // The consumer's own work, a child of the consumer span.
+            let d = rng.latency(15.0);
+            t.add(
+                Some(c),
+                &owner,
+                &owner_host,
+                "process order",
+                span::SpanKind::Internal,
+                at + wait,
+                at + wait + d,
+                vec![],
+            );
+            at += wait + d;
+            culprit = c;
+            culprit_service = owner.clone();
+            // The Collector's kafkametrics receiver: lag and lag_sum only, growing.
+            let base = rng.between(2000.0, 4000.0);
+            let step = rng.between(600.0, 1500.0);
+            let group = format!("{owner}-consumers");
+            let mut pts = Vec::new();
+            for i in 0..5u64 {
+                let tm = (t0_ns + i * 20_000_000_000).saturating_sub(90_000_000_000);
+                pts.push(gauge(
+                    "kafka.consumer_group.lag_sum",
+                    vec![ks("group", &group), ks("topic", &topic)],
+                    tm,
+                    base + step * i as f64,
+                ));
+            }
+            metrics.push(resource_metrics(vec![ks("service.name", "otelcol")], pts));
+        }
+        "stock_redis_miss" | "concurrent_cache_tls" => {
+            // @opentelemetry/instrumentation-ioredis: no cache.hit; keys masked.
+            let o = srv;
+            let get = |t: &mut Trace, a: f64, b: f64, stmt: &str, name: &str| {
+                t.add(
+                    Some(o),
+                    &front,
+                    &front_host,
+                    name,
+                    span::SpanKind::Client,
+                    a,
+                    b,
+                    vec![
+                        ks("db.system", "redis"),
+                        ks("db.statement", stmt),
+                        ks("net.peer.name", "cache-1"),
+                        ki("db.redis.database_index", 0),
+                    ],
+                )
+            };
+            get(&mut t, at, at + 0.7, "GET ?", "get");
+            let d = rng.between(400.0, 1500.0);
+            let q = t.add(
+                Some(o),
+                &front,
+                &front_host,
+                "pg.query:SELECT shop",
+                span::SpanKind::Client,
+                at + 1.0,
+                at + 1.0 + d,
+                vec![
+                    ks("db.system", "postgresql"),
+                    ks("db.statement", "SELECT * FROM items WHERE id = $1"),
+                ],
+            );
+            get(&mut t, at + 1.5 + d, at + 2.0 + d, "SET ? ? ? ?", "set");
+            at += d + 2.2;
+            culprit = q;
+            culprit_service = front.clone();
+            if cause == "concurrent_cache_tls" {
+                // A smaller second fault: a slow TLS handshake on another call.
+                let tls = rng.between(0.25, 0.4) * d;
+                let c = t.add(
+                    Some(srv),
+                    &front,
+                    &front_host,
+                    &format!("POST {owner}"),
+                    span::SpanKind::Client,
+                    at,
+                    at + tls + 20.0,
+                    vec![ks("server.address", &owner)],
+                );
+                t.add(
+                    Some(c),
+                    &front,
+                    &front_host,
+                    "http.tls",
+                    span::SpanKind::Internal,
+                    at + 2.0,
+                    at + 2.0 + tls,
+                    vec![ks("server.address", &owner)],
+                );
+                t.add(
+                    Some(c),
+                    &owner,
+                    &owner_host,
+                    "POST /work",
+                    span::SpanKind::Server,
+                    at + 4.0 + tls,
+                    at + tls + 15.0,
+                    vec![],
+                );
+                at += tls + 20.0;
+            }
+        }
+        "compute_before_call" => {
+            // The handler computes for a while, then queries: not waiting.
+            let s = t.add(
+                Some(srv),
+                &front,
+                &front_host,
+                &format!("GET {owner}"),
+                span::SpanKind::Client,
+                at,
+                at,
+                vec![ks("server.address", &owner)],
+            );
+            let work = rng.between(800.0, 2000.0);
+            let o = t.add(
+                Some(s),
+                &owner,
+                &owner_host,
+                "GET /compute",
+                span::SpanKind::Server,
+                at + 0.5,
+                at + 0.5,
+                vec![],
+            );
+            let d = rng.latency(4.0);
+            t.add(
+                Some(o),
+                &owner,
+                &owner_host,
+                "SELECT items",
+                span::SpanKind::Client,
+                at + 0.5 + work,
+                at + 0.5 + work + d,
+                vec![
+                    ks("db.system", "postgresql"),
+                    ks("db.operation.name", "SELECT"),
+                ],
+            );
+            let end = at + 0.5 + work + d + 1.0;
+            if let Some(x) = t.get(o) {
+                x.end_time_unix_nano = t_ns(end);
+            }
+            if let Some(x) = t.get(s) {
+                x.end_time_unix_nano = t_ns(end + 0.5);
+            }
+            at = end + 0.5;
+            culprit = o;
+            culprit_service = owner.clone();
+        }
+        "no_host_name_cpu" | "late_metrics_cpu" => {
+            let node = format!("node-{}", rng.range(10, 99));
+            let host = if cause == "no_host_name_cpu" {
+                t.k8s = true;
+                node.clone()
+            } else {
+                owner_host.clone()
+            };
+            let d = rng.between(300.0, 1500.0);
+            let c = t.add(
+                Some(srv),
+                &front,
+                &front_host,
+                &format!("GET {owner}"),
+                span::SpanKind::Client,
+                at,
+                at + d + 2.0,
+                vec![ks("server.address", &owner)],
+            );
+            let sv = t.add(
+                Some(c),
+                &owner,
+                &host,
+                "GET /compute",
+                span::SpanKind::Server,
+                at + 1.0,
+                at + d + 1.0,
+                vec![],
+            );
+            at += d + 2.0;
+            culprit = sv;
+            culprit_service = owner.clone();
+            let tm = t0_ns + 5_000_000_000;
+            metrics.push(host_metrics(
+                &host,
+                tm,
+                rng.between(0.0, 0.06),
+                0.01,
+                0.5,
+                0.1,
+            ));
+        }
+        "gateway_504_backend_ok" => {
+            // The gateway gave up after its timeout; the backend finished later with 200.
+            gw_status = 504;
+            let timeout = *rng.pick(&[1000.0, 2000.0]);
+            let c = t.add(
+                Some(srv),
+                &front,
+                &front_host,
+                &format!("POST {owner}"),
+                span::SpanKind::Client,
+                at,
+                at + timeout + 400.0,
+                vec![
+                    ks("server.address", &owner),
+                    ki("http.response.status_code", 200),
+                ],
+            );
+            let sv = t.add(
+                Some(c),
+                &owner,
+                &owner_host,
+                "POST /work",
+                span::SpanKind::Server,
+                at + 1.0,
+                at + timeout + 399.0,
+                vec![ki("http.response.status_code", 200)],
+            );
+            gw_extra.push(gateway_log(
+                &route,
+                &tid,
+                t_ns(at + timeout),
+                504,
+                at + timeout,
+                &front,
+                vec![],
+            ));
+            at += timeout + 400.0;
+            culprit = sv;
             culprit_service = owner.clone();
         }
         _ => {}
@@ -1219,12 +1731,16 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
         rng.between(0.0, 0.6),
     ));
     let culprit_span_id = culprit;
+    let hard_label = HARD.iter().find(|(k, _)| *k == cause).map(|(_, l)| *l);
     Case {
         trace_id: tid,
-        cause: if cause == "healthy_slow" || cause == "healthy" {
+        kind: cause,
+        late_metrics: cause == "late_metrics_cpu",
+        second: (cause == "concurrent_cache_tls").then_some("tls_handshake"),
+        cause: if matches!(cause, "healthy_slow" | "healthy" | "warmup") {
             "healthy"
         } else {
-            cause
+            hard_label.unwrap_or(cause)
         },
         healthy_slow: cause == "healthy_slow",
         culprit_span_id,

@@ -1,0 +1,149 @@
+//! Rolling latency baselines per (service, operation): what "slow" means
+//! for that operation, so that a dependency that is always 1.5 s is not the
+//! cause of a trace that is slow by nature.
+//!
+//! Each operation keeps two generations of a mergeable quantile sketch (1%
+//! accuracy) of its self time on the critical path; every `window / 2` the
+//! older generation is dropped, so the baseline covers the last `window /
+//! 2 .. window`. Operations are bounded (`max_operations`); the least
+//! recently updated go first. The normal is the median, and a span deviates
+//! by its self time beyond `factor` (3) × the median: faults stay outliers
+//! while they are a minority of an operation's spans; a slowness that
+//! lasts becomes the normal within a window. Baselines learn from the
+//! traces correlate analyses: keep a baseline sample (a `probabilistic`
+//! policy) in tail sampling so that they see normal traffic too.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::tail_sampling::sketch::Sketch;
+
+#[derive(Debug, Default)]
+struct Op {
+    old: Sketch,
+    cur: Sketch,
+    updated: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    ops: HashMap<(String, String), Op>,
+    generation_start: u64,
+}
+
+/// Baselines of every operation seen.
+#[derive(Debug)]
+pub struct Baselines {
+    inner: Mutex<Inner>,
+    half_window_ns: u64,
+    max_ops: usize,
+    /// Samples an operation needs before its baseline is used.
+    pub min_samples: u64,
+    /// The quantile that is "normal" (the median: robust while faults are
+    /// a minority of an operation's spans).
+    pub quantile: f64,
+    /// A span is slow beyond `factor` × its normal self time.
+    pub factor: f64,
+}
+
+impl Baselines {
+    /// Empty baselines.
+    pub fn new(window_ns: u64, max_ops: usize, min_samples: u64) -> Self {
+        Baselines {
+            inner: Mutex::new(Inner::default()),
+            half_window_ns: (window_ns / 2).max(1),
+            max_ops: max_ops.max(1),
+            min_samples,
+            quantile: 0.5,
+            factor: 3.0,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// The normal self time (ms) of an operation, once it has enough samples.
+    pub fn normal(&self, service: &str, op: &str) -> Option<f64> {
+        let g = self.lock();
+        let o = g.ops.get(&(service.to_string(), op.to_string()))?;
+        let mut s = o.old.clone();
+        s.merge(&o.cur);
+        (s.count() >= self.min_samples)
+            .then(|| s.quantile(self.quantile))
+            .flatten()
+    }
+
+    /// Feed self times (ms) of operations observed at `now_ns`.
+    pub fn feed<'a>(&self, now_ns: u64, samples: impl Iterator<Item = (&'a str, &'a str, f64)>) {
+        let mut g = self.lock();
+        if now_ns.saturating_sub(g.generation_start) >= self.half_window_ns {
+            g.generation_start = now_ns;
+            for o in g.ops.values_mut() {
+                o.old = std::mem::take(&mut o.cur);
+            }
+            g.ops.retain(|_, o| o.old.count() > 0);
+        }
+        for (service, op, v) in samples {
+            let key = (service.to_string(), op.to_string());
+            let o = g.ops.entry(key).or_default();
+            o.cur.add(v);
+            o.updated = now_ns;
+        }
+        if g.ops.len() > self.max_ops {
+            let mut ages: Vec<(u64, (String, String))> =
+                g.ops.iter().map(|(k, o)| (o.updated, k.clone())).collect();
+            ages.sort_unstable();
+            let excess = g.ops.len() - self.max_ops;
+            for (_, k) in ages.into_iter().take(excess) {
+                g.ops.remove(&k);
+            }
+        }
+    }
+
+    /// Operations held.
+    pub fn len(&self) -> usize {
+        self.lock().ops.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_baseline_needs_samples_forgets_old_generations_and_stays_bounded() {
+        let b = Baselines::new(60_000_000_000, 100, 20);
+        let t0 = 1_000_000_000_000u64;
+        b.feed(t0, (0..19).map(|_| ("svc", "GET /x", 10.0)));
+        assert_eq!(b.normal("svc", "GET /x"), None, "19 samples: not yet");
+        b.feed(t0, std::iter::once(("svc", "GET /x", 10.0)));
+        let n = b.normal("svc", "GET /x").expect("20 samples");
+        assert!((n - 10.0).abs() < 0.2, "{n}");
+        // Two half-windows later the old samples are gone.
+        b.feed(
+            t0 + 31_000_000_000,
+            (0..30).map(|_| ("svc", "GET /x", 500.0)),
+        );
+        b.feed(
+            t0 + 62_000_000_000,
+            (0..30).map(|_| ("svc", "GET /x", 500.0)),
+        );
+        let n = b.normal("svc", "GET /x").expect("baseline");
+        assert!((n - 500.0).abs() < 10.0, "{n}");
+        let names: Vec<String> = (0..1000).map(|i| format!("op{i}")).collect();
+        b.feed(
+            t0 + 63_000_000_000,
+            names.iter().map(|n| ("svc", n.as_str(), 1.0)),
+        );
+        assert_eq!(b.len(), 100, "bounded, and the newest kept");
+    }
+}

@@ -1,0 +1,299 @@
+//! What the layout of a trace says when its attributes do not: the
+//! inferences that let root-cause rules work on what stock OpenTelemetry
+//! instrumentation really emits.
+//!
+//! - **Clock skew**: a server span that does not fit inside its client
+//!   parent (hosts' clocks disagree) is shifted, with its subtree, to the
+//!   middle of the parent, as Jaeger's skew adjuster does.
+//! - **Cache-aside misses**: stock Redis/Memcached instrumentations never say
+//!   hit or miss (`db.statement` is `GET ?`). Under one parent, a cache read
+//!   followed by a non-cache read and then a cache write is a miss.
+//! - **Retries**: sequential calls to the same peer and operation under one
+//!   parent, at least one of which failed before the last (explicit retry
+//!   loops), or several server spans under one client span (urllib3's
+//!   `Retry`, Envoy retries), whether or not `http.request.resend_count` is
+//!   set. A failed attempt followed by a successful one is *recovered*.
+//! - **Queueing in the callee**: a client span whose server child started
+//!   late: the request waited in the callee's accept queue or worker pool.
+//! - **Waiting on a consumer**: a consumer span that starts after its
+//!   producer ended (the message waited in the topic).
+//! - **Client 4xx**: HTTP client instrumentations mark a 4xx (a 429) ERROR;
+//!   it is the server's answer, not where an error began.
+
+use super::critical::Node;
+use super::features::SpanRow;
+
+/// Cache systems whose reads and writes are recognised.
+const CACHES: [&str; 5] = ["redis", "valkey", "memcached", "keydb", "dragonfly"];
+/// Cache read commands.
+const CACHE_READS: [&str; 10] = [
+    "GET", "MGET", "HGET", "HMGET", "HGETALL", "GETEX", "EXISTS", "GETS", "SMEMBERS", "LRANGE",
+];
+/// Cache write commands.
+const CACHE_WRITES: [&str; 10] = [
+    "SET", "SETEX", "PSETEX", "SETNX", "MSET", "HSET", "HMSET", "ADD", "REPLACE", "CAS",
+];
+
+/// Children of each span, by start time.
+pub fn children(nodes: &[Node]) -> Vec<Vec<usize>> {
+    let mut ch: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        if let Some(p) = n.parent.filter(|&p| p != i && p < nodes.len()) {
+            ch[p].push(i);
+        }
+    }
+    for c in &mut ch {
+        c.sort_by_key(|&i| (nodes[i].start, nodes[i].end));
+    }
+    ch
+}
+
+/// Spans in an order where every parent comes before its children (those
+/// reachable from a parentless span; spans in a parent cycle are left out).
+pub fn top_down(nodes: &[Node], children: &[Vec<usize>]) -> Vec<usize> {
+    let mut seen = vec![false; nodes.len()];
+    let mut order = Vec::with_capacity(nodes.len());
+    let mut stack: Vec<usize> = (0..nodes.len())
+        .filter(|&i| nodes[i].parent.is_none())
+        .collect();
+    while let Some(i) = stack.pop() {
+        if std::mem::replace(&mut seen[i], true) {
+            continue;
+        }
+        order.push(i);
+        stack.extend(children[i].iter().copied().filter(|&c| !seen[c]));
+    }
+    order
+}
+
+/// Shift server spans that do not fit in their client parent (clock skew
+/// between hosts), with their subtrees, to the middle of the parent.
+/// Returns how many were shifted.
+pub fn fix_skew(nodes: &mut [Node], rows: &[SpanRow], children: &[Vec<usize>]) -> usize {
+    let order = top_down(nodes, children);
+    let mut shifted = 0;
+    for &i in &order {
+        let Some(p) = nodes[i].parent else { continue };
+        if rows[i].kind != "server" || rows[p].kind != "client" {
+            continue;
+        }
+        let (ps, pe) = (nodes[p].start, nodes[p].end);
+        let (cs, ce) = (nodes[i].start, nodes[i].end);
+        let (pd, cd) = (pe.saturating_sub(ps), ce.saturating_sub(cs));
+        if (cs >= ps && ce <= pe) || cd > pd {
+            continue;
+        }
+        let target = ps + (pd - cd) / 2;
+        let delta = i128::from(target) - i128::from(cs);
+        // The subtree moves with it.
+        let mut stack = vec![i];
+        let mut guard = 0usize;
+        while let Some(x) = stack.pop() {
+            guard += 1;
+            if guard > nodes.len() {
+                break;
+            }
+            let mv = |t: u64| u64::try_from((i128::from(t) + delta).max(0)).unwrap_or(t);
+            nodes[x].start = mv(nodes[x].start);
+            nodes[x].end = mv(nodes[x].end);
+            stack.extend(children[x].iter().copied());
+        }
+        shifted += 1;
+    }
+    shifted
+}
+
+fn op_upper(r: &SpanRow) -> String {
+    r.db_operation
+        .as_deref()
+        .unwrap_or(r.name.as_str())
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_ascii_uppercase()
+}
+
+fn cache_system(r: &SpanRow) -> Option<&str> {
+    r.db_system
+        .as_deref()
+        .filter(|s| CACHES.contains(&s.to_ascii_lowercase().as_str()))
+}
+
+fn is_cache_read(r: &SpanRow) -> bool {
+    cache_system(r).is_some() && CACHE_READS.contains(&op_upper(r).as_str())
+}
+
+fn is_cache_write(r: &SpanRow) -> bool {
+    cache_system(r).is_some() && CACHE_WRITES.contains(&op_upper(r).as_str())
+}
+
+/// A span that failed: ERROR status (not a client 4xx), a 5xx, or an error type.
+pub fn failed(r: &SpanRow) -> bool {
+    (r.status == "error" && !r.client_error)
+        || r.http_status.is_some_and(|s| s >= 500)
+        || (r.kind == "client" && r.http_status == Some(429))
+        || r.error_type.is_some()
+}
+
+/// What a failed attempt says went wrong, for a summary.
+pub fn failure_text(r: &SpanRow) -> String {
+    if let Some(s) = r.http_status.filter(|s| *s >= 400) {
+        return s.to_string();
+    }
+    if let Some(e) = r.error_type.as_deref().or(r.exception_type.as_deref()) {
+        return e.to_string();
+    }
+    if !r.status_message.is_empty() {
+        return r.status_message.chars().take(60).collect();
+    }
+    "error".to_string()
+}
+
+/// Run every inference on the spans of one trace (times already sanitized).
+pub fn infer(rows: &mut [SpanRow], nodes: &[Node], children: &[Vec<usize>]) {
+    for r in rows.iter_mut() {
+        r.client_error = r.kind == "client"
+            && r.status == "error"
+            && r.http_status.is_some_and(|s| (400..500).contains(&s))
+            && r.error_type.is_none()
+            && r.exception_type.is_none();
+    }
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let tol = 1_000_000u64; // 1 ms: instrumentations' timestamps are coarse
+    for (p, kids) in children.iter().enumerate() {
+        // Cache-aside: read, then a non-cache read, then a write, under one parent.
+        for (k, &c) in kids.iter().enumerate() {
+            if !is_cache_read(&rows[c]) || rows[c].cache_hit.is_some() {
+                continue;
+            }
+            let sys = cache_system(&rows[c]).map(str::to_ascii_lowercase);
+            let fallback = kids[k + 1..].iter().copied().find(|&d| {
+                nodes[d].start + tol >= nodes[c].end
+                    && cache_system(&rows[d]).is_none()
+                    && (rows[d].kind == "client"
+                        || rows[d].db_system.is_some()
+                        || !children[d].is_empty())
+            });
+            let Some(d) = fallback else { continue };
+            let write = kids.iter().copied().any(|w| {
+                nodes[w].start + tol >= nodes[d].end
+                    && is_cache_write(&rows[w])
+                    && cache_system(&rows[w]).map(str::to_ascii_lowercase) == sys
+            });
+            if write {
+                rows[c].cache_hit = Some(false);
+                rows[c].cache_inferred = true;
+            }
+        }
+        // Retries: several server spans under one client span.
+        if rows[p].kind == "client" {
+            let servers: Vec<usize> = kids
+                .iter()
+                .copied()
+                .filter(|&c| rows[c].kind == "server")
+                .collect();
+            if servers.len() >= 2 {
+                mark_attempts(rows, nodes, &servers, Some(p));
+            }
+            // Queueing in the callee: the (single) server child began late.
+            if let [s] = servers.as_slice() {
+                let pre = kids
+                    .iter()
+                    .filter(|&&c| c != *s && nodes[c].end <= nodes[*s].start)
+                    .map(|&c| nodes[c].end)
+                    .max()
+                    .unwrap_or(nodes[p].start)
+                    .max(nodes[p].start);
+                let q = nodes[*s].start.saturating_sub(pre);
+                if q > tol {
+                    rows[p].queue_ms = Some(ms(q));
+                }
+            }
+        }
+        // Retries: sequential calls to the same peer and operation.
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for &c in kids {
+            if rows[c].kind != "client" {
+                continue;
+            }
+            let key = |r: &SpanRow| (r.server_address.clone(), r.name.clone());
+            match groups.iter_mut().find(|g| {
+                g.last().is_some_and(|&l| {
+                    key(&rows[l]) == key(&rows[c]) && nodes[c].start + tol >= nodes[l].end
+                })
+            }) {
+                Some(g) => g.push(c),
+                None => groups.push(vec![c]),
+            }
+        }
+        for g in groups {
+            if g.len() >= 2 {
+                mark_attempts(rows, nodes, &g, None);
+            }
+        }
+        // Waiting on a consumer.
+        for &c in kids {
+            let consumer = rows[c].kind == "consumer"
+                || (rows[c].destination.is_some()
+                    && ["process", "receive", "consume"]
+                        .iter()
+                        .any(|w| rows[c].name.to_ascii_lowercase().contains(w)));
+            if consumer && matches!(rows[p].kind, "producer" | "client" | "internal") {
+                let from = if nodes[p].end <= nodes[c].start {
+                    nodes[p].end
+                } else {
+                    nodes[p].start
+                };
+                rows[c].async_wait_ms = Some(ms(nodes[c].start.saturating_sub(from)));
+            }
+        }
+    }
+}
+
+/// Mark spans as attempts of one call when one of them failed before the last.
+fn mark_attempts(rows: &mut [SpanRow], nodes: &[Node], g: &[usize], holder: Option<usize>) {
+    let Some((&last, before)) = g.split_last() else {
+        return;
+    };
+    let failed_before = before.iter().filter(|&&i| failed(&rows[i])).count();
+    let resent = g
+        .iter()
+        .any(|&i| rows[i].resend_count.is_some_and(|n| n > 0));
+    if failed_before == 0 && !resent {
+        return; // a fan-out to the same peer, not retries
+    }
+    let failed_all = g.iter().filter(|&&i| failed(&rows[i])).count();
+    let window = match holder {
+        Some(h) => nodes[h].end.saturating_sub(nodes[h].start),
+        None => nodes[last].end.saturating_sub(nodes[g[0]].start),
+    } as f64
+        / 1e6;
+    // The trigger: the most frequent failure of the attempts.
+    let mut texts: Vec<String> = g
+        .iter()
+        .filter(|&&i| failed(&rows[i]))
+        .map(|&i| failure_text(&rows[i]))
+        .collect();
+    texts.sort();
+    let trigger = texts
+        .chunk_by(|a, b| a == b)
+        .max_by_key(|c| c.len())
+        .and_then(|c| c.first().cloned());
+    let last_ok = !failed(&rows[last]);
+    let n = i64::try_from(g.len()).unwrap_or(i64::MAX);
+    let members: Vec<usize> = g.iter().copied().chain(holder).collect();
+    for (k, &i) in members.iter().enumerate() {
+        let r = &mut rows[i];
+        r.attempt = Some(i64::try_from(k + 1).unwrap_or(i64::MAX).min(n));
+        r.attempts = Some(n.max(r.resend_count.map_or(0, |c| c + 1)));
+        r.failed_attempts = Some(i64::try_from(failed_all).unwrap_or(i64::MAX));
+        r.retry_window_ms = Some(window);
+        r.retry_trigger = trigger.clone();
+        r.recovered = last_ok && failed(r) && Some(i) != holder;
+    }
+    if let Some(h) = holder {
+        rows[h].attempt = None;
+        // The client span of several server attempts failed only if the last did.
+        rows[h].recovered = last_ok && failed(&rows[h]);
+    }
+}
