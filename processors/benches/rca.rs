@@ -200,7 +200,7 @@ fn bench(c: &mut Criterion) {
         let t4 = t.elapsed();
         let mut rs = rs;
         for tr in &rows {
-            let v = verdict(tr, findings.get(&tr.trace_id), 0.2);
+            let v = verdict(tr, findings.get(&tr.trace_id), (0.2, 50.0));
             annotate(&mut rs, tr, &v);
         }
         let t5 = t.elapsed();
@@ -240,7 +240,7 @@ fn bench(c: &mut Criterion) {
         let (findings, errors) = rt.block_on(rules::evaluate(&rules, &rows));
         assert!(errors.is_empty(), "{errors:?}");
         for t in &rows {
-            let v = verdict(t, findings.get(&t.trace_id), 0.2);
+            let v = verdict(t, findings.get(&t.trace_id), (0.2, 50.0));
             annotate(&mut rs, t, &v);
         }
         rs

@@ -65,7 +65,12 @@ pub struct CorrelateConfig {
     /// (default 0.2). Below it, it stays an alternative.
     #[serde(default = "min_share")]
     pub min_explained_share: f64,
-    /// Hold an analysed trace whose cause is `unknown` this long, then
+    /// And at least this long (default 50ms): a 20 ms fallback read in a
+    /// 30 ms trace is not why anyone was paged.
+    #[serde(default = "min_explained")]
+    pub min_explained: Duration,
+    /// Hold an analysed trace whose cause is `unknown` or only
+    /// `slow_dependency` (the fallback) this long, then
     /// analyse it again: its gateway log or metrics may still arrive
     /// (metrics are scraped every 10–60 s). `0s` (default) turns it off.
     #[serde(default)]
@@ -158,6 +163,9 @@ fn max_operations() -> usize {
 }
 fn max_log_bytes() -> ByteSize {
     ByteSize(256 << 20)
+}
+fn min_explained() -> Duration {
+    Duration::millis(50)
 }
 fn min_share() -> f64 {
     0.2

@@ -124,6 +124,7 @@ impl ProcessorFactory for CorrelateFactory {
                 lag_growth: cfg.consumer_lag.lag_growth,
             },
             min_share: cfg.min_explained_share,
+            min_ms: nanos(cfg.min_explained.get()) as f64 / 1e6,
             route_map: RouteMap {
                 fixed: cfg.route_map.clone().into_iter().collect(),
             },
@@ -193,6 +194,7 @@ struct Correlate {
     id: String,
     join: JoinParams,
     min_share: f64,
+    min_ms: f64,
     route_map: RouteMap,
     evidence_wait: Duration,
     max_held: usize,
@@ -273,6 +275,38 @@ pub struct Verdict {
     pub culprit: usize,
 }
 
+/// Where an error began, or, when the call that failed spent its time
+/// waiting on a callee (a timeout), the innermost server span below it that
+/// still took half of that time.
+fn slowest_below(t: &TraceRow, e: usize) -> usize {
+    let id = t.spans[e].span_id;
+    let mut below = std::collections::HashSet::from([id]);
+    // Spans are not ordered parent-first: grow the set until it stops.
+    loop {
+        let before = below.len();
+        for s in &t.spans {
+            if below.contains(&s.parent_id) {
+                below.insert(s.span_id);
+            }
+        }
+        if below.len() == before {
+            break;
+        }
+    }
+    t.spans
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            *i != e
+                && below.contains(&s.span_id)
+                && s.kind == "server"
+                && s.duration_ms >= 0.5 * t.spans[e].duration_ms
+        })
+        // The innermost server span that still holds half of the time.
+        .min_by(|a, b| a.1.duration_ms.total_cmp(&b.1.duration_ms))
+        .map_or(e, |(i, _)| i)
+}
+
 /// The time a finding explains when its rule did not say: the critical
 /// time of the subtree of the span it blames (or of the trace's culprit).
 fn default_explained(t: &TraceRow, f: &Finding) -> f64 {
@@ -290,9 +324,9 @@ fn default_explained(t: &TraceRow, f: &Finding) -> f64 {
 /// most critical-path time (in steps of a tenth of the trace: nearly equal
 /// counts as equal), strength of evidence (confidence) breaking ties. A
 /// finding that explains less than `min_share` of the trace and not its
-/// failure is only an alternative. Confidence is scaled by the share of the
+/// failure, or less than `min_share.1` ms, is only an alternative. Confidence is scaled by the share of the
 /// time a finding explains (a failure's cause keeps its own).
-pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>, min_share: f64) -> Verdict {
+pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>, min_share: (f64, f64)) -> Verdict {
     let dur = t.duration_ms.max(1e-6);
     let mut all: Vec<Finding> = findings.cloned().unwrap_or_default();
     for f in &mut all {
@@ -307,7 +341,9 @@ pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>, min_share: f64) ->
         }
         f.confidence = (f.confidence * 1000.0).round() / 1000.0;
     }
-    let eligible = |f: &Finding| f.explains_failure || f.explained_ms / dur >= min_share;
+    let eligible = |f: &Finding| {
+        f.explains_failure || (f.explained_ms / dur >= min_share.0 && f.explained_ms >= min_share.1)
+    };
     let step = |f: &Finding| (f.explained_ms / dur * 10.0).round() as i64;
     all.sort_by(|a, b| {
         eligible(b)
@@ -347,12 +383,17 @@ pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>, min_share: f64) ->
             explains_failure: false,
         }
     };
+    // A failure's cause with no span of its own blames where the error began.
+    let fallback = match t.error_origin {
+        Some(e) if best.explains_failure => slowest_below(t, e),
+        _ => t.culprit,
+    };
     let culprit = best
         .culprit_span_id
         .as_ref()
         .and_then(|id| features::parse_hex16(id))
         .and_then(|id| t.spans.iter().position(|s| s.span_id == id))
-        .unwrap_or(t.culprit);
+        .unwrap_or(fallback);
     Verdict {
         best,
         alternatives: all,
@@ -646,9 +687,11 @@ impl Correlate {
         let held_now: usize = self.held.iter().map(|h| h.traces).sum();
         let mut fed: Vec<(&str, &str, f64)> = Vec::new();
         for t in &traces {
-            let v = verdict(t, findings.get(&t.trace_id), self.min_share);
-            let unknown = v.best.cause == "unknown";
-            if unknown
+            let v = verdict(t, findings.get(&t.trace_id), (self.min_share, self.min_ms));
+            // Unexplained: no cause, or only the fallback that gateway logs or
+            // metrics arriving later could replace.
+            let unexplained = matches!(v.best.cause.as_str(), "unknown" | "slow_dependency");
+            if unexplained
                 && !again
                 && !self.evidence_wait.is_zero()
                 && held_now + hold.len() < self.max_held

@@ -155,7 +155,7 @@ HAVING sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 
 SELECT s.trace_id, 0.88 AS confidence,
   concat(max(s.service), ' timed out calling ', coalesce(max(s.server_address), max(s.name)), ' after ',
          CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
-  max(s.span_id) AS culprit_span_id,
+  first_value(s.span_id ORDER BY s.duration_ms DESC) AS culprit_span_id,
   CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) THEN max(t.duration_ms) ELSE max(s.duration_ms) END AS explained_ms,
   bool_or(t.failed) AND bool_or(NOT s.recovered) AS explains_failure
 FROM spans s JOIN traces t ON t.trace_id = s.trace_id
@@ -222,7 +222,7 @@ SELECT d.trace_id, 0.88 AS confidence,
          CASE WHEN bool_or(c.cache_inferred) THEN ' GET, then a fallback read, then SET' ELSE '' END,
          ') fell back to ', coalesce(max(d.db_system), max(d.server_address), max(d.name)), ' ', coalesce(max(d.db_operation), ''), ' taking ',
          CAST(CAST(max(d.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
-  max(d.span_id) AS culprit_span_id,
+  first_value(d.span_id ORDER BY d.path_ms DESC) AS culprit_span_id,
   max(d.path_ms) AS explained_ms
 FROM spans c JOIN spans d ON c.trace_id = d.trace_id AND c.parent_id = d.parent_id
 WHERE c.cache_hit = false AND d.start_ms >= c.end_ms - 1.0 AND d.span_id <> c.span_id
@@ -265,7 +265,7 @@ SELECT s.trace_id, 0.92 AS confidence,
   concat(max(s.service), ' retried ', coalesce(max(s.server_address), max(s.name)), ': ',
          CAST(max(s.attempts) AS VARCHAR), ' attempts in ', CAST(CAST(max(s.retry_window_ms) AS BIGINT) AS VARCHAR), ' ms',
          CASE WHEN max(s.retry_trigger) IS NULL THEN '' ELSE concat(', ', CAST(max(s.failed_attempts) AS VARCHAR), ' failed with ', max(s.retry_trigger)) END) AS summary,
-  max(s.span_id) AS culprit_span_id,
+  first_value(s.span_id ORDER BY CASE WHEN s.kind = 'client' THEN 0 ELSE 1 END, s.start_ms) AS culprit_span_id,
   max(s.retry_window_ms) AS explained_ms,
   bool_or(t.failed) AS explains_failure
 FROM spans s JOIN traces t ON t.trace_id = s.trace_id
@@ -318,7 +318,7 @@ SELECT s.trace_id, 0.8 AS confidence,
   concat('the request from ', max(s.service), ' to ', coalesce(max(s.server_address), max(s.name)), ' waited ',
          CAST(CAST(max(s.queue_ms) AS BIGINT) AS VARCHAR),
          ' ms before the server began it (accept queue or worker pool)') AS summary,
-  max(s.span_id) AS culprit_span_id,
+  first_value(s.span_id ORDER BY s.queue_ms DESC) AS culprit_span_id,
   max(s.queue_ms) AS explained_ms
 FROM spans s WHERE s.queue_ms IS NOT NULL AND s.critical
 GROUP BY s.trace_id
@@ -326,7 +326,7 @@ UNION ALL
 SELECT s.trace_id, 0.8 AS confidence,
   concat(max(s.service), ' waited ', CAST(CAST(max(s.self_ms) AS BIGINT) AS VARCHAR), ' ms in ', max(s.name),
          ' (pool, lock or queue)') AS summary,
-  max(s.span_id) AS culprit_span_id,
+  first_value(s.span_id ORDER BY s.self_ms DESC) AS culprit_span_id,
   max(s.self_ms) AS explained_ms
 FROM spans s
 WHERE s.critical AND regexp_like(lower(s.name), '(pool|acquire|lock|queue|wait|getconn|semaphore)')

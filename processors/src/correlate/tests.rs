@@ -110,7 +110,7 @@ async fn analyse(store: &Store, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verd
     traces
         .into_iter()
         .map(|t| {
-            let v = verdict(&t, findings.get(&t.trace_id), 0.2);
+            let v = verdict(&t, findings.get(&t.trace_id), (0.2, 50.0));
             annotate(rs, &t, &v);
             (t, v)
         })

@@ -123,8 +123,9 @@ pub const HARD: [(&str, &str); 10] = [
     ("kafkametrics_lag", "consumer_lag"),
     // Stock Redis: GET ?, a slow SELECT, SET ? ? ? ?, no cache.hit.
     ("stock_redis_miss", "cache_miss_fallback"),
-    // A handler computes 2 s and then queries: not queueing.
-    ("compute_before_call", "unknown"),
+    // A downstream handler computes for a second and then queries: its own
+    // work, not waiting (not queueing); the dependency is slow.
+    ("compute_before_call", "slow_dependency"),
     // No host.name: a pod with service.instance.id, k8s.pod.name and k8s.node.name.
     ("no_host_name_cpu", "host_cpu_saturation"),
     // Host metrics scraped after the trace was decided.
@@ -137,13 +138,15 @@ pub const HARD: [(&str, &str); 10] = [
 
 /// The services whose operations hold faults, and their normal latency
 /// (ms): the warm-up traffic their baselines learn from.
-pub const OWNER_OPS: [(&str, &str, f64); 6] = [
+pub const OWNER_OPS: [(&str, &str, f64); 8] = [
     ("slow-dependency-svc", "GET /data", 15.0),
     ("slow-dependency-svc", "SELECT report", 4.0),
     ("host-cpu-saturation-svc", "GET /compute", 20.0),
     ("host-io-wait-svc", "GET /compute", 20.0),
     ("host-memory-pressure-svc", "GET /compute", 20.0),
-    ("app-svc", "GET /compute", 20.0),
+    ("compute-before-call-svc", "GET /compute", 20.0),
+    ("no-host-name-cpu-svc", "GET /compute", 20.0),
+    ("late-metrics-cpu-svc", "GET /compute", 20.0),
 ];
 
 fn kv(k: &str, v: any_value::Value) -> KeyValue {
@@ -611,9 +614,10 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
     let mut culprit_service = front.clone();
     let mut gw_status = 200;
     let mut gw_extra: Vec<LogRecord> = Vec::new();
+    let hard = HARD.iter().any(|(k, _)| *k == cause);
     let owner = format!(
         "{}-svc",
-        if class == 99 {
+        if class == 99 && !hard {
             "app".to_string()
         } else {
             cause.replace('_', "-")

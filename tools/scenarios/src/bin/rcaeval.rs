@@ -12,7 +12,7 @@
 #![allow(clippy::unwrap_used)]
 
 use causeway_scenarios::send::{random_order, read_annotated, send};
-use causeway_scenarios::{case, Case, Rng, CAUSES};
+use causeway_scenarios::{case, Case, Rng, CAUSES, HARD, OWNER_OPS};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -63,7 +63,7 @@ processors:
   tail_sampling:
     decision_wait: 2s
     policies: [{{ name: all, type: always_sample }}]
-  correlate: {{}}
+  correlate: {{ evidence_wait: 3s }}
 exporters:
   file/traces: {{ path: "{d}/traces.jsonl" }}
   file/rca: {{ path: "{d}/rca.jsonl" }}
@@ -94,17 +94,68 @@ service:
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    // Scenarios: every class, healthy fast and healthy slow, shuffled.
+    let client = {
+        rustls::crypto::ring::default_provider()
+            .install_default()
+            .ok();
+        reqwest::blocking::Client::new()
+    };
+    let base = format!("http://127.0.0.1:{http}");
+    let path = dir.join("traces.jsonl");
     let mut rng = Rng::new(seed);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    let mut cases: Vec<Case> = Vec::new();
+    let now = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    let wait_for = |ids: &[[u8; 16]], secs: u64| {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let a = read_annotated(&path);
+            let done = ids
+                .iter()
+                .filter(|id| {
+                    a.get(&hex(*id))
+                        .is_some_and(|x| x.root.contains_key("rca.cause"))
+                })
+                .count();
+            if done == ids.len() || Instant::now() > deadline {
+                return a;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+
+    // Warm-up: the normal traffic every operation's baseline learns from
+    // (a running daemon has seen it), more of it than faults of any class.
     let mut n = 0;
+    let kinds = (8 + OWNER_OPS.len()) as u64;
+    let warm: Vec<Case> = (0..kinds * (per_cause * 2 + 40))
+        .map(|_| {
+            n += 1;
+            case(&mut rng, "warmup", n - 1, now())
+        })
+        .collect();
+    for chunk in warm.chunks(50) {
+        send(&client, &base, chunk, random_order(&mut rng)).unwrap();
+    }
+    let ids: Vec<[u8; 16]> = warm.iter().map(|c| c.trace_id).collect();
+    wait_for(&ids, 120);
+    eprintln!("warm-up: {} traces", warm.len());
+
+    // Scenarios: every class, the hard cases, healthy fast and healthy slow, shuffled.
+    let t_now = now();
+    let mut cases: Vec<Case> = Vec::new();
     for c in CAUSES {
         for _ in 0..per_cause {
-            cases.push(case(&mut rng, c, n, now));
+            cases.push(case(&mut rng, c, n, t_now));
+            n += 1;
+        }
+    }
+    for (kind, _) in HARD {
+        for _ in 0..per_cause / 2 {
+            cases.push(case(&mut rng, kind, n, t_now));
             n += 1;
         }
     }
@@ -117,7 +168,7 @@ service:
                 "healthy_slow"
             },
             n,
-            now,
+            t_now,
         ));
         n += 1;
     }
@@ -125,53 +176,75 @@ service:
         let j = (rng.next_u64() % (i as u64 + 1)) as usize;
         cases.swap(i, j);
     }
-    let client = {
-        rustls::crypto::ring::default_provider()
-            .install_default()
-            .ok();
-        reqwest::blocking::Client::new()
-    };
-    let base = format!("http://127.0.0.1:{http}");
     let sent = Instant::now();
+    let mut late_senders = Vec::new();
     for chunk in cases.chunks(20) {
-        send(&client, &base, chunk, random_order(&mut rng)).unwrap();
+        // Metrics scraped late arrive 3 s after their trace (after its decision).
+        let mut chunk = chunk.to_vec();
+        let mut late = Vec::new();
+        for c in chunk.iter_mut().filter(|c| c.late_metrics) {
+            late.append(&mut c.metrics);
+        }
+        send(&client, &base, &chunk, random_order(&mut rng)).unwrap();
+        if !late.is_empty() {
+            let (client, base) = (client.clone(), base.clone());
+            late_senders.push(std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(3));
+                let body = prost::Message::encode_to_vec(
+                    &opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest {
+                        resource_metrics: late,
+                    },
+                );
+                causeway_scenarios::send::post(&client, &format!("{base}/v1/metrics"), body).unwrap();
+            }));
+        }
+    }
+    for h in late_senders {
+        h.join().unwrap();
     }
     eprintln!("sent {} traces in {:?}", cases.len(), sent.elapsed());
-    let path = dir.join("traces.jsonl");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let annotated = loop {
-        let a = read_annotated(&path);
-        let done = cases
-            .iter()
-            .filter(|c| {
-                a.get(&hex(&c.trace_id))
-                    .is_some_and(|x| x.root.contains_key("rca.cause"))
-            })
-            .count();
-        if done == cases.len() || Instant::now() > deadline {
-            break a;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let ids: Vec<[u8; 16]> = cases.iter().map(|c| c.trace_id).collect();
+    let annotated = wait_for(&ids, 180);
     child.kill().ok();
     child.wait().ok();
 
-    // Score.
+    // Score. A healthy trace given any cause but `unknown` is a false cause
+    // (slow_dependency included); precision counts those against the cause.
     let mut tp: BTreeMap<&str, u64> = BTreeMap::new();
     let mut fp: BTreeMap<String, u64> = BTreeMap::new();
     let mut total: BTreeMap<&str, u64> = BTreeMap::new();
     let mut culprit_ok: BTreeMap<&str, u64> = BTreeMap::new();
-    let (mut faulty, mut correct, mut missing) = (0u64, 0u64, 0u64);
+    let (mut faulty, mut correct, mut missing, mut culprit_all) = (0u64, 0u64, 0u64, 0u64);
     let (mut hs, mut hs_false, mut hf, mut hf_false) = (0u64, 0u64, 0u64, 0u64);
+    let (mut second_total, mut second_found) = (0u64, 0u64);
     let mut confusion: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut examples: BTreeMap<String, String> = BTreeMap::new();
+    // Calibration: (bin, findings, right).
+    let mut calib: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut by_kind: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for c in &cases {
         let Some(a) = annotated.get(&hex(&c.trace_id)) else {
             missing += 1;
             continue;
         };
         let got = a.root.get("rca.cause").cloned().unwrap_or_default();
+        let conf: f64 = a
+            .root
+            .get("rca.confidence")
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0.0);
+        let right = got == c.cause;
+        if got != "unknown" {
+            let bin = ((conf * 10.0).floor() as u64).min(9);
+            let e = calib.entry(bin).or_default();
+            e.0 += 1;
+            e.1 += u64::from(right);
+        }
+        let k = by_kind.entry(c.kind).or_default();
+        k.0 += 1;
+        k.1 += u64::from(right);
         if c.cause == "healthy" {
-            let false_cause = got != "unknown" && got != "slow_dependency";
+            let false_cause = got != "unknown";
             if c.healthy_slow {
                 hs += 1;
                 hs_false += u64::from(false_cause);
@@ -187,20 +260,36 @@ service:
         }
         faulty += 1;
         *total.entry(c.cause).or_default() += 1;
-        if got == c.cause {
+        if let Some(second) = c.second {
+            second_total += 1;
+            second_found += u64::from(
+                a.root
+                    .get("rca.alternatives")
+                    .is_some_and(|x| x.contains(&format!("{second}:"))),
+            );
+        }
+        if right {
             correct += 1;
             *tp.entry(c.cause).or_default() += 1;
             if a.root.get("rca.culprit.service") == Some(&c.culprit_service) {
                 *culprit_ok.entry(c.cause).or_default() += 1;
+                culprit_all += 1;
+            }
+            if let Some(s) = a.root.get("rca.summary") {
+                examples
+                    .entry(c.cause.to_string())
+                    .or_insert_with(|| s.clone());
             }
         } else {
             *fp.entry(got.clone()).or_default() += 1;
             *confusion.entry((c.cause.to_string(), got)).or_default() += 1;
         }
     }
+    let mut labels: Vec<&str> = CAUSES.to_vec();
+    labels.push("unknown");
     println!("| cause | traces | recall | precision | culprit service right |");
     println!("|---|---|---|---|---|");
-    for c in CAUSES {
+    for c in labels {
         let t = total.get(c).copied().unwrap_or(0);
         let p = tp.get(c).copied().unwrap_or(0);
         let f = fp.get(c).copied().unwrap_or(0);
@@ -213,13 +302,37 @@ service:
         );
     }
     println!();
+    println!("| generator kind | traces | right |");
+    println!("|---|---|---|");
+    for (k, (n, r)) in &by_kind {
+        println!("| {k} | {n} | {:.1}% |", pct(*r, *n));
+    }
+    println!();
+    println!("| confidence | findings | right |");
+    println!("|---|---|---|");
+    for (bin, (n, r)) in &calib {
+        println!(
+            "| {:.1}–{:.1} | {n} | {:.1}% |",
+            *bin as f64 / 10.0,
+            (*bin + 1) as f64 / 10.0,
+            pct(*r, *n)
+        );
+    }
+    println!();
     println!(
-        "faulty traces: {faulty}, top-1 accuracy {:.2}%",
-        pct(correct, faulty)
+        "faulty traces: {faulty}, top-1 accuracy {:.2}%, culprit service right for {:.2}% of correct causes",
+        pct(correct, faulty),
+        pct(culprit_all, correct)
     );
-    println!("healthy-but-slow: {hs}, given a cause other than unknown/slow_dependency: {hs_false} ({:.2}%)", pct(hs_false, hs));
     println!(
-        "healthy fast: {hf}, given another cause: {hf_false} ({:.2}%)",
+        "concurrent faults: the second among the alternatives in {second_found} of {second_total}"
+    );
+    println!(
+        "healthy-but-slow: {hs}, given a cause (unknown excepted): {hs_false} ({:.2}%)",
+        pct(hs_false, hs)
+    );
+    println!(
+        "healthy fast: {hf}, given a cause: {hf_false} ({:.2}%)",
         pct(hf_false, hf)
     );
     println!("not annotated (missing): {missing}");
@@ -228,6 +341,10 @@ service:
         for ((a, b), n) in &confusion {
             println!("  {a} → {b}: {n}");
         }
+    }
+    println!("examples of rca.summary:");
+    for (c, s) in &examples {
+        println!("  {c}: {s}");
     }
     if std::env::var_os("RCAEVAL_KEEP").is_some() {
         eprintln!("kept {}", dir.display());
