@@ -4,19 +4,23 @@
 //! Tables (one row per …):
 //! - `traces` (trace): `trace_id, duration_ms, route, root_span_id, root_service, root_name, error,
 //!   culprit_span_id, culprit_service, culprit_name, culprit_kind, culprit_self_ms,
-//!   culprit_share, culprit_host, culprit_db_system, error_span_id, error_service`
+//!   culprit_share, culprit_host, culprit_db_system, error_span_id, error_service,
+//!   start_unix_ms, failed, final_status, culprit_excess_ms, culprit_baseline_ms,
+//!   culprit_path_ms, entry_span_id, entry_service`
 //! - `spans` (span): `trace_id, span_id, parent_id, service, host, name, kind, start_ms,
 //!   end_ms, duration_ms, self_ms, share, critical, status, status_message, http_status,
 //!   route, db_system, db_operation, messaging_system, destination, consumer_group,
 //!   server_address, error_type, exception_type, exception_message, resend_count,
-//!   cache_hit, wait_ms`
+//!   cache_hit, wait_ms, path_ms, cache_inferred, client_error, attempt, attempts,
+//!   failed_attempts, retry_window_ms, retry_trigger, recovered, queue_ms, async_wait_ms,
+//!   baseline_ms, excess_ms` (see `super::shape` for the inferred ones)
 //! - `logs` (log record of the trace): `trace_id, time_ms, gateway, service, route,
 //!   status, rate_limit_rule, circuit_state, response_flags, upstream, duration_ms,
 //!   severity, error_type, body`
 //! - `route_stats` (trace with a known route): `trace_id, route, requests, s4xx, s5xx,
 //!   s429, s503, s504, not_closed, top_rule, circuit_state, circuit_changes, p50_ms, p99_ms`
 //! - `kafka_lag` (topic the trace touches): `trace_id, topic, consumer_group, lag, lag_trend,
-//!   lag_seconds, status, alarm, retry_storm, produce_rate, time_ms`
+//!   lag_seconds, status, alarm, retry_storm, produce_rate, time_ms, growing, lagging`
 //! - `host` (host the trace ran on): `trace_id, host, culprit, cpu_busy, iowait, mem_used,
 //!   mem_available_ratio, disk_util, psi_cpu, psi_memory, psi_io, time_ms`
 //!
