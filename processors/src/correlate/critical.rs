@@ -5,6 +5,9 @@
 //! (with their subtrees); children that overflow their parent are clipped
 //! to it. Iterative, so a 100,000-span chain does not exhaust the stack.
 
+/// How much a child may overlap the next one and still count as sequential (ns).
+const OVERLAP_NS: u64 = 1_000_000;
+
 /// A span as the algorithm sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct Node {
@@ -105,14 +108,19 @@ pub fn critical_path(nodes: &[Node], root: usize) -> (Vec<Section>, Vec<u64>) {
         // that ends exactly when the next one starts is sequential, so it
         // counts here (back-to-back calls are common at ms resolution).
         let limit = returning.map_or(children(span).len(), |(pos, _)| pos);
+        // Within a millisecond counts as finished before: SDKs that take a
+        // span's start from a millisecond clock (Node.js) make a call that
+        // began right after the previous one ended look like it overlapped.
         let lfc = children(span)[..limit]
             .iter()
             .enumerate()
             .rev()
-            .find(|(_, &c)| end[c] <= section_end)
+            .find(|(_, &c)| end[c] <= section_end.saturating_add(OVERLAP_NS))
             .map(|(pos, &c)| (pos, c));
         match lfc {
             Some((pos, c)) => {
+                end[c] = end[c].min(section_end);
+                start[c] = start[c].min(end[c]);
                 if end[c] < section_end {
                     sections.push(Section {
                         span,

@@ -430,9 +430,26 @@ pub fn traces(
         // A parent cycle in bad data: break it where it closes, so every span
         // reaches a root and nothing below loops.
         break_cycles(&mut nodes);
+        shape::attach_orphans(&mut nodes, &mut spans);
+        shape::adopt_contained(&mut nodes, &mut spans);
         let kids = shape::children(&nodes);
         shape::fix_skew(&mut nodes, &spans, &kids);
-        let Some(root_i) = root(&nodes) else { continue };
+        // The root: a span with no parent id at all, else one whose parent is missing.
+        let true_roots: Vec<Node> = nodes
+            .iter()
+            .zip(&spans)
+            .map(|(n, r)| Node {
+                parent: if r.parent_id == 0 {
+                    n.parent
+                } else {
+                    n.parent.or(Some(usize::MAX))
+                },
+                ..*n
+            })
+            .collect();
+        let Some(root_i) = root(&true_roots).or_else(|| root(&nodes)) else {
+            continue;
+        };
         let (_, self_ns) = critical_path(&nodes, root_i);
         let start_ns = nodes.iter().map(|n| n.start).min().unwrap_or(0);
         let end_ns = nodes.iter().map(|n| n.end).max().unwrap_or(start_ns);

@@ -188,6 +188,43 @@ struct Held {
     due: Instant,
     batch: Batch,
     traces: usize,
+    ids: std::collections::HashSet<[u8; 16]>,
+}
+
+/// Move the spans of the traces in `ids` out of `rs` (resources and scopes
+/// kept), dropping what is left empty.
+fn split_traces(
+    rs: &mut Vec<ResourceSpans>,
+    ids: &std::collections::HashSet<[u8; 16]>,
+) -> Vec<ResourceSpans> {
+    let mut out = Vec::new();
+    for r in rs.iter_mut() {
+        let mut scopes = Vec::new();
+        for sc in r.scope_spans.iter_mut() {
+            let (h, keep): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut sc.spans).into_iter().partition(|sp| {
+                    <[u8; 16]>::try_from(sp.trace_id.as_slice()).is_ok_and(|id| ids.contains(&id))
+                });
+            sc.spans = keep;
+            if !h.is_empty() {
+                scopes.push(opentelemetry_proto::tonic::trace::v1::ScopeSpans {
+                    scope: sc.scope.clone(),
+                    spans: h,
+                    schema_url: sc.schema_url.clone(),
+                });
+            }
+        }
+        r.scope_spans.retain(|sc| !sc.spans.is_empty());
+        if !scopes.is_empty() {
+            out.push(ResourceSpans {
+                resource: r.resource.clone(),
+                scope_spans: scopes,
+                schema_url: r.schema_url.clone(),
+            });
+        }
+    }
+    rs.retain(|r| !r.scope_spans.is_empty());
+    out
 }
 
 struct Correlate {
@@ -302,9 +339,22 @@ fn slowest_below(t: &TraceRow, e: usize) -> usize {
                 && s.kind == "server"
                 && s.duration_ms >= 0.5 * t.spans[e].duration_ms
         })
-        // The innermost server span that still holds half of the time.
-        .min_by(|a, b| a.1.duration_ms.total_cmp(&b.1.duration_ms))
+        // The innermost (deepest) server span that still holds half of the time.
+        .max_by_key(|(i, _)| depth_of(t, *i))
         .map_or(e, |(i, _)| i)
+}
+
+fn depth_of(t: &TraceRow, i: usize) -> usize {
+    let mut d = 0;
+    let mut id = t.spans[i].parent_id;
+    while id != 0 && d <= t.spans.len() {
+        match t.spans.iter().find(|s| s.span_id == id) {
+            Some(p) => id = p.parent_id,
+            None => break,
+        }
+        d += 1;
+    }
+    d
 }
 
 /// The time a finding explains when its rule did not say: the critical
@@ -344,7 +394,16 @@ pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>, min_share: (f64, f
     let eligible = |f: &Finding| {
         f.explains_failure || (f.explained_ms / dur >= min_share.0 && f.explained_ms >= min_share.1)
     };
-    let step = |f: &Finding| (f.explained_ms / dur * 10.0).round() as i64;
+    // A retry sequence that failed and spans most of the trace is the story
+    // of that failure: it outranks its own trigger (the 503s, the timeouts),
+    // which its summary names.
+    let step = |f: &Finding| {
+        if f.explains_failure && f.cause == "retry_storm" && f.explained_ms / dur >= 0.5 {
+            11
+        } else {
+            (f.explained_ms / dur * 10.0).round() as i64
+        }
+    };
     all.sort_by(|a, b| {
         eligible(b)
             .cmp(&eligible(a))
@@ -619,12 +678,41 @@ impl Correlate {
     /// Analyse the kept traces of a batch and annotate them. With `again`,
     /// the batch is one held by `evidence_wait`: analysed whatever it finds.
     async fn analyse(&mut self, batch: &mut Batch, again: bool) -> Result<(), ProcessError> {
+        let r = self.analyse_spans(batch, again).await;
+        // Held spans may have left it.
+        batch.recount();
+        r
+    }
+
+    async fn analyse_spans(&mut self, batch: &mut Batch, again: bool) -> Result<(), ProcessError> {
         let now = now_ns();
         let rs = match batch.traces_mut() {
             Ok(Some(rs)) => rs,
             Ok(None) => return Ok(()),
             Err(e) => return Err(ProcessError(Box::new(e))),
         };
+        if !again && !self.held.is_empty() {
+            // Late spans of a trace still held join it: it is analysed whole
+            // when the hold ends (the spans of one trace leave an SDK in
+            // several exports, and a sampler may decide between them).
+            let in_batch: std::collections::HashSet<[u8; 16]> = rs
+                .iter()
+                .flat_map(|r| r.scope_spans.iter().flat_map(|sc| sc.spans.iter()))
+                .filter_map(|sp| <[u8; 16]>::try_from(sp.trace_id.as_slice()).ok())
+                .collect();
+            for h in &mut self.held {
+                let mine: std::collections::HashSet<[u8; 16]> =
+                    h.ids.intersection(&in_batch).copied().collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let moved = split_traces(rs, &mine);
+                if let Ok(Some(held_rs)) = h.batch.traces_mut() {
+                    held_rs.extend(moved);
+                }
+                h.batch.recount();
+            }
+        }
         let mut traces = features::traces(rs, Some(&self.store.baselines), &self.route_map);
         if traces.is_empty() {
             return Ok(());
@@ -724,40 +812,13 @@ impl Correlate {
         if !hold.is_empty() {
             // The held traces leave this batch for one of their own, which
             // shares its acknowledgements.
-            let mut held_rs = Vec::new();
-            for r in rs.iter_mut() {
-                let mut scopes = Vec::new();
-                for sc in r.scope_spans.iter_mut() {
-                    let (h, keep): (Vec<_>, Vec<_>) =
-                        std::mem::take(&mut sc.spans).into_iter().partition(|sp| {
-                            <[u8; 16]>::try_from(sp.trace_id.as_slice())
-                                .is_ok_and(|id| hold.contains(&id))
-                        });
-                    sc.spans = keep;
-                    if !h.is_empty() {
-                        scopes.push(opentelemetry_proto::tonic::trace::v1::ScopeSpans {
-                            scope: sc.scope.clone(),
-                            spans: h,
-                            schema_url: sc.schema_url.clone(),
-                        });
-                    }
-                }
-                r.scope_spans.retain(|sc| !sc.spans.is_empty());
-                if !scopes.is_empty() {
-                    held_rs.push(ResourceSpans {
-                        resource: r.resource.clone(),
-                        scope_spans: scopes,
-                        schema_url: r.schema_url.clone(),
-                    });
-                }
-            }
-            rs.retain(|r| !r.scope_spans.is_empty());
+            let held_rs = split_traces(rs, &hold);
             let held = batch.sibling_traces(held_rs);
-            batch.recount();
             self.held.push(Held {
                 due: Instant::now() + self.evidence_wait,
                 batch: held,
                 traces: hold.len(),
+                ids: hold,
             });
             self.set_held_gauge();
         }

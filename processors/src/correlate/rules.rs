@@ -333,8 +333,9 @@ SELECT s.trace_id, 0.8 AS confidence,
   first_value(s.span_id ORDER BY s.self_ms DESC) AS culprit_span_id,
   max(s.self_ms) AS explained_ms
 FROM spans s
-WHERE s.critical AND regexp_like(lower(s.name), '(pool|acquire|lock|queue|wait|getconn|semaphore)')
-  AND s.kind <> 'server'
+WHERE s.critical AND s.kind <> 'server'
+  AND (s.name = 'http.getconn'
+       OR regexp_like(lower(s.name), '(^|[^a-z])(pool|acquire|lock|locks|queue|wait|semaphore)([^a-z]|$)'))
 GROUP BY s.trace_id"#,
         ),
         r(

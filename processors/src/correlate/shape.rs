@@ -2,6 +2,11 @@
 //! inferences that let root-cause rules work on what stock OpenTelemetry
 //! instrumentation really emits.
 //!
+//! - **Orphans**: a span whose parent never arrived joins the span of its
+//!   service that was running when it started.
+//! - **Calls given back to their handler**: a leaf internal span (Express's
+//!   `request handler`) that contains sibling calls in time becomes their
+//!   parent, so the calls stay on the critical path.
 //! - **Clock skew**: a server span that does not fit inside its client
 //!   parent (hosts' clocks disagree) is shifted, with its subtree, to the
 //!   middle of the parent, as Jaeger's skew adjuster does.
@@ -64,6 +69,88 @@ pub fn top_down(nodes: &[Node], children: &[Vec<usize>]) -> Vec<usize> {
         stack.extend(children[i].iter().copied().filter(|&c| !seen[c]));
     }
     order
+}
+
+/// A span whose parent never arrived (an instrumentation that dropped or
+/// never ended it) is attached to the span of the same service that was
+/// running when it started (the latest-started one), so the fragment below
+/// it stays part of the trace. Returns how many were attached.
+pub fn attach_orphans(nodes: &mut [Node], rows: &mut [SpanRow]) -> usize {
+    let n = nodes.len();
+    let mut attached = 0;
+    for i in 0..n {
+        if nodes[i].parent.is_some() || rows[i].parent_id == 0 {
+            continue;
+        }
+        let below_i = |mut j: usize, nodes: &[Node]| {
+            let mut steps = 0;
+            loop {
+                if j == i {
+                    return true;
+                }
+                match nodes[j].parent {
+                    Some(p) if steps <= n => {
+                        j = p;
+                        steps += 1;
+                    }
+                    _ => return false,
+                }
+            }
+        };
+        let host = (0..n)
+            .filter(|&j| {
+                j != i
+                    && rows[j].service == rows[i].service
+                    && nodes[j].start <= nodes[i].start
+                    && nodes[i].start <= nodes[j].end
+                    && !below_i(j, nodes)
+            })
+            .max_by_key(|&j| nodes[j].start);
+        if let Some(j) = host {
+            nodes[i].parent = Some(j);
+            rows[i].parent_id = rows[j].span_id;
+            attached += 1;
+        }
+    }
+    attached
+}
+
+/// Give calls back to the span they ran in. Instrumentations that wrap a
+/// handler in a span of their own without making it the active context
+/// (Express's `request handler`, many middleware spans) leave the handler's
+/// database and HTTP calls as its siblings: the handler span then covers
+/// them in time, the critical path runs into it (it ends last) and the calls
+/// fall off the path. A leaf internal span that contains siblings in time
+/// becomes their parent. Returns how many spans moved.
+pub fn adopt_contained(nodes: &mut [Node], rows: &mut [SpanRow]) -> usize {
+    let ch = children(nodes);
+    let tol = 1_000_000u64;
+    let mut moved = 0;
+    for kids in &ch {
+        for &w in kids {
+            if rows[w].kind != "internal" || !ch[w].is_empty() {
+                continue;
+            }
+            let (ws, we) = (nodes[w].start, nodes[w].end);
+            if we <= ws {
+                continue;
+            }
+            for &c in kids {
+                if c == w || rows[c].kind == "server" {
+                    continue;
+                }
+                let inside = nodes[c].start + tol >= ws && nodes[c].end <= we + tol;
+                // Not another wrapper of the same length (the outer one wins).
+                let smaller = nodes[c].end - nodes[c].start < we - ws;
+                if inside && smaller {
+                    nodes[c].parent = Some(w);
+                    rows[c].parent_id = rows[w].span_id;
+                    moved += 1;
+                }
+            }
+        }
+    }
+    moved
 }
 
 /// Shift server spans that do not fit in their client parent (clock skew

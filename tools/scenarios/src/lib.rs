@@ -1237,8 +1237,14 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
                 at + d + 1.0,
                 vec![],
             );
-            if k >= SERVICES.len() && op == "GET /data" {
-                let q = rng.latency(4.0).min(d * 0.8);
+            // As in `healthy_slow`: half the time, the report query holds it.
+            let slow_query = k < SERVICES.len() && rng.f() < 0.5;
+            if (k >= SERVICES.len() && op == "GET /data") || slow_query {
+                let q = if slow_query {
+                    d - 2.0
+                } else {
+                    rng.latency(4.0).min(d * 0.8)
+                };
                 t.add(
                     Some(sv),
                     &callee,

@@ -273,7 +273,7 @@ service:
             *tp.entry(c.cause).or_default() += 1;
             if a.root.get("rca.culprit.service") == Some(&c.culprit_service) {
                 *culprit_ok.entry(c.cause).or_default() += 1;
-                culprit_all += 1;
+                culprit_all += u64::from(c.cause != "unknown");
             }
             if let Some(s) = a.root.get("rca.summary") {
                 examples
@@ -320,9 +320,9 @@ service:
     }
     println!();
     println!(
-        "faulty traces: {faulty}, top-1 accuracy {:.2}%, culprit service right for {:.2}% of correct causes",
+        "faulty traces: {faulty}, top-1 accuracy {:.2}%, culprit service right for {:.2}% of correct causes (unknown excepted)",
         pct(correct, faulty),
-        pct(culprit_all, correct)
+        pct(culprit_all, correct - tp.get("unknown").copied().unwrap_or(0))
     );
     println!(
         "concurrent faults: the second among the alternatives in {second_found} of {second_total}"

@@ -1,0 +1,132 @@
+// The test bed's services and its load driver, one role per process:
+//   node --require ./tracing.js app.js shop|pricing|driver
+// Faults are caused by real mechanisms in real software (a cold Redis cache
+// falling back to a slow PostgreSQL query, a one-connection pg pool under a
+// burst, NGINX's limit_req, proxy_read_timeout and a dead upstream, a thrown
+// exception). Ground truth is what the driver and the services observed,
+// written per trace id to TRUTH_FILE; no span attribute is added by hand.
+'use strict';
+const sdk = require('./tracing.js');
+const http = require('http');
+const fs = require('fs');
+const { trace } = require('@opentelemetry/api');
+
+const role = process.argv[2];
+const env = (k) => {
+  const v = process.env[k];
+  if (!v) throw new Error(`${k} is not set`);
+  return v;
+};
+const truth = fs.createWriteStream(env('TRUTH_FILE'), { flags: 'a' });
+const record = (o) => truth.write(JSON.stringify(o) + '\n');
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+if (role === 'shop') {
+  const express = require('express');
+  const Redis = require('ioredis');
+  const { Pool } = require('pg');
+  const db = { host: '127.0.0.1', port: +env('PG_PORT'), user: 'postgres', database: 'postgres' };
+  const pg = new Pool({ ...db, max: 8 });
+  // The orders endpoint's pool has one connection: a burst queues on it.
+  const narrow = new Pool({ ...db, max: 1 });
+  const redis = new Redis({ host: '127.0.0.1', port: +env('REDIS_PORT') });
+  const app = express();
+  // Cache-aside: GET, on a miss a slow query, then SET.
+  app.get('/item/:id', async (req, res) => {
+    const key = `item:${req.params.id}`;
+    let v = await redis.get(key);
+    if (v === null) {
+      const r = await pg.query('SELECT pg_sleep(0.4), $1::text AS id', [req.params.id]);
+      v = JSON.stringify(r.rows[0]);
+      await redis.set(key, v, 'EX', 600);
+    }
+    res.json({ item: v });
+  });
+  app.get('/orders', async (req, res) => {
+    const t0 = Date.now();
+    const client = await narrow.connect();
+    const waited = Date.now() - t0;
+    try {
+      await client.query('SELECT pg_sleep(0.1)');
+    } finally {
+      client.release();
+    }
+    record({ trace_id: trace.getActiveSpan().spanContext().traceId, pool_wait_ms: waited });
+    res.json({ waited });
+  });
+  app.get('/report', (req, res) => {
+    http
+      .get(`http://127.0.0.1:${env('PRICING_PORT')}/slow?ms=3000`, (r) => {
+        r.resume();
+        r.on('end', () => res.json({ ok: true }));
+      })
+      .on('error', () => res.status(502).end());
+  });
+  app.get('/fail', () => {
+    throw new Error('order.customer is null');
+  });
+  app.get('/ok', async (req, res) => {
+    await pg.query('SELECT 1');
+    res.json({ ok: true });
+  });
+  app.listen(+env('PORT'), '127.0.0.1', () => console.log('ready'));
+} else if (role === 'pricing') {
+  const express = require('express');
+  const app = express();
+  app.get('/slow', async (req, res) => {
+    await sleep(+req.query.ms || 0);
+    res.json({ price: 42 });
+  });
+  app.listen(+env('PORT'), '127.0.0.1', () => console.log('ready'));
+} else if (role === 'driver') {
+  const tracer = trace.getTracer('load-driver');
+  const base = env('GATEWAY');
+  const get = (path) =>
+    new Promise((resolve) => {
+      const req = http.get(`${base}${path}`, { agent: false }, (r) => {
+        r.resume();
+        r.on('end', () => resolve(r.statusCode));
+      });
+      req.on('error', () => resolve(0));
+    });
+  // One request in its own trace; the label is what the fault was, by what
+  // the driver saw (the status NGINX answered) or caused (a cold key).
+  const one = (path, label) =>
+    tracer.startActiveSpan('request', async (span) => {
+      const status = await get(path);
+      span.end();
+      record({ trace_id: span.spanContext().traceId, path, status, label: label(status) });
+    });
+  const many = (n, f) => Promise.all(Array.from({ length: n }, (_, i) => f(i)));
+  const scale = +(process.env.SCALE || 1);
+  const run = Date.now().toString(36);
+  (async () => {
+    // Warm-up: fill the cache for the keys healthy requests read.
+    for (let i = 0; i < 10; i++) await one(`/item/warm-${run}-${i}`, () => 'warmup');
+    for (let round = 0; round < scale; round++) {
+      for (let i = 0; i < 20; i++) await one(`/item/warm-${run}-${i % 10}`, () => 'healthy');
+      for (let i = 0; i < 15; i++) await one('/ok', () => 'healthy');
+      // A cold cache: keys never read before.
+      await many(4, async (w) => {
+        for (let i = 0; i < 5; i++) await one(`/item/cold-${run}-${round}-${w}-${i}`, () => 'cache_miss_fallback');
+      });
+      for (let i = 0; i < 12; i++) await one('/fail', (s) => (s === 500 ? 'error' : `unexpected-${s}`));
+      for (let i = 0; i < 12; i++) await one('/dead', (s) => (s === 502 ? 'upstream_unavailable' : `unexpected-${s}`));
+      await many(10, () => one('/report', (s) => (s === 504 ? 'upstream_timeout' : `unexpected-${s}`)));
+      // limit_req: bursts over the rate; the rejected ones were rate-limited.
+      for (let b = 0; b < 3; b++) {
+        await many(8, () => one('/limited', (s) => (s === 429 ? 'rate_limited' : 'healthy')));
+        await sleep(1200);
+      }
+      // A burst on the one-connection pool; the shop records each wait.
+      for (let b = 0; b < 3; b++) {
+        await many(6, () => one('/orders', () => 'pool'));
+        await sleep(300);
+      }
+    }
+    await sdk.shutdown();
+    truth.end(() => process.exit(0));
+  })();
+} else {
+  throw new Error(`unknown role ${role}`);
+}
