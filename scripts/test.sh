@@ -23,4 +23,25 @@ if [[ -z "${CAUSEWAY_TANSU:-}" ]]; then
 fi
 echo "== broker: $CAUSEWAY_TANSU ($("$CAUSEWAY_TANSU" --version 2>/dev/null || echo '?'))"
 
+# The root-cause test bed (tests/rca_testbed.rs): NGINX, Redis and PostgreSQL
+# from Debian, and the stock OpenTelemetry Node.js SDK from npm.
+missing=()
+[[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
+[[ -x /usr/bin/redis-server ]] || missing+=(redis-server)
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=(postgresql)
+command -v runuser >/dev/null || missing+=(util-linux)
+if ((${#missing[@]})); then
+  echo "== installing ${missing[*]} (apt-get, once)"
+  if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  # The packages' own services are not used: each test starts its own servers.
+  (service nginx stop; service redis-server stop; service postgresql stop) >/dev/null 2>&1 || true
+fi
+if [[ ! -d tests/testbed/node_modules/@opentelemetry/sdk-node ]]; then
+  echo "== npm ci in tests/testbed (the OpenTelemetry Node.js SDK, express, ioredis, pg; once)"
+  (cd tests/testbed && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
 cargo test --workspace "$@"

@@ -26,6 +26,11 @@ struct Proc(Child, &'static str);
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        // The whole process group: `runuser` leaves PostgreSQL behind otherwise.
+        Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status()
+            .ok();
         self.0.kill().ok();
         self.0.wait().ok();
     }
@@ -34,7 +39,9 @@ impl Drop for Proc {
 fn spawn(name: &'static str, cmd: &mut Command, log: &Path) -> Proc {
     let out = std::fs::File::create(log.join(format!("{name}.log"))).unwrap();
     let err = out.try_clone().unwrap();
+    use std::os::unix::process::CommandExt;
     let child = cmd
+        .process_group(0)
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err))
         .spawn()

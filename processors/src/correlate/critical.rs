@@ -5,7 +5,8 @@
 //! (with their subtrees); children that overflow their parent are clipped
 //! to it. Iterative, so a 100,000-span chain does not exhaust the stack.
 
-/// How much a child may overlap the next one and still count as sequential (ns).
+/// How much a child may overlap the next one and still count as sequential
+/// (ns; and at most a tenth of the child's own duration).
 const OVERLAP_NS: u64 = 1_000_000;
 
 /// A span as the algorithm sees it.
@@ -115,7 +116,10 @@ pub fn critical_path(nodes: &[Node], root: usize) -> (Vec<Section>, Vec<u64>) {
             .iter()
             .enumerate()
             .rev()
-            .find(|(_, &c)| end[c] <= section_end.saturating_add(OVERLAP_NS))
+            .find(|(_, &c)| {
+                let tol = OVERLAP_NS.min(end[c].saturating_sub(start[c]) / 10);
+                end[c] <= section_end.saturating_add(tol)
+            })
             .map(|(pos, &c)| (pos, c));
         match lfc {
             Some((pos, c)) => {

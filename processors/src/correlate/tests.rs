@@ -1069,3 +1069,160 @@ fn late_spans_of_an_analysed_trace_are_recognised_and_log_bytes_are_bounded() {
     // Bodies are cut to 512 bytes: 768 bytes a record, 85 fit.
     assert!(by_bytes >= 110, "{by_bytes}");
 }
+
+#[tokio::test]
+async fn express_handler_spans_ms_clock_starts_and_orphans_keep_calls_on_the_path() {
+    let st = store();
+    // As @opentelemetry/instrumentation-express and -pg leave it (tests/rca_testbed.rs):
+    // the calls are children of `request handler`, starts have millisecond
+    // resolution, so the SET "starts" 0.03 ms before the query ends.
+    let us = |ms: u64, us: u64| 1_000_000_000_000 + ms * 1_000_000 + us * 1000;
+    let mk =
+        |id: u8, parent: Option<u8>, name: &str, kind: span::SpanKind, s: u64, e: u64, attrs| {
+            let mut x = with(sp(id, parent, name, kind, 0, 0), attrs);
+            x.start_time_unix_nano = s;
+            x.end_time_unix_nano = e;
+            x
+        };
+    let redis = |stmt: &str| vec![attr_s("db.system", "redis"), attr_s("db.statement", stmt)];
+    let mut rs = vec![resource_spans(
+        "shop",
+        tid(
+            70,
+            vec![
+                mk(
+                    1,
+                    None,
+                    "GET /item/:id",
+                    Server,
+                    us(0, 0),
+                    us(405, 0),
+                    vec![],
+                ),
+                mk(
+                    2,
+                    Some(1),
+                    "request handler",
+                    Internal,
+                    us(0, 0),
+                    us(404, 500),
+                    vec![],
+                ),
+                mk(
+                    3,
+                    Some(2),
+                    "get",
+                    Client,
+                    us(0, 0),
+                    us(0, 167),
+                    redis("GET ?"),
+                ),
+                mk(
+                    4,
+                    Some(2),
+                    "pg-pool.connect",
+                    Client,
+                    us(1, 0),
+                    us(1, 46),
+                    vec![],
+                ),
+                mk(
+                    5,
+                    Some(2),
+                    "pg.query:SELECT postgres",
+                    Client,
+                    us(1, 0),
+                    us(402, 29),
+                    vec![attr_s("db.system", "postgresql")],
+                ),
+                mk(
+                    6,
+                    Some(2),
+                    "set",
+                    Client,
+                    us(402, 0),
+                    us(403, 800),
+                    redis("SET ? ? ? ?"),
+                ),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    let (t, v) = &out[0];
+    let query = t
+        .spans
+        .iter()
+        .find(|s| s.name.starts_with("pg.query"))
+        .expect("query");
+    assert!(query.critical && query.self_ms > 400.0, "{query:?}");
+    assert_eq!(v.best.cause, "cache_miss_fallback", "{v:?}");
+
+    // The handler a framework left as a sibling of the calls it made: it adopts them.
+    let mut rs = vec![resource_spans(
+        "shop",
+        tid(
+            71,
+            vec![
+                sp(1, None, "GET /orders", Server, 0, 640),
+                sp(2, Some(1), "request handler", Internal, 1, 638),
+                sp(3, Some(1), "pg-pool.connect", Client, 2, 520),
+                with(
+                    sp(4, Some(1), "pg.query:SELECT postgres", Client, 520, 630),
+                    vec![attr_s("db.system", "postgresql")],
+                ),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(out[0].1.best.cause, "queueing", "{:?}", out[0].1);
+
+    // A call whose parent never arrived joins the span of its service running then.
+    let mut rs = vec![
+        resource_spans(
+            "driver",
+            tid(
+                72,
+                vec![
+                    sp(1, None, "request", Internal, 0, 1000),
+                    failed(
+                        with(
+                            sp(2, Some(1), "GET", Client, 0, 1000),
+                            vec![kv("http.response.status_code", 504i64)],
+                        ),
+                        "",
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "shop",
+            tid(
+                72,
+                vec![
+                    sp(3, Some(2), "GET /report", Server, 10, 990),
+                    sp(5, Some(99), "GET", Client, 20, 3000),
+                ],
+            ),
+        ),
+        resource_spans(
+            "pricing",
+            tid(72, vec![sp(6, Some(5), "GET /slow", Server, 25, 2995)]),
+        ),
+    ];
+    st.add_logs(
+        &[{
+            let mut l = gateway_log(72, 504, vec![]);
+            l.scope_logs[0].log_records[0].trace_id = vec![72; 16];
+            l
+        }],
+        1_000_000_000_000,
+    );
+    let out = analyse(&st, &mut rs).await;
+    let (t, v) = &out[0];
+    assert_eq!(
+        t.spans[t.root].name, "request",
+        "a true root, not the orphan"
+    );
+    assert_eq!(v.best.cause, "upstream_timeout", "{v:?}");
+    assert_eq!(&*t.spans[v.culprit].service, "pricing", "{v:?}");
+}
