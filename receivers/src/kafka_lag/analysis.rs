@@ -95,25 +95,28 @@ impl Timeline {
         }
     }
 
-    /// Seconds since `committed` was the latest offset, at `now`: 0 when caught
-    /// up; interpolated between samples; extrapolated at both ends.
+    /// Age at `now` of the oldest unconsumed message (offset `committed`): 0
+    /// when caught up. The message existed once the high-water mark passed
+    /// it (reached `committed + 1`); between two samples that time is
+    /// interpolated. A message older than the first sample was produced at
+    /// or before it: its age is at least `now − first sample`, and that lower
+    /// bound is what is reported. Extrapolating backwards from the first two
+    /// samples (as kafka-lag-exporter does) overstates it by the whole idle
+    /// time of a quiet topic: 24–30 s for a message that waited 3 s.
     pub fn lag_seconds(&self, committed: i64, now: f64) -> Option<f64> {
         let last = *self.points.back()?;
         if committed >= last.0 {
             return Some(0.0);
         }
-        let produced_at = if self.points.len() == 1 {
-            last.1
+        let first = *self.points.front()?;
+        let target = committed.saturating_add(1);
+        let produced_at = if target <= first.0 {
+            first.1
         } else {
             let pts: Vec<(i64, f64)> = self.points.iter().copied().collect();
-            match pts
-                .windows(2)
-                .find(|w| committed >= w[0].0 && committed < w[1].0)
-            {
-                Some(w) => interpolate(w[0], w[1], committed),
-                // Older than the oldest point: extrapolate from the first two.
-                None => interpolate(pts[0], pts[1], committed),
-            }
+            pts.windows(2)
+                .find(|w| target > w[0].0 && target <= w[1].0)
+                .map_or(last.1, |w| interpolate(w[0], w[1], target))
         };
         Some((now - produced_at).max(0.0))
     }
@@ -400,27 +403,34 @@ mod tests {
         tl.add(200, 20.0);
         tl.add(400, 30.0);
         assert_eq!(tl.lag_seconds(400, 35.0), Some(0.0), "caught up");
-        assert_eq!(
-            tl.lag_seconds(150, 35.0),
-            Some(20.0),
-            "150 was produced at 15 s"
+        let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+        assert!(
+            close(tl.lag_seconds(149, 35.0), 20.0),
+            "offset 149 existed once the high-water mark reached 150, at 15 s"
         );
-        assert_eq!(
-            tl.lag_seconds(300, 35.0),
-            Some(10.0),
-            "300 was produced at 25 s"
+        assert!(
+            close(tl.lag_seconds(299, 35.0), 10.0),
+            "offset 299 existed at 25 s"
         );
-        assert_eq!(
-            tl.lag_seconds(50, 35.0),
-            Some(30.0),
-            "before the first point: extrapolated to 5 s"
+        assert!(
+            close(tl.lag_seconds(399, 35.0), 5.0),
+            "one message behind: produced by the last sample, at 30 s at the latest"
+        );
+        assert!(
+            close(tl.lag_seconds(50, 35.0), 25.0),
+            "older than the first sample: at least 25 s old, never extrapolated past it"
         );
         tl.add(400, 40.0);
-        assert_eq!(
-            tl.lag_seconds(300, 45.0),
-            Some(20.0),
+        assert!(
+            close(tl.lag_seconds(299, 45.0), 20.0),
             "a repeated high-water mark keeps its first time"
         );
+        // A quiet topic: one message every 15 s, consumed within 3 s. Never 24–30 s.
+        let mut q = Timeline::new(60);
+        q.add(1000, 0.0);
+        q.add(1001, 15.0);
+        q.add(1002, 30.0);
+        assert!(close(q.lag_seconds(1001, 32.0), 2.0), "{:?}", q.lag_seconds(1001, 32.0));
         assert_eq!(Timeline::new(60).lag_seconds(1, 1.0), None);
     }
 
