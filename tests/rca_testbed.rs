@@ -186,7 +186,7 @@ receivers:
     resource: {{ service.name: nginx-gateway }}
 processors:
   tail_sampling:
-    decision_wait: 5s
+    decision_wait: 8s
     policies: [{{ name: all, type: always_sample }}]
   correlate:
     evidence_wait: 3s

@@ -3,11 +3,12 @@
 //! cause of a trace that is slow by nature.
 //!
 //! Each operation keeps two generations of a mergeable quantile sketch (1%
-//! accuracy) of its self time on the critical path; every `window / 2` the
+//! accuracy) of its duration; every `window / 2` the
 //! older generation is dropped, so the baseline covers the last `window /
 //! 2 .. window`. Operations are bounded (`max_operations`); the least
 //! recently updated go first. The normal is the median, and a span deviates
-//! by its self time beyond `factor` (3) × the median: faults stay outliers
+//! by its duration beyond `factor` (3) × the median, counted up to its own
+//! self time on the critical path: faults stay outliers
 //! while they are a minority of an operation's spans; a slowness that
 //! lasts becomes the normal within a window. Baselines learn from the
 //! traces correlate analyses: keep a baseline sample (a `probabilistic`
@@ -42,7 +43,7 @@ pub struct Baselines {
     /// The quantile that is "normal" (the median: robust while faults are
     /// a minority of an operation's spans).
     pub quantile: f64,
-    /// A span is slow beyond `factor` × its normal self time.
+    /// A span is slow beyond `factor` × its normal duration.
     pub factor: f64,
 }
 
@@ -66,7 +67,7 @@ impl Baselines {
         }
     }
 
-    /// The normal self time (ms) of an operation, once it has enough samples.
+    /// The normal duration (ms) of an operation, once it has enough samples.
     pub fn normal(&self, service: &str, op: &str) -> Option<f64> {
         let g = self.lock();
         let o = g.ops.get(&(service.to_string(), op.to_string()))?;
@@ -77,7 +78,7 @@ impl Baselines {
             .flatten()
     }
 
-    /// Feed self times (ms) of operations observed at `now_ns`.
+    /// Feed durations (ms) of operations observed at `now_ns`.
     pub fn feed<'a>(&self, now_ns: u64, samples: impl Iterator<Item = (&'a str, &'a str, f64)>) {
         let mut g = self.lock();
         if now_ns.saturating_sub(g.generation_start) >= self.half_window_ns {

@@ -504,13 +504,15 @@ pub fn traces(
                     && !has_error_child[i]
             })
             .max_by(|&a, &b| spans[a].end_ms.total_cmp(&spans[b].end_ms));
-        // How much each critical span deviates: its self time beyond its
-        // operation's normal, or all of it before a baseline exists.
+        // How much each critical span deviates: its duration beyond `factor`
+        // × its operation's median, counted only as far as its own self time
+        // (a parent of a slow call deviates too, but the time is not its
+        // own); all of its self time before a baseline exists.
         if let Some(b) = baselines {
             for r in spans.iter_mut().filter(|r| r.critical) {
                 if let Some(normal) = b.normal(&r.service, &r.name) {
                     r.baseline_ms = Some(normal);
-                    r.excess_ms = Some((r.self_ms - b.factor * normal).max(0.0));
+                    r.excess_ms = Some((r.duration_ms - b.factor * normal).max(0.0).min(r.self_ms));
                 }
             }
         }

@@ -397,11 +397,16 @@ pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>, min_share: (f64, f
     // A retry sequence that failed and spans most of the trace is the story
     // of that failure: it outranks its own trigger (the 503s, the timeouts),
     // which its summary names.
+    // `slow_dependency` names a span, not a mechanism: a mechanism that
+    // explains nearly as much (within three tenths) is the better answer.
     let step = |f: &Finding| {
+        let s = (f.explained_ms / dur * 10.0).round() as i64;
         if f.explains_failure && f.cause == "retry_storm" && f.explained_ms / dur >= 0.5 {
             11
+        } else if f.cause == "slow_dependency" && !f.user {
+            s - 3
         } else {
-            (f.explained_ms / dur * 10.0).round() as i64
+            s
         }
     };
     all.sort_by(|a, b| {
@@ -787,8 +792,8 @@ impl Correlate {
                 hold.insert(t.id);
                 continue;
             }
-            for s in t.spans.iter().filter(|s| s.critical) {
-                fed.push((&s.service, &s.name, s.self_ms));
+            for s in &t.spans {
+                fed.push((&s.service, &s.name, s.duration_ms));
             }
             annotate(rs, t, &v);
             self.analysed.add(1);

@@ -244,7 +244,7 @@ SELECT k.trace_id, 0.86 AS confidence,
          '; the message waited ', CAST(CAST(max(s.async_wait_ms) AS BIGINT) AS VARCHAR), ' ms before ', max(s.service), ' consumed it') AS summary,
   concat('lag=', CAST(max(k.lag) AS VARCHAR), ' lag_trend=', CAST(max(k.lag_trend) AS VARCHAR), ' lag_seconds=', CAST(max(k.lag_seconds) AS VARCHAR), ' status=', CAST(max(k.status) AS VARCHAR)) AS evidence,
   max(s.span_id) AS culprit_span_id,
-  max(s.async_wait_ms) AS explained_ms
+  max(s.async_wait_ms + s.duration_ms) AS explained_ms
 FROM kafka_lag k JOIN spans s ON s.trace_id = k.trace_id AND s.destination = k.topic AND s.async_wait_ms IS NOT NULL
 WHERE (k.lagging OR k.alarm OR k.status IN (2, 3, 4, 5) OR k.lag_seconds >= 10) AND NOT k.retry_storm
 GROUP BY k.trace_id"#,
@@ -267,7 +267,8 @@ GROUP BY k.trace_id"#,
             r#"
 SELECT s.trace_id, 0.92 AS confidence,
   concat(max(s.service), ' retried ', coalesce(max(s.server_address), max(s.name)), ': ',
-         CAST(max(s.attempts) AS VARCHAR), ' attempts in ', CAST(CAST(max(s.retry_window_ms) AS BIGINT) AS VARCHAR), ' ms',
+         CAST(coalesce(max(s.attempts), max(s.resend_count) + 1) AS VARCHAR), ' attempts in ',
+         CAST(CAST(coalesce(max(s.retry_window_ms), max(s.duration_ms)) AS BIGINT) AS VARCHAR), ' ms',
          CASE WHEN max(s.retry_trigger) IS NULL THEN '' ELSE concat(', ', CAST(max(s.failed_attempts) AS VARCHAR), ' failed with ', max(s.retry_trigger)) END) AS summary,
   first_value(s.span_id ORDER BY CASE WHEN s.kind = 'client' THEN 0 ELSE 1 END, s.start_ms) AS culprit_span_id,
   max(s.retry_window_ms) AS explained_ms,

@@ -343,11 +343,8 @@ fn mark_attempts(rows: &mut [SpanRow], nodes: &[Node], g: &[usize], holder: Opti
         return;
     };
     let failed_before = before.iter().filter(|&&i| failed(&rows[i])).count();
-    let resent = g
-        .iter()
-        .any(|&i| rows[i].resend_count.is_some_and(|n| n > 0));
-    if failed_before == 0 && !resent {
-        return; // a fan-out to the same peer, not retries
+    if failed_before == 0 {
+        return; // calls to the same peer, none failed before the last: not retries
     }
     let failed_all = g.iter().filter(|&&i| failed(&rows[i])).count();
     let window = match holder {

@@ -430,7 +430,11 @@ mod tests {
         q.add(1000, 0.0);
         q.add(1001, 15.0);
         q.add(1002, 30.0);
-        assert!(close(q.lag_seconds(1001, 32.0), 2.0), "{:?}", q.lag_seconds(1001, 32.0));
+        assert!(
+            close(q.lag_seconds(1001, 32.0), 2.0),
+            "{:?}",
+            q.lag_seconds(1001, 32.0)
+        );
         assert_eq!(Timeline::new(60).lag_seconds(1, 1.0), None);
     }
 
