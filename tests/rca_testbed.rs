@@ -393,8 +393,11 @@ http {{
             && a.get("rca.culprit.service").map(String::as_str) != Some(culprit_of(want))
         {
             eprintln!(
-                "    culprit of {want} {id}: {:?}",
-                a.get("rca.culprit.service")
+                "    culprit of {want} {id}: {:?} rule {:?} evidence {}",
+                a.get("rca.culprit.service"),
+                a.get("rca.rule"),
+                a.get("rca.evidence")
+                    .map_or(String::new(), |e| e.chars().take(300).collect())
             );
             if per[want].1 == per[want].2 + 1 {
                 for (_, _, sp) in spans(&read_jsonl(&d.join("traces.jsonl"))) {

@@ -69,8 +69,9 @@ pub struct CorrelateConfig {
     /// 30 ms trace is not why anyone was paged.
     #[serde(default = "min_explained")]
     pub min_explained: Duration,
-    /// Hold an analysed trace whose cause is `unknown` or only
-    /// `slow_dependency` (the fallback) this long, then
+    /// Hold an analysed trace whose cause is `unknown`, only
+    /// `slow_dependency` (the fallback), or `upstream_timeout` (the callee
+    /// was still running when the caller gave up) this long, then
     /// analyse it again: its gateway log or metrics may still arrive
     /// (metrics are scraped every 10–60 s). `0s` (default) turns it off.
     #[serde(default)]

@@ -782,8 +782,12 @@ impl Correlate {
         for t in &traces {
             let v = verdict(t, findings.get(&t.trace_id), (self.min_share, self.min_ms));
             // Unexplained: no cause, or only the fallback that gateway logs or
-            // metrics arriving later could replace.
-            let unexplained = matches!(v.best.cause.as_str(), "unknown" | "slow_dependency");
+            // metrics arriving later could replace; or a timeout, whose callee
+            // was still running when the caller gave up: its spans come later.
+            let unexplained = matches!(
+                v.best.cause.as_str(),
+                "unknown" | "slow_dependency" | "upstream_timeout"
+            );
             if unexplained
                 && !again
                 && !self.evidence_wait.is_zero()
