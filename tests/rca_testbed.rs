@@ -29,6 +29,7 @@ impl Drop for Proc {
         // The whole process group: `runuser` leaves PostgreSQL behind otherwise.
         Command::new("kill")
             .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .stderr(Stdio::null())
             .status()
             .ok();
         self.0.kill().ok();
