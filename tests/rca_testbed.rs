@@ -5,7 +5,8 @@
 //! faults are caused by real mechanisms: NGINX's `limit_req` (429),
 //! `proxy_read_timeout` (504) and a dead upstream (502), a cold Redis cache
 //! falling back to a slow query, a one-connection pg pool under a burst,
-//! a thrown exception. The ground truth is what the driver and the services
+//! a thrown exception, a Kafka consumer (kafkajs, against the tansu broker,
+//! its lag read by the `kafka_lag` receiver) that stopped fetching. The ground truth is what the driver and the services
 //! observed, per trace id (`tests/testbed/app.js`); no span carries anything
 //! added by hand. `scripts/test.sh` installs nginx, redis-server, postgresql
 //! and the npm packages. `CAUSEWAY_TESTBED_SCALE` repeats the load (the long
@@ -141,6 +142,7 @@ fn real_software_faults_get_the_right_cause_culprit_and_route() {
         free_port(),
         free_port(),
     );
+    let billing_port = free_port();
     let mut pg = spawn(
         "postgres",
         as_postgres(postgres_bin("postgres")).args([
@@ -171,6 +173,9 @@ fn real_software_faults_get_the_right_cause_culprit_and_route() {
     );
     wait_port(pg_port, "postgres", &mut pg, d);
     wait_port(redis_port, "redis", &mut redis, d);
+    // Kafka: the tansu broker the other Kafka tests use; `orders` is consumed by `billing`.
+    let broker = common::kafka::Broker::start(d);
+    broker.create_topic("orders", 1);
 
     // causeway: OTLP from the services, NGINX's access log tailed.
     let config = format!(
@@ -179,6 +184,12 @@ receivers:
   otlp:
     protocols:
       http: {{ endpoint: "127.0.0.1:{otlp_port}" }}
+  kafka_lag:
+    brokers: ["{kafka}"]
+    interval: 1s
+    timeout: 2s
+    window: 3
+    lag_threshold: 2
   gateway_log:
     include: ["{{dir}}/access.log*"]
     start_at: beginning
@@ -191,15 +202,19 @@ processors:
     policies: [{{ name: all, type: always_sample }}]
   correlate:
     evidence_wait: 3s
+    consumer_lag: {{ lag_threshold: 3 }}
 exporters:
   file/traces: {{ path: "{{dir}}/traces.jsonl" }}
   file/logs: {{ path: "{{dir}}/logs.jsonl" }}
+  file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
 service:
   pipelines:
     traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
     logs: {{ receivers: [otlp, gateway_log], processors: [correlate], exporters: [file/logs] }}
+    metrics: {{ receivers: [kafka_lag], processors: [correlate], exporters: [file/metrics] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+"#,
+        kafka = broker.addr()
     );
     let _daemon = Daemon::start(d, "testbed", &config);
 
@@ -234,6 +249,7 @@ http {{
     location = /ok {{ set $route_id ok; proxy_pass http://shop; }}
     location = /fail {{ set $route_id order-fail; proxy_pass http://shop; }}
     location = /orders {{ set $route_id orders-list; proxy_pass http://shop; }}
+    location = /order {{ set $route_id order-create; proxy_pass http://shop; }}
     location = /report {{ set $route_id report; proxy_read_timeout 1s; proxy_pass http://shop; }}
     location = /limited {{ set $route_id limited; limit_req zone=perip; proxy_pass http://shop/ok; }}
     location = /dead {{ set $route_id dead; proxy_pass http://127.0.0.1:{dead_port}; }}
@@ -273,6 +289,9 @@ http {{
             .env("PG_PORT", pg_port.to_string())
             .env("REDIS_PORT", redis_port.to_string())
             .env("PRICING_PORT", pricing_port.to_string())
+            .env("BILLING_PORT", billing_port.to_string())
+            .env("KAFKA", broker.addr())
+            .env("KAFKAJS_NO_PARTITIONER_WARNING", "1")
             .env("GATEWAY", format!("http://127.0.0.1:{nginx_port}"))
             .env(
                 "SCALE",
@@ -282,8 +301,10 @@ http {{
     };
     let mut shop = node("shop", "shop", shop_port);
     let mut pricing = node("pricing", "pricing", pricing_port);
+    let mut billing = node("billing", "billing", billing_port);
     wait_port(shop_port, "shop", &mut shop, d);
     wait_port(pricing_port, "pricing", &mut pricing, d);
+    wait_port(billing_port, "billing", &mut billing, d);
     let mut driver = node("driver", "load-driver", 0);
     let st = loop {
         if let Some(st) = driver.0.try_wait().unwrap() {
@@ -337,6 +358,7 @@ http {{
     // Score: top-1 cause, culprit service, route identity.
     let culprit_of = |cause: &str| match cause {
         "upstream_timeout" => "pricing",
+        "consumer_lag" => "billing",
         "rate_limited" | "upstream_unavailable" => "load-driver",
         _ => "shop",
     };
@@ -440,6 +462,7 @@ http {{
         "upstream_timeout",
         "rate_limited",
         "queueing",
+        "consumer_lag",
     ] {
         let (n, r, _) = per.get(cause).copied().unwrap_or_default();
         assert!(n >= 5, "{cause}: only {n} traces caused");

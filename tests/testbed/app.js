@@ -1,5 +1,5 @@
 // The test bed's services and its load driver, one role per process:
-//   node --require ./tracing.js app.js shop|pricing|driver
+//   node app.js shop|pricing|billing|driver
 // Faults are caused by real mechanisms in real software (a cold Redis cache
 // falling back to a slow PostgreSQL query, a one-connection pg pool under a
 // burst, NGINX's limit_req, proxy_read_timeout and a dead upstream, a thrown
@@ -20,6 +20,10 @@ const env = (k) => {
 const truth = fs.createWriteStream(env('TRUTH_FILE'), { flags: 'a' });
 const record = (o) => truth.write(JSON.stringify(o) + '\n');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const kafka = () => {
+  const { Kafka, logLevel } = require('kafkajs');
+  return new Kafka({ clientId: role, brokers: [env('KAFKA')], logLevel: logLevel.ERROR });
+};
 
 if (role === 'shop') {
   const express = require('express');
@@ -69,7 +73,38 @@ if (role === 'shop') {
     await pg.query('SELECT 1');
     res.json({ ok: true });
   });
-  app.listen(+env('PORT'), '127.0.0.1', () => console.log('ready'));
+  // An order is published to Kafka; `billing` consumes it.
+  const producer = kafka().producer();
+  app.get('/order', async (req, res) => {
+    await producer.send({ topic: 'orders', messages: [{ value: 'order' }] });
+    res.json({ queued: true });
+  });
+  producer.connect().then(() =>
+    app.listen(+env('PORT'), '127.0.0.1', () => console.log('ready'))
+  );
+} else if (role === 'billing') {
+  // The consumer group `billing`; the driver pauses and resumes it (a
+  // consumer that stops fetching: its group's lag grows).
+  const consumer = kafka().consumer({ groupId: 'billing' });
+  const app = require('express')();
+  app.get('/pause', (req, res) => {
+    consumer.pause([{ topic: 'orders' }]);
+    res.json({ paused: true });
+  });
+  app.get('/resume', (req, res) => {
+    consumer.resume([{ topic: 'orders' }]);
+    res.json({ paused: false });
+  });
+  (async () => {
+    await consumer.connect();
+    await consumer.subscribe({ topic: 'orders', fromBeginning: true });
+    await consumer.run({
+      eachMessage: async () => {
+        await sleep(5);
+      },
+    });
+    app.listen(+env('PORT'), '127.0.0.1', () => console.log('ready'));
+  })();
 } else if (role === 'pricing') {
   const express = require('express');
   const app = express();
@@ -98,12 +133,29 @@ if (role === 'shop') {
       record({ trace_id: span.spanContext().traceId, path, status, label: label(status) });
     });
   const many = (n, f) => Promise.all(Array.from({ length: n }, (_, i) => f(i)));
+  // Control calls to billing, untraced (not part of the load).
+  const { context } = require('@opentelemetry/api');
+  const { suppressTracing } = require('@opentelemetry/core');
+  const control = (path) =>
+    context.with(suppressTracing(context.active()), () =>
+      new Promise((resolve) => {
+        http
+          .get(`http://127.0.0.1:${env('BILLING_PORT')}${path}`, { agent: false }, (r) => {
+            r.resume();
+            r.on('end', resolve);
+          })
+          .on('error', resolve);
+      })
+    );
   const scale = +(process.env.SCALE || 1);
   const run = Date.now().toString(36);
   (async () => {
     // Warm-up: fill the cache for the keys healthy requests read.
     for (let i = 0; i < 10; i++) await one(`/item/warm-${run}-${i}`, () => 'warmup');
     for (let round = 0; round < scale; round++) {
+      // Orders while billing consumes (first: its group commits an offset
+      // before the pause below, so its lag is known).
+      for (let i = 0; i < 5; i++) await one('/order', (s) => (s === 200 ? 'healthy' : `unexpected-${s}`));
       for (let i = 0; i < 20; i++) await one(`/item/warm-${run}-${i % 10}`, () => 'healthy');
       for (let i = 0; i < 15; i++) await one('/ok', () => 'healthy');
       // A cold cache: keys never read before.
@@ -123,6 +175,16 @@ if (role === 'shop') {
         await many(6, () => one('/orders', () => 'pool'));
         await sleep(300);
       }
+      // Orders while billing is paused: they wait in the topic until it
+      // resumes (a stopped consumer, real lag).
+      await control('/pause');
+      for (let i = 0; i < 8; i++) {
+        await one('/order', (s) => (s === 200 ? 'consumer_lag' : `unexpected-${s}`));
+        await sleep(250);
+      }
+      await sleep(3000);
+      await control('/resume');
+      await sleep(1500);
     }
     await sdk.shutdown();
     truth.end(() => process.exit(0));

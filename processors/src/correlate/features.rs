@@ -718,6 +718,19 @@ pub fn join(traces: &mut [TraceRow], store: &Store, p: &JoinParams, now_ns: u64)
             }
         }
         for (topic, group) in touched {
+            // The lag that matters is the lag while the message waited: up to
+            // the consumer's start, plus as long again (a backlog drains over
+            // about the time it built up), not a pause that came later.
+            let to = t
+                .spans
+                .iter()
+                .filter(|s| s.destination.as_deref() == Some(topic.as_str()))
+                .filter_map(|s| {
+                    let wait = s.async_wait_ms?;
+                    Some(t.start_ns + ((s.start_ms + wait) * 1e6) as u64)
+                })
+                .max()
+                .unwrap_or(to);
             let row = kafka_row(&kafka_series, &topic, &group, from, to, p);
             if row.time_ns > 0 {
                 t.kafka.push(row);
