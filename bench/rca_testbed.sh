@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CAUSEWAY_TESTBED_SCALE="${SCALE:-5}"
-cargo test --test rca_testbed -- --nocapture 2>&1 | grep -E '^\||→|example|routes|test result'
+cargo test --test rca_testbed -- --nocapture 2>&1 | grep -E '^\||→|example|routes|not scored|test result'

@@ -189,6 +189,7 @@ fn bench(c: &mut Criterion) {
                 lookahead_ns: 60_000_000_000,
                 lag_threshold: 5000.0,
                 lag_growth: 1000.0,
+                lag_sample_ns: 60_000_000_000,
             },
             T0,
         );
@@ -234,6 +235,7 @@ fn bench(c: &mut Criterion) {
                 lookahead_ns: 60_000_000_000,
                 lag_threshold: 5000.0,
                 lag_growth: 1000.0,
+                lag_sample_ns: 60_000_000_000,
             },
             T0,
         );

@@ -99,7 +99,13 @@ if (role === 'shop') {
     await consumer.connect();
     await consumer.subscribe({ topic: 'orders', fromBeginning: true });
     await consumer.run({
-      eachMessage: async () => {
+      // The wait each message had, from its produce timestamp (ground truth).
+      eachMessage: async ({ message }) => {
+        const waited = Date.now() - Number(message.timestamp);
+        // The trace the message belongs to, from the traceparent the producer sent.
+        const tp = String((message.headers || {}).traceparent || '');
+        const traceId = tp.split('-')[1];
+        if (traceId) record({ trace_id: traceId, consume_wait_ms: waited });
         await sleep(5);
       },
     });
@@ -155,7 +161,7 @@ if (role === 'shop') {
     for (let round = 0; round < scale; round++) {
       // Orders while billing consumes (first: its group commits an offset
       // before the pause below, so its lag is known).
-      for (let i = 0; i < 5; i++) await one('/order', (s) => (s === 200 ? 'healthy' : `unexpected-${s}`));
+      for (let i = 0; i < 5; i++) await one('/order', (s) => (s === 200 ? 'order' : `unexpected-${s}`));
       for (let i = 0; i < 20; i++) await one(`/item/warm-${run}-${i % 10}`, () => 'healthy');
       for (let i = 0; i < 15; i++) await one('/ok', () => 'healthy');
       // A cold cache: keys never read before.
@@ -179,7 +185,7 @@ if (role === 'shop') {
       // resumes (a stopped consumer, real lag).
       await control('/pause');
       for (let i = 0; i < 8; i++) {
-        await one('/order', (s) => (s === 200 ? 'consumer_lag' : `unexpected-${s}`));
+        await one('/order', (s) => (s === 200 ? 'order' : `unexpected-${s}`));
         await sleep(250);
       }
       await sleep(3000);

@@ -110,6 +110,11 @@ pub struct ConsumerLagConfig {
     /// which the group lags whatever its level (default 1000).
     #[serde(default = "lag_growth")]
     pub lag_growth: f64,
+    /// How often the lag is sampled: kafkametrics' `collection_interval`
+    /// (default 1m) or kafka_lag's `interval`. A consumer's wait joins the
+    /// lag sampled within this of it (default 1m).
+    #[serde(default = "lag_sample_interval")]
+    pub sample_interval: Duration,
 }
 
 impl Default for ConsumerLagConfig {
@@ -117,6 +122,7 @@ impl Default for ConsumerLagConfig {
         ConsumerLagConfig {
             lag_threshold: lag_threshold(),
             lag_growth: lag_growth(),
+            sample_interval: lag_sample_interval(),
         }
     }
 }
@@ -149,6 +155,9 @@ impl Default for BaselineConfig {
 
 fn lag_threshold() -> f64 {
     5000.0
+}
+fn lag_sample_interval() -> Duration {
+    Duration::secs(60)
 }
 fn lag_growth() -> f64 {
     1000.0

@@ -640,6 +640,9 @@ pub struct JoinParams {
     /// Growth of the lag (messages) over the join interval, rising point
     /// after point, at which a group lags.
     pub lag_growth: f64,
+    /// How often the lag is sampled (ns): the lag joined to a consumer's wait
+    /// is the lag sampled within this of it.
+    pub lag_sample_ns: u64,
 }
 
 /// What a join found nothing for (for the self-metrics).
@@ -718,19 +721,32 @@ pub fn join(traces: &mut [TraceRow], store: &Store, p: &JoinParams, now_ns: u64)
             }
         }
         for (topic, group) in touched {
-            // The lag that matters is the lag while the message waited: up to
-            // the consumer's start, plus as long again (a backlog drains over
-            // about the time it built up), not a pause that came later.
-            let to = t
+            // For a consumer, the lag that matters is the lag while its message
+            // waited: from as long before it was produced to as long after it
+            // was consumed (a backlog builds and drains over about that time),
+            // widened to the sampling interval of the lag (a sample may not
+            // fall inside a short wait), not a pause minutes before or after.
+            let waits: Vec<(u64, u64)> = t
                 .spans
                 .iter()
                 .filter(|s| s.destination.as_deref() == Some(topic.as_str()))
                 .filter_map(|s| {
                     let wait = s.async_wait_ms?;
-                    Some(t.start_ns + ((s.start_ms + wait) * 1e6) as u64)
+                    let consumed = t.start_ns + (s.start_ms * 1e6) as u64;
+                    let span = ((wait * 1e6) as u64).max(p.lag_sample_ns);
+                    Some((
+                        consumed.saturating_sub(2 * span),
+                        consumed.saturating_add(span),
+                    ))
                 })
-                .max()
-                .unwrap_or(to);
+                .collect();
+            let (from, to) = match (
+                waits.iter().map(|w| w.0).min(),
+                waits.iter().map(|w| w.1).max(),
+            ) {
+                (Some(a), Some(b)) => (a, b),
+                _ => (from, to),
+            };
             let row = kafka_row(&kafka_series, &topic, &group, from, to, p);
             if row.time_ns > 0 {
                 t.kafka.push(row);

@@ -122,6 +122,7 @@ impl ProcessorFactory for CorrelateFactory {
                 lookahead_ns: nanos(cfg.metric_lookahead.get()),
                 lag_threshold: cfg.consumer_lag.lag_threshold,
                 lag_growth: cfg.consumer_lag.lag_growth,
+                lag_sample_ns: nanos(cfg.consumer_lag.sample_interval.get()),
             },
             min_share: cfg.min_explained_share,
             min_ms: nanos(cfg.min_explained.get()) as f64 / 1e6,

@@ -102,6 +102,7 @@ async fn analyse(store: &Store, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verd
             lookahead_ns: u64::MAX / 4,
             lag_threshold: 5000.0,
             lag_growth: 1000.0,
+            lag_sample_ns: 60_000_000_000,
         },
         1_000_000_000_000,
     );
@@ -335,6 +336,7 @@ async fn kafka_lag_trend_over_the_join_interval_is_a_column_rules_can_use() {
             lookahead_ns: 60_000_000_000,
             lag_threshold: 5000.0,
             lag_growth: 1000.0,
+            lag_sample_ns: 60_000_000_000,
         },
         1_000_000_000_000,
     );
