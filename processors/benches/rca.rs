@@ -181,18 +181,7 @@ fn bench(c: &mut Criterion) {
         let t = std::time::Instant::now();
         let mut rows = features::traces(&rs, Some(&st.baselines), &Default::default());
         let t1 = t.elapsed();
-        features::join(
-            &mut rows,
-            &st,
-            &features::JoinParams {
-                lookback_ns: 120_000_000_000,
-                lookahead_ns: 60_000_000_000,
-                lag_threshold: 5000.0,
-                lag_growth: 1000.0,
-                lag_sample_ns: 60_000_000_000,
-            },
-            T0,
-        );
+        features::join(&mut rows, &st, &features::JoinParams::default(), T0);
         let t2 = t.elapsed();
         let tables = rules::tables(&rows).expect("tables");
         let t3 = t.elapsed();
@@ -227,18 +216,7 @@ fn bench(c: &mut Criterion) {
     let tick = |rt: &tokio::runtime::Runtime, rs: Vec<ResourceSpans>| {
         let mut rs = rs;
         let mut rows = features::traces(&rs, Some(&st.baselines), &Default::default());
-        features::join(
-            &mut rows,
-            &st,
-            &features::JoinParams {
-                lookback_ns: 120_000_000_000,
-                lookahead_ns: 60_000_000_000,
-                lag_threshold: 5000.0,
-                lag_growth: 1000.0,
-                lag_sample_ns: 60_000_000_000,
-            },
-            T0,
-        );
+        features::join(&mut rows, &st, &features::JoinParams::default(), T0);
         let (findings, errors) = rt.block_on(rules::evaluate(&rules, &rows));
         assert!(errors.is_empty(), "{errors:?}");
         for t in &rows {

@@ -645,6 +645,19 @@ pub struct JoinParams {
     pub lag_sample_ns: u64,
 }
 
+impl Default for JoinParams {
+    /// The `correlate` config's defaults.
+    fn default() -> Self {
+        JoinParams {
+            lookback_ns: 120_000_000_000,
+            lookahead_ns: 60_000_000_000,
+            lag_threshold: 5000.0,
+            lag_growth: 1000.0,
+            lag_sample_ns: 60_000_000_000,
+        }
+    }
+}
+
 /// What a join found nothing for (for the self-metrics).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JoinMisses {

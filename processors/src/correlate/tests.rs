@@ -100,9 +100,7 @@ async fn analyse(store: &Store, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verd
         &features::JoinParams {
             lookback_ns: u64::MAX / 4,
             lookahead_ns: u64::MAX / 4,
-            lag_threshold: 5000.0,
-            lag_growth: 1000.0,
-            lag_sample_ns: 60_000_000_000,
+            ..Default::default()
         },
         1_000_000_000_000,
     );
@@ -331,13 +329,7 @@ async fn kafka_lag_trend_over_the_join_interval_is_a_column_rules_can_use() {
     features::join(
         &mut traces,
         &st,
-        &features::JoinParams {
-            lookback_ns: 120_000_000_000,
-            lookahead_ns: 60_000_000_000,
-            lag_threshold: 5000.0,
-            lag_growth: 1000.0,
-            lag_sample_ns: 60_000_000_000,
-        },
+        &features::JoinParams::default(),
         1_000_000_000_000,
     );
     assert_eq!(traces[0].kafka[0].lag_trend, Some(2400.0));
