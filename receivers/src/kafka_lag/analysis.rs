@@ -199,6 +199,13 @@ impl Window {
             return Status::Ok;
         }
         let s: Vec<&Sample> = self.samples.iter().collect();
+        // Rule 1 comes first, as in Burrow: caught up at some point in the
+        // window is OK. A quiet topic whose consumer is one message behind
+        // between a produce and its commit is not stopped (it read STOP when
+        // the window held a single commit: a span of 0 s).
+        if s.iter().any(|x| x.lag <= allowed_lag) {
+            return Status::Ok;
+        }
         // REWIND: the offset went back within the window and did not recover.
         for w in s.windows(2) {
             if w[1].committed < w[0].committed && last.committed < w[0].committed {
@@ -221,10 +228,6 @@ impl Window {
         let last_change = self.changes.back().copied().unwrap_or(s[0].t);
         if now - last_change > last_change - first_change {
             return Status::Stop;
-        }
-        // Rule 1: caught up at some point in the window.
-        if s.iter().any(|x| x.lag <= allowed_lag) {
-            return Status::Ok;
         }
         // WARN: offsets advance but lag never decreases. As in Burrow, lag is
         // compared at the commits (the first sample of each committed offset):
@@ -394,6 +397,33 @@ mod tests {
         assert_eq!(group_status([Status::Ok, Status::Warn]), Status::Warn);
         assert_eq!(group_status([Status::Ok, Status::Stall]), Status::Err);
         assert_eq!(Status::Rewind as i32, 6);
+    }
+
+    #[test]
+    fn a_quiet_topic_one_message_behind_between_commits_is_ok_not_stopped() {
+        // A message a minute, consumed within 3 s, sampled every 15 s: the
+        // committed offset does not move for four samples (nothing to read),
+        // and the last sample falls between a produce and its commit (lag 1).
+        let mut w = Window::new(5);
+        for (i, lag) in [0, 0, 0, 0, 1].iter().enumerate() {
+            w.add(Sample {
+                t: 15.0 * i as f64,
+                committed: 100,
+                lag: *lag,
+            });
+        }
+        assert_eq!(w.status(60.0, 0, Some(true)), Status::Ok, "not STALL");
+        assert_eq!(w.status(60.0, 0, Some(false)), Status::Ok, "not STOP");
+        // Behind for the whole window, not moving: STALL with members.
+        let mut w = Window::new(5);
+        for i in 0..5 {
+            w.add(Sample {
+                t: 15.0 * f64::from(i),
+                committed: 100,
+                lag: 1,
+            });
+        }
+        assert_eq!(w.status(60.0, 0, Some(true)), Status::Stall);
     }
 
     #[test]
