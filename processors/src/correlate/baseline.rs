@@ -24,6 +24,8 @@ struct Op {
     old: Sketch,
     cur: Sketch,
     updated: u64,
+    /// The normal of both generations, computed once after each change.
+    normal: Option<Option<f64>>,
 }
 
 #[derive(Debug, Default)]
@@ -69,13 +71,18 @@ impl Baselines {
 
     /// The normal duration (ms) of an operation, once it has enough samples.
     pub fn normal(&self, service: &str, op: &str) -> Option<f64> {
-        let g = self.lock();
-        let o = g.ops.get(&(service.to_string(), op.to_string()))?;
-        let mut s = o.old.clone();
-        s.merge(&o.cur);
-        (s.count() >= self.min_samples)
-            .then(|| s.quantile(self.quantile))
-            .flatten()
+        let mut g = self.lock();
+        let o = g.ops.get_mut(&(service.to_string(), op.to_string()))?;
+        if o.normal.is_none() {
+            let mut s = o.old.clone();
+            s.merge(&o.cur);
+            o.normal = Some(
+                (s.count() >= self.min_samples)
+                    .then(|| s.quantile(self.quantile))
+                    .flatten(),
+            );
+        }
+        o.normal.flatten()
     }
 
     /// Feed durations (ms) of operations observed at `now_ns`.
@@ -85,6 +92,7 @@ impl Baselines {
             g.generation_start = now_ns;
             for o in g.ops.values_mut() {
                 o.old = std::mem::take(&mut o.cur);
+                o.normal = None;
             }
             g.ops.retain(|_, o| o.old.count() > 0);
         }
@@ -93,6 +101,7 @@ impl Baselines {
             let o = g.ops.entry(key).or_default();
             o.cur.add(v);
             o.updated = now_ns;
+            o.normal = None;
         }
         if g.ops.len() > self.max_ops {
             let mut ages: Vec<(u64, (String, String))> =

@@ -104,6 +104,11 @@ pub struct SpanRow {
     pub baseline_ms: Option<f64>,
     /// Self time beyond the baseline (ms), once known.
     pub excess_ms: Option<f64>,
+    /// Index of the parent in the trace's spans, after the repairs (orphans
+    /// attached, cycles cut), when it has one.
+    pub parent: Option<usize>,
+    /// Parent links up to the root (0 for a root or a span not under one).
+    pub depth: usize,
 }
 
 /// One kept trace.
@@ -470,8 +475,12 @@ pub fn traces(
             row.wait_ms = first_child[i].map(|c| ms(c.saturating_sub(n.start)));
         }
         shape::infer(&mut spans, &nodes, &kids);
-        // Critical time of each subtree, bottom-up.
+        // Critical time of each subtree, bottom-up; depths top-down.
         let order = shape::top_down(&nodes, &kids);
+        for &i in &order {
+            spans[i].parent = nodes[i].parent;
+            spans[i].depth = nodes[i].parent.map_or(0, |p| spans[p].depth + 1);
+        }
         for &i in order.iter().rev() {
             spans[i].path_ms += spans[i].self_ms;
             if let Some(p) = nodes[i].parent {
@@ -533,8 +542,9 @@ pub fn traces(
             .copied()
             .filter(|&i| spans[i].kind == "server")
             .min_by(|&a, &b| {
-                depth(&nodes, a)
-                    .cmp(&depth(&nodes, b))
+                spans[a]
+                    .depth
+                    .cmp(&spans[b].depth)
                     .then(nodes[a].start.cmp(&nodes[b].start))
             })
             .unwrap_or(root_i);
@@ -564,18 +574,6 @@ pub fn traces(
         });
     }
     out
-}
-
-fn depth(nodes: &[Node], mut i: usize) -> usize {
-    let mut d = 0;
-    while let Some(p) = nodes[i].parent {
-        d += 1;
-        i = p;
-        if d > nodes.len() {
-            break;
-        }
-    }
-    d
 }
 
 /// Cut the parent link that closes each cycle of parent ids.

@@ -317,45 +317,29 @@ pub struct Verdict {
 /// waiting on a callee (a timeout), the innermost server span below it that
 /// still took half of that time.
 fn slowest_below(t: &TraceRow, e: usize) -> usize {
-    let id = t.spans[e].span_id;
-    let mut below = std::collections::HashSet::from([id]);
-    // Spans are not ordered parent-first: grow the set until it stops.
-    loop {
-        let before = below.len();
-        for s in &t.spans {
-            if below.contains(&s.parent_id) {
-                below.insert(s.span_id);
-            }
-        }
-        if below.len() == before {
-            break;
+    // The spans below `e`: one pass over the parent links, parents first.
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); t.spans.len()];
+    for (i, s) in t.spans.iter().enumerate() {
+        if let Some(p) = s.parent {
+            children[p].push(i);
         }
     }
-    t.spans
-        .iter()
-        .enumerate()
-        .filter(|(i, s)| {
-            *i != e
-                && below.contains(&s.span_id)
-                && s.kind == "server"
-                && s.duration_ms >= 0.5 * t.spans[e].duration_ms
+    let mut below = Vec::new();
+    let mut stack = vec![e];
+    while let Some(i) = stack.pop() {
+        below.push(i);
+        stack.extend(&children[i]);
+    }
+    below
+        .into_iter()
+        .filter(|&i| {
+            i != e
+                && t.spans[i].kind == "server"
+                && t.spans[i].duration_ms >= 0.5 * t.spans[e].duration_ms
         })
         // The innermost (deepest) server span that still holds half of the time.
-        .max_by_key(|(i, _)| depth_of(t, *i))
-        .map_or(e, |(i, _)| i)
-}
-
-fn depth_of(t: &TraceRow, i: usize) -> usize {
-    let mut d = 0;
-    let mut id = t.spans[i].parent_id;
-    while id != 0 && d <= t.spans.len() {
-        match t.spans.iter().find(|s| s.span_id == id) {
-            Some(p) => id = p.parent_id,
-            None => break,
-        }
-        d += 1;
-    }
-    d
+        .max_by_key(|&i| (t.spans[i].depth, i))
+        .unwrap_or(e)
 }
 
 /// The time a finding explains when its rule did not say: the critical

@@ -203,7 +203,7 @@ fn op_upper(r: &SpanRow) -> String {
 fn cache_system(r: &SpanRow) -> Option<&str> {
     r.db_system
         .as_deref()
-        .filter(|s| CACHES.contains(&s.to_ascii_lowercase().as_str()))
+        .filter(|s| CACHES.iter().any(|c| s.eq_ignore_ascii_case(c)))
 }
 
 fn is_cache_read(r: &SpanRow) -> bool {
@@ -253,7 +253,7 @@ pub fn infer(rows: &mut [SpanRow], nodes: &[Node], children: &[Vec<usize>]) {
             if !is_cache_read(&rows[c]) || rows[c].cache_hit.is_some() {
                 continue;
             }
-            let sys = cache_system(&rows[c]).map(str::to_ascii_lowercase);
+            let sys = cache_system(&rows[c]);
             let fallback = kids[k + 1..].iter().copied().find(|&d| {
                 nodes[d].start + tol >= nodes[c].end
                     && cache_system(&rows[d]).is_none()
@@ -265,7 +265,9 @@ pub fn infer(rows: &mut [SpanRow], nodes: &[Node], children: &[Vec<usize>]) {
             let write = kids.iter().copied().any(|w| {
                 nodes[w].start + tol >= nodes[d].end
                     && is_cache_write(&rows[w])
-                    && cache_system(&rows[w]).map(str::to_ascii_lowercase) == sys
+                    && cache_system(&rows[w])
+                        .zip(sys)
+                        .is_some_and(|(a, b)| a.eq_ignore_ascii_case(b))
             });
             if write {
                 rows[c].cache_hit = Some(false);
@@ -303,10 +305,11 @@ pub fn infer(rows: &mut [SpanRow], nodes: &[Node], children: &[Vec<usize>]) {
             if rows[c].kind != "client" {
                 continue;
             }
-            let key = |r: &SpanRow| (r.server_address.clone(), r.name.clone());
+            let same =
+                |a: &SpanRow, b: &SpanRow| a.server_address == b.server_address && a.name == b.name;
             match groups.iter_mut().find(|g| {
                 g.last().is_some_and(|&l| {
-                    key(&rows[l]) == key(&rows[c]) && nodes[c].start + tol >= nodes[l].end
+                    same(&rows[l], &rows[c]) && nodes[c].start + tol >= nodes[l].end
                 })
             }) {
                 Some(g) => g.push(c),
