@@ -85,7 +85,8 @@ if (role === 'shop') {
 } else if (role === 'billing') {
   // The consumer group `billing`; the driver pauses and resumes it (a
   // consumer that stops fetching: its group's lag grows).
-  const consumer = kafka().consumer({ groupId: 'billing' });
+  // A short fetch wait: a resumed consumer fetches again within 100 ms.
+  const consumer = kafka().consumer({ groupId: 'billing', maxWaitTimeInMs: 100 });
   const app = require('express')();
   app.get('/pause', (req, res) => {
     consumer.pause([{ topic: 'orders' }]);
@@ -182,15 +183,20 @@ if (role === 'shop') {
         await sleep(300);
       }
       // Orders while billing is paused: they wait in the topic until it
-      // resumes (a stopped consumer, real lag).
-      await control('/pause');
-      for (let i = 0; i < 8; i++) {
-        await one('/order', (s) => (s === 200 ? 'order' : `unexpected-${s}`));
-        await sleep(250);
+      // resumes (a stopped consumer, real lag). A short pause, whose
+      // consumer spans mostly arrive before the sampler decides, then a
+      // long one, whose consumer spans arrive after their traces were
+      // analysed (decision_wait + evidence_wait is 11 s in the test).
+      for (const [orders, pause] of [[4, 1000], [6, 12000]]) {
+        await control('/pause');
+        for (let i = 0; i < orders; i++) {
+          await one('/order', (s) => (s === 200 ? 'order' : `unexpected-${s}`));
+          await sleep(250);
+        }
+        await sleep(pause);
+        await control('/resume');
+        await sleep(1500);
       }
-      await sleep(3000);
-      await control('/resume');
-      await sleep(1500);
     }
     await sdk.shutdown();
     truth.end(() => process.exit(0));

@@ -152,7 +152,14 @@ pub struct TraceRow {
     pub kafka: Vec<KafkaRow>,
     /// Pressure of the hosts its spans ran on.
     pub hosts: Vec<HostRow>,
+    /// Spans that arrived after the trace was analysed, with the remembered
+    /// producer span their message came from (not in the batch: its
+    /// `at` is [`NOT_IN_BATCH`]).
+    pub continuation: bool,
 }
+
+/// The `at` of a span row that is not in the batch being analysed.
+pub const NOT_IN_BATCH: SpanRef = (usize::MAX, 0, 0);
 
 /// Kafka state of a topic (and group) a trace touches.
 #[derive(Debug, Clone, Default, serde::Serialize)]

@@ -192,6 +192,22 @@ struct Held {
     ids: std::collections::HashSet<[u8; 16]>,
 }
 
+/// The span at `at` of `rs` alone in a resource (its resource and scope kept).
+fn one_span(rs: &[ResourceSpans], (ri, si, pi): features::SpanRef) -> Option<ResourceSpans> {
+    let r = rs.get(ri)?;
+    let sc = r.scope_spans.get(si)?;
+    let span = sc.spans.get(pi)?;
+    Some(ResourceSpans {
+        resource: r.resource.clone(),
+        scope_spans: vec![opentelemetry_proto::tonic::trace::v1::ScopeSpans {
+            scope: sc.scope.clone(),
+            spans: vec![span.clone()],
+            schema_url: sc.schema_url.clone(),
+        }],
+        schema_url: r.schema_url.clone(),
+    })
+}
+
 /// Move the spans of the traces in `ids` out of `rs` (resources and scopes
 /// kept), dropping what is left empty.
 fn split_traces(
@@ -596,6 +612,11 @@ pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) {
             );
         }
         if i == t.root {
+            if t.continuation {
+                // The verdict of spans that came after their trace's: it
+                // supersedes the one on the trace's root.
+                set_attr(a, "rca.continuation", any_value::Value::BoolValue(true));
+            }
             set_attr(
                 a,
                 "rca.cause",
@@ -711,17 +732,32 @@ impl Correlate {
             // Late spans of a trace analysed already are passed on as they
             // are: never analysed as a new (fragment of a) trace.
             let ids: Vec<[u8; 16]> = traces.iter().map(|t| t.id).collect();
+            // Except a consumer span whose message a remembered producer span
+            // of the trace sent: the message's wait is measured from there.
             let late = self.store.mark_analysed(&ids, now);
             let mut n = 0u64;
+            let mut continued = Vec::new();
             let mut k = 0;
             traces.retain(|t| {
                 let keep = !late[k];
-                if !keep {
-                    n += t.spans.len() as u64;
-                }
                 k += 1;
+                if !keep {
+                    match self.continuation(rs, t) {
+                        Some(c) => {
+                            let analysed = c
+                                .spans
+                                .iter()
+                                .filter(|s| s.at != features::NOT_IN_BATCH)
+                                .count();
+                            n += t.spans.len().saturating_sub(analysed) as u64;
+                            continued.push(c);
+                        }
+                        None => n += t.spans.len() as u64,
+                    }
+                }
                 keep
             });
+            traces.extend(continued);
             if n > 0 {
                 self.store.count_late(n);
                 self.telemetry
@@ -775,14 +811,22 @@ impl Correlate {
             );
             if unexplained
                 && !again
+                && !t.continuation
                 && !self.evidence_wait.is_zero()
                 && held_now + hold.len() < self.max_held
             {
                 hold.insert(t.id);
                 continue;
             }
-            for s in &t.spans {
+            for s in t.spans.iter().filter(|s| s.at != features::NOT_IN_BATCH) {
                 fed.push((&s.service, &s.name, s.duration_ms));
+                if s.kind == "producer"
+                    || (s.destination.is_some() && matches!(s.kind, "client" | "internal"))
+                {
+                    if let Some(one) = one_span(rs, s.at) {
+                        self.store.remember_producer(t.id, s.span_id, one, now);
+                    }
+                }
             }
             annotate(rs, t, &v);
             self.analysed.add(1);
@@ -817,6 +861,70 @@ impl Correlate {
             self.set_held_gauge();
         }
         Ok(())
+    }
+
+    /// The late spans `t` of an analysed trace as a trace of their own, when
+    /// a remembered producer span of the trace sent the message one of them
+    /// consumed: that span joins them, so the message's wait counts (a
+    /// consumer behind a lagging group runs long after the sampler decided).
+    /// The verdict is written on the top span of the late ones.
+    fn continuation(&self, rs: &[ResourceSpans], t: &TraceRow) -> Option<TraceRow> {
+        let ids: std::collections::HashSet<u64> = t.spans.iter().map(|s| s.span_id).collect();
+        let mut producers: Vec<Arc<ResourceSpans>> = Vec::new();
+        // The consumers of remembered messages and the late spans below them.
+        let mut mine: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        for s in t.spans.iter().filter(|s| !ids.contains(&s.parent_id)) {
+            if let Some(p) = self.store.producer(&t.id, s.parent_id) {
+                producers.push(p);
+                mine.insert(s.span_id);
+            }
+        }
+        if producers.is_empty() {
+            return None;
+        }
+        loop {
+            let before = mine.len();
+            for s in &t.spans {
+                if mine.contains(&s.parent_id) {
+                    mine.insert(s.span_id);
+                }
+            }
+            if mine.len() == before {
+                break;
+            }
+        }
+        let picked: Vec<&features::SpanRow> = t
+            .spans
+            .iter()
+            .filter(|s| mine.contains(&s.span_id))
+            .collect();
+        let mut sub: Vec<ResourceSpans> =
+            picked.iter().filter_map(|s| one_span(rs, s.at)).collect();
+        if sub.len() != picked.len() {
+            return None;
+        }
+        let real = sub.len();
+        sub.extend(producers.iter().map(|p| (**p).clone()));
+        let mut c = features::traces(&sub, Some(&self.store.baselines), &self.route_map)
+            .into_iter()
+            .find(|x| x.id == t.id)?;
+        // Back to the batch: the i-th resource of `sub` is the i-th late span.
+        for row in &mut c.spans {
+            row.at = if row.at.0 < real {
+                picked[row.at.0].at
+            } else {
+                features::NOT_IN_BATCH
+            };
+        }
+        c.root = (0..c.spans.len())
+            .filter(|&i| c.spans[i].at != features::NOT_IN_BATCH)
+            .min_by(|&a, &b| {
+                (c.spans[a].depth, c.spans[a].start_ms)
+                    .partial_cmp(&(c.spans[b].depth, c.spans[b].start_ms))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            })?;
+        c.continuation = true;
+        Some(c)
     }
 
     fn set_held_gauge(&self) {

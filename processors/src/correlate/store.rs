@@ -10,6 +10,7 @@
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::ResourceLogs;
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, ResourceMetrics};
+use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -253,6 +254,11 @@ struct Inner {
     analysed: HashMap<[u8; 16], u64>,
     analysed_order: VecDeque<(u64, [u8; 16])>,
     late_spans: u64,
+    /// Producer spans of analysed traces (trace id, span id), each as a
+    /// one-span resource: a consumer span that arrives after its trace was
+    /// analysed is measured from the span that produced its message.
+    producers: HashMap<([u8; 16], u64), (u64, Arc<ResourceSpans>)>,
+    producer_order: VecDeque<(u64, ([u8; 16], u64))>,
 }
 
 /// The memory a log record is counted at: its body plus a fixed overhead.
@@ -856,6 +862,37 @@ impl Store {
                 before
             })
             .collect()
+    }
+
+    /// Remember a producer span of an analysed trace (as a one-span
+    /// resource), for as long as the window and `max_analysed` allow.
+    pub fn remember_producer(
+        &self,
+        trace: [u8; 16],
+        span_id: u64,
+        span: ResourceSpans,
+        now_ns: u64,
+    ) {
+        let mut g = self.lock();
+        let horizon = now_ns.saturating_sub(self.limits.window_ns);
+        while let Some(&(t, key)) = g.producer_order.front() {
+            if t >= horizon && g.producer_order.len() < self.limits.max_analysed {
+                break;
+            }
+            g.producer_order.pop_front();
+            if g.producers.get(&key).is_some_and(|(at, _)| *at == t) {
+                g.producers.remove(&key);
+            }
+        }
+        let key = (trace, span_id);
+        g.producers.insert(key, (now_ns, Arc::new(span)));
+        g.producer_order.push_back((now_ns, key));
+    }
+
+    /// The remembered producer span `span_id` of `trace`.
+    pub fn producer(&self, trace: &[u8; 16], span_id: u64) -> Option<Arc<ResourceSpans>> {
+        let g = self.lock();
+        g.producers.get(&(*trace, span_id)).map(|(_, r)| r.clone())
     }
 
     /// Count late spans (of traces analysed already); returns the total.

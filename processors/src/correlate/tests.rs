@@ -1220,3 +1220,139 @@ async fn express_handler_spans_ms_clock_starts_and_orphans_keep_calls_on_the_pat
     assert_eq!(v.best.cause, "upstream_timeout", "{v:?}");
     assert_eq!(&*t.spans[v.culprit].service, "pricing", "{v:?}");
 }
+
+/// A span at `base` + milliseconds, of trace 50.
+fn at(
+    base: u64,
+    id: u8,
+    parent: Option<u8>,
+    name: &str,
+    kind: span::SpanKind,
+    s: u64,
+    e: u64,
+) -> Span {
+    let mut x = sp(id, parent, name, kind, 0, 0);
+    x.trace_id = vec![50; 16];
+    x.start_time_unix_nano = base + s * 1_000_000;
+    x.end_time_unix_nano = base + e * 1_000_000;
+    x
+}
+
+fn root_attrs(b: &mut Batch) -> Vec<std::collections::BTreeMap<String, String>> {
+    let rs = b.traces_mut().unwrap().unwrap();
+    rs.iter()
+        .flat_map(|r| r.scope_spans.iter().flat_map(|s| s.spans.iter()))
+        .map(|sp| {
+            sp.attributes
+                .iter()
+                .filter(|a| a.key.starts_with("rca."))
+                .map(|a| (a.key.clone(), store::s(&a.value).unwrap_or_default()))
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_consumer_span_arriving_after_its_trace_was_analysed_is_measured_from_its_producer() {
+    use causeway_core::component::ProcessorFactory;
+    let ctx = BuildContext {
+        id: "correlate".parse().unwrap(),
+        telemetry: causeway_core::telemetry::Registry::new(),
+        shared: Default::default(),
+        pipeline_signals: SignalSet::ALL,
+    };
+    let cfg: serde_yaml::Value = serde_yaml::from_str(
+        "evidence_wait: 0s\nconsumer_lag: { lag_threshold: 3, sample_interval: 1s }",
+    )
+    .unwrap();
+    let mut p = CorrelateFactory.build(ctx, &cfg).await.unwrap();
+    let base = now_ns() - 60_000_000_000;
+    // The group's lag while the message waited (a stopped consumer).
+    let points = (0..15u64)
+        .map(|i| NumberDataPoint {
+            attributes: vec![attr_s("group", "billing"), attr_s("topic", "orders")],
+            time_unix_nano: base + i * 1_000_000_000,
+            value: Some(number_data_point::Value::AsDouble(8.0)),
+            ..Default::default()
+        })
+        .collect();
+    let metrics = Batch::from_metrics(vec![ResourceMetrics {
+        resource: Some(Resource::default()),
+        scope_metrics: vec![ScopeMetrics {
+            metrics: vec![Metric {
+                name: "kafka.consumer_group.lag".into(),
+                data: Some(metric::Data::Gauge(
+                    opentelemetry_proto::tonic::metrics::v1::Gauge {
+                        data_points: points,
+                    },
+                )),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }]);
+    let mut out = Vec::new();
+    p.process(metrics, &mut out).await.unwrap();
+    let topic = vec![
+        attr_s("messaging.system", "kafka"),
+        attr_s("messaging.destination.name", "orders"),
+    ];
+    // The order's trace, decided and analysed before billing consumed the message.
+    let producer = Batch::from_traces(vec![resource_spans(
+        "shop",
+        vec![
+            at(base, 1, None, "POST /order", Server, 0, 20),
+            with(
+                at(base, 2, Some(1), "orders send", Producer, 5, 8),
+                topic.clone(),
+            ),
+        ],
+    )]);
+    out.clear();
+    p.process(producer, &mut out).await.unwrap();
+    let first = root_attrs(&mut out[0]);
+    assert_eq!(
+        first[0].get("rca.cause").map(String::as_str),
+        Some("unknown")
+    );
+    // Twelve seconds later: billing's consumer span, and a late span whose
+    // parent sent no message.
+    let late = Batch::from_traces(vec![
+        resource_spans(
+            "billing",
+            vec![with(
+                at(base, 3, Some(2), "orders process", Consumer, 12_000, 12_006),
+                [
+                    topic.clone(),
+                    vec![attr_s("messaging.consumer.group.name", "billing")],
+                ]
+                .concat(),
+            )],
+        ),
+        resource_spans(
+            "shop",
+            vec![at(base, 4, Some(1), "audit", Internal, 30, 40)],
+        ),
+    ]);
+    out.clear();
+    p.process(late, &mut out).await.unwrap();
+    let spans = root_attrs(&mut out[0]);
+    let consumer = &spans[0];
+    assert_eq!(
+        consumer.get("rca.cause").map(String::as_str),
+        Some("consumer_lag"),
+        "{consumer:?}"
+    );
+    assert_eq!(
+        consumer.get("rca.continuation").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        consumer.get("rca.culprit.service").map(String::as_str),
+        Some("billing")
+    );
+    let summary = &consumer["rca.summary"];
+    assert!(summary.contains("waited 11992 ms"), "{summary}");
+    assert!(!spans[1].contains_key("rca.cause"), "{:?}", spans[1]);
+}
