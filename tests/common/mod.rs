@@ -181,12 +181,18 @@ impl Drop for Daemon {
 }
 
 /// Every JSON line of a file (missing file: none).
+/// The complete lines only: a line still being written (no newline yet)
+/// is not read; a complete line that is not JSON fails the test.
 pub fn read_jsonl(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("valid JSON line"))
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let complete = bytes
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(&bytes[..0], |i| &bytes[..=i]);
+    complete
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .map(|l| serde_json::from_slice(l).expect("valid JSON line"))
         .collect()
 }
 

@@ -14,7 +14,7 @@ use causeway_core::component::{
 use causeway_core::config::{decode, ConfigError, DeliveryConfig};
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -53,11 +53,33 @@ impl ExporterFactory for FileExporterFactory {
 
 struct Sink {
     path: PathBuf,
-    writer: Option<BufWriter<File>>,
+    file: Option<File>,
     size: u64,
 }
 
+/// Where the last complete line of `file` (of `len` bytes) ends: just after
+/// its last newline, 0 when it has none.
+fn complete_len(file: &mut File, len: u64) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut end = len;
+    let mut buf = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let n = usize::try_from(end - start).unwrap_or(buf.len());
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut buf[..n])?;
+        if let Some(i) = buf[..n].iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
 impl Sink {
+    /// Open (creating) `path` for appending. A torn last line, left by a
+    /// crash in the middle of a write, is moved aside to
+    /// `<path>.torn-<unix millis>` and cut off: new lines never continue it.
     fn open(path: PathBuf) -> Result<Self, ExporterError> {
         let err = |source| ExporterError::File {
             path: path.display().to_string(),
@@ -66,19 +88,44 @@ impl Sink {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(err)?;
         }
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .open(&path)
             .map_err(err)?;
-        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut size = file.metadata().map_err(err)?.len();
+        if size > 0 {
+            let whole = complete_len(&mut file, size).map_err(err)?;
+            if whole < size {
+                use std::io::{Read, Seek, SeekFrom};
+                let mut torn = Vec::new();
+                file.seek(SeekFrom::Start(whole)).map_err(err)?;
+                file.read_to_end(&mut torn).map_err(err)?;
+                let millis = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis())
+                    .unwrap_or(0);
+                let aside = PathBuf::from(format!("{}.torn-{millis}", path.display()));
+                std::fs::write(&aside, &torn).map_err(|source| ExporterError::File {
+                    path: aside.display().to_string(),
+                    source,
+                })?;
+                file.set_len(whole).map_err(err)?;
+                file.sync_all().map_err(err)?;
+                tracing::warn!(path = %path.display(), bytes = torn.len(), aside = %aside.display(), "The file ended in a torn line (a crash during a write): moved aside and cut off.");
+                size = whole;
+            }
+        }
         Ok(Sink {
             path,
-            writer: Some(BufWriter::new(file)),
+            file: Some(file),
             size,
         })
     }
 
+    /// Append `line` and its newline in one write. A write that fails part
+    /// way is cut back off, so a retry never lands after half a line.
     fn write_line(
         &mut self,
         line: &[u8],
@@ -90,23 +137,23 @@ impl Sink {
         };
         if let Some(r) = rotation {
             let max = r.max_megabytes.saturating_mul(1 << 20);
-            if self.size > 0 && self.size + line.len() as u64 + 1 > max {
+            if self.size > 0 && self.size + line.len() as u64 > max {
                 self.rotate(r)?;
             }
         }
-        let w = match self.writer.as_mut() {
-            Some(w) => w,
-            None => {
-                *self = Sink::open(self.path.clone())?;
-                self.writer
-                    .as_mut()
-                    .ok_or_else(|| ExporterError::Encode("file not open".into()))?
-            }
-        };
-        w.write_all(line).map_err(err(&self.path))?;
-        w.write_all(b"\n").map_err(err(&self.path))?;
-        w.flush().map_err(err(&self.path))?;
-        self.size += line.len() as u64 + 1;
+        if self.file.is_none() {
+            *self = Sink::open(self.path.clone())?;
+        }
+        let f = self
+            .file
+            .as_mut()
+            .ok_or_else(|| ExporterError::Encode("file not open".into()))?;
+        if let Err(e) = f.write_all(line) {
+            // Best effort: if even this fails, the next open moves the torn line aside.
+            let _ = f.set_len(self.size);
+            return Err(err(&self.path)(e));
+        }
+        self.size += line.len() as u64;
         Ok(())
     }
 
@@ -116,9 +163,7 @@ impl Sink {
             let path = path.display().to_string();
             move |source| ExporterError::File { path, source }
         };
-        if let Some(mut w) = self.writer.take() {
-            w.flush().map_err(err(&self.path))?;
-        }
+        self.file = None;
         let stem = self
             .path
             .file_stem()
@@ -202,11 +247,11 @@ impl FileExporter {
     }
 }
 
-/// One OTLP JSON line for a batch.
+/// One OTLP JSON line for a batch, its newline included.
 pub fn to_json_line(batch: &Batch) -> Result<Vec<u8>, ExporterError> {
     let enc = |e: causeway_core::CoreError| ExporterError::Encode(e.to_string());
     let json = |e: serde_json::Error| ExporterError::Encode(e.to_string());
-    match batch.signal() {
+    let mut line = match batch.signal() {
         Signal::Traces => {
             serde_json::to_vec(&batch.to_traces_request().map_err(enc)?).map_err(json)
         }
@@ -214,7 +259,9 @@ pub fn to_json_line(batch: &Batch) -> Result<Vec<u8>, ExporterError> {
         Signal::Metrics => {
             serde_json::to_vec(&batch.to_metrics_request().map_err(enc)?).map_err(json)
         }
-    }
+    }?;
+    line.push(b'\n');
+    Ok(line)
 }
 
 #[async_trait]
@@ -249,13 +296,7 @@ impl Exporter for FileExporter {
     }
 
     async fn shutdown(&self) -> Result<(), BoxError> {
-        for s in &self.sinks {
-            if let Ok(mut g) = s.lock() {
-                if let Some(w) = g.writer.as_mut() {
-                    w.flush()?;
-                }
-            }
-        }
+        // Every line was written whole at export: nothing is buffered.
         Ok(())
     }
 }

@@ -101,3 +101,58 @@ async fn prunes_backups_beyond_max_backups() {
     assert_eq!(files.len(), 2, "current + 1 backup: {files:?}");
     assert!(lines < written);
 }
+
+#[tokio::test]
+async fn a_torn_last_line_from_a_crash_is_moved_aside_never_continued() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("out.jsonl");
+    // A whole line, then half of one: a crash in the middle of a write.
+    let whole = "{\"resourceSpans\":[]}\n";
+    let torn = "{\"resourceSpans\":[{\"scopeSp";
+    std::fs::write(&path, format!("{whole}{torn}")).expect("write");
+    let exp = FileExporter::new(&config(&format!("path: {}", path.display()))).expect("open");
+    exp.export(&spans(1)).await.expect("export");
+    let text = std::fs::read_to_string(&path).expect("read");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0], whole.trim_end());
+    for l in &lines {
+        serde_json::from_str::<serde_json::Value>(l).expect("every line is whole JSON");
+    }
+    assert!(text.ends_with('\n'));
+    let aside: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("out.jsonl.torn-")
+        })
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(aside[0].path()).expect("aside"),
+        torn
+    );
+    // A file without a newline at all is all torn; an empty file is left alone.
+    let p2 = dir.path().join("two.jsonl");
+    std::fs::write(&p2, "x".repeat(200_000)).expect("write");
+    let exp = FileExporter::new(&config(&format!("path: {}", p2.display()))).expect("open");
+    exp.export(&spans(1)).await.expect("export");
+    let text = std::fs::read_to_string(&p2).expect("read");
+    assert_eq!(text.lines().count(), 1);
+    assert!(text.starts_with("{\"resourceSpans"), "{}", &text[..40]);
+}
+
+#[tokio::test]
+async fn a_line_larger_than_any_buffer_is_written_whole_with_its_newline() {
+    // A line larger than any buffer: written whole, newline included.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("big.jsonl");
+    let exp = FileExporter::new(&config(&format!("path: {}", path.display()))).expect("open");
+    let line = super::to_json_line(&spans(250)).expect("line");
+    assert!(line.len() > 64 * 1024);
+    assert_eq!(line.last(), Some(&b'\n'));
+    exp.export(&spans(250)).await.expect("export");
+    assert_eq!(std::fs::read(&path).expect("read"), line);
+}

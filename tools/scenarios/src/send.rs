@@ -112,9 +112,11 @@ fn value_str(v: &serde_json::Value) -> String {
 /// Read a file exporter's traces: trace id (hex) → annotations.
 pub fn read_annotated(path: &Path) -> HashMap<String, Annotated> {
     let mut out: HashMap<String, Annotated> = HashMap::new();
-    let Ok(text) = std::fs::read_to_string(path) else {
+    let Ok(bytes) = std::fs::read(path) else {
         return out;
     };
+    // A line still being written may end in part of a character.
+    let text = String::from_utf8_lossy(&bytes);
     for line in text.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
