@@ -30,6 +30,10 @@ missing=()
 [[ -x /usr/bin/redis-server ]] || missing+=(redis-server)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=(postgresql)
 command -v runuser >/dev/null || missing+=(util-linux)
+# The persistent queue's fsync tests watch the daemon's syscalls.
+command -v strace >/dev/null || missing+=(strace)
+# The gateway_log rotation tests rotate with the real logrotate.
+command -v logrotate >/dev/null || missing+=(logrotate)
 if ((${#missing[@]})); then
   echo "== installing ${missing[*]} (apt-get, once)"
   if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then

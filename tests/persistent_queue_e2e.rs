@@ -304,3 +304,244 @@ async fn kill_9_under_load_loses_nothing_that_was_acknowledged() {
         "spans of acknowledged requests missing at B after restart"
     );
 }
+
+/// strace attached to a running daemon: the file-system syscalls it makes.
+struct Strace {
+    child: std::process::Child,
+    out: std::path::PathBuf,
+}
+
+impl Strace {
+    fn attach(d: &Daemon, dir: &Path) -> Strace {
+        let out = dir.join("strace.txt");
+        let err = dir.join("strace.err");
+        let pid = d.child.id();
+        let child = std::process::Command::new("strace")
+            .args([
+                "-f",
+                "-y",
+                "-e",
+                "trace=write,fsync,fdatasync,rename,renameat,renameat2",
+                "-o",
+            ])
+            .arg(&out)
+            .args(["-p", &pid.to_string()])
+            .stderr(std::fs::File::create(&err).expect("strace.err"))
+            .spawn()
+            .expect("strace (Debian's strace; scripts/test.sh installs it)");
+        // Attached once it says so ("Process N attached with M threads":
+        // with -f, every thread of the daemon).
+        wait_for(Duration::from_secs(20), "strace attached", || {
+            std::fs::read_to_string(&err)
+                .unwrap_or_default()
+                .contains("attached")
+        });
+        Strace { child, out }
+    }
+
+    /// Detach (strace flushes its output) and return the syscalls, in order.
+    fn detach(mut self) -> Vec<String> {
+        let pid = self.child.id().to_string();
+        std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill");
+        self.child.wait().expect("strace exits");
+        std::fs::read_to_string(&self.out)
+            .expect("strace output")
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Index of the lines: (syscall, the path of its fd or its first path argument).
+fn calls(lines: &[String]) -> Vec<(String, String)> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let call = l.split_whitespace().nth(1)?;
+            let (name, args) = call.split_once('(')?;
+            let path = if let Some(p) = args.split_once('<') {
+                p.1.split('>').next()?.to_string()
+            } else {
+                l.split('"').nth(1).unwrap_or_default().to_string()
+            };
+            Some((name.to_string(), path))
+        })
+        .collect()
+}
+
+fn fsync_run(mode: &str) -> Vec<(String, String)> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a_grpc, b_grpc) = (free_port(), free_port());
+    // 1 MiB queue → 128 KiB segments: 100 requests of ~4 KB fill several.
+    let cfg = a_config(a_grpc, b_grpc, dir.path())
+        .replace("max_size: 64MiB", "max_size: 1MiB")
+        .replace("fsync: always", &format!("fsync: {mode}"));
+    let a = Daemon::start(dir.path(), "a", &cfg);
+    let st = Strace::attach(&a, dir.path());
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        for r in 0..100 {
+            send(&format!("127.0.0.1:{a_grpc}"), request(r)).await;
+        }
+    });
+    wait_persisted(&a, 100);
+    let qdir = dir.path().join("queue").join("otlp_b");
+    let seg_synced_after_last_write = |lines: &[(String, String)]| {
+        let segs: HashSet<&String> = lines
+            .iter()
+            .filter(|(c, p)| c == "write" && p.ends_with(".seg"))
+            .map(|(_, p)| p)
+            .collect();
+        segs.iter().all(|s| {
+            let last_write = lines.iter().rposition(|(c, p)| c == "write" && p == *s);
+            let last_sync = lines.iter().rposition(|(c, p)| c == "fdatasync" && p == *s);
+            last_sync > last_write
+        })
+    };
+    if mode == "periodic" {
+        // Nothing is appended after the burst: its tail is synced by the timer.
+        wait_for(Duration::from_secs(10), "the burst's tail synced", || {
+            let lines: Vec<String> = std::fs::read_to_string(&st.out)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_string)
+                .collect();
+            seg_synced_after_last_write(&calls(&lines))
+        });
+    }
+    // The backend comes back: delivery moves the cursor.
+    let b = Daemon::start(dir.path(), "b", &b_config(b_grpc));
+    let out = dir.path().join("b.jsonl");
+    wait_for(Duration::from_secs(60), "every span delivered", || {
+        names(&out).len() >= 5000
+    });
+    let cursor = qdir.join("cursor");
+    wait_for(Duration::from_secs(10), "the cursor at the end", || {
+        // "<last segment> <its length>": everything delivered.
+        let c = std::fs::read_to_string(&cursor).unwrap_or_default();
+        let mut segs: Vec<std::path::PathBuf> = std::fs::read_dir(&qdir)
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        segs.retain(|p| p.extension().is_some_and(|x| x == "seg"));
+        segs.sort();
+        segs.last().is_some_and(|last| {
+            let n: u64 = last
+                .file_stem()
+                .and_then(|s| s.to_str()?.parse().ok())
+                .unwrap_or(u64::MAX);
+            let len = std::fs::metadata(last).map(|m| m.len()).unwrap_or(0);
+            c.trim() == format!("{n} {len}")
+        })
+    });
+    if mode == "periodic" {
+        wait_for(
+            Duration::from_secs(10),
+            "the cursor's rename synced",
+            || {
+                let lines: Vec<String> = std::fs::read_to_string(&st.out)
+                    .unwrap_or_default()
+                    .lines()
+                    .map(str::to_string)
+                    .collect();
+                let c = calls(&lines);
+                let dir_s = qdir.display().to_string();
+                let last_rename = c.iter().rposition(|(n, _)| n.starts_with("rename"));
+                let last_dir_sync = c.iter().rposition(|(n, p)| n == "fsync" && *p == dir_s);
+                last_rename.is_some() && last_dir_sync > last_rename
+            },
+        );
+    }
+    let lines = calls(&st.detach());
+    drop(b);
+    drop(a);
+    assert!(seg_synced_after_last_write(&lines), "{lines:#?}");
+    lines
+}
+
+#[test]
+fn fsync_always_syncs_each_record_each_new_segments_directory_entry_and_the_cursor_rename() {
+    let lines = fsync_run("always");
+    let segs: Vec<&String> = {
+        let mut v: Vec<&String> = Vec::new();
+        for (c, p) in &lines {
+            if c == "write" && p.ends_with(".seg") && !v.contains(&p) {
+                v.push(p);
+            }
+        }
+        v
+    };
+    assert!(segs.len() >= 2, "{segs:?}");
+    let dir = std::path::Path::new(segs[0])
+        .parent()
+        .expect("dir")
+        .display()
+        .to_string();
+    // Every record is synced before the next is written.
+    let mut unsynced = false;
+    for (c, p) in &lines {
+        if c == "write" && p.ends_with(".seg") {
+            assert!(!unsynced, "a record written before the last was synced");
+            unsynced = true;
+        } else if c == "fdatasync" && p.ends_with(".seg") {
+            unsynced = false;
+        }
+    }
+    // A segment created after the first: the directory is synced before its first record.
+    for s in &segs[1..] {
+        let first = lines
+            .iter()
+            .position(|(c, p)| c == "write" && p == *s)
+            .expect("written");
+        assert!(
+            lines[..first]
+                .iter()
+                .any(|(c, p)| c == "fsync" && *p == dir),
+            "no directory fsync before {s}'s first record"
+        );
+        let prev_seg_write = lines[..first]
+            .iter()
+            .rposition(|(c, p)| c == "write" && p.ends_with(".seg"))
+            .unwrap_or(0);
+        assert!(
+            lines[prev_seg_write..first]
+                .iter()
+                .any(|(c, p)| c == "fsync" && *p == dir),
+            "the directory was not synced when {s} was created"
+        );
+    }
+    // Every rename of the cursor is followed by a directory fsync.
+    let renames: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, (c, p))| c.starts_with("rename") && p.ends_with("cursor.tmp"))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!renames.is_empty());
+    for r in renames {
+        assert!(
+            lines[r..].iter().any(|(c, p)| c == "fsync" && *p == dir),
+            "cursor rename at {r} never made durable"
+        );
+    }
+}
+
+#[test]
+fn fsync_periodic_syncs_a_bursts_tail_and_the_cursor_by_a_timer() {
+    let lines = fsync_run("periodic");
+    // Periodic: far fewer syncs than records.
+    let writes = lines
+        .iter()
+        .filter(|(c, p)| c == "write" && p.ends_with(".seg"))
+        .count();
+    let syncs = lines
+        .iter()
+        .filter(|(c, p)| c == "fdatasync" && p.ends_with(".seg"))
+        .count();
+    assert!(
+        writes >= 100 && syncs < writes / 4,
+        "{writes} writes, {syncs} syncs"
+    );
+}

@@ -19,7 +19,6 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Instant;
 use tokio::sync::Notify;
 
 use crate::model::Signal;
@@ -44,7 +43,8 @@ pub enum WhenFull {
 pub enum Fsync {
     /// After every record and cursor write: nothing acknowledged is lost in a power cut.
     Always,
-    /// At most once a second.
+    /// Once a second, by a timer: the records and directory entries of the
+    /// last second can be lost in a power cut, never more.
     #[default]
     Periodic,
     /// Leave it to the OS (a process crash still loses nothing).
@@ -81,7 +81,10 @@ struct State {
     /// Bytes and items of each live segment.
     segments: BTreeMap<u64, (u64, u64)>,
     closed: bool,
-    last_sync: Instant,
+    /// Records written since the last sync of the segment being written.
+    dirty: bool,
+    /// Directory entries (new segments, the cursor's rename) since the last directory sync.
+    dir_dirty: bool,
 }
 
 /// The queue.
@@ -96,6 +99,12 @@ pub struct DiskQueue {
     space: Notify,
     dropped: Counter,
     corrupt: Counter,
+}
+
+/// Make the entries of `dir` (files created, renamed, removed) durable:
+/// POSIX requires an fsync of the directory itself for that.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 fn seg_path(dir: &Path, seg: u64) -> PathBuf {
@@ -209,6 +218,11 @@ impl DiskQueue {
         let write_off = write.metadata()?.len();
         segments.entry(write_seg).or_insert((write_off, 0));
         let segment_size = (max_size / 8).clamp(64 << 10, 64 << 20);
+        if fsync != Fsync::Never {
+            // The segment files (maybe created just now) and the cursor's
+            // last rename are entries of the directory: durable once it is synced.
+            sync_dir(dir)?;
+        }
         Ok((
             DiskQueue {
                 dir: dir.to_path_buf(),
@@ -226,7 +240,8 @@ impl DiskQueue {
                     next_id: 1,
                     segments,
                     closed: false,
-                    last_sync: Instant::now(),
+                    dirty: false,
+                    dir_dirty: false,
                 }),
                 data: Notify::new(),
                 space: Notify::new(),
@@ -292,6 +307,11 @@ impl DiskQueue {
     }
 
     fn roll(&self, st: &mut State) -> std::io::Result<()> {
+        if st.dirty {
+            // The segment left behind is synced before its handle goes.
+            st.write.sync_data()?;
+            st.dirty = false;
+        }
         st.write_seg += 1;
         st.write = OpenOptions::new()
             .create(true)
@@ -299,7 +319,32 @@ impl DiskQueue {
             .open(seg_path(&self.dir, st.write_seg))?;
         st.write_off = 0;
         st.segments.insert(st.write_seg, (0, 0));
+        match self.fsync {
+            Fsync::Always => sync_dir(&self.dir)?,
+            Fsync::Periodic => st.dir_dirty = true,
+            Fsync::Never => {}
+        }
         Ok(())
+    }
+
+    /// The `periodic` timer's work: sync the records written and the
+    /// directory entries made since the last call. Runs once a second.
+    pub fn sync_periodic(&self) -> std::io::Result<()> {
+        let mut st = self.lock();
+        if st.dirty {
+            st.write.sync_data()?;
+            st.dirty = false;
+        }
+        if st.dir_dirty {
+            sync_dir(&self.dir)?;
+            st.dir_dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Whether `sync_periodic` has work to do.
+    pub fn needs_timer(&self) -> bool {
+        self.fsync == Fsync::Periodic
     }
 
     fn append(
@@ -323,11 +368,10 @@ impl DiskQueue {
         rec.extend_from_slice(&meta);
         rec.extend_from_slice(payload);
         st.write.write_all(&rec)?;
-        if self.fsync == Fsync::Always
-            || (self.fsync == Fsync::Periodic && st.last_sync.elapsed().as_secs() >= 1)
-        {
-            st.write.sync_data()?;
-            st.last_sync = Instant::now();
+        match self.fsync {
+            Fsync::Always => st.write.sync_data()?,
+            Fsync::Periodic => st.dirty = true,
+            Fsync::Never => {}
         }
         st.write_off += rec.len() as u64;
         let seg = st.write_seg;
@@ -423,7 +467,15 @@ impl DiskQueue {
                 }
                 Ok(())
             })
-            .and_then(|_| std::fs::rename(&tmp, self.dir.join("cursor")));
+            .and_then(|_| std::fs::rename(&tmp, self.dir.join("cursor")))
+            .and_then(|_| match self.fsync {
+                Fsync::Always => sync_dir(&self.dir),
+                Fsync::Periodic => {
+                    st.dir_dirty = true;
+                    Ok(())
+                }
+                Fsync::Never => Ok(()),
+            });
         if let Err(error) = written {
             tracing::error!(queue = %self.dir.display(), %error, "Cannot write the persistent-queue cursor.");
         }

@@ -241,6 +241,26 @@ async fn run_disk(
 ) {
     let mut tasks = JoinSet::new();
     let mut open = true;
+    // `fsync: periodic`: a timer, so the tail of a burst is synced within a
+    // second even when nothing is appended after it.
+    let timer = disk.needs_timer().then(|| {
+        let (disk, id) = (disk.clone(), id.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let d = disk.clone();
+                match tokio::task::spawn_blocking(move || d.sync_periodic()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => {
+                        tracing::error!(exporter = %id, %error, "Cannot sync the persistent queue.");
+                    }
+                    Err(_) => break,
+                }
+            }
+        })
+    });
     loop {
         let rec = tokio::select! {
             r = disk.pop() => r,
@@ -275,6 +295,12 @@ async fn run_disk(
         while tasks.try_join_next().is_some() {}
     }
     while tasks.join_next().await.is_some() {}
+    if let Some(t) = timer {
+        t.abort();
+        if let Err(error) = disk.sync_periodic() {
+            tracing::error!(exporter = %id, %error, "Cannot sync the persistent queue.");
+        }
+    }
     if let Err(error) = exporter.shutdown().await {
         tracing::error!(exporter = %id, %error, "Exporter shutdown failed.");
     }

@@ -149,8 +149,11 @@ impl Sink {
             .as_mut()
             .ok_or_else(|| ExporterError::Encode("file not open".into()))?;
         if let Err(e) = f.write_all(line) {
-            // Best effort: if even this fails, the next open moves the torn line aside.
-            let _ = f.set_len(self.size);
+            if let Err(cut) = f.set_len(self.size) {
+                // The next open moves the torn line aside.
+                tracing::warn!(path = %self.path.display(), error = %cut, "Cannot cut back a line written in part.");
+                self.file = None;
+            }
             return Err(err(&self.path)(e));
         }
         self.size += line.len() as u64;
