@@ -249,3 +249,81 @@ fn bad_lines_are_reported_and_lines_around_them_flow() {
     );
     assert_eq!(r["traceId"].as_str().map(str::len), Some(32));
 }
+
+#[test]
+fn an_exporter_giving_up_leaves_the_checkpoint_and_the_lines_are_read_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    const TOTAL: u64 = 2000;
+    let text: String = (0..TOTAL).map(line).collect();
+    std::fs::write(d.join("access.log"), text).expect("write");
+    let b_grpc = free_port();
+    // No persistent queue: the exporter gives up after 1 s of retries.
+    let a = format!(
+        r#"
+receivers:
+  gateway_log:
+    include: ["{d}/access.log*"]
+    start_at: beginning
+    poll_interval: 50ms
+    storage: "{d}/state"
+    redeliver_delay: 200ms
+exporters:
+  otlp/b:
+    endpoint: 127.0.0.1:{b_grpc}
+    timeout: 500ms
+    retry_on_failure: {{ initial_interval: 50ms, max_interval: 100ms, max_elapsed_time: 1s }}
+service:
+  pipelines:
+    logs: {{ receivers: [gateway_log], exporters: [otlp/b] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+        d = d.display()
+    );
+    let a = Daemon::start(d, "a", &a);
+    // The backend is down for more than two give-ups.
+    let rereads = || {
+        a.metric("causeway_gateway_log_rereads_total{component=\"gateway_log\"}")
+            .unwrap_or(0.0)
+    };
+    wait_for(Duration::from_secs(30), "two give-ups", || rereads() >= 2.0);
+    // The checkpoint did not move past lines nobody took.
+    let cp: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(d.join("state/gateway_log-gateway_log.json")).expect("checkpoint"),
+    )
+    .expect("checkpoint JSON");
+    let offsets: Vec<u64> = cp
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["offset"].as_u64())
+        .collect();
+    assert_eq!(offsets, vec![0], "{cp}");
+    assert!(a.stderr("a").contains("read again from it"));
+    // The backend comes back: every line arrives.
+    let b = Daemon::start(
+        d,
+        "b",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: "127.0.0.1:{b_grpc}" }}
+exporters:
+  file: {{ path: "{d}/out.jsonl" }}
+service:
+  pipelines:
+    logs: {{ receivers: [otlp], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+            d = d.display()
+        ),
+    );
+    let out = d.join("out.jsonl");
+    wait_for(Duration::from_secs(60), "every line delivered", || {
+        numbers(&out).len() as u64 == TOTAL
+    });
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+}

@@ -74,6 +74,11 @@ pub struct GatewayLogConfig {
     /// bounds what a crash can repeat (default 16).
     #[serde(default = "inflight")]
     pub max_inflight_batches: usize,
+    /// After an exporter gave up on lines (its `max_elapsed_time` passed),
+    /// the checkpoint stays before them and the files are read again from
+    /// it after this pause (default 5s): a file can always be read again.
+    #[serde(default = "redeliver")]
+    pub redeliver_delay: Duration,
     /// A file that bad lines are appended to (as JSON, with file, offset and reason).
     #[serde(default)]
     pub dead_letter: Option<String>,
@@ -96,6 +101,9 @@ fn batch_lines() -> usize {
 }
 fn inflight() -> usize {
     16
+}
+fn redeliver() -> Duration {
+    Duration::secs(5)
 }
 
 impl Validate for GatewayLogConfig {

@@ -43,6 +43,8 @@ use tail::{Checkpoint, TailConfig, Tailer};
 pub const LINES: &str = "causeway_gateway_log_lines_total";
 /// Files being followed.
 pub const OPEN_FILES: &str = "causeway_gateway_log_open_files";
+/// Re-reads from the checkpoint after an exporter gave up.
+pub const REREADS: &str = "causeway_gateway_log_rereads_total";
 
 /// Factory of the `gateway_log` receiver.
 pub struct GatewayLogFactory;
@@ -113,6 +115,11 @@ impl ReceiverFactory for GatewayLogFactory {
             parsed: lines("parsed"),
             bad: lines("bad"),
             too_long: lines("too_long"),
+            rereads: ctx.telemetry.counter(
+                REREADS,
+                "Times a gateway_log receiver read its files again from the checkpoint, after an exporter gave up on lines.",
+                &[("component", &id)],
+            ),
             open_files: ctx.telemetry.gauge(
                 OPEN_FILES,
                 "Files followed by a gateway_log receiver.",
@@ -168,12 +175,16 @@ struct GatewayLogReceiver {
     bad: Counter,
     too_long: Counter,
     open_files: Gauge,
+    /// Times the files were read again from the checkpoint after an exporter gave up.
+    rereads: Counter,
     /// `service.memory_limiter`: reading pauses (nothing is lost) while memory is over its soft limit.
     limiter: Option<std::sync::Arc<causeway_core::memory::MemoryLimiter>>,
 }
 
 struct InFlight {
     done: oneshot::Receiver<bool>,
+    /// The outcome, once awaited (a oneshot gives it only once).
+    outcome: Option<bool>,
     /// Per file: offset just after the last line of this batch.
     ends: Vec<(u64, u64)>,
 }
@@ -284,6 +295,32 @@ impl GatewayLogReceiver {
         }
     }
 
+    /// An exporter gave up on lines: rewind every file to its checkpoint,
+    /// pause `redeliver_delay`, and read on from there (at least once: lines
+    /// of batches after the failed one may be delivered twice). `false`
+    /// on shutdown.
+    async fn reread(
+        &self,
+        tailer: &mut Tailer,
+        inflight: &mut VecDeque<InFlight>,
+        committed: &HashMap<u64, Checkpoint>,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        inflight.clear();
+        self.rereads.add(1);
+        for (id, cp) in committed {
+            if !tailer.rewind(*id, cp.offset) {
+                tracing::error!(receiver = %self.id, file = %cp.path, offset = cp.offset, "Cannot read a file again from its checkpoint (truncated or closed since); lines after it an exporter gave up on are lost.");
+            }
+        }
+        let delay = self.cfg.redeliver_delay.get();
+        tracing::error!(receiver = %self.id, delay = ?delay, files = committed.len(), "An exporter gave up on gateway log lines; the checkpoint stays, and the files are read again from it after a pause.");
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => true,
+            _ = shutdown.cancelled() => false,
+        }
+    }
+
     /// Write the checkpoint (atomically; fsynced at most once a second and at exit).
     fn save(
         &self,
@@ -303,27 +340,42 @@ impl GatewayLogReceiver {
     }
 }
 
+/// What [`commit_ready`] found.
+#[derive(Default)]
+struct Commit {
+    /// A checkpoint moved.
+    changed: bool,
+    /// The batch at the front was given up on by an exporter: the
+    /// checkpoints stop before it, and its lines must be read again.
+    failed: bool,
+}
+
 /// Advance checkpoints over the delivered batches at the front of `inflight`, in order.
 fn commit_ready(
     inflight: &mut VecDeque<InFlight>,
-    tailer: &Tailer,
+    tailer: &mut Tailer,
     committed: &mut HashMap<u64, Checkpoint>,
-) -> bool {
-    let mut changed = false;
+) -> Commit {
+    let mut c = Commit::default();
     while let Some(front) = inflight.front_mut() {
-        match front.done.try_recv() {
-            Ok(delivered) => {
-                if !delivered {
-                    tracing::error!(
-                        "Gateway log lines were not delivered (an exporter gave up); moving on."
-                    );
-                }
+        let outcome = match front.outcome {
+            Some(o) => Ok(o),
+            None => front.done.try_recv(),
+        };
+        match outcome {
+            Ok(true) => {}
+            Ok(false) => {
+                c.failed = true;
+                break;
             }
             Err(oneshot::error::TryRecvError::Empty) => break,
+            // The acknowledgement is dropped without an outcome only when
+            // nothing was sent (bad lines only): nothing to deliver.
             Err(oneshot::error::TryRecvError::Closed) => {}
         }
         if let Some(f) = inflight.pop_front() {
             for (file, end) in f.ends {
+                tailer.set_delivered(file, end);
                 if let Some((fp, path)) = tailer.identity(file) {
                     let e = committed.entry(file).or_insert(Checkpoint {
                         fingerprint: fp.clone(),
@@ -333,12 +385,12 @@ fn commit_ready(
                     e.offset = e.offset.max(end);
                     e.fingerprint = fp;
                     e.path = path;
-                    changed = true;
+                    c.changed = true;
                 }
             }
         }
     }
-    changed
+    c
 }
 
 #[async_trait]
@@ -380,6 +432,7 @@ impl Receiver for GatewayLogReceiver {
             committed.retain(|id, _| tailer.is_open(*id));
             self.open_files.set(tailer.open_files() as i64);
             let mut lines = lines.into_iter().peekable();
+            let mut failed = false;
             while lines.peek().is_some() {
                 let chunk: Vec<tail::Line> =
                     lines.by_ref().take(self.cfg.max_batch_lines).collect();
@@ -414,41 +467,60 @@ impl Receiver for GatewayLogReceiver {
                 }
                 inflight.push_back(InFlight {
                     done,
+                    outcome: None,
                     ends: parsed.ends,
                 });
-                if commit_ready(&mut inflight, &tailer, &mut committed) {
+                let c = commit_ready(&mut inflight, &mut tailer, &mut committed);
+                if c.changed {
                     self.save(&committed, &mut last_sync, false);
                 }
+                failed |= c.failed;
                 // Bound what is in flight (and so what a crash can repeat).
-                while inflight.len() >= self.cfg.max_inflight_batches {
+                while !failed && inflight.len() >= self.cfg.max_inflight_batches {
                     let Some(front) = inflight.front_mut() else {
                         break;
                     };
                     tokio::select! {
-                        _ = &mut front.done => {}
+                        r = &mut front.done => front.outcome = Some(r.unwrap_or(true)),
                         _ = shutdown.cancelled() => break 'outer,
                     }
-                    if commit_ready(&mut inflight, &tailer, &mut committed) {
+                    let c = commit_ready(&mut inflight, &mut tailer, &mut committed);
+                    if c.changed {
                         self.save(&committed, &mut last_sync, false);
                     }
+                    failed |= c.failed;
+                }
+                if failed {
+                    break; // the rest of what was read is read again
                 }
             }
-            changed |= commit_ready(&mut inflight, &tailer, &mut committed);
+            if !failed {
+                let c = commit_ready(&mut inflight, &mut tailer, &mut committed);
+                changed |= c.changed;
+                failed = c.failed;
+            }
             if changed {
                 self.save(&committed, &mut last_sync, false);
+            }
+            if failed
+                && !self
+                    .reread(&mut tailer, &mut inflight, &committed, &shutdown)
+                    .await
+            {
+                break;
             }
         }
         // Give in-flight batches a moment to be delivered, so the checkpoint is current.
         drop(out);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while let Some(front) = inflight.front_mut() {
-            if tokio::time::timeout_at(deadline, &mut front.done)
-                .await
-                .is_err()
-            {
-                break;
+            match tokio::time::timeout_at(deadline, &mut front.done).await {
+                Ok(r) => front.outcome = Some(r.unwrap_or(true)),
+                Err(_) => break,
             }
-            commit_ready(&mut inflight, &tailer, &mut committed);
+            if commit_ready(&mut inflight, &mut tailer, &mut committed).failed {
+                break; // read again at the next start, from the checkpoint
+            }
         }
         self.save(&committed, &mut last_sync, true);
         Ok(())

@@ -45,6 +45,10 @@ struct Tracked {
     reported: bool,
     /// Where reading started.
     start: u64,
+    /// Delivered up to (every exporter took the lines before it). A file
+    /// gone from the patterns stays open until it is delivered to its end,
+    /// so that lines an exporter gave up on can be read again.
+    delivered: u64,
 }
 
 /// Where a file was delivered up to, as saved in the checkpoint.
@@ -148,6 +152,32 @@ impl Tailer {
                 )
             })
             .collect()
+    }
+
+    /// Lines of file `id` before `offset` were delivered.
+    pub fn set_delivered(&mut self, id: u64, offset: u64) {
+        if let Some(t) = self.files.iter_mut().find(|t| t.id == id) {
+            t.delivered = t.delivered.max(offset);
+        }
+    }
+
+    /// Read file `id` again from `offset` (its last delivered line end),
+    /// after an exporter gave up on lines after it. `false` when that is no
+    /// longer possible: the file was closed, or truncated since (its copy
+    /// was followed from where reading had got to).
+    pub fn rewind(&mut self, id: u64, offset: u64) -> bool {
+        let Some(t) = self.files.iter_mut().find(|t| t.id == id) else {
+            return false;
+        };
+        if t.fp.is_empty() || offset > t.read {
+            return false;
+        }
+        t.read = offset;
+        t.partial.clear();
+        t.partial_start = offset;
+        t.skipping = false;
+        t.delivered = offset;
+        true
     }
 
     /// Whether file `id` is still open.
@@ -288,6 +318,7 @@ impl Tailer {
                 absent_polls: 0,
                 reported: false,
                 start,
+                delivered: start,
             });
             self.next_id += 1;
         }
@@ -307,14 +338,14 @@ impl Tailer {
                 Err(e) => errors.push(format!("{}: {e}", t.path.display())),
             }
         }
-        // Close files gone from every pattern (renamed away or deleted) once drained:
-        // a partial last line is delivered then, as it will never be completed.
+        // Files gone from every pattern (renamed away or deleted) and drained:
+        // a partial last line is a line then, as it will never be completed;
+        // the file is closed once it is delivered to its end.
         let mut i = 0;
         while i < self.files.len() {
-            let t = &self.files[i];
+            let t = &mut self.files[i];
             let len = t.file.metadata().map(|m| m.len()).unwrap_or(0);
             if t.absent_polls >= 2 && t.read >= len {
-                let mut t = self.files.remove(i);
                 if !t.partial.is_empty() && !t.skipping {
                     lines.push(Line {
                         file: t.id,
@@ -323,10 +354,14 @@ impl Tailer {
                         bytes: std::mem::take(&mut t.partial),
                         too_long: false,
                     });
+                    t.partial_start = t.read;
                 }
-            } else {
-                i += 1;
+                if t.delivered >= t.read {
+                    self.files.remove(i);
+                    continue;
+                }
             }
+            i += 1;
         }
         (lines, errors)
     }
