@@ -8,6 +8,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// Read at most this much of one file per poll, so one busy file cannot
 /// starve the others or fill memory.
@@ -82,18 +83,28 @@ pub struct Tailer {
     cfg: TailConfig,
     files: Vec<Tracked>,
     /// Identities of files that were copy-truncated: a new file with this
-    /// fingerprint is the copy and continues at the offset.
-    ghosts: Vec<(Vec<u8>, u64, u32)>,
+    /// fingerprint is the copy and continues at the offset (with the polls
+    /// and time it has waited).
+    ghosts: Vec<(Vec<u8>, u64, u32, Instant)>,
     /// Offsets from the last checkpoint, by fingerprint, for files not yet found.
     restored: Vec<(Vec<u8>, u64)>,
     first_poll: bool,
     next_id: u64,
     /// New files that look like a copy of an open file (same first bytes),
-    /// by inode, with the polls they were held back for.
-    deferred: std::collections::HashMap<(u64, u64), u32>,
+    /// by inode, with the polls they were held back for and since when.
+    deferred: std::collections::HashMap<(u64, u64), (u32, Instant)>,
     /// The last poll stopped at a file's read budget: poll again at once.
     more: bool,
+    /// Called between the truncation check and the read of each file (tests
+    /// put a rotation exactly there).
+    pub before_read: Option<Box<dyn FnMut(&Path) + Send + Sync>>,
 }
+
+/// How long a new file that looks like a copy of an open one waits for the
+/// open one's truncation (logrotate's copytruncate truncates right after copying).
+const DEFER: Duration = Duration::from_secs(2);
+/// How long a truncated file's identity waits for its copy to be found.
+const GHOST_TTL: Duration = Duration::from_secs(30);
 
 /// Whether `new` begins with all of `known` (a file keeps its first bytes as it grows).
 fn starts_with(new: &[u8], known: &[u8]) -> bool {
@@ -130,6 +141,7 @@ impl Tailer {
             next_id: 1,
             deferred: std::collections::HashMap::new(),
             more: false,
+            before_read: None,
         }
     }
 
@@ -223,26 +235,7 @@ impl Tailer {
     /// errors worth logging (a file that could not be read).
     pub fn poll(&mut self) -> (Vec<Line>, Vec<String>) {
         let mut errors = Vec::new();
-        // Truncation (copy-truncate) of files already open.
-        for t in &mut self.files {
-            if let Ok(m) = t.file.metadata() {
-                // Shorter than what was read, or its first bytes changed: truncated
-                // (and perhaps already rewritten past the old offset).
-                let rewritten = !t.fp.is_empty()
-                    && m.len() >= t.fp.len() as u64
-                    && read_fp(&mut t.file, t.fp.len()).is_ok_and(|now| now != t.fp);
-                if m.len() < t.read || rewritten {
-                    // Continue in the copy after the last complete line: a partial line
-                    // read so far is read again from its start there.
-                    self.ghosts.push((t.fp.clone(), t.partial_start, 5));
-                    t.read = 0;
-                    t.partial.clear();
-                    t.partial_start = 0;
-                    t.skipping = false;
-                    t.fp.clear();
-                }
-            }
-        }
+        let now = Instant::now();
         for t in &mut self.files {
             t.absent_polls += 1;
         }
@@ -274,23 +267,26 @@ impl Tailer {
                 continue; // identify it once it has content
             }
             let len = meta.len();
-            let is_ghost = self.ghosts.iter().any(|(g, _, _)| starts_with(&fp, g));
+            let is_ghost = self.ghosts.iter().any(|(g, _, _, _)| starts_with(&fp, g));
             if !is_ghost && self.files.iter().any(|t| starts_with(&fp, &t.fp)) {
                 // Same first bytes as an open file: most likely a copy-truncate in
-                // progress (copied, not yet truncated). Wait a few polls for the
-                // truncation, which turns it into a ghost match.
-                let waited = self.deferred.entry(dev_ino).or_insert(0);
-                *waited += 1;
-                if *waited <= 3 {
+                // progress (copied, not yet truncated). Wait for the truncation,
+                // which turns it into a ghost match: a few polls and `DEFER`
+                // at least (polls run back to back under load).
+                let (polls, since) = self.deferred.entry(dev_ino).or_insert((0, now));
+                *polls += 1;
+                if *polls <= 3 || now.duration_since(*since) < DEFER {
                     continue;
                 }
             }
             self.deferred.remove(&dev_ino);
-            let start = if let Some(i) =
-                self.ghosts.iter().position(|(g, _, _)| starts_with(&fp, g))
+            let start = if let Some(i) = self
+                .ghosts
+                .iter()
+                .position(|(g, _, _, _)| starts_with(&fp, g))
             {
                 // The copy of a file that was copy-truncated: continue where it was read up to.
-                let (_, off, _) = self.ghosts.remove(i);
+                let (_, off, _, _) = self.ghosts.remove(i);
                 off.min(len)
             } else if let Some(i) = self.restored.iter().position(|(r, _)| starts_with(&fp, r)) {
                 let (_, off) = self.restored.remove(i);
@@ -323,18 +319,57 @@ impl Tailer {
             self.next_id += 1;
         }
         self.first_poll = false;
-        for (_, _, ttl) in &mut self.ghosts {
-            *ttl = ttl.saturating_sub(1);
+        // A ghost waits for its copy a few polls and `GHOST_TTL` at least.
+        for (_, _, polls, _) in &mut self.ghosts {
+            *polls += 1;
         }
-        self.ghosts.retain(|(_, _, ttl)| *ttl > 0);
+        self.ghosts
+            .retain(|(_, _, polls, since)| *polls <= 5 || now.duration_since(*since) < GHOST_TTL);
+        self.deferred
+            .retain(|_, (_, since)| now.duration_since(*since) < DEFER * 10);
 
         let mut lines = Vec::new();
         let max_line = self.cfg.max_line;
         let fp_size = self.cfg.fp_size;
         self.more = false;
         for t in &mut self.files {
-            match read_new(t, max_line, fp_size, &mut lines) {
-                Ok(more) => self.more |= more,
+            let before = lines.len();
+            let snapshot = (t.read, t.partial.clone(), t.partial_start, t.skipping);
+            let read = truncated(t).and_then(|cut| {
+                if cut {
+                    return Ok(None);
+                }
+                if let Some(hook) = self.before_read.as_mut() {
+                    hook(&t.path);
+                }
+                let more = read_new(t, max_line, fp_size, &mut lines)?;
+                // Truncated (and maybe refilled) while it was read: what was
+                // read may be the new content at the old offset. Undo the read;
+                // the copy has all of it.
+                Ok((!truncated(t)?).then_some(more))
+            });
+            match read {
+                Ok(Some(more)) => self.more |= more,
+                Ok(None) => {
+                    lines.truncate(before);
+                    (t.read, t.partial, t.partial_start, t.skipping) = snapshot;
+                    // Continue in the copy after the last complete line: a partial
+                    // line read so far is read again from its start there.
+                    self.ghosts
+                        .push((std::mem::take(&mut t.fp), t.partial_start, 0, now));
+                    t.read = 0;
+                    t.partial.clear();
+                    t.partial_start = 0;
+                    t.skipping = false;
+                    t.delivered = 0;
+                    // The new content is a new file to the receiver: offsets of the
+                    // old one (in flight, checkpointed) never apply to it.
+                    t.id = self.next_id;
+                    self.next_id += 1;
+                    t.reported = false;
+                    t.start = 0;
+                    self.more = true; // read the new content at once
+                }
                 Err(e) => errors.push(format!("{}: {e}", t.path.display())),
             }
         }
@@ -367,6 +402,16 @@ impl Tailer {
     }
 }
 
+/// Whether the file was truncated (copy-truncate): shorter than what was
+/// read, or its first bytes changed (truncated and already rewritten past
+/// the old offset).
+fn truncated(t: &mut Tracked) -> std::io::Result<bool> {
+    let len = t.file.metadata()?.len();
+    let rewritten =
+        !t.fp.is_empty() && len >= t.fp.len() as u64 && read_fp(&mut t.file, t.fp.len())? != t.fp;
+    Ok(len < t.read || rewritten)
+}
+
 /// Read what is new; `Ok(true)` when the read budget ran out before the end.
 fn read_new(
     t: &mut Tracked,
@@ -379,8 +424,10 @@ fn read_new(
         return Ok(false);
     }
     if t.fp.len() < fp_size {
+        // The fingerprint grows with a small file, as long as what it had
+        // is still there (else the file was rewritten: `truncated` sees it).
         let fp = read_fp(&mut t.file, fp_size)?;
-        if fp.len() > t.fp.len() {
+        if fp.len() > t.fp.len() && fp.starts_with(&t.fp) {
             t.fp = fp;
         }
     }
@@ -499,6 +546,47 @@ mod tests {
         }
         all.sort_unstable();
         assert_eq!(all, vec![0, 1, 2]);
+    }
+
+    fn text(range: std::ops::Range<u64>) -> String {
+        range.map(|n| format!("line-{n}\n")).collect()
+    }
+
+    /// The race the rotation stress test found (and `tests/gateway_log_e2e.rs`
+    /// ran into under load): a copy-truncate, refilled past the old offset,
+    /// landing after the truncation check and before the read. The read then
+    /// took the new content at the old offset as the old file's next lines;
+    /// the copy was resumed at the wrong offset (lines lost) and the new
+    /// content read again from its start (lines repeated).
+    #[test]
+    fn a_copy_truncate_refilled_between_the_check_and_the_read_loses_and_repeats_nothing() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = dir.path().join("x.log");
+        std::fs::write(&log, text(0..100)).expect("write");
+        let mut t = Tailer::new(cfg(dir.path()), vec![]);
+        let mut all = numbers(&t.poll().0);
+        assert_eq!(all.len(), 100);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .and_then(|mut f| f.write_all(text(100..200).as_bytes()))
+            .expect("append");
+        let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (l, f) = (log.clone(), fired.clone());
+        let copy = dir.path().join("x.log.1");
+        t.before_read = Some(Box::new(move |p| {
+            if p == l && !f.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                std::fs::copy(&l, &copy).expect("copy");
+                // Truncate, and write more than was read before.
+                std::fs::write(&l, text(200..400)).expect("truncate and refill");
+            }
+        }));
+        for _ in 0..10 {
+            all.extend(numbers(&t.poll().0));
+        }
+        assert!(fired.load(std::sync::atomic::Ordering::SeqCst));
+        all.sort_unstable();
+        assert_eq!(all, (0..400).collect::<Vec<u64>>());
     }
 
     fn cfg(dir: &Path) -> TailConfig {
