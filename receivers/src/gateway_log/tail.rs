@@ -97,8 +97,11 @@ pub struct Tailer {
     more: bool,
     /// Called between the truncation check and the read of each file (tests
     /// put a rotation exactly there).
-    pub before_read: Option<Box<dyn FnMut(&Path) + Send + Sync>>,
+    pub before_read: Option<ReadHook>,
 }
+
+/// A test hook: called with a file's path before it is read.
+pub type ReadHook = Box<dyn FnMut(&Path) + Send + Sync>;
 
 /// How long a new file that looks like a copy of an open one waits for the
 /// open one's truncation (logrotate's copytruncate truncates right after copying).
