@@ -86,6 +86,7 @@ impl ReceiverFactory for GatewayLogFactory {
                 .filter_map(|p| glob::Pattern::new(p).ok())
                 .collect(),
             start_at_end: cfg.start_at == StartAt::End,
+            close_idle: Duration::from_secs(1),
             max_line: cfg.max_line_bytes.0 as usize,
             fp_size: cfg.fingerprint_size.0 as usize,
         };
@@ -429,7 +430,7 @@ impl Receiver for GatewayLogReceiver {
                 committed.entry(id).or_insert(cp);
                 changed = true;
             }
-            committed.retain(|id, _| tailer.is_open(*id));
+            committed.retain(|id, _| tailer.is_known(*id));
             self.open_files.set(tailer.open_files() as i64);
             let mut lines = lines.into_iter().peekable();
             let mut failed = false;

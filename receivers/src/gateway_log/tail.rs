@@ -46,6 +46,8 @@ struct Tracked {
     reported: bool,
     /// Where reading started.
     start: u64,
+    /// When it last grew (or was opened).
+    grew: Instant,
     /// Delivered up to (every exporter took the lines before it). A file
     /// gone from the patterns stays open until it is delivered to its end,
     /// so that lines an exporter gave up on can be read again.
@@ -74,6 +76,10 @@ pub struct TailConfig {
     pub start_at_end: bool,
     /// Longest line kept.
     pub max_line: usize,
+    /// A file read and delivered to its end that has not grown for this
+    /// long is closed (its inode, fingerprint and offset remembered), so
+    /// rotated backups do not hold file descriptors.
+    pub close_idle: Duration,
     /// Fingerprint length.
     pub fp_size: usize,
 }
@@ -95,10 +101,27 @@ pub struct Tailer {
     deferred: std::collections::HashMap<(u64, u64), (u32, Instant)>,
     /// The last poll stopped at a file's read budget: poll again at once.
     more: bool,
+    /// Files closed while idle (read and delivered to their end), by inode:
+    /// they are opened again when they grow, where they were left.
+    closed: std::collections::HashMap<(u64, u64), Closed>,
+    closed_ids: std::collections::HashSet<u64>,
+    closed_order: std::collections::VecDeque<(u64, u64)>,
     /// Called between the truncation check and the read of each file (tests
     /// put a rotation exactly there).
     pub before_read: Option<ReadHook>,
 }
+
+/// A file closed while idle.
+struct Closed {
+    id: u64,
+    fp: Vec<u8>,
+    offset: u64,
+    absent_polls: u32,
+}
+
+/// Files closed while idle that are remembered at most (beyond, the oldest
+/// are forgotten: read again from their checkpoint, which the receiver keeps).
+const MAX_CLOSED: usize = 100_000;
 
 /// A test hook: called with a file's path before it is read.
 pub type ReadHook = Box<dyn FnMut(&Path) + Send + Sync>;
@@ -144,6 +167,9 @@ impl Tailer {
             next_id: 1,
             deferred: std::collections::HashMap::new(),
             more: false,
+            closed: std::collections::HashMap::new(),
+            closed_ids: std::collections::HashSet::new(),
+            closed_order: std::collections::VecDeque::new(),
             before_read: None,
         }
     }
@@ -200,6 +226,11 @@ impl Tailer {
         self.files.iter().any(|t| t.id == id)
     }
 
+    /// Whether file `id` is open or closed while idle (its checkpoint stays).
+    pub fn is_known(&self, id: u64) -> bool {
+        self.closed_ids.contains(&id) || self.is_open(id)
+    }
+
     /// Whether the last poll left unread data (a file hit its read budget).
     pub fn has_more(&self) -> bool {
         self.more
@@ -242,6 +273,9 @@ impl Tailer {
         for t in &mut self.files {
             t.absent_polls += 1;
         }
+        for c in self.closed.values_mut() {
+            c.absent_polls += 1;
+        }
         for path in self.discover() {
             let Ok(meta) = std::fs::metadata(&path) else {
                 continue;
@@ -251,6 +285,17 @@ impl Tailer {
                 t.absent_polls = 0;
                 t.path = path;
                 continue;
+            }
+            let mut resumed: Option<Closed> = None;
+            if let Some(c) = self.closed.get_mut(&dev_ino) {
+                c.absent_polls = 0;
+                if meta.len() == c.offset {
+                    continue; // closed and unchanged: nothing to open
+                }
+                resumed = self.closed.remove(&dev_ino);
+                if let Some(c) = &resumed {
+                    self.closed_ids.remove(&c.id);
+                }
             }
             let mut file = match File::open(&path) {
                 Ok(f) => f,
@@ -266,10 +311,34 @@ impl Tailer {
                     continue;
                 }
             };
+            let len = meta.len();
+            if let Some(c) = resumed {
+                if len > c.offset && starts_with(&fp, &c.fp) {
+                    // A closed file grew: continue where it was left, as the same file.
+                    self.files.push(Tracked {
+                        id: c.id,
+                        fp,
+                        file,
+                        dev_ino,
+                        path,
+                        read: c.offset,
+                        partial: Vec::new(),
+                        partial_start: c.offset,
+                        skipping: false,
+                        absent_polls: 0,
+                        reported: true,
+                        start: c.offset,
+                        delivered: c.offset,
+                        grew: now,
+                    });
+                    continue;
+                }
+                // Truncated (or rewritten) while closed: its copy continues it.
+                self.ghosts.push((c.fp, c.offset, 0, now));
+            }
             if fp.is_empty() {
                 continue; // identify it once it has content
             }
-            let len = meta.len();
             let is_ghost = self.ghosts.iter().any(|(g, _, _, _)| starts_with(&fp, g));
             if !is_ghost && self.files.iter().any(|t| starts_with(&fp, &t.fp)) {
                 // Same first bytes as an open file: most likely a copy-truncate in
@@ -291,6 +360,10 @@ impl Tailer {
                 // The copy of a file that was copy-truncated: continue where it was read up to.
                 let (_, off, _, _) = self.ghosts.remove(i);
                 off.min(len)
+            } else if let Some(c) = self.closed.values().find(|c| starts_with(&fp, &c.fp)) {
+                // The copy of a file closed while idle (copy-truncate): all of it
+                // up to where that file was left was delivered.
+                c.offset.min(len)
             } else if let Some(i) = self.restored.iter().position(|(r, _)| starts_with(&fp, r)) {
                 let (_, off) = self.restored.remove(i);
                 if off <= len {
@@ -318,10 +391,23 @@ impl Tailer {
                 reported: false,
                 start,
                 delivered: start,
+                grew: now,
             });
             self.next_id += 1;
         }
         self.first_poll = false;
+        // Closed files gone from every pattern are forgotten.
+        let gone: Vec<(u64, u64)> = self
+            .closed
+            .iter()
+            .filter(|(_, c)| c.absent_polls >= 2)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            if let Some(c) = self.closed.remove(&k) {
+                self.closed_ids.remove(&c.id);
+            }
+        }
         // A ghost waits for its copy a few polls and `GHOST_TTL` at least.
         for (_, _, polls, _) in &mut self.ghosts {
             *polls += 1;
@@ -345,7 +431,11 @@ impl Tailer {
                 if let Some(hook) = self.before_read.as_mut() {
                     hook(&t.path);
                 }
+                let was = t.read;
                 let more = read_new(t, max_line, fp_size, &mut lines)?;
+                if t.read > was {
+                    t.grew = now;
+                }
                 // Truncated (and maybe refilled) while it was read: what was
                 // read may be the new content at the old offset. Undo the read;
                 // the copy has all of it.
@@ -398,6 +488,34 @@ impl Tailer {
                     self.files.remove(i);
                     continue;
                 }
+            } else if t.read >= len
+                && t.partial.is_empty()
+                && !t.skipping
+                && !t.fp.is_empty()
+                && t.delivered >= t.read
+                && now.duration_since(t.grew) >= self.cfg.close_idle
+            {
+                // Idle, read and delivered to its end: close it, remember where it was.
+                let t = self.files.remove(i);
+                self.closed_ids.insert(t.id);
+                self.closed.insert(
+                    t.dev_ino,
+                    Closed {
+                        id: t.id,
+                        fp: t.fp,
+                        offset: t.read,
+                        absent_polls: 0,
+                    },
+                );
+                self.closed_order.push_back(t.dev_ino);
+                while self.closed_order.len() > MAX_CLOSED {
+                    if let Some(k) = self.closed_order.pop_front() {
+                        if let Some(c) = self.closed.remove(&k) {
+                            self.closed_ids.remove(&c.id);
+                        }
+                    }
+                }
+                continue;
             }
             i += 1;
         }
@@ -592,12 +710,97 @@ mod tests {
         assert_eq!(all, (0..400).collect::<Vec<u64>>());
     }
 
+    #[test]
+    fn a_thousand_rotated_backups_do_not_hold_a_thousand_files_and_one_that_grows_continues() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = dir.path().join("x.log");
+        let append = |p: &Path, r: std::ops::Range<u64>| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .and_then(|mut f| f.write_all(text(r).as_bytes()))
+                .expect("append");
+        };
+        let mut t = Tailer::new(cfg(dir.path()), vec![]);
+        let mut all = Vec::new();
+        let mut most_open = 0;
+        let mut poll = |t: &mut Tailer, all: &mut Vec<u64>| {
+            let (lines, errors) = t.poll();
+            assert!(errors.is_empty(), "{errors:?}");
+            for l in &lines {
+                t.set_delivered(l.file, l.end);
+            }
+            let got = numbers(&lines);
+            all.extend(got.iter().copied());
+            got
+        };
+        let mut n = 0;
+        for r in 0..1000 {
+            append(&log, n..n + 5);
+            n += 5;
+            poll(&mut t, &mut all);
+            most_open = most_open.max(t.open_files());
+            // Rotation by rename; the backups keep matching `x.log*`.
+            std::fs::rename(&log, dir.path().join(format!("x.log.{r}"))).expect("rename");
+        }
+        for _ in 0..3 {
+            poll(&mut t, &mut all);
+        }
+        assert!(most_open <= 3, "{most_open} files open at once");
+        assert!(t.open_files() <= 1, "{}", t.open_files());
+        all.sort_unstable();
+        assert_eq!(all, (0..n).collect::<Vec<u64>>());
+        // A closed backup written to again continues where it was left, as the same file.
+        let id_before = t.closed.values().find(|c| c.offset > 0).map(|c| c.id);
+        append(&dir.path().join("x.log.5"), n..n + 3);
+        let mut again = Vec::new();
+        for _ in 0..3 {
+            again.extend(poll(&mut t, &mut all));
+        }
+        assert_eq!(again, vec![n, n + 1, n + 2]);
+        assert!(id_before.is_some());
+    }
+
+    #[test]
+    fn a_file_closed_while_idle_then_copy_truncated_is_not_read_twice() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = dir.path().join("x.log");
+        std::fs::write(&log, text(0..50)).expect("write");
+        let mut t = Tailer::new(cfg(dir.path()), vec![]);
+        let mut all = Vec::new();
+        for _ in 0..3 {
+            let (lines, _) = t.poll();
+            for l in &lines {
+                t.set_delivered(l.file, l.end);
+            }
+            all.extend(numbers(&lines));
+        }
+        assert_eq!(t.open_files(), 0, "idle, read and delivered: closed");
+        // logrotate copytruncate of the idle file, then new lines.
+        std::fs::copy(&log, dir.path().join("x.log.1")).expect("copy");
+        // The copy is seen before the truncation.
+        let (lines, _) = t.poll();
+        all.extend(numbers(&lines));
+        std::fs::write(&log, text(50..60)).expect("truncate and write");
+        for _ in 0..3 {
+            let (lines, _) = t.poll();
+            for l in &lines {
+                t.set_delivered(l.file, l.end);
+            }
+            all.extend(numbers(&lines));
+        }
+        all.sort_unstable();
+        assert_eq!(all, (0..60).collect::<Vec<u64>>());
+    }
+
     fn cfg(dir: &Path) -> TailConfig {
         TailConfig {
             include: vec![format!("{}/x.log*", dir.display())],
             exclude: vec![],
             start_at_end: false,
             max_line: 1 << 20,
+            close_idle: Duration::ZERO,
             fp_size: 1024,
         }
     }
