@@ -725,7 +725,7 @@ mod tests {
         let mut t = Tailer::new(cfg(dir.path()), vec![]);
         let mut all = Vec::new();
         let mut most_open = 0;
-        let mut poll = |t: &mut Tailer, all: &mut Vec<u64>| {
+        let poll = |t: &mut Tailer, all: &mut Vec<u64>| {
             let (lines, errors) = t.poll();
             assert!(errors.is_empty(), "{errors:?}");
             for l in &lines {
