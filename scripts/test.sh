@@ -34,6 +34,10 @@ command -v runuser >/dev/null || missing+=(util-linux)
 command -v strace >/dev/null || missing+=(strace)
 # The gateway_log rotation tests rotate with the real logrotate.
 command -v logrotate >/dev/null || missing+=(logrotate)
+# tests/real_backends_e2e.rs: the exporters against the real servers.
+[[ -x /usr/bin/victoria-metrics ]] || missing+=(victoria-metrics)
+[[ -x /usr/bin/prometheus ]] || missing+=(prometheus)
+[[ -x /usr/bin/prometheus-alertmanager ]] || missing+=(prometheus-alertmanager)
 if ((${#missing[@]})); then
   echo "== installing ${missing[*]} (apt-get, once)"
   if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
@@ -41,7 +45,9 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
   fi
   # The packages' own services are not used: each test starts its own servers.
-  (service nginx stop; service redis-server stop; service postgresql stop) >/dev/null 2>&1 || true
+  (service nginx stop; service redis-server stop; service postgresql stop
+   service prometheus stop; service prometheus-alertmanager stop; service victoria-metrics stop
+   service prometheus-node-exporter stop) >/dev/null 2>&1 || true
 fi
 if [[ ! -d tests/testbed/node_modules/@opentelemetry/sdk-node ]]; then
   echo "== npm ci in tests/testbed (the OpenTelemetry Node.js SDK, express, ioredis, pg; once)"

@@ -10,83 +10,9 @@
 mod common;
 
 use common::*;
-use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair};
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 const TOKEN: &str = "s3cr3t-t0ken-4f9a2c";
-
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-fn ca(name: &str) -> Ca {
-    let key = KeyPair::generate().unwrap();
-    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.distinguished_name.push(rcgen::DnType::CommonName, name);
-    let cert = p.self_signed(&key).unwrap();
-    Ca { cert, key }
-}
-
-/// A leaf signed by `ca`, written as `<name>.crt` / `<name>.key`.
-fn leaf(dir: &Path, ca: &Ca, name: &str, sans: &[&str], client: bool) -> (String, String) {
-    let key = KeyPair::generate().unwrap();
-    let mut p =
-        CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-    p.distinguished_name.push(rcgen::DnType::CommonName, name);
-    p.extended_key_usages = vec![if client {
-        ExtendedKeyUsagePurpose::ClientAuth
-    } else {
-        ExtendedKeyUsagePurpose::ServerAuth
-    }];
-    let cert = p.signed_by(&key, &ca.cert, &ca.key).unwrap();
-    let (c, k) = (
-        dir.join(format!("{name}.crt")),
-        dir.join(format!("{name}.key")),
-    );
-    std::fs::write(&c, cert.pem()).unwrap();
-    std::fs::write(&k, key.serialize_pem()).unwrap();
-    (c.display().to_string(), k.display().to_string())
-}
-
-fn client_config(ca_pem: &str, identity: Option<(&str, &str)>) -> rustls::ClientConfig {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let b = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots);
-    match identity {
-        Some((c, k)) => b
-            .with_client_auth_cert(
-                CertificateDer::pem_file_iter(c)
-                    .unwrap()
-                    .map(|x| x.unwrap())
-                    .collect(),
-                PrivateKeyDer::from_pem_file(k).unwrap(),
-            )
-            .unwrap(),
-        None => b.with_no_client_auth(),
-    }
-}
-
-fn https(cfg: rustls::ClientConfig) -> reqwest::blocking::Client {
-    causeway_core::tls::install_crypto_provider();
-    reqwest::blocking::Client::builder()
-        .use_preconfigured_tls(cfg)
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
 
 fn body() -> Vec<u8> {
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;

@@ -337,3 +337,79 @@ impl AlertSink {
         self.got.lock().expect("lock").clone()
     }
 }
+
+/// A test certificate authority.
+pub struct Ca {
+    pub cert: rcgen::Certificate,
+    pub key: rcgen::KeyPair,
+}
+
+/// A self-signed CA named `name`.
+pub fn ca(name: &str) -> Ca {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    p.distinguished_name.push(rcgen::DnType::CommonName, name);
+    let cert = p.self_signed(&key).unwrap();
+    Ca { cert, key }
+}
+
+/// A leaf signed by `ca`, written as `<name>.crt` / `<name>.key`.
+pub fn leaf(dir: &Path, ca: &Ca, name: &str, sans: &[&str], client: bool) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut p =
+        rcgen::CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    p.distinguished_name.push(rcgen::DnType::CommonName, name);
+    p.extended_key_usages = vec![if client {
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth
+    } else {
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth
+    }];
+    let cert = p.signed_by(&key, &ca.cert, &ca.key).unwrap();
+    let (c, k) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    (c.display().to_string(), k.display().to_string())
+}
+
+/// A rustls client trusting `ca_pem`, with a client identity (mTLS) if given.
+pub fn client_config(ca_pem: &str, identity: Option<(&str, &str)>) -> rustls::ClientConfig {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let b = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots);
+    match identity {
+        Some((c, k)) => b
+            .with_client_auth_cert(
+                CertificateDer::pem_file_iter(c)
+                    .unwrap()
+                    .map(|x| x.unwrap())
+                    .collect(),
+                PrivateKeyDer::from_pem_file(k).unwrap(),
+            )
+            .unwrap(),
+        None => b.with_no_client_auth(),
+    }
+}
+
+/// A blocking HTTPS client on `cfg`.
+pub fn https(cfg: rustls::ClientConfig) -> reqwest::blocking::Client {
+    causeway_core::tls::install_crypto_provider();
+    reqwest::blocking::Client::builder()
+        .use_preconfigured_tls(cfg)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}

@@ -28,6 +28,7 @@ use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, Aggrega
 use prost::Message;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use crate::ExporterError;
@@ -170,6 +171,22 @@ pub struct VictoriaMetricsExporter {
     client: reqwest::Client,
     /// Running totals of delta series, by series key.
     totals: Mutex<HashMap<String, f64>>,
+    /// `compression: zstd`: 0 not asked yet, 1 the server speaks the
+    /// VictoriaMetrics protocol, 2 it does not (snappy).
+    vm_proto: AtomicU8,
+    /// The server answered 400/415 to zstd.
+    refused_zstd: AtomicBool,
+}
+
+/// Prometheus' staleness marker: a series that stopped (not a number a
+/// query would ever return).
+pub const STALE_NAN: f64 = f64::from_bits(0x7ff0_0000_0000_0002);
+
+/// A point flagged `FLAG_NO_RECORDED_VALUE`: its series stopped (the
+/// Collector's receivers set it when a target disappears). Sent as
+/// [`STALE_NAN`], as the Collector's prometheusremotewrite exporter does.
+fn no_recorded_value(flags: u32) -> bool {
+    flags & 1 == 1
 }
 
 /// A Prometheus metric or label name from an OTel one.
@@ -331,6 +348,8 @@ impl VictoriaMetricsExporter {
             url,
             client,
             totals: Mutex::new(HashMap::new()),
+            vm_proto: AtomicU8::new(0),
+            refused_zstd: AtomicBool::new(false),
         })
     }
 
@@ -396,6 +415,7 @@ impl VictoriaMetricsExporter {
                             let name = prom_name(&m.name, &m.unit, false, true, add_units);
                             for p in &g.data_points {
                                 let v = match p.value {
+                                    _ if no_recorded_value(p.flags) => STALE_NAN,
                                     Some(number_data_point::Value::AsDouble(d)) => d,
                                     Some(number_data_point::Value::AsInt(i)) => i as f64,
                                     None => continue,
@@ -421,13 +441,15 @@ impl VictoriaMetricsExporter {
                                 add_units,
                             );
                             for p in &s.data_points {
+                                let stale = no_recorded_value(p.flags);
                                 let v = match p.value {
+                                    _ if stale => STALE_NAN,
                                     Some(number_data_point::Value::AsDouble(d)) => d,
                                     Some(number_data_point::Value::AsInt(i)) => i as f64,
                                     None => continue,
                                 };
                                 let l = labels_of(&p.attributes);
-                                let v = if delta {
+                                let v = if delta && !stale {
                                     self.cumulative(key_of(&name, &l, ""), v)
                                 } else {
                                     v
@@ -556,15 +578,69 @@ impl Exporter for VictoriaMetricsExporter {
             return Ok(Delivered::default());
         }
         let raw = req.encode_to_vec();
-        let (body, encoding) = match self.cfg.compression {
-            RwCompression::Snappy => (
+        let zstd = self.cfg.compression == RwCompression::Zstd && self.speaks_vm_protocol().await;
+        let r = self.send(&raw, zstd).await;
+        match r {
+            // A server that does not take zstd after all (a proxy in front, a
+            // downgrade): the same request in snappy, and snappy from now on.
+            Err(ExportError::Permanent { .. })
+                if zstd && self.refused_zstd.load(Ordering::Relaxed) =>
+            {
+                self.send(&raw, false).await
+            }
+            r => r,
+        }
+    }
+}
+
+impl VictoriaMetricsExporter {
+    /// Whether the server speaks the VictoriaMetrics remote write protocol
+    /// (zstd), asked once as vmagent does: `GET <url>?get_vm_proto_version=1`
+    /// answers `1` (VictoriaMetrics ≥ 1.82); anything else (Prometheus, an
+    /// older VictoriaMetrics: `snappy: corrupt input` on zstd) means snappy.
+    async fn speaks_vm_protocol(&self) -> bool {
+        match self.vm_proto.load(Ordering::Relaxed) {
+            1 => return true,
+            2 => return false,
+            _ => {}
+        }
+        let sep = if self.url.contains('?') { '&' } else { '?' };
+        let mut r = self
+            .client
+            .get(format!("{}{sep}get_vm_proto_version=1", self.url));
+        for (k, v) in &self.cfg.headers {
+            r = r.header(k.as_str(), v.as_str());
+        }
+        let answer = match r.timeout(self.cfg.timeout.get()).send().await {
+            Ok(resp) if resp.status().is_success() => resp.text().await.ok(),
+            Ok(_) => None,
+            // Unreachable now: ask again with the next batch (snappy meanwhile).
+            Err(_) => return false,
+        };
+        let yes = answer
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .is_some_and(|v| v >= 1);
+        if !yes {
+            tracing::warn!(endpoint = %self.url, "compression: zstd asked, but the server does not speak the VictoriaMetrics remote write protocol (get_vm_proto_version); sending snappy.");
+        }
+        self.vm_proto
+            .store(if yes { 1 } else { 2 }, Ordering::Relaxed);
+        yes
+    }
+
+    async fn send(&self, raw: &[u8], zstd: bool) -> Result<Delivered, ExportError> {
+        let permanent = |e: ExporterError| ExportError::Permanent {
+            source: Box::new(e),
+        };
+        let (body, encoding) = match zstd {
+            false => (
                 snap::raw::Encoder::new()
-                    .compress_vec(&raw)
+                    .compress_vec(raw)
                     .map_err(|e| permanent(ExporterError::Encode(e.to_string())))?,
                 "snappy",
             ),
-            RwCompression::Zstd => (
-                zstd::bulk::compress(&raw, 0)
+            true => (
+                zstd::bulk::compress(raw, 0)
                     .map_err(|e| permanent(ExporterError::Encode(e.to_string())))?,
                 "zstd",
             ),
@@ -594,6 +670,12 @@ impl Exporter for VictoriaMetricsExporter {
             status: status.to_string(),
             message: text.chars().take(1024).collect(),
         });
+        if zstd && matches!(status.as_u16(), 400 | 415) {
+            // As vmagent: a 400 or 415 to zstd means the server cannot read it.
+            tracing::warn!(endpoint = %self.url, %status, "The server refused zstd; sending snappy from now on.");
+            self.vm_proto.store(2, Ordering::Relaxed);
+            self.refused_zstd.store(true, Ordering::Relaxed);
+        }
         if status.as_u16() == 429 || status.is_server_error() {
             Err(ExportError::Retryable {
                 source,

@@ -53,15 +53,27 @@ type Seen = Arc<Mutex<Vec<(HeaderMap, Bytes)>>>;
 async fn server(status: StatusCode) -> (String, Seen) {
     let seen: Seen = Arc::new(Mutex::new(Vec::new()));
     let s2 = seen.clone();
+    // As VictoriaMetrics ≥ 1.82: the handshake of its remote write protocol.
     let app = axum::Router::new().route(
         "/api/v1/write",
         post(move |h: HeaderMap, b: Bytes| {
             let seen = s2.clone();
             async move {
+                // A server behind a proxy that cannot take zstd after all.
+                if status == StatusCode::UNSUPPORTED_MEDIA_TYPE
+                    && h.get("content-encoding").is_some_and(|e| e == "zstd")
+                {
+                    return status;
+                }
                 seen.lock().expect("lock").push((h, b));
-                status
+                if status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+                    StatusCode::NO_CONTENT
+                } else {
+                    status
+                }
             }
-        }),
+        })
+        .get(|| async { "1" }),
     );
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -262,6 +274,18 @@ async fn zstd_variant_and_retry_rules() {
     assert!(decode_series(&got[0].1, true).contains_key(
         "target_info{instance=\"pod-1\",job=\"checkout\",k8s_namespace_name=\"prod\"}"
     ));
+    // 415 to zstd: the same request again in snappy, and snappy from then on.
+    let (url, seen) = server(StatusCode::UNSUPPORTED_MEDIA_TYPE).await;
+    let exp = exporter(&url, "compression: zstd");
+    exp.export(&metrics(2, T))
+        .await
+        .expect("delivered in snappy");
+    exp.export(&metrics(2, T + 1))
+        .await
+        .expect("delivered in snappy");
+    let got = seen.lock().expect("lock").clone();
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().all(|(h, _)| h["content-encoding"] == "snappy"));
     for (status, retryable) in [
         (StatusCode::SERVICE_UNAVAILABLE, true),
         (StatusCode::TOO_MANY_REQUESTS, true),

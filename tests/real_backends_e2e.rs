@@ -1,0 +1,597 @@
+//! The metrics and alert exporters against the real servers Debian ships
+//! (`victoria-metrics`, `prometheus` with its remote-write receiver,
+//! `prometheus-alertmanager`), read back through each server's own query
+//! API: what an SRE's dashboards and alert routes will see. `scripts/test.sh`
+//! installs the packages.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A server process, killed when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+    name: &'static str,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+fn which(candidates: &[&str]) -> String {
+    candidates
+        .iter()
+        .find(|p| Path::new(p).exists())
+        .map(|p| p.to_string())
+        .unwrap_or_else(|| {
+            panic!("none of {candidates:?} (Debian packages; scripts/test.sh installs them)")
+        })
+}
+
+impl Server {
+    fn start(
+        name: &'static str,
+        dir: &Path,
+        program: &str,
+        args: &[String],
+        ready: &str,
+    ) -> Server {
+        let log = dir.join(format!("{name}.log"));
+        let port = args
+            .iter()
+            .find_map(|a| a.rsplit_once("127.0.0.1:").map(|x| x.1.to_string()))
+            .expect("an address argument");
+        let addr = format!("127.0.0.1:{port}");
+        let mut child = Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::from(std::fs::File::create(&log).expect("log")))
+            .stderr(Stdio::from(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&log)
+                    .expect("log"),
+            ))
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        let started = std::time::Instant::now();
+        loop {
+            if let Some((200, _)) = http_get(&addr, ready) {
+                break;
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!(
+                    "{name} exited with {st}: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{name} not ready: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Server {
+            child,
+            addr,
+            name,
+            log,
+        }
+    }
+
+    fn victoria_metrics(dir: &Path, name: &'static str) -> Server {
+        let data = dir.join(name);
+        Server::start(
+            name,
+            dir,
+            &which(&["/usr/bin/victoria-metrics"]),
+            &[
+                format!("-httpListenAddr=127.0.0.1:{}", free_port()),
+                format!("-storageDataPath={}", data.display()),
+                "-retentionPeriod=1d".into(),
+                // Recent samples are hidden from queries for 30 s by default.
+                "-search.latencyOffset=0s".into(),
+                "-search.disableCache".into(),
+            ],
+            "/health",
+        )
+    }
+
+    fn prometheus(dir: &Path) -> Server {
+        let cfg = dir.join("prometheus.yml");
+        std::fs::write(&cfg, "global: { scrape_interval: 15s }\n").expect("config");
+        Server::start(
+            "prometheus",
+            dir,
+            &which(&["/usr/bin/prometheus"]),
+            &[
+                format!("--config.file={}", cfg.display()),
+                format!("--storage.tsdb.path={}", dir.join("prom").display()),
+                "--web.enable-remote-write-receiver".into(),
+                format!("--web.listen-address=127.0.0.1:{}", free_port()),
+            ],
+            "/-/ready",
+        )
+    }
+
+    /// PromQL at the server's now: `(labels, value)` of each result.
+    fn query(&self, promql: &str) -> Vec<(Value, f64)> {
+        let (status, body) = http_get(&self.addr, &format!("/api/v1/query?query={}", enc(promql)))
+            .unwrap_or((0, String::new()));
+        assert!(
+            status == 200 || status == 0,
+            "{}: {status} {body}",
+            self.name
+        );
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        v["data"]["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                let val = r["value"][1]
+                    .as_str()
+                    .and_then(|x| x.parse().ok())
+                    .unwrap_or(f64::NAN);
+                (r["metric"].clone(), val)
+            })
+            .collect()
+    }
+
+    fn one(&self, promql: &str) -> Option<f64> {
+        let r = self.query(promql);
+        (r.len() == 1).then(|| r[0].1)
+    }
+
+    /// Metric names of the series matching `selector`.
+    fn series_names(&self, selector: &str) -> Vec<String> {
+        let (_, body) = http_get(
+            &self.addr,
+            &format!("/api/v1/series?match[]={}", enc(selector)),
+        )
+        .unwrap_or_default();
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        let mut names: Vec<String> = v["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["__name__"].as_str().map(str::to_string))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// Percent-encoding for a query parameter.
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64
+}
+
+fn kv(k: &str, v: &str) -> Value {
+    json!({"key": k, "value": {"stringValue": v}})
+}
+
+/// One OTLP/JSON metrics request, round `round` (1 or 2).
+fn metrics(round: u64, start: u64) -> Value {
+    let t = now_ns().to_string();
+    let start = start.to_string();
+    // Round 2: the temperature series stops (no recorded value).
+    let temp = if round == 1 {
+        json!({"asDouble": 21.5, "timeUnixNano": t})
+    } else {
+        json!({"flags": 1, "timeUnixNano": t})
+    };
+    json!({"resourceMetrics": [{
+        "resource": {"attributes": [kv("service.name", "shop"), kv("service.instance.id", "shop-1"), kv("host.name", "web-1")]},
+        "scopeMetrics": [{"metrics": [
+            {"name": "queue.depth", "unit": "By", "gauge": {"dataPoints": [
+                {"asInt": (7 * round).to_string(), "timeUnixNano": t, "attributes": [kv("queue", "orders")]}]}},
+            {"name": "room.temp", "unit": "Cel", "gauge": {"dataPoints": [temp]}},
+            {"name": "http.server.requests", "unit": "{request}", "sum": {
+                "aggregationTemporality": 2, "isMonotonic": true,
+                "dataPoints": [{"asInt": (40 + round).to_string(), "startTimeUnixNano": start, "timeUnixNano": t}]}},
+            {"name": "jobs.done", "sum": {
+                "aggregationTemporality": 1, "isMonotonic": true,
+                "dataPoints": [{"asInt": (if round == 1 { 5 } else { 3 }).to_string(), "startTimeUnixNano": start, "timeUnixNano": t}]}},
+            {"name": "http.server.duration", "unit": "s", "histogram": {
+                "aggregationTemporality": 2,
+                "dataPoints": [{"count": (3 * round).to_string(), "sum": 0.6 * round as f64,
+                    "bucketCounts": [round.to_string(), round.to_string(), round.to_string()],
+                    "explicitBounds": [0.1, 0.5], "startTimeUnixNano": start, "timeUnixNano": t}]}}
+        ]}]
+    }]})
+}
+
+fn post(http: u16, body: &Value) {
+    let r = http_client()
+        .post(format!("http://127.0.0.1:{http}/v1/metrics"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 200, "{:?}", r.text());
+}
+
+/// What every server must show after the two rounds.
+fn check(s: &Server, staleness: bool) {
+    let sel = r#"{job="shop",instance="shop-1"}"#;
+    wait_for(Duration::from_secs(30), s.name, || {
+        s.one(&format!("jobs_done_total{sel}")) == Some(8.0)
+            && s.one(&format!("http_server_duration_seconds_count{sel}")) == Some(6.0)
+    });
+    assert_eq!(
+        s.one(r#"queue_depth_bytes{job="shop",instance="shop-1",queue="orders"}"#),
+        Some(14.0),
+        "{}: gauge",
+        s.name
+    );
+    assert_eq!(
+        s.one(&format!("http_server_requests_total{sel}")),
+        Some(42.0),
+        "{}: cumulative monotonic sum",
+        s.name
+    );
+    for (le, want) in [("0.1", 2.0), ("0.5", 4.0), ("+Inf", 6.0)] {
+        assert_eq!(
+            s.one(&format!(
+                r#"http_server_duration_seconds_bucket{{job="shop",le="{le}"}}"#
+            )),
+            Some(want),
+            "{}: bucket le={le}",
+            s.name
+        );
+    }
+    let sum = s
+        .one(&format!("http_server_duration_seconds_sum{sel}"))
+        .unwrap_or(0.0);
+    assert!((sum - 1.2).abs() < 1e-9, "{}: histogram sum {sum}", s.name);
+    assert_eq!(
+        s.one(r#"target_info{job="shop",instance="shop-1",host_name="web-1"}"#),
+        Some(1.0),
+        "{}: target_info",
+        s.name
+    );
+    let names = s.series_names(sel);
+    for n in [
+        "http_server_duration_seconds_bucket",
+        "http_server_duration_seconds_count",
+        "http_server_duration_seconds_sum",
+        "http_server_requests_total",
+        "jobs_done_total",
+        "queue_depth_bytes",
+        "room_temp_celsius",
+        "target_info",
+    ] {
+        assert!(
+            names.iter().any(|x| x == n),
+            "{}: {n} not in {names:?}",
+            s.name
+        );
+    }
+    if staleness {
+        // The series that stopped is stale: gone from instant queries, not 0.
+        assert!(
+            s.query(r#"room_temp_celsius{job="shop"}"#).is_empty(),
+            "{}: a stopped series still answers",
+            s.name
+        );
+        assert_eq!(
+            s.one(r#"max_over_time(room_temp_celsius{job="shop"}[5m])"#),
+            Some(21.5)
+        );
+    }
+    let log = std::fs::read_to_string(&s.log).unwrap_or_default();
+    assert!(
+        !log.contains("cannot parse") && !log.contains("out of order"),
+        "{}: {log}",
+        s.name
+    );
+}
+
+#[test]
+fn metrics_arrive_in_victoriametrics_and_prometheus_as_their_query_apis_show() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let vm = Server::victoria_metrics(d, "victoria-metrics");
+    let vmz = Server::victoria_metrics(d, "victoria-metrics-zstd");
+    let prom = Server::prometheus(d);
+    let http = free_port();
+    let cfg = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+exporters:
+  victoriametrics/vm:
+    endpoint: "http://{vm}/api/v1/write"
+    retry_on_failure: {{ initial_interval: 100ms }}
+  victoriametrics/vmz:
+    endpoint: "http://{vmz}/api/v1/write"
+    compression: zstd
+    retry_on_failure: {{ initial_interval: 100ms }}
+  victoriametrics/prometheus:
+    endpoint: "http://{prom}/api/v1/write"
+    retry_on_failure: {{ initial_interval: 100ms }}
+service:
+  pipelines:
+    metrics: {{ receivers: [otlp], exporters: [victoriametrics/vm, victoriametrics/vmz, victoriametrics/prometheus] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+        vm = vm.addr,
+        vmz = vmz.addr,
+        prom = prom.addr
+    );
+    let daemon = Daemon::start(d, "causeway", &cfg);
+    let start = now_ns();
+    post(http, &metrics(1, start));
+    // The first round is in (so the second is later in every series).
+    wait_for(Duration::from_secs(30), "round 1 in prometheus", || {
+        prom.one(r#"jobs_done_total{job="shop"}"#) == Some(5.0)
+    });
+    post(http, &metrics(2, start));
+    check(&prom, true);
+    check(&vm, false);
+    // Debian's VictoriaMetrics (1.79) predates its zstd protocol: the
+    // exporter asks (get_vm_proto_version), hears no, and sends snappy.
+    check(&vmz, false);
+    assert!(
+        daemon
+            .stderr("causeway")
+            .contains("does not speak the VictoriaMetrics remote write protocol"),
+        "the fallback is said"
+    );
+    assert!(daemon.terminate().success());
+}
+
+/// `GET /api/v2/alerts` of the real Alertmanager, over TLS.
+fn am_alerts(client: &reqwest::blocking::Client, url: &str) -> Vec<Value> {
+    client
+        .get(format!("{url}/api/v2/alerts"))
+        .send()
+        .ok()
+        .and_then(|r| r.text().ok())
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn alerts_fire_and_resolve_in_the_real_alertmanager_over_tls_with_its_own_inhibition() {
+    use causeway_scenarios::send::{send, Order};
+    use causeway_scenarios::{case, Rng};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    // Alertmanager behind TLS (its own --web.config.file), certificate from our CA.
+    let good = ca("causeway test CA");
+    let other = ca("some other CA");
+    let (crt, key) = leaf(d, &good, "alertmanager", &["127.0.0.1", "localhost"], false);
+    std::fs::write(d.join("ca.crt"), good.cert.pem()).expect("ca");
+    std::fs::write(d.join("other-ca.crt"), other.cert.pem()).expect("other ca");
+    std::fs::write(
+        d.join("web.yml"),
+        format!("tls_server_config:\n  cert_file: {crt}\n  key_file: {key}\n"),
+    )
+    .expect("web config");
+    // Grouping and inhibition are Alertmanager's: a page inhibits the ticket
+    // of the same route.
+    std::fs::write(
+        d.join("am.yml"),
+        r#"
+route:
+  receiver: "null"
+  group_by: [alertname, route_id]
+receivers:
+  - name: "null"
+inhibit_rules:
+  - source_matchers: ['severity="page"']
+    target_matchers: ['severity="ticket"']
+    equal: [route_id]
+"#,
+    )
+    .expect("am config");
+    let am_port = free_port();
+    let log = d.join("alertmanager.log");
+    let mut am = Command::new(which(&["/usr/bin/prometheus-alertmanager"]))
+        .args([
+            format!("--config.file={}", d.join("am.yml").display()),
+            format!("--web.config.file={}", d.join("web.yml").display()),
+            format!("--storage.path={}", d.join("am").display()),
+            format!("--web.listen-address=127.0.0.1:{am_port}"),
+            "--cluster.listen-address=".into(),
+        ])
+        .stdout(Stdio::from(std::fs::File::create(&log).expect("log")))
+        .stderr(Stdio::from(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&log)
+                .expect("log"),
+        ))
+        .spawn()
+        .expect("prometheus-alertmanager");
+    let am_url = format!("https://127.0.0.1:{am_port}");
+    let client = https(client_config(&good.cert.pem(), None));
+    wait_for(
+        Duration::from_secs(60),
+        "alertmanager ready over TLS",
+        || {
+            client
+                .get(format!("{am_url}/-/ready"))
+                .send()
+                .is_ok_and(|r| r.status().is_success())
+        },
+    );
+    let http = free_port();
+    let rule = |name: &str, severity: &str| {
+        format!(
+            r#"
+        - alert: {name}
+          expr: |
+            SELECT route_id, count(*) AS value FROM rca
+            WHERE cause = 'circuit_open' GROUP BY route_id HAVING count(*) >= 2
+          for: 1s
+          labels: {{ severity: {severity} }}
+          annotations:
+            summary: "{{{{ $value }}}} traces on route {{{{ $labels.route_id }}}} failed fast on an open circuit""#
+        )
+    };
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+processors:
+  tail_sampling:
+    decision_wait: 500ms
+    policies: [{{ name: all, type: always_sample }}]
+  correlate:
+    alerts:
+      interval: 200ms
+      window: 3s
+      resend: 1s
+      rules:{page}{ticket}
+exporters:
+  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  alertmanager:
+    endpoint: "{am_url}"
+    tls: {{ ca_file: "{ca}" }}
+    retry_on_failure: {{ initial_interval: 100ms }}
+  alertmanager/wrong_ca:
+    endpoint: "{am_url}"
+    tls: {{ ca_file: "{other_ca}" }}
+    retry_on_failure: {{ initial_interval: 100ms, max_elapsed_time: 1s }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    logs: {{ receivers: [otlp], processors: [correlate], exporters: [alertmanager, alertmanager/wrong_ca] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+        page = rule("CircuitOpenPage", "page"),
+        ticket = rule("CircuitOpenTicket", "ticket"),
+        ca = d.join("ca.crt").display(),
+        other_ca = d.join("other-ca.crt").display(),
+    );
+    let daemon = Daemon::start(d, "causeway", &config);
+    let otlp = http_client();
+    let base = format!("http://127.0.0.1:{http}");
+    let mut rng = Rng::new(11);
+    let route = "route-circuit-open-0";
+    let named = |alerts: &[Value], name: &str| -> Option<Value> {
+        alerts
+            .iter()
+            .find(|a| a["labels"]["alertname"] == name)
+            .cloned()
+    };
+    let mut n = 0u64;
+    let start = std::time::Instant::now();
+    let (page, ticket) = loop {
+        let now = now_ns();
+        let c = case(&mut rng, "circuit_open", n * 3, now);
+        let h = case(&mut rng, "healthy", n * 3 + 1, now);
+        send(&otlp, &base, &[c, h], Order::LogsFirst).expect("send");
+        n += 1;
+        let alerts = am_alerts(&client, &am_url);
+        if let (Some(p), Some(t)) = (
+            named(&alerts, "CircuitOpenPage"),
+            named(&alerts, "CircuitOpenTicket"),
+        ) {
+            if t["status"]["state"] == "suppressed" {
+                break (p, t);
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no alerts in Alertmanager within 60s: {alerts:?}\n{}",
+            daemon.stderr("causeway")
+        );
+        std::thread::sleep(Duration::from_millis(250)); // the scenario's pace, not a wait for a result
+    };
+    // As Alertmanager sees them: the page active, the ticket inhibited by it.
+    assert_eq!(page["status"]["state"], "active", "{page}");
+    assert_eq!(page["labels"]["route_id"], route);
+    assert_eq!(page["labels"]["severity"], "page");
+    assert_eq!(page["annotations"]["cause"], "circuit_open");
+    let inhibited_by = ticket["status"]["inhibitedBy"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(inhibited_by, vec![page["fingerprint"].clone()], "{ticket}");
+    let ends = humantime::parse_rfc3339(page["endsAt"].as_str().expect("endsAt")).expect("time");
+    assert!(ends > SystemTime::now(), "firing: endsAt ahead ({page})");
+    // Grouped by Alertmanager's own route: one group per alert name and route.
+    let (_, groups) = {
+        let r = client
+            .get(format!("{am_url}/api/v2/alerts/groups"))
+            .send()
+            .expect("groups");
+        (
+            r.status(),
+            serde_json::from_str::<Value>(&r.text().expect("groups")).expect("groups JSON"),
+        )
+    };
+    let labels: Vec<Value> = groups
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| g["labels"].clone())
+        .collect();
+    assert!(
+        labels.contains(&json!({"alertname": "CircuitOpenPage", "route_id": route})),
+        "{groups}"
+    );
+    // The failures stop: causeway resolves, Alertmanager drops the alerts.
+    wait_for(Duration::from_secs(60), "the alerts resolved", || {
+        let alerts = am_alerts(&client, &am_url);
+        named(&alerts, "CircuitOpenPage").is_none() && named(&alerts, "CircuitOpenTicket").is_none()
+    });
+    // The exporter trusting another CA never got through: the handshake failed.
+    let refused = daemon
+        .metric(r#"causeway_exporter_send_failed_items_total{component="alertmanager/wrong_ca",signal="logs"}"#)
+        .unwrap_or(0.0);
+    assert!(refused >= 1.0, "the wrong CA was not refused");
+    let said: Vec<String> = daemon
+        .stderr("causeway")
+        .lines()
+        .filter(|l| l.contains("wrong_ca"))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        said.iter()
+            .any(|l| l.to_lowercase().contains("certificate")),
+        "{said:#?}"
+    );
+    let delivered = daemon
+        .metric(r#"causeway_exporter_sent_items_total{component="alertmanager",signal="logs"}"#)
+        .unwrap_or(0.0);
+    assert!(delivered >= 2.0);
+    assert!(daemon.terminate().success());
+    am.kill().ok();
+    am.wait().ok();
+}
