@@ -346,33 +346,33 @@ pub struct Ca {
 
 /// A self-signed CA named `name`.
 pub fn ca(name: &str) -> Ca {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    let key = rcgen::KeyPair::generate().expect("test TLS material");
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("test TLS material");
     p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     p.distinguished_name.push(rcgen::DnType::CommonName, name);
-    let cert = p.self_signed(&key).unwrap();
+    let cert = p.self_signed(&key).expect("test TLS material");
     Ca { cert, key }
 }
 
 /// A leaf signed by `ca`, written as `<name>.crt` / `<name>.key`.
 pub fn leaf(dir: &Path, ca: &Ca, name: &str, sans: &[&str], client: bool) -> (String, String) {
-    let key = rcgen::KeyPair::generate().unwrap();
+    let key = rcgen::KeyPair::generate().expect("test TLS material");
     let mut p =
         rcgen::CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-            .unwrap();
+            .expect("test TLS material");
     p.distinguished_name.push(rcgen::DnType::CommonName, name);
     p.extended_key_usages = vec![if client {
         rcgen::ExtendedKeyUsagePurpose::ClientAuth
     } else {
         rcgen::ExtendedKeyUsagePurpose::ServerAuth
     }];
-    let cert = p.signed_by(&key, &ca.cert, &ca.key).unwrap();
+    let cert = p.signed_by(&key, &ca.cert, &ca.key).expect("test TLS material");
     let (c, k) = (
         dir.join(format!("{name}.crt")),
         dir.join(format!("{name}.key")),
     );
-    std::fs::write(&c, cert.pem()).unwrap();
-    std::fs::write(&k, key.serialize_pem()).unwrap();
+    std::fs::write(&c, cert.pem()).expect("test TLS material");
+    std::fs::write(&k, key.serialize_pem()).expect("test TLS material");
     (c.display().to_string(), k.display().to_string())
 }
 
@@ -382,24 +382,24 @@ pub fn client_config(ca_pem: &str, identity: Option<(&str, &str)>) -> rustls::Cl
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
+        roots.add(c.expect("test TLS material")).expect("test TLS material");
     }
     let b = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .unwrap()
+    .expect("test TLS material")
     .with_root_certificates(roots);
     match identity {
         Some((c, k)) => b
             .with_client_auth_cert(
                 CertificateDer::pem_file_iter(c)
-                    .unwrap()
-                    .map(|x| x.unwrap())
+                    .expect("test TLS material")
+                    .map(|x| x.expect("test TLS material"))
                     .collect(),
-                PrivateKeyDer::from_pem_file(k).unwrap(),
+                PrivateKeyDer::from_pem_file(k).expect("test TLS material"),
             )
-            .unwrap(),
+            .expect("test TLS material"),
         None => b.with_no_client_auth(),
     }
 }
@@ -411,5 +411,5 @@ pub fn https(cfg: rustls::ClientConfig) -> reqwest::blocking::Client {
         .use_preconfigured_tls(cfg)
         .timeout(Duration::from_secs(10))
         .build()
-        .unwrap()
+        .expect("test TLS material")
 }
