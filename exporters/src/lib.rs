@@ -65,3 +65,49 @@ pub fn register(registry: &mut Registry) {
     registry.add_exporter(alertmanager::AlertmanagerExporterFactory);
     registry.add_exporter(webhook::WebhookExporterFactory);
 }
+
+#[cfg(test)]
+mod secret_tests {
+    use causeway_core::config::decode;
+
+    /// `headers:` carry `Authorization` tokens: every exporter's config
+    /// prints them as `<redacted>` (configs are logged at debug).
+    #[test]
+    fn header_values_never_print() {
+        let token = "Bearer s3cr3t-in-a-header";
+        let yaml = |extra: &str| -> serde_yaml::Value {
+            serde_yaml::from_str(&format!(
+                "endpoint: http://127.0.0.1:1\nheaders: {{ Authorization: \"{token}\" }}\n{extra}"
+            ))
+            .expect("yaml")
+        };
+        let printed = [
+            format!(
+                "{:?}",
+                decode::<crate::otlp::config::OtlpGrpcConfig>(&yaml("tls: { insecure: true }"))
+                    .expect("otlp")
+            ),
+            format!(
+                "{:?}",
+                decode::<crate::otlp::config::OtlpHttpConfig>(&yaml("")).expect("otlphttp")
+            ),
+            format!(
+                "{:?}",
+                decode::<crate::loki::config::LokiConfig>(&yaml("")).expect("loki")
+            ),
+            format!(
+                "{:?}",
+                decode::<crate::victoriametrics::VictoriaMetricsConfig>(&yaml("")).expect("vm")
+            ),
+            format!(
+                "{:?}",
+                decode::<crate::alertmanager::config::AlertHttpConfig>(&yaml(""))
+                    .expect("alertmanager")
+            ),
+        ];
+        for p in printed {
+            assert!(!p.contains("s3cr3t"), "{p}");
+            assert!(p.contains("<redacted>"), "{p}");
+        }
+    }
+}

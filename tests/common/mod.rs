@@ -366,7 +366,9 @@ pub fn leaf(dir: &Path, ca: &Ca, name: &str, sans: &[&str], client: bool) -> (St
     } else {
         rcgen::ExtendedKeyUsagePurpose::ServerAuth
     }];
-    let cert = p.signed_by(&key, &ca.cert, &ca.key).expect("test TLS material");
+    let cert = p
+        .signed_by(&key, &ca.cert, &ca.key)
+        .expect("test TLS material");
     let (c, k) = (
         dir.join(format!("{name}.crt")),
         dir.join(format!("{name}.key")),
@@ -382,7 +384,9 @@ pub fn client_config(ca_pem: &str, identity: Option<(&str, &str)>) -> rustls::Cl
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.expect("test TLS material")).expect("test TLS material");
+        roots
+            .add(c.expect("test TLS material"))
+            .expect("test TLS material");
     }
     let b = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
         rustls::crypto::ring::default_provider(),

@@ -15,7 +15,7 @@ pub struct AlertHttpConfig {
     pub endpoint: String,
     /// Extra headers (e.g. `Authorization`).
     #[serde(default)]
-    pub headers: IndexMap<String, String>,
+    pub headers: IndexMap<String, causeway_core::tls::Secret>,
     /// Per-attempt timeout (default 5s).
     #[serde(default = "timeout")]
     pub timeout: Duration,

@@ -215,7 +215,7 @@ impl AlertExporter {
             headers: cfg
                 .headers
                 .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(k, v)| (k.clone(), v.expose().to_string()))
                 .collect(),
             client,
         })

@@ -69,7 +69,7 @@ pub struct LokiConfig {
     pub tenant_id: Option<String>,
     /// Extra headers.
     #[serde(default)]
-    pub headers: IndexMap<String, String>,
+    pub headers: IndexMap<String, causeway_core::tls::Secret>,
     /// Stream labels.
     #[serde(default)]
     pub labels: LabelsConfig,

@@ -478,7 +478,7 @@ impl Exporter for LokiExporter {
             req = req.header("X-Scope-OrgID", t);
         }
         for (k, v) in &self.cfg.headers {
-            req = req.header(k.as_str(), v.as_str());
+            req = req.header(k.as_str(), v.expose());
         }
         let resp = req
             .body(body)

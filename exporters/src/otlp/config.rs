@@ -32,7 +32,7 @@ pub struct OtlpGrpcConfig {
     pub compression: Compression,
     /// Headers (gRPC metadata) sent with every request.
     #[serde(default)]
-    pub headers: IndexMap<String, String>,
+    pub headers: IndexMap<String, causeway_core::tls::Secret>,
     /// Per-attempt timeout (default 5s).
     #[serde(default = "default_timeout")]
     pub timeout: Duration,
@@ -79,7 +79,7 @@ pub struct OtlpHttpConfig {
     pub compression: Compression,
     /// Headers sent with every request.
     #[serde(default)]
-    pub headers: IndexMap<String, String>,
+    pub headers: IndexMap<String, causeway_core::tls::Secret>,
     /// Per-attempt timeout (default 5s).
     #[serde(default = "default_timeout")]
     pub timeout: Duration,

@@ -62,7 +62,7 @@ impl GrpcExporter {
         for (k, v) in &cfg.headers {
             let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
                 .map_err(|e| bad(format!("header {k:?}: {e}")))?;
-            let value = MetadataValue::try_from(v.as_str())
+            let value = MetadataValue::try_from(v.expose())
                 .map_err(|e| bad(format!("header {k:?}: {e}")))?;
             metadata.insert(key, value);
         }

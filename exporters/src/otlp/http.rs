@@ -41,8 +41,8 @@ impl HttpExporter {
             };
             let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
                 .map_err(|e| bad(e.to_string()))?;
-            let value =
-                reqwest::header::HeaderValue::from_str(v).map_err(|e| bad(e.to_string()))?;
+            let value = reqwest::header::HeaderValue::from_str(v.expose())
+                .map_err(|e| bad(e.to_string()))?;
             headers.insert(name, value);
         }
         let client = crate::http_util::client_builder(&cfg.tls)

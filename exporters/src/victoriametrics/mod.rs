@@ -96,7 +96,7 @@ pub struct VictoriaMetricsConfig {
     pub compression: RwCompression,
     /// Extra headers.
     #[serde(default)]
-    pub headers: IndexMap<String, String>,
+    pub headers: IndexMap<String, causeway_core::tls::Secret>,
     /// Add unit suffixes to names (default true).
     #[serde(default = "yes")]
     pub add_unit_suffixes: bool,
@@ -609,7 +609,7 @@ impl VictoriaMetricsExporter {
             .client
             .get(format!("{}{sep}get_vm_proto_version=1", self.url));
         for (k, v) in &self.cfg.headers {
-            r = r.header(k.as_str(), v.as_str());
+            r = r.header(k.as_str(), v.expose());
         }
         let answer = match r.timeout(self.cfg.timeout.get()).send().await {
             Ok(resp) if resp.status().is_success() => resp.text().await.ok(),
@@ -652,7 +652,7 @@ impl VictoriaMetricsExporter {
             .header(reqwest::header::CONTENT_ENCODING, encoding)
             .header("X-Prometheus-Remote-Write-Version", "0.1.0");
         for (k, v) in &self.cfg.headers {
-            r = r.header(k.as_str(), v.as_str());
+            r = r.header(k.as_str(), v.expose());
         }
         let resp = r
             .body(body)
