@@ -461,3 +461,70 @@ service:
         },
     );
 }
+
+#[test]
+fn a_flood_of_connections_that_never_handshake_is_capped_and_real_clients_still_connect() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = ca("causeway test CA");
+    let (srv_c, srv_k) = leaf(d, &good, "server", &["localhost", "127.0.0.1"], false);
+    let h = free_port();
+    let daemon = Daemon::spawn_config(
+        d,
+        "flooded",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{h}", tls: {{ cert_file: "{srv_c}", key_file: "{srv_k}" }} }}
+exporters:
+  file: {{ path: "{{dir}}/out.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+        &[],
+    );
+    let refused = || -> f64 {
+        http_get(&daemon.telemetry, "/metrics")
+            .map(|(_, b)| {
+                b.lines()
+                    .filter(|l| l.starts_with("causeway_tls_handshakes_refused_total"))
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                    .sum()
+            })
+            .unwrap_or(0.0)
+    };
+    // 300 clients that connect and never send a ClientHello: 256 handshakes
+    // wait (10 s at most each), the rest are closed at once and counted.
+    let silent: Vec<std::net::TcpStream> = (0..300)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", h)).expect("connect"))
+        .collect();
+    wait_for(Duration::from_secs(20), "44 connections refused", || {
+        refused() >= 44.0
+    });
+    assert!(refused() <= 300.0 - 256.0 + 1.0, "{}", refused());
+    // A refused connection is closed: reading it ends.
+    let closed = silent.iter().rev().take(44).any(|s| {
+        use std::io::Read;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        let mut b = [0u8; 1];
+        matches!((&*s).read(&mut b), Ok(0))
+    });
+    assert!(closed, "no refused connection was closed");
+    drop(silent);
+    // The silent clients gone, a real client is served.
+    let client = https(client_config(&good.cert.pem(), None));
+    wait_for(Duration::from_secs(20), "a real client served", || {
+        client
+            .post(format!("https://127.0.0.1:{h}/v1/traces"))
+            .header("content-type", "application/x-protobuf")
+            .body(body())
+            .send()
+            .is_ok_and(|r| r.status().as_u16() == 200)
+    });
+    assert!(daemon.terminate().success());
+}

@@ -371,7 +371,10 @@ pub struct TlsListener {
 }
 
 impl TlsListener {
-    /// Accept on `listener`; handshakes (10 s at most each) run concurrently.
+    /// Accept on `listener`; handshakes (10 s at most each) run concurrently,
+    /// [`MAX_HANDSHAKES`] at most: a connection beyond that is closed at once
+    /// and counted (`causeway_tls_handshakes_refused_total`), so a flood of
+    /// clients that never finish a handshake costs bounded memory and tasks.
     /// Failed handshakes (plaintext clients, unknown CAs) are logged and
     /// counted by `component`, and never stop the listener.
     pub fn new(
@@ -383,6 +386,12 @@ impl TlsListener {
         let local = listener.local_addr()?;
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
         let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        let refused = telemetry.counter(
+            HANDSHAKES_REFUSED,
+            "Connections closed before their TLS handshake because too many handshakes were in progress, by receiver.",
+            &[("receiver", &component)],
+        );
         tokio::spawn(async move {
             loop {
                 let (tcp, peer) = match listener.accept().await {
@@ -396,6 +405,12 @@ impl TlsListener {
                 if tx.is_closed() {
                     return;
                 }
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    refused.add(1);
+                    tracing::debug!(receiver = %component, %peer, "Too many TLS handshakes in progress; connection closed.");
+                    drop(tcp);
+                    continue;
+                };
                 tcp.set_nodelay(true).ok();
                 let (acceptor, tx, component, telemetry) = (
                     acceptor.clone(),
@@ -404,8 +419,10 @@ impl TlsListener {
                     telemetry.clone(),
                 );
                 tokio::spawn(async move {
-                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
-                    {
+                    let handshake =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await;
+                    drop(permit);
+                    match handshake {
                         Ok(Ok(tls)) => {
                             tx.send((tls, peer)).await.ok();
                         }
@@ -464,6 +481,10 @@ impl axum::serve::Listener for TlsListener {
 
 /// TLS handshakes that failed, by receiver.
 pub const HANDSHAKE_FAILURES: &str = "causeway_tls_handshake_failures_total";
+/// Connections closed because [`MAX_HANDSHAKES`] were in progress, by receiver.
+pub const HANDSHAKES_REFUSED: &str = "causeway_tls_handshakes_refused_total";
+/// TLS handshakes in progress at most, per listener.
+pub const MAX_HANDSHAKES: usize = 256;
 
 /// Warn when a listener binds beyond loopback without TLS.
 pub fn warn_if_exposed(component: &str, protocol: &str, addr: std::net::SocketAddr, tls: bool) {

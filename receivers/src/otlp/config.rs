@@ -44,8 +44,10 @@ pub struct GrpcConfig {
     /// Largest accepted message, in MiB, after decompression (default 4).
     #[serde(default = "max_recv")]
     pub max_recv_msg_size_mib: u64,
-    /// Largest number of concurrent streams per connection (default unlimited).
-    #[serde(default)]
+    /// Largest number of concurrent streams per connection (default 100, the
+    /// minimum HTTP/2 recommends; streams beyond it are refused with
+    /// REFUSED_STREAM, which gRPC clients retry).
+    #[serde(default = "max_streams")]
     pub max_concurrent_streams: Option<u32>,
     /// TLS (default: plaintext).
     #[serde(default)]
@@ -60,7 +62,7 @@ impl Default for GrpcConfig {
         GrpcConfig {
             endpoint: grpc_endpoint(),
             max_recv_msg_size_mib: max_recv(),
-            max_concurrent_streams: None,
+            max_concurrent_streams: max_streams(),
             tls: None,
             auth: None,
         }
@@ -204,4 +206,8 @@ impl Validate for OtlpReceiverConfig {
         }
         e
     }
+}
+
+fn max_streams() -> Option<u32> {
+    Some(100)
 }
