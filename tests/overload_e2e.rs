@@ -243,3 +243,121 @@ service:
         "the limiter refused (not only the queue)"
     );
 }
+
+/// One slow uploader: a 4 MiB body announced, sent 64 KiB every 60 ms.
+/// Returns the HTTP status it got (0: the connection broke first).
+fn slow_upload(port: u16) -> u16 {
+    use std::io::{Read, Write};
+    const SIZE: usize = 4 << 20;
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return 0;
+    };
+    s.set_read_timeout(Some(Duration::from_secs(60))).ok();
+    let head = format!(
+        "POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-protobuf\r\nContent-Length: {SIZE}\r\n\r\n"
+    );
+    if s.write_all(head.as_bytes()).is_err() {
+        return 0;
+    }
+    let chunk = vec![0u8; 64 << 10];
+    let mut sent = 0;
+    while sent < SIZE {
+        // A refused client hears at once, before its body is read.
+        s.set_nonblocking(true).ok();
+        let mut peek = [0u8; 12];
+        if let Ok(n) = s.peek(&mut peek) {
+            if n >= 12 {
+                s.set_nonblocking(false).ok();
+                break;
+            }
+        }
+        s.set_nonblocking(false).ok();
+        if s.write_all(&chunk).is_err() {
+            break;
+        }
+        sent += chunk.len();
+        std::thread::sleep(Duration::from_millis(60)); // the client's pace: it is slow by design
+    }
+    let mut buf = [0u8; 12];
+    match s.read_exact(&mut buf) {
+        Ok(()) => std::str::from_utf8(&buf[9..12])
+            .ok()
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+#[test]
+fn two_hundred_slow_uploaders_are_refused_before_their_bodies_fill_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let http = free_port();
+    let limit_mib = 160;
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+exporters:
+  file: {{ path: "{{dir}}/out.jsonl" }}
+service:
+  memory_limiter:
+    limit: {limit_mib}MiB
+    spike_limit: 48MiB
+    check_interval: 50ms
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    );
+    let d = Daemon::start(dir.path(), "uploads", &config);
+    let pid = d.child.id();
+    let max_rss = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (max_rss, done) = (max_rss.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                if let Some(r) = rss_of(pid) {
+                    max_rss.fetch_max(r, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(20)); // the sampling period
+            }
+        })
+    };
+    // 200 clients × 4 MiB = 800 MiB of bodies in flight at once, five times the limit.
+    let clients: Vec<_> = (0..200)
+        .map(|_| std::thread::spawn(move || slow_upload(http)))
+        .collect();
+    let statuses: Vec<u16> = clients
+        .into_iter()
+        .map(|c| c.join().expect("client"))
+        .collect();
+    done.store(true, Ordering::SeqCst);
+    sampler.join().expect("sampler");
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    let read = statuses.iter().filter(|s| **s == 400).count();
+    let peak = max_rss.load(Ordering::SeqCst);
+    eprintln!(
+        "200 slow uploaders: {refused} refused with 429, {read} read (400: zeros are no OTLP), others {:?}; peak RSS {} MiB of a {limit_mib} MiB limit",
+        statuses.iter().filter(|s| **s != 429 && **s != 400).collect::<Vec<_>>(),
+        peak >> 20
+    );
+    assert!(refused >= 150, "{refused} refused");
+    assert!(read >= 1, "some uploads were admitted and read");
+    assert!(
+        peak < limit_mib << 20,
+        "peak RSS {} MiB over the {limit_mib} MiB limit",
+        peak >> 20
+    );
+    // The daemon still serves once the uploads are over.
+    let ok = http_client()
+        .post(format!("http://127.0.0.1:{http}/v1/traces"))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .map(|r| r.status().as_u16());
+    assert_eq!(ok.ok(), Some(200));
+    assert!(d.terminate().success());
+}

@@ -127,7 +127,15 @@ impl<K: Kind> UnaryService<Bytes> for Export<K> {
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let shared = self.shared.clone();
         Box::pin(async move {
-            match ingest(&shared.out, &shared.adm, K::SIGNAL, request.into_inner()).await {
+            match ingest(
+                &shared.out,
+                &shared.adm,
+                K::SIGNAL,
+                request.into_inner(),
+                Vec::new(),
+            )
+            .await
+            {
                 Ok(a) => Ok(tonic::Response::new(K::response(a))),
                 Err(r) => Err(refused_status(r)),
             }

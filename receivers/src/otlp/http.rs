@@ -136,6 +136,9 @@ where
     };
     // Over the hard memory limit: refused before the body is read.
     if let Err(Refused::Memory(after)) = st.adm.admit_unread() {
+        // Not read (memory is what is short): answered at once, the
+        // connection closed. A client still sending may see the close
+        // before the 429; both are retried.
         return error(
             encoding,
             StatusCode::TOO_MANY_REQUESTS,
@@ -143,9 +146,43 @@ where
             Some(after),
         );
     }
-    let raw = match axum::body::to_bytes(body, st.max_body).await {
+    // The body is counted in the memory budget as it is read: its declared
+    // length up front, then whatever arrives beyond it. So many slow
+    // uploaders at once are refused (429) before their bodies fill memory,
+    // not after.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .unwrap_or(0);
+    if declared > st.max_body {
+        st.out.refused(K::SIGNAL, 1);
+        drain(body, st.max_body).await;
+        return error(
+            encoding,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "request body exceeds max_request_body_size ({} bytes)",
+                st.max_body
+            ),
+            None,
+        );
+    }
+    let mut reading: Vec<causeway_core::memory::Permit> = Vec::new();
+    match st.adm.admit(declared) {
+        Ok(p) => reading.extend(p),
+        Err(Refused::Memory(after)) => {
+            return error(
+                encoding,
+                StatusCode::TOO_MANY_REQUESTS,
+                "memory limit reached; retry later".into(),
+                Some(after),
+            )
+        }
+        Err(_) => {}
+    }
+    let raw = match read_body(body, st.max_body, declared, &st.adm, &mut reading).await {
         Ok(b) => b,
-        Err(_) => {
+        Err(ReadError::TooLarge) => {
             st.out.refused(K::SIGNAL, 1);
             return error(
                 encoding,
@@ -157,11 +194,7 @@ where
                 None,
             );
         }
-    };
-    // Over the soft limit: refused before it is decompressed or decoded.
-    let _reading = match st.adm.admit(raw.len()) {
-        Ok(p) => p,
-        Err(Refused::Memory(after)) => {
+        Err(ReadError::Memory(after)) => {
             return error(
                 encoding,
                 StatusCode::TOO_MANY_REQUESTS,
@@ -169,13 +202,21 @@ where
                 Some(after),
             )
         }
-        Err(_) => None,
+        Err(ReadError::Broken(e)) => {
+            return error(
+                encoding,
+                StatusCode::BAD_REQUEST,
+                format!("reading the request body failed: {e}"),
+                None,
+            )
+        }
     };
     let content_encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("identity")
         .to_ascii_lowercase();
+    let raw_len = raw.len();
     let body = match content_encoding.as_str() {
         "" | "identity" => raw,
         "gzip" | "x-gzip" => match gunzip(&raw, st.max_body) {
@@ -194,6 +235,24 @@ where
             )
         }
     };
+    // Decompressed: the inflated bytes count too (a 1 MiB gzip body can be 20 MiB).
+    let inflated = body.len().saturating_sub(raw_len);
+    match if inflated > 0 {
+        st.adm.admit(inflated)
+    } else {
+        Ok(None)
+    } {
+        Ok(p) => reading.extend(p),
+        Err(Refused::Memory(after)) => {
+            return error(
+                encoding,
+                StatusCode::TOO_MANY_REQUESTS,
+                "memory limit reached; retry later".into(),
+                Some(after),
+            )
+        }
+        Err(_) => {}
+    }
     let body = match encoding {
         Encoding::Proto => body,
         Encoding::Json => match serde_json::from_slice::<Req>(&body) {
@@ -209,7 +268,7 @@ where
             }
         },
     };
-    match ingest(&st.out, &st.adm, K::SIGNAL, body).await {
+    match ingest(&st.out, &st.adm, K::SIGNAL, body, reading).await {
         Ok(accepted) => {
             let resp = K::response(accepted);
             match encoding {
@@ -317,5 +376,80 @@ fn error(
             resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
     }
+    if matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::PAYLOAD_TOO_LARGE
+    ) {
+        // The body may be unread: close rather than drain it into memory.
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     resp
+}
+
+/// Why a body could not be read.
+enum ReadError {
+    /// Over `max_request_body_size`.
+    TooLarge,
+    /// Over the memory limiter's soft limit while reading.
+    Memory(std::time::Duration),
+    /// The connection broke.
+    Broken(String),
+}
+
+/// Read a body of at most `max` bytes, counting in `reading` (the memory
+/// budget) what arrives beyond the `declared` length already counted.
+async fn read_body(
+    body: Body,
+    max: usize,
+    declared: usize,
+    adm: &super::Admission,
+    reading: &mut Vec<causeway_core::memory::Permit>,
+) -> Result<Bytes, ReadError> {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let mut buf = bytes::BytesMut::with_capacity(declared.min(max));
+    let mut counted = declared;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ReadError::Broken(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if buf.len() + data.len() > max {
+            return Err(ReadError::TooLarge);
+        }
+        buf.extend_from_slice(&data);
+        if buf.len() > counted {
+            match adm.admit(buf.len() - counted) {
+                Ok(p) => reading.extend(p),
+                Err(Refused::Memory(after)) => return Err(ReadError::Memory(after)),
+                Err(_) => {}
+            }
+            counted = buf.len();
+        }
+    }
+    Ok(buf.freeze())
+}
+
+/// Read and discard a body announced over `max_request_body_size` (up to
+/// `max` bytes, 10 s at most), so that the client, still sending, reads the
+/// 413 instead of a broken pipe; nothing of it is kept.
+async fn drain(body: Body, max: usize) {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let mut seen = 0usize;
+    let drained = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(d) = frame.into_data() {
+                seen += d.len();
+                if seen > max {
+                    break;
+                }
+            }
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::debug!("An oversized request body was still arriving after 10 s; closing.");
+    }
 }

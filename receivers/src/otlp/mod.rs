@@ -214,9 +214,17 @@ pub(crate) async fn ingest(
     adm: &Admission,
     signal: Signal,
     body: Bytes,
+    counted: Vec<Permit>,
 ) -> Result<Accepted, Refused> {
-    // Counted in the memory budget until the data is exported or on disk.
-    let permit = adm.admit(body.len())?;
+    // Counted in the memory budget until the data is exported or on disk:
+    // by the permits the body was read under (HTTP counts a body as it
+    // arrives, and what it inflates to), else admitted now.
+    let permit: Option<Box<dyn std::any::Any + Send + Sync>> = if counted.is_empty() {
+        adm.admit(body.len())?
+            .map(|p| Box::new(p) as Box<dyn std::any::Any + Send + Sync>)
+    } else {
+        Some(Box::new(counted))
+    };
     let (body, items, accepted) = check(signal, body, |n| out.refused(signal, n))?;
     if items == 0 {
         // Nothing to deliver (an empty request, or every item rejected).
@@ -224,7 +232,7 @@ pub(crate) async fn ingest(
     }
     let mut batch = Batch::from_encoded(signal, body, items);
     if let Some(p) = permit {
-        batch = batch.with_hold(std::sync::Arc::new(p));
+        batch = batch.with_hold(std::sync::Arc::from(p));
     }
     let (batch, done) = if adm.acknowledgements {
         let (ack, done) = Ack::new();
