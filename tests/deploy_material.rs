@@ -159,7 +159,47 @@ fn kubernetes_manifests_embed_the_examples_and_probe_the_daemon() {
             format!("0.0.0.0:{port}"),
             "the gateway listens where the Service sends"
         );
+        // Reachable beyond the pod: TLS from the mounted Secret, and a token.
+        let p = &pipeline["receivers"]["otlp"]["protocols"][proto];
+        assert!(
+            p["tls"]["cert_file"]
+                .as_str()
+                .is_some_and(|f| f.contains("/etc/causeway-tls")),
+            "{proto}: TLS by default"
+        );
+        assert!(
+            p["auth"]["bearer_token"].as_str().is_some(),
+            "{proto}: a bearer token by default"
+        );
     }
+    assert!(
+        pipeline["service"]["telemetry"]["metrics"]["tls"]["cert_file"]
+            .as_str()
+            .is_some()
+    );
+    let dep = kind(&d, "Deployment")[0];
+    let c = container(dep, "causeway");
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["scheme"], "HTTPS", "{probe}");
+    }
+    let tls_mount = c["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"].as_str() == Some("/etc/causeway-tls"))
+        .expect("the TLS Secret mounted")["name"]
+        .clone();
+    assert!(dep["spec"]["template"]["spec"]["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .any(|v| v["name"] == tls_mount && v["secret"]["secretName"].as_str().is_some()));
+    assert!(c["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == "CAUSEWAY_OTLP_TOKEN"
+            && e["valueFrom"]["secretKeyRef"]["name"].as_str().is_some()));
 
     let (d, pipeline) = check_manifest(
         "deploy/kubernetes/sidecar.yaml",
