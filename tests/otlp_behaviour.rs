@@ -252,6 +252,15 @@ async fn malformed_and_partially_invalid_requests() {
     assert_eq!(s, 400);
     let st = RpcStatus::decode(body.as_slice()).expect("status body");
     assert!(st.message.contains("malformed protobuf"), "{}", st.message);
+    // Where: the byte offset of the problem (the length at byte 1 announces 127 bytes, 1 follows).
+    let offset: usize = st
+        .message
+        .split("at byte ")
+        .nth(1)
+        .and_then(|x| x.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|x| x.parse().ok())
+        .unwrap_or_else(|| panic!("no byte offset in {:?}", st.message));
+    assert!(offset <= 3, "{}", st.message);
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
         .expect("uri")
         .connect()
@@ -288,6 +297,18 @@ async fn malformed_and_partially_invalid_requests() {
     assert_eq!(ps.rejected_spans, 1);
     assert!(
         ps.error_message.contains("trace_id must be 16 bytes"),
+        "{}",
+        ps.error_message
+    );
+
+    // An all-zero trace id is as invalid as a short one.
+    let mut req = traces("zeros", 2, 8);
+    req.resource_spans[0].scope_spans[0].spans[0].trace_id = vec![0; 16];
+    let resp = grpc_export(&grpc, &req).await.expect("accepted");
+    let ps = resp.partial_success.expect("partial success");
+    assert_eq!(ps.rejected_spans, 1);
+    assert!(
+        ps.error_message.contains("not all zeros"),
         "{}",
         ps.error_message
     );
@@ -332,8 +353,9 @@ async fn malformed_and_partially_invalid_requests() {
     );
     assert!(d.terminate().success());
     let got = spans(&read_jsonl(&path));
-    assert_eq!(got.len(), 1);
+    assert_eq!(got.len(), 2);
     assert_eq!(got[0].2["name"], "partial-1");
+    assert_eq!(got[1].2["name"], "zeros-1");
     assert_eq!(
         log_records(&read_jsonl(&dir.path().join("out-logs.jsonl"))).len(),
         1
@@ -640,4 +662,50 @@ async fn default_pipeline_runs_without_external_services() {
         stdout.contains("debug: traces:"),
         "debug exporter output: {stdout}"
     );
+}
+
+/// Absurd timestamps through tail sampling and root-cause analysis in the
+/// running daemon: a span that starts at 2^64-1 and one that ends before it
+/// starts are accepted as sent, decided and analysed (as no time), and the
+/// valid trace next to them is kept and annotated as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn absurd_timestamps_pass_tail_sampling_and_correlate_without_harm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = file_sink_config(
+        r#"processors:
+  tail_sampling:
+    decision_wait: 300ms
+    policies: [{ name: all, type: always_sample }]
+  correlate: {}"#,
+        "tail_sampling, correlate",
+    );
+    let (d, grpc, _) = start_sink(dir.path(), "absurd", &cfg);
+    let mut req = traces("absurd", 3, 9);
+    let spans_ = &mut req.resource_spans[0].scope_spans[0].spans;
+    spans_[0].start_time_unix_nano = u64::MAX;
+    spans_[0].end_time_unix_nano = u64::MAX;
+    spans_[1].start_time_unix_nano = 1_700_000_000_500_000_000;
+    spans_[1].end_time_unix_nano = 1_700_000_000_000_000_000; // ends before it starts
+    grpc_export(&grpc, &req).await.expect("accepted as sent");
+    let path = dir.path().join("out-traces.jsonl");
+    wait_for(Duration::from_secs(20), "all three analysed", || {
+        let got = spans(&read_jsonl(&path));
+        got.len() == 3
+            && got.iter().all(|(_, _, sp)| {
+                sp["attributes"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|kv| kv["key"] == "rca.cause"))
+            })
+    });
+    let got = spans(&read_jsonl(&path));
+    let start_of = |name: &str| {
+        got.iter()
+            .find(|(_, _, sp)| sp["name"] == name)
+            .map(|(_, _, sp)| sp["startTimeUnixNano"].clone())
+    };
+    assert_eq!(
+        start_of("absurd-0"),
+        Some(serde_json::json!(u64::MAX.to_string()))
+    );
+    assert!(d.terminate().success(), "no panic, a clean exit");
 }

@@ -361,3 +361,68 @@ service:
     assert_eq!(ok.ok(), Some(200));
     assert!(d.terminate().success());
 }
+
+/// Over the memory limiter's soft limit (here 1 MiB: below what the daemon
+/// needs at rest), OTLP/gRPC answers RESOURCE_EXHAUSTED with a RetryInfo detail,
+/// and OTLP/HTTP 429 with Retry-After, as the OTLP spec asks.
+#[tokio::test(flavor = "multi_thread")]
+async fn over_the_memory_limit_grpc_says_resource_exhausted_with_retry_info() {
+    use causeway_core::rpc::{RetryInfo, RpcStatus, RETRY_INFO_TYPE};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (grpc, http) = (free_port(), free_port());
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: "127.0.0.1:{grpc}" }}
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+exporters:
+  file: {{ path: "{{dir}}/out.jsonl" }}
+service:
+  memory_limiter:
+    limit: 32MiB
+    spike_limit: 31MiB
+    check_interval: 50ms
+    retry_after: 3s
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    );
+    let d = Daemon::start(dir.path(), "exhausted", &config);
+    let err = otlp_grpc_traces(&format!("127.0.0.1:{grpc}"), bytes::Bytes::new())
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    let status = RpcStatus::decode(err.details()).expect("google.rpc.Status details");
+    let info = status
+        .details
+        .iter()
+        .find(|a| a.type_url == RETRY_INFO_TYPE)
+        .expect("a RetryInfo detail");
+    let delay = RetryInfo::decode(info.value.as_slice())
+        .expect("RetryInfo")
+        .retry_delay
+        .expect("retry_delay");
+    assert_eq!(delay.seconds, 3);
+    let (status, after) = tokio::task::spawn_blocking(move || {
+        let r = http_client()
+            .post(format!("http://127.0.0.1:{http}/v1/traces"))
+            .header("content-type", "application/x-protobuf")
+            .body(Vec::<u8>::new())
+            .send()
+            .expect("http");
+        let after = r
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        (r.status().as_u16(), after)
+    })
+    .await
+    .expect("http client");
+    assert_eq!(status, 429);
+    assert_eq!(after.as_deref(), Some("3"));
+    assert!(d.terminate().success());
+}

@@ -545,3 +545,37 @@ fn fsync_periodic_syncs_a_bursts_tail_and_the_cursor_by_a_timer() {
         "{writes} writes, {syncs} syncs"
     );
 }
+
+/// The other side of the promise: without acknowledgements an answer means
+/// "received", not "on disk", and what sat in the `batch` processor's
+/// memory at a kill -9 is lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_acknowledgements_a_kill_9_loses_what_was_in_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a_grpc, b_grpc) = (free_port(), free_port());
+    let _b = Daemon::start(dir.path(), "b", &b_config(b_grpc));
+    // The batch holds everything for 30 s: all answered requests are in memory at the kill.
+    let cfg = acked_config(a_grpc, b_grpc, dir.path(), false).replace(
+        "batch: { send_batch_size: 200, timeout: 300ms }",
+        "batch: { send_batch_size: 1000000, timeout: 30s }",
+    );
+    assert!(cfg.contains("timeout: 30s"));
+    let mut a = Daemon::start(dir.path(), "a1", &cfg);
+    let acked = load_then_kill(&mut a, format!("127.0.0.1:{a_grpc}"), 100).await;
+    assert!(acked.len() >= 100);
+    let a2 = Daemon::start(dir.path(), "a2", &cfg);
+    // The restarted daemon has nothing of them to send: its queue is empty.
+    wait_for(Duration::from_secs(10), "a2's queue read", || {
+        a2.metric("causeway_exporter_queue_size{component=\"otlp/b\"}") == Some(0.0)
+    });
+    let got: HashSet<String> = names(&dir.path().join("b.jsonl")).into_iter().collect();
+    let lost = acked
+        .iter()
+        .filter(|r| !got.contains(&format!("s-{r}-0")))
+        .count();
+    assert_eq!(
+        lost,
+        acked.len(),
+        "every answered request was still in the batch processor: lost"
+    );
+}
