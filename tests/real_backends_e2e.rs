@@ -545,6 +545,20 @@ service:
     assert_eq!(inhibited_by, vec![page["fingerprint"].clone()], "{ticket}");
     let ends = humantime::parse_rfc3339(page["endsAt"].as_str().expect("endsAt")).expect("time");
     assert!(ends > SystemTime::now(), "firing: endsAt ahead ({page})");
+    // Re-sent while it fires (resend: 1s): Alertmanager sees the same alert
+    // (one fingerprint, one startsAt) updated, its endsAt pushed on.
+    wait_for(Duration::from_secs(20), "the alert re-sent", || {
+        let now = SystemTime::now();
+        let c = case(&mut rng, "circuit_open", n * 3, now_ns());
+        n += 1;
+        send(&otlp, &base, &[c], Order::LogsFirst).is_ok()
+            && named(&am_alerts(&client, &am_url), "CircuitOpenPage").is_some_and(|a| {
+                a["fingerprint"] == page["fingerprint"]
+                    && a["startsAt"] == page["startsAt"]
+                    && humantime::parse_rfc3339(a["endsAt"].as_str().unwrap_or(""))
+                        .is_ok_and(|e| e > ends && e > now)
+            })
+    });
     // Grouped by Alertmanager's own route: one group per alert name and route.
     let (_, groups) = {
         let r = client
