@@ -104,6 +104,9 @@ pub struct MemoryLimiter {
     rss: AtomicU64,
     in_flight: Arc<AtomicU64>,
     in_flight_at_sample: AtomicU64,
+    /// Bytes reserved for request bodies not read yet: not in any RSS
+    /// sample, so always counted on top of it.
+    reserved: Arc<AtomicU64>,
     over_soft: AtomicBool,
     telemetry: Registry,
     rss_gauge: Gauge,
@@ -123,6 +126,39 @@ impl std::fmt::Debug for MemoryLimiter {
 pub struct Permit {
     bytes: u64,
     in_flight: Arc<AtomicU64>,
+}
+
+/// Bytes reserved for a body not read yet; what is left is released on drop.
+#[derive(Debug)]
+pub struct Reservation {
+    left: u64,
+    reserved: Arc<AtomicU64>,
+    in_flight: Arc<AtomicU64>,
+}
+
+impl Reservation {
+    /// `n` bytes of the body arrived: up to what is left of the
+    /// reservation, they become a permit (admitted, never refused); the
+    /// rest is returned for the caller to admit.
+    pub fn take(&mut self, n: u64) -> (Permit, u64) {
+        let k = n.min(self.left);
+        self.left -= k;
+        self.reserved.fetch_sub(k, Ordering::SeqCst);
+        self.in_flight.fetch_add(k, Ordering::SeqCst);
+        (
+            Permit {
+                bytes: k,
+                in_flight: self.in_flight.clone(),
+            },
+            n - k,
+        )
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.reserved.fetch_sub(self.left, Ordering::SeqCst);
+    }
 }
 
 impl Drop for Permit {
@@ -151,6 +187,7 @@ impl MemoryLimiter {
             rss: AtomicU64::new(resident_bytes().unwrap_or(0)),
             in_flight: Arc::default(),
             in_flight_at_sample: AtomicU64::new(0),
+            reserved: Arc::default(),
             over_soft: AtomicBool::new(false),
             telemetry: telemetry.clone(),
             rss_gauge: telemetry.gauge(
@@ -244,12 +281,31 @@ impl MemoryLimiter {
         self.admit(receiver, 0).map(drop)
     }
 
-    /// Memory in use now: the last sample plus what was admitted since.
+    /// Memory in use now: the last sample plus what was admitted since,
+    /// plus what is reserved for bodies still arriving.
     pub fn estimate(&self) -> u64 {
         let rss = self.rss.load(Ordering::SeqCst);
         let now = self.in_flight.load(Ordering::SeqCst);
         let then = self.in_flight_at_sample.load(Ordering::SeqCst);
         rss.saturating_add(now.saturating_sub(then))
+            .saturating_add(self.reserved.load(Ordering::SeqCst))
+    }
+
+    /// Reserve `bytes` for a request body about to be read (its declared
+    /// length), or refuse as [`MemoryLimiter::admit`] does. As the body
+    /// arrives, [`Reservation::take`] turns reserved bytes into a [`Permit`].
+    pub fn reserve(&self, receiver: &str, bytes: u64) -> Result<Reservation, Refusal> {
+        // The same checks as an admission; then the bytes move to `reserved`.
+        let mut p = self.admit(receiver, bytes)?;
+        let bytes = std::mem::take(&mut p.bytes);
+        self.in_flight.fetch_sub(bytes, Ordering::SeqCst);
+        drop(p);
+        self.reserved.fetch_add(bytes, Ordering::SeqCst);
+        Ok(Reservation {
+            left: bytes,
+            reserved: self.reserved.clone(),
+            in_flight: self.in_flight.clone(),
+        })
     }
 
     /// Wait until memory is under the soft limit (for pull receivers).
@@ -298,6 +354,29 @@ mod tests {
         let _b = l
             .admit("otlp", 6 << 20)
             .expect("admitted once the first is queued");
+    }
+
+    #[test]
+    fn a_reservation_counts_until_its_bytes_arrive_even_across_samples() {
+        let rss = resident_bytes().expect("linux");
+        let l = limiter(rss + (40 << 20), 20 << 20);
+        // 16 MiB reserved for bodies not read yet: not in any RSS sample.
+        let mut r = l.reserve("otlp", 16 << 20).expect("reserved");
+        l.sample();
+        assert!(
+            l.estimate() >= rss + (16 << 20),
+            "a sample forgets no reservation"
+        );
+        l.admit("otlp", 8 << 20)
+            .expect_err("16 + 8 MiB is over the soft limit");
+        // 10 MiB arrive: reserved bytes become a permit, never refused; 2 MiB beyond.
+        let (p, beyond) = r.take(10 << 20);
+        assert_eq!(beyond, 0);
+        let (q, beyond) = r.take(8 << 20);
+        assert_eq!(beyond, 2 << 20);
+        drop(r);
+        drop((p, q));
+        assert!(l.estimate() < rss + (4 << 20), "all released");
     }
 
     #[test]

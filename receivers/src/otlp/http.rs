@@ -168,19 +168,22 @@ where
         );
     }
     let mut reading: Vec<causeway_core::memory::Permit> = Vec::new();
-    match st.adm.admit(declared) {
-        Ok(p) => reading.extend(p),
+    let mut reservation = match st.adm.reserve(declared) {
+        Ok(r) => r,
         Err(Refused::Memory(after)) => {
+            // Over the soft limit: the body is read and thrown away (a
+            // client still sending then reads the 429, not a broken pipe).
+            drain(body, st.max_body).await;
             return error(
                 encoding,
                 StatusCode::TOO_MANY_REQUESTS,
                 "memory limit reached; retry later".into(),
                 Some(after),
-            )
+            );
         }
-        Err(_) => {}
-    }
-    let raw = match read_body(body, st.max_body, declared, &st.adm, &mut reading).await {
+        Err(_) => None,
+    };
+    let raw = match read_body(body, st.max_body, &mut reservation, &st.adm, &mut reading).await {
         Ok(b) => b,
         Err(ReadError::TooLarge) => {
             st.out.refused(K::SIGNAL, 1);
@@ -397,19 +400,19 @@ enum ReadError {
     Broken(String),
 }
 
-/// Read a body of at most `max` bytes, counting in `reading` (the memory
-/// budget) what arrives beyond the `declared` length already counted.
+/// Read a body of at most `max` bytes. What arrives is counted in
+/// `reading` (the memory budget): from the reservation of its declared
+/// length while it lasts, then admitted (and maybe refused) as it comes.
 async fn read_body(
     body: Body,
     max: usize,
-    declared: usize,
+    reservation: &mut Option<causeway_core::memory::Reservation>,
     adm: &super::Admission,
     reading: &mut Vec<causeway_core::memory::Permit>,
 ) -> Result<Bytes, ReadError> {
     use http_body_util::BodyExt;
     let mut body = body;
-    let mut buf = bytes::BytesMut::with_capacity(declared.min(max));
-    let mut counted = declared;
+    let mut buf = bytes::BytesMut::new();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| ReadError::Broken(e.to_string()))?;
         let Ok(data) = frame.into_data() else {
@@ -419,23 +422,46 @@ async fn read_body(
             return Err(ReadError::TooLarge);
         }
         buf.extend_from_slice(&data);
-        if buf.len() > counted {
-            match adm.admit(buf.len() - counted) {
+        let beyond = match reservation.as_mut() {
+            Some(r) => {
+                let (p, rest) = r.take(data.len() as u64);
+                reading.push(p);
+                rest as usize
+            }
+            None => data.len(),
+        };
+        if beyond > 0 {
+            match adm.admit(beyond) {
                 Ok(p) => reading.extend(p),
-                Err(Refused::Memory(after)) => return Err(ReadError::Memory(after)),
+                Err(Refused::Memory(after)) => {
+                    // The rest is thrown away as it comes, so the client reads the 429.
+                    drop(buf);
+                    reading.clear();
+                    drain(body, max).await;
+                    return Err(ReadError::Memory(after));
+                }
                 Err(_) => {}
             }
-            counted = buf.len();
         }
     }
     Ok(buf.freeze())
 }
 
-/// Read and discard a body announced over `max_request_body_size` (up to
-/// `max` bytes, 10 s at most), so that the client, still sending, reads the
-/// 413 instead of a broken pipe; nothing of it is kept.
+/// Read and discard a body that will not be used (up to `max` bytes, 10 s
+/// at most), so that the client, still sending, reads the refusal (413, or
+/// 429 over the soft limit) instead of a broken pipe; nothing of it is kept.
+/// Bodies drained at once at most: each holds a connection's read buffer
+/// (up to a few hundred KiB); beyond this many, a refused request is
+/// answered at once and its connection closed (the client may then see the
+/// close before the answer; both are retried).
+const MAX_DRAINING: usize = 32;
+static DRAINING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_DRAINING);
+
 async fn drain(body: Body, max: usize) {
     use http_body_util::BodyExt;
+    let Ok(_slot) = DRAINING.try_acquire() else {
+        return;
+    };
     let mut body = body;
     let mut seen = 0usize;
     let drained = tokio::time::timeout(std::time::Duration::from_secs(10), async {

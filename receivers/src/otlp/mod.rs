@@ -196,6 +196,20 @@ impl Admission {
     }
 
     /// Admit `bytes` into the memory budget (held until the permit drops).
+    /// Reserve the declared length of a body about to be read.
+    pub(crate) fn reserve(
+        &self,
+        bytes: usize,
+    ) -> Result<Option<causeway_core::memory::Reservation>, Refused> {
+        match &self.limiter {
+            None => Ok(None),
+            Some(l) => l
+                .reserve(&self.receiver, bytes as u64)
+                .map(Some)
+                .map_err(|r| Refused::Memory(r.retry_after)),
+        }
+    }
+
     pub(crate) fn admit(&self, bytes: usize) -> Result<Option<Permit>, Refused> {
         match &self.limiter {
             None => Ok(None),
