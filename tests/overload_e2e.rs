@@ -83,6 +83,40 @@ fn slow_backend() -> (String, Arc<Mutex<HashSet<u64>>>) {
     (url, got)
 }
 
+/// The peak resident memory of process `pid`, sampled every `period`
+/// from a thread of its own until [`PeakRss::stop`].
+struct PeakRss {
+    max: Arc<AtomicU64>,
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl PeakRss {
+    fn watch(pid: u32, period: Duration) -> PeakRss {
+        let max = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (max, done) = (max.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::SeqCst) {
+                    if let Some(r) = rss_of(pid) {
+                        max.fetch_max(r, Ordering::SeqCst);
+                    }
+                    std::thread::sleep(period); // the sampling period
+                }
+            })
+        };
+        PeakRss { max, done, thread }
+    }
+
+    /// Stop sampling; the peak in bytes.
+    fn stop(self) -> u64 {
+        self.done.store(true, Ordering::SeqCst);
+        self.thread.join().expect("sampler");
+        self.max.load(Ordering::SeqCst)
+    }
+}
+
 fn rss_of(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb: u64 = status
@@ -127,19 +161,7 @@ service:
     );
     let d = Daemon::start(dir.path(), "overload", &config);
     let pid = d.child.id();
-    let max_rss = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (max_rss, done) = (max_rss.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::SeqCst) {
-                if let Some(r) = rss_of(pid) {
-                    max_rss.fetch_max(r, Ordering::SeqCst);
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        })
-    };
+    let peak_rss = PeakRss::watch(pid, Duration::from_millis(10));
     // The backend takes 2 × 5 requests/s (2.5 MiB/s); 8 clients offer as
     // fast as the daemon answers, for 8 seconds.
     let accepted: Arc<Mutex<HashSet<u64>>> = Arc::default();
@@ -210,9 +232,7 @@ service:
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    done.store(true, Ordering::SeqCst);
-    sampler.join().expect("sampler");
-    let max = max_rss.load(Ordering::SeqCst);
+    let max = peak_rss.stop();
     let refused = refused.load(Ordering::SeqCst);
     eprintln!(
         "offered {offered_mib:.0} MiB in 8 s ({:.1}× the backend's 2.5 MiB/s), accepted {} requests, refused {refused}, max RSS {} MiB (limit {LIMIT_MIB} MiB)",
@@ -313,19 +333,7 @@ service:
     );
     let d = Daemon::start(dir.path(), "uploads", &config);
     let pid = d.child.id();
-    let max_rss = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (max_rss, done) = (max_rss.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::SeqCst) {
-                if let Some(r) = rss_of(pid) {
-                    max_rss.fetch_max(r, Ordering::SeqCst);
-                }
-                std::thread::sleep(Duration::from_millis(20)); // the sampling period
-            }
-        })
-    };
+    let peak_rss = PeakRss::watch(pid, Duration::from_millis(20));
     // 200 clients × 4 MiB = 800 MiB of bodies in flight at once, five times the limit.
     let clients: Vec<_> = (0..200)
         .map(|_| std::thread::spawn(move || slow_upload(http)))
@@ -334,11 +342,9 @@ service:
         .into_iter()
         .map(|c| c.join().expect("client"))
         .collect();
-    done.store(true, Ordering::SeqCst);
-    sampler.join().expect("sampler");
+    let peak = peak_rss.stop();
     let refused = statuses.iter().filter(|s| **s == 429).count();
     let read = statuses.iter().filter(|s| **s == 400).count();
-    let peak = max_rss.load(Ordering::SeqCst);
     eprintln!(
         "200 slow uploaders: {refused} refused with 429, {read} read (400: zeros are no OTLP), others {:?}; peak RSS {} MiB of a {limit_mib} MiB limit",
         statuses.iter().filter(|s| **s != 429 && **s != 400).collect::<Vec<_>>(),

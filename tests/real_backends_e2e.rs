@@ -38,12 +38,13 @@ fn which(candidates: &[&str]) -> String {
 }
 
 impl Server {
+    /// Start `program` and wait until `ready(addr)` says it serves.
     fn start(
         name: &'static str,
         dir: &Path,
         program: &str,
         args: &[String],
-        ready: &str,
+        ready: impl Fn(&str) -> bool,
     ) -> Server {
         let log = dir.join(format!("{name}.log"));
         let port = args
@@ -65,7 +66,7 @@ impl Server {
             .unwrap_or_else(|e| panic!("{program}: {e}"));
         let started = std::time::Instant::now();
         loop {
-            if let Some((200, _)) = http_get(&addr, ready) {
+            if ready(&addr) {
                 break;
             }
             if let Ok(Some(st)) = child.try_wait() {
@@ -103,7 +104,7 @@ impl Server {
                 "-search.latencyOffset=0s".into(),
                 "-search.disableCache".into(),
             ],
-            "/health",
+            |a| matches!(http_get(a, "/health"), Some((200, _))),
         )
     }
 
@@ -120,7 +121,7 @@ impl Server {
                 "--web.enable-remote-write-receiver".into(),
                 format!("--web.listen-address=127.0.0.1:{}", free_port()),
             ],
-            "/-/ready",
+            |a| matches!(http_get(a, "/-/ready"), Some((200, _))),
         )
     }
 
@@ -417,36 +418,27 @@ inhibit_rules:
     )
     .expect("am config");
     let am_port = free_port();
-    let log = d.join("alertmanager.log");
-    let mut am = Command::new(which(&["/usr/bin/prometheus-alertmanager"]))
-        .args([
+    let client = https(client_config(&good.cert.pem(), None));
+    let am = Server::start(
+        "alertmanager",
+        d,
+        &which(&["/usr/bin/prometheus-alertmanager"]),
+        &[
             format!("--config.file={}", d.join("am.yml").display()),
             format!("--web.config.file={}", d.join("web.yml").display()),
             format!("--storage.path={}", d.join("am").display()),
             format!("--web.listen-address=127.0.0.1:{am_port}"),
             "--cluster.listen-address=".into(),
-        ])
-        .stdout(Stdio::from(std::fs::File::create(&log).expect("log")))
-        .stderr(Stdio::from(
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(&log)
-                .expect("log"),
-        ))
-        .spawn()
-        .expect("prometheus-alertmanager");
-    let am_url = format!("https://127.0.0.1:{am_port}");
-    let client = https(client_config(&good.cert.pem(), None));
-    wait_for(
-        Duration::from_secs(60),
-        "alertmanager ready over TLS",
-        || {
+        ],
+        // Ready over TLS, with the certificate verified.
+        |a| {
             client
-                .get(format!("{am_url}/-/ready"))
+                .get(format!("https://{a}/-/ready"))
                 .send()
                 .is_ok_and(|r| r.status().is_success())
         },
     );
+    let am_url = format!("https://{}", am.addr);
     let http = free_port();
     let rule = |name: &str, severity: &str| {
         format!(
@@ -606,6 +598,5 @@ service:
         .unwrap_or(0.0);
     assert!(delivered >= 2.0);
     assert!(daemon.terminate().success());
-    am.kill().ok();
-    am.wait().ok();
+    drop(am);
 }

@@ -134,17 +134,30 @@ where
             None,
         );
     };
+    // The two refusals this handler gives in several places.
+    let max_body = st.max_body;
+    let over_memory = |after| {
+        error(
+            encoding,
+            StatusCode::TOO_MANY_REQUESTS,
+            "memory limit reached; retry later".into(),
+            Some(after),
+        )
+    };
+    let too_large = || {
+        error(
+            encoding,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body exceeds max_request_body_size ({max_body} bytes)"),
+            None,
+        )
+    };
     // Over the hard memory limit: refused before the body is read.
     if let Err(Refused::Memory(after)) = st.adm.admit_unread() {
         // Not read (memory is what is short): answered at once, the
         // connection closed. A client still sending may see the close
         // before the 429; both are retried.
-        return error(
-            encoding,
-            StatusCode::TOO_MANY_REQUESTS,
-            "memory limit reached; retry later".into(),
-            Some(after),
-        );
+        return over_memory(after);
     }
     // The body is counted in the memory budget as it is read: its declared
     // length up front, then whatever arrives beyond it. So many slow
@@ -157,15 +170,7 @@ where
     if declared > st.max_body {
         st.out.refused(K::SIGNAL, 1);
         drain(body, st.max_body).await;
-        return error(
-            encoding,
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "request body exceeds max_request_body_size ({} bytes)",
-                st.max_body
-            ),
-            None,
-        );
+        return too_large();
     }
     let mut reading: Vec<causeway_core::memory::Permit> = Vec::new();
     let mut reservation = match st.adm.reserve(declared) {
@@ -174,12 +179,7 @@ where
             // Over the soft limit: the body is read and thrown away (a
             // client still sending then reads the 429, not a broken pipe).
             drain(body, st.max_body).await;
-            return error(
-                encoding,
-                StatusCode::TOO_MANY_REQUESTS,
-                "memory limit reached; retry later".into(),
-                Some(after),
-            );
+            return over_memory(after);
         }
         Err(_) => None,
     };
@@ -187,24 +187,9 @@ where
         Ok(b) => b,
         Err(ReadError::TooLarge) => {
             st.out.refused(K::SIGNAL, 1);
-            return error(
-                encoding,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "request body exceeds max_request_body_size ({} bytes)",
-                    st.max_body
-                ),
-                None,
-            );
+            return too_large();
         }
-        Err(ReadError::Memory(after)) => {
-            return error(
-                encoding,
-                StatusCode::TOO_MANY_REQUESTS,
-                "memory limit reached; retry later".into(),
-                Some(after),
-            )
-        }
+        Err(ReadError::Memory(after)) => return over_memory(after),
         Err(ReadError::Broken(e)) => {
             return error(
                 encoding,
@@ -246,14 +231,7 @@ where
         Ok(None)
     } {
         Ok(p) => reading.extend(p),
-        Err(Refused::Memory(after)) => {
-            return error(
-                encoding,
-                StatusCode::TOO_MANY_REQUESTS,
-                "memory limit reached; retry later".into(),
-                Some(after),
-            )
-        }
+        Err(Refused::Memory(after)) => return over_memory(after),
         Err(_) => {}
     }
     let body = match encoding {
@@ -306,12 +284,7 @@ where
             "receiver is shutting down".into(),
             Some(std::time::Duration::from_secs(1)),
         ),
-        Err(Refused::Memory(after)) => error(
-            encoding,
-            StatusCode::TOO_MANY_REQUESTS,
-            "memory limit reached; retry later".into(),
-            Some(after),
-        ),
+        Err(Refused::Memory(after)) => over_memory(after),
         Err(Refused::NotDelivered) => error(
             encoding,
             StatusCode::SERVICE_UNAVAILABLE,
