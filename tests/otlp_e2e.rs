@@ -75,7 +75,14 @@ fn resource(client: &str) -> Resource {
 }
 
 /// Emit traces, logs and metrics through the SDK to `grpc` or `http` endpoints of A.
-fn emit(client: &str, grpc: bool, port: u16, exp: &mut Expected) {
+fn emit(
+    client: &str,
+    grpc: bool,
+    port: u16,
+    exp: &mut Expected,
+    compression: Option<opentelemetry_otlp::Compression>,
+) {
+    use opentelemetry_otlp::{WithHttpConfig as _, WithTonicConfig as _};
     // The SDK's HTTP exporter builds a reqwest client: it needs the process's rustls provider.
     causeway_core::tls::install_crypto_provider();
     let endpoint = |path: &str| {
@@ -86,15 +93,21 @@ fn emit(client: &str, grpc: bool, port: u16, exp: &mut Expected) {
         }
     };
     let span_exporter = if grpc {
-        opentelemetry_otlp::SpanExporter::builder()
+        let b = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
-            .with_endpoint(endpoint(""))
-            .build()
+            .with_endpoint(endpoint(""));
+        match compression {
+            Some(c) => b.with_compression(c).build(),
+            None => b.build(),
+        }
     } else {
-        opentelemetry_otlp::SpanExporter::builder()
+        let b = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
-            .with_endpoint(endpoint("/v1/traces"))
-            .build()
+            .with_endpoint(endpoint("/v1/traces"));
+        match compression {
+            Some(c) => b.with_compression(c).build(),
+            None => b.build(),
+        }
     }
     .expect("span exporter");
     let tp = SdkTracerProvider::builder()
@@ -152,15 +165,21 @@ fn emit(client: &str, grpc: bool, port: u16, exp: &mut Expected) {
     tp.shutdown().expect("trace shutdown");
 
     let log_exporter = if grpc {
-        opentelemetry_otlp::LogExporter::builder()
+        let b = opentelemetry_otlp::LogExporter::builder()
             .with_tonic()
-            .with_endpoint(endpoint(""))
-            .build()
+            .with_endpoint(endpoint(""));
+        match compression {
+            Some(c) => b.with_compression(c).build(),
+            None => b.build(),
+        }
     } else {
-        opentelemetry_otlp::LogExporter::builder()
+        let b = opentelemetry_otlp::LogExporter::builder()
             .with_http()
-            .with_endpoint(endpoint("/v1/logs"))
-            .build()
+            .with_endpoint(endpoint("/v1/logs"));
+        match compression {
+            Some(c) => b.with_compression(c).build(),
+            None => b.build(),
+        }
     }
     .expect("log exporter");
     let lp = SdkLoggerProvider::builder()
@@ -185,15 +204,21 @@ fn emit(client: &str, grpc: bool, port: u16, exp: &mut Expected) {
     lp.shutdown().expect("log shutdown");
 
     let metric_exporter = if grpc {
-        opentelemetry_otlp::MetricExporter::builder()
+        let b = opentelemetry_otlp::MetricExporter::builder()
             .with_tonic()
-            .with_endpoint(endpoint(""))
-            .build()
+            .with_endpoint(endpoint(""));
+        match compression {
+            Some(c) => b.with_compression(c).build(),
+            None => b.build(),
+        }
     } else {
-        opentelemetry_otlp::MetricExporter::builder()
+        let b = opentelemetry_otlp::MetricExporter::builder()
             .with_http()
-            .with_endpoint(endpoint("/v1/metrics"))
-            .build()
+            .with_endpoint(endpoint("/v1/metrics"));
+        match compression {
+            Some(c) => b.with_compression(c).build(),
+            None => b.build(),
+        }
     }
     .expect("metric exporter");
     let mp = SdkMeterProvider::builder()
@@ -217,7 +242,54 @@ fn emit(client: &str, grpc: bool, port: u16, exp: &mut Expected) {
     mp.shutdown().expect("metric shutdown");
 }
 
-fn run_roundtrip(id: &str, forward: &str) {
+/// How the SDK's gRPC and HTTP clients compress (`None`: not at all).
+type ClientCompression = (
+    Option<opentelemetry_otlp::Compression>,
+    Option<opentelemetry_otlp::Compression>,
+);
+
+/// Bytes a daemon's `otlp` receiver took as `(wire, inflated)` for one
+/// transport and encoding.
+fn wire_bytes(d: &Daemon, transport: &str, encoding: &str) -> (f64, f64) {
+    let series = |name: &str| {
+        d.metric(&format!(
+            "{name}{{receiver=\"otlp\",transport=\"{transport}\",encoding=\"{encoding}\"}}"
+        ))
+        .unwrap_or(0.0)
+    };
+    (
+        series("causeway_receiver_wire_bytes_total"),
+        series("causeway_receiver_inflated_bytes_total"),
+    )
+}
+
+/// The encodings each hop really used: the SDK's to A, A's to B.
+fn assert_compressed(d: &Daemon, transport: &str, encoding: &str) {
+    let (wire, inflated) = wire_bytes(d, transport, encoding);
+    assert!(wire > 0.0, "{transport} requests in {encoding}");
+    if encoding != "identity" {
+        assert!(
+            inflated > wire,
+            "{transport}/{encoding}: {wire} bytes on the wire inflate to {inflated}"
+        );
+    }
+}
+
+fn compression_name(c: Option<opentelemetry_otlp::Compression>) -> &'static str {
+    match c {
+        None => "identity",
+        Some(opentelemetry_otlp::Compression::Gzip) => "gzip",
+        Some(opentelemetry_otlp::Compression::Zstd) => "zstd",
+        Some(other) => panic!("no test uses {other}"),
+    }
+}
+
+fn run_roundtrip(
+    id: &str,
+    forward: &str,
+    (grpc_c, http_c): ClientCompression,
+    (b_transport, b_encoding): (&str, &str),
+) {
     let dir = tempfile::tempdir().expect("tempdir");
     let (b_grpc, b_http) = (free_port(), free_port());
     let b = Daemon::start(
@@ -250,14 +322,17 @@ fn run_roundtrip(id: &str, forward: &str) {
     {
         // The tonic exporters need a Tokio runtime to drive their connections.
         let _guard = rt.enter();
-        emit("grpcclient", true, a_grpc, &mut exp);
+        emit("grpcclient", true, a_grpc, &mut exp, grpc_c);
     }
-    emit("httpclient", false, a_http, &mut exp);
+    emit("httpclient", false, a_http, &mut exp, http_c);
 
     let total = exp.spans.len();
     wait_for(Duration::from_secs(30), "all spans at B", || {
         spans(&read_jsonl(&dir.path().join("b-traces.jsonl"))).len() >= total
     });
+    assert_compressed(&a, "grpc", compression_name(grpc_c));
+    assert_compressed(&a, "http", compression_name(http_c));
+    assert_compressed(&b, b_transport, b_encoding);
     // Stop both gracefully: anything duplicated in flight would now be written.
     assert!(a.terminate().success());
     assert!(b.terminate().success());
@@ -377,18 +452,45 @@ fn run_roundtrip(id: &str, forward: &str) {
     }
 }
 
+use opentelemetry_otlp::Compression::{Gzip, Zstd};
+
+/// The SDK sends zstd over gRPC and gzip over HTTP; A forwards with zstd.
 #[test]
 fn sdk_to_causeway_to_causeway_over_grpc() {
     run_roundtrip(
         "otlp/forward",
-        "    endpoint: 127.0.0.1:{b_grpc}\n    tls: { insecure: true }\n",
+        "    endpoint: 127.0.0.1:{b_grpc}\n    tls: { insecure: true }\n    compression: zstd\n",
+        (Some(Zstd), Some(Gzip)),
+        ("grpc", "zstd"),
     );
 }
 
+/// The SDK sends gzip over gRPC and zstd over HTTP; A forwards with snappy
+/// (the block format over HTTP).
 #[test]
 fn sdk_to_causeway_to_causeway_over_http() {
     run_roundtrip(
         "otlphttp/forward",
-        "    endpoint: http://127.0.0.1:{b_http}\n",
+        "    endpoint: http://127.0.0.1:{b_http}\n    compression: snappy\n",
+        (Some(Gzip), Some(Zstd)),
+        ("http", "snappy"),
+    );
+}
+
+/// Uncompressed from the SDK; A forwards over gRPC with the default (gzip)
+/// and, in a second run, with snappy (the framed format over gRPC).
+#[test]
+fn sdk_to_causeway_to_causeway_gzip_and_snappy_over_grpc() {
+    run_roundtrip(
+        "otlp/forward",
+        "    endpoint: 127.0.0.1:{b_grpc}\n    tls: { insecure: true }\n",
+        (None, None),
+        ("grpc", "gzip"),
+    );
+    run_roundtrip(
+        "otlp/forward",
+        "    endpoint: 127.0.0.1:{b_grpc}\n    tls: { insecure: true }\n    compression: snappy\n",
+        (None, Some(Gzip)),
+        ("grpc", "snappy"),
     );
 }

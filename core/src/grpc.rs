@@ -122,3 +122,204 @@ impl<R: Message + Default> Decoder for MessageDecoder<R> {
             .map_err(|e| Status::internal(format!("decode response: {e}")))
     }
 }
+
+/// The 5-byte prefix of a gRPC message: the compressed flag and the
+/// message's length (big-endian).
+pub fn frame_header(compressed: bool, len: usize) -> Result<[u8; 5], Status> {
+    let n = u32::try_from(len)
+        .map_err(|_| Status::resource_exhausted(format!("message of {len} bytes is too large")))?;
+    let b = n.to_be_bytes();
+    Ok([u8::from(compressed), b[0], b[1], b[2], b[3]])
+}
+
+/// The one message of a unary gRPC body: whether it is compressed, and its
+/// bytes (sliced from `body`, not copied).
+pub fn parse_unary(body: &Bytes) -> Result<(bool, Bytes), String> {
+    if body.len() < 5 {
+        return Err(format!(
+            "body of {} bytes is shorter than a gRPC message prefix",
+            body.len()
+        ));
+    }
+    let compressed = match body[0] {
+        0 => false,
+        1 => true,
+        f => return Err(format!("invalid gRPC compressed flag {f}")),
+    };
+    let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+    let end = 5usize.saturating_add(len);
+    if body.len() < end {
+        return Err(format!(
+            "gRPC message declares {len} bytes but the body holds {}",
+            body.len() - 5
+        ));
+    }
+    if body.len() > end {
+        return Err("more than one message in a unary request".into());
+    }
+    Ok((compressed, body.slice(5..end)))
+}
+
+/// The gRPC status for an HTTP status without `grpc-status`, as the gRPC
+/// specification maps them (doc/http-grpc-status-mapping.md).
+pub fn code_of_http_status(status: u16) -> tonic::Code {
+    match status {
+        400 => tonic::Code::Internal,
+        401 => tonic::Code::Unauthenticated,
+        403 => tonic::Code::PermissionDenied,
+        404 => tonic::Code::Unimplemented,
+        429 | 502 | 503 | 504 => tonic::Code::Unavailable,
+        _ => tonic::Code::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod frame_tests {
+    use super::*;
+
+    #[test]
+    fn a_framed_message_parses_back() {
+        let msg = Bytes::from_static(b"hello");
+        let h = frame_header(true, msg.len()).expect("header");
+        let mut body = h.to_vec();
+        body.extend_from_slice(&msg);
+        let (c, m) = parse_unary(&Bytes::from(body.clone())).expect("parse");
+        assert!(c);
+        assert_eq!(m, msg);
+        body.push(0);
+        assert!(parse_unary(&Bytes::from(body)).is_err(), "trailing bytes");
+        assert!(
+            parse_unary(&Bytes::from_static(&[0, 0, 0, 0, 9, 1])).is_err(),
+            "short"
+        );
+        assert!(
+            parse_unary(&Bytes::from_static(&[2, 0, 0, 0, 0])).is_err(),
+            "flag"
+        );
+    }
+}
+
+/// Why a raw unary call failed.
+#[derive(Debug)]
+pub enum UnaryError {
+    /// No answer: connection refused or broken, response unreadable.
+    Transport(String),
+    /// The server answered with a non-OK gRPC status (or an HTTP status
+    /// that maps to one).
+    Status(Status),
+}
+
+/// The request headers of a raw unary call: `content-type`, `te`,
+/// `grpc-accept-encoding`, and `extra` (metadata).
+pub fn unary_headers(extra: http::HeaderMap) -> http::HeaderMap {
+    let mut h = extra;
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    h.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    h.insert(
+        "grpc-accept-encoding",
+        http::HeaderValue::from_static("gzip,zstd,snappy,identity"),
+    );
+    h
+}
+
+/// Responses are small (a partial success at most); a larger one is refused.
+const MAX_RESPONSE: usize = 4 << 20;
+
+/// One unary gRPC call whose message is already encoded (and, with `codec`,
+/// already compressed): framed here rather than by tonic's client so that a
+/// message is compressed by the caller, on the caller's task (several
+/// exporter consumers compress several batches at once; tonic compresses
+/// inside the connection's body stream), once whatever the number of
+/// exporters, and in codecs tonic does not speak (snappy). `parts` are sent
+/// one after the other without being joined. Returns the response message,
+/// inflated.
+pub async fn unary(
+    channel: &tonic::transport::Channel,
+    path: &'static str,
+    headers: &http::HeaderMap,
+    codec: crate::compress::Codec,
+    parts: Vec<Bytes>,
+) -> Result<Bytes, UnaryError> {
+    use crate::compress::Codec;
+    use http_body_util::{BodyExt, Limited, StreamBody};
+    use tower::{Service, ServiceExt};
+    let len = parts.iter().map(Bytes::len).sum();
+    let header = frame_header(codec != Codec::None, len).map_err(UnaryError::Status)?;
+    let frames = std::iter::once(Bytes::copy_from_slice(&header))
+        .chain(parts)
+        .map(|b| Ok::<_, std::convert::Infallible>(http_body::Frame::data(b)));
+    let body = tonic::body::Body::new(StreamBody::new(futures::stream::iter(frames)));
+    let mut req = http::Request::new(body);
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = http::Uri::from_static(path);
+    let h = req.headers_mut();
+    h.clone_from(headers);
+    if let Some(name) = codec.name() {
+        h.insert("grpc-encoding", http::HeaderValue::from_static(name));
+    }
+    let chain = |e: &(dyn std::error::Error + 'static)| {
+        let mut s = e.to_string();
+        let mut cur = e.source();
+        while let Some(c) = cur {
+            let m = c.to_string();
+            if !s.contains(&m) {
+                s.push_str(": ");
+                s.push_str(&m);
+            }
+            cur = c.source();
+        }
+        UnaryError::Transport(s)
+    };
+    let mut channel = channel.clone();
+    let ready = channel.ready().await.map_err(|e| chain(&e))?;
+    let resp = ready.call(req).await.map_err(|e| chain(&e))?;
+    let (head, body) = resp.into_parts();
+    if let Some(status) = Status::from_header_map(&head.headers) {
+        if status.code() != tonic::Code::Ok {
+            return Err(UnaryError::Status(status));
+        }
+    }
+    if head.status != http::StatusCode::OK {
+        return Err(UnaryError::Status(Status::new(
+            code_of_http_status(head.status.as_u16()),
+            format!("HTTP status {} without a gRPC status", head.status),
+        )));
+    }
+    let collected = Limited::new(body, MAX_RESPONSE)
+        .collect()
+        .await
+        .map_err(|e| UnaryError::Transport(format!("reading the response: {e}")))?;
+    let status = collected
+        .trailers()
+        .and_then(Status::from_header_map)
+        .or_else(|| Status::from_header_map(&head.headers));
+    match status {
+        Some(s) if s.code() == tonic::Code::Ok => {}
+        Some(s) => return Err(UnaryError::Status(s)),
+        None => {
+            return Err(UnaryError::Transport(
+                "the response carries no grpc-status".into(),
+            ))
+        }
+    }
+    let data = collected.to_bytes();
+    if data.is_empty() {
+        return Ok(data);
+    }
+    let bad = |m: String| UnaryError::Status(Status::internal(format!("invalid response: {m}")));
+    let (compressed, msg) = parse_unary(&data).map_err(bad)?;
+    if !compressed {
+        return Ok(msg);
+    }
+    let enc = head
+        .headers
+        .get("grpc-encoding")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    Codec::from_encoding(enc)
+        .and_then(|c| c.decompress(&msg, MAX_RESPONSE))
+        .map_err(|e| bad(e.to_string()))
+}

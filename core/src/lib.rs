@@ -6,6 +6,7 @@
 //! the traits in [`component`].
 
 pub mod component;
+pub mod compress;
 pub mod config;
 pub mod error;
 pub mod grpc;

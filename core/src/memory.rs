@@ -137,6 +137,11 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// Bytes of the reservation not yet taken.
+    pub fn remaining(&self) -> u64 {
+        self.left
+    }
+
     /// `n` bytes of the body arrived: up to what is left of the
     /// reservation, they become a permit (admitted, never refused); the
     /// rest is returned for the caller to admit.

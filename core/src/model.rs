@@ -183,6 +183,31 @@ pub struct Batch {
     data: Data,
     acks: Vec<Ack>,
     holds: Vec<Hold>,
+    compressed: Compressed,
+}
+
+/// The batch's encoded request compressed, per codec, shared by every copy
+/// of the batch: several exporters that send the same bytes with the same
+/// codec compress them once. Any change to the batch starts a new cache.
+#[derive(Debug, Clone, Default)]
+struct Compressed(std::sync::Arc<[tokio::sync::OnceCell<Bytes>; 4]>);
+
+impl Compressed {
+    fn slot(
+        &self,
+        codec: crate::compress::Codec,
+        transport: crate::compress::Transport,
+    ) -> Option<&tokio::sync::OnceCell<Bytes>> {
+        use crate::compress::{Codec, Transport};
+        let i = match (codec, transport) {
+            (Codec::Gzip, _) => 0,
+            (Codec::Zstd, _) => 1,
+            (Codec::Snappy, Transport::Http) => 2,
+            (Codec::Snappy, Transport::Grpc) => 3,
+            (Codec::None, _) => return None,
+        };
+        self.0.get(i)
+    }
 }
 
 /// Something a batch keeps alive until every copy of it is gone (a memory
@@ -199,6 +224,7 @@ impl Batch {
             data: Data::Encoded(vec![bytes]),
             acks: Vec::new(),
             holds: Vec::new(),
+            compressed: Compressed::default(),
         }
     }
 
@@ -211,6 +237,7 @@ impl Batch {
             data: Data::Traces(resource_spans),
             acks: Vec::new(),
             holds: Vec::new(),
+            compressed: Compressed::default(),
         }
     }
 
@@ -223,6 +250,7 @@ impl Batch {
             data: Data::Logs(resource_logs),
             acks: Vec::new(),
             holds: Vec::new(),
+            compressed: Compressed::default(),
         }
     }
 
@@ -235,6 +263,7 @@ impl Batch {
             data: Data::Metrics(resource_metrics),
             acks: Vec::new(),
             holds: Vec::new(),
+            compressed: Compressed::default(),
         }
     }
 
@@ -329,7 +358,26 @@ impl Batch {
         }
     }
 
+    /// The encoded request compressed with `codec` for `transport`,
+    /// compressed on first use by this or any copy of this batch and shared
+    /// by all of them. The work runs on the calling task: exporters with
+    /// several consumers compress several batches at once.
+    pub async fn compressed(
+        &self,
+        codec: crate::compress::Codec,
+        transport: crate::compress::Transport,
+    ) -> Result<Bytes, crate::compress::CompressError> {
+        match self.compressed.slot(codec, transport) {
+            None => codec.compress(transport, &self.encoded_parts()),
+            Some(cell) => cell
+                .get_or_try_init(|| async { codec.compress(transport, &self.encoded_parts()) })
+                .await
+                .cloned(),
+        }
+    }
+
     fn decode_in_place(&mut self) -> Result<(), CoreError> {
+        self.compressed = Compressed::default();
         let Data::Encoded(parts) = &self.data else {
             return Ok(());
         };
@@ -400,6 +448,7 @@ impl Batch {
 
     /// Recount items after a component changed decoded data.
     pub fn recount(&mut self) {
+        self.compressed = Compressed::default();
         self.items = match &self.data {
             Data::Encoded(_) => self.items,
             Data::Traces(v) => count_spans(v),
@@ -412,6 +461,7 @@ impl Batch {
     /// joined without decoding; otherwise both are decoded.
     pub fn append(&mut self, mut other: Batch) -> Result<(), CoreError> {
         debug_assert_eq!(self.signal, other.signal);
+        self.compressed = Compressed::default();
         self.items += other.items;
         self.acks.append(&mut other.acks);
         self.holds.append(&mut other.holds);
@@ -427,6 +477,7 @@ impl Batch {
                     data,
                     acks: Vec::new(),
                     holds: Vec::new(),
+                    compressed: Compressed::default(),
                 };
                 self.decode_in_place()?;
                 other.decode_in_place()?;
@@ -552,5 +603,38 @@ mod tests {
         drop(copy);
         drop(b);
         assert_eq!(rx.try_recv(), Ok(false), "one copy failed");
+    }
+}
+
+#[cfg(test)]
+mod compressed_tests {
+    use super::*;
+    use crate::compress::{Codec, Transport};
+
+    #[tokio::test]
+    async fn copies_of_a_batch_compress_once_and_a_change_starts_over() {
+        let part = Bytes::from(vec![7u8; 100_000]);
+        let a = Batch::from_encoded(Signal::Traces, part.clone(), 1);
+        let b = a.clone();
+        let ga = a.compressed(Codec::Gzip, Transport::Grpc).await.expect("gzip");
+        let gb = b.compressed(Codec::Gzip, Transport::Http).await.expect("gzip");
+        assert_eq!(ga.as_ptr(), gb.as_ptr(), "the second exporter reuses the bytes");
+        let za = a.compressed(Codec::Zstd, Transport::Grpc).await.expect("zstd");
+        assert_ne!(za, ga, "one entry per codec");
+        // Snappy is framed over gRPC and a block over HTTP: two entries.
+        let sg = a.compressed(Codec::Snappy, Transport::Grpc).await.expect("snappy");
+        let sh = b.compressed(Codec::Snappy, Transport::Http).await.expect("snappy");
+        assert_ne!(sg, sh);
+        let mut c = b.clone();
+        c.append(Batch::from_encoded(Signal::Traces, part, 1))
+            .expect("append");
+        let gc = c.compressed(Codec::Gzip, Transport::Grpc).await.expect("gzip");
+        assert_ne!(gc.as_ptr(), ga.as_ptr(), "a changed batch compresses again");
+        assert_eq!(
+            Codec::Gzip.decompress(&gc, 1 << 20).expect("inflate").len(),
+            200_000
+        );
+        let again = b.compressed(Codec::Gzip, Transport::Grpc).await.expect("gzip");
+        assert_eq!(again.as_ptr(), ga.as_ptr(), "the unchanged copies still share");
     }
 }

@@ -24,7 +24,7 @@ pub fn otlp_http_body(data: &[u8]) {
         _ => Signal::Metrics,
     };
     let body = if sel & 8 != 0 {
-        match crate::otlp::http::gunzip(body, 1 << 20) {
+        match crate::otlp::http::inflate(causeway_core::compress::Codec::Gzip, body, 1 << 20) {
             Ok(b) => b,
             Err(_) => return,
         }

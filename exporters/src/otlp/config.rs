@@ -7,16 +7,8 @@ use causeway_core::config::{
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-/// `compression`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Compression {
-    /// gzip (the Collector's default).
-    #[default]
-    Gzip,
-    /// No compression.
-    None,
-}
+/// `compression`: `gzip` (default), `zstd`, `snappy` or `none`.
+pub use causeway_core::compress::Codec as Compression;
 
 /// `tls`: the client side of TLS (CA bundle, client certificate, `insecure` for plaintext).
 pub use causeway_core::tls::ClientTls as TlsConfig;
@@ -27,7 +19,7 @@ pub use causeway_core::tls::ClientTls as TlsConfig;
 pub struct OtlpGrpcConfig {
     /// `host:port` or `http://host:port` of the OTLP/gRPC server (e.g. Jaeger's collector on 4317).
     pub endpoint: String,
-    /// `gzip` (default) or `none`.
+    /// `gzip` (default), `zstd`, `snappy` or `none` (levels: see BENCHMARKS.md).
     #[serde(default)]
     pub compression: Compression,
     /// Headers (gRPC metadata) sent with every request.
@@ -74,7 +66,7 @@ pub struct OtlpHttpConfig {
     /// `proto` (default) or `json`.
     #[serde(default)]
     pub encoding: HttpEncoding,
-    /// `gzip` (default) or `none`.
+    /// `gzip` (default), `zstd`, `snappy` or `none` (levels: see BENCHMARKS.md).
     #[serde(default)]
     pub compression: Compression,
     /// Headers sent with every request.

@@ -1,28 +1,28 @@
 //! OTLP/gRPC client.
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use causeway_core::component::{Delivered, ExportError, Exporter};
-use causeway_core::grpc::{export_path, ClientCodec};
+use causeway_core::compress::{Codec, Transport};
+use causeway_core::grpc::{export_path, unary, unary_headers, UnaryError};
 use causeway_core::rpc::RpcStatus;
 use causeway_core::{Batch, Signal};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
-use tonic::codec::CompressionEncoding;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
-use super::config::{Compression, OtlpGrpcConfig};
+use super::config::OtlpGrpcConfig;
 use crate::ExporterError;
 
 pub(crate) struct GrpcExporter {
     endpoint: String,
     channel: Channel,
-    compression: Compression,
-    metadata: MetadataMap,
+    compression: Codec,
+    /// `content-type`, `te`, `grpc-accept-encoding` and the configured headers.
+    headers: ::http::HeaderMap,
 }
 
 impl GrpcExporter {
@@ -70,7 +70,7 @@ impl GrpcExporter {
             endpoint: cfg.endpoint.clone(),
             channel,
             compression: cfg.compression,
-            metadata,
+            headers: unary_headers(metadata.into_headers()),
         })
     }
 
@@ -103,53 +103,67 @@ impl GrpcExporter {
         }
     }
 
+    fn transport_error(&self, message: String) -> ExportError {
+        ExportError::Retryable {
+            source: Box::new(ExporterError::Transport {
+                endpoint: self.endpoint.clone(),
+                message,
+            }),
+            retry_after: None,
+        }
+    }
+
+    /// One Export call: the batch compressed on this task, once per batch
+    /// and codec whatever the number of exporters ([`Batch::compressed`]).
     async fn call<R: Message + Default + Send + 'static>(
         &self,
         signal: Signal,
-        parts: Vec<Bytes>,
+        batch: &Batch,
     ) -> Result<R, ExportError> {
-        let mut client = tonic::client::Grpc::new(self.channel.clone());
-        if self.compression == Compression::Gzip {
-            client = client.send_compressed(CompressionEncoding::Gzip);
-        }
-        client = client.accept_compressed(CompressionEncoding::Gzip);
-        client.ready().await.map_err(|e| ExportError::Retryable {
-            source: Box::new(ExporterError::Transport {
-                endpoint: self.endpoint.clone(),
-                message: e.to_string(),
-            }),
-            retry_after: None,
+        let parts = match self.compression {
+            Codec::None => batch.encoded_parts(),
+            codec => vec![batch
+                .compressed(codec, Transport::Grpc)
+                .await
+                .map_err(|e| ExportError::Permanent {
+                    source: Box::new(ExporterError::Encode(e.to_string())),
+                })?],
+        };
+        let msg = unary(
+            &self.channel,
+            export_path(signal),
+            &self.headers,
+            self.compression,
+            parts,
+        )
+        .await
+        .map_err(|e| match e {
+            UnaryError::Transport(m) => self.transport_error(m),
+            UnaryError::Status(s) => self.classify(s),
         })?;
-        let mut req = tonic::Request::new(parts);
-        *req.metadata_mut() = self.metadata.clone();
-        let path = ::http::uri::PathAndQuery::from_static(export_path(signal));
-        client
-            .unary::<Vec<Bytes>, R, _>(req, path, ClientCodec::<R>::default())
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|s| self.classify(s))
+        R::decode(msg)
+            .map_err(|e| self.classify(tonic::Status::internal(format!("invalid response: {e}"))))
     }
 }
 
 #[async_trait]
 impl Exporter for GrpcExporter {
     async fn export(&self, batch: &Batch) -> Result<Delivered, ExportError> {
-        let parts = batch.encoded_parts();
         let (rejected, message) = match batch.signal() {
             Signal::Traces => {
-                let r: ExportTraceServiceResponse = self.call(Signal::Traces, parts).await?;
+                let r: ExportTraceServiceResponse = self.call(Signal::Traces, batch).await?;
                 r.partial_success
                     .map(|p| (p.rejected_spans, p.error_message))
                     .unwrap_or_default()
             }
             Signal::Logs => {
-                let r: ExportLogsServiceResponse = self.call(Signal::Logs, parts).await?;
+                let r: ExportLogsServiceResponse = self.call(Signal::Logs, batch).await?;
                 r.partial_success
                     .map(|p| (p.rejected_log_records, p.error_message))
                     .unwrap_or_default()
             }
             Signal::Metrics => {
-                let r: ExportMetricsServiceResponse = self.call(Signal::Metrics, parts).await?;
+                let r: ExportMetricsServiceResponse = self.call(Signal::Metrics, batch).await?;
                 r.partial_success
                     .map(|p| (p.rejected_data_points, p.error_message))
                     .unwrap_or_default()

@@ -1,14 +1,15 @@
 //! OTLP/HTTP client.
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use causeway_core::component::{Delivered, ExportError, Exporter};
+use causeway_core::compress::Transport;
 use causeway_core::rpc::RpcStatus;
 use causeway_core::{Batch, Signal};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
-use std::io::Write;
 
 use super::config::{Compression, HttpEncoding, OtlpHttpConfig};
 use crate::ExporterError;
@@ -65,11 +66,19 @@ impl HttpExporter {
         })
     }
 
-    fn body(&self, batch: &Batch) -> Result<Vec<u8>, ExporterError> {
+    /// The request body, compressed. A protobuf body is the batch's own
+    /// bytes, compressed once whatever the number of exporters sending it.
+    async fn body(&self, batch: &Batch) -> Result<Bytes, ExporterError> {
         let enc = |e: causeway_core::CoreError| ExporterError::Encode(e.to_string());
         let json = |e: serde_json::Error| ExporterError::Encode(e.to_string());
-        match self.encoding {
-            HttpEncoding::Proto => Ok(batch.to_encoded().to_vec()),
+        let comp = |e: causeway_core::compress::CompressError| ExporterError::Encode(e.to_string());
+        let json = match self.encoding {
+            HttpEncoding::Proto => {
+                return match self.compression {
+                    Compression::None => Ok(batch.to_encoded()),
+                    codec => batch.compressed(codec, Transport::Http).await.map_err(comp),
+                }
+            }
             HttpEncoding::Json => match batch.signal() {
                 Signal::Traces => {
                     serde_json::to_vec(&batch.to_traces_request().map_err(enc)?).map_err(json)
@@ -80,8 +89,11 @@ impl HttpExporter {
                 Signal::Metrics => {
                     serde_json::to_vec(&batch.to_metrics_request().map_err(enc)?).map_err(json)
                 }
-            },
-        }
+            }?,
+        };
+        self.compression
+            .compress(Transport::Http, &[Bytes::from(json)])
+            .map_err(comp)
     }
 }
 
@@ -112,7 +124,7 @@ impl Exporter for HttpExporter {
     async fn export(&self, batch: &Batch) -> Result<Delivered, ExportError> {
         let signal = batch.signal();
         let url = &self.urls[signal as usize];
-        let mut body = self.body(batch).map_err(|e| ExportError::Permanent {
+        let body = self.body(batch).await.map_err(|e| ExportError::Permanent {
             source: Box::new(e),
         })?;
         let mut req = self.client.post(url).headers(self.headers.clone()).header(
@@ -122,18 +134,8 @@ impl Exporter for HttpExporter {
                 HttpEncoding::Json => "application/json",
             },
         );
-        if self.compression == Compression::Gzip {
-            let mut enc = flate2::write::GzEncoder::new(
-                Vec::with_capacity(body.len() / 4),
-                flate2::Compression::fast(),
-            );
-            enc.write_all(&body)
-                .and_then(|_| enc.finish())
-                .map(|b| body = b)
-                .map_err(|e| ExportError::Permanent {
-                    source: Box::new(ExporterError::Encode(e.to_string())),
-                })?;
-            req = req.header(reqwest::header::CONTENT_ENCODING, "gzip");
+        if let Some(name) = self.compression.name() {
+            req = req.header(reqwest::header::CONTENT_ENCODING, name);
         }
         let resp = req
             .body(body)

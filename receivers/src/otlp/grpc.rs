@@ -2,12 +2,15 @@
 //! request as raw bytes.
 
 use bytes::Bytes;
-use causeway_core::grpc::{export_path, ServerCodec};
+use causeway_core::compress::{Codec, CompressError, Transport};
+use causeway_core::grpc::{export_path, frame_header, parse_unary};
 use causeway_core::rpc::{code, RpcStatus};
 use causeway_core::telemetry::Registry;
 use causeway_core::tls::{Authenticator, TlsListener};
 use causeway_core::topology::Output;
 use causeway_core::Signal;
+use http_body::Frame;
+use http_body_util::StreamBody;
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceResponse,
 };
@@ -26,11 +29,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::codec::CompressionEncoding;
-use tonic::server::{NamedService, UnaryService};
+use tonic::server::NamedService;
 use tonic::{Code, Status};
 
 use super::config::GrpcConfig;
+use super::http::{read_body, ReadError};
 use super::{ingest, Accepted, Admission, Refused};
 use crate::ReceiverError;
 
@@ -116,32 +119,116 @@ impl<K: Kind> NamedService for Service<K> {
 
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
 
-struct Export<K> {
+/// One unary Export call, read and answered here rather than by tonic's
+/// server so that the body is counted against the memory budget as it
+/// arrives, inflated once into the buffer that becomes the request (gzip,
+/// zstd or snappy, bounded by `max_recv_msg_size_mib`), and answered with
+/// the same statuses as before.
+async fn export<K: Kind, B>(
     shared: Arc<Shared>,
-    _kind: PhantomData<K>,
+    req: http::Request<B>,
+) -> Result<http::Response<tonic::body::Body>, Status>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<causeway_core::BoxError>,
+{
+    let (head, body) = req.into_parts();
+    let codec = match head.headers.get("grpc-encoding") {
+        None => Codec::None,
+        Some(v) => Codec::from_encoding(v.to_str().unwrap_or("?")).map_err(|e| {
+            let mut s = Status::unimplemented(e.to_string());
+            s.metadata_mut().insert(
+                "grpc-accept-encoding",
+                tonic::metadata::MetadataValue::from_static(ACCEPT_ENCODING),
+            );
+            s
+        })?,
+    };
+    let max = shared.max_message;
+    let too_large = |what: &str| {
+        shared.out.refused(K::SIGNAL, 1);
+        Status::resource_exhausted(format!(
+            "{what} exceeds max_recv_msg_size_mib ({max} bytes)"
+        ))
+    };
+    let mut reading = Vec::new();
+    let mut reservation = None;
+    let raw = match read_body(
+        body,
+        max.saturating_add(5),
+        &mut reservation,
+        &shared.adm,
+        &mut reading,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(ReadError::TooLarge) => return Err(too_large("message")),
+        Err(ReadError::Memory(after)) => return Err(refused_status(Refused::Memory(after))),
+        Err(ReadError::Broken(e)) => {
+            return Err(Status::cancelled(format!(
+                "reading the request failed: {e}"
+            )))
+        }
+    };
+    let (compressed, msg) = parse_unary(&raw).map_err(Status::internal)?;
+    let msg = match (compressed, codec) {
+        (false, _) => msg,
+        (true, Codec::None) => {
+            return Err(Status::internal(
+                "compressed flag set but no grpc-encoding given",
+            ))
+        }
+        (true, codec) => {
+            let inflated = codec.decompress(&msg, max).map_err(|e| match e {
+                CompressError::TooLarge { .. } => too_large("decompressed message"),
+                e => Status::internal(e.to_string()),
+            })?;
+            match shared.adm.admit(inflated.len().saturating_sub(msg.len())) {
+                Ok(p) => reading.extend(p),
+                Err(Refused::Memory(after)) => return Err(refused_status(Refused::Memory(after))),
+                Err(_) => {}
+            }
+            inflated
+        }
+    };
+    shared.adm.wire.count(
+        Transport::Grpc,
+        codec,
+        raw.len().saturating_sub(5),
+        msg.len(),
+    );
+    let accepted = ingest(&shared.out, &shared.adm, K::SIGNAL, msg, reading)
+        .await
+        .map_err(refused_status)?;
+    let resp = K::response(accepted).encode_to_vec();
+    let header = frame_header(false, resp.len())?;
+    let mut data = Vec::with_capacity(5 + resp.len());
+    data.extend_from_slice(&header);
+    data.extend_from_slice(&resp);
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    let frames = [
+        Ok::<_, Infallible>(Frame::data(Bytes::from(data))),
+        Ok(Frame::trailers(trailers)),
+    ];
+    let mut out = http::Response::new(tonic::body::Body::new(StreamBody::new(
+        futures::stream::iter(frames),
+    )));
+    let h = out.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    h.insert(
+        "grpc-accept-encoding",
+        http::HeaderValue::from_static(ACCEPT_ENCODING),
+    );
+    Ok(out)
 }
 
-impl<K: Kind> UnaryService<Bytes> for Export<K> {
-    type Response = K::Response;
-    type Future = BoxFuture<tonic::Response<K::Response>, Status>;
-    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
-        let shared = self.shared.clone();
-        Box::pin(async move {
-            match ingest(
-                &shared.out,
-                &shared.adm,
-                K::SIGNAL,
-                request.into_inner(),
-                Vec::new(),
-            )
-            .await
-            {
-                Ok(a) => Ok(tonic::Response::new(K::response(a))),
-                Err(r) => Err(refused_status(r)),
-            }
-        })
-    }
-}
+/// The encodings this receiver inflates.
+const ACCEPT_ENCODING: &str = "gzip,zstd,snappy,identity";
 
 /// The gRPC status for a refusal, with RetryInfo when retrying makes sense.
 pub(crate) fn refused_status(r: Refused) -> Status {
@@ -208,16 +295,9 @@ where
             return Box::pin(async move { Ok(refused_status(r).into_http()) });
         }
         Box::pin(async move {
-            let max = shared.max_message;
-            let method = Export::<K> {
-                shared,
-                _kind: PhantomData,
-            };
-            let mut grpc = tonic::server::Grpc::new(ServerCodec::<K::Response>::default())
-                .accept_compressed(CompressionEncoding::Gzip)
-                .send_compressed(CompressionEncoding::Gzip)
-                .max_decoding_message_size(max);
-            Ok(grpc.unary(method, req).await)
+            Ok(export::<K, B>(shared, req)
+                .await
+                .unwrap_or_else(Status::into_http))
         })
     }
 }

@@ -1,5 +1,5 @@
 //! OTLP/HTTP: `POST /v1/{traces,logs,metrics}` with protobuf or JSON bodies,
-//! optionally gzip-compressed, answered in the request's encoding.
+//! optionally compressed (gzip, zstd, snappy), answered in the request's encoding.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -8,12 +8,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
+use causeway_core::compress::{Codec, CompressError, Transport};
 use causeway_core::rpc::{code, RpcStatus};
 use causeway_core::topology::Output;
 use prost::Message;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::io::Read;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -202,27 +202,31 @@ where
     let content_encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("identity")
-        .to_ascii_lowercase();
+        .unwrap_or("identity");
     let raw_len = raw.len();
-    let body = match content_encoding.as_str() {
-        "" | "identity" => raw,
-        "gzip" | "x-gzip" => match gunzip(&raw, st.max_body) {
+    let body = match Codec::from_encoding(content_encoding) {
+        Ok(Codec::None) => raw,
+        Ok(codec) => match inflate(codec, &raw, st.max_body) {
             Ok(b) => b,
             Err((status, msg)) => {
                 st.out.refused(K::SIGNAL, 1);
                 return error(encoding, status, msg, None);
             }
         },
-        other => {
+        Err(e) => {
             return error(
                 encoding,
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!("unsupported content encoding {other:?}: use gzip or none"),
+                e.to_string(),
                 None,
             )
         }
     };
+    if let Ok(codec) = Codec::from_encoding(content_encoding) {
+        st.adm
+            .wire
+            .count(Transport::Http, codec, raw_len, body.len());
+    }
     // Decompressed: the inflated bytes count too (a 1 MiB gzip body can be 20 MiB).
     let inflated = body.len().saturating_sub(raw_len);
     match if inflated > 0 {
@@ -294,19 +298,19 @@ where
     }
 }
 
-/// Decompress at most `limit` bytes; more is a 413 (a zip bomb stops here).
-pub(crate) fn gunzip(raw: &[u8], limit: usize) -> Result<Bytes, (StatusCode, String)> {
-    let mut out = Vec::new();
-    let mut dec = flate2::read::GzDecoder::new(raw).take(limit as u64 + 1);
-    dec.read_to_end(&mut out)
-        .map_err(|e| (StatusCode::BAD_REQUEST, format!("invalid gzip body: {e}")))?;
-    if out.len() > limit {
-        return Err((
+/// Inflate at most `limit` bytes; more is a 413 (a zip bomb stops here).
+pub(crate) fn inflate(
+    codec: Codec,
+    raw: &[u8],
+    limit: usize,
+) -> Result<Bytes, (StatusCode, String)> {
+    codec.decompress(raw, limit).map_err(|e| match e {
+        CompressError::TooLarge { .. } => (
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("decompressed body exceeds max_request_body_size ({limit} bytes)"),
-        ));
-    }
-    Ok(Bytes::from(out))
+        ),
+        e => (StatusCode::BAD_REQUEST, format!("{e}")),
+    })
 }
 
 /// An OTLP/HTTP error: a `google.rpc.Status` in the request's encoding,
@@ -364,7 +368,7 @@ fn error(
 }
 
 /// Why a body could not be read.
-enum ReadError {
+pub(crate) enum ReadError {
     /// Over `max_request_body_size`.
     TooLarge,
     /// Over the memory limiter's soft limit while reading.
@@ -376,18 +380,23 @@ enum ReadError {
 /// Read a body of at most `max` bytes. What arrives is counted in
 /// `reading` (the memory budget): from the reservation of its declared
 /// length while it lasts, then admitted (and maybe refused) as it comes.
-async fn read_body(
-    body: Body,
+pub(crate) async fn read_body<B>(
+    body: B,
     max: usize,
     reservation: &mut Option<causeway_core::memory::Reservation>,
     adm: &super::Admission,
     reading: &mut Vec<causeway_core::memory::Permit>,
-) -> Result<Bytes, ReadError> {
+) -> Result<Bytes, ReadError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<causeway_core::BoxError>,
+{
     use http_body_util::BodyExt;
-    let mut body = body;
-    let mut buf = bytes::BytesMut::new();
+    let mut body = Box::pin(body);
+    let declared = reservation.as_ref().map_or(0, |r| r.remaining() as usize);
+    let mut buf = bytes::BytesMut::with_capacity(declared.min(max));
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ReadError::Broken(e.to_string()))?;
+        let frame = frame.map_err(|e| ReadError::Broken(e.into().to_string()))?;
         let Ok(data) = frame.into_data() else {
             continue;
         };
@@ -430,12 +439,12 @@ async fn read_body(
 const MAX_DRAINING: usize = 32;
 static DRAINING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_DRAINING);
 
-async fn drain(body: Body, max: usize) {
+pub(crate) async fn drain<B: http_body::Body<Data = Bytes>>(body: B, max: usize) {
     use http_body_util::BodyExt;
     let Ok(_slot) = DRAINING.try_acquire() else {
         return;
     };
-    let mut body = body;
+    let mut body = Box::pin(body);
     let mut seen = 0usize;
     let drained = tokio::time::timeout(std::time::Duration::from_secs(10), async {
         while let Some(Ok(frame)) = body.frame().await {

@@ -16,8 +16,10 @@ mod tests;
 use async_trait::async_trait;
 use bytes::Bytes;
 use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
+use causeway_core::compress::{Codec, Transport};
 use causeway_core::config::{decode, ConfigError};
 use causeway_core::memory::{MemoryLimiter, Permit};
+use causeway_core::telemetry::Counter;
 use causeway_core::topology::{Output, SendError};
 use causeway_core::wire;
 use causeway_core::{Ack, Batch, BoxError, Signal, SignalSet};
@@ -85,6 +87,7 @@ impl ReceiverFactory for OtlpReceiverFactory {
                 .get()
                 .cloned(),
             receiver: ctx.id.to_string(),
+            wire: std::sync::Arc::new(WireBytes::new(&ctx.telemetry, &ctx.id.to_string())),
         };
         Ok(Box::new(OtlpReceiver {
             grpc,
@@ -182,6 +185,71 @@ pub(crate) struct Admission {
     pub(crate) limiter: Option<std::sync::Arc<MemoryLimiter>>,
     /// The receiver's id (for the limiter's counts).
     pub(crate) receiver: String,
+    /// Request bytes as received and as inflated, per transport and encoding.
+    pub(crate) wire: std::sync::Arc<WireBytes>,
+}
+
+/// `causeway_receiver_wire_bytes_total` and
+/// `causeway_receiver_inflated_bytes_total`, by transport and encoding:
+/// what compression saves on the wire and costs in memory.
+#[derive(Debug, Default)]
+pub(crate) struct WireBytes {
+    /// [grpc, http] × [gzip, zstd, snappy, identity]: (wire, inflated).
+    counters: [[(Counter, Counter); 4]; 2],
+}
+
+impl WireBytes {
+    fn new(t: &causeway_core::telemetry::Registry, receiver: &str) -> Self {
+        let pair = |transport: &str, encoding: &str| {
+            let labels = [
+                ("receiver", receiver),
+                ("transport", transport),
+                ("encoding", encoding),
+            ];
+            (
+                t.counter(
+                    "causeway_receiver_wire_bytes_total",
+                    "Request message bytes as received, by transport and content encoding.",
+                    &labels,
+                ),
+                t.counter(
+                    "causeway_receiver_inflated_bytes_total",
+                    "Request message bytes after decompression, by transport and content encoding.",
+                    &labels,
+                ),
+            )
+        };
+        let row = |transport: &str| {
+            [
+                pair(transport, "gzip"),
+                pair(transport, "zstd"),
+                pair(transport, "snappy"),
+                pair(transport, "identity"),
+            ]
+        };
+        WireBytes {
+            counters: [row("grpc"), row("http")],
+        }
+    }
+
+    /// Count one request's message: `wire` bytes received, `inflated` after
+    /// decompression.
+    pub(crate) fn count(&self, transport: Transport, codec: Codec, wire: usize, inflated: usize) {
+        let t = match transport {
+            Transport::Grpc => 0,
+            Transport::Http => 1,
+        };
+        let c = match codec {
+            Codec::Gzip => 0,
+            Codec::Zstd => 1,
+            Codec::Snappy => 2,
+            Codec::None => 3,
+        };
+        if let Some((w, i)) = self.counters.get(t).and_then(|r| r.get(c)) {
+            w.add(wire as u64);
+            i.add(inflated as u64);
+        }
+    }
 }
 
 impl Admission {
