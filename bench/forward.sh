@@ -3,13 +3,20 @@
 # The daemon under test is pinned to CPU 0; the load generator and the sink
 # share CPU 1. Reports spans/s, spans per daemon CPU-second and peak RSS.
 #
-#   bench/forward.sh [seconds] [causeway|rotel|both]
+#   bench/forward.sh [seconds] [causeway|rotel|both] [none|gzip|zstd] [none|gzip|zstd]
 #
-# rotel is installed with `pip install --pre rotel` when asked for.
+# The third argument is how the load generator compresses (pre-compressed
+# requests, as an SDK or a sidecar Collector sends them), the fourth how the
+# daemon exports (default: the same as the third). rotel is installed with `pip install --pre
+# rotel` when asked for; it exports gzip or none only.
+# The daemon's CPU is read once the sink has gone idle, so it includes the
+# batches still in flight when the load stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
 WHICH=${2:-causeway}
+COMP=${3:-none}
+COMP_OUT=${4:-$COMP}
 T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
 export CARGO_TARGET_DIR=$T
 cargo build --release -q -p causeway -p causeway-loadgen
@@ -36,12 +43,13 @@ run_one() {
   local daemon=$!
   wait_port 14317
   local before; before=$(cpu_ticks "$daemon")
-  taskset -c 1 "$LG" send --target 127.0.0.1:14317 --seconds "$SECS" --spans 500 --concurrency 8 > "$OUT/$name-send.json"
+  taskset -c 1 "$LG" send --target 127.0.0.1:14317 --seconds "$SECS" --spans 500 --concurrency 8 \
+    --compression "$COMP" > "$OUT/$name-send.json"
+  wait "$sink" || true
   local after; after=$(cpu_ticks "$daemon")
   local hwm; hwm=$(awk '/VmHWM/{print $2}' "/proc/$daemon/status")
   kill -TERM "$daemon"; wait "$daemon" || true
-  wait "$sink" || true
-  python3 - "$name" "$OUT" "$before" "$after" "$TCK" "$hwm" <<'PY'
+  python3 - "$name" "$OUT" "$before" "$after" "$TCK" "$hwm" "$COMP" "$COMP_OUT" <<'PY'
 import json, sys
 name, out, before, after, tck, hwm = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 send = json.load(open(f"{out}/{name}-send.json"))
@@ -49,6 +57,8 @@ sink = json.load(open(f"{out}/{name}-sink.json"))
 cpu = (after - before) / tck
 print(json.dumps({
   "daemon": name,
+  "compression_in": sys.argv[7],
+  "compression_out": sys.argv[8],
   "spans_accepted": send["spans_accepted"],
   "spans_at_sink": sink["spans_received"],
   "spans_per_sec": round(send["spans_per_sec"]),
@@ -56,12 +66,14 @@ print(json.dumps({
   "spans_per_cpu_second": round(send["spans_accepted"] / cpu) if cpu else None,
   "peak_rss_mib": round(hwm / 1024, 1),
   "bytes_per_span": send["bytes_per_span"],
+  "wire_bytes_per_span_in": send["wire_bytes_per_span"],
 }))
 PY
 }
 
 if [[ $WHICH == causeway || $WHICH == both ]]; then
-  run_one causeway "$T/release/causeway" --config bench/forward.yaml --log-level warn
+  sed "s/compression: none/compression: $COMP_OUT/" bench/forward.yaml > "$OUT/forward.yaml"
+  run_one causeway "$T/release/causeway" --config "$OUT/forward.yaml" --log-level warn
 fi
 if [[ $WHICH == rotel || $WHICH == both ]]; then
   ROTEL=$(python3 -c 'import rotel, os; print(os.path.join(os.path.dirname(rotel.__file__), "rotel-agent"))' 2>/dev/null || true)
@@ -70,5 +82,5 @@ if [[ $WHICH == rotel || $WHICH == both ]]; then
     ROTEL=$(python3 -c 'import rotel, os; print(os.path.join(os.path.dirname(rotel.__file__), "rotel-agent"))')
   fi
   run_one rotel "$ROTEL" start --otlp-grpc-endpoint 127.0.0.1:14317 --otlp-http-endpoint 127.0.0.1:14318 \
-    --exporter otlp --otlp-exporter-endpoint http://127.0.0.1:15317 --otlp-exporter-compression none
+    --exporter otlp --otlp-exporter-endpoint http://127.0.0.1:15317 --otlp-exporter-compression "$COMP_OUT"
 fi

@@ -415,6 +415,72 @@ async fn hostile_requests_are_refused_with_a_reason_and_valid_data_still_flows()
         "{e:?}"
     );
 
+    // gRPC, compressed: a zstd bomb (inflates past 4 MiB) is RESOURCE_EXHAUSTED,
+    // an encoding nobody speaks is UNIMPLEMENTED and says which ones work,
+    // garbage under zstd and a compressed flag without grpc-encoding are
+    // errors; a valid snappy message next to them is accepted.
+    {
+        use causeway_core::compress::{Codec, Transport};
+        use causeway_core::grpc::{export_path, unary, unary_headers, UnaryError};
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+            .expect("endpoint")
+            .connect_lazy();
+        let headers = unary_headers(Default::default());
+        let path = export_path(causeway_core::Signal::Traces);
+        let bomb = Codec::Zstd
+            .compress(Transport::Grpc, &[Bytes::from(vec![0u8; 64 << 20])])
+            .expect("zstd");
+        assert!(bomb.len() < 1 << 20);
+        match unary(&ch, path, &headers, Codec::Zstd, vec![bomb]).await {
+            Err(UnaryError::Status(s)) => {
+                assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
+                assert!(
+                    s.message().contains("decompressed message exceeds"),
+                    "{s:?}"
+                );
+            }
+            other => panic!("zstd bomb: {other:?}"),
+        }
+        let mut h = headers.clone();
+        h.insert(
+            "grpc-encoding",
+            tonic::codegen::http::HeaderValue::from_static("br"),
+        );
+        let valid = Bytes::from(traces("snappy", 1, 9).encode_to_vec());
+        match unary(&ch, path, &h, Codec::None, vec![valid.clone()]).await {
+            Err(UnaryError::Status(s)) => {
+                assert_eq!(s.code(), tonic::Code::Unimplemented, "{s:?}");
+                assert!(s.message().contains("gzip, zstd, snappy"), "{s:?}");
+            }
+            other => panic!("unknown encoding: {other:?}"),
+        }
+        match unary(
+            &ch,
+            path,
+            &headers,
+            Codec::Zstd,
+            vec![Bytes::from_static(b"not zstd")],
+        )
+        .await
+        {
+            Err(UnaryError::Status(s)) => assert_eq!(s.code(), tonic::Code::Internal, "{s:?}"),
+            other => panic!("garbage: {other:?}"),
+        }
+        let snappy = Codec::Snappy
+            .compress(Transport::Grpc, &[valid])
+            .expect("snappy");
+        unary(&ch, path, &headers, Codec::Snappy, vec![snappy])
+            .await
+            .expect("a valid snappy message is accepted");
+        assert!(
+            d.metric(
+                "causeway_receiver_wire_bytes_total{receiver=\"otlp\",transport=\"grpc\",encoding=\"snappy\"}"
+            )
+            .is_some_and(|v| v > 0.0),
+            "counted as snappy"
+        );
+    }
+
     // Invalid UTF-8 in a string field (the span name), found without decoding: 400.
     let mut req = traces("utf8", 1, 2);
     req.resource_spans[0].scope_spans[0].spans[0].name = "zzzz".into();

@@ -92,7 +92,7 @@ impl Codec {
     /// The codec of a `Content-Encoding` or `grpc-encoding` value.
     pub fn from_encoding(value: &str) -> Result<Codec, CompressError> {
         match value.trim().to_ascii_lowercase().as_str() {
-            "" | "identity" => Ok(Codec::None),
+            "" | "identity" | "none" => Ok(Codec::None),
             "gzip" | "x-gzip" => Ok(Codec::Gzip),
             "zstd" => Ok(Codec::Zstd),
             "snappy" | "x-snappy-framed" => Ok(Codec::Snappy),

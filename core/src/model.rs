@@ -616,25 +616,54 @@ mod compressed_tests {
         let part = Bytes::from(vec![7u8; 100_000]);
         let a = Batch::from_encoded(Signal::Traces, part.clone(), 1);
         let b = a.clone();
-        let ga = a.compressed(Codec::Gzip, Transport::Grpc).await.expect("gzip");
-        let gb = b.compressed(Codec::Gzip, Transport::Http).await.expect("gzip");
-        assert_eq!(ga.as_ptr(), gb.as_ptr(), "the second exporter reuses the bytes");
-        let za = a.compressed(Codec::Zstd, Transport::Grpc).await.expect("zstd");
+        let ga = a
+            .compressed(Codec::Gzip, Transport::Grpc)
+            .await
+            .expect("gzip");
+        let gb = b
+            .compressed(Codec::Gzip, Transport::Http)
+            .await
+            .expect("gzip");
+        assert_eq!(
+            ga.as_ptr(),
+            gb.as_ptr(),
+            "the second exporter reuses the bytes"
+        );
+        let za = a
+            .compressed(Codec::Zstd, Transport::Grpc)
+            .await
+            .expect("zstd");
         assert_ne!(za, ga, "one entry per codec");
         // Snappy is framed over gRPC and a block over HTTP: two entries.
-        let sg = a.compressed(Codec::Snappy, Transport::Grpc).await.expect("snappy");
-        let sh = b.compressed(Codec::Snappy, Transport::Http).await.expect("snappy");
+        let sg = a
+            .compressed(Codec::Snappy, Transport::Grpc)
+            .await
+            .expect("snappy");
+        let sh = b
+            .compressed(Codec::Snappy, Transport::Http)
+            .await
+            .expect("snappy");
         assert_ne!(sg, sh);
         let mut c = b.clone();
         c.append(Batch::from_encoded(Signal::Traces, part, 1))
             .expect("append");
-        let gc = c.compressed(Codec::Gzip, Transport::Grpc).await.expect("gzip");
+        let gc = c
+            .compressed(Codec::Gzip, Transport::Grpc)
+            .await
+            .expect("gzip");
         assert_ne!(gc.as_ptr(), ga.as_ptr(), "a changed batch compresses again");
         assert_eq!(
             Codec::Gzip.decompress(&gc, 1 << 20).expect("inflate").len(),
             200_000
         );
-        let again = b.compressed(Codec::Gzip, Transport::Grpc).await.expect("gzip");
-        assert_eq!(again.as_ptr(), ga.as_ptr(), "the unchanged copies still share");
+        let again = b
+            .compressed(Codec::Gzip, Transport::Grpc)
+            .await
+            .expect("gzip");
+        assert_eq!(
+            again.as_ptr(),
+            ga.as_ptr(),
+            "the unchanged copies still share"
+        );
     }
 }

@@ -8,7 +8,7 @@
 
 use anyhow::Context as _;
 use bytes::Bytes;
-use causeway_core::grpc::{export_path, ClientCodec, ServerCodec};
+use causeway_core::grpc::{export_path, ServerCodec};
 use causeway_core::{wire, Signal};
 use clap::{Parser, Subcommand};
 use opentelemetry_proto::tonic::collector::trace::v1::{
@@ -64,6 +64,40 @@ enum Cmd {
         /// Stop after this many spans were accepted (0: run for --seconds).
         #[arg(long, default_value = "0")]
         total_spans: u64,
+        /// Compress requests: none, gzip or zstd (as an SDK or a sidecar
+        /// Collector sends them). Compressed templates are compressed once,
+        /// up front, and sent without renumbering their trace ids.
+        #[arg(long, default_value = "none")]
+        compression: String,
+        /// Spread each trace over 5 requests, `spread` requests apart (as SDK
+        /// batch processors send a trace's spans in several exports): each
+        /// request carries one span of each of 500 traces. 0: a request
+        /// holds 100 whole traces.
+        #[arg(long, default_value = "0")]
+        spread: u64,
+        /// Spans a second at most (0: as fast as accepted).
+        #[arg(long, default_value = "0")]
+        rate: u64,
+        /// Also send this many OTLP log records a second: gateway access-log
+        /// records (route, status, upstream, rate-limit rule, circuit
+        /// state) carrying the trace ids of the spans just sent.
+        #[arg(long, default_value = "0")]
+        logs_per_sec: u64,
+        /// Also send this many OTLP gauge data points a second (host
+        /// metrics of 20 hosts).
+        #[arg(long, default_value = "0")]
+        points_per_sec: u64,
+        /// TLS: the CA certificate (PEM) that signed the receiver's; the
+        /// server name checked is `localhost`.
+        #[arg(long)]
+        tls_ca: Option<std::path::PathBuf>,
+        /// A bearer token sent with every request.
+        #[arg(long)]
+        token: Option<String>,
+        /// Write, per trace set (spread mode), when its first and last
+        /// slices were sent: `set first_ms last_ms` lines.
+        #[arg(long)]
+        sent_log: Option<std::path::PathBuf>,
     },
     /// Count spans received over OTLP/gRPC.
     Sink {
@@ -73,6 +107,10 @@ enum Cmd {
         /// Exit after no data for this many seconds once data arrived.
         #[arg(long, default_value = "5")]
         idle_exit: u64,
+        /// Write, per trace set (renumbered trace ids), when a span of it
+        /// was first received: `set ms` lines (decodes every request).
+        #[arg(long)]
+        seen_log: Option<std::path::PathBuf>,
     },
 }
 
@@ -84,7 +122,19 @@ fn kv(k: &str, v: any_value::Value) -> KeyValue {
     }
 }
 
+/// splitmix64: the random-looking ids and values real SDKs produce, from a counter.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// A request of `n` spans with 10 attributes each; ids derived from `seed`.
+/// Ids are random-looking and attribute values vary (order ids in paths,
+/// client addresses, user agents, durations) as in real traffic, so that
+/// compression ratios and costs are those of real telemetry (gzip about
+/// 5:1), not of identical spans (60:1).
 fn request(
     seed: u64,
     n: usize,
@@ -92,6 +142,12 @@ fn request(
     slow_every: usize,
 ) -> ExportTraceServiceRequest {
     let s = |x: &str| any_value::Value::StringValue(x.into());
+    const AGENTS: [&str; 4] = [
+        "okhttp/4.12.0",
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X)",
+        "python-requests/2.31.0",
+        "Go-http-client/2.0",
+    ];
     let spans = (0..n)
         .map(|i| {
             let id = seed.wrapping_mul(1_000_003).wrapping_add(i as u64 + 1);
@@ -99,24 +155,25 @@ fn request(
                                 // A marker in the first 4 bytes lets the sender find and renumber trace ids.
             let mut trace_id = vec![0xC0, 0xFF, 0xEE, 0x42];
             trace_id.extend_from_slice(&(trace as u32).to_be_bytes());
-            trace_id.extend_from_slice(&(trace ^ 0x5bd1_e995).to_be_bytes());
-            let start = 1_764_000_000_000_000_000u64 + id * 1_000;
+            trace_id.extend_from_slice(&mix(trace).to_be_bytes());
+            let r = mix(id ^ 0x5bd1_e995);
+            let start = 1_764_000_000_000_000_000u64 + id * 1_000_000 + r % 1_000_000;
             let slow = slow_every > 0 && trace.is_multiple_of(slow_every as u64);
             let dur = if slow {
                 3_000_000_000
             } else {
-                20_000_000 + (id % 7) * 1_000_000
+                2_000_000 + r % 40_000_000
             };
             let err = error_every > 0 && (id as usize).is_multiple_of(error_every);
             Span {
                 trace_id,
-                span_id: id.to_be_bytes().to_vec(),
+                span_id: mix(id).to_be_bytes().to_vec(),
                 parent_span_id: if id.is_multiple_of(5) {
                     vec![]
                 } else {
-                    (id - 1).to_be_bytes().to_vec()
+                    mix(id - 1).to_be_bytes().to_vec()
                 },
-                name: "GET /orders".into(),
+                name: "GET /api/v1/orders/{id}".into(),
                 kind: span::SpanKind::Server as i32,
                 start_time_unix_nano: start,
                 end_time_unix_nano: start + dur,
@@ -127,11 +184,22 @@ fn request(
                         "http.response.status_code",
                         any_value::Value::IntValue(if err { 500 } else { 200 }),
                     ),
-                    kv("url.path", s("/api/v1/orders/1")),
-                    kv("server.address", s("orders")),
+                    kv("url.path", s(&format!("/api/v1/orders/{}", r % 1_000_000))),
+                    kv("server.address", s("orders.shop.svc")),
                     kv("server.port", any_value::Value::IntValue(8080)),
-                    kv("client.address", s("10.1.2.3")),
-                    kv("user_agent.original", s("lg/1")),
+                    kv(
+                        "client.address",
+                        s(&format!(
+                            "10.{}.{}.{}",
+                            (r >> 20) % 4,
+                            (r >> 28) % 256,
+                            (r >> 36) % 256
+                        )),
+                    ),
+                    kv(
+                        "user_agent.original",
+                        s(AGENTS[(r >> 44) as usize % AGENTS.len()]),
+                    ),
                     kv("route_id", s("orders-v2")),
                     kv("net.proto", s("1.1")),
                 ],
@@ -169,8 +237,190 @@ fn request(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn send(
+/// Span `k` of each of `n` traces (trace set renumbered per request; span
+/// k's parent is span k-1, span 0 is the root).
+fn slice(k: u64, n: usize, error_every: usize, slow_every: usize) -> ExportTraceServiceRequest {
+    let mut req = request(0, n * 5, error_every, slow_every);
+    for rs in &mut req.resource_spans {
+        for ss in &mut rs.scope_spans {
+            let all = std::mem::take(&mut ss.spans);
+            ss.spans = all
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| (*i as u64 + 1) % 5 == k)
+                .map(|(_, s)| s)
+                .collect();
+        }
+    }
+    req
+}
+
+/// Send `per_sec` items a second in requests of `per_request` until
+/// `deadline`; `send(i)` sends request i and says whether it was accepted.
+async fn paced<F, Fut>(deadline: Instant, per_sec: u64, per_request: u64, mut send: F)
+where
+    F: FnMut(u64) -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    let mut i = 0u64;
+    while Instant::now() < deadline {
+        let due = start + Duration::from_secs_f64(i as f64 * per_request as f64 / per_sec as f64);
+        tokio::time::sleep_until(due.into()).await;
+        if send(i).await {
+            i += 1;
+        } else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// 100 gateway access-log records as OTLP logs, carrying the trace ids of
+/// trace set `set` (the spans' renumbered ids): route, method, status,
+/// duration, upstream, client, and on some a 429 with its rate-limit rule or
+/// a 503 with an open circuit.
+fn gateway_logs(
+    i: u64,
+    set: u64,
+) -> opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest {
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+    let s = |x: &str| any_value::Value::StringValue(x.into());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let records = (0..100u64)
+        .map(|k| {
+            let trace = 1 + mix(i * 100 + k) % 500;
+            let mut trace_id = vec![0xC0, 0xFF, 0xEE, 0x42];
+            trace_id.extend_from_slice(&(set as u32).to_be_bytes());
+            trace_id.extend_from_slice(&mix(trace).to_be_bytes());
+            let r = mix(i ^ (k << 32));
+            let status = match r % 200 {
+                0 => 429,
+                1 => 503,
+                _ => 200,
+            };
+            let mut attributes = vec![
+                kv(
+                    "route_id",
+                    s(["orders-v2", "payment-charge", "catalog", "search"][(r >> 8) as usize % 4]),
+                ),
+                kv("http.request.method", s("GET")),
+                kv("url.path", s(&format!("/api/v1/orders/{}", r % 1_000_000))),
+                kv(
+                    "http.response.status_code",
+                    any_value::Value::IntValue(status),
+                ),
+                kv(
+                    "duration_ms",
+                    any_value::Value::IntValue(((r >> 16) % 400) as i64),
+                ),
+                kv("upstream", s("10.0.3.7:8080")),
+                kv(
+                    "client.address",
+                    s(&format!(
+                        "10.{}.{}.{}",
+                        (r >> 20) % 4,
+                        (r >> 28) % 256,
+                        (r >> 36) % 256
+                    )),
+                ),
+            ];
+            if status == 429 {
+                attributes.push(kv("rate_limit_rule", s("qps-100-per-ip")));
+            }
+            if status == 503 {
+                attributes.push(kv("circuit_state", s("OPEN")));
+            }
+            LogRecord {
+                time_unix_nano: now,
+                observed_time_unix_nano: now,
+                severity_number: 9,
+                severity_text: "INFO".into(),
+                body: Some(AnyValue {
+                    value: Some(s("GET /api/v1/orders")),
+                }),
+                attributes,
+                trace_id,
+                span_id: mix(r).to_be_bytes().to_vec(),
+                ..Default::default()
+            }
+        })
+        .collect();
+    opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", s("api-gateway"))],
+                ..Default::default()
+            }),
+            scope_logs: vec![ScopeLogs {
+                log_records: records,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// 100 gauge points of host metrics (CPU and memory utilization, load) of
+/// 20 hosts, now.
+fn host_metrics(
+    i: u64,
+) -> opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest {
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric, number_data_point, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
+    };
+    let s = |x: &str| any_value::Value::StringValue(x.into());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let resource_metrics = (0..20u64)
+        .map(|h| {
+            let metrics = [
+                "system.cpu.utilization",
+                "system.memory.utilization",
+                "system.cpu.load_average.1m",
+                "system.disk.io_time",
+                "system.network.dropped",
+            ]
+            .iter()
+            .map(|name| Metric {
+                name: (*name).into(),
+                unit: "1".into(),
+                data: Some(metric::Data::Gauge(Gauge {
+                    data_points: vec![NumberDataPoint {
+                        time_unix_nano: now,
+                        value: Some(number_data_point::Value::AsDouble(
+                            (mix(i ^ h) % 1000) as f64 / 1000.0,
+                        )),
+                        ..Default::default()
+                    }],
+                })),
+                ..Default::default()
+            })
+            .collect();
+            ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: vec![kv("host.name", s(&format!("node-{h}")))],
+                    ..Default::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    metrics,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }
+        })
+        .collect();
+    opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest {
+        resource_metrics,
+    }
+}
+
+/// What `loadgen send` sends.
+struct Load {
     target: String,
     seconds: u64,
     spans: usize,
@@ -179,29 +429,92 @@ async fn send(
     error_every: usize,
     slow_every: usize,
     total_spans: u64,
-) -> anyhow::Result<()> {
-    // 64 request templates; every send renumbers the trace ids, so each request
+    codec: causeway_core::compress::Codec,
+    spread: u64,
+    rate: u64,
+    logs_per_sec: u64,
+    points_per_sec: u64,
+    tls_ca: Option<std::path::PathBuf>,
+    token: Option<String>,
+    sent_log: Option<std::path::PathBuf>,
+}
+
+async fn send(load: Load) -> anyhow::Result<()> {
+    use causeway_core::compress::{Codec, Transport};
+    let Load {
+        target,
+        seconds,
+        spans,
+        concurrency,
+        connections,
+        error_every,
+        slow_every,
+        total_spans,
+        codec,
+        spread,
+        rate,
+        logs_per_sec,
+        points_per_sec,
+        tls_ca,
+        token,
+        sent_log,
+    } = load;
+    let scheme = if tls_ca.is_some() { "https" } else { "http" };
+    let mut extra = http::HeaderMap::new();
+    if let Some(t) = &token {
+        extra.insert(
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_str(&format!("Bearer {t}"))?,
+        );
+    }
+    let headers = causeway_core::grpc::unary_headers(extra);
+    let sent_sets: Arc<std::sync::Mutex<Vec<(u64, u64, u64)>>> = Arc::default();
+    let last_set = Arc::new(AtomicU64::new(0));
+    // Request templates; every send renumbers the trace ids, so each request
     // carries new traces (as real traffic does) at the cost of one copy.
+    // Spread: 5 templates, template k holding span k of each of `spans` traces.
+    let templates = if spread > 0 { 5 } else { 64 };
     let reqs: Arc<Vec<(Bytes, Vec<usize>)>> = Arc::new(
-        (0..64)
+        (0..templates)
             .map(|i| {
-                let b = request(i, spans, error_every, slow_every).encode_to_vec();
+                let req = if spread > 0 {
+                    slice(i, spans, error_every, slow_every)
+                } else {
+                    request(i, spans, error_every, slow_every)
+                };
+                let b = req.encode_to_vec();
                 let offsets = b
                     .windows(6)
                     .enumerate()
                     .filter(|(_, w)| w == &[0x0a, 0x10, 0xC0, 0xFF, 0xEE, 0x42])
                     .map(|(o, _)| o + 2)
                     .collect();
+                if codec != Codec::None {
+                    let z = codec
+                        .compress(Transport::Grpc, &[Bytes::from(b)])
+                        .unwrap_or_default();
+                    return (z, Vec::new());
+                }
                 (Bytes::from(b), offsets)
             })
             .collect(),
     );
+    let wire_bytes_per_span = reqs[0].0.len() as f64 / spans as f64;
     let seq = Arc::new(AtomicU64::new(1));
-    let span_bytes = reqs[0].0.len() as f64 / spans as f64;
+    let span_bytes = request(0, spans, error_every, slow_every).encoded_len() as f64 / spans as f64;
     let mut channels = Vec::new();
     for _ in 0..connections.max(1) {
-        let ch = tonic::transport::Endpoint::from_shared(format!("http://{target}"))?
-            .tcp_nodelay(true)
+        let mut ep = tonic::transport::Endpoint::from_shared(format!("{scheme}://{target}"))?
+            .tcp_nodelay(true);
+        if let Some(ca) = &tls_ca {
+            let pem = std::fs::read(ca).with_context(|| format!("{}", ca.display()))?;
+            ep = ep.tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(pem))
+                    .domain_name("localhost"),
+            )?;
+        }
+        let ch = ep
             .connect()
             .await
             .with_context(|| format!("connect {target}"))?;
@@ -215,9 +528,8 @@ async fn send(
     for t in 0..concurrency {
         let ch = channels[t % channels.len()].clone();
         let (reqs, sent, refused, seq) = (reqs.clone(), sent.clone(), refused.clone(), seq.clone());
+        let (headers, sent_sets, last_set) = (headers.clone(), sent_sets.clone(), last_set.clone());
         tasks.push(tokio::spawn(async move {
-            let mut client = tonic::client::Grpc::new(ch);
-            let mut i = t;
             let mut body = Bytes::new();
             let mut resend = false;
             while Instant::now() < deadline {
@@ -225,29 +537,51 @@ async fn send(
                     break;
                 }
                 if !resend {
-                    let (template, offsets) = &reqs[i % reqs.len()];
-                    let n = seq.fetch_add(1, Ordering::Relaxed) as u32;
-                    let mut b = template.to_vec();
-                    for o in offsets {
-                        b[o + 4..o + 8].copy_from_slice(&n.to_be_bytes());
+                    let n = seq.fetch_add(1, Ordering::Relaxed);
+                    if rate > 0 {
+                        // Request n is due n × spans / rate seconds after the start.
+                        let due =
+                            start + Duration::from_secs_f64(n as f64 * spans as f64 / rate as f64);
+                        tokio::time::sleep_until(due.into()).await;
                     }
-                    body = Bytes::from(b);
+                    // Spread: request n carries slice k of trace set r; the
+                    // 5 slices of a set go `spread` requests apart.
+                    let (template, number) = if spread > 0 {
+                        let (block, pos) = (n / (5 * spread), n % (5 * spread));
+                        ((pos / spread) as usize, block * spread + pos % spread)
+                    } else {
+                        ((n as usize + t) % reqs.len(), n)
+                    };
+                    if spread > 0 && (template == 0 || template == 4) {
+                        let ms = now_ms();
+                        let mut g = sent_sets.lock().unwrap_or_else(|p| p.into_inner());
+                        if template == 0 {
+                            g.push((number + 1, ms, 0));
+                            last_set.store(number + 1, Ordering::Relaxed);
+                        } else if let Some(e) = g.iter_mut().rev().find(|e| e.0 == number + 1) {
+                            e.2 = ms;
+                        }
+                    }
+                    let (template, offsets) = &reqs[template];
+                    body = if offsets.is_empty() {
+                        template.clone()
+                    } else {
+                        let mut b = template.to_vec();
+                        for o in offsets {
+                            b[o + 4..o + 8].copy_from_slice(&(number as u32 + 1).to_be_bytes());
+                        }
+                        Bytes::from(b)
+                    };
                 }
                 resend = false;
-                i += concurrency;
-                if client.ready().await.is_err() {
-                    refused.fetch_add(1, Ordering::Relaxed);
-                    resend = true;
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-                let r = client
-                    .unary::<Vec<Bytes>, ExportTraceServiceResponse, _>(
-                        tonic::Request::new(vec![body.clone()]),
-                        http::uri::PathAndQuery::from_static(export_path(Signal::Traces)),
-                        ClientCodec::default(),
-                    )
-                    .await;
+                let r = causeway_core::grpc::unary(
+                    &ch,
+                    export_path(Signal::Traces),
+                    &headers,
+                    codec,
+                    vec![body.clone()],
+                )
+                .await;
                 match r {
                     Ok(_) => {
                         sent.fetch_add(spans as u64, Ordering::Relaxed);
@@ -261,13 +595,65 @@ async fn send(
             }
         }));
     }
+    if logs_per_sec > 0 {
+        let (ch, headers, last_set) = (channels[0].clone(), headers.clone(), last_set.clone());
+        tasks.push(tokio::spawn(async move {
+            paced(deadline, logs_per_sec, 100, |i| {
+                let body =
+                    Bytes::from(gateway_logs(i, last_set.load(Ordering::Relaxed)).encode_to_vec());
+                let (ch, headers) = (ch.clone(), headers.clone());
+                async move {
+                    causeway_core::grpc::unary(
+                        &ch,
+                        export_path(Signal::Logs),
+                        &headers,
+                        causeway_core::compress::Codec::None,
+                        vec![body],
+                    )
+                    .await
+                    .is_ok()
+                }
+            })
+            .await;
+        }));
+    }
+    if points_per_sec > 0 {
+        let (ch, headers) = (channels[0].clone(), headers.clone());
+        tasks.push(tokio::spawn(async move {
+            paced(deadline, points_per_sec, 100, |i| {
+                let body = Bytes::from(host_metrics(i).encode_to_vec());
+                let (ch, headers) = (ch.clone(), headers.clone());
+                async move {
+                    causeway_core::grpc::unary(
+                        &ch,
+                        export_path(Signal::Metrics),
+                        &headers,
+                        causeway_core::compress::Codec::None,
+                        vec![body],
+                    )
+                    .await
+                    .is_ok()
+                }
+            })
+            .await;
+        }));
+    }
     for t in tasks {
         t.await?;
     }
     let secs = start.elapsed().as_secs_f64();
     let n = sent.load(Ordering::Relaxed);
+    if let Some(path) = sent_log {
+        let g = sent_sets.lock().unwrap_or_else(|p| p.into_inner());
+        let lines: String = g
+            .iter()
+            .filter(|e| e.2 > 0)
+            .map(|(s, a, b)| format!("{s} {a} {b}\n"))
+            .collect();
+        std::fs::write(&path, lines).with_context(|| format!("{}", path.display()))?;
+    }
     println!(
-        "{{\"role\":\"send\",\"spans_accepted\":{n},\"seconds\":{secs:.3},\"spans_per_sec\":{:.0},\"refused_requests\":{},\"bytes_per_span\":{span_bytes:.1},\"spans_per_request\":{spans}}}",
+        "{{\"role\":\"send\",\"spans_accepted\":{n},\"seconds\":{secs:.3},\"spans_per_sec\":{:.0},\"refused_requests\":{},\"bytes_per_span\":{span_bytes:.1},\"wire_bytes_per_span\":{wire_bytes_per_span:.1},\"spans_per_request\":{spans}}}",
         n as f64 / secs,
         refused.load(Ordering::Relaxed)
     );
@@ -279,6 +665,8 @@ async fn send(
 struct SinkSvc<const LOGS: bool> {
     spans: Arc<AtomicU64>,
     last: Arc<AtomicU64>,
+    /// With `--seen-log`: trace set -> when a span of it first arrived.
+    seen: Option<Arc<std::sync::Mutex<std::collections::HashMap<u32, u64>>>>,
 }
 
 impl NamedService for SinkSvc<false> {
@@ -300,7 +688,29 @@ impl<const LOGS: bool> UnaryService<Bytes> for SinkSvc<LOGS> {
             .map(|s| s.items)
             .unwrap_or(0);
         self.spans.fetch_add(n as u64, Ordering::Relaxed);
-        self.last.store(now_ms(), Ordering::Relaxed);
+        let now = now_ms();
+        self.last.store(now, Ordering::Relaxed);
+        if let (Some(seen), false) = (&self.seen, LOGS) {
+            if let Ok(req) = ExportTraceServiceRequest::decode(req.get_ref().clone()) {
+                let mut g = seen.lock().unwrap_or_else(|p| p.into_inner());
+                for sp in req
+                    .resource_spans
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .flat_map(|s| &s.spans)
+                {
+                    if sp.trace_id.len() == 16 && sp.trace_id[..4] == [0xC0, 0xFF, 0xEE, 0x42] {
+                        let set = u32::from_be_bytes([
+                            sp.trace_id[4],
+                            sp.trace_id[5],
+                            sp.trace_id[6],
+                            sp.trace_id[7],
+                        ]);
+                        g.entry(set).or_insert(now);
+                    }
+                }
+            }
+        }
         Box::pin(async { Ok(tonic::Response::new(ExportTraceServiceResponse::default())) })
     }
 }
@@ -322,6 +732,7 @@ where
             let mut grpc =
                 tonic::server::Grpc::new(ServerCodec::<ExportTraceServiceResponse>::default())
                     .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+                    .accept_compressed(tonic::codec::CompressionEncoding::Zstd)
                     .max_decoding_message_size(64 << 20);
             Ok(grpc.unary(svc, req).await)
         })
@@ -335,15 +746,22 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-async fn sink(listen: String, idle_exit: u64) -> anyhow::Result<()> {
+async fn sink(
+    listen: String,
+    idle_exit: u64,
+    seen_log: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    let seen = seen_log.as_ref().map(|_| Arc::default());
     let svc = SinkSvc::<false> {
         spans: Arc::new(AtomicU64::new(0)),
         last: Arc::new(AtomicU64::new(0)),
+        seen: seen.clone(),
     };
     // Log records count into the same total (the response types are wire-compatible: both empty).
     let logs = SinkSvc::<true> {
         spans: svc.spans.clone(),
         last: svc.last.clone(),
+        seen: None,
     };
     let listener = tokio::net::TcpListener::bind(&listen).await?;
     let (spans, last) = (svc.spans.clone(), svc.last.clone());
@@ -365,6 +783,11 @@ async fn sink(listen: String, idle_exit: u64) -> anyhow::Result<()> {
         .add_service(logs)
         .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), stop)
         .await?;
+    if let (Some(path), Some(seen)) = (seen_log, seen) {
+        let g = seen.lock().unwrap_or_else(|p| p.into_inner());
+        let lines: String = g.iter().map(|(s, t)| format!("{s} {t}\n")).collect();
+        std::fs::write(&path, lines).with_context(|| format!("{}", path.display()))?;
+    }
     println!(
         "{{\"role\":\"sink\",\"spans_received\":{}}}",
         spans.load(Ordering::Relaxed)
@@ -388,16 +811,40 @@ fn main() -> anyhow::Result<()> {
             error_every,
             slow_every,
             total_spans,
-        } => rt.block_on(send(
-            target,
-            seconds,
-            spans,
-            concurrency,
-            connections,
-            error_every,
-            slow_every,
-            total_spans,
-        )),
-        Cmd::Sink { listen, idle_exit } => rt.block_on(sink(listen, idle_exit)),
+            compression,
+            spread,
+            rate,
+            logs_per_sec,
+            points_per_sec,
+            tls_ca,
+            token,
+            sent_log,
+        } => {
+            let codec = causeway_core::compress::Codec::from_encoding(&compression)
+                .map_err(|e| anyhow::anyhow!("--compression: {e}"))?;
+            rt.block_on(send(Load {
+                target,
+                seconds,
+                spans,
+                concurrency,
+                connections,
+                error_every,
+                slow_every,
+                total_spans,
+                codec,
+                spread,
+                rate,
+                logs_per_sec,
+                points_per_sec,
+                tls_ca,
+                token,
+                sent_log,
+            }))
+        }
+        Cmd::Sink {
+            listen,
+            idle_exit,
+            seen_log,
+        } => rt.block_on(sink(listen, idle_exit, seen_log)),
     }
 }
