@@ -539,15 +539,15 @@ async fn hostile_requests_are_refused_with_a_reason_and_valid_data_still_flows()
     let path = dir.path().join("out-traces.jsonl");
     wait_for(
         Duration::from_secs(10),
-        "the valid and the odd span",
-        || spans(&read_jsonl(&path)).len() == 2,
+        "the snappy, the odd and the valid span",
+        || spans(&read_jsonl(&path)).len() == 3,
     );
     assert!(d.terminate().success());
     let names: Vec<String> = spans(&read_jsonl(&path))
         .iter()
         .map(|(_, _, s)| s["name"].as_str().unwrap_or("").to_string())
         .collect();
-    assert_eq!(names, ["odd-0", "valid-0"]);
+    assert_eq!(names, ["snappy-0", "odd-0", "valid-0"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
