@@ -47,9 +47,14 @@ PIDS=()
 cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; }
 trap cleanup EXIT
 
-openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
-  -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
-  -keyout "$OUT/tls.key" -out "$OUT/tls.crt" >/dev/null 2>&1
+# A throwaway CA and a server certificate it signed (webpki refuses a
+# self-signed certificate as the server's own).
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=bench-ca \
+  -keyout "$OUT/ca.key" -out "$OUT/ca.crt" >/dev/null 2>&1
+openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout "$OUT/tls.key" -out "$OUT/tls.csr" >/dev/null 2>&1
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > "$OUT/san.ext"
+openssl x509 -req -in "$OUT/tls.csr" -CA "$OUT/ca.crt" -CAkey "$OUT/ca.key" -CAcreateserial \
+  -days 1 -extfile "$OUT/san.ext" -out "$OUT/tls.crt" >/dev/null 2>&1
 cat > "$OUT/nginx.conf" <<EOF
 daemon off; worker_processes 1; pid $OUT/nginx.pid; error_log $OUT/nginx-error.log;
 events {}
@@ -66,7 +71,7 @@ taskset -c 1 nginx -p "$OUT" -c "$OUT/nginx.conf" & PIDS+=($!)
 taskset -c 1 victoria-metrics -storageDataPath "$OUT/vm" -httpListenAddr 127.0.0.1:18428 \
   -loggerLevel ERROR > "$OUT/vm.log" 2>&1 & PIDS+=($!)
 taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 20 --seen-log "$OUT/seen.txt" \
-  > "$OUT/sink.json" & SINK=$!
+  > "$OUT/sink.json" & SINK=$!; PIDS+=($SINK)
 wait_port 13100; wait_port 18428; wait_port 15317
 rm -rf /var/lib/causeway/queue; mkdir -p /var/lib/causeway/queue
 CAUSEWAY_TLS_DIR=$OUT CAUSEWAY_OTLP_TOKEN=$TOKEN KAFKA_BROKERS=127.0.0.1:1 \
@@ -77,7 +82,7 @@ D=$!; PIDS+=($D)
 wait_port 4317
 perf record -F 499 -g -p "$D" -o "$OUT/perf.data" > "$OUT/perf.log" 2>&1 & PERF=$!
 BEFORE=$(awk '{print $14+$15}' /proc/$D/stat)
-taskset -c 1 "$LG" send --target 127.0.0.1:4317 --tls-ca "$OUT/tls.crt" --token "$TOKEN" \
+taskset -c 1 "$LG" send --target 127.0.0.1:4317 --tls-ca "$OUT/ca.crt" --token "$TOKEN" \
   --seconds "$SECS" --spans 500 --concurrency 8 --spread 80 --rate "$SPANS" \
   --logs-per-sec "$LOGS" --points-per-sec "$POINTS" --error-every 1000 --slow-every 500 \
   --sent-log "$OUT/sent.txt" > "$OUT/send.json"

@@ -961,14 +961,109 @@ fn add_route(g: &mut Inner, limits: &Limits, route: &str, ev: &LogEvidence) {
     if let Some(d) = ev.duration_ms {
         b.latency.add(d);
     }
-    if let Some(cs) = &ev.circuit_state {
+    // A record without a circuit state whose request reached the upstream
+    // and was answered (status below 500) says the circuit is closed now:
+    // gateways that report the breaker only when it trips (Envoy's `UO`
+    // flag, a 503 with `circuit_state: OPEN`) would otherwise leave the
+    // route open for the whole window after one trip, and every trace of
+    // the route would look troubled.
+    let answered = ev.circuit_state.is_none()
+        && ev
+            .status
+            .is_some_and(|st| (100..500).contains(&st) && st != 429);
+    let closed = answered.then(|| "CLOSED".to_string());
+    if let Some(cs) = ev.circuit_state.as_ref().or(closed.as_ref()) {
         let cs_up = cs.to_ascii_uppercase();
         if cs_up != "CLOSED" {
             b.not_closed += 1;
+        }
+        if answered && w.circuit_state.is_none() {
+            // Never reported open: nothing to close.
+            return;
         }
         if w.circuit_state.as_deref().is_some_and(|prev| prev != cs_up) {
             w.circuit_changes += 1;
         }
         w.circuit_state = Some(cs_up);
+    }
+}
+
+#[cfg(test)]
+mod circuit_tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ScopeLogs};
+
+    const NOW: u64 = 1_764_000_000_000_000_000;
+
+    fn record(t: u8, status: i64, circuit: Option<&str>) -> ResourceLogs {
+        let kv = |k: &str, v: any_value::Value| KeyValue {
+            key: k.into(),
+            value: Some(AnyValue { value: Some(v) }),
+            ..Default::default()
+        };
+        let mut attributes = vec![
+            kv("route_id", any_value::Value::StringValue("orders".into())),
+            kv("status_code", any_value::Value::IntValue(status)),
+        ];
+        if let Some(c) = circuit {
+            attributes.push(kv("circuit_state", any_value::Value::StringValue(c.into())));
+        }
+        ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: vec![LogRecord {
+                    time_unix_nano: NOW,
+                    trace_id: vec![t; 16],
+                    attributes,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn trouble() -> Trouble {
+        Trouble {
+            statuses: vec![429, 503, 504],
+            route_error_ratio: 0.05,
+            cpu_busy: 0.9,
+            iowait: 0.2,
+            memory_used: 0.95,
+        }
+    }
+
+    #[test]
+    fn one_trip_of_the_breaker_does_not_keep_the_route_open_once_requests_are_answered() {
+        let store = Store::new(Limits {
+            window_ns: 600_000_000_000,
+            max_log_records: 1000,
+            max_series: 1000,
+            max_points: 64,
+            max_routes: 100,
+            max_events: 100,
+            max_log_bytes: usize::MAX,
+            max_analysed: 100_000,
+            baseline_window_ns: 3_600_000_000_000,
+            baseline_min_samples: 20,
+            baseline_max_operations: 10_000,
+        });
+        let troubled =
+            |store: &Store| store.in_trouble(&[9; 16], &["orders"], &[], &[], &trouble());
+        // 100 answered requests, then one that met an open circuit.
+        for _ in 0..100 {
+            store.add_logs(&[record(1, 200, None)], NOW);
+        }
+        assert!(!troubled(&store), "no circuit reported yet");
+        store.add_logs(&[record(2, 503, Some("OPEN"))], NOW);
+        assert!(troubled(&store), "open right after the trip");
+        // A record without a status says nothing about the breaker.
+        store.add_logs(&[record(3, 0, None)], NOW);
+        assert!(troubled(&store), "still open: nothing was answered since");
+        // The next answered request shows it closed again.
+        store.add_logs(&[record(4, 200, None)], NOW);
+        assert!(!troubled(&store), "closed once a request is answered");
+        // The trace that met the open circuit is still in trouble by its own record.
+        assert!(store.in_trouble(&[2; 16], &["orders"], &[], &[], &trouble()));
     }
 }
