@@ -70,7 +70,7 @@ EOF
 taskset -c 1 nginx -p "$OUT" -c "$OUT/nginx.conf" & PIDS+=($!)
 taskset -c 1 victoria-metrics -storageDataPath "$OUT/vm" -httpListenAddr 127.0.0.1:18428 \
   -loggerLevel ERROR > "$OUT/vm.log" 2>&1 & PIDS+=($!)
-taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 20 --seen-log "$OUT/seen.txt" \
+taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 3 --seen-log "$OUT/seen.txt" \
   > "$OUT/sink.json" & SINK=$!; PIDS+=($SINK)
 wait_port 13100; wait_port 18428; wait_port 15317
 rm -rf /var/lib/causeway/queue; mkdir -p /var/lib/causeway/queue
@@ -80,18 +80,27 @@ CAUSEWAY_TLS_DIR=$OUT CAUSEWAY_OTLP_TOKEN=$TOKEN KAFKA_BROKERS=127.0.0.1:1 \
   taskset -c 0 "$T/release/causeway" --config examples/gateway.yaml > "$OUT/daemon.log" 2>&1 &
 D=$!; PIDS+=($D)
 wait_port 4317
-perf record -F 499 -g -p "$D" -o "$OUT/perf.data" > "$OUT/perf.log" 2>&1 & PERF=$!
+perf record -F 99 --call-graph dwarf,16384 -p "$D" -o "$OUT/perf.data" > "$OUT/perf.log" 2>&1 & PERF=$!
 BEFORE=$(awk '{print $14+$15}' /proc/$D/stat)
 taskset -c 1 "$LG" send --target 127.0.0.1:4317 --tls-ca "$OUT/ca.crt" --token "$TOKEN" \
   --seconds "$SECS" --spans 500 --concurrency 8 --spread 80 --rate "$SPANS" \
   --logs-per-sec "$LOGS" --points-per-sec "$POINTS" --error-every 1000 --slow-every 500 \
   --sent-log "$OUT/sent.txt" > "$OUT/send.json"
 SENT_AT=$(date +%s.%N)
-for _ in $(seq 1 900); do
+# Drained: no trace pending or held, and nothing more delivered for 2 s (a
+# persistent queue's size counts its segment's delivered records too, so it
+# is no signal); those 2 s are counted.
+last=-1; still=0
+for _ in $(seq 1 1800); do
   p=$(metric causeway_tail_sampling_pending_traces)
   h=$(metric causeway_correlate_held_traces)
-  q=$(metric causeway_exporter_queue_size)
-  [[ $p == 0 && $h == 0 && $q == 0 ]] && break
+  sent=$(metric causeway_exporter_sent_items_total)
+  if [[ $p == 0 && $h == 0 && $sent == "$last" ]]; then
+    still=$((still + 1)); ((still >= 20)) && break
+  else
+    still=0
+  fi
+  last=$sent
   sleep 0.1
 done
 DECIDED_AT=$(date +%s.%N)
@@ -107,7 +116,7 @@ SENT_LOKI=$(metric causeway_exporter_sent_items_total 'component="loki"')
 SENT_VM=$(metric causeway_exporter_sent_items_total 'component="victoriametrics"')
 kill -TERM "$D"; wait "$D" || true
 wait "$SINK" || true
-perf script -i "$OUT/perf.data" 2>/dev/null | inferno-collapse-perf > "$OUT/collapsed.txt"
+perf script --no-inline -i "$OUT/perf.data" 2>/dev/null | inferno-collapse-perf > "$OUT/collapsed.txt"
 inferno-flamegraph --title "causeway, examples/gateway.yaml, ${SPANS} spans/s + ${LOGS} logs/s + ${POINTS} points/s" \
   < "$OUT/collapsed.txt" > bench/gateway-flamegraph.svg
 python3 - "$OUT" "$BEFORE" "$AFTER" "$TCK" "$HWM" "$SENT_AT" "$DECIDED_AT" "$SAMPLED" "$DROPPED" \

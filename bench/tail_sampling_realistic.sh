@@ -13,7 +13,8 @@
 # CPU 1. After the load stops, the script waits until no trace is pending,
 # the exporter's queue is empty and the sink has gone idle, and only then
 # reads the daemon's CPU time: every decision made and every kept span
-# exported is paid for.
+# exported is paid for. With PROFILE=1 it also records a perf profile and
+# prints the functions where the daemon's time went.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
@@ -39,6 +40,9 @@ wait_port 15317
 taskset -c 0 "$T/release/causeway" --config "$CONFIG" --log-level warn > "$OUT/daemon.log" 2>&1 &
 D=$!
 wait_port 14317
+if [[ ${PROFILE:-0} == 1 ]]; then
+  perf record -F 99 --call-graph dwarf,16384 -p "$D" -o "$OUT/perf.data" > "$OUT/perf.log" 2>&1 & PERF=$!
+fi
 BEFORE=$(awk '{print $14+$15}' /proc/$D/stat)
 START=$(date +%s.%N)
 taskset -c 1 "$LG" send --target 127.0.0.1:14317 --seconds "$SECS" --spans 500 --concurrency 8 \
@@ -60,6 +64,16 @@ SAMPLED=$(metric causeway_tail_sampling_traces_total 'decision="sampled"')
 DROPPED=$(metric causeway_tail_sampling_traces_total 'decision="not_sampled"')
 PENDING=$(metric causeway_tail_sampling_pending_traces)
 kill -TERM "$D"; wait "$D" || true
+if [[ ${PROFILE:-0} == 1 ]]; then
+  kill -INT "$PERF"; wait "$PERF" || true
+  echo "== where the time went (self time, top 25)"
+  perf report -i "$OUT/perf.data" --no-children --sort symbol --stdio 2>/dev/null \
+    | grep -E '^ +[0-9.]+%' | head -25
+  echo "== by component (inclusive)"
+  perf report -i "$OUT/perf.data" --children --sort symbol --stdio 2>/dev/null \
+    | grep -E '^ +[0-9.]+% +[0-9.]+%' \
+    | grep -E 'tail_sampling::TailSampling|extract::for_each_span|policy::|exporters::otlp|receivers::otlp::grpc::export|processors::batch|wire::scan|encode' | head -20
+fi
 python3 - "$OUT" "$BEFORE" "$AFTER" "$TCK" "$HWM" "$START" "$SENT_AT" "$DECIDED_AT" "$SAMPLED" "$DROPPED" "$PENDING" "$PENDING_AT_STOP" "$SPREAD" <<'PY'
 import json, sys
 out = sys.argv[1]

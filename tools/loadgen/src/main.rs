@@ -595,12 +595,22 @@ async fn send(load: Load) -> anyhow::Result<()> {
             }
         }));
     }
-    if logs_per_sec > 0 {
-        let (ch, headers, last_set) = (channels[0].clone(), headers.clone(), last_set.clone());
+    // Four senders, each a quarter of the rate: one request in flight
+    // cannot keep 200 requests a second against a busy daemon.
+    for part in 0..4u64 {
+        if logs_per_sec == 0 {
+            break;
+        }
+        let (ch, headers, last_set) = (
+            channels[part as usize % channels.len()].clone(),
+            headers.clone(),
+            last_set.clone(),
+        );
         tasks.push(tokio::spawn(async move {
-            paced(deadline, logs_per_sec, 100, |i| {
-                let body =
-                    Bytes::from(gateway_logs(i, last_set.load(Ordering::Relaxed)).encode_to_vec());
+            paced(deadline, logs_per_sec.div_ceil(4), 100, |i| {
+                let body = Bytes::from(
+                    gateway_logs(i * 4 + part, last_set.load(Ordering::Relaxed)).encode_to_vec(),
+                );
                 let (ch, headers) = (ch.clone(), headers.clone());
                 async move {
                     causeway_core::grpc::unary(
