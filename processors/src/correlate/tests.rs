@@ -1356,3 +1356,64 @@ async fn a_consumer_span_arriving_after_its_trace_was_analysed_is_measured_from_
     assert!(summary.contains("waited 11992 ms"), "{summary}");
     assert!(!spans[1].contains_key("rca.cause"), "{:?}", spans[1]);
 }
+
+const CIRCUIT_NOW: u64 = 1_764_000_000_000_000_000;
+
+fn circuit_record(t: u8, status: i64, circuit: Option<&str>) -> ResourceLogs {
+    let kv = |k: &str, v: any_value::Value| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue { value: Some(v) }),
+        ..Default::default()
+    };
+    let mut attributes = vec![
+        kv("route_id", any_value::Value::StringValue("orders".into())),
+        kv("status_code", any_value::Value::IntValue(status)),
+    ];
+    if let Some(c) = circuit {
+        attributes.push(kv("circuit_state", any_value::Value::StringValue(c.into())));
+    }
+    ResourceLogs {
+        scope_logs: vec![ScopeLogs {
+            log_records: vec![LogRecord {
+                time_unix_nano: CIRCUIT_NOW,
+                trace_id: vec![t; 16],
+                attributes,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn circuit_trouble() -> store::Trouble {
+    store::Trouble {
+        statuses: vec![429, 503, 504],
+        route_error_ratio: 0.05,
+        cpu_busy: 0.9,
+        iowait: 0.2,
+        memory_used: 0.95,
+    }
+}
+
+#[test]
+fn one_trip_of_the_breaker_does_not_keep_the_route_open_once_requests_are_answered() {
+    let store = store();
+    let troubled =
+        |store: &Store| store.in_trouble(&[9; 16], &["orders"], &[], &[], &circuit_trouble());
+    // 100 answered requests, then one that met an open circuit.
+    for _ in 0..100 {
+        store.add_logs(&[circuit_record(1, 200, None)], CIRCUIT_NOW);
+    }
+    assert!(!troubled(&store), "no circuit reported yet");
+    store.add_logs(&[circuit_record(2, 503, Some("OPEN"))], CIRCUIT_NOW);
+    assert!(troubled(&store), "open right after the trip");
+    // A record without a status says nothing about the breaker.
+    store.add_logs(&[circuit_record(3, 0, None)], CIRCUIT_NOW);
+    assert!(troubled(&store), "still open: nothing was answered since");
+    // The next answered request shows it closed again.
+    store.add_logs(&[circuit_record(4, 200, None)], CIRCUIT_NOW);
+    assert!(!troubled(&store), "closed once a request is answered");
+    // The trace that met the open circuit is still in trouble by its own record.
+    assert!(store.in_trouble(&[2; 16], &["orders"], &[], &[], &circuit_trouble()));
+}

@@ -39,66 +39,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Send OTLP/gRPC trace exports.
-    Send {
-        /// host:port of the OTLP/gRPC receiver.
-        #[arg(long, default_value = "127.0.0.1:4317")]
-        target: String,
-        /// How long to send.
-        #[arg(long, default_value = "20")]
-        seconds: u64,
-        /// Spans per request.
-        #[arg(long, default_value = "500")]
-        spans: usize,
-        /// Requests in flight.
-        #[arg(long, default_value = "8")]
-        concurrency: usize,
-        /// HTTP/2 connections.
-        #[arg(long, default_value = "2")]
-        connections: usize,
-        /// Error spans every N spans (0: none).
-        #[arg(long, default_value = "0")]
-        error_every: usize,
-        /// Slow traces: every N-th trace's spans last 3 s (0: none).
-        #[arg(long, default_value = "0")]
-        slow_every: usize,
-        /// Stop after this many spans were accepted (0: run for --seconds).
-        #[arg(long, default_value = "0")]
-        total_spans: u64,
-        /// Compress requests: none, gzip or zstd (as an SDK or a sidecar
-        /// Collector sends them). Compressed templates are compressed once,
-        /// up front, and sent without renumbering their trace ids.
-        #[arg(long, default_value = "none")]
-        compression: String,
-        /// Spread each trace over 5 requests, `spread` requests apart (as SDK
-        /// batch processors send a trace's spans in several exports): each
-        /// request carries one span of each of 500 traces. 0: a request
-        /// holds 100 whole traces.
-        #[arg(long, default_value = "0")]
-        spread: u64,
-        /// Spans a second at most (0: as fast as accepted).
-        #[arg(long, default_value = "0")]
-        rate: u64,
-        /// Also send this many OTLP log records a second: gateway access-log
-        /// records (route, status, upstream, rate-limit rule, circuit
-        /// state) carrying the trace ids of the spans just sent.
-        #[arg(long, default_value = "0")]
-        logs_per_sec: u64,
-        /// Also send this many OTLP gauge data points a second (host
-        /// metrics of 20 hosts).
-        #[arg(long, default_value = "0")]
-        points_per_sec: u64,
-        /// TLS: the CA certificate (PEM) that signed the receiver's; the
-        /// server name checked is `localhost`.
-        #[arg(long)]
-        tls_ca: Option<std::path::PathBuf>,
-        /// A bearer token sent with every request.
-        #[arg(long)]
-        token: Option<String>,
-        /// Write, per trace set (spread mode), when its first and last
-        /// slices were sent: `set first_ms last_ms` lines.
-        #[arg(long)]
-        sent_log: Option<std::path::PathBuf>,
-    },
+    Send(Load),
     /// Count spans received over OTLP/gRPC.
     Sink {
         /// host:port to listen on.
@@ -420,22 +361,65 @@ fn host_metrics(
 }
 
 /// What `loadgen send` sends.
+#[derive(clap::Args)]
 struct Load {
+    /// host:port of the OTLP/gRPC receiver.
+    #[arg(long, default_value = "127.0.0.1:4317")]
     target: String,
+    /// How long to send.
+    #[arg(long, default_value = "20")]
     seconds: u64,
+    /// Spans per request.
+    #[arg(long, default_value = "500")]
     spans: usize,
+    /// Requests in flight.
+    #[arg(long, default_value = "8")]
     concurrency: usize,
+    /// HTTP/2 connections.
+    #[arg(long, default_value = "2")]
     connections: usize,
+    /// Error spans every N spans (0: none).
+    #[arg(long, default_value = "0")]
     error_every: usize,
+    /// Slow traces: every N-th trace's spans last 3 s (0: none).
+    #[arg(long, default_value = "0")]
     slow_every: usize,
+    /// Stop after this many spans were accepted (0: run for --seconds).
+    #[arg(long, default_value = "0")]
     total_spans: u64,
-    codec: causeway_core::compress::Codec,
+    /// Compress requests: none, gzip or zstd (as an SDK or a sidecar
+    /// Collector sends them). Compressed templates are compressed once,
+    /// up front, and sent without renumbering their trace ids.
+    #[arg(long, default_value = "none")]
+    compression: String,
+    /// Spread each trace over 5 requests, `spread` requests apart (as SDK
+    /// batch processors send a trace's spans in several exports): each
+    /// request carries one span of each of 500 traces. 0: a request
+    /// holds 100 whole traces.
+    #[arg(long, default_value = "0")]
     spread: u64,
+    /// Spans a second at most (0: as fast as accepted).
+    #[arg(long, default_value = "0")]
     rate: u64,
+    /// Also send this many OTLP log records a second: gateway access-log
+    /// records (route, status, upstream, rate-limit rule, circuit
+    /// state) carrying the trace ids of the spans just sent.
+    #[arg(long, default_value = "0")]
     logs_per_sec: u64,
+    /// Also send this many OTLP gauge data points a second (host
+    /// metrics of 20 hosts).
+    #[arg(long, default_value = "0")]
     points_per_sec: u64,
+    /// TLS: the CA certificate (PEM) that signed the receiver's; the
+    /// server name checked is `localhost`.
+    #[arg(long)]
     tls_ca: Option<std::path::PathBuf>,
+    /// A bearer token sent with every request.
+    #[arg(long)]
     token: Option<String>,
+    /// Write, per trace set (spread mode), when its first and last
+    /// slices were sent: `set first_ms last_ms` lines.
+    #[arg(long)]
     sent_log: Option<std::path::PathBuf>,
 }
 
@@ -450,7 +434,7 @@ async fn send(load: Load) -> anyhow::Result<()> {
         error_every,
         slow_every,
         total_spans,
-        codec,
+        compression,
         spread,
         rate,
         logs_per_sec,
@@ -459,6 +443,8 @@ async fn send(load: Load) -> anyhow::Result<()> {
         token,
         sent_log,
     } = load;
+    let codec =
+        Codec::from_encoding(&compression).map_err(|e| anyhow::anyhow!("--compression: {e}"))?;
     let scheme = if tls_ca.is_some() { "https" } else { "http" };
     let mut extra = http::HeaderMap::new();
     if let Some(t) = &token {
@@ -812,45 +798,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Cmd::Send {
-            target,
-            seconds,
-            spans,
-            concurrency,
-            connections,
-            error_every,
-            slow_every,
-            total_spans,
-            compression,
-            spread,
-            rate,
-            logs_per_sec,
-            points_per_sec,
-            tls_ca,
-            token,
-            sent_log,
-        } => {
-            let codec = causeway_core::compress::Codec::from_encoding(&compression)
-                .map_err(|e| anyhow::anyhow!("--compression: {e}"))?;
-            rt.block_on(send(Load {
-                target,
-                seconds,
-                spans,
-                concurrency,
-                connections,
-                error_every,
-                slow_every,
-                total_spans,
-                codec,
-                spread,
-                rate,
-                logs_per_sec,
-                points_per_sec,
-                tls_ca,
-                token,
-                sent_log,
-            }))
-        }
+        Cmd::Send(load) => rt.block_on(send(load)),
         Cmd::Sink {
             listen,
             idle_exit,
