@@ -2,6 +2,22 @@
 
 use std::path::PathBuf;
 
+/// An error and its causes, `outer: inner: root`, each cause written once
+/// (many errors repeat their source in their own message).
+pub fn cause_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
+
 /// A boxed error used at trait boundaries between components and the topology.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 

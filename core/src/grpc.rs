@@ -260,19 +260,8 @@ pub async fn unary(
     if let Some(name) = codec.name() {
         h.insert("grpc-encoding", http::HeaderValue::from_static(name));
     }
-    let chain = |e: &(dyn std::error::Error + 'static)| {
-        let mut s = e.to_string();
-        let mut cur = e.source();
-        while let Some(c) = cur {
-            let m = c.to_string();
-            if !s.contains(&m) {
-                s.push_str(": ");
-                s.push_str(&m);
-            }
-            cur = c.source();
-        }
-        UnaryError::Transport(s)
-    };
+    let chain =
+        |e: &(dyn std::error::Error + 'static)| UnaryError::Transport(crate::error::cause_chain(e));
     let mut channel = channel.clone();
     let ready = channel.ready().await.map_err(|e| chain(&e))?;
     let resp = ready.call(req).await.map_err(|e| chain(&e))?;

@@ -15,16 +15,7 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
 pub(crate) fn transport_error(endpoint: &str, e: reqwest::Error) -> ExportError {
     // The whole chain: "error sending request" alone does not say that the
     // server's certificate is signed by an unknown CA, or the connection was refused.
-    let mut message = e.to_string();
-    let mut cause = std::error::Error::source(&e);
-    while let Some(c) = cause {
-        let s = c.to_string();
-        if !message.contains(&s) {
-            message.push_str(": ");
-            message.push_str(&s);
-        }
-        cause = c.source();
-    }
+    let message = causeway_core::error::cause_chain(&e);
     ExportError::Retryable {
         source: Box::new(ExporterError::Transport {
             endpoint: endpoint.to_string(),

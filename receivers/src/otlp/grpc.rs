@@ -172,32 +172,29 @@ where
         }
     };
     let (compressed, msg) = parse_unary(&raw).map_err(Status::internal)?;
-    let msg = match (compressed, codec) {
-        (false, _) => msg,
+    // The flag says whether this message is compressed; the header only
+    // which codec a compressed one uses.
+    let codec = match (compressed, codec) {
+        (false, _) => Codec::None,
         (true, Codec::None) => {
             return Err(Status::internal(
                 "compressed flag set but no grpc-encoding given",
             ))
         }
-        (true, codec) => {
-            let inflated = codec.decompress(&msg, max).map_err(|e| match e {
-                CompressError::TooLarge { .. } => too_large("decompressed message"),
-                e => Status::internal(e.to_string()),
-            })?;
-            match shared.adm.admit(inflated.len().saturating_sub(msg.len())) {
-                Ok(p) => reading.extend(p),
-                Err(Refused::Memory(after)) => return Err(refused_status(Refused::Memory(after))),
-                Err(_) => {}
-            }
-            inflated
-        }
+        (true, codec) => codec,
     };
-    shared.adm.wire.count(
-        Transport::Grpc,
-        codec,
-        raw.len().saturating_sub(5),
-        msg.len(),
-    );
+    let wire = msg.len();
+    let msg = match codec {
+        Codec::None => msg,
+        codec => codec.decompress(&msg, max).map_err(|e| match e {
+            CompressError::TooLarge { .. } => too_large("decompressed message"),
+            e => Status::internal(e.to_string()),
+        })?,
+    };
+    shared
+        .adm
+        .inflated(Transport::Grpc, codec, wire, msg.len(), &mut reading)
+        .map_err(|after| refused_status(Refused::Memory(after)))?;
     let accepted = ingest(&shared.out, &shared.adm, K::SIGNAL, msg, reading)
         .await
         .map_err(refused_status)?;

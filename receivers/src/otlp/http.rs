@@ -203,16 +203,8 @@ where
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("identity");
-    let raw_len = raw.len();
-    let body = match Codec::from_encoding(content_encoding) {
-        Ok(Codec::None) => raw,
-        Ok(codec) => match inflate(codec, &raw, st.max_body) {
-            Ok(b) => b,
-            Err((status, msg)) => {
-                st.out.refused(K::SIGNAL, 1);
-                return error(encoding, status, msg, None);
-            }
-        },
+    let codec = match Codec::from_encoding(content_encoding) {
+        Ok(c) => c,
         Err(e) => {
             return error(
                 encoding,
@@ -222,21 +214,22 @@ where
             )
         }
     };
-    if let Ok(codec) = Codec::from_encoding(content_encoding) {
-        st.adm
-            .wire
-            .count(Transport::Http, codec, raw_len, body.len());
-    }
-    // Decompressed: the inflated bytes count too (a 1 MiB gzip body can be 20 MiB).
-    let inflated = body.len().saturating_sub(raw_len);
-    match if inflated > 0 {
-        st.adm.admit(inflated)
-    } else {
-        Ok(None)
-    } {
-        Ok(p) => reading.extend(p),
-        Err(Refused::Memory(after)) => return over_memory(after),
-        Err(_) => {}
+    let raw_len = raw.len();
+    let body = match codec {
+        Codec::None => raw,
+        codec => match inflate(codec, &raw, st.max_body) {
+            Ok(b) => b,
+            Err((status, msg)) => {
+                st.out.refused(K::SIGNAL, 1);
+                return error(encoding, status, msg, None);
+            }
+        },
+    };
+    if let Err(after) = st
+        .adm
+        .inflated(Transport::Http, codec, raw_len, body.len(), &mut reading)
+    {
+        return over_memory(after);
     }
     let body = match encoding {
         Encoding::Proto => body,

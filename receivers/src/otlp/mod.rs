@@ -234,7 +234,7 @@ impl WireBytes {
 
     /// Count one request's message: `wire` bytes received, `inflated` after
     /// decompression.
-    pub(crate) fn count(&self, transport: Transport, codec: Codec, wire: usize, inflated: usize) {
+    fn count(&self, transport: Transport, codec: Codec, wire: usize, inflated: usize) {
         let t = match transport {
             Transport::Grpc => 0,
             Transport::Http => 1,
@@ -286,6 +286,30 @@ impl Admission {
                 .map(Some)
                 .map_err(|r| Refused::Memory(r.retry_after)),
         }
+    }
+
+    /// A message of `wire` bytes as received, `inflated` once decompressed
+    /// with `codec`: counted, and what inflation added admitted into the
+    /// memory budget (a 1 MiB gzip body can be 20 MiB), held in `reading`.
+    /// Over the budget: the retry hint.
+    pub(crate) fn inflated(
+        &self,
+        transport: Transport,
+        codec: Codec,
+        wire: usize,
+        inflated: usize,
+        reading: &mut Vec<Permit>,
+    ) -> Result<(), Duration> {
+        self.wire.count(transport, codec, wire, inflated);
+        if inflated <= wire {
+            return Ok(());
+        }
+        match self.admit(inflated - wire) {
+            Ok(p) => reading.extend(p),
+            Err(Refused::Memory(after)) => return Err(after),
+            Err(_) => {}
+        }
+        Ok(())
     }
 }
 

@@ -196,19 +196,32 @@ fn slice(k: u64, n: usize, error_every: usize, slow_every: usize) -> ExportTrace
     req
 }
 
-/// Send `per_sec` items a second in requests of `per_request` until
-/// `deadline`; `send(i)` sends request i and says whether it was accepted.
-async fn paced<F, Fut>(deadline: Instant, per_sec: u64, per_request: u64, mut send: F)
-where
-    F: FnMut(u64) -> Fut,
-    Fut: Future<Output = bool>,
-{
+/// Send `per_sec` items of `signal` a second over `ch`, in requests of
+/// `per_request` made by `body(i)`, until `deadline`; a refused request is
+/// sent again.
+async fn paced(
+    deadline: Instant,
+    per_sec: u64,
+    per_request: u64,
+    ch: tonic::transport::Channel,
+    headers: http::HeaderMap,
+    signal: Signal,
+    mut body: impl FnMut(u64) -> Bytes,
+) {
     let start = Instant::now();
     let mut i = 0u64;
     while Instant::now() < deadline {
         let due = start + Duration::from_secs_f64(i as f64 * per_request as f64 / per_sec as f64);
         tokio::time::sleep_until(due.into()).await;
-        if send(i).await {
+        let sent = causeway_core::grpc::unary(
+            &ch,
+            export_path(signal),
+            &headers,
+            causeway_core::compress::Codec::None,
+            vec![body(i)],
+        )
+        .await;
+        if sent.is_ok() {
             i += 1;
         } else {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -587,50 +600,36 @@ async fn send(load: Load) -> anyhow::Result<()> {
         if logs_per_sec == 0 {
             break;
         }
-        let (ch, headers, last_set) = (
-            channels[part as usize % channels.len()].clone(),
-            headers.clone(),
-            last_set.clone(),
-        );
+        let ch = channels[part as usize % channels.len()].clone();
+        let (headers, last_set) = (headers.clone(), last_set.clone());
         tasks.push(tokio::spawn(async move {
-            paced(deadline, logs_per_sec.div_ceil(4), 100, |i| {
-                let body = Bytes::from(
-                    gateway_logs(i * 4 + part, last_set.load(Ordering::Relaxed)).encode_to_vec(),
-                );
-                let (ch, headers) = (ch.clone(), headers.clone());
-                async move {
-                    causeway_core::grpc::unary(
-                        &ch,
-                        export_path(Signal::Logs),
-                        &headers,
-                        causeway_core::compress::Codec::None,
-                        vec![body],
-                    )
-                    .await
-                    .is_ok()
-                }
-            })
+            paced(
+                deadline,
+                logs_per_sec.div_ceil(4),
+                100,
+                ch,
+                headers,
+                Signal::Logs,
+                |i| {
+                    let set = last_set.load(Ordering::Relaxed);
+                    Bytes::from(gateway_logs(i * 4 + part, set).encode_to_vec())
+                },
+            )
             .await;
         }));
     }
     if points_per_sec > 0 {
         let (ch, headers) = (channels[0].clone(), headers.clone());
         tasks.push(tokio::spawn(async move {
-            paced(deadline, points_per_sec, 100, |i| {
-                let body = Bytes::from(host_metrics(i).encode_to_vec());
-                let (ch, headers) = (ch.clone(), headers.clone());
-                async move {
-                    causeway_core::grpc::unary(
-                        &ch,
-                        export_path(Signal::Metrics),
-                        &headers,
-                        causeway_core::compress::Codec::None,
-                        vec![body],
-                    )
-                    .await
-                    .is_ok()
-                }
-            })
+            paced(
+                deadline,
+                points_per_sec,
+                100,
+                ch,
+                headers,
+                Signal::Metrics,
+                |i| Bytes::from(host_metrics(i).encode_to_vec()),
+            )
             .await;
         }));
     }
