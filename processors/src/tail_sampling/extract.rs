@@ -30,7 +30,10 @@ pub enum AttrValue {
 pub struct Keys {
     /// Shared state of the topology.
     pub shared: causeway_core::shared::Shared,
-    index: HashMap<Vec<u8>, u16>,
+    index: HashMap<Vec<u8>, u16, foldhash::fast::RandomState>,
+    /// Bit `len % 64` is set when a key of that length is wanted: most
+    /// attribute keys of a span are rejected without hashing them.
+    lengths: u64,
     names: Vec<String>,
 }
 
@@ -42,11 +45,16 @@ impl Keys {
         }
         let i = self.names.len() as u16;
         self.index.insert(key.as_bytes().to_vec(), i);
+        self.lengths |= 1 << (key.len() % 64);
         self.names.push(key.to_string());
         i
     }
 
+    #[inline]
     fn get(&self, key: &[u8]) -> Option<u16> {
+        if self.lengths & (1 << (key.len() % 64)) == 0 {
+            return None;
+        }
         self.index.get(key).copied()
     }
 }
@@ -60,6 +68,44 @@ pub struct Group {
     pub scope_part: Bytes,
     /// Resource attributes the policies read.
     pub resource_attrs: Vec<(u16, AttrValue)>,
+}
+
+/// An attribute value as it sits in the request (strings not copied).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AttrRef<'a> {
+    /// String, as encoded (validated UTF-8 by the receiver).
+    Str(&'a [u8]),
+    /// Integer.
+    Int(i64),
+    /// Double.
+    Double(f64),
+    /// Boolean.
+    Bool(bool),
+}
+
+impl AttrRef<'_> {
+    /// An owned copy.
+    pub fn owned(self) -> AttrValue {
+        match self {
+            AttrRef::Str(b) => AttrValue::Str(String::from_utf8_lossy(b).into()),
+            AttrRef::Int(i) => AttrValue::Int(i),
+            AttrRef::Double(d) => AttrValue::Double(d),
+            AttrRef::Bool(b) => AttrValue::Bool(b),
+        }
+    }
+}
+
+impl AttrValue {
+    /// Whether this is the value `r` refers to.
+    pub fn is(&self, r: &AttrRef<'_>) -> bool {
+        match (self, r) {
+            (AttrValue::Str(a), AttrRef::Str(b)) => a.as_bytes() == *b,
+            (AttrValue::Int(a), AttrRef::Int(b)) => a == b,
+            (AttrValue::Double(a), AttrRef::Double(b)) => a == b,
+            (AttrValue::Bool(a), AttrRef::Bool(b)) => a == b,
+            _ => false,
+        }
+    }
 }
 
 /// What the policies need of a span.
@@ -78,27 +124,31 @@ pub struct SpanInfo<'a> {
     /// Status code: 0 unset, 1 ok, 2 error.
     pub status: u64,
     /// Attributes the policies read.
-    pub attrs: Vec<(u16, AttrValue)>,
+    pub attrs: &'a [(u16, AttrRef<'a>)],
     /// The span, as encoded (without its field key and length).
     pub raw: &'a [u8],
 }
 
-fn any_value(buf: &[u8]) -> Result<Option<AttrValue>, WireError> {
+fn any_value(buf: &[u8]) -> Result<Option<AttrRef<'_>>, WireError> {
     let Some(f) = Fields::new(buf).next() else {
         return Ok(None);
     };
     let f = f?;
     Ok(match (f.number, f.value) {
-        (1, Value::Bytes(b)) => Some(AttrValue::Str(String::from_utf8_lossy(b).into())),
-        (2, Value::Varint(v)) => Some(AttrValue::Bool(v != 0)),
-        (3, Value::Varint(v)) => Some(AttrValue::Int(v as i64)),
-        (4, Value::Fixed64(v)) => Some(AttrValue::Double(f64::from_bits(v))),
+        (1, Value::Bytes(b)) => Some(AttrRef::Str(b)),
+        (2, Value::Varint(v)) => Some(AttrRef::Bool(v != 0)),
+        (3, Value::Varint(v)) => Some(AttrRef::Int(v as i64)),
+        (4, Value::Fixed64(v)) => Some(AttrRef::Double(f64::from_bits(v))),
         _ => None,
     })
 }
 
 /// Read the attributes of interest from a `KeyValue` field payload.
-fn key_value(buf: &[u8], keys: &Keys, out: &mut Vec<(u16, AttrValue)>) -> Result<(), WireError> {
+fn key_value<'a>(
+    buf: &'a [u8],
+    keys: &Keys,
+    out: &mut Vec<(u16, AttrRef<'a>)>,
+) -> Result<(), WireError> {
     let mut key = None;
     let mut value = None;
     for f in Fields::new(buf) {
@@ -120,18 +170,23 @@ fn key_value(buf: &[u8], keys: &Keys, out: &mut Vec<(u16, AttrValue)>) -> Result
     Ok(())
 }
 
-fn part_without(buf: &[u8], children: u32) -> Result<(Bytes, Vec<Field<'_>>), WireError> {
+/// Every field of `buf` except the `children` (which [`children`] walks).
+fn part_without(buf: &[u8], children: u32) -> Result<Bytes, WireError> {
     let mut part = Vec::new();
-    let mut kids = Vec::new();
     for f in Fields::new(buf) {
         let f = f?;
-        if f.number == children {
-            kids.push(f);
-        } else {
+        if f.number != children {
             part.extend_from_slice(f.raw);
         }
     }
-    Ok((Bytes::from(part), kids))
+    Ok(Bytes::from(part))
+}
+
+/// The payloads of the `number` fields of `buf` (already walked by [`part_without`]).
+fn children(buf: &[u8], number: u32) -> impl Iterator<Item = &[u8]> {
+    Fields::new(buf)
+        .filter_map(move |f| f.ok().filter(|f| f.number == number))
+        .filter_map(|f| f.value.bytes())
 }
 
 /// Walk an encoded `ExportTraceServiceRequest`, calling `f` for every span.
@@ -140,38 +195,37 @@ pub fn for_each_span(
     keys: &Keys,
     mut f: impl FnMut(&Arc<Group>, SpanInfo<'_>),
 ) -> Result<(), WireError> {
+    // One buffer for every span's attributes of interest.
+    let mut attrs: Vec<(u16, AttrRef<'_>)> = Vec::new();
     for rs in Fields::new(buf) {
         let rs = rs?;
         let Some(rs_buf) = (rs.number == 1).then(|| rs.value.bytes()).flatten() else {
             continue;
         };
-        let (resource_part, scopes) = part_without(rs_buf, 2)?;
-        let mut resource_attrs = Vec::new();
+        let resource_part = part_without(rs_buf, 2)?;
+        let mut resource_refs = Vec::new();
         for rf in Fields::new(&resource_part) {
             let rf = rf?;
             if let (1, Value::Bytes(res)) = (rf.number, rf.value) {
                 for a in Fields::new(res) {
                     let a = a?;
                     if let (1, Value::Bytes(kv)) = (a.number, a.value) {
-                        key_value(kv, keys, &mut resource_attrs)?;
+                        key_value(kv, keys, &mut resource_refs)?;
                     }
                 }
             }
         }
-        for ss in scopes {
-            let Some(ss_buf) = ss.value.bytes() else {
-                continue;
-            };
-            let (scope_part, spans) = part_without(ss_buf, 2)?;
+        let resource_attrs: Vec<(u16, AttrValue)> =
+            resource_refs.iter().map(|(k, v)| (*k, v.owned())).collect();
+        for ss_buf in children(rs_buf, 2) {
+            let scope_part = part_without(ss_buf, 2)?;
             let group = Arc::new(Group {
                 resource_part: resource_part.clone(),
                 scope_part,
                 resource_attrs: resource_attrs.clone(),
             });
-            for sp in spans {
-                let Some(raw) = sp.value.bytes() else {
-                    continue;
-                };
+            for raw in children(ss_buf, 2) {
+                attrs.clear();
                 let mut info = SpanInfo {
                     trace_id: [0; 16],
                     is_root: true,
@@ -179,7 +233,7 @@ pub fn for_each_span(
                     start: 0,
                     end: 0,
                     status: 0,
-                    attrs: Vec::new(),
+                    attrs: &[],
                     raw,
                 };
                 for field in Fields::new(raw) {
@@ -190,7 +244,7 @@ pub fn for_each_span(
                         (5, Value::Bytes(n)) => info.name = n,
                         (7, Value::Fixed64(t)) => info.start = t,
                         (8, Value::Fixed64(t)) => info.end = t,
-                        (9, Value::Bytes(kv)) => key_value(kv, keys, &mut info.attrs)?,
+                        (9, Value::Bytes(kv)) => key_value(kv, keys, &mut attrs)?,
                         (15, Value::Bytes(st)) => {
                             for s in Fields::new(st) {
                                 if let Ok(Field {
@@ -206,6 +260,7 @@ pub fn for_each_span(
                         _ => {}
                     }
                 }
+                info.attrs = &attrs;
                 f(&group, info);
             }
         }

@@ -26,12 +26,17 @@ use causeway_core::component::{BuildContext, ProcessError, Processor, ProcessorF
 use causeway_core::config::{decode, ConfigError};
 use causeway_core::telemetry::{Counter, Gauge, Registry};
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
+
+/// Maps keyed by trace id. Ids come from clients, so the hash is seeded per
+/// process (foldhash), not the identity.
+type IdMap<V> = HashMap<[u8; 16], V, foldhash::fast::RandomState>;
 use std::sync::Arc;
 use tokio::time::Instant;
 
 use config::{default_route_attributes, PolicyType, TailSamplingConfig};
-use extract::{AttrValue, Group, Held, Keys};
+use extract::{AttrRef, AttrValue, Group, Held, Keys};
 use policy::{Decision, Policy, TraceView};
 
 /// Pending traces.
@@ -129,7 +134,7 @@ struct Trace {
 
 /// A bounded set remembering insertion order; the oldest leaves first.
 struct Fifo<V> {
-    map: HashMap<[u8; 16], V>,
+    map: IdMap<V>,
     order: VecDeque<[u8; 16]>,
     cap: usize,
 }
@@ -137,7 +142,7 @@ struct Fifo<V> {
 impl<V> Fifo<V> {
     fn new(cap: usize) -> Self {
         Fifo {
-            map: HashMap::new(),
+            map: IdMap::default(),
             order: VecDeque::new(),
             cap,
         }
@@ -245,7 +250,7 @@ pub struct TailSampling {
     route_keys: Vec<u16>,
     policies: Vec<Policy>,
     errors: Option<Policy>,
-    traces: HashMap<[u8; 16], Trace>,
+    traces: IdMap<Trace>,
     arrival: VecDeque<(Instant, [u8; 16], u64)>,
     roots: VecDeque<(Instant, [u8; 16], u64)>,
     generation: u64,
@@ -361,7 +366,7 @@ impl TailSampling {
             route_keys,
             policies,
             errors,
-            traces: HashMap::new(),
+            traces: IdMap::default(),
             arrival: VecDeque::new(),
             roots: VecDeque::new(),
             generation: 0,
@@ -399,45 +404,46 @@ impl TailSampling {
         too_large: &mut Vec<[u8; 16]>,
     ) {
         let id = info.trace_id;
-        if !self.traces.contains_key(&id) {
-            if let Some(label) = self.sampled.get(&id) {
-                self.metrics.late_kept.add(1);
-                late.push((
-                    Held {
-                        raw: info.raw.into(),
-                        group: group.clone(),
-                    },
-                    *label,
-                ));
-                return;
-            }
-            if self.not_sampled.get(&id).is_some() {
-                if info.status == 2 && self.errors.is_some() {
-                    // An error that arrived after the decision: keep it and what follows
-                    // (the spans already dropped are gone; counted as late).
-                    let idx = self.labels.get("errors-late", None);
-                    self.not_sampled.map.remove(&id);
-                    self.sampled.insert(id, idx);
+        // One hash per span: the trace's entry, held or new.
+        let t = match self.traces.entry(id) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                if let Some(label) = self.sampled.get(&id) {
                     self.metrics.late_kept.add(1);
                     late.push((
                         Held {
                             raw: info.raw.into(),
                             group: group.clone(),
                         },
-                        idx,
+                        *label,
                     ));
                     return;
                 }
-                self.metrics.late_dropped.add(1);
-                return;
-            }
-            self.generation += 1;
-            let deadline = now + self.cfg.decision_wait.get();
-            self.arrival.push_back((deadline, id, self.generation));
-            self.bytes += TRACE_OVERHEAD;
-            self.traces.insert(
-                id,
-                Trace {
+                if self.not_sampled.get(&id).is_some() {
+                    if info.status == 2 && self.errors.is_some() {
+                        // An error that arrived after the decision: keep it and what follows
+                        // (the spans already dropped are gone; counted as late).
+                        let idx = self.labels.get("errors-late", None);
+                        self.not_sampled.map.remove(&id);
+                        self.sampled.insert(id, idx);
+                        self.metrics.late_kept.add(1);
+                        late.push((
+                            Held {
+                                raw: info.raw.into(),
+                                group: group.clone(),
+                            },
+                            idx,
+                        ));
+                        return;
+                    }
+                    self.metrics.late_dropped.add(1);
+                    return;
+                }
+                self.generation += 1;
+                let deadline = now + self.cfg.decision_wait.get();
+                self.arrival.push_back((deadline, id, self.generation));
+                self.bytes += TRACE_OVERHEAD;
+                v.insert(Trace {
                     generation: self.generation,
                     deadline,
                     spans: Vec::new(),
@@ -451,11 +457,8 @@ impl TailSampling {
                     attrs: Vec::new(),
                     route: None,
                     root_name: None,
-                },
-            );
-        }
-        let Some(t) = self.traces.get_mut(&id) else {
-            return;
+                })
+            }
         };
         let size = info.raw.len() + SPAN_OVERHEAD;
         t.bytes += size;
@@ -468,21 +471,30 @@ impl TailSampling {
             1 => t.ok = true,
             _ => t.unset = true,
         }
-        for (k, v) in info.attrs.iter().chain(group.resource_attrs.iter()) {
+        for (k, v) in info.attrs {
+            if t.attrs.len() < MAX_ATTRS && !t.attrs.iter().any(|(k2, v2)| k2 == k && v2.is(v)) {
+                t.attrs.push((*k, v.owned()));
+            }
+        }
+        for (k, v) in &group.resource_attrs {
             if t.attrs.len() < MAX_ATTRS && !t.attrs.iter().any(|(k2, v2)| k2 == k && v2 == v) {
                 t.attrs.push((*k, v.clone()));
             }
         }
-        let span_route = self.route_keys.iter().find_map(|rk| {
-            info.attrs.iter().find_map(|(k, v)| match v {
-                AttrValue::Str(s) if k == rk => Some(s.clone()),
-                _ => None,
+        // The route is read from the root span, or from the first span that has one.
+        let route_keys = &self.route_keys;
+        let span_route = || {
+            route_keys.iter().find_map(|rk| {
+                info.attrs.iter().find_map(|(k, v)| match v {
+                    AttrRef::Str(s) if k == rk => Some(String::from_utf8_lossy(s).into()),
+                    _ => None,
+                })
             })
-        });
+        };
         if info.is_root {
             t.root_name = Some(String::from_utf8_lossy(info.name).into());
-            if span_route.is_some() {
-                t.route = span_route;
+            if let Some(route) = span_route() {
+                t.route = Some(route);
             }
             if !t.root_seen {
                 t.root_seen = true;
@@ -493,7 +505,7 @@ impl TailSampling {
                 }
             }
         } else if t.route.is_none() {
-            t.route = span_route;
+            t.route = span_route();
         }
         t.spans.push(Held {
             raw: info.raw.into(),
