@@ -137,6 +137,7 @@ impl ProcessorFactory for CorrelateFactory {
             next_alert: Instant::now(),
             alerting,
             rules,
+            planner: rules::Planner::new(),
             telemetry: ctx.telemetry.clone(),
             store,
             emit_logs,
@@ -258,6 +259,8 @@ struct Correlate {
     alert_every: Duration,
     next_alert: Instant,
     rules: Vec<Rule>,
+    /// The rules' plans, made once.
+    planner: rules::Planner,
     store: Arc<Store>,
     emit_logs: bool,
     emit_metrics: bool,
@@ -784,7 +787,7 @@ impl Correlate {
                     .add(n);
             }
         }
-        let (findings, errors) = rules::evaluate(&self.rules, &traces).await;
+        let (findings, errors) = self.planner.evaluate(&self.rules, &traces).await;
         for (rule, error) in errors {
             self.telemetry
                 .counter(

@@ -36,7 +36,11 @@ use datafusion::arrow::array::{
     StringArray, StringBuilder,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::datasource::MemTable;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::datasource::{MemTable, TableType};
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -890,38 +894,194 @@ fn f64_column(b: &RecordBatch, name: &str) -> Option<Float64Array> {
     casted.as_any().downcast_ref::<Float64Array>().cloned()
 }
 
-/// Run every rule over the traces; findings per trace id, and the errors of rules that failed.
+/// A table whose rows are swapped in before each evaluation, so that a
+/// rule's plan, made once, reads the current rows.
+#[derive(Debug)]
+struct Slot {
+    schema: SchemaRef,
+    rows: std::sync::RwLock<Option<RecordBatch>>,
+}
+
+#[async_trait::async_trait]
+impl TableProvider for Slot {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let rows = match self.rows.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        let rows = rows.unwrap_or_else(|| RecordBatch::new_empty(self.schema.clone()));
+        MemTable::try_new(self.schema.clone(), vec![vec![rows]])?
+            .scan(state, projection, filters, limit)
+            .await
+    }
+}
+
+/// The root-cause rules, planned once. The first evaluation of a rule
+/// parses, analyses and optimizes its SQL against the tables' schemas;
+/// later ones swap the rows in and make only the physical plan (which reads
+/// them). Planning was most of a tick's cost: DataFusion's logical optimizer
+/// alone took 11% of the gateway pipeline's CPU when every tick planned
+/// every rule from its text (BENCHMARKS.md).
+pub struct Planner {
+    ctx: SessionContext,
+    slots: Vec<(&'static str, Arc<Slot>)>,
+    /// Optimized plans by SQL text.
+    plans: HashMap<String, Arc<LogicalPlan>>,
+}
+
+impl std::fmt::Debug for Planner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planner")
+            .field("plans", &self.plans.len())
+            .finish()
+    }
+}
+
+impl Default for Planner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// SQL whose plan depends on when it is planned (constant folding would
+/// freeze `now()` at the first evaluation): planned every time.
+fn volatile(sql: &str) -> bool {
+    let l = sql.to_ascii_lowercase();
+    ["now(", "current_", "random(", "uuid("]
+        .iter()
+        .any(|f| l.contains(f))
+}
+
+impl Planner {
+    /// Tables registered, nothing planned yet.
+    pub fn new() -> Self {
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
+        let mut slots = Vec::new();
+        for (name, schema) in schemas() {
+            let slot = Arc::new(Slot {
+                schema,
+                rows: std::sync::RwLock::new(None),
+            });
+            // Names are fixed and distinct: registration cannot fail.
+            if ctx.register_table(name, slot.clone()).is_ok() {
+                slots.push((name, slot));
+            }
+        }
+        Planner {
+            ctx,
+            slots,
+            plans: HashMap::new(),
+        }
+    }
+
+    fn fill(&self, tables: Vec<(&'static str, SchemaRef, RecordBatch)>) {
+        for (name, _, batch) in tables {
+            if let Some((_, slot)) = self.slots.iter().find(|(n, _)| *n == name) {
+                match slot.rows.write() {
+                    Ok(mut g) => *g = Some(batch),
+                    Err(p) => *p.into_inner() = Some(batch),
+                }
+            }
+        }
+    }
+
+    fn clear(&self) {
+        for (_, slot) in &self.slots {
+            match slot.rows.write() {
+                Ok(mut g) => *g = None,
+                Err(p) => *p.into_inner() = None,
+            }
+        }
+    }
+
+    async fn plan(
+        &mut self,
+        state: &SessionState,
+        sql: &str,
+    ) -> datafusion::error::Result<Arc<LogicalPlan>> {
+        if let Some(p) = self.plans.get(sql) {
+            return Ok(p.clone());
+        }
+        let plan = Arc::new(state.optimize(&state.create_logical_plan(sql).await?)?);
+        if !volatile(sql) {
+            self.plans.insert(sql.to_string(), plan.clone());
+        }
+        Ok(plan)
+    }
+
+    /// Run every rule over the traces; findings per trace id, and the errors of rules that failed.
+    pub async fn evaluate(
+        &mut self,
+        rules: &[Rule],
+        traces: &[TraceRow],
+    ) -> (HashMap<String, Vec<Finding>>, Vec<(String, String)>) {
+        let mut findings: HashMap<String, Vec<Finding>> = HashMap::new();
+        let mut errors = Vec::new();
+        if traces.is_empty() {
+            return (findings, errors);
+        }
+        match tables(traces) {
+            Ok(t) => self.fill(t),
+            Err(e) => {
+                errors.push(("*".to_string(), e));
+                return (findings, errors);
+            }
+        }
+        let state = self.ctx.state();
+        // Physical plans are made here, in order, while the rows are in the
+        // slots (each plan takes its own reference to them); the queries then
+        // run concurrently: on the daemon's multi-threaded runtime a tick's
+        // queries spread over the cores.
+        let mut runs = Vec::with_capacity(rules.len());
+        for rule in rules {
+            let physical = match self.plan(&state, &rule.sql).await {
+                Ok(plan) => {
+                    state
+                        .query_planner()
+                        .create_physical_plan(&plan, &state)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            let task = state.task_ctx();
+            runs.push(tokio::spawn(async move {
+                datafusion::physical_plan::collect(physical?, task).await
+            }));
+        }
+        self.clear();
+        collect_findings(rules, runs, &mut findings, &mut errors).await;
+        (findings, errors)
+    }
+}
+
+/// Run every rule over the traces with a planner of their own (tests, one-off checks).
 pub async fn evaluate(
     rules: &[Rule],
     traces: &[TraceRow],
 ) -> (HashMap<String, Vec<Finding>>, Vec<(String, String)>) {
-    let mut findings: HashMap<String, Vec<Finding>> = HashMap::new();
-    let mut errors = Vec::new();
-    if traces.is_empty() {
-        return (findings, errors);
-    }
-    let ctx = match tables(traces).and_then(context) {
-        Ok(c) => c,
-        Err(e) => {
-            errors.push(("*".to_string(), e));
-            return (findings, errors);
-        }
-    };
-    // The rules run concurrently: on the daemon's multi-threaded runtime a
-    // tick's queries spread over the cores.
-    let runs: Vec<_> = rules
-        .iter()
-        .map(|rule| {
-            let ctx = ctx.clone();
-            let sql = rule.sql.clone();
-            tokio::spawn(async move {
-                match ctx.sql(&sql).await {
-                    Ok(df) => df.collect().await,
-                    Err(e) => Err(e),
-                }
-            })
-        })
-        .collect();
+    Planner::new().evaluate(rules, traces).await
+}
+
+type Run = tokio::task::JoinHandle<datafusion::error::Result<Vec<RecordBatch>>>;
+
+async fn collect_findings(
+    rules: &[Rule],
+    runs: Vec<Run>,
+    findings: &mut HashMap<String, Vec<Finding>>,
+    errors: &mut Vec<(String, String)>,
+) {
     for (rule, run) in rules.iter().zip(runs) {
         let batches = match run.await {
             Ok(r) => r,
@@ -975,7 +1135,6 @@ pub async fn evaluate(
             }
         }
     }
-    (findings, errors)
 }
 
 #[cfg(test)]
