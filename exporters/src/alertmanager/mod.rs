@@ -65,6 +65,18 @@ fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {
 /// The alerts among a batch's log records; other records are skipped. A
 /// malformed alert record is reported by position and skipped too.
 pub fn alerts_of(batch: &Batch) -> Result<(Vec<Alert>, Vec<String>), ExporterError> {
+    // This exporter sits in a logs pipeline and sees every record, of which
+    // alerts are a handful. An alert record carries `event.name` =
+    // ALERT_EVENT, so an encoded batch without those bytes has none: it is
+    // not decoded at all.
+    if let causeway_core::model::Data::Encoded(parts) = batch.data() {
+        if !parts
+            .iter()
+            .any(|p| memchr::memmem::find(p, ALERT_EVENT.as_bytes()).is_some())
+        {
+            return Ok((Vec::new(), Vec::new()));
+        }
+    }
     let req = batch
         .to_logs_request()
         .map_err(|e| ExporterError::Encode(e.to_string()))?;

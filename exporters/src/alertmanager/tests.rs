@@ -172,3 +172,35 @@ fn config_errors_name_the_key() {
         .unwrap_err();
     assert!(e[0].message.contains("url"), "{e:?}");
 }
+
+#[test]
+fn encoded_batches_are_searched_for_alerts_without_decoding_the_rest() {
+    let encode = |records: Vec<LogRecord>| {
+        let b = batch(records);
+        let n = b.items();
+        Batch::from_encoded(causeway_core::Signal::Logs, b.to_encoded(), n)
+    };
+    let access_log = LogRecord {
+        attributes: vec![kv("route_id", "r1"), kv("status_code", "503")],
+        ..Default::default()
+    };
+    // Access logs only: nothing to send.
+    let (alerts, errors) = alerts_of(&encode(vec![access_log.clone(); 3])).unwrap();
+    assert!(alerts.is_empty() && errors.is_empty());
+    // An alert among them, in a batch of two encoded requests: found.
+    let mut b = encode(vec![access_log.clone()]);
+    b.append(encode(vec![
+        access_log,
+        alert_record("RouteP99High", "firing", r#"{"alertname":"RouteP99High"}"#),
+    ]))
+    .unwrap();
+    let (alerts, errors) = alerts_of(&b).unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(alerts.len(), 1);
+    assert_eq!(alerts[0].labels["alertname"], "RouteP99High");
+    // Garbage is not mistaken for "no alerts" when it contains the marker.
+    let mut junk = b"causeway.alert".to_vec();
+    junk.insert(0, 0xff);
+    let bad = Batch::from_encoded(causeway_core::Signal::Logs, junk.into(), 1);
+    assert!(alerts_of(&bad).is_err());
+}

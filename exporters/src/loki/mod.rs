@@ -204,18 +204,39 @@ fn level(severity_text: &str, severity_number: i32) -> String {
 
 /// `{a="x", b="y"}` with Loki's escaping, names sorted.
 pub fn label_string(labels: &BTreeMap<String, String>) -> String {
-    let parts: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| {
-            format!(
-                "{k}=\"{}\"",
-                v.replace('\\', "\\\\")
-                    .replace('"', "\\\"")
-                    .replace('\n', "\\n")
-            )
-        })
-        .collect();
-    format!("{{{}}}", parts.join(", "))
+    write_labels(labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+}
+
+/// [`label_string`] of labels already in name order, written in one buffer.
+fn write_labels<'a>(labels: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    let mut out = String::with_capacity(64);
+    out.push('{');
+    for (i, (k, v)) in labels.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(k);
+        out.push_str("=\"");
+        for c in v.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                '\n' => out.push_str("\\n"),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push('}');
+    out
+}
+
+/// Set `label` to `value` in a small name-ordered list (a later value wins).
+fn set_label(labels: &mut Vec<(String, String)>, label: &str, value: String) {
+    match labels.binary_search_by(|(k, _)| k.as_str().cmp(label)) {
+        Ok(i) => labels[i].1 = value,
+        Err(i) => labels.insert(i, (label.to_string(), value)),
+    }
 }
 
 impl LokiExporter {
@@ -271,45 +292,59 @@ impl LokiExporter {
                 .as_ref()
                 .map(|r| r.attributes.as_slice())
                 .unwrap_or(&[]);
+            // Labels from the resource: once for all its records.
+            let resource_candidates: Vec<(&str, String)> = self
+                .cfg
+                .labels
+                .resource
+                .iter()
+                .filter_map(|(attr_key, label)| {
+                    attr(res_attrs, attr_key).map(|v| (label.as_str(), any_to_string(v)))
+                })
+                .collect();
             for sl in &rl.scope_logs {
                 for r in &sl.log_records {
-                    let mut labels = BTreeMap::new();
+                    let mut labels: Vec<(String, String)> = Vec::new();
                     let mut meta = Vec::new();
-                    let mut used: HashSet<&str> = HashSet::new();
-                    let mut candidates: Vec<(String, String)> = Vec::new();
-                    for (attr_key, label) in &self.cfg.labels.resource {
-                        if let Some(v) = attr(res_attrs, attr_key) {
-                            candidates.push((label.clone(), any_to_string(v)));
-                        }
-                    }
+                    let mut used: Vec<&str> = Vec::new();
+                    let mut candidates: Vec<(&str, String)> = resource_candidates.clone();
                     for (attr_key, label) in &self.cfg.labels.attributes {
                         if let Some(v) = attr(&r.attributes, attr_key) {
-                            candidates.push((label.clone(), any_to_string(v)));
-                            used.insert(attr_key.as_str());
+                            candidates.push((label.as_str(), any_to_string(v)));
+                            used.push(attr_key.as_str());
                         }
                     }
-                    if self.cfg.labels.level {
-                        candidates
-                            .push(("level".into(), level(&r.severity_text, r.severity_number)));
+                    let level_label = self
+                        .cfg
+                        .labels
+                        .level
+                        .then(|| level(&r.severity_text, r.severity_number));
+                    if let Some(l) = level_label {
+                        candidates.push(("level", l));
                     }
                     for (label, value) in candidates {
-                        if guard.demoted.contains(&label) {
-                            meta.push((label, value));
+                        if guard.demoted.contains(label) {
+                            meta.push((label.to_string(), value));
                             continue;
                         }
-                        let seen = guard.values.entry(label.clone()).or_default();
-                        if !seen.contains(&value) && seen.len() >= self.cfg.max_label_values {
-                            guard.demoted.insert(label.clone());
-                            guard.values.remove(&label);
-                            self.telemetry
-                                .counter(LABELS_DEMOTED, "Loki labels moved to structured metadata by the cardinality guard.", &[("component", &self.id), ("label", &label)])
-                                .add(1);
-                            tracing::warn!(exporter = %self.id, label = %label, max = self.cfg.max_label_values, "Label has too many values; sending it as structured metadata from now on.");
-                            meta.push((label, value));
-                            continue;
+                        let seen = match guard.values.get_mut(label) {
+                            Some(seen) => seen,
+                            None => guard.values.entry(label.to_string()).or_default(),
+                        };
+                        if !seen.contains(&value) {
+                            if seen.len() >= self.cfg.max_label_values {
+                                guard.demoted.insert(label.to_string());
+                                guard.values.remove(label);
+                                self.telemetry
+                                    .counter(LABELS_DEMOTED, "Loki labels moved to structured metadata by the cardinality guard.", &[("component", &self.id), ("label", label)])
+                                    .add(1);
+                                tracing::warn!(exporter = %self.id, label = %label, max = self.cfg.max_label_values, "Label has too many values; sending it as structured metadata from now on.");
+                                meta.push((label.to_string(), value));
+                                continue;
+                            }
+                            seen.insert(value.clone());
                         }
-                        seen.insert(value.clone());
-                        labels.insert(label, value);
+                        set_label(&mut labels, label, value);
                     }
                     if !r.trace_id.is_empty() {
                         meta.push(("trace_id".into(), hex::encode(&r.trace_id)));
@@ -318,7 +353,7 @@ impl LokiExporter {
                         meta.push(("span_id".into(), hex::encode(&r.span_id)));
                     }
                     for kv in &r.attributes {
-                        if used.contains(kv.key.as_str()) {
+                        if used.contains(&kv.key.as_str()) {
                             continue;
                         }
                         if let Some(v) = &kv.value {
@@ -330,9 +365,9 @@ impl LokiExporter {
                         .find(|t| *t > 0)
                         .unwrap_or(now);
                     let line = r.body.as_ref().map(any_to_string).unwrap_or_default();
-                    let key = label_string(&labels);
+                    let key = write_labels(labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
                     out.entry(key)
-                        .or_insert_with(|| (labels, Vec::new()))
+                        .or_insert_with(|| (labels.into_iter().collect(), Vec::new()))
                         .1
                         .push(Entry { ts, line, meta });
                 }

@@ -325,3 +325,20 @@ async fn a_label_with_thousands_of_values_becomes_structured_metadata() {
         "after 100 values, route_id travels as structured metadata"
     );
 }
+
+#[test]
+fn stream_keys_are_loki_label_sets_in_name_order_with_escapes() {
+    let mut labels = Vec::new();
+    super::set_label(&mut labels, "service_name", "checkout".into());
+    super::set_label(&mut labels, "level", "info".into());
+    super::set_label(&mut labels, "route_id", "a\"b\\c\nd".into());
+    // A later value for the same label wins (attributes over the resource).
+    super::set_label(&mut labels, "service_name", "payments".into());
+    let key = super::write_labels(labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    assert_eq!(
+        key,
+        r#"{level="info", route_id="a\"b\\c\nd", service_name="payments"}"#
+    );
+    let map: std::collections::BTreeMap<String, String> = labels.into_iter().collect();
+    assert_eq!(super::label_string(&map), key);
+}

@@ -62,6 +62,9 @@ const SPAN_OVERHEAD: usize = std::mem::size_of::<Held>() + 16;
 const TRACE_OVERHEAD: usize = std::mem::size_of::<Trace>() + std::mem::size_of::<[u8; 16]>() + 64;
 /// At most this many distinct attribute values are kept per trace.
 const MAX_ATTRS: usize = 64;
+/// Decision ticks are at least this far apart (the Collector's processor
+/// decides once a second; a trace is decided at most this late).
+const DECISION_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 /// Output requests are cut at this size.
 const MAX_OUTPUT_BYTES: usize = 2 << 20;
 
@@ -260,6 +263,8 @@ pub struct TailSampling {
     not_sampled: Fifo<()>,
     labels: Labels,
     epoch: Instant,
+    /// When decisions were last made.
+    last_tick: Option<Instant>,
     metrics: Metrics,
 }
 
@@ -379,6 +384,7 @@ impl TailSampling {
                 annotations: Vec::new(),
             },
             epoch: Instant::now(),
+            last_tick: None,
             metrics,
             cfg,
         })
@@ -651,13 +657,21 @@ impl Processor for TailSampling {
     fn next_deadline(&self) -> Option<Instant> {
         let a = self.arrival.front().map(|x| x.0);
         let r = self.roots.front().map(|x| x.0);
-        match (a, r) {
+        let due = match (a, r) {
             (Some(a), Some(r)) => Some(a.min(r)),
             (a, r) => a.or(r),
-        }
+        }?;
+        // Decisions are made in ticks at least DECISION_TICK apart, so that
+        // the traces kept in a tick leave together and what follows (the
+        // root-cause rules) runs once for all of them.
+        Some(match self.last_tick {
+            Some(t) => due.max(t + DECISION_TICK),
+            None => due,
+        })
     }
 
     async fn on_tick(&mut self, now: Instant, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
+        self.last_tick = Some(now);
         let mut emit = Emitter::new();
         while let Some(&(deadline, id, generation)) = self.roots.front() {
             if deadline > now {
