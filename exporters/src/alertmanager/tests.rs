@@ -198,7 +198,10 @@ fn encoded_batches_are_searched_for_alerts_without_decoding_the_rest() {
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(alerts.len(), 1);
     assert_eq!(alerts[0].labels["alertname"], "RouteP99High");
-    // Garbage is not mistaken for "no alerts" when it contains the marker.
+    // An encoded batch without the marker is not decoded at all (garbage
+    // passes as "no alerts"); with the marker it is, and garbage is an error.
+    let junk = Batch::from_encoded(causeway_core::Signal::Logs, vec![0xff, 0x01].into(), 1);
+    assert!(alerts_of(&junk).is_ok_and(|(a, e)| a.is_empty() && e.is_empty()));
     let mut junk = b"causeway.alert".to_vec();
     junk.insert(0, 0xff);
     let bad = Batch::from_encoded(causeway_core::Signal::Logs, junk.into(), 1);

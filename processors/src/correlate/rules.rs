@@ -1142,6 +1142,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sql_that_reads_the_clock_is_planned_every_time() {
+        assert!(volatile(
+            "SELECT trace_id FROM traces WHERE start_unix_ms > NOW() - 1"
+        ));
+        assert!(volatile("select current_timestamp"));
+        assert!(!volatile(
+            "SELECT trace_id, 0.9 AS confidence, 'x' AS summary FROM traces"
+        ));
+    }
+
+    #[test]
     fn every_builtin_rule_plans_against_the_tables() {
         for r in builtin() {
             if let Err(e) = check_sql(&r.sql) {

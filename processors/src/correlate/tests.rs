@@ -1417,3 +1417,63 @@ fn one_trip_of_the_breaker_does_not_keep_the_route_open_once_requests_are_answer
     // The trace that met the open circuit is still in trouble by its own record.
     assert!(store.in_trouble(&[2; 16], &["orders"], &[], &[], &circuit_trouble()));
 }
+
+#[tokio::test]
+async fn rules_planned_once_read_each_evaluations_rows() {
+    let st = store();
+    let mut logs = Vec::new();
+    for _ in 0..15 {
+        logs.push(gateway_log(
+            7,
+            429,
+            vec![attr_s("gateway.rate_limit_rule", "qps-100-per-ip")],
+        ));
+    }
+    st.add_logs(&logs, 1_000_000_000_000);
+    let rows = |tid: u8| {
+        let rs = vec![resource_spans(
+            "orders",
+            vec![span(
+                tid,
+                1,
+                None,
+                "POST /orders",
+                0,
+                900,
+                vec![attr_s("http.route", "order-create")],
+            )],
+        )];
+        let mut traces = features::traces(&rs, Some(&st.baselines), &Default::default());
+        features::join(
+            &mut traces,
+            &st,
+            &features::JoinParams {
+                lookback_ns: u64::MAX / 4,
+                lookahead_ns: u64::MAX / 4,
+                ..Default::default()
+            },
+            1_000_000_000_000,
+        );
+        traces
+    };
+    let rules = rules::assemble(true, &[]);
+    let mut planner = rules::Planner::new();
+    let first = rows(7);
+    let (f, errors) = planner.evaluate(&rules, &first).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let cause = |f: &std::collections::HashMap<String, Vec<rules::Finding>>, t: &TraceRow| {
+        f.get(&t.trace_id)
+            .is_some_and(|v| v.iter().any(|x| x.cause == "rate_limited"))
+    };
+    assert!(cause(&f, &first[0]));
+    // The same plans, new rows: trace 8 has no gateway logs, and trace 7's
+    // rows of the first evaluation are gone.
+    let second = rows(8);
+    let (f, errors) = planner.evaluate(&rules, &second).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(!cause(&f, &second[0]), "{f:?}");
+    assert!(!f.contains_key(&first[0].trace_id), "{f:?}");
+    // And back: the cached plans still find what the rows say.
+    let (f, _) = planner.evaluate(&rules, &rows(7)).await;
+    assert!(cause(&f, &first[0]));
+}

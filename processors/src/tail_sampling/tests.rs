@@ -404,6 +404,35 @@ async fn decisions_wait_for_decision_wait_or_the_root() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn decisions_due_close_together_are_made_in_one_tick() {
+    let yaml = "decision_wait: 1s\npolicies: [{name: all, type: always_sample}]";
+    let (mut p, _) = processor(yaml);
+    let mut kept = Kept::default();
+    feed(&mut p, &[s(1, 1, 0, 5)], &mut kept).await;
+    tokio::time::advance(Duration::from_millis(30)).await;
+    feed(&mut p, &[s(2, 1, 0, 5)], &mut kept).await;
+    tokio::time::advance(Duration::from_millis(30)).await;
+    feed(&mut p, &[s(3, 1, 0, 5)], &mut kept).await;
+    // The first trace is due at 1 s: the first tick is not held back.
+    let start = Instant::now() - Duration::from_millis(60);
+    assert_eq!(p.next_deadline(), Some(start + Duration::from_secs(1)));
+    tokio::time::advance(Duration::from_millis(940)).await;
+    tick(&mut p, &mut kept).await;
+    assert_eq!(kept.spans.len(), 1);
+    // Traces 2 and 3 fell due 30 and 60 ms later: the next tick is 100 ms
+    // after this one, and decides both at once.
+    let after = p.next_deadline().expect("pending");
+    assert_eq!(after, Instant::now() + Duration::from_millis(100));
+    tokio::time::advance(Duration::from_millis(100)).await;
+    let mut out = vec![];
+    p.on_tick(Instant::now(), &mut out).await.expect("tick");
+    assert_eq!(out.len(), 1, "one batch for both traces");
+    collect(&out, &mut kept);
+    assert_eq!(kept.spans.len(), 3);
+    assert_eq!(p.next_deadline(), None);
+}
+
+#[tokio::test(start_paused = true)]
 async fn late_spans_follow_the_decision() {
     let yaml =
         "decision_wait: 5s\npolicies: [{name: slow, type: latency, latency: {threshold_ms: 100}}]";
