@@ -62,9 +62,11 @@ const SPAN_OVERHEAD: usize = std::mem::size_of::<Held>() + 16;
 const TRACE_OVERHEAD: usize = std::mem::size_of::<Trace>() + std::mem::size_of::<[u8; 16]>() + 64;
 /// At most this many distinct attribute values are kept per trace.
 const MAX_ATTRS: usize = 64;
-/// Decision ticks are at least this far apart (the Collector's processor
-/// decides once a second; a trace is decided at most this late).
-const DECISION_TICK: std::time::Duration = std::time::Duration::from_millis(100);
+/// Kept spans leave in releases at least this far apart: every trace is
+/// decided on time and freed at once, but the traces kept within this time
+/// leave in one batch, so that what follows (the root-cause rules) runs once
+/// for all of them. (The Collector's processor decides once a second.)
+const RELEASE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 /// Output requests are cut at this size.
 const MAX_OUTPUT_BYTES: usize = 2 << 20;
 
@@ -240,6 +242,9 @@ impl Emitter {
             self.spans = 0;
         }
     }
+    fn is_empty(&self) -> bool {
+        self.spans == 0 && self.out.is_empty()
+    }
     fn finish(mut self, out: &mut Vec<Batch>) {
         self.cut();
         out.extend(self.out);
@@ -263,8 +268,10 @@ pub struct TailSampling {
     not_sampled: Fifo<()>,
     labels: Labels,
     epoch: Instant,
-    /// When decisions were last made.
-    last_tick: Option<Instant>,
+    /// Kept spans not released yet, and when they are due.
+    outbox: Emitter,
+    outbox_due: Option<Instant>,
+    release_every: std::time::Duration,
     metrics: Metrics,
 }
 
@@ -384,10 +391,32 @@ impl TailSampling {
                 annotations: Vec::new(),
             },
             epoch: Instant::now(),
-            last_tick: None,
+            outbox: Emitter::new(),
+            outbox_due: None,
+            release_every: RELEASE_EVERY,
             metrics,
             cfg,
         })
+    }
+
+    fn take_outbox(&mut self) -> Emitter {
+        std::mem::replace(&mut self.outbox, Emitter::new())
+    }
+
+    /// Send what `emit` holds if the outbox is due (or `all`), else keep it.
+    fn release(&mut self, now: Instant, emit: Emitter, all: bool, out: &mut Vec<Batch>) {
+        if emit.is_empty() {
+            self.outbox = emit;
+            self.outbox_due = None;
+            return;
+        }
+        let due = *self.outbox_due.get_or_insert(now + self.release_every);
+        if all || now >= due {
+            emit.finish(out);
+            self.outbox_due = None;
+        } else {
+            self.outbox = emit;
+        }
     }
 
     fn update_gauges(&self) {
@@ -644,12 +673,12 @@ impl Processor for TailSampling {
 
     async fn process(&mut self, batch: Batch, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
         let now = Instant::now();
-        let mut emit = Emitter::new();
+        let mut emit = self.take_outbox();
         let r = batch
             .encoded_parts()
             .iter()
             .try_for_each(|part| self.ingest(part, now, &mut emit));
-        emit.finish(out);
+        self.release(now, emit, false, out);
         self.update_gauges();
         r
     }
@@ -657,22 +686,12 @@ impl Processor for TailSampling {
     fn next_deadline(&self) -> Option<Instant> {
         let a = self.arrival.front().map(|x| x.0);
         let r = self.roots.front().map(|x| x.0);
-        let due = match (a, r) {
-            (Some(a), Some(r)) => Some(a.min(r)),
-            (a, r) => a.or(r),
-        }?;
-        // Decisions are made in ticks at least DECISION_TICK apart, so that
-        // the traces kept in a tick leave together and what follows (the
-        // root-cause rules) runs once for all of them.
-        Some(match self.last_tick {
-            Some(t) => due.max(t + DECISION_TICK),
-            None => due,
-        })
+        // Kept spans waiting in the outbox are due too.
+        [a, r, self.outbox_due].into_iter().flatten().min()
     }
 
     async fn on_tick(&mut self, now: Instant, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
-        self.last_tick = Some(now);
-        let mut emit = Emitter::new();
+        let mut emit = self.take_outbox();
         while let Some(&(deadline, id, generation)) = self.roots.front() {
             if deadline > now {
                 break;
@@ -699,14 +718,14 @@ impl Processor for TailSampling {
                 self.decide(id, Reason::Deadline, now, &mut emit);
             }
         }
-        emit.finish(out);
+        self.release(now, emit, false, out);
         self.update_gauges();
         Ok(())
     }
 
     async fn flush(&mut self, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
         let now = Instant::now();
-        let mut emit = Emitter::new();
+        let mut emit = self.take_outbox();
         let pending: Vec<([u8; 16], u64)> =
             self.arrival.drain(..).map(|(_, id, g)| (id, g)).collect();
         for (id, generation) in pending {
@@ -719,7 +738,7 @@ impl Processor for TailSampling {
             }
         }
         self.roots.clear();
-        emit.finish(out);
+        self.release(now, emit, true, out);
         self.update_gauges();
         Ok(())
     }

@@ -95,7 +95,15 @@ fn batch(spans: &[S]) -> Batch {
     Batch::from_encoded(Signal::Traces, req.encode_to_vec().into(), spans.len())
 }
 
+/// A processor that releases kept spans as soon as they are decided (the
+/// outbox is tested on its own: `kept_traces_leave_together_while_every_trace_is_decided_on_time`).
 fn processor(yaml: &str) -> (TailSampling, Registry) {
+    let (mut p, reg) = processor_with_outbox(yaml);
+    p.release_every = Duration::ZERO;
+    (p, reg)
+}
+
+fn processor_with_outbox(yaml: &str) -> (TailSampling, Registry) {
     let cfg: TailSamplingConfig =
         decode(&serde_yaml::from_str(yaml).expect("yaml")).expect("valid config");
     let reg = Registry::new();
@@ -404,32 +412,46 @@ async fn decisions_wait_for_decision_wait_or_the_root() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn decisions_due_close_together_are_made_in_one_tick() {
+async fn kept_traces_leave_together_while_every_trace_is_decided_on_time() {
     let yaml = "decision_wait: 1s\npolicies: [{name: all, type: always_sample}]";
-    let (mut p, _) = processor(yaml);
-    let mut kept = Kept::default();
-    feed(&mut p, &[s(1, 1, 0, 5)], &mut kept).await;
-    tokio::time::advance(Duration::from_millis(30)).await;
-    feed(&mut p, &[s(2, 1, 0, 5)], &mut kept).await;
-    tokio::time::advance(Duration::from_millis(30)).await;
-    feed(&mut p, &[s(3, 1, 0, 5)], &mut kept).await;
-    // The first trace is due at 1 s: the first tick is not held back.
-    let start = Instant::now() - Duration::from_millis(60);
-    assert_eq!(p.next_deadline(), Some(start + Duration::from_secs(1)));
-    tokio::time::advance(Duration::from_millis(940)).await;
-    tick(&mut p, &mut kept).await;
-    assert_eq!(kept.spans.len(), 1);
-    // Traces 2 and 3 fell due 30 and 60 ms later: the next tick is 100 ms
-    // after this one, and decides both at once.
-    let after = p.next_deadline().expect("pending");
-    assert_eq!(after, Instant::now() + Duration::from_millis(100));
-    tokio::time::advance(Duration::from_millis(100)).await;
+    let (mut p, _) = processor_with_outbox(yaml);
+    let start = Instant::now();
     let mut out = vec![];
+    for (i, t) in [1u64, 2, 3].iter().enumerate() {
+        if i > 0 {
+            tokio::time::advance(Duration::from_millis(30)).await;
+        }
+        p.process(batch(&[s(*t, 1, 0, 5)]), &mut out)
+            .await
+            .expect("process");
+    }
+    // Each trace is decided at its own deadline, and freed then.
+    for (t, pending) in [(1000, 2), (1030, 1), (1060, 0)] {
+        assert_eq!(p.next_deadline(), Some(start + Duration::from_millis(t)));
+        tokio::time::advance(start + Duration::from_millis(t) - Instant::now()).await;
+        p.on_tick(Instant::now(), &mut out).await.expect("tick");
+        assert_eq!(p.traces.len(), pending);
+        assert!(out.is_empty(), "kept spans wait in the outbox");
+    }
+    // 100 ms after the first was kept, all three leave in one batch.
+    assert_eq!(p.next_deadline(), Some(start + Duration::from_millis(1100)));
+    tokio::time::advance(Duration::from_millis(40)).await;
     p.on_tick(Instant::now(), &mut out).await.expect("tick");
-    assert_eq!(out.len(), 1, "one batch for both traces");
+    assert_eq!(out.len(), 1, "one batch for the three traces");
+    let mut kept = Kept::default();
     collect(&out, &mut kept);
     assert_eq!(kept.spans.len(), 3);
     assert_eq!(p.next_deadline(), None);
+    // Shutdown sends what the outbox holds at once.
+    p.process(batch(&[s(4, 1, 0, 5)]), &mut out)
+        .await
+        .expect("process");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let mut out = vec![];
+    p.on_tick(Instant::now(), &mut out).await.expect("tick");
+    assert!(out.is_empty());
+    p.flush(&mut out).await.expect("flush");
+    assert_eq!(out.len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
