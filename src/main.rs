@@ -10,12 +10,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// mimalloc: size-class free lists per thread. glibc malloc spent a third of
-/// the gateway profile fragmenting under millions of small, differently sized
-/// blocks (held spans, log evidence); see BENCHMARKS.md.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod demo;
 mod self_telemetry;
 use self_telemetry::LogFormat;
