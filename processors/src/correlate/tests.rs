@@ -92,7 +92,8 @@ fn store() -> Arc<Store> {
     }))
 }
 
-async fn analyse(store: &Store, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verdict)> {
+/// The traces of `rs`, joined with everything the store holds (any time).
+fn joined(store: &Store, rs: &[ResourceSpans]) -> Vec<TraceRow> {
     let mut traces = features::traces(rs, Some(&store.baselines), &Default::default());
     features::join(
         &mut traces,
@@ -104,6 +105,11 @@ async fn analyse(store: &Store, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verd
         },
         1_000_000_000_000,
     );
+    traces
+}
+
+async fn analyse(store: &Store, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verdict)> {
+    let traces = joined(store, rs);
     let (findings, errors) = rules::evaluate(&rules::assemble(true, &[]), &traces).await;
     assert!(errors.is_empty(), "{errors:?}");
     traces
@@ -1443,18 +1449,7 @@ async fn rules_planned_once_read_each_evaluations_rows() {
                 vec![attr_s("http.route", "order-create")],
             )],
         )];
-        let mut traces = features::traces(&rs, Some(&st.baselines), &Default::default());
-        features::join(
-            &mut traces,
-            &st,
-            &features::JoinParams {
-                lookback_ns: u64::MAX / 4,
-                lookahead_ns: u64::MAX / 4,
-                ..Default::default()
-            },
-            1_000_000_000_000,
-        );
-        traces
+        joined(&st, &rs)
     };
     let rules = rules::assemble(true, &[]);
     let mut planner = rules::Planner::new();
