@@ -12,6 +12,7 @@ pub mod error;
 pub mod grpc;
 pub mod memory;
 pub mod model;
+pub mod partition;
 pub mod registry;
 pub mod retry;
 pub mod rpc;

@@ -138,6 +138,7 @@ pub struct Ack(std::sync::Arc<AckInner>);
 #[derive(Debug)]
 struct AckInner {
     failed: std::sync::atomic::AtomicBool,
+    cancelled: std::sync::atomic::AtomicBool,
     tx: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<bool>>>,
 }
 
@@ -148,16 +149,56 @@ impl Ack {
         (
             Ack(std::sync::Arc::new(AckInner {
                 failed: std::sync::atomic::AtomicBool::new(false),
+                cancelled: std::sync::atomic::AtomicBool::new(false),
                 tx: std::sync::Mutex::new(Some(tx)),
             })),
             rx,
         )
     }
 
+    /// The source no longer wants this data delivered: it will read it
+    /// again elsewhere (a Kafka partition revoked from this instance).
+    /// Components that hold data back (tail sampling) drop what carries a
+    /// cancelled acknowledgement instead of deciding on it.
+    pub fn cancel(&self) {
+        self.0
+            .cancelled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether [`Ack::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.cancelled.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A handle that does not keep the acknowledgement from firing, to
+    /// cancel it later if it is still pending.
+    pub fn downgrade(&self) -> WeakAck {
+        WeakAck(std::sync::Arc::downgrade(&self.0))
+    }
+
+    /// Whether two handles are the same acknowledgement.
+    pub fn same(&self, other: &Ack) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+
     fn fail(&self) {
         self.0
             .failed
             .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A handle on an [`Ack`] that does not hold it back.
+#[derive(Debug, Clone)]
+pub struct WeakAck(std::sync::Weak<AckInner>);
+
+impl WeakAck {
+    /// Cancel the acknowledgement if it has not fired yet (see [`Ack::cancel`]).
+    pub fn cancel(&self) {
+        if let Some(a) = self.0.upgrade() {
+            a.cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 }
 
@@ -272,6 +313,12 @@ impl Batch {
     pub fn with_ack(mut self, ack: Ack) -> Self {
         self.acks.push(ack);
         self
+    }
+
+    /// The acknowledgements this batch carries (components that hold part
+    /// of a batch back keep clones of them with what they hold).
+    pub fn acks(&self) -> &[Ack] {
+        &self.acks
     }
 
     /// Keep `hold` alive as long as this batch (or one it is merged into) is.

@@ -3,6 +3,7 @@
 pub mod alertmanager;
 pub mod debug;
 pub mod file;
+pub mod kafka;
 mod http_util;
 pub mod loki;
 pub mod otlp;
@@ -64,6 +65,7 @@ pub fn register(registry: &mut Registry) {
     registry.add_exporter(victoriametrics::VictoriaMetricsExporterFactory);
     registry.add_exporter(alertmanager::AlertmanagerExporterFactory);
     registry.add_exporter(webhook::WebhookExporterFactory);
+    registry.add_exporter(kafka::KafkaExporterFactory);
 }
 
 #[cfg(test)]

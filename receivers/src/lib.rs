@@ -3,6 +3,7 @@
 pub mod fuzzing;
 pub mod gateway_log;
 pub mod hostmetrics;
+pub mod kafka;
 pub mod kafka_lag;
 pub mod metric_builder;
 pub mod otlp;
@@ -46,5 +47,6 @@ pub fn register(registry: &mut Registry) {
     registry.add_receiver(otlp::OtlpReceiverFactory);
     registry.add_receiver(gateway_log::GatewayLogFactory);
     registry.add_receiver(kafka_lag::KafkaLagFactory);
+    registry.add_receiver(kafka::KafkaReceiverFactory);
     registry.add_receiver(hostmetrics::HostMetricsFactory);
 }

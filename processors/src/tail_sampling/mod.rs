@@ -25,6 +25,7 @@ use async_trait::async_trait;
 use causeway_core::component::{BuildContext, ProcessError, Processor, ProcessorFactory};
 use causeway_core::config::{decode, ConfigError};
 use causeway_core::telemetry::{Counter, Gauge, Registry};
+use causeway_core::model::Ack;
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -135,6 +136,10 @@ struct Trace {
     attrs: Vec<(u16, AttrValue)>,
     route: Option<Box<str>>,
     root_name: Option<Box<str>>,
+    /// Acknowledgements of the requests the spans came in (a Kafka
+    /// receiver's offsets): released when the trace is decided and, if kept,
+    /// delivered. Empty for sources that do not ask.
+    acks: Vec<Ack>,
 }
 
 /// A bounded set remembering insertion order; the oldest leaves first.
@@ -179,6 +184,7 @@ struct Metrics {
     late_kept: Counter,
     late_dropped: Counter,
     early: HashMap<&'static str, Counter>,
+    revoked: Counter,
     lag_ms: Gauge,
     /// Per policy (index as in `policies`, then the errors policy): sampled, not sampled, drop.
     policy: Vec<[Counter; 3]>,
@@ -214,6 +220,8 @@ impl Labels {
 struct Emitter {
     buf: Vec<u8>,
     spans: usize,
+    /// Acknowledgements of the spans in `buf`.
+    acks: Vec<Ack>,
     out: Vec<Batch>,
 }
 
@@ -222,10 +230,16 @@ impl Emitter {
         Emitter {
             buf: Vec::new(),
             spans: 0,
+            acks: Vec::new(),
             out: Vec::new(),
         }
     }
-    fn add(&mut self, spans: &[Held], extra: &[u8]) {
+    fn add(&mut self, spans: &[Held], extra: &[u8], acks: &[Ack]) {
+        for a in acks {
+            if !self.acks.iter().any(|b| b.same(a)) {
+                self.acks.push(a.clone());
+            }
+        }
         for chunk in spans.chunks(1024) {
             extract::encode(chunk.iter().map(|h| (h, extra)), &mut self.buf);
             self.spans += chunk.len();
@@ -237,8 +251,11 @@ impl Emitter {
     fn cut(&mut self) {
         if self.spans > 0 {
             let buf = std::mem::take(&mut self.buf);
-            self.out
-                .push(Batch::from_encoded(Signal::Traces, buf.into(), self.spans));
+            let mut b = Batch::from_encoded(Signal::Traces, buf.into(), self.spans);
+            for a in self.acks.drain(..) {
+                b = b.with_ack(a);
+            }
+            self.out.push(b);
             self.spans = 0;
         }
     }
@@ -354,6 +371,11 @@ impl TailSampling {
                 "Spans that arrived after their trace's decision.",
                 &[("decision", "not_sampled")],
             ),
+            revoked: c(
+                TRACES,
+                "Traces decided, by outcome.",
+                &[("decision", "revoked")],
+            ),
             early: ["num_traces", "max_memory", "trace_too_large", "shutdown"]
                 .into_iter()
                 .map(|r| {
@@ -437,6 +459,7 @@ impl TailSampling {
         now: Instant,
         late: &mut Vec<(Held, u32)>,
         too_large: &mut Vec<[u8; 16]>,
+        acks: &[Ack],
     ) {
         let id = info.trace_id;
         // One hash per span: the trace's entry, held or new.
@@ -492,9 +515,15 @@ impl TailSampling {
                     attrs: Vec::new(),
                     route: None,
                     root_name: None,
+                    acks: Vec::new(),
                 })
             }
         };
+        for a in acks {
+            if !t.acks.iter().any(|b| b.same(a)) {
+                t.acks.push(a.clone());
+            }
+        }
         let size = info.raw.len() + SPAN_OVERHEAD;
         t.bytes += size;
         self.bytes += size;
@@ -574,6 +603,13 @@ impl TailSampling {
             self.metrics.dropped.add(1);
             return;
         }
+        if t.acks.iter().any(Ack::is_cancelled) {
+            // Its source gave the spans up (a Kafka partition moved to
+            // another instance, which reads them again from the committed
+            // offset): no decision here, and none remembered.
+            self.metrics.revoked.add(1);
+            return;
+        }
         let view = TraceView {
             trace_id: &id,
             duration_ns: t.end_max.saturating_sub(t.start_min.min(t.end_max)),
@@ -609,7 +645,7 @@ impl TailSampling {
         match kept {
             Some((label, adjusted)) if !dropped => {
                 let idx = self.labels.get(&label, adjusted);
-                emit.add(&t.spans, &self.labels.annotations[idx as usize]);
+                emit.add(&t.spans, &self.labels.annotations[idx as usize], &t.acks);
                 self.sampled.insert(id, idx);
                 self.metrics.kept.add(1);
             }
@@ -642,12 +678,18 @@ impl TailSampling {
         }
     }
 
-    fn ingest(&mut self, buf: &[u8], now: Instant, emit: &mut Emitter) -> Result<(), ProcessError> {
+    fn ingest(
+        &mut self,
+        buf: &[u8],
+        now: Instant,
+        emit: &mut Emitter,
+        acks: &[Ack],
+    ) -> Result<(), ProcessError> {
         let mut late = Vec::new();
         let mut too_large = Vec::new();
         let keys = std::mem::take(&mut self.keys);
         let res = extract::for_each_span(buf, &keys, |group, info| {
-            self.add_span(group, info, now, &mut late, &mut too_large)
+            self.add_span(group, info, now, &mut late, &mut too_large, acks)
         });
         self.keys = keys;
         res.map_err(|e| ProcessError(Box::new(e)))?;
@@ -655,6 +697,7 @@ impl TailSampling {
             emit.add(
                 std::slice::from_ref(held),
                 &self.labels.annotations[*label as usize],
+                acks,
             );
         }
         for id in too_large {
@@ -677,7 +720,7 @@ impl Processor for TailSampling {
         let r = batch
             .encoded_parts()
             .iter()
-            .try_for_each(|part| self.ingest(part, now, &mut emit));
+            .try_for_each(|part| self.ingest(part, now, &mut emit, batch.acks()));
         self.release(now, emit, false, out);
         self.update_gauges();
         r

@@ -169,7 +169,10 @@ where
         .unwrap_or(0);
     if declared > st.max_body {
         st.out.refused(K::SIGNAL, 1);
-        drain(body, st.max_body).await;
+        // Drained whole when it is at most twice the limit, so that a
+        // client that is still sending reads the 413 instead of a broken
+        // pipe. Anything larger is cut off at twice the limit.
+        drain(body, declared.min(st.max_body.saturating_mul(2))).await;
         return too_large();
     }
     let mut reading: Vec<causeway_core::memory::Permit> = Vec::new();

@@ -1,0 +1,475 @@
+//! Splitting an encoded export request by key without decoding it: by trace
+//! id (spans, and log records that carry one) or by resource (log records
+//! without a trace id, metrics). Used by exporters that shard a tier
+//! (Kafka partitions, a load-balancing ring): every span of a trace, and
+//! every log record of that trace, must reach the same place.
+//!
+//! Only the framing is walked. Items are copied as they were encoded, under
+//! copies of their resource and scope wrappers (every field but the item
+//! list is kept: resource, scope, `schema_url`).
+
+use crate::model::Signal;
+use crate::wire::{len_field_size, put_len_prefix, Fields, WireError};
+
+/// What an item is keyed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    /// The item's 16-byte trace id.
+    Trace([u8; 16]),
+    /// A hash of the item's resource message (items without a trace id).
+    Resource(u64),
+}
+
+impl Key {
+    /// The message key the Collector's Kafka exporter writes for this key:
+    /// the trace id as 32 lowercase hex characters; a resource as 16.
+    pub fn hex(&self) -> String {
+        match self {
+            Key::Trace(id) => hex32(id),
+            Key::Resource(h) => format!("{h:016x}"),
+        }
+    }
+
+    /// The partition of `partitions` this key goes to: FNV-1a (32 bits) of
+    /// [`Key::hex`], as Sarama's default hash partitioner computes it (the
+    /// one the Collector's Kafka exporter used), so that producers of both
+    /// kinds put a trace on the same partition.
+    pub fn partition(&self, partitions: u32) -> u32 {
+        if partitions <= 1 {
+            return 0;
+        }
+        let mut h: u32 = 0x811c_9dc5;
+        let mut feed = |b: u8| {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        };
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        match self {
+            Key::Trace(id) => id.iter().for_each(|b| {
+                feed(HEX[usize::from(b >> 4)]);
+                feed(HEX[usize::from(b & 15)]);
+            }),
+            Key::Resource(r) => r.to_be_bytes().iter().for_each(|b| {
+                feed(HEX[usize::from(b >> 4)]);
+                feed(HEX[usize::from(b & 15)]);
+            }),
+        }
+        // Sarama: int32(sum) % n, negated when negative.
+        let p = (h as i32) % (partitions as i32);
+        p.unsigned_abs()
+    }
+}
+
+fn hex32(id: &[u8; 16]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(32);
+    for b in id {
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    s
+}
+
+/// One item, where it was found, and its key.
+struct Item<'a> {
+    key: Key,
+    resource: u32,
+    scope: u32,
+    raw: &'a [u8],
+}
+
+/// The wrappers of one resource: its fields other than the scope list.
+struct Wrapper<'a> {
+    other: Vec<&'a [u8]>,
+}
+
+/// Field numbers of the three levels: (item list in scope, trace id in item).
+fn layout(signal: Signal) -> Option<(u32, u32)> {
+    match signal {
+        // ScopeSpans.spans = 2; Span.trace_id = 1.
+        Signal::Traces => Some((2, 1)),
+        // ScopeLogs.log_records = 2; LogRecord.trace_id = 9.
+        Signal::Logs => Some((2, 9)),
+        Signal::Metrics => None,
+    }
+}
+
+fn hash(b: &[u8]) -> u64 {
+    // FNV-1a 64: stable across processes and versions (a partition must not
+    // depend on which instance computed it).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for x in b {
+        h ^= u64::from(*x);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Split one encoded `Export*ServiceRequest` by key: for each key (in order
+/// of first appearance), an encoded request of the same signal with that
+/// key's items, and how many items it holds. Spans are keyed by trace id;
+/// log records by trace id when they carry a valid one, else by their
+/// resource; metrics by resource (a resource's metrics are not split).
+pub fn split(signal: Signal, buf: &[u8]) -> Result<Vec<(Key, Vec<u8>, usize)>, WireError> {
+    let mut wrappers: Vec<Wrapper<'_>> = Vec::new();
+    let mut scopes: Vec<Wrapper<'_>> = Vec::new();
+    let mut items: Vec<Item<'_>> = Vec::new();
+    for f in Fields::new(buf) {
+        let f = f?;
+        let Some(res) = f.value.bytes().filter(|_| f.number == 1) else {
+            continue;
+        };
+        let r = wrappers.len() as u32;
+        let mut other = Vec::new();
+        let mut resource_bytes: &[u8] = &[];
+        let mut had_scope = false;
+        for g in Fields::new(res) {
+            let g = g?;
+            if g.number == 1 {
+                resource_bytes = g.value.bytes().unwrap_or(&[]);
+            }
+            match (layout(signal), g.number, g.value.bytes()) {
+                (Some((item_field, trace_field)), 2, Some(scope)) => {
+                    had_scope = true;
+                    let s = scopes.len() as u32;
+                    let mut s_other = Vec::new();
+                    for h in Fields::new(scope) {
+                        let h = h?;
+                        match h.value.bytes() {
+                            Some(item) if h.number == item_field => {
+                                let key = trace_id(item, trace_field)?
+                                    .map(Key::Trace)
+                                    .unwrap_or(Key::Resource(0));
+                                items.push(Item {
+                                    key,
+                                    resource: r,
+                                    scope: s,
+                                    raw: h.raw,
+                                });
+                            }
+                            _ => s_other.push(h.raw),
+                        }
+                    }
+                    scopes.push(Wrapper { other: s_other });
+                }
+                _ => other.push(g.raw),
+            }
+        }
+        // Items without a trace id (and metrics, whole) go by their resource.
+        let rkey = Key::Resource(hash(resource_bytes));
+        for it in items.iter_mut().rev() {
+            if it.resource != r {
+                break;
+            }
+            if it.key == Key::Resource(0) {
+                it.key = rkey;
+            }
+        }
+        if layout(signal).is_none() || !had_scope {
+            // Metrics, or a resource without scopes: the whole resource
+            // message is one item under its resource key.
+            items.push(Item {
+                key: rkey,
+                resource: u32::MAX,
+                scope: u32::MAX,
+                raw: f.raw,
+            });
+            other.clear();
+        }
+        wrappers.push(Wrapper { other });
+    }
+    // Stable: each key's items stay in the order they arrived.
+    let mut order: Vec<u32> = (0..items.len() as u32).collect();
+    let mut first: std::collections::HashMap<Key, u32, foldhash::fast::FixedState> =
+        std::collections::HashMap::default();
+    for (i, it) in items.iter().enumerate() {
+        first.entry(it.key).or_insert(i as u32);
+    }
+    order.sort_by_key(|&i| (first[&items[i as usize].key], i));
+    let mut out = Vec::with_capacity(first.len());
+    let mut i = 0;
+    while i < order.len() {
+        let key = items[order[i] as usize].key;
+        let mut j = i;
+        while j < order.len() && items[order[j] as usize].key == key {
+            j += 1;
+        }
+        let group = &order[i..j];
+        out.push((key, encode(group, &items, &wrappers, &scopes), group.len()));
+        i = j;
+    }
+    Ok(out)
+}
+
+/// The items of one key, re-wrapped: consecutive items of one scope share
+/// one scope wrapper, of one resource one resource wrapper.
+fn encode(group: &[u32], items: &[Item<'_>], wrappers: &[Wrapper<'_>], scopes: &[Wrapper<'_>]) -> Vec<u8> {
+    let sum = |v: &[&[u8]]| v.iter().map(|b| b.len()).sum::<usize>();
+    let mut out = Vec::new();
+    let mut a = 0;
+    while a < group.len() {
+        let first = &items[group[a] as usize];
+        if first.resource == u32::MAX {
+            out.extend_from_slice(first.raw);
+            a += 1;
+            continue;
+        }
+        // The run of this resource.
+        let mut b = a;
+        while b < group.len() && items[group[b] as usize].resource == first.resource {
+            b += 1;
+        }
+        // Scope runs within it, with their payload sizes.
+        let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+        let mut s = a;
+        while s < b {
+            let scope = items[group[s] as usize].scope;
+            let mut e = s;
+            let mut len = sum(&scopes[scope as usize].other);
+            while e < b && items[group[e] as usize].scope == scope {
+                len += items[group[e] as usize].raw.len();
+                e += 1;
+            }
+            runs.push((s, e, len));
+            s = e;
+        }
+        let res = &wrappers[first.resource as usize];
+        let res_len =
+            sum(&res.other) + runs.iter().map(|r| len_field_size(r.2)).sum::<usize>();
+        put_len_prefix(&mut out, 1, res_len);
+        for o in &res.other {
+            out.extend_from_slice(o);
+        }
+        for (s, e, len) in runs {
+            put_len_prefix(&mut out, 2, len);
+            let scope = items[group[s] as usize].scope as usize;
+            for o in &scopes[scope].other {
+                out.extend_from_slice(o);
+            }
+            for k in &group[s..e] {
+                out.extend_from_slice(items[*k as usize].raw);
+            }
+        }
+        a = b;
+    }
+    out
+}
+
+/// The item's trace id when it is 16 bytes and not all zeros.
+fn trace_id(item: &[u8], field: u32) -> Result<Option<[u8; 16]>, WireError> {
+    for f in Fields::new(item) {
+        let f = f?;
+        if f.number == field {
+            return Ok(f
+                .value
+                .bytes()
+                .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                .filter(|id| id.iter().any(|&x| x != 0)));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+    use opentelemetry_proto::tonic::metrics::v1::{Metric, ResourceMetrics, ScopeMetrics};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
+
+    fn resource(name: &str) -> Option<Resource> {
+        Some(Resource {
+            attributes: vec![KeyValue {
+                key: "service.name".into(),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue(name.into())),
+                }),
+            }],
+            ..Default::default()
+        })
+    }
+
+    fn span(trace: u8, id: u8) -> Span {
+        Span {
+            trace_id: vec![trace; 16],
+            span_id: vec![id; 8],
+            name: format!("s{trace}-{id}"),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn spans_split_by_trace_keep_their_resource_scope_and_order() {
+        let req = ExportTraceServiceRequest {
+            resource_spans: vec![
+                ResourceSpans {
+                    resource: resource("a"),
+                    scope_spans: vec![
+                        ScopeSpans {
+                            scope: Some(InstrumentationScope {
+                                name: "s1".into(),
+                                ..Default::default()
+                            }),
+                            spans: vec![span(1, 1), span(2, 2), span(1, 3)],
+                            schema_url: "u1".into(),
+                        },
+                        ScopeSpans {
+                            spans: vec![span(2, 4)],
+                            ..Default::default()
+                        },
+                    ],
+                    schema_url: "r".into(),
+                },
+                ResourceSpans {
+                    resource: resource("b"),
+                    scope_spans: vec![ScopeSpans {
+                        spans: vec![span(1, 5)],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            ],
+        };
+        let parts = split(Signal::Traces, &req.encode_to_vec()).expect("split");
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].0, Key::Trace([1; 16]));
+        assert_eq!(parts[0].2, 3);
+        let one = ExportTraceServiceRequest::decode(parts[0].1.as_slice()).expect("decodes");
+        let want_one = ExportTraceServiceRequest {
+            resource_spans: vec![
+                ResourceSpans {
+                    resource: resource("a"),
+                    scope_spans: vec![ScopeSpans {
+                        scope: Some(InstrumentationScope {
+                            name: "s1".into(),
+                            ..Default::default()
+                        }),
+                        spans: vec![span(1, 1), span(1, 3)],
+                        schema_url: "u1".into(),
+                    }],
+                    schema_url: "r".into(),
+                },
+                ResourceSpans {
+                    resource: resource("b"),
+                    scope_spans: vec![ScopeSpans {
+                        spans: vec![span(1, 5)],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            ],
+        };
+        assert_eq!(one, want_one);
+        let two = ExportTraceServiceRequest::decode(parts[1].1.as_slice()).expect("decodes");
+        assert_eq!(two.resource_spans.len(), 1);
+        let spans: Vec<_> = two.resource_spans[0]
+            .scope_spans
+            .iter()
+            .flat_map(|s| s.spans.iter().map(|x| x.name.clone()))
+            .collect();
+        assert_eq!(spans, ["s2-2", "s2-4"]);
+        assert_eq!(two.resource_spans[0].scope_spans.len(), 2);
+        assert_eq!(two.resource_spans[0].scope_spans[0].schema_url, "u1");
+    }
+
+    #[test]
+    fn logs_without_trace_id_go_by_resource_and_metrics_by_resource() {
+        let log = |t: Option<u8>, body: &str| LogRecord {
+            trace_id: t.map(|t| vec![t; 16]).unwrap_or_default(),
+            body: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(body.into())),
+            }),
+            ..Default::default()
+        };
+        let req = ExportLogsServiceRequest {
+            resource_logs: vec![
+                ResourceLogs {
+                    resource: resource("gw"),
+                    scope_logs: vec![ScopeLogs {
+                        log_records: vec![log(Some(7), "a"), log(None, "b"), log(None, "c")],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+                ResourceLogs {
+                    resource: resource("other"),
+                    scope_logs: vec![ScopeLogs {
+                        log_records: vec![log(None, "d"), log(Some(7), "e")],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            ],
+        };
+        let parts = split(Signal::Logs, &req.encode_to_vec()).expect("split");
+        let keys: Vec<_> = parts.iter().map(|p| (p.0, p.2)).collect();
+        assert_eq!(keys.len(), 3, "{keys:?}");
+        assert_eq!(keys[0], (Key::Trace([7; 16]), 2));
+        assert!(matches!(keys[1], (Key::Resource(_), 2)));
+        assert!(matches!(keys[2], (Key::Resource(_), 1)));
+        assert_ne!(keys[1].0, keys[2].0);
+        // The same resource always hashes alike.
+        let again = split(Signal::Logs, &req.encode_to_vec()).expect("split");
+        assert_eq!(again[1].0, keys[1].0);
+
+        let m = ExportMetricsServiceRequest {
+            resource_metrics: vec![
+                ResourceMetrics {
+                    resource: resource("x"),
+                    scope_metrics: vec![ScopeMetrics {
+                        metrics: vec![Metric {
+                            name: "m".into(),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+                ResourceMetrics {
+                    resource: resource("y"),
+                    ..Default::default()
+                },
+            ],
+        };
+        let bytes = m.encode_to_vec();
+        let parts = split(Signal::Metrics, &bytes).expect("split");
+        assert_eq!(parts.len(), 2);
+        let back = ExportMetricsServiceRequest::decode(parts[0].1.as_slice()).expect("decodes");
+        assert_eq!(back.resource_metrics, vec![m.resource_metrics[0].clone()]);
+    }
+
+    #[test]
+    fn partitions_match_saramas_fnv1a_hash_partitioner() {
+        // FNV-1a 32 over the hex key, computed here from its definition.
+        let key = Key::Trace([0xab; 16]);
+        assert_eq!(key.hex(), "ab".repeat(16));
+        let mut h: u32 = 2166136261;
+        for b in key.hex().bytes() {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(16777619);
+        }
+        let want = ((h as i32) % 12).unsigned_abs();
+        assert_eq!(key.partition(12), want);
+        assert_eq!(key.partition(1), 0);
+        // Spread: 10,000 ids over 12 partitions, none empty or above twice its share.
+        let mut counts = [0u32; 12];
+        for i in 0..10_000u32 {
+            let mut id = [0u8; 16];
+            id[..4].copy_from_slice(&i.to_be_bytes());
+            id[8..12].copy_from_slice(&i.wrapping_mul(2654435761).to_be_bytes());
+            counts[Key::Trace(id).partition(12) as usize] += 1;
+        }
+        assert!(counts.iter().all(|&c| c > 400 && c < 1700), "{counts:?}");
+    }
+
+    #[test]
+    fn malformed_input_is_an_error() {
+        assert!(split(Signal::Traces, &[0x0a, 0x05, 0x01]).is_err());
+    }
+}

@@ -1,0 +1,226 @@
+//! Configuration of the `kafka` exporter, in the shape of the Collector's
+//! kafkaexporter.
+
+use causeway_core::config::{
+    delivery_errors, ConfigError, Duration, QueueConfig, RetryConfig, Validate,
+};
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+/// How messages are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum KafkaEncoding {
+    /// An `Export*ServiceRequest` in protobuf (default).
+    #[default]
+    OtlpProto,
+    /// The same request in OTLP/JSON.
+    OtlpJson,
+}
+
+impl KafkaEncoding {
+    /// The name in config.
+    pub fn name(self) -> &'static str {
+        match self {
+            KafkaEncoding::OtlpProto => "otlp_proto",
+            KafkaEncoding::OtlpJson => "otlp_json",
+        }
+    }
+}
+
+/// One signal's topic.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalTopic {
+    /// The topic (defaults: `otlp_spans`, `otlp_logs`, `otlp_metrics`, or `topic`).
+    pub topic: Option<String>,
+}
+
+/// `producer`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProducerConfig {
+    /// Compression of message batches: `none` (default), `gzip`, `snappy`, `lz4`, `zstd`.
+    #[serde(default = "none")]
+    pub compression: String,
+    /// Largest message, in bytes (default 1000000, the broker's default).
+    /// Batches are split by key below it; a single trace above it is refused.
+    #[serde(default = "max_message_bytes")]
+    pub max_message_bytes: usize,
+    /// Acknowledgements the broker must collect before a message counts as
+    /// written: `-1` (all in-sync replicas), `1` (the leader; default, as
+    /// the Collector) or `0` (none: loss is possible and not seen).
+    #[serde(default = "one")]
+    pub required_acks: i32,
+    /// Time librdkafka waits to fill a message batch (default 5ms).
+    #[serde(default = "linger")]
+    pub linger: Duration,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        ProducerConfig {
+            compression: none(),
+            max_message_bytes: max_message_bytes(),
+            required_acks: one(),
+            linger: linger(),
+        }
+    }
+}
+
+fn none() -> String {
+    "none".into()
+}
+fn max_message_bytes() -> usize {
+    1_000_000
+}
+fn one() -> i32 {
+    1
+}
+fn linger() -> Duration {
+    Duration::millis(5)
+}
+
+/// `exporters.kafka`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaExporterConfig {
+    /// Bootstrap brokers, `host:port`.
+    pub brokers: Vec<String>,
+    /// One topic for every signal (each message then says its signal in the
+    /// `causeway.signal` header); per-signal topics below win over it.
+    pub topic: Option<String>,
+    /// Spans' topic (default `otlp_spans`).
+    #[serde(default)]
+    pub traces: SignalTopic,
+    /// Log records' topic (default `otlp_logs`).
+    #[serde(default)]
+    pub logs: SignalTopic,
+    /// Metrics' topic (default `otlp_metrics`).
+    #[serde(default)]
+    pub metrics: SignalTopic,
+    /// `otlp_proto` (default) or `otlp_json`.
+    #[serde(default)]
+    pub encoding: KafkaEncoding,
+    /// Spans keyed by trace id (32 hex characters): every span of a trace
+    /// lands on one partition (default false, as the Collector; a tier that
+    /// samples behind Kafka needs it true).
+    #[serde(default)]
+    pub partition_traces_by_id: bool,
+    /// Log records keyed by trace id, on the partition number its spans
+    /// take; records without one by their resource (default false).
+    #[serde(default)]
+    pub partition_logs_by_trace_id: bool,
+    /// Metrics keyed by their resource (default false).
+    #[serde(default)]
+    pub partition_metrics_by_resource_attributes: bool,
+    /// The client id the broker sees (default `causeway`).
+    #[serde(default = "client_id")]
+    pub client_id: String,
+    /// Producer settings.
+    #[serde(default)]
+    pub producer: ProducerConfig,
+    /// librdkafka properties passed through as they are (TLS and SASL:
+    /// `security.protocol`, `sasl.mechanism`, `sasl.username`,
+    /// `sasl.password`, `ssl.ca.location`, ...). Values are never logged.
+    #[serde(default)]
+    pub settings: IndexMap<String, String>,
+    /// Per-attempt timeout: how long a batch may wait for the broker's
+    /// acknowledgement (default 10s).
+    #[serde(default = "timeout")]
+    pub timeout: Duration,
+    /// Retries of retryable failures.
+    #[serde(default)]
+    pub retry_on_failure: RetryConfig,
+    /// The bounded sending queue.
+    #[serde(default)]
+    pub sending_queue: QueueConfig,
+}
+
+fn client_id() -> String {
+    "causeway".into()
+}
+fn timeout() -> Duration {
+    Duration::secs(10)
+}
+
+impl KafkaExporterConfig {
+    /// The topic of `signal`.
+    pub fn topic_of(&self, signal: causeway_core::Signal) -> String {
+        use causeway_core::Signal;
+        let (own, default) = match signal {
+            Signal::Traces => (&self.traces.topic, "otlp_spans"),
+            Signal::Logs => (&self.logs.topic, "otlp_logs"),
+            Signal::Metrics => (&self.metrics.topic, "otlp_metrics"),
+        };
+        own.clone()
+            .or_else(|| self.topic.clone())
+            .unwrap_or_else(|| default.to_string())
+    }
+}
+
+/// librdkafka properties causeway sets itself.
+pub(crate) const OWN_SETTINGS: [&str; 6] = [
+    "bootstrap.servers",
+    "client.id",
+    "compression.type",
+    "message.max.bytes",
+    "acks",
+    "linger.ms",
+];
+
+impl Validate for KafkaExporterConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e = delivery_errors(&self.retry_on_failure, &self.sending_queue, self.timeout);
+        if self.brokers.is_empty() || self.brokers.iter().any(|b| b.trim().is_empty()) {
+            e.push(ConfigError::new(
+                "brokers",
+                "list at least one broker, as host:port",
+            ));
+        }
+        for (key, t) in [
+            ("topic", &self.topic),
+            ("traces.topic", &self.traces.topic),
+            ("logs.topic", &self.logs.topic),
+            ("metrics.topic", &self.metrics.topic),
+        ] {
+            if t.as_deref().is_some_and(|t| t.trim().is_empty()) {
+                e.push(ConfigError::new(key, "must not be empty"));
+            }
+        }
+        if !["none", "gzip", "snappy", "lz4", "zstd"].contains(&self.producer.compression.as_str())
+        {
+            e.push(ConfigError::new(
+                "producer.compression",
+                format!(
+                    "{:?}: use none, gzip, snappy, lz4 or zstd",
+                    self.producer.compression
+                ),
+            ));
+        }
+        if ![-1, 0, 1].contains(&self.producer.required_acks) {
+            e.push(ConfigError::new(
+                "producer.required_acks",
+                format!(
+                    "{}: use -1 (all in-sync replicas), 1 (leader) or 0 (none)",
+                    self.producer.required_acks
+                ),
+            ));
+        }
+        if self.producer.max_message_bytes < 1024 {
+            e.push(ConfigError::new(
+                "producer.max_message_bytes",
+                "must be at least 1024",
+            ));
+        }
+        for k in self.settings.keys() {
+            if OWN_SETTINGS.contains(&k.as_str()) {
+                e.push(ConfigError::new(
+                    format!("settings.{k}"),
+                    "set by causeway from the exporter's own keys (brokers, client_id, producer); use those",
+                ));
+            }
+        }
+        e
+    }
+}

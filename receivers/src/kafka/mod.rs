@@ -1,0 +1,536 @@
+//! The `kafka` receiver: OTLP requests read from Kafka topics by a consumer
+//! group, the second tier of a scaled-out layout (see README "Scaling out").
+//!
+//! **Offsets are committed only when what was read is safe.** Every message
+//! becomes a batch carrying an acknowledgement. It fires when every copy of
+//! the data was delivered by its exporters (or written to a persistent
+//! queue), or was decided and dropped by tail sampling, which holds the
+//! acknowledgement with each pending trace. A partition's commit point is
+//! its lowest offset not yet safe; it is committed every `commit_interval`.
+//!
+//! **A revoked partition is given up, not decided.** When the group takes a
+//! partition away (a rebalance, or this instance stopping), the safe offsets
+//! are committed at once and the acknowledgements still pending are
+//! cancelled: tail sampling drops the traces that carry them without a
+//! decision (`causeway_tail_sampling_traces_total{decision="revoked"}`),
+//! and the partition's new owner reads them again from the committed
+//! offset and decides them whole. Traces already decided here but not yet
+//! delivered when that happens are delivered by both instances: they are
+//! counted in `causeway_kafka_receiver_redelivered_messages_total`.
+//!
+//! **A delivery that an exporter gave up on holds the partition's commit
+//! point** before that message for as long as this instance owns the
+//! partition, so the next owner (after a restart) reads it again: nothing
+//! is committed past data that was not delivered.
+//!
+//! A message that is not a valid OTLP request is counted, logged with its
+//! topic, partition and offset, and skipped (its offset is committed).
+
+pub mod config;
+#[cfg(test)]
+mod tests;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
+use causeway_core::config::{decode, ConfigError};
+use causeway_core::model::{Ack, WeakAck};
+use causeway_core::telemetry::Counter;
+use causeway_core::topology::Output;
+use causeway_core::{Batch, BoxError, Signal, SignalSet};
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+use config::{InitialOffset, KafkaEncoding, KafkaReceiverConfig, RebalanceStrategy};
+
+/// Messages read, by outcome.
+pub const MESSAGES: &str = "causeway_kafka_receiver_messages_total";
+/// Messages read but not safe when their partition was revoked (they are
+/// read again by the next owner; those already decided are delivered twice).
+pub const REDELIVERED: &str = "causeway_kafka_receiver_redelivered_messages_total";
+/// Offset commits, by outcome.
+pub const COMMITS: &str = "causeway_kafka_receiver_commits_total";
+/// Rebalances, by kind.
+pub const REBALANCES: &str = "causeway_kafka_receiver_rebalances_total";
+
+/// The header that names a message's signal (written by the `kafka` exporter).
+pub const SIGNAL_HEADER: &str = "causeway.signal";
+
+/// Factory of the `kafka` receiver.
+pub struct KafkaReceiverFactory;
+
+#[async_trait]
+impl ReceiverFactory for KafkaReceiverFactory {
+    fn kind(&self) -> &'static str {
+        "kafka"
+    }
+    fn signals(&self) -> SignalSet {
+        SignalSet::ALL
+    }
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
+        decode::<KafkaReceiverConfig>(cfg).map(|_| ())
+    }
+    async fn build(
+        &self,
+        ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<Box<dyn Receiver>, BoxError> {
+        let cfg: KafkaReceiverConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
+        Ok(Box::new(KafkaReceiver::new(cfg, &ctx)?))
+    }
+}
+
+/// One message read and not yet safe.
+struct Pending {
+    ack: WeakAck,
+    /// An exporter gave up on it: it holds the commit point.
+    failed: bool,
+}
+
+/// A partition this instance owns.
+struct Owned {
+    /// Changes each time the partition is assigned; stale acknowledgements
+    /// (of a previous ownership) are ignored.
+    epoch: u64,
+    pending: BTreeMap<i64, Pending>,
+    /// The offset after the last message read.
+    next: Option<i64>,
+    /// The offset last committed.
+    committed: Option<i64>,
+}
+
+impl Owned {
+    /// The offset to commit: the first one not safe, or after the last read.
+    fn commit_point(&self) -> Option<i64> {
+        self.pending.keys().next().copied().or(self.next)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    owned: HashMap<(Arc<str>, i32), Owned>,
+    epoch: u64,
+    /// Messages pending and not failed, over all partitions.
+    in_flight: usize,
+    /// The receiver is stopping: nothing is committed any more.
+    stopped: bool,
+}
+
+impl State {
+    /// Offsets to commit now (those above what was committed).
+    fn to_commit(&mut self) -> TopicPartitionList {
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, p), o) in &mut self.owned {
+            if let Some(c) = o.commit_point() {
+                if o.committed.is_none_or(|old| c > old)
+                    && tpl
+                        .add_partition_offset(topic, *p, Offset::Offset(c))
+                        .is_ok()
+                {
+                    o.committed = Some(c);
+                }
+            }
+        }
+        tpl
+    }
+}
+
+struct Ctx {
+    id: String,
+    state: Arc<Mutex<State>>,
+    redelivered: Counter,
+    revokes: Counter,
+    assigns: Counter,
+    commit_failed: Counter,
+}
+
+impl ClientContext for Ctx {}
+
+impl ConsumerContext for Ctx {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(revoked) = rebalance else {
+            return;
+        };
+        self.revokes.add(1);
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        // Commit what is safe, then give up what is not: the next owner
+        // reads it again from the committed offset.
+        let mut commit = TopicPartitionList::new();
+        let mut given_up = 0usize;
+        for e in revoked.elements() {
+            let key: (Arc<str>, i32) = (Arc::from(e.topic()), e.partition());
+            if let Some(o) = st.owned.remove(&key) {
+                if let Some(c) = o.commit_point() {
+                    if o.committed.is_none_or(|old| c > old) {
+                        commit.add_partition_offset(e.topic(), e.partition(), Offset::Offset(c)).ok();
+                    }
+                }
+                for p in o.pending.values() {
+                    p.ack.cancel();
+                }
+                let live = o.pending.values().filter(|p| !p.failed).count();
+                given_up += live;
+            }
+        }
+        st.in_flight = st.in_flight.saturating_sub(given_up);
+        drop(st);
+        self.redelivered.add(given_up as u64);
+        if commit.count() > 0 && !self.stopped() {
+            if let Err(e) = consumer.commit(&commit, CommitMode::Sync) {
+                self.commit_failed.add(1);
+                tracing::warn!(receiver = %self.id, error = %e, "Committing the offsets of revoked partitions failed; their next owner reads from the previous commit (duplicates, no loss).");
+            }
+        }
+        tracing::info!(receiver = %self.id, partitions = revoked.count(), given_up, "Partitions revoked; what was not safe is left to their next owner.");
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Assign(assigned) = rebalance else {
+            return;
+        };
+        self.assigns.add(1);
+        // Co-partitioning: every topic should bring the same partition numbers.
+        let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for e in assigned.elements() {
+            by_topic.entry(e.topic().to_string()).or_default().push(e.partition());
+        }
+        let mut sets = by_topic.values_mut().map(|v| {
+            v.sort_unstable();
+            v.clone()
+        });
+        if let Some(first) = sets.next() {
+            if sets.any(|s| s != first) {
+                tracing::error!(receiver = %self.id, assignment = ?by_topic, "The topics' partitions assigned to this instance differ: give the spans and logs topics the same partition count, or a trace's log records reach another instance than its spans.");
+            }
+        }
+        if let Ok(mut st) = self.state.lock() {
+            st.epoch += 1;
+            let epoch = st.epoch;
+            for e in assigned.elements() {
+                st.owned
+                    .entry((Arc::from(e.topic()), e.partition()))
+                    .or_insert_with(|| Owned {
+                        epoch,
+                        pending: BTreeMap::new(),
+                        next: None,
+                        committed: None,
+                    });
+            }
+        }
+        tracing::info!(receiver = %self.id, partitions = assigned.count(), "Partitions assigned.");
+    }
+}
+
+impl Ctx {
+    fn stopped(&self) -> bool {
+        self.state.lock().map(|s| s.stopped).unwrap_or(true)
+    }
+}
+
+/// The receiver.
+pub struct KafkaReceiver {
+    id: String,
+    cfg: KafkaReceiverConfig,
+    consumer: StreamConsumer<Ctx>,
+    state: Arc<Mutex<State>>,
+    read: Counter,
+    invalid: Counter,
+    commits: Counter,
+    commit_failed: Counter,
+    gave_up: Counter,
+}
+
+impl KafkaReceiver {
+    fn new(cfg: KafkaReceiverConfig, ctx: &BuildContext) -> Result<Self, BoxError> {
+        let id = ctx.id.to_string();
+        let t = &ctx.telemetry;
+        let c = |name: &'static str, help: &'static str, extra: (&'static str, &str)| {
+            t.counter(name, help, &[("receiver", id.as_str()), extra])
+        };
+        let state = Arc::new(Mutex::new(State::default()));
+        let commit_failed = c(COMMITS, "Offset commits, by outcome.", ("outcome", "failed"));
+        let context = Ctx {
+            id: id.clone(),
+            state: state.clone(),
+            redelivered: t.counter(
+                REDELIVERED,
+                "Messages not yet safe when their partition was revoked: read again by the next owner.",
+                &[("receiver", id.as_str())],
+            ),
+            revokes: c(REBALANCES, "Rebalances, by kind.", ("kind", "revoke")),
+            assigns: c(REBALANCES, "Rebalances, by kind.", ("kind", "assign")),
+            commit_failed: commit_failed.clone(),
+        };
+        let mut k = ClientConfig::new();
+        for (key, v) in &cfg.settings {
+            k.set(key, v);
+        }
+        k.set("bootstrap.servers", cfg.brokers.join(","))
+            .set("group.id", &cfg.group_id)
+            .set("client.id", &cfg.client_id)
+            .set("enable.auto.commit", "false")
+            .set(
+                "auto.offset.reset",
+                match cfg.initial_offset {
+                    InitialOffset::Latest => "latest",
+                    InitialOffset::Earliest => "earliest",
+                },
+            )
+            .set(
+                "partition.assignment.strategy",
+                match cfg.group_rebalance_strategy {
+                    RebalanceStrategy::Range => "range",
+                    RebalanceStrategy::Roundrobin => "roundrobin",
+                },
+            );
+        let consumer: StreamConsumer<Ctx> = k
+            .create_with_context(context)
+            .map_err(|e| format!("kafka receiver {id}: cannot create the consumer: {e}"))?;
+        Ok(KafkaReceiver {
+            read: c(MESSAGES, "Messages read, by outcome.", ("outcome", "accepted")),
+            invalid: c(MESSAGES, "Messages read, by outcome.", ("outcome", "invalid")),
+            gave_up: c(
+                MESSAGES,
+                "Messages read, by outcome.",
+                ("outcome", "not_delivered"),
+            ),
+            commits: c(COMMITS, "Offset commits, by outcome.", ("outcome", "ok")),
+            commit_failed,
+            id,
+            cfg,
+            consumer,
+            state,
+        })
+    }
+
+    /// Commit what became safe (asynchronously; a failed commit is retried
+    /// with the next one, which carries the same or later offsets).
+    fn commit(&self, mode: CommitMode) {
+        let tpl = match self.state.lock() {
+            Ok(mut st) if !st.stopped => st.to_commit(),
+            _ => return,
+        };
+        if tpl.count() == 0 {
+            return;
+        }
+        match self.consumer.commit(&tpl, mode) {
+            Ok(()) => self.commits.add(1),
+            Err(e) => {
+                self.commit_failed.add(1);
+                // Forget what was "committed" so that the next round sends it again.
+                if let Ok(mut st) = self.state.lock() {
+                    for e in tpl.elements() {
+                        if let Some(o) = st.owned.get_mut(&(Arc::from(e.topic()), e.partition())) {
+                            o.committed = None;
+                        }
+                    }
+                }
+                tracing::warn!(receiver = %self.id, error = %e, "Committing offsets failed; retried with the next commit.");
+            }
+        }
+    }
+
+    /// The batch of one message, or why it is not valid OTLP.
+    fn batch(&self, signal: Signal, payload: &[u8]) -> Result<Batch, String> {
+        use opentelemetry_proto::tonic::collector::{
+            logs::v1::ExportLogsServiceRequest, metrics::v1::ExportMetricsServiceRequest,
+            trace::v1::ExportTraceServiceRequest,
+        };
+        use prost::Message as _;
+        let body = match self.cfg.encoding {
+            KafkaEncoding::OtlpProto => Bytes::copy_from_slice(payload),
+            KafkaEncoding::OtlpJson => {
+                let bad = |e: serde_json::Error| format!("invalid OTLP/JSON {signal} request: {e}");
+                Bytes::from(match signal {
+                    Signal::Traces => serde_json::from_slice::<ExportTraceServiceRequest>(payload)
+                        .map_err(bad)?
+                        .encode_to_vec(),
+                    Signal::Logs => serde_json::from_slice::<ExportLogsServiceRequest>(payload)
+                        .map_err(bad)?
+                        .encode_to_vec(),
+                    Signal::Metrics => {
+                        serde_json::from_slice::<ExportMetricsServiceRequest>(payload)
+                            .map_err(bad)?
+                            .encode_to_vec()
+                    }
+                })
+            }
+        };
+        let (body, items, _) = crate::otlp::check(signal, body, |_| {}).map_err(|e| match e {
+            crate::otlp::Refused::Invalid(m) => m,
+            other => format!("{other:?}"),
+        })?;
+        Ok(Batch::from_encoded(signal, body, items))
+    }
+}
+
+type Done = std::pin::Pin<Box<dyn std::future::Future<Output = ((Arc<str>, i32), u64, i64, bool)> + Send>>;
+
+#[async_trait]
+impl Receiver for KafkaReceiver {
+    async fn run(self: Box<Self>, out: Output, shutdown: CancellationToken) -> Result<(), BoxError> {
+        // Topics of the signals the pipelines take, and which signal each carries.
+        let mut topics: BTreeMap<String, Vec<Signal>> = BTreeMap::new();
+        for s in [Signal::Traces, Signal::Logs, Signal::Metrics] {
+            if out.accepts(s) {
+                topics.entry(self.cfg.topic_of(s)).or_default().push(s);
+            }
+        }
+        let names: Vec<&str> = topics.keys().map(String::as_str).collect();
+        self.consumer
+            .subscribe(&names)
+            .map_err(|e| format!("kafka receiver {}: subscribe to {names:?}: {e}", self.id))?;
+        tracing::info!(receiver = %self.id, topics = ?names, group = %self.cfg.group_id, "Consuming.");
+        let mut done: FuturesUnordered<Done> = FuturesUnordered::new();
+        let mut tick = tokio::time::interval(self.cfg.commit_interval.get());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let max = self.cfg.max_in_flight_messages;
+        loop {
+            let room = self.state.lock().map(|s| s.in_flight < max).unwrap_or(false);
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                Some((key, epoch, offset, ok)) = done.next(), if !done.is_empty() => {
+                    self.settle(key, epoch, offset, ok);
+                }
+                _ = tick.tick() => self.commit(CommitMode::Async),
+                m = self.consumer.recv(), if room => {
+                    let m = match m {
+                        Ok(m) => m,
+                        Err(e) => {
+                            tracing::warn!(receiver = %self.id, error = %e, "Reading from Kafka failed; librdkafka retries.");
+                            continue;
+                        }
+                    };
+                    let topic: Arc<str> = Arc::from(m.topic());
+                    let (partition, offset) = (m.partition(), m.offset());
+                    let header = m.headers().and_then(|h| {
+                        h.iter()
+                            .find(|x| x.key == SIGNAL_HEADER)
+                            .and_then(|x| x.value)
+                            .map(|v| String::from_utf8_lossy(v).into_owned())
+                    });
+                    let signals = topics.get(&*topic).map(Vec::as_slice).unwrap_or(&[]);
+                    let signal = match header.as_deref() {
+                        Some("traces") => Ok(Signal::Traces),
+                        Some("logs") => Ok(Signal::Logs),
+                        Some("metrics") => Ok(Signal::Metrics),
+                        Some(other) => Err(format!("unknown {SIGNAL_HEADER} header {other:?}")),
+                        None if signals.len() == 1 => Ok(signals[0]),
+                        None => Err(format!("no {SIGNAL_HEADER} header on a topic that carries several signals")),
+                    };
+                    let batch = signal.and_then(|s| {
+                        if !out.accepts(s) {
+                            return Err(format!("a {s} message, and no pipeline of this receiver takes {s}"));
+                        }
+                        self.batch(s, m.payload().unwrap_or(&[]))
+                    });
+                    drop(m);
+                    let batch = match batch {
+                        Ok(b) => b,
+                        Err(reason) => {
+                            self.invalid.add(1);
+                            tracing::warn!(receiver = %self.id, topic = %topic, partition, offset, reason = %reason, "Skipped a Kafka message that is not a valid OTLP request; its offset is committed.");
+                            self.record(&topic, partition, offset, None);
+                            continue;
+                        }
+                    };
+                    let (ack, rx) = Ack::new();
+                    let Some(epoch) = self.record(&topic, partition, offset, Some(ack.downgrade())) else {
+                        // Not ours any more (revoked meanwhile): the next owner reads it.
+                        continue;
+                    };
+                    let key = (topic, partition);
+                    done.push(Box::pin(async move {
+                        let ok = rx.await.unwrap_or(false);
+                        (key, epoch, offset, ok)
+                    }));
+                    self.read.add(1);
+                    if !out.send_until_stopped(batch.with_ack(ack.clone()), &shutdown).await {
+                        // Not sent: never count it as safe.
+                        ack.cancel();
+                        break;
+                    }
+                    drop(ack);
+                }
+            }
+        }
+        // Stopping: commit what is safe, give up the rest (the group's next
+        // owner of each partition reads it again), then leave the group.
+        self.commit(CommitMode::Sync);
+        if let Ok(mut st) = self.state.lock() {
+            st.stopped = true;
+            let mut given_up = 0;
+            for o in st.owned.values() {
+                for p in o.pending.values() {
+                    p.ack.cancel();
+                    given_up += usize::from(!p.failed);
+                }
+            }
+            tracing::info!(receiver = %self.id, given_up, "Stopped; messages not yet safe are read again by the partitions' next owner.");
+        }
+        drop(out);
+        self.consumer.unsubscribe();
+        Ok(())
+    }
+}
+
+impl KafkaReceiver {
+    /// Note a message read: pending with its acknowledgement, or (without
+    /// one) safe at once. `None` when the partition is not owned.
+    fn record(&self, topic: &Arc<str>, partition: i32, offset: i64, ack: Option<WeakAck>) -> Option<u64> {
+        let mut st = self.state.lock().ok()?;
+        let epoch = st.epoch;
+        let o = st
+            .owned
+            .entry((topic.clone(), partition))
+            .or_insert_with(|| Owned {
+                epoch,
+                pending: BTreeMap::new(),
+                next: None,
+                committed: None,
+            });
+        o.next = Some(o.next.map_or(offset + 1, |n| n.max(offset + 1)));
+        let e = o.epoch;
+        if let Some(ack) = ack {
+            o.pending.insert(offset, Pending { ack, failed: false });
+            st.in_flight += 1;
+        }
+        Some(e)
+    }
+
+    /// An acknowledgement fired.
+    fn settle(&self, key: (Arc<str>, i32), epoch: u64, offset: i64, ok: bool) {
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        if st.stopped {
+            return;
+        }
+        let Some(o) = st.owned.get_mut(&key).filter(|o| o.epoch == epoch) else {
+            return;
+        };
+        if ok {
+            if o.pending.remove(&offset).is_some() {
+                st.in_flight -= 1;
+            }
+        } else if let Some(p) = o.pending.get_mut(&offset) {
+            if !p.failed {
+                p.failed = true;
+                st.in_flight -= 1;
+                self.gave_up.add(1);
+                tracing::error!(receiver = %self.id, topic = %key.0, partition = key.1, offset, "An exporter gave up on data read from this message: the partition's committed offset stays before it while this instance owns it, so that its next owner reads it again.");
+            }
+        }
+    }
+}
