@@ -462,6 +462,9 @@ impl TailSampling {
         acks: &[Ack],
     ) {
         let id = info.trace_id;
+        if !acks.is_empty() {
+            self.restart_if_revoked(&id);
+        }
         // One hash per span: the trace's entry, held or new.
         let t = match self.traces.entry(id) {
             Entry::Occupied(o) => o.into_mut(),
@@ -581,6 +584,25 @@ impl TailSampling {
             || (limit_bytes > 0 && t.bytes >= limit_bytes)
         {
             too_large.push(id);
+        }
+    }
+
+    /// A span arrives (with a live acknowledgement) for a trace whose
+    /// earlier spans' source gave them up: its partition came back to this
+    /// instance, which now reads every message of the trace again from the
+    /// committed offset. The stale copy is dropped so the trace starts over
+    /// (deciding it on the old spans would drop the new ones with it).
+    fn restart_if_revoked(&mut self, id: &[u8; 16]) {
+        let stale = self
+            .traces
+            .get(id)
+            .is_some_and(|t| t.acks.iter().any(Ack::is_cancelled));
+        if stale {
+            if let Some(t) = self.traces.remove(id) {
+                self.bytes -= t.bytes;
+                self.spans -= t.spans.len();
+                self.metrics.revoked.add(1);
+            }
         }
     }
 

@@ -35,7 +35,7 @@ use bytes::Bytes;
 use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
 use causeway_core::config::{decode, ConfigError};
 use causeway_core::model::{Ack, WeakAck};
-use causeway_core::telemetry::Counter;
+use causeway_core::telemetry::{Counter, Gauge};
 use causeway_core::topology::Output;
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
 use futures::stream::FuturesUnordered;
@@ -60,6 +60,8 @@ pub const REDELIVERED: &str = "causeway_kafka_receiver_redelivered_messages_tota
 pub const COMMITS: &str = "causeway_kafka_receiver_commits_total";
 /// Rebalances, by kind.
 pub const REBALANCES: &str = "causeway_kafka_receiver_rebalances_total";
+/// Partitions this instance owns now.
+pub const ASSIGNED: &str = "causeway_kafka_receiver_assigned_partitions";
 
 /// The header that names a message's signal (written by the `kafka` exporter).
 pub const SIGNAL_HEADER: &str = "causeway.signal";
@@ -149,6 +151,7 @@ struct Ctx {
     redelivered: Counter,
     revokes: Counter,
     assigns: Counter,
+    assigned: Gauge,
     commit_failed: Counter,
 }
 
@@ -183,6 +186,7 @@ impl ConsumerContext for Ctx {
             }
         }
         st.in_flight = st.in_flight.saturating_sub(given_up);
+        self.assigned.set(st.owned.len() as i64);
         drop(st);
         self.redelivered.add(given_up as u64);
         if commit.count() > 0 && !self.stopped() {
@@ -226,6 +230,7 @@ impl ConsumerContext for Ctx {
                         committed: None,
                     });
             }
+            self.assigned.set(st.owned.len() as i64);
         }
         tracing::info!(receiver = %self.id, partitions = assigned.count(), "Partitions assigned.");
     }
@@ -269,6 +274,11 @@ impl KafkaReceiver {
             ),
             revokes: c(REBALANCES, "Rebalances, by kind.", ("kind", "revoke")),
             assigns: c(REBALANCES, "Rebalances, by kind.", ("kind", "assign")),
+            assigned: t.gauge(
+                ASSIGNED,
+                "Partitions this instance owns now.",
+                &[("receiver", id.as_str())],
+            ),
             commit_failed: commit_failed.clone(),
         };
         let mut k = ClientConfig::new();
@@ -439,9 +449,11 @@ impl Receiver for KafkaReceiver {
                     let batch = match batch {
                         Ok(b) => b,
                         Err(reason) => {
+                            if self.record(&topic, partition, offset, None).is_none() {
+                                continue;
+                            }
                             self.invalid.add(1);
                             tracing::warn!(receiver = %self.id, topic = %topic, partition, offset, reason = %reason, "Skipped a Kafka message that is not a valid OTLP request; its offset is committed.");
-                            self.record(&topic, partition, offset, None);
                             continue;
                         }
                     };
@@ -490,16 +502,9 @@ impl KafkaReceiver {
     /// one) safe at once. `None` when the partition is not owned.
     fn record(&self, topic: &Arc<str>, partition: i32, offset: i64, ack: Option<WeakAck>) -> Option<u64> {
         let mut st = self.state.lock().ok()?;
-        let epoch = st.epoch;
-        let o = st
-            .owned
-            .entry((topic.clone(), partition))
-            .or_insert_with(|| Owned {
-                epoch,
-                pending: BTreeMap::new(),
-                next: None,
-                committed: None,
-            });
+        // Only partitions assigned to this instance are tracked (a message
+        // of one revoked meanwhile is left to its new owner).
+        let o = st.owned.get_mut(&(topic.clone(), partition))?;
         o.next = Some(o.next.map_or(offset + 1, |n| n.max(offset + 1)));
         let e = o.epoch;
         if let Some(ack) = ack {

@@ -1,0 +1,449 @@
+//! A scaled-out tier on a real Kafka-protocol broker (tansu): sidecar
+//! instances of causeway write spans and gateway logs to Kafka with the
+//! `kafka` exporter (keyed by trace id), gateway instances read them with
+//! the `kafka` receiver in one consumer group, sample, join and analyse.
+//! Each trace's spans go through different sidecars, out of order.
+//!
+//! What is checked: every trace is decided by exactly one gateway while the
+//! group is stable, whole (every span) and with its gateway logs joined
+//! (`rca.*`); a gateway joining while traces are pending splits none; a
+//! gateway killed with SIGKILL loses none (the partitions' next owner reads
+//! from the last safe offset; the duplicates are counted); a message that
+//! is not OTLP is skipped, counted and committed.
+
+mod common;
+
+use causeway_scenarios::send::post;
+use causeway_scenarios::{case, Case, Rng, CAUSES};
+use common::kafka::Broker;
+use common::*;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const PARTITIONS: i32 = 6;
+
+fn sidecar(dir: &Path, name: &str, broker: &str) -> (Daemon, String) {
+    let http = free_port();
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+exporters:
+  kafka:
+    brokers: ["{broker}"]
+    partition_traces_by_id: true
+    partition_logs_by_trace_id: true
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [kafka] }}
+    logs: {{ receivers: [otlp], exporters: [kafka] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    );
+    (
+        Daemon::start(dir, name, &config),
+        format!("http://127.0.0.1:{http}"),
+    )
+}
+
+fn gateway(dir: &Path, name: &str, broker: &str) -> Daemon {
+    let config = format!(
+        r#"
+receivers:
+  kafka:
+    brokers: ["{broker}"]
+    group_id: tier
+    initial_offset: earliest
+    commit_interval: 500ms
+    settings: {{ session.timeout.ms: "6000", heartbeat.interval.ms: "500" }}
+processors:
+  tail_sampling:
+    decision_wait: 3s
+    policies: [{{ name: all, type: always_sample }}]
+  correlate:
+    evidence_wait: 1s
+exporters:
+  file/traces: {{ path: "{{dir}}/{name}-traces.jsonl" }}
+  file/logs: {{ path: "{{dir}}/{name}-logs.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [kafka], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    logs: {{ receivers: [kafka], processors: [correlate], exporters: [file/logs] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    );
+    Daemon::start(dir, name, &config)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn cases(rng: &mut Rng, n: u64, first: u64) -> Vec<Case> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    (first..first + n)
+        .map(|i| case(rng, CAUSES[(i as usize) % CAUSES.len()], i, now))
+        .collect()
+}
+
+/// Send cases through the sidecars: each trace's resources (services) are
+/// spread over the sidecars at random and shuffled; its logs go through one.
+fn send(rng: &mut Rng, sidecars: &[String], cases: &[Case]) {
+    let client = http_client();
+    for chunk in cases.chunks(20) {
+        let mut spans = vec![Vec::new(); sidecars.len()];
+        let mut logs = vec![Vec::new(); sidecars.len()];
+        for c in chunk {
+            for rs in &c.spans {
+                spans[rng.range(0, sidecars.len() as u64 - 1) as usize].push(rs.clone());
+            }
+            logs[rng.range(0, sidecars.len() as u64 - 1) as usize].extend(c.logs.clone());
+        }
+        for (i, base) in sidecars.iter().enumerate() {
+            let mut rs = std::mem::take(&mut spans[i]);
+            // Out of order: children before parents, traces interleaved.
+            for k in (1..rs.len()).rev() {
+                rs.swap(k, rng.range(0, k as u64) as usize);
+            }
+            let body = ExportTraceServiceRequest { resource_spans: rs }.encode_to_vec();
+            post(&client, &format!("{base}/v1/traces"), body).expect("send spans");
+            let body = ExportLogsServiceRequest {
+                resource_logs: std::mem::take(&mut logs[i]),
+            }
+            .encode_to_vec();
+            post(&client, &format!("{base}/v1/logs"), body).expect("send logs");
+        }
+    }
+}
+
+/// What each gateway wrote: trace id → (gateway, span ids, root's rca attributes).
+struct Seen {
+    by_trace: HashMap<String, Vec<(String, BTreeSet<String>, HashMap<String, String>)>>,
+}
+
+fn seen(dir: &Path, gateways: &[&str]) -> Seen {
+    let mut by_trace: HashMap<String, HashMap<String, (BTreeSet<String>, HashMap<String, String>)>> =
+        HashMap::new();
+    for g in gateways {
+        let lines = read_jsonl(&dir.join(format!("{g}-traces.jsonl")));
+        for (_, _, sp) in spans(&lines) {
+            let tid = sp["traceId"].as_str().unwrap_or_default().to_lowercase();
+            let sid = sp["spanId"].as_str().unwrap_or_default().to_lowercase();
+            let e = by_trace
+                .entry(tid)
+                .or_default()
+                .entry(g.to_string())
+                .or_default();
+            e.0.insert(sid);
+            let root = sp["parentSpanId"].as_str().unwrap_or_default().is_empty();
+            if root {
+                for a in sp["attributes"].as_array().into_iter().flatten() {
+                    let k = a["key"].as_str().unwrap_or_default();
+                    if k.starts_with("rca.") {
+                        let v = &a["value"];
+                        let s = v["stringValue"]
+                            .as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| v.to_string());
+                        e.1.insert(k.to_string(), s);
+                    }
+                }
+            }
+        }
+    }
+    Seen {
+        by_trace: by_trace
+            .into_iter()
+            .map(|(t, m)| (t, m.into_iter().map(|(g, (s, r))| (g, s, r)).collect()))
+            .collect(),
+    }
+}
+
+fn span_ids(c: &Case) -> BTreeSet<String> {
+    c.spans
+        .iter()
+        .flat_map(|rs| rs.scope_spans.iter())
+        .flat_map(|ss| ss.spans.iter())
+        .map(|s| hex(&s.span_id))
+        .collect()
+}
+
+/// Wait until every case's trace was written whole by at least one gateway.
+fn wait_all_whole(dir: &Path, gateways: &[&str], cases: &[Case], timeout: Duration) -> Seen {
+    let mut last = None;
+    let mut missing = 0;
+    let start = std::time::Instant::now();
+    while start.elapsed() < timeout {
+        let s = seen(dir, gateways);
+        missing = cases
+            .iter()
+            .filter(|c| {
+                let want = span_ids(c);
+                !s.by_trace
+                    .get(&hex(&c.trace_id))
+                    .is_some_and(|v| v.iter().any(|(_, got, _)| *got == want))
+            })
+            .count();
+        if missing == 0 {
+            return s;
+        }
+        last = Some(s);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let _ = last;
+    panic!("{missing} of {} traces not written whole in {timeout:?}", cases.len());
+}
+
+/// Sum of one series over daemons.
+fn total(ds: &[&Daemon], series: &str) -> f64 {
+    ds.iter().map(|d| d.metric(series).unwrap_or(0.0)).sum()
+}
+
+/// Wait until the group's assignment is complete: every partition of both
+/// topics owned, and every gateway owning some.
+fn wait_assigned(ds: &[&Daemon]) {
+    let series = "causeway_kafka_receiver_assigned_partitions{receiver=\"kafka\"}";
+    wait_for(Duration::from_secs(60), "the group's assignment", || {
+        let each: Vec<f64> = ds.iter().map(|d| d.metric(series).unwrap_or(0.0)).collect();
+        each.iter().all(|&n| n > 0.0) && each.iter().sum::<f64>() == f64::from(2 * PARTITIONS)
+    });
+}
+
+fn check_whole_once_and_joined(s: &Seen, cases: &[Case]) {
+    for c in cases {
+        let t = hex(&c.trace_id);
+        let copies = &s.by_trace[&t];
+        assert_eq!(
+            copies.len(),
+            1,
+            "trace {t} written by {:?}",
+            copies.iter().map(|c| &c.0).collect::<Vec<_>>()
+        );
+        let (_, got, rca) = &copies[0];
+        assert_eq!(*got, span_ids(c), "trace {t} not whole");
+        assert!(rca.contains_key("rca.cause"), "trace {t}: no rca.cause in {rca:?}");
+    }
+}
+
+#[test]
+fn gateways_behind_kafka_decide_each_trace_once_whole_and_joined_across_rebalances() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    broker.create_topic("otlp_spans", PARTITIONS);
+    broker.create_topic("otlp_logs", PARTITIONS);
+    let b = broker.addr();
+    let (s1, u1) = sidecar(dir.path(), "sidecar1", &b);
+    let (s2, u2) = sidecar(dir.path(), "sidecar2", &b);
+    let g1 = gateway(dir.path(), "gw1", &b);
+    let g2 = gateway(dir.path(), "gw2", &b);
+    let g3 = gateway(dir.path(), "gw3", &b);
+    wait_assigned(&[&g1, &g2, &g3]);
+    let mut rng = Rng::new(17);
+    let sidecars = [u1, u2];
+
+    // A stable group: each trace decided by exactly one gateway.
+    let first = cases(&mut rng, 1500, 0);
+    send(&mut rng, &sidecars, &first);
+    let names = ["gw1", "gw2", "gw3", "gw4"];
+    let s = wait_all_whole(dir.path(), &names, &first, Duration::from_secs(180));
+    check_whole_once_and_joined(&s, &first);
+    // The work was shared: every gateway decided some traces.
+    for g in &names[..3] {
+        let n = s
+            .by_trace
+            .values()
+            .filter(|v| v.iter().any(|(w, _, _)| w == g))
+            .count();
+        assert!(n > 100, "{g} decided only {n} traces");
+    }
+    // Logs were keyed alike: each trace's gateway log records went to the
+    // gateway that has its spans (co-partitioning), and none was lost.
+    let mut log_home: HashMap<String, BTreeSet<&str>> = HashMap::new();
+    let mut logs = 0;
+    for g in &names {
+        let lines = read_jsonl(&dir.path().join(format!("{g}-logs.jsonl")));
+        for (res, _, r) in log_records(&lines) {
+            // causeway's own records (the RCA events) are not input.
+            if attr(&res["attributes"], "service.name").and_then(|v| v["stringValue"].as_str())
+                == Some("causeway")
+            {
+                continue;
+            }
+            logs += 1;
+            if let Some(t) = r["traceId"].as_str().filter(|t| !t.is_empty()) {
+                log_home.entry(t.to_lowercase()).or_default().insert(*g);
+            }
+        }
+    }
+    let sent_logs: usize = first
+        .iter()
+        .flat_map(|c| c.logs.iter())
+        .flat_map(|r| r.scope_logs.iter())
+        .map(|s| s.log_records.len())
+        .sum();
+    assert_eq!(logs, sent_logs);
+    let mut with_logs = 0;
+    for c in &first {
+        let t = hex(&c.trace_id);
+        if let Some(homes) = log_home.get(&t) {
+            with_logs += 1;
+            let span_home = s.by_trace[&t][0].0.as_str();
+            assert_eq!(
+                homes.iter().copied().collect::<Vec<_>>(),
+                [span_home],
+                "trace {t}: logs at {homes:?}, spans at {span_home}"
+            );
+        }
+    }
+    assert!(with_logs > first.len() / 2, "only {with_logs} traces had logs");
+
+    // A fourth gateway joins while traces are pending: a rebalance moves
+    // partitions mid-flight. Every trace is still written whole (by every
+    // gateway that wrote it); copies are at most what was given up.
+    let second = cases(&mut rng, 1500, 10_000);
+    let (a, rest) = second.split_at(600);
+    send(&mut rng, &sidecars, a);
+    let g4 = gateway(dir.path(), "gw4", &b);
+    send(&mut rng, &sidecars, rest);
+    wait_assigned(&[&g1, &g2, &g3, &g4]);
+    let s = wait_all_whole(dir.path(), &names, &second, Duration::from_secs(180));
+    let mut duplicated = 0;
+    for c in &second {
+        let copies = &s.by_trace[&hex(&c.trace_id)];
+        for (g, got, _) in copies {
+            assert_eq!(*got, span_ids(c), "a copy of a trace by {g} is not whole");
+        }
+        duplicated += copies.len() - 1;
+    }
+    let gws = [&g1, &g2, &g3, &g4];
+    let revoked = total(
+        &gws,
+        "causeway_kafka_receiver_redelivered_messages_total{receiver=\"kafka\"}",
+    );
+    let rebalances = total(
+        &gws,
+        "causeway_kafka_receiver_rebalances_total{receiver=\"kafka\",kind=\"revoke\"}",
+    );
+    eprintln!(
+        "rebalance mid-run: {duplicated} of {} traces decided twice; {revoked} messages given up at {rebalances} revocations",
+        second.len()
+    );
+    assert!(rebalances >= 3.0, "the fourth gateway caused no revocation");
+    assert!(
+        duplicated == 0 || revoked > 0.0,
+        "traces decided twice without a revocation giving them up"
+    );
+    drop((s1, s2));
+}
+
+#[test]
+fn a_gateway_killed_mid_run_loses_no_trace_and_bad_messages_are_skipped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    broker.create_topic("otlp_spans", PARTITIONS);
+    broker.create_topic("otlp_logs", PARTITIONS);
+    let b = broker.addr();
+    let (_s1, u1) = sidecar(dir.path(), "sidecar1", &b);
+    let (_s2, u2) = sidecar(dir.path(), "sidecar2", &b);
+    let g1 = gateway(dir.path(), "gw1", &b);
+    let mut g2 = gateway(dir.path(), "gw2", &b);
+    let g3 = gateway(dir.path(), "gw3", &b);
+    wait_assigned(&[&g1, &g2, &g3]);
+    let mut rng = Rng::new(23);
+    let sidecars = [u1, u2];
+
+    // A message that is not OTLP, on every partition of the spans topic.
+    let p = broker.producer();
+    for part in 0..PARTITIONS {
+        p.send(
+            rdkafka::producer::BaseRecord::<(), [u8]>::to("otlp_spans")
+                .partition(part)
+                .payload(&b"\x0a\xffnot a protobuf request"[..]),
+        )
+        .expect("produce");
+    }
+    rdkafka::producer::Producer::flush(&p, Duration::from_secs(10)).expect("flush");
+
+    let all = cases(&mut rng, 3000, 0);
+    let (a, rest) = all.split_at(1200);
+    send(&mut rng, &sidecars, a);
+    // SIGKILL while traces are pending in gw2, then a new gateway.
+    wait_for(Duration::from_secs(60), "gw2 to hold pending traces", || {
+        g2.metric("causeway_tail_sampling_pending_traces{component=\"tail_sampling\"}")
+            .unwrap_or(0.0)
+            > 0.0
+    });
+    g2.child.kill().expect("kill -9");
+    g2.child.wait().expect("wait");
+    send(&mut rng, &sidecars, rest);
+    let g4 = gateway(dir.path(), "gw4", &b);
+    wait_assigned(&[&g1, &g3, &g4]);
+    let names = ["gw1", "gw2", "gw3", "gw4"];
+    let s = wait_all_whole(dir.path(), &names, &all, Duration::from_secs(240));
+    let mut duplicated = 0;
+    for c in &all {
+        let copies = &s.by_trace[&hex(&c.trace_id)];
+        for (g, got, _) in copies {
+            // gw2's last line may be cut by the kill: read_jsonl skips it,
+            // and what it did write whole is checked like the rest.
+            assert_eq!(*got, span_ids(c), "a copy by {g} is not whole");
+        }
+        duplicated += copies.len() - 1;
+    }
+    eprintln!(
+        "kill -9 mid-run: 0 of {} traces lost, {duplicated} decided twice (read again from the last safe offset)",
+        all.len()
+    );
+
+    // The bad messages: counted once each, logged with where they are, and committed past.
+    let live = [&g1, &g3, &g4];
+    let invalid = total(
+        &live,
+        "causeway_kafka_receiver_messages_total{receiver=\"kafka\",outcome=\"invalid\"}",
+    );
+    // gw2 may have skipped some of them before it was killed; if it did not
+    // commit past them, their next owner skipped them again.
+    assert!(
+        invalid <= f64::from(PARTITIONS),
+        "invalid messages counted {invalid} times"
+    );
+    let logged: String = ["gw1", "gw2", "gw3", "gw4"]
+        .iter()
+        .map(|n| std::fs::read_to_string(dir.path().join(format!("{n}.stderr"))).unwrap_or_default())
+        .collect();
+    for part in 0..PARTITIONS {
+        assert!(
+            logged.lines().any(|l| l.contains("not a valid OTLP request")
+                && l.contains("topic=otlp_spans")
+                && l.contains(&format!("partition={part}"))
+                && l.contains("offset=0")),
+            "no log line for the bad message on partition {part}"
+        );
+    }
+    let c = broker.consumer("tier");
+    wait_for(Duration::from_secs(30), "commits past every bad message", || {
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for part in 0..PARTITIONS {
+            tpl.add_partition("otlp_spans", part);
+        }
+        let committed = rdkafka::consumer::Consumer::committed_offsets(
+            &c,
+            tpl,
+            Duration::from_secs(10),
+        )
+        .expect("committed");
+        committed
+            .elements()
+            .iter()
+            .all(|e| matches!(e.offset(), rdkafka::Offset::Offset(o) if o >= 1))
+    });
+}
