@@ -290,6 +290,7 @@ mod tests {
                 value: Some(AnyValue {
                     value: Some(any_value::Value::StringValue(name.into())),
                 }),
+                ..Default::default()
             }],
             ..Default::default()
         })

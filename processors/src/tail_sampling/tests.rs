@@ -807,3 +807,79 @@ async fn a_late_error_span_is_kept_and_turns_the_decision() {
     );
     assert_eq!(kept.policy[&1], "errors-late");
 }
+
+/// Acknowledgements ride with pending traces: a message's fires only once
+/// every trace holding its spans is decided (and, if kept, once the output
+/// carrying them is gone); a revoked source's traces are dropped without a
+/// decision; and a trace whose source re-reads it starts over whole.
+#[tokio::test(start_paused = true)]
+async fn acknowledgements_wait_for_decisions_and_revoked_traces_start_over() {
+    let (mut p, reg) = processor("decision_wait: 1s\npolicies: [{ name: all, type: always_sample }]\n");
+    // Message 1 carries traces 1 and 2; message 2 the rest of trace 2.
+    let (a1, mut r1) = Ack::new();
+    let (a2, mut r2) = Ack::new();
+    let mut out = vec![];
+    p.process(batch(&[s(1, 1, 0, 5), s(2, 1, 0, 5)]).with_ack(a1), &mut out)
+        .await
+        .expect("process");
+    p.process(batch(&[s(2, 2, 1, 5)]).with_ack(a2), &mut out)
+        .await
+        .expect("process");
+    assert!(out.is_empty());
+    assert!(r1.try_recv().is_err(), "fired while its traces are pending");
+    tokio::time::advance(Duration::from_secs(2)).await;
+    p.on_tick(Instant::now(), &mut out).await.expect("tick");
+    assert!(!out.is_empty());
+    assert!(r1.try_recv().is_err(), "fired before the kept spans left");
+    drop(out);
+    assert_eq!(r1.try_recv(), Ok(true));
+    assert_eq!(r2.try_recv(), Ok(true));
+
+    // Revoked: trace 3's source gives it up; it is dropped undecided and
+    // not remembered, so the same trace read again is decided afresh.
+    let (a3, mut r3) = Ack::new();
+    let weak = a3.downgrade();
+    let mut out = vec![];
+    p.process(batch(&[s(3, 1, 0, 5), s(3, 2, 1, 5)]).with_ack(a3), &mut out)
+        .await
+        .expect("process");
+    weak.cancel();
+    // Read again from the committed offset (a live acknowledgement): the
+    // stale copy is dropped and the trace starts over with what is re-read.
+    let (a4, mut r4) = Ack::new();
+    p.process(batch(&[s(3, 1, 0, 5)]).with_ack(a4.clone()), &mut out)
+        .await
+        .expect("process");
+    assert_eq!(r3.try_recv(), Ok(true), "the stale copy released its message");
+    p.process(batch(&[s(3, 2, 1, 5)]).with_ack(a4), &mut out)
+        .await
+        .expect("process");
+    tokio::time::advance(Duration::from_secs(2)).await;
+    p.on_tick(Instant::now(), &mut out).await.expect("tick");
+    let mut kept = Kept::default();
+    collect(&out, &mut kept);
+    assert_eq!(
+        kept.spans.get(&3).map(|s| s.len()),
+        Some(2),
+        "the re-read trace is whole, each span once"
+    );
+    drop(out);
+    assert_eq!(r4.try_recv(), Ok(true));
+
+    // A trace still pending when its source is revoked is not decided.
+    let (a5, _r5) = Ack::new();
+    let weak = a5.downgrade();
+    let mut out = vec![];
+    p.process(batch(&[s(5, 1, 0, 5)]).with_ack(a5), &mut out)
+        .await
+        .expect("process");
+    weak.cancel();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    p.on_tick(Instant::now(), &mut out).await.expect("tick");
+    assert!(out.is_empty(), "a revoked trace was decided");
+    let text = reg.render();
+    assert!(
+        text.contains("causeway_tail_sampling_traces_total{component=\"tail_sampling\",decision=\"revoked\"} 2"),
+        "{text}"
+    );
+}
