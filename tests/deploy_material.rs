@@ -527,3 +527,78 @@ service:
         exported(&d)
     );
 }
+
+/// The scaled-out tier: the manifest embeds the tier-2 examples verbatim,
+/// the gateway pods share one group for traces and logs but each reads the
+/// metrics with a group of its own, exactly one pod evaluates alerts, the
+/// tier-2 queues stay in memory (Kafka is the buffer), and the sidecar
+/// example keys what it writes by trace id on the topics tier 2 reads.
+#[test]
+fn kafka_tier_manifest_and_examples_fit_together() {
+    let d = docs("deploy/kubernetes/gateway-kafka.yaml");
+    let deploys = kind(&d, "Deployment");
+    let maps = kind(&d, "ConfigMap");
+    let mut pipelines = Vec::new();
+    for (name, example) in [
+        ("causeway-gateway-kafka", "examples/tier2-gateway-kafka.yaml"),
+        ("causeway-alerts-kafka", "examples/tier2-alerts-kafka.yaml"),
+    ] {
+        let cm = maps
+            .iter()
+            .find(|m| m["metadata"]["name"].as_str() == Some(name))
+            .expect("ConfigMap");
+        let file = std::fs::read_to_string(root().join(example)).expect(example);
+        assert_eq!(cm["data"]["pipeline.yaml"].as_str(), Some(file.as_str()), "{name} embeds {example}");
+        let dep = deploys
+            .iter()
+            .find(|x| x["metadata"]["name"].as_str() == Some(name))
+            .expect("Deployment");
+        let c = container(dep, "causeway");
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+        assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+        assert!(c["resources"]["limits"]["memory"].as_str().is_some());
+        let p: serde_yaml::Value = serde_yaml::from_str(&file).expect(example);
+        assert_eq!(p["service"]["telemetry"]["metrics"]["address"], "0.0.0.0:8888");
+        assert!(
+            !file.contains("storage:"),
+            "{example}: no disk queue (Kafka is the buffer; an emptyDir would lose what it counted as safe)"
+        );
+        pipelines.push((dep, c, p));
+    }
+    let (gw_dep, gw_c, gw) = &pipelines[0];
+    assert!(gw_dep["spec"]["replicas"].as_i64().unwrap_or(0) >= 2);
+    assert!(gw_c["env"]
+        .as_sequence()
+        .expect("env")
+        .iter()
+        .any(|e| e["name"] == "POD_NAME" && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"));
+    let shared = gw["receivers"]["kafka"]["group_id"].as_str().expect("group");
+    assert!(!shared.contains("${"), "the traces/logs group is shared by the tier");
+    assert_eq!(
+        gw["receivers"]["kafka"]["group_rebalance_strategy"].as_str().unwrap_or("range"),
+        "range",
+        "co-partitioning needs range assignment"
+    );
+    let own = gw["receivers"]["kafka/metrics"]["group_id"].as_str().expect("group");
+    assert!(own.contains("${env:POD_NAME}"), "metrics: one group per pod ({own})");
+    assert!(
+        gw["processors"]["correlate"]["alerts"].is_null(),
+        "the gateways evaluate no alerts (each sees 1/N)"
+    );
+    let (al_dep, _, al) = &pipelines[1];
+    assert_eq!(al_dep["spec"]["replicas"].as_i64(), Some(1));
+    assert!(al["processors"]["correlate"]["alerts"]["rules"].as_sequence().is_some_and(|r| !r.is_empty()));
+    assert_ne!(al["receivers"]["kafka"]["group_id"], gw["receivers"]["kafka"]["group_id"]);
+
+    let side: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root().join("examples/tier1-sidecar-kafka.yaml")).expect("sidecar"),
+    )
+    .expect("yaml");
+    let k = &side["exporters"]["kafka"];
+    assert_eq!(k["partition_traces_by_id"], true);
+    assert_eq!(k["partition_logs_by_trace_id"], true);
+    for s in ["traces", "logs"] {
+        assert_eq!(k[s]["topic"], gw["receivers"]["kafka"][s]["topic"], "{s} topic");
+    }
+    assert_eq!(k["metrics"]["topic"], gw["receivers"]["kafka/metrics"]["metrics"]["topic"]);
+}

@@ -6,6 +6,7 @@ pub mod file;
 pub mod kafka;
 mod http_util;
 pub mod loki;
+pub mod nop;
 pub mod otlp;
 pub mod victoriametrics;
 pub mod webhook;
@@ -66,6 +67,7 @@ pub fn register(registry: &mut Registry) {
     registry.add_exporter(alertmanager::AlertmanagerExporterFactory);
     registry.add_exporter(webhook::WebhookExporterFactory);
     registry.add_exporter(kafka::KafkaExporterFactory);
+    registry.add_exporter(nop::NopExporterFactory);
 }
 
 #[cfg(test)]

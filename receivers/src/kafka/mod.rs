@@ -153,6 +153,8 @@ struct Ctx {
     assigns: Counter,
     assigned: Gauge,
     commit_failed: Counter,
+    /// Range assignment: the topics are expected to be co-partitioned.
+    copartitioned: bool,
 }
 
 impl ClientContext for Ctx {}
@@ -203,7 +205,8 @@ impl ConsumerContext for Ctx {
             return;
         };
         self.assigns.add(1);
-        // Co-partitioning: every topic should bring the same partition numbers.
+        // Co-partitioning (range assignment): every topic should bring the
+        // same partition numbers.
         let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
         for e in assigned.elements() {
             by_topic.entry(e.topic().to_string()).or_default().push(e.partition());
@@ -212,7 +215,7 @@ impl ConsumerContext for Ctx {
             v.sort_unstable();
             v.clone()
         });
-        if let Some(first) = sets.next() {
+        if let Some(first) = sets.next().filter(|_| self.copartitioned) {
             if sets.any(|s| s != first) {
                 tracing::error!(receiver = %self.id, assignment = ?by_topic, "The topics' partitions assigned to this instance differ: give the spans and logs topics the same partition count, or a trace's log records reach another instance than its spans.");
             }
@@ -280,6 +283,7 @@ impl KafkaReceiver {
                 &[("receiver", id.as_str())],
             ),
             commit_failed: commit_failed.clone(),
+            copartitioned: cfg.group_rebalance_strategy == RebalanceStrategy::Range,
         };
         let mut k = ClientConfig::new();
         for (key, v) in &cfg.settings {
