@@ -18,6 +18,8 @@ use causeway_scenarios::{case, Case, Rng, CAUSES};
 use common::kafka::Broker;
 use common::*;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 use std::collections::{BTreeSet, HashMap};
@@ -43,6 +45,7 @@ service:
   pipelines:
     traces: {{ receivers: [otlp], exporters: [kafka] }}
     logs: {{ receivers: [otlp], exporters: [kafka] }}
+    metrics: {{ receivers: [otlp], exporters: [kafka] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#
     );
@@ -62,6 +65,11 @@ receivers:
     initial_offset: earliest
     commit_interval: 500ms
     settings: {{ session.timeout.ms: "6000", heartbeat.interval.ms: "500" }}
+  kafka/metrics:
+    brokers: ["{broker}"]
+    group_id: metrics-{name}
+    initial_offset: earliest
+    commit_interval: 500ms
 processors:
   tail_sampling:
     decision_wait: 3s
@@ -71,10 +79,12 @@ processors:
 exporters:
   file/traces: {{ path: "{{dir}}/{name}-traces.jsonl" }}
   file/logs: {{ path: "{{dir}}/{name}-logs.jsonl" }}
+  file/metrics: {{ path: "{{dir}}/{name}-metrics.jsonl" }}
 service:
   pipelines:
     traces: {{ receivers: [kafka], processors: [tail_sampling, correlate], exporters: [file/traces] }}
     logs: {{ receivers: [kafka], processors: [correlate], exporters: [file/logs] }}
+    metrics: {{ receivers: [kafka/metrics], processors: [correlate], exporters: [file/metrics] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#
     );
@@ -102,7 +112,9 @@ fn send(rng: &mut Rng, sidecars: &[String], cases: &[Case]) {
     for chunk in cases.chunks(20) {
         let mut spans = vec![Vec::new(); sidecars.len()];
         let mut logs = vec![Vec::new(); sidecars.len()];
+        let mut metrics = vec![Vec::new(); sidecars.len()];
         for c in chunk {
+            metrics[rng.range(0, sidecars.len() as u64 - 1) as usize].extend(c.metrics.clone());
             for rs in &c.spans {
                 spans[rng.range(0, sidecars.len() as u64 - 1) as usize].push(rs.clone());
             }
@@ -121,6 +133,11 @@ fn send(rng: &mut Rng, sidecars: &[String], cases: &[Case]) {
             }
             .encode_to_vec();
             post(&client, &format!("{base}/v1/logs"), body).expect("send logs");
+            let body = ExportMetricsServiceRequest {
+                resource_metrics: std::mem::take(&mut metrics[i]),
+            }
+            .encode_to_vec();
+            post(&client, &format!("{base}/v1/metrics"), body).expect("send metrics");
         }
     }
 }
@@ -246,6 +263,7 @@ fn gateways_behind_kafka_decide_each_trace_once_whole_and_joined_across_rebalanc
     let broker = Broker::start(dir.path());
     broker.create_topic("otlp_spans", PARTITIONS);
     broker.create_topic("otlp_logs", PARTITIONS);
+    broker.create_topic("otlp_metrics", 2);
     let b = broker.addr();
     let (s1, u1) = sidecar(dir.path(), "sidecar1", &b);
     let (s2, u2) = sidecar(dir.path(), "sidecar2", &b);
@@ -312,6 +330,36 @@ fn gateways_behind_kafka_decide_each_trace_once_whole_and_joined_across_rebalanc
     }
     assert!(with_logs > first.len() / 2, "only {with_logs} traces had logs");
 
+    // Metrics are not keyed by trace: every gateway read every point (a
+    // group of its own), so each can join any trace with them.
+    let sent_points: usize = first
+        .iter()
+        .flat_map(|c| c.metrics.iter())
+        .flat_map(|r| r.scope_metrics.iter())
+        .flat_map(|s| s.metrics.iter())
+        .map(|m| points(m.data.as_ref()))
+        .sum();
+    assert!(sent_points > 0);
+    for g in &names[..3] {
+        wait_for(Duration::from_secs(60), "every metric point at every gateway", || {
+            let lines = read_jsonl(&dir.path().join(format!("{g}-metrics.jsonl")));
+            let got: usize = metrics(&lines)
+                .iter()
+                .filter(|(res, _)| {
+                    attr(&res["attributes"], "service.name").and_then(|v| v["stringValue"].as_str())
+                        != Some("causeway")
+                })
+                .map(|(_, m)| {
+                    ["gauge", "sum", "histogram", "summary", "exponentialHistogram"]
+                        .iter()
+                        .map(|k| m[*k]["dataPoints"].as_array().map_or(0, Vec::len))
+                        .sum::<usize>()
+                })
+                .sum();
+            got >= sent_points
+        });
+    }
+
     // A fourth gateway joins while traces are pending: a rebalance moves
     // partitions mid-flight. Every trace is still written whole (by every
     // gateway that wrote it); copies are at most what was given up.
@@ -357,6 +405,7 @@ fn a_gateway_killed_mid_run_loses_no_trace_and_bad_messages_are_skipped() {
     let broker = Broker::start(dir.path());
     broker.create_topic("otlp_spans", PARTITIONS);
     broker.create_topic("otlp_logs", PARTITIONS);
+    broker.create_topic("otlp_metrics", 2);
     let b = broker.addr();
     let (_s1, u1) = sidecar(dir.path(), "sidecar1", &b);
     let (_s2, u2) = sidecar(dir.path(), "sidecar2", &b);
@@ -461,4 +510,15 @@ fn a_gateway_killed_mid_run_loses_no_trace_and_bad_messages_are_skipped() {
             .iter()
             .all(|e| matches!(e.offset(), rdkafka::Offset::Offset(o) if o >= 1))
     });
+}
+
+fn points(d: Option<&Data>) -> usize {
+    match d {
+        Some(Data::Gauge(g)) => g.data_points.len(),
+        Some(Data::Sum(g)) => g.data_points.len(),
+        Some(Data::Histogram(g)) => g.data_points.len(),
+        Some(Data::ExponentialHistogram(g)) => g.data_points.len(),
+        Some(Data::Summary(g)) => g.data_points.len(),
+        None => 0,
+    }
 }
