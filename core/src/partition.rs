@@ -105,12 +105,112 @@ fn hash(b: &[u8]) -> u64 {
     h
 }
 
+/// One part of a split request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Part {
+    /// An encoded request of the same signal (empty when no item went here).
+    pub bytes: Vec<u8>,
+    /// Items it holds.
+    pub items: usize,
+    /// The key of its items, when they all have the same one.
+    pub key: Option<Key>,
+    mixed: bool,
+}
+
+impl Part {
+    fn note(&mut self, key: Key) {
+        match self.key {
+            None if !self.mixed => self.key = Some(key),
+            Some(k) if k != key => {
+                self.key = None;
+                self.mixed = true;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Split one encoded `Export*ServiceRequest` into buckets: `bucket_of`
+/// gives each item's bucket from its key (spans by trace id; log records by
+/// trace id when they carry a valid one, else by their resource; metrics by
+/// resource, a resource's metrics never split). Part `i` holds bucket `i`'s
+/// items in the order they arrived, under copies of their wrappers; the
+/// result has one part per bucket up to the highest used. The cost is one
+/// walk of the framing, a counting sort and one copy of each item: made for
+/// sharding a batch over Kafka partitions or backends.
+pub fn split_by(
+    signal: Signal,
+    buf: &[u8],
+    mut bucket_of: impl FnMut(&Key) -> usize,
+) -> Result<Vec<Part>, WireError> {
+    let (items, wrappers, scopes) = walk(signal, buf)?;
+    // Buckets, memoized for runs of one key (a trace's spans are usually together).
+    let mut buckets: Vec<u32> = Vec::with_capacity(items.len());
+    let mut last: Option<(Key, u32)> = None;
+    let mut n = 0usize;
+    for it in &items {
+        let b = match last {
+            Some((k, b)) if k == it.key => b,
+            _ => {
+                let b = bucket_of(&it.key) as u32;
+                last = Some((it.key, b));
+                b
+            }
+        };
+        n = n.max(b as usize + 1);
+        buckets.push(b);
+    }
+    // Counting sort: stable, so each bucket keeps arrival order.
+    let mut start = vec![0u32; n + 1];
+    for &b in &buckets {
+        start[b as usize + 1] += 1;
+    }
+    for i in 0..n {
+        start[i + 1] += start[i];
+    }
+    let mut order = vec![0u32; items.len()];
+    let mut at = start.clone();
+    for (i, &b) in buckets.iter().enumerate() {
+        order[at[b as usize] as usize] = i as u32;
+        at[b as usize] += 1;
+    }
+    let mut parts = vec![Part::default(); n];
+    for (b, part) in parts.iter_mut().enumerate() {
+        let group = &order[start[b] as usize..start[b + 1] as usize];
+        if group.is_empty() {
+            continue;
+        }
+        for &i in group {
+            part.note(items[i as usize].key);
+        }
+        part.items = group.len();
+        part.bytes = encode(group, &items, &wrappers, &scopes);
+    }
+    // Items counted: a resource without scopes (or a resource of metrics)
+    // is one item here; callers that count spans use the wire scan.
+    Ok(parts)
+}
+
 /// Split one encoded `Export*ServiceRequest` by key: for each key (in order
-/// of first appearance), an encoded request of the same signal with that
-/// key's items, and how many items it holds. Spans are keyed by trace id;
-/// log records by trace id when they carry a valid one, else by their
-/// resource; metrics by resource (a resource's metrics are not split).
+/// of first appearance), an encoded request with that key's items, and how
+/// many items it holds. See [`split_by`].
 pub fn split(signal: Signal, buf: &[u8]) -> Result<Vec<(Key, Vec<u8>, usize)>, WireError> {
+    let mut index: std::collections::HashMap<Key, usize, foldhash::fast::FixedState> =
+        std::collections::HashMap::default();
+    let parts = split_by(signal, buf, |k| {
+        let n = index.len();
+        *index.entry(*k).or_insert(n)
+    })?;
+    Ok(parts
+        .into_iter()
+        .filter_map(|p| Some((p.key?, p.bytes, p.items)))
+        .collect())
+}
+
+type Walked<'a> = (Vec<Item<'a>>, Vec<Wrapper<'a>>, Vec<Wrapper<'a>>);
+
+/// Every item with its key and where it was, and the wrappers' other fields.
+fn walk(signal: Signal, buf: &[u8]) -> Result<Walked<'_>, WireError> {
     let mut wrappers: Vec<Wrapper<'_>> = Vec::new();
     let mut scopes: Vec<Wrapper<'_>> = Vec::new();
     let mut items: Vec<Item<'_>> = Vec::new();
@@ -120,6 +220,7 @@ pub fn split(signal: Signal, buf: &[u8]) -> Result<Vec<(Key, Vec<u8>, usize)>, W
             continue;
         };
         let r = wrappers.len() as u32;
+        let first_item = items.len();
         let mut other = Vec::new();
         let mut resource_bytes: &[u8] = &[];
         let mut had_scope = false;
@@ -157,10 +258,7 @@ pub fn split(signal: Signal, buf: &[u8]) -> Result<Vec<(Key, Vec<u8>, usize)>, W
         }
         // Items without a trace id (and metrics, whole) go by their resource.
         let rkey = Key::Resource(hash(resource_bytes));
-        for it in items.iter_mut().rev() {
-            if it.resource != r {
-                break;
-            }
+        for it in &mut items[first_item..] {
             if it.key == Key::Resource(0) {
                 it.key = rkey;
             }
@@ -178,34 +276,25 @@ pub fn split(signal: Signal, buf: &[u8]) -> Result<Vec<(Key, Vec<u8>, usize)>, W
         }
         wrappers.push(Wrapper { other });
     }
-    // Stable: each key's items stay in the order they arrived.
-    let mut order: Vec<u32> = (0..items.len() as u32).collect();
-    let mut first: std::collections::HashMap<Key, u32, foldhash::fast::FixedState> =
-        std::collections::HashMap::default();
-    for (i, it) in items.iter().enumerate() {
-        first.entry(it.key).or_insert(i as u32);
-    }
-    order.sort_by_key(|&i| (first[&items[i as usize].key], i));
-    let mut out = Vec::with_capacity(first.len());
-    let mut i = 0;
-    while i < order.len() {
-        let key = items[order[i] as usize].key;
-        let mut j = i;
-        while j < order.len() && items[order[j] as usize].key == key {
-            j += 1;
-        }
-        let group = &order[i..j];
-        out.push((key, encode(group, &items, &wrappers, &scopes), group.len()));
-        i = j;
-    }
-    Ok(out)
+    Ok((items, wrappers, scopes))
 }
 
-/// The items of one key, re-wrapped: consecutive items of one scope share
+/// The items of one group, re-wrapped: consecutive items of one scope share
 /// one scope wrapper, of one resource one resource wrapper.
 fn encode(group: &[u32], items: &[Item<'_>], wrappers: &[Wrapper<'_>], scopes: &[Wrapper<'_>]) -> Vec<u8> {
     let sum = |v: &[&[u8]]| v.iter().map(|b| b.len()).sum::<usize>();
-    let mut out = Vec::new();
+    // Exact size: items, wrappers' other fields and prefixes (computed below).
+    let mut out = Vec::with_capacity(group.iter().map(|&i| items[i as usize].raw.len()).sum::<usize>() + 64);
+    let scope_run = |s: usize, b: usize| -> (usize, usize) {
+        let scope = items[group[s] as usize].scope;
+        let mut e = s;
+        let mut len = sum(&scopes[scope as usize].other);
+        while e < b && items[group[e] as usize].scope == scope {
+            len += items[group[e] as usize].raw.len();
+            e += 1;
+        }
+        (e, len)
+    };
     let mut a = 0;
     while a < group.len() {
         let first = &items[group[a] as usize];
@@ -219,28 +308,21 @@ fn encode(group: &[u32], items: &[Item<'_>], wrappers: &[Wrapper<'_>], scopes: &
         while b < group.len() && items[group[b] as usize].resource == first.resource {
             b += 1;
         }
-        // Scope runs within it, with their payload sizes.
-        let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+        let res = &wrappers[first.resource as usize];
+        let mut res_len = sum(&res.other);
         let mut s = a;
         while s < b {
-            let scope = items[group[s] as usize].scope;
-            let mut e = s;
-            let mut len = sum(&scopes[scope as usize].other);
-            while e < b && items[group[e] as usize].scope == scope {
-                len += items[group[e] as usize].raw.len();
-                e += 1;
-            }
-            runs.push((s, e, len));
+            let (e, len) = scope_run(s, b);
+            res_len += len_field_size(len);
             s = e;
         }
-        let res = &wrappers[first.resource as usize];
-        let res_len =
-            sum(&res.other) + runs.iter().map(|r| len_field_size(r.2)).sum::<usize>();
         put_len_prefix(&mut out, 1, res_len);
         for o in &res.other {
             out.extend_from_slice(o);
         }
-        for (s, e, len) in runs {
+        let mut s = a;
+        while s < b {
+            let (e, len) = scope_run(s, b);
             put_len_prefix(&mut out, 2, len);
             let scope = items[group[s] as usize].scope as usize;
             for o in &scopes[scope].other {
@@ -249,6 +331,7 @@ fn encode(group: &[u32], items: &[Item<'_>], wrappers: &[Wrapper<'_>], scopes: &
             for k in &group[s..e] {
                 out.extend_from_slice(items[*k as usize].raw);
             }
+            s = e;
         }
         a = b;
     }

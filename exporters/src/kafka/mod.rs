@@ -25,7 +25,7 @@ use causeway_core::component::{
     BuildContext, BuiltExporter, Delivered, ExportError, Exporter, ExporterFactory,
 };
 use causeway_core::config::{decode, ConfigError, DeliveryConfig};
-use causeway_core::partition::{split, Key};
+use causeway_core::partition::{split, split_by, Key};
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -198,42 +198,77 @@ impl KafkaExporter {
         }
         let n = self.partition_count(topic).await?;
         let max = self.cfg.producer.max_message_bytes;
-        // Per partition: the open message, the one key it holds (if only one).
-        let mut open: HashMap<u32, (Vec<u8>, Option<Key>, bool)> = HashMap::new();
+        // Per partition: the open message and the one key it holds (if only one).
+        let mut open: Vec<Open> = (0..n).map(|_| Open::default()).collect();
         let mut out = Vec::new();
+        let bad = |e: causeway_core::wire::WireError| {
+            permanent(format!("a {signal:?} request cannot be split by key: {e}"))
+        };
         for part in batch.encoded_parts() {
-            let pieces = split(signal, &part).map_err(|e| {
-                permanent(format!("a {signal:?} request cannot be split by key: {e}"))
-            })?;
-            for (key, bytes, _) in pieces {
-                let p = key.partition(n);
-                let slot = open.entry(p).or_insert_with(|| (Vec::new(), None, false));
-                if !slot.0.is_empty() && slot.0.len() + bytes.len() > max {
-                    let (payload, k, mixed) = std::mem::take(slot);
-                    out.push(Message {
-                        partition: Some(p as i32),
-                        key: if mixed { None } else { k.map(|k| k.hex()) },
-                        payload,
-                    });
+            let parts = split_by(signal, &part, |k| k.partition(n) as usize).map_err(bad)?;
+            for (p, piece) in parts.into_iter().enumerate() {
+                if piece.items == 0 {
+                    continue;
                 }
-                match slot.1 {
-                    None => slot.1 = Some(key),
-                    Some(k) if k != key => slot.2 = true,
-                    _ => {}
+                if piece.bytes.len() <= max {
+                    open[p].add(p, piece.bytes, piece.key, max, &mut out);
+                } else {
+                    // Too big for one message: cut between keys.
+                    for (key, bytes, _) in split(signal, &piece.bytes).map_err(bad)? {
+                        open[p].add(p, bytes, Some(key), max, &mut out);
+                    }
                 }
-                slot.0.extend_from_slice(&bytes);
             }
         }
-        let mut rest: Vec<_> = open.into_iter().collect();
-        rest.sort_by_key(|(p, _)| *p);
-        for (p, (payload, k, mixed)) in rest {
-            out.push(Message {
-                partition: Some(p as i32),
-                key: if mixed { None } else { k.map(|k| k.hex()) },
-                payload,
-            });
+        for (p, o) in open.into_iter().enumerate() {
+            o.close(p, &mut out);
         }
         Ok(out)
+    }
+}
+
+/// A partition's message being filled.
+#[derive(Default)]
+struct Open {
+    payload: Vec<u8>,
+    key: Option<Key>,
+    mixed: bool,
+}
+
+impl Open {
+    /// Append `bytes` (of `key`, if one), first closing the message if it
+    /// would grow past `max`.
+    fn add(&mut self, p: usize, bytes: Vec<u8>, key: Option<Key>, max: usize, out: &mut Vec<Message>) {
+        if !self.payload.is_empty() && self.payload.len() + bytes.len() > max {
+            std::mem::take(self).close(p, out);
+        }
+        match (self.payload.is_empty(), key) {
+            (true, k) => {
+                self.key = k;
+                self.mixed = k.is_none();
+            }
+            (false, Some(k)) if self.key == Some(k) => {}
+            _ => {
+                self.key = None;
+                self.mixed = true;
+            }
+        }
+        if self.payload.is_empty() {
+            self.payload = bytes;
+        } else {
+            self.payload.extend_from_slice(&bytes);
+        }
+    }
+
+    fn close(self, p: usize, out: &mut Vec<Message>) {
+        if self.payload.is_empty() {
+            return;
+        }
+        out.push(Message {
+            partition: Some(p as i32),
+            key: if self.mixed { None } else { self.key.map(|k| k.hex()) },
+            payload: self.payload,
+        });
     }
 }
 
