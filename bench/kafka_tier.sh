@@ -3,7 +3,7 @@
 # trace id) -> tansu (in-memory storage) -> N gateways (kafka receiver,
 # one consumer group) -> tail sampling -> a counting sink.
 #
-#   bench/kafka_tier.sh [seconds] [gateways] [partitions]
+#   [RATE=spans/s] bench/kafka_tier.sh [seconds] [gateways] [partitions]
 #
 # Arrival as bench/tail_sampling_realistic.sh: new trace ids, each trace's
 # 5 spans in 5 requests about 2 s apart, ~2% of traces kept. The load
@@ -64,11 +64,12 @@ wait_port 14317
 SC0=$(cpu "$SC"); GW0=(); for p in "${GW[@]}"; do GW0+=($(cpu "$p")); done; TK0=$(cpu "$TANSU_PID")
 START=$(date +%s.%N)
 "$LG" send --target 127.0.0.1:14317 --seconds "$SECS" --spans 500 --concurrency 8 \
-  --error-every 1000 --slow-every 500 --spread 400 > "$OUT/send.json"
+  --error-every 1000 --slow-every 500 --spread 400 --rate "${RATE:-0}" > "$OUT/send.json"
 SENT_AT=$(date +%s.%N)
-# The sidecar's queue empty (every span acknowledged by the broker).
+ACCEPTED=$(python3 -c "import json,sys; print(json.load(open('$OUT/send.json'))['spans_accepted'])")
+# Every accepted span written to Kafka and acknowledged by the broker.
 for _ in $(seq 1 600); do
-  [[ $(metric 18888 causeway_exporter_queue_size) == 0 ]] && break; sleep 0.1
+  [[ $(metric 18888 causeway_exporter_sent_items_total 'signal="traces"') -ge $ACCEPTED ]] && break; sleep 0.1
 done
 SC1=$(cpu "$SC")
 WRITTEN=$(metric 18888 causeway_exporter_sent_items_total 'signal="traces"')
@@ -92,20 +93,22 @@ for i in "${!GW[@]}"; do
   GWHWM+="$(hwm "${GW[$i]}") "
 done
 TK1=$(cpu "$TANSU_PID")
-SAMPLED=0; DROPPED=0
+SAMPLED=0; DROPPED=0; LATE=0
 for p in "${GWPORT[@]}"; do
+  LATE=$((LATE + $(metric "$p" causeway_tail_sampling_late_spans_total)))
   SAMPLED=$((SAMPLED + $(metric "$p" causeway_tail_sampling_traces_total 'decision="sampled"')))
   DROPPED=$((DROPPED + $(metric "$p" causeway_tail_sampling_traces_total 'decision="not_sampled"')))
 done
 SCHWM=$(hwm "$SC")
 cleanup; trap - EXIT
-python3 - "$OUT" "$TCK" "$N" "$PARTS" "$SC0" "$SC1" "$GWCPU" "$TK0" "$TK1" "$START" "$SENT_AT" "$DONE_AT" "$WRITTEN" "$SAMPLED" "$DROPPED" "$SCHWM" "$GWHWM" "$PER" <<'PY'
+python3 - "$OUT" "$TCK" "$N" "$PARTS" "$SC0" "$SC1" "$GWCPU" "$TK0" "$TK1" "$START" "$SENT_AT" "$DONE_AT" "$WRITTEN" "$SAMPLED" "$DROPPED" "$SCHWM" "$GWHWM" "$PER" "$LATE" <<'PY'
 import json, sys
 a = sys.argv
 out, tck, n, parts = a[1], int(a[2]), int(a[3]), int(a[4])
 sc0, sc1, gwcpu, tk0, tk1 = (int(x) for x in a[5:10])
 start, sent_at, done_at = (float(x) for x in a[10:13])
 written, sampled, dropped = (int(float(x)) for x in a[13:16])
+late = int(float(a[19]))
 send = json.load(open(f"{out}/send.json"))
 sink = json.load(open(f"{out}/sink.json"))
 sc = (sc1 - sc0) / tck
@@ -117,6 +120,7 @@ print(json.dumps({
   "spans_written_to_kafka": written,
   "seconds_from_load_stop_to_last_decision": round(done_at - sent_at, 1),
   "traces_sampled": sampled, "traces_dropped": dropped,
+  "late_spans": late,
   "spans_at_sink": sink["spans_received"],
   "sidecar_cpu_seconds": round(sc, 2),
   "sidecar_spans_per_cpu_second": round(written / sc) if sc else None,

@@ -522,3 +522,88 @@ fn points(d: Option<&Data>) -> usize {
         None => 0,
     }
 }
+
+/// One topic for every signal, in OTLP/JSON: the `causeway.signal` header
+/// tells the receiver what each message is.
+#[test]
+fn one_topic_in_otlp_json_carries_every_signal_by_header() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    broker.create_topic("otlp_all", 3);
+    let b = broker.addr();
+    let http = free_port();
+    let side = Daemon::start(
+        dir.path(),
+        "sidecar",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+exporters:
+  kafka:
+    brokers: ["{b}"]
+    topic: otlp_all
+    encoding: otlp_json
+    partition_traces_by_id: true
+    partition_logs_by_trace_id: true
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [kafka] }}
+    logs: {{ receivers: [otlp], exporters: [kafka] }}
+    metrics: {{ receivers: [otlp], exporters: [kafka] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
+    let gw = Daemon::start(
+        dir.path(),
+        "gw",
+        &format!(
+            r#"
+receivers:
+  kafka:
+    brokers: ["{b}"]
+    topic: otlp_all
+    encoding: otlp_json
+    initial_offset: earliest
+    commit_interval: 200ms
+exporters:
+  file: {{ path: "{{dir}}/gw-{{signal}}.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [kafka], exporters: [file] }}
+    logs: {{ receivers: [kafka], exporters: [file] }}
+    metrics: {{ receivers: [kafka], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
+    let mut rng = Rng::new(5);
+    let cs = cases(&mut rng, 40, 0);
+    send(&mut rng, &[format!("http://127.0.0.1:{http}")], &cs);
+    let want_spans: usize = cs.iter().map(|c| span_ids(c).len()).sum();
+    let want_logs: usize = cs
+        .iter()
+        .flat_map(|c| c.logs.iter())
+        .flat_map(|r| r.scope_logs.iter())
+        .map(|s| s.log_records.len())
+        .sum();
+    let want_metrics: usize = cs
+        .iter()
+        .flat_map(|c| c.metrics.iter())
+        .flat_map(|r| r.scope_metrics.iter())
+        .map(|s| s.metrics.len())
+        .sum();
+    wait_for(Duration::from_secs(60), "every item of every signal", || {
+        spans(&read_jsonl(&dir.path().join("gw-traces.jsonl"))).len() == want_spans
+            && log_records(&read_jsonl(&dir.path().join("gw-logs.jsonl"))).len() == want_logs
+            && metrics(&read_jsonl(&dir.path().join("gw-metrics.jsonl"))).len() == want_metrics
+    });
+    assert_eq!(
+        gw.metric("causeway_kafka_receiver_messages_total{receiver=\"kafka\",outcome=\"invalid\"}"),
+        Some(0.0)
+    );
+    drop(side);
+}
