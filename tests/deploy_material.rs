@@ -540,7 +540,10 @@ fn kafka_tier_manifest_and_examples_fit_together() {
     let maps = kind(&d, "ConfigMap");
     let mut pipelines = Vec::new();
     for (name, example) in [
-        ("causeway-gateway-kafka", "examples/tier2-gateway-kafka.yaml"),
+        (
+            "causeway-gateway-kafka",
+            "examples/tier2-gateway-kafka.yaml",
+        ),
         ("causeway-alerts-kafka", "examples/tier2-alerts-kafka.yaml"),
     ] {
         let cm = maps
@@ -548,7 +551,11 @@ fn kafka_tier_manifest_and_examples_fit_together() {
             .find(|m| m["metadata"]["name"].as_str() == Some(name))
             .expect("ConfigMap");
         let file = std::fs::read_to_string(root().join(example)).expect(example);
-        assert_eq!(cm["data"]["pipeline.yaml"].as_str(), Some(file.as_str()), "{name} embeds {example}");
+        assert_eq!(
+            cm["data"]["pipeline.yaml"].as_str(),
+            Some(file.as_str()),
+            "{name} embeds {example}"
+        );
         let dep = deploys
             .iter()
             .find(|x| x["metadata"]["name"].as_str() == Some(name))
@@ -558,7 +565,10 @@ fn kafka_tier_manifest_and_examples_fit_together() {
         assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
         assert!(c["resources"]["limits"]["memory"].as_str().is_some());
         let p: serde_yaml::Value = serde_yaml::from_str(&file).expect(example);
-        assert_eq!(p["service"]["telemetry"]["metrics"]["address"], "0.0.0.0:8888");
+        assert_eq!(
+            p["service"]["telemetry"]["metrics"]["address"],
+            "0.0.0.0:8888"
+        );
         assert!(
             !file.contains("storage:"),
             "{example}: no disk queue (Kafka is the buffer; an emptyDir would lose what it counted as safe)"
@@ -571,34 +581,59 @@ fn kafka_tier_manifest_and_examples_fit_together() {
         .as_sequence()
         .expect("env")
         .iter()
-        .any(|e| e["name"] == "POD_NAME" && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"));
-    let shared = gw["receivers"]["kafka"]["group_id"].as_str().expect("group");
-    assert!(!shared.contains("${"), "the traces/logs group is shared by the tier");
+        .any(|e| e["name"] == "POD_NAME"
+            && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"));
+    let shared = gw["receivers"]["kafka"]["group_id"]
+        .as_str()
+        .expect("group");
+    assert!(
+        !shared.contains("${"),
+        "the traces/logs group is shared by the tier"
+    );
     assert_eq!(
-        gw["receivers"]["kafka"]["group_rebalance_strategy"].as_str().unwrap_or("range"),
+        gw["receivers"]["kafka"]["group_rebalance_strategy"]
+            .as_str()
+            .unwrap_or("range"),
         "range",
         "co-partitioning needs range assignment"
     );
-    let own = gw["receivers"]["kafka/metrics"]["group_id"].as_str().expect("group");
-    assert!(own.contains("${env:POD_NAME}"), "metrics: one group per pod ({own})");
+    let own = gw["receivers"]["kafka/metrics"]["group_id"]
+        .as_str()
+        .expect("group");
+    assert!(
+        own.contains("${env:POD_NAME}"),
+        "metrics: one group per pod ({own})"
+    );
     assert!(
         gw["processors"]["correlate"]["alerts"].is_null(),
         "the gateways evaluate no alerts (each sees 1/N)"
     );
     let (al_dep, _, al) = &pipelines[1];
     assert_eq!(al_dep["spec"]["replicas"].as_i64(), Some(1));
-    assert!(al["processors"]["correlate"]["alerts"]["rules"].as_sequence().is_some_and(|r| !r.is_empty()));
-    assert_ne!(al["receivers"]["kafka"]["group_id"], gw["receivers"]["kafka"]["group_id"]);
+    assert!(al["processors"]["correlate"]["alerts"]["rules"]
+        .as_sequence()
+        .is_some_and(|r| !r.is_empty()));
+    assert_ne!(
+        al["receivers"]["kafka"]["group_id"],
+        gw["receivers"]["kafka"]["group_id"]
+    );
 
     let side: serde_yaml::Value = serde_yaml::from_str(
-        &std::fs::read_to_string(root().join("examples/tier1-sidecar-kafka.yaml")).expect("sidecar"),
+        &std::fs::read_to_string(root().join("examples/tier1-sidecar-kafka.yaml"))
+            .expect("sidecar"),
     )
     .expect("yaml");
     let k = &side["exporters"]["kafka"];
     assert_eq!(k["partition_traces_by_id"], true);
     assert_eq!(k["partition_logs_by_trace_id"], true);
     for s in ["traces", "logs"] {
-        assert_eq!(k[s]["topic"], gw["receivers"]["kafka"][s]["topic"], "{s} topic");
+        assert_eq!(
+            k[s]["topic"], gw["receivers"]["kafka"][s]["topic"],
+            "{s} topic"
+        );
     }
-    assert_eq!(k["metrics"]["topic"], gw["receivers"]["kafka/metrics"]["metrics"]["topic"]);
+    assert_eq!(
+        k["metrics"]["topic"],
+        gw["receivers"]["kafka/metrics"]["metrics"]["topic"]
+    );
 }

@@ -19,8 +19,8 @@ use common::kafka::Broker;
 use common::*;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use prost::Message;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -142,14 +142,18 @@ fn send(rng: &mut Rng, sidecars: &[String], cases: &[Case]) {
     }
 }
 
-/// What each gateway wrote: trace id → (gateway, span ids, root's rca attributes).
+/// One gateway's copy of a trace: (gateway, span ids, root's rca attributes).
+type TraceCopy = (String, BTreeSet<String>, HashMap<String, String>);
+/// Span ids and root's rca attributes.
+type Written = (BTreeSet<String>, HashMap<String, String>);
+
+/// What each gateway wrote: trace id → its copies.
 struct Seen {
-    by_trace: HashMap<String, Vec<(String, BTreeSet<String>, HashMap<String, String>)>>,
+    by_trace: HashMap<String, Vec<TraceCopy>>,
 }
 
 fn seen(dir: &Path, gateways: &[&str]) -> Seen {
-    let mut by_trace: HashMap<String, HashMap<String, (BTreeSet<String>, HashMap<String, String>)>> =
-        HashMap::new();
+    let mut by_trace: HashMap<String, HashMap<String, Written>> = HashMap::new();
     for g in gateways {
         let lines = read_jsonl(&dir.join(format!("{g}-traces.jsonl")));
         for (_, _, sp) in spans(&lines) {
@@ -217,7 +221,10 @@ fn wait_all_whole(dir: &Path, gateways: &[&str], cases: &[Case], timeout: Durati
         std::thread::sleep(Duration::from_millis(250));
     }
     let _ = last;
-    panic!("{missing} of {} traces not written whole in {timeout:?}", cases.len());
+    panic!(
+        "{missing} of {} traces not written whole in {timeout:?}",
+        cases.len()
+    );
 }
 
 /// Sum of one series over daemons.
@@ -253,7 +260,10 @@ fn check_whole_once_and_joined(s: &Seen, cases: &[Case]) {
         );
         let (_, got, rca) = &copies[0];
         assert_eq!(*got, span_ids(c), "trace {t} not whole");
-        assert!(rca.contains_key("rca.cause"), "trace {t}: no rca.cause in {rca:?}");
+        assert!(
+            rca.contains_key("rca.cause"),
+            "trace {t}: no rca.cause in {rca:?}"
+        );
     }
 }
 
@@ -328,7 +338,10 @@ fn gateways_behind_kafka_decide_each_trace_once_whole_and_joined_across_rebalanc
             );
         }
     }
-    assert!(with_logs > first.len() / 2, "only {with_logs} traces had logs");
+    assert!(
+        with_logs > first.len() / 2,
+        "only {with_logs} traces had logs"
+    );
 
     // Metrics are not keyed by trace: every gateway read every point (a
     // group of its own), so each can join any trace with them.
@@ -341,23 +354,34 @@ fn gateways_behind_kafka_decide_each_trace_once_whole_and_joined_across_rebalanc
         .sum();
     assert!(sent_points > 0);
     for g in &names[..3] {
-        wait_for(Duration::from_secs(60), "every metric point at every gateway", || {
-            let lines = read_jsonl(&dir.path().join(format!("{g}-metrics.jsonl")));
-            let got: usize = metrics(&lines)
-                .iter()
-                .filter(|(res, _)| {
-                    attr(&res["attributes"], "service.name").and_then(|v| v["stringValue"].as_str())
-                        != Some("causeway")
-                })
-                .map(|(_, m)| {
-                    ["gauge", "sum", "histogram", "summary", "exponentialHistogram"]
+        wait_for(
+            Duration::from_secs(60),
+            "every metric point at every gateway",
+            || {
+                let lines = read_jsonl(&dir.path().join(format!("{g}-metrics.jsonl")));
+                let got: usize = metrics(&lines)
+                    .iter()
+                    .filter(|(res, _)| {
+                        attr(&res["attributes"], "service.name")
+                            .and_then(|v| v["stringValue"].as_str())
+                            != Some("causeway")
+                    })
+                    .map(|(_, m)| {
+                        [
+                            "gauge",
+                            "sum",
+                            "histogram",
+                            "summary",
+                            "exponentialHistogram",
+                        ]
                         .iter()
                         .map(|k| m[*k]["dataPoints"].as_array().map_or(0, Vec::len))
                         .sum::<usize>()
-                })
-                .sum();
-            got >= sent_points
-        });
+                    })
+                    .sum();
+                got >= sent_points
+            },
+        );
     }
 
     // A fourth gateway joins while traces are pending: a rebalance moves
@@ -432,11 +456,15 @@ fn a_gateway_killed_mid_run_loses_no_trace_and_bad_messages_are_skipped() {
     let (a, rest) = all.split_at(1200);
     send(&mut rng, &sidecars, a);
     // SIGKILL while traces are pending in gw2, then a new gateway.
-    wait_for(Duration::from_secs(60), "gw2 to hold pending traces", || {
-        g2.metric("causeway_tail_sampling_pending_traces{component=\"tail_sampling\"}")
-            .unwrap_or(0.0)
-            > 0.0
-    });
+    wait_for(
+        Duration::from_secs(60),
+        "gw2 to hold pending traces",
+        || {
+            g2.metric("causeway_tail_sampling_pending_traces{component=\"tail_sampling\"}")
+                .unwrap_or(0.0)
+                > 0.0
+        },
+    );
     let revokes = "causeway_kafka_receiver_rebalances_total{receiver=\"kafka\",kind=\"revoke\"}";
     let before = total(&[&g1, &g3], revokes);
     g2.child.kill().expect("kill -9");
@@ -445,9 +473,11 @@ fn a_gateway_killed_mid_run_loses_no_trace_and_bad_messages_are_skipped() {
     // rebalance. (tansu 0.6.0 then keeps the dead member's partitions
     // unassigned until the next member joins, where Kafka would give them
     // to the survivors at once: the replacement started next is that join.)
-    wait_for(Duration::from_secs(60), "the group to notice gw2's death", || {
-        total(&[&g1, &g3], revokes) > before
-    });
+    wait_for(
+        Duration::from_secs(60),
+        "the group to notice gw2's death",
+        || total(&[&g1, &g3], revokes) > before,
+    );
     send(&mut rng, &sidecars, rest);
     let g4 = gateway(dir.path(), "gw4", &b);
     wait_assigned(&[&g1, &g3, &g4]);
@@ -482,34 +512,39 @@ fn a_gateway_killed_mid_run_loses_no_trace_and_bad_messages_are_skipped() {
     );
     let logged: String = ["gw1", "gw2", "gw3", "gw4"]
         .iter()
-        .map(|n| std::fs::read_to_string(dir.path().join(format!("{n}.stderr"))).unwrap_or_default())
+        .map(|n| {
+            std::fs::read_to_string(dir.path().join(format!("{n}.stderr"))).unwrap_or_default()
+        })
         .collect();
     for part in 0..PARTITIONS {
         assert!(
-            logged.lines().any(|l| l.contains("not a valid OTLP request")
-                && l.contains("topic=otlp_spans")
-                && l.contains(&format!("partition={part}"))
-                && l.contains("offset=0")),
+            logged
+                .lines()
+                .any(|l| l.contains("not a valid OTLP request")
+                    && l.contains("topic=otlp_spans")
+                    && l.contains(&format!("partition={part}"))
+                    && l.contains("offset=0")),
             "no log line for the bad message on partition {part}"
         );
     }
     let c = broker.consumer("tier");
-    wait_for(Duration::from_secs(30), "commits past every bad message", || {
-        let mut tpl = rdkafka::TopicPartitionList::new();
-        for part in 0..PARTITIONS {
-            tpl.add_partition("otlp_spans", part);
-        }
-        let committed = rdkafka::consumer::Consumer::committed_offsets(
-            &c,
-            tpl,
-            Duration::from_secs(10),
-        )
-        .expect("committed");
-        committed
-            .elements()
-            .iter()
-            .all(|e| matches!(e.offset(), rdkafka::Offset::Offset(o) if o >= 1))
-    });
+    wait_for(
+        Duration::from_secs(30),
+        "commits past every bad message",
+        || {
+            let mut tpl = rdkafka::TopicPartitionList::new();
+            for part in 0..PARTITIONS {
+                tpl.add_partition("otlp_spans", part);
+            }
+            let committed =
+                rdkafka::consumer::Consumer::committed_offsets(&c, tpl, Duration::from_secs(10))
+                    .expect("committed");
+            committed
+                .elements()
+                .iter()
+                .all(|e| matches!(e.offset(), rdkafka::Offset::Offset(o) if o >= 1))
+        },
+    );
 }
 
 fn points(d: Option<&Data>) -> usize {
@@ -596,11 +631,15 @@ service:
         .flat_map(|r| r.scope_metrics.iter())
         .map(|s| s.metrics.len())
         .sum();
-    wait_for(Duration::from_secs(60), "every item of every signal", || {
-        spans(&read_jsonl(&dir.path().join("gw-traces.jsonl"))).len() == want_spans
-            && log_records(&read_jsonl(&dir.path().join("gw-logs.jsonl"))).len() == want_logs
-            && metrics(&read_jsonl(&dir.path().join("gw-metrics.jsonl"))).len() == want_metrics
-    });
+    wait_for(
+        Duration::from_secs(60),
+        "every item of every signal",
+        || {
+            spans(&read_jsonl(&dir.path().join("gw-traces.jsonl"))).len() == want_spans
+                && log_records(&read_jsonl(&dir.path().join("gw-logs.jsonl"))).len() == want_logs
+                && metrics(&read_jsonl(&dir.path().join("gw-metrics.jsonl"))).len() == want_metrics
+        },
+    );
     assert_eq!(
         gw.metric("causeway_kafka_receiver_messages_total{receiver=\"kafka\",outcome=\"invalid\"}"),
         Some(0.0)

@@ -227,14 +227,21 @@ fn partitioning(c: &mut Criterion) {
     use causeway_core::partition::split_by;
     let unique = realistic(8192);
     let mut req = ExportTraceServiceRequest::decode(unique.clone()).expect("decodes");
-    for (i, sp) in req.resource_spans[0].scope_spans[0].spans.iter_mut().enumerate() {
+    for (i, sp) in req.resource_spans[0].scope_spans[0]
+        .spans
+        .iter_mut()
+        .enumerate()
+    {
         let t = (i / 10) as u64;
         sp.trace_id = [t.to_be_bytes(), (t ^ 0xabcd).to_be_bytes()].concat();
     }
     let grouped = Bytes::from(req.encode_to_vec());
     let mut g = c.benchmark_group("partition_8192_spans_by_trace_id");
     g.throughput(Throughput::Elements(8192));
-    for (name, buf) in [("one_span_a_trace", &unique), ("ten_spans_a_trace", &grouped)] {
+    for (name, buf) in [
+        ("one_span_a_trace", &unique),
+        ("ten_spans_a_trace", &grouped),
+    ] {
         g.bench_function(name, |b| {
             b.iter(|| split_by(Signal::Traces, buf, |k| k.partition(12) as usize).expect("split"))
         });

@@ -281,10 +281,21 @@ fn walk(signal: Signal, buf: &[u8]) -> Result<Walked<'_>, WireError> {
 
 /// The items of one group, re-wrapped: consecutive items of one scope share
 /// one scope wrapper, of one resource one resource wrapper.
-fn encode(group: &[u32], items: &[Item<'_>], wrappers: &[Wrapper<'_>], scopes: &[Wrapper<'_>]) -> Vec<u8> {
+fn encode(
+    group: &[u32],
+    items: &[Item<'_>],
+    wrappers: &[Wrapper<'_>],
+    scopes: &[Wrapper<'_>],
+) -> Vec<u8> {
     let sum = |v: &[&[u8]]| v.iter().map(|b| b.len()).sum::<usize>();
     // Exact size: items, wrappers' other fields and prefixes (computed below).
-    let mut out = Vec::with_capacity(group.iter().map(|&i| items[i as usize].raw.len()).sum::<usize>() + 64);
+    let mut out = Vec::with_capacity(
+        group
+            .iter()
+            .map(|&i| items[i as usize].raw.len())
+            .sum::<usize>()
+            + 64,
+    );
     let scope_run = |s: usize, b: usize| -> (usize, usize) {
         let scope = items[group[s] as usize].scope;
         let mut e = s;
@@ -359,7 +370,9 @@ mod tests {
     use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+    use opentelemetry_proto::tonic::common::v1::{
+        any_value, AnyValue, InstrumentationScope, KeyValue,
+    };
     use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
     use opentelemetry_proto::tonic::metrics::v1::{Metric, ResourceMetrics, ScopeMetrics};
     use opentelemetry_proto::tonic::resource::v1::Resource;

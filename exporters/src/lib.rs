@@ -3,8 +3,8 @@
 pub mod alertmanager;
 pub mod debug;
 pub mod file;
-pub mod kafka;
 mod http_util;
+pub mod kafka;
 pub mod loki;
 pub mod nop;
 pub mod otlp;

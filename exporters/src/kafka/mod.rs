@@ -238,7 +238,14 @@ struct Open {
 impl Open {
     /// Append `bytes` (of `key`, if one), first closing the message if it
     /// would grow past `max`.
-    fn add(&mut self, p: usize, bytes: Vec<u8>, key: Option<Key>, max: usize, out: &mut Vec<Message>) {
+    fn add(
+        &mut self,
+        p: usize,
+        bytes: Vec<u8>,
+        key: Option<Key>,
+        max: usize,
+        out: &mut Vec<Message>,
+    ) {
         if !self.payload.is_empty() && self.payload.len() + bytes.len() > max {
             std::mem::take(self).close(p, out);
         }
@@ -266,7 +273,11 @@ impl Open {
         }
         out.push(Message {
             partition: Some(p as i32),
-            key: if self.mixed { None } else { self.key.map(|k| k.hex()) },
+            key: if self.mixed {
+                None
+            } else {
+                self.key.map(|k| k.hex())
+            },
             payload: self.payload,
         });
     }

@@ -30,7 +30,8 @@ fn collector_shaped_config_with_defaults_and_every_error_named() {
     ] {
         assert!(paths.contains(&want), "{want} missing from {paths:?}");
     }
-    let unknown = cfg("brokers: [b:1]\npartition_traces_by_trace_id: true\n").expect_err("unknown key");
+    let unknown =
+        cfg("brokers: [b:1]\npartition_traces_by_trace_id: true\n").expect_err("unknown key");
     assert!(format!("{unknown:?}").contains("partition_traces_by_trace_id"));
 }
 
@@ -78,16 +79,30 @@ async fn keyed_batches_become_messages_per_partition_under_the_size_limit() {
         1000,
     );
     let msgs = e.messages(&batch, "otlp_spans").await.expect("messages");
-    assert!(msgs.len() > 6, "cut below the limit: {} messages", msgs.len());
+    assert!(
+        msgs.len() > 6,
+        "cut below the limit: {} messages",
+        msgs.len()
+    );
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for m in &msgs {
         assert!(m.payload.len() <= 4096, "{} bytes", m.payload.len());
         let p = m.partition.expect("explicit partition") as u32;
-        let back = ExportTraceServiceRequest::decode(m.payload.as_slice()).expect("a valid request");
+        let back =
+            ExportTraceServiceRequest::decode(m.payload.as_slice()).expect("a valid request");
         let mut ids = std::collections::BTreeSet::new();
-        for sp in back.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans) {
+        for sp in back
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+        {
             let id: [u8; 16] = sp.trace_id.as_slice().try_into().expect("16 bytes");
-            assert_eq!(Key::Trace(id).partition(6), p, "span on its trace's partition");
+            assert_eq!(
+                Key::Trace(id).partition(6),
+                p,
+                "span on its trace's partition"
+            );
             *seen.entry(sp.name.clone()).or_default() += 1;
             ids.insert(id);
         }

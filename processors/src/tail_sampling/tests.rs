@@ -814,14 +814,18 @@ async fn a_late_error_span_is_kept_and_turns_the_decision() {
 /// decision; and a trace whose source re-reads it starts over whole.
 #[tokio::test(start_paused = true)]
 async fn acknowledgements_wait_for_decisions_and_revoked_traces_start_over() {
-    let (mut p, reg) = processor("decision_wait: 1s\npolicies: [{ name: all, type: always_sample }]\n");
+    let (mut p, reg) =
+        processor("decision_wait: 1s\npolicies: [{ name: all, type: always_sample }]\n");
     // Message 1 carries traces 1 and 2; message 2 the rest of trace 2.
     let (a1, mut r1) = Ack::new();
     let (a2, mut r2) = Ack::new();
     let mut out = vec![];
-    p.process(batch(&[s(1, 1, 0, 5), s(2, 1, 0, 5)]).with_ack(a1), &mut out)
-        .await
-        .expect("process");
+    p.process(
+        batch(&[s(1, 1, 0, 5), s(2, 1, 0, 5)]).with_ack(a1),
+        &mut out,
+    )
+    .await
+    .expect("process");
     p.process(batch(&[s(2, 2, 1, 5)]).with_ack(a2), &mut out)
         .await
         .expect("process");
@@ -840,9 +844,12 @@ async fn acknowledgements_wait_for_decisions_and_revoked_traces_start_over() {
     let (a3, mut r3) = Ack::new();
     let weak = a3.downgrade();
     let mut out = vec![];
-    p.process(batch(&[s(3, 1, 0, 5), s(3, 2, 1, 5)]).with_ack(a3), &mut out)
-        .await
-        .expect("process");
+    p.process(
+        batch(&[s(3, 1, 0, 5), s(3, 2, 1, 5)]).with_ack(a3),
+        &mut out,
+    )
+    .await
+    .expect("process");
     weak.cancel();
     // Read again from the committed offset (a live acknowledgement): the
     // stale copy is dropped and the trace starts over with what is re-read.
@@ -850,7 +857,11 @@ async fn acknowledgements_wait_for_decisions_and_revoked_traces_start_over() {
     p.process(batch(&[s(3, 1, 0, 5)]).with_ack(a4.clone()), &mut out)
         .await
         .expect("process");
-    assert_eq!(r3.try_recv(), Ok(true), "the stale copy released its message");
+    assert_eq!(
+        r3.try_recv(),
+        Ok(true),
+        "the stale copy released its message"
+    );
     p.process(batch(&[s(3, 2, 1, 5)]).with_ack(a4), &mut out)
         .await
         .expect("process");

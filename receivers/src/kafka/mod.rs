@@ -128,7 +128,7 @@ struct State {
 
 impl State {
     /// Offsets to commit now (those above what was committed).
-    fn to_commit(&mut self) -> TopicPartitionList {
+    fn take_commits(&mut self) -> TopicPartitionList {
         let mut tpl = TopicPartitionList::new();
         for ((topic, p), o) in &mut self.owned {
             if let Some(c) = o.commit_point() {
@@ -177,7 +177,9 @@ impl ConsumerContext for Ctx {
             if let Some(o) = st.owned.remove(&key) {
                 if let Some(c) = o.commit_point() {
                     if o.committed.is_none_or(|old| c > old) {
-                        commit.add_partition_offset(e.topic(), e.partition(), Offset::Offset(c)).ok();
+                        commit
+                            .add_partition_offset(e.topic(), e.partition(), Offset::Offset(c))
+                            .ok();
                     }
                 }
                 for p in o.pending.values() {
@@ -209,7 +211,10 @@ impl ConsumerContext for Ctx {
         // same partition numbers.
         let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
         for e in assigned.elements() {
-            by_topic.entry(e.topic().to_string()).or_default().push(e.partition());
+            by_topic
+                .entry(e.topic().to_string())
+                .or_default()
+                .push(e.partition());
         }
         let mut sets = by_topic.values_mut().map(|v| {
             v.sort_unstable();
@@ -266,7 +271,11 @@ impl KafkaReceiver {
             t.counter(name, help, &[("receiver", id.as_str()), extra])
         };
         let state = Arc::new(Mutex::new(State::default()));
-        let commit_failed = c(COMMITS, "Offset commits, by outcome.", ("outcome", "failed"));
+        let commit_failed = c(
+            COMMITS,
+            "Offset commits, by outcome.",
+            ("outcome", "failed"),
+        );
         let context = Ctx {
             id: id.clone(),
             state: state.clone(),
@@ -311,8 +320,16 @@ impl KafkaReceiver {
             .create_with_context(context)
             .map_err(|e| format!("kafka receiver {id}: cannot create the consumer: {e}"))?;
         Ok(KafkaReceiver {
-            read: c(MESSAGES, "Messages read, by outcome.", ("outcome", "accepted")),
-            invalid: c(MESSAGES, "Messages read, by outcome.", ("outcome", "invalid")),
+            read: c(
+                MESSAGES,
+                "Messages read, by outcome.",
+                ("outcome", "accepted"),
+            ),
+            invalid: c(
+                MESSAGES,
+                "Messages read, by outcome.",
+                ("outcome", "invalid"),
+            ),
             gave_up: c(
                 MESSAGES,
                 "Messages read, by outcome.",
@@ -331,7 +348,7 @@ impl KafkaReceiver {
     /// with the next one, which carries the same or later offsets).
     fn commit(&self, mode: CommitMode) {
         let tpl = match self.state.lock() {
-            Ok(mut st) if !st.stopped => st.to_commit(),
+            Ok(mut st) if !st.stopped => st.take_commits(),
             _ => return,
         };
         if tpl.count() == 0 {
@@ -388,11 +405,16 @@ impl KafkaReceiver {
     }
 }
 
-type Done = std::pin::Pin<Box<dyn std::future::Future<Output = ((Arc<str>, i32), u64, i64, bool)> + Send>>;
+type Done =
+    std::pin::Pin<Box<dyn std::future::Future<Output = ((Arc<str>, i32), u64, i64, bool)> + Send>>;
 
 #[async_trait]
 impl Receiver for KafkaReceiver {
-    async fn run(self: Box<Self>, out: Output, shutdown: CancellationToken) -> Result<(), BoxError> {
+    async fn run(
+        self: Box<Self>,
+        out: Output,
+        shutdown: CancellationToken,
+    ) -> Result<(), BoxError> {
         // Topics of the signals the pipelines take, and which signal each carries.
         let mut topics: BTreeMap<String, Vec<Signal>> = BTreeMap::new();
         for s in [Signal::Traces, Signal::Logs, Signal::Metrics] {
@@ -410,7 +432,11 @@ impl Receiver for KafkaReceiver {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let max = self.cfg.max_in_flight_messages;
         loop {
-            let room = self.state.lock().map(|s| s.in_flight < max).unwrap_or(false);
+            let room = self
+                .state
+                .lock()
+                .map(|s| s.in_flight < max)
+                .unwrap_or(false);
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
@@ -504,7 +530,13 @@ impl Receiver for KafkaReceiver {
 impl KafkaReceiver {
     /// Note a message read: pending with its acknowledgement, or (without
     /// one) safe at once. `None` when the partition is not owned.
-    fn record(&self, topic: &Arc<str>, partition: i32, offset: i64, ack: Option<WeakAck>) -> Option<u64> {
+    fn record(
+        &self,
+        topic: &Arc<str>,
+        partition: i32,
+        offset: i64,
+        ack: Option<WeakAck>,
+    ) -> Option<u64> {
         let mut st = self.state.lock().ok()?;
         // Only partitions assigned to this instance are tracked (a message
         // of one revoked meanwhile is left to its new owner).
