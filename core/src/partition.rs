@@ -141,9 +141,30 @@ impl Part {
 pub fn split_by(
     signal: Signal,
     buf: &[u8],
+    bucket_of: impl FnMut(&Key) -> usize,
+) -> Result<Vec<Part>, WireError> {
+    split_with(signal, buf, By::TraceId, bucket_of)
+}
+
+/// What items are keyed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum By {
+    /// Spans and log records by trace id (records without one, and
+    /// metrics, by resource).
+    TraceId,
+    /// Everything by its resource's `service.name` (a hash of it, in
+    /// [`Key::Resource`]; resources without one share the hash of "").
+    Service,
+}
+
+/// [`split_by`], keyed as `by` says.
+pub fn split_with(
+    signal: Signal,
+    buf: &[u8],
+    by: By,
     mut bucket_of: impl FnMut(&Key) -> usize,
 ) -> Result<Vec<Part>, WireError> {
-    let (items, wrappers, scopes) = walk(signal, buf)?;
+    let (items, wrappers, scopes) = walk(signal, buf, by)?;
     // Buckets, memoized for runs of one key (a trace's spans are usually together).
     let mut buckets: Vec<u32> = Vec::with_capacity(items.len());
     let mut last: Option<(Key, u32)> = None;
@@ -210,7 +231,7 @@ pub fn split(signal: Signal, buf: &[u8]) -> Result<Vec<(Key, Vec<u8>, usize)>, W
 type Walked<'a> = (Vec<Item<'a>>, Vec<Wrapper<'a>>, Vec<Wrapper<'a>>);
 
 /// Every item with its key and where it was, and the wrappers' other fields.
-fn walk(signal: Signal, buf: &[u8]) -> Result<Walked<'_>, WireError> {
+fn walk(signal: Signal, buf: &[u8], by: By) -> Result<Walked<'_>, WireError> {
     let mut wrappers: Vec<Wrapper<'_>> = Vec::new();
     let mut scopes: Vec<Wrapper<'_>> = Vec::new();
     let mut items: Vec<Item<'_>> = Vec::new();
@@ -257,9 +278,12 @@ fn walk(signal: Signal, buf: &[u8]) -> Result<Walked<'_>, WireError> {
             }
         }
         // Items without a trace id (and metrics, whole) go by their resource.
-        let rkey = Key::Resource(hash(resource_bytes));
+        let rkey = match by {
+            By::TraceId => Key::Resource(hash(resource_bytes)),
+            By::Service => Key::Resource(hash(service_name(resource_bytes)?.unwrap_or(&[]))),
+        };
         for it in &mut items[first_item..] {
-            if it.key == Key::Resource(0) {
+            if by == By::Service || it.key == Key::Resource(0) {
                 it.key = rkey;
             }
         }
@@ -347,6 +371,34 @@ fn encode(
         a = b;
     }
     out
+}
+
+/// The string value of the `service.name` attribute of a `Resource`.
+fn service_name(resource: &[u8]) -> Result<Option<&[u8]>, WireError> {
+    for f in Fields::new(resource) {
+        let f = f?;
+        let Some(kv) = f.value.bytes().filter(|_| f.number == 1) else {
+            continue;
+        };
+        let (mut key, mut value) = (None, None);
+        for g in Fields::new(kv) {
+            let g = g?;
+            match g.number {
+                1 => key = g.value.bytes(),
+                2 => value = g.value.bytes(),
+                _ => {}
+            }
+        }
+        if key == Some(b"service.name".as_slice()) {
+            for h in Fields::new(value.unwrap_or(&[])) {
+                let h = h?;
+                if h.number == 1 {
+                    return Ok(h.value.bytes());
+                }
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The item's trace id when it is 16 bytes and not all zeros.
@@ -563,6 +615,48 @@ mod tests {
             counts[Key::Trace(id).partition(12) as usize] += 1;
         }
         assert!(counts.iter().all(|&c| c > 400 && c < 1700), "{counts:?}");
+    }
+
+    #[test]
+    fn by_service_keeps_each_service_together_whatever_the_traces() {
+        let req = ExportTraceServiceRequest {
+            resource_spans: vec![
+                ResourceSpans {
+                    resource: resource("a"),
+                    scope_spans: vec![ScopeSpans {
+                        spans: vec![span(1, 1), span(2, 2)],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+                ResourceSpans {
+                    resource: resource("b"),
+                    scope_spans: vec![ScopeSpans {
+                        spans: vec![span(1, 3)],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+                ResourceSpans {
+                    resource: resource("a"),
+                    scope_spans: vec![ScopeSpans {
+                        spans: vec![span(3, 4)],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            ],
+        };
+        let mut index = std::collections::HashMap::new();
+        let parts = split_with(Signal::Traces, &req.encode_to_vec(), By::Service, |k| {
+            let n = index.len();
+            *index.entry(*k).or_insert(n)
+        })
+        .expect("split");
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].items, 3, "service a: spans 1, 2 and 4");
+        assert_eq!(parts[1].items, 1);
+        assert_eq!(parts[0].key, Some(Key::Resource(hash(b"a"))));
     }
 
     #[test]

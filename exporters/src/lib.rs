@@ -5,6 +5,7 @@ pub mod debug;
 pub mod file;
 mod http_util;
 pub mod kafka;
+pub mod loadbalancing;
 pub mod loki;
 pub mod nop;
 pub mod otlp;
@@ -68,6 +69,7 @@ pub fn register(registry: &mut Registry) {
     registry.add_exporter(webhook::WebhookExporterFactory);
     registry.add_exporter(kafka::KafkaExporterFactory);
     registry.add_exporter(nop::NopExporterFactory);
+    registry.add_exporter(loadbalancing::LoadBalancingExporterFactory);
 }
 
 #[cfg(test)]

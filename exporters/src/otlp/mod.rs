@@ -8,7 +8,7 @@
 //! never resent.
 
 pub mod config;
-mod grpc;
+pub(crate) mod grpc;
 mod http;
 #[cfg(test)]
 mod tests;

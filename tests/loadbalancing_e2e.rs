@@ -1,0 +1,329 @@
+//! The `loadbalancing` exporter in the running daemon, in front of three
+//! real causeway backends (OTLP/gRPC in, file out), its backend list read
+//! from a file the test rewrites (`resolver.file`):
+//! - every trace (spans sent in several requests, interleaved with other
+//!   traces) and its log records reach one backend, and the load is shared;
+//! - removing a backend moves exactly the trace ids it owned (measured by
+//!   sending the same trace ids again), no more;
+//! - a backend that goes down while data is on its way loses nothing: the
+//!   failed parts are retried and, once the resolver drops the backend,
+//!   routed to the backends that now own them.
+
+mod common;
+
+use causeway_scenarios::send::post;
+use common::*;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+const SPANS: u64 = 4;
+
+fn backend(dir: &Path, name: &str) -> (Daemon, String) {
+    let grpc = free_port();
+    let d = Daemon::start(
+        dir,
+        name,
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: "127.0.0.1:{grpc}" }}
+exporters:
+  file: {{ path: "{{dir}}/{name}-{{signal}}.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [file] }}
+    logs: {{ receivers: [otlp], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
+    (d, format!("127.0.0.1:{grpc}"))
+}
+
+fn resource(name: &str) -> Option<Resource> {
+    Some(Resource {
+        attributes: vec![KeyValue {
+            key: "service.name".into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(name.into())),
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+fn tid(t: u64) -> Vec<u8> {
+    [
+        t.to_be_bytes(),
+        (t.wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_be_bytes(),
+    ]
+    .concat()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Send traces `ids`: request k carries span k of every trace (so each
+/// trace is spread over `SPANS` requests), then one log record per trace.
+/// Span ids start at `base`.
+fn send(front: &str, ids: &[u64], base: u64) {
+    let client = http_client();
+    for k in 0..SPANS {
+        let spans = ids
+            .iter()
+            .map(|&t| Span {
+                trace_id: tid(t),
+                span_id: (base + t * SPANS + k + 1).to_be_bytes().to_vec(),
+                name: format!("s{k}"),
+                start_time_unix_nano: 1_764_000_000_000_000_000,
+                end_time_unix_nano: 1_764_000_000_001_000_000,
+                ..Default::default()
+            })
+            .collect();
+        let req = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: resource(&format!("svc-{k}")),
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        post(&client, &format!("{front}/v1/traces"), req.encode_to_vec()).expect("spans");
+    }
+    let logs = ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            resource: resource("edge-gateway"),
+            scope_logs: vec![ScopeLogs {
+                log_records: ids
+                    .iter()
+                    .map(|&t| LogRecord {
+                        trace_id: tid(t),
+                        body: Some(AnyValue {
+                            value: Some(any_value::Value::StringValue(format!(
+                                "access {t} {base}"
+                            ))),
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    post(&client, &format!("{front}/v1/logs"), logs.encode_to_vec()).expect("logs");
+}
+
+/// Per backend: trace id (hex) → span ids, and trace id → log bodies.
+type Spans = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
+
+fn read(dir: &Path, names: &[&str]) -> (Spans, Spans) {
+    let (mut spans_at, mut logs_at) = (Spans::new(), Spans::new());
+    for n in names {
+        for (_, _, sp) in spans(&read_jsonl(&dir.join(format!("{n}-traces.jsonl")))) {
+            spans_at
+                .entry(n.to_string())
+                .or_default()
+                .entry(sp["traceId"].as_str().unwrap_or_default().to_lowercase())
+                .or_default()
+                .insert(sp["spanId"].as_str().unwrap_or_default().to_lowercase());
+        }
+        for (_, _, r) in log_records(&read_jsonl(&dir.join(format!("{n}-logs.jsonl")))) {
+            logs_at
+                .entry(n.to_string())
+                .or_default()
+                .entry(r["traceId"].as_str().unwrap_or_default().to_lowercase())
+                .or_default()
+                .insert(
+                    r["body"]["stringValue"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                );
+        }
+    }
+    (spans_at, logs_at)
+}
+
+/// Where each trace of `ids` went with span ids from `base`: trace → backend.
+/// Waits until every span and log record arrived; checks each trace is whole
+/// at one backend with its log record.
+fn placed(dir: &Path, names: &[&str], ids: &[u64], base: u64) -> BTreeMap<u64, String> {
+    let want = |t: u64| -> BTreeSet<String> {
+        (0..SPANS)
+            .map(|k| hex(&(base + t * SPANS + k + 1).to_be_bytes()))
+            .collect()
+    };
+    let mut last = String::new();
+    for _ in 0..600 {
+        let (spans_at, logs_at) = read(dir, names);
+        let mut out = BTreeMap::new();
+        let mut missing = 0;
+        for &t in ids {
+            let h = hex(&tid(t));
+            let w = want(t);
+            let holders: Vec<&String> = spans_at
+                .iter()
+                .filter(|(_, m)| m.get(&h).is_some_and(|s| s.iter().any(|x| w.contains(x))))
+                .map(|(n, _)| n)
+                .collect();
+            match holders.as_slice() {
+                [one] if spans_at[*one][&h].is_superset(&w) => {
+                    let body = format!("access {t} {base}");
+                    let log_home: Vec<&String> = logs_at
+                        .iter()
+                        .filter(|(_, m)| m.get(&h).is_some_and(|b| b.contains(&body)))
+                        .map(|(n, _)| n)
+                        .collect();
+                    if log_home.is_empty() {
+                        missing += 1;
+                        continue;
+                    }
+                    assert_eq!(log_home, [*one], "trace {t}: log record not with its spans");
+                    out.insert(t, one.to_string());
+                }
+                [] | [_] => missing += 1,
+                many => panic!("trace {t} split over {many:?}"),
+            }
+        }
+        if missing == 0 {
+            return out;
+        }
+        last = format!("{missing} of {} traces not whole yet", ids.len());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{last}");
+}
+
+fn write_backends(path: &Path, eps: &[&str]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("# backends\n{}\n", eps.join("\n"))).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+#[test]
+fn traces_stay_whole_a_removed_backend_moves_only_its_share_and_an_outage_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_b1, e1) = backend(dir.path(), "b1");
+    let (b2, e2) = backend(dir.path(), "b2");
+    let (_b3, e3) = backend(dir.path(), "b3");
+    let list = dir.path().join("backends.txt");
+    write_backends(&list, &[&e1, &e2, &e3]);
+    let http = free_port();
+    let front = Daemon::start(
+        dir.path(),
+        "front",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+exporters:
+  loadbalancing:
+    routing_key: traceID
+    protocol:
+      otlp: {{ tls: {{ insecure: true }}, compression: none, timeout: 2s }}
+    resolver:
+      file: {{ path: "{}", interval: 200ms }}
+    timeout: 2s
+    retry_on_failure: {{ initial_interval: 100ms, max_interval: 500ms, max_elapsed_time: 60s }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [loadbalancing] }}
+    logs: {{ receivers: [otlp], exporters: [loadbalancing] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+            list.display()
+        ),
+    );
+    let url = format!("http://127.0.0.1:{http}");
+    let backends_now = |n: f64| {
+        wait_for(
+            Duration::from_secs(30),
+            "the resolver to read the list",
+            || {
+                front.metric("causeway_loadbalancer_num_backends{exporter=\"loadbalancing\"}")
+                    == Some(n)
+            },
+        )
+    };
+    backends_now(3.0);
+    let names = ["b1", "b2", "b3"];
+
+    // 1. Whole traces, with their logs, shared among the three.
+    let ids: Vec<u64> = (1..=600).collect();
+    send(&url, &ids, 0);
+    let before = placed(dir.path(), &names, &ids, 0);
+    for n in names {
+        let c = before.values().filter(|b| *b == n).count();
+        assert!(c > 120, "{n} got {c} of 600 traces");
+    }
+
+    // 2. b3 leaves the list (it stays up): the same trace ids again.
+    write_backends(&list, &[&e1, &e2]);
+    backends_now(2.0);
+    send(&url, &ids, 1_000_000);
+    let after = placed(dir.path(), &names, &ids, 1_000_000);
+    let moved: Vec<u64> = ids
+        .iter()
+        .copied()
+        .filter(|t| before[t] != after[t])
+        .collect();
+    let on_b3 = before.values().filter(|b| *b == "b3").count();
+    eprintln!(
+        "b3 removed: {} of {} trace ids moved (b3 owned {on_b3})",
+        moved.len(),
+        ids.len()
+    );
+    assert_eq!(moved.len(), on_b3, "only b3's trace ids move");
+    assert!(moved.iter().all(|t| before[t] == "b3"));
+    assert!(moved.len() * 100 <= ids.len() * 40, "more than ~1/3 moved");
+
+    // 3. Back to three, then b2 goes down while traces are on their way:
+    //    its parts fail, are retried, and once the list drops it they reach
+    //    the backends that own them now. Nothing is lost.
+    write_backends(&list, &[&e1, &e2, &e3]);
+    backends_now(3.0);
+    assert_eq!(b2.terminate().code(), Some(0));
+    let fresh: Vec<u64> = (10_001..=10_600).collect();
+    let sender = {
+        let url = url.clone();
+        let fresh = fresh.clone();
+        std::thread::spawn(move || send(&url, &fresh, 0))
+    };
+    wait_for(
+        Duration::from_secs(30),
+        "failed parts being retried",
+        || {
+            front
+                .metric("causeway_loadbalancer_rerouted_items_total{exporter=\"loadbalancing\"}")
+                .unwrap_or(0.0)
+                > 0.0
+        },
+    );
+    write_backends(&list, &[&e1, &e3]);
+    sender.join().expect("sender");
+    let landed = placed(dir.path(), &names, &fresh, 0);
+    assert!(landed.values().all(|b| b != "b2"));
+    assert_eq!(landed.len(), fresh.len(), "every trace arrived");
+    assert_eq!(
+        front.metric("causeway_exporter_send_failed_items_total{component=\"loadbalancing\",signal=\"traces\"}").unwrap_or(0.0),
+        0.0,
+        "nothing given up"
+    );
+}
