@@ -67,8 +67,10 @@ impl ExporterFactory for LoadBalancingExporterFactory {
         let cfg: LoadBalancingConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
         // The runner does not retry: this exporter retries each failed part
         // itself, re-routed, within retry_on_failure.max_elapsed_time.
-        let mut outer = RetryConfig::default();
-        outer.enabled = false;
+        let outer = RetryConfig {
+            enabled: false,
+            ..Default::default()
+        };
         let max = cfg.retry_on_failure.max_elapsed_time.get();
         let delivery = DeliveryConfig {
             timeout: if cfg.retry_on_failure.enabled && max.is_zero() {

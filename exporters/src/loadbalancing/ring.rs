@@ -137,21 +137,31 @@ mod tests {
     }
 
     #[test]
-    fn the_same_endpoints_in_any_order_give_each_key_the_same_endpoint() {
-        let a = eps(&["b:1", "a:1", "c:1"]);
-        let b = eps(&["c:1", "b:1", "a:1"]);
-        let (ra, rb) = (Ring::new(&a), Ring::new(&b));
-        // Positions depend on names only; probing on collisions may differ
-        // by insertion order, so endpoints are sorted before building.
-        let mut sa = a.clone();
-        sa.sort();
-        let mut sb = b.clone();
-        sb.sort();
-        let (sa_r, sb_r) = (Ring::new(&sa), Ring::new(&sb));
-        for k in ids(2_000) {
-            assert_eq!(sa[sa_r.backend(&k)], sb[sb_r.backend(&k)]);
-        }
-        let _ = (ra, rb);
+    fn points_sit_where_the_collectors_ring_puts_them() {
+        // One backend: its 100 points at CRC32(endpoint ‖ i as LE u32) mod 36000.
+        let r = Ring::new(&eps(&["gateway-0.gateway:4317"]));
+        let mut want: Vec<u32> = (0..100u32)
+            .map(|i| {
+                let mut b = b"gateway-0.gateway:4317".to_vec();
+                b.extend_from_slice(&i.to_le_bytes());
+                crc32fast::hash(&b) % 36_000
+            })
+            .collect();
+        want.sort_unstable();
+        want.dedup();
+        let got: Vec<u32> = r.points.iter().map(|p| p.0).collect();
+        assert_eq!(got.len(), 100);
+        assert!(want.iter().all(|w| got.contains(w)), "positions differ from the formula");
+        // A key goes to the first point at or after CRC32(trace id) mod 36000.
+        let key = Key::Trace([7; 16]);
+        let pos = crc32fast::hash(&[7; 16]) % 36_000;
+        let two = Ring::new(&eps(&["a:1", "b:1"]));
+        let first = two
+            .points
+            .iter()
+            .find(|p| p.0 >= pos)
+            .unwrap_or(&two.points[0]);
+        assert_eq!(two.backend(&key), first.1 as usize);
         assert!(Ring::default().is_empty());
     }
 }
