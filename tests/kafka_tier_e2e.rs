@@ -248,6 +248,37 @@ fn wait_assigned(ds: &[&Daemon]) {
     panic!("the group's assignment is not complete in 60s: partitions owned {each:?}");
 }
 
+/// A broker with the three topics, two sidecars and three gateways, the
+/// group's assignment complete.
+struct Tier {
+    broker: Broker,
+    sidecars: [String; 2],
+    _sidecar_daemons: [Daemon; 2],
+    gateways: [Daemon; 3],
+}
+
+fn tier(dir: &Path) -> Tier {
+    let broker = Broker::start(dir);
+    broker.create_topic("otlp_spans", PARTITIONS);
+    broker.create_topic("otlp_logs", PARTITIONS);
+    broker.create_topic("otlp_metrics", 2);
+    let b = broker.addr();
+    let (s1, u1) = sidecar(dir, "sidecar1", &b);
+    let (s2, u2) = sidecar(dir, "sidecar2", &b);
+    let gateways = [
+        gateway(dir, "gw1", &b),
+        gateway(dir, "gw2", &b),
+        gateway(dir, "gw3", &b),
+    ];
+    wait_assigned(&gateways.iter().collect::<Vec<_>>());
+    Tier {
+        broker,
+        sidecars: [u1, u2],
+        _sidecar_daemons: [s1, s2],
+        gateways,
+    }
+}
+
 fn check_whole_once_and_joined(s: &Seen, cases: &[Case]) {
     for c in cases {
         let t = hex(&c.trace_id);
@@ -270,19 +301,14 @@ fn check_whole_once_and_joined(s: &Seen, cases: &[Case]) {
 #[test]
 fn gateways_behind_kafka_decide_each_trace_once_whole_and_joined_across_rebalances() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::start(dir.path());
-    broker.create_topic("otlp_spans", PARTITIONS);
-    broker.create_topic("otlp_logs", PARTITIONS);
-    broker.create_topic("otlp_metrics", 2);
+    let Tier {
+        broker,
+        sidecars,
+        gateways: [g1, g2, g3],
+        _sidecar_daemons: _running,
+    } = tier(dir.path());
     let b = broker.addr();
-    let (s1, u1) = sidecar(dir.path(), "sidecar1", &b);
-    let (s2, u2) = sidecar(dir.path(), "sidecar2", &b);
-    let g1 = gateway(dir.path(), "gw1", &b);
-    let g2 = gateway(dir.path(), "gw2", &b);
-    let g3 = gateway(dir.path(), "gw3", &b);
-    wait_assigned(&[&g1, &g2, &g3]);
     let mut rng = Rng::new(17);
-    let sidecars = [u1, u2];
 
     // A stable group: each trace decided by exactly one gateway.
     let first = cases(&mut rng, 1500, 0);
@@ -420,25 +446,19 @@ fn gateways_behind_kafka_decide_each_trace_once_whole_and_joined_across_rebalanc
         duplicated == 0 || revoked > 0.0,
         "traces decided twice without a revocation giving them up"
     );
-    drop((s1, s2));
 }
 
 #[test]
 fn a_gateway_killed_mid_run_loses_no_trace_and_bad_messages_are_skipped() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::start(dir.path());
-    broker.create_topic("otlp_spans", PARTITIONS);
-    broker.create_topic("otlp_logs", PARTITIONS);
-    broker.create_topic("otlp_metrics", 2);
+    let Tier {
+        broker,
+        sidecars,
+        gateways: [g1, mut g2, g3],
+        _sidecar_daemons: _running,
+    } = tier(dir.path());
     let b = broker.addr();
-    let (_s1, u1) = sidecar(dir.path(), "sidecar1", &b);
-    let (_s2, u2) = sidecar(dir.path(), "sidecar2", &b);
-    let g1 = gateway(dir.path(), "gw1", &b);
-    let mut g2 = gateway(dir.path(), "gw2", &b);
-    let g3 = gateway(dir.path(), "gw3", &b);
-    wait_assigned(&[&g1, &g2, &g3]);
     let mut rng = Rng::new(23);
-    let sidecars = [u1, u2];
 
     // A message that is not OTLP, on every partition of the spans topic.
     let p = broker.producer();

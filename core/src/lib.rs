@@ -10,6 +10,7 @@ pub mod compress;
 pub mod config;
 pub mod error;
 pub mod grpc;
+pub mod kafka;
 pub mod memory;
 pub mod model;
 pub mod partition;

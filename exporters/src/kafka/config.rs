@@ -7,34 +7,7 @@ use causeway_core::config::{
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-/// How messages are encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum KafkaEncoding {
-    /// An `Export*ServiceRequest` in protobuf (default).
-    #[default]
-    OtlpProto,
-    /// The same request in OTLP/JSON.
-    OtlpJson,
-}
-
-impl KafkaEncoding {
-    /// The name in config.
-    pub fn name(self) -> &'static str {
-        match self {
-            KafkaEncoding::OtlpProto => "otlp_proto",
-            KafkaEncoding::OtlpJson => "otlp_json",
-        }
-    }
-}
-
-/// One signal's topic.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SignalTopic {
-    /// The topic (defaults: `otlp_spans`, `otlp_logs`, `otlp_metrics`, or `topic`).
-    pub topic: Option<String>,
-}
+pub use causeway_core::kafka::{Encoding as KafkaEncoding, SignalTopic};
 
 /// `producer`.
 #[derive(Debug, Clone, Deserialize)]
@@ -145,17 +118,19 @@ fn timeout() -> Duration {
 }
 
 impl KafkaExporterConfig {
+    /// The topics.
+    pub fn topics(&self) -> causeway_core::kafka::Topics<'_> {
+        causeway_core::kafka::Topics {
+            all: &self.topic,
+            traces: &self.traces,
+            logs: &self.logs,
+            metrics: &self.metrics,
+        }
+    }
+
     /// The topic of `signal`.
     pub fn topic_of(&self, signal: causeway_core::Signal) -> String {
-        use causeway_core::Signal;
-        let (own, default) = match signal {
-            Signal::Traces => (&self.traces.topic, "otlp_spans"),
-            Signal::Logs => (&self.logs.topic, "otlp_logs"),
-            Signal::Metrics => (&self.metrics.topic, "otlp_metrics"),
-        };
-        own.clone()
-            .or_else(|| self.topic.clone())
-            .unwrap_or_else(|| default.to_string())
+        self.topics().of(signal)
     }
 }
 
@@ -172,22 +147,7 @@ pub(crate) const OWN_SETTINGS: [&str; 6] = [
 impl Validate for KafkaExporterConfig {
     fn validate(&self) -> Vec<ConfigError> {
         let mut e = delivery_errors(&self.retry_on_failure, &self.sending_queue, self.timeout);
-        if self.brokers.is_empty() || self.brokers.iter().any(|b| b.trim().is_empty()) {
-            e.push(ConfigError::new(
-                "brokers",
-                "list at least one broker, as host:port",
-            ));
-        }
-        for (key, t) in [
-            ("topic", &self.topic),
-            ("traces.topic", &self.traces.topic),
-            ("logs.topic", &self.logs.topic),
-            ("metrics.topic", &self.metrics.topic),
-        ] {
-            if t.as_deref().is_some_and(|t| t.trim().is_empty()) {
-                e.push(ConfigError::new(key, "must not be empty"));
-            }
-        }
+        e.extend(self.topics().errors(&self.brokers));
         if !["none", "gzip", "snappy", "lz4", "zstd"].contains(&self.producer.compression.as_str())
         {
             e.push(ConfigError::new(

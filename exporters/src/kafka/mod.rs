@@ -37,8 +37,7 @@ use std::time::{Duration, Instant};
 
 use config::{KafkaEncoding, KafkaExporterConfig};
 
-/// The header that names a message's signal (`traces`, `logs`, `metrics`).
-pub const SIGNAL_HEADER: &str = "causeway.signal";
+pub use causeway_core::kafka::{signal_name, SIGNAL_HEADER};
 
 /// How long a topic's partition count is trusted before it is read again.
 const METADATA_TTL: Duration = Duration::from_secs(30);
@@ -302,15 +301,6 @@ fn to_json(signal: Signal, proto: &[u8]) -> Result<Vec<u8>, ExportError> {
         ),
     }
     .map_err(|e| bad(e.to_string()))
-}
-
-/// The name of a signal in the [`SIGNAL_HEADER`].
-pub fn signal_name(signal: Signal) -> &'static str {
-    match signal {
-        Signal::Traces => "traces",
-        Signal::Logs => "logs",
-        Signal::Metrics => "metrics",
-    }
 }
 
 #[async_trait]

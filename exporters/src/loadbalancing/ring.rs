@@ -151,7 +151,10 @@ mod tests {
         want.dedup();
         let got: Vec<u32> = r.points.iter().map(|p| p.0).collect();
         assert_eq!(got.len(), 100);
-        assert!(want.iter().all(|w| got.contains(w)), "positions differ from the formula");
+        assert!(
+            want.iter().all(|w| got.contains(w)),
+            "positions differ from the formula"
+        );
         // A key goes to the first point at or after CRC32(trace id) mod 36000.
         let key = Key::Trace([7; 16]);
         let pos = crc32fast::hash(&[7; 16]) % 36_000;

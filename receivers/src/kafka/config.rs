@@ -5,16 +5,7 @@ use causeway_core::config::{ConfigError, Duration, Validate};
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-/// How messages are encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum KafkaEncoding {
-    /// An `Export*ServiceRequest` in protobuf (default).
-    #[default]
-    OtlpProto,
-    /// The same request in OTLP/JSON.
-    OtlpJson,
-}
+pub use causeway_core::kafka::{Encoding as KafkaEncoding, SignalTopic};
 
 /// Where a group without a committed offset starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -39,14 +30,6 @@ pub enum RebalanceStrategy {
     /// Round robin over all partitions of all topics (no co-partitioning:
     /// only for a receiver of one topic).
     Roundrobin,
-}
-
-/// One signal's topic.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SignalTopic {
-    /// The topic (defaults: `otlp_spans`, `otlp_logs`, `otlp_metrics`, or `topic`).
-    pub topic: Option<String>,
 }
 
 /// `receivers.kafka`.
@@ -122,39 +105,25 @@ const OWN_SETTINGS: [&str; 6] = [
 ];
 
 impl KafkaReceiverConfig {
+    /// The topics.
+    pub fn topics(&self) -> causeway_core::kafka::Topics<'_> {
+        causeway_core::kafka::Topics {
+            all: &self.topic,
+            traces: &self.traces,
+            logs: &self.logs,
+            metrics: &self.metrics,
+        }
+    }
+
     /// The topic of `signal`.
     pub fn topic_of(&self, signal: causeway_core::Signal) -> String {
-        use causeway_core::Signal;
-        let (own, default) = match signal {
-            Signal::Traces => (&self.traces.topic, "otlp_spans"),
-            Signal::Logs => (&self.logs.topic, "otlp_logs"),
-            Signal::Metrics => (&self.metrics.topic, "otlp_metrics"),
-        };
-        own.clone()
-            .or_else(|| self.topic.clone())
-            .unwrap_or_else(|| default.to_string())
+        self.topics().of(signal)
     }
 }
 
 impl Validate for KafkaReceiverConfig {
     fn validate(&self) -> Vec<ConfigError> {
-        let mut e = Vec::new();
-        if self.brokers.is_empty() || self.brokers.iter().any(|b| b.trim().is_empty()) {
-            e.push(ConfigError::new(
-                "brokers",
-                "list at least one broker, as host:port",
-            ));
-        }
-        for (key, t) in [
-            ("topic", &self.topic),
-            ("traces.topic", &self.traces.topic),
-            ("logs.topic", &self.logs.topic),
-            ("metrics.topic", &self.metrics.topic),
-        ] {
-            if t.as_deref().is_some_and(|t| t.trim().is_empty()) {
-                e.push(ConfigError::new(key, "must not be empty"));
-            }
-        }
+        let mut e = self.topics().errors(&self.brokers);
         if self.group_id.trim().is_empty() {
             e.push(ConfigError::new("group_id", "must not be empty"));
         }

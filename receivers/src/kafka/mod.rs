@@ -63,8 +63,7 @@ pub const REBALANCES: &str = "causeway_kafka_receiver_rebalances_total";
 /// Partitions this instance owns now.
 pub const ASSIGNED: &str = "causeway_kafka_receiver_assigned_partitions";
 
-/// The header that names a message's signal (written by the `kafka` exporter).
-pub const SIGNAL_HEADER: &str = "causeway.signal";
+pub use causeway_core::kafka::SIGNAL_HEADER;
 
 /// Factory of the `kafka` receiver.
 pub struct KafkaReceiverFactory;
@@ -462,10 +461,8 @@ impl Receiver for KafkaReceiver {
                     });
                     let signals = topics.get(&*topic).map(Vec::as_slice).unwrap_or(&[]);
                     let signal = match header.as_deref() {
-                        Some("traces") => Ok(Signal::Traces),
-                        Some("logs") => Ok(Signal::Logs),
-                        Some("metrics") => Ok(Signal::Metrics),
-                        Some(other) => Err(format!("unknown {SIGNAL_HEADER} header {other:?}")),
+                        Some(name) => causeway_core::kafka::signal_of(name)
+                            .ok_or_else(|| format!("unknown {SIGNAL_HEADER} header {name:?}")),
                         None if signals.len() == 1 => Ok(signals[0]),
                         None => Err(format!("no {SIGNAL_HEADER} header on a topic that carries several signals")),
                     };
