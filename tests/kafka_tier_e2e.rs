@@ -21,6 +21,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use opentelemetry_proto::tonic::trace::v1::{ScopeSpans, Span};
 use prost::Message;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -56,6 +57,11 @@ service:
 }
 
 fn gateway(dir: &Path, name: &str, broker: &str) -> Daemon {
+    gateway_with(dir, name, broker, "")
+}
+
+/// A gateway whose `correlate` also has `alerts` (YAML under `correlate:`).
+fn gateway_with(dir: &Path, name: &str, broker: &str, alerts: &str) -> Daemon {
     let config = format!(
         r#"
 receivers:
@@ -76,6 +82,7 @@ processors:
     policies: [{{ name: all, type: always_sample }}]
   correlate:
     evidence_wait: 1s
+{alerts}
 exporters:
   file/traces: {{ path: "{{dir}}/{name}-traces.jsonl" }}
   file/logs: {{ path: "{{dir}}/{name}-logs.jsonl" }}
@@ -101,8 +108,60 @@ fn cases(rng: &mut Rng, n: u64, first: u64) -> Vec<Case> {
         .expect("clock")
         .as_nanos() as u64;
     (first..first + n)
-        .map(|i| case(rng, CAUSES[(i as usize) % CAUSES.len()], i, now))
+        .map(|i| {
+            let mut c = case(rng, CAUSES[(i as usize) % CAUSES.len()], i, now);
+            pad(rng, &mut c);
+            c
+        })
         .collect()
+}
+
+/// Grow a case to 5–50 spans: short internal children of its root, in a
+/// resource of their own (a service the trace also passes through), so a
+/// trace's spans come in more requests and sizes.
+fn pad(rng: &mut Rng, c: &mut Case) {
+    let have: usize = c
+        .spans
+        .iter()
+        .flat_map(|r| r.scope_spans.iter())
+        .map(|s| s.spans.len())
+        .sum();
+    let want = rng.range(5, 50) as usize;
+    let Some(root) = c
+        .spans
+        .iter()
+        .flat_map(|r| r.scope_spans.iter())
+        .flat_map(|s| s.spans.iter())
+        .find(|s| s.parent_span_id.is_empty())
+        .cloned()
+    else {
+        return;
+    };
+    let mut extra = Vec::new();
+    for k in have..want {
+        let mut id = [0u8; 8];
+        id[..2].copy_from_slice(&[0xfa, 0xd0]);
+        id[2..].copy_from_slice(&(k as u64).to_be_bytes()[2..]);
+        let start = root.start_time_unix_nano + (k as u64) * 1_000;
+        extra.push(Span {
+            trace_id: root.trace_id.clone(),
+            span_id: id.to_vec(),
+            parent_span_id: root.span_id.clone(),
+            name: format!("cache lookup {k}"),
+            kind: 1,
+            start_time_unix_nano: start,
+            end_time_unix_nano: start + 50_000,
+            ..Default::default()
+        });
+    }
+    if !extra.is_empty() {
+        let mut rs = c.spans[0].clone();
+        rs.scope_spans = vec![ScopeSpans {
+            spans: extra,
+            ..Default::default()
+        }];
+        c.spans.push(rs);
+    }
 }
 
 /// Send cases through the sidecars: each trace's resources (services) are
@@ -142,9 +201,9 @@ fn send(rng: &mut Rng, sidecars: &[String], cases: &[Case]) {
     }
 }
 
-/// One gateway's copy of a trace: (gateway, span ids, root's rca attributes).
+/// One gateway's copy of a trace: (gateway, span ids, the verdict's rca attributes).
 type TraceCopy = (String, BTreeSet<String>, HashMap<String, String>);
-/// Span ids and root's rca attributes.
+/// Span ids and the verdict's rca attributes.
 type Written = (BTreeSet<String>, HashMap<String, String>);
 
 /// What each gateway wrote: trace id → its copies.
@@ -165,8 +224,10 @@ fn seen(dir: &Path, gateways: &[&str]) -> Seen {
                 .entry(g.to_string())
                 .or_default();
             e.0.insert(sid);
-            let root = sp["parentSpanId"].as_str().unwrap_or_default().is_empty();
-            if root {
+            // The verdict is written on the span the analysis started from
+            // (the root, or the innermost server span holding most of the time).
+            let verdict = attr(&sp["attributes"], "rca.cause").is_some();
+            if verdict {
                 for a in sp["attributes"].as_array().into_iter().flatten() {
                     let k = a["key"].as_str().unwrap_or_default();
                     if k.starts_with("rca.") {
@@ -257,7 +318,7 @@ struct Tier {
     gateways: [Daemon; 3],
 }
 
-fn tier(dir: &Path) -> Tier {
+fn tier(dir: &Path, alerts: &str) -> Tier {
     let broker = Broker::start(dir);
     broker.create_topic("otlp_spans", PARTITIONS);
     broker.create_topic("otlp_logs", PARTITIONS);
@@ -266,9 +327,9 @@ fn tier(dir: &Path) -> Tier {
     let (s1, u1) = sidecar(dir, "sidecar1", &b);
     let (s2, u2) = sidecar(dir, "sidecar2", &b);
     let gateways = [
-        gateway(dir, "gw1", &b),
-        gateway(dir, "gw2", &b),
-        gateway(dir, "gw3", &b),
+        gateway_with(dir, "gw1", &b, alerts),
+        gateway_with(dir, "gw2", &b, alerts),
+        gateway_with(dir, "gw3", &b, alerts),
     ];
     wait_assigned(&gateways.iter().collect::<Vec<_>>());
     Tier {
@@ -301,17 +362,63 @@ fn check_whole_once_and_joined(s: &Seen, cases: &[Case]) {
 #[test]
 fn gateways_behind_kafka_decide_each_trace_once_whole_and_joined_across_rebalances() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let mut rng = Rng::new(17);
+    let first = cases(&mut rng, 10_000, 0);
+    // An alert on the tier's whole gateway traffic: 90% of what is sent.
+    // Each gateway sees about a third, so only an instance that reads every
+    // log record (the alerts instance, a group of its own) can fire it.
+    let requests: usize = first
+        .iter()
+        .flat_map(|c| c.logs.iter())
+        .flat_map(|r| r.scope_logs.iter())
+        .flat_map(|s| s.log_records.iter())
+        .filter(|r| is_gateway_record(&r.attributes))
+        .count();
+    let alerts = format!(
+        r#"    alerts:
+      interval: 1s
+      window: 30m
+      rules:
+        - alert: TierTraffic
+          expr: SELECT scope, value FROM (SELECT 'tier' AS scope, sum(requests) AS value FROM routes) WHERE value >= {}
+          for: 0s"#,
+        requests * 9 / 10
+    );
     let Tier {
         broker,
         sidecars,
         gateways: [g1, g2, g3],
         _sidecar_daemons: _running,
-    } = tier(dir.path());
+    } = tier(dir.path(), &alerts);
     let b = broker.addr();
-    let mut rng = Rng::new(17);
+    let _alerts = Daemon::start(
+        dir.path(),
+        "alerts",
+        &format!(
+            r#"
+receivers:
+  kafka:
+    brokers: ["{b}"]
+    group_id: alerts
+    initial_offset: earliest
+    group_rebalance_strategy: roundrobin
+    logs: {{ topic: otlp_logs }}
+    metrics: {{ topic: otlp_metrics }}
+processors:
+  correlate:
+{alerts}
+exporters:
+  file: {{ path: "{{dir}}/alerts-{{signal}}.jsonl" }}
+service:
+  pipelines:
+    logs: {{ receivers: [kafka], processors: [correlate], exporters: [file] }}
+    metrics: {{ receivers: [kafka], processors: [correlate], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
 
     // A stable group: each trace decided by exactly one gateway.
-    let first = cases(&mut rng, 1500, 0);
     send(&mut rng, &sidecars, &first);
     let names = ["gw1", "gw2", "gw3", "gw4"];
     let s = wait_all_whole(dir.path(), &names, &first, Duration::from_secs(180));
@@ -410,10 +517,32 @@ fn gateways_behind_kafka_decide_each_trace_once_whole_and_joined_across_rebalanc
         );
     }
 
+    // Alerts in a tier: the alerts instance fires on the whole traffic; no
+    // gateway, seeing a third of it, does.
+    let fired = |name: &str| {
+        log_records(&read_jsonl(&dir.path().join(name)))
+            .iter()
+            .any(|(_, _, r)| {
+                attr(&r["attributes"], "alert.name").and_then(|v| v["stringValue"].as_str())
+                    == Some("TierTraffic")
+            })
+    };
+    wait_for(
+        Duration::from_secs(60),
+        "the alerts instance to fire",
+        || fired("alerts-logs.jsonl"),
+    );
+    for g in &names[..3] {
+        assert!(
+            !fired(&format!("{g}-logs.jsonl")),
+            "{g} fired on a third of the traffic"
+        );
+    }
+
     // A fourth gateway joins while traces are pending: a rebalance moves
     // partitions mid-flight. Every trace is still written whole (by every
     // gateway that wrote it); copies are at most what was given up.
-    let second = cases(&mut rng, 1500, 10_000);
+    let second = cases(&mut rng, 1500, 20_000);
     let (a, rest) = second.split_at(600);
     send(&mut rng, &sidecars, a);
     let g4 = gateway(dir.path(), "gw4", &b);
@@ -456,7 +585,7 @@ fn a_gateway_killed_mid_run_loses_no_trace_and_bad_messages_are_skipped() {
         sidecars,
         gateways: [g1, mut g2, g3],
         _sidecar_daemons: _running,
-    } = tier(dir.path());
+    } = tier(dir.path(), "");
     let b = broker.addr();
     let mut rng = Rng::new(23);
 
@@ -665,4 +794,19 @@ service:
         Some(0.0)
     );
     drop(side);
+}
+
+/// Whether `correlate` counts a log record as gateway traffic (a status and
+/// a route, or a rate-limit rule, circuit state or response flags).
+fn is_gateway_record(a: &[opentelemetry_proto::tonic::common::v1::KeyValue]) -> bool {
+    let has = |keys: &[&str]| a.iter().any(|kv| keys.contains(&kv.key.as_str()));
+    has(&[
+        "gateway.rate_limit_rule",
+        "rate_limit_rule",
+        "gateway.circuit_state",
+        "circuit_state",
+        "gateway.response_flags",
+        "response_flags",
+    ]) || (has(&["http.response.status_code", "status_code", "status"])
+        && has(&["route_id", "http.route", "gateway.route_id"]))
 }
