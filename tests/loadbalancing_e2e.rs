@@ -79,8 +79,13 @@ fn hex(b: &[u8]) -> String {
 /// trace is spread over `SPANS` requests), then one log record per trace.
 /// Span ids start at `base`.
 fn send(front: &str, ids: &[u64], base: u64) {
+    send_part(front, ids, base, 0..SPANS, true);
+}
+
+/// Spans `ks` of every trace of `ids`, then (with `logs`) its log record.
+fn send_part(front: &str, ids: &[u64], base: u64, ks: std::ops::Range<u64>, logs: bool) {
     let client = http_client();
-    for k in 0..SPANS {
+    for k in ks {
         let spans = ids
             .iter()
             .map(|&t| Span {
@@ -103,6 +108,9 @@ fn send(front: &str, ids: &[u64], base: u64) {
             }],
         };
         post(&client, &format!("{front}/v1/traces"), req.encode_to_vec()).expect("spans");
+    }
+    if !logs {
+        return;
     }
     let logs = ExportLogsServiceRequest {
         resource_logs: vec![ResourceLogs {
@@ -326,4 +334,27 @@ service:
         0.0,
         "nothing given up"
     );
+
+    // 4. Scale out while traces are in flight: half of each trace's spans
+    //    go out, a fourth backend joins, the other half follows. The ring
+    //    now gives b4 a quarter of the trace ids, but a trace already under
+    //    way stays where it started (trace_affinity): every trace whole.
+    let (_b4, e4) = backend(dir.path(), "b4");
+    let names = ["b1", "b2", "b3", "b4"];
+    let inflight: Vec<u64> = (20_001..=20_600).collect();
+    send_part(&url, &inflight, 0, 0..SPANS / 2, false);
+    write_backends(&list, &[&e1, &e3, &e4]);
+    backends_now(3.0);
+    send_part(&url, &inflight, 0, SPANS / 2..SPANS, true);
+    let kept = placed(dir.path(), &names, &inflight, 0);
+    assert!(
+        kept.values().all(|b| b != "b4"),
+        "a trace under way moved to b4"
+    );
+    // New traces do reach b4.
+    let new: Vec<u64> = (30_001..=30_300).collect();
+    send(&url, &new, 0);
+    let fresh_home = placed(dir.path(), &names, &new, 0);
+    let on_b4 = fresh_home.values().filter(|b| *b == "b4").count();
+    assert!(on_b4 > 40, "b4 got {on_b4} of 300 new traces");
 }

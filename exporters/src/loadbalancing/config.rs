@@ -116,6 +116,24 @@ pub struct LoadBalancingConfig {
     /// backends: a backend that goes away takes no queue with it).
     #[serde(default)]
     pub sending_queue: QueueConfig,
+    /// With `routing_key: traceID`, a trace id stays on the backend it went
+    /// to while its spans keep coming less than this apart, even when
+    /// backends are added and the ring would send it elsewhere (default
+    /// 30s; `0s`: off, as the Collector). A backend that leaves the list or
+    /// fails gives its traces back to the ring.
+    #[serde(default = "affinity")]
+    pub trace_affinity: Duration,
+    /// Trace ids remembered for `trace_affinity` at most (default 1000000,
+    /// about 60 MiB); beyond, the least recent are forgotten.
+    #[serde(default = "max_affinity")]
+    pub max_affinity_traces: usize,
+}
+
+fn affinity() -> Duration {
+    Duration::secs(30)
+}
+fn max_affinity() -> usize {
+    1_000_000
 }
 
 impl LoadBalancingConfig {

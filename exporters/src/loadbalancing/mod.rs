@@ -96,9 +96,37 @@ impl ExporterFactory for LoadBalancingExporterFactory {
 
 /// The backends now: endpoints (sorted), their exporters and the ring.
 struct Backends {
-    endpoints: Vec<String>,
+    endpoints: Vec<Arc<str>>,
+    index: std::collections::HashMap<Arc<str>, usize>,
     exporters: Vec<Arc<GrpcExporter>>,
     ring: Ring,
+}
+
+/// Where recent trace ids went (`trace_affinity`).
+type AffinityMap = std::collections::HashMap<
+    [u8; 16],
+    (Arc<str>, tokio::time::Instant),
+    foldhash::fast::RandomState,
+>;
+
+#[derive(Default)]
+struct Affinity {
+    map: AffinityMap,
+}
+
+impl Affinity {
+    /// Forget what is older than `ttl`; if still over `max`, forget all
+    /// (the ring takes over; a trace in flight may then split).
+    fn trim(&mut self, now: tokio::time::Instant, ttl: Duration, max: usize) {
+        if self.map.len() <= max {
+            return;
+        }
+        self.map
+            .retain(|_, (_, at)| now.saturating_duration_since(*at) < ttl);
+        if self.map.len() > max {
+            self.map.clear();
+        }
+    }
 }
 
 struct Metrics {
@@ -116,6 +144,7 @@ pub struct LoadBalancingExporter {
     resolutions: [Counter; 2],
     /// Wakes the resolver early (a backend failed).
     wake: Arc<tokio::sync::Notify>,
+    affinity: std::sync::Mutex<Affinity>,
 }
 
 impl LoadBalancingExporter {
@@ -139,6 +168,7 @@ impl LoadBalancingExporter {
             id: id.to_string(),
             state: RwLock::new(Arc::new(Backends {
                 endpoints: Vec::new(),
+                index: Default::default(),
                 exporters: Vec::new(),
                 ring: Ring::default(),
             })),
@@ -161,6 +191,7 @@ impl LoadBalancingExporter {
             },
             resolutions: [res("true"), res("false")],
             wake: Arc::new(tokio::sync::Notify::new()),
+            affinity: Default::default(),
             cfg,
         };
         if let Some(s) = &e.cfg.resolver.static_ {
@@ -174,12 +205,17 @@ impl LoadBalancingExporter {
         endpoints.sort();
         endpoints.dedup();
         let old = self.backends();
-        if old.endpoints == endpoints {
+        if old
+            .endpoints
+            .iter()
+            .map(|e| &**e)
+            .eq(endpoints.iter().map(String::as_str))
+        {
             return Ok(());
         }
         let mut exporters = Vec::with_capacity(endpoints.len());
         for ep in &endpoints {
-            match old.endpoints.iter().position(|o| o == ep) {
+            match old.index.get(ep.as_str()).copied() {
                 Some(i) => exporters.push(old.exporters[i].clone()),
                 None => {
                     let cfg = self
@@ -194,9 +230,17 @@ impl LoadBalancingExporter {
         let ring = Ring::new(&endpoints);
         self.metrics.backends.set(endpoints.len() as i64);
         self.metrics.updates.add(1);
+        let endpoints: Vec<Arc<str>> = endpoints.into_iter().map(Arc::from).collect();
+        let index = endpoints
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, e)| (e, i))
+            .collect();
         if let Ok(mut s) = self.state.write() {
             *s = Arc::new(Backends {
                 endpoints,
+                index,
                 exporters,
                 ring,
             });
@@ -298,6 +342,10 @@ impl Exporter for LoadBalancingExporter {
         let mut backoff = causeway_core::retry::Backoff::new(retry);
         let mut pending: Vec<bytes::Bytes> = batch.encoded_parts();
         let mut first = true;
+        let ttl = self.cfg.trace_affinity.get();
+        let sticky = by == By::TraceId && !ttl.is_zero();
+        // Backends that failed the last attempt: their traces go by the ring.
+        let mut failed: std::collections::HashSet<Arc<str>> = Default::default();
         loop {
             let b = self.backends();
             let mut failure: Option<ExportError> = None;
@@ -311,21 +359,48 @@ impl Exporter for LoadBalancingExporter {
                 let n = b.endpoints.len();
                 let mut bodies: Vec<Vec<u8>> = vec![Vec::new(); n];
                 let mut items = vec![0usize; n];
-                for part in &pending {
-                    let parts =
-                        split_with(signal, part, by, |k| b.ring.backend(k)).map_err(|e| {
+                {
+                    let now = tokio::time::Instant::now();
+                    let mut aff = match self.affinity.lock() {
+                        Ok(g) => g,
+                        Err(p) => p.into_inner(),
+                    };
+                    let mut route = |k: &causeway_core::partition::Key| -> usize {
+                        let causeway_core::partition::Key::Trace(id) = k else {
+                            return b.ring.backend(k);
+                        };
+                        if !sticky {
+                            return b.ring.backend(k);
+                        }
+                        if let Some((ep, at)) = aff.map.get_mut(id) {
+                            if now.saturating_duration_since(*at) < ttl && !failed.contains(ep) {
+                                if let Some(&i) = b.index.get(ep) {
+                                    *at = now;
+                                    return i;
+                                }
+                            }
+                        }
+                        let i = b.ring.backend(k);
+                        aff.map.insert(*id, (b.endpoints[i].clone(), now));
+                        i
+                    };
+                    for part in &pending {
+                        let parts = split_with(signal, part, by, &mut route).map_err(|e| {
                             ExportError::Permanent {
                                 source: format!("a {signal:?} request cannot be split by key: {e}")
                                     .into(),
                             }
                         })?;
-                    for (i, p) in parts.into_iter().enumerate() {
-                        if p.items > 0 {
-                            bodies[i].extend_from_slice(&p.bytes);
-                            items[i] += p.items;
+                        for (i, p) in parts.into_iter().enumerate() {
+                            if p.items > 0 {
+                                bodies[i].extend_from_slice(&p.bytes);
+                                items[i] += p.items;
+                            }
                         }
                     }
+                    aff.trim(now, ttl, self.cfg.max_affinity_traces);
                 }
+                failed.clear();
                 if !first {
                     self.metrics
                         .rerouted
@@ -362,6 +437,7 @@ impl Exporter for LoadBalancingExporter {
                         }
                         Err(e) => {
                             tracing::debug!(exporter = %self.id, backend = %b.endpoints[i], error = %e, "A backend failed; its part is routed again.");
+                            failed.insert(b.endpoints[i].clone());
                             next.push(bytes);
                             failure = Some(e);
                         }
