@@ -1,16 +1,20 @@
-//! The `loadbalancing` exporter in the running daemon, in front of three
-//! real causeway backends (OTLP/gRPC in, file out), its backend list read
-//! from a file the test rewrites (`resolver.file`):
+//! The `loadbalancing` exporter in the running daemon, in front of real
+//! causeway backends (OTLP/gRPC in, file out), its backend list read from a
+//! file the test rewrites (`resolver.file`):
 //! - every trace (spans sent in several requests, interleaved with other
-//!   traces) and its log records reach one backend, and the load is shared;
-//! - removing a backend moves exactly the trace ids it owned (measured by
-//!   sending the same trace ids again), no more;
+//!   traces) and its log records reach one backend, where the Collector's
+//!   ring puts it, and the load is shared;
+//! - removing a backend moves exactly the trace ids it owned, no more;
 //! - a backend that goes down while data is on its way loses nothing: the
 //!   failed parts are retried and, once the resolver drops the backend,
-//!   routed to the backends that now own them.
+//!   routed to the backends that now own them;
+//! - backends added or removed while traces are half sent split none of
+//!   them (`trace_affinity`; a removed backend drains what it had).
 
 mod common;
 
+use causeway_core::partition::Key;
+use causeway_exporters::loadbalancing::ring::Ring;
 use causeway_scenarios::send::post;
 use common::*;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -273,7 +277,21 @@ service:
     backends_now(3.0);
     let names = ["b1", "b2", "b3"];
 
-    // 1. Whole traces, with their logs, shared among the three.
+    // Where the Collector's ring puts a trace id among `eps` (by name).
+    let name_of: BTreeMap<String, &str> = [(&e1, "b1"), (&e2, "b2"), (&e3, "b3")]
+        .into_iter()
+        .map(|(e, n)| (e.clone(), n))
+        .collect();
+    let ring_says = |eps: &[&String], t: u64| -> String {
+        let mut v: Vec<String> = eps.iter().map(|e| e.to_string()).collect();
+        v.sort();
+        let id: [u8; 16] = tid(t).try_into().expect("16 bytes");
+        let i = Ring::new(&v).backend(&Key::Trace(id));
+        name_of[&v[i]].to_string()
+    };
+
+    // 1. Whole traces, with their logs, shared among the three, each where
+    //    the Collector's ring puts it.
     let ids: Vec<u64> = (1..=600).collect();
     send(&url, &ids, 0);
     let before = placed(dir.path(), &names, &ids, 0);
@@ -281,26 +299,35 @@ service:
         let c = before.values().filter(|b| *b == n).count();
         assert!(c > 120, "{n} got {c} of 600 traces");
     }
+    for t in &ids {
+        assert_eq!(before[t], ring_says(&[&e1, &e2, &e3], *t), "trace {t}");
+    }
 
-    // 2. b3 leaves the list (it stays up): the same trace ids again.
+    // 2. b3 leaves the list (it stays up). New trace ids (none under way)
+    //    go where the two-backend ring puts them: measured against where
+    //    the three-backend ring would have, only b3's share moved.
     write_backends(&list, &[&e1, &e2]);
     backends_now(2.0);
-    send(&url, &ids, 1_000_000);
-    let after = placed(dir.path(), &names, &ids, 1_000_000);
-    let moved: Vec<u64> = ids
-        .iter()
-        .copied()
-        .filter(|t| before[t] != after[t])
-        .collect();
-    let on_b3 = before.values().filter(|b| *b == "b3").count();
+    let ids2: Vec<u64> = (601..=1200).collect();
+    send(&url, &ids2, 0);
+    let after = placed(dir.path(), &names, &ids2, 0);
+    let mut moved = 0;
+    let mut owned_by_b3 = 0;
+    for t in &ids2 {
+        let was = ring_says(&[&e1, &e2, &e3], *t);
+        assert_eq!(after[t], ring_says(&[&e1, &e2], *t), "trace {t}");
+        owned_by_b3 += usize::from(was == "b3");
+        if after[t] != was {
+            moved += 1;
+            assert_eq!(was, "b3", "trace {t} of a remaining backend moved");
+        }
+    }
     eprintln!(
-        "b3 removed: {} of {} trace ids moved (b3 owned {on_b3})",
-        moved.len(),
-        ids.len()
+        "b3 removed: {moved} of {} trace ids moved (b3 owned {owned_by_b3})",
+        ids2.len()
     );
-    assert_eq!(moved.len(), on_b3, "only b3's trace ids move");
-    assert!(moved.iter().all(|t| before[t] == "b3"));
-    assert!(moved.len() * 100 <= ids.len() * 40, "more than ~1/3 moved");
+    assert_eq!(moved, owned_by_b3, "only b3's trace ids move");
+    assert!(moved * 100 <= ids2.len() * 40, "more than ~1/3 moved");
 
     // 3. Back to three, then b2 goes down while traces are on their way:
     //    its parts fail, are retried, and once the list drops it they reach
@@ -357,4 +384,23 @@ service:
     let fresh_home = placed(dir.path(), &names, &new, 0);
     let on_b4 = fresh_home.values().filter(|b| *b == "b4").count();
     assert!(on_b4 > 40, "b4 got {on_b4} of 300 new traces");
+
+    // 5. Scale in while traces are in flight: b4 leaves the list but still
+    //    runs (a terminating pod): the traces under way on it finish there,
+    //    whole; new traces no longer go to it.
+    let inflight: Vec<u64> = (40_001..=40_600).collect();
+    send_part(&url, &inflight, 0, 0..SPANS / 2, false);
+    write_backends(&list, &[&e1, &e3]);
+    backends_now(2.0);
+    send_part(&url, &inflight, 0, SPANS / 2..SPANS, true);
+    let kept = placed(dir.path(), &names, &inflight, 0);
+    let stayed = kept.values().filter(|b| *b == "b4").count();
+    assert!(stayed > 40, "only {stayed} traces under way finished on b4");
+    let new: Vec<u64> = (50_001..=50_300).collect();
+    send(&url, &new, 0);
+    let after = placed(dir.path(), &names, &new, 0);
+    assert!(
+        after.values().all(|b| b != "b4"),
+        "a new trace went to a removed backend"
+    );
 }

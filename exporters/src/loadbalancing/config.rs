@@ -119,8 +119,10 @@ pub struct LoadBalancingConfig {
     /// With `routing_key: traceID`, a trace id stays on the backend it went
     /// to while its spans keep coming less than this apart, even when
     /// backends are added and the ring would send it elsewhere (default
-    /// 30s; `0s`: off, as the Collector). A backend that leaves the list or
-    /// fails gives its traces back to the ring.
+    /// 30s; `0s`: off, as the Collector). A backend that leaves the list
+    /// keeps the traces already under way on it for this long (draining,
+    /// as a terminating pod still serves); one that fails gives them back
+    /// to the ring.
     #[serde(default = "affinity")]
     pub trace_affinity: Duration,
     /// Trace ids remembered for `trace_affinity` at most (default 1000000,

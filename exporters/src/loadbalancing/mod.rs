@@ -96,7 +96,13 @@ impl ExporterFactory for LoadBalancingExporterFactory {
 
 /// The backends now: endpoints (sorted), their exporters and the ring.
 struct Backends {
+    /// The listed backends first (`listed` of them: the ring's), then those
+    /// removed less than `trace_affinity` ago: draining, they still get the
+    /// traces already under way on them, and no new one.
     endpoints: Vec<Arc<str>>,
+    listed: usize,
+    /// When each draining backend stops getting traces (`None`: listed).
+    until: Vec<Option<tokio::time::Instant>>,
     index: std::collections::HashMap<Arc<str>, usize>,
     exporters: Vec<Arc<GrpcExporter>>,
     ring: Ring,
@@ -168,6 +174,8 @@ impl LoadBalancingExporter {
             id: id.to_string(),
             state: RwLock::new(Arc::new(Backends {
                 endpoints: Vec::new(),
+                listed: 0,
+                until: Vec::new(),
                 index: Default::default(),
                 exporters: Vec::new(),
                 ring: Ring::default(),
@@ -205,16 +213,29 @@ impl LoadBalancingExporter {
         endpoints.sort();
         endpoints.dedup();
         let old = self.backends();
-        if old
-            .endpoints
+        if old.endpoints[..old.listed]
             .iter()
             .map(|e| &**e)
             .eq(endpoints.iter().map(String::as_str))
         {
             return Ok(());
         }
-        let mut exporters = Vec::with_capacity(endpoints.len());
-        for ep in &endpoints {
+        let now = tokio::time::Instant::now();
+        let ttl = self.cfg.trace_affinity.get();
+        let listed = endpoints.len();
+        let mut all: Vec<(String, Option<tokio::time::Instant>)> =
+            endpoints.iter().map(|e| (e.clone(), None)).collect();
+        if !ttl.is_zero() {
+            // Removed now, or still draining from an earlier change.
+            for (i, e) in old.endpoints.iter().enumerate() {
+                let until = old.until[i].unwrap_or(now + ttl);
+                if until > now && !all.iter().any(|(x, _)| **x == **e) {
+                    all.push((e.to_string(), Some(until)));
+                }
+            }
+        }
+        let mut exporters = Vec::with_capacity(all.len());
+        for (ep, _) in &all {
             match old.index.get(ep.as_str()).copied() {
                 Some(i) => exporters.push(old.exporters[i].clone()),
                 None => {
@@ -226,11 +247,13 @@ impl LoadBalancingExporter {
                 }
             }
         }
-        tracing::info!(exporter = %self.id, backends = ?endpoints, "Load-balancing backends changed.");
+        let draining: Vec<&str> = all[listed..].iter().map(|(e, _)| e.as_str()).collect();
+        tracing::info!(exporter = %self.id, backends = ?endpoints, ?draining, "Load-balancing backends changed.");
         let ring = Ring::new(&endpoints);
-        self.metrics.backends.set(endpoints.len() as i64);
+        self.metrics.backends.set(listed as i64);
         self.metrics.updates.add(1);
-        let endpoints: Vec<Arc<str>> = endpoints.into_iter().map(Arc::from).collect();
+        let until = all.iter().map(|(_, u)| *u).collect();
+        let endpoints: Vec<Arc<str>> = all.into_iter().map(|(e, _)| Arc::from(e)).collect();
         let index = endpoints
             .iter()
             .cloned()
@@ -240,6 +263,8 @@ impl LoadBalancingExporter {
         if let Ok(mut s) = self.state.write() {
             *s = Arc::new(Backends {
                 endpoints,
+                listed,
+                until,
                 index,
                 exporters,
                 ring,
@@ -375,8 +400,10 @@ impl Exporter for LoadBalancingExporter {
                         if let Some((ep, at)) = aff.map.get_mut(id) {
                             if now.saturating_duration_since(*at) < ttl && !failed.contains(ep) {
                                 if let Some(&i) = b.index.get(ep) {
-                                    *at = now;
-                                    return i;
+                                    if b.until[i].is_none_or(|u| now < u) {
+                                        *at = now;
+                                        return i;
+                                    }
                                 }
                             }
                         }
