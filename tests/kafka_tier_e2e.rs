@@ -601,6 +601,22 @@ service:
         duplicated + split == 0 || revoked > 0.0,
         "traces decided twice or split without a revocation giving them up"
     );
+    // A split needs late spans (a trace decided before its last spans came).
+    let late: f64 = ["sampled", "not_sampled"]
+        .iter()
+        .map(|d| {
+            total(
+                &gws,
+                &format!(
+                    "causeway_tail_sampling_late_spans_total{{component=\"tail_sampling\",decision=\"{d}\"}}"
+                ),
+            )
+        })
+        .sum();
+    assert!(
+        split == 0 || late > 0.0,
+        "{split} traces split with no late span"
+    );
 }
 
 #[test]

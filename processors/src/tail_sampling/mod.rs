@@ -289,6 +289,12 @@ pub struct TailSampling {
     outbox: Emitter,
     outbox_due: Option<Instant>,
     release_every: std::time::Duration,
+    /// Acknowledgements of decided traces, held one more `decision_wait`
+    /// after the decision: the messages that carried a trace stay
+    /// uncommitted while its late spans may still come, so that a
+    /// partition moving meanwhile gives the new owner the whole trace (a
+    /// duplicate decision), never its late part alone (a split trace).
+    late_hold: VecDeque<(Instant, Vec<Ack>)>,
     metrics: Metrics,
 }
 
@@ -416,6 +422,7 @@ impl TailSampling {
             outbox: Emitter::new(),
             outbox_due: None,
             release_every: RELEASE_EVERY,
+            late_hold: VecDeque::new(),
             metrics,
             cfg,
         })
@@ -676,6 +683,10 @@ impl TailSampling {
                 self.metrics.dropped.add(1);
             }
         }
+        if !t.acks.is_empty() {
+            self.late_hold
+                .push_back((now + self.cfg.decision_wait.get(), t.acks));
+        }
     }
 
     /// Decide the oldest traces while a bound is exceeded.
@@ -751,11 +762,15 @@ impl Processor for TailSampling {
     fn next_deadline(&self) -> Option<Instant> {
         let a = self.arrival.front().map(|x| x.0);
         let r = self.roots.front().map(|x| x.0);
-        // Kept spans waiting in the outbox are due too.
-        [a, r, self.outbox_due].into_iter().flatten().min()
+        // Kept spans waiting in the outbox are due too, and held acknowledgements.
+        let l = self.late_hold.front().map(|x| x.0);
+        [a, r, self.outbox_due, l].into_iter().flatten().min()
     }
 
     async fn on_tick(&mut self, now: Instant, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
+        while self.late_hold.front().is_some_and(|x| x.0 <= now) {
+            self.late_hold.pop_front();
+        }
         let mut emit = self.take_outbox();
         while let Some(&(deadline, id, generation)) = self.roots.front() {
             if deadline > now {
@@ -803,6 +818,7 @@ impl Processor for TailSampling {
             }
         }
         self.roots.clear();
+        self.late_hold.clear();
         self.release(now, emit, true, out);
         self.update_gauges();
         Ok(())
