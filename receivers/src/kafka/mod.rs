@@ -113,6 +113,24 @@ impl Owned {
     fn commit_point(&self) -> Option<i64> {
         self.pending.keys().next().copied().or(self.next)
     }
+
+    /// The commit point, when it is past what was committed.
+    fn due(&self) -> Option<i64> {
+        self.commit_point()
+            .filter(|c| self.committed.is_none_or(|old| *c > old))
+    }
+
+    /// Cancel every acknowledgement not yet fired (the next owner reads the
+    /// messages again); returns how many were still live (not failed).
+    fn give_up(&self) -> usize {
+        self.pending
+            .values()
+            .map(|p| {
+                p.ack.cancel();
+                usize::from(!p.failed)
+            })
+            .sum()
+    }
 }
 
 #[derive(Default)]
@@ -130,11 +148,10 @@ impl State {
     fn take_commits(&mut self) -> TopicPartitionList {
         let mut tpl = TopicPartitionList::new();
         for ((topic, p), o) in &mut self.owned {
-            if let Some(c) = o.commit_point() {
-                if o.committed.is_none_or(|old| c > old)
-                    && tpl
-                        .add_partition_offset(topic, *p, Offset::Offset(c))
-                        .is_ok()
+            if let Some(c) = o.due() {
+                if tpl
+                    .add_partition_offset(topic, *p, Offset::Offset(c))
+                    .is_ok()
                 {
                     o.committed = Some(c);
                 }
@@ -174,25 +191,20 @@ impl ConsumerContext for Ctx {
         for e in revoked.elements() {
             let key: (Arc<str>, i32) = (Arc::from(e.topic()), e.partition());
             if let Some(o) = st.owned.remove(&key) {
-                if let Some(c) = o.commit_point() {
-                    if o.committed.is_none_or(|old| c > old) {
-                        commit
-                            .add_partition_offset(e.topic(), e.partition(), Offset::Offset(c))
-                            .ok();
-                    }
+                if let Some(c) = o.due() {
+                    commit
+                        .add_partition_offset(e.topic(), e.partition(), Offset::Offset(c))
+                        .ok();
                 }
-                for p in o.pending.values() {
-                    p.ack.cancel();
-                }
-                let live = o.pending.values().filter(|p| !p.failed).count();
-                given_up += live;
+                given_up += o.give_up();
             }
         }
         st.in_flight = st.in_flight.saturating_sub(given_up);
         self.assigned.set(st.owned.len() as i64);
+        let stopped = st.stopped;
         drop(st);
         self.redelivered.add(given_up as u64);
-        if commit.count() > 0 && !self.stopped() {
+        if commit.count() > 0 && !stopped {
             if let Err(e) = consumer.commit(&commit, CommitMode::Sync) {
                 self.commit_failed.add(1);
                 tracing::warn!(receiver = %self.id, error = %e, "Committing the offsets of revoked partitions failed; their next owner reads from the previous commit (duplicates, no loss).");
@@ -215,10 +227,8 @@ impl ConsumerContext for Ctx {
                 .or_default()
                 .push(e.partition());
         }
-        let mut sets = by_topic.values_mut().map(|v| {
-            v.sort_unstable();
-            v.clone()
-        });
+        by_topic.values_mut().for_each(|v| v.sort_unstable());
+        let mut sets = by_topic.values();
         if let Some(first) = sets.next().filter(|_| self.copartitioned) {
             if sets.any(|s| s != first) {
                 tracing::error!(receiver = %self.id, assignment = ?by_topic, "The topics' partitions assigned to this instance differ: give the spans and logs topics the same partition count, or a trace's log records reach another instance than its spans.");
@@ -240,12 +250,6 @@ impl ConsumerContext for Ctx {
             self.assigned.set(st.owned.len() as i64);
         }
         tracing::info!(receiver = %self.id, partitions = assigned.count(), "Partitions assigned.");
-    }
-}
-
-impl Ctx {
-    fn stopped(&self) -> bool {
-        self.state.lock().map(|s| s.stopped).unwrap_or(true)
     }
 }
 
@@ -509,13 +513,7 @@ impl Receiver for KafkaReceiver {
         self.commit(CommitMode::Sync);
         if let Ok(mut st) = self.state.lock() {
             st.stopped = true;
-            let mut given_up = 0;
-            for o in st.owned.values() {
-                for p in o.pending.values() {
-                    p.ack.cancel();
-                    given_up += usize::from(!p.failed);
-                }
-            }
+            let given_up: usize = st.owned.values().map(Owned::give_up).sum();
             tracing::info!(receiver = %self.id, given_up, "Stopped; messages not yet safe are read again by the partitions' next owner.");
         }
         drop(out);
