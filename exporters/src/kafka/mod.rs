@@ -226,12 +226,12 @@ impl KafkaExporter {
     }
 }
 
-/// A partition's message being filled.
+/// A partition's message being filled, and its key while every piece in
+/// it has that same one.
 #[derive(Default)]
 struct Open {
     payload: Vec<u8>,
     key: Option<Key>,
-    mixed: bool,
 }
 
 impl Open {
@@ -248,20 +248,13 @@ impl Open {
         if !self.payload.is_empty() && self.payload.len() + bytes.len() > max {
             std::mem::take(self).close(p, out);
         }
-        match (self.payload.is_empty(), key) {
-            (true, k) => {
-                self.key = k;
-                self.mixed = k.is_none();
-            }
-            (false, Some(k)) if self.key == Some(k) => {}
-            _ => {
-                self.key = None;
-                self.mixed = true;
-            }
-        }
         if self.payload.is_empty() {
+            self.key = key;
             self.payload = bytes;
         } else {
+            if self.key != key {
+                self.key = None;
+            }
             self.payload.extend_from_slice(&bytes);
         }
     }
@@ -272,11 +265,7 @@ impl Open {
         }
         out.push(Message {
             partition: Some(p as i32),
-            key: if self.mixed {
-                None
-            } else {
-                self.key.map(|k| k.hex())
-            },
+            key: self.key.map(|k| k.hex()),
             payload: self.payload,
         });
     }
