@@ -354,6 +354,67 @@ impl LoadBalancingExporter {
     }
 }
 
+impl LoadBalancingExporter {
+    /// Split `pending` over the backends: per backend, its request body and
+    /// item count. A trace id goes to the backend it went to less than
+    /// `trace_affinity` ago (listed, or draining and not past its time),
+    /// unless that backend is in `failed`; else where the ring puts it.
+    fn route(
+        &self,
+        b: &Backends,
+        pending: &[bytes::Bytes],
+        signal: causeway_core::Signal,
+        by: By,
+        failed: &std::collections::HashSet<Arc<str>>,
+    ) -> Result<(Vec<Vec<u8>>, Vec<usize>), ExportError> {
+        let n = b.endpoints.len();
+        let mut bodies: Vec<Vec<u8>> = vec![Vec::new(); n];
+        let mut items = vec![0usize; n];
+        let ttl = self.cfg.trace_affinity.get();
+        let sticky = by == By::TraceId && !ttl.is_zero();
+        let now = tokio::time::Instant::now();
+        let mut aff = match self.affinity.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let mut backend_of = |k: &causeway_core::partition::Key| -> usize {
+            let causeway_core::partition::Key::Trace(id) = k else {
+                return b.ring.backend(k);
+            };
+            if !sticky {
+                return b.ring.backend(k);
+            }
+            if let Some((ep, at)) = aff.map.get_mut(id) {
+                let usable = |i: usize| b.until[i].is_none_or(|u| now < u);
+                if now.saturating_duration_since(*at) < ttl && !failed.contains(ep) {
+                    if let Some(&i) = b.index.get(ep).filter(|i| usable(**i)) {
+                        *at = now;
+                        return i;
+                    }
+                }
+            }
+            let i = b.ring.backend(k);
+            aff.map.insert(*id, (b.endpoints[i].clone(), now));
+            i
+        };
+        for part in pending {
+            let parts = split_with(signal, part, by, &mut backend_of).map_err(|e| {
+                ExportError::Permanent {
+                    source: format!("a {signal:?} request cannot be split by key: {e}").into(),
+                }
+            })?;
+            for (i, p) in parts.into_iter().enumerate() {
+                if p.items > 0 {
+                    bodies[i].extend_from_slice(&p.bytes);
+                    items[i] += p.items;
+                }
+            }
+        }
+        aff.trim(now, ttl, self.cfg.max_affinity_traces);
+        Ok((bodies, items))
+    }
+}
+
 #[async_trait]
 impl Exporter for LoadBalancingExporter {
     async fn export(&self, batch: &Batch) -> Result<Delivered, ExportError> {
@@ -367,8 +428,6 @@ impl Exporter for LoadBalancingExporter {
         let mut backoff = causeway_core::retry::Backoff::new(retry);
         let mut pending: Vec<bytes::Bytes> = batch.encoded_parts();
         let mut first = true;
-        let ttl = self.cfg.trace_affinity.get();
-        let sticky = by == By::TraceId && !ttl.is_zero();
         // Backends that failed the last attempt: their traces go by the ring.
         let mut failed: std::collections::HashSet<Arc<str>> = Default::default();
         loop {
@@ -381,52 +440,7 @@ impl Exporter for LoadBalancingExporter {
                 });
             } else {
                 // Every pending part split on the ring as it is now.
-                let n = b.endpoints.len();
-                let mut bodies: Vec<Vec<u8>> = vec![Vec::new(); n];
-                let mut items = vec![0usize; n];
-                {
-                    let now = tokio::time::Instant::now();
-                    let mut aff = match self.affinity.lock() {
-                        Ok(g) => g,
-                        Err(p) => p.into_inner(),
-                    };
-                    let mut route = |k: &causeway_core::partition::Key| -> usize {
-                        let causeway_core::partition::Key::Trace(id) = k else {
-                            return b.ring.backend(k);
-                        };
-                        if !sticky {
-                            return b.ring.backend(k);
-                        }
-                        if let Some((ep, at)) = aff.map.get_mut(id) {
-                            if now.saturating_duration_since(*at) < ttl && !failed.contains(ep) {
-                                if let Some(&i) = b.index.get(ep) {
-                                    if b.until[i].is_none_or(|u| now < u) {
-                                        *at = now;
-                                        return i;
-                                    }
-                                }
-                            }
-                        }
-                        let i = b.ring.backend(k);
-                        aff.map.insert(*id, (b.endpoints[i].clone(), now));
-                        i
-                    };
-                    for part in &pending {
-                        let parts = split_with(signal, part, by, &mut route).map_err(|e| {
-                            ExportError::Permanent {
-                                source: format!("a {signal:?} request cannot be split by key: {e}")
-                                    .into(),
-                            }
-                        })?;
-                        for (i, p) in parts.into_iter().enumerate() {
-                            if p.items > 0 {
-                                bodies[i].extend_from_slice(&p.bytes);
-                                items[i] += p.items;
-                            }
-                        }
-                    }
-                    aff.trim(now, ttl, self.cfg.max_affinity_traces);
-                }
+                let (bodies, items) = self.route(&b, &pending, signal, by, &failed)?;
                 failed.clear();
                 if !first {
                     self.metrics
