@@ -428,6 +428,8 @@ impl Exporter for LoadBalancingExporter {
         let mut backoff = causeway_core::retry::Backoff::new(retry);
         let mut pending: Vec<bytes::Bytes> = batch.encoded_parts();
         let mut first = true;
+        // Items a backend refused as invalid: not sent again, counted.
+        let mut rejected = 0u64;
         // Backends that failed the last attempt: their traces go by the ring.
         let mut failed: std::collections::HashSet<Arc<str>> = Default::default();
         loop {
@@ -474,6 +476,7 @@ impl Exporter for LoadBalancingExporter {
                     match r {
                         Ok(_) => {}
                         Err(e @ ExportError::Permanent { .. }) => {
+                            rejected += items[i] as u64;
                             tracing::warn!(exporter = %self.id, backend = %b.endpoints[i], error = %e, "A backend refused data as invalid; it is not sent again.");
                         }
                         Err(e) => {
@@ -487,7 +490,7 @@ impl Exporter for LoadBalancingExporter {
                 pending = next;
             }
             let Some(err) = failure else {
-                return Ok(Delivered::default());
+                return Ok(Delivered { rejected });
             };
             first = false;
             self.wake.notify_one();
