@@ -30,6 +30,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 const PARTITIONS: i32 = 6;
 
 fn sidecar(dir: &Path, name: &str, broker: &str) -> (Daemon, String) {
+    sidecar_with(dir, name, broker, "")
+}
+
+/// A sidecar whose `kafka` exporter has `extra` keys (YAML lines under it).
+fn sidecar_with(dir: &Path, name: &str, broker: &str, extra: &str) -> (Daemon, String) {
     let http = free_port();
     let config = format!(
         r#"
@@ -42,6 +47,7 @@ exporters:
     brokers: ["{broker}"]
     partition_traces_by_id: true
     partition_logs_by_trace_id: true
+{extra}
 service:
   pipelines:
     traces: {{ receivers: [otlp], exporters: [kafka] }}
@@ -774,31 +780,11 @@ fn one_topic_in_otlp_json_carries_every_signal_by_header() {
     let broker = Broker::start(dir.path());
     broker.create_topic("otlp_all", 3);
     let b = broker.addr();
-    let http = free_port();
-    let side = Daemon::start(
+    let (_side, url) = sidecar_with(
         dir.path(),
         "sidecar",
-        &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-exporters:
-  kafka:
-    brokers: ["{b}"]
-    topic: otlp_all
-    encoding: otlp_json
-    partition_traces_by_id: true
-    partition_logs_by_trace_id: true
-service:
-  pipelines:
-    traces: {{ receivers: [otlp], exporters: [kafka] }}
-    logs: {{ receivers: [otlp], exporters: [kafka] }}
-    metrics: {{ receivers: [otlp], exporters: [kafka] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
-        ),
+        &b,
+        "    topic: otlp_all\n    encoding: otlp_json",
     );
     let gw = Daemon::start(
         dir.path(),
@@ -825,7 +811,7 @@ service:
     );
     let mut rng = Rng::new(5);
     let cs = cases(&mut rng, 40, 0);
-    send(&mut rng, &[format!("http://127.0.0.1:{http}")], &cs);
+    send(&mut rng, &[url], &cs);
     let want_spans: usize = cs.iter().map(|c| span_ids(c).len()).sum();
     let want_logs: usize = cs
         .iter()
@@ -852,7 +838,6 @@ service:
         gw.metric("causeway_kafka_receiver_messages_total{receiver=\"kafka\",outcome=\"invalid\"}"),
         Some(0.0)
     );
-    drop(side);
 }
 
 /// Whether `correlate` counts a log record as gateway traffic (a status and
