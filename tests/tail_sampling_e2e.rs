@@ -241,6 +241,7 @@ service:
     assert!(pending <= (16 << 20) as f64, "pending bytes {pending}");
     // RSS: the daemon's baseline, the bounded queues and 16 MiB of pending spans, not the 64 MiB sent.
     let growth_mib = (peak.saturating_sub(baseline)) as f64 / 1024.0;
+    eprintln!("RSS grew by {growth_mib:.1} MiB (baseline {baseline} KiB, peak {peak} KiB)");
     assert!(
         growth_mib < 48.0,
         "RSS grew by {growth_mib:.1} MiB (baseline {baseline} KiB, peak {peak} KiB)"

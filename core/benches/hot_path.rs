@@ -1,6 +1,10 @@
 //! Hot paths of forwarding: what the receiver does per request (walk vs
 //! decode) and what batching costs.
 
+/// The daemon's allocator, so that the numbers are those of the binary.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use bytes::Bytes;
 use causeway_core::{wire, Batch, Signal};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

@@ -2,6 +2,10 @@
 //! spans (critical path, join, the built-in rules in DataFusion, the
 //! annotations), and the correlation state taking in gateway log records.
 
+/// The daemon's allocator, so that the numbers are those of the binary.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use causeway_processors::correlate::store::{Limits, Store};
 use causeway_processors::correlate::{annotate, features, rules, verdict};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

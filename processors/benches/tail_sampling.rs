@@ -4,6 +4,10 @@
 //! the traces when their `decision_wait` is over (policies, then the kept
 //! spans re-encoded into the outgoing batch).
 
+/// The daemon's allocator, so that the numbers are those of the binary.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use bytes::Bytes;
 use causeway_core::component::Processor;
 use causeway_core::config::decode;

@@ -142,6 +142,31 @@ struct Trace {
     acks: Vec<Ack>,
 }
 
+/// The pending traces: an index from trace id to a slot of a slab. The
+/// index's buckets stay 20 bytes (not the whole trace), so the table that
+/// every span probes is a few times smaller and cheaper to grow; the traces
+/// themselves sit densely in the slab, their slots reused.
+#[derive(Default)]
+struct TraceTable {
+    index: IdMap<u32>,
+    slab: slab::Slab<Trace>,
+}
+
+impl TraceTable {
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    fn get(&self, id: &[u8; 16]) -> Option<&Trace> {
+        self.index.get(id).and_then(|&k| self.slab.get(k as usize))
+    }
+
+    fn remove(&mut self, id: &[u8; 16]) -> Option<Trace> {
+        let k = self.index.remove(id)?;
+        self.slab.try_remove(k as usize)
+    }
+}
+
 /// A bounded set remembering insertion order; the oldest leaves first.
 struct Fifo<V> {
     map: IdMap<V>,
@@ -275,7 +300,7 @@ pub struct TailSampling {
     route_keys: Vec<u16>,
     policies: Vec<Policy>,
     errors: Option<Policy>,
-    traces: IdMap<Trace>,
+    traces: TraceTable,
     arrival: VecDeque<(Instant, [u8; 16], u64)>,
     roots: VecDeque<(Instant, [u8; 16], u64)>,
     generation: u64,
@@ -406,7 +431,7 @@ impl TailSampling {
             route_keys,
             policies,
             errors,
-            traces: IdMap::default(),
+            traces: TraceTable::default(),
             arrival: VecDeque::new(),
             roots: VecDeque::new(),
             generation: 0,
@@ -473,8 +498,9 @@ impl TailSampling {
             self.restart_if_revoked(&id);
         }
         // One hash per span: the trace's entry, held or new.
-        let t = match self.traces.entry(id) {
-            Entry::Occupied(o) => o.into_mut(),
+        let TraceTable { index, slab } = &mut self.traces;
+        let t = match index.entry(id) {
+            Entry::Occupied(o) => &mut slab[*o.get() as usize],
             Entry::Vacant(v) => {
                 if let Some(label) = self.sampled.get(&id) {
                     self.metrics.late_kept.add(1);
@@ -511,7 +537,9 @@ impl TailSampling {
                 let deadline = now + self.cfg.decision_wait.get();
                 self.arrival.push_back((deadline, id, self.generation));
                 self.bytes += TRACE_OVERHEAD;
-                v.insert(Trace {
+                let slot = slab.vacant_entry();
+                v.insert(slot.key() as u32);
+                slot.insert(Trace {
                     generation: self.generation,
                     deadline,
                     spans: Vec::new(),
