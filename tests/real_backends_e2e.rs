@@ -220,6 +220,17 @@ fn metrics(round: u64, start: u64) -> Value {
             {"name": "jobs.done", "sum": {
                 "aggregationTemporality": 1, "isMonotonic": true,
                 "dataPoints": [{"asInt": (if round == 1 { 5 } else { 3 }).to_string(), "startTimeUnixNano": start, "timeUnixNano": t}]}},
+            // The names issue #21 found wrong: a counter with unit `1`
+            // (was `postgresql_commits__1_total`), a gauge with unit `1`,
+            // binary prefixes per minute, and attribute keys that collide
+            // or start with a digit.
+            {"name": "postgresql.commits", "unit": "1", "sum": {
+                "aggregationTemporality": 2, "isMonotonic": true,
+                "dataPoints": [{"asInt": (10 * round).to_string(), "startTimeUnixNano": start, "timeUnixNano": t}]}},
+            {"name": "kafka.consumer_group.offset", "unit": "1", "gauge": {"dataPoints": [
+                {"asInt": "1234", "timeUnixNano": t, "attributes": [kv("topic.name", "orders"), kv("topic_name", "legacy"), kv("2xx", "yes")]}]}},
+            {"name": "data.rate", "unit": "KiBy/min", "gauge": {"dataPoints": [
+                {"asDouble": 3.5, "timeUnixNano": t}]}},
             {"name": "http.server.duration", "unit": "s", "histogram": {
                 "aggregationTemporality": 2,
                 "dataPoints": [{"count": (3 * round).to_string(), "sum": 0.6 * round as f64,
@@ -278,6 +289,24 @@ fn check(s: &Server, staleness: bool) {
         "{}: target_info",
         s.name
     );
+    assert_eq!(
+        s.one(&format!("postgresql_commits_total{sel}")),
+        Some(20.0),
+        "{}: a counter with unit 1",
+        s.name
+    );
+    assert_eq!(
+        s.one(r#"kafka_consumer_group_offset_ratio{job="shop",topic_name="orders;legacy",key_2xx="yes"}"#),
+        Some(1234.0),
+        "{}: a gauge with unit 1; colliding and digit-led keys",
+        s.name
+    );
+    assert_eq!(
+        s.one(&format!("data_rate_kibibytes_per_min{sel}")),
+        Some(3.5),
+        "{}: KiBy/min",
+        s.name
+    );
     let names = s.series_names(sel);
     for n in [
         "http_server_duration_seconds_bucket",
@@ -285,6 +314,9 @@ fn check(s: &Server, staleness: bool) {
         "http_server_duration_seconds_sum",
         "http_server_requests_total",
         "jobs_done_total",
+        "postgresql_commits_total",
+        "kafka_consumer_group_offset_ratio",
+        "data_rate_kibibytes_per_min",
         "queue_depth_bytes",
         "room_temp_celsius",
         "target_info",

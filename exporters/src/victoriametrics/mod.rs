@@ -1,9 +1,10 @@
 //! The `victoriametrics` exporter: Prometheus remote write 1.0 to
 //! `/api/v1/write`, snappy (default) or zstd (VictoriaMetrics' own variant).
 //!
-//! OTel → Prometheus as the OpenTelemetry compatibility spec describes:
-//! names sanitized (dots to underscores), unit suffixes (`_seconds`,
-//! `_bytes`, …), `_total` for monotonic sums, histograms as `_bucket{le}` /
+//! OTel → Prometheus as the OpenTelemetry compatibility spec describes and
+//! Prometheus' OTLP translator implements ([`prom_name`], [`sanitize`]):
+//! unit suffixes (`_seconds`, `_bytes`, …), `_total` for monotonic sums,
+//! `_ratio` for gauges with unit `1`, histograms as `_bucket{le}` /
 //! `_sum` / `_count`, summaries as `{quantile}` / `_sum` / `_count`, delta
 //! temporality accumulated into cumulative series, resource attributes to
 //! `job` / `instance` plus one `target_info` series. Labels are sorted and
@@ -189,43 +190,61 @@ fn no_recorded_value(flags: u32) -> bool {
     flags & 1 == 1
 }
 
-/// A Prometheus metric or label name from an OTel one.
+/// A Prometheus label name from an OTel attribute key, as Prometheus'
+/// OTLP translator writes it (`otlptranslator.LabelNamer`, UTF-8 not
+/// allowed): every run of characters outside `[a-zA-Z0-9]` becomes one
+/// `_`, a reserved `__name__`-style key keeps its double underscores, and a
+/// key starting with a digit gets `key_` in front.
 pub fn sanitize(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if out.chars().next().is_some_and(|c| c.is_ascii_digit()) {
-        out.insert(0, '_');
+    let reserved = name.len() >= 4 && name.starts_with("__") && name.ends_with("__");
+    let inner = if reserved {
+        &name[2..name.len() - 2]
+    } else {
+        name
+    };
+    let mut out = String::with_capacity(name.len() + 4);
+    if reserved {
+        out.push_str("__");
     }
-    while out.contains("__") {
-        out = out.replace("__", "_");
+    let mut prev_underscore = false;
+    for c in inner.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+            prev_underscore = false;
+        } else if !prev_underscore {
+            out.push('_');
+            prev_underscore = true;
+        }
+    }
+    if reserved {
+        out.push_str("__");
+    }
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert_str(0, "key_");
     }
     out
 }
 
-fn unit_suffix(unit: &str) -> Option<&'static str> {
-    Some(match unit {
+/// The Prometheus word of a UCUM unit (the translator's `unitMap`); other
+/// units stand for themselves. `1` has no word: it is no unit.
+fn unit_word(unit: &str) -> &str {
+    match unit {
+        "d" => "days",
+        "h" => "hours",
+        "min" => "minutes",
         "s" => "seconds",
         "ms" => "milliseconds",
         "us" => "microseconds",
         "ns" => "nanoseconds",
-        "min" => "minutes",
-        "h" => "hours",
-        "d" => "days",
         "By" => "bytes",
-        "KBy" | "KiBy" => "kilobytes",
-        "MBy" | "MiBy" => "megabytes",
-        "GBy" | "GiBy" => "gigabytes",
-        "1" => "ratio",
-        "%" => "percent",
-        "Hz" => "hertz",
+        "KiBy" => "kibibytes",
+        "MiBy" => "mebibytes",
+        "GiBy" => "gibibytes",
+        "TiBy" => "tibibytes",
+        "KBy" => "kilobytes",
+        "MBy" => "megabytes",
+        "GBy" => "gigabytes",
+        "TBy" => "terabytes",
         "m" => "meters",
         "V" => "volts",
         "A" => "amperes",
@@ -233,11 +252,78 @@ fn unit_suffix(unit: &str) -> Option<&'static str> {
         "W" => "watts",
         "g" => "grams",
         "Cel" => "celsius",
-        _ => return None,
-    })
+        "Hz" => "hertz",
+        "1" => "",
+        "%" => "percent",
+        other => other,
+    }
 }
 
-/// The Prometheus name of an OTel metric.
+/// The word of the unit after `/` (the translator's `perUnitMap`).
+fn per_unit_word(unit: &str) -> &str {
+    match unit {
+        "s" => "second",
+        "m" => "minute",
+        "h" => "hour",
+        "d" => "day",
+        "w" => "week",
+        "mo" => "month",
+        "y" => "year",
+        other => other,
+    }
+}
+
+/// A character a metric name keeps (the rest split it into words).
+fn metric_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == ':'
+}
+
+/// A unit suffix made legal: characters outside `[a-zA-Z0-9:]` become
+/// `_`, runs of `_` one, and a leading `_` goes.
+fn clean_unit(unit: &str) -> String {
+    let mut out = String::with_capacity(unit.len());
+    for c in unit.chars() {
+        let c = if metric_char(c) { c } else { '_' };
+        if !(c == '_' && out.ends_with('_')) {
+            out.push(c);
+        }
+    }
+    match out.strip_prefix('_') {
+        Some(rest) => rest.to_string(),
+        None => out,
+    }
+}
+
+/// The main and the per-unit suffix of a UCUM unit: `By/s` → (`bytes`,
+/// `per_second`). Annotations (`{requests}`) are no unit.
+fn unit_suffixes(unit: &str) -> (String, String) {
+    let mut parts = unit.splitn(2, '/');
+    let main = parts.next().unwrap_or("").trim();
+    let main = if main.is_empty() || main.contains(['{', '}']) {
+        String::new()
+    } else {
+        clean_unit(unit_word(main))
+    };
+    let per = match parts.next().map(str::trim) {
+        Some(p) if !p.is_empty() && !p.contains(['{', '}']) => {
+            clean_unit(&format!("per_{}", per_unit_word(p)))
+        }
+        _ => String::new(),
+    };
+    (main, per)
+}
+
+/// The Prometheus name of an OTel metric, rule for rule as Prometheus' OTLP
+/// translator builds it with suffixes and without UTF-8
+/// (`otlptranslator.MetricNamer`, which the Collector's
+/// `prometheusremotewrite` exporter and Prometheus' OTLP endpoint share):
+/// the name split into words at every character outside `[a-zA-Z0-9:]`;
+/// the unit's word (`s` → `seconds`, `By/s` → `bytes` + `per_second`,
+/// annotations such as `{requests}` dropped) appended unless the name
+/// already has that word; `total` moved to the end of a monotonic sum;
+/// `ratio` to the end of a gauge with unit `1` (a counter with unit `1`
+/// gets no suffix for it); words joined by `_`; `_` in front of a leading
+/// digit. With `add_units` false the unit is left out (`_total` stays).
 pub fn prom_name(
     name: &str,
     unit: &str,
@@ -245,41 +331,70 @@ pub fn prom_name(
     gauge: bool,
     add_units: bool,
 ) -> String {
-    let mut n = sanitize(name);
-    if add_units {
-        let unit = unit.split('{').next().unwrap_or("").trim();
-        let suffix = match unit_suffix(unit) {
-            Some("ratio") if !gauge => None,
-            other => other,
-        }
+    let mut words: Vec<String> = name
+        .split(|c: char| !metric_char(c))
+        .filter(|w| !w.is_empty())
         .map(str::to_string)
-        .or_else(|| (!unit.is_empty() && !unit.contains('/')).then(|| sanitize(unit)))
-        .or_else(|| {
-            // "By/s" → "bytes_per_second"
-            let (a, b) = unit.split_once('/')?;
-            let per = match b {
-                "s" => "second",
-                "m" => "minute",
-                "h" => "hour",
-                other => other,
-            };
-            Some(format!(
-                "{}_per_{per}",
-                unit_suffix(a)
-                    .map(str::to_string)
-                    .unwrap_or_else(|| sanitize(a))
-            ))
-        });
-        if let Some(s) = suffix.filter(|s| !s.is_empty()) {
-            if !n.ends_with(&format!("_{s}")) {
-                n = format!("{n}_{s}");
+        .collect();
+    if add_units {
+        let (mut main, mut per) = unit_suffixes(unit);
+        if words.contains(&main) {
+            main.clear();
+        }
+        if per == "per_" {
+            per.clear();
+        } else {
+            per = per.trim_end_matches('_').to_string();
+            if words.contains(&per) {
+                per.clear();
+            }
+        }
+        if !per.is_empty() {
+            main = main.trim_end_matches('_').to_string();
+        }
+        for s in [main, per] {
+            if !s.is_empty() {
+                words.push(s);
             }
         }
     }
-    if monotonic_sum && !n.ends_with("_total") {
-        n.push_str("_total");
+    if monotonic_sum {
+        words.retain(|w| w != "total");
+        words.push("total".into());
+    }
+    if add_units && gauge && unit == "1" {
+        words.retain(|w| w != "ratio");
+        words.push("ratio".into());
+    }
+    let mut n = words.join("_");
+    if n.starts_with(|c: char| c.is_ascii_digit()) {
+        n.insert(0, '_');
     }
     n
+}
+
+/// Attributes as labels. Keys that sanitize to the same label (`a.b` and
+/// `a_b`) share it, their values joined by `;` in the order of the original
+/// keys, as the Prometheus translator does, instead of one silently
+/// replacing the other.
+fn add_labels<'a>(l: &mut BTreeMap<String, String>, attrs: impl Iterator<Item = &'a KeyValue>) {
+    let mut attrs: Vec<&KeyValue> = attrs.collect();
+    attrs.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut from_attrs: BTreeMap<String, String> = BTreeMap::new();
+    for kv in attrs {
+        let value = attr_str(&kv.value);
+        match from_attrs.entry(sanitize(&kv.key)) {
+            std::collections::btree_map::Entry::Occupied(mut o) => {
+                let v = o.get_mut();
+                v.push(';');
+                v.push_str(&value);
+            }
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(value);
+            }
+        }
+    }
+    l.extend(from_attrs);
 }
 
 fn attr_str(v: &Option<opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
@@ -402,9 +517,7 @@ impl VictoriaMetricsExporter {
                     let Some(data) = &m.data else { continue };
                     let labels_of = |attrs: &[KeyValue]| {
                         let mut l = base.clone();
-                        for kv in attrs {
-                            l.insert(sanitize(&kv.key), attr_str(&kv.value));
-                        }
+                        add_labels(&mut l, attrs.iter());
                         l
                     };
                     let key_of = |name: &str, l: &BTreeMap<String, String>, extra: &str| {
@@ -437,7 +550,8 @@ impl VictoriaMetricsExporter {
                                 &m.name,
                                 &m.unit,
                                 s.is_monotonic,
-                                !s.is_monotonic,
+                                // An up-down counter is no gauge: unit `1` gives it no `_ratio`.
+                                false,
                                 add_units,
                             );
                             for p in &s.data_points {
@@ -535,14 +649,15 @@ impl VictoriaMetricsExporter {
             }
             if self.cfg.target_info && (job.is_some() || instance.is_some()) {
                 let mut l = base.clone();
-                for kv in res {
-                    if !matches!(
-                        kv.key.as_str(),
-                        "service.name" | "service.namespace" | "service.instance.id"
-                    ) {
-                        l.insert(sanitize(&kv.key), attr_str(&kv.value));
-                    }
-                }
+                add_labels(
+                    &mut l,
+                    res.iter().filter(|kv| {
+                        !matches!(
+                            kv.key.as_str(),
+                            "service.name" | "service.namespace" | "service.instance.id"
+                        )
+                    }),
+                );
                 series.push("target_info", &l, &[], 1.0, latest_ms);
             }
         }

@@ -1,7 +1,7 @@
 //! The VictoriaMetrics exporter against an in-test server that decodes
 //! Prometheus remote write (snappy and zstd) with its own message definitions.
 
-use super::{prom_name, VictoriaMetricsConfig, VictoriaMetricsExporter};
+use super::{prom_name, sanitize, VictoriaMetricsConfig, VictoriaMetricsExporter};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use bytes::Bytes;
@@ -300,31 +300,539 @@ async fn zstd_variant_and_retry_rules() {
     }
 }
 
+/// How a metric reaches `prom_name`.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A monotonic sum (a counter).
+    Counter,
+    /// A non-monotonic sum (an up-down counter).
+    UpDown,
+    Gauge,
+    Histogram,
+}
+
+/// Real metric names, from the semantic conventions and the Collector's
+/// receivers (hostmetrics, kafkametrics, redis, postgresql, nginx, its own
+/// telemetry), with units and types as they are defined there, and the name
+/// Prometheus' OTLP translator (`otlptranslator.MetricNamer`, suffixes on,
+/// UTF-8 off) gives each, worked out rule by rule from its source.
+const NAMES: &[(&str, &str, Kind, &str)] = &[
+    // HTTP, RPC, database and messaging client/server durations.
+    (
+        "http.server.request.duration",
+        "s",
+        Kind::Histogram,
+        "http_server_request_duration_seconds",
+    ),
+    (
+        "http.client.request.duration",
+        "s",
+        Kind::Histogram,
+        "http_client_request_duration_seconds",
+    ),
+    (
+        "http.server.active_requests",
+        "{request}",
+        Kind::UpDown,
+        "http_server_active_requests",
+    ),
+    (
+        "http.server.request.body.size",
+        "By",
+        Kind::Histogram,
+        "http_server_request_body_size_bytes",
+    ),
+    (
+        "http.client.response.body.size",
+        "By",
+        Kind::Histogram,
+        "http_client_response_body_size_bytes",
+    ),
+    (
+        "http.server.duration",
+        "ms",
+        Kind::Histogram,
+        "http_server_duration_milliseconds",
+    ),
+    (
+        "rpc.server.duration",
+        "ms",
+        Kind::Histogram,
+        "rpc_server_duration_milliseconds",
+    ),
+    (
+        "rpc.client.duration",
+        "ms",
+        Kind::Histogram,
+        "rpc_client_duration_milliseconds",
+    ),
+    (
+        "rpc.server.requests_per_rpc",
+        "{count}",
+        Kind::Histogram,
+        "rpc_server_requests_per_rpc",
+    ),
+    (
+        "db.client.operation.duration",
+        "s",
+        Kind::Histogram,
+        "db_client_operation_duration_seconds",
+    ),
+    (
+        "db.client.connection.count",
+        "{connection}",
+        Kind::UpDown,
+        "db_client_connection_count",
+    ),
+    (
+        "db.client.connection.max",
+        "{connection}",
+        Kind::UpDown,
+        "db_client_connection_max",
+    ),
+    (
+        "messaging.client.operation.duration",
+        "s",
+        Kind::Histogram,
+        "messaging_client_operation_duration_seconds",
+    ),
+    (
+        "messaging.client.sent.messages",
+        "{message}",
+        Kind::Counter,
+        "messaging_client_sent_messages_total",
+    ),
+    (
+        "gen_ai.client.token.usage",
+        "{token}",
+        Kind::Histogram,
+        "gen_ai_client_token_usage",
+    ),
+    (
+        "gen_ai.server.time_to_first_token",
+        "s",
+        Kind::Histogram,
+        "gen_ai_server_time_to_first_token_seconds",
+    ),
+    // Runtimes.
+    (
+        "jvm.memory.used",
+        "By",
+        Kind::UpDown,
+        "jvm_memory_used_bytes",
+    ),
+    (
+        "jvm.gc.duration",
+        "s",
+        Kind::Histogram,
+        "jvm_gc_duration_seconds",
+    ),
+    (
+        "jvm.thread.count",
+        "{thread}",
+        Kind::UpDown,
+        "jvm_thread_count",
+    ),
+    (
+        "jvm.cpu.recent_utilization",
+        "1",
+        Kind::Gauge,
+        "jvm_cpu_recent_utilization_ratio",
+    ),
+    (
+        "nodejs.eventloop.utilization",
+        "1",
+        Kind::Gauge,
+        "nodejs_eventloop_utilization_ratio",
+    ),
+    (
+        "process.cpu.time",
+        "s",
+        Kind::Counter,
+        "process_cpu_time_seconds_total",
+    ),
+    (
+        "process.cpu.utilization",
+        "1",
+        Kind::Gauge,
+        "process_cpu_utilization_ratio",
+    ),
+    (
+        "process.memory.usage",
+        "By",
+        Kind::UpDown,
+        "process_memory_usage_bytes",
+    ),
+    (
+        "process.open_file_descriptors",
+        "{count}",
+        Kind::UpDown,
+        "process_open_file_descriptors",
+    ),
+    // hostmetrics.
+    (
+        "system.cpu.time",
+        "s",
+        Kind::Counter,
+        "system_cpu_time_seconds_total",
+    ),
+    (
+        "system.cpu.utilization",
+        "1",
+        Kind::Gauge,
+        "system_cpu_utilization_ratio",
+    ),
+    (
+        "system.cpu.load_average.1m",
+        "{thread}",
+        Kind::Gauge,
+        "system_cpu_load_average_1m",
+    ),
+    (
+        "system.cpu.load_average.15m",
+        "{thread}",
+        Kind::Gauge,
+        "system_cpu_load_average_15m",
+    ),
+    (
+        "system.memory.usage",
+        "By",
+        Kind::UpDown,
+        "system_memory_usage_bytes",
+    ),
+    (
+        "system.memory.utilization",
+        "1",
+        Kind::Gauge,
+        "system_memory_utilization_ratio",
+    ),
+    (
+        "system.disk.io",
+        "By",
+        Kind::Counter,
+        "system_disk_io_bytes_total",
+    ),
+    (
+        "system.disk.operations",
+        "{operations}",
+        Kind::Counter,
+        "system_disk_operations_total",
+    ),
+    (
+        "system.disk.operation_time",
+        "s",
+        Kind::Counter,
+        "system_disk_operation_time_seconds_total",
+    ),
+    (
+        "system.network.io",
+        "By",
+        Kind::Counter,
+        "system_network_io_bytes_total",
+    ),
+    (
+        "system.network.packets",
+        "{packets}",
+        Kind::Counter,
+        "system_network_packets_total",
+    ),
+    (
+        "system.network.errors",
+        "{errors}",
+        Kind::Counter,
+        "system_network_errors_total",
+    ),
+    (
+        "system.network.connections",
+        "{connections}",
+        Kind::UpDown,
+        "system_network_connections",
+    ),
+    (
+        "system.filesystem.usage",
+        "By",
+        Kind::UpDown,
+        "system_filesystem_usage_bytes",
+    ),
+    (
+        "system.filesystem.utilization",
+        "1",
+        Kind::Gauge,
+        "system_filesystem_utilization_ratio",
+    ),
+    (
+        "system.paging.faults",
+        "{faults}",
+        Kind::Counter,
+        "system_paging_faults_total",
+    ),
+    (
+        "system.processes.count",
+        "{processes}",
+        Kind::UpDown,
+        "system_processes_count",
+    ),
+    (
+        "system.processes.created",
+        "{processes}",
+        Kind::Counter,
+        "system_processes_created_total",
+    ),
+    // kafkametrics: offsets are gauges with unit `1`, so they get `_ratio`
+    // from Prometheus too (the translator's own comment names the quirk).
+    ("kafka.brokers", "{brokers}", Kind::UpDown, "kafka_brokers"),
+    (
+        "kafka.consumer_group.lag",
+        "{messages}",
+        Kind::Gauge,
+        "kafka_consumer_group_lag",
+    ),
+    (
+        "kafka.consumer_group.lag_sum",
+        "{messages}",
+        Kind::Gauge,
+        "kafka_consumer_group_lag_sum",
+    ),
+    (
+        "kafka.consumer_group.members",
+        "{members}",
+        Kind::UpDown,
+        "kafka_consumer_group_members",
+    ),
+    (
+        "kafka.consumer_group.offset",
+        "1",
+        Kind::Gauge,
+        "kafka_consumer_group_offset_ratio",
+    ),
+    (
+        "kafka.partition.current_offset",
+        "1",
+        Kind::Gauge,
+        "kafka_partition_current_offset_ratio",
+    ),
+    (
+        "kafka.partition.replicas_in_sync",
+        "{replicas}",
+        Kind::Gauge,
+        "kafka_partition_replicas_in_sync",
+    ),
+    (
+        "kafka.topic.partitions",
+        "{partitions}",
+        Kind::Gauge,
+        "kafka_topic_partitions",
+    ),
+    // Redis, PostgreSQL and NGINX receivers: a counter with unit `1` gets
+    // `_total` and nothing for the unit (it was `NAME__1_total`).
+    (
+        "redis.keyspace.hits",
+        "{hit}",
+        Kind::Counter,
+        "redis_keyspace_hits_total",
+    ),
+    (
+        "redis.memory.used",
+        "By",
+        Kind::Gauge,
+        "redis_memory_used_bytes",
+    ),
+    (
+        "redis.clients.connected",
+        "{client}",
+        Kind::UpDown,
+        "redis_clients_connected",
+    ),
+    (
+        "postgresql.commits",
+        "1",
+        Kind::Counter,
+        "postgresql_commits_total",
+    ),
+    (
+        "postgresql.backends",
+        "1",
+        Kind::UpDown,
+        "postgresql_backends",
+    ),
+    (
+        "nginx.requests",
+        "requests",
+        Kind::Counter,
+        "nginx_requests_total",
+    ),
+    (
+        "nginx.connections_accepted",
+        "connections",
+        Kind::Counter,
+        "nginx_connections_accepted_total",
+    ),
+    // The Collector's own telemetry.
+    (
+        "otelcol_exporter_sent_spans",
+        "{spans}",
+        Kind::Counter,
+        "otelcol_exporter_sent_spans_total",
+    ),
+    (
+        "otelcol_process_uptime",
+        "s",
+        Kind::Counter,
+        "otelcol_process_uptime_seconds_total",
+    ),
+    (
+        "otelcol_process_memory_rss",
+        "By",
+        Kind::Gauge,
+        "otelcol_process_memory_rss_bytes",
+    ),
+    (
+        "otelcol_exporter_queue_size",
+        "{batches}",
+        Kind::Gauge,
+        "otelcol_exporter_queue_size",
+    ),
+    // The rules at their edges.
+    ("requests_total", "", Kind::Counter, "requests_total"),
+    (
+        "http.requests.total.count",
+        "",
+        Kind::Counter,
+        "http_requests_count_total",
+    ),
+    ("foo.ratio.bar", "1", Kind::Gauge, "foo_bar_ratio"),
+    (
+        "net.throughput",
+        "By/s",
+        Kind::Gauge,
+        "net_throughput_bytes_per_second",
+    ),
+    (
+        "data.rate",
+        "KiBy/min",
+        Kind::Gauge,
+        "data_rate_kibibytes_per_min",
+    ),
+    (
+        "throughput_per_second",
+        "By/s",
+        Kind::Gauge,
+        "throughput_per_second_bytes_per_second",
+    ),
+    (
+        "hw.temperature",
+        "Cel",
+        Kind::Gauge,
+        "hw_temperature_celsius",
+    ),
+    ("disk.free", "%", Kind::Gauge, "disk_free_percent"),
+    ("2xx.count", "", Kind::Gauge, "_2xx_count"),
+    ("foo..bar__baz", "", Kind::Gauge, "foo_bar_baz"),
+    ("latency.seconds", "s", Kind::Histogram, "latency_seconds"),
+    (
+        "system.network.io.bytes",
+        "By",
+        Kind::Counter,
+        "system_network_io_bytes_total",
+    ),
+    ("custom", "widgets/{x}", Kind::Gauge, "custom_widgets"),
+    ("m:cpu", "ms", Kind::Gauge, "m:cpu_milliseconds"),
+    ("queue.depth", " {items} ", Kind::Gauge, "queue_depth"),
+];
+
 #[test]
-fn otel_to_prometheus_names() {
+fn otel_to_prometheus_names_as_the_prometheus_translator_builds_them() {
+    assert!(NAMES.len() >= 50);
+    let mut wrong = vec![];
+    for &(name, unit, kind, want) in NAMES {
+        let (counter, gauge) = match kind {
+            Kind::Counter => (true, false),
+            Kind::Gauge => (false, true),
+            Kind::UpDown | Kind::Histogram => (false, false),
+        };
+        let got = prom_name(name, unit, counter, gauge, true);
+        if got != want {
+            wrong.push(format!("{name} [{unit}]: {got}, want {want}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // Without unit suffixes, a counter still ends in `_total`.
     assert_eq!(
-        prom_name("http.server.duration", "ms", false, false, true),
-        "http_server_duration_milliseconds"
+        prom_name("process.cpu.time", "s", true, false, false),
+        "process_cpu_time_total"
     );
     assert_eq!(
-        prom_name("kafka.consumer_group.lag", "{messages}", false, true, true),
-        "kafka_consumer_group_lag"
+        prom_name("process.cpu.utilization", "1", false, true, false),
+        "process_cpu_utilization"
     );
+}
+
+#[test]
+fn attribute_keys_to_prometheus_labels_as_the_prometheus_translator_builds_them() {
+    for (key, want) in [
+        ("http.request.method", "http_request_method"),
+        ("service.instance.id", "service_instance_id"),
+        ("k8s.pod.name", "k8s_pod_name"),
+        ("net/peer", "net_peer"),
+        ("a..b", "a_b"),
+        ("2xx", "key_2xx"),
+        ("__name__", "__name__"),
+        ("__weird.key__", "__weird_key__"),
+        ("_private", "_private"),
+        (
+            "messaging.kafka.consumer.group",
+            "messaging_kafka_consumer_group",
+        ),
+    ] {
+        assert_eq!(sanitize(key), want, "{key}");
+    }
+}
+
+#[test]
+fn attributes_that_sanitize_to_one_label_share_it_instead_of_one_replacing_the_other() {
+    let batch = Batch::from_metrics(vec![ResourceMetrics {
+        resource: Some(Resource {
+            attributes: vec![kv("service.name", "checkout")],
+            ..Default::default()
+        }),
+        scope_metrics: vec![ScopeMetrics {
+            metrics: vec![Metric {
+                name: "queue.depth".into(),
+                unit: "{item}".into(),
+                data: Some(metric::Data::Gauge(Gauge {
+                    data_points: vec![NumberDataPoint {
+                        // Out of order on purpose: the values join in the order of the keys.
+                        attributes: vec![kv("a_b", "second"), kv("a.b", "first")],
+                        time_unix_nano: T,
+                        value: Some(number_data_point::Value::AsInt(7)),
+                        ..Default::default()
+                    }],
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }]);
+    let req = exporter("http://127.0.0.1:9", "")
+        .write_request(&batch)
+        .expect("request");
+    let depth = req
+        .timeseries
+        .iter()
+        .find(|ts| ts.labels.iter().any(|l| l.value == "queue_depth"))
+        .expect("queue_depth");
+    let labels: Vec<(&str, &str)> = depth
+        .labels
+        .iter()
+        .map(|l| (l.name.as_str(), l.value.as_str()))
+        .collect();
     assert_eq!(
-        prom_name("system.network.io", "By", true, false, true),
-        "system_network_io_bytes_total"
+        labels,
+        [
+            ("__name__", "queue_depth"),
+            ("a_b", "first;second"),
+            ("job", "checkout")
+        ]
     );
-    assert_eq!(
-        prom_name("process.cpu.utilization", "1", false, true, true),
-        "process_cpu_utilization_ratio"
-    );
-    assert_eq!(
-        prom_name("net.throughput", "By/s", false, true, true),
-        "net_throughput_bytes_per_second"
-    );
-    assert_eq!(
-        prom_name("requests_total", "", true, false, true),
-        "requests_total"
-    );
-    assert_eq!(prom_name("2xx.count", "", false, true, false), "_2xx_count");
 }
