@@ -266,3 +266,50 @@ service:
         "the expression is located: {out}"
     );
 }
+
+/// As in the Collector, an `otlphttp` exporter needs a URL only for the
+/// signals it is used with: a `traces_endpoint` alone serves a traces
+/// pipeline, and the same section in a logs pipeline is an error naming the
+/// key to set.
+#[test]
+fn otlphttp_needs_an_endpoint_only_for_the_signals_of_its_pipelines() {
+    let config = |pipelines: &str| {
+        format!(
+            r#"receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: 127.0.0.1:4318
+exporters:
+  otlphttp/tempo:
+    traces_endpoint: http://tempo:4318/v1/traces
+service:
+  pipelines:
+{pipelines}"#
+        )
+    };
+    let (ok, out) = validate(&config(
+        "    traces:\n      receivers: [otlp]\n      exporters: [otlphttp/tempo]\n",
+    ));
+    assert!(ok, "a traces_endpoint alone serves traces:\n{out}");
+    let (ok, out) = validate(&config(
+        "    traces:\n      receivers: [otlp]\n      exporters: [otlphttp/tempo]\n    logs:\n      receivers: [otlp]\n      exporters: [otlphttp/tempo]\n",
+    ));
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("service.pipelines.logs.exporters[0]: exporter \"otlphttp/tempo\" cannot export the logs of pipeline \"logs\": it has no URL for them: set `endpoint` or `logs_endpoint`"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 error"),
+        "only the logs pipeline is wrong:\n{out}"
+    );
+    let (ok, out) = validate(
+        "receivers:\n  otlp:\n    protocols:\n      http: {}\nexporters:\n  otlphttp: {}\nservice:\n  pipelines:\n    traces:\n      receivers: [otlp]\n      exporters: [otlphttp]\n",
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("exporters.otlphttp.endpoint: set `endpoint`"),
+        "{out}"
+    );
+}

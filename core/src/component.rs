@@ -159,6 +159,14 @@ pub trait ExporterFactory: Send + Sync {
     fn signals(&self) -> SignalSet;
     /// Decode and check a section.
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>>;
+    /// Why this section cannot export `signal` although the type can (an
+    /// `otlphttp` exporter with a `traces_endpoint` only, in a logs
+    /// pipeline); `None` when it can. Asked for every pipeline the exporter
+    /// is in, so that a section need only configure the signals it is used
+    /// for.
+    fn cannot_export(&self, _cfg: &serde_yaml::Value, _signal: crate::Signal) -> Option<String> {
+        None
+    }
     /// Build it.
     async fn build(
         &self,

@@ -131,63 +131,78 @@ pub fn load_str(
                 continue;
             }
         };
-        let mut resolve =
-            |kind: Kind, list: &[String], known: &IndexMap<ComponentId, Value>, required: bool| {
-                let field = kind.section();
-                if required && list.is_empty() {
+        let mut resolve = |kind: Kind,
+                           list: &[String],
+                           known: &IndexMap<ComponentId, Value>,
+                           required: bool| {
+            let field = kind.section();
+            if required && list.is_empty() {
+                errors.push(ConfigError::new(
+                    format!("{base}.{field}"),
+                    format!("a pipeline needs at least one {}", kind.singular()),
+                ));
+            }
+            let mut out = Vec::new();
+            for (i, name) in list.iter().enumerate() {
+                let path = format!("{base}.{field}[{i}]");
+                let Ok(cid) = name.parse::<ComponentId>() else {
                     errors.push(ConfigError::new(
-                        format!("{base}.{field}"),
-                        format!("a pipeline needs at least one {}", kind.singular()),
+                        path,
+                        format!("invalid component id {name:?}"),
                     ));
+                    continue;
+                };
+                if !known.contains_key(&cid) {
+                    let defined: Vec<String> = known.keys().map(ToString::to_string).collect();
+                    errors.push(ConfigError::new(
+                        path,
+                        format!(
+                            "{} {name:?} is not defined under `{field}` (defined: [{}])",
+                            kind.singular(),
+                            defined.join(", ")
+                        ),
+                    ));
+                    continue;
                 }
-                let mut out = Vec::new();
-                for (i, name) in list.iter().enumerate() {
-                    let path = format!("{base}.{field}[{i}]");
-                    let Ok(cid) = name.parse::<ComponentId>() else {
-                        errors.push(ConfigError::new(
-                            path,
-                            format!("invalid component id {name:?}"),
-                        ));
-                        continue;
-                    };
-                    if !known.contains_key(&cid) {
-                        let defined: Vec<String> = known.keys().map(ToString::to_string).collect();
+                if out.contains(&cid) {
+                    errors.push(ConfigError::new(path, format!("{name:?} is listed twice")));
+                    continue;
+                }
+                let signals = match kind {
+                    Kind::Receiver => registry.receiver(cid.kind()).map(|f| f.signals()),
+                    Kind::Processor => registry.processor(cid.kind()).map(|f| f.signals()),
+                    Kind::Exporter => registry.exporter(cid.kind()).map(|f| f.signals()),
+                    _ => None,
+                };
+                if let Some(signals) = signals {
+                    if signals.intersect(id.signals).is_empty() {
                         errors.push(ConfigError::new(
                             path,
                             format!(
-                                "{} {name:?} is not defined under `{field}` (defined: [{}])",
+                                "{} {name:?} accepts {signals} but pipeline {pid:?} carries {}",
                                 kind.singular(),
-                                defined.join(", ")
+                                id.signals
                             ),
                         ));
                         continue;
                     }
-                    if out.contains(&cid) {
-                        errors.push(ConfigError::new(path, format!("{name:?} is listed twice")));
-                        continue;
-                    }
-                    let signals = match kind {
-                        Kind::Receiver => registry.receiver(cid.kind()).map(|f| f.signals()),
-                        Kind::Processor => registry.processor(cid.kind()).map(|f| f.signals()),
-                        Kind::Exporter => registry.exporter(cid.kind()).map(|f| f.signals()),
-                        _ => None,
-                    };
-                    if let Some(signals) = signals {
-                        if signals.intersect(id.signals).is_empty() {
+                }
+                if let (Kind::Exporter, Some(f)) = (kind, registry.exporter(cid.kind())) {
+                    for signal in id.signals.iter() {
+                        if let Some(why) = f.cannot_export(&known[&cid], signal) {
                             errors.push(ConfigError::new(
-                                path,
-                                format!(
-                                    "{} {name:?} accepts {signals} but pipeline {pid:?} carries {}",
-                                    kind.singular(),
-                                    id.signals
-                                ),
-                            ));
+                                    path.clone(),
+                                    format!(
+                                        "exporter {name:?} cannot export the {signal} of pipeline {pid:?}: {why}"
+                                    ),
+                                ));
                         }
                     }
-                    out.push(cid);
                 }
-                out
-            };
+                out.push(cid);
+            }
+            out
+        };
         let r = resolve(Kind::Receiver, &p.receivers, &receivers, true);
         let pr = resolve(Kind::Processor, &p.processors, &processors, false);
         let ex = resolve(Kind::Exporter, &p.exporters, &exporters, true);

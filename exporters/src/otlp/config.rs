@@ -160,14 +160,13 @@ impl Validate for OtlpHttpConfig {
             self.timeout,
             &self.tls,
         );
-        if self.endpoint.is_none()
-            && (self.traces_endpoint.is_none()
-                || self.logs_endpoint.is_none()
-                || self.metrics_endpoint.is_none())
-        {
+        // As the Collector: a per-signal endpoint suffices for the signals
+        // the exporter is used with (checked against the pipelines by
+        // `cannot_export`).
+        if eps.is_empty() {
             e.push(ConfigError::new(
                 "endpoint",
-                "set `endpoint`, or all of traces_endpoint, logs_endpoint and metrics_endpoint",
+                "set `endpoint`, or the traces_endpoint, logs_endpoint or metrics_endpoint of each signal the exporter sends",
             ));
         }
         for (k, v) in eps {

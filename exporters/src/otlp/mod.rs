@@ -16,7 +16,7 @@ mod tests;
 use async_trait::async_trait;
 use causeway_core::component::{BuildContext, BuiltExporter, ExporterFactory};
 use causeway_core::config::{decode, ConfigError, DeliveryConfig};
-use causeway_core::{BoxError, SignalSet};
+use causeway_core::{BoxError, Signal, SignalSet};
 
 use config::{OtlpGrpcConfig, OtlpHttpConfig};
 
@@ -65,6 +65,17 @@ impl ExporterFactory for OtlpHttpExporterFactory {
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<OtlpHttpConfig>(cfg).map(|_| ())
+    }
+    fn cannot_export(&self, cfg: &serde_yaml::Value, signal: Signal) -> Option<String> {
+        // A section that does not decode is reported by `validate`.
+        let cfg = decode::<OtlpHttpConfig>(cfg).ok()?;
+        let (own, key) = match signal {
+            Signal::Traces => (&cfg.traces_endpoint, "traces_endpoint"),
+            Signal::Logs => (&cfg.logs_endpoint, "logs_endpoint"),
+            Signal::Metrics => (&cfg.metrics_endpoint, "metrics_endpoint"),
+        };
+        (cfg.endpoint.is_none() && own.is_none())
+            .then(|| format!("it has no URL for them: set `endpoint` or `{key}`"))
     }
     async fn build(
         &self,
