@@ -14,8 +14,17 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_causeway");
 
 /// A free TCP port on 127.0.0.1 (bound then released).
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    // The kernel may hand a released port out again; a test that asks for
+    // two (a listener and the telemetry server) must not get the same one.
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        if GIVEN.lock().expect("ports").insert(port) {
+            return port;
+        }
+    }
 }
 
 /// Poll `f` until it is true; panic with `what` after `timeout`.
