@@ -63,6 +63,7 @@ fn registry() -> Registry {
     causeway_receivers::register(&mut r);
     causeway_processors::register(&mut r);
     causeway_exporters::register(&mut r);
+    causeway_extensions::register(&mut r);
     r
 }
 

@@ -142,6 +142,14 @@ pub trait ProcessorFactory: Send + Sync {
     fn signals(&self) -> SignalSet;
     /// Decode and check a section.
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>>;
+    /// The memory budget this section asks admission control to enforce (the
+    /// Collector's `memory_limiter` processor), `None` for most processors.
+    /// causeway enforces one budget for the whole process, at the receivers,
+    /// before requests are decoded: the loader takes the lowest asked for by
+    /// the processors in use and `service.memory_limiter`.
+    fn admission(&self, _cfg: &serde_yaml::Value) -> Option<crate::memory::MemoryLimiterConfig> {
+        None
+    }
     /// Build one instance (one per pipeline).
     async fn build(
         &self,
@@ -149,6 +157,50 @@ pub trait ProcessorFactory: Send + Sync {
         cfg: &serde_yaml::Value,
     ) -> Result<Box<dyn Processor>, BoxError>;
 }
+
+/// A service beside the pipelines (a health check endpoint, status pages).
+/// Extensions are built (sockets bound) before any pipeline and stopped
+/// after every pipeline has drained, as in the Collector.
+#[async_trait]
+pub trait Extension: Send {
+    /// Run until `shutdown`.
+    async fn run(self: Box<Self>, shutdown: CancellationToken) -> Result<(), BoxError>;
+}
+
+/// Builds extensions of one type.
+#[async_trait]
+pub trait ExtensionFactory: Send + Sync {
+    /// The type in component ids (`health_check`).
+    fn kind(&self) -> &'static str;
+    /// Decode and check a section.
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>>;
+    /// Things the section asks for that causeway does differently, said once
+    /// at startup and by `validate` (a Go profile from `pprof`).
+    fn warnings(&self, _cfg: &serde_yaml::Value) -> Vec<String> {
+        Vec::new()
+    }
+    /// Build it (binding its sockets).
+    async fn build(
+        &self,
+        ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<Box<dyn Extension>, BoxError>;
+}
+
+/// What extensions may read about the running service (the zpages), in
+/// [`crate::shared::Shared`] under [`SERVICE_KEY`].
+#[derive(Debug, Clone, Default)]
+pub struct ServiceInfo {
+    /// Pipelines: id, receivers, processors, exporters.
+    pub pipelines: Vec<(String, Vec<String>, Vec<String>, Vec<String>)>,
+    /// Extension ids, in start order.
+    pub extensions: Vec<String>,
+    /// When the topology started.
+    pub started: Option<std::time::SystemTime>,
+}
+
+/// The key of [`ServiceInfo`] in the shared state.
+pub const SERVICE_KEY: &str = "service";
 
 /// Builds exporters of one type.
 #[async_trait]

@@ -61,10 +61,10 @@ fn retry_after() -> CfgDuration {
 }
 
 impl MemoryLimiterConfig {
-    /// Errors, with paths relative to `service.memory_limiter`.
+    /// Errors, with paths relative to the section.
     pub fn errors(&self) -> Vec<ConfigError> {
         let mut e = Vec::new();
-        let at = |k: &str| format!("service.memory_limiter.{k}");
+        let at = |k: &str| k.to_string();
         if self.limit.0 < 32 << 20 {
             e.push(ConfigError::new(at("limit"), "must be at least 32MiB"));
         }

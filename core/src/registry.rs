@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::component::{ExporterFactory, ProcessorFactory, ReceiverFactory};
+use crate::component::{ExporterFactory, ExtensionFactory, ProcessorFactory, ReceiverFactory};
 
 /// Kinds of component, as named in the config's top-level sections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +49,9 @@ pub struct Registry {
     receivers: BTreeMap<&'static str, Arc<dyn ReceiverFactory>>,
     processors: BTreeMap<&'static str, Arc<dyn ProcessorFactory>>,
     exporters: BTreeMap<&'static str, Arc<dyn ExporterFactory>>,
+    extensions: BTreeMap<&'static str, Arc<dyn ExtensionFactory>>,
+    /// What to use instead of a Collector component type this build lacks.
+    instead: BTreeMap<String, &'static str>,
 }
 
 impl Registry {
@@ -68,6 +71,26 @@ impl Registry {
     pub fn add_exporter(&mut self, f: impl ExporterFactory + 'static) {
         self.exporters.insert(f.kind(), Arc::new(f));
     }
+    /// Add an extension factory.
+    pub fn add_extension(&mut self, f: impl ExtensionFactory + 'static) {
+        self.extensions.insert(f.kind(), Arc::new(f));
+    }
+    /// Say what to use instead of the Collector's `kind` of component `ty`,
+    /// which this build does not have; `validate` names it.
+    pub fn add_instead(&mut self, kind: Kind, ty: &'static str, hint: &'static str) {
+        self.instead
+            .insert(format!("{}.{ty}", kind.section()), hint);
+    }
+    /// What to use instead of an unknown type, when one was registered.
+    pub fn instead(&self, kind: Kind, ty: &str) -> Option<&'static str> {
+        self.instead
+            .get(&format!("{}.{ty}", kind.section()))
+            .copied()
+    }
+    /// An extension factory by type.
+    pub fn extension(&self, kind: &str) -> Option<Arc<dyn ExtensionFactory>> {
+        self.extensions.get(kind).cloned()
+    }
     /// A receiver factory by type.
     pub fn receiver(&self, kind: &str) -> Option<Arc<dyn ReceiverFactory>> {
         self.receivers.get(kind).cloned()
@@ -86,7 +109,8 @@ impl Registry {
             Kind::Receiver => self.receivers.keys().copied().collect(),
             Kind::Processor => self.processors.keys().copied().collect(),
             Kind::Exporter => self.exporters.keys().copied().collect(),
-            Kind::Connector | Kind::Extension => Vec::new(),
+            Kind::Extension => self.extensions.keys().copied().collect(),
+            Kind::Connector => Vec::new(),
         }
     }
 }

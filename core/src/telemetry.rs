@@ -136,6 +136,7 @@ pub struct Sample {
 pub struct Registry {
     inner: Arc<Mutex<Families>>,
     ready: Arc<AtomicBool>,
+    ready_since: Arc<Mutex<Option<std::time::SystemTime>>>,
 }
 
 impl Registry {
@@ -271,7 +272,24 @@ impl Registry {
 
     /// Mark the daemon ready (or not) for `/readyz`.
     pub fn set_ready(&self, ready: bool) {
+        let mut since = match self.ready_since.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if ready && since.is_none() {
+            *since = Some(std::time::SystemTime::now());
+        } else if !ready {
+            *since = None;
+        }
         self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Since when the daemon has been ready (`None` while it is not).
+    pub fn ready_since(&self) -> Option<std::time::SystemTime> {
+        match self.ready_since.lock() {
+            Ok(g) => *g,
+            Err(poisoned) => *poisoned.into_inner(),
+        }
     }
 
     /// Whether the daemon is ready.
@@ -287,41 +305,45 @@ pub async fn serve(
     registry: Registry,
     shutdown: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), CoreError> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| CoreError::Bind {
-            what: "telemetry server".into(),
-            addr: addr.into(),
-            source,
-        })?;
-    let local = listener.local_addr().map_err(|source| CoreError::Bind {
-        what: "telemetry server".into(),
-        addr: addr.into(),
-        source,
-    })?;
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(registry.clone());
+    serve_router("telemetry", addr, tls, app, registry, shutdown).await
+}
+
+/// Bind `addr` and serve `app` on it (HTTP/1.1 and h2, over TLS when `tls`
+/// is set) until `shutdown`; `what` names the server in errors and logs.
+/// Used by the telemetry server and the extensions.
+pub async fn serve_router(
+    what: &str,
+    addr: &str,
+    tls: Option<&crate::tls::ServerTls>,
+    app: Router,
+    registry: Registry,
+    shutdown: CancellationToken,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), CoreError> {
+    let bind_err = |source| CoreError::Bind {
+        what: format!("{what} server"),
+        addr: addr.into(),
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(bind_err)?;
+    let local = listener.local_addr().map_err(bind_err)?;
     let tls = match tls.map(|t| t.server_config(&[b"h2", b"http/1.1"])) {
         Some(Ok(c)) => Some(c),
-        Some(Err(e)) => {
-            return Err(CoreError::Bind {
-                what: "telemetry server".into(),
-                addr: addr.into(),
-                source: std::io::Error::other(e),
-            })
-        }
+        Some(Err(e)) => return Err(bind_err(std::io::Error::other(e))),
         None => None,
     };
-    crate::tls::warn_if_exposed("telemetry", "http", local, tls.is_some());
-    let telemetry = registry;
+    crate::tls::warn_if_exposed(what, "http", local, tls.is_some());
+    let name = what.to_string();
     let handle = tokio::spawn(async move {
         let res = match tls {
             Some(config) => {
-                match crate::tls::TlsListener::new(listener, config, "telemetry".into(), telemetry)
-                {
+                match crate::tls::TlsListener::new(listener, config, name.clone(), registry) {
                     Ok(l) => {
                         axum::serve(l, app)
                             .with_graceful_shutdown(async move { shutdown.cancelled().await })
@@ -337,7 +359,7 @@ pub async fn serve(
             }
         };
         if let Err(error) = res {
-            tracing::error!(%error, "Telemetry server failed.");
+            tracing::error!(server = %name, %error, "HTTP server failed.");
         }
     });
     Ok((local, handle))

@@ -70,6 +70,26 @@ pub fn register(registry: &mut Registry) {
     registry.add_exporter(kafka::KafkaExporterFactory);
     registry.add_exporter(nop::NopExporterFactory);
     registry.add_exporter(loadbalancing::LoadBalancingExporterFactory);
+    // Collector exporters this build lacks, and what to use instead.
+    use causeway_core::registry::Kind::Exporter;
+    registry.add_instead(Exporter, "prometheusremotewrite", "use `victoriametrics`: Prometheus remote write (snappy protobuf) to VictoriaMetrics, Prometheus, Mimir or Thanos, with the same metric names");
+    registry.add_instead(Exporter, "prometheus", "causeway does not serve pipeline metrics for scraping: push them with `victoriametrics` (remote write)");
+    registry.add_instead(
+        Exporter,
+        "logging",
+        "the Collector renamed it `debug`; use `debug`",
+    );
+    registry.add_instead(Exporter, "otlp_http", "causeway calls it `otlphttp`");
+    registry.add_instead(
+        Exporter,
+        "jaeger",
+        "Jaeger takes OTLP: use `otlp` to its port 4317 (the Collector removed this exporter too)",
+    );
+    registry.add_instead(
+        Exporter,
+        "zipkin",
+        "send OTLP with `otlp` or `otlphttp` (Zipkin-format export is not built in)",
+    );
 }
 
 #[cfg(test)]

@@ -49,4 +49,19 @@ pub fn register(registry: &mut Registry) {
     registry.add_receiver(kafka_lag::KafkaLagFactory);
     registry.add_receiver(kafka::KafkaReceiverFactory);
     registry.add_receiver(hostmetrics::HostMetricsFactory);
+    // Collector receivers this build lacks, and what to use instead.
+    use causeway_core::registry::Kind::Receiver;
+    registry.add_instead(Receiver, "kafkametrics", "use `kafka_lag`: consumer-group lag per partition with a Burrow-style status, from the same brokers");
+    registry.add_instead(Receiver, "filelog", "use `gateway_log` to tail access logs (JSON, Envoy and NGINX formats) across rotation and restarts");
+    let otlp =
+        "point the application's OpenTelemetry SDK (OTLP exporter) at the `otlp` receiver instead";
+    registry.add_instead(Receiver, "jaeger", otlp);
+    registry.add_instead(Receiver, "zipkin", otlp);
+    registry.add_instead(Receiver, "opencensus", otlp);
+    registry.add_instead(Receiver, "prometheus", "causeway does not scrape Prometheus endpoints yet: let Prometheus or VictoriaMetrics scrape them, or run the Collector's receiver in front and send OTLP to causeway");
+    registry.add_instead(
+        Receiver,
+        "otlpjsonfile",
+        "send OTLP/JSON to the `otlp` receiver's HTTP endpoint (Content-Type: application/json)",
+    );
 }

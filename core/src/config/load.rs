@@ -35,6 +35,11 @@ pub struct Config {
     pub processors: IndexMap<ComponentId, Value>,
     /// Exporter sections by id.
     pub exporters: IndexMap<ComponentId, Value>,
+    /// Extensions to start (those listed in `service.extensions`), in order.
+    pub extensions: IndexMap<ComponentId, Value>,
+    /// The memory budget enforced at the receivers: the lowest of
+    /// `service.memory_limiter` and the `memory_limiter` processors in use.
+    pub memory_limiter: Option<crate::memory::MemoryLimiterConfig>,
     /// Pipelines in file order.
     pub pipelines: Vec<Pipeline>,
     /// Things that are allowed but probably mistakes (unused components).
@@ -98,20 +103,36 @@ pub fn load_str(
     let processors = check_section(Kind::Processor, &file.processors, registry, &mut errors);
     let exporters = check_section(Kind::Exporter, &file.exporters, registry, &mut errors);
     check_section(Kind::Connector, &file.connectors, registry, &mut errors);
-    check_section(Kind::Extension, &file.extensions, registry, &mut errors);
+    let defined_extensions =
+        check_section(Kind::Extension, &file.extensions, registry, &mut errors);
 
     if let Some(t) = &file.service.telemetry.metrics.tls {
         errors.extend(t.errors("service.telemetry.metrics.tls"));
     }
     if let Some(m) = &file.service.memory_limiter {
-        errors.extend(m.errors());
+        errors.extend(
+            m.errors()
+                .into_iter()
+                .map(|e| e.under("service.memory_limiter")),
+        );
     }
+    let mut extensions = IndexMap::new();
     for (i, ext) in file.service.extensions.iter().enumerate() {
-        if !file.extensions.contains_key(ext) {
-            errors.push(ConfigError::new(
-                format!("service.extensions[{i}]"),
-                format!("extension {ext:?} is not defined under `extensions`"),
-            ));
+        let path = format!("service.extensions[{i}]");
+        match ext.parse::<ComponentId>() {
+            Err(msg) => errors.push(ConfigError::new(path, msg)),
+            Ok(id) => match defined_extensions.get(&id) {
+                None => errors.push(ConfigError::new(
+                    path,
+                    format!("extension {ext:?} is not defined under `extensions`"),
+                )),
+                Some(_) if extensions.contains_key(&id) => {
+                    errors.push(ConfigError::new(path, format!("{ext:?} is listed twice")))
+                }
+                Some(cfg) => {
+                    extensions.insert(id, cfg.clone());
+                }
+            },
         }
     }
 
@@ -219,6 +240,20 @@ pub fn load_str(
     }
 
     let mut warnings = Vec::new();
+    for (id, cfg) in &defined_extensions {
+        match (extensions.get(id), registry.extension(id.kind())) {
+            (None, _) => warnings.push(format!(
+                "extension {id} is defined but not listed in service.extensions; it will not run"
+            )),
+            (Some(_), Some(f)) => warnings.extend(
+                f.warnings(cfg)
+                    .into_iter()
+                    .map(|w| format!("extension {id}: {w}")),
+            ),
+            (Some(_), None) => {}
+        }
+    }
+    let memory_limiter = memory_budget(&file, &processors, &pipelines, registry, &mut warnings);
     for (kind, ids) in [
         (Kind::Receiver, receivers.keys().collect::<Vec<_>>()),
         (Kind::Processor, processors.keys().collect()),
@@ -265,9 +300,48 @@ pub fn load_str(
         receivers,
         processors,
         exporters,
+        extensions,
+        memory_limiter,
         pipelines,
         warnings,
     })
+}
+
+/// The one memory budget of the process: the lowest limit asked for by
+/// `service.memory_limiter` and the processors in use (a Collector config
+/// may carry a `memory_limiter` processor in every pipeline).
+fn memory_budget(
+    file: &PipelineFile,
+    processors: &IndexMap<ComponentId, Value>,
+    pipelines: &[Pipeline],
+    registry: &Registry,
+    warnings: &mut Vec<String>,
+) -> Option<crate::memory::MemoryLimiterConfig> {
+    let mut asked: Vec<(String, crate::memory::MemoryLimiterConfig)> = Vec::new();
+    if let Some(m) = &file.service.memory_limiter {
+        asked.push(("service.memory_limiter".into(), m.clone()));
+    }
+    for (id, cfg) in processors {
+        if !pipelines.iter().any(|p| p.processors.contains(id)) {
+            continue;
+        }
+        if let Some(m) = registry.processor(id.kind()).and_then(|f| f.admission(cfg)) {
+            asked.push((format!("processor {id}"), m));
+        }
+    }
+    let lowest = asked.iter().min_by_key(|(_, m)| m.limit.0)?.clone();
+    if asked.iter().any(|(_, m)| m.limit.0 != lowest.1.limit.0) {
+        warnings.push(format!(
+            "several memory limits are set ({}); causeway enforces one for the whole process, at the receivers: the lowest, from {}",
+            asked
+                .iter()
+                .map(|(w, m)| format!("{w}: {}", m.limit))
+                .collect::<Vec<_>>()
+                .join(", "),
+            lowest.0
+        ));
+    }
+    Some(lowest.1)
 }
 
 fn check_section(
@@ -290,7 +364,8 @@ fn check_section(
             Kind::Receiver => registry.receiver(id.kind()).map(|f| f.validate(cfg)),
             Kind::Processor => registry.processor(id.kind()).map(|f| f.validate(cfg)),
             Kind::Exporter => registry.exporter(id.kind()).map(|f| f.validate(cfg)),
-            Kind::Connector | Kind::Extension => None,
+            Kind::Extension => registry.extension(id.kind()).map(|f| f.validate(cfg)),
+            Kind::Connector => None,
         };
         match validated {
             None => {
@@ -300,9 +375,16 @@ fn check_section(
                 } else {
                     format!("valid values: [{}]", valid.join(", "))
                 };
+                let instead = registry
+                    .instead(kind, id.kind())
+                    .map(|h| format!("; {h}"))
+                    .unwrap_or_default();
                 errors.push(ConfigError::new(
                     path,
-                    format!("unknown type {:?} for id {name:?} ({list})", id.kind()),
+                    format!(
+                        "unknown type {:?} for id {name:?} ({list}){instead}",
+                        id.kind()
+                    ),
                 ));
             }
             Some(Err(errs)) => errors.extend(errs.into_iter().map(|e| e.under(&path))),

@@ -136,6 +136,44 @@ impl<'de> Deserialize<'de> for Duration {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct ByteSize(pub u64);
 
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0;
+        match n {
+            0 => write!(f, "0B"),
+            _ if n % (1 << 30) == 0 => write!(f, "{}GiB", n >> 30),
+            _ if n % (1 << 20) == 0 => write!(f, "{}MiB", n >> 20),
+            _ if n % (1 << 10) == 0 => write!(f, "{}KiB", n >> 10),
+            _ => write!(f, "{n}B"),
+        }
+    }
+}
+
+/// Deserialize an integer written as YAML 1.1 allows and the Collector
+/// (Go's YAML) reads it: `100000`, `100_000` or `"100000"`.
+pub fn lenient_int<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        N(u64),
+        S(String),
+    }
+    let expected = || serde::de::Error::custom("expected a whole number such as 100000 or 100_000");
+    let n = match Raw::deserialize(d).map_err(|_| expected())? {
+        Raw::N(n) => n,
+        Raw::S(s) => s.trim().replace('_', "").parse().map_err(|_| {
+            serde::de::Error::custom(format!(
+                "invalid number {s:?}; expected a whole number such as 100000 or 100_000"
+            ))
+        })?,
+    };
+    T::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} is too large")))
+}
+
 impl FromStr for ByteSize {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

@@ -36,6 +36,8 @@ pub const PIPELINE_QUEUE: usize = 64;
 pub struct Running {
     receivers_stop: CancellationToken,
     hard_stop: CancellationToken,
+    extensions_stop: CancellationToken,
+    extensions: Vec<(String, JoinHandle<()>)>,
     receivers: Vec<(String, JoinHandle<()>)>,
     pipelines: Vec<JoinHandle<()>>,
     exporters: Vec<JoinHandle<()>>,
@@ -52,7 +54,7 @@ pub async fn start(
     let shared = crate::shared::Shared::default();
     // The memory limiter: in the shared registry for the receivers, sampled
     // until the topology stops.
-    if let Some(cfg) = &config.file.service.memory_limiter {
+    if let Some(cfg) = &config.memory_limiter {
         let limiter = shared.get_or_init(crate::memory::SHARED_KEY, || {
             crate::memory::MemoryLimiter::new(cfg, telemetry)
         });
@@ -72,6 +74,47 @@ pub async fn start(
         id: id.to_string(),
         source,
     };
+
+    // Extensions first, as in the Collector: a health check answers (not
+    // ready) while the pipelines are built, and stays until they drain.
+    shared.get_or_init(crate::component::SERVICE_KEY, || {
+        crate::component::ServiceInfo {
+            pipelines: config
+                .pipelines
+                .iter()
+                .map(|p| {
+                    let ids = |v: &[ComponentId]| v.iter().map(ToString::to_string).collect();
+                    (
+                        p.id.to_string(),
+                        ids(&p.receivers),
+                        ids(&p.processors),
+                        ids(&p.exporters),
+                    )
+                })
+                .collect(),
+            extensions: config.extensions.keys().map(ToString::to_string).collect(),
+            started: Some(std::time::SystemTime::now()),
+        }
+    });
+    let extensions_stop = CancellationToken::new();
+    let mut extensions = Vec::new();
+    for (id, cfg) in &config.extensions {
+        let factory = registry
+            .extension(id.kind())
+            .ok_or_else(|| build_err("extension", id, "unknown type".into()))?;
+        let ext = factory
+            .build(ctx(id), cfg)
+            .await
+            .map_err(|e| build_err("extension", id, e))?;
+        let stop = extensions_stop.clone();
+        let name = id.to_string();
+        let handle = tokio::spawn(async move {
+            if let Err(error) = ext.run(stop).await {
+                tracing::error!(extension = %name, %error, "Extension failed.");
+            }
+        });
+        extensions.push((id.to_string(), handle));
+    }
 
     // Exporters: one instance and one queue each, shared by the pipelines using it.
     let mut queues: HashMap<ComponentId, ExporterQueue> = HashMap::new();
@@ -213,6 +256,8 @@ pub async fn start(
     Ok(Running {
         receivers_stop,
         hard_stop,
+        extensions_stop,
+        extensions,
         receivers,
         pipelines,
         exporters,
@@ -252,6 +297,12 @@ impl Running {
         if tokio::time::timeout_at(deadline, exporters).await.is_err() {
             in_time = false;
             self.hard_stop.cancel();
+        }
+        self.extensions_stop.cancel();
+        for (id, h) in self.extensions {
+            if let Err(error) = h.await {
+                tracing::error!(extension = %id, %error, "Extension task panicked.");
+            }
         }
         in_time
     }

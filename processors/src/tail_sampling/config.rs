@@ -19,9 +19,11 @@ pub struct TailSamplingConfig {
     pub decision_wait_after_root_received: Duration,
     /// Most traces held at once; beyond it the oldest are decided early (default 50000).
     #[serde(default = "default_num_traces")]
+    #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub num_traces: usize,
     /// Accepted for compatibility with the Collector; not needed here.
     #[serde(default)]
+    #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub expected_new_traces_per_sec: u64,
     /// Most bytes of pending spans (measured: encoded spans plus bookkeeping);
     /// beyond it the oldest traces are decided early (default 256MiB).
@@ -32,6 +34,7 @@ pub struct TailSamplingConfig {
     pub maximum_trace_size_bytes: ByteSize,
     /// A trace with more spans than this is decided at once (0: off; default 10000).
     #[serde(default = "default_max_spans")]
+    #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub max_spans_per_trace: usize,
     /// Remembered decisions, so late spans follow them.
     #[serde(default)]
@@ -73,9 +76,11 @@ fn default_max_spans() -> usize {
 pub struct DecisionCacheConfig {
     /// Trace ids of kept traces to remember (default 100000).
     #[serde(default = "default_cache")]
+    #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub sampled_cache_size: usize,
     /// Trace ids of dropped traces to remember (default 100000).
     #[serde(default = "default_cache")]
+    #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub non_sampled_cache_size: usize,
 }
 
@@ -110,6 +115,10 @@ pub enum PolicyType {
     NumericAttribute,
     /// Keep traces with a boolean attribute equal to a value.
     BooleanAttribute,
+    /// Keep traces with a span whose W3C `tracestate` has `key` equal to one of the values.
+    TraceState,
+    /// The Collector's OTTL conditions: not supported (validation says what to use).
+    OttlCondition,
     /// Keep a fixed share of traces, by trace id.
     Probabilistic,
     /// Keep traces while under a spans/s budget.
@@ -148,6 +157,10 @@ pub struct PolicyConfig {
     pub numeric_attribute: Option<NumericAttributeConfig>,
     /// `boolean_attribute` settings.
     pub boolean_attribute: Option<BooleanAttributeConfig>,
+    /// `trace_state` settings.
+    pub trace_state: Option<TraceStateConfig>,
+    /// `ottl_condition` settings (read only to report them unsupported).
+    pub ottl_condition: Option<serde_yaml::Value>,
     /// `probabilistic` settings.
     pub probabilistic: Option<ProbabilisticConfig>,
     /// `rate_limiting` settings.
@@ -296,6 +309,7 @@ pub struct StringAttributeConfig {
     pub enabled_regex_matching: bool,
     /// Accepted for compatibility.
     #[serde(default)]
+    #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub cache_max_size: usize,
     /// Keep traces that do *not* match.
     #[serde(default)]
@@ -332,6 +346,28 @@ pub struct BooleanAttributeConfig {
     pub invert_match: bool,
 }
 
+/// `trace_state`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceStateConfig {
+    /// The tracestate list-member key.
+    pub key: String,
+    /// Values matched exactly. As in the Collector, empty values and those
+    /// with `key` and value together 256 bytes or longer are left out.
+    pub values: Vec<String>,
+}
+
+impl TraceStateConfig {
+    /// The values that can match.
+    pub fn usable_values(&self) -> Vec<String> {
+        self.values
+            .iter()
+            .filter(|v| !v.is_empty() && self.key.len() + v.len() < 256)
+            .cloned()
+            .collect()
+    }
+}
+
 /// `probabilistic`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -348,6 +384,7 @@ pub struct ProbabilisticConfig {
 #[serde(deny_unknown_fields)]
 pub struct RateLimitingConfig {
     /// Spans per second.
+    #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub spans_per_second: u64,
 }
 
@@ -356,9 +393,11 @@ pub struct RateLimitingConfig {
 #[serde(deny_unknown_fields)]
 pub struct SpanCountConfig {
     /// At least this many spans.
+    #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub min_spans: usize,
     /// At most this many (0: no bound).
     #[serde(default)]
+    #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub max_spans: usize,
 }
 
@@ -383,6 +422,7 @@ pub struct DropConfig {
 #[serde(deny_unknown_fields)]
 pub struct CompositeConfig {
     /// The budget shared by the sub-policies.
+    #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub max_total_spans_per_second: u64,
     /// Sub-policy names in priority order.
     pub policy_order: Vec<String>,
@@ -450,6 +490,8 @@ fn validate_policy(p: &PolicyConfig, path: &str, depth: usize, e: &mut Vec<Confi
         ("string_attribute", p.string_attribute.is_some()),
         ("numeric_attribute", p.numeric_attribute.is_some()),
         ("boolean_attribute", p.boolean_attribute.is_some()),
+        ("trace_state", p.trace_state.is_some()),
+        ("ottl_condition", p.ottl_condition.is_some()),
         ("probabilistic", p.probabilistic.is_some()),
         ("rate_limiting", p.rate_limiting.is_some()),
         ("span_count", p.span_count.is_some()),
@@ -466,6 +508,19 @@ fn validate_policy(p: &PolicyConfig, path: &str, depth: usize, e: &mut Vec<Confi
         PolicyType::StringAttribute => Some("string_attribute"),
         PolicyType::NumericAttribute => Some("numeric_attribute"),
         PolicyType::BooleanAttribute => Some("boolean_attribute"),
+        PolicyType::TraceState => Some("trace_state"),
+        PolicyType::OttlCondition => {
+            err(
+                e,
+                "type",
+                "the `ottl_condition` policy is not supported: causeway has no OTTL engine. \
+                 Write the condition as string_attribute, numeric_attribute or boolean_attribute \
+                 policies (`invert_match: true` for `!=`), status_code or span_count, combined \
+                 with `and` (all must hold) or inside `drop`"
+                    .into(),
+            );
+            return;
+        }
         PolicyType::Probabilistic => Some("probabilistic"),
         PolicyType::RateLimiting => Some("rate_limiting"),
         PolicyType::SpanCount => Some("span_count"),
@@ -541,6 +596,18 @@ fn validate_policy(p: &PolicyConfig, path: &str, depth: usize, e: &mut Vec<Confi
                 e,
                 "numeric_attribute",
                 "set min_value and/or max_value".into(),
+            );
+        }
+    }
+    if let Some(t) = &p.trace_state {
+        if t.key.is_empty() {
+            err(e, "trace_state.key", "must not be empty".into());
+        }
+        if t.usable_values().is_empty() {
+            err(
+                e,
+                "trace_state.values",
+                "needs a non-empty value shorter than 256 bytes together with the key".into(),
             );
         }
     }

@@ -35,6 +35,8 @@ pub struct Keys {
     /// attribute keys of a span are rejected without hashing them.
     lengths: u64,
     names: Vec<String>,
+    /// `tracestate` list-member keys the policies read, with their numbers.
+    trace_state: Vec<(Vec<u8>, u16)>,
 }
 
 impl Keys {
@@ -48,6 +50,38 @@ impl Keys {
         self.lengths |= 1 << (key.len() % 64);
         self.names.push(key.to_string());
         i
+    }
+
+    /// The number of the `tracestate` member `key`, adding it if new. Its
+    /// value is read as a string attribute of that number.
+    pub fn add_trace_state(&mut self, key: &str) -> u16 {
+        if let Some((_, i)) = self.trace_state.iter().find(|(k, _)| k == key.as_bytes()) {
+            return *i;
+        }
+        let i = self.names.len() as u16;
+        self.names.push(format!("tracestate:{key}"));
+        self.trace_state.push((key.as_bytes().to_vec(), i));
+        i
+    }
+
+    /// The members of interest of a W3C `tracestate` header value; none when
+    /// it does not parse (a member without `=`), as the Collector skips it.
+    fn trace_state<'a>(&self, ts: &'a [u8], out: &mut Vec<(u16, AttrRef<'a>)>) {
+        let start = out.len();
+        for member in ts.split(|b| *b == b',') {
+            let member = member.trim_ascii();
+            if member.is_empty() {
+                continue;
+            }
+            let Some(eq) = member.iter().position(|b| *b == b'=') else {
+                out.truncate(start);
+                return;
+            };
+            let (k, v) = (&member[..eq], &member[eq + 1..]);
+            if let Some((_, i)) = self.trace_state.iter().find(|(key, _)| key == k) {
+                out.push((*i, AttrRef::Str(v)));
+            }
+        }
     }
 
     #[inline]
@@ -240,6 +274,9 @@ pub fn for_each_span(
                     let field = field?;
                     match (field.number, field.value) {
                         (1, Value::Bytes(t)) if t.len() == 16 => info.trace_id.copy_from_slice(t),
+                        (3, Value::Bytes(ts)) if !keys.trace_state.is_empty() => {
+                            keys.trace_state(ts, &mut attrs)
+                        }
                         (4, Value::Bytes(p)) => info.is_root = p.is_empty(),
                         (5, Value::Bytes(n)) => info.name = n,
                         (7, Value::Fixed64(t)) => info.start = t,

@@ -329,6 +329,21 @@ impl Policy {
                     invert: b.invert_match,
                 }
             }
+            PolicyType::TraceState => {
+                let t = cfg.trace_state.as_ref().ok_or_else(missing)?;
+                Kind::StringAttr {
+                    key: keys.add_trace_state(&t.key),
+                    values: t.usable_values(),
+                    regexes: Vec::new(),
+                    invert: false,
+                }
+            }
+            PolicyType::OttlCondition => {
+                return Err(format!(
+                    "policy {:?}: the ottl_condition policy is not supported",
+                    cfg.name
+                ))
+            }
             PolicyType::Probabilistic => {
                 let p = cfg.probabilistic.as_ref().ok_or_else(missing)?;
                 if p.sampling_percentage > 0.0 {

@@ -20,6 +20,7 @@ struct S {
     dur_ms: u64,
     error: bool,
     attrs: Vec<(&'static str, any_value::Value)>,
+    trace_state: &'static str,
 }
 
 fn s(trace: u64, span: u64, parent: u64, dur_ms: u64) -> S {
@@ -31,6 +32,7 @@ fn s(trace: u64, span: u64, parent: u64, dur_ms: u64) -> S {
         dur_ms,
         error: false,
         attrs: vec![],
+        trace_state: "",
     }
 }
 
@@ -63,6 +65,7 @@ fn batch(spans: &[S]) -> Batch {
                             x.parent.to_be_bytes().to_vec()
                         },
                         name: format!("span-{}-{}", x.trace, x.span),
+                        trace_state: x.trace_state.into(),
                         start_time_unix_nano: T0 + x.start_ms * MS,
                         end_time_unix_nano: T0 + (x.start_ms + x.dur_ms) * MS,
                         attributes: x
@@ -271,6 +274,74 @@ async fn attribute_policies() {
     // Resource attributes count too.
     let k = decide_all(&policy("{name: p, type: string_attribute, string_attribute: {key: service.name, values: [svc]}}"), traces).await;
     assert_eq!(ids(&k), vec![1, 2, 3, 4]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn trace_state_matches_a_member_exactly_as_the_collector_does() {
+    let with = |t: u64, ts: &'static str| {
+        let mut x = s(t, 2, 1, 1);
+        x.trace_state = ts;
+        vec![s(t, 1, 0, 1), x]
+    };
+    let traces = vec![
+        with(1, "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"),
+        with(2, " congo=ucfJifl5GOE , rojo=00f067aa0ba902b7"),
+        with(3, "rojo=1,congo"),             // does not parse: skipped
+        with(4, "xcongo=t61rcWkgMzE"),       // another key
+        with(5, "congo=t61rcWkgMzE-suffix"), // not equal
+        vec![s(6, 1, 0, 1)],                 // none
+    ];
+    let ids = |k: &Kept| k.spans.keys().copied().collect::<Vec<_>>();
+    let k = decide_all(
+        &policy("{name: p, type: trace_state, trace_state: {key: congo, values: [t61rcWkgMzE, ucfJifl5GOE, '']}}"),
+        traces.clone(),
+    )
+    .await;
+    assert_eq!(ids(&k), vec![1, 2]);
+    // Inside `and`, with another policy.
+    let k = decide_all(
+        &policy("{name: p, type: and, and: {and_sub_policy: [{name: a, type: trace_state, trace_state: {key: rojo, values: [00f067aa0ba902b7]}}, {name: b, type: span_count, span_count: {min_spans: 2}}]}}"),
+        traces,
+    )
+    .await;
+    assert_eq!(ids(&k), vec![1, 2]);
+}
+
+#[test]
+fn ottl_condition_is_refused_with_what_to_use_instead() {
+    let cfg: serde_yaml::Value = serde_yaml::from_str(&format!(
+        "policies: [{}]",
+        "{name: o, type: ottl_condition, ottl_condition: {error_mode: ignore, span: ['attributes[\"k\"] == \"v\"']}}"
+    ))
+    .expect("yaml");
+    let errs = TailSamplingFactory.validate(&cfg).expect_err("unsupported");
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].path, "policies[0].type");
+    assert!(
+        errs[0]
+            .message
+            .contains("`ottl_condition` policy is not supported"),
+        "{errs:?}"
+    );
+    assert!(errs[0].message.contains("string_attribute"), "{errs:?}");
+}
+
+#[test]
+fn collector_numbers_with_underscores_load() {
+    let cfg: serde_yaml::Value = serde_yaml::from_str(
+        "decision_wait: 10s\nnum_traces: 50_000\nexpected_new_traces_per_sec: 1_000\ndecision_cache: {sampled_cache_size: 100_000, non_sampled_cache_size: '200000'}\npolicies: [{name: r, type: rate_limiting, rate_limiting: {spans_per_second: 1_000}}]",
+    )
+    .expect("yaml");
+    let c: config::TailSamplingConfig = causeway_core::config::decode(&cfg).expect("valid");
+    assert_eq!(c.num_traces, 50_000);
+    assert_eq!(c.decision_cache.sampled_cache_size, 100_000);
+    assert_eq!(c.decision_cache.non_sampled_cache_size, 200_000);
+    let bad: serde_yaml::Value = serde_yaml::from_str("num_traces: lots").expect("yaml");
+    let errs = TailSamplingFactory.validate(&bad).expect_err("invalid");
+    assert!(
+        errs[0].path == "num_traces" && errs[0].message.contains("invalid number \"lots\""),
+        "{errs:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

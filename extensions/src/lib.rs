@@ -1,0 +1,42 @@
+//! causeway extensions: services beside the pipelines, in the OpenTelemetry
+//! Collector's shape so that its configs carry over.
+//!
+//! - `health_check`: the Collector's health endpoint (JSON status, 200 when
+//!   the pipelines run, 503 before and during shutdown) on its own port.
+//! - `zpages`: the Collector's `/debug/*z` pages, filled from causeway's own
+//!   state (pipelines and their live counts, extensions).
+//! - `pprof`: accepted so that configs load; causeway is not a Go program and
+//!   serves no Go profiles. The endpoint says how to profile it instead.
+
+pub mod health_check;
+pub mod pprof;
+pub mod zpages;
+
+use causeway_core::registry::Registry;
+
+/// Register every extension of this crate.
+pub fn register(registry: &mut Registry) {
+    registry.add_extension(health_check::HealthCheckFactory);
+    registry.add_extension(zpages::ZPagesFactory);
+    registry.add_extension(pprof::PprofFactory);
+    use causeway_core::registry::Kind::Extension;
+    let headers = "causeway exporters take credentials as headers: set the exporter's `headers` (e.g. `Authorization: \"Bearer ${env:TOKEN}\"`) instead of `auth.authenticator`";
+    registry.add_instead(Extension, "bearertokenauth", headers);
+    registry.add_instead(Extension, "basicauth", headers);
+    registry.add_instead(
+        Extension,
+        "oauth2client",
+        "causeway has no OAuth2 client; put a token in the exporter's `headers`",
+    );
+    registry.add_instead(Extension, "file_storage", "give the exporter's `sending_queue.storage` a directory (causeway's persistent queue) instead of a storage extension id");
+    registry.add_instead(Extension, "memory_limiter", "use the `memory_limiter` processor or `service.memory_limiter`: causeway refuses data at the receivers, before decoding, either way");
+    registry.add_instead(Extension, "healthcheckv2", "use `health_check`");
+}
+
+/// `GET url` for the tests: status and body.
+#[cfg(test)]
+pub(crate) async fn get(url: &str) -> (u16, String) {
+    causeway_core::tls::install_crypto_provider();
+    let r = reqwest::Client::new().get(url).send().await.expect("GET");
+    (r.status().as_u16(), r.text().await.expect("body"))
+}
