@@ -504,6 +504,28 @@ impl Batch {
         };
     }
 
+    /// Split into batches of at most `max` items (spans, log records; for
+    /// metrics, whole resources), each holding the acknowledgements and
+    /// holds of the whole: the source hears back once every part is done.
+    pub fn split_max(self, max: usize) -> Result<Vec<Batch>, CoreError> {
+        if self.items <= max || max == 0 {
+            return Ok(vec![self]);
+        }
+        let parts = crate::partition::chunks(self.signal, &self.to_encoded(), max)?;
+        let mut out = Vec::with_capacity(parts.len());
+        for p in parts {
+            let items = match self.signal {
+                Signal::Metrics => crate::wire::scan(self.signal, &p.bytes)?.items,
+                _ => p.items,
+            };
+            let mut b = Batch::from_encoded(self.signal, Bytes::from(p.bytes), items);
+            b.acks = self.acks.clone();
+            b.holds = self.holds.clone();
+            out.push(b);
+        }
+        Ok(out)
+    }
+
     /// Append another batch of the same signal. Two encoded batches are
     /// joined without decoding; otherwise both are decoded.
     pub fn append(&mut self, mut other: Batch) -> Result<(), CoreError> {

@@ -228,6 +228,27 @@ pub fn split(signal: Signal, buf: &[u8]) -> Result<Vec<(Key, Vec<u8>, usize)>, W
         .collect())
 }
 
+/// Split one encoded request into parts of at most `max` items, in arrival
+/// order (the batch processor's `send_batch_max_size`). Spans and log
+/// records are items; metrics are split between resources only (a
+/// resource's metrics are never split), so a part may hold more data points.
+pub fn chunks(signal: Signal, buf: &[u8], max: usize) -> Result<Vec<Part>, WireError> {
+    let (items, wrappers, scopes) = walk(signal, buf, By::TraceId)?;
+    let order: Vec<u32> = (0..items.len() as u32).collect();
+    Ok(order
+        .chunks(max.max(1))
+        .map(|group| {
+            let mut part = Part::default();
+            for &i in group {
+                part.note(items[i as usize].key);
+            }
+            part.items = group.len();
+            part.bytes = encode(group, &items, &wrappers, &scopes);
+            part
+        })
+        .collect())
+}
+
 type Walked<'a> = (Vec<Item<'a>>, Vec<Wrapper<'a>>, Vec<Wrapper<'a>>);
 
 /// Every item with its key and where it was, and the wrappers' other fields.
@@ -591,6 +612,58 @@ mod tests {
         assert_eq!(parts.len(), 2);
         let back = ExportMetricsServiceRequest::decode(parts[0].1.as_slice()).expect("decodes");
         assert_eq!(back.resource_metrics, vec![m.resource_metrics[0].clone()]);
+    }
+
+    #[test]
+    fn chunks_cap_items_and_split_metrics_between_resources_only() {
+        use opentelemetry_proto::tonic::metrics::v1::{metric, Gauge, NumberDataPoint};
+        let m = |name: &str, points: usize| ResourceMetrics {
+            resource: resource(name),
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: name.into(),
+                    data: Some(metric::Data::Gauge(Gauge {
+                        data_points: vec![NumberDataPoint::default(); points],
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let req = ExportMetricsServiceRequest {
+            resource_metrics: vec![m("a", 3), m("b", 1), m("c", 2)],
+        };
+        let batch = crate::model::Batch::from_metrics(req.resource_metrics.clone());
+        assert_eq!(batch.items(), 6);
+        let parts = batch.split_max(2).expect("split");
+        // Whole resources, two a part: (a, b) then (c).
+        let points: Vec<usize> = parts.iter().map(crate::model::Batch::items).collect();
+        assert_eq!(points, vec![4, 2]);
+        let back = parts[1].to_metrics_request().expect("decodes");
+        assert_eq!(back.resource_metrics, vec![req.resource_metrics[2].clone()]);
+
+        let spans = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: resource("s"),
+                scope_spans: vec![ScopeSpans {
+                    spans: (1..=5).map(|i| span(1, i)).collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let parts = chunks(Signal::Traces, &spans.encode_to_vec(), 2).expect("chunks");
+        assert_eq!(
+            parts.iter().map(|p| p.items).collect::<Vec<_>>(),
+            vec![2, 2, 1]
+        );
+        let last = ExportTraceServiceRequest::decode(parts[2].bytes.as_slice()).expect("decodes");
+        assert_eq!(last.resource_spans[0].resource, resource("s"));
+        assert_eq!(
+            last.resource_spans[0].scope_spans[0].spans,
+            vec![span(1, 5)]
+        );
     }
 
     #[test]

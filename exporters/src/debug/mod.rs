@@ -11,13 +11,48 @@ use std::io::Write as _;
 use std::sync::Arc;
 
 /// `exporters.debug`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DebugExporterConfig {
     /// `basic` (one line a batch, the default), `normal` (one line an item)
     /// or `detailed` (the batch as OTLP JSON).
     #[serde(default)]
     pub verbosity: Verbosity,
+    /// Batches printed in full each second before sampling starts (default 2,
+    /// as in the Collector).
+    #[serde(
+        default = "default_initial",
+        deserialize_with = "causeway_core::config::lenient_int"
+    )]
+    pub sampling_initial: u64,
+    /// After those, every this-many-th batch of the second is printed
+    /// (default 1: all of them).
+    #[serde(
+        default = "default_thereafter",
+        deserialize_with = "causeway_core::config::lenient_int"
+    )]
+    pub sampling_thereafter: u64,
+    /// Accepted for compatibility: causeway always prints to stdout.
+    #[serde(default)]
+    pub use_internal_logger: Option<bool>,
+}
+
+fn default_initial() -> u64 {
+    2
+}
+fn default_thereafter() -> u64 {
+    1
+}
+
+impl Default for DebugExporterConfig {
+    fn default() -> Self {
+        DebugExporterConfig {
+            verbosity: Verbosity::default(),
+            sampling_initial: default_initial(),
+            sampling_thereafter: default_thereafter(),
+            use_internal_logger: None,
+        }
+    }
 }
 
 /// How much to print.
@@ -33,7 +68,18 @@ pub enum Verbosity {
     Detailed,
 }
 
-impl Validate for DebugExporterConfig {}
+impl Validate for DebugExporterConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        if self.sampling_thereafter == 0 {
+            vec![ConfigError::new(
+                "sampling_thereafter",
+                "must be at least 1",
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+}
 
 /// Factory of the `debug` exporter.
 pub struct DebugExporterFactory;
@@ -61,6 +107,7 @@ impl ExporterFactory for DebugExporterFactory {
             exporter: Arc::new(DebugExporter {
                 id: ctx.id.to_string(),
                 verbosity: cfg.verbosity,
+                sampler: Sampler::new(cfg.sampling_initial, cfg.sampling_thereafter),
             }),
             delivery,
         })
@@ -70,6 +117,40 @@ impl ExporterFactory for DebugExporterFactory {
 struct DebugExporter {
     id: String,
     verbosity: Verbosity,
+    sampler: Sampler,
+}
+
+/// The Collector's sampling of debug output: in each second, the first
+/// `initial` batches, then every `thereafter`-th.
+struct Sampler {
+    initial: u64,
+    thereafter: u64,
+    /// (second, batches seen in it).
+    state: std::sync::Mutex<(u64, u64)>,
+}
+
+impl Sampler {
+    fn new(initial: u64, thereafter: u64) -> Self {
+        Sampler {
+            initial,
+            thereafter: thereafter.max(1),
+            state: std::sync::Mutex::new((u64::MAX, 0)),
+        }
+    }
+
+    /// Whether the batch seen in second `now` is printed.
+    fn sample(&self, now: u64) -> bool {
+        let mut st = match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if st.0 != now {
+            *st = (now, 0);
+        }
+        st.1 += 1;
+        let n = st.1;
+        n <= self.initial || (n - self.initial) % self.thereafter == 0
+    }
 }
 
 fn hex(b: &[u8]) -> String {
@@ -159,6 +240,13 @@ fn summarize(
 #[async_trait]
 impl Exporter for DebugExporter {
     async fn export(&self, batch: &Batch) -> Result<Delivered, ExportError> {
+        let second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        if !self.sampler.sample(second) {
+            return Ok(Delivered::default());
+        }
         let text =
             summarize(&self.id, batch, self.verbosity).map_err(|e| ExportError::Permanent {
                 source: Box::new(e),
@@ -169,5 +257,42 @@ impl Exporter for DebugExporter {
             tracing::debug!(exporter = %self.id, "stdout is closed.");
         }
         Ok(Delivered::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_prints_the_first_batches_of_each_second_then_every_nth() {
+        let s = Sampler::new(2, 3);
+        let printed: Vec<bool> = (0..8).map(|_| s.sample(100)).collect();
+        // 1, 2 printed; then the 3rd after them (5th), then the 8th.
+        assert_eq!(
+            printed,
+            vec![true, true, false, false, true, false, false, true]
+        );
+        // A new second starts over.
+        assert!(s.sample(101) && s.sample(101) && !s.sample(101));
+        // The defaults print everything.
+        let all = Sampler::new(default_initial(), default_thereafter());
+        assert!((0..100).all(|_| all.sample(7)));
+    }
+
+    #[test]
+    fn the_collector_keys_load() {
+        let c: DebugExporterConfig = decode(
+            &serde_yaml::from_str(
+                "verbosity: detailed\nsampling_initial: 5\nsampling_thereafter: 200\nuse_internal_logger: false",
+            )
+            .expect("yaml"),
+        )
+        .expect("valid");
+        assert_eq!((c.sampling_initial, c.sampling_thereafter), (5, 200));
+        assert!(decode::<DebugExporterConfig>(
+            &serde_yaml::from_str("sampling_thereafter: 0").expect("yaml")
+        )
+        .is_err());
     }
 }

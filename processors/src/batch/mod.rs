@@ -23,6 +23,18 @@ pub struct BatchConfig {
     /// Send what is held this long after its first item arrived (default 200ms).
     #[serde(default = "default_timeout")]
     pub timeout: Duration,
+    /// Largest batch sent: bigger ones are split (0: no limit; default 0).
+    /// Spans and log records are counted; metrics are split between
+    /// resources, never inside one.
+    #[serde(default, deserialize_with = "causeway_core::config::lenient_int")]
+    pub send_batch_max_size: usize,
+    /// Not supported: causeway does not carry request metadata through
+    /// pipelines (validation says so when it is set).
+    #[serde(default)]
+    pub metadata_keys: Vec<String>,
+    /// Accepted with `metadata_keys`; no effect.
+    #[serde(default)]
+    pub metadata_cardinality_limit: Option<u64>,
 }
 
 impl Default for BatchConfig {
@@ -30,6 +42,9 @@ impl Default for BatchConfig {
         BatchConfig {
             send_batch_size: default_size(),
             timeout: default_timeout(),
+            send_batch_max_size: 0,
+            metadata_keys: Vec::new(),
+            metadata_cardinality_limit: None,
         }
     }
 }
@@ -49,6 +64,18 @@ impl Validate for BatchConfig {
         }
         if self.timeout.get().is_zero() {
             e.push(ConfigError::new("timeout", "must be greater than 0"));
+        }
+        if self.send_batch_max_size != 0 && self.send_batch_max_size < self.send_batch_size {
+            e.push(ConfigError::new(
+                "send_batch_max_size",
+                "must be 0 or at least send_batch_size",
+            ));
+        }
+        if !self.metadata_keys.is_empty() {
+            e.push(ConfigError::new(
+                "metadata_keys",
+                "not supported: causeway does not carry client metadata through pipelines, so it cannot batch by it; remove the key (batches then mix tenants, as the Collector does without it)",
+            ));
         }
         e
     }
@@ -124,7 +151,7 @@ impl Processor for BatchProcessor {
             .is_some_and(|p| p.batch.items() >= self.cfg.send_batch_size)
         {
             if let Some(p) = slot.take() {
-                out.push(p.batch);
+                emit(self.cfg.send_batch_max_size, p.batch, out)?;
             }
         }
         Ok(())
@@ -139,7 +166,7 @@ impl Processor for BatchProcessor {
             let slot = &mut self.pending[s as usize];
             if slot.as_ref().is_some_and(|p| p.deadline <= now) {
                 if let Some(p) = slot.take() {
-                    out.push(p.batch);
+                    emit(self.cfg.send_batch_max_size, p.batch, out)?;
                 }
             }
         }
@@ -147,12 +174,23 @@ impl Processor for BatchProcessor {
     }
 
     async fn flush(&mut self, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
-        out.extend(
-            self.pending
-                .iter_mut()
-                .filter_map(|p| p.take())
-                .map(|p| p.batch),
-        );
+        for p in self.pending.iter_mut().filter_map(|p| p.take()) {
+            emit(self.cfg.send_batch_max_size, p.batch, out)?;
+        }
         Ok(())
     }
+}
+
+/// Send `batch`, split to `max` items when that is set.
+fn emit(max: usize, batch: Batch, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
+    if max == 0 || batch.items() <= max {
+        out.push(batch);
+        return Ok(());
+    }
+    out.extend(
+        batch
+            .split_max(max)
+            .map_err(|e| ProcessError(Box::new(e)))?,
+    );
+    Ok(())
 }

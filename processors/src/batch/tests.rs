@@ -27,6 +27,7 @@ async fn sends_when_size_reached_without_decoding() {
     let mut p = BatchProcessor::new(BatchConfig {
         send_batch_size: 5,
         timeout: Duration::secs(10),
+        ..Default::default()
     });
     let mut out = vec![];
     p.process(encoded(3), &mut out).await.expect("ok");
@@ -47,6 +48,7 @@ async fn sends_on_timeout() {
     let mut p = BatchProcessor::new(BatchConfig {
         send_batch_size: 100,
         timeout: Duration::millis(200),
+        ..Default::default()
     });
     let mut out = vec![];
     let start = Instant::now();
@@ -73,4 +75,59 @@ async fn flush_returns_everything_held() {
         .expect("ok");
     p.flush(&mut out).await.expect("ok");
     assert_eq!(out.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn send_batch_max_size_splits_and_keeps_the_acknowledgement_until_every_part_is_done() {
+    let mut p = BatchProcessor::new(BatchConfig {
+        send_batch_size: 5,
+        send_batch_max_size: 4,
+        timeout: Duration::secs(10),
+        ..Default::default()
+    });
+    let (ack, done) = causeway_core::model::Ack::new();
+    let mut out = vec![];
+    p.process(encoded(3), &mut out).await.expect("ok");
+    p.process(encoded(7).with_ack(ack), &mut out)
+        .await
+        .expect("ok");
+    // 10 spans, at most 4 a batch: 4, 4, 2, in arrival order.
+    let sizes: Vec<usize> = out.iter().map(Batch::items).collect();
+    assert_eq!(sizes, vec![4, 4, 2]);
+    let mut ids = Vec::new();
+    for b in &out {
+        let req = b.to_traces_request().expect("decodes");
+        assert_eq!(
+            causeway_core::model::count_spans(&req.resource_spans),
+            b.items()
+        );
+        for rs in &req.resource_spans {
+            for ss in &rs.scope_spans {
+                ids.extend(ss.spans.iter().map(|s| s.span_id[0]));
+            }
+        }
+    }
+    assert_eq!(ids, vec![1, 2, 3, 1, 2, 3, 4, 5, 6, 7]);
+    // The source hears back only when the last part is delivered.
+    let mut done = done;
+    out.truncate(2);
+    assert!(
+        done.try_recv().is_err(),
+        "acknowledged with a part still held"
+    );
+    out.clear();
+    assert_eq!(done.await.ok(), Some(true));
+}
+
+#[test]
+fn collector_batch_keys_are_checked() {
+    let v = |y: &str| BatchProcessorFactory.validate(&serde_yaml::from_str(y).expect("yaml"));
+    assert!(v("send_batch_size: 8192\nsend_batch_max_size: 10_000\ntimeout: 1s").is_ok());
+    let e = v("send_batch_size: 100\nsend_batch_max_size: 50").expect_err("invalid");
+    assert_eq!(e[0].path, "send_batch_max_size");
+    let e = v("metadata_keys: [X-Tenant]").expect_err("unsupported");
+    assert!(
+        e[0].path == "metadata_keys" && e[0].message.contains("not supported"),
+        "{e:?}"
+    );
 }

@@ -69,6 +69,7 @@ impl ReceiverFactory for HostMetricsFactory {
             root,
             host,
             interval: cfg.collection_interval.get(),
+            cfg,
         }))
     }
 }
@@ -79,6 +80,7 @@ struct HostMetricsReceiver {
     host: String,
     interval: std::time::Duration,
     errors: Counter,
+    cfg: HostMetricsConfig,
 }
 
 fn now_ns() -> u64 {
@@ -266,7 +268,7 @@ impl Receiver for HostMetricsReceiver {
                     tracing::warn!(receiver = %self.id, problem = %p, "Cannot read part of /proc; the rest is reported.");
                 }
             }
-            let rm = to_metrics(
+            let mut rm = to_metrics(
                 &self.host,
                 &reading,
                 prev.as_ref()
@@ -274,6 +276,9 @@ impl Receiver for HostMetricsReceiver {
                 now_ns(),
                 start_ns,
             );
+            for sm in &mut rm.scope_metrics {
+                sm.metrics.retain(|m| self.cfg.wants(&m.name));
+            }
             prev = Some((reading, at));
             if !out
                 .send_until_stopped(Batch::from_metrics(vec![rm]), &shutdown)

@@ -145,3 +145,56 @@ fn the_real_proc_is_readable() {
     assert!(r.cpu.is_some() && r.cpus > 0);
     assert!(r.mem.contains_key("MemAvailable"));
 }
+
+#[test]
+fn collector_scrapers_choose_the_metrics_and_unknown_ones_are_named() {
+    // Every metric the receiver can report belongs to one scraper.
+    let dir = tempfile::tempdir().expect("tempdir");
+    fake_proc(dir.path(), 100, 10, 1000, 50);
+    let (a, _) = proc::read(dir.path());
+    fake_proc(dir.path(), 200, 20, 1100, 80);
+    let (b, _) = proc::read(dir.path());
+    let rm = to_metrics("h", &b, Some((&a, 1.0)), 2, 1);
+    let names: std::collections::BTreeSet<&str> = rm.scope_metrics[0]
+        .metrics
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect();
+    assert!(names.len() >= 10, "{names:?}");
+    for n in &names {
+        assert!(
+            config::SCRAPERS.iter().any(|(_, ms)| ms.contains(n)),
+            "{n} is in no scraper"
+        );
+    }
+
+    let cfg = |y: &str| decode::<HostMetricsConfig>(&serde_yaml::from_str(y).expect("yaml"));
+    let all = cfg("collection_interval: 10s").expect("valid");
+    assert!(names.iter().all(|n| all.wants(n)));
+    let some = cfg("scrapers:\n  cpu:\n    metrics:\n      system.cpu.utilization: {enabled: false}\n  memory:\n")
+        .expect("valid");
+    assert!(some.wants("system.cpu.time"));
+    assert!(!some.wants("system.cpu.utilization"));
+    assert!(some.wants("system.memory.usage"));
+    assert!(!some.wants("system.cpu.load_average.1m"));
+    assert!(!some.wants("system.linux.pressure"));
+
+    let errs = cfg("scrapers:\n  cpu:\n  network:\n  filesystem:\n  memory:\n    metrics:\n      system.memory.limit: {enabled: true}\n")
+        .expect_err("unsupported");
+    let msgs: Vec<String> = errs
+        .iter()
+        .map(|e| format!("{}: {}", e.path, e.message))
+        .collect();
+    assert_eq!(msgs.len(), 3, "{msgs:?}");
+    assert!(
+        msgs[0].starts_with("scrapers.network: the network scraper is not built in"),
+        "{msgs:?}"
+    );
+    assert!(msgs[1].starts_with("scrapers.filesystem:"), "{msgs:?}");
+    assert!(
+        msgs[2].starts_with(
+            "scrapers.memory.metrics.system.memory.limit: the memory scraper has no metric"
+        ),
+        "{msgs:?}"
+    );
+}
