@@ -174,6 +174,11 @@ pub trait ExtensionFactory: Send + Sync {
     fn kind(&self) -> &'static str;
     /// Decode and check a section.
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>>;
+    /// Whether it authenticates exporters' requests (`auth.authenticator`
+    /// may name it); such an extension fills [`crate::auth::shared_key`].
+    fn authenticates(&self) -> bool {
+        false
+    }
     /// Things the section asks for that causeway does differently, said once
     /// at startup and by `validate` (a Go profile from `pprof`).
     fn warnings(&self, _cfg: &serde_yaml::Value) -> Vec<String> {

@@ -5,6 +5,7 @@
 //! through factories ([`registry::Registry`]) and the topology only speaks to
 //! the traits in [`component`].
 
+pub mod auth;
 pub mod component;
 pub mod compress;
 pub mod config;

@@ -272,7 +272,8 @@ impl std::fmt::Debug for Authenticator {
     }
 }
 
-fn base64(input: &[u8]) -> String {
+/// Standard base64 with padding (for `Authorization: Basic`).
+pub fn base64(input: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for c in input.chunks(3) {

@@ -8,6 +8,8 @@
 //! - `pprof`: accepted so that configs load; causeway is not a Go program and
 //!   serves no Go profiles. The endpoint says how to profile it instead.
 
+pub mod basicauth;
+pub mod bearertokenauth;
 pub mod health_check;
 pub mod pprof;
 pub mod zpages;
@@ -19,10 +21,9 @@ pub fn register(registry: &mut Registry) {
     registry.add_extension(health_check::HealthCheckFactory);
     registry.add_extension(zpages::ZPagesFactory);
     registry.add_extension(pprof::PprofFactory);
+    registry.add_extension(bearertokenauth::BearerTokenFactory);
+    registry.add_extension(basicauth::BasicAuthFactory);
     use causeway_core::registry::Kind::Extension;
-    let headers = "causeway exporters take credentials as headers: set the exporter's `headers` (e.g. `Authorization: \"Bearer ${env:TOKEN}\"`) instead of `auth.authenticator`";
-    registry.add_instead(Extension, "bearertokenauth", headers);
-    registry.add_instead(Extension, "basicauth", headers);
     registry.add_instead(
         Extension,
         "oauth2client",
@@ -31,6 +32,31 @@ pub fn register(registry: &mut Registry) {
     registry.add_instead(Extension, "file_storage", "give the exporter's `sending_queue.storage` a directory (causeway's persistent queue) instead of a storage extension id");
     registry.add_instead(Extension, "memory_limiter", "use the `memory_limiter` processor or `service.memory_limiter`: causeway refuses data at the receivers, before decoding, either way");
     registry.add_instead(Extension, "healthcheckv2", "use `health_check`");
+}
+
+/// Leave an authenticator where exporters naming this extension find it.
+pub(crate) fn publish(
+    ctx: &causeway_core::component::BuildContext,
+    auth: std::sync::Arc<dyn causeway_core::auth::ClientAuth>,
+) {
+    ctx.shared.get_or_init(
+        &causeway_core::auth::shared_key(&ctx.id.to_string()),
+        || causeway_core::auth::Authenticator(auth),
+    );
+}
+
+/// An extension with nothing to run (its work is done where it is used).
+pub(crate) struct Idle;
+
+#[async_trait::async_trait]
+impl causeway_core::component::Extension for Idle {
+    async fn run(
+        self: Box<Self>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Result<(), causeway_core::error::BoxError> {
+        shutdown.cancelled().await;
+        Ok(())
+    }
 }
 
 /// `GET url` for the tests: status and body.

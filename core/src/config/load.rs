@@ -136,6 +136,33 @@ pub fn load_str(
         }
     }
 
+    // `auth: {authenticator: id}` (at any depth: `protocol.otlp.auth` of the
+    // load-balancing exporter), the Collector's way for an exporter to use an
+    // authenticator extension: it must be one, and started.
+    for (id, cfg) in &exporters {
+        let mut refs = Vec::new();
+        authenticators(cfg, &format!("exporters.{id}"), &mut refs);
+        for (path, name) in refs {
+            match name.parse::<ComponentId>() {
+                Ok(ext) if extensions.contains_key(&ext) => {
+                    if !registry
+                        .extension(ext.kind())
+                        .is_some_and(|f| f.authenticates())
+                    {
+                        errors.push(ConfigError::new(
+                            path,
+                            format!("extension {name:?} is not an authenticator (use bearertokenauth or basicauth)"),
+                        ));
+                    }
+                }
+                _ => errors.push(ConfigError::new(
+                    path,
+                    format!("{name:?} is not an extension listed in service.extensions"),
+                )),
+            }
+        }
+    }
+
     let mut pipelines = Vec::new();
     if file.service.pipelines.is_empty() {
         errors.push(ConfigError::new(
@@ -305,6 +332,22 @@ pub fn load_str(
         pipelines,
         warnings,
     })
+}
+
+/// Every `auth.authenticator` under `v`, with its key path.
+fn authenticators(v: &Value, path: &str, out: &mut Vec<(String, String)>) {
+    let Value::Mapping(m) = v else { return };
+    for (k, child) in m {
+        let Some(k) = k.as_str() else { continue };
+        let p = format!("{path}.{k}");
+        if k == "auth" {
+            if let Some(name) = child.get("authenticator").and_then(Value::as_str) {
+                out.push((format!("{p}.authenticator"), name.to_string()));
+            }
+        } else {
+            authenticators(child, &p, out);
+        }
+    }
 }
 
 /// The one memory budget of the process: the lowest limit asked for by

@@ -81,10 +81,18 @@ impl ExporterFactory for LoadBalancingExporterFactory {
             retry: outer,
             queue: cfg.sending_queue.clone(),
         };
+        // `protocol.otlp.auth`: one authenticator for every backend.
+        let auth = cfg
+            .backend("authenticator.check:1")
+            .ok()
+            .and_then(|b| b.auth)
+            .map(|a| a.resolve(&ctx.shared))
+            .transpose()?;
         let e = Arc::new(LoadBalancingExporter::new(
             cfg,
             &ctx.id.to_string(),
             &ctx.telemetry,
+            auth,
         )?);
         e.start_resolver();
         Ok(BuiltExporter {
@@ -151,11 +159,18 @@ pub struct LoadBalancingExporter {
     /// Wakes the resolver early (a backend failed).
     wake: Arc<tokio::sync::Notify>,
     affinity: std::sync::Mutex<Affinity>,
+    /// `protocol.otlp.auth`, for every backend's requests.
+    auth: Option<Arc<dyn causeway_core::auth::ClientAuth>>,
 }
 
 impl LoadBalancingExporter {
     /// Build; with a static resolver the ring is ready at once.
-    pub fn new(cfg: LoadBalancingConfig, id: &str, telemetry: &Registry) -> Result<Self, BoxError> {
+    pub fn new(
+        cfg: LoadBalancingConfig,
+        id: &str,
+        telemetry: &Registry,
+        auth: Option<Arc<dyn causeway_core::auth::ClientAuth>>,
+    ) -> Result<Self, BoxError> {
         let kind = if cfg.resolver.dns.is_some() {
             "dns"
         } else if cfg.resolver.file.is_some() {
@@ -200,6 +215,7 @@ impl LoadBalancingExporter {
             resolutions: [res("true"), res("false")],
             wake: Arc::new(tokio::sync::Notify::new()),
             affinity: Default::default(),
+            auth,
             cfg,
         };
         if let Some(s) = &e.cfg.resolver.static_ {
@@ -243,7 +259,7 @@ impl LoadBalancingExporter {
                         .cfg
                         .backend(ep)
                         .map_err(|e| format!("backend {ep}: {e:?}"))?;
-                    exporters.push(Arc::new(GrpcExporter::new(&cfg)?));
+                    exporters.push(Arc::new(GrpcExporter::new(&cfg, self.auth.clone())?));
                 }
             }
         }

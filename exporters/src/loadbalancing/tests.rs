@@ -47,8 +47,13 @@ fn collector_shaped_config_and_every_error_named() {
 async fn the_dns_resolver_resolves_names_to_backends() {
     let c = cfg("protocol: {otlp: {tls: {insecure: true}}}\nresolver: {dns: {hostname: localhost, port: 14999}}\n")
         .expect("valid");
-    let e = super::LoadBalancingExporter::new(c, "lb", &causeway_core::telemetry::Registry::new())
-        .expect("build");
+    let e = super::LoadBalancingExporter::new(
+        c,
+        "lb",
+        &causeway_core::telemetry::Registry::new(),
+        None,
+    )
+    .expect("build");
     let eps = e.resolve().await.expect("resolves");
     assert!(
         eps.iter()

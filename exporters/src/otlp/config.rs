@@ -38,6 +38,10 @@ pub struct OtlpGrpcConfig {
     /// https endpoints; `insecure: true` for plaintext `host:port`.
     #[serde(default)]
     pub tls: TlsConfig,
+    /// `authenticator`: a `bearertokenauth` or `basicauth` extension whose
+    /// header every request carries.
+    #[serde(default)]
+    pub auth: Option<causeway_core::auth::AuthRef>,
 }
 
 /// `encoding` of `otlphttp`.
@@ -85,6 +89,10 @@ pub struct OtlpHttpConfig {
     /// https endpoints; `insecure: true` for plaintext `host:port`.
     #[serde(default)]
     pub tls: TlsConfig,
+    /// `authenticator`: a `bearertokenauth` or `basicauth` extension whose
+    /// header every request carries.
+    #[serde(default)]
+    pub auth: Option<causeway_core::auth::AuthRef>,
 }
 
 fn default_timeout() -> Duration {

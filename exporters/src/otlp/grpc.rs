@@ -23,10 +23,15 @@ pub(crate) struct GrpcExporter {
     compression: Codec,
     /// `content-type`, `te`, `grpc-accept-encoding` and the configured headers.
     headers: ::http::HeaderMap,
+    /// An authenticator's header, added to every request.
+    auth: Option<std::sync::Arc<dyn causeway_core::auth::ClientAuth>>,
 }
 
 impl GrpcExporter {
-    pub(crate) fn new(cfg: &OtlpGrpcConfig) -> Result<Self, ExporterError> {
+    pub(crate) fn new(
+        cfg: &OtlpGrpcConfig,
+        auth: Option<std::sync::Arc<dyn causeway_core::auth::ClientAuth>>,
+    ) -> Result<Self, ExporterError> {
         let bad = |reason: String| ExporterError::Endpoint {
             endpoint: cfg.endpoint.clone(),
             reason,
@@ -71,6 +76,7 @@ impl GrpcExporter {
             channel,
             compression: cfg.compression,
             headers: unary_headers(metadata.into_headers()),
+            auth,
         })
     }
 
@@ -129,10 +135,25 @@ impl GrpcExporter {
                     source: Box::new(ExporterError::Encode(e.to_string())),
                 })?],
         };
+        let authed;
+        let headers = match &self.auth {
+            None => &self.headers,
+            Some(a) => {
+                let mut h = self.headers.clone();
+                causeway_core::auth::apply(Some(a), &mut h).map_err(|e| {
+                    ExportError::Retryable {
+                        source: e.into(),
+                        retry_after: None,
+                    }
+                })?;
+                authed = h;
+                &authed
+            }
+        };
         let msg = unary(
             &self.channel,
             export_path(signal),
-            &self.headers,
+            headers,
             self.compression,
             parts,
         )

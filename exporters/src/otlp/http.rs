@@ -20,10 +20,15 @@ pub(crate) struct HttpExporter {
     encoding: HttpEncoding,
     compression: Compression,
     headers: reqwest::header::HeaderMap,
+    /// An authenticator's header, added to every request.
+    auth: Option<std::sync::Arc<dyn causeway_core::auth::ClientAuth>>,
 }
 
 impl HttpExporter {
-    pub(crate) fn new(cfg: &OtlpHttpConfig) -> Result<Self, ExporterError> {
+    pub(crate) fn new(
+        cfg: &OtlpHttpConfig,
+        auth: Option<std::sync::Arc<dyn causeway_core::auth::ClientAuth>>,
+    ) -> Result<Self, ExporterError> {
         let base = cfg.endpoint.clone().unwrap_or_default();
         let base = base.trim_end_matches('/');
         let url = |over: &Option<String>, path: &str| {
@@ -63,6 +68,7 @@ impl HttpExporter {
             encoding: cfg.encoding,
             compression: cfg.compression,
             headers,
+            auth,
         })
     }
 
@@ -127,7 +133,14 @@ impl Exporter for HttpExporter {
         let body = self.body(batch).await.map_err(|e| ExportError::Permanent {
             source: Box::new(e),
         })?;
-        let mut req = self.client.post(url).headers(self.headers.clone()).header(
+        let mut headers = self.headers.clone();
+        causeway_core::auth::apply(self.auth.as_ref(), &mut headers).map_err(|e| {
+            ExportError::Retryable {
+                source: e.into(),
+                retry_after: None,
+            }
+        })?;
+        let mut req = self.client.post(url).headers(headers).header(
             reqwest::header::CONTENT_TYPE,
             match self.encoding {
                 HttpEncoding::Proto => "application/x-protobuf",

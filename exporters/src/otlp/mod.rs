@@ -36,17 +36,22 @@ impl ExporterFactory for OtlpGrpcExporterFactory {
     }
     async fn build(
         &self,
-        _ctx: BuildContext,
+        ctx: BuildContext,
         cfg: &serde_yaml::Value,
     ) -> Result<BuiltExporter, BoxError> {
         let cfg: OtlpGrpcConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
+        let auth = cfg
+            .auth
+            .as_ref()
+            .map(|a| a.resolve(&ctx.shared))
+            .transpose()?;
         let delivery = DeliveryConfig {
             timeout: cfg.timeout.get(),
             retry: cfg.retry_on_failure,
             queue: cfg.sending_queue.clone(),
         };
         Ok(BuiltExporter {
-            exporter: std::sync::Arc::new(grpc::GrpcExporter::new(&cfg)?),
+            exporter: std::sync::Arc::new(grpc::GrpcExporter::new(&cfg, auth)?),
             delivery,
         })
     }
@@ -79,17 +84,22 @@ impl ExporterFactory for OtlpHttpExporterFactory {
     }
     async fn build(
         &self,
-        _ctx: BuildContext,
+        ctx: BuildContext,
         cfg: &serde_yaml::Value,
     ) -> Result<BuiltExporter, BoxError> {
         let cfg: OtlpHttpConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
+        let auth = cfg
+            .auth
+            .as_ref()
+            .map(|a| a.resolve(&ctx.shared))
+            .transpose()?;
         let delivery = DeliveryConfig {
             timeout: cfg.timeout.get(),
             retry: cfg.retry_on_failure,
             queue: cfg.sending_queue.clone(),
         };
         Ok(BuiltExporter {
-            exporter: std::sync::Arc::new(http::HttpExporter::new(&cfg)?),
+            exporter: std::sync::Arc::new(http::HttpExporter::new(&cfg, auth)?),
             delivery,
         })
     }

@@ -63,7 +63,7 @@ async fn server(
 fn http_exporter(endpoint: &str, extra: &str) -> HttpExporter {
     let cfg: OtlpHttpConfig =
         decode(&yaml(&format!("endpoint: {endpoint}\n{extra}"))).expect("config");
-    HttpExporter::new(&cfg).expect("exporter")
+    HttpExporter::new(&cfg, None).expect("exporter")
 }
 
 #[tokio::test]
@@ -140,7 +140,7 @@ async fn http_connection_refused_is_retryable() {
 #[tokio::test]
 async fn grpc_status_codes_are_classified_as_the_otlp_spec_says() {
     let cfg: OtlpGrpcConfig = decode(&yaml("endpoint: 127.0.0.1:1")).expect("config");
-    let exp = GrpcExporter::new(&cfg).expect("exporter");
+    let exp = GrpcExporter::new(&cfg, None).expect("exporter");
     let with_retry = |c: tonic::Code, n: i32| {
         tonic::Status::with_details(
             c,
