@@ -54,7 +54,7 @@ fn every_error_is_reported_with_path_and_location() {
     );
     // An unknown component type lists the valid ones.
     assert!(
-        out.contains("bad.yaml:9:3: processors.nosuch/thing: unknown type \"nosuch\" for id \"nosuch/thing\" (valid values: [batch, correlate, tail_sampling])"),
+        out.contains("bad.yaml:9:3: processors.nosuch/thing: unknown type \"nosuch\" for id \"nosuch/thing\" (valid values: [batch, correlate, memory_limiter, tail_sampling])"),
         "{out}"
     );
     // An unknown key, with the field itself located.
