@@ -139,6 +139,7 @@ async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyh
     }
 
     let metrics = telemetry::Registry::new();
+    metrics.set_collector_names(tcfg.metrics.collector_names);
     let stop_telemetry = CancellationToken::new();
     let address = telemetry_address(&config);
     let server = match &address {

@@ -109,8 +109,12 @@ impl Server {
     }
 
     fn prometheus(dir: &Path) -> Server {
+        Server::prometheus_with(dir, "global: { scrape_interval: 15s }\n")
+    }
+
+    fn prometheus_with(dir: &Path, config: &str) -> Server {
         let cfg = dir.join("prometheus.yml");
-        std::fs::write(&cfg, "global: { scrape_interval: 15s }\n").expect("config");
+        std::fs::write(&cfg, config).expect("config");
         Server::start(
             "prometheus",
             dir,
@@ -631,4 +635,177 @@ service:
     assert!(delivered >= 2.0);
     assert!(daemon.terminate().success());
     drop(am);
+}
+
+/// The Collector's self-metrics, as served by causeway, scraped by a real
+/// Prometheus and read with the queries of the Collector's community
+/// dashboards (Grafana's "OpenTelemetry Collector" dashboard writes names
+/// as `otelcol_…(_total)?` regexes to cover both spellings; Perses' lists
+/// jobs by `otelcol_process_uptime`).
+#[test]
+fn collector_dashboard_queries_work_against_a_running_daemon() {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let http = free_port();
+    let down = free_port();
+    let daemon = Daemon::start(
+        d,
+        "selfmetrics",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+processors:
+  batch:
+    timeout: 50ms
+exporters:
+  file:
+    path: {{dir}}/out.jsonl
+  otlphttp/down:
+    endpoint: http://127.0.0.1:{down}
+    retry_on_failure: {{ enabled: false }}
+service:
+  telemetry:
+    metrics: {{ address: "{{telemetry}}" }}
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [file, otlphttp/down]
+"#
+        ),
+    );
+    let prom = Server::prometheus_with(
+        d,
+        &format!(
+            "global: {{ scrape_interval: 1s }}\nscrape_configs:\n  - job_name: causeway\n    static_configs: [{{ targets: ['{}'] }}]\n",
+            daemon.telemetry
+        ),
+    );
+    let target_up = || prom.one("up{job=\"causeway\"}") == Some(1.0);
+    wait_for(
+        Duration::from_secs(30),
+        "prometheus scraping causeway",
+        target_up,
+    );
+
+    let body = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: (0..100u64)
+                    .map(|i| Span {
+                        trace_id: (u128::from(i) + 1).to_be_bytes().to_vec(),
+                        span_id: (i + 1).to_be_bytes().to_vec(),
+                        name: "op".into(),
+                        start_time_unix_nano: 1,
+                        end_time_unix_nano: 2,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec();
+    let r = http_client()
+        .post(format!("http://127.0.0.1:{http}/v1/traces"))
+        .header("content-type", "application/x-protobuf")
+        .body(body)
+        .send()
+        .expect("post");
+    assert!(r.status().is_success());
+
+    let by = |q: &str, label: &str| -> Vec<(String, f64)> {
+        let mut v: Vec<(String, f64)> = prom
+            .query(q)
+            .into_iter()
+            .map(|(m, x)| (m[label].as_str().unwrap_or("").to_string(), x))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    wait_for(Duration::from_secs(30), "the counts in prometheus", || {
+        by(
+            "sum by (exporter) (otelcol_exporter_send_failed_spans)",
+            "exporter",
+        ) == [
+            ("file".to_string(), 0.0),
+            ("otlphttp/down".to_string(), 100.0),
+        ]
+    });
+    // The dashboard panels, as written there.
+    let accepted = by(
+        "sum by (receiver) (rate({__name__=~\"otelcol_receiver_accepted_spans(_total)?\"}[1m]))",
+        "receiver",
+    );
+    assert!(
+        accepted.len() == 1 && accepted[0].0 == "otlp" && accepted[0].1 > 0.0,
+        "{accepted:?}"
+    );
+    assert_eq!(
+        by(
+            "sum by (receiver) ({__name__=~\"otelcol_receiver_refused_spans(_total)?\"})",
+            "receiver"
+        ),
+        [("otlp".to_string(), 0.0)]
+    );
+    assert_eq!(
+        by(
+            "sum by (exporter) ({__name__=~\"otelcol_exporter_sent_spans(_total)?\"})",
+            "exporter"
+        ),
+        [
+            ("file".to_string(), 100.0),
+            ("otlphttp/down".to_string(), 0.0)
+        ]
+    );
+    let capacity = by(
+        "max by (exporter) (otelcol_exporter_queue_capacity)",
+        "exporter",
+    );
+    assert_eq!(capacity.len(), 2, "{capacity:?}");
+    assert!(capacity.iter().all(|(_, c)| *c > 0.0), "{capacity:?}");
+    assert_eq!(
+        by(
+            "max by (exporter) (otelcol_exporter_queue_size)",
+            "exporter"
+        )
+        .len(),
+        2
+    );
+    assert_eq!(
+        by(
+            "sum by (processor) ({__name__=~\"otelcol_processor_incoming_items(_total)?\", otel_signal=\"traces\"})",
+            "processor"
+        ),
+        [("batch".to_string(), 100.0)]
+    );
+    assert_eq!(
+        by(
+            "sum by (processor) (otelcol_processor_outgoing_items{otel_signal=\"traces\"})",
+            "processor"
+        ),
+        [("batch".to_string(), 100.0)]
+    );
+    let rss = prom.one("max(otelcol_process_memory_rss)").unwrap_or(0.0);
+    assert!(rss > 1e6, "rss {rss}");
+    assert!(prom.one("max(otelcol_process_uptime)").unwrap_or(0.0) > 0.0);
+    wait_for(Duration::from_secs(20), "a cpu rate", || {
+        prom.one("sum(rate({__name__=~\"otelcol_process_cpu_seconds(_total)?\"}[1m]))")
+            .is_some()
+    });
+    assert_eq!(
+        by(
+            "group by (job) ({__name__=~'otelcol_process_uptime.*'})",
+            "job"
+        ),
+        [("causeway".to_string(), 1.0)]
+    );
 }

@@ -132,11 +132,25 @@ pub struct Sample {
 }
 
 /// The registry of the daemon's own metrics, plus its readiness flag.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Registry {
     inner: Arc<Mutex<Families>>,
     ready: Arc<AtomicBool>,
     ready_since: Arc<Mutex<Option<std::time::SystemTime>>>,
+    collector_names: Arc<AtomicBool>,
+    started: std::time::Instant,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            inner: Arc::default(),
+            ready: Arc::default(),
+            ready_since: Arc::default(),
+            collector_names: Arc::new(AtomicBool::new(false)),
+            started: std::time::Instant::now(),
+        }
+    }
 }
 
 impl Registry {
@@ -211,6 +225,186 @@ impl Registry {
         }))
     }
 
+    /// One counter per signal of a processor in a pipeline, labelled
+    /// `component` (`<pipeline>/<processor>`), `processor` and `signal`.
+    pub fn processor_counters(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        pipeline: &str,
+        processor: &str,
+    ) -> SignalCounters {
+        let component = format!("{pipeline}/{processor}");
+        SignalCounters(Signal::ALL.map(|s| {
+            self.counter(
+                name,
+                help,
+                &[
+                    ("component", &component),
+                    ("processor", processor),
+                    ("signal", s.as_str()),
+                ],
+            )
+        }))
+    }
+
+    /// Serve the OpenTelemetry Collector's names of the same counts next to
+    /// causeway's own on `/metrics` (`service.telemetry.metrics.collector_names`).
+    pub fn set_collector_names(&self, on: bool) {
+        self.collector_names.store(on, Ordering::SeqCst);
+    }
+
+    /// The Collector's self-metrics, as its default Prometheus reader names
+    /// them (no `_total`, no unit suffix), computed from causeway's series:
+    /// `otelcol_receiver_accepted_spans{receiver}`,
+    /// `otelcol_exporter_sent_spans{exporter}`, `otelcol_exporter_queue_size`,
+    /// `otelcol_processor_incoming_items{processor,otel_signal}`,
+    /// `otelcol_process_uptime`, `otelcol_process_memory_rss`, … A
+    /// processor in several pipelines is summed, as the Collector counts it.
+    pub fn collector_view(
+        &self,
+    ) -> Vec<(String, &'static str, Kind, Vec<(&'static str, String)>, f64)> {
+        let per_signal: &[(&str, &str, &str, &'static str)] = &[
+            (
+                RECEIVER_ACCEPTED,
+                "otelcol_receiver_accepted_",
+                "receiver",
+                "Items successfully pushed into the pipeline.",
+            ),
+            (
+                RECEIVER_REFUSED,
+                "otelcol_receiver_refused_",
+                "receiver",
+                "Items that could not be pushed into the pipeline.",
+            ),
+            (
+                EXPORTER_SENT,
+                "otelcol_exporter_sent_",
+                "exporter",
+                "Items successfully sent to destination.",
+            ),
+            (
+                EXPORTER_SEND_FAILED,
+                "otelcol_exporter_send_failed_",
+                "exporter",
+                "Items in failed attempts to send to destination.",
+            ),
+            (
+                EXPORTER_ENQUEUE_FAILED,
+                "otelcol_exporter_enqueue_failed_",
+                "exporter",
+                "Items failed to be added to the sending queue.",
+            ),
+        ];
+        let mut out: BTreeMap<(String, Vec<(&'static str, String)>), (&'static str, Kind, f64)> =
+            BTreeMap::new();
+        let mut add = |name: String,
+                       help: &'static str,
+                       kind: Kind,
+                       labels: Vec<(&'static str, String)>,
+                       v: f64| {
+            out.entry((name, labels)).or_insert((help, kind, 0.0)).2 += v;
+        };
+        let label = |s: &Sample, k: &str| {
+            s.labels
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.clone())
+        };
+        for s in self.snapshot() {
+            let signal = label(&s, "signal");
+            if let Some((_, prefix, key, help)) = per_signal.iter().find(|(n, ..)| *n == s.name) {
+                let (Some(c), Some(sig)) = (label(&s, "component"), signal) else {
+                    continue;
+                };
+                let suffix = match sig.as_str() {
+                    "traces" => "spans",
+                    "logs" => "log_records",
+                    _ => "metric_points",
+                };
+                add(
+                    format!("{prefix}{suffix}"),
+                    help,
+                    Kind::Counter,
+                    vec![(*key, c)],
+                    s.value,
+                );
+            } else if s.name == PROCESSOR_RECEIVED || s.name == PROCESSOR_SENT {
+                let (Some(p), Some(sig)) = (label(&s, "processor"), signal) else {
+                    continue;
+                };
+                let (name, help) = if s.name == PROCESSOR_RECEIVED {
+                    (
+                        "otelcol_processor_incoming_items",
+                        "Number of items passed to the processor.",
+                    )
+                } else {
+                    (
+                        "otelcol_processor_outgoing_items",
+                        "Number of items emitted from the processor.",
+                    )
+                };
+                add(
+                    name.into(),
+                    help,
+                    Kind::Counter,
+                    vec![("otel_signal", sig), ("processor", p)],
+                    s.value,
+                );
+            } else if s.name == EXPORTER_QUEUE_SIZE || s.name == EXPORTER_QUEUE_CAPACITY {
+                let Some(e) = label(&s, "component") else {
+                    continue;
+                };
+                let (name, help) = if s.name == EXPORTER_QUEUE_SIZE {
+                    (
+                        "otelcol_exporter_queue_size",
+                        "Current size of the retry queue (in batches).",
+                    )
+                } else {
+                    (
+                        "otelcol_exporter_queue_capacity",
+                        "Fixed capacity of the retry queue (in batches).",
+                    )
+                };
+                add(
+                    name.into(),
+                    help,
+                    Kind::Gauge,
+                    vec![("exporter", e)],
+                    s.value,
+                );
+            }
+        }
+        add(
+            "otelcol_process_uptime".into(),
+            "Uptime of the process.",
+            Kind::Counter,
+            Vec::new(),
+            self.started.elapsed().as_secs_f64(),
+        );
+        if let Some(rss) = crate::memory::resident_bytes() {
+            add(
+                "otelcol_process_memory_rss".into(),
+                "Total physical memory (resident set size).",
+                Kind::Gauge,
+                Vec::new(),
+                rss as f64,
+            );
+        }
+        if let Some(cpu) = cpu_seconds() {
+            add(
+                "otelcol_process_cpu_seconds".into(),
+                "Total CPU user and system time in seconds.",
+                Kind::Counter,
+                Vec::new(),
+                cpu,
+            );
+        }
+        out.into_iter()
+            .map(|((name, labels), (help, kind, v))| (name, help, kind, labels, v))
+            .collect()
+    }
+
     /// Every series, for export through OTLP.
     pub fn snapshot(&self) -> Vec<Sample> {
         self.with(|f| {
@@ -256,16 +450,34 @@ impl Registry {
                     if i > 0 {
                         out.push(',');
                     }
-                    let v = v
-                        .replace('\\', "\\\\")
-                        .replace('"', "\\\"")
-                        .replace('\n', "\\n");
-                    out.push_str(&format!("{k}=\"{v}\""));
+                    out.push_str(&format!("{k}=\"{}\"", escape_label(v)));
                 }
                 out.push('}');
             }
             out.push_str(&format!(" {}", s.value));
             out.push('\n');
+        }
+        if self.collector_names.load(Ordering::SeqCst) {
+            let mut last: Option<String> = None;
+            for (name, help, kind, labels, value) in self.collector_view() {
+                if last.as_deref() != Some(name.as_str()) {
+                    let kind = match kind {
+                        Kind::Counter => "counter",
+                        Kind::Gauge => "gauge",
+                    };
+                    out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+                    last = Some(name.clone());
+                }
+                out.push_str(&name);
+                if !labels.is_empty() {
+                    let l: Vec<String> = labels
+                        .iter()
+                        .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
+                        .collect();
+                    out.push_str(&format!("{{{}}}", l.join(",")));
+                }
+                out.push_str(&format!(" {value}\n"));
+            }
         }
         out
     }
@@ -296,6 +508,24 @@ impl Registry {
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
     }
+}
+
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// CPU seconds (user + system) this process used, from `/proc/self/stat`.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line: 12 and 13 here.
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // USER_HZ is 100 on every Linux architecture causeway builds for.
+    Some(ticks / 100.0)
 }
 
 /// Bind the telemetry server; serve until `shutdown`.
@@ -407,5 +637,65 @@ mod tests {
             "causeway_receiver_accepted_items_total{component=\"otlp\",signal=\"logs\"} 0"
         ));
         assert!(text.contains("causeway_exporter_queue_size{component=\"otlp/\\\"x\\\"\"} 2"));
+    }
+
+    #[test]
+    fn the_collector_names_of_the_same_counts_are_served_when_on() {
+        let r = Registry::new();
+        r.signal_counters(RECEIVER_ACCEPTED, "", "otlp")
+            .get(Signal::Traces)
+            .add(10);
+        r.signal_counters(RECEIVER_REFUSED, "", "otlp")
+            .get(Signal::Logs)
+            .add(2);
+        r.signal_counters(EXPORTER_SENT, "", "otlp/jaeger")
+            .get(Signal::Traces)
+            .add(7);
+        r.signal_counters(EXPORTER_SEND_FAILED, "", "victoriametrics")
+            .get(Signal::Metrics)
+            .add(3);
+        // One processor in two pipelines: the Collector counts it once.
+        r.processor_counters(PROCESSOR_RECEIVED, "", "traces", "batch")
+            .get(Signal::Traces)
+            .add(4);
+        r.processor_counters(PROCESSOR_RECEIVED, "", "traces/2", "batch")
+            .get(Signal::Traces)
+            .add(5);
+        r.gauge(EXPORTER_QUEUE_CAPACITY, "", &[("component", "otlp/jaeger")])
+            .set(1000);
+        assert!(
+            !r.render().contains("otelcol_"),
+            "off by default in a bare registry"
+        );
+        r.set_collector_names(true);
+        let text = r.render();
+        for line in [
+            "otelcol_receiver_accepted_spans{receiver=\"otlp\"} 10",
+            "otelcol_receiver_accepted_log_records{receiver=\"otlp\"} 0",
+            "otelcol_receiver_refused_log_records{receiver=\"otlp\"} 2",
+            "otelcol_exporter_sent_spans{exporter=\"otlp/jaeger\"} 7",
+            "otelcol_exporter_send_failed_metric_points{exporter=\"victoriametrics\"} 3",
+            "otelcol_processor_incoming_items{otel_signal=\"traces\",processor=\"batch\"} 9",
+            "otelcol_exporter_queue_capacity{exporter=\"otlp/jaeger\"} 1000",
+            "# TYPE otelcol_exporter_sent_spans counter",
+            "# TYPE otelcol_exporter_queue_capacity gauge",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+        assert!(text
+            .lines()
+            .any(|l| l.starts_with("otelcol_process_uptime ")));
+        assert!(text
+            .lines()
+            .any(|l| l.starts_with("otelcol_process_memory_rss ")));
+        assert!(text
+            .lines()
+            .any(|l| l.starts_with("otelcol_process_cpu_seconds ")));
+        // Each series once: the exposition must not repeat a name and label set.
+        let mut seen = std::collections::HashSet::new();
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let series = l.rsplit_once(' ').map(|x| x.0).unwrap_or(l);
+            assert!(seen.insert(series.to_string()), "{series} twice");
+        }
     }
 }

@@ -336,7 +336,7 @@ pub struct TelemetryLogs {
 }
 
 /// `service.telemetry.metrics`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryMetrics {
     /// `none` disables the metrics server; anything else enables it.
@@ -350,6 +350,24 @@ pub struct TelemetryMetrics {
     /// TLS for the `/metrics`, `/healthz`, `/readyz` server (default: plaintext).
     #[serde(default)]
     pub tls: Option<crate::tls::ServerTls>,
+    /// Also serve the OpenTelemetry Collector's names of the same counts
+    /// (`otelcol_receiver_accepted_spans`, `otelcol_exporter_sent_spans`,
+    /// `otelcol_exporter_queue_size`, …) so that its dashboards and alerts
+    /// work unchanged (default true). A causeway key.
+    #[serde(default = "yes")]
+    pub collector_names: bool,
+}
+
+impl Default for TelemetryMetrics {
+    fn default() -> Self {
+        TelemetryMetrics {
+            level: None,
+            address: None,
+            readers: Vec::new(),
+            tls: None,
+            collector_names: true,
+        }
+    }
 }
 
 /// One metric reader.

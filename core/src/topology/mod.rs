@@ -158,25 +158,27 @@ pub async fn start(
                 .build(ctx_in(id, p.id.signals), &config.processors[id])
                 .await
                 .map_err(|e| build_err("processor", id, e))?;
-            let label = format!("{pid}/{id}");
             stages.push(Stage {
                 id: id.to_string(),
                 accepts: processor.accepts().intersect(p.id.signals),
                 processor,
-                received: telemetry.signal_counters(
+                received: telemetry.processor_counters(
                     telemetry::PROCESSOR_RECEIVED,
                     "Items that entered a processor.",
-                    &label,
+                    &pid,
+                    &id.to_string(),
                 ),
-                sent: telemetry.signal_counters(
+                sent: telemetry.processor_counters(
                     telemetry::PROCESSOR_SENT,
                     "Items a processor passed on.",
-                    &label,
+                    &pid,
+                    &id.to_string(),
                 ),
-                dropped: telemetry.signal_counters(
+                dropped: telemetry.processor_counters(
                     telemetry::PROCESSOR_DROPPED,
                     "Items a processor dropped.",
-                    &label,
+                    &pid,
+                    &id.to_string(),
                 ),
             });
         }
