@@ -1,6 +1,7 @@
-//! `causeway demo`: the default pipeline with a built-in traffic generator
-//! that injects faults, printing the root-cause summaries as they come out
-//! of the pipeline's file sink.
+//! `causeway demo`: a built-in pipeline and traffic generator that injects
+//! faults, printing the root-cause summaries as they come out of the
+//! pipeline's file sink, then a table of causes and where the data is. It
+//! needs no file and no service, and runs from any directory.
 
 use causeway_core::config::Config;
 use causeway_scenarios::send::{random_order, send};
@@ -21,6 +22,72 @@ const FAULTS: [&str; 8] = [
     "tls_handshake",
     "queueing",
 ];
+
+/// The demo's own pipeline: the default one without the `debug` exporter
+/// (its batch lines would interleave with the causes), on free ports.
+const PIPELINE: &str = r#"
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: 127.0.0.1:@HTTP@
+  hostmetrics:
+    collection_interval: 5s
+processors:
+  tail_sampling:
+    decision_wait: 3s
+    policies:
+      - name: everything
+        type: always_sample
+  correlate:
+    window: 10m
+  batch:
+    timeout: 200ms
+exporters:
+  file:
+    path: "@DATA@/{signal}.jsonl"
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [tail_sampling, correlate, batch]
+      exporters: [file]
+    logs:
+      receivers: [otlp]
+      processors: [correlate, batch]
+      exporters: [file]
+    metrics:
+      receivers: [otlp, hostmetrics]
+      processors: [correlate, batch]
+      exporters: [file]
+  telemetry:
+    metrics:
+      address: 127.0.0.1:@TELEMETRY@
+"#;
+
+/// The built-in pipeline writing under `data`, on free ports.
+pub fn pipeline(data: &std::path::Path) -> anyhow::Result<String> {
+    let port = || -> anyhow::Result<u16> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port())
+    };
+    let (http, telemetry) = (port()?, port()?);
+    Ok(PIPELINE
+        .replace("@HTTP@", &http.to_string())
+        .replace("@TELEMETRY@", &telemetry.to_string())
+        .replace("@DATA@", &data.display().to_string().replace('"', "\\\"")))
+}
+
+/// Where the demo writes when not told: a new directory under the system's
+/// temporary directory.
+pub fn default_data_dir() -> PathBuf {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    std::env::temp_dir().join(format!("causeway-demo-{secs}"))
+}
 
 fn get<'a>(v: &'a serde_yaml::Value, path: &[&str]) -> Option<&'a serde_yaml::Value> {
     path.iter().try_fold(v, |v, k| v.get(*k))
@@ -50,8 +117,9 @@ pub fn endpoints(config: &Config) -> anyhow::Result<(String, PathBuf)> {
     Ok((http, logs))
 }
 
-/// Send traffic until `stop`: every second a few healthy traces and one fault.
-pub fn generate(http: String, stop: CancellationToken) {
+/// Send traffic until `stop`: every second a few healthy traces and one
+/// fault. Returns (traces sent, of them with a fault).
+pub fn generate(http: String, stop: CancellationToken) -> (u64, u64) {
     let client = {
         causeway_core::tls::install_crypto_provider();
         reqwest::blocking::Client::new()
@@ -78,17 +146,44 @@ pub fn generate(http: String, stop: CancellationToken) {
         }
         std::thread::sleep(Duration::from_secs(1));
     }
+    (n, fault as u64)
 }
 
-/// Print the RCA log records appended to `logs` until `stop`; returns how many.
-pub async fn print(logs: PathBuf, stop: CancellationToken) -> usize {
+/// What the demo found: per cause, the traces and one example summary.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// cause → (traces, example summary).
+    pub causes: std::collections::BTreeMap<String, (usize, String)>,
+}
+
+impl Found {
+    /// Root causes printed.
+    pub fn total(&self) -> usize {
+        self.causes.values().map(|c| c.0).sum()
+    }
+
+    /// The summary table.
+    pub fn table(&self) -> String {
+        let mut out = format!("{:<22} {:>6}  example\n", "cause", "traces");
+        let mut rows: Vec<_> = self.causes.iter().collect();
+        rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+        for (cause, (n, example)) in rows {
+            out.push_str(&format!("{cause:<22} {n:>6}  {example}\n"));
+        }
+        out
+    }
+}
+
+/// Print the RCA log records appended to `logs` until `stop`; returns what
+/// was found.
+pub async fn print(logs: PathBuf, stop: CancellationToken) -> Found {
     let mut offset = std::fs::metadata(&logs).map(|m| m.len()).unwrap_or(0);
     let mut partial = String::new();
-    let mut printed = 0;
+    let mut found = Found::default();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
-            _ = stop.cancelled() => return printed,
+            _ = stop.cancelled() => return found,
             _ = tick.tick() => {}
         }
         let Ok(mut f) = std::fs::File::open(&logs) else {
@@ -124,14 +219,19 @@ pub async fn print(logs: PathBuf, stop: CancellationToken) -> usize {
                         if cause == "unknown" || cause == "slow_dependency" {
                             continue; // healthy traffic
                         }
+                        let summary = r["body"]["stringValue"].as_str().unwrap_or_default();
                         println!(
                             "{:<22} {:<30} {}  (trace {})",
                             cause,
                             attr("rca.route_id").unwrap_or_default(),
-                            r["body"]["stringValue"].as_str().unwrap_or_default(),
+                            summary,
                             r["traceId"].as_str().unwrap_or_default()
                         );
-                        printed += 1;
+                        let e = found
+                            .causes
+                            .entry(cause)
+                            .or_insert_with(|| (0, summary.to_string()));
+                        e.0 += 1;
                     }
                 }
             }

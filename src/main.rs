@@ -30,9 +30,9 @@ use self_telemetry::LogFormat;
     about = "A telemetry pipeline daemon that tells an SRE why a request was slow."
 )]
 struct Cli {
-    /// The pipeline file (for `run`, the default command).
-    #[arg(long, short, global = true, default_value = "pipeline.yaml")]
-    config: PathBuf,
+    /// The pipeline file (default `pipeline.yaml`; `demo` has its own).
+    #[arg(long, short, global = true)]
+    config: Option<PathBuf>,
     /// Log level or filter (`info`, `debug`, `causeway_core=debug,info`); overrides service.telemetry.logs.level.
     #[arg(long, global = true, env = "CAUSEWAY_LOG")]
     log_level: Option<String>,
@@ -55,6 +55,10 @@ enum Command {
         /// How long to run.
         #[arg(long, default_value = "40")]
         seconds: u64,
+        /// Where the demo writes its traces, logs and metrics (default: a new
+        /// directory under the system's temporary directory).
+        #[arg(long)]
+        data: Option<PathBuf>,
     },
 }
 
@@ -70,12 +74,40 @@ fn registry() -> Registry {
 fn main() -> ExitCode {
     // rustls' provider for every HTTP client (exporters, the daemon's own OTLP telemetry).
     causeway_core::tls::install_crypto_provider();
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     let registry = registry();
-    let config = match config::load_file(&cli.config, &registry) {
+    // `demo` without --config runs its own pipeline, from any directory.
+    let builtin = match (&mut cli.command, &cli.config) {
+        (Some(Command::Demo { data, .. }), None) => {
+            let dir = data.get_or_insert_with(demo::default_data_dir).clone();
+            match demo::pipeline(&dir) {
+                Ok(text) => Some(text),
+                Err(e) => {
+                    eprintln!("causeway demo: {e:#}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+        _ => None,
+    };
+    let path = cli.config.clone().unwrap_or_else(|| {
+        PathBuf::from(if builtin.is_some() {
+            "the built-in demo pipeline"
+        } else {
+            "pipeline.yaml"
+        })
+    });
+    let loaded = match &builtin {
+        Some(text) => config::load_str(text, "(demo pipeline)", &registry, &|n| {
+            std::env::var(n).ok()
+        })
+        .map_err(causeway_core::CoreError::InvalidConfig),
+        None => config::load_file(&path, &registry),
+    };
+    let config = match loaded {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{}: {e}", cli.config.display());
+            eprintln!("{}: {e}", path.display());
             return ExitCode::from(1);
         }
     };
@@ -86,7 +118,7 @@ fn main() -> ExitCode {
             }
             println!(
                 "{}: valid ({} pipelines)",
-                cli.config.display(),
+                path.display(),
                 config.pipelines.len()
             );
             ExitCode::SUCCESS
@@ -102,7 +134,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-            match runtime.block_on(run(&cli, &cli.config, config, registry)) {
+            match runtime.block_on(run(&cli, &path, config, registry)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = format!("{e:#}"), "causeway stopped.");
@@ -116,17 +148,18 @@ fn main() -> ExitCode {
 
 async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyhow::Result<()> {
     let demo = match &cli.command {
-        Some(Command::Demo { seconds }) => {
+        Some(Command::Demo { seconds, .. }) => {
             Some((Duration::from_secs(*seconds), demo::endpoints(&config)?))
         }
         _ => None,
     };
     let tcfg = &config.file.service.telemetry;
+    // The demo prints its findings on stdout: only warnings go to stderr.
     let level = cli
         .log_level
         .clone()
         .or_else(|| tcfg.logs.level.clone())
-        .unwrap_or_else(|| "info".into());
+        .unwrap_or_else(|| if demo.is_some() { "warn" } else { "info" }.into());
     let format = cli
         .log_format
         .unwrap_or(match tcfg.logs.encoding.as_deref() {
@@ -173,12 +206,14 @@ async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyh
         None => wait_for_signal().await?,
         Some((length, (http, logs))) => {
             println!(
-                "causeway demo: sending traffic with injected faults to {http} for {}s; root causes as they are found:",
-                length.as_secs()
+                "causeway demo: {}s of traffic with injected faults (rate limiting, open circuits, timeouts, consumer lag, cache misses, CPU saturation, slow TLS, queueing) through {path}.\nRoot causes as they are found:\n",
+                length.as_secs(),
+                path = path.display()
             );
             let stop = CancellationToken::new();
+            let stop_traffic = CancellationToken::new();
             let generator = {
-                let stop = stop.clone();
+                let stop = stop_traffic.clone();
                 tokio::task::spawn_blocking(move || demo::generate(http, stop))
             };
             let printer = tokio::spawn(demo::print(logs.clone(), stop.clone()));
@@ -186,12 +221,24 @@ async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyh
                 r = wait_for_signal() => r?,
                 _ = tokio::time::sleep(length) => {}
             }
+            // Traces still held for their decision are analysed within
+            // decision_wait: give the last ones that long before stopping.
+            stop_traffic.cancel();
+            let (sent, faulty) = generator.await.unwrap_or((0, 0));
+            tokio::time::sleep(Duration::from_secs(4)).await;
             stop.cancel();
-            generator.await.ok();
-            let printed = printer.await.unwrap_or(0);
+            let found = printer.await.unwrap_or_default();
+            let dir = logs
+                .parent()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
             println!(
-                "causeway demo: {printed} root causes found. Annotated traces, RCA log records and metrics are in {}.",
-                logs.parent().map(|p| p.display().to_string()).unwrap_or_default()
+                "\n{sent} traces sent, {faulty} with an injected fault; {} root causes found:\n\n{}",
+                found.total(),
+                found.table()
+            );
+            println!(
+                "Where the data went ({dir}):\n  traces.jsonl   every kept trace as OTLP JSON, rca.* attributes on its root span\n  logs.jsonl     one RCA log record per analysed trace (cause, culprit, evidence)\n  metrics.jsonl  causeway.rca.traces by cause and route, and the host's metrics"
             );
         }
     }

@@ -419,7 +419,8 @@ service:
 }
 
 #[test]
-fn demo_prints_root_causes_and_leaves_everything_in_the_file_sink() {
+fn demo_runs_from_anywhere_prints_root_causes_a_summary_and_leaves_everything_in_the_file_sink() {
+    // An empty directory: no pipeline.yaml, no --config; the demo carries its own.
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let out = std::process::Command::new(BIN)
@@ -427,24 +428,9 @@ fn demo_prints_root_causes_and_leaves_everything_in_the_file_sink() {
             "demo",
             "--seconds",
             "12",
-            "--log-level",
-            "warn",
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/pipeline.yaml"),
+            "--data",
+            &data.display().to_string(),
         ])
-        .env(
-            "CAUSEWAY_OTLP_GRPC_ENDPOINT",
-            format!("127.0.0.1:{}", free_port()),
-        )
-        .env(
-            "CAUSEWAY_OTLP_HTTP_ENDPOINT",
-            format!("127.0.0.1:{}", free_port()),
-        )
-        .env(
-            "CAUSEWAY_TELEMETRY_ENDPOINT",
-            format!("127.0.0.1:{}", free_port()),
-        )
-        .env("CAUSEWAY_DATA_DIR", &data)
         .current_dir(dir.path())
         .output()
         .expect("run demo");
@@ -452,6 +438,36 @@ fn demo_prints_root_causes_and_leaves_everything_in_the_file_sink() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    // Only warnings on stderr: stdout is the report, not interleaved logs.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains(" INFO "), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("traces: "),
+        "debug exporter lines in the report:\n{stdout}"
+    );
+    // The closing table: a row per cause with its count and an example, then where the data went.
+    let table = stdout
+        .split_once("cause                  traces  example")
+        .map(|x| x.1)
+        .unwrap_or_else(|| panic!("no summary table:\n{stdout}"));
+    let rows: Vec<(&str, usize)> = table
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((w.next()?, w.next()?.parse().ok()?))
+        })
+        .collect();
+    assert!(
+        rows.len() >= 4 && rows.iter().all(|(c, n)| CAUSES.contains(c) && *n >= 1),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("Where the data went ({})", data.display())),
+        "{stdout}"
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let causes: std::collections::BTreeSet<&str> = stdout
