@@ -22,8 +22,9 @@ SPREAD=${2:-400}
 CONFIG=${3:-bench/tail_sampling.yaml}
 T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
 export CARGO_TARGET_DIR=$T
-cargo build --release -q -p causeway -p causeway-loadgen
-LG=$T/release/loadgen
+# The `profiling` profile: release code generation with debug info, for perf.
+cargo build --profile profiling -q -p causeway -p causeway-loadgen
+LG=$T/profiling/loadgen
 TCK=$(getconf CLK_TCK)
 OUT=$(mktemp -d)
 TEL=127.0.0.1:18888
@@ -37,7 +38,7 @@ metric() { curl -s "http://$TEL/metrics" | awk -v s="$1" -v t="${2:-$1}" 'index(
 taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 3 > "$OUT/sink.json" &
 SINK=$!
 wait_port 15317
-taskset -c 0 "$T/release/causeway" --config "$CONFIG" --log-level warn > "$OUT/daemon.log" 2>&1 &
+taskset -c 0 "$T/profiling/causeway" --config "$CONFIG" --log-level warn > "$OUT/daemon.log" 2>&1 &
 D=$!
 wait_port 14317
 if [[ ${PROFILE:-0} == 1 ]]; then
