@@ -231,6 +231,11 @@ fn grpc_tls(
     if let Some(ca) = &t.ca_file {
         c = c.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
     }
+    c = c.ca_certificates(
+        t.system_roots_pem()
+            .into_iter()
+            .map(tonic::transport::Certificate::from_pem),
+    );
     if let (Some(cert), Some(key)) = (&t.cert_file, &t.key_file) {
         c = c.identity(tonic::transport::Identity::from_pem(
             read(cert)?,
@@ -245,7 +250,7 @@ fn grpc_tls(
 
 /// A blocking HTTP client with a telemetry endpoint's TLS settings, when it has any.
 fn http_client(ep: &OtlpTelemetryEndpoint) -> anyhow::Result<Option<reqwest::blocking::Client>> {
-    if !ep.tls.enabled() {
+    if !ep.tls.enabled() && !ep.endpoint.starts_with("https://") {
         return Ok(None);
     }
     let cfg = ep

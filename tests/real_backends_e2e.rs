@@ -123,6 +123,7 @@ impl Server {
                 format!("--config.file={}", cfg.display()),
                 format!("--storage.tsdb.path={}", dir.join("prom").display()),
                 "--web.enable-remote-write-receiver".into(),
+                "--enable-feature=exemplar-storage".into(),
                 format!("--web.listen-address=127.0.0.1:{}", free_port()),
             ],
             |a| matches!(http_get(a, "/-/ready"), Some((200, _))),
@@ -239,7 +240,9 @@ fn metrics(round: u64, start: u64) -> Value {
                 "aggregationTemporality": 2,
                 "dataPoints": [{"count": (3 * round).to_string(), "sum": 0.6 * round as f64,
                     "bucketCounts": [round.to_string(), round.to_string(), round.to_string()],
-                    "explicitBounds": [0.1, 0.5], "startTimeUnixNano": start, "timeUnixNano": t}]}}
+                    "explicitBounds": [0.1, 0.5], "startTimeUnixNano": start, "timeUnixNano": t,
+                    "exemplars": [{"timeUnixNano": t, "asDouble": 0.3,
+                        "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174"}]}]}}
         ]}]
     }]})
 }
@@ -394,6 +397,35 @@ service:
     });
     post(http, &metrics(2, start));
     check(&prom, true);
+    // The histogram's exemplar, on the bucket its value (0.3) falls in,
+    // as Prometheus' exemplar API returns it.
+    let secs = start / 1_000_000_000;
+    let (_, body) = http_get(
+        &prom.addr,
+        &format!(
+            "/api/v1/query_exemplars?query={}&start={}&end={}",
+            enc("http_server_duration_seconds_bucket"),
+            secs - 3600,
+            secs + 3600
+        ),
+    )
+    .expect("exemplar query");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let found: Vec<&Value> = v["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["seriesLabels"]["le"] == "0.5")
+        .flat_map(|s| s["exemplars"].as_array().into_iter().flatten())
+        .collect();
+    assert!(
+        found.iter().any(
+            |e| e["labels"]["trace_id"] == "5b8efff798038103d269b633813fc60c"
+                && e["labels"]["span_id"] == "eee19b7ec3c1b174"
+                && e["value"] == "0.3"
+        ),
+        "{body}"
+    );
     check(&vm, false);
     // Debian's VictoriaMetrics (1.79) predates its zstd protocol: the
     // exporter asks (get_vm_proto_version), hears no, and sends snappy.

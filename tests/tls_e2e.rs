@@ -352,6 +352,104 @@ service:
     }
 }
 
+/// No `ca_file`: the exporters trust the system's roots, as the Collector's
+/// do. The system store is pointed at the test CA with `SSL_CERT_FILE` (the
+/// OpenSSL convention the native-certs loader honours); a daemon whose
+/// system store lacks that CA refuses the same server.
+#[test]
+fn without_ca_file_exporters_trust_the_system_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let test_ca = ca("causeway system-roots CA");
+    let (srv_c, srv_k) = leaf(d, &test_ca, "server", &["localhost"], false);
+    let ca_file = d.join("system-ca.pem");
+    std::fs::write(&ca_file, test_ca.cert.pem()).unwrap();
+    let other = ca("some other CA");
+    let other_file = d.join("other-ca.pem");
+    std::fs::write(&other_file, other.cert.pem()).unwrap();
+    let (bg, bh) = (free_port(), free_port());
+    let server_tls = format!("{{ cert_file: \"{srv_c}\", key_file: \"{srv_k}\" }}");
+    let _b = Daemon::spawn_config(
+        d,
+        "b",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: "127.0.0.1:{bg}", tls: {server_tls} }}
+      http: {{ endpoint: "127.0.0.1:{bh}", tls: {server_tls} }}
+exporters:
+  file: {{ path: "{{dir}}/b.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+        &[],
+    );
+    let sender = |name: &str, store: &std::path::Path| {
+        let ah = free_port();
+        let a = Daemon::spawn_config(
+            d,
+            name,
+            &format!(
+                r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{ah}" }}
+exporters:
+  otlp/b:
+    endpoint: "https://localhost:{bg}"
+    retry_on_failure: {{ enabled: false }}
+  otlphttp/b:
+    endpoint: "https://localhost:{bh}"
+    retry_on_failure: {{ enabled: false }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [otlp/b, otlphttp/b] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+            ),
+            &[
+                ("SSL_CERT_FILE", store.display().to_string()),
+                ("SSL_CERT_DIR", d.join("no-such-dir").display().to_string()),
+            ],
+        );
+        let status = http_client()
+            .post(format!("http://127.0.0.1:{ah}/v1/traces"))
+            .header("content-type", "application/x-protobuf")
+            .body(body())
+            .send()
+            .unwrap()
+            .status();
+        assert_eq!(status, 200);
+        a
+    };
+    // The system store holds the server's CA: both exporters deliver.
+    let a = sender("a", &ca_file);
+    let out = d.join("b.jsonl");
+    wait_for(Duration::from_secs(20), "both exporters delivered", || {
+        spans(&read_jsonl(&out)).len() == 2
+    });
+    drop(a);
+    // It does not: both fail (and say so), nothing more arrives.
+    let c = sender("c", &other_file);
+    let failed = |e: &str| {
+        c.metric(&format!(
+            "causeway_exporter_send_failed_items_total{{component=\"{e}\",signal=\"traces\"}}"
+        )) == Some(1.0)
+    };
+    wait_for(
+        Duration::from_secs(20),
+        "both exporters refused the server",
+        || failed("otlp/b") && failed("otlphttp/b"),
+    );
+    assert_eq!(spans(&read_jsonl(&out)).len(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_telemetry_server_speaks_tls_when_configured() {
     let dir = tempfile::tempdir().unwrap();

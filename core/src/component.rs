@@ -196,12 +196,25 @@ pub trait ExtensionFactory: Send + Sync {
 /// [`crate::shared::Shared`] under [`SERVICE_KEY`].
 #[derive(Debug, Clone, Default)]
 pub struct ServiceInfo {
-    /// Pipelines: id, receivers, processors, exporters.
-    pub pipelines: Vec<(String, Vec<String>, Vec<String>, Vec<String>)>,
+    /// Pipelines, in file order.
+    pub pipelines: Vec<PipelineInfo>,
     /// Extension ids, in start order.
     pub extensions: Vec<String>,
     /// When the topology started.
     pub started: Option<std::time::SystemTime>,
+}
+
+/// One pipeline's components, by id.
+#[derive(Debug, Clone, Default)]
+pub struct PipelineInfo {
+    /// The pipeline id.
+    pub id: String,
+    /// Receiver ids.
+    pub receivers: Vec<String>,
+    /// Processor ids, in order.
+    pub processors: Vec<String>,
+    /// Exporter ids.
+    pub exporters: Vec<String>,
 }
 
 /// The key of [`ServiceInfo`] in the shared state.

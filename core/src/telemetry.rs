@@ -131,6 +131,21 @@ pub struct Sample {
     pub value: f64,
 }
 
+/// A sample under a name made at run time (the Collector's view).
+#[derive(Clone, Debug)]
+pub struct NamedSample {
+    /// Metric name.
+    pub name: String,
+    /// Help text.
+    pub help: &'static str,
+    /// Counter or gauge.
+    pub kind: Kind,
+    /// Label pairs.
+    pub labels: Vec<(&'static str, String)>,
+    /// Current value.
+    pub value: f64,
+}
+
 /// The registry of the daemon's own metrics, plus its readiness flag.
 #[derive(Clone)]
 pub struct Registry {
@@ -261,9 +276,7 @@ impl Registry {
     /// `otelcol_processor_incoming_items{processor,otel_signal}`,
     /// `otelcol_process_uptime`, `otelcol_process_memory_rss`, … A
     /// processor in several pipelines is summed, as the Collector counts it.
-    pub fn collector_view(
-        &self,
-    ) -> Vec<(String, &'static str, Kind, Vec<(&'static str, String)>, f64)> {
+    pub fn collector_view(&self) -> Vec<NamedSample> {
         let per_signal: &[(&str, &str, &str, &'static str)] = &[
             (
                 RECEIVER_ACCEPTED,
@@ -296,8 +309,7 @@ impl Registry {
                 "Items failed to be added to the sending queue.",
             ),
         ];
-        let mut out: BTreeMap<(String, Vec<(&'static str, String)>), (&'static str, Kind, f64)> =
-            BTreeMap::new();
+        let mut out: BTreeMap<(String, Labels), (&'static str, Kind, f64)> = BTreeMap::new();
         let mut add = |name: String,
                        help: &'static str,
                        kind: Kind,
@@ -401,7 +413,13 @@ impl Registry {
             );
         }
         out.into_iter()
-            .map(|((name, labels), (help, kind, v))| (name, help, kind, labels, v))
+            .map(|((name, labels), (help, kind, value))| NamedSample {
+                name,
+                help,
+                kind,
+                labels,
+                value,
+            })
             .collect()
     }
 
@@ -459,7 +477,14 @@ impl Registry {
         }
         if self.collector_names.load(Ordering::SeqCst) {
             let mut last: Option<String> = None;
-            for (name, help, kind, labels, value) in self.collector_view() {
+            for NamedSample {
+                name,
+                help,
+                kind,
+                labels,
+                value,
+            } in self.collector_view()
+            {
                 if last.as_deref() != Some(name.as_str()) {
                     let kind = match kind {
                         Kind::Counter => "counter",

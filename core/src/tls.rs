@@ -92,9 +92,15 @@ pub struct ClientTls {
     /// Plaintext (no TLS) for `host:port` endpoints of gRPC exporters (default false).
     #[serde(default)]
     pub insecure: bool,
-    /// PEM CA bundle that signs the server's certificate (default: none; set it for https).
+    /// PEM CA bundle that signs the server's certificate. Without it the
+    /// system's roots are used (`/etc/ssl/certs`, or `SSL_CERT_FILE` /
+    /// `SSL_CERT_DIR`), as the Collector does.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// Trust the system's roots as well as `ca_file` (default false; the
+    /// system's roots are always used when `ca_file` is not set).
+    #[serde(default)]
+    pub include_system_ca_certs_pool: bool,
     /// PEM client certificate chain (mTLS).
     #[serde(default)]
     pub cert_file: Option<PathBuf>,
@@ -143,6 +149,20 @@ fn key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
         .map_err(|e| format!("{}: no usable PEM private key ({e})", path.display()))
 }
 
+/// The system's trusted roots (read once): the OS store, or the files named
+/// by `SSL_CERT_FILE` / `SSL_CERT_DIR`. Unreadable entries are skipped (and
+/// logged once): a container without CA certificates simply trusts none.
+pub fn system_roots() -> &'static [CertificateDer<'static>] {
+    static ROOTS: std::sync::OnceLock<Vec<CertificateDer<'static>>> = std::sync::OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let r = rustls_native_certs::load_native_certs();
+        for error in &r.errors {
+            tracing::warn!(%error, "Cannot read part of the system's CA certificates.");
+        }
+        r.certs
+    })
+}
+
 fn roots(path: &Path) -> Result<rustls::RootCertStore, String> {
     let mut roots = rustls::RootCertStore::empty();
     for c in certs(path)? {
@@ -188,6 +208,33 @@ impl ServerTls {
 }
 
 impl ClientTls {
+    /// Whether the system's roots are trusted (no `ca_file`, or
+    /// `include_system_ca_certs_pool`).
+    pub fn uses_system_roots(&self) -> bool {
+        self.ca_file.is_none() || self.include_system_ca_certs_pool
+    }
+
+    /// The trusted roots besides `ca_file`, as PEM (for clients that take
+    /// PEM, such as tonic's).
+    pub fn system_roots_pem(&self) -> Vec<String> {
+        if !self.uses_system_roots() {
+            return Vec::new();
+        }
+        system_roots()
+            .iter()
+            .map(|c| {
+                let b64 = base64(c.as_ref());
+                let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+                for line in b64.as_bytes().chunks(64) {
+                    pem.push_str(&String::from_utf8_lossy(line));
+                    pem.push('\n');
+                }
+                pem.push_str("-----END CERTIFICATE-----\n");
+                pem
+            })
+            .collect()
+    }
+
     /// Whether TLS is configured (a CA or a client certificate).
     pub fn enabled(&self) -> bool {
         self.ca_file.is_some() || self.cert_file.is_some()
@@ -198,10 +245,13 @@ impl ClientTls {
         let builder = rustls::ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(self.min_version.versions())
             .map_err(|e| e.to_string())?;
-        let roots = match &self.ca_file {
+        let mut roots = match &self.ca_file {
             Some(ca) => roots(ca)?,
             None => rustls::RootCertStore::empty(),
         };
+        if self.uses_system_roots() {
+            roots.add_parsable_certificates(system_roots().iter().cloned());
+        }
         let builder = builder.with_root_certificates(roots);
         match (&self.cert_file, &self.key_file) {
             (Some(c), Some(k)) => builder

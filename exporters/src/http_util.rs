@@ -25,36 +25,24 @@ pub(crate) fn transport_error(endpoint: &str, e: reqwest::Error) -> ExportError 
     }
 }
 
-/// An HTTP client builder with the exporter's TLS settings (a CA bundle,
-/// a client certificate) when it has any.
+/// An HTTP client builder with the exporter's TLS settings: its CA bundle
+/// or the system's roots, and a client certificate when it has one.
 pub(crate) fn client_builder(
     tls: &causeway_core::tls::ClientTls,
 ) -> Result<reqwest::ClientBuilder, String> {
     causeway_core::tls::install_crypto_provider();
-    let b = reqwest::Client::builder();
-    if tls.enabled() {
-        Ok(b.use_preconfigured_tls(tls.client_config()?))
-    } else {
-        Ok(b)
-    }
+    Ok(reqwest::Client::builder().use_preconfigured_tls(tls.client_config()?))
 }
 
 /// Errors of an HTTP exporter's `endpoint` and `tls`: an http:// or https://
-/// URL, and a CA for https (system roots are not read).
+/// URL, and TLS files that can be read.
 pub(crate) fn endpoint_errors(
     endpoint: &str,
     tls: &causeway_core::tls::ClientTls,
 ) -> Vec<causeway_core::config::ConfigError> {
     use causeway_core::config::ConfigError;
     let mut e = Vec::new();
-    if endpoint.starts_with("https://") {
-        if tls.ca_file.is_none() {
-            e.push(ConfigError::new(
-                "endpoint",
-                "an https endpoint needs tls.ca_file (the CA that signs the server's certificate; system roots are not read)",
-            ));
-        }
-    } else if !endpoint.starts_with("http://") {
+    if !endpoint.starts_with("http://") && !endpoint.starts_with("https://") {
         e.push(ConfigError::new(
             "endpoint",
             "must be an http:// or https:// URL",

@@ -141,9 +141,9 @@ impl fmt::Display for ByteSize {
         let n = self.0;
         match n {
             0 => write!(f, "0B"),
-            _ if n % (1 << 30) == 0 => write!(f, "{}GiB", n >> 30),
-            _ if n % (1 << 20) == 0 => write!(f, "{}MiB", n >> 20),
-            _ if n % (1 << 10) == 0 => write!(f, "{}KiB", n >> 10),
+            _ if n.is_multiple_of(1 << 30) => write!(f, "{}GiB", n >> 30),
+            _ if n.is_multiple_of(1 << 20) => write!(f, "{}MiB", n >> 20),
+            _ if n.is_multiple_of(1 << 10) => write!(f, "{}KiB", n >> 10),
             _ => write!(f, "{n}B"),
         }
     }

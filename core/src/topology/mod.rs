@@ -84,12 +84,12 @@ pub async fn start(
                 .iter()
                 .map(|p| {
                     let ids = |v: &[ComponentId]| v.iter().map(ToString::to_string).collect();
-                    (
-                        p.id.to_string(),
-                        ids(&p.receivers),
-                        ids(&p.processors),
-                        ids(&p.exporters),
-                    )
+                    crate::component::PipelineInfo {
+                        id: p.id.to_string(),
+                        receivers: ids(&p.receivers),
+                        processors: ids(&p.processors),
+                        exporters: ids(&p.exporters),
+                    }
                 })
                 .collect(),
             extensions: config.extensions.keys().map(ToString::to_string).collect(),

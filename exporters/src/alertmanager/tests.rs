@@ -163,11 +163,16 @@ async fn server_errors_are_retried_and_client_errors_are_not() {
 fn config_errors_name_the_key() {
     use causeway_core::config::ConfigError;
     let e: Vec<ConfigError> = decode::<AlertHttpConfig>(
-        &serde_yaml::from_str("endpoint: https://am:9093\nheaders: {\"bad header\": x}").unwrap(),
+        &serde_yaml::from_str("endpoint: ftp://am:9093\nheaders: {\"bad header\": x}").unwrap(),
     )
     .unwrap_err();
     let paths: Vec<&str> = e.iter().map(|x| x.path.as_str()).collect();
     assert_eq!(paths, ["endpoint", "headers.bad header"], "{e:?}");
+    // An https endpoint without ca_file is fine: the system's roots apply.
+    assert!(
+        decode::<AlertHttpConfig>(&serde_yaml::from_str("endpoint: https://am:9093").unwrap())
+            .is_ok()
+    );
     let e = decode::<AlertHttpConfig>(&serde_yaml::from_str("endpoint: http://x\nurl: y").unwrap())
         .unwrap_err();
     assert!(e[0].message.contains("url"), "{e:?}");

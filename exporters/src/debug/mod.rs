@@ -149,7 +149,7 @@ impl Sampler {
         }
         st.1 += 1;
         let n = st.1;
-        n <= self.initial || (n - self.initial) % self.thereafter == 0
+        n <= self.initial || (n - self.initial).is_multiple_of(self.thereafter)
     }
 }
 

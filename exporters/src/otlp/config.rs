@@ -110,11 +110,6 @@ fn check_common(
     for (key, ep) in endpoints {
         if ep.trim().is_empty() {
             e.push(ConfigError::new(*key, "must not be empty"));
-        } else if ep.starts_with("https://") && tls.ca_file.is_none() {
-            e.push(ConfigError::new(
-                *key,
-                format!("{ep:?}: an https endpoint needs tls.ca_file (the CA that signs the server's certificate; system roots are not read)"),
-            ));
         } else if ep.contains("://") && !ep.starts_with("http://") && !ep.starts_with("https://") {
             e.push(ConfigError::new(
                 *key,

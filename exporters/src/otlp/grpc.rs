@@ -54,6 +54,13 @@ impl GrpcExporter {
             if let Some(ca) = &cfg.tls.ca_file {
                 t = t.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
             }
+            // No CA bundle: the system's roots, as the Collector does.
+            t = t.ca_certificates(
+                cfg.tls
+                    .system_roots_pem()
+                    .into_iter()
+                    .map(tonic::transport::Certificate::from_pem),
+            );
             if let (Some(c), Some(k)) = (&cfg.tls.cert_file, &cfg.tls.key_file) {
                 t = t.identity(tonic::transport::Identity::from_pem(read(c)?, read(k)?));
             }

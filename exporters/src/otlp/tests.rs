@@ -177,9 +177,11 @@ async fn grpc_status_codes_are_classified_as_the_otlp_spec_says() {
 }
 
 #[test]
-fn config_rejects_tls_endpoints_and_bad_values() {
+fn config_rejects_bad_endpoints_and_values() {
+    // https without ca_file is valid: the system's roots apply, as in the Collector.
+    assert!(decode::<OtlpGrpcConfig>(&yaml("endpoint: https://jaeger:4317")).is_ok());
     let errs = decode::<OtlpGrpcConfig>(&yaml(
-        "endpoint: https://jaeger:4317\ntimeout: 0s\nsending_queue: { queue_size: 0 }",
+        "endpoint: ftp://jaeger:4317\ntimeout: 0s\nsending_queue: { queue_size: 0 }",
     ))
     .expect_err("invalid");
     let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();

@@ -52,6 +52,22 @@ pub mod proto {
         /// Samples, in time order.
         #[prost(message, repeated, tag = "2")]
         pub samples: Vec<Sample>,
+        /// Exemplars: a trace that contributed to the value.
+        #[prost(message, repeated, tag = "3")]
+        pub exemplars: Vec<Exemplar>,
+    }
+    /// `prometheus.Exemplar`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Exemplar {
+        /// `trace_id`, `span_id` and the exemplar's filtered attributes.
+        #[prost(message, repeated, tag = "1")]
+        pub labels: Vec<Label>,
+        /// The measurement.
+        #[prost(double, tag = "2")]
+        pub value: f64,
+        /// Milliseconds since the epoch.
+        #[prost(int64, tag = "3")]
+        pub timestamp: i64,
     }
     /// `prometheus.Label`.
     #[derive(Clone, PartialEq, prost::Message)]
@@ -101,6 +117,11 @@ pub struct VictoriaMetricsConfig {
     /// Add unit suffixes to names (default true).
     #[serde(default = "yes")]
     pub add_unit_suffixes: bool,
+    /// Send exemplars (a histogram's on the bucket its value falls in, a
+    /// counter's on the counter), as Prometheus' OTLP translator does
+    /// (default true; Prometheus keeps them with `--enable-feature=exemplar-storage`).
+    #[serde(default = "yes")]
+    pub send_exemplars: bool,
     /// Send a `target_info` series with the resource attributes (default true).
     #[serde(default = "yes")]
     pub target_info: bool,
@@ -408,9 +429,25 @@ fn attr_str(v: &Option<opentelemetry_proto::tonic::common::v1::AnyValue>) -> Str
     }
 }
 
-/// Series under construction: sorted labels → samples.
+/// Series under construction: sorted labels → samples and exemplars.
 #[derive(Default)]
-struct Series(BTreeMap<Vec<(String, String)>, Vec<proto::Sample>>);
+struct Series(BTreeMap<Vec<(String, String)>, SeriesData>);
+
+/// A series' samples and exemplars.
+type SeriesData = (Vec<proto::Sample>, Vec<proto::Exemplar>);
+
+fn series_key(
+    name: &str,
+    base: &BTreeMap<String, String>,
+    extra: &[(&str, String)],
+) -> Vec<(String, String)> {
+    let mut labels = base.clone();
+    for (k, v) in extra {
+        labels.insert((*k).to_string(), v.clone());
+    }
+    labels.insert("__name__".into(), name.to_string());
+    labels.into_iter().collect()
+}
 
 impl Series {
     fn push(
@@ -421,17 +458,68 @@ impl Series {
         value: f64,
         ts_ms: i64,
     ) {
-        let mut labels = base.clone();
-        for (k, v) in extra {
-            labels.insert((*k).to_string(), v.clone());
-        }
-        labels.insert("__name__".into(), name.to_string());
-        let key: Vec<(String, String)> = labels.into_iter().collect();
-        self.0.entry(key).or_default().push(proto::Sample {
-            value,
-            timestamp: ts_ms,
-        });
+        self.0
+            .entry(series_key(name, base, extra))
+            .or_default()
+            .0
+            .push(proto::Sample {
+                value,
+                timestamp: ts_ms,
+            });
     }
+
+    fn exemplar(
+        &mut self,
+        name: &str,
+        base: &BTreeMap<String, String>,
+        extra: &[(&str, String)],
+        e: proto::Exemplar,
+    ) {
+        self.0
+            .entry(series_key(name, base, extra))
+            .or_default()
+            .1
+            .push(e);
+    }
+}
+
+/// Prometheus refuses exemplars whose labels are longer than this (runes,
+/// names and values together).
+const EXEMPLAR_LABELS_MAX: usize = 128;
+
+/// An OTLP exemplar as Prometheus' translator writes it: `trace_id` and
+/// `span_id` in hex, then the filtered attributes while they fit.
+fn exemplar(e: &opentelemetry_proto::tonic::metrics::v1::Exemplar) -> Option<proto::Exemplar> {
+    use opentelemetry_proto::tonic::metrics::v1::exemplar::Value as V;
+    let value = match e.value? {
+        V::AsDouble(d) => d,
+        V::AsInt(i) => i as f64,
+    };
+    let mut labels = Vec::new();
+    let mut room = EXEMPLAR_LABELS_MAX;
+    let mut add = |name: String, value: String| {
+        let n = name.chars().count() + value.chars().count();
+        if n <= room {
+            room -= n;
+            labels.push(proto::Label { name, value });
+        }
+    };
+    if !e.trace_id.is_empty() {
+        add("trace_id".into(), hex::encode(&e.trace_id));
+    }
+    if !e.span_id.is_empty() {
+        add("span_id".into(), hex::encode(&e.span_id));
+    }
+    let mut attrs: Vec<_> = e.filtered_attributes.iter().collect();
+    attrs.sort_by(|a, b| a.key.cmp(&b.key));
+    for kv in attrs {
+        add(sanitize(&kv.key), attr_str(&kv.value));
+    }
+    Some(proto::Exemplar {
+        labels,
+        value,
+        timestamp: ms(e.time_unix_nano),
+    })
 }
 
 fn ms(ns: u64) -> i64 {
@@ -570,6 +658,11 @@ impl VictoriaMetricsExporter {
                                 };
                                 latest_ms = latest_ms.max(ms(p.time_unix_nano));
                                 series.push(&name, &l, &[], v, ms(p.time_unix_nano));
+                                if s.is_monotonic && self.cfg.send_exemplars {
+                                    for e in p.exemplars.iter().filter_map(exemplar) {
+                                        series.exemplar(&name, &l, &[], e);
+                                    }
+                                }
                             }
                         }
                         metric::Data::Histogram(h) => {
@@ -613,6 +706,23 @@ impl VictoriaMetricsExporter {
                                         v,
                                         ts,
                                     );
+                                }
+                                // Each exemplar on the bucket its value falls in.
+                                if self.cfg.send_exemplars {
+                                    for e in p.exemplars.iter().filter_map(exemplar) {
+                                        let le = p
+                                            .explicit_bounds
+                                            .iter()
+                                            .find(|b| e.value <= **b)
+                                            .map(|b| b.to_string())
+                                            .unwrap_or_else(|| "+Inf".into());
+                                        series.exemplar(
+                                            &format!("{name}_bucket"),
+                                            &l,
+                                            &[("le", le)],
+                                            e,
+                                        );
+                                    }
                                 }
                                 if let Some(sum) = p.sum {
                                     let v = acc("_sum", sum);
@@ -665,7 +775,7 @@ impl VictoriaMetricsExporter {
             timeseries: series
                 .0
                 .into_iter()
-                .map(|(labels, mut samples)| {
+                .map(|(labels, (mut samples, exemplars))| {
                     samples.sort_by_key(|s| s.timestamp);
                     proto::TimeSeries {
                         labels: labels
@@ -673,6 +783,7 @@ impl VictoriaMetricsExporter {
                             .map(|(name, value)| proto::Label { name, value })
                             .collect(),
                         samples,
+                        exemplars,
                     }
                 })
                 .collect(),

@@ -836,3 +836,121 @@ fn attributes_that_sanitize_to_one_label_share_it_instead_of_one_replacing_the_o
         ]
     );
 }
+
+#[test]
+fn exemplars_go_on_the_bucket_their_value_falls_in_and_on_counters() {
+    use opentelemetry_proto::tonic::metrics::v1::{exemplar, Exemplar, Sum};
+    let ex = |v: f64, trace: u8, attrs: Vec<KeyValue>| Exemplar {
+        time_unix_nano: T,
+        value: Some(exemplar::Value::AsDouble(v)),
+        trace_id: vec![trace; 16],
+        span_id: vec![trace; 8],
+        filtered_attributes: attrs,
+    };
+    let long = "x".repeat(100);
+    let batch = Batch::from_metrics(vec![ResourceMetrics {
+        scope_metrics: vec![ScopeMetrics {
+            metrics: vec![
+                Metric {
+                    name: "http.server.request.duration".into(),
+                    unit: "s".into(),
+                    data: Some(metric::Data::Histogram(Histogram {
+                        data_points: vec![HistogramDataPoint {
+                            time_unix_nano: T,
+                            count: 3,
+                            sum: Some(2.4),
+                            bucket_counts: vec![1, 1, 1],
+                            explicit_bounds: vec![0.1, 0.5],
+                            exemplars: vec![
+                                ex(0.05, 1, vec![kv("http.route", "/a")]),
+                                ex(0.5, 2, vec![]),
+                                ex(2.0, 3, vec![kv("too.long", &long)]),
+                            ],
+                            ..Default::default()
+                        }],
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                    })),
+                    ..Default::default()
+                },
+                Metric {
+                    name: "orders".into(),
+                    unit: "1".into(),
+                    data: Some(metric::Data::Sum(Sum {
+                        data_points: vec![NumberDataPoint {
+                            time_unix_nano: T,
+                            value: Some(number_data_point::Value::AsInt(7)),
+                            exemplars: vec![ex(1.0, 4, vec![])],
+                            ..Default::default()
+                        }],
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                        is_monotonic: true,
+                    })),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }]);
+    let req = exporter("http://127.0.0.1:1", "")
+        .write_request(&batch)
+        .expect("request");
+    type Labels = Vec<(String, String)>;
+    let mut got: BTreeMap<String, Vec<(f64, Labels)>> = BTreeMap::new();
+    for ts in &req.timeseries {
+        let label = |n: &str| {
+            ts.labels
+                .iter()
+                .find(|l| l.name == n)
+                .map(|l| l.value.clone())
+        };
+        let key = format!(
+            "{}{}",
+            label("__name__").unwrap_or_default(),
+            label("le")
+                .map(|le| format!("{{le={le}}}"))
+                .unwrap_or_default()
+        );
+        for e in &ts.exemplars {
+            assert_eq!(e.timestamp, (T / 1_000_000) as i64);
+            got.entry(key.clone()).or_default().push((
+                e.value,
+                e.labels
+                    .iter()
+                    .map(|l| (l.name.clone(), l.value.clone()))
+                    .collect(),
+            ));
+        }
+    }
+    let one = |k: &str| {
+        let v = &got[k];
+        assert_eq!(v.len(), 1, "{k}: {v:?}");
+        v[0].clone()
+    };
+    let (v, l) = one("http_server_request_duration_seconds_bucket{le=0.1}");
+    assert_eq!(v, 0.05);
+    assert_eq!(
+        l,
+        vec![
+            ("trace_id".to_string(), "01".repeat(16)),
+            ("span_id".to_string(), "01".repeat(8)),
+            ("http_route".to_string(), "/a".to_string()),
+        ]
+    );
+    // On the bound itself: that bucket (le is inclusive).
+    assert_eq!(
+        one("http_server_request_duration_seconds_bucket{le=0.5}").0,
+        0.5
+    );
+    // Past the last bound: +Inf; an attribute that would pass Prometheus'
+    // 128-rune limit is left out, the trace kept.
+    let (v, l) = one("http_server_request_duration_seconds_bucket{le=+Inf}");
+    assert_eq!(v, 2.0);
+    assert_eq!(l.len(), 2, "{l:?}");
+    assert_eq!(one("orders_total").1[0].1, "04".repeat(16));
+    // Off: no exemplar at all.
+    let req = exporter("http://127.0.0.1:1", "send_exemplars: false")
+        .write_request(&batch)
+        .expect("request");
+    assert!(req.timeseries.iter().all(|t| t.exemplars.is_empty()));
+}

@@ -26,7 +26,6 @@ use causeway_core::config::{decode, ConfigError};
 use causeway_core::error::BoxError;
 use causeway_core::telemetry::{Registry, Sample};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -191,7 +190,11 @@ async fn servicez(axum::extract::State(s): axum::extract::State<State>) -> impl 
         ("Extensions", s.info.extensions.join(", ")),
     ];
     for (k, v) in rows {
-        let _ = write!(b, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(&v));
+        b.push_str(&format!(
+            "<tr><th>{}</th><td>{}</td></tr>",
+            escape(k),
+            escape(&v)
+        ));
     }
     b.push_str("</table>");
     page("Service", &b)
@@ -230,35 +233,33 @@ fn counts_cell(c: &BTreeMap<String, f64>) -> String {
 async fn pipelinez(axum::extract::State(s): axum::extract::State<State>) -> impl IntoResponse {
     let samples = s.telemetry.snapshot();
     let mut b = String::new();
-    for (pid, receivers, processors, exporters) in &s.info.pipelines {
-        let _ = write!(
-            b,
+    for pl in &s.info.pipelines {
+        let (pid, receivers, processors, exporters) =
+            (&pl.id, &pl.receivers, &pl.processors, &pl.exporters);
+        b.push_str(&format!(
             "<h2>Pipeline {}</h2><table><tr><th>Kind</th><th>Component</th><th>Counts</th></tr>",
             escape(pid)
-        );
+        ));
         for r in receivers {
-            let _ = write!(
-                b,
+            b.push_str(&format!(
                 "<tr><td>receiver</td><td>{}</td><td>{}</td></tr>",
                 escape(r),
                 counts_cell(&counts(&samples, r))
-            );
+            ));
         }
         for p in processors {
-            let _ = write!(
-                b,
+            b.push_str(&format!(
                 "<tr><td>processor</td><td>{}</td><td>{}</td></tr>",
                 escape(p),
                 counts_cell(&counts(&samples, &format!("{pid}/{p}")))
-            );
+            ));
         }
         for e in exporters {
-            let _ = write!(
-                b,
+            b.push_str(&format!(
                 "<tr><td>exporter</td><td>{}</td><td>{}</td></tr>",
                 escape(e),
                 counts_cell(&counts(&samples, e))
-            );
+            ));
         }
         b.push_str("</table>");
     }
@@ -271,7 +272,7 @@ async fn pipelinez(axum::extract::State(s): axum::extract::State<State>) -> impl
 async fn extensionz(axum::extract::State(s): axum::extract::State<State>) -> impl IntoResponse {
     let mut b = String::from("<table><tr><th>Extension</th></tr>");
     for e in &s.info.extensions {
-        let _ = write!(b, "<tr><td>{}</td></tr>", escape(e));
+        b.push_str(&format!("<tr><td>{}</td></tr>", escape(e)));
     }
     b.push_str("</table>");
     page("Extensions", &b)

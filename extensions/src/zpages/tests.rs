@@ -18,12 +18,12 @@ async fn pipelinez_shows_each_component_with_its_live_counts() {
         .get(Signal::Traces)
         .add(7);
     let info = Arc::new(ServiceInfo {
-        pipelines: vec![(
-            "traces".into(),
-            vec!["otlp".into()],
-            vec!["tail_sampling".into()],
-            vec!["otlp/<jaeger>".into()],
-        )],
+        pipelines: vec![causeway_core::component::PipelineInfo {
+            id: "traces".into(),
+            receivers: vec!["otlp".into()],
+            processors: vec!["tail_sampling".into()],
+            exporters: vec!["otlp/<jaeger>".into()],
+        }],
         extensions: vec!["zpages".into(), "health_check".into()],
         started: Some(SystemTime::now()),
     });

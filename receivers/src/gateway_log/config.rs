@@ -19,15 +19,31 @@ pub enum StartAt {
 
 /// Line formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum FormatName {
     /// One JSON object a line.
     #[default]
     Json,
-    /// Envoy JSON access log.
+    /// Envoy's (and Envoy Gateway's) JSON access log.
     Envoy,
+    /// Envoy's default text access log.
+    EnvoyText,
+    /// Istio's default text access log.
+    Istio,
     /// NGINX combined (+ timings) or NGINX JSON.
     Nginx,
+    /// ingress-nginx's default `log-format-upstream`, or its JSON variables.
+    IngressNginx,
+    /// Kong Gateway's log serializer (JSON).
+    Kong,
+    /// Apache APISIX's logger format (JSON).
+    Apisix,
+    /// Traefik's JSON access log.
+    Traefik,
+    /// AWS Application Load Balancer access log.
+    AwsAlb,
+    /// Google Cloud load balancer request log (Cloud Logging JSON).
+    GcpLb,
     /// Named-capture regex (`regex:`).
     Regex,
 }
@@ -141,6 +157,17 @@ impl Validate for GatewayLogConfig {
             },
             (_, Some(_)) => e.push(ConfigError::new("regex", "only used with format: regex")),
             _ => {}
+        }
+        if !self.fields.is_empty()
+            && matches!(
+                self.format,
+                FormatName::EnvoyText | FormatName::Istio | FormatName::AwsAlb | FormatName::Regex
+            )
+        {
+            e.push(ConfigError::new(
+                "fields",
+                "maps JSON keys, and this format is text: use `format: regex` with named captures to read other parts of the line",
+            ));
         }
         for k in self.fields.keys() {
             if Canon::from_name(k).is_none() {

@@ -15,6 +15,9 @@
 
 pub mod config;
 pub mod parse;
+#[cfg(test)]
+mod preset_tests;
+pub mod presets;
 mod tail;
 #[cfg(test)]
 mod tests;
@@ -157,11 +160,25 @@ fn build_format(cfg: &GatewayLogConfig) -> Result<Format, BoxError> {
         .iter()
         .filter_map(|(k, v)| Some((Canon::from_name(k)?, v.clone())))
         .collect();
+    use presets as p;
+    let json = |preset| Format::Json(KeyMap::with_preset(preset, &overrides));
+    let re = |r: &str| regex::Regex::new(r);
     Ok(match cfg.format {
-        FormatName::Json => Format::Json(KeyMap::new(&overrides)),
-        FormatName::Envoy => Format::Envoy(KeyMap::new(&overrides)),
+        FormatName::Json => json(&[]),
+        FormatName::Envoy => Format::Envoy(KeyMap::with_preset(p::ENVOY_JSON, &overrides)),
+        FormatName::EnvoyText => Format::Regex(re(p::ENVOY_TEXT)?),
+        FormatName::Istio => Format::Regex(re(p::ISTIO_TEXT)?),
         FormatName::Nginx => Format::Nginx(KeyMap::new(&overrides)),
-        FormatName::Regex => Format::Regex(regex::Regex::new(cfg.regex.as_deref().unwrap_or(""))?),
+        FormatName::IngressNginx => Format::IngressNginx(
+            KeyMap::with_preset(p::INGRESS_NGINX_JSON, &overrides),
+            re(p::INGRESS_NGINX_TEXT)?,
+        ),
+        FormatName::Kong => json(p::KONG),
+        FormatName::Apisix => json(p::APISIX),
+        FormatName::Traefik => json(p::TRAEFIK),
+        FormatName::AwsAlb => Format::AwsAlb(re(p::AWS_ALB)?),
+        FormatName::GcpLb => json(p::GCP_LB),
+        FormatName::Regex => Format::Regex(re(cfg.regex.as_deref().unwrap_or(""))?),
     })
 }
 

@@ -34,6 +34,8 @@ pub enum Canon {
     RequestTime,
     /// Upstream time in seconds (NGINX `$upstream_response_time`).
     UpstreamTime,
+    /// Upstream time in milliseconds (Envoy `x-envoy-upstream-service-time`).
+    UpstreamMs,
     /// Rate-limit rule that applied.
     RateLimitRule,
     /// Circuit-breaker state.
@@ -66,6 +68,7 @@ impl Canon {
             Canon::DurationMs => "duration_ms",
             Canon::RequestTime => "request_time",
             Canon::UpstreamTime => "upstream_response_time",
+            Canon::UpstreamMs => "upstream_service_time_ms",
             Canon::RateLimitRule => "rate_limit_rule",
             Canon::CircuitState => "circuit_state",
             Canon::ResponseFlags => "response_flags",
@@ -78,7 +81,7 @@ impl Canon {
     }
 
     /// Every canonical field.
-    pub const ALL: [Canon; 18] = [
+    pub const ALL: [Canon; 19] = [
         Canon::TraceId,
         Canon::SpanId,
         Canon::Traceparent,
@@ -89,6 +92,7 @@ impl Canon {
         Canon::DurationMs,
         Canon::RequestTime,
         Canon::UpstreamTime,
+        Canon::UpstreamMs,
         Canon::RateLimitRule,
         Canon::CircuitState,
         Canon::ResponseFlags,
@@ -122,11 +126,12 @@ impl Canon {
             Canon::DurationMs => &["duration_ms", "latency_ms", "duration"],
             Canon::RequestTime => &["request_time"],
             Canon::UpstreamTime => &["upstream_response_time"],
+            Canon::UpstreamMs => &["x-envoy-upstream-service-time", "upstream_service_time_ms"],
             Canon::RateLimitRule => &["rate_limit_rule"],
             Canon::CircuitState => &["circuit_state"],
             Canon::ResponseFlags => &["response_flags"],
             Canon::Method => &["method", "request_method", "http_method"],
-            Canon::Path => &["path", "request_uri", "uri", "url"],
+            Canon::Path => &["path", "request_uri", "uri", "url", "x-envoy-origin-path"],
             Canon::Upstream => &["upstream", "upstream_host", "upstream_addr"],
             Canon::ClientIp => &[
                 "client_ip",
@@ -185,8 +190,28 @@ impl<'a> Val<'a> {
     fn as_f64(&self) -> Option<f64> {
         match self {
             Val::Num(n) => Some(*n),
-            Val::Str(s) => s.trim().parse().ok(),
+            // Google Cloud writes durations as "0.123456s".
+            Val::Str(s) => {
+                let s = s.trim();
+                s.parse()
+                    .ok()
+                    .or_else(|| s.strip_suffix('s').and_then(|x| x.parse().ok()))
+            }
         }
+    }
+
+    /// A sum of times written "0.012, 0.340 : 0.001" (NGINX, one per
+    /// upstream tried); a single number as it is.
+    fn sum_f64(&self) -> Option<f64> {
+        if let Some(n) = self.as_f64() {
+            return Some(n);
+        }
+        let s = self.as_str();
+        let parts: Vec<f64> = s
+            .split([',', ':'])
+            .filter_map(|x| x.trim().parse::<f64>().ok())
+            .collect();
+        (!parts.is_empty()).then(|| parts.iter().sum())
     }
 }
 
@@ -215,6 +240,9 @@ impl<'a> Fields<'a> {
 
 /// A line format.
 pub enum Format {
+    /// ingress-nginx: its default text `log-format-upstream`, or a JSON
+    /// `log-format-upstream` with its variable names.
+    IngressNginx(KeyMap, regex::Regex),
     /// One JSON object a line; keys mapped by priority.
     Json(KeyMap),
     /// Envoy's JSON access log.
@@ -223,24 +251,54 @@ pub enum Format {
     Nginx(KeyMap),
     /// Named captures, named after the canonical fields.
     Regex(regex::Regex),
+    /// AWS Application Load Balancer: the regex of its log, and the three
+    /// processing times added up.
+    AwsAlb(regex::Regex),
 }
 
-/// JSON key → (canonical field, priority).
-pub struct KeyMap(HashMap<String, (Canon, u8)>);
+/// One key of a preset: the field it holds, and the factor that brings a
+/// number to the field's unit (Traefik's nanoseconds to milliseconds: 1e-6).
+pub type PresetKey = (Canon, &'static str, f64);
+
+/// JSON key (a dotted path for nested objects: `response.status`) →
+/// (canonical field, priority, scale).
+pub struct KeyMap {
+    keys: HashMap<String, (Canon, u8, f64)>,
+    /// Every proper prefix of a dotted key: the objects worth entering.
+    prefixes: std::collections::HashSet<String>,
+}
 
 impl KeyMap {
     /// The default key names, with `overrides` (canonical name → key) taking precedence.
     pub fn new(overrides: &[(Canon, String)]) -> KeyMap {
+        KeyMap::with_preset(&[], overrides)
+    }
+
+    /// A gateway's own key names first, then the defaults; `overrides`
+    /// (canonical name → key) before both.
+    pub fn with_preset(preset: &[PresetKey], overrides: &[(Canon, String)]) -> KeyMap {
         let mut m = HashMap::new();
+        for (i, (c, k, scale)) in preset.iter().enumerate() {
+            m.entry((*k).to_string())
+                .or_insert((*c, (i + 1).min(99) as u8, *scale));
+        }
         for c in Canon::ALL {
             for (i, k) in c.defaults().iter().enumerate() {
-                m.entry((*k).to_string()).or_insert((c, i as u8 + 1));
+                m.entry((*k).to_string()).or_insert((c, 100 + i as u8, 1.0));
             }
         }
         for (c, k) in overrides {
-            m.insert(k.clone(), (*c, 0));
+            m.insert(k.clone(), (*c, 0, 1.0));
         }
-        KeyMap(m)
+        let mut prefixes = std::collections::HashSet::new();
+        for k in m.keys() {
+            let mut at = 0;
+            while let Some(i) = k[at..].find('.') {
+                prefixes.insert(k[..at + i].to_string());
+                at += i + 1;
+            }
+        }
+        KeyMap { keys: m, prefixes }
     }
 }
 
@@ -269,29 +327,51 @@ impl<'de> Deserialize<'de> for Text<'de> {
     }
 }
 
-/// The entries of a JSON object whose keys are in the key map.
+type Found<'a> = Vec<(Canon, u8, f64, &'a RawValue)>;
+
+/// The entries of a JSON object whose keys (or dotted paths, under
+/// `prefix`) are in the key map.
 struct Object<'a, 'm> {
     keys: &'m KeyMap,
-    found: Vec<(Canon, u8, &'a RawValue)>,
+    prefix: String,
+    found: Found<'a>,
 }
 
 impl<'de, 'm> serde::de::DeserializeSeed<'de> for Object<'de, 'm> {
-    type Value = Vec<(Canon, u8, &'de RawValue)>;
+    type Value = Found<'de>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
 impl<'de, 'm> Visitor<'de> for Object<'de, 'm> {
-    type Value = Vec<(Canon, u8, &'de RawValue)>;
+    type Value = Found<'de>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
     }
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
         while let Some(k) = map.next_key::<Text<'de>>()? {
             let v: &'de RawValue = map.next_value()?;
-            if let Some((c, prio)) = self.keys.0.get(k.0.as_ref()) {
-                self.found.push((*c, *prio, v));
+            let path: Cow<'_, str> = if self.prefix.is_empty() {
+                Cow::Borrowed(k.0.as_ref())
+            } else {
+                Cow::Owned(format!("{}.{}", self.prefix, k.0))
+            };
+            // An object under a key that is also a field name (Kong's
+            // `route`) is entered: an object is never a field's value.
+            if v.get().starts_with('{') && self.keys.prefixes.contains(path.as_ref()) {
+                use serde::de::DeserializeSeed;
+                let mut de = serde_json::Deserializer::from_str(v.get());
+                let inner = Object {
+                    keys: self.keys,
+                    prefix: path.into_owned(),
+                    found: std::mem::take(&mut self.found),
+                }
+                .deserialize(&mut de)
+                .map_err(serde::de::Error::custom)?;
+                self.found = inner;
+            } else if let Some((c, prio, scale)) = self.keys.keys.get(path.as_ref()) {
+                self.found.push((*c, *prio, *scale, v));
             }
         }
         Ok(self.found)
@@ -314,17 +394,24 @@ fn parse_json<'a>(line: &'a str, keys: &KeyMap) -> Result<Fields<'a>, ParseError
     let mut de = serde_json::Deserializer::from_str(line);
     let mut found = Object {
         keys,
+        prefix: String::new(),
         found: Vec::new(),
     }
     .deserialize(&mut de)
     .map_err(|e| ParseError(format!("invalid JSON: {e}")))?;
     de.end()
         .map_err(|e| ParseError(format!("invalid JSON: {e}")))?;
-    found.sort_by_key(|(c, p, _)| (*c, *p));
+    found.sort_by_key(|(c, p, _, _)| (*c, *p));
     let mut f = Fields::default();
-    for (c, _, raw) in found {
-        if let Some(v) = json_val(raw) {
-            f.set(c, v);
+    for (c, _, scale, raw) in found {
+        match json_val(raw) {
+            Some(v) if scale != 1.0 => {
+                if let Some(n) = v.as_f64() {
+                    f.set(c, Val::Num(n * scale));
+                }
+            }
+            Some(v) => f.set(c, v),
+            None => {}
         }
     }
     Ok(f)
@@ -403,6 +490,13 @@ impl Format {
     pub fn parse<'a>(&self, line: &'a str) -> Result<Fields<'a>, ParseError> {
         match self {
             Format::Json(k) | Format::Envoy(k) => parse_json(line, k),
+            Format::IngressNginx(k, re) => {
+                if line.trim_start().starts_with('{') {
+                    parse_json(line, k)
+                } else {
+                    regex_fields(re, line)
+                }
+            }
             Format::Nginx(k) => {
                 if line.trim_start().starts_with('{') {
                     parse_json(line, k)
@@ -410,20 +504,47 @@ impl Format {
                     parse_nginx_combined(line)
                 }
             }
-            Format::Regex(re) => {
+            Format::Regex(re) => regex_fields(re, line),
+            Format::AwsAlb(re) => {
                 let caps = re
                     .captures(line)
-                    .ok_or_else(|| ParseError("line does not match the regex".into()))?;
-                let mut f = Fields::default();
-                for name in re.capture_names().flatten() {
-                    if let (Some(c), Some(m)) = (Canon::from_name(name), caps.name(name)) {
-                        f.set(c, Val::Str(Cow::Borrowed(m.as_str())));
-                    }
+                    .ok_or_else(|| ParseError("not an AWS ALB access log line".into()))?;
+                let mut f = regex_fields(re, line)?;
+                // -1 when the load balancer could not send the request on (or
+                // the target closed the connection): that part is not counted.
+                let time = |n: &str| {
+                    caps.name(n)
+                        .and_then(|m| m.as_str().parse::<f64>().ok())
+                        .filter(|t| *t >= 0.0)
+                };
+                let (req, target, resp) = (time("rpt"), time("tpt"), time("spt"));
+                if req.is_some() || target.is_some() || resp.is_some() {
+                    f.set(
+                        Canon::RequestTime,
+                        Val::Num(req.unwrap_or(0.0) + target.unwrap_or(0.0) + resp.unwrap_or(0.0)),
+                    );
+                }
+                if let Some(t) = target {
+                    f.set(Canon::UpstreamTime, Val::Num(t));
                 }
                 Ok(f)
             }
         }
     }
+}
+
+/// The named captures of `re` on `line` that are canonical field names.
+fn regex_fields<'a>(re: &regex::Regex, line: &'a str) -> Result<Fields<'a>, ParseError> {
+    let caps = re
+        .captures(line)
+        .ok_or_else(|| ParseError("line does not match the regex".into()))?;
+    let mut f = Fields::default();
+    for name in re.capture_names().flatten() {
+        if let (Some(c), Some(m)) = (Canon::from_name(name), caps.name(name)) {
+            f.set(c, Val::Str(Cow::Borrowed(m.as_str())));
+        }
+    }
+    Ok(f)
 }
 
 /// Nanoseconds since the epoch from RFC 3339, NGINX `time_local`, or epoch s/ms/µs/ns.
@@ -484,9 +605,28 @@ fn hex_id<const N: usize>(s: &str) -> Option<[u8; N]> {
     out.iter().any(|b| *b != 0).then_some(out)
 }
 
+/// A trace id written as hex, a UUID, AWS X-Ray's `Root=1-5759e988-bd862e3fe1be46a994272793`
+/// (the W3C id the OpenTelemetry X-Ray propagator maps it to: its two hex
+/// parts joined), or Google Cloud's `projects/<p>/traces/<hex>`.
+fn trace_id_text(s: &str) -> Option<[u8; 16]> {
+    let s = s.trim();
+    if let Some(i) = s.find("Root=") {
+        let root = s[i + 5..].split(';').next().unwrap_or("");
+        let hex: String = root.strip_prefix("1-").unwrap_or(root).replace('-', "");
+        return hex_id::<16>(&hex);
+    }
+    if let Some(x) = s.strip_prefix("1-").filter(|x| x.len() == 33) {
+        return hex_id::<16>(&x.replace('-', ""));
+    }
+    if let Some(i) = s.rfind("/traces/") {
+        return hex_id::<16>(&s[i + 8..]);
+    }
+    hex_id::<16>(s)
+}
+
 /// Trace and span id from the trace fields, in priority order.
 fn trace_context(f: &Fields<'_>) -> (Option<[u8; 16]>, Option<[u8; 8]>) {
-    let mut trace = f.str(Canon::TraceId).and_then(|s| hex_id::<16>(&s));
+    let mut trace = f.str(Canon::TraceId).and_then(|s| trace_id_text(&s));
     let mut span = f.str(Canon::SpanId).and_then(|s| hex_id::<8>(&s));
     if let Some(tp) = f.str(Canon::Traceparent) {
         let parts: Vec<&str> = tp.trim().split('-').collect();
@@ -575,9 +715,16 @@ pub fn encode_record(line: &str, f: &Fields<'_>, observed_ns: u64, out: &mut Vec
         e.attr("route_id", AttrVal::Str(&r));
         e.attr("http.route", AttrVal::Str(&r));
     }
+    if let Some(p) = f.str(Canon::Path) {
+        // Some gateways log the full URL or the path with its query.
+        let p = match p.find("://") {
+            Some(i) => p[i + 3..].find('/').map_or("/", |j| &p[i + 3 + j..]),
+            None => &p,
+        };
+        e.attr("url.path", AttrVal::Str(p.split('?').next().unwrap_or(p)));
+    }
     for (c, key) in [
         (Canon::Method, "http.request.method"),
-        (Canon::Path, "url.path"),
         (Canon::Upstream, "server.address"),
         (Canon::ClientIp, "client.address"),
         (Canon::RateLimitRule, "gateway.rate_limit_rule"),
@@ -593,11 +740,24 @@ pub fn encode_record(line: &str, f: &Fields<'_>, observed_ns: u64, out: &mut Vec
         .and_then(Val::as_f64)
         .map(|ms| ms / 1000.0)
         .or_else(|| f.get(Canon::RequestTime).and_then(Val::as_f64))
-        .or_else(|| f.get(Canon::UpstreamTime).and_then(Val::as_f64));
+        .or_else(|| f.get(Canon::UpstreamTime).and_then(Val::sum_f64))
+        .or_else(|| {
+            f.get(Canon::UpstreamMs)
+                .and_then(Val::as_f64)
+                .map(|ms| ms / 1000.0)
+        });
     if let Some(d) = duration_s {
         e.attr("http.server.request.duration", AttrVal::F64(d));
     }
-    if let Some(u) = f.get(Canon::UpstreamTime).and_then(Val::as_f64) {
+    let upstream_s = f
+        .get(Canon::UpstreamTime)
+        .and_then(Val::sum_f64)
+        .or_else(|| {
+            f.get(Canon::UpstreamMs)
+                .and_then(Val::as_f64)
+                .map(|ms| ms / 1000.0)
+        });
+    if let Some(u) = upstream_s {
         e.attr("gateway.upstream.duration", AttrVal::F64(u));
     }
     if let Some(t) = trace {
