@@ -575,16 +575,18 @@ pub struct QueueConfig {
     /// Concurrent exports.
     #[serde(default = "queue_consumers")]
     pub num_consumers: usize,
-    /// Capacity in batches.
-    #[serde(default = "queue_size")]
+    /// Capacity, in units of `sizer` (default 1000 batches).
+    #[serde(default = "queue_size", deserialize_with = "lenient_int")]
     pub queue_size: usize,
     /// When full: wait (pushing back to receivers and clients) or drop and count.
     /// causeway waits by default, so nothing is dropped silently.
     #[serde(default = "yes")]
     pub block_on_overflow: bool,
-    /// Only `requests` (a batch counts as one) is supported.
+    /// What `queue_size` counts, as in the Collector: `requests` (batches,
+    /// the default), `items` (spans, log records, data points) or `bytes`
+    /// (encoded). The persistent queue is bounded by `max_size` instead.
     #[serde(default)]
-    pub sizer: Option<String>,
+    pub sizer: Sizer,
     /// A directory for a persistent queue on local disk (off: in memory).
     /// What is queued survives a crash or kill -9 and is sent after a restart.
     #[serde(default)]
@@ -600,6 +602,19 @@ pub struct QueueConfig {
     pub fsync: crate::topology::Fsync,
 }
 
+/// What a sending queue's `queue_size` counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sizer {
+    /// Batches.
+    #[default]
+    Requests,
+    /// Spans, log records or data points.
+    Items,
+    /// Encoded bytes.
+    Bytes,
+}
+
 fn queue_max_size() -> ByteSize {
     ByteSize(1 << 30)
 }
@@ -611,7 +626,7 @@ impl Default for QueueConfig {
             num_consumers: queue_consumers(),
             queue_size: queue_size(),
             block_on_overflow: true,
-            sizer: None,
+            sizer: Sizer::default(),
             storage: None,
             max_size: queue_max_size(),
             when_full: crate::topology::WhenFull::Block,
@@ -642,13 +657,11 @@ impl Validate for QueueConfig {
         if self.max_size.0 < 1 << 20 {
             e.push(ConfigError::new("max_size", "must be at least 1MiB"));
         }
-        if let Some(s) = &self.sizer {
-            if s != "requests" {
-                e.push(ConfigError::new(
-                    "sizer",
-                    format!("unsupported sizer {s:?}: only `requests` is supported"),
-                ));
-            }
+        if self.sizer != Sizer::Requests && self.storage.is_some() {
+            e.push(ConfigError::new(
+                "sizer",
+                "a persistent queue (`storage`) is bounded by `max_size` in bytes; leave `sizer` at `requests`",
+            ));
         }
         e
     }

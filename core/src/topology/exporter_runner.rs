@@ -3,7 +3,7 @@
 //! exporterhelper).
 
 use std::sync::Arc;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -15,11 +15,42 @@ use crate::model::Batch;
 use crate::retry::Backoff;
 use crate::telemetry::{self, Counter, Gauge, Registry, SignalCounters};
 
+/// A batch in the sending queue, with what it holds of an `items` or
+/// `bytes` budget (released when the batch leaves the queue).
+type Queued = (Batch, Option<OwnedSemaphorePermit>);
+
+/// The budget of a queue whose `sizer` is `items` or `bytes`.
+#[derive(Clone)]
+pub(crate) struct Budget {
+    sem: Arc<Semaphore>,
+    capacity: usize,
+    bytes: bool,
+}
+
+impl Budget {
+    /// Units of `batch`, at most the whole budget (a batch bigger than the
+    /// queue still goes through, alone).
+    fn units(&self, batch: &Batch) -> u32 {
+        let n = if self.bytes {
+            batch.encoded_len()
+        } else {
+            batch.items()
+        };
+        n.clamp(1, self.capacity).min(u32::MAX as usize) as u32
+    }
+
+    /// Units queued now.
+    fn used(&self) -> usize {
+        self.capacity - self.sem.available_permits().min(self.capacity)
+    }
+}
+
 /// The sending side of an exporter's queue, shared by the pipelines using it.
 #[derive(Clone)]
 pub(crate) struct ExporterQueue {
     pub(crate) id: String,
-    pub(crate) tx: mpsc::Sender<Batch>,
+    pub(crate) tx: mpsc::Sender<Queued>,
+    pub(crate) budget: Option<Budget>,
     pub(crate) disk: Option<Arc<DiskQueue>>,
     pub(crate) block: bool,
     pub(crate) enqueue_failed: SignalCounters,
@@ -41,6 +72,27 @@ impl ExporterQueue {
             self.size.set(disk.size_bytes() as i64);
             return;
         }
+        let permit = match &self.budget {
+            None => None,
+            Some(b) => {
+                let n = b.units(&batch);
+                let got = if self.block {
+                    b.sem.clone().acquire_many_owned(n).await.ok()
+                } else {
+                    b.sem.clone().try_acquire_many_owned(n).ok()
+                };
+                match got {
+                    Some(p) => Some(p),
+                    None => {
+                        batch.mark_failed();
+                        self.enqueue_failed.get(signal).add(items as u64);
+                        tracing::warn!(exporter = %self.id, items, reason = "sending queue is full", "Batch dropped (block_on_overflow is off).");
+                        return;
+                    }
+                }
+            }
+        };
+        let batch = (batch, permit);
         if self.block {
             if self.tx.send(batch).await.is_err() {
                 self.enqueue_failed.get(signal).add(items as u64);
@@ -54,8 +106,11 @@ impl ExporterQueue {
             };
             tracing::warn!(exporter = %self.id, items, reason, "Batch dropped (block_on_overflow is off).");
         }
-        self.size
-            .set((self.tx.max_capacity() - self.tx.capacity()) as i64);
+        let fill = match &self.budget {
+            Some(b) => b.used(),
+            None => self.tx.max_capacity() - self.tx.capacity(),
+        };
+        self.size.set(fill as i64);
     }
 }
 
@@ -110,17 +165,28 @@ pub(crate) fn spawn(
             }
         }
     });
-    let capacity = if delivery.queue.enabled {
-        delivery.queue.queue_size
-    } else {
-        1
+    let sizer = delivery.queue.sizer;
+    let budget = (delivery.queue.enabled && sizer != crate::config::Sizer::Requests).then(|| {
+        let capacity = delivery.queue.queue_size.clamp(1, Semaphore::MAX_PERMITS);
+        Budget {
+            sem: Arc::new(Semaphore::new(capacity)),
+            capacity,
+            bytes: sizer == crate::config::Sizer::Bytes,
+        }
+    });
+    // With an items or bytes budget the channel only needs to hold the
+    // batches the budget lets in; it stays bounded either way.
+    let capacity = match (&budget, delivery.queue.enabled) {
+        (_, false) => 1,
+        (None, true) => delivery.queue.queue_size,
+        (Some(b), true) => b.capacity.min(1 << 16),
     };
     let consumers = if delivery.queue.enabled {
         delivery.queue.num_consumers
     } else {
         1
     };
-    let (tx, mut rx) = mpsc::channel::<Batch>(capacity);
+    let (tx, mut rx) = mpsc::channel::<Queued>(capacity);
     let size = telemetry.gauge(
         telemetry::EXPORTER_QUEUE_SIZE,
         "Batches in an exporter's sending queue.",
@@ -129,13 +195,14 @@ pub(crate) fn spawn(
     telemetry
         .gauge(
             telemetry::EXPORTER_QUEUE_CAPACITY,
-            "Capacity of an exporter's sending queue, in batches.",
+            "Capacity of an exporter's sending queue, in its sizer's units (batches by default).",
             &[("component", &id)],
         )
-        .set(capacity as i64);
+        .set(budget.as_ref().map_or(capacity, |b| b.capacity) as i64);
     let queue = ExporterQueue {
         id: id.clone(),
         tx,
+        budget: budget.clone(),
         disk: disk.clone(),
         block: delivery.queue.block_on_overflow || !delivery.queue.enabled,
         enqueue_failed: telemetry.signal_counters(
@@ -182,8 +249,10 @@ pub(crate) fn spawn(
                 b = rx.recv() => b,
                 _ = hard_stop.cancelled() => None,
             };
-            let Some(batch) = batch else { break };
-            size.set(rx.len() as i64);
+            let Some((batch, queued)) = batch else { break };
+            // Out of the queue: its share of the budget is free again.
+            drop(queued);
+            size.set(budget.as_ref().map_or(rx.len(), Budget::used) as i64);
             let permit = tokio::select! {
                 p = slots.clone().acquire_owned() => p,
                 _ = hard_stop.cancelled() => {
@@ -212,7 +281,7 @@ pub(crate) fn spawn(
         while tasks.join_next().await.is_some() {}
         // Anything still queued after a hard stop is lost: count it.
         rx.close();
-        while let Ok(b) = rx.try_recv() {
+        while let Ok((b, _)) = rx.try_recv() {
             b.mark_failed();
             counters.failed.get(b.signal()).add(b.items() as u64);
         }
@@ -233,7 +302,7 @@ async fn run_disk(
     exporter: Arc<dyn Exporter>,
     delivery: DeliveryConfig,
     disk: Arc<DiskQueue>,
-    mut closed: mpsc::Receiver<Batch>,
+    mut closed: mpsc::Receiver<Queued>,
     counters: Arc<Counters>,
     size: Gauge,
     hard_stop: CancellationToken,
@@ -386,7 +455,10 @@ mod tests {
     use super::*;
     use crate::component::Delivered;
     use crate::config::{Duration as D, QueueConfig, RetryConfig};
-    use crate::telemetry::{EXPORTER_RETRIES, EXPORTER_SEND_FAILED, EXPORTER_SENT};
+    use crate::telemetry::{
+        EXPORTER_QUEUE_CAPACITY, EXPORTER_QUEUE_SIZE, EXPORTER_RETRIES, EXPORTER_SEND_FAILED,
+        EXPORTER_SENT,
+    };
     use async_trait::async_trait;
     use std::collections::VecDeque;
     use std::sync::Mutex;
@@ -507,6 +579,87 @@ mod tests {
             3
         );
         assert_eq!(count(&reg, EXPORTER_SENT), 3);
+    }
+
+    /// Holds every export until released.
+    struct Gate(tokio::sync::Semaphore);
+
+    #[async_trait]
+    impl Exporter for Gate {
+        async fn export(&self, _batch: &Batch) -> Result<Delivered, ExportError> {
+            let permit = self.0.acquire().await.map_err(|_| ExportError::Permanent {
+                source: "closed".into(),
+            })?;
+            permit.forget();
+            Ok(Delivered::default())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_items_sizer_bounds_the_queue_in_items() {
+        let gate = Arc::new(Gate(tokio::sync::Semaphore::new(0)));
+        let mut d = delivery(D::secs(60));
+        d.queue.num_consumers = 1;
+        d.queue.queue_size = 10;
+        d.queue.sizer = crate::config::Sizer::Items;
+        d.queue.block_on_overflow = false;
+        let reg = Registry::new();
+        let (queue, handle) = spawn("x".into(), gate.clone(), d, &reg, CancellationToken::new());
+        let batch = |n| Batch::from_encoded(crate::Signal::Traces, bytes::Bytes::new(), n);
+        let size = || {
+            reg.gauge(EXPORTER_QUEUE_SIZE, "", &[("component", "x")])
+                .get()
+        };
+        let capacity = reg
+            .gauge(EXPORTER_QUEUE_CAPACITY, "", &[("component", "x")])
+            .get();
+        assert_eq!(capacity, 10, "the capacity is in items");
+        // The first batch goes to the one consumer (held at the gate), the
+        // second waits for it outside the queue: both have left the queue.
+        queue.push(batch(4)).await;
+        queue.push(batch(4)).await;
+        let wait = |want: i64| async move {
+            for _ in 0..1000 {
+                if size() == want {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            panic!("queue size {} never became {want}", size());
+        };
+        wait(0).await;
+        // 4 + 4 items fit in 10; 4 more do not and are dropped, counted.
+        queue.push(batch(4)).await;
+        queue.push(batch(4)).await;
+        assert_eq!(size(), 8);
+        queue.push(batch(4)).await;
+        assert_eq!(count(&reg, telemetry::EXPORTER_ENQUEUE_FAILED), 4);
+        // A batch bigger than the whole queue is not refused for ever: it
+        // takes the whole budget once the queue is empty.
+        gate.0.add_permits(100);
+        wait(0).await;
+        queue.push(batch(25)).await;
+        drop(queue);
+        handle.await.expect("runner");
+        assert_eq!(count(&reg, EXPORTER_SENT), 4 * 4 + 25);
+        assert_eq!(count(&reg, telemetry::EXPORTER_ENQUEUE_FAILED), 4);
+    }
+
+    #[test]
+    fn sizers_are_the_collectors() {
+        let q =
+            |y: &str| crate::config::decode::<QueueConfig>(&serde_yaml::from_str(y).expect("yaml"));
+        assert_eq!(
+            q("sizer: items\nqueue_size: 100_000").expect("valid").sizer,
+            crate::config::Sizer::Items
+        );
+        assert_eq!(
+            q("sizer: bytes").expect("valid").sizer,
+            crate::config::Sizer::Bytes
+        );
+        assert!(q("sizer: pages").is_err());
+        let e = q("sizer: items\nstorage: /tmp/q").expect_err("persistent");
+        assert_eq!(e[0].path, "sizer");
     }
 
     #[tokio::test(start_paused = true)]
