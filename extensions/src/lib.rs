@@ -45,6 +45,59 @@ pub(crate) fn publish(
     );
 }
 
+/// An extension that is an HTTP server (health check, zPages, pprof): bound
+/// when built, stopped when the service stops.
+pub struct HttpServer {
+    local_addr: std::net::SocketAddr,
+    stop: tokio_util::sync::CancellationToken,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl HttpServer {
+    /// Bind `endpoint` and serve `app` (over TLS when `tls` is set).
+    pub async fn start(
+        name: &str,
+        endpoint: &str,
+        tls: Option<&causeway_core::tls::ServerTls>,
+        app: axum::Router,
+        telemetry: causeway_core::telemetry::Registry,
+    ) -> Result<Self, causeway_core::error::BoxError> {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (local_addr, server) = causeway_core::telemetry::serve_router(
+            name,
+            endpoint,
+            tls,
+            app,
+            telemetry,
+            stop.clone(),
+        )
+        .await?;
+        Ok(HttpServer {
+            local_addr,
+            stop,
+            server,
+        })
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.local_addr
+    }
+}
+
+#[async_trait::async_trait]
+impl causeway_core::component::Extension for HttpServer {
+    async fn run(
+        self: Box<Self>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Result<(), causeway_core::error::BoxError> {
+        shutdown.cancelled().await;
+        self.stop.cancel();
+        self.server.await?;
+        Ok(())
+    }
+}
+
 /// An extension with nothing to run (its work is done where it is used).
 pub(crate) struct Idle;
 

@@ -21,10 +21,7 @@ use causeway_core::component::{BuildContext, Extension, ExtensionFactory};
 use causeway_core::config::{decode, ConfigError};
 use causeway_core::error::BoxError;
 use causeway_core::telemetry::Registry;
-use std::net::SocketAddr;
 use std::time::SystemTime;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 /// Builds `health_check` extensions.
 pub struct HealthCheckFactory;
@@ -51,18 +48,14 @@ impl ExtensionFactory for HealthCheckFactory {
         cfg: &serde_yaml::Value,
     ) -> Result<Box<dyn Extension>, BoxError> {
         let cfg: HealthCheckConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
-        let ext = HealthCheck::start(&ctx.id.to_string(), &cfg, ctx.telemetry).await?;
+        let ext = start(&ctx.id.to_string(), &cfg, ctx.telemetry).await?;
         tracing::info!(extension = %ctx.id, address = %ext.local_addr, path = %cfg.path, "Health check listening.");
         Ok(Box::new(ext))
     }
 }
 
-/// A running health check server.
-pub struct HealthCheck {
-    local_addr: SocketAddr,
-    stop: CancellationToken,
-    server: JoinHandle<()>,
-}
+/// A running HealthCheck server.
+pub type HealthCheck = crate::HttpServer;
 
 #[derive(Clone)]
 struct State {
@@ -70,51 +63,20 @@ struct State {
     body: Option<config::ResponseBody>,
 }
 
-impl HealthCheck {
-    /// Bind and serve; the status follows `telemetry`'s readiness.
-    pub async fn start(
-        name: &str,
-        cfg: &HealthCheckConfig,
-        telemetry: Registry,
-    ) -> Result<Self, BoxError> {
-        let state = State {
-            telemetry: telemetry.clone(),
-            body: cfg.response_body.clone(),
-        };
-        let app = Router::new()
-            .route(&cfg.path, get(status))
-            .with_state(state);
-        let stop = CancellationToken::new();
-        let (local_addr, server) = causeway_core::telemetry::serve_router(
-            name,
-            &cfg.endpoint,
-            cfg.tls.as_ref(),
-            app,
-            telemetry,
-            stop.clone(),
-        )
-        .await?;
-        Ok(HealthCheck {
-            local_addr,
-            stop,
-            server,
-        })
-    }
-
-    /// Where it listens.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-}
-
-#[async_trait]
-impl Extension for HealthCheck {
-    async fn run(self: Box<Self>, shutdown: CancellationToken) -> Result<(), BoxError> {
-        shutdown.cancelled().await;
-        self.stop.cancel();
-        self.server.await?;
-        Ok(())
-    }
+/// Bind and serve; the status follows `telemetry`'s readiness.
+pub async fn start(
+    name: &str,
+    cfg: &HealthCheckConfig,
+    telemetry: Registry,
+) -> Result<HealthCheck, BoxError> {
+    let state = State {
+        telemetry: telemetry.clone(),
+        body: cfg.response_body.clone(),
+    };
+    let app = Router::new()
+        .route(&cfg.path, get(status))
+        .with_state(state);
+    crate::HttpServer::start(name, &cfg.endpoint, cfg.tls.as_ref(), app, telemetry).await
 }
 
 async fn status(axum::extract::State(s): axum::extract::State<State>) -> Response {

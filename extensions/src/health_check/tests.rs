@@ -20,7 +20,7 @@ fn cfg(yaml: &str) -> HealthCheckConfig {
 #[tokio::test]
 async fn the_status_follows_the_pipelines_lifecycle() {
     let telemetry = Registry::new();
-    let hc = HealthCheck::start(
+    let hc = start(
         "health_check",
         &cfg("endpoint: 127.0.0.1:0\npath: /health/status"),
         telemetry.clone(),
@@ -56,7 +56,7 @@ async fn the_status_follows_the_pipelines_lifecycle() {
     telemetry.set_ready(false);
     assert_eq!(crate::get(&url).await.0, 503);
 
-    let stop = CancellationToken::new();
+    let stop = tokio_util::sync::CancellationToken::new();
     stop.cancel();
     Box::new(hc).run(stop).await.expect("stops");
 }
@@ -64,7 +64,7 @@ async fn the_status_follows_the_pipelines_lifecycle() {
 #[tokio::test]
 async fn response_body_replaces_the_json() {
     let telemetry = Registry::new();
-    let hc = HealthCheck::start(
+    let hc = start(
         "health_check",
         &cfg("endpoint: 127.0.0.1:0\nresponse_body: {healthy: I'm OK, unhealthy: I'm bad}"),
         telemetry.clone(),

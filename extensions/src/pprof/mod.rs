@@ -12,9 +12,6 @@ use causeway_core::component::{BuildContext, Extension, ExtensionFactory};
 use causeway_core::config::{decode, ConfigError, Validate};
 use causeway_core::error::BoxError;
 use serde::Deserialize;
-use std::net::SocketAddr;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 /// What the endpoint and the warning say.
 pub const HOW_TO_PROFILE: &str = "causeway is not a Go program: it serves no Go pprof profiles. Profile it with Linux perf instead, e.g. `perf record -F 999 -g -p $(pidof causeway) -- sleep 30` then `perf script | inferno-collapse-perf | inferno-flamegraph > causeway.svg` (BENCHMARKS.md shows the flame graphs made this way).";
@@ -90,60 +87,25 @@ impl ExtensionFactory for PprofFactory {
         cfg: &serde_yaml::Value,
     ) -> Result<Box<dyn Extension>, BoxError> {
         let cfg: PprofConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
-        let p = Pprof::start(&ctx.id.to_string(), &cfg, ctx.telemetry).await?;
+        let p = start(&ctx.id.to_string(), &cfg, ctx.telemetry).await?;
         tracing::warn!(extension = %ctx.id, address = %p.local_addr, "{HOW_TO_PROFILE}");
         Ok(Box::new(p))
     }
 }
 
-/// A running `pprof` endpoint.
-pub struct Pprof {
-    local_addr: SocketAddr,
-    stop: CancellationToken,
-    server: JoinHandle<()>,
-}
+/// A running Pprof server.
+pub type Pprof = crate::HttpServer;
 
-impl Pprof {
-    /// Bind and serve.
-    pub async fn start(
-        name: &str,
-        cfg: &PprofConfig,
-        telemetry: causeway_core::telemetry::Registry,
-    ) -> Result<Self, BoxError> {
-        let app = Router::new().fallback(|| async {
-            (StatusCode::NOT_IMPLEMENTED, format!("{HOW_TO_PROFILE}\n")).into_response()
-        });
-        let stop = CancellationToken::new();
-        let (local_addr, server) = causeway_core::telemetry::serve_router(
-            name,
-            &cfg.endpoint,
-            None,
-            app,
-            telemetry,
-            stop.clone(),
-        )
-        .await?;
-        Ok(Pprof {
-            local_addr,
-            stop,
-            server,
-        })
-    }
-
-    /// Where it listens.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-}
-
-#[async_trait]
-impl Extension for Pprof {
-    async fn run(self: Box<Self>, shutdown: CancellationToken) -> Result<(), BoxError> {
-        shutdown.cancelled().await;
-        self.stop.cancel();
-        self.server.await?;
-        Ok(())
-    }
+/// Bind and serve.
+pub async fn start(
+    name: &str,
+    cfg: &PprofConfig,
+    telemetry: causeway_core::telemetry::Registry,
+) -> Result<Pprof, BoxError> {
+    let app = Router::new().fallback(|| async {
+        (StatusCode::NOT_IMPLEMENTED, format!("{HOW_TO_PROFILE}\n")).into_response()
+    });
+    crate::HttpServer::start(name, &cfg.endpoint, None, app, telemetry).await
 }
 
 #[cfg(test)]
@@ -154,7 +116,7 @@ mod tests {
     async fn every_profile_request_says_how_to_profile_causeway() {
         let cfg: PprofConfig =
             decode(&serde_yaml::from_str("endpoint: 127.0.0.1:0").expect("yaml")).expect("valid");
-        let p = Pprof::start("pprof", &cfg, Default::default())
+        let p = start("pprof", &cfg, Default::default())
             .await
             .expect("start");
         let (code, text) = crate::get(&format!(

@@ -26,11 +26,8 @@ use causeway_core::config::{decode, ConfigError};
 use causeway_core::error::BoxError;
 use causeway_core::telemetry::{Registry, Sample};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 /// Builds `zpages` extensions.
 pub struct ZPagesFactory;
@@ -52,18 +49,14 @@ impl ExtensionFactory for ZPagesFactory {
         let info = ctx
             .shared
             .get_or_init(causeway_core::component::SERVICE_KEY, ServiceInfo::default);
-        let z = ZPages::start(&ctx.id.to_string(), &cfg, ctx.telemetry, info).await?;
+        let z = start(&ctx.id.to_string(), &cfg, ctx.telemetry, info).await?;
         tracing::info!(extension = %ctx.id, address = %z.local_addr, "zPages listening (/debug/servicez, /debug/pipelinez).");
         Ok(Box::new(z))
     }
 }
 
-/// A running zPages server.
-pub struct ZPages {
-    local_addr: SocketAddr,
-    stop: CancellationToken,
-    server: JoinHandle<()>,
-}
+/// A running ZPages server.
+pub type ZPages = crate::HttpServer;
 
 #[derive(Clone)]
 struct State {
@@ -71,58 +64,27 @@ struct State {
     info: Arc<ServiceInfo>,
 }
 
-impl ZPages {
-    /// Bind and serve.
-    pub async fn start(
-        name: &str,
-        cfg: &ZPagesConfig,
-        telemetry: Registry,
-        info: Arc<ServiceInfo>,
-    ) -> Result<Self, BoxError> {
-        let app = Router::new()
-            .route("/", get(index))
-            .route("/debug", get(index))
-            .route("/debug/servicez", get(servicez))
-            .route("/debug/pipelinez", get(pipelinez))
-            .route("/debug/extensionz", get(extensionz))
-            .route("/debug/featurez", get(featurez))
-            .route("/debug/tracez", get(tracez))
-            .route("/debug/expvarz", get(expvarz))
-            .with_state(State {
-                telemetry: telemetry.clone(),
-                info,
-            });
-        let stop = CancellationToken::new();
-        let (local_addr, server) = causeway_core::telemetry::serve_router(
-            name,
-            &cfg.endpoint,
-            cfg.tls.as_ref(),
-            app,
-            telemetry,
-            stop.clone(),
-        )
-        .await?;
-        Ok(ZPages {
-            local_addr,
-            stop,
-            server,
-        })
-    }
-
-    /// Where it listens.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-}
-
-#[async_trait]
-impl Extension for ZPages {
-    async fn run(self: Box<Self>, shutdown: CancellationToken) -> Result<(), BoxError> {
-        shutdown.cancelled().await;
-        self.stop.cancel();
-        self.server.await?;
-        Ok(())
-    }
+/// Bind and serve.
+pub async fn start(
+    name: &str,
+    cfg: &ZPagesConfig,
+    telemetry: Registry,
+    info: Arc<ServiceInfo>,
+) -> Result<ZPages, BoxError> {
+    let app = Router::new()
+        .route("/", get(index))
+        .route("/debug", get(index))
+        .route("/debug/servicez", get(servicez))
+        .route("/debug/pipelinez", get(pipelinez))
+        .route("/debug/extensionz", get(extensionz))
+        .route("/debug/featurez", get(featurez))
+        .route("/debug/tracez", get(tracez))
+        .route("/debug/expvarz", get(expvarz))
+        .with_state(State {
+            telemetry: telemetry.clone(),
+            info,
+        });
+    crate::HttpServer::start(name, &cfg.endpoint, cfg.tls.as_ref(), app, telemetry).await
 }
 
 /// Text for HTML.

@@ -29,7 +29,7 @@ async fn pipelinez_shows_each_component_with_its_live_counts() {
     });
     let cfg: ZPagesConfig =
         decode(&serde_yaml::from_str("endpoint: 127.0.0.1:0").expect("yaml")).expect("valid");
-    let z = ZPages::start("zpages", &cfg, telemetry.clone(), info)
+    let z = start("zpages", &cfg, telemetry.clone(), info)
         .await
         .expect("start");
     let get = |path: &str| {
