@@ -18,7 +18,8 @@ pub struct HostMetricsConfig {
     #[serde(default)]
     pub host_name: Option<String>,
     /// Which groups of metrics to read, as the Collector's `scrapers`:
-    /// `cpu`, `load`, `memory`, `disk`, and causeway's `pressure` (PSI).
+    /// `cpu`, `load`, `memory`, `disk`, `network`, `paging`, and causeway's
+    /// `pressure` (PSI).
     /// Absent: all of them. Each may carry the Collector's per-metric
     /// switches, `metrics: {system.cpu.utilization: {enabled: false}}`.
     #[serde(default)]
@@ -70,6 +71,23 @@ pub const SCRAPERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("disk", &["system.disk.io_time", "system.disk.utilization"]),
+    (
+        "network",
+        &[
+            "system.network.io",
+            "system.network.packets",
+            "system.network.errors",
+            "system.network.dropped",
+        ],
+    ),
+    (
+        "paging",
+        &[
+            "system.paging.operations",
+            "system.paging.faults",
+            "system.paging.usage",
+        ],
+    ),
     ("pressure", &["system.linux.pressure"]),
 ];
 

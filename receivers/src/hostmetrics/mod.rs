@@ -3,7 +3,7 @@
 //! (`system.cpu.time`, `system.cpu.utilization` by `cpu.mode`,
 //! `system.cpu.load_average.*`, `system.memory.usage` / `.utilization` by
 //! `system.memory.state`, `system.linux.memory.available`,
-//! `system.disk.io_time`), plus `system.disk.utilization`,
+//! `system.disk.io_time`, `system.network.*`, `system.paging.*`), plus `system.disk.utilization`,
 //! `system.linux.memory.anon` (AnonPages) and `system.linux.pressure`
 //! (PSI `some avg10`, percent). `host.name` is on the resource, so the
 //! correlation state can join a span's host with its pressure.
@@ -223,6 +223,87 @@ pub fn to_metrics(
                 "Fraction of the last interval the disk was busy.",
                 vec![kv("device", &dev)],
                 Value::Double(u),
+            );
+        }
+    }
+    for (dev, c) in &cur.network {
+        for (name, unit, desc, v) in [
+            (
+                "system.network.io",
+                "By",
+                "Bytes received and transmitted.",
+                c.bytes,
+            ),
+            (
+                "system.network.packets",
+                "{packet}",
+                "Packets received and transmitted.",
+                c.packets,
+            ),
+            (
+                "system.network.errors",
+                "{error}",
+                "Errors receiving and transmitting.",
+                c.errors,
+            ),
+            (
+                "system.network.dropped",
+                "{packet}",
+                "Packets dropped receiving and transmitting.",
+                c.dropped,
+            ),
+        ] {
+            for (i, dir) in ["receive", "transmit"].iter().enumerate() {
+                b.point(
+                    name,
+                    Kind::Sum { monotonic: true },
+                    unit,
+                    desc,
+                    vec![kv("device", dev), kv("direction", dir)],
+                    Value::Int(i64::try_from(v[i]).unwrap_or(i64::MAX)),
+                );
+            }
+        }
+    }
+    let vm = |k: &str| cur.vmstat.get(k).copied();
+    for (dir, minor, major) in [
+        ("page_in", "pgpgin", "pswpin"),
+        ("page_out", "pgpgout", "pswpout"),
+    ] {
+        for (ty, key) in [("minor", minor), ("major", major)] {
+            if let Some(v) = vm(key) {
+                b.point(
+                    "system.paging.operations",
+                    Kind::Sum { monotonic: true },
+                    "{operation}",
+                    "Paging operations: pages paged in and out (minor) and swapped in and out (major).",
+                    vec![kv("direction", dir), kv("type", ty)],
+                    Value::Int(i64::try_from(v).unwrap_or(i64::MAX)),
+                );
+            }
+        }
+    }
+    if let (Some(all), Some(major)) = (vm("pgfault"), vm("pgmajfault")) {
+        for (ty, v) in [("minor", all.saturating_sub(major)), ("major", major)] {
+            b.point(
+                "system.paging.faults",
+                Kind::Sum { monotonic: true },
+                "{fault}",
+                "Page faults.",
+                vec![kv("type", ty)],
+                Value::Int(i64::try_from(v).unwrap_or(i64::MAX)),
+            );
+        }
+    }
+    for (dev, (size, used)) in &cur.swaps {
+        for (state, v) in [("used", *used), ("free", size.saturating_sub(*used))] {
+            b.point(
+                "system.paging.usage",
+                Kind::Sum { monotonic: false },
+                "By",
+                "Swap space in use and free, by device.",
+                vec![kv("device", dev), kv("state", state)],
+                Value::Int(i64::try_from(v).unwrap_or(i64::MAX)),
             );
         }
     }

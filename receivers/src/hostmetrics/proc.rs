@@ -34,6 +34,26 @@ pub struct Reading {
     pub disk_io_time: BTreeMap<String, f64>,
     /// Pressure stall `some avg10` (percent) for cpu, memory and io, when the kernel has PSI.
     pub pressure: BTreeMap<&'static str, f64>,
+    /// /proc/net/dev counters by device: bytes, packets, errors, drops, each
+    /// received then transmitted.
+    pub network: BTreeMap<String, NetCounters>,
+    /// /proc/vmstat counters (`pgpgin`, `pgpgout`, `pswpin`, `pswpout`, `pgfault`, `pgmajfault`).
+    pub vmstat: BTreeMap<String, u64>,
+    /// Swap devices from /proc/swaps: (size, used) in bytes.
+    pub swaps: BTreeMap<String, (u64, u64)>,
+}
+
+/// One interface's counters: `[receive, transmit]` each.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct NetCounters {
+    /// Bytes.
+    pub bytes: [u64; 2],
+    /// Packets.
+    pub packets: [u64; 2],
+    /// Errors.
+    pub errors: [u64; 2],
+    /// Dropped packets.
+    pub dropped: [u64; 2],
 }
 
 /// Problems met reading; each names its file.
@@ -122,6 +142,69 @@ pub fn read(root: &Path) -> (Reading, Problems) {
             }
         }
         Err(e) => problems.push(format!("{}: {e}", proc.join("diskstats").display())),
+    }
+    match std::fs::read_to_string(proc.join("net/dev")) {
+        // "  eth0: rx_bytes rx_packets rx_errs rx_drop rx_fifo rx_frame rx_compressed
+        //  rx_multicast tx_bytes tx_packets tx_errs tx_drop ..." after two header lines.
+        Ok(s) => {
+            for line in s.lines().skip(2) {
+                let Some((dev, rest)) = line.split_once(':') else {
+                    continue;
+                };
+                let v: Vec<u64> = rest
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                if v.len() < 12 {
+                    problems.push(format!(
+                        "{}: malformed line for {}",
+                        proc.join("net/dev").display(),
+                        dev.trim()
+                    ));
+                    continue;
+                }
+                r.network.insert(
+                    dev.trim().to_string(),
+                    NetCounters {
+                        bytes: [v[0], v[8]],
+                        packets: [v[1], v[9]],
+                        errors: [v[2], v[10]],
+                        dropped: [v[3], v[11]],
+                    },
+                );
+            }
+        }
+        Err(e) => problems.push(format!("{}: {e}", proc.join("net/dev").display())),
+    }
+    match std::fs::read_to_string(proc.join("vmstat")) {
+        Ok(s) => {
+            for line in s.lines() {
+                let mut f = line.split_whitespace();
+                if let (Some(k), Some(Ok(v))) = (f.next(), f.next().map(str::parse::<u64>)) {
+                    if matches!(
+                        k,
+                        "pgpgin" | "pgpgout" | "pswpin" | "pswpout" | "pgfault" | "pgmajfault"
+                    ) {
+                        r.vmstat.insert(k.to_string(), v);
+                    }
+                }
+            }
+        }
+        Err(e) => problems.push(format!("{}: {e}", proc.join("vmstat").display())),
+    }
+    match std::fs::read_to_string(proc.join("swaps")) {
+        // "Filename Type Size Used Priority", sizes in KiB.
+        Ok(s) => {
+            for line in s.lines().skip(1) {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if let [name, _, size, used, ..] = f[..] {
+                    if let (Ok(size), Ok(used)) = (size.parse::<u64>(), used.parse::<u64>()) {
+                        r.swaps.insert(name.to_string(), (size * 1024, used * 1024));
+                    }
+                }
+            }
+        }
+        Err(e) => problems.push(format!("{}: {e}", proc.join("swaps").display())),
     }
     for res in ["cpu", "memory", "io"] {
         // Absent on kernels without PSI: not a problem.

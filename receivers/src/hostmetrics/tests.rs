@@ -25,6 +25,21 @@ fn fake_proc(root: &std::path::Path, user: u64, iowait: u64, idle: u64, io_ticks
         &format!("   8       0 sda 1 2 3 4 5 6 7 8 9 {io_ticks} 11 0 0 0 0\n   7       0 loop0 1 2 3 4 5 6 7 8 9 999 11\n"),
     );
     write(root, "proc/pressure/io", "some avg10=42.50 avg60=10.00 avg300=1.00 total=1\nfull avg10=1.00 avg60=0 avg300=0 total=1\n");
+    write(
+        root,
+        "proc/net/dev",
+        "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    lo: 1000 10 0 0 0 0 0 0 1000 10 0 0 0 0 0 0\n  eth0: 5000 50 1 2 0 0 0 0 7000 70 3 4 0 0 0 0\n",
+    );
+    write(
+        root,
+        "proc/vmstat",
+        "nr_free_pages 100\npgpgin 11\npgpgout 22\npswpin 3\npswpout 4\npgfault 1000\npgmajfault 7\n",
+    );
+    write(
+        root,
+        "proc/swaps",
+        "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n/dev/sda2                               partition\t2048\t\t512\t\t-2\n",
+    );
 }
 
 fn value(rm: &ResourceMetrics, name: &str, attr: Option<(&str, &str)>) -> Option<f64> {
@@ -116,6 +131,105 @@ fn proc_files_become_otel_host_metrics() {
 }
 
 #[test]
+fn network_and_paging_as_the_collectors_scrapers_name_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fake_proc(dir.path(), 100, 10, 1000, 50);
+    let (r, problems) = proc::read(dir.path());
+    assert!(problems.is_empty(), "{problems:?}");
+    let rm = to_metrics("h", &r, None, 2, 1);
+    let point = |name: &str, attrs: &[(&str, &str)]| -> Option<i64> {
+        rm.scope_metrics[0]
+            .metrics
+            .iter()
+            .filter(|m| m.name == name)
+            .find_map(|m| match &m.data {
+                Some(metric::Data::Sum(s)) => s.data_points.iter().find_map(|p| {
+                    let has = |k: &str, v: &str| {
+                        p.attributes.iter().any(|a| {
+                            a.key == k
+                                && matches!(a.value.as_ref().and_then(|v| v.value.as_ref()),
+                                    Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) if s == v)
+                        })
+                    };
+                    attrs.iter().all(|(k, v)| has(k, v)).then(|| match p.value {
+                        Some(number_data_point::Value::AsInt(i)) => i,
+                        _ => -1,
+                    })
+                }),
+                _ => None,
+            })
+    };
+    assert_eq!(
+        point(
+            "system.network.io",
+            &[("device", "eth0"), ("direction", "receive")]
+        ),
+        Some(5000)
+    );
+    assert_eq!(
+        point(
+            "system.network.io",
+            &[("device", "eth0"), ("direction", "transmit")]
+        ),
+        Some(7000)
+    );
+    assert_eq!(
+        point(
+            "system.network.packets",
+            &[("device", "lo"), ("direction", "transmit")]
+        ),
+        Some(10)
+    );
+    assert_eq!(
+        point(
+            "system.network.errors",
+            &[("device", "eth0"), ("direction", "transmit")]
+        ),
+        Some(3)
+    );
+    assert_eq!(
+        point(
+            "system.network.dropped",
+            &[("device", "eth0"), ("direction", "receive")]
+        ),
+        Some(2)
+    );
+    assert_eq!(
+        point(
+            "system.paging.operations",
+            &[("direction", "page_in"), ("type", "minor")]
+        ),
+        Some(11)
+    );
+    assert_eq!(
+        point(
+            "system.paging.operations",
+            &[("direction", "page_out"), ("type", "major")]
+        ),
+        Some(4)
+    );
+    assert_eq!(
+        point("system.paging.faults", &[("type", "minor")]),
+        Some(993)
+    );
+    assert_eq!(point("system.paging.faults", &[("type", "major")]), Some(7));
+    assert_eq!(
+        point(
+            "system.paging.usage",
+            &[("device", "/dev/sda2"), ("state", "used")]
+        ),
+        Some(512 * 1024)
+    );
+    assert_eq!(
+        point(
+            "system.paging.usage",
+            &[("device", "/dev/sda2"), ("state", "free")]
+        ),
+        Some(1536 * 1024)
+    );
+}
+
+#[test]
 fn missing_and_malformed_files_are_named_and_the_rest_is_read() {
     let dir = tempfile::tempdir().expect("tempdir");
     write(dir.path(), "proc/stat", "cpu garbage\n");
@@ -179,7 +293,7 @@ fn collector_scrapers_choose_the_metrics_and_unknown_ones_are_named() {
     assert!(!some.wants("system.cpu.load_average.1m"));
     assert!(!some.wants("system.linux.pressure"));
 
-    let errs = cfg("scrapers:\n  cpu:\n  network:\n  filesystem:\n  memory:\n    metrics:\n      system.memory.limit: {enabled: true}\n")
+    let errs = cfg("scrapers:\n  cpu:\n  processes:\n  filesystem:\n  memory:\n    metrics:\n      system.memory.limit: {enabled: true}\n")
         .expect_err("unsupported");
     let msgs: Vec<String> = errs
         .iter()
@@ -187,7 +301,7 @@ fn collector_scrapers_choose_the_metrics_and_unknown_ones_are_named() {
         .collect();
     assert_eq!(msgs.len(), 3, "{msgs:?}");
     assert!(
-        msgs[0].starts_with("scrapers.network: the network scraper is not built in"),
+        msgs[0].starts_with("scrapers.processes: the processes scraper is not built in"),
         "{msgs:?}"
     );
     assert!(msgs[1].starts_with("scrapers.filesystem:"), "{msgs:?}");
