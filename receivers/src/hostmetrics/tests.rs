@@ -151,10 +151,11 @@ fn network_and_paging_as_the_collectors_scrapers_name_them() {
                                     Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) if s == v)
                         })
                     };
-                    attrs.iter().all(|(k, v)| has(k, v)).then(|| match p.value {
+                    let v = match p.value {
                         Some(number_data_point::Value::AsInt(i)) => i,
                         _ => -1,
-                    })
+                    };
+                    attrs.iter().all(|(k, v)| has(k, v)).then_some(v)
                 }),
                 _ => None,
             })
