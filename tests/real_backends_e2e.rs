@@ -841,3 +841,129 @@ service:
         [("causeway".to_string(), 1.0)]
     );
 }
+
+/// The `prometheus` receiver scraping a real Prometheus' own `/metrics`
+/// (counters, gauges, histograms and summaries from client_golang), next to
+/// a dead target, one answering garbage and one over `body_size_limit`;
+/// then the Prometheus stops: `up` 0 and its series marked stale.
+#[test]
+fn the_prometheus_receiver_scrapes_a_real_server_and_survives_bad_targets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let prom = Server::prometheus(d);
+    let garbage = serve_in_thread(axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(|| async { "this is { not the text format\n" }),
+    ));
+    let big = serve_in_thread(axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(|| async { "x 1\n".repeat(400_000) }),
+    ));
+    let dead = free_port();
+    let host = |url: &str| url.trim_start_matches("http://").to_string();
+    let daemon = Daemon::start(
+        d,
+        "scraper",
+        &format!(
+            r#"
+receivers:
+  prometheus:
+    config:
+      global: {{ scrape_interval: 500ms, scrape_timeout: 2s }}
+      scrape_configs:
+        - job_name: prom
+          static_configs: [{{ targets: ["{prom}"], labels: {{ env: test }} }}]
+        - job_name: dead
+          static_configs: [{{ targets: ["127.0.0.1:{dead}"] }}]
+        - job_name: garbage
+          static_configs: [{{ targets: ["{garbage}"] }}]
+        - job_name: big
+          body_size_limit: 1MiB
+          static_configs: [{{ targets: ["{big}"] }}]
+exporters:
+  file: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    metrics: {{ receivers: [prometheus], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+            prom = prom.addr,
+            garbage = host(&garbage),
+            big = host(&big),
+        ),
+    );
+    let out = d.join("metrics.jsonl");
+    let of_job = |job: &str| -> Vec<Value> {
+        common::metrics(&read_jsonl(&out))
+            .into_iter()
+            .filter(|(r, _)| {
+                attr(&r["attributes"], "service.name").and_then(|v| v["stringValue"].as_str())
+                    == Some(job)
+            })
+            .map(|(_, m)| m)
+            .collect()
+    };
+    let up_values = |job: &str| -> Vec<f64> {
+        of_job(job)
+            .iter()
+            .filter(|m| m["name"] == "up")
+            .filter_map(|m| m["gauge"]["dataPoints"][0]["asDouble"].as_f64())
+            .collect()
+    };
+    wait_for(Duration::from_secs(30), "every job scraped", || {
+        up_values("prom").contains(&1.0)
+            && ["dead", "garbage", "big"]
+                .iter()
+                .all(|j| up_values(j).contains(&0.0))
+    });
+    // Every type arrives as its OTLP counterpart.
+    let prom_metrics = of_job("prom");
+    let find = |name: &str| prom_metrics.iter().find(|m| m["name"] == name).cloned();
+    let counter = find("prometheus_http_requests_total").expect("a counter");
+    assert_eq!(counter["sum"]["isMonotonic"], true, "{counter}");
+    let p = &counter["sum"]["dataPoints"][0];
+    assert_eq!(
+        attr(&p["attributes"], "env").and_then(|v| v["stringValue"].as_str()),
+        Some("test")
+    );
+    assert!(find("go_goroutines").is_some_and(|m| m["gauge"].is_object()));
+    let hist = find("prometheus_http_request_duration_seconds").expect("a histogram");
+    let hp = &hist["histogram"]["dataPoints"][0];
+    assert_eq!(
+        hp["bucketCounts"].as_array().map(Vec::len),
+        hp["explicitBounds"].as_array().map(|b| b.len() + 1),
+        "{hist}"
+    );
+    assert!(find("go_gc_duration_seconds").is_some_and(|m| m["summary"].is_object()));
+    // Bad targets are counted by reason, and the daemon goes on.
+    let errors = |job: &str, reason: &str| {
+        daemon
+            .metric(&format!(
+                "causeway_prometheus_scrape_errors_total{{job=\"{job}\",reason=\"{reason}\"}}"
+            ))
+            .unwrap_or(0.0)
+    };
+    assert!(errors("dead", "connect") >= 1.0);
+    assert!(errors("garbage", "parse") >= 1.0);
+    assert!(errors("big", "body_size_limit") >= 1.0);
+    // The Prometheus goes away: up 0, and its series get staleness markers.
+    drop(prom);
+    wait_for(
+        Duration::from_secs(30),
+        "prom down and its series stale",
+        || {
+            let ms = of_job("prom");
+            let up_zero = ms.iter().any(|m| {
+                m["name"] == "up" && m["gauge"]["dataPoints"][0]["asDouble"].as_f64() == Some(0.0)
+            });
+            let stale = ms.iter().any(|m| {
+                m["name"] == "go_goroutines"
+                    && m["gauge"]["dataPoints"]
+                        .as_array()
+                        .is_some_and(|ps| ps.iter().any(|p| p["flags"] == 1))
+            });
+            up_zero && stale
+        },
+    );
+    assert!(daemon.terminate().success());
+}

@@ -7,6 +7,7 @@ pub mod kafka;
 pub mod kafka_lag;
 pub mod metric_builder;
 pub mod otlp;
+pub mod prometheus;
 
 use causeway_core::registry::Registry;
 
@@ -49,6 +50,7 @@ pub fn register(registry: &mut Registry) {
     registry.add_receiver(kafka_lag::KafkaLagFactory);
     registry.add_receiver(kafka::KafkaReceiverFactory);
     registry.add_receiver(hostmetrics::HostMetricsFactory);
+    registry.add_receiver(prometheus::PrometheusReceiverFactory);
     // Collector receivers this build lacks, and what to use instead.
     use causeway_core::registry::Kind::Receiver;
     registry.add_instead(Receiver, "kafkametrics", "use `kafka_lag`: consumer-group lag per partition with a Burrow-style status, from the same brokers");
@@ -58,7 +60,6 @@ pub fn register(registry: &mut Registry) {
     registry.add_instead(Receiver, "jaeger", otlp);
     registry.add_instead(Receiver, "zipkin", otlp);
     registry.add_instead(Receiver, "opencensus", otlp);
-    registry.add_instead(Receiver, "prometheus", "causeway does not scrape Prometheus endpoints yet: let Prometheus or VictoriaMetrics scrape them, or run the Collector's receiver in front and send OTLP to causeway");
     registry.add_instead(
         Receiver,
         "otlpjsonfile",

@@ -1,0 +1,553 @@
+//! The `prometheus` receiver: scrapes Prometheus endpoints (exporters,
+//! `/metrics` of servers) in the Collector's shape and maps what it reads to
+//! OTLP as the Collector's prometheus receiver does:
+//! - `job` → `service.name`, `instance` → `service.instance.id` (with
+//!   `server.address`, `server.port`, `url.scheme`) on the resource;
+//! - counters → monotonic cumulative sums, gauges and untyped → gauges,
+//!   histograms → explicit-bucket histograms, summaries → summaries;
+//!   `_created` → the start time;
+//! - per target and scrape, `up` (1 or 0), `scrape_duration_seconds` and
+//!   `scrape_samples_scraped`;
+//! - a series that vanished since the previous scrape (or every series of a
+//!   target that went down) gets a point flagged "no recorded value", the
+//!   OTLP form of Prometheus' staleness marker.
+//!
+//! Bodies are read up to `body_size_limit` and at most `sample_limit`
+//! samples; a target over either fails its scrape, counted in
+//! `causeway_prometheus_scrape_errors_total{job,reason}` and logged once per
+//! target and reason.
+
+pub mod config;
+pub mod parse;
+#[cfg(test)]
+mod tests;
+
+use async_trait::async_trait;
+use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
+use causeway_core::config::{decode, ConfigError};
+use causeway_core::telemetry::Registry;
+use causeway_core::topology::Output;
+use causeway_core::{Batch, BoxError, Signal, SignalSet};
+use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric, number_data_point, summary_data_point, AggregationTemporality, Gauge, Histogram,
+    HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, Summary,
+    SummaryDataPoint,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio_util::sync::CancellationToken;
+
+use crate::metric_builder::{kv, kv_int};
+use config::{PrometheusReceiverConfig, ScrapeConfig};
+use parse::{Family, Type};
+
+/// Failed scrapes, by job and reason.
+pub const SCRAPE_ERRORS: &str = "causeway_prometheus_scrape_errors_total";
+
+/// OTLP's "no recorded value" data point flag (a staleness marker).
+const NO_RECORDED_VALUE: u32 = 1;
+
+/// Factory of the `prometheus` receiver.
+pub struct PrometheusReceiverFactory;
+
+#[async_trait]
+impl ReceiverFactory for PrometheusReceiverFactory {
+    fn kind(&self) -> &'static str {
+        "prometheus"
+    }
+    fn signals(&self) -> SignalSet {
+        SignalSet::only(Signal::Metrics)
+    }
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
+        decode::<PrometheusReceiverConfig>(cfg).map(|_| ())
+    }
+    async fn build(
+        &self,
+        ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<Box<dyn Receiver>, BoxError> {
+        let cfg: PrometheusReceiverConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
+        causeway_core::tls::install_crypto_provider();
+        Ok(Box::new(PrometheusReceiver {
+            id: ctx.id.to_string(),
+            cfg,
+            telemetry: ctx.telemetry,
+        }))
+    }
+}
+
+struct PrometheusReceiver {
+    id: String,
+    cfg: PrometheusReceiverConfig,
+    telemetry: Registry,
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+#[async_trait]
+impl Receiver for PrometheusReceiver {
+    async fn run(
+        self: Box<Self>,
+        out: Output,
+        shutdown: CancellationToken,
+    ) -> Result<(), BoxError> {
+        let client = reqwest::Client::builder()
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let mut tasks = tokio::task::JoinSet::new();
+        for job in &self.cfg.config.scrape_configs {
+            let (interval, timeout) = job.timing(&self.cfg.config.global);
+            for sc in &job.static_configs {
+                for target in &sc.targets {
+                    let t = Target {
+                        receiver: self.id.clone(),
+                        job: job.clone(),
+                        target: target.clone(),
+                        labels: sc.labels.clone(),
+                        interval,
+                        timeout,
+                        client: client.clone(),
+                        telemetry: self.telemetry.clone(),
+                    };
+                    tasks.spawn(t.run(out.clone(), shutdown.clone()));
+                }
+            }
+        }
+        drop(out);
+        while tasks.join_next().await.is_some() {}
+        Ok(())
+    }
+}
+
+struct Target {
+    receiver: String,
+    job: ScrapeConfig,
+    target: String,
+    labels: indexmap::IndexMap<String, String>,
+    interval: Duration,
+    timeout: Duration,
+    client: reqwest::Client,
+    telemetry: Registry,
+}
+
+/// Why a scrape failed.
+#[derive(Debug)]
+struct Failure {
+    reason: &'static str,
+    detail: String,
+}
+
+impl Target {
+    fn url(&self) -> String {
+        let mut url = format!(
+            "{}://{}{}",
+            self.job.scheme, self.target, self.job.metrics_path
+        );
+        let mut first = true;
+        for (k, vs) in &self.job.params {
+            for v in vs {
+                url.push(if first { '?' } else { '&' });
+                first = false;
+                url.push_str(&format!("{k}={v}"));
+            }
+        }
+        url
+    }
+
+    async fn fetch(&self) -> Result<String, Failure> {
+        let fail = |reason, detail: String| Failure { reason, detail };
+        let resp = self
+            .client
+            .get(self.url())
+            .header("accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| {
+                if e.is_timeout() {
+                    fail("timeout", e.to_string())
+                } else {
+                    fail("connect", e.to_string())
+                }
+            })?;
+        if !resp.status().is_success() {
+            return Err(fail("http_status", format!("answered {}", resp.status())));
+        }
+        let limit = self.job.body_size_limit.0 as usize;
+        let mut body = Vec::new();
+        let mut resp = resp;
+        loop {
+            match tokio::time::timeout(self.timeout, resp.chunk()).await {
+                Err(_) => return Err(fail("timeout", "the body did not arrive in time".into())),
+                Ok(Err(e)) => return Err(fail("read", e.to_string())),
+                Ok(Ok(None)) => break,
+                Ok(Ok(Some(c))) => {
+                    if body.len() + c.len() > limit {
+                        return Err(fail(
+                            "body_size_limit",
+                            format!("the body is over body_size_limit ({limit} bytes)"),
+                        ));
+                    }
+                    body.extend_from_slice(&c);
+                }
+            }
+        }
+        String::from_utf8(body).map_err(|_| fail("parse", "the body is not UTF-8".into()))
+    }
+
+    async fn run(self, out: Output, shutdown: CancellationToken) {
+        let start_ns = now_ns();
+        let mut previous: BTreeSet<SeriesKey> = BTreeSet::new();
+        let mut reported: HashSet<&'static str> = HashSet::new();
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let began = std::time::Instant::now();
+            let time_ns = now_ns();
+            let scraped = async {
+                let text = self.fetch().await?;
+                parse::parse(&text, self.job.sample_limit).map_err(|e| Failure {
+                    reason: if e.message.contains("sample_limit") {
+                        "sample_limit"
+                    } else {
+                        "parse"
+                    },
+                    detail: e.to_string(),
+                })
+            }
+            .await;
+            let scrape = Scrape {
+                job: &self.job.job_name,
+                instance: &self.target,
+                scheme: &self.job.scheme,
+                honor_labels: self.job.honor_labels,
+                extra: &self.labels,
+                time_ns,
+                start_ns,
+            };
+            let (rm, now) = match scraped {
+                Ok(families) => {
+                    let samples = families.iter().map(|f| f.samples.len()).sum::<usize>();
+                    scrape.to_metrics(&families, &previous, Some((began.elapsed(), samples)))
+                }
+                Err(f) => {
+                    self.telemetry
+                        .counter(
+                            SCRAPE_ERRORS,
+                            "Failed scrapes of Prometheus targets, by job and reason.",
+                            &[("job", &self.job.job_name), ("reason", f.reason)],
+                        )
+                        .add(1);
+                    if reported.insert(f.reason) {
+                        tracing::warn!(receiver = %self.receiver, job = %self.job.job_name, target = %self.target, reason = f.reason, error = %f.detail, "Scrape failed; up=0, and the next round tries again.");
+                    }
+                    scrape.to_metrics(&[], &previous, None)
+                }
+            };
+            previous = now;
+            if !out
+                .send_until_stopped(Batch::from_metrics(vec![rm]), &shutdown)
+                .await
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// A histogram's or summary's parts under one label set: (bucket bound or
+/// quantile, value) pairs, the sum and the count.
+type Group = (Vec<(f64, f64)>, f64, f64);
+
+/// A series' identity, for staleness: metric name and attributes.
+type SeriesKey = (String, Vec<(String, String)>);
+
+/// One scrape of one target, turned into OTLP.
+struct Scrape<'a> {
+    job: &'a str,
+    instance: &'a str,
+    scheme: &'a str,
+    honor_labels: bool,
+    extra: &'a indexmap::IndexMap<String, String>,
+    time_ns: u64,
+    start_ns: u64,
+}
+
+impl Scrape<'_> {
+    /// The attributes of a sample: its labels (minus `le`/`quantile` when
+    /// `skip`), `job`/`instance` renamed unless `honor_labels`, then the
+    /// target's static labels.
+    fn attrs(&self, labels: &[(String, String)], skip: &str) -> Vec<(String, String)> {
+        let mut out: BTreeMap<String, String> = BTreeMap::new();
+        for (k, v) in self.extra {
+            out.insert(k.clone(), v.clone());
+        }
+        for (k, v) in labels {
+            if k == skip {
+                continue;
+            }
+            let k = match k.as_str() {
+                "job" | "instance" if !self.honor_labels => format!("exported_{k}"),
+                _ => k.clone(),
+            };
+            out.insert(k, v.clone());
+        }
+        out.into_iter().collect()
+    }
+
+    fn number(
+        &self,
+        attrs: &[(String, String)],
+        v: f64,
+        start: u64,
+        flags: u32,
+    ) -> NumberDataPoint {
+        NumberDataPoint {
+            attributes: attrs.iter().map(|(k, v)| kv(k, v)).collect(),
+            start_time_unix_nano: start,
+            time_unix_nano: self.time_ns,
+            value: Some(number_data_point::Value::AsDouble(if flags == 0 {
+                v
+            } else {
+                0.0
+            })),
+            flags,
+            ..Default::default()
+        }
+    }
+
+    /// The target's resource metrics, and the series it holds now. With no
+    /// families and no `scraped` the target was down: `up` 0 and every
+    /// previous series marked stale.
+    fn to_metrics(
+        &self,
+        families: &[Family],
+        previous: &BTreeSet<SeriesKey>,
+        scraped: Option<(Duration, usize)>,
+    ) -> (ResourceMetrics, BTreeSet<SeriesKey>) {
+        let mut metrics: Vec<Metric> = Vec::new();
+        let mut now: BTreeSet<SeriesKey> = BTreeSet::new();
+        for f in families {
+            match f.kind {
+                Type::Counter | Type::Gauge | Type::Untyped => {
+                    // `_created` samples are start times, not series.
+                    let created: BTreeMap<Vec<(String, String)>, u64> = f
+                        .samples
+                        .iter()
+                        .filter(|s| s.name.ends_with("_created"))
+                        .map(|s| (self.attrs(&s.labels, ""), (s.value * 1e9) as u64))
+                        .collect();
+                    let mut points = Vec::new();
+                    for s in f.samples.iter().filter(|s| !s.name.ends_with("_created")) {
+                        let attrs = self.attrs(&s.labels, "");
+                        let start = created.get(&attrs).copied().unwrap_or(self.start_ns);
+                        now.insert((s.name.clone(), attrs.clone()));
+                        points.push((s.name.clone(), self.number(&attrs, s.value, start, 0)));
+                    }
+                    // A counter's samples may carry `_total`; one metric per sample name.
+                    let mut by_name: BTreeMap<String, Vec<NumberDataPoint>> = BTreeMap::new();
+                    for (n, p) in points {
+                        by_name.entry(n).or_default().push(p);
+                    }
+                    for (name, data_points) in by_name {
+                        metrics.push(Metric {
+                            name,
+                            description: f.help.clone(),
+                            data: Some(if f.kind == Type::Counter {
+                                metric::Data::Sum(Sum {
+                                    data_points,
+                                    aggregation_temporality: AggregationTemporality::Cumulative
+                                        as i32,
+                                    is_monotonic: true,
+                                })
+                            } else {
+                                metric::Data::Gauge(Gauge { data_points })
+                            }),
+                            ..Default::default()
+                        });
+                    }
+                }
+                Type::Histogram => {
+                    let mut groups: BTreeMap<parse::Labels, Group> = BTreeMap::new();
+                    for s in &f.samples {
+                        let attrs = self.attrs(&s.labels, "le");
+                        let g = groups.entry(attrs).or_default();
+                        if s.name.ends_with("_bucket") {
+                            let le =
+                                s.labels
+                                    .iter()
+                                    .find(|(k, _)| k == "le")
+                                    .and_then(|(_, v)| match v.as_str() {
+                                        "+Inf" => Some(f64::INFINITY),
+                                        v => v.parse().ok(),
+                                    });
+                            if let Some(le) = le {
+                                g.0.push((le, s.value));
+                            }
+                        } else if s.name.ends_with("_sum") {
+                            g.1 = s.value;
+                        } else if s.name.ends_with("_count") {
+                            g.2 = s.value;
+                        }
+                    }
+                    let mut data_points = Vec::new();
+                    for (attrs, (mut buckets, sum, count)) in groups {
+                        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+                        let bounds: Vec<f64> = buckets
+                            .iter()
+                            .map(|b| b.0)
+                            .filter(|b| b.is_finite())
+                            .collect();
+                        let mut counts = Vec::with_capacity(bounds.len() + 1);
+                        let mut prev = 0.0;
+                        for (le, c) in &buckets {
+                            if le.is_finite() {
+                                counts.push((c - prev).max(0.0) as u64);
+                                prev = *c;
+                            }
+                        }
+                        counts.push((count - prev).max(0.0) as u64);
+                        now.insert((f.name.clone(), attrs.clone()));
+                        data_points.push(HistogramDataPoint {
+                            attributes: attrs.iter().map(|(k, v)| kv(k, v)).collect(),
+                            start_time_unix_nano: self.start_ns,
+                            time_unix_nano: self.time_ns,
+                            count: count as u64,
+                            sum: Some(sum),
+                            bucket_counts: counts,
+                            explicit_bounds: bounds,
+                            ..Default::default()
+                        });
+                    }
+                    metrics.push(Metric {
+                        name: f.name.clone(),
+                        description: f.help.clone(),
+                        data: Some(metric::Data::Histogram(Histogram {
+                            data_points,
+                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                        })),
+                        ..Default::default()
+                    });
+                }
+                Type::Summary => {
+                    let mut groups: BTreeMap<parse::Labels, Group> = BTreeMap::new();
+                    for s in &f.samples {
+                        let attrs = self.attrs(&s.labels, "quantile");
+                        let g = groups.entry(attrs).or_default();
+                        if s.name.ends_with("_sum") {
+                            g.1 = s.value;
+                        } else if s.name.ends_with("_count") {
+                            g.2 = s.value;
+                        } else if let Some(q) = s
+                            .labels
+                            .iter()
+                            .find(|(k, _)| k == "quantile")
+                            .and_then(|(_, v)| v.parse::<f64>().ok())
+                        {
+                            g.0.push((q, s.value));
+                        }
+                    }
+                    let data_points = groups
+                        .into_iter()
+                        .map(|(attrs, (qs, sum, count))| {
+                            now.insert((f.name.clone(), attrs.clone()));
+                            SummaryDataPoint {
+                                attributes: attrs.iter().map(|(k, v)| kv(k, v)).collect(),
+                                start_time_unix_nano: self.start_ns,
+                                time_unix_nano: self.time_ns,
+                                count: count as u64,
+                                sum,
+                                quantile_values: qs
+                                    .into_iter()
+                                    .map(|(quantile, value)| summary_data_point::ValueAtQuantile {
+                                        quantile,
+                                        value,
+                                    })
+                                    .collect(),
+                                ..Default::default()
+                            }
+                        })
+                        .collect();
+                    metrics.push(Metric {
+                        name: f.name.clone(),
+                        description: f.help.clone(),
+                        data: Some(metric::Data::Summary(Summary { data_points })),
+                        ..Default::default()
+                    });
+                }
+            }
+        }
+        // Staleness: what was there last time and is not now.
+        let mut stale: BTreeMap<&str, Vec<NumberDataPoint>> = BTreeMap::new();
+        for (name, attrs) in previous.difference(&now) {
+            stale.entry(name.as_str()).or_default().push(self.number(
+                attrs,
+                0.0,
+                self.start_ns,
+                NO_RECORDED_VALUE,
+            ));
+        }
+        for (name, data_points) in stale {
+            metrics.push(Metric {
+                name: name.to_string(),
+                data: Some(metric::Data::Gauge(Gauge { data_points })),
+                ..Default::default()
+            });
+        }
+        let gauge = |name: &str, v: f64| Metric {
+            name: name.to_string(),
+            data: Some(metric::Data::Gauge(Gauge {
+                data_points: vec![self.number(&[], v, self.start_ns, 0)],
+            })),
+            ..Default::default()
+        };
+        metrics.push(gauge("up", if scraped.is_some() { 1.0 } else { 0.0 }));
+        if let Some((took, samples)) = scraped {
+            metrics.push(gauge("scrape_duration_seconds", took.as_secs_f64()));
+            metrics.push(gauge("scrape_samples_scraped", samples as f64));
+        }
+        let (host, port) = self
+            .instance
+            .rsplit_once(':')
+            .unwrap_or((self.instance, ""));
+        let mut resource: Vec<KeyValue> = vec![
+            kv("service.name", self.job),
+            kv("service.instance.id", self.instance),
+            kv("server.address", host),
+            kv("url.scheme", self.scheme),
+        ];
+        if let Ok(p) = port.parse::<i64>() {
+            resource.push(kv_int("server.port", p));
+        }
+        (
+            ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: resource,
+                    ..Default::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(InstrumentationScope {
+                        name: "causeway.prometheus".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                        ..Default::default()
+                    }),
+                    metrics,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            now,
+        )
+    }
+}

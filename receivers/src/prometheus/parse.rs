@@ -1,0 +1,225 @@
+//! The Prometheus text exposition format (0.0.4), as exporters serve it:
+//! `# HELP`, `# TYPE`, and sample lines `name{label="value",…} value [timestamp]`.
+//! Samples are grouped into families by their `# TYPE` (a histogram's
+//! `_bucket`, `_sum` and `_count`, a summary's quantiles, `_sum` and `_count`).
+
+use std::collections::BTreeMap;
+
+/// A family's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Type {
+    /// Monotonic.
+    Counter,
+    /// Up and down.
+    Gauge,
+    /// Cumulative buckets by `le`.
+    Histogram,
+    /// Quantiles.
+    Summary,
+    /// No `# TYPE`: read as a gauge.
+    Untyped,
+}
+
+/// One sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// The sample's own name (`x_bucket`, `x_sum`, …).
+    pub name: String,
+    /// Labels in the order written.
+    pub labels: Vec<(String, String)>,
+    /// Value (NaN and ±Inf as written).
+    pub value: f64,
+    /// Milliseconds since the epoch, when written.
+    pub timestamp_ms: Option<i64>,
+}
+
+/// A metric family.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Family {
+    /// Its name.
+    pub name: String,
+    /// Its type.
+    pub kind: Type,
+    /// `# HELP`.
+    pub help: String,
+    /// Its samples.
+    pub samples: Vec<Sample>,
+}
+
+/// Why an exposition could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// 1-based line.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+fn value(s: &str) -> Option<f64> {
+    match s {
+        "NaN" => Some(f64::NAN),
+        "+Inf" | "Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        s => s.parse().ok(),
+    }
+}
+
+/// `{a="x",b="y"}` (the part after the name); returns the labels and the rest.
+/// Label pairs in the order written.
+pub type Labels = Vec<(String, String)>;
+
+fn labels(s: &str) -> Result<(Labels, &str), String> {
+    let mut out = Vec::new();
+    let mut rest = s.strip_prefix('{').ok_or("expected `{`")?;
+    loop {
+        rest = rest.trim_start();
+        if let Some(r) = rest.strip_prefix('}') {
+            return Ok((out, r));
+        }
+        let eq = rest.find('=').ok_or("a label without `=`")?;
+        let name = rest[..eq].trim();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("invalid label name {name:?}"));
+        }
+        rest = rest[eq + 1..].trim_start();
+        let body = rest
+            .strip_prefix('"')
+            .ok_or("a label value without quotes")?;
+        let mut v = String::new();
+        let mut chars = body.char_indices();
+        let end = loop {
+            match chars.next() {
+                None => return Err("an unterminated label value".into()),
+                Some((i, '"')) => break i,
+                Some((_, '\\')) => match chars.next() {
+                    Some((_, 'n')) => v.push('\n'),
+                    Some((_, c)) => v.push(c),
+                    None => return Err("an unterminated label value".into()),
+                },
+                Some((_, c)) => v.push(c),
+            }
+        };
+        out.push((name.to_string(), v));
+        rest = body[end + 1..].trim_start();
+        if let Some(r) = rest.strip_prefix(',') {
+            rest = r;
+        } else if !rest.starts_with('}') {
+            return Err("expected `,` or `}` after a label".into());
+        }
+    }
+}
+
+/// The family a sample named `name` belongs to, given the declared types.
+fn family_of<'a>(name: &'a str, types: &BTreeMap<String, Type>) -> &'a str {
+    if types.contains_key(name) {
+        return name;
+    }
+    for suffix in ["_bucket", "_sum", "_count", "_total", "_created"] {
+        if let Some(base) = name.strip_suffix(suffix) {
+            if types.contains_key(base) {
+                return base;
+            }
+        }
+    }
+    name
+}
+
+/// Parse an exposition; at most `max_samples` samples are read (the rest is
+/// an error, so that a target over its limit is reported, not cut silently).
+pub fn parse(text: &str, max_samples: usize) -> Result<Vec<Family>, ParseError> {
+    let mut types: BTreeMap<String, Type> = BTreeMap::new();
+    let mut helps: BTreeMap<String, String> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    let mut by_name: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
+    let mut count = 0usize;
+    for (i, line) in text.lines().enumerate() {
+        let err = |message: String| ParseError {
+            line: i + 1,
+            message,
+        };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(c) = line.strip_prefix('#') {
+            let mut w = c.trim_start().splitn(3, ' ');
+            match (w.next(), w.next(), w.next()) {
+                (Some("TYPE"), Some(name), Some(t)) => {
+                    let t = match t.trim() {
+                        "counter" => Type::Counter,
+                        "gauge" => Type::Gauge,
+                        "histogram" => Type::Histogram,
+                        "summary" => Type::Summary,
+                        "untyped" | "unknown" => Type::Untyped,
+                        other => return Err(err(format!("unknown type {other:?}"))),
+                    };
+                    types.insert(name.to_string(), t);
+                }
+                (Some("HELP"), Some(name), help) => {
+                    helps.insert(name.to_string(), help.unwrap_or("").to_string());
+                }
+                _ => {}
+            }
+            continue;
+        }
+        let name_end = line
+            .find(|c: char| c == '{' || c.is_whitespace())
+            .ok_or_else(|| err("a sample without a value".into()))?;
+        let name = &line[..name_end];
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+            || name.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return Err(err(format!("invalid metric name {name:?}")));
+        }
+        let (labels, rest) = if line[name_end..].starts_with('{') {
+            labels(&line[name_end..]).map_err(err)?
+        } else {
+            (Vec::new(), &line[name_end..])
+        };
+        let mut w = rest.split_whitespace();
+        let v = w
+            .next()
+            .and_then(value)
+            .ok_or_else(|| err(format!("{name}: the value is not a number")))?;
+        let ts = match w.next() {
+            Some(t) => Some(
+                t.parse::<i64>()
+                    .map_err(|_| err(format!("{name}: invalid timestamp {t:?}")))?,
+            ),
+            None => None,
+        };
+        count += 1;
+        if count > max_samples {
+            return Err(err(format!(
+                "more than {max_samples} samples (sample_limit)"
+            )));
+        }
+        let fam = family_of(name, &types).to_string();
+        if !by_name.contains_key(&fam) {
+            order.push(fam.clone());
+        }
+        by_name.entry(fam).or_default().push(Sample {
+            name: name.to_string(),
+            labels,
+            value: v,
+            timestamp_ms: ts,
+        });
+    }
+    Ok(order
+        .into_iter()
+        .map(|name| Family {
+            kind: types.get(&name).copied().unwrap_or(Type::Untyped),
+            help: helps.get(&name).cloned().unwrap_or_default(),
+            samples: by_name.remove(&name).unwrap_or_default(),
+            name,
+        })
+        .collect())
+}
