@@ -859,6 +859,20 @@ fn the_prometheus_receiver_scrapes_a_real_server_and_survives_bad_targets() {
         "/metrics",
         axum::routing::get(|| async { "x 1\n".repeat(400_000) }),
     ));
+    let secured = serve_in_thread(axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(|h: axum::http::HeaderMap| async move {
+            if h.get("authorization").is_some_and(|v| v == "Bearer s3cret") {
+                (
+                    axum::http::StatusCode::OK,
+                    "# TYPE secured_metric gauge\nsecured_metric 1\n",
+                )
+            } else {
+                (axum::http::StatusCode::UNAUTHORIZED, "")
+            }
+        }),
+    ));
+    std::fs::write(d.join("token"), "s3cret\n").expect("token");
     let dead = free_port();
     let host = |url: &str| url.trim_start_matches("http://").to_string();
     let daemon = Daemon::start(
@@ -873,6 +887,11 @@ receivers:
       scrape_configs:
         - job_name: prom
           static_configs: [{{ targets: ["{prom}"], labels: {{ env: test }} }}]
+          metric_relabel_configs:
+            - {{ source_labels: [__name__], regex: "go_.*|prometheus_http_.*", action: keep }}
+        - job_name: secured
+          authorization: {{ credentials_file: "{{dir}}/token" }}
+          static_configs: [{{ targets: ["{secured}"] }}]
         - job_name: dead
           static_configs: [{{ targets: ["127.0.0.1:{dead}"] }}]
         - job_name: garbage
@@ -890,6 +909,7 @@ service:
             prom = prom.addr,
             garbage = host(&garbage),
             big = host(&big),
+            secured = host(&secured),
         ),
     );
     let out = d.join("metrics.jsonl");
@@ -912,6 +932,7 @@ service:
     };
     wait_for(Duration::from_secs(30), "every job scraped", || {
         up_values("prom").contains(&1.0)
+            && up_values("secured").contains(&1.0)
             && ["dead", "garbage", "big"]
                 .iter()
                 .all(|j| up_values(j).contains(&0.0))
@@ -935,6 +956,20 @@ service:
         "{hist}"
     );
     assert!(find("go_gc_duration_seconds").is_some_and(|m| m["summary"].is_object()));
+    // metric_relabel_configs kept only go_* and prometheus_http_*.
+    assert!(
+        prom_metrics.iter().all(|m| {
+            let n = m["name"].as_str().unwrap_or("");
+            n.starts_with("go_")
+                || n.starts_with("prometheus_http_")
+                || n == "up"
+                || n.starts_with("scrape_")
+        }),
+        "a series the keep rule should have dropped"
+    );
+    assert!(of_job("secured")
+        .iter()
+        .any(|m| m["name"] == "secured_metric"));
     // Bad targets are counted by reason, and the daemon goes on.
     let errors = |job: &str, reason: &str| {
         daemon

@@ -72,6 +72,167 @@ pub struct ScrapeConfig {
         deserialize_with = "causeway_core::config::lenient_int"
     )]
     pub sample_limit: usize,
+    /// TLS to the targets (`scheme: https`).
+    #[serde(default)]
+    pub tls_config: Option<TlsConfig>,
+    /// `Authorization: Basic …`.
+    #[serde(default)]
+    pub basic_auth: Option<BasicAuth>,
+    /// `Authorization: <type> <credentials>`.
+    #[serde(default)]
+    pub authorization: Option<Authorization>,
+    /// Rules applied to every scraped sample (`__name__` is a label here).
+    #[serde(default)]
+    pub metric_relabel_configs: Vec<RelabelConfig>,
+}
+
+/// `tls_config`, Prometheus' keys.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// CA bundle (default: the system's roots).
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Client certificate.
+    #[serde(default)]
+    pub cert_file: Option<std::path::PathBuf>,
+    /// Its key.
+    #[serde(default)]
+    pub key_file: Option<std::path::PathBuf>,
+    /// The name the target's certificate must carry.
+    #[serde(default)]
+    pub server_name: Option<String>,
+    /// Refused: certificates are always verified.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+impl TlsConfig {
+    /// As causeway's client TLS settings.
+    pub fn client(&self) -> causeway_core::tls::ClientTls {
+        causeway_core::tls::ClientTls {
+            ca_file: self.ca_file.clone(),
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+            server_name_override: self.server_name.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// `basic_auth`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuth {
+    /// User name.
+    pub username: String,
+    /// Password.
+    #[serde(default)]
+    pub password: Option<causeway_core::tls::Secret>,
+    /// The password, read from a file (trailing whitespace trimmed).
+    #[serde(default)]
+    pub password_file: Option<std::path::PathBuf>,
+}
+
+/// `authorization`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Authorization {
+    /// The scheme (default `Bearer`).
+    #[serde(default = "bearer", rename = "type")]
+    pub kind: String,
+    /// The credentials.
+    #[serde(default)]
+    pub credentials: Option<causeway_core::tls::Secret>,
+    /// The credentials, read from a file.
+    #[serde(default)]
+    pub credentials_file: Option<std::path::PathBuf>,
+}
+
+fn bearer() -> String {
+    "Bearer".into()
+}
+
+/// One `metric_relabel_configs` rule.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelabelConfig {
+    /// Labels whose values, joined by `separator`, are matched.
+    #[serde(default)]
+    pub source_labels: Vec<String>,
+    /// Default `;`.
+    #[serde(default = "semicolon")]
+    pub separator: String,
+    /// Anchored regular expression (default `(.*)`).
+    #[serde(default = "any")]
+    pub regex: String,
+    /// The label `replace` writes.
+    #[serde(default)]
+    pub target_label: Option<String>,
+    /// What `replace` writes, with `$1`-style references (default `$1`).
+    #[serde(default = "dollar_one")]
+    pub replacement: String,
+    /// `replace` (default), `keep`, `drop`, `labeldrop` or `labelkeep`.
+    #[serde(default)]
+    pub action: RelabelAction,
+}
+
+/// A relabeling action.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RelabelAction {
+    /// Set `target_label` from the match.
+    #[default]
+    Replace,
+    /// Keep only matching samples.
+    Keep,
+    /// Drop matching samples.
+    Drop,
+    /// Remove labels whose name matches.
+    Labeldrop,
+    /// Keep only labels whose name matches.
+    Labelkeep,
+}
+
+fn semicolon() -> String {
+    ";".into()
+}
+fn any() -> String {
+    "(.*)".into()
+}
+fn dollar_one() -> String {
+    "$1".into()
+}
+
+fn read_secret(
+    inline: Option<&causeway_core::tls::Secret>,
+    file: Option<&std::path::Path>,
+) -> Result<String, String> {
+    match (inline, file) {
+        (_, Some(f)) => std::fs::read_to_string(f)
+            .map(|s| s.trim_end().to_string())
+            .map_err(|e| format!("{}: {e}", f.display())),
+        (Some(s), None) => Ok(s.expose().to_string()),
+        (None, None) => Ok(String::new()),
+    }
+}
+
+impl ScrapeConfig {
+    /// The `Authorization` header value, when the job has one.
+    pub fn authorization(&self) -> Result<Option<String>, String> {
+        if let Some(b) = &self.basic_auth {
+            let pw = read_secret(b.password.as_ref(), b.password_file.as_deref())?;
+            return Ok(Some(format!(
+                "Basic {}",
+                causeway_core::tls::base64(format!("{}:{pw}", b.username).as_bytes())
+            )));
+        }
+        if let Some(a) = &self.authorization {
+            let c = read_secret(a.credentials.as_ref(), a.credentials_file.as_deref())?;
+            return Ok(Some(format!("{} {c}", a.kind)));
+        }
+        Ok(None)
+    }
 }
 
 /// `static_configs[]`.
@@ -135,14 +296,51 @@ impl Validate for PrometheusReceiverConfig {
                     format!("duplicate job {:?}", j.job_name),
                 ));
             }
-            if j.scheme != "http" {
+            if j.scheme != "http" && j.scheme != "https" {
                 e.push(ConfigError::new(
                     at("scheme"),
-                    format!(
-                        "{:?}: only `http` is supported so far (no tls_config yet)",
-                        j.scheme
-                    ),
+                    format!("{:?}: `http` or `https`", j.scheme),
                 ));
+            }
+            if let Some(t) = &j.tls_config {
+                if t.insecure_skip_verify {
+                    e.push(ConfigError::new(
+                        at("tls_config.insecure_skip_verify"),
+                        "not supported: causeway always verifies certificates; give the target's CA in ca_file",
+                    ));
+                }
+                e.extend(t.client().errors(&at("tls_config")));
+            }
+            if j.basic_auth.is_some() && j.authorization.is_some() {
+                e.push(ConfigError::new(
+                    at("authorization"),
+                    "set basic_auth or authorization, not both",
+                ));
+            }
+            if let Err(m) = j.authorization() {
+                e.push(ConfigError::new(at("basic_auth"), m));
+            }
+            for (r, rule) in j.metric_relabel_configs.iter().enumerate() {
+                let p = |k: &str| at(&format!("metric_relabel_configs[{r}].{k}"));
+                if let Err(x) = regex::Regex::new(&format!("^(?:{})$", rule.regex)) {
+                    e.push(ConfigError::new(p("regex"), format!("invalid regex: {x}")));
+                }
+                if rule.action == RelabelAction::Replace && rule.target_label.is_none() {
+                    e.push(ConfigError::new(
+                        p("target_label"),
+                        "required with action: replace",
+                    ));
+                }
+                if matches!(
+                    rule.action,
+                    RelabelAction::Keep | RelabelAction::Drop | RelabelAction::Replace
+                ) && rule.source_labels.is_empty()
+                {
+                    e.push(ConfigError::new(
+                        p("source_labels"),
+                        "required with this action",
+                    ));
+                }
             }
             if !j.metrics_path.starts_with('/') {
                 e.push(ConfigError::new(at("metrics_path"), "must start with `/`"));

@@ -19,6 +19,7 @@
 
 pub mod config;
 pub mod parse;
+pub mod relabel;
 #[cfg(test)]
 mod tests;
 
@@ -98,12 +99,16 @@ impl Receiver for PrometheusReceiver {
         out: Output,
         shutdown: CancellationToken,
     ) -> Result<(), BoxError> {
-        let client = reqwest::Client::builder()
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         let mut tasks = tokio::task::JoinSet::new();
         for job in &self.cfg.config.scrape_configs {
             let (interval, timeout) = job.timing(&self.cfg.config.global);
+            let tls = job.tls_config.clone().unwrap_or_default().client();
+            let client = reqwest::Client::builder()
+                .use_preconfigured_tls(tls.client_config()?)
+                .build()
+                .map_err(|e| format!("job {}: cannot build the HTTP client: {e}", job.job_name))?;
+            let auth = job.authorization()?;
+            let rules = std::sync::Arc::new(relabel::compile(&job.metric_relabel_configs)?);
             for sc in &job.static_configs {
                 for target in &sc.targets {
                     let t = Target {
@@ -114,6 +119,8 @@ impl Receiver for PrometheusReceiver {
                         interval,
                         timeout,
                         client: client.clone(),
+                        auth: auth.clone(),
+                        rules: rules.clone(),
                         telemetry: self.telemetry.clone(),
                     };
                     tasks.spawn(t.run(out.clone(), shutdown.clone()));
@@ -134,6 +141,8 @@ struct Target {
     interval: Duration,
     timeout: Duration,
     client: reqwest::Client,
+    auth: Option<String>,
+    rules: std::sync::Arc<Vec<relabel::Rule>>,
     telemetry: Registry,
 }
 
@@ -163,20 +172,20 @@ impl Target {
 
     async fn fetch(&self) -> Result<String, Failure> {
         let fail = |reason, detail: String| Failure { reason, detail };
-        let resp = self
+        let mut req = self
             .client
             .get(self.url())
-            .header("accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
-            .timeout(self.timeout)
-            .send()
-            .await
-            .map_err(|e| {
-                if e.is_timeout() {
-                    fail("timeout", e.to_string())
-                } else {
-                    fail("connect", e.to_string())
-                }
-            })?;
+            .header("accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1");
+        if let Some(a) = &self.auth {
+            req = req.header("authorization", a);
+        }
+        let resp = req.timeout(self.timeout).send().await.map_err(|e| {
+            if e.is_timeout() {
+                fail("timeout", e.to_string())
+            } else {
+                fail("connect", e.to_string())
+            }
+        })?;
         if !resp.status().is_success() {
             return Err(fail("http_status", format!("answered {}", resp.status())));
         }
@@ -237,7 +246,22 @@ impl Target {
                 start_ns,
             };
             let (rm, now) = match scraped {
-                Ok(families) => {
+                Ok(mut families) => {
+                    if !self.rules.is_empty() {
+                        for f in &mut families {
+                            f.samples = std::mem::take(&mut f.samples)
+                                .into_iter()
+                                .filter_map(|mut s| {
+                                    let (name, labels) =
+                                        relabel::apply(&self.rules, &s.name, &s.labels)?;
+                                    s.name = name;
+                                    s.labels = labels;
+                                    Some(s)
+                                })
+                                .collect();
+                        }
+                        families.retain(|f| !f.samples.is_empty());
+                    }
                     let samples = families.iter().map(|f| f.samples.len()).sum::<usize>();
                     scrape.to_metrics(&families, &previous, Some((began.elapsed(), samples)))
                 }
