@@ -38,6 +38,10 @@ command -v logrotate >/dev/null || missing+=(logrotate)
 [[ -x /usr/bin/victoria-metrics ]] || missing+=(victoria-metrics)
 [[ -x /usr/bin/prometheus ]] || missing+=(prometheus)
 [[ -x /usr/bin/prometheus-alertmanager ]] || missing+=(prometheus-alertmanager)
+# tests/prometheus_exporters_e2e.rs: the prometheus receiver against Debian's exporters.
+[[ -x /usr/bin/prometheus-redis-exporter ]] || missing+=(prometheus-redis-exporter)
+[[ -x /usr/bin/prometheus-nginx-exporter ]] || missing+=(prometheus-nginx-exporter)
+[[ -x /usr/bin/prometheus-node-exporter ]] || missing+=(prometheus-node-exporter)
 if ((${#missing[@]})); then
   echo "== installing ${missing[*]} (apt-get, once)"
   if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
@@ -47,7 +51,8 @@ if ((${#missing[@]})); then
   # The packages' own services are not used: each test starts its own servers.
   (service nginx stop; service redis-server stop; service postgresql stop
    service prometheus stop; service prometheus-alertmanager stop; service victoria-metrics stop
-   service prometheus-node-exporter stop) >/dev/null 2>&1 || true
+   service prometheus-node-exporter stop; service prometheus-redis-exporter stop
+   service prometheus-nginx-exporter stop) >/dev/null 2>&1 || true
 fi
 if [[ ! -d tests/testbed/node_modules/@opentelemetry/sdk-node ]]; then
   echo "== npm ci in tests/testbed (the OpenTelemetry Node.js SDK, express, ioredis, pg; once)"

@@ -1,0 +1,251 @@
+//! The `prometheus` receiver against exporters from Debian, started here on
+//! free ports: `prometheus-redis-exporter` in front of a real `redis-server`
+//! (hits and misses made with `redis-cli`), `prometheus-nginx-exporter` in
+//! front of a real NGINX `stub_status`, and `prometheus-node-exporter`.
+//! Every family arrives with its type, `up` is 1, and an exporter that stops
+//! gives `up` 0 and staleness markers. `scripts/test.sh` installs them.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}
+
+fn start(d: &Path, name: &str, bin: &str, args: &[String], port: u16) -> Proc {
+    assert!(
+        Path::new(bin).exists(),
+        "{bin}: scripts/test.sh installs it"
+    );
+    let log = std::fs::File::create(d.join(format!("{name}.log"))).expect("log");
+    let child = Command::new(bin)
+        .args(args)
+        .current_dir(d)
+        .stdout(Stdio::from(log.try_clone().expect("log")))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap_or_else(|e| panic!("{bin}: {e}"));
+    let mut p = Proc(child);
+    wait_for(Duration::from_secs(30), name, || {
+        if let Ok(Some(st)) = p.0.try_wait() {
+            panic!(
+                "{name} exited {st}: {}",
+                std::fs::read_to_string(d.join(format!("{name}.log"))).unwrap_or_default()
+            );
+        }
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    p
+}
+
+fn redis_cli(port: u16, args: &[&str]) {
+    let ok = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli")
+        .status
+        .success();
+    assert!(ok, "redis-cli {args:?}");
+}
+
+#[test]
+fn debian_exporters_scraped_with_types_up_and_staleness() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (redis, redis_exp, nginx, nginx_exp, node_exp) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+
+    let _redis = start(
+        d,
+        "redis",
+        "/usr/bin/redis-server",
+        &[
+            "--port".into(),
+            redis.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            "no".into(),
+            "--dir".into(),
+            d.display().to_string(),
+        ],
+        redis,
+    );
+    // Two hits, three misses.
+    redis_cli(redis, &["SET", "k", "v"]);
+    for _ in 0..2 {
+        redis_cli(redis, &["GET", "k"]);
+    }
+    for key in ["a", "b", "c"] {
+        redis_cli(redis, &["GET", key]);
+    }
+    let redis_exporter = start(
+        d,
+        "redis_exporter",
+        "/usr/bin/prometheus-redis-exporter",
+        &[
+            format!("-redis.addr=redis://127.0.0.1:{redis}"),
+            format!("-web.listen-address=127.0.0.1:{redis_exp}"),
+        ],
+        redis_exp,
+    );
+
+    std::fs::write(
+        d.join("nginx.conf"),
+        format!(
+            "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log;\nevents {{ worker_connections 32; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;\n  server {{ listen 127.0.0.1:{nginx}; location = /stub_status {{ stub_status; }} }}\n}}\n",
+            d = d.display()
+        ),
+    )
+    .expect("nginx.conf");
+    let _nginx = start(
+        d,
+        "nginx",
+        "/usr/sbin/nginx",
+        &[
+            "-c".into(),
+            d.join("nginx.conf").display().to_string(),
+            "-p".into(),
+            d.display().to_string(),
+        ],
+        nginx,
+    );
+    let _nginx_exporter = start(
+        d,
+        "nginx_exporter",
+        "/usr/bin/prometheus-nginx-exporter",
+        &[
+            format!("-nginx.scrape-uri=http://127.0.0.1:{nginx}/stub_status"),
+            format!("-web.listen-address=127.0.0.1:{nginx_exp}"),
+        ],
+        nginx_exp,
+    );
+    let _node_exporter = start(
+        d,
+        "node_exporter",
+        "/usr/bin/prometheus-node-exporter",
+        &[format!("--web.listen-address=127.0.0.1:{node_exp}")],
+        node_exp,
+    );
+
+    let daemon = Daemon::start(
+        d,
+        "scraper",
+        &format!(
+            r#"
+receivers:
+  prometheus:
+    config:
+      global: {{ scrape_interval: 500ms }}
+      scrape_configs:
+        - job_name: redis
+          static_configs: [{{ targets: ["127.0.0.1:{redis_exp}"] }}]
+        - job_name: nginx
+          static_configs: [{{ targets: ["127.0.0.1:{nginx_exp}"] }}]
+        - job_name: node
+          static_configs: [{{ targets: ["127.0.0.1:{node_exp}"] }}]
+exporters:
+  file: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    metrics: {{ receivers: [prometheus], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
+    let out = d.join("metrics.jsonl");
+    let of_job = |job: &str| -> Vec<Value> {
+        metrics(&read_jsonl(&out))
+            .into_iter()
+            .filter(|(r, _)| {
+                attr(&r["attributes"], "service.name").and_then(|v| v["stringValue"].as_str())
+                    == Some(job)
+            })
+            .map(|(_, m)| m)
+            .collect()
+    };
+    let last = |job: &str, name: &str| -> Option<Value> {
+        of_job(job).into_iter().rev().find(|m| m["name"] == name)
+    };
+    let value = |m: &Value, kind: &str| -> Option<f64> {
+        m[kind]["dataPoints"]
+            .as_array()?
+            .iter()
+            .find_map(|p| p["asDouble"].as_f64())
+    };
+    wait_for(
+        Duration::from_secs(30),
+        "the three exporters scraped",
+        || {
+            ["redis", "nginx", "node"]
+                .iter()
+                .all(|j| last(j, "up").and_then(|m| value(&m, "gauge")) == Some(1.0))
+        },
+    );
+    // Redis: the exporter's counters carry what redis-cli did.
+    let hits = last("redis", "redis_keyspace_hits_total").expect("hits");
+    assert_eq!(hits["sum"]["isMonotonic"], true);
+    assert_eq!(value(&hits, "sum"), Some(2.0));
+    let misses = last("redis", "redis_keyspace_misses_total").expect("misses");
+    assert_eq!(value(&misses, "sum"), Some(3.0));
+    assert!(last("redis", "redis_connected_clients").is_some_and(|m| m["gauge"].is_object()));
+    assert_eq!(
+        last("redis", "redis_up").and_then(|m| value(&m, "gauge")),
+        Some(1.0)
+    );
+    // NGINX stub_status through its exporter.
+    assert!(last("nginx", "nginx_connections_active").is_some_and(|m| m["gauge"].is_object()));
+    assert!(
+        last("nginx", "nginx_http_requests_total").is_some_and(|m| m["sum"]["isMonotonic"] == true)
+    );
+    // node_exporter: counters, gauges, and the Go runtime's summary.
+    assert!(last("node", "node_cpu_seconds_total").is_some_and(|m| m["sum"]["isMonotonic"] == true));
+    assert!(last("node", "node_memory_MemAvailable_bytes").is_some_and(|m| m["gauge"].is_object()));
+    assert!(last("node", "go_gc_duration_seconds").is_some_and(|m| m["summary"].is_object()));
+    assert_eq!(
+        daemon.metric("causeway_prometheus_scrape_errors_total{job=\"redis\",reason=\"connect\"}"),
+        None
+    );
+
+    // The Redis exporter stops: up 0, its series marked stale.
+    drop(redis_exporter);
+    wait_for(
+        Duration::from_secs(30),
+        "redis exporter down and stale",
+        || {
+            let up0 = last("redis", "up").and_then(|m| value(&m, "gauge")) == Some(0.0);
+            let stale = of_job("redis").iter().any(|m| {
+                m["name"] == "redis_keyspace_hits_total"
+                    && m["gauge"]["dataPoints"]
+                        .as_array()
+                        .is_some_and(|ps| ps.iter().any(|p| p["flags"] == 1))
+            });
+            up0 && stale
+        },
+    );
+    assert!(
+        daemon
+            .metric("causeway_prometheus_scrape_errors_total{job=\"redis\",reason=\"connect\"}")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+    assert!(daemon.terminate().success());
+}
