@@ -249,3 +249,139 @@ service:
     );
     assert!(daemon.terminate().success());
 }
+
+/// Targets that misbehave: an endless body, one that hangs, a million
+/// series, a 1 MiB label value, series written twice, NaN and infinities.
+/// Each is bounded and counted by reason, the good target beside them keeps
+/// flowing, and the daemon's memory stays bounded.
+#[test]
+fn misbehaving_targets_are_bounded_counted_and_the_rest_flows() {
+    use axum::routing::get;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let endless = serve_in_thread(axum::Router::new().route(
+        "/metrics",
+        get(|| async {
+            let chunk = bytes::Bytes::from("endless_series 1\n".repeat(4096));
+            use futures::StreamExt;
+            let stream = futures::stream::repeat(chunk).map(Ok::<_, std::io::Error>);
+            axum::body::Body::from_stream(stream)
+        }),
+    ));
+    let hang = serve_in_thread(axum::Router::new().route(
+        "/metrics",
+        get(|| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            "never"
+        }),
+    ));
+    let million = serve_in_thread(axum::Router::new().route(
+        "/metrics",
+        get(|| async {
+            let mut s = String::with_capacity(20_000_000);
+            for i in 0..1_000_000u32 {
+                s.push_str(&format!("m{{i=\"{i}\"}} 1\n"));
+            }
+            s
+        }),
+    ));
+    let big_label = serve_in_thread(axum::Router::new().route(
+        "/metrics",
+        get(|| async { format!("x{{v=\"{}\"}} 1\n", "a".repeat(1 << 20)) }),
+    ));
+    let odd = serve_in_thread(axum::Router::new().route(
+        "/metrics",
+        get(|| async {
+            "# TYPE dup gauge\ndup{a=\"1\"} 1\ndup{a=\"1\"} 2\nnan_value NaN\npos_inf +Inf\nneg_inf -Inf\n"
+        }),
+    ));
+    let host = |url: &str| url.trim_start_matches("http://").to_string();
+    let daemon = Daemon::start(
+        d,
+        "scraper",
+        &format!(
+            r#"
+receivers:
+  prometheus:
+    config:
+      global: {{ scrape_interval: 500ms, scrape_timeout: 400ms }}
+      scrape_configs:
+        - job_name: endless
+          body_size_limit: 1MiB
+          static_configs: [{{ targets: ["{endless}"] }}]
+        - job_name: hang
+          static_configs: [{{ targets: ["{hang}"] }}]
+        - job_name: million
+          scrape_timeout: 5s
+          scrape_interval: 5s
+          static_configs: [{{ targets: ["{million}"] }}]
+        - job_name: big_label
+          static_configs: [{{ targets: ["{big_label}"] }}]
+        - job_name: odd
+          static_configs: [{{ targets: ["{odd}"] }}]
+exporters:
+  file: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    metrics: {{ receivers: [prometheus], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+            endless = host(&endless),
+            hang = host(&hang),
+            million = host(&million),
+            big_label = host(&big_label),
+            odd = host(&odd),
+        ),
+    );
+    let errors = |job: &str, reason: &str| {
+        daemon
+            .metric(&format!(
+                "causeway_prometheus_scrape_errors_total{{job=\"{job}\",reason=\"{reason}\"}}"
+            ))
+            .unwrap_or(0.0)
+    };
+    wait_for(Duration::from_secs(60), "every bad target counted", || {
+        errors("endless", "body_size_limit") >= 1.0
+            && errors("hang", "timeout") >= 1.0
+            && errors("million", "sample_limit") >= 1.0
+            && errors("big_label", "label_value_length_limit") >= 1.0
+            && errors("odd", "duplicate_series") >= 1.0
+    });
+    // The good parts of the odd target flow: the first of the duplicates, NaN and infinities.
+    let out = d.join("metrics.jsonl");
+    let odd_metrics: Vec<Value> = metrics(&read_jsonl(&out))
+        .into_iter()
+        .filter(|(r, _)| {
+            attr(&r["attributes"], "service.name").and_then(|v| v["stringValue"].as_str())
+                == Some("odd")
+        })
+        .map(|(_, m)| m)
+        .collect();
+    let dup = odd_metrics
+        .iter()
+        .find(|m| m["name"] == "dup")
+        .expect("dup");
+    let points = dup["gauge"]["dataPoints"].as_array().expect("points");
+    assert_eq!(points.len(), 1, "{dup}");
+    assert_eq!(points[0]["asDouble"].as_f64(), Some(1.0));
+    for name in ["nan_value", "pos_inf", "neg_inf"] {
+        assert!(
+            odd_metrics.iter().any(|m| m["name"] == name),
+            "{name} missing"
+        );
+    }
+    // Each reason is logged once per target, not every round.
+    let log = daemon.stderr("scraper");
+    assert_eq!(log.matches("job=endless").count(), 1, "{log}");
+    // Memory stayed bounded: the peak RSS of the daemon.
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", daemon.child.id())).expect("status");
+    let hwm_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM");
+    eprintln!("peak RSS {} MiB", hwm_kb / 1024);
+    assert!(hwm_kb < 400 * 1024, "peak RSS {hwm_kb} kB");
+    assert!(daemon.terminate().success());
+}

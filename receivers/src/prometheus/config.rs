@@ -72,6 +72,12 @@ pub struct ScrapeConfig {
         deserialize_with = "causeway_core::config::lenient_int"
     )]
     pub sample_limit: usize,
+    /// Longest label value accepted (default 65536 bytes); a longer one fails the scrape.
+    #[serde(
+        default = "default_label_value_limit",
+        deserialize_with = "causeway_core::config::lenient_int"
+    )]
+    pub label_value_length_limit: usize,
     /// TLS to the targets (`scheme: https`).
     #[serde(default)]
     pub tls_config: Option<TlsConfig>,
@@ -254,6 +260,9 @@ fn default_scheme() -> String {
 }
 fn default_body_limit() -> ByteSize {
     ByteSize(16 << 20)
+}
+fn default_label_value_limit() -> usize {
+    65_536
 }
 fn default_sample_limit() -> usize {
     200_000

@@ -226,14 +226,29 @@ impl Target {
             let time_ns = now_ns();
             let scraped = async {
                 let text = self.fetch().await?;
-                parse::parse(&text, self.job.sample_limit).map_err(|e| Failure {
+                let families = parse::parse(&text, self.job.sample_limit).map_err(|e| Failure {
                     reason: if e.message.contains("sample_limit") {
                         "sample_limit"
                     } else {
                         "parse"
                     },
                     detail: e.to_string(),
-                })
+                })?;
+                let limit = self.job.label_value_length_limit;
+                if let Some(s) = families
+                    .iter()
+                    .flat_map(|f| &f.samples)
+                    .find(|s| s.labels.iter().any(|(_, v)| v.len() > limit))
+                {
+                    return Err(Failure {
+                        reason: "label_value_length_limit",
+                        detail: format!(
+                            "{}: a label value is longer than label_value_length_limit ({limit} bytes)",
+                            s.name
+                        ),
+                    });
+                }
+                Ok(families)
             }
             .await;
             let scrape = Scrape {
@@ -247,6 +262,28 @@ impl Target {
             };
             let (rm, now) = match scraped {
                 Ok(mut families) => {
+                    // A series written twice: the first is kept, as Prometheus does.
+                    let mut dups = 0u64;
+                    for f in &mut families {
+                        let mut seen = HashSet::new();
+                        f.samples.retain(|s| {
+                            let new = seen.insert((s.name.clone(), s.labels.clone()));
+                            dups += u64::from(!new);
+                            new
+                        });
+                    }
+                    if dups > 0 {
+                        self.telemetry
+                            .counter(
+                                SCRAPE_ERRORS,
+                                "Failed scrapes of Prometheus targets, by job and reason.",
+                                &[("job", &self.job.job_name), ("reason", "duplicate_series")],
+                            )
+                            .add(dups);
+                        if reported.insert("duplicate_series") {
+                            tracing::warn!(receiver = %self.receiver, job = %self.job.job_name, target = %self.target, duplicates = dups, "Series written twice in one scrape; the first of each is kept.");
+                        }
+                    }
                     if !self.rules.is_empty() {
                         for f in &mut families {
                             f.samples = std::mem::take(&mut f.samples)
