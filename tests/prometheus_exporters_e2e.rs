@@ -385,3 +385,166 @@ service:
     assert!(hwm_kb < 400 * 1024, "peak RSS {hwm_kb} kB");
     assert!(daemon.terminate().success());
 }
+
+/// PostgreSQL, run as `postgres` (it refuses root), killed with its process
+/// group when the test ends.
+struct Pg(Child);
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .stderr(Stdio::null())
+            .status()
+            .ok();
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}
+
+fn pg_bin(name: &str) -> std::path::PathBuf {
+    let mut v: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("/usr/lib/postgresql: scripts/test.sh installs postgresql")
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin").join(name)))
+        .filter(|p| p.exists())
+        .collect();
+    v.sort();
+    v.pop().expect("a PostgreSQL server binary")
+}
+
+#[test]
+fn the_postgres_exporter_in_front_of_a_real_postgresql() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let pgdata = d.join("pg");
+    std::fs::create_dir(&pgdata).expect("pgdata");
+    for (cmd, args) in [
+        (
+            "chown",
+            vec![
+                "postgres:postgres".to_string(),
+                pgdata.display().to_string(),
+            ],
+        ),
+        ("chmod", vec!["755".to_string(), d.display().to_string()]),
+    ] {
+        assert!(Command::new(cmd).args(&args).status().expect(cmd).success());
+    }
+    let as_postgres = |bin: std::path::PathBuf| {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin);
+        c
+    };
+    let st = as_postgres(pg_bin("initdb"))
+        .args([
+            "-D",
+            &pgdata.display().to_string(),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .expect("initdb");
+    assert!(st.success(), "initdb failed");
+    let (pg_port, exp) = (free_port(), free_port());
+    let log = std::fs::File::create(d.join("postgres.log")).expect("log");
+    let _pg = Pg(as_postgres(pg_bin("postgres"))
+        .args([
+            "-D",
+            &pgdata.display().to_string(),
+            "-p",
+            &pg_port.to_string(),
+            "-k",
+            &pgdata.display().to_string(),
+            "-c",
+            "listen_addresses=127.0.0.1",
+        ])
+        .process_group(0)
+        .stdout(Stdio::from(log.try_clone().expect("log")))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("postgres"));
+    wait_for(Duration::from_secs(60), "postgres", || {
+        std::net::TcpStream::connect(("127.0.0.1", pg_port)).is_ok()
+    });
+    let bin = "/usr/bin/prometheus-postgres-exporter";
+    assert!(
+        Path::new(bin).exists(),
+        "{bin}: scripts/test.sh installs it"
+    );
+    let elog = std::fs::File::create(d.join("pg_exporter.log")).expect("log");
+    let mut exporter = Proc(
+        Command::new(bin)
+            .arg(format!("--web.listen-address=127.0.0.1:{exp}"))
+            .env(
+                "DATA_SOURCE_NAME",
+                format!("postgresql://postgres@127.0.0.1:{pg_port}/postgres?sslmode=disable"),
+            )
+            .stdout(Stdio::from(elog.try_clone().expect("log")))
+            .stderr(Stdio::from(elog))
+            .spawn()
+            .expect("postgres exporter"),
+    );
+    wait_for(Duration::from_secs(30), "postgres exporter", || {
+        if let Ok(Some(st)) = exporter.0.try_wait() {
+            panic!(
+                "exporter exited {st}: {}",
+                std::fs::read_to_string(d.join("pg_exporter.log")).unwrap_or_default()
+            );
+        }
+        std::net::TcpStream::connect(("127.0.0.1", exp)).is_ok()
+    });
+    let _daemon = Daemon::start(
+        d,
+        "scraper",
+        &format!(
+            r#"
+receivers:
+  prometheus:
+    config:
+      global: {{ scrape_interval: 500ms, scrape_timeout: 5s }}
+      scrape_configs:
+        - job_name: postgres
+          static_configs: [{{ targets: ["127.0.0.1:{exp}"] }}]
+exporters:
+  file: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    metrics: {{ receivers: [prometheus], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
+    let out = d.join("metrics.jsonl");
+    let last = |name: &str| -> Option<Value> {
+        metrics(&read_jsonl(&out))
+            .into_iter()
+            .rev()
+            .map(|(_, m)| m)
+            .find(|m| m["name"] == name)
+    };
+    let gauge = |m: &Value| m["gauge"]["dataPoints"][0]["asDouble"].as_f64();
+    wait_for(Duration::from_secs(30), "pg_up = 1", || {
+        last("pg_up").and_then(|m| gauge(&m)) == Some(1.0)
+    });
+    // The lock evidence #20 builds on: pg_locks_count by mode, as a gauge.
+    let locks = last("pg_locks_count").expect("pg_locks_count");
+    let modes: Vec<String> = locks["gauge"]["dataPoints"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .filter_map(|p| {
+            attr(&p["attributes"], "mode")
+                .and_then(|v| v["stringValue"].as_str())
+                .map(str::to_string)
+        })
+        .collect();
+    assert!(modes.iter().any(|m| m == "accesssharelock"), "{modes:?}");
+    assert!(last("pg_settings_max_connections")
+        .and_then(|m| gauge(&m))
+        .is_some_and(|v| v >= 1.0));
+    assert!(last("pg_stat_database_xact_commit").is_some_and(|m| m["sum"]["isMonotonic"] == true));
+}
