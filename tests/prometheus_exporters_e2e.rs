@@ -172,16 +172,7 @@ service:
         ),
     );
     let out = d.join("metrics.jsonl");
-    let of_job = |job: &str| -> Vec<Value> {
-        metrics(&read_jsonl(&out))
-            .into_iter()
-            .filter(|(r, _)| {
-                attr(&r["attributes"], "service.name").and_then(|v| v["stringValue"].as_str())
-                    == Some(job)
-            })
-            .map(|(_, m)| m)
-            .collect()
-    };
+    let of_job = |job: &str| metrics_of_service(&read_jsonl(&out), job);
     let last = |job: &str, name: &str| -> Option<Value> {
         of_job(job).into_iter().rev().find(|m| m["name"] == name)
     };
@@ -349,14 +340,7 @@ service:
     });
     // The good parts of the odd target flow: the first of the duplicates, NaN and infinities.
     let out = d.join("metrics.jsonl");
-    let odd_metrics: Vec<Value> = metrics(&read_jsonl(&out))
-        .into_iter()
-        .filter(|(r, _)| {
-            attr(&r["attributes"], "service.name").and_then(|v| v["stringValue"].as_str())
-                == Some("odd")
-        })
-        .map(|(_, m)| m)
-        .collect();
+    let odd_metrics = metrics_of_service(&read_jsonl(&out), "odd");
     let dup = odd_metrics
         .iter()
         .find(|m| m["name"] == "dup")

@@ -913,16 +913,7 @@ service:
         ),
     );
     let out = d.join("metrics.jsonl");
-    let of_job = |job: &str| -> Vec<Value> {
-        common::metrics(&read_jsonl(&out))
-            .into_iter()
-            .filter(|(r, _)| {
-                attr(&r["attributes"], "service.name").and_then(|v| v["stringValue"].as_str())
-                    == Some(job)
-            })
-            .map(|(_, m)| m)
-            .collect()
-    };
+    let of_job = |job: &str| metrics_of_service(&read_jsonl(&out), job);
     let up_values = |job: &str| -> Vec<f64> {
         of_job(job)
             .iter()

@@ -250,6 +250,19 @@ pub fn metrics(lines: &[Value]) -> Vec<(Value, Value)> {
     out
 }
 
+/// The metrics of the resources whose `service.name` is `service` (a
+/// scrape job's, for the `prometheus` receiver), from OTLP JSON lines.
+pub fn metrics_of_service(lines: &[Value], service: &str) -> Vec<Value> {
+    metrics(lines)
+        .into_iter()
+        .filter(|(r, _)| {
+            attr(&r["attributes"], "service.name").and_then(|v| v["stringValue"].as_str())
+                == Some(service)
+        })
+        .map(|(_, m)| m)
+        .collect()
+}
+
 /// The value of attribute `key` in an OTLP JSON attribute list.
 pub fn attr<'a>(attrs: &'a Value, key: &str) -> Option<&'a Value> {
     attrs
