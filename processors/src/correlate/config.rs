@@ -14,7 +14,7 @@ pub struct RuleConfig {
     /// The cause it concludes: one of the vocabulary, or a new cause.
     pub cause: String,
     /// A SELECT over the tables `traces`, `spans`, `logs`, `route_stats`,
-    /// `kafka_lag` and `host`, returning one row per trace it explains with
+    /// `kafka_lag`, `host` and `dependency`, returning one row per trace it explains with
     /// the columns `trace_id`, `confidence` (0..1) and `summary`, and
     /// optionally `culprit_span_id` and `evidence`.
     pub sql: String,
@@ -90,6 +90,10 @@ pub struct CorrelateConfig {
     /// Per-operation latency baselines.
     #[serde(default)]
     pub baseline: BaselineConfig,
+    /// How the metrics of the servers a trace called (scraped from their
+    /// exporters) join its client spans.
+    #[serde(default)]
+    pub dependencies: DependenciesConfig,
     /// Alert rules over the route windows, root-cause results and lag status
     /// (see [`super::alerts`]); alerts leave as log records into the logs
     /// pipelines this processor is in.
@@ -125,6 +129,38 @@ impl Default for ConsumerLagConfig {
             sample_interval: lag_sample_interval(),
         }
     }
+}
+
+/// `processors.correlate.dependencies`: a dependency's metrics (Redis,
+/// PostgreSQL, NGINX, Envoy, vLLM, Triton, DCGM; see [`super::deps`]) join
+/// the client spans that called it by address.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DependenciesConfig {
+    /// How often the dependencies are scraped: a client span joins the
+    /// points within this of its start and end (default 15s). Set it to
+    /// your `scrape_interval`.
+    #[serde(default = "dep_sample_interval")]
+    pub sample_interval: Duration,
+    /// Addresses spans call → the scrape `job` or `instance` whose metrics
+    /// describe that server, for what the automatic mapping cannot know,
+    /// e.g. `{"redis.shop:6379": redis-cache}` when the exporter runs
+    /// elsewhere than the server it watches.
+    #[serde(default)]
+    pub addresses: HashMap<String, String>,
+}
+
+impl Default for DependenciesConfig {
+    fn default() -> Self {
+        DependenciesConfig {
+            sample_interval: dep_sample_interval(),
+            addresses: HashMap::new(),
+        }
+    }
+}
+
+fn dep_sample_interval() -> Duration {
+    Duration::secs(15)
 }
 
 /// `processors.correlate.baseline`.
@@ -229,6 +265,12 @@ impl Validate for CorrelateConfig {
         }
         if self.baseline.window.get().is_zero() {
             e.push(ConfigError::new("baseline.window", "must be more than 0"));
+        }
+        if self.dependencies.sample_interval.get().is_zero() {
+            e.push(ConfigError::new(
+                "dependencies.sample_interval",
+                "must be more than 0",
+            ));
         }
         if self.consumer_lag.lag_threshold <= 0.0 {
             e.push(ConfigError::new(

@@ -7,7 +7,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 use opentelemetry_proto::tonic::trace::v1::{
     span::SpanKind, status::StatusCode, ResourceSpans, Span,
 };
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::baseline::Baselines;
 use super::critical::{critical_path, root, Node};
@@ -66,6 +66,24 @@ pub struct SpanRow {
     pub consumer_group: Option<String>,
     /// `server.address` (or `net.peer.name`).
     pub server_address: Option<String>,
+    /// `server.port` (or `net.peer.port`).
+    pub server_port: Option<i64>,
+    /// `gen_ai.request.model` (or `gen_ai.response.model`).
+    pub gen_ai_model: Option<String>,
+    /// `gen_ai.usage.input_tokens` (or the older `gen_ai.usage.prompt_tokens`).
+    pub input_tokens: Option<i64>,
+    /// `gen_ai.usage.output_tokens` (or `gen_ai.usage.completion_tokens`).
+    pub output_tokens: Option<i64>,
+    /// vLLM's `gen_ai.latency.time_in_queue` (ms).
+    pub gen_ai_queue_ms: Option<f64>,
+    /// vLLM's `gen_ai.latency.time_to_first_token` (ms).
+    pub gen_ai_ttft_ms: Option<f64>,
+    /// vLLM's `gen_ai.latency.time_in_model_prefill` (ms).
+    pub gen_ai_prefill_ms: Option<f64>,
+    /// vLLM's `gen_ai.latency.time_in_model_decode` (ms).
+    pub gen_ai_decode_ms: Option<f64>,
+    /// The model's normal prompt length (median input tokens), once known.
+    pub prompt_baseline: Option<f64>,
     /// `error.type`.
     pub error_type: Option<String>,
     /// `exception.type` of an `exception` event.
@@ -152,11 +170,17 @@ pub struct TraceRow {
     pub kafka: Vec<KafkaRow>,
     /// Pressure of the hosts its spans ran on.
     pub hosts: Vec<HostRow>,
+    /// The servers it called, by their own metrics.
+    pub deps: Vec<super::deps::DepRow>,
     /// Spans that arrived after the trace was analysed, with the remembered
     /// producer span their message came from (not in the batch: its
     /// `at` is [`NOT_IN_BATCH`]).
     pub continuation: bool,
 }
+
+/// The "service" under which prompt lengths (input tokens per model) are
+/// kept in the baselines.
+pub const PROMPT_BASELINE: &str = "\u{0}gen_ai.prompt_tokens";
 
 /// The `at` of a span row that is not in the batch being analysed.
 pub const NOT_IN_BATCH: SpanRef = (usize::MAX, 0, 0);
@@ -214,6 +238,10 @@ pub struct HostRow {
     pub psi_memory: Option<f64>,
     /// PSI some avg10 (%).
     pub psi_io: Option<f64>,
+    /// Busiest GPU's utilization (0..1; DCGM `DCGM_FI_DEV_GPU_UTIL` ÷ 100).
+    pub gpu_util: Option<f64>,
+    /// Fullest GPU's framebuffer memory used (0..1; `FB_USED ÷ (FB_USED + FB_FREE)`).
+    pub gpu_mem_used: Option<f64>,
     /// Time of the latest point used (ns).
     #[serde(rename = "time_unix_nano")]
     pub time_ns: u64,
@@ -226,6 +254,17 @@ fn any_int(v: &Option<AnyValue>) -> Option<i64> {
         any_value::Value::StringValue(x) => x.parse().ok(),
         _ => None,
     }
+}
+
+/// A duration in float seconds (vLLM's `gen_ai.latency.*`), in ms.
+fn seconds_ms(v: &Option<AnyValue>) -> Option<f64> {
+    let s = match v.as_ref()?.value.as_ref()? {
+        any_value::Value::DoubleValue(d) => *d,
+        any_value::Value::IntValue(i) => *i as f64,
+        any_value::Value::StringValue(x) => x.parse().ok()?,
+        _ => return None,
+    };
+    (s.is_finite() && s >= 0.0).then_some(s * 1000.0)
 }
 
 fn kind_name(k: i32) -> &'static str {
@@ -318,6 +357,26 @@ fn span_row(
         exception_message: exception
             .and_then(|e| attr(&e.attributes, &["exception.message"]).and_then(attr_str)),
         resend_count: attr(a, &["http.request.resend_count"]).and_then(any_int),
+        server_port: attr(a, &["server.port", "net.peer.port"]).and_then(any_int),
+        gen_ai_model: attr(a, &["gen_ai.request.model", "gen_ai.response.model"])
+            .and_then(attr_str),
+        input_tokens: attr(
+            a,
+            &["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"],
+        )
+        .and_then(any_int),
+        output_tokens: attr(
+            a,
+            &[
+                "gen_ai.usage.output_tokens",
+                "gen_ai.usage.completion_tokens",
+            ],
+        )
+        .and_then(any_int),
+        gen_ai_queue_ms: attr(a, &["gen_ai.latency.time_in_queue"]).and_then(seconds_ms),
+        gen_ai_ttft_ms: attr(a, &["gen_ai.latency.time_to_first_token"]).and_then(seconds_ms),
+        gen_ai_prefill_ms: attr(a, &["gen_ai.latency.time_in_model_prefill"]).and_then(seconds_ms),
+        gen_ai_decode_ms: attr(a, &["gen_ai.latency.time_in_model_decode"]).and_then(seconds_ms),
         cache_hit,
         ..Default::default()
     }
@@ -532,6 +591,12 @@ pub fn traces(
                 }
             }
         }
+        if let Some(b) = baselines {
+            for r in spans.iter_mut().filter(|r| r.input_tokens.is_some()) {
+                let model = r.gen_ai_model.as_deref().unwrap_or("");
+                r.prompt_baseline = b.normal(PROMPT_BASELINE, model);
+            }
+        }
         let deviation = |r: &SpanRow| r.excess_ms.unwrap_or(r.self_ms);
         let largest = (0..spans.len())
             .filter(|&i| spans[i].critical)
@@ -648,6 +713,11 @@ pub struct JoinParams {
     /// How often the lag is sampled (ns): the lag joined to a consumer's wait
     /// is the lag sampled within this of it.
     pub lag_sample_ns: u64,
+    /// How often dependencies are scraped (ns): a client span joins their
+    /// points within this of it.
+    pub dep_sample_ns: u64,
+    /// Configured address → job or instance (`dependencies.addresses`).
+    pub dep_addresses: HashMap<String, String>,
 }
 
 impl Default for JoinParams {
@@ -659,6 +729,8 @@ impl Default for JoinParams {
             lag_threshold: 5000.0,
             lag_growth: 1000.0,
             lag_sample_ns: 60_000_000_000,
+            dep_sample_ns: 15_000_000_000,
+            dep_addresses: HashMap::new(),
         }
     }
 }
@@ -729,6 +801,8 @@ pub fn join(traces: &mut [TraceRow], store: &Store, p: &JoinParams, now_ns: u64)
     let host_series =
         store.series_where(|s| s.dims.host.as_deref().is_some_and(|h| hosts.contains(h)));
     let (any_host_metrics, any_kafka_metrics) = store.has_series();
+    let dep_series = store.series_where(|s| s.dims.instance.is_some());
+    let dependencies = super::deps::dependencies(&dep_series, &p.dep_addresses);
     for t in traces.iter_mut() {
         let from = t.start_ns.saturating_sub(p.lookback_ns);
         let to = t.end_ns.saturating_add(p.lookahead_ns);
@@ -791,8 +865,70 @@ pub fn join(traces: &mut [TraceRow], store: &Store, p: &JoinParams, now_ns: u64)
         if !joined && any_host_metrics {
             misses.host += 1;
         }
+        t.deps = dependency_rows(t, &dependencies, p);
     }
     misses
+}
+
+/// One row per server the trace called (see [`super::deps`]).
+fn dependency_rows(
+    t: &TraceRow,
+    dependencies: &[super::deps::Dependency<'_>],
+    p: &JoinParams,
+) -> Vec<super::deps::DepRow> {
+    use super::deps::{calls, envoy_clusters, norm, row};
+    if dependencies.is_empty() {
+        return Vec::new();
+    }
+    // (dependency, cluster) → the longest span to it.
+    let mut longest: BTreeMap<(usize, Option<String>), usize> = BTreeMap::new();
+    for (i, s) in t.spans.iter().enumerate() {
+        let Some(host) = s.server_address.as_deref() else {
+            continue;
+        };
+        let addr = match s.server_port {
+            Some(port) => norm(&format!("{host}:{port}")),
+            None => norm(host),
+        };
+        let bare = norm(host);
+        for (di, d) in dependencies.iter().enumerate() {
+            let keys: Vec<Option<String>> = if d.system == "envoy" {
+                envoy_clusters(d, &bare).into_iter().map(Some).collect()
+            } else if calls(d, &addr, s.db_system.as_deref()) {
+                vec![None]
+            } else {
+                Vec::new()
+            };
+            for k in keys {
+                let e = longest.entry((di, k)).or_insert(i);
+                if t.spans[*e].duration_ms < s.duration_ms {
+                    *e = i;
+                }
+            }
+        }
+    }
+    longest
+        .into_iter()
+        .filter_map(|((di, cluster), i)| {
+            let s = &t.spans[i];
+            let start = t.start_ns + (s.start_ms * 1e6) as u64;
+            let end = t.start_ns + (s.end_ms * 1e6) as u64;
+            let mut r = row(
+                &dependencies[di],
+                cluster.as_deref(),
+                start.saturating_sub(p.dep_sample_ns),
+                end.saturating_add(p.dep_sample_ns),
+            );
+            (r.time_ns > 0).then(|| {
+                r.span_id = Hex16::of(s.span_id).as_str().to_string();
+                r.address = match s.server_port {
+                    Some(port) => format!("{}:{port}", s.server_address.as_deref().unwrap_or("")),
+                    None => s.server_address.clone().unwrap_or_default(),
+                };
+                r
+            })
+        })
+        .collect()
 }
 
 fn kafka_row(
@@ -892,6 +1028,7 @@ fn host_row(series: &[Series], host: &str, from: u64, to: u64) -> HostRow {
     let min = |a: Option<f64>, b: f64| Some(a.map_or(b, |x| x.min(b)));
     let mut mem_total = None;
     let mut mem_avail = None;
+    let mut fb: BTreeMap<String, (Option<f64>, Option<f64>)> = BTreeMap::new();
     for s in series
         .iter()
         .filter(|s| s.dims.host.as_deref() == Some(host))
@@ -949,6 +1086,20 @@ fn host_row(series: &[Series], host: &str, from: u64, to: u64) -> HostRow {
                 row.disk_util = max(row.disk_util, v.min(1.0));
                 s.points.back().map_or(0, |p| p.0)
             }),
+            "DCGM_FI_DEV_GPU_UTIL" => s.max_in(from, to).map(|(t, v)| {
+                row.gpu_util = max(row.gpu_util, v / 100.0);
+                t
+            }),
+            "DCGM_FI_DEV_FB_USED" | "DCGM_FI_DEV_FB_FREE" => s.max_in(from, to).map(|(t, v)| {
+                let gpu = s.attr("gpu").or_else(|| s.attr("UUID")).unwrap_or("");
+                let e = fb.entry(gpu.to_string()).or_default();
+                if s.name == "DCGM_FI_DEV_FB_USED" {
+                    e.0 = Some(v);
+                } else {
+                    e.1 = Some(v);
+                }
+                t
+            }),
             "system.linux.pressure" => s.max_in(from, to).map(|(t, v)| {
                 match s.attr("resource") {
                     Some("cpu") => row.psi_cpu = max(row.psi_cpu, v),
@@ -962,6 +1113,13 @@ fn host_row(series: &[Series], host: &str, from: u64, to: u64) -> HostRow {
         };
         if let Some(t) = pick {
             row_time(&mut row.time_ns, t);
+        }
+    }
+    for (used, free) in fb.values() {
+        if let (Some(u), Some(f)) = (used, free) {
+            if u + f > 0.0 {
+                row.gpu_mem_used = max(row.gpu_mem_used, u / (u + f));
+            }
         }
     }
     if let (Some(a), Some(total)) = (mem_avail, mem_total) {

@@ -17,6 +17,7 @@ pub mod alerts;
 pub mod baseline;
 pub mod config;
 pub mod critical;
+pub mod deps;
 pub mod features;
 pub mod rules;
 pub mod shape;
@@ -123,6 +124,8 @@ impl ProcessorFactory for CorrelateFactory {
                 lag_threshold: cfg.consumer_lag.lag_threshold,
                 lag_growth: cfg.consumer_lag.lag_growth,
                 lag_sample_ns: nanos(cfg.consumer_lag.sample_interval.get()),
+                dep_sample_ns: nanos(cfg.dependencies.sample_interval.get()),
+                dep_addresses: cfg.dependencies.addresses.clone(),
             },
             min_share: cfg.min_explained_share,
             min_ms: nanos(cfg.min_explained.get()) as f64 / 1e6,
@@ -514,6 +517,7 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
     enum EvMetric<'a> {
         Kafka(&'a features::KafkaRow),
         Host(&'a features::HostRow),
+        Dependency(&'a deps::DepRow),
     }
     #[derive(serde::Serialize)]
     struct EvRoute<'a> {
@@ -570,6 +574,7 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
             .iter()
             .map(EvMetric::Kafka)
             .chain(t.hosts.iter().map(EvMetric::Host))
+            .chain(t.deps.iter().map(EvMetric::Dependency))
             .collect(),
         route_stats: t
             .route_stats
@@ -823,6 +828,10 @@ impl Correlate {
             }
             for s in t.spans.iter().filter(|s| s.at != features::NOT_IN_BATCH) {
                 fed.push((&s.service, &s.name, s.duration_ms));
+                if let Some(tokens) = s.input_tokens {
+                    let model = s.gen_ai_model.as_deref().unwrap_or("");
+                    fed.push((features::PROMPT_BASELINE, model, tokens as f64));
+                }
                 if s.kind == "producer"
                     || (s.destination.is_some() && matches!(s.kind, "client" | "internal"))
                 {

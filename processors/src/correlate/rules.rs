@@ -13,7 +13,9 @@
 //!   server_address, error_type, exception_type, exception_message, resend_count,
 //!   cache_hit, wait_ms, path_ms, cache_inferred, client_error, attempt, attempts,
 //!   failed_attempts, retry_window_ms, retry_trigger, recovered, queue_ms, async_wait_ms,
-//!   baseline_ms, excess_ms` (see `super::shape` for the inferred ones)
+//!   baseline_ms, excess_ms, server_port, gen_ai_model, input_tokens, output_tokens,
+//!   gen_ai_queue_ms, gen_ai_ttft_ms, gen_ai_prefill_ms, gen_ai_decode_ms, prompt_baseline`
+//!   (see `super::shape` for the inferred ones)
 //! - `logs` (log record of the trace): `trace_id, time_ms, gateway, service, route,
 //!   status, rate_limit_rule, circuit_state, response_flags, upstream, duration_ms,
 //!   severity, error_type, body`
@@ -22,7 +24,14 @@
 //! - `kafka_lag` (topic the trace touches): `trace_id, topic, consumer_group, lag, lag_trend,
 //!   lag_seconds, status, alarm, retry_storm, produce_rate, time_ms, growing, lagging`
 //! - `host` (host the trace ran on): `trace_id, host, culprit, cpu_busy, iowait, mem_used,
-//!   mem_available_ratio, disk_util, psi_cpu, psi_memory, psi_io, time_ms`
+//!   mem_available_ratio, disk_util, psi_cpu, psi_memory, psi_io, time_ms, gpu_util, gpu_mem_used`
+//! - `dependency` (server the trace called, by its own metrics; see `super::deps`):
+//!   `trace_id, span_id, system, address, job, instance, cluster, time_ms, up, hits, misses,
+//!   miss_ratio, connected_clients, blocked_clients, locks_exclusive, locks_by_mode, connections,
+//!   max_connections, max_tx_duration_s, connections_active, connections_waiting,
+//!   pending_overflow, cx_overflow, connect_fail, rq_timeout, ssl_errors, breaker_open,
+//!   connect_ms, requests_waiting, requests_running, kv_cache_usage, preemptions, queue_time_s,
+//!   ttft_s, queue_ms_per_request, gpu_util, gpu_mem_used`
 //!
 //! A rule returns `trace_id, confidence, summary` and optionally
 //! `culprit_span_id`, `evidence` (text or JSON), `explained_ms` (the
@@ -225,17 +234,232 @@ GROUP BY s.trace_id"#,
             "cache_miss_fallback",
             "cache_miss_fallback",
             r#"
-SELECT d.trace_id, 0.88 AS confidence,
+SELECT d.trace_id, CASE WHEN max(r.miss_ratio) >= 0.5 THEN 0.93 ELSE 0.88 END AS confidence,
   concat('cache miss in ', max(c.service), ' (', coalesce(max(c.db_system), 'cache'),
          CASE WHEN bool_or(c.cache_inferred) THEN ' GET, then a fallback read, then SET' ELSE '' END,
          ') fell back to ', coalesce(max(d.db_system), max(d.server_address), max(d.name)), ' ', coalesce(max(d.db_operation), ''), ' taking ',
-         CAST(CAST(max(d.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+         CAST(CAST(max(d.duration_ms) AS BIGINT) AS VARCHAR), ' ms',
+         CASE WHEN max(r.miss_ratio) IS NULL THEN ''
+              ELSE concat('; ', max(r.system), ' ', max(r.address), ' missed ', CAST(CAST(round(max(r.miss_ratio) * 100) AS BIGINT) AS VARCHAR),
+                          '% of lookups meanwhile (', CAST(CAST(max(r.misses) AS BIGINT) AS VARCHAR), ' misses, ',
+                          CAST(CAST(max(r.hits) AS BIGINT) AS VARCHAR), ' hits, redis_keyspace_*_total)') END) AS summary,
+  CASE WHEN max(r.miss_ratio) IS NULL THEN NULL
+       ELSE concat('miss_ratio=', CAST(max(r.miss_ratio) AS VARCHAR), ' misses=', CAST(max(r.misses) AS VARCHAR),
+                   ' hits=', CAST(max(r.hits) AS VARCHAR), ' instance=', max(r.instance)) END AS evidence,
   first_value(d.span_id ORDER BY d.path_ms DESC) AS culprit_span_id,
   max(d.path_ms) AS explained_ms
 FROM spans c JOIN spans d ON c.trace_id = d.trace_id AND c.parent_id = d.parent_id
+  LEFT JOIN dependency r ON r.trace_id = c.trace_id AND r.system = 'redis' AND r.miss_ratio IS NOT NULL
 WHERE c.cache_hit = false AND d.start_ms >= c.end_ms - 1.0 AND d.span_id <> c.span_id
   AND (d.db_system IS NULL OR lower(d.db_system) NOT IN ('redis', 'memcached', 'valkey'))
 GROUP BY d.trace_id"#,
+        ),
+        r(
+            "db_lock",
+            "db_lock_contention",
+            r#"
+SELECT s.trace_id, 0.9 AS confidence,
+  concat(max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on PostgreSQL ', max(r.address),
+         ' while ', CAST(CAST(max(r.locks_exclusive) AS BIGINT) AS VARCHAR), ' exclusive lock(s) were held (pg_locks_count ',
+         coalesce(max(r.locks_by_mode), ''), ')',
+         CASE WHEN max(r.max_tx_duration_s) IS NULL THEN ''
+              ELSE concat('; longest transaction ', CAST(round(max(r.max_tx_duration_s) * 10) / 10 AS VARCHAR), ' s') END) AS summary,
+  concat('pg_locks_count ', coalesce(max(r.locks_by_mode), ''), ' max_tx_duration_s=',
+         coalesce(CAST(max(r.max_tx_duration_s) AS VARCHAR), ''), ' instance=', max(r.instance)) AS evidence,
+  first_value(s.span_id ORDER BY s.path_ms DESC) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'postgresql' AND r.locks_exclusive >= 1 AND s.duration_ms >= 50
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "db_connections",
+            "db_connection_saturation",
+            r#"
+SELECT s.trace_id, 0.8 AS confidence,
+  concat('PostgreSQL ', max(r.address), ' had ', CAST(CAST(max(r.connections) AS BIGINT) AS VARCHAR), ' of ',
+         CAST(CAST(max(r.max_connections) AS BIGINT) AS VARCHAR), ' connections in use while ', max(s.service), ' waited ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it') AS summary,
+  first_value(s.span_id ORDER BY s.path_ms DESC) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'postgresql' AND r.max_connections > 0 AND r.connections >= 0.9 * r.max_connections AND s.duration_ms >= 50
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "envoy_overflow",
+            "circuit_open",
+            r#"
+SELECT s.trace_id, 0.92 AS confidence,
+  concat('Envoy''s circuit breaker for ', max(r.cluster), ' was at capacity when ', max(s.service), ' called ',
+         coalesce(max(s.server_address), max(s.name)), ': ', CAST(CAST(coalesce(max(r.pending_overflow), 0) AS BIGINT) AS VARCHAR),
+         ' requests overflowed its pending queue and ', CAST(CAST(coalesce(max(r.cx_overflow), 0) AS BIGINT) AS VARCHAR),
+         ' its connection limit meanwhile') AS summary,
+  concat('upstream_rq_pending_overflow=', coalesce(CAST(max(r.pending_overflow) AS VARCHAR), ''), ' upstream_cx_overflow=',
+         coalesce(CAST(max(r.cx_overflow) AS VARCHAR), ''), ' circuit_breakers_open=', coalesce(CAST(max(r.breaker_open) AS VARCHAR), '')) AS evidence,
+  max(s.span_id) AS culprit_span_id,
+  CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE max(s.path_ms) END AS explained_ms,
+  bool_or(t.failed) AS explains_failure
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id JOIN traces t ON t.trace_id = s.trace_id
+WHERE r.system = 'envoy' AND (r.pending_overflow > 0 OR r.cx_overflow > 0 OR r.breaker_open >= 1)
+  AND (s.status = 'error' OR s.http_status = 503)
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "envoy_connect_fail",
+            "upstream_unavailable",
+            r#"
+SELECT s.trace_id, 0.86 AS confidence,
+  concat('Envoy could not connect to ', max(r.cluster), ' when ', max(s.service), ' called it: ',
+         CAST(CAST(max(r.connect_fail) AS BIGINT) AS VARCHAR), ' connection failures meanwhile (upstream_cx_connect_fail)') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE max(s.path_ms) END AS explained_ms,
+  bool_or(t.failed) AS explains_failure
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id JOIN traces t ON t.trace_id = s.trace_id
+WHERE r.system = 'envoy' AND r.connect_fail > 0 AND coalesce(r.pending_overflow, 0) = 0 AND coalesce(r.cx_overflow, 0) = 0
+  AND coalesce(r.ssl_errors, 0) = 0 AND (s.status = 'error' OR s.http_status IN (502, 503))
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "envoy_tls",
+            "tls_handshake",
+            r#"
+SELECT s.trace_id, 0.88 AS confidence,
+  concat('TLS to ', max(r.cluster), ' through Envoy: ',
+         CASE WHEN max(r.ssl_errors) > 0 THEN concat(CAST(CAST(max(r.ssl_errors) AS BIGINT) AS VARCHAR), ' handshake errors (ssl.connection_error, ssl.fail_verify_*)')
+              ELSE concat('connections took ', CAST(CAST(max(r.connect_ms) AS BIGINT) AS VARCHAR), ' ms to set up (upstream_cx_connect_ms)') END,
+         ' when ', max(s.service), ' called it') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  CASE WHEN bool_or(t.failed) AND max(r.ssl_errors) > 0 THEN max(t.duration_ms)
+       ELSE least(max(s.path_ms), coalesce(max(r.connect_ms), max(s.path_ms))) END AS explained_ms,
+  bool_or(t.failed) AND coalesce(max(r.ssl_errors), 0) > 0 AS explains_failure
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id JOIN traces t ON t.trace_id = s.trace_id
+WHERE r.system = 'envoy' AND ((r.ssl_errors > 0 AND (s.status = 'error' OR s.http_status IN (502, 503)))
+                              OR (r.connect_ms >= 200 AND s.duration_ms >= r.connect_ms))
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "inference_queue",
+            "inference_queueing",
+            r#"
+SELECT s.trace_id, 0.9 AS confidence,
+  concat(coalesce(max(s.gen_ai_model), max(s.service)), ' request waited ', CAST(CAST(max(s.gen_ai_queue_ms) AS BIGINT) AS VARCHAR),
+         ' ms of ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms in the queue of ', max(s.service), ' before it was scheduled',
+         CASE WHEN max(r.requests_waiting) IS NULL THEN ''
+              ELSE concat(' (vllm:num_requests_waiting ', CAST(CAST(max(r.requests_waiting) AS BIGINT) AS VARCHAR),
+                          ', num_requests_running ', coalesce(CAST(CAST(max(r.requests_running) AS BIGINT) AS VARCHAR), '?'), ')') END) AS summary,
+  first_value(s.span_id ORDER BY s.gen_ai_queue_ms DESC) AS culprit_span_id,
+  max(s.gen_ai_queue_ms) AS explained_ms
+FROM spans s LEFT JOIN dependency r ON r.trace_id = s.trace_id AND r.system = 'vllm'
+WHERE s.gen_ai_queue_ms >= 100 AND s.gen_ai_queue_ms >= 0.3 * s.duration_ms
+GROUP BY s.trace_id
+UNION ALL
+SELECT s.trace_id, 0.84 AS confidence,
+  concat(max(r.system), ' ', max(r.address), ' queued requests for ',
+         CAST(CAST(max(coalesce(r.queue_ms_per_request, r.queue_time_s * 1000)) AS BIGINT) AS VARCHAR),
+         ' ms on average while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it (',
+         CASE WHEN max(r.system) = 'triton' THEN 'nv_inference_queue_duration_us / nv_inference_request_success'
+              ELSE 'vllm:request_queue_time_seconds' END, ')') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  least(max(s.path_ms), max(coalesce(r.queue_ms_per_request, r.queue_time_s * 1000))) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system IN ('vllm', 'triton') AND coalesce(r.queue_ms_per_request, r.queue_time_s * 1000) >= 100
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "kv_cache",
+            "kv_cache_pressure",
+            r#"
+SELECT s.trace_id, 0.88 AS confidence,
+  concat('vLLM ', max(r.address), ' KV cache ', CAST(CAST(round(max(r.kv_cache_usage) * 100) AS BIGINT) AS VARCHAR), '% full',
+         CASE WHEN max(r.preemptions) > 0 THEN concat(', ', CAST(CAST(max(r.preemptions) AS BIGINT) AS VARCHAR), ' requests preempted') ELSE '' END,
+         ' (vllm:kv_cache_usage_perc, vllm:num_preemptions_total) while ', max(s.service), ' waited ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms for ', coalesce(max(s.gen_ai_model), 'the model')) AS summary,
+  concat('kv_cache_usage=', coalesce(CAST(max(r.kv_cache_usage) AS VARCHAR), ''), ' preemptions=', coalesce(CAST(max(r.preemptions) AS VARCHAR), '')) AS evidence,
+  max(s.span_id) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'vllm' AND (r.kv_cache_usage >= 0.95 OR r.preemptions > 0)
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "long_prompt",
+            "long_prompt",
+            r#"
+SELECT s.trace_id, 0.86 AS confidence,
+  concat('a prompt of ', CAST(max(s.input_tokens) AS VARCHAR), ' tokens to ', coalesce(max(s.gen_ai_model), max(s.service)),
+         CASE WHEN max(s.prompt_baseline) IS NULL THEN ' (over 8192)'
+              ELSE concat(' (', CAST(CAST(max(s.input_tokens) / max(s.prompt_baseline) AS BIGINT) AS VARCHAR), 'x its usual ',
+                          CAST(CAST(max(s.prompt_baseline) AS BIGINT) AS VARCHAR), ')') END,
+         ': prefill took ', CAST(CAST(max(s.gen_ai_prefill_ms) AS BIGINT) AS VARCHAR), ' ms of ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+  first_value(s.span_id ORDER BY s.gen_ai_prefill_ms DESC) AS culprit_span_id,
+  max(s.gen_ai_prefill_ms) AS explained_ms
+FROM spans s
+WHERE s.gen_ai_prefill_ms >= 100 AND s.gen_ai_prefill_ms >= 0.5 * s.duration_ms
+  AND ((s.prompt_baseline IS NOT NULL AND s.input_tokens >= 4 * s.prompt_baseline)
+       OR (s.prompt_baseline IS NULL AND s.input_tokens > 8192))
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "gpu_busy",
+            "gpu_saturation",
+            r#"
+SELECT s.trace_id, 0.84 AS confidence,
+  concat('GPU of ', max(h.host), ' ', CAST(CAST(round(max(h.gpu_util) * 100) AS BIGINT) AS VARCHAR),
+         '% busy (DCGM_FI_DEV_GPU_UTIL) while ', max(s.service), ' ran ', coalesce(max(s.gen_ai_model), max(s.name)), ' for ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+  first_value(s.span_id ORDER BY s.path_ms DESC) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
+WHERE (s.gen_ai_prefill_ms IS NOT NULL OR s.gen_ai_model IS NOT NULL) AND h.gpu_util >= 0.95
+GROUP BY s.trace_id
+UNION ALL
+SELECT s.trace_id, 0.84 AS confidence,
+  concat('GPU behind triton ', max(r.address), ' ', CAST(CAST(round(max(r.gpu_util) * 100) AS BIGINT) AS VARCHAR),
+         '% busy (nv_gpu_utilization) while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'triton' AND r.gpu_util >= 0.95
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "gpu_memory",
+            "gpu_memory_pressure",
+            r#"
+SELECT s.trace_id, 0.85 AS confidence,
+  concat('GPU memory of ', max(h.host), ' ', CAST(CAST(round(max(h.gpu_mem_used) * 100) AS BIGINT) AS VARCHAR),
+         '% used (DCGM_FI_DEV_FB_USED of FB_USED + FB_FREE) while ', max(s.service), ' ran ', coalesce(max(s.gen_ai_model), max(s.name)), ' for ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+  first_value(s.span_id ORDER BY s.path_ms DESC) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
+WHERE (s.gen_ai_prefill_ms IS NOT NULL OR s.gen_ai_model IS NOT NULL) AND h.gpu_mem_used >= 0.95
+GROUP BY s.trace_id
+UNION ALL
+SELECT s.trace_id, 0.85 AS confidence,
+  concat('GPU memory behind triton ', max(r.address), ' ', CAST(CAST(round(max(r.gpu_mem_used) * 100) AS BIGINT) AS VARCHAR),
+         '% used (nv_gpu_memory_used_bytes of total) while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'triton' AND r.gpu_mem_used >= 0.95
+GROUP BY s.trace_id"#,
+        ),
+        r(
+            "tokenizer_cpu",
+            "tokenizer_cpu",
+            r#"
+SELECT s.trace_id, 0.86 AS confidence,
+  concat(max(s.service), ' spent ', CAST(CAST(max(s.self_ms) AS BIGINT) AS VARCHAR), ' ms in ', max(s.name), ' on ', max(h.host),
+         ', its CPU ', CAST(CAST(round(max(h.cpu_busy) * 100) AS BIGINT) AS VARCHAR), '% busy') AS summary,
+  first_value(s.span_id ORDER BY s.self_ms DESC) AS culprit_span_id,
+  max(s.self_ms) AS explained_ms
+FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
+WHERE s.critical AND regexp_like(lower(s.name), '(tokeni[sz]|detokeni[sz]|preprocess|pre-process|pre_process)')
+  AND (h.cpu_busy >= 0.85 OR h.psi_cpu >= 40)
+GROUP BY s.trace_id"#,
         ),
         r(
             "consumer_lag",
@@ -483,6 +707,15 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 f64f("async_wait_ms"),
                 f64f("baseline_ms"),
                 f64f("excess_ms"),
+                i64f("server_port"),
+                utf8("gen_ai_model"),
+                i64f("input_tokens"),
+                i64f("output_tokens"),
+                f64f("gen_ai_queue_ms"),
+                f64f("gen_ai_ttft_ms"),
+                f64f("gen_ai_prefill_ms"),
+                f64f("gen_ai_decode_ms"),
+                f64f("prompt_baseline"),
             ]),
         ),
         (
@@ -556,6 +789,50 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 f64f("psi_memory"),
                 f64f("psi_io"),
                 f64f("time_ms"),
+                f64f("gpu_util"),
+                f64f("gpu_mem_used"),
+            ]),
+        ),
+        (
+            "dependency",
+            schema(vec![
+                utf8("trace_id"),
+                utf8("span_id"),
+                utf8("system"),
+                utf8("address"),
+                utf8("job"),
+                utf8("instance"),
+                utf8("cluster"),
+                f64f("time_ms"),
+                f64f("up"),
+                f64f("hits"),
+                f64f("misses"),
+                f64f("miss_ratio"),
+                f64f("connected_clients"),
+                f64f("blocked_clients"),
+                f64f("locks_exclusive"),
+                utf8("locks_by_mode"),
+                f64f("connections"),
+                f64f("max_connections"),
+                f64f("max_tx_duration_s"),
+                f64f("connections_active"),
+                f64f("connections_waiting"),
+                f64f("pending_overflow"),
+                f64f("cx_overflow"),
+                f64f("connect_fail"),
+                f64f("rq_timeout"),
+                f64f("ssl_errors"),
+                f64f("breaker_open"),
+                f64f("connect_ms"),
+                f64f("requests_waiting"),
+                f64f("requests_running"),
+                f64f("kv_cache_usage"),
+                f64f("preemptions"),
+                f64f("queue_time_s"),
+                f64f("ttft_s"),
+                f64f("queue_ms_per_request"),
+                f64f("gpu_util"),
+                f64f("gpu_mem_used"),
             ]),
         ),
     ]
@@ -645,6 +922,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
             "logs" => traces.iter().map(|t| t.logs.len()).sum(),
             "kafka_lag" => traces.iter().map(|t| t.kafka.len()).sum(),
             "host" => traces.iter().map(|t| t.hosts.len()).sum(),
+            "dependency" => traces.iter().map(|t| t.deps.len()).sum(),
             _ => traces.len(),
         };
         let mut c = Cols::new(&schema, rows);
@@ -742,6 +1020,15 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                             V::F(sp.async_wait_ms),
                             V::F(sp.baseline_ms),
                             V::F(sp.excess_ms),
+                            V::I(sp.server_port),
+                            so(&sp.gen_ai_model),
+                            V::I(sp.input_tokens),
+                            V::I(sp.output_tokens),
+                            V::F(sp.gen_ai_queue_ms),
+                            V::F(sp.gen_ai_ttft_ms),
+                            V::F(sp.gen_ai_prefill_ms),
+                            V::F(sp.gen_ai_decode_ms),
+                            V::F(sp.prompt_baseline),
                         ]);
                     }
                 }
@@ -812,6 +1099,51 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                     }
                 }
             }
+            "dependency" => {
+                for t in traces {
+                    for d in &t.deps {
+                        c.row([
+                            s(&t.trace_id),
+                            s(&d.span_id),
+                            s(d.system),
+                            s(&d.address),
+                            s(&d.job),
+                            s(&d.instance),
+                            so(&d.cluster),
+                            V::F(Some(d.time_ns as f64 / 1e6)),
+                            V::F(d.up),
+                            V::F(d.hits),
+                            V::F(d.misses),
+                            V::F(d.miss_ratio),
+                            V::F(d.connected_clients),
+                            V::F(d.blocked_clients),
+                            V::F(d.locks_exclusive),
+                            so(&d.locks_by_mode),
+                            V::F(d.connections),
+                            V::F(d.max_connections),
+                            V::F(d.max_tx_duration_s),
+                            V::F(d.connections_active),
+                            V::F(d.connections_waiting),
+                            V::F(d.pending_overflow),
+                            V::F(d.cx_overflow),
+                            V::F(d.connect_fail),
+                            V::F(d.rq_timeout),
+                            V::F(d.ssl_errors),
+                            V::F(d.breaker_open),
+                            V::F(d.connect_ms),
+                            V::F(d.requests_waiting),
+                            V::F(d.requests_running),
+                            V::F(d.kv_cache_usage),
+                            V::F(d.preemptions),
+                            V::F(d.queue_time_s),
+                            V::F(d.ttft_s),
+                            V::F(d.queue_ms_per_request),
+                            V::F(d.gpu_util),
+                            V::F(d.gpu_mem_used),
+                        ]);
+                    }
+                }
+            }
             _ => {
                 for t in traces {
                     for h in &t.hosts {
@@ -828,6 +1160,8 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                             V::F(h.psi_memory),
                             V::F(h.psi_io),
                             V::F(Some(h.time_ns as f64 / 1e6)),
+                            V::F(h.gpu_util),
+                            V::F(h.gpu_mem_used),
                         ]);
                     }
                 }

@@ -137,6 +137,10 @@ pub struct Dims {
     pub host: Option<String>,
     /// `route_id` / `http.route`.
     pub route: Option<String>,
+    /// Scrape job (`service.name`) of a dependency's series (see [`super::deps`]).
+    pub job: Option<String>,
+    /// Scrape instance (`service.instance.id`) of a dependency's series.
+    pub instance: Option<String>,
 }
 
 /// A metric series.
@@ -505,33 +509,99 @@ impl Store {
                 .map(|r| r.attributes.as_slice())
                 .unwrap_or(&[]);
             let host = host_key(res_attrs);
+            let job = find(res_attrs, &["service.name"]).and_then(s);
+            let instance = find(res_attrs, &["service.instance.id"]).and_then(s);
             for sm in &rm.scope_metrics {
                 for m in &sm.metrics {
-                    let points = match &m.data {
-                        Some(metric::Data::Gauge(x)) => &x.data_points,
-                        Some(metric::Data::Sum(x)) => &x.data_points,
-                        _ => continue,
-                    };
-                    for p in points {
-                        let v = match p.value {
-                            Some(number_data_point::Value::AsDouble(d)) => d,
-                            Some(number_data_point::Value::AsInt(i)) => i as f64,
-                            None => continue,
+                    let system = super::deps::system_of(&m.name);
+                    // (name, attributes, time, value, flags)
+                    let mut points: Vec<(std::borrow::Cow<'_, str>, &[KeyValue], u64, f64, u32)> =
+                        Vec::new();
+                    let number =
+                        |p: &'_ opentelemetry_proto::tonic::metrics::v1::NumberDataPoint| match p
+                            .value
+                        {
+                            Some(number_data_point::Value::AsDouble(d)) => Some(d),
+                            Some(number_data_point::Value::AsInt(i)) => Some(i as f64),
+                            None => None,
                         };
-                        let a = &p.attributes;
-                        let dims = Dims {
-                            topic: find(a, &["topic", "messaging.destination.name"]).and_then(s),
-                            group: find(
-                                a,
-                                &[
-                                    "group",
-                                    "messaging.consumer.group.name",
-                                    "messaging.kafka.consumer.group",
-                                ],
-                            )
-                            .and_then(s),
-                            host: host.clone(),
-                            route: find(a, &ROUTE_KEYS).and_then(s),
+                    match &m.data {
+                        Some(metric::Data::Gauge(x)) => x.data_points.iter().for_each(|p| {
+                            if let Some(v) = number(p) {
+                                points.push((
+                                    m.name.as_str().into(),
+                                    &p.attributes,
+                                    p.time_unix_nano,
+                                    v,
+                                    p.flags,
+                                ));
+                            }
+                        }),
+                        Some(metric::Data::Sum(x)) => x.data_points.iter().for_each(|p| {
+                            if let Some(v) = number(p) {
+                                points.push((
+                                    m.name.as_str().into(),
+                                    &p.attributes,
+                                    p.time_unix_nano,
+                                    v,
+                                    p.flags,
+                                ));
+                            }
+                        }),
+                        // A dependency's histogram: its sum and count, for a mean over an interval.
+                        Some(metric::Data::Histogram(x)) if system.is_some() => {
+                            for p in &x.data_points {
+                                let t = p.time_unix_nano;
+                                points.push((
+                                    format!("{}_sum", m.name).into(),
+                                    &p.attributes,
+                                    t,
+                                    p.sum.unwrap_or(0.0),
+                                    p.flags,
+                                ));
+                                points.push((
+                                    format!("{}_count", m.name).into(),
+                                    &p.attributes,
+                                    t,
+                                    p.count as f64,
+                                    p.flags,
+                                ));
+                            }
+                        }
+                        _ => continue,
+                    }
+                    for (name, a, time, v, flags) in points {
+                        // A staleness marker (no recorded value) is not a value.
+                        if flags & 1 != 0 || v.is_nan() {
+                            continue;
+                        }
+                        let dims = match system {
+                            // GPUs describe a machine: joined by host, as host metrics are.
+                            Some("gpu") => Dims {
+                                host: find(a, &["Hostname"]).and_then(s).or_else(|| host.clone()),
+                                ..Default::default()
+                            },
+                            Some(_) => Dims {
+                                job: job.clone(),
+                                instance: instance.clone(),
+                                ..Default::default()
+                            },
+                            None => Dims {
+                                topic: find(a, &["topic", "messaging.destination.name"])
+                                    .and_then(s),
+                                group: find(
+                                    a,
+                                    &[
+                                        "group",
+                                        "messaging.consumer.group.name",
+                                        "messaging.kafka.consumer.group",
+                                    ],
+                                )
+                                .and_then(s),
+                                host: host.clone(),
+                                route: find(a, &ROUTE_KEYS).and_then(s),
+                                ..Default::default()
+                            },
                         };
                         if dims == Dims::default() {
                             continue;
@@ -551,15 +621,11 @@ impl Store {
                             .filter_map(|kv| s(&kv.value).map(|v| (kv.key.clone(), v)))
                             .collect();
                         attrs.sort();
-                        let t = if p.time_unix_nano > 0 {
-                            p.time_unix_nano
-                        } else {
-                            now_ns
-                        };
-                        let key = (m.name.clone(), dims.clone(), attrs.clone());
+                        let t = if time > 0 { time } else { now_ns };
+                        let key = (name.to_string(), dims.clone(), attrs.clone());
                         let max_points = self.limits.max_points;
                         let series = g.series.entry(key).or_insert_with(|| Series {
-                            name: m.name.clone(),
+                            name: name.to_string(),
                             dims,
                             attrs,
                             points: VecDeque::new(),
