@@ -554,3 +554,161 @@ service:
     assert_eq!(dep["requests_waiting"], 14.0);
     assert!(dep["time_unix_nano"].as_u64().unwrap() > 0);
 }
+
+/// Envoy's admin `/stats/prometheus` (v1.31; tag extraction turns
+/// `cluster.<name>.` into `envoy_cluster_name`, counters carry no `_total`)
+/// for four Istio outbound clusters: `ratings` overflowing its circuit
+/// breaker, `payments` failing to connect, `inventory` failing TLS, and
+/// `catalog` healthy. `n` = scrapes so far.
+fn envoy_text(n: u64) -> String {
+    let clusters = [
+        ("ratings", (2 * n, 0, 0, u64::from(n > 0))),
+        ("payments", (0, 3 * n, 0, 0)),
+        ("inventory", (0, 0, 2 * n, 0)),
+        ("catalog", (0, 0, 0, 0)),
+    ];
+    let mut out = String::new();
+    let metric = |out: &mut String, name: &str, kind: &str, v: &dyn Fn(&str, (u64, u64, u64, u64)) -> u64| {
+        out.push_str(&format!("# TYPE {name} {kind}\n"));
+        for (c, x) in clusters {
+            out.push_str(&format!(
+                "{name}{{envoy_cluster_name=\"outbound|9080||{c}.default.svc.cluster.local\"}} {}\n",
+                v(c, x)
+            ));
+        }
+    };
+    metric(&mut out, "envoy_cluster_upstream_rq_pending_overflow", "counter", &|_, x| x.0);
+    metric(&mut out, "envoy_cluster_upstream_cx_overflow", "counter", &|_, _| 0);
+    metric(&mut out, "envoy_cluster_upstream_cx_connect_fail", "counter", &|_, x| x.1);
+    metric(&mut out, "envoy_cluster_ssl_connection_error", "counter", &|_, x| x.2);
+    metric(&mut out, "envoy_cluster_ssl_handshake", "counter", &|_, _| 10 * n);
+    metric(&mut out, "envoy_cluster_circuit_breakers_default_rq_pending_open", "gauge", &|_, x| x.3);
+    metric(&mut out, "envoy_cluster_upstream_rq_timeout", "counter", &|_, _| 0);
+    out.push_str("# TYPE envoy_cluster_upstream_cx_connect_ms histogram\n");
+    for (c, _) in clusters {
+        let l = format!("envoy_cluster_name=\"outbound|9080||{c}.default.svc.cluster.local\"");
+        out.push_str(&format!(
+            "envoy_cluster_upstream_cx_connect_ms_bucket{{{l},le=\"1\"}} {n}\n\
+envoy_cluster_upstream_cx_connect_ms_bucket{{{l},le=\"+Inf\"}} {n}\n\
+envoy_cluster_upstream_cx_connect_ms_sum{{{l}}} {}\n\
+envoy_cluster_upstream_cx_connect_ms_count{{{l}}} {n}\n",
+            n / 2
+        ));
+    }
+    out
+}
+
+/// `reviews` calls `host` through its sidecar and gets `status`.
+fn through_envoy(t: &SdkTracer, host: &str, status: i64, ms: u64) -> String {
+    let end = SystemTime::now();
+    let start = end - Duration::from_millis(ms);
+    let mut root = t
+        .span_builder("GET /reviews/{id}")
+        .with_kind(SpanKind::Server)
+        .with_start_time(start)
+        .with_attributes(vec![KeyValue::new("http.route", "/reviews/{id}")])
+        .start(t);
+    let cx = Context::current().with_remote_span_context(root.span_context().clone());
+    let mut c = t
+        .span_builder("GET")
+        .with_kind(SpanKind::Client)
+        .with_start_time(start + Duration::from_millis(2))
+        .with_attributes(vec![
+            KeyValue::new("http.request.method", "GET"),
+            KeyValue::new("server.address", format!("{host}.default.svc.cluster.local")),
+            KeyValue::new("server.port", 9080),
+            KeyValue::new("http.response.status_code", status),
+        ])
+        .start_with_context(t, &cx);
+    if status >= 500 {
+        c.set_status(opentelemetry::trace::Status::error(format!("{status}")));
+        root.set_attribute(KeyValue::new("http.response.status_code", status));
+        root.set_status(opentelemetry::trace::Status::error(format!("{status}")));
+    }
+    c.end_with_timestamp(end - Duration::from_millis(2));
+    let id = root.span_context().trace_id().to_string();
+    root.end_with_timestamp(end);
+    id
+}
+
+#[test]
+fn envoy_sidecar_numbers_name_circuit_breaking_connect_failures_and_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let envoy = exposition(envoy_text);
+    let otlp = format!("127.0.0.1:{}", free_port());
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "{otlp}" }}
+  prometheus:
+    config:
+      scrape_configs:
+        - job_name: envoy-sidecar
+          scrape_interval: 250ms
+          scrape_timeout: 200ms
+          metrics_path: /metrics
+          static_configs: [{{ targets: ["{envoy}"] }}]
+processors:
+  tail_sampling:
+    decision_wait: 1500ms
+    policies: [{{ name: all, type: always_sample }}]
+  correlate:
+    dependencies: {{ sample_interval: 1s }}
+exporters:
+  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    metrics: {{ receivers: [prometheus], processors: [correlate], exporters: [file/metrics] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    );
+    let _daemon = Daemon::start(d, "envoy", &config);
+    wait_for(Duration::from_secs(20), "the sidecar scraped", || {
+        metrics_of_service(&read_jsonl(&d.join("metrics.jsonl")), "envoy-sidecar").len() >= 9 * 4
+    });
+    let p = provider(&otlp, "reviews", "reviews-7d9f");
+    let t = p.tracer("reviews");
+    let cases = [
+        (through_envoy(&t, "ratings", 503, 300), Some("circuit_open"), "upstream_rq_pending_overflow"),
+        (through_envoy(&t, "payments", 503, 300), Some("upstream_unavailable"), "upstream_cx_connect_fail"),
+        (through_envoy(&t, "inventory", 503, 300), Some("tls_handshake"), "ssl.connection_error"),
+        // Healthy sidecar numbers: a slow answer is no Envoy cause.
+        (through_envoy(&t, "catalog", 200, 900), None, ""),
+    ];
+    p.shutdown().unwrap();
+    let path = d.join("traces.jsonl");
+    wait_for(Duration::from_secs(30), "every trace analysed", || {
+        let a = read_annotated(&path);
+        cases
+            .iter()
+            .all(|c| a.get(&c.0).is_some_and(|x| x.root.contains_key("rca.cause")))
+    });
+    let got = read_annotated(&path);
+    for (id, cause, cites) in &cases {
+        let a = &got[id].root;
+        eprintln!("{cause:?}: {} {}", a["rca.cause"], a["rca.summary"]);
+        match cause {
+            Some(c) => {
+                assert_eq!(a["rca.cause"], *c, "{}", a["rca.summary"]);
+                assert!(a["rca.summary"].contains(cites), "{}", a["rca.summary"]);
+                assert!(a["rca.rule"].starts_with("envoy_"), "{}", a["rca.rule"]);
+            }
+            None => {
+                assert!(!a["rca.rule"].starts_with("envoy_"), "{}", a["rca.summary"]);
+                let alts = a.get("rca.alternatives").cloned().unwrap_or_default();
+                assert!(
+                    !["circuit_open", "tls_handshake", "upstream_unavailable"]
+                        .iter()
+                        .any(|c| alts.contains(c) || a["rca.cause"] == *c),
+                    "healthy: {} ({alts})",
+                    a["rca.cause"]
+                );
+            }
+        }
+    }
+}
