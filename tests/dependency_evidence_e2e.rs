@@ -568,7 +568,10 @@ fn envoy_text(n: u64) -> String {
         ("catalog", (0, 0, 0, 0)),
     ];
     let mut out = String::new();
-    let metric = |out: &mut String, name: &str, kind: &str, v: &dyn Fn(&str, (u64, u64, u64, u64)) -> u64| {
+    let metric = |out: &mut String,
+                  name: &str,
+                  kind: &str,
+                  v: &dyn Fn(&str, (u64, u64, u64, u64)) -> u64| {
         out.push_str(&format!("# TYPE {name} {kind}\n"));
         for (c, x) in clusters {
             out.push_str(&format!(
@@ -577,13 +580,48 @@ fn envoy_text(n: u64) -> String {
             ));
         }
     };
-    metric(&mut out, "envoy_cluster_upstream_rq_pending_overflow", "counter", &|_, x| x.0);
-    metric(&mut out, "envoy_cluster_upstream_cx_overflow", "counter", &|_, _| 0);
-    metric(&mut out, "envoy_cluster_upstream_cx_connect_fail", "counter", &|_, x| x.1);
-    metric(&mut out, "envoy_cluster_ssl_connection_error", "counter", &|_, x| x.2);
-    metric(&mut out, "envoy_cluster_ssl_handshake", "counter", &|_, _| 10 * n);
-    metric(&mut out, "envoy_cluster_circuit_breakers_default_rq_pending_open", "gauge", &|_, x| x.3);
-    metric(&mut out, "envoy_cluster_upstream_rq_timeout", "counter", &|_, _| 0);
+    metric(
+        &mut out,
+        "envoy_cluster_upstream_rq_pending_overflow",
+        "counter",
+        &|_, x| x.0,
+    );
+    metric(
+        &mut out,
+        "envoy_cluster_upstream_cx_overflow",
+        "counter",
+        &|_, _| 0,
+    );
+    metric(
+        &mut out,
+        "envoy_cluster_upstream_cx_connect_fail",
+        "counter",
+        &|_, x| x.1,
+    );
+    metric(
+        &mut out,
+        "envoy_cluster_ssl_connection_error",
+        "counter",
+        &|_, x| x.2,
+    );
+    metric(
+        &mut out,
+        "envoy_cluster_ssl_handshake",
+        "counter",
+        &|_, _| 10 * n,
+    );
+    metric(
+        &mut out,
+        "envoy_cluster_circuit_breakers_default_rq_pending_open",
+        "gauge",
+        &|_, x| x.3,
+    );
+    metric(
+        &mut out,
+        "envoy_cluster_upstream_rq_timeout",
+        "counter",
+        &|_, _| 0,
+    );
     out.push_str("# TYPE envoy_cluster_upstream_cx_connect_ms histogram\n");
     for (c, _) in clusters {
         let l = format!("envoy_cluster_name=\"outbound|9080||{c}.default.svc.cluster.local\"");
@@ -615,7 +653,10 @@ fn through_envoy(t: &SdkTracer, host: &str, status: i64, ms: u64) -> String {
         .with_start_time(start + Duration::from_millis(2))
         .with_attributes(vec![
             KeyValue::new("http.request.method", "GET"),
-            KeyValue::new("server.address", format!("{host}.default.svc.cluster.local")),
+            KeyValue::new(
+                "server.address",
+                format!("{host}.default.svc.cluster.local"),
+            ),
             KeyValue::new("server.port", 9080),
             KeyValue::new("http.response.status_code", status),
         ])
@@ -674,9 +715,21 @@ service:
     let p = provider(&otlp, "reviews", "reviews-7d9f");
     let t = p.tracer("reviews");
     let cases = [
-        (through_envoy(&t, "ratings", 503, 300), Some("circuit_open"), "upstream_rq_pending_overflow"),
-        (through_envoy(&t, "payments", 503, 300), Some("upstream_unavailable"), "upstream_cx_connect_fail"),
-        (through_envoy(&t, "inventory", 503, 300), Some("tls_handshake"), "ssl.connection_error"),
+        (
+            through_envoy(&t, "ratings", 503, 300),
+            Some("circuit_open"),
+            "upstream_rq_pending_overflow",
+        ),
+        (
+            through_envoy(&t, "payments", 503, 300),
+            Some("upstream_unavailable"),
+            "upstream_cx_connect_fail",
+        ),
+        (
+            through_envoy(&t, "inventory", 503, 300),
+            Some("tls_handshake"),
+            "ssl.connection_error",
+        ),
         // Healthy sidecar numbers: a slow answer is no Envoy cause.
         (through_envoy(&t, "catalog", 200, 900), None, ""),
     ];
@@ -684,9 +737,10 @@ service:
     let path = d.join("traces.jsonl");
     wait_for(Duration::from_secs(30), "every trace analysed", || {
         let a = read_annotated(&path);
-        cases
-            .iter()
-            .all(|c| a.get(&c.0).is_some_and(|x| x.root.contains_key("rca.cause")))
+        cases.iter().all(|c| {
+            a.get(&c.0)
+                .is_some_and(|x| x.root.contains_key("rca.cause"))
+        })
     });
     let got = read_annotated(&path);
     for (id, cause, cites) in &cases {

@@ -173,6 +173,29 @@ fn real_software_faults_get_the_right_cause_culprit_and_route() {
     );
     wait_port(pg_port, "postgres", &mut pg, d);
     wait_port(redis_port, "redis", &mut redis, d);
+    // Their exporters, from Debian, beside them: causeway scrapes them and
+    // joins what they say to the spans that called Redis and PostgreSQL.
+    let (redis_exp, pg_exp) = (free_port(), free_port());
+    let mut redis_exporter = spawn(
+        "redis_exporter",
+        Command::new(which(&["/usr/bin/prometheus-redis-exporter"])).args([
+            format!("-redis.addr=redis://127.0.0.1:{redis_port}"),
+            format!("-web.listen-address=127.0.0.1:{redis_exp}"),
+        ]),
+        d,
+    );
+    let mut pg_exporter = spawn(
+        "postgres_exporter",
+        Command::new(which(&["/usr/bin/prometheus-postgres-exporter"]))
+            .arg(format!("--web.listen-address=127.0.0.1:{pg_exp}"))
+            .env(
+                "DATA_SOURCE_NAME",
+                format!("postgresql://postgres@127.0.0.1:{pg_port}/postgres?sslmode=disable"),
+            ),
+        d,
+    );
+    wait_port(redis_exp, "redis_exporter", &mut redis_exporter, d);
+    wait_port(pg_exp, "postgres_exporter", &mut pg_exporter, d);
     // Kafka: the tansu broker the other Kafka tests use; `orders` is consumed by `billing`.
     let broker = common::kafka::Broker::start(d);
     broker.create_topic("orders", 1);
@@ -190,6 +213,14 @@ receivers:
     timeout: 2s
     window: 3
     lag_threshold: 2
+  prometheus:
+    config:
+      global: {{ scrape_interval: 1s, scrape_timeout: 900ms }}
+      scrape_configs:
+        - job_name: redis
+          static_configs: [{{ targets: ["127.0.0.1:{redis_exp}"] }}]
+        - job_name: postgres
+          static_configs: [{{ targets: ["127.0.0.1:{pg_exp}"] }}]
   gateway_log:
     include: ["{{dir}}/access.log*"]
     start_at: beginning
@@ -203,6 +234,7 @@ processors:
   correlate:
     evidence_wait: 3s
     consumer_lag: {{ lag_threshold: 3, sample_interval: 1s }}
+    dependencies: {{ sample_interval: 1s }}
 exporters:
   file/traces: {{ path: "{{dir}}/traces.jsonl" }}
   file/logs: {{ path: "{{dir}}/logs.jsonl" }}
@@ -211,7 +243,7 @@ service:
   pipelines:
     traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
     logs: {{ receivers: [otlp, gateway_log], processors: [correlate], exporters: [file/logs] }}
-    metrics: {{ receivers: [kafka_lag], processors: [correlate], exporters: [file/metrics] }}
+    metrics: {{ receivers: [kafka_lag, prometheus], processors: [correlate], exporters: [file/metrics] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#,
         kafka = broker.addr()
@@ -249,6 +281,7 @@ http {{
     location = /ok {{ set $route_id ok; proxy_pass http://shop; }}
     location = /fail {{ set $route_id order-fail; proxy_pass http://shop; }}
     location = /orders {{ set $route_id orders-list; proxy_pass http://shop; }}
+    location /stock/ {{ set $route_id stock-get; proxy_pass http://shop; }}
     location = /order {{ set $route_id order-create; proxy_pass http://shop; }}
     location = /report {{ set $route_id report; proxy_read_timeout 1s; proxy_pass http://shop; }}
     location = /limited {{ set $route_id limited; limit_req zone=perip; proxy_pass http://shop/ok; }}
@@ -410,6 +443,7 @@ http {{
         "upstream_timeout" => "pricing",
         "consumer_lag" => "billing",
         "rate_limited" | "upstream_unavailable" => "load-driver",
+        // db_lock_contention and cache_miss_fallback: the shop's query.
         _ => "shop",
     };
     let mut per: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new(); // traces, right, culprit right
@@ -528,6 +562,7 @@ http {{
         "rate_limited",
         "queueing",
         "consumer_lag",
+        "db_lock_contention",
     ] {
         let (n, r, _) = per.get(cause).copied().unwrap_or_default();
         assert!(n >= 5, "{cause}: only {n} traces caused");
@@ -552,6 +587,35 @@ http {{
         "healthy given a cause: {} of {hn} (≤ 2%)",
         hn - hr
     );
+    // The exporters' numbers are in the verdicts: Redis' miss ratio on the
+    // cold-cache misses, PostgreSQL's exclusive lock on the waits behind it.
+    for (cause, cites) in [
+        (
+            "cache_miss_fallback",
+            ["% of lookups meanwhile", "redis_keyspace_*_total"],
+        ),
+        (
+            "db_lock_contention",
+            ["accessexclusivelock=", "pg_locks_count"],
+        ),
+    ] {
+        let right: Vec<&String> = label
+            .iter()
+            .filter(|(id, (l, _))| l == cause && got[*id].root["rca.cause"] == cause)
+            .map(|(id, _)| &got[id].root["rca.summary"])
+            .collect();
+        let citing = right
+            .iter()
+            .filter(|s| cites.iter().all(|c| s.contains(c)))
+            .count();
+        eprintln!("{cause}: {citing} of {} cite the exporter", right.len());
+        assert!(
+            citing * 10 >= right.len() * 9 && !right.is_empty(),
+            "{cause}: {citing} of {} summaries cite {cites:?}, e.g. {:?}",
+            right.len(),
+            right.first()
+        );
+    }
     // One gateway route, one rca.route_id: the gateway's own.
     for (p, ids) in &routes {
         assert_eq!(ids.len(), 1, "route of /{p}: {ids:?}");

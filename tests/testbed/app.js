@@ -46,6 +46,11 @@ if (role === 'shop') {
     }
     res.json({ item: v });
   });
+  // A plain read of a small table; the driver locks the table at times.
+  app.get('/stock/:id', async (req, res) => {
+    const r = await pg.query('SELECT qty FROM stock WHERE id = $1', [+req.params.id]);
+    res.json({ qty: r.rows.length ? r.rows[0].qty : null });
+  });
   app.get('/orders', async (req, res) => {
     const t0 = Date.now();
     const client = await narrow.connect();
@@ -79,9 +84,10 @@ if (role === 'shop') {
     await producer.send({ topic: 'orders', messages: [{ value: 'order' }] });
     res.json({ queued: true });
   });
-  producer.connect().then(() =>
-    app.listen(+env('PORT'), '127.0.0.1', () => console.log('ready'))
-  );
+  pg.query('CREATE TABLE IF NOT EXISTS stock (id int PRIMARY KEY, qty int)')
+    .then(() => pg.query('INSERT INTO stock SELECT g, 10 FROM generate_series(1, 100) g ON CONFLICT DO NOTHING'))
+    .then(() => producer.connect())
+    .then(() => app.listen(+env('PORT'), '127.0.0.1', () => console.log('ready')));
 } else if (role === 'billing') {
   // The consumer group `billing`; the driver pauses and resumes it (a
   // consumer that stops fetching: its group's lag grows).
@@ -141,7 +147,7 @@ if (role === 'shop') {
     });
   const many = (n, f) => Promise.all(Array.from({ length: n }, (_, i) => f(i)));
   // Control calls to billing, untraced (not part of the load).
-  const { context } = require('@opentelemetry/api');
+  const { context, ROOT_CONTEXT } = require('@opentelemetry/api');
   const { suppressTracing } = require('@opentelemetry/core');
   const control = (path) =>
     context.with(suppressTracing(context.active()), () =>
@@ -177,6 +183,25 @@ if (role === 'shop') {
         await many(8, () => one('/limited', (s) => (s === 429 ? 'rate_limited' : 'healthy')));
         await sleep(1200);
       }
+      // Stock reads: fast, then behind a table lock. The driver takes an
+      // ACCESS EXCLUSIVE lock on the table in a transaction of its own
+      // (untraced), reads while it holds it, and commits 2.5 s later: the
+      // reads made meanwhile waited on the lock.
+      for (let i = 0; i < 10; i++) await one(`/stock/${i + 1}`, () => 'healthy');
+      await context.with(suppressTracing(context.active()), async () => {
+        const { Client } = require('pg');
+        const c = new Client({ host: '127.0.0.1', port: +env('PG_PORT'), user: 'postgres', database: 'postgres' });
+        await c.connect();
+        await c.query('BEGIN');
+        await c.query('LOCK TABLE stock IN ACCESS EXCLUSIVE MODE');
+        const reads = context.with(ROOT_CONTEXT, () =>
+          many(5, (i) => one(`/stock/${i + 20}`, () => 'db_lock_contention'))
+        );
+        await sleep(2500);
+        await c.query('COMMIT');
+        await c.end();
+        await reads;
+      });
       // A burst on the one-connection pool; the shop records each wait.
       for (let b = 0; b < 3; b++) {
         await many(6, () => one('/orders', () => 'pool'));

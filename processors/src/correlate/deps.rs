@@ -310,7 +310,7 @@ pub struct DepRow {
     /// `redis_blocked_clients`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_clients: Option<f64>,
-    /// `pg_locks_count` in the blocking modes (AccessExclusive, Exclusive).
+    /// `pg_locks_count` in the blocking modes (AccessExclusive, Exclusive), as a scrape during the span saw them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locks_exclusive: Option<f64>,
     /// `pg_locks_count` by mode, the non-zero ones (`mode=n,…`).
@@ -433,8 +433,18 @@ fn maxed(a: &mut Option<f64>, v: f64) {
     *a = Some(a.map_or(v, |x| x.max(v)));
 }
 
-/// The row of `d` over `[from, to]`, for the cluster `cluster` of an Envoy.
-pub fn row(d: &Dependency<'_>, cluster: Option<&str>, from: u64, to: u64) -> DepRow {
+/// The row of `d` for a span over `[start, end]`, its points taken over
+/// that widened by `widen` on each side, for the cluster `cluster` of an
+/// Envoy. Locks are the exception: a lock counts only when a scrape during
+/// the span saw it (a lock released just before the span began is what
+/// the widened interval would otherwise show).
+pub fn row(
+    d: &Dependency<'_>,
+    cluster: Option<&str>,
+    (start, end): (u64, u64),
+    widen: u64,
+) -> DepRow {
+    let (from, to) = (start.saturating_sub(widen), end.saturating_add(widen));
     let mut r = DepRow {
         system: d.system,
         job: d.job.clone(),
@@ -495,7 +505,13 @@ pub fn row(d: &Dependency<'_>, cluster: Option<&str>, from: u64, to: u64) -> Dep
                 .into_iter()
                 .for_each(|v| maxed(&mut r.blocked_clients, v)),
             "pg_locks_count" => {
-                if let (Some(mode), Some(v)) = (s.attr("mode"), inside()) {
+                let during = s
+                    .points
+                    .iter()
+                    .filter(|(t, _)| *t >= start && *t <= end)
+                    .map(|p| p.1)
+                    .reduce(f64::max);
+                if let (Some(mode), Some(v)) = (s.attr("mode"), during) {
                     *by_mode.entry(mode.to_string()).or_default() += v;
                 }
             }

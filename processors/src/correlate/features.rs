@@ -916,8 +916,8 @@ fn dependency_rows(
             let mut r = row(
                 &dependencies[di],
                 cluster.as_deref(),
-                start.saturating_sub(p.dep_sample_ns),
-                end.saturating_add(p.dep_sample_ns),
+                (start, end),
+                p.dep_sample_ns,
             );
             (r.time_ns > 0).then(|| {
                 r.span_id = Hex16::of(s.span_id).as_str().to_string();
