@@ -698,19 +698,62 @@ processors:
     policies: [{{ name: all, type: always_sample }}]
   correlate:
     dependencies: {{ sample_interval: 1s }}
+    alerts:
+      interval: 500ms
+      window: 2s
+      rules:
+        - alert: EnvoyPendingOverflow
+          expr: |
+            SELECT job, envoy_cluster, pending_overflow AS value FROM dependencies
+            WHERE system = 'envoy' AND pending_overflow > 0
+          for: 0s
+        - alert: ScrapedSeriesSeen
+          expr: SELECT job, instance, labels, value FROM metrics WHERE name = 'envoy_cluster_upstream_cx_connect_fail' AND value > 0
+          for: 0s
 exporters:
   file/traces: {{ path: "{{dir}}/traces.jsonl" }}
   file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
+  file/logs: {{ path: "{{dir}}/logs.jsonl" }}
 service:
   pipelines:
     traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
     metrics: {{ receivers: [prometheus], processors: [correlate], exporters: [file/metrics] }}
+    logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/logs] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#
     );
     let _daemon = Daemon::start(d, "envoy", &config);
     wait_for(Duration::from_secs(20), "the sidecar scraped", || {
         metrics_of_service(&read_jsonl(&d.join("metrics.jsonl")), "envoy-sidecar").len() >= 9 * 4
+    });
+    // Alert rules see the scraped servers: only the overflowing cluster fires,
+    // and the connect failures through the `metrics` table with job and instance.
+    wait_for(Duration::from_secs(20), "the alerts fire", || {
+        let recs = log_records(&read_jsonl(&d.join("logs.jsonl")));
+        let firing = |name: &str| {
+            recs.iter()
+                .filter(|(_, _, r)| {
+                    attr(&r["attributes"], "alert.labels")
+                        .and_then(|v| v["stringValue"].as_str())
+                        .is_some_and(|l| l.contains(&format!("\"alertname\":\"{name}\"")))
+                })
+                .map(|(_, _, r)| {
+                    attr(&r["attributes"], "alert.labels").unwrap()["stringValue"]
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                })
+                .collect::<Vec<_>>()
+        };
+        let overflow = firing("EnvoyPendingOverflow");
+        let seen = firing("ScrapedSeriesSeen");
+        !overflow.is_empty()
+            && overflow
+                .iter()
+                .all(|l| l.contains("ratings.default") && l.contains("envoy-sidecar"))
+            && seen
+                .iter()
+                .any(|l| l.contains("payments.default") && l.contains("\"instance\":\"127.0.0.1:"))
     });
     let p = provider(&otlp, "reviews", "reviews-7d9f");
     let t = p.tracer("reviews");

@@ -11,7 +11,11 @@
 //! - `kafka_groups` (consumer group): `consumer_group, status, status_name, lag, lag_seconds,
 //!   alarm`;
 //! - `metrics` (latest point of each joined series): `name, topic, consumer_group, host,
-//!   route_id, value, time_ms`.
+//!   route_id, job, instance, labels, value, time_ms` (`labels`: the other attributes as
+//!   `k=v,…`; `job`/`instance` for the scraped dependency series);
+//! - `dependencies` (each scraped server, and each Envoy cluster, over the window; see
+//!   `super::deps`): `system, job, instance, addresses, envoy_cluster, time_ms` and the measured
+//!   columns of the rules' `dependency` table (counters as increases, gauges at their largest).
 //!
 //! Each row the query returns is one alert instance, as a PromQL result
 //! series is: its columns become labels, except `value` (the number shown
@@ -41,7 +45,7 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::rules::{boolf, context, f64f, i64f, s, schema, so, utf8, Cols, V};
+use super::rules::{boolf, context, dep_fields, f64f, i64f, s, schema, so, utf8, Cols, V};
 use super::store::Store;
 
 /// The `event.name` of alert log records.
@@ -297,6 +301,9 @@ fn tables(
         utf8("consumer_group"),
         utf8("host"),
         utf8("route_id"),
+        utf8("job"),
+        utf8("instance"),
+        utf8("labels"),
         f64f("value"),
         f64f("time_ms"),
     ]);
@@ -311,12 +318,16 @@ fn tables(
     }
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     for (name, dims, attrs, t, v) in &points {
+        let labels: Vec<String> = attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
         c.row([
             s(name),
             so(&dims.topic),
             so(&dims.group),
             so(&dims.host),
             so(&dims.route),
+            so(&dims.job),
+            so(&dims.instance),
+            s(&labels.join(",")),
             V::F(Some(*v)),
             V::F(Some(*t as f64 / 1e6)),
         ]);
@@ -366,6 +377,66 @@ fn tables(
         ]);
     }
     out.push(("kafka_groups", sch.clone(), c.finish(sch)?));
+    // dependencies: each server's numbers over the window.
+    let sch = schema(
+        [
+            utf8("system"),
+            utf8("job"),
+            utf8("instance"),
+            utf8("addresses"),
+            utf8("envoy_cluster"),
+            f64f("time_ms"),
+        ]
+        .into_iter()
+        .chain(dep_fields())
+        .collect(),
+    );
+    let series = store
+        .map(|st| st.series_where(|x| x.dims.instance.is_some()))
+        .unwrap_or_default();
+    let deps = super::deps::dependencies(&series, &HashMap::new());
+    let mut rows = Vec::new();
+    for d in &deps {
+        let clusters: Vec<Option<String>> = if d.system == "envoy" {
+            let mut c: Vec<String> = d
+                .series
+                .iter()
+                .filter_map(|x| x.attr("envoy_cluster_name").map(str::to_string))
+                .collect();
+            c.sort();
+            c.dedup();
+            c.into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        for cl in clusters {
+            let r = super::deps::row(
+                d,
+                cl.as_deref(),
+                (now_ns.saturating_sub(window_ns), now_ns),
+                0,
+            );
+            if r.time_ns > 0 {
+                rows.push((d.addresses.join(","), r));
+            }
+        }
+    }
+    let mut c = Cols::new(&sch, rows.len());
+    for (addresses, r) in &rows {
+        c.row(
+            [
+                s(r.system),
+                s(&r.job),
+                s(&r.instance),
+                s(addresses),
+                so(&r.cluster),
+                V::F(Some(r.time_ns as f64 / 1e6)),
+            ]
+            .into_iter()
+            .chain(super::rules::dep_values(r)),
+        );
+    }
+    out.push(("dependencies", sch.clone(), c.finish(sch)?));
     Ok(out)
 }
 

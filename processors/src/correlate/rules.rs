@@ -26,7 +26,7 @@
 //! - `host` (host the trace ran on): `trace_id, host, culprit, cpu_busy, iowait, mem_used,
 //!   mem_available_ratio, disk_util, psi_cpu, psi_memory, psi_io, time_ms, gpu_util, gpu_mem_used`
 //! - `dependency` (server the trace called, by its own metrics; see `super::deps`):
-//!   `trace_id, span_id, system, address, job, instance, cluster, time_ms, up, hits, misses,
+//!   `trace_id, span_id, system, address, job, instance, envoy_cluster, time_ms, up, hits, misses,
 //!   miss_ratio, connected_clients, blocked_clients, locks_exclusive, locks_by_mode, connections,
 //!   max_connections, max_tx_duration_s, connections_active, connections_waiting,
 //!   pending_overflow, cx_overflow, connect_fail, rq_timeout, ssl_errors, breaker_open,
@@ -291,7 +291,7 @@ GROUP BY s.trace_id"#,
             "circuit_open",
             r#"
 SELECT s.trace_id, 0.92 AS confidence,
-  concat('Envoy''s circuit breaker for ', max(r.cluster), ' was at capacity when ', max(s.service), ' called ',
+  concat('Envoy''s circuit breaker for ', max(r.envoy_cluster), ' was at capacity when ', max(s.service), ' called ',
          coalesce(max(s.server_address), max(s.name)), ': ', CAST(CAST(coalesce(max(r.pending_overflow), 0) AS BIGINT) AS VARCHAR),
          ' requests overflowed its pending queue (upstream_rq_pending_overflow) and ',
          CAST(CAST(coalesce(max(r.cx_overflow), 0) AS BIGINT) AS VARCHAR), ' its connection limit (upstream_cx_overflow) meanwhile') AS summary,
@@ -310,7 +310,7 @@ GROUP BY s.trace_id"#,
             "upstream_unavailable",
             r#"
 SELECT s.trace_id, 0.86 AS confidence,
-  concat('Envoy could not connect to ', max(r.cluster), ' when ', max(s.service), ' called it: ',
+  concat('Envoy could not connect to ', max(r.envoy_cluster), ' when ', max(s.service), ' called it: ',
          CAST(CAST(max(r.connect_fail) AS BIGINT) AS VARCHAR), ' connection failures meanwhile (upstream_cx_connect_fail)') AS summary,
   max(s.span_id) AS culprit_span_id,
   CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE max(s.path_ms) END AS explained_ms,
@@ -325,7 +325,7 @@ GROUP BY s.trace_id"#,
             "tls_handshake",
             r#"
 SELECT s.trace_id, 0.88 AS confidence,
-  concat('TLS to ', max(r.cluster), ' through Envoy: ',
+  concat('TLS to ', max(r.envoy_cluster), ' through Envoy: ',
          CASE WHEN max(r.ssl_errors) > 0 THEN concat(CAST(CAST(max(r.ssl_errors) AS BIGINT) AS VARCHAR), ' handshake errors (ssl.connection_error, ssl.fail_verify_*)')
               ELSE concat('connections took ', CAST(CAST(max(r.connect_ms) AS BIGINT) AS VARCHAR), ' ms to set up (upstream_cx_connect_ms)') END,
          ' when ', max(s.service), ' called it') AS summary,
@@ -629,6 +629,87 @@ pub(crate) fn schema(fields: Vec<Field>) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
+/// The measured columns of a dependency row (see [`super::deps::DepRow`]),
+/// shared by the rules' `dependency` table and the alerts' `dependencies`.
+pub(crate) fn dep_fields() -> Vec<Field> {
+    let mut v: Vec<Field> = [
+        "up",
+        "hits",
+        "misses",
+        "miss_ratio",
+        "connected_clients",
+        "blocked_clients",
+        "locks_exclusive",
+    ]
+    .iter()
+    .map(|n| f64f(n))
+    .collect();
+    v.push(utf8("locks_by_mode"));
+    v.extend(
+        [
+            "connections",
+            "max_connections",
+            "max_tx_duration_s",
+            "connections_active",
+            "connections_waiting",
+            "pending_overflow",
+            "cx_overflow",
+            "connect_fail",
+            "rq_timeout",
+            "ssl_errors",
+            "breaker_open",
+            "connect_ms",
+            "requests_waiting",
+            "requests_running",
+            "kv_cache_usage",
+            "preemptions",
+            "queue_time_s",
+            "ttft_s",
+            "queue_ms_per_request",
+            "gpu_util",
+            "gpu_mem_used",
+        ]
+        .iter()
+        .map(|n| f64f(n)),
+    );
+    v
+}
+
+/// The cells of [`dep_fields`].
+pub(crate) fn dep_values(d: &super::deps::DepRow) -> [V<'_>; 29] {
+    [
+        V::F(d.up),
+        V::F(d.hits),
+        V::F(d.misses),
+        V::F(d.miss_ratio),
+        V::F(d.connected_clients),
+        V::F(d.blocked_clients),
+        V::F(d.locks_exclusive),
+        so(&d.locks_by_mode),
+        V::F(d.connections),
+        V::F(d.max_connections),
+        V::F(d.max_tx_duration_s),
+        V::F(d.connections_active),
+        V::F(d.connections_waiting),
+        V::F(d.pending_overflow),
+        V::F(d.cx_overflow),
+        V::F(d.connect_fail),
+        V::F(d.rq_timeout),
+        V::F(d.ssl_errors),
+        V::F(d.breaker_open),
+        V::F(d.connect_ms),
+        V::F(d.requests_waiting),
+        V::F(d.requests_running),
+        V::F(d.kv_cache_usage),
+        V::F(d.preemptions),
+        V::F(d.queue_time_s),
+        V::F(d.ttft_s),
+        V::F(d.queue_ms_per_request),
+        V::F(d.gpu_util),
+        V::F(d.gpu_mem_used),
+    ]
+}
+
 /// The schemas of the tables.
 pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
     vec![
@@ -795,45 +876,21 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
         ),
         (
             "dependency",
-            schema(vec![
-                utf8("trace_id"),
-                utf8("span_id"),
-                utf8("system"),
-                utf8("address"),
-                utf8("job"),
-                utf8("instance"),
-                utf8("cluster"),
-                f64f("time_ms"),
-                f64f("up"),
-                f64f("hits"),
-                f64f("misses"),
-                f64f("miss_ratio"),
-                f64f("connected_clients"),
-                f64f("blocked_clients"),
-                f64f("locks_exclusive"),
-                utf8("locks_by_mode"),
-                f64f("connections"),
-                f64f("max_connections"),
-                f64f("max_tx_duration_s"),
-                f64f("connections_active"),
-                f64f("connections_waiting"),
-                f64f("pending_overflow"),
-                f64f("cx_overflow"),
-                f64f("connect_fail"),
-                f64f("rq_timeout"),
-                f64f("ssl_errors"),
-                f64f("breaker_open"),
-                f64f("connect_ms"),
-                f64f("requests_waiting"),
-                f64f("requests_running"),
-                f64f("kv_cache_usage"),
-                f64f("preemptions"),
-                f64f("queue_time_s"),
-                f64f("ttft_s"),
-                f64f("queue_ms_per_request"),
-                f64f("gpu_util"),
-                f64f("gpu_mem_used"),
-            ]),
+            schema(
+                [
+                    utf8("trace_id"),
+                    utf8("span_id"),
+                    utf8("system"),
+                    utf8("address"),
+                    utf8("job"),
+                    utf8("instance"),
+                    utf8("envoy_cluster"),
+                    f64f("time_ms"),
+                ]
+                .into_iter()
+                .chain(dep_fields())
+                .collect(),
+            ),
         ),
     ]
 }
@@ -875,7 +932,7 @@ impl Cols {
                 .collect(),
         }
     }
-    pub(crate) fn row<const N: usize>(&mut self, cells: [V<'_>; N]) {
+    pub(crate) fn row<'a>(&mut self, cells: impl IntoIterator<Item = V<'a>>) {
         for (c, v) in self.cols.iter_mut().zip(cells) {
             match (c, v) {
                 (Col::S(x), V::S(v)) => x.append_option(v),
@@ -1102,45 +1159,20 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
             "dependency" => {
                 for t in traces {
                     for d in &t.deps {
-                        c.row([
-                            s(&t.trace_id),
-                            s(&d.span_id),
-                            s(d.system),
-                            s(&d.address),
-                            s(&d.job),
-                            s(&d.instance),
-                            so(&d.cluster),
-                            V::F(Some(d.time_ns as f64 / 1e6)),
-                            V::F(d.up),
-                            V::F(d.hits),
-                            V::F(d.misses),
-                            V::F(d.miss_ratio),
-                            V::F(d.connected_clients),
-                            V::F(d.blocked_clients),
-                            V::F(d.locks_exclusive),
-                            so(&d.locks_by_mode),
-                            V::F(d.connections),
-                            V::F(d.max_connections),
-                            V::F(d.max_tx_duration_s),
-                            V::F(d.connections_active),
-                            V::F(d.connections_waiting),
-                            V::F(d.pending_overflow),
-                            V::F(d.cx_overflow),
-                            V::F(d.connect_fail),
-                            V::F(d.rq_timeout),
-                            V::F(d.ssl_errors),
-                            V::F(d.breaker_open),
-                            V::F(d.connect_ms),
-                            V::F(d.requests_waiting),
-                            V::F(d.requests_running),
-                            V::F(d.kv_cache_usage),
-                            V::F(d.preemptions),
-                            V::F(d.queue_time_s),
-                            V::F(d.ttft_s),
-                            V::F(d.queue_ms_per_request),
-                            V::F(d.gpu_util),
-                            V::F(d.gpu_mem_used),
-                        ]);
+                        c.row(
+                            [
+                                s(&t.trace_id),
+                                s(&d.span_id),
+                                s(d.system),
+                                s(&d.address),
+                                s(&d.job),
+                                s(&d.instance),
+                                so(&d.cluster),
+                                V::F(Some(d.time_ns as f64 / 1e6)),
+                            ]
+                            .into_iter()
+                            .chain(dep_values(d)),
+                        );
                     }
                 }
             }
