@@ -873,6 +873,65 @@ fn the_prometheus_receiver_scrapes_a_real_server_and_survives_bad_targets() {
         }),
     ));
     std::fs::write(d.join("token"), "s3cret\n").expect("token");
+    // Alertmanager's own /metrics, as Debian runs it.
+    std::fs::write(
+        d.join("am.yml"),
+        "route: { receiver: x }\nreceivers: [{ name: x }]\n",
+    )
+    .expect("am config");
+    let am_port = free_port();
+    let am = Server::start(
+        "alertmanager",
+        d,
+        &which(&["/usr/bin/prometheus-alertmanager"]),
+        &[
+            format!("--config.file={}", d.join("am.yml").display()),
+            format!("--storage.path={}", d.join("am").display()),
+            format!("--web.listen-address=127.0.0.1:{am_port}"),
+            "--cluster.listen-address=".into(),
+        ],
+        |a| http_get(a, "/-/ready").is_some_and(|(s, _)| s == 200),
+    );
+    // A target that speaks OpenMetrics only when asked for it, and one whose
+    // OpenMetrics body is cut short (no `# EOF`).
+    const OM: &str = "# TYPE om_requests counter\n# UNIT om_requests_seconds seconds\nom_requests_total{path=\"/a\"} 7 # {trace_id=\"4bf92f3577b34da6\"} 1 1700000000.5\nom_requests_created{path=\"/a\"} 1700000000.25\n# TYPE om_build info\nom_build_info{version=\"1.0\"} 1\n# EOF\n";
+    let om = serve_in_thread(axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(|h: axum::http::HeaderMap| async move {
+            let wants = h
+                .get("accept")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|a| a.starts_with("application/openmetrics-text;version=1.0.0"));
+            if wants {
+                (
+                    axum::http::StatusCode::OK,
+                    [(
+                        "content-type",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    OM,
+                )
+            } else {
+                (
+                    axum::http::StatusCode::NOT_ACCEPTABLE,
+                    [("content-type", "text/plain")],
+                    "",
+                )
+            }
+        }),
+    ));
+    let om_cut = serve_in_thread(axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(|| async {
+            (
+                [(
+                    "content-type",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )],
+                OM.trim_end_matches("# EOF\n"),
+            )
+        }),
+    ));
     let dead = free_port();
     let host = |url: &str| url.trim_start_matches("http://").to_string();
     let daemon = Daemon::start(
@@ -899,6 +958,12 @@ receivers:
         - job_name: big
           body_size_limit: 1MiB
           static_configs: [{{ targets: ["{big}"] }}]
+        - job_name: alertmanager
+          static_configs: [{{ targets: ["127.0.0.1:{am_port}"] }}]
+        - job_name: om
+          static_configs: [{{ targets: ["{om}"] }}]
+        - job_name: om_cut
+          static_configs: [{{ targets: ["{om_cut}"] }}]
 exporters:
   file: {{ path: "{{dir}}/metrics.jsonl" }}
 service:
@@ -910,6 +975,8 @@ service:
             garbage = host(&garbage),
             big = host(&big),
             secured = host(&secured),
+            om = host(&om),
+            om_cut = host(&om_cut),
         ),
     );
     let out = d.join("metrics.jsonl");
@@ -924,7 +991,9 @@ service:
     wait_for(Duration::from_secs(30), "every job scraped", || {
         up_values("prom").contains(&1.0)
             && up_values("secured").contains(&1.0)
-            && ["dead", "garbage", "big"]
+            && up_values("alertmanager").contains(&1.0)
+            && up_values("om").contains(&1.0)
+            && ["dead", "garbage", "big", "om_cut"]
                 .iter()
                 .all(|j| up_values(j).contains(&0.0))
     });
@@ -961,7 +1030,32 @@ service:
     assert!(of_job("secured")
         .iter()
         .any(|m| m["name"] == "secured_metric"));
+    // Alertmanager's own series, typed.
+    let am_metrics = of_job("alertmanager");
+    let am_find = |name: &str| am_metrics.iter().find(|m| m["name"] == name).cloned();
+    assert!(am_find("alertmanager_alerts").is_some_and(|m| m["gauge"].is_object()));
+    assert!(am_find("alertmanager_notifications_total")
+        .is_some_and(|m| m["sum"]["isMonotonic"] == true));
+    assert!(am_find("alertmanager_http_request_duration_seconds")
+        .is_some_and(|m| m["histogram"].is_object()));
+    assert!(am_find("alertmanager_build_info").is_some());
+    drop(am);
+    // OpenMetrics, negotiated: the counter with its start time, the info metric.
+    let om_metrics = of_job("om");
+    let c = om_metrics
+        .iter()
+        .find(|m| m["name"] == "om_requests_total")
+        .expect("the OpenMetrics counter");
+    assert_eq!(c["sum"]["isMonotonic"], true);
+    assert_eq!(
+        c["sum"]["dataPoints"][0]["startTimeUnixNano"],
+        "1700000000250000000"
+    );
+    assert_eq!(c["sum"]["dataPoints"][0]["asDouble"], 7.0);
+    assert!(om_metrics.iter().any(|m| m["name"] == "om_build_info"));
+
     // Bad targets are counted by reason, and the daemon goes on.
+
     let errors = |job: &str, reason: &str| {
         daemon
             .metric(&format!(
@@ -972,6 +1066,7 @@ service:
     assert!(errors("dead", "connect") >= 1.0);
     assert!(errors("garbage", "parse") >= 1.0);
     assert!(errors("big", "body_size_limit") >= 1.0);
+    assert!(errors("om_cut", "parse") >= 1.0);
     // The Prometheus goes away: up 0, and its series get staleness markers.
     drop(prom);
     wait_for(

@@ -90,6 +90,12 @@ pub struct ScrapeConfig {
     /// Rules applied to every scraped sample (`__name__` is a label here).
     #[serde(default)]
     pub metric_relabel_configs: Vec<RelabelConfig>,
+    /// The formats offered, in order of preference, as Prometheus' key:
+    /// `OpenMetricsText1.0.0`, `OpenMetricsText0.0.1`, `PrometheusText0.0.4`
+    /// (default all three, in that order). The target's `Content-Type`
+    /// says which one it answered with.
+    #[serde(default = "default_protocols")]
+    pub scrape_protocols: Vec<String>,
 }
 
 /// `tls_config`, Prometheus' keys.
@@ -252,6 +258,38 @@ pub struct StaticConfig {
     pub labels: IndexMap<String, String>,
 }
 
+fn default_protocols() -> Vec<String> {
+    PROTOCOLS.iter().map(|(n, _)| n.to_string()).collect()
+}
+
+/// The formats causeway reads, with their `Accept` media types.
+pub const PROTOCOLS: [(&str, &str); 3] = [
+    (
+        "OpenMetricsText1.0.0",
+        "application/openmetrics-text;version=1.0.0",
+    ),
+    (
+        "OpenMetricsText0.0.1",
+        "application/openmetrics-text;version=0.0.1",
+    ),
+    ("PrometheusText0.0.4", "text/plain;version=0.0.4"),
+];
+
+impl ScrapeConfig {
+    /// The `Accept` header for `scrape_protocols`, with decreasing q values.
+    pub fn accept(&self) -> String {
+        let mut parts: Vec<String> = self
+            .scrape_protocols
+            .iter()
+            .filter_map(|p| PROTOCOLS.iter().find(|(n, _)| n == p))
+            .enumerate()
+            .map(|(i, (_, m))| format!("{m};q={:.1}", 1.0 - 0.1 * i as f64))
+            .collect();
+        parts.push("*/*;q=0.1".into());
+        parts.join(",")
+    }
+}
+
 fn default_path() -> String {
     "/metrics".into()
 }
@@ -373,6 +411,23 @@ impl Validate for PrometheusReceiverConfig {
                         ));
                     }
                 }
+            }
+            for (k, p) in j.scrape_protocols.iter().enumerate() {
+                if !PROTOCOLS.iter().any(|(n, _)| n == p) {
+                    e.push(ConfigError::new(
+                        at(&format!("scrape_protocols[{k}]")),
+                        format!(
+                            "{p:?}: causeway reads {} (not PrometheusProto)",
+                            PROTOCOLS.map(|(n, _)| n).join(", ")
+                        ),
+                    ));
+                }
+            }
+            if j.scrape_protocols.is_empty() {
+                e.push(ConfigError::new(
+                    at("scrape_protocols"),
+                    "must not be empty",
+                ));
             }
             if j.sample_limit == 0 {
                 e.push(ConfigError::new(at("sample_limit"), "must be at least 1"));

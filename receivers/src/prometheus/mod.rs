@@ -85,6 +85,18 @@ struct PrometheusReceiver {
     telemetry: Registry,
 }
 
+/// Seconds since the epoch (a `_created` value) in ns, without the
+/// rounding error of multiplying the whole float.
+fn seconds_ns(v: f64) -> u64 {
+    if !v.is_finite() || v <= 0.0 {
+        return 0;
+    }
+    let whole = v.trunc();
+    (whole as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(((v - whole) * 1e9).round() as u64)
+}
+
 fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -170,12 +182,13 @@ impl Target {
         url
     }
 
-    async fn fetch(&self) -> Result<String, Failure> {
+    /// The body, and whether it is OpenMetrics (by its `Content-Type`).
+    async fn fetch(&self) -> Result<(String, bool), Failure> {
         let fail = |reason, detail: String| Failure { reason, detail };
         let mut req = self
             .client
             .get(self.url())
-            .header("accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1");
+            .header("accept", self.job.accept());
         if let Some(a) = &self.auth {
             req = req.header("authorization", a);
         }
@@ -189,6 +202,11 @@ impl Target {
         if !resp.status().is_success() {
             return Err(fail("http_status", format!("answered {}", resp.status())));
         }
+        let openmetrics = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("application/openmetrics-text"));
         let limit = self.job.body_size_limit.0 as usize;
         let mut body = Vec::new();
         let mut resp = resp;
@@ -208,7 +226,9 @@ impl Target {
                 }
             }
         }
-        String::from_utf8(body).map_err(|_| fail("parse", "the body is not UTF-8".into()))
+        String::from_utf8(body)
+            .map(|b| (b, openmetrics))
+            .map_err(|_| fail("parse", "the body is not UTF-8".into()))
     }
 
     async fn run(self, out: Output, shutdown: CancellationToken) {
@@ -225,8 +245,8 @@ impl Target {
             let began = std::time::Instant::now();
             let time_ns = now_ns();
             let scraped = async {
-                let text = self.fetch().await?;
-                let families = parse::parse(&text, self.job.sample_limit).map_err(|e| Failure {
+                let (text, openmetrics) = self.fetch().await?;
+                let families = parse::parse(&text, self.job.sample_limit, openmetrics).map_err(|e| Failure {
                     reason: if e.message.contains("sample_limit") {
                         "sample_limit"
                     } else {
@@ -407,7 +427,7 @@ impl Scrape<'_> {
                         .samples
                         .iter()
                         .filter(|s| s.name.ends_with("_created"))
-                        .map(|s| (self.attrs(&s.labels, ""), (s.value * 1e9) as u64))
+                        .map(|s| (self.attrs(&s.labels, ""), seconds_ns(s.value)))
                         .collect();
                     let mut points = Vec::new();
                     for s in f.samples.iter().filter(|s| !s.name.ends_with("_created")) {
@@ -425,6 +445,7 @@ impl Scrape<'_> {
                         metrics.push(Metric {
                             name,
                             description: f.help.clone(),
+                            unit: f.unit.clone(),
                             data: Some(if f.kind == Type::Counter {
                                 metric::Data::Sum(Sum {
                                     data_points,
@@ -494,6 +515,7 @@ impl Scrape<'_> {
                     metrics.push(Metric {
                         name: f.name.clone(),
                         description: f.help.clone(),
+                        unit: f.unit.clone(),
                         data: Some(metric::Data::Histogram(Histogram {
                             data_points,
                             aggregation_temporality: AggregationTemporality::Cumulative as i32,
@@ -543,6 +565,7 @@ impl Scrape<'_> {
                     metrics.push(Metric {
                         name: f.name.clone(),
                         description: f.help.clone(),
+                        unit: f.unit.clone(),
                         data: Some(metric::Data::Summary(Summary { data_points })),
                         ..Default::default()
                     });

@@ -2,6 +2,15 @@
 //! `# HELP`, `# TYPE`, and sample lines `name{label="value",…} value [timestamp]`.
 //! Samples are grouped into families by their `# TYPE` (a histogram's
 //! `_bucket`, `_sum` and `_count`, a summary's quantiles, `_sum` and `_count`).
+//!
+//! And OpenMetrics 1.0 (`application/openmetrics-text`): the body must end
+//! with `# EOF` (a body cut short is an error, not a smaller scrape);
+//! `# UNIT`; timestamps in seconds; exemplars after ` # ` (skipped); the
+//! types `info`, `stateset` and `gaugehistogram` are read as gauges named
+//! by their samples (`x_info`, `x{x="state"}`, `x_bucket`/`x_gcount`/`x_gsum`),
+//! `unknown` as untyped. No maintained Rust crate parses both formats with
+//! the bounds needed here (a sample limit reported, not cut), so this is
+//! a small hand-written parser, fuzzed by `tests/fuzz_corpus.rs`.
 
 use std::collections::BTreeMap;
 
@@ -42,6 +51,8 @@ pub struct Family {
     pub kind: Type,
     /// `# HELP`.
     pub help: String,
+    /// `# UNIT` (OpenMetrics).
+    pub unit: String,
     /// Its samples.
     pub samples: Vec<Sample>,
 }
@@ -120,7 +131,9 @@ fn family_of<'a>(name: &'a str, types: &BTreeMap<String, Type>) -> &'a str {
     if types.contains_key(name) {
         return name;
     }
-    for suffix in ["_bucket", "_sum", "_count", "_total", "_created"] {
+    for suffix in [
+        "_bucket", "_sum", "_count", "_total", "_created", "_info", "_gcount", "_gsum",
+    ] {
         if let Some(base) = name.strip_suffix(suffix) {
             if types.contains_key(base) {
                 return base;
@@ -132,13 +145,18 @@ fn family_of<'a>(name: &'a str, types: &BTreeMap<String, Type>) -> &'a str {
 
 /// Parse an exposition; at most `max_samples` samples are read (the rest is
 /// an error, so that a target over its limit is reported, not cut silently).
-pub fn parse(text: &str, max_samples: usize) -> Result<Vec<Family>, ParseError> {
+/// `openmetrics`: the body is OpenMetrics text (see the module doc).
+pub fn parse(text: &str, max_samples: usize, openmetrics: bool) -> Result<Vec<Family>, ParseError> {
     let mut types: BTreeMap<String, Type> = BTreeMap::new();
     let mut helps: BTreeMap<String, String> = BTreeMap::new();
+    let mut units: BTreeMap<String, String> = BTreeMap::new();
+    let mut eof = false;
+    let mut lines = 0usize;
     let mut order: Vec<String> = Vec::new();
     let mut by_name: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
     let mut count = 0usize;
     for (i, line) in text.lines().enumerate() {
+        lines = i + 1;
         let err = |message: String| ParseError {
             line: i + 1,
             message,
@@ -147,12 +165,19 @@ pub fn parse(text: &str, max_samples: usize) -> Result<Vec<Family>, ParseError> 
         if line.is_empty() {
             continue;
         }
+        if eof {
+            return Err(err("text after `# EOF`".into()));
+        }
         if let Some(c) = line.strip_prefix('#') {
             let mut w = c.trim_start().splitn(3, ' ');
             match (w.next(), w.next(), w.next()) {
+                (Some("EOF"), None, None) if openmetrics => eof = true,
                 (Some("TYPE"), Some(name), Some(t)) => {
                     let t = match t.trim() {
                         "counter" => Type::Counter,
+                        "gauge" | "info" | "stateset" | "gaugehistogram" if openmetrics => {
+                            Type::Gauge
+                        }
                         "gauge" => Type::Gauge,
                         "histogram" => Type::Histogram,
                         "summary" => Type::Summary,
@@ -163,6 +188,9 @@ pub fn parse(text: &str, max_samples: usize) -> Result<Vec<Family>, ParseError> 
                 }
                 (Some("HELP"), Some(name), help) => {
                     helps.insert(name.to_string(), help.unwrap_or("").to_string());
+                }
+                (Some("UNIT"), Some(name), Some(unit)) => {
+                    units.insert(name.to_string(), unit.trim().to_string());
                 }
                 _ => {}
             }
@@ -184,18 +212,34 @@ pub fn parse(text: &str, max_samples: usize) -> Result<Vec<Family>, ParseError> 
         } else {
             (Vec::new(), &line[name_end..])
         };
+        // An OpenMetrics exemplar follows ` # `: not part of the sample.
+        let rest = match rest.find(" # ") {
+            Some(i) if openmetrics => &rest[..i],
+            _ => rest,
+        };
         let mut w = rest.split_whitespace();
         let v = w
             .next()
             .and_then(value)
             .ok_or_else(|| err(format!("{name}: the value is not a number")))?;
         let ts = match w.next() {
+            // OpenMetrics writes seconds (maybe fractional); 0.0.4 milliseconds.
+            Some(t) if openmetrics => Some(
+                t.parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite())
+                    .map(|s| (s * 1000.0).round() as i64)
+                    .ok_or_else(|| err(format!("{name}: invalid timestamp {t:?}")))?,
+            ),
             Some(t) => Some(
                 t.parse::<i64>()
                     .map_err(|_| err(format!("{name}: invalid timestamp {t:?}")))?,
             ),
             None => None,
         };
+        if w.next().is_some() {
+            return Err(err(format!("{name}: more than a value and a timestamp")));
+        }
         count += 1;
         if count > max_samples {
             return Err(err(format!(
@@ -213,11 +257,18 @@ pub fn parse(text: &str, max_samples: usize) -> Result<Vec<Family>, ParseError> 
             timestamp_ms: ts,
         });
     }
+    if openmetrics && !eof {
+        return Err(ParseError {
+            line: lines,
+            message: "the OpenMetrics body does not end with `# EOF` (cut short?)".into(),
+        });
+    }
     Ok(order
         .into_iter()
         .map(|name| Family {
             kind: types.get(&name).copied().unwrap_or(Type::Untyped),
             help: helps.get(&name).cloned().unwrap_or_default(),
+            unit: units.get(&name).cloned().unwrap_or_default(),
             samples: by_name.remove(&name).unwrap_or_default(),
             name,
         })

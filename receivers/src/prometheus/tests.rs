@@ -30,7 +30,7 @@ temp +Inf
 
 #[test]
 fn the_text_format_reads_into_families() {
-    let f = parse(TEXT, 1000).expect("parses");
+    let f = parse(TEXT, 1000, false).expect("parses");
     let names: Vec<(&str, Type, usize)> = f
         .iter()
         .map(|f| (f.name.as_str(), f.kind, f.samples.len()))
@@ -63,13 +63,13 @@ fn the_text_format_reads_into_families() {
 
 #[test]
 fn bad_expositions_say_where() {
-    let e = parse("ok 1\nbad{a=1} 2\n", 10).expect_err("unquoted value");
+    let e = parse("ok 1\nbad{a=1} 2\n", 10, false).expect_err("unquoted value");
     assert_eq!(e.line, 2);
-    let e = parse("x{a=\"1\"} one\n", 10).expect_err("not a number");
+    let e = parse("x{a=\"1\"} one\n", 10, false).expect_err("not a number");
     assert!(e.message.contains("not a number"), "{e}");
-    let e = parse("a 1\nb 2\nc 3\n", 2).expect_err("too many");
+    let e = parse("a 1\nb 2\nc 3\n", 2, false).expect_err("too many");
     assert!(e.message.contains("sample_limit") && e.line == 3, "{e}");
-    let e = parse("x{a=\"unterminated} 1\n", 10).expect_err("unterminated");
+    let e = parse("x{a=\"unterminated} 1\n", 10, false).expect_err("unterminated");
     assert!(e.message.contains("unterminated"), "{e}");
 }
 
@@ -98,7 +98,7 @@ fn families_map_to_otlp_as_the_collectors_receiver_maps_them() {
     let extra: indexmap::IndexMap<String, String> = [("env".to_string(), "prod".to_string())]
         .into_iter()
         .collect();
-    let f = parse(TEXT, 1000).expect("parses");
+    let f = parse(TEXT, 1000, false).expect("parses");
     let (rm, now) =
         scrape(&extra).to_metrics(&f, &BTreeSet::new(), Some((Duration::from_millis(5), 15)));
     let attrs: BTreeMap<String, String> = rm
@@ -187,7 +187,7 @@ fn families_map_to_otlp_as_the_collectors_receiver_maps_them() {
 #[test]
 fn scraped_job_and_instance_labels_are_kept_apart_unless_honored() {
     let extra = indexmap::IndexMap::new();
-    let f = parse("x{job=\"other\",instance=\"i\"} 1\n", 10).expect("parses");
+    let f = parse("x{job=\"other\",instance=\"i\"} 1\n", 10, false).expect("parses");
     let (rm, _) = scrape(&extra).to_metrics(&f, &BTreeSet::new(), Some((Duration::ZERO, 1)));
     let keys = |rm: &ResourceMetrics| -> Vec<String> {
         match &metric(rm, "x").data {
@@ -204,4 +204,102 @@ fn scraped_job_and_instance_labels_are_kept_apart_unless_honored() {
     s.honor_labels = true;
     let (rm, _) = s.to_metrics(&f, &BTreeSet::new(), Some((Duration::ZERO, 1)));
     assert_eq!(keys(&rm), ["instance", "job"]);
+}
+
+/// OpenMetrics 1.0, shaped as the specification's examples: a family
+/// named without `_total`, `# UNIT`, `_created`, an exemplar, seconds
+/// timestamps, info, stateset, gaugehistogram, and the closing `# EOF`.
+const OPENMETRICS: &str = r#"# TYPE acme_http_router_request_seconds summary
+# UNIT acme_http_router_request_seconds seconds
+# HELP acme_http_router_request_seconds Latency though all of ACME's HTTP request router.
+acme_http_router_request_seconds_sum{path="/api/v1",method="GET"} 9036.32
+acme_http_router_request_seconds_count{path="/api/v1",method="GET"} 807283.0
+acme_http_router_request_seconds_created{path="/api/v1",method="GET"} 1605281325.0
+# TYPE process_cpu_seconds counter
+# UNIT process_cpu_seconds seconds
+# HELP process_cpu_seconds Total user and system CPU time spent in seconds.
+process_cpu_seconds_total 4.20072246e+06
+process_cpu_seconds_created 1520430000.0
+# TYPE foo histogram
+foo_bucket{le="0.1"} 8 # {trace_id="KOO5S4vxi0o"} 0.043 1520879607.789
+foo_bucket{le="+Inf"} 17
+foo_count 17
+foo_sum 324789.3
+foo_created 1520430000.123
+# TYPE build info
+build_info{version="1.2.3"} 1
+# TYPE door stateset
+door{door="open"} 1
+door{door="closed"} 0
+# TYPE queue gaugehistogram
+queue_bucket{le="1"} 3
+queue_bucket{le="+Inf"} 5
+queue_gcount 5
+queue_gsum 4.2
+# TYPE temperature gauge
+temperature 21.5 1520879607.789
+# EOF
+"#;
+
+#[test]
+fn openmetrics_reads_with_units_exemplars_seconds_and_its_eof() {
+    let f = parse(OPENMETRICS, 1000, true).expect("parses");
+    let names: Vec<(&str, Type, usize, &str)> = f
+        .iter()
+        .map(|f| (f.name.as_str(), f.kind, f.samples.len(), f.unit.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            (
+                "acme_http_router_request_seconds",
+                Type::Summary,
+                3,
+                "seconds"
+            ),
+            ("process_cpu_seconds", Type::Counter, 2, "seconds"),
+            ("foo", Type::Histogram, 5, ""),
+            ("build", Type::Gauge, 1, ""),
+            ("door", Type::Gauge, 2, ""),
+            ("queue", Type::Gauge, 4, ""),
+            ("temperature", Type::Gauge, 1, ""),
+        ]
+    );
+    // The exemplar is not part of the bucket's sample; timestamps are seconds.
+    assert_eq!(f[2].samples[0].value, 8.0);
+    assert_eq!(f[2].samples[0].timestamp_ms, None);
+    assert_eq!(f[6].samples[0].timestamp_ms, Some(1_520_879_607_789));
+    // A body cut short, or anything after `# EOF`, is an error, not a smaller scrape.
+    let cut = OPENMETRICS.trim_end().trim_end_matches("# EOF");
+    let e = parse(cut, 1000, true).expect_err("no EOF");
+    assert!(e.message.contains("# EOF"), "{e}");
+    let e = parse(&format!("{OPENMETRICS}x 1\n"), 1000, true).expect_err("after EOF");
+    assert!(e.message.contains("after"), "{e}");
+    // The same text as 0.0.4 refuses the OpenMetrics-only types.
+    assert!(parse(OPENMETRICS, 1000, false).is_err());
+}
+
+#[test]
+fn the_accept_header_follows_scrape_protocols() {
+    let cfg: PrometheusReceiverConfig = serde_yaml::from_str(
+        "config: { scrape_configs: [{ job_name: a, static_configs: [{ targets: ['h:1'] }] }] }",
+    )
+    .expect("config");
+    assert_eq!(
+        cfg.config.scrape_configs[0].accept(),
+        "application/openmetrics-text;version=1.0.0;q=1.0,application/openmetrics-text;version=0.0.1;q=0.9,text/plain;version=0.0.4;q=0.8,*/*;q=0.1"
+    );
+    let cfg: PrometheusReceiverConfig = serde_yaml::from_str(
+        "config: { scrape_configs: [{ job_name: a, scrape_protocols: [PrometheusText0.0.4, PrometheusProto], static_configs: [{ targets: ['h:1'] }] }] }",
+    )
+    .expect("config");
+    assert!(cfg.config.scrape_configs[0]
+        .accept()
+        .starts_with("text/plain;version=0.0.4;q=1.0,*/*"));
+    let errs = causeway_core::config::Validate::validate(&cfg);
+    assert!(
+        errs.iter()
+            .any(|e| e.to_string().contains("scrape_protocols[1]")),
+        "{errs:?}"
+    );
 }
