@@ -532,3 +532,182 @@ service:
         .is_some_and(|v| v >= 1.0));
     assert!(last("pg_stat_database_xact_commit").is_some_and(|m| m["sum"]["isMonotonic"] == true));
 }
+
+/// Targets from a file (`file_sd_configs`), relabeled into the multi-target
+/// pattern of the real redis_exporter (`/scrape?target=redis://…`, one
+/// exporter for many Redis servers): each Redis is its own `instance`; a
+/// server removed from the file stops being scraped and its series, `up`
+/// included, are marked stale; one added is scraped.
+#[test]
+fn file_discovered_targets_come_and_go_through_the_multi_target_exporter() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (r1, r2, exp) = (free_port(), free_port(), free_port());
+    let redis = |name: &str, port: u16| {
+        start(
+            d,
+            name,
+            "/usr/bin/redis-server",
+            &[
+                "--port".into(),
+                port.to_string(),
+                "--bind".into(),
+                "127.0.0.1".into(),
+                "--save".into(),
+                String::new(),
+            ],
+            port,
+        )
+    };
+    let _r1 = redis("redis1", r1);
+    let _r2 = redis("redis2", r2);
+    redis_cli(r2, &["SET", "only-on-2", "x"]);
+    let _exporter = start(
+        d,
+        "redis_exporter",
+        "/usr/bin/prometheus-redis-exporter",
+        &[format!("-web.listen-address=127.0.0.1:{exp}")],
+        exp,
+    );
+    let file = d.join("targets.json");
+    let write = |ports: &[u16]| {
+        let targets: Vec<String> = ports
+            .iter()
+            .map(|p| format!("\"redis://127.0.0.1:{p}\""))
+            .collect();
+        let tmp = d.join("targets.json.tmp");
+        std::fs::write(
+            &tmp,
+            format!(
+                "[{{\"targets\": [{}], \"labels\": {{\"team\": \"cache\"}}}}]",
+                targets.join(",")
+            ),
+        )
+        .expect("write");
+        std::fs::rename(&tmp, &file).expect("rename");
+    };
+    write(&[r1]);
+    let daemon = Daemon::start(
+        d,
+        "sd",
+        &format!(
+            r#"
+receivers:
+  prometheus:
+    config:
+      scrape_configs:
+        - job_name: redis
+          scrape_interval: 300ms
+          metrics_path: /scrape
+          file_sd_configs: [{{ files: ["{{dir}}/*.json"], refresh_interval: 5m }}]
+          relabel_configs:
+            - {{ source_labels: [__address__], target_label: __param_target }}
+            - {{ source_labels: [__param_target], target_label: instance }}
+            - {{ target_label: __address__, replacement: "127.0.0.1:{exp}" }}
+exporters:
+  file: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    metrics: {{ receivers: [prometheus], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
+    let out = d.join("metrics.jsonl");
+    let instance_of = |rm: &Value| {
+        attr(&rm["resource"]["attributes"], "service.instance.id")
+            .and_then(|v| v["stringValue"].as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    // (instance, metric name, value or None when stale) in file order.
+    let points = || -> Vec<(String, String, Option<f64>, Value)> {
+        let mut v = Vec::new();
+        for line in read_jsonl(&out) {
+            for rm in line["resourceMetrics"].as_array().into_iter().flatten() {
+                let inst = instance_of(rm);
+                for sm in rm["scopeMetrics"].as_array().into_iter().flatten() {
+                    for m in sm["metrics"].as_array().into_iter().flatten() {
+                        let data = m.get("gauge").or_else(|| m.get("sum"));
+                        for p in data
+                            .and_then(|x| x["dataPoints"].as_array())
+                            .into_iter()
+                            .flatten()
+                        {
+                            let stale = p["flags"] == 1;
+                            let val = p["asDouble"].as_f64().filter(|_| !stale);
+                            v.push((
+                                inst.clone(),
+                                m["name"].as_str().unwrap_or("").to_string(),
+                                val,
+                                p.clone(),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        v
+    };
+    let (i1, i2) = (
+        format!("redis://127.0.0.1:{r1}"),
+        format!("redis://127.0.0.1:{r2}"),
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "the first Redis scraped through the exporter",
+        || {
+            points()
+                .iter()
+                .any(|(i, n, v, _)| *i == i1 && n == "redis_up" && *v == Some(1.0))
+        },
+    );
+    // Its group label came along; the second server is not scraped yet.
+    let ps = points();
+    let p = ps
+        .iter()
+        .find(|(i, n, _, _)| *i == i1 && n == "redis_up")
+        .expect("redis_up");
+    assert_eq!(
+        attr(&p.3["attributes"], "team").and_then(|v| v["stringValue"].as_str()),
+        Some("cache")
+    );
+    assert!(!ps.iter().any(|(i, _, _, _)| *i == i2));
+    // The file now lists the second server only.
+    write(&[r2]);
+    wait_for(
+        Duration::from_secs(30),
+        "the second scraped, the first stale",
+        || {
+            let ps = points();
+            let second = ps
+                .iter()
+                .any(|(i, n, v, _)| *i == i2 && n == "redis_up" && *v == Some(1.0));
+            let up_stale = ps
+                .iter()
+                .any(|(i, n, v, _)| *i == i1 && n == "up" && v.is_none());
+            let series_stale = ps
+                .iter()
+                .any(|(i, n, v, _)| *i == i1 && n == "redis_connected_clients" && v.is_none());
+            second && up_stale && series_stale
+        },
+    );
+    // And no scrape of the first after its stale markers.
+    let ps = points();
+    let last_stale = ps
+        .iter()
+        .rposition(|(i, n, v, _)| *i == i1 && n == "up" && v.is_none())
+        .expect("stale");
+    assert!(
+        !ps[last_stale + 1..]
+            .iter()
+            .any(|(i, n, v, _)| *i == i1 && n == "up" && v.is_some()),
+        "the removed target was scraped again"
+    );
+    // The second server's own keyspace: keys of db0 is 1.
+    assert!(ps.iter().any(|(i, n, v, p)| *i == i2
+        && n == "redis_db_keys"
+        && *v == Some(1.0)
+        && attr(&p["attributes"], "db").and_then(|v| v["stringValue"].as_str()) == Some("db0")));
+    assert!(daemon.terminate().success());
+}

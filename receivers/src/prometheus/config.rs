@@ -90,6 +90,20 @@ pub struct ScrapeConfig {
     /// Rules applied to every scraped sample (`__name__` is a label here).
     #[serde(default)]
     pub metric_relabel_configs: Vec<RelabelConfig>,
+    /// Relabeling of each target before it is scraped, as Prometheus'
+    /// `relabel_configs`: over `__address__`, `__scheme__`,
+    /// `__metrics_path__`, `__param_<name>`, `job`, the group's labels and
+    /// `__meta_filepath` (file discovery). A target dropped is not scraped;
+    /// `instance` defaults to the final `__address__`; labels starting
+    /// with `__` are removed afterwards.
+    #[serde(default)]
+    pub relabel_configs: Vec<RelabelConfig>,
+    /// Targets from files (JSON or YAML lists of `{targets, labels}`), as
+    /// Prometheus' `file_sd_configs`: re-read when they change (checked
+    /// every second) and every `refresh_interval`; targets that go away
+    /// stop being scraped and their series are marked stale.
+    #[serde(default)]
+    pub file_sd_configs: Vec<FileSdConfig>,
     /// The formats offered, in order of preference, as Prometheus' key:
     /// `OpenMetricsText1.0.0`, `OpenMetricsText0.0.1`, `PrometheusText0.0.4`
     /// (default all three, in that order). The target's `Content-Type`
@@ -184,7 +198,7 @@ pub struct RelabelConfig {
     /// What `replace` writes, with `$1`-style references (default `$1`).
     #[serde(default = "dollar_one")]
     pub replacement: String,
-    /// `replace` (default), `keep`, `drop`, `labeldrop` or `labelkeep`.
+    /// `replace` (default), `keep`, `drop`, `labelmap`, `labeldrop` or `labelkeep`.
     #[serde(default)]
     pub action: RelabelAction,
 }
@@ -200,6 +214,8 @@ pub enum RelabelAction {
     Keep,
     /// Drop matching samples.
     Drop,
+    /// Copy labels whose name matches to the name `replacement` makes of it.
+    Labelmap,
     /// Remove labels whose name matches.
     Labeldrop,
     /// Keep only labels whose name matches.
@@ -245,6 +261,21 @@ impl ScrapeConfig {
         }
         Ok(None)
     }
+}
+
+/// `file_sd_configs[]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSdConfig {
+    /// Files; the last path component may hold `*` (e.g. `targets/*.json`).
+    pub files: Vec<std::path::PathBuf>,
+    /// Re-read at least this often (default 5m).
+    #[serde(default = "default_refresh")]
+    pub refresh_interval: Duration,
+}
+
+fn default_refresh() -> Duration {
+    Duration::secs(300)
 }
 
 /// `static_configs[]`.
@@ -367,8 +398,19 @@ impl Validate for PrometheusReceiverConfig {
             if let Err(m) = j.authorization() {
                 e.push(ConfigError::new(at("basic_auth"), m));
             }
-            for (r, rule) in j.metric_relabel_configs.iter().enumerate() {
-                let p = |k: &str| at(&format!("metric_relabel_configs[{r}].{k}"));
+            for (r, rule) in j
+                .metric_relabel_configs
+                .iter()
+                .enumerate()
+                .map(|(r, x)| (format!("metric_relabel_configs[{r}]"), x))
+                .chain(
+                    j.relabel_configs
+                        .iter()
+                        .enumerate()
+                        .map(|(r, x)| (format!("relabel_configs[{r}]"), x)),
+                )
+            {
+                let p = |k: &str| at(&format!("{r}.{k}"));
                 if let Err(x) = regex::Regex::new(&format!("^(?:{})$", rule.regex)) {
                     e.push(ConfigError::new(p("regex"), format!("invalid regex: {x}")));
                 }
@@ -378,10 +420,9 @@ impl Validate for PrometheusReceiverConfig {
                         "required with action: replace",
                     ));
                 }
-                if matches!(
-                    rule.action,
-                    RelabelAction::Keep | RelabelAction::Drop | RelabelAction::Replace
-                ) && rule.source_labels.is_empty()
+                // `replace` without source labels sets a constant, as in Prometheus.
+                if matches!(rule.action, RelabelAction::Keep | RelabelAction::Drop)
+                    && rule.source_labels.is_empty()
                 {
                     e.push(ConfigError::new(
                         p("source_labels"),
@@ -399,8 +440,41 @@ impl Validate for PrometheusReceiverConfig {
                     "must be at least 100ms",
                 ));
             }
-            if j.static_configs.iter().all(|s| s.targets.is_empty()) {
-                e.push(ConfigError::new(at("static_configs"), "no target"));
+            if j.static_configs.iter().all(|s| s.targets.is_empty()) && j.file_sd_configs.is_empty()
+            {
+                e.push(ConfigError::new(
+                    at("static_configs"),
+                    "no target (and no file_sd_configs)",
+                ));
+            }
+            for (k, f) in j.file_sd_configs.iter().enumerate() {
+                if f.files.is_empty() {
+                    e.push(ConfigError::new(
+                        at(&format!("file_sd_configs[{k}].files")),
+                        "must not be empty",
+                    ));
+                }
+                for (n, path) in f.files.iter().enumerate() {
+                    let text = path.to_string_lossy();
+                    let dir_glob = path
+                        .parent()
+                        .is_some_and(|p| p.to_string_lossy().contains(['*', '?', '[']));
+                    let ext_ok = [".json", ".yml", ".yaml"].iter().any(|x| text.ends_with(x));
+                    if dir_glob || !ext_ok {
+                        e.push(ConfigError::new(
+                            at(&format!("file_sd_configs[{k}].files[{n}]")),
+                            format!(
+                                "{text:?}: a .json, .yml or .yaml file; `*` only in the file name"
+                            ),
+                        ));
+                    }
+                }
+                if f.refresh_interval.get() < std::time::Duration::from_secs(1) {
+                    e.push(ConfigError::new(
+                        at(&format!("file_sd_configs[{k}].refresh_interval")),
+                        "must be at least 1s",
+                    ));
+                }
             }
             for (k, s) in j.static_configs.iter().enumerate() {
                 for (t, target) in s.targets.iter().enumerate() {

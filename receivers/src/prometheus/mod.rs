@@ -18,6 +18,7 @@
 //! target and reason.
 
 pub mod config;
+mod discovery;
 pub mod parse;
 pub mod relabel;
 #[cfg(test)]
@@ -111,7 +112,7 @@ impl Receiver for PrometheusReceiver {
         out: Output,
         shutdown: CancellationToken,
     ) -> Result<(), BoxError> {
-        let mut tasks = tokio::task::JoinSet::new();
+        let mut jobs = tokio::task::JoinSet::new();
         for job in &self.cfg.config.scrape_configs {
             let (interval, timeout) = job.timing(&self.cfg.config.global);
             let tls = job.tls_config.clone().unwrap_or_default().client();
@@ -119,37 +120,103 @@ impl Receiver for PrometheusReceiver {
                 .use_preconfigured_tls(tls.client_config()?)
                 .build()
                 .map_err(|e| format!("job {}: cannot build the HTTP client: {e}", job.job_name))?;
-            let auth = job.authorization()?;
-            let rules = std::sync::Arc::new(relabel::compile(&job.metric_relabel_configs)?);
-            for sc in &job.static_configs {
-                for target in &sc.targets {
-                    let t = Target {
-                        receiver: self.id.clone(),
-                        job: job.clone(),
-                        target: target.clone(),
-                        labels: sc.labels.clone(),
-                        interval,
-                        timeout,
-                        client: client.clone(),
-                        auth: auth.clone(),
-                        rules: rules.clone(),
-                        telemetry: self.telemetry.clone(),
-                    };
-                    tasks.spawn(t.run(out.clone(), shutdown.clone()));
-                }
-            }
+            let base = Target {
+                receiver: self.id.clone(),
+                job: job.clone(),
+                spec: discovery::Spec {
+                    address: String::new(),
+                    scheme: String::new(),
+                    path: String::new(),
+                    params: Vec::new(),
+                    job: String::new(),
+                    instance: String::new(),
+                    labels: indexmap::IndexMap::new(),
+                },
+                interval,
+                timeout,
+                client,
+                auth: job.authorization()?,
+                rules: std::sync::Arc::new(relabel::compile(&job.metric_relabel_configs)?),
+                telemetry: self.telemetry.clone(),
+            };
+            let target_rules = relabel::compile(&job.relabel_configs)?;
+            jobs.spawn(manage(base, target_rules, out.clone(), shutdown.clone()));
         }
         drop(out);
-        while tasks.join_next().await.is_some() {}
+        while jobs.join_next().await.is_some() {}
         Ok(())
     }
 }
 
+/// Run a job: scrape each of its targets, and follow its files (checked
+/// every second, read again when they change or every `refresh_interval`),
+/// starting new targets and stopping those that went away.
+async fn manage(base: Target, rules: Vec<relabel::Rule>, out: Output, shutdown: CancellationToken) {
+    let refresh = base
+        .job
+        .file_sd_configs
+        .iter()
+        .map(|f| f.refresh_interval.get())
+        .min();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut running: std::collections::HashMap<String, CancellationToken> = Default::default();
+    let mut seen_files = None;
+    let mut last_read = std::time::Instant::now();
+    let mut last_errors: Vec<String> = Vec::new();
+    loop {
+        let files = discovery::fingerprint(&base.job);
+        let due = refresh.is_some_and(|r| last_read.elapsed() >= r);
+        if seen_files.as_ref() != Some(&files) || due {
+            seen_files = Some(files);
+            last_read = std::time::Instant::now();
+            let (specs, errors) = discovery::discover(&base.job, &rules);
+            if errors != last_errors {
+                for e in &errors {
+                    tracing::warn!(receiver = %base.receiver, job = %base.job.job_name, error = %e, "Target discovery: a file or target was skipped.");
+                }
+                last_errors = errors;
+            }
+            let want: std::collections::HashMap<String, discovery::Spec> =
+                specs.into_iter().map(|s| (s.key(), s)).collect();
+            running.retain(|k, stop| {
+                let keep = want.contains_key(k);
+                if !keep {
+                    stop.cancel();
+                }
+                keep
+            });
+            for (k, spec) in want {
+                if running.contains_key(&k) {
+                    continue;
+                }
+                let stop = shutdown.child_token();
+                let t = Target {
+                    spec,
+                    ..base.clone()
+                };
+                tasks.spawn(t.run(out.clone(), stop.clone(), shutdown.clone()));
+                running.insert(k, stop);
+            }
+        }
+        if refresh.is_none() {
+            break;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            // Finished target tasks are reaped as they end.
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
+    drop(out);
+    while tasks.join_next().await.is_some() {}
+}
+
+#[derive(Clone)]
 struct Target {
     receiver: String,
     job: ScrapeConfig,
-    target: String,
-    labels: indexmap::IndexMap<String, String>,
+    spec: discovery::Spec,
     interval: Duration,
     timeout: Duration,
     client: reqwest::Client,
@@ -167,19 +234,7 @@ struct Failure {
 
 impl Target {
     fn url(&self) -> String {
-        let mut url = format!(
-            "{}://{}{}",
-            self.job.scheme, self.target, self.job.metrics_path
-        );
-        let mut first = true;
-        for (k, vs) in &self.job.params {
-            for v in vs {
-                url.push(if first { '?' } else { '&' });
-                first = false;
-                url.push_str(&format!("{k}={v}"));
-            }
-        }
-        url
+        self.spec.url()
     }
 
     /// The body, and whether it is OpenMetrics (by its `Content-Type`).
@@ -231,7 +286,11 @@ impl Target {
             .map_err(|_| fail("parse", "the body is not UTF-8".into()))
     }
 
-    async fn run(self, out: Output, shutdown: CancellationToken) {
+    /// Scrape until `stop`; a target stopped while the daemon runs (it left
+    /// discovery) has its series, `up` included, marked stale.
+    async fn run(self, out: Output, stop: CancellationToken, shutdown: CancellationToken) {
+        let shutdown_all = shutdown;
+        let shutdown = stop;
         let start_ns = now_ns();
         let mut previous: BTreeSet<SeriesKey> = BTreeSet::new();
         let mut reported: HashSet<&'static str> = HashSet::new();
@@ -239,7 +298,33 @@ impl Target {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => {
+                    if !shutdown_all.is_cancelled() {
+                        let scrape = Scrape {
+                            job: &self.spec.job,
+                            instance: &self.spec.instance,
+                            scheme: &self.spec.scheme,
+                            honor_labels: self.job.honor_labels,
+                            extra: &self.spec.labels,
+                            time_ns: now_ns(),
+                            start_ns,
+                        };
+                        let (mut rm, _) = scrape.to_metrics(&[], &previous, None);
+                        for m in rm.scope_metrics.iter_mut().flat_map(|s| s.metrics.iter_mut()) {
+                            if m.name == "up" {
+                                if let Some(metric::Data::Gauge(g)) = &mut m.data {
+                                    for p in &mut g.data_points {
+                                        p.flags = NO_RECORDED_VALUE;
+                                        p.value = Some(number_data_point::Value::AsDouble(0.0));
+                                    }
+                                }
+                            }
+                        }
+                        tracing::info!(receiver = %self.receiver, job = %self.job.job_name, target = %self.spec.address, "Target gone from discovery; its series are marked stale.");
+                        out.send_until_stopped(Batch::from_metrics(vec![rm]), &shutdown_all).await;
+                    }
+                    return;
+                }
                 _ = tick.tick() => {}
             }
             let began = std::time::Instant::now();
@@ -272,11 +357,11 @@ impl Target {
             }
             .await;
             let scrape = Scrape {
-                job: &self.job.job_name,
-                instance: &self.target,
-                scheme: &self.job.scheme,
+                job: &self.spec.job,
+                instance: &self.spec.instance,
+                scheme: &self.spec.scheme,
                 honor_labels: self.job.honor_labels,
-                extra: &self.labels,
+                extra: &self.spec.labels,
                 time_ns,
                 start_ns,
             };
@@ -301,7 +386,7 @@ impl Target {
                             )
                             .add(dups);
                         if reported.insert("duplicate_series") {
-                            tracing::warn!(receiver = %self.receiver, job = %self.job.job_name, target = %self.target, duplicates = dups, "Series written twice in one scrape; the first of each is kept.");
+                            tracing::warn!(receiver = %self.receiver, job = %self.job.job_name, target = %self.spec.address, duplicates = dups, "Series written twice in one scrape; the first of each is kept.");
                         }
                     }
                     if !self.rules.is_empty() {
@@ -331,7 +416,7 @@ impl Target {
                         )
                         .add(1);
                     if reported.insert(f.reason) {
-                        tracing::warn!(receiver = %self.receiver, job = %self.job.job_name, target = %self.target, reason = f.reason, error = %f.detail, "Scrape failed; up=0, and the next round tries again.");
+                        tracing::warn!(receiver = %self.receiver, job = %self.job.job_name, target = %self.spec.address, reason = f.reason, error = %f.detail, "Scrape failed; up=0, and the next round tries again.");
                     }
                     scrape.to_metrics(&[], &previous, None)
                 }

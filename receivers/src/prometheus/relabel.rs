@@ -1,6 +1,8 @@
-//! `metric_relabel_configs`: Prometheus' relabeling of scraped samples
-//! (`replace`, `keep`, `drop`, `labeldrop`, `labelkeep`), with `__name__`
-//! as a label.
+//! Prometheus' relabeling (`replace`, `keep`, `drop`, `labelmap`,
+//! `labeldrop`, `labelkeep`): `relabel_configs` over a target's labels
+//! (`__address__`, `__scheme__`, `__metrics_path__`, `__param_<name>`,
+//! `job`, the `__meta_*` of its discovery and its group's labels), and
+//! `metric_relabel_configs` over scraped samples, with `__name__` as a label.
 
 use super::config::{RelabelAction, RelabelConfig};
 use super::parse::Labels;
@@ -42,6 +44,14 @@ pub fn apply(rules: &[Rule], name: &str, labels: &Labels) -> Option<(String, Lab
     let mut l: Labels = Vec::with_capacity(labels.len() + 1);
     l.push(("__name__".into(), name.to_string()));
     l.extend(labels.iter().cloned());
+    let mut l = relabel(rules, l)?;
+    let name = get_name(&l)?;
+    l.retain(|(n, _)| n != "__name__");
+    Some((name, l))
+}
+
+/// Apply `rules` to a label set; `None` when a rule drops it.
+pub fn relabel(rules: &[Rule], mut l: Labels) -> Option<Labels> {
     for r in rules {
         let get = |l: &Labels, k: &str| {
             l.iter()
@@ -69,13 +79,27 @@ pub fn apply(rules: &[Rule], name: &str, labels: &Labels) -> Option<(String, Lab
                     _ => {}
                 }
             }
+            RelabelAction::Labelmap => {
+                let mut add = Vec::new();
+                for (n, v) in &l {
+                    if let Some(c) = r.regex.captures(n) {
+                        let mut out = String::new();
+                        c.expand(&r.replacement, &mut out);
+                        if !out.is_empty() {
+                            add.push((out, v.clone()));
+                        }
+                    }
+                }
+                for (n, v) in add {
+                    l.retain(|(k, _)| *k != n);
+                    l.push((n, v));
+                }
+            }
             RelabelAction::Labeldrop => l.retain(|(n, _)| n == "__name__" || !r.regex.is_match(n)),
             RelabelAction::Labelkeep => l.retain(|(n, _)| n == "__name__" || r.regex.is_match(n)),
         }
     }
-    let name = get_name(&l)?;
-    l.retain(|(n, _)| n != "__name__");
-    Some((name, l))
+    Some(l)
 }
 
 fn get_name(l: &Labels) -> Option<String> {
