@@ -616,6 +616,26 @@ http {{
             right.first()
         );
     }
+    // The evidence carries the Redis row: its miss ratio and the server's
+    // own p99 of GET (Redis 7's latency percentiles, through the exporter).
+    let with_p99 = label
+        .iter()
+        .filter(|(id, (l, _))| l == "cache_miss_fallback" && got[*id].root["rca.cause"] == *l)
+        .filter(|(id, _)| {
+            let ev: serde_json::Value =
+                serde_json::from_str(&got[*id].root["rca.evidence"]).unwrap_or_default();
+            ev["metrics"].as_array().into_iter().flatten().any(|m| {
+                m["kind"] == "dependency"
+                    && m["system"] == "redis"
+                    && m["miss_ratio"].is_number()
+                    && m["command_p99_us"].as_f64().is_some_and(|v| v > 0.0)
+            })
+        })
+        .count();
+    assert!(
+        with_p99 >= 10,
+        "cache misses whose evidence has Redis' own GET p99: {with_p99}"
+    );
     // One gateway route, one rca.route_id: the gateway's own.
     for (p, ids) in &routes {
         assert_eq!(ids.len(), 1, "route of /{p}: {ids:?}");

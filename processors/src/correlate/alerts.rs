@@ -413,6 +413,7 @@ fn tables(
             let r = super::deps::row(
                 d,
                 cl.as_deref(),
+                None,
                 (now_ns.saturating_sub(window_ns), now_ns),
                 0,
             );

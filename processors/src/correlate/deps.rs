@@ -66,6 +66,7 @@ pub fn system_of(name: &str) -> Option<&'static str> {
         | "redis_connected_clients"
         | "redis_blocked_clients"
         | "redis_instance_info"
+        | "redis_latency_percentiles_usec"
         | "redis_up" => "redis",
         "pg_locks_count"
         | "pg_stat_activity_count"
@@ -310,6 +311,10 @@ pub struct DepRow {
     /// `redis_blocked_clients`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked_clients: Option<f64>,
+    /// The server's own 99th percentile latency (µs) of the command the span
+    /// ran (`redis_latency_percentiles_usec{cmd,quantile="99"}`, Redis 7).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_p99_us: Option<f64>,
     /// `pg_locks_count` in the blocking modes (AccessExclusive, Exclusive), as a scrape during the span saw them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locks_exclusive: Option<f64>,
@@ -433,7 +438,8 @@ fn maxed(a: &mut Option<f64>, v: f64) {
     *a = Some(a.map_or(v, |x| x.max(v)));
 }
 
-/// The row of `d` for a span over `[start, end]`, its points taken over
+/// The row of `d` for a span over `[start, end]` that ran `command` (its
+/// `db.operation`, e.g. `GET`), its points taken over
 /// that widened by `widen` on each side, for the cluster `cluster` of an
 /// Envoy. Locks are the exception: a lock counts only when a scrape during
 /// the span saw it (a lock released just before the span began is what
@@ -441,9 +447,11 @@ fn maxed(a: &mut Option<f64>, v: f64) {
 pub fn row(
     d: &Dependency<'_>,
     cluster: Option<&str>,
+    command: Option<&str>,
     (start, end): (u64, u64),
     widen: u64,
 ) -> DepRow {
+    let command = command.map(str::to_ascii_lowercase);
     let (from, to) = (start.saturating_sub(widen), end.saturating_add(widen));
     let mut r = DepRow {
         system: d.system,
@@ -501,6 +509,15 @@ pub fn row(
             "redis_connected_clients" => inside()
                 .into_iter()
                 .for_each(|v| maxed(&mut r.connected_clients, v)),
+            "redis_latency_percentiles_usec"
+                if s.attr("quantile") == Some("99")
+                    && command.is_some()
+                    && s.attr("cmd") == command.as_deref() =>
+            {
+                inside()
+                    .into_iter()
+                    .for_each(|v| maxed(&mut r.command_p99_us, v))
+            }
             "redis_blocked_clients" => inside()
                 .into_iter()
                 .for_each(|v| maxed(&mut r.blocked_clients, v)),

@@ -916,6 +916,7 @@ fn dependency_rows(
             let mut r = row(
                 &dependencies[di],
                 cluster.as_deref(),
+                s.db_operation.as_deref(),
                 (start, end),
                 p.dep_sample_ns,
             );

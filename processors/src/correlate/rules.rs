@@ -27,7 +27,7 @@
 //!   mem_available_ratio, disk_util, psi_cpu, psi_memory, psi_io, time_ms, gpu_util, gpu_mem_used`
 //! - `dependency` (server the trace called, by its own metrics; see `super::deps`):
 //!   `trace_id, span_id, system, address, job, instance, envoy_cluster, time_ms, up, hits, misses,
-//!   miss_ratio, connected_clients, blocked_clients, locks_exclusive, locks_by_mode, connections,
+//!   miss_ratio, connected_clients, blocked_clients, command_p99_us, locks_exclusive, locks_by_mode, connections,
 //!   max_connections, max_tx_duration_s, connections_active, connections_waiting,
 //!   pending_overflow, cx_overflow, connect_fail, rq_timeout, ssl_errors, breaker_open,
 //!   connect_ms, requests_waiting, requests_running, kv_cache_usage, preemptions, queue_time_s,
@@ -639,6 +639,7 @@ pub(crate) fn dep_fields() -> Vec<Field> {
         "miss_ratio",
         "connected_clients",
         "blocked_clients",
+        "command_p99_us",
         "locks_exclusive",
     ]
     .iter()
@@ -676,7 +677,7 @@ pub(crate) fn dep_fields() -> Vec<Field> {
 }
 
 /// The cells of [`dep_fields`].
-pub(crate) fn dep_values(d: &super::deps::DepRow) -> [V<'_>; 29] {
+pub(crate) fn dep_values(d: &super::deps::DepRow) -> [V<'_>; 30] {
     [
         V::F(d.up),
         V::F(d.hits),
@@ -684,6 +685,7 @@ pub(crate) fn dep_values(d: &super::deps::DepRow) -> [V<'_>; 29] {
         V::F(d.miss_ratio),
         V::F(d.connected_clients),
         V::F(d.blocked_clients),
+        V::F(d.command_p99_us),
         V::F(d.locks_exclusive),
         so(&d.locks_by_mode),
         V::F(d.connections),

@@ -509,6 +509,13 @@ impl Store {
                 .map(|r| r.attributes.as_slice())
                 .unwrap_or(&[]);
             let host = host_key(res_attrs);
+            // Only `service.instance.id` names it (a scraped target, say):
+            // its series join by host only if they are host metrics.
+            let host_by_instance_only = HOST_KEYS[..HOST_KEYS.len() - 1].iter().all(|k| {
+                find(res_attrs, &[k])
+                    .and_then(s)
+                    .is_none_or(|v| v.is_empty())
+            });
             let job = find(res_attrs, &["service.name"]).and_then(s);
             let instance = find(res_attrs, &["service.instance.id"]).and_then(s);
             for sm in &rm.scope_metrics {
@@ -517,6 +524,7 @@ impl Store {
                     // (name, attributes, time, value, flags)
                     let mut points: Vec<(std::borrow::Cow<'_, str>, &[KeyValue], u64, f64, u32)> =
                         Vec::new();
+                    let mut owned: Vec<(String, Vec<KeyValue>, u64, f64, u32)> = Vec::new();
                     let number =
                         |p: &'_ opentelemetry_proto::tonic::metrics::v1::NumberDataPoint| match p
                             .value
@@ -568,9 +576,39 @@ impl Store {
                                 ));
                             }
                         }
+                        // A dependency's summary (redis_exporter's latency
+                        // percentiles): each quantile as a point.
+                        Some(metric::Data::Summary(x)) if system.is_some() => {
+                            for p in &x.data_points {
+                                for q in &p.quantile_values {
+                                    let mut a = p.attributes.clone();
+                                    a.push(KeyValue {
+                                        key: "quantile".into(),
+                                        value: Some(AnyValue {
+                                            value: Some(any_value::Value::StringValue(format!(
+                                                "{}",
+                                                q.quantile
+                                            ))),
+                                        }),
+                                        ..Default::default()
+                                    });
+                                    owned.push((
+                                        m.name.clone(),
+                                        a,
+                                        p.time_unix_nano,
+                                        q.value,
+                                        p.flags,
+                                    ));
+                                }
+                            }
+                        }
                         _ => continue,
                     }
-                    for (name, a, time, v, flags) in points {
+                    for (name, a, time, v, flags) in owned
+                        .iter()
+                        .map(|(n, a, t, v, f)| (n.as_str().into(), a.as_slice(), *t, *v, *f))
+                        .chain(points)
+                    {
                         // A staleness marker (no recorded value) is not a value.
                         if flags & 1 != 0 || v.is_nan() {
                             continue;
@@ -598,7 +636,9 @@ impl Store {
                                     ],
                                 )
                                 .and_then(s),
-                                host: host.clone(),
+                                host: host.clone().filter(|_| {
+                                    !host_by_instance_only || name.starts_with("system.")
+                                }),
                                 route: find(a, &ROUTE_KEYS).and_then(s),
                                 ..Default::default()
                             },

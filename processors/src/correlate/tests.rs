@@ -1472,3 +1472,109 @@ async fn rules_planned_once_read_each_evaluations_rows() {
     let (f, _) = planner.evaluate(&rules, &rows(7)).await;
     assert!(cause(&f, &first[0]));
 }
+
+/// A scraped point as the `prometheus` receiver writes it: `job` and
+/// `instance` on the resource.
+fn scraped(
+    job: &str,
+    instance: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    v: f64,
+    t_ms: u64,
+) -> ResourceMetrics {
+    ResourceMetrics {
+        resource: Some(Resource {
+            attributes: vec![
+                attr_s("service.name", job),
+                attr_s("service.instance.id", instance),
+            ],
+            ..Default::default()
+        }),
+        scope_metrics: vec![ScopeMetrics {
+            metrics: vec![Metric {
+                name: name.into(),
+                data: Some(metric::Data::Gauge(
+                    opentelemetry_proto::tonic::metrics::v1::Gauge {
+                        data_points: vec![NumberDataPoint {
+                            attributes: labels.iter().map(|(k, v)| attr_s(k, v)).collect(),
+                            time_unix_nano: 1_000_000_000_000 + t_ms * 1_000_000,
+                            value: Some(number_data_point::Value::AsDouble(v)),
+                            ..Default::default()
+                        }],
+                    },
+                )),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_dependency_is_found_by_instance_label_exporter_port_or_configured_address() {
+    let st = store();
+    let mut rms = Vec::new();
+    for t in [0, 500, 1000] {
+        // redis_exporter beside its server: the port from redis_instance_info.
+        rms.push(scraped(
+            "redis",
+            "10.0.0.7:9121",
+            "redis_instance_info",
+            &[("tcp_port", "6380")],
+            1.0,
+            t,
+        ));
+        // The multi-target pattern: the instance names the server.
+        rms.push(scraped(
+            "pg",
+            "postgresql://db.shop.svc.cluster.local:5432/app",
+            "pg_up",
+            &[],
+            1.0,
+            t,
+        ));
+        // An exporter somewhere else, mapped in the config.
+        rms.push(scraped(
+            "cache-b",
+            "monitor-3:9121",
+            "redis_up",
+            &[],
+            1.0,
+            t,
+        ));
+        // Not a dependency series: not kept for this join.
+        rms.push(scraped("node", "10.0.0.7:9100", "node_load1", &[], 1.0, t));
+    }
+    st.add_metrics(&rms, 1_000_000_000_000 + 1_000_000_000);
+    let series = st.series_where(|s| s.dims.instance.is_some());
+    assert!(series.iter().all(|s| s.name != "node_load1"));
+    let configured: std::collections::HashMap<String, String> =
+        [("cache-b.shop:6379".to_string(), "cache-b".to_string())].into();
+    let deps = deps::dependencies(&series, &configured);
+    let find = |addr: &str, db: Option<&str>| -> Vec<String> {
+        deps.iter()
+            .filter(|d| deps::calls(d, &deps::norm(addr), db))
+            .map(|d| d.job.clone())
+            .collect()
+    };
+    assert_eq!(find("10.0.0.7:6380", Some("redis")), ["redis"]);
+    assert_eq!(
+        find("10.0.0.7:6379", Some("redis")),
+        Vec::<String>::new(),
+        "another port"
+    );
+    assert_eq!(
+        find("10.0.0.7", Some("redis")),
+        ["redis"],
+        "no port: the host and db.system"
+    );
+    assert_eq!(find("10.0.0.7", Some("postgresql")), Vec::<String>::new());
+    assert_eq!(find("db.shop:5432", Some("postgresql")), ["pg"]);
+    assert_eq!(find("DB.shop.svc.cluster.local.:5432", None), ["pg"]);
+    assert_eq!(
+        find("cache-b.shop.svc.cluster.local:6379", Some("redis")),
+        ["cache-b"]
+    );
+}

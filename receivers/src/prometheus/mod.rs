@@ -237,6 +237,18 @@ impl Target {
         self.spec.url()
     }
 
+    fn scrape(&self, time_ns: u64, start_ns: u64) -> Scrape<'_> {
+        Scrape {
+            job: &self.spec.job,
+            instance: &self.spec.instance,
+            scheme: &self.spec.scheme,
+            honor_labels: self.job.honor_labels,
+            extra: &self.spec.labels,
+            time_ns,
+            start_ns,
+        }
+    }
+
     /// The body, and whether it is OpenMetrics (by its `Content-Type`).
     async fn fetch(&self) -> Result<(String, bool), Failure> {
         let fail = |reason, detail: String| Failure { reason, detail };
@@ -294,21 +306,25 @@ impl Target {
         let start_ns = now_ns();
         let mut previous: BTreeSet<SeriesKey> = BTreeSet::new();
         let mut reported: HashSet<&'static str> = HashSet::new();
-        let mut tick = tokio::time::interval(self.interval);
+        // Targets spread over the interval by a hash of their identity, as
+        // Prometheus spreads them, so that a job's scrapes (and their memory)
+        // do not all land at once; a target keeps its offset.
+        let offset = {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in self.spec.key().bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+            let n = self.interval.as_nanos().max(1) as u64;
+            Duration::from_nanos(h % n)
+        };
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + offset, self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => {
                     if !shutdown_all.is_cancelled() {
-                        let scrape = Scrape {
-                            job: &self.spec.job,
-                            instance: &self.spec.instance,
-                            scheme: &self.spec.scheme,
-                            honor_labels: self.job.honor_labels,
-                            extra: &self.spec.labels,
-                            time_ns: now_ns(),
-                            start_ns,
-                        };
+                        let scrape = self.scrape(now_ns(), start_ns);
                         let (mut rm, _) = scrape.to_metrics(&[], &previous, None);
                         for m in rm.scope_metrics.iter_mut().flat_map(|s| s.metrics.iter_mut()) {
                             if m.name == "up" {
@@ -356,15 +372,7 @@ impl Target {
                 Ok(families)
             }
             .await;
-            let scrape = Scrape {
-                job: &self.spec.job,
-                instance: &self.spec.instance,
-                scheme: &self.spec.scheme,
-                honor_labels: self.job.honor_labels,
-                extra: &self.spec.labels,
-                time_ns,
-                start_ns,
-            };
+            let scrape = self.scrape(time_ns, start_ns);
             let (rm, now) = match scraped {
                 Ok(mut families) => {
                     // A series written twice: the first is kept, as Prometheus does.
