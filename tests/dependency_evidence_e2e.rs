@@ -561,6 +561,8 @@ service:
 /// breaker, `payments` failing to connect, `inventory` failing TLS, and
 /// `catalog` healthy. `n` = scrapes so far.
 fn envoy_text(n: u64) -> String {
+    // (pending overflows, connect failures, TLS errors, breaker open) of a cluster.
+    type Counts = (u64, u64, u64, u64);
     let clusters = [
         ("ratings", (2 * n, 0, 0, u64::from(n > 0))),
         ("payments", (0, 3 * n, 0, 0)),
@@ -568,15 +570,12 @@ fn envoy_text(n: u64) -> String {
         ("catalog", (0, 0, 0, 0)),
     ];
     let mut out = String::new();
-    let metric = |out: &mut String,
-                  name: &str,
-                  kind: &str,
-                  v: &dyn Fn(&str, (u64, u64, u64, u64)) -> u64| {
+    let metric = |out: &mut String, name: &str, kind: &str, v: &dyn Fn(Counts) -> u64| {
         out.push_str(&format!("# TYPE {name} {kind}\n"));
         for (c, x) in clusters {
             out.push_str(&format!(
                 "{name}{{envoy_cluster_name=\"outbound|9080||{c}.default.svc.cluster.local\"}} {}\n",
-                v(c, x)
+                v(x)
             ));
         }
     };
@@ -584,43 +583,40 @@ fn envoy_text(n: u64) -> String {
         &mut out,
         "envoy_cluster_upstream_rq_pending_overflow",
         "counter",
-        &|_, x| x.0,
+        &|x| x.0,
     );
     metric(
         &mut out,
         "envoy_cluster_upstream_cx_overflow",
         "counter",
-        &|_, _| 0,
+        &|_| 0,
     );
     metric(
         &mut out,
         "envoy_cluster_upstream_cx_connect_fail",
         "counter",
-        &|_, x| x.1,
+        &|x| x.1,
     );
     metric(
         &mut out,
         "envoy_cluster_ssl_connection_error",
         "counter",
-        &|_, x| x.2,
+        &|x| x.2,
     );
-    metric(
-        &mut out,
-        "envoy_cluster_ssl_handshake",
-        "counter",
-        &|_, _| 10 * n,
-    );
+    metric(&mut out, "envoy_cluster_ssl_handshake", "counter", &|_| {
+        10 * n
+    });
     metric(
         &mut out,
         "envoy_cluster_circuit_breakers_default_rq_pending_open",
         "gauge",
-        &|_, x| x.3,
+        &|x| x.3,
     );
     metric(
         &mut out,
         "envoy_cluster_upstream_rq_timeout",
         "counter",
-        &|_, _| 0,
+        &|_| 0,
     );
     out.push_str("# TYPE envoy_cluster_upstream_cx_connect_ms histogram\n");
     for (c, _) in clusters {

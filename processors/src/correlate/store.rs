@@ -231,6 +231,12 @@ pub struct RcaEvent {
 /// The latest point of a series: name, join dimensions, other attributes, time (ns), value.
 pub type LatestPoint = (String, Dims, Vec<(String, String)>, u64, f64);
 
+/// A point as the store takes it in: (series name, attributes, time, value, flags).
+type PointIn<'a> = (std::borrow::Cow<'a, str>, &'a [KeyValue], u64, f64, u32);
+
+/// A point built here (a summary's quantile, with its `quantile` attribute).
+type OwnedPointIn = (String, Vec<KeyValue>, u64, f64, u32);
+
 /// Metric name, join dimensions, other attributes.
 type SeriesKey = (String, Dims, Vec<(String, String)>);
 
@@ -522,9 +528,8 @@ impl Store {
                 for m in &sm.metrics {
                     let system = super::deps::system_of(&m.name);
                     // (name, attributes, time, value, flags)
-                    let mut points: Vec<(std::borrow::Cow<'_, str>, &[KeyValue], u64, f64, u32)> =
-                        Vec::new();
-                    let mut owned: Vec<(String, Vec<KeyValue>, u64, f64, u32)> = Vec::new();
+                    let mut points: Vec<PointIn<'_>> = Vec::new();
+                    let mut owned: Vec<OwnedPointIn> = Vec::new();
                     let number =
                         |p: &'_ opentelemetry_proto::tonic::metrics::v1::NumberDataPoint| match p
                             .value

@@ -137,7 +137,9 @@ fn read_groups(path: &Path) -> Result<Vec<Group>, String> {
 /// (a file that does not parse keeps none of its targets; the others stay).
 pub fn discover(job: &ScrapeConfig, rules: &[Rule]) -> (Vec<Spec>, Vec<String>) {
     let mut errors = Vec::new();
-    let mut groups: Vec<(Vec<String>, IndexMap<String, String>, Option<String>)> = job
+    // (targets, labels, the file they came from)
+    type Source = (Vec<String>, IndexMap<String, String>, Option<String>);
+    let mut groups: Vec<Source> = job
         .static_configs
         .iter()
         .map(|s| (s.targets.clone(), s.labels.clone(), None))
