@@ -43,6 +43,9 @@ command -v logrotate >/dev/null || missing+=(logrotate)
 [[ -x /usr/bin/prometheus-nginx-exporter ]] || missing+=(prometheus-nginx-exporter)
 [[ -x /usr/bin/prometheus-node-exporter ]] || missing+=(prometheus-node-exporter)
 [[ -x /usr/bin/prometheus-postgres-exporter ]] || missing+=(prometheus-postgres-exporter)
+# tests/rabbitmq_e2e.rs: a real RabbitMQ and a real AMQP client (pika).
+[[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] || missing+=(rabbitmq-server)
+/usr/bin/python3 -c 'import pika' 2>/dev/null || missing+=(python3-pika)
 if ((${#missing[@]})); then
   echo "== installing ${missing[*]} (apt-get, once)"
   if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
@@ -53,7 +56,8 @@ if ((${#missing[@]})); then
   (service nginx stop; service redis-server stop; service postgresql stop
    service prometheus stop; service prometheus-alertmanager stop; service victoria-metrics stop
    service prometheus-node-exporter stop; service prometheus-redis-exporter stop
-   service prometheus-nginx-exporter stop; service prometheus-postgres-exporter stop) >/dev/null 2>&1 || true
+   service prometheus-nginx-exporter stop; service prometheus-postgres-exporter stop
+   service rabbitmq-server stop) >/dev/null 2>&1 || true
 fi
 if [[ ! -d tests/testbed/node_modules/@opentelemetry/sdk-node ]]; then
   echo "== npm ci in tests/testbed (the OpenTelemetry Node.js SDK, express, ioredis, pg; once)"

@@ -8,6 +8,7 @@ pub mod kafka_lag;
 pub mod metric_builder;
 pub mod otlp;
 pub mod prometheus;
+pub mod rabbitmq;
 
 use causeway_core::registry::Registry;
 
@@ -51,6 +52,7 @@ pub fn register(registry: &mut Registry) {
     registry.add_receiver(kafka::KafkaReceiverFactory);
     registry.add_receiver(hostmetrics::HostMetricsFactory);
     registry.add_receiver(prometheus::PrometheusReceiverFactory);
+    registry.add_receiver(rabbitmq::RabbitmqFactory);
     // Collector receivers this build lacks, and what to use instead.
     use causeway_core::registry::Kind::Receiver;
     registry.add_instead(Receiver, "kafkametrics", "use `kafka_lag`: consumer-group lag per partition with a Burrow-style status, from the same brokers");

@@ -42,7 +42,7 @@ impl Match {
         })
     }
 
-    fn errors(&self, key: &str) -> Vec<ConfigError> {
+    pub fn errors(&self, key: &str) -> Vec<ConfigError> {
         let mut e = Vec::new();
         if let Err(x) = regex::Regex::new(&self.include) {
             e.push(ConfigError::new(

@@ -1,0 +1,521 @@
+//! `rabbitmq` receiver: queue backlog from the RabbitMQ management HTTP API.
+//!
+//! Every `collection_interval` it reads `GET /api/queues` (only the columns
+//! it uses) and writes, per queue, on a resource with
+//! `rabbitmq.queue.name`, `rabbitmq.vhost.name` and `rabbitmq.node.name`,
+//! the OpenTelemetry Collector rabbitmqreceiver's metrics (so dashboards
+//! carry over):
+//! - `rabbitmq.consumer.count` and `rabbitmq.message.current{state=ready|unacknowledged}`
+//!   (non-monotonic sums);
+//! - `rabbitmq.message.published`, `.delivered`, `.acknowledged`, `.dropped` (monotonic
+//!   sums of `message_stats.publish`, `deliver_get`, `ack`, `drop_unroutable`; a
+//!   counter the broker has not reported yet is 0, as the API documents);
+//!
+//! and what the Kafka side has and the Collector lacks:
+//! - `rabbitmq.queue.backlog_age` (s): now − `head_message_timestamp` when
+//!   the broker exposes it, else depth ÷ delivery rate;
+//! - `rabbitmq.queue.status{status}`: Burrow-like, over the last `window`
+//!   collections — STOP (4): a backlog and no consumer; STALL (5): consumers
+//!   and a backlog but no delivery; WARN (2): the depth rose collection after
+//!   collection; OK (1) otherwise;
+//! - `rabbitmq.queue.backlog_alarm`: depth ≥ `backlog_threshold`, or rising
+//!   without a decrease for `growth_window`;
+//! - `rabbitmq.queue.retry_storm`: a queue matching `retry_queues` published
+//!   to faster than `retry_rate_threshold`;
+//! - `rabbitmq.queue.publish_rate`, `.deliver_rate` (messages/s, the broker's own).
+//!
+//! The API down, slow, refusing the credentials or answering something
+//! malformed or too big is counted in
+//! `causeway_rabbitmq_errors_total{receiver,reason}` and logged once per
+//! reason until a collection succeeds again; the next collection tries again.
+
+pub mod config;
+#[cfg(test)]
+mod tests;
+
+use async_trait::async_trait;
+use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
+use causeway_core::config::{decode, ConfigError};
+use causeway_core::telemetry::Registry;
+use causeway_core::topology::Output;
+use causeway_core::{Batch, BoxError, Signal, SignalSet};
+use opentelemetry_proto::tonic::metrics::v1::ResourceMetrics;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio_util::sync::CancellationToken;
+
+use crate::metric_builder::{kv, Builder, Kind, Value};
+use config::{Filter, RabbitmqConfig};
+
+/// Failed collections, by reason.
+pub const ERRORS: &str = "causeway_rabbitmq_errors_total";
+
+/// The columns asked for (the API answers only these).
+const COLUMNS: &str = "name,vhost,node,type,messages,messages_ready,messages_unacknowledged,\
+consumers,head_message_timestamp,message_stats.publish,message_stats.publish_details.rate,\
+message_stats.deliver_get,message_stats.deliver_get_details.rate,message_stats.ack,\
+message_stats.drop_unroutable";
+
+/// Registers the `rabbitmq` receiver.
+#[derive(Debug)]
+pub struct RabbitmqFactory;
+
+#[async_trait]
+impl ReceiverFactory for RabbitmqFactory {
+    fn kind(&self) -> &'static str {
+        "rabbitmq"
+    }
+    fn signals(&self) -> SignalSet {
+        SignalSet::only(Signal::Metrics)
+    }
+    fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
+        decode::<RabbitmqConfig>(cfg).map(|_| ())
+    }
+    async fn build(
+        &self,
+        ctx: BuildContext,
+        cfg: &serde_yaml::Value,
+    ) -> Result<Box<dyn Receiver>, BoxError> {
+        let cfg: RabbitmqConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
+        causeway_core::tls::install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(cfg.tls.client_config()?)
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Box::new(Rabbitmq {
+            id: ctx.id.to_string(),
+            vhosts: cfg.vhosts.compile()?,
+            queues: cfg.queues.compile()?,
+            retry: regex::Regex::new(&format!("^(?:{})$", cfg.retry_queues))?,
+            cfg,
+            client,
+            telemetry: ctx.telemetry,
+        }))
+    }
+}
+
+struct Rabbitmq {
+    id: String,
+    cfg: RabbitmqConfig,
+    client: reqwest::Client,
+    vhosts: Filter,
+    queues: Filter,
+    retry: regex::Regex,
+    telemetry: Registry,
+}
+
+/// One queue as the API describes it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Queue {
+    /// Name.
+    pub name: String,
+    /// Virtual host.
+    pub vhost: String,
+    /// Node it lives on.
+    pub node: String,
+    /// `messages` (ready + unacknowledged).
+    pub messages: f64,
+    /// `messages_ready`.
+    pub ready: f64,
+    /// `messages_unacknowledged`.
+    pub unacked: f64,
+    /// `consumers`.
+    pub consumers: f64,
+    /// `head_message_timestamp` (s since the epoch), when the broker exposes it.
+    pub head_timestamp: Option<f64>,
+    /// `message_stats.publish`.
+    pub published: f64,
+    /// `message_stats.deliver_get`.
+    pub delivered: f64,
+    /// `message_stats.ack`.
+    pub acknowledged: f64,
+    /// `message_stats.drop_unroutable`.
+    pub dropped: f64,
+    /// `message_stats.publish_details.rate`.
+    pub publish_rate: Option<f64>,
+    /// `message_stats.deliver_get_details.rate`.
+    pub deliver_rate: Option<f64>,
+}
+
+/// Parse `GET /api/queues`: a JSON array of queues (a key the broker has
+/// not reported is 0, as its documentation says to read it).
+pub fn parse_queues(body: &[u8]) -> Result<Vec<Queue>, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    let items = v
+        .as_array()
+        .ok_or("not a JSON array of queues (is the endpoint the management API?)")?;
+    let mut out = Vec::with_capacity(items.len());
+    for (i, q) in items.iter().enumerate() {
+        let num = |k: &str| q.get(k).and_then(serde_json::Value::as_f64);
+        let stat = |k: &str| {
+            q["message_stats"]
+                .get(k)
+                .and_then(serde_json::Value::as_f64)
+        };
+        let rate = |k: &str| q["message_stats"][k]["rate"].as_f64();
+        let name = q["name"]
+            .as_str()
+            .ok_or_else(|| format!("queue {i}: no name"))?;
+        out.push(Queue {
+            name: name.to_string(),
+            vhost: q["vhost"].as_str().unwrap_or("/").to_string(),
+            node: q["node"].as_str().unwrap_or("").to_string(),
+            messages: num("messages").unwrap_or(0.0),
+            ready: num("messages_ready").unwrap_or(0.0),
+            unacked: num("messages_unacknowledged").unwrap_or(0.0),
+            consumers: num("consumers").unwrap_or(0.0),
+            // Seconds since the epoch (the AMQP `timestamp` property).
+            head_timestamp: num("head_message_timestamp"),
+            published: stat("publish").unwrap_or(0.0),
+            delivered: stat("deliver_get").unwrap_or(0.0),
+            acknowledged: stat("ack").unwrap_or(0.0),
+            dropped: stat("drop_unroutable").unwrap_or(0.0),
+            publish_rate: rate("publish_details"),
+            deliver_rate: rate("deliver_get_details"),
+        });
+    }
+    Ok(out)
+}
+
+/// Burrow-like status codes, as `kafka_lag` writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Nothing wrong.
+    Ok = 1,
+    /// The depth rose collection after collection.
+    Warn = 2,
+    /// A backlog and no consumer.
+    Stop = 4,
+    /// Consumers and a backlog, but nothing delivered.
+    Stall = 5,
+}
+
+impl Status {
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::Warn => "WARN",
+            Status::Stop => "STOP",
+            Status::Stall => "STALL",
+        }
+    }
+}
+
+/// What a queue looked like over the last collections.
+#[derive(Debug, Default)]
+pub struct History {
+    /// (time s, depth, delivered counter), oldest first.
+    points: VecDeque<(f64, f64, f64)>,
+    /// Since when the depth has risen without a decrease (s).
+    rising_since: Option<f64>,
+}
+
+impl History {
+    /// Record a collection at `t` (s) and judge the queue over the last `window`.
+    pub fn judge(&mut self, t: f64, q: &Queue, window: usize) -> Status {
+        let depth = q.messages;
+        match self.points.back() {
+            Some(&(_, prev, _)) if depth < prev => self.rising_since = None,
+            Some(&(pt, prev, _)) if depth > prev => {
+                self.rising_since.get_or_insert(pt);
+            }
+            _ => {}
+        }
+        if depth == 0.0 {
+            self.rising_since = None;
+        }
+        self.points.push_back((t, depth, q.delivered));
+        while self.points.len() > window {
+            self.points.pop_front();
+        }
+        if depth == 0.0 {
+            return Status::Ok;
+        }
+        if q.consumers == 0.0 {
+            return Status::Stop;
+        }
+        let (first, last) = match (self.points.front(), self.points.back()) {
+            (Some(f), Some(l)) if self.points.len() >= 2 => (*f, *l),
+            _ => return Status::Ok,
+        };
+        // A backlog the whole window long, and nothing delivered across it.
+        if self.points.iter().all(|p| p.1 > 0.0) && last.2 <= first.2 {
+            return Status::Stall;
+        }
+        let rising = self.points.len() >= 3
+            && self
+                .points
+                .iter()
+                .zip(self.points.iter().skip(1))
+                .all(|(a, b)| b.1 >= a.1)
+            && last.1 > first.1;
+        if rising {
+            Status::Warn
+        } else {
+            Status::Ok
+        }
+    }
+
+    /// Whether the depth has risen without a decrease for `window_s` by `t`.
+    pub fn rising_for(&self, t: f64, window_s: f64) -> bool {
+        self.rising_since.is_some_and(|s| t - s >= window_s)
+    }
+}
+
+fn now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Why a collection failed.
+struct Failure {
+    reason: &'static str,
+    detail: String,
+}
+
+impl Rabbitmq {
+    async fn fetch(&self) -> Result<Vec<u8>, Failure> {
+        let fail = |reason, detail: String| Failure { reason, detail };
+        let url = format!(
+            "{}/api/queues?columns={COLUMNS}&disable_stats=false",
+            self.cfg.endpoint.trim_end_matches('/')
+        );
+        let password = self.cfg.password().map_err(|e| fail("credentials", e))?;
+        let timeout = self.cfg.timeout.get();
+        let resp = self
+            .client
+            .get(url)
+            .basic_auth(&self.cfg.username, Some(password))
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| {
+                if e.is_timeout() {
+                    fail("timeout", e.to_string())
+                } else {
+                    fail("connect", e.to_string())
+                }
+            })?;
+        match resp.status().as_u16() {
+            200..=299 => {}
+            401 | 403 => {
+                return Err(fail(
+                    "unauthorized",
+                    format!(
+                    "answered {} (the user needs the `monitoring` tag and access to the vhosts)",
+                    resp.status()
+                ),
+                ))
+            }
+            _ => return Err(fail("http_status", format!("answered {}", resp.status()))),
+        }
+        let limit = self.cfg.body_size_limit.0 as usize;
+        let mut body = Vec::new();
+        let mut resp = resp;
+        loop {
+            match tokio::time::timeout(timeout, resp.chunk()).await {
+                Err(_) => return Err(fail("timeout", "the answer did not arrive in time".into())),
+                Ok(Err(e)) => return Err(fail("read", e.to_string())),
+                Ok(Ok(None)) => return Ok(body),
+                Ok(Ok(Some(c))) => {
+                    if body.len() + c.len() > limit {
+                        return Err(fail(
+                            "body_size_limit",
+                            format!("the answer is over body_size_limit ({limit} bytes)"),
+                        ));
+                    }
+                    body.extend_from_slice(&c);
+                }
+            }
+        }
+    }
+
+    /// The metrics of one collection, one resource per queue.
+    fn metrics(
+        &self,
+        queues: &[Queue],
+        history: &mut HashMap<(String, String), History>,
+        t: f64,
+        start_ns: u64,
+    ) -> Vec<ResourceMetrics> {
+        let time_ns = (t * 1e9) as u64;
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        for q in queues
+            .iter()
+            .filter(|q| self.vhosts.matches(&q.vhost) && self.queues.matches(&q.name))
+        {
+            let key = (q.vhost.clone(), q.name.clone());
+            seen.insert(key.clone());
+            let h = history.entry(key).or_default();
+            let status = h.judge(t, q, self.cfg.window);
+            let alarm = q.messages >= self.cfg.backlog_threshold
+                || h.rising_for(t, self.cfg.growth_window.get().as_secs_f64());
+            let mut b = Builder::new(time_ns, start_ns);
+            let msgs = "{messages}";
+            let sum = Kind::Sum { monotonic: false };
+            let counter = Kind::Sum { monotonic: true };
+            b.point(
+                "rabbitmq.consumer.count",
+                sum,
+                "{consumers}",
+                "The number of consumers currently reading from the queue.",
+                vec![],
+                Value::Int(q.consumers as i64),
+            );
+            for (state, v) in [("ready", q.ready), ("unacknowledged", q.unacked)] {
+                b.point(
+                    "rabbitmq.message.current",
+                    sum,
+                    msgs,
+                    "The total number of messages currently in the queue.",
+                    vec![kv("state", state)],
+                    Value::Int(v as i64),
+                );
+            }
+            b.point(
+                "rabbitmq.message.published",
+                counter,
+                msgs,
+                "The number of messages published to a queue.",
+                vec![],
+                Value::Int(q.published as i64),
+            );
+            b.point(
+                "rabbitmq.message.delivered",
+                counter,
+                msgs,
+                "The number of messages delivered to consumers.",
+                vec![],
+                Value::Int(q.delivered as i64),
+            );
+            b.point(
+                "rabbitmq.message.acknowledged",
+                counter,
+                msgs,
+                "The number of messages acknowledged by consumers.",
+                vec![],
+                Value::Int(q.acknowledged as i64),
+            );
+            b.point(
+                "rabbitmq.message.dropped",
+                counter,
+                msgs,
+                "The number of messages dropped as unroutable.",
+                vec![],
+                Value::Int(q.dropped as i64),
+            );
+            let age = match (q.head_timestamp, q.deliver_rate) {
+                _ if q.messages == 0.0 => Some(0.0),
+                (Some(ts), _) if ts > 0.0 => Some((t - ts).max(0.0)),
+                (_, Some(r)) if r > 0.0 => Some(q.messages / r),
+                _ => None,
+            };
+            if let Some(a) = age {
+                b.gauge("rabbitmq.queue.backlog_age", "s", "How long the oldest message has waited: now − head_message_timestamp, else depth ÷ delivery rate.", vec![], Value::Double(a));
+            }
+            b.gauge("rabbitmq.queue.status", "1", "Burrow-like status of the queue: 1 OK, 2 WARN (depth rising), 4 STOP (backlog, no consumer), 5 STALL (consumers, backlog, no delivery).", vec![kv("status", status.name())], Value::Int(status as i64));
+            b.gauge(
+                "rabbitmq.queue.backlog_alarm",
+                "1",
+                "1 when the depth is at or above backlog_threshold or has risen for growth_window.",
+                vec![],
+                Value::Int(i64::from(alarm)),
+            );
+            let storm = self.retry.is_match(&q.name)
+                && q.publish_rate
+                    .is_some_and(|r| r >= self.cfg.retry_rate_threshold);
+            b.gauge("rabbitmq.queue.retry_storm", "1", "1 when a retry or dead-letter queue is published to faster than retry_rate_threshold.", vec![], Value::Int(i64::from(storm)));
+            if let Some(r) = q.publish_rate {
+                b.gauge(
+                    "rabbitmq.queue.publish_rate",
+                    "{messages}/s",
+                    "Messages published per second (the broker's rate).",
+                    vec![],
+                    Value::Double(r),
+                );
+            }
+            if let Some(r) = q.deliver_rate {
+                b.gauge(
+                    "rabbitmq.queue.deliver_rate",
+                    "{messages}/s",
+                    "Messages delivered per second (the broker's rate).",
+                    vec![],
+                    Value::Double(r),
+                );
+            }
+            out.push(b.finish(
+                vec![
+                    kv("rabbitmq.queue.name", &q.name),
+                    kv("rabbitmq.vhost.name", &q.vhost),
+                    kv("rabbitmq.node.name", &q.node),
+                    kv("messaging.system", "rabbitmq"),
+                ],
+                "causeway.rabbitmq",
+            ));
+        }
+        // Queues deleted (or filtered out): forget them.
+        history.retain(|k, _| seen.contains(k));
+        out
+    }
+}
+
+#[async_trait]
+impl Receiver for Rabbitmq {
+    async fn run(
+        self: Box<Self>,
+        out: Output,
+        shutdown: CancellationToken,
+    ) -> Result<(), BoxError> {
+        let start_ns = (now_s() * 1e9) as u64;
+        let mut history: HashMap<(String, String), History> = HashMap::new();
+        let mut reported: HashSet<&'static str> = HashSet::new();
+        let mut tick = tokio::time::interval(self.cfg.collection_interval.get());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = tick.tick() => {}
+            }
+            let got = match self.fetch().await {
+                Ok(body) => parse_queues(&body).map_err(|detail| Failure {
+                    reason: "parse",
+                    detail,
+                }),
+                Err(f) => Err(f),
+            };
+            match got {
+                Ok(queues) => {
+                    if !reported.is_empty() {
+                        tracing::info!(receiver = %self.id, endpoint = %self.cfg.endpoint, "The management API answers again.");
+                        reported.clear();
+                    }
+                    let rms = self.metrics(&queues, &mut history, now_s(), start_ns);
+                    if !rms.is_empty()
+                        && !out
+                            .send_until_stopped(Batch::from_metrics(rms), &shutdown)
+                            .await
+                    {
+                        return Ok(());
+                    }
+                }
+                Err(f) => {
+                    self.telemetry
+                        .counter(
+                            ERRORS,
+                            "Failed collections of the rabbitmq receiver, by reason.",
+                            &[("receiver", &self.id), ("reason", f.reason)],
+                        )
+                        .add(1);
+                    if reported.insert(f.reason) {
+                        tracing::warn!(receiver = %self.id, endpoint = %self.cfg.endpoint, reason = f.reason, error = %f.detail, "RabbitMQ collection failed; the next round tries again.");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! The `rabbitmq` receiver against a real RabbitMQ (Debian's
+//! `rabbitmq-server` 3.10 with its management plugin), started here on free
+//! ports in its own directories, driven by a real AMQP client (Debian's
+//! python3-pika, `tests/rabbitmq/amqp.py`): depths, consumer counts and
+//! counters as the broker reports them, and the status under the real
+//! conditions (no consumer, a consumer that stops acking, a slow consumer).
+//! Then the faults: the API down, refusing the credentials, answering
+//! garbage, too much, or too slowly. `scripts/test.sh` installs both.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::io::BufRead;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const PYTHON: &str = "/usr/bin/python3";
+
+/// A process killed with its process group when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .stderr(Stdio::null())
+            .status()
+            .ok();
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}
+
+/// A RabbitMQ node of its own: AMQP, management, distribution and epmd ports.
+struct Broker {
+    _proc: Proc,
+    amqp: u16,
+    http: u16,
+    epmd: u16,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        // epmd leaves on its own; this one listens on our port only.
+        Command::new("epmd")
+            .args(["-port", &self.epmd.to_string(), "-kill"])
+            .env("ERL_EPMD_PORT", self.epmd.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .ok();
+    }
+}
+
+impl Broker {
+    fn start(d: &Path) -> Broker {
+        let bin = Path::new("/usr/lib/rabbitmq/bin/rabbitmq-server");
+        assert!(bin.exists(), "rabbitmq-server: scripts/test.sh installs it");
+        let (amqp, http, dist, epmd) = (free_port(), free_port(), free_port(), free_port());
+        let dir = d.join("rabbitmq");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("rabbitmq.conf"),
+            format!(
+                "listeners.tcp.default = 127.0.0.1:{amqp}\nmanagement.tcp.port = {http}\n\
+management.tcp.ip = 127.0.0.1\nloopback_users = none\ncollect_statistics_interval = 500\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(dir.join("enabled_plugins"), "[rabbitmq_management].\n").unwrap();
+        let log = std::fs::File::create(dir.join("server.log")).unwrap();
+        let child = Command::new(bin)
+            .env("HOME", &dir)
+            .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", dir.join("log"))
+            .env("RABBITMQ_NODENAME", format!("causeway{amqp}@localhost"))
+            .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq.conf"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
+            .env("RABBITMQ_DIST_PORT", dist.to_string())
+            .env("ERL_EPMD_PORT", epmd.to_string())
+            .env("RABBITMQ_PID_FILE", dir.join("pid"))
+            .process_group(0)
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("rabbitmq-server");
+        let mut b = Broker {
+            _proc: Proc(child),
+            amqp,
+            http,
+            epmd,
+        };
+        wait_for(Duration::from_secs(90), "RabbitMQ's management API", || {
+            if let Ok(Some(st)) = b._proc.0.try_wait() {
+                panic!(
+                    "rabbitmq-server exited {st}: {}",
+                    std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+                );
+            }
+            b.api("/api/overview").is_some()
+        });
+        b.amqp = amqp;
+        b
+    }
+
+    fn api(&self, path: &str) -> Option<Value> {
+        let r = http_client()
+            .get(format!("http://127.0.0.1:{}{path}", self.http))
+            .basic_auth("guest", Some("guest"))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .ok()?;
+        if !r.status().is_success() {
+            return None;
+        }
+        serde_json::from_str(&r.text().ok()?).ok()
+    }
+
+    /// Run the AMQP client; for `hold` and `slow` it keeps running (returned).
+    fn client(&self, args: &[&str]) -> Proc {
+        let mut c = Command::new(PYTHON)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rabbitmq/amqp.py"))
+            .arg(self.amqp.to_string())
+            .args(args)
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3-pika: scripts/test.sh installs it");
+        let mut line = String::new();
+        std::io::BufReader::new(c.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "amqp.py {args:?}");
+        Proc(c)
+    }
+
+    fn run(&self, args: &[&str]) {
+        let mut p = self.client(args);
+        let st = p.0.wait().unwrap();
+        assert!(st.success(), "amqp.py {args:?}: {st}");
+    }
+}
+
+/// The last value of each (queue, metric[, attribute value]) in the file.
+fn last_values(path: &Path) -> std::collections::BTreeMap<(String, String, String), f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in read_jsonl(path) {
+        for rm in line["resourceMetrics"].as_array().into_iter().flatten() {
+            let queue = attr(&rm["resource"]["attributes"], "rabbitmq.queue.name")
+                .and_then(|v| v["stringValue"].as_str())
+                .unwrap_or("")
+                .to_string();
+            for sm in rm["scopeMetrics"].as_array().into_iter().flatten() {
+                for m in sm["metrics"].as_array().into_iter().flatten() {
+                    let data = m.get("gauge").or_else(|| m.get("sum"));
+                    for p in data
+                        .and_then(|x| x["dataPoints"].as_array())
+                        .into_iter()
+                        .flatten()
+                    {
+                        let a = p["attributes"]
+                            .as_array()
+                            .and_then(|a| a.first())
+                            .and_then(|kv| kv["value"]["stringValue"].as_str())
+                            .unwrap_or("")
+                            .to_string();
+                        let v = p["asInt"]
+                            .as_str()
+                            .and_then(|s| s.parse().ok())
+                            .or_else(|| p["asInt"].as_f64())
+                            .or_else(|| p["asDouble"].as_f64())
+                            .unwrap_or(f64::NAN);
+                        let name = m["name"].as_str().unwrap_or("").to_string();
+                        // The status carries its name as the attribute: one key per metric.
+                        let a = if name == "rabbitmq.queue.status" {
+                            String::new()
+                        } else {
+                            a
+                        };
+                        out.insert((queue.clone(), name, a), v);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn queue_depth_consumers_and_status_from_a_real_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let broker = Broker::start(d);
+    // depth: 100 published, 30 taken, nobody consuming → STOP.
+    broker.run(&["publish", "depth", "100"]);
+    broker.run(&["get", "depth", "30"]);
+    // stalled: a consumer that takes 5 and never acks → STALL.
+    broker.run(&["publish", "stalled", "50"]);
+    let _stuck = broker.client(&["hold", "stalled", "5"]);
+    // drained: all taken → OK.
+    broker.run(&["publish", "drained", "10"]);
+    broker.run(&["get", "drained", "10"]);
+    // slow: a consumer of 2 messages/s under 25/s → WARN while it falls behind.
+    let _slow = broker.client(&["slow", "slow", "2"]);
+    let _publisher = broker.client(&["publish", "slow", "2000", "25"]);
+    let daemon = Daemon::start(
+        d,
+        "rabbitmq",
+        &format!(
+            r#"
+receivers:
+  rabbitmq:
+    endpoint: http://127.0.0.1:{http}
+    username: guest
+    password: guest
+    collection_interval: 500ms
+    window: 4
+    queues: {{ exclude: "ignored.*" }}
+exporters:
+  file: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    metrics: {{ receivers: [rabbitmq], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+            http = broker.http
+        ),
+    );
+    let out = d.join("metrics.jsonl");
+    let k = |q: &str, m: &str, a: &str| (q.to_string(), m.to_string(), a.to_string());
+    wait_for(Duration::from_secs(60), "every queue judged", || {
+        let v = last_values(&out);
+        let get = |q: &str, m: &str, a: &str| v.get(&k(q, m, a)).copied();
+        get("depth", "rabbitmq.queue.status", "") == Some(4.0)
+            && get("depth", "rabbitmq.message.published", "") == Some(100.0)
+            && get("depth", "rabbitmq.message.acknowledged", "") == Some(30.0)
+            && get("stalled", "rabbitmq.queue.status", "") == Some(5.0)
+            && get("stalled", "rabbitmq.message.current", "unacknowledged") == Some(5.0)
+            && get("drained", "rabbitmq.queue.status", "") == Some(1.0)
+            && get("slow", "rabbitmq.queue.status", "") == Some(2.0)
+    });
+    let v = last_values(&out);
+    let get = |q: &str, m: &str, a: &str| v.get(&k(q, m, a)).copied();
+    // Depth N − M, ready and unacknowledged, consumer counts, the counters.
+    assert_eq!(
+        get("depth", "rabbitmq.message.current", "ready"),
+        Some(70.0)
+    );
+    assert_eq!(
+        get("depth", "rabbitmq.message.current", "unacknowledged"),
+        Some(0.0)
+    );
+    assert_eq!(get("depth", "rabbitmq.consumer.count", ""), Some(0.0));
+    assert_eq!(get("depth", "rabbitmq.message.delivered", ""), Some(30.0));
+    assert_eq!(get("stalled", "rabbitmq.consumer.count", ""), Some(1.0));
+    assert_eq!(
+        get("stalled", "rabbitmq.message.current", "ready"),
+        Some(45.0)
+    );
+    assert_eq!(
+        get("drained", "rabbitmq.message.current", "ready"),
+        Some(0.0)
+    );
+    assert_eq!(get("drained", "rabbitmq.queue.backlog_age", ""), Some(0.0));
+    // The head message's AMQP timestamp gives the backlog's age.
+    let age = get("depth", "rabbitmq.queue.backlog_age", "").expect("age");
+    assert!((0.0..120.0).contains(&age), "{age}");
+    // The broker's own rates.
+    assert!(get("slow", "rabbitmq.queue.publish_rate", "").is_some_and(|r| r > 5.0));
+    // The backlog alarm: below the default 5,000 and not rising for 5 minutes.
+    assert_eq!(get("depth", "rabbitmq.queue.backlog_alarm", ""), Some(0.0));
+    // Resource attributes as the Collector's receiver writes them.
+    let line = read_jsonl(&out).into_iter().last().unwrap();
+    let rm = &line["resourceMetrics"][0];
+    for key in [
+        "rabbitmq.queue.name",
+        "rabbitmq.vhost.name",
+        "rabbitmq.node.name",
+    ] {
+        assert!(attr(&rm["resource"]["attributes"], key).is_some(), "{key}");
+    }
+    assert!(daemon.terminate().success());
+}
+
+#[test]
+fn a_management_api_down_refusing_garbled_huge_or_slow_is_counted_and_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let broker = Broker::start(d);
+    broker.run(&["publish", "fine", "3"]);
+    let garbage = serve_in_thread(axum::Router::new().route(
+        "/api/queues",
+        axum::routing::get(|| async { "<html>502 Bad Gateway</html>" }),
+    ));
+    let huge = serve_in_thread(axum::Router::new().route(
+        "/api/queues",
+        axum::routing::get(|| async { format!("[{}]", "{\"name\":\"q\"},".repeat(400_000)) }),
+    ));
+    let slow = serve_in_thread(axum::Router::new().route(
+        "/api/queues",
+        axum::routing::get(|| async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            "[]"
+        }),
+    ));
+    let down = free_port();
+    let config = format!(
+        r#"
+receivers:
+  rabbitmq/good:
+    endpoint: http://127.0.0.1:{http}
+    username: guest
+    password_file: "{{dir}}/password"
+    collection_interval: 300ms
+  rabbitmq/unauthorized:
+    endpoint: http://127.0.0.1:{http}
+    username: guest
+    password: wrong
+    collection_interval: 300ms
+  rabbitmq/down:
+    endpoint: http://127.0.0.1:{down}
+    username: x
+    collection_interval: 300ms
+  rabbitmq/garbage:
+    endpoint: {garbage}
+    username: x
+    collection_interval: 300ms
+  rabbitmq/huge:
+    endpoint: {huge}
+    username: x
+    collection_interval: 300ms
+    body_size_limit: 1MiB
+  rabbitmq/slow:
+    endpoint: {slow}
+    username: x
+    collection_interval: 300ms
+    timeout: 500ms
+exporters:
+  file: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    metrics: {{ receivers: [rabbitmq/good, rabbitmq/unauthorized, rabbitmq/down, rabbitmq/garbage, rabbitmq/huge, rabbitmq/slow], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+        http = broker.http
+    );
+    std::fs::write(d.join("password"), "guest\n").unwrap();
+    let daemon = Daemon::start(d, "faults", &config);
+    let errors = |r: &str, reason: &str| {
+        daemon
+            .metric(&format!(
+                "causeway_rabbitmq_errors_total{{receiver=\"rabbitmq/{r}\",reason=\"{reason}\"}}"
+            ))
+            .unwrap_or(0.0)
+    };
+    // Each fault counted more than once: every round tries again.
+    wait_for(Duration::from_secs(30), "every fault counted twice", || {
+        errors("unauthorized", "unauthorized") >= 2.0
+            && errors("down", "connect") >= 2.0
+            && errors("garbage", "parse") >= 2.0
+            && errors("huge", "body_size_limit") >= 2.0
+            && errors("slow", "timeout") >= 2.0
+    });
+    // The good one next to them flows.
+    let out = d.join("metrics.jsonl");
+    wait_for(Duration::from_secs(20), "the good receiver's queue", || {
+        last_values(&out).get(&(
+            "fine".into(),
+            "rabbitmq.message.current".into(),
+            "ready".into(),
+        )) == Some(&3.0)
+    });
+    // Logged once per receiver and reason, not once per round.
+    let stderr = daemon.stderr("faults");
+    for (r, reason) in [
+        ("unauthorized", "unauthorized"),
+        ("down", "connect"),
+        ("garbage", "parse"),
+        ("huge", "body_size_limit"),
+        ("slow", "timeout"),
+    ] {
+        let n = stderr
+            .lines()
+            .filter(|l| {
+                l.contains(&format!("rabbitmq/{r}")) && l.contains(&format!("reason=\"{reason}\""))
+            })
+            .count();
+        assert_eq!(n, 1, "{r}/{reason} logged {n} times:\n{stderr}");
+    }
+    assert!(daemon.terminate().success());
+}
