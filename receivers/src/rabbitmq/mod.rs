@@ -342,19 +342,42 @@ impl Rabbitmq {
         t: f64,
         start_ns: u64,
     ) -> Vec<ResourceMetrics> {
+        collect(
+            &self.cfg,
+            (&self.vhosts, &self.queues, &self.retry),
+            queues,
+            history,
+            t,
+            start_ns,
+        )
+    }
+}
+
+/// The metrics of one collection of `queues` at `t` (s), one resource per
+/// queue, judged against their `history` (queues gone are forgotten).
+/// `filters`: vhosts, queues, retry queues.
+pub fn collect(
+    cfg: &RabbitmqConfig,
+    (vhosts, queues_filter, retry): (&Filter, &Filter, &regex::Regex),
+    queues: &[Queue],
+    history: &mut HashMap<(String, String), History>,
+    t: f64,
+    start_ns: u64,
+) -> Vec<ResourceMetrics> {
+    {
         let time_ns = (t * 1e9) as u64;
         let mut out = Vec::new();
         let mut seen = HashSet::new();
         for q in queues
             .iter()
-            .filter(|q| self.vhosts.matches(&q.vhost) && self.queues.matches(&q.name))
+            .filter(|q| vhosts.matches(&q.vhost) && queues_filter.matches(&q.name))
         {
             let key = (q.vhost.clone(), q.name.clone());
             seen.insert(key.clone());
             let h = history.entry(key).or_default();
-            let status = h.judge(t, q, self.cfg.window);
-            let alarm = q.messages >= self.cfg.backlog_threshold
-                || h.rising_for(t, self.cfg.growth_window.get().as_secs_f64());
+            let status = h.judge(t, q, cfg.window);
+            let alarm = q.messages >= cfg.backlog_threshold
+                || h.rising_for(t, cfg.growth_window.get().as_secs_f64());
             let mut b = Builder::new(time_ns, start_ns);
             let msgs = "{messages}";
             let sum = Kind::Sum { monotonic: false };
@@ -426,9 +449,9 @@ impl Rabbitmq {
                 vec![],
                 Value::Int(i64::from(alarm)),
             );
-            let storm = self.retry.is_match(&q.name)
+            let storm = retry.is_match(&q.name)
                 && q.publish_rate
-                    .is_some_and(|r| r >= self.cfg.retry_rate_threshold);
+                    .is_some_and(|r| r >= cfg.retry_rate_threshold);
             b.gauge("rabbitmq.queue.retry_storm", "1", "1 when a retry or dead-letter queue is published to faster than retry_rate_threshold.", vec![], Value::Int(i64::from(storm)));
             if let Some(r) = q.publish_rate {
                 b.gauge(
