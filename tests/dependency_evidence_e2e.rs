@@ -285,6 +285,40 @@ fn cpu(otlp: &str, host: &str, idle: f64) {
     assert!(r.status().is_success(), "{}", r.status());
 }
 
+/// The GenAI semantic conventions' server histograms, as an inference
+/// server's OpenTelemetry SDK pushes them (cumulative; `server.address` and
+/// `server.port` on the points): `gen_ai.server.time_to_first_token` and
+/// `gen_ai.server.request.duration`, `ago_ms` before now.
+fn genai_metrics(otlp: &str, port: u16, ago_ms: u64, ttft: (u64, f64), duration: (u64, f64)) {
+    let t = (SystemTime::now() - Duration::from_millis(ago_ms))
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let hist = |name: &str, (count, sum): (u64, f64)| {
+        serde_json::json!({"name": name, "unit": "s", "histogram": {"aggregationTemporality": 2,
+            "dataPoints": [{"startTimeUnixNano": "1764650000000000000", "timeUnixNano": t.to_string(),
+                "count": count.to_string(), "sum": sum, "bucketCounts": ["0", count.to_string()], "explicitBounds": [0.01],
+                "attributes": [
+                    {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                    {"key": "gen_ai.provider.name", "value": {"stringValue": "huggingface"}},
+                    {"key": "gen_ai.request.model", "value": {"stringValue": MODEL}},
+                    {"key": "server.address", "value": {"stringValue": "127.0.0.1"}},
+                    {"key": "server.port", "value": {"intValue": port.to_string()}}]}]}})
+    };
+    let body = serde_json::json!({"resourceMetrics": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "tgi"}}]},
+        "scopeMetrics": [{"scope": {"name": "tgi"}, "metrics": [
+            hist("gen_ai.server.time_to_first_token", ttft),
+            hist("gen_ai.server.request.duration", duration)]}]}]});
+    let r = http_client()
+        .post(format!("http://{otlp}/v1/metrics"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+}
+
 #[test]
 fn inference_server_causes_fire_on_their_evidence_and_stay_silent_on_healthy_values() {
     let dir = tempfile::tempdir().unwrap();
@@ -473,6 +507,12 @@ service:
     // The same slow call on healthy Triton, and slow decode on the healthy vLLM and GPU: no inference cause.
     let quiet_triton = chat(&at, None, port(&triton_ok), 3000, None);
     let quiet_vllm = chat(&at, Some(&t1), port(&vllm_c), 3000, Some(slow()));
+    // A server that pushes the GenAI conventions' metrics, and a call to it:
+    // over the call, 10 requests with 25 s of time to first token and 30 s in all.
+    let tgi = free_port();
+    genai_metrics(&otlp, tgi, 2000, (10, 5.0), (20, 12.0));
+    genai_metrics(&otlp, tgi, 500, (20, 30.0), (30, 42.0));
+    let tgi_trace = chat(&at, None, tgi, 3000, None);
     // Tokenizing on a busy CPU, and on an idle one.
     let busy = provider(&otlp, "assistant", "cpu-node-3");
     let idle = provider(&otlp, "assistant", "cpu-node-4");
@@ -502,6 +542,7 @@ service:
             .map(|w| &w.0)
             .chain(quiet.iter())
             .chain(healthy_ids.iter())
+            .chain(std::iter::once(&tgi_trace))
             .all(|id| a.get(id).is_some_and(|x| x.root.contains_key("rca.cause")))
     });
     let got = read_annotated(&path);
@@ -540,6 +581,18 @@ service:
             "healthy {id} has an inference cause among its alternatives: {alts}"
         );
     }
+    // The GenAI metrics joined by the server on their points.
+    let ev: serde_json::Value =
+        serde_json::from_str(&got[&tgi_trace].root["rca.evidence"]).unwrap();
+    let dep = ev["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["kind"] == "dependency" && m["system"] == "genai")
+        .unwrap_or_else(|| panic!("no GenAI server in {ev}"));
+    assert_eq!(dep["ttft_s"], 2.5, "{dep}");
+    assert_eq!(dep["request_duration_s"], 3.0, "{dep}");
+    assert_eq!(dep["job"], "tgi");
     // The evidence carries the servers' numbers with their times.
     let ev: serde_json::Value =
         serde_json::from_str(&got[&want[0].0].root["rca.evidence"]).unwrap();

@@ -392,7 +392,7 @@ fn tables(
         .collect(),
     );
     let series = store
-        .map(|st| st.series_where(|x| x.dims.instance.is_some()))
+        .map(|st| st.series_where(|x| x.dims.job.is_some()))
         .unwrap_or_default();
     let deps = super::deps::dependencies(&series, &HashMap::new());
     let mut rows = Vec::new();

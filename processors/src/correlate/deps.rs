@@ -40,10 +40,14 @@ use std::collections::{BTreeMap, HashMap};
 use super::store::Series;
 
 /// The histograms kept (as `<name>_sum` and `<name>_count`).
-pub const HISTOGRAMS: [&str; 3] = [
+pub const HISTOGRAMS: [&str; 7] = [
     "envoy_cluster_upstream_cx_connect_ms",
     "vllm:request_queue_time_seconds",
     "vllm:time_to_first_token_seconds",
+    "gen_ai.server.time_to_first_token",
+    "gen_ai.server.request.duration",
+    "gen_ai_server_time_to_first_token_seconds",
+    "gen_ai_server_request_duration_seconds",
 ];
 
 /// A kept histogram's `_sum` or `_count` series: (histogram, is the sum).
@@ -102,6 +106,11 @@ pub fn system_of(name: &str) -> Option<&'static str> {
         | "vllm:num_preemptions"
         | "vllm:request_queue_time_seconds"
         | "vllm:time_to_first_token_seconds" => "vllm",
+        // OpenTelemetry GenAI server metrics, pushed over OTLP or scraped.
+        "gen_ai.server.time_to_first_token"
+        | "gen_ai.server.request.duration"
+        | "gen_ai_server_time_to_first_token_seconds"
+        | "gen_ai_server_request_duration_seconds" => "genai",
         "nv_inference_queue_duration_us"
         | "nv_inference_request_success"
         | "nv_gpu_utilization"
@@ -186,7 +195,11 @@ pub fn dependencies<'a>(
         let Some(system) = system_of(&s.name).filter(|s| *s != "gpu") else {
             continue;
         };
-        let (Some(job), Some(inst)) = (s.dims.job.as_deref(), s.dims.instance.as_deref()) else {
+        // Pushed over OTLP without `service.instance.id`: the service is the key.
+        let (Some(job), Some(inst)) = (
+            s.dims.job.as_deref(),
+            s.dims.instance.as_deref().or(s.dims.job.as_deref()),
+        ) else {
             continue;
         };
         groups.entry((system, job, inst)).or_default().push(s);
@@ -202,6 +215,18 @@ pub fn dependencies<'a>(
                     if let Some(v) = s.attr(k) {
                         addresses.push(norm(v));
                     }
+                }
+                // The GenAI conventions put the server on the points.
+                if let Some(host) = s
+                    .attr("server.address")
+                    .or_else(|| s.attr("server_address"))
+                {
+                    addresses.push(
+                        match s.attr("server.port").or_else(|| s.attr("server_port")) {
+                            Some(port) => norm(&format!("{host}:{port}")),
+                            None => norm(host),
+                        },
+                    );
                 }
                 let beside = match s.name.as_str() {
                     "redis_instance_info" => s.attr("tcp_port").map(str::to_string),
@@ -372,9 +397,13 @@ pub struct DepRow {
     /// `vllm:request_queue_time_seconds`: the mean over the interval (s).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_time_s: Option<f64>,
-    /// `vllm:time_to_first_token_seconds`: the mean over the interval (s).
+    /// `vllm:time_to_first_token_seconds` (or the GenAI convention's
+    /// `gen_ai.server.time_to_first_token`): the mean over the interval (s).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttft_s: Option<f64>,
+    /// `gen_ai.server.request.duration`: the mean over the interval (s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_duration_s: Option<f64>,
     /// Triton: queue µs ÷ successful requests over the interval, in ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_ms_per_request: Option<f64>,
@@ -629,7 +658,11 @@ pub fn row(
     };
     r.connect_ms = mean(hist.get("envoy_cluster_upstream_cx_connect_ms"));
     r.queue_time_s = mean(hist.get("vllm:request_queue_time_seconds"));
-    r.ttft_s = mean(hist.get("vllm:time_to_first_token_seconds"));
+    r.ttft_s = mean(hist.get("vllm:time_to_first_token_seconds"))
+        .or_else(|| mean(hist.get("gen_ai.server.time_to_first_token")))
+        .or_else(|| mean(hist.get("gen_ai_server_time_to_first_token_seconds")));
+    r.request_duration_s = mean(hist.get("gen_ai.server.request.duration"))
+        .or_else(|| mean(hist.get("gen_ai_server_request_duration_seconds")));
     if let (Some(q), Some(n)) = (triton_queue, triton_ok) {
         if n > 0.0 {
             r.queue_ms_per_request = Some(q / n / 1000.0);

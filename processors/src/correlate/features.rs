@@ -801,7 +801,7 @@ pub fn join(traces: &mut [TraceRow], store: &Store, p: &JoinParams, now_ns: u64)
     let host_series =
         store.series_where(|s| s.dims.host.as_deref().is_some_and(|h| hosts.contains(h)));
     let (any_host_metrics, any_kafka_metrics) = store.has_series();
-    let dep_series = store.series_where(|s| s.dims.instance.is_some());
+    let dep_series = store.series_where(|s| s.dims.job.is_some());
     let dependencies = super::deps::dependencies(&dep_series, &p.dep_addresses);
     for t in traces.iter_mut() {
         let from = t.start_ns.saturating_sub(p.lookback_ns);

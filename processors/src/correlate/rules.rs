@@ -31,7 +31,7 @@
 //!   max_connections, max_tx_duration_s, connections_active, connections_waiting,
 //!   pending_overflow, cx_overflow, connect_fail, rq_timeout, ssl_errors, breaker_open,
 //!   connect_ms, requests_waiting, requests_running, kv_cache_usage, preemptions, queue_time_s,
-//!   ttft_s, queue_ms_per_request, gpu_util, gpu_mem_used`
+//!   ttft_s, request_duration_s, queue_ms_per_request, gpu_util, gpu_mem_used`
 //!
 //! A rule returns `trace_id, confidence, summary` and optionally
 //! `culprit_span_id`, `evidence` (text or JSON), `explained_ms` (the
@@ -666,6 +666,7 @@ pub(crate) fn dep_fields() -> Vec<Field> {
             "preemptions",
             "queue_time_s",
             "ttft_s",
+            "request_duration_s",
             "queue_ms_per_request",
             "gpu_util",
             "gpu_mem_used",
@@ -677,7 +678,7 @@ pub(crate) fn dep_fields() -> Vec<Field> {
 }
 
 /// The cells of [`dep_fields`].
-pub(crate) fn dep_values(d: &super::deps::DepRow) -> [V<'_>; 30] {
+pub(crate) fn dep_values(d: &super::deps::DepRow) -> [V<'_>; 31] {
     [
         V::F(d.up),
         V::F(d.hits),
@@ -706,6 +707,7 @@ pub(crate) fn dep_values(d: &super::deps::DepRow) -> [V<'_>; 30] {
         V::F(d.preemptions),
         V::F(d.queue_time_s),
         V::F(d.ttft_s),
+        V::F(d.request_duration_s),
         V::F(d.queue_ms_per_request),
         V::F(d.gpu_util),
         V::F(d.gpu_mem_used),

@@ -1548,7 +1548,7 @@ fn a_dependency_is_found_by_instance_label_exporter_port_or_configured_address()
         rms.push(scraped("node", "10.0.0.7:9100", "node_load1", &[], 1.0, t));
     }
     st.add_metrics(&rms, 1_000_000_000_000 + 1_000_000_000);
-    let series = st.series_where(|s| s.dims.instance.is_some());
+    let series = st.series_where(|s| s.dims.job.is_some());
     assert!(series.iter().all(|s| s.name != "node_load1"));
     let configured: std::collections::HashMap<String, String> =
         [("cache-b.shop:6379".to_string(), "cache-b".to_string())].into();
