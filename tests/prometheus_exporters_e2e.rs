@@ -48,15 +48,28 @@ fn start(d: &Path, name: &str, bin: &str, args: &[String], port: u16) -> Proc {
     p
 }
 
+/// Run a redis-cli command; a server still starting (a refused connection,
+/// `-LOADING`) is asked again for up to 10 s, then the answer is shown.
 fn redis_cli(port: u16, args: &[&str]) {
-    let ok = Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli")
-        .status
-        .success();
-    assert!(ok, "redis-cli {args:?}");
+    let started = std::time::Instant::now();
+    loop {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        let text = String::from_utf8_lossy(&out.stdout);
+        if out.status.success() && !text.starts_with("ERR") && !text.starts_with("LOADING") {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "redis-cli -p {port} {args:?}: {} {text} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]
