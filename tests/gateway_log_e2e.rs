@@ -427,12 +427,17 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
                 n += 1;
                 if n % 10 == 0 {
                     std::thread::sleep(Duration::from_millis(1));
-                    // A gateway reopens its log once it was renamed away (`create`).
+                    // A gateway reopens its log once logrotate renamed it away
+                    // and created the new one (`create`), as NGINX does on
+                    // USR1: it never creates the file itself, which would race
+                    // logrotate's own create ("File exists").
                     let moved = std::fs::metadata(&log)
                         .map(|m| m.ino() != f.metadata().map(|x| x.ino()).unwrap_or(0))
-                        .unwrap_or(true);
+                        .unwrap_or(false);
                     if moved {
-                        f = open();
+                        if let Ok(g) = std::fs::OpenOptions::new().append(true).open(&log) {
+                            f = g;
+                        }
                     }
                 }
             }
