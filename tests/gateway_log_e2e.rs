@@ -341,10 +341,11 @@ service:
 }
 
 /// The `n` of every line in the files of `dir` named `access.log*`,
-/// decompressing `.gz` backups: the lines that reached the disk.
-fn on_disk(dir: &Path) -> std::collections::HashSet<u64> {
+/// decompressing `.gz` backups: the lines that reached the disk, each with
+/// the file it is in.
+fn on_disk(dir: &Path) -> std::collections::HashMap<u64, String> {
     use std::io::Read;
-    let mut out = std::collections::HashSet::new();
+    let mut out = std::collections::HashMap::new();
     for e in std::fs::read_dir(dir).expect("dir").filter_map(Result::ok) {
         let name = e.file_name().to_string_lossy().into_owned();
         if !name.starts_with("access.log") {
@@ -364,7 +365,7 @@ fn on_disk(dir: &Path) -> std::collections::HashSet<u64> {
         for l in text.lines() {
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(l) {
                 if let Some(n) = v["n"].as_u64() {
-                    out.insert(n);
+                    out.insert(n, name.clone());
                 }
             }
         }
@@ -466,16 +467,35 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
     let written = writer.join().expect("writer");
     let disk = on_disk(d);
     let out = d.join("out.jsonl");
-    wait_for(
-        Duration::from_secs(240),
-        "every line on disk delivered",
-        || {
-            sent(&daemon) >= disk.len() as f64 && {
-                let got = numbers(&out);
-                disk.iter().all(|n| got.contains_key(n))
-            }
-        },
-    );
+    let start = std::time::Instant::now();
+    loop {
+        let got = numbers(&out);
+        let mut missing: Vec<(&u64, &String)> =
+            disk.iter().filter(|(n, _)| !got.contains_key(n)).collect();
+        if sent(&daemon) >= disk.len() as f64 && missing.is_empty() {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(240) {
+            missing.sort();
+            let ls: Vec<String> = std::fs::read_dir(d)
+                .map(|r| {
+                    r.filter_map(Result::ok)
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            panic!(
+                "after 240 s, {} of {} lines on disk not delivered (first: {:?}; last: {:?}); {} delivered; {} sent; files: {ls:?}",
+                missing.len(),
+                disk.len(),
+                &missing[..missing.len().min(10)],
+                missing.last(),
+                got.len(),
+                sent(&daemon)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // A file still open after the last rotation is drained and delivered, then closed.
     let fds = std::fs::read_dir(format!("/proc/{}/fd", daemon.child.id()))
         .map(|x| x.count())

@@ -11,8 +11,11 @@
 //! - `kafka_groups` (consumer group): `consumer_group, status, status_name, lag, lag_seconds,
 //!   alarm`;
 //! - `metrics` (latest point of each joined series): `name, topic, consumer_group, host,
-//!   route_id, job, instance, labels, value, time_ms` (`labels`: the other attributes as
-//!   `k=v,…`; `job`/`instance` for the scraped dependency series);
+//!   route_id, job, instance, queue, labels, value, time_ms` (`labels`: the other attributes as
+//!   `k=v,…`; `job`/`instance` for the scraped dependency series, `queue` for RabbitMQ's);
+//! - `rabbitmq_queues` (RabbitMQ queue, latest collection): `queue, vhost, status, status_name,
+//!   depth, ready, unacked, consumers, backlog_age_s, alarm, retry_storm, publish_rate,
+//!   deliver_rate, time_ms`;
 //! - `dependencies` (each scraped server, and each Envoy cluster, over the window; see
 //!   `super::deps`): `system, job, instance, addresses, envoy_cluster, time_ms` and the measured
 //!   columns of the rules' `dependency` table (counters as increases, gauges at their largest).
@@ -303,6 +306,7 @@ fn tables(
         utf8("route_id"),
         utf8("job"),
         utf8("instance"),
+        utf8("queue"),
         utf8("labels"),
         f64f("value"),
         f64f("time_ms"),
@@ -317,6 +321,20 @@ fn tables(
         alarm: bool,
     }
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+    #[derive(Default)]
+    struct Queue {
+        status: Option<(u64, i64, String)>,
+        ready: Option<f64>,
+        unacked: Option<f64>,
+        consumers: Option<f64>,
+        backlog_age_s: Option<f64>,
+        alarm: bool,
+        retry_storm: bool,
+        publish_rate: Option<f64>,
+        deliver_rate: Option<f64>,
+        time: u64,
+    }
+    let mut queues: BTreeMap<(String, String), Queue> = BTreeMap::new();
     for (name, dims, attrs, t, v) in &points {
         let labels: Vec<String> = attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
         c.row([
@@ -327,10 +345,36 @@ fn tables(
             so(&dims.route),
             so(&dims.job),
             so(&dims.instance),
+            so(&dims.queue),
             s(&labels.join(",")),
             V::F(Some(*v)),
             V::F(Some(*t as f64 / 1e6)),
         ]);
+        let attr = |k: &str| attrs.iter().find(|(key, _)| key == k).map(|(_, v)| v);
+        if let Some(queue) = &dims.queue {
+            let vhost = attr(super::rabbit::VHOST).cloned().unwrap_or_default();
+            let q = queues.entry((vhost, queue.clone())).or_default();
+            q.time = q.time.max(*t);
+            let v = Some(*v);
+            match (name.as_str(), attr("state").map(String::as_str)) {
+                ("rabbitmq.queue.status", _)
+                    if q.status.as_ref().is_none_or(|(at, _, _)| *t >= *at) =>
+                {
+                    let label = attr("status").cloned().unwrap_or_default();
+                    q.status = v.map(|v| (*t, v as i64, label));
+                }
+                ("rabbitmq.message.current", Some("ready")) => q.ready = v,
+                ("rabbitmq.message.current", _) => q.unacked = v,
+                ("rabbitmq.consumer.count", _) => q.consumers = v,
+                ("rabbitmq.queue.backlog_age", _) => q.backlog_age_s = v,
+                ("rabbitmq.queue.backlog_alarm", _) => q.alarm = v >= Some(1.0),
+                ("rabbitmq.queue.retry_storm", _) => q.retry_storm = v >= Some(1.0),
+                ("rabbitmq.queue.publish_rate", _) => q.publish_rate = v,
+                ("rabbitmq.queue.deliver_rate", _) => q.deliver_rate = v,
+                _ => {}
+            }
+            continue;
+        }
         let Some(group) = &dims.group else { continue };
         let g = groups.entry(group.clone()).or_default();
         match name.as_str() {
@@ -377,6 +421,46 @@ fn tables(
         ]);
     }
     out.push(("kafka_groups", sch.clone(), c.finish(sch)?));
+    let sch = schema(vec![
+        utf8("queue"),
+        utf8("vhost"),
+        i64f("status"),
+        utf8("status_name"),
+        f64f("depth"),
+        f64f("ready"),
+        f64f("unacked"),
+        f64f("consumers"),
+        f64f("backlog_age_s"),
+        boolf("alarm"),
+        boolf("retry_storm"),
+        f64f("publish_rate"),
+        f64f("deliver_rate"),
+        f64f("time_ms"),
+    ]);
+    let mut c = Cols::new(&sch, queues.len());
+    for ((vhost, name), q) in &queues {
+        let depth = match (q.ready, q.unacked) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
+        c.row([
+            s(name),
+            s(vhost),
+            V::I(q.status.as_ref().map(|x| x.1)),
+            V::S(q.status.as_ref().map(|x| x.2.as_str())),
+            V::F(depth),
+            V::F(q.ready),
+            V::F(q.unacked),
+            V::F(q.consumers),
+            V::F(q.backlog_age_s),
+            V::B(Some(q.alarm)),
+            V::B(Some(q.retry_storm)),
+            V::F(q.publish_rate),
+            V::F(q.deliver_rate),
+            V::F(Some(q.time as f64 / 1e6)),
+        ]);
+    }
+    out.push(("rabbitmq_queues", sch.clone(), c.finish(sch)?));
     // dependencies: each server's numbers over the window.
     let sch = schema(
         [

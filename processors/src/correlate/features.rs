@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::baseline::Baselines;
 use super::critical::{critical_path, root, Node};
+use super::rabbit::is_rabbit;
 use super::shape;
 use super::store::{
     find as attr, host_key, s as attr_str, LogEvidence, RouteStats, Series, Store, ROUTE_KEYS,
@@ -64,6 +65,9 @@ pub struct SpanRow {
     pub destination: Option<String>,
     /// `messaging.consumer.group.name` (or `messaging.kafka.consumer.group`).
     pub consumer_group: Option<String>,
+    /// `messaging.rabbitmq.destination.routing_key` (or the older
+    /// `messaging.rabbitmq.routing_key`).
+    pub routing_key: Option<String>,
     /// `server.address` (or `net.peer.name`).
     pub server_address: Option<String>,
     /// `server.port` (or `net.peer.port`).
@@ -172,6 +176,8 @@ pub struct TraceRow {
     pub hosts: Vec<HostRow>,
     /// The servers it called, by their own metrics.
     pub deps: Vec<super::deps::DepRow>,
+    /// The RabbitMQ queues it published to or consumed from.
+    pub queues: Vec<super::rabbit::QueueRow>,
     /// Spans that arrived after the trace was analysed, with the remembered
     /// producer span their message came from (not in the batch: its
     /// `at` is [`NOT_IN_BATCH`]).
@@ -338,6 +344,14 @@ fn span_row(
             &[
                 "messaging.consumer.group.name",
                 "messaging.kafka.consumer.group",
+            ],
+        )
+        .and_then(attr_str),
+        routing_key: attr(
+            a,
+            &[
+                "messaging.rabbitmq.destination.routing_key",
+                "messaging.rabbitmq.routing_key",
             ],
         )
         .and_then(attr_str),
@@ -742,6 +756,8 @@ pub struct JoinMisses {
     pub host: u64,
     /// Topics a trace touches with no Kafka metrics while other topics have.
     pub kafka: u64,
+    /// Traces with a RabbitMQ span that reaches no known queue while queues are known.
+    pub queue: u64,
 }
 
 /// Join each trace with the correlation state.
@@ -789,7 +805,8 @@ pub fn join(traces: &mut [TraceRow], store: &Store, p: &JoinParams, now_ns: u64)
     // One pass over the series for all traces of the tick.
     let topics: BTreeSet<&str> = traces
         .iter()
-        .flat_map(|t| t.spans.iter().filter_map(|s| s.destination.as_deref()))
+        .flat_map(|t| t.spans.iter().filter(|s| !is_rabbit(s)))
+        .filter_map(|s| s.destination.as_deref())
         .collect();
     let hosts: BTreeSet<&str> = traces
         .iter()
@@ -802,12 +819,19 @@ pub fn join(traces: &mut [TraceRow], store: &Store, p: &JoinParams, now_ns: u64)
         store.series_where(|s| s.dims.host.as_deref().is_some_and(|h| hosts.contains(h)));
     let (any_host_metrics, any_kafka_metrics) = store.has_series();
     let dep_series = store.series_where(|s| s.dims.job.is_some());
+    // RabbitMQ: the queue series, only when a trace of the tick has a RabbitMQ span.
+    let rabbit_series = if traces.iter().any(|t| t.spans.iter().any(is_rabbit)) {
+        store.series_where(|s| s.dims.queue.is_some())
+    } else {
+        Vec::new()
+    };
+    let queues = super::rabbit::Index::new(&rabbit_series);
     let dependencies = super::deps::dependencies(&dep_series, &p.dep_addresses);
     for t in traces.iter_mut() {
         let from = t.start_ns.saturating_sub(p.lookback_ns);
         let to = t.end_ns.saturating_add(p.lookahead_ns);
         let mut touched: BTreeSet<(String, String)> = BTreeSet::new();
-        for s in &t.spans {
+        for s in t.spans.iter().filter(|s| !is_rabbit(s)) {
             if let Some(topic) = &s.destination {
                 touched.insert((topic.clone(), s.consumer_group.clone().unwrap_or_default()));
             }
@@ -866,8 +890,69 @@ pub fn join(traces: &mut [TraceRow], store: &Store, p: &JoinParams, now_ns: u64)
             misses.host += 1;
         }
         t.deps = dependency_rows(t, &dependencies, p);
+        if !queues.is_empty() {
+            let (q, missed) = queue_rows(t, &queues, &rabbit_series, (from, to), p);
+            t.queues = q;
+            misses.queue += missed;
+        }
     }
     misses
+}
+
+/// One row per RabbitMQ queue and role (publish, consume) the trace touches,
+/// over the span that waited on it longest (see [`super::rabbit`]).
+fn queue_rows(
+    t: &TraceRow,
+    index: &super::rabbit::Index,
+    series: &[Series],
+    (from, to): (u64, u64),
+    p: &JoinParams,
+) -> (Vec<super::rabbit::QueueRow>, u64) {
+    let mut best: BTreeMap<((String, String), &'static str), usize> = BTreeMap::new();
+    let mut missed = 0;
+    for (i, s) in t.spans.iter().enumerate().filter(|(_, s)| is_rabbit(s)) {
+        let role = if s.kind == "producer" || s.async_wait_ms.is_none() && s.kind != "consumer" {
+            "publish"
+        } else {
+            "consume"
+        };
+        let found = index.resolve(s);
+        if found.is_empty() {
+            missed = 1;
+        }
+        let weight = |x: &SpanRow| x.async_wait_ms.unwrap_or(0.0) + x.duration_ms;
+        for q in found {
+            let e = best.entry((q, role)).or_insert(i);
+            if weight(&t.spans[*e]) < weight(s) {
+                *e = i;
+            }
+        }
+    }
+    let rows = best
+        .into_iter()
+        .filter_map(|(((vhost, queue), role), i)| {
+            let s = &t.spans[i];
+            // A consumer: the queue while its message waited (as for Kafka lag).
+            let window = match s.async_wait_ms {
+                Some(wait) => {
+                    let consumed = t.start_ns + (s.start_ms * 1e6) as u64;
+                    let span = ((wait * 1e6) as u64).max(p.lag_sample_ns);
+                    (
+                        consumed.saturating_sub(2 * span),
+                        consumed.saturating_add(span),
+                    )
+                }
+                None => (from, to),
+            };
+            let mut r = super::rabbit::queue_row(series, (&vhost, &queue), window.0, window.1);
+            (r.time_ns > 0).then(|| {
+                r.span_id = Hex16::of(s.span_id).as_str().to_string();
+                r.role = role;
+                r
+            })
+        })
+        .collect();
+    (rows, missed)
 }
 
 /// One row per server the trace called (see [`super::deps`]).

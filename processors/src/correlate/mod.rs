@@ -19,6 +19,7 @@ pub mod config;
 pub mod critical;
 pub mod deps;
 pub mod features;
+pub mod rabbit;
 pub mod rules;
 pub mod shape;
 pub mod store;
@@ -57,7 +58,7 @@ pub const EVICTED_LOGS: &str = "causeway_correlate_evicted_log_records_total";
 pub const LOG_RETENTION: &str = "causeway_correlate_log_retention_seconds";
 /// Spans of traces analysed already (late), passed on without a second analysis.
 pub const LATE_SPANS: &str = "causeway_correlate_late_spans_total";
-/// Traces whose join with host or Kafka metrics found nothing while such metrics flow.
+/// Traces whose join with host, Kafka or RabbitMQ metrics found nothing while such metrics flow.
 pub const JOIN_MISSES: &str = "causeway_correlate_join_misses_total";
 /// Traces held by `evidence_wait`.
 pub const HELD_TRACES: &str = "causeway_correlate_held_traces";
@@ -518,6 +519,7 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
         Kafka(&'a features::KafkaRow),
         Host(&'a features::HostRow),
         Dependency(&'a deps::DepRow),
+        Queue(&'a rabbit::QueueRow),
     }
     #[derive(serde::Serialize)]
     struct EvRoute<'a> {
@@ -575,6 +577,7 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
             .map(EvMetric::Kafka)
             .chain(t.hosts.iter().map(EvMetric::Host))
             .chain(t.deps.iter().map(EvMetric::Dependency))
+            .chain(t.queues.iter().map(EvMetric::Queue))
             .collect(),
         route_stats: t
             .route_stats
@@ -781,12 +784,16 @@ impl Correlate {
             }
         }
         let misses = features::join(&mut traces, &self.store, &self.join, now);
-        for (join, n) in [("host", misses.host), ("kafka", misses.kafka)] {
+        for (join, n) in [
+            ("host", misses.host),
+            ("kafka", misses.kafka),
+            ("rabbitmq", misses.queue),
+        ] {
             if n > 0 {
                 self.telemetry
                     .counter(
                         JOIN_MISSES,
-                        "Traces whose join with host or Kafka metrics found nothing while such metrics flow.",
+                        "Traces whose join with host, Kafka or RabbitMQ metrics found nothing while such metrics flow.",
                         &[("component", &self.id), ("join", join)],
                     )
                     .add(n);

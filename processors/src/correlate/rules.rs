@@ -10,7 +10,7 @@
 //! - `spans` (span): `trace_id, span_id, parent_id, service, host, name, kind, start_ms,
 //!   end_ms, duration_ms, self_ms, share, critical, status, status_message, http_status,
 //!   route, db_system, db_operation, messaging_system, destination, consumer_group,
-//!   server_address, error_type, exception_type, exception_message, resend_count,
+//!   routing_key, server_address, error_type, exception_type, exception_message, resend_count,
 //!   cache_hit, wait_ms, path_ms, cache_inferred, client_error, attempt, attempts,
 //!   failed_attempts, retry_window_ms, retry_trigger, recovered, queue_ms, async_wait_ms,
 //!   baseline_ms, excess_ms, server_port, gen_ai_model, input_tokens, output_tokens,
@@ -23,6 +23,9 @@
 //!   s429, s503, s504, not_closed, top_rule, circuit_state, circuit_changes, p50_ms, p99_ms`
 //! - `kafka_lag` (topic the trace touches): `trace_id, topic, consumer_group, lag, lag_trend,
 //!   lag_seconds, status, alarm, retry_storm, produce_rate, time_ms, growing, lagging`
+//! - `rabbitmq_queue` (RabbitMQ queue and role the trace touches; see `super::rabbit`):
+//!   `trace_id, queue, vhost, span_id, role, depth, depth_trend, ready, unacked, consumers,
+//!   backlog_age_s, status, alarm, retry_storm, publish_rate, deliver_rate, time_ms`
 //! - `host` (host the trace ran on): `trace_id, host, culprit, cpu_busy, iowait, mem_used,
 //!   mem_available_ratio, disk_util, psi_cpu, psi_memory, psi_io, time_ms, gpu_util, gpu_mem_used`
 //! - `dependency` (server the trace called, by its own metrics; see `super::deps`):
@@ -478,6 +481,48 @@ WHERE (k.lagging OR k.alarm OR k.status IN (2, 3, 4, 5) OR k.lag_seconds >= 10) 
 GROUP BY k.trace_id"#,
         ),
         r(
+            "queue_backlog",
+            "consumer_lag",
+            r#"
+SELECT trace_id, 0.86 AS confidence,
+  first_value(summary ORDER BY explained_ms DESC) AS summary,
+  first_value(evidence ORDER BY explained_ms DESC) AS evidence,
+  first_value(culprit ORDER BY explained_ms DESC) AS culprit_span_id,
+  max(explained_ms) AS explained_ms
+FROM (
+  SELECT q.trace_id,
+    concat('RabbitMQ queue ', q.queue, CASE WHEN q.vhost = '/' THEN '' ELSE concat(' (vhost ', q.vhost, ')') END, ' ',
+           CASE q.status WHEN 4 THEN 'has no consumer' WHEN 5 THEN 'stalled: consumers but no delivery' WHEN 2 THEN 'grows' ELSE 'is backlogged' END,
+           ': ', CAST(CAST(coalesce(q.depth, 0) AS BIGINT) AS VARCHAR), ' messages waiting',
+           CASE WHEN q.backlog_age_s IS NULL THEN '' ELSE concat(', the oldest for ', CAST(CAST(q.backlog_age_s AS BIGINT) AS VARCHAR), ' s') END,
+           CASE WHEN s.async_wait_ms IS NOT NULL
+                THEN concat('; the message waited ', CAST(CAST(s.async_wait_ms AS BIGINT) AS VARCHAR), ' ms before ', s.service, ' consumed it')
+                ELSE concat('; ', coalesce(p.service, s.service), ' published to it and waited ', CAST(CAST(greatest(least(p.end_ms - s.end_ms, p.self_ms), 0.0) AS BIGINT) AS VARCHAR), ' ms') END) AS summary,
+    concat('queue=', q.queue, ' vhost=', q.vhost, ' depth=', CAST(q.depth AS VARCHAR), ' depth_trend=', CAST(q.depth_trend AS VARCHAR),
+           ' consumers=', CAST(q.consumers AS VARCHAR), ' status=', CAST(q.status AS VARCHAR), ' backlog_age_s=', CAST(q.backlog_age_s AS VARCHAR),
+           ' deliver_rate=', CAST(q.deliver_rate AS VARCHAR)) AS evidence,
+    CASE WHEN s.async_wait_ms IS NOT NULL OR p.span_id IS NULL THEN s.span_id ELSE p.span_id END AS culprit,
+    CASE WHEN s.async_wait_ms IS NOT NULL THEN s.async_wait_ms + s.duration_ms
+         ELSE greatest(coalesce(least(p.end_ms - s.end_ms, p.self_ms), 0.0), 0.0) END AS explained_ms
+  FROM rabbitmq_queue q JOIN spans s ON s.trace_id = q.trace_id AND s.span_id = q.span_id
+  LEFT JOIN spans p ON p.trace_id = s.trace_id AND p.span_id = s.parent_id
+  WHERE (q.status IN (2, 4, 5) OR q.alarm) AND NOT q.retry_storm
+) x
+GROUP BY trace_id"#,
+        ),
+        r(
+            "retry_storm_queue",
+            "retry_storm",
+            r#"
+SELECT q.trace_id, 0.87 AS confidence,
+  concat('retry storm on RabbitMQ queue ', max(q.queue), ': ', CAST(CAST(max(q.publish_rate) AS BIGINT) AS VARCHAR), ' messages/s') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  coalesce(max(s.async_wait_ms) + max(s.duration_ms), 0.0) AS explained_ms
+FROM rabbitmq_queue q JOIN spans s ON s.trace_id = q.trace_id AND s.span_id = q.span_id
+WHERE q.retry_storm
+GROUP BY q.trace_id"#,
+        ),
+        r(
             "retry_storm_topic",
             "retry_storm",
             r#"
@@ -772,6 +817,7 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 utf8("messaging_system"),
                 utf8("destination"),
                 utf8("consumer_group"),
+                utf8("routing_key"),
                 utf8("server_address"),
                 utf8("error_type"),
                 utf8("exception_type"),
@@ -857,6 +903,28 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 f64f("time_ms"),
                 boolf("growing"),
                 boolf("lagging"),
+            ]),
+        ),
+        (
+            "rabbitmq_queue",
+            schema(vec![
+                utf8("trace_id"),
+                utf8("queue"),
+                utf8("vhost"),
+                utf8("span_id"),
+                utf8("role"),
+                f64f("depth"),
+                f64f("depth_trend"),
+                f64f("ready"),
+                f64f("unacked"),
+                f64f("consumers"),
+                f64f("backlog_age_s"),
+                i64f("status"),
+                boolf("alarm"),
+                boolf("retry_storm"),
+                f64f("publish_rate"),
+                f64f("deliver_rate"),
+                f64f("time_ms"),
             ]),
         ),
         (
@@ -984,6 +1052,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
             "kafka_lag" => traces.iter().map(|t| t.kafka.len()).sum(),
             "host" => traces.iter().map(|t| t.hosts.len()).sum(),
             "dependency" => traces.iter().map(|t| t.deps.len()).sum(),
+            "rabbitmq_queue" => traces.iter().map(|t| t.queues.len()).sum(),
             _ => traces.len(),
         };
         let mut c = Cols::new(&schema, rows);
@@ -1061,6 +1130,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                             so(&sp.messaging_system),
                             so(&sp.destination),
                             so(&sp.consumer_group),
+                            so(&sp.routing_key),
                             so(&sp.server_address),
                             so(&sp.error_type),
                             so(&sp.exception_type),
@@ -1156,6 +1226,31 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<(&'static str, SchemaRef, Recor
                             V::F(Some(k.time_ns as f64 / 1e6)),
                             V::B(Some(k.growing)),
                             V::B(Some(k.lagging)),
+                        ]);
+                    }
+                }
+            }
+            "rabbitmq_queue" => {
+                for t in traces {
+                    for q in &t.queues {
+                        c.row([
+                            s(&t.trace_id),
+                            s(&q.queue),
+                            s(&q.vhost),
+                            s(&q.span_id),
+                            s(q.role),
+                            V::F(q.depth),
+                            V::F(q.depth_trend),
+                            V::F(q.ready),
+                            V::F(q.unacked),
+                            V::F(q.consumers),
+                            V::F(q.backlog_age_s),
+                            V::I(q.status),
+                            V::B(Some(q.alarm)),
+                            V::B(Some(q.retry_storm)),
+                            V::F(q.publish_rate),
+                            V::F(q.deliver_rate),
+                            V::F(Some(q.time_ns as f64 / 1e6)),
                         ]);
                     }
                 }

@@ -11,7 +11,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::ResourceLogs;
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, ResourceMetrics};
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -141,6 +141,9 @@ pub struct Dims {
     pub job: Option<String>,
     /// Scrape instance (`service.instance.id`) of a dependency's series.
     pub instance: Option<String>,
+    /// RabbitMQ queue (`rabbitmq.queue.name` on the resource; its vhost is
+    /// the `rabbitmq.vhost.name` attribute; see [`super::rabbit`]).
+    pub queue: Option<String>,
 }
 
 /// A metric series.
@@ -158,6 +161,17 @@ pub struct Series {
 }
 
 impl Series {
+    /// An empty series.
+    pub fn new(name: &str, dims: Dims) -> Self {
+        Series {
+            name: name.to_string(),
+            dims,
+            attrs: Vec::new(),
+            points: VecDeque::new(),
+            updated: 0,
+        }
+    }
+
     /// An attribute.
     pub fn attr(&self, k: &str) -> Option<&str> {
         self.attrs
@@ -523,6 +537,8 @@ impl Store {
                     .is_none_or(|v| v.is_empty())
             });
             let job = find(res_attrs, &["service.name"]).and_then(s);
+            let queue = find(res_attrs, &["rabbitmq.queue.name"]).and_then(s);
+            let vhost = find(res_attrs, &[super::rabbit::VHOST]).and_then(s);
             let instance = find(res_attrs, &["service.instance.id"]).and_then(s);
             for sm in &rm.scope_metrics {
                 for m in &sm.metrics {
@@ -618,7 +634,12 @@ impl Store {
                         if flags & 1 != 0 || v.is_nan() {
                             continue;
                         }
+                        let rabbit = queue.is_some() && name.starts_with("rabbitmq.");
                         let dims = match system {
+                            _ if rabbit => Dims {
+                                queue: queue.clone(),
+                                ..Default::default()
+                            },
                             // GPUs describe a machine: joined by host, as host metrics are.
                             Some("gpu") => Dims {
                                 host: find(a, &["Hostname"]).and_then(s).or_else(|| host.clone()),
@@ -665,6 +686,12 @@ impl Store {
                             })
                             .filter_map(|kv| s(&kv.value).map(|v| (kv.key.clone(), v)))
                             .collect();
+                        if rabbit {
+                            attrs.push((
+                                super::rabbit::VHOST.to_string(),
+                                vhost.clone().unwrap_or_else(|| "/".into()),
+                            ));
+                        }
                         attrs.sort();
                         let t = if time > 0 { time } else { now_ns };
                         let key = (name.to_string(), dims.clone(), attrs.clone());
@@ -779,13 +806,15 @@ fn stats_over(w: &RouteWindow, now_ns: u64, window_ns: u64) -> RouteStats {
 }
 
 impl Store {
-    /// Whether the trace's gateway logs, or the state of its routes, topics or
-    /// hosts, show trouble (for the `correlated` sampling policy).
+    /// Whether the trace's gateway logs, or the state of its routes, topics,
+    /// RabbitMQ queues or hosts, show trouble (for the `correlated` sampling
+    /// policy). `topics`: the messaging destinations of its spans;
+    /// `routing_keys`: their RabbitMQ routing keys.
     pub fn in_trouble(
         &self,
         trace_id: &[u8; 16],
         routes: &[&str],
-        topics: &[&str],
+        (topics, routing_keys): (&[&str], &[&str]),
         hosts: &[&str],
         tr: &Trouble,
     ) -> bool {
@@ -826,6 +855,42 @@ impl Store {
             }
         }
         let last = |s: &Series| s.points.back().map(|p| p.1);
+        // Queues in alarm (a backlog, a stop or stall, a retry storm) that
+        // the trace's destinations or routing keys may reach.
+        if !topics.is_empty() || !routing_keys.is_empty() {
+            let troubled: BTreeSet<(&str, &str)> = g
+                .series
+                .values()
+                .filter(|s| match s.name.as_str() {
+                    "rabbitmq.queue.backlog_alarm" | "rabbitmq.queue.retry_storm" => {
+                        last(s).is_some_and(|v| v >= 1.0)
+                    }
+                    "rabbitmq.queue.status" => last(s).is_some_and(|v| v >= 2.0),
+                    _ => false,
+                })
+                .filter_map(|s| {
+                    Some((
+                        s.attr(super::rabbit::VHOST).unwrap_or("/"),
+                        s.dims.queue.as_deref()?,
+                    ))
+                })
+                .collect();
+            if !troubled.is_empty() {
+                let ix = super::rabbit::Index::new(g.series.values().filter(|s| {
+                    s.name == super::rabbit::BINDING
+                        && s.dims
+                            .queue
+                            .as_deref()
+                            .is_some_and(|q| troubled.iter().any(|t| t.1 == q))
+                }));
+                if troubled
+                    .iter()
+                    .any(|q| ix.may_touch(*q, topics, routing_keys))
+                {
+                    return true;
+                }
+            }
+        }
         for s in g.series.values() {
             if let Some(t) = s.dims.topic.as_deref() {
                 if topics.contains(&t) {

@@ -1405,8 +1405,9 @@ fn circuit_trouble() -> store::Trouble {
 #[test]
 fn one_trip_of_the_breaker_does_not_keep_the_route_open_once_requests_are_answered() {
     let store = store();
-    let troubled =
-        |store: &Store| store.in_trouble(&[9; 16], &["orders"], &[], &[], &circuit_trouble());
+    let troubled = |store: &Store| {
+        store.in_trouble(&[9; 16], &["orders"], (&[], &[]), &[], &circuit_trouble())
+    };
     // 100 answered requests, then one that met an open circuit.
     for _ in 0..100 {
         store.add_logs(&[circuit_record(1, 200, None)], CIRCUIT_NOW);
@@ -1421,7 +1422,7 @@ fn one_trip_of_the_breaker_does_not_keep_the_route_open_once_requests_are_answer
     store.add_logs(&[circuit_record(4, 200, None)], CIRCUIT_NOW);
     assert!(!troubled(&store), "closed once a request is answered");
     // The trace that met the open circuit is still in trouble by its own record.
-    assert!(store.in_trouble(&[2; 16], &["orders"], &[], &[], &circuit_trouble()));
+    assert!(store.in_trouble(&[2; 16], &["orders"], (&[], &[]), &[], &circuit_trouble()));
 }
 
 #[tokio::test]

@@ -159,7 +159,8 @@ struct Correlated {
     store: causeway_core::shared::Slot<crate::correlate::store::Store>,
     trouble: crate::correlate::store::Trouble,
     route_keys: Vec<u16>,
-    topic_key: u16,
+    topic_keys: Vec<u16>,
+    routing_keys: Vec<u16>,
     host_key: u16,
 }
 
@@ -178,9 +179,10 @@ impl Correlated {
                 })
         };
         let routes: Vec<&str> = self.route_keys.iter().flat_map(|k| strs(*k)).collect();
-        let topics: Vec<&str> = strs(self.topic_key).collect();
+        let topics: Vec<&str> = self.topic_keys.iter().flat_map(|k| strs(*k)).collect();
+        let rks: Vec<&str> = self.routing_keys.iter().flat_map(|k| strs(*k)).collect();
         let hosts: Vec<&str> = strs(self.host_key).collect();
-        yes(store.in_trouble(t.trace_id, &routes, &topics, &hosts, &self.trouble))
+        yes(store.in_trouble(t.trace_id, &routes, (&topics, &rks), &hosts, &self.trouble))
     }
 }
 
@@ -260,7 +262,17 @@ impl Policy {
                         .iter()
                         .map(|k| keys.add(k))
                         .collect(),
-                    topic_key: keys.add("messaging.destination.name"),
+                    topic_keys: ["messaging.destination.name", "messaging.destination"]
+                        .iter()
+                        .map(|k| keys.add(k))
+                        .collect(),
+                    routing_keys: [
+                        "messaging.rabbitmq.destination.routing_key",
+                        "messaging.rabbitmq.routing_key",
+                    ]
+                    .iter()
+                    .map(|k| keys.add(k))
+                    .collect(),
                     host_key: keys.add("host.name"),
                 }))
             }

@@ -56,6 +56,16 @@ pub struct RabbitmqConfig {
     /// Publish rate (messages/s) above which a retry queue is in a retry storm (default 200).
     #[serde(default = "retry_rate")]
     pub retry_rate_threshold: f64,
+    /// Also read `GET /api/bindings` and `GET /api/exchanges` at every
+    /// collection and write each exchange → queue binding as
+    /// `rabbitmq.queue.binding`, so that a trace publishing to an exchange
+    /// finds the queues its message went to (default true).
+    #[serde(default = "yes")]
+    pub bindings: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn endpoint() -> String {

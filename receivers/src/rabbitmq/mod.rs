@@ -50,8 +50,8 @@ use config::{Filter, RabbitmqConfig};
 /// Failed collections, by reason.
 pub const ERRORS: &str = "causeway_rabbitmq_errors_total";
 
-/// The columns asked for (the API answers only these).
-const COLUMNS: &str = "name,vhost,node,type,messages,messages_ready,messages_unacknowledged,\
+/// The queue columns asked for (the API answers only these).
+const QUEUES: &str = "/api/queues?disable_stats=false&columns=name,vhost,node,type,messages,messages_ready,messages_unacknowledged,\
 consumers,head_message_timestamp,message_stats.publish,message_stats.publish_details.rate,\
 message_stats.deliver_get,message_stats.deliver_get_details.rate,message_stats.ack,\
 message_stats.drop_unroutable";
@@ -278,12 +278,10 @@ struct Failure {
 }
 
 impl Rabbitmq {
-    async fn fetch(&self) -> Result<Vec<u8>, Failure> {
+    /// `GET {endpoint}{path}`, bounded by `timeout` and `body_size_limit`.
+    async fn fetch(&self, path: &str) -> Result<Vec<u8>, Failure> {
         let fail = |reason, detail: String| Failure { reason, detail };
-        let url = format!(
-            "{}/api/queues?columns={COLUMNS}&disable_stats=false",
-            self.cfg.endpoint.trim_end_matches('/')
-        );
+        let url = format!("{}{path}", self.cfg.endpoint.trim_end_matches('/'));
         let password = self.cfg.password().map_err(|e| fail("credentials", e))?;
         let timeout = self.cfg.timeout.get();
         let resp = self
@@ -334,23 +332,97 @@ impl Rabbitmq {
         }
     }
 
-    /// The metrics of one collection, one resource per queue.
-    fn metrics(
-        &self,
-        queues: &[Queue],
-        history: &mut HashMap<(String, String), History>,
-        t: f64,
-        start_ns: u64,
-    ) -> Vec<ResourceMetrics> {
-        collect(
-            &self.cfg,
-            (&self.vhosts, &self.queues, &self.retry),
-            queues,
-            history,
-            t,
-            start_ns,
-        )
+    /// The exchange → queue bindings, with their exchanges' types.
+    async fn bindings(&self) -> Result<Vec<Binding>, Failure> {
+        let parse = |detail| Failure {
+            reason: "parse",
+            detail,
+        };
+        let b = self.fetch(BINDINGS).await?;
+        let e = self.fetch(EXCHANGES).await?;
+        parse_bindings(&b, &e).map_err(parse)
     }
+}
+
+impl Rabbitmq {
+    /// Count a failed collection; log it once per reason until one succeeds.
+    fn failed(&self, f: &Failure, reported: &mut HashSet<&'static str>) {
+        self.telemetry
+            .counter(
+                ERRORS,
+                "Failed collections of the rabbitmq receiver, by reason.",
+                &[("receiver", &self.id), ("reason", f.reason)],
+            )
+            .add(1);
+        if reported.insert(f.reason) {
+            tracing::warn!(receiver = %self.id, endpoint = %self.cfg.endpoint, reason = f.reason, error = %f.detail, "RabbitMQ collection failed; the next round tries again.");
+        }
+    }
+}
+
+/// The binding columns asked for.
+const BINDINGS: &str =
+    "/api/bindings?columns=source,vhost,destination,destination_type,routing_key";
+/// The exchange columns asked for.
+const EXCHANGES: &str = "/api/exchanges?columns=name,vhost,type";
+
+/// An exchange → queue binding.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Binding {
+    /// Virtual host.
+    pub vhost: String,
+    /// Source exchange.
+    pub exchange: String,
+    /// Its type (`direct`, `topic`, `fanout`, `headers`, or a plugin's; "" when unknown).
+    pub exchange_type: String,
+    /// Binding key.
+    pub key: String,
+    /// Destination queue.
+    pub queue: String,
+}
+
+/// Parse `GET /api/bindings` and `GET /api/exchanges`: the bindings from a
+/// named exchange to a queue (the default exchange's implicit bindings and
+/// exchange-to-exchange bindings are left out), each with its exchange's type.
+pub fn parse_bindings(bindings: &[u8], exchanges: &[u8]) -> Result<Vec<Binding>, String> {
+    let arr = |body: &[u8], what: &str| -> Result<Vec<serde_json::Value>, String> {
+        match serde_json::from_slice(body) {
+            Ok(serde_json::Value::Array(a)) => Ok(a),
+            Ok(_) => Err(format!("{what}: not a JSON array")),
+            Err(e) => Err(format!("{what}: not JSON: {e}")),
+        }
+    };
+    let mut types: HashMap<(String, String), String> = HashMap::new();
+    for x in arr(exchanges, "/api/exchanges")? {
+        if let (Some(v), Some(n), Some(t)) =
+            (x["vhost"].as_str(), x["name"].as_str(), x["type"].as_str())
+        {
+            types.insert((v.to_string(), n.to_string()), t.to_string());
+        }
+    }
+    let mut out = Vec::new();
+    for (i, b) in arr(bindings, "/api/bindings")?.iter().enumerate() {
+        let (Some(source), Some(dest)) = (b["source"].as_str(), b["destination"].as_str()) else {
+            return Err(format!(
+                "/api/bindings: binding {i}: no source or destination"
+            ));
+        };
+        if source.is_empty() || b["destination_type"].as_str() != Some("queue") {
+            continue;
+        }
+        let vhost = b["vhost"].as_str().unwrap_or("/").to_string();
+        out.push(Binding {
+            exchange_type: types
+                .get(&(vhost.clone(), source.to_string()))
+                .cloned()
+                .unwrap_or_default(),
+            vhost,
+            exchange: source.to_string(),
+            key: b["routing_key"].as_str().unwrap_or("").to_string(),
+            queue: dest.to_string(),
+        });
+    }
+    Ok(out)
 }
 
 /// The metrics of one collection of `queues` at `t` (s), one resource per
@@ -360,12 +432,20 @@ pub fn collect(
     cfg: &RabbitmqConfig,
     (vhosts, queues_filter, retry): (&Filter, &Filter, &regex::Regex),
     queues: &[Queue],
+    bindings: &[Binding],
     history: &mut HashMap<(String, String), History>,
     t: f64,
     start_ns: u64,
 ) -> Vec<ResourceMetrics> {
     {
         let time_ns = (t * 1e9) as u64;
+        let mut bound: HashMap<(&str, &str), Vec<&Binding>> = HashMap::new();
+        for b in bindings {
+            bound
+                .entry((b.vhost.as_str(), b.queue.as_str()))
+                .or_default()
+                .push(b);
+        }
         let mut out = Vec::new();
         let mut seen = HashSet::new();
         for q in queues
@@ -471,6 +551,23 @@ pub fn collect(
                     Value::Double(r),
                 );
             }
+            for x in bound
+                .get(&(q.vhost.as_str(), q.name.as_str()))
+                .into_iter()
+                .flatten()
+            {
+                b.gauge(
+                    "rabbitmq.queue.binding",
+                    "1",
+                    "1 per binding of an exchange to the queue: a message published to the exchange with a matching routing key goes to the queue.",
+                    vec![
+                        kv("rabbitmq.exchange.name", &x.exchange),
+                        kv("rabbitmq.exchange.type", &x.exchange_type),
+                        kv("rabbitmq.binding.routing_key", &x.key),
+                    ],
+                    Value::Int(1),
+                );
+            }
             out.push(b.finish(
                 vec![
                     kv("rabbitmq.queue.name", &q.name),
@@ -497,6 +594,7 @@ impl Receiver for Rabbitmq {
         let start_ns = (now_s() * 1e9) as u64;
         let mut history: HashMap<(String, String), History> = HashMap::new();
         let mut reported: HashSet<&'static str> = HashSet::new();
+        let mut bindings: Vec<Binding> = Vec::new();
         let mut tick = tokio::time::interval(self.cfg.collection_interval.get());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -504,7 +602,7 @@ impl Receiver for Rabbitmq {
                 _ = shutdown.cancelled() => return Ok(()),
                 _ = tick.tick() => {}
             }
-            let got = match self.fetch().await {
+            let got = match self.fetch(QUEUES).await {
                 Ok(body) => parse_queues(&body).map_err(|detail| Failure {
                     reason: "parse",
                     detail,
@@ -513,11 +611,31 @@ impl Receiver for Rabbitmq {
             };
             match got {
                 Ok(queues) => {
-                    if !reported.is_empty() {
+                    // The bindings of the last collection that read them stay
+                    // when a later one cannot (counted and logged as any failure).
+                    let mut all = true;
+                    if self.cfg.bindings {
+                        match self.bindings().await {
+                            Ok(b) => bindings = b,
+                            Err(f) => {
+                                self.failed(&f, &mut reported);
+                                all = false;
+                            }
+                        }
+                    }
+                    if all && !reported.is_empty() {
                         tracing::info!(receiver = %self.id, endpoint = %self.cfg.endpoint, "The management API answers again.");
                         reported.clear();
                     }
-                    let rms = self.metrics(&queues, &mut history, now_s(), start_ns);
+                    let rms = collect(
+                        &self.cfg,
+                        (&self.vhosts, &self.queues, &self.retry),
+                        &queues,
+                        &bindings,
+                        &mut history,
+                        now_s(),
+                        start_ns,
+                    );
                     if !rms.is_empty()
                         && !out
                             .send_until_stopped(Batch::from_metrics(rms), &shutdown)
@@ -526,18 +644,7 @@ impl Receiver for Rabbitmq {
                         return Ok(());
                     }
                 }
-                Err(f) => {
-                    self.telemetry
-                        .counter(
-                            ERRORS,
-                            "Failed collections of the rabbitmq receiver, by reason.",
-                            &[("receiver", &self.id), ("reason", f.reason)],
-                        )
-                        .add(1);
-                    if reported.insert(f.reason) {
-                        tracing::warn!(receiver = %self.id, endpoint = %self.cfg.endpoint, reason = f.reason, error = %f.detail, "RabbitMQ collection failed; the next round tries again.");
-                    }
-                }
+                Err(f) => self.failed(&f, &mut reported),
             }
         }
     }

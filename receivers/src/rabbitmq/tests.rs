@@ -82,3 +82,44 @@ fn status_stop_stall_warn_and_ok_as_burrow_judges_a_group() {
     // Empty is OK whatever the consumers.
     assert_eq!(h.judge(40.0, &q(0.0, 0.0, 60.0), 6), Status::Ok);
 }
+
+#[test]
+fn bindings_from_named_exchanges_to_queues_with_their_types() {
+    // As RabbitMQ 3.10 answers `?columns=…`: the default exchange's implicit
+    // binding (source ""), a topic binding, a fanout one, and an
+    // exchange-to-exchange binding.
+    let bindings = br##"[
+ {"source":"","vhost":"/","destination":"orders.created","destination_type":"queue","routing_key":"orders.created"},
+ {"source":"orders","vhost":"/","destination":"orders.created","destination_type":"queue","routing_key":"order.*"},
+ {"source":"audit","vhost":"shop","destination":"audit.all","destination_type":"queue","routing_key":""},
+ {"source":"orders","vhost":"/","destination":"audit","destination_type":"exchange","routing_key":"#"}
+]"##;
+    let exchanges = br#"[{"name":"orders","vhost":"/","type":"topic"},{"name":"audit","vhost":"shop","type":"fanout"},{"name":"","vhost":"/","type":"direct"}]"#;
+    let b = parse_bindings(bindings, exchanges).expect("parses");
+    assert_eq!(
+        b,
+        vec![
+            Binding {
+                vhost: "/".into(),
+                exchange: "orders".into(),
+                exchange_type: "topic".into(),
+                key: "order.*".into(),
+                queue: "orders.created".into(),
+            },
+            Binding {
+                vhost: "shop".into(),
+                exchange: "audit".into(),
+                exchange_type: "fanout".into(),
+                key: "".into(),
+                queue: "audit.all".into(),
+            },
+        ]
+    );
+    for (bad_b, bad_e) in [
+        (&b"<html>"[..], &b"[]"[..]),
+        (b"[]", b"{\"error\":\"Not_Authorized\"}"),
+        (b"[{\"vhost\":\"/\"}]", b"[]"),
+    ] {
+        assert!(parse_bindings(bad_b, bad_e).is_err());
+    }
+}
