@@ -394,3 +394,243 @@ service:
     }
     assert!(daemon.terminate().success());
 }
+
+/// A Node.js service of `tests/testbed/rabbit.js` (amqplib, traced by the
+/// stock OpenTelemetry SDK and its amqplib instrumentation), once it said
+/// `ready`.
+fn node(d: &Path, args: &[&str], env: &[(&str, String)]) -> Proc {
+    let testbed = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testbed");
+    assert!(
+        testbed.join("node_modules/amqplib").exists(),
+        "amqplib: scripts/test.sh runs npm ci in tests/testbed"
+    );
+    let mut c = Command::new("node")
+        .current_dir(&testbed)
+        .arg("rabbit.js")
+        .args(args)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .env("OTEL_LOGS_EXPORTER", "none")
+        .env("TRUTH_FILE", d.join("truth.jsonl"))
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("node");
+    let mut line = String::new();
+    std::io::BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "rabbit.js {args:?}");
+    Proc(c)
+}
+
+/// What the services saw, by trace id: (route, status).
+fn truth(d: &Path) -> std::collections::BTreeMap<String, (String, u16)> {
+    read_jsonl(&d.join("truth.jsonl"))
+        .into_iter()
+        .filter_map(|v| {
+            Some((
+                v["trace_id"].as_str()?.to_string(),
+                (
+                    v["route"].as_str()?.to_string(),
+                    v["status"].as_u64()? as u16,
+                ),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn a_request_published_to_a_queue_whose_consumer_died_is_blamed_on_its_backlog_and_a_healthy_queue_is_not()
+{
+    use causeway_scenarios::send::read_annotated;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let broker = Broker::start(d);
+    let otlp = free_port();
+    let daemon = Daemon::start(
+        d,
+        "rabbitmq-rca",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{otlp}" }}
+  rabbitmq:
+    endpoint: http://127.0.0.1:{http}
+    username: guest
+    password: guest
+    collection_interval: 500ms
+    window: 4
+processors:
+  tail_sampling:
+    decision_wait: 3s
+    policies:
+      - {{ name: troubled-queues, type: correlated, correlated: {{ processor: correlate }} }}
+      - {{ name: slow, type: latency, latency: {{ threshold_ms: 200 }} }}
+  correlate:
+    consumer_lag: {{ sample_interval: 1s }}
+exporters:
+  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    metrics: {{ receivers: [rabbitmq], processors: [correlate], exporters: [file/metrics] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+            http = broker.http
+        ),
+    );
+    let amqp = format!("amqp://guest:guest@127.0.0.1:{}", broker.amqp);
+    let otel = |service: &str| {
+        vec![
+            ("AMQP_URL", amqp.clone()),
+            ("OTEL_SERVICE_NAME", service.to_string()),
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{otlp}"),
+            ),
+        ]
+    };
+    let orders_worker = node(
+        d,
+        &["worker", "orders.created"],
+        &[otel("order-worker"), vec![("WORK_MS", "10".into())]].concat(),
+    );
+    // The mail worker is slow (250 ms a message) but keeps up: its traces
+    // are kept as slow, and its queue is healthy.
+    let _mail_worker = node(
+        d,
+        &["worker", "mail"],
+        &[otel("mail-worker"), vec![("WORK_MS", "250".into())]].concat(),
+    );
+    let api_port = free_port();
+    let _api = node(
+        d,
+        &["api"],
+        &[otel("api"), vec![("PORT", api_port.to_string())]].concat(),
+    );
+    let api = format!("127.0.0.1:{api_port}");
+    let get = |path: &str| http_get(&api, path).map(|r| r.0);
+    let traces = d.join("traces.jsonl");
+    let analysed = |ids: &[String]| {
+        let a = read_annotated(&traces);
+        ids.iter()
+            .all(|id| a.get(id).is_some_and(|x| x.root.contains_key("rca.cause")))
+    };
+    let ids_of = |route: &str, status: u16| -> Vec<String> {
+        truth(d)
+            .into_iter()
+            .filter(|(_, (r, s))| r == route && *s == status)
+            .map(|(id, _)| id)
+            .collect()
+    };
+
+    // Healthy: both queues consumed.
+    for i in 0..3 {
+        assert_eq!(get(&format!("/order/{i}")), Some(200));
+        assert_eq!(get(&format!("/notify/{i}")), Some(200));
+    }
+    let healthy_mail = ids_of("/notify/:id", 200);
+    assert_eq!(healthy_mail.len(), 3);
+    wait_for(Duration::from_secs(30), "the slow notify traces analysed", || {
+        analysed(&healthy_mail)
+    });
+
+    // The orders consumer dies: its queue has no consumer, requests time out.
+    drop(orders_worker);
+    wait_for(Duration::from_secs(30), "the broker to see no consumer", || {
+        broker
+            .api("/api/queues/%2F/orders.created")
+            .is_some_and(|q| q["consumers"].as_u64() == Some(0))
+    });
+    // Orders keep coming (here from another publisher) and pile up; the
+    // requests below come once the receiver has seen it.
+    broker.run(&["publish", "orders.created", "5"]);
+    let metrics = d.join("metrics.jsonl");
+    wait_for(Duration::from_secs(30), "orders.created seen as STOP", || {
+        last_values(&metrics)
+            .get(&(
+                "orders.created".to_string(),
+                "rabbitmq.queue.status".to_string(),
+                String::new(),
+            ))
+            .copied()
+            == Some(4.0)
+    });
+    for i in 10..13 {
+        assert_eq!(get(&format!("/order/{i}")), Some(504));
+        assert_eq!(get(&format!("/notify/{i}")), Some(200));
+    }
+    // Fire and forget: fast, kept only by the correlated policy when the
+    // queue they reach is in trouble.
+    for i in 20..23 {
+        assert_eq!(get(&format!("/notify-async/{i}")), Some(200));
+    }
+    for i in 20..23 {
+        assert_eq!(get(&format!("/order-async/{i}")), Some(200));
+    }
+    let stuck = ids_of("/order/:id", 504);
+    let mail = ids_of("/notify/:id", 200);
+    let async_orders = ids_of("/order-async/:id", 200);
+    let async_mail = ids_of("/notify-async/:id", 200);
+    assert_eq!((stuck.len(), mail.len(), async_orders.len()), (3, 6, 3));
+    let all: Vec<String> = [stuck.clone(), mail.clone(), async_orders.clone()].concat();
+    wait_for(Duration::from_secs(60), "every kept trace analysed", || {
+        analysed(&all)
+    });
+    let a = read_annotated(&traces);
+    let evidence = |id: &str| -> Value { serde_json::from_str(&a[id].root["rca.evidence"]).unwrap() };
+    let queue_ev = |id: &str, queue: &str| -> Option<Value> {
+        evidence(id)["metrics"]
+            .as_array()?
+            .iter()
+            .find(|m| m["kind"] == "queue" && m["queue"] == queue)
+            .cloned()
+    };
+    for id in &stuck {
+        let r = &a[id].root;
+        eprintln!("stuck {id}: {} {} | {}", r["rca.cause"], r["rca.summary"], r["rca.evidence"]);
+        assert_eq!(r["rca.cause"], "consumer_lag", "{id}: {}", r["rca.summary"]);
+        assert!(
+            r["rca.summary"].contains("orders.created") && r["rca.summary"].contains("no consumer"),
+            "{}",
+            r["rca.summary"]
+        );
+        assert_eq!(evidence(id)["rule"], "queue_backlog");
+        // The queue's own numbers, as the broker reported them.
+        let q = queue_ev(id, "orders.created").expect("the queue's evidence");
+        assert_eq!(q["status"], 4, "STOP: {q}");
+        assert_eq!(q["consumers"], 0.0, "{q}");
+        assert!(q["depth"].as_f64().is_some_and(|x| x >= 1.0), "{q}");
+        assert_eq!(q["role"], "publish");
+        // It explains the wait for the reply, most of the 1.5 s.
+        let explained = evidence(id)["explained_ms"].as_f64().unwrap();
+        assert!(explained >= 1200.0, "{explained}");
+    }
+    for id in healthy_mail.iter().chain(&mail) {
+        let r = &a[id].root;
+        eprintln!("mail {id}: {} {}", r["rca.cause"], r["rca.summary"]);
+        assert_ne!(r["rca.cause"], "consumer_lag", "{id}: {}", r["rca.summary"]);
+        // Joined, and healthy: the queue and its consumer side.
+        let q = queue_ev(id, "mail").expect("the mail queue joined");
+        assert_eq!(q["status"], 1, "{q}");
+        assert!(!r["rca.summary"].contains("orders.created"));
+    }
+    // The correlated policy kept the fast publishes to the queue in trouble,
+    // and not those to the healthy one (decided before the later ones).
+    let kept = read_annotated(&traces);
+    assert!(async_orders.iter().all(|id| kept.contains_key(id)));
+    for id in &async_mail {
+        assert!(
+            !kept.contains_key(id),
+            "a fast trace to a healthy queue was kept: {:?}",
+            kept[id].root
+        );
+    }
+    assert!(daemon.terminate().success());
+}

@@ -269,7 +269,7 @@ pub struct QueueRow {
     pub ready: Option<f64>,
     /// Unacknowledged messages, largest.
     pub unacked: Option<f64>,
-    /// Consumers, fewest.
+    /// Consumers, at the latest collection in the join interval.
     pub consumers: Option<f64>,
     /// Backlog age (s), largest.
     pub backlog_age_s: Option<f64>,
@@ -281,7 +281,7 @@ pub struct QueueRow {
     pub retry_storm: bool,
     /// Publish rate (messages/s), largest.
     pub publish_rate: Option<f64>,
-    /// Delivery rate (messages/s), smallest.
+    /// Delivery rate (messages/s), at the latest collection.
     pub deliver_rate: Option<f64>,
     /// The latest time of the points used (ns).
     #[serde(rename = "time_unix_nano")]
@@ -296,7 +296,13 @@ pub fn queue_row(series: &[Series], (vhost, queue): (&str, &str), from: u64, to:
         ..Default::default()
     };
     let max = |a: Option<f64>, b: f64| Some(a.map_or(b, |x| x.max(b)));
-    let min = |a: Option<f64>, b: f64| Some(a.map_or(b, |x| x.min(b)));
+    // The consumers and the delivery rate as last seen in the interval.
+    let latest = |slot: &mut Option<(u64, f64)>, t: u64, v: f64| {
+        if slot.is_none_or(|(at, _)| t >= at) {
+            *slot = Some((t, v));
+        }
+    };
+    let (mut consumers, mut deliver) = (None, None);
     // Depth per collection: ready + unacknowledged at the same time.
     let mut depth: BTreeMap<u64, f64> = BTreeMap::new();
     for s in series
@@ -313,7 +319,7 @@ pub fn queue_row(series: &[Series], (vhost, queue): (&str, &str), from: u64, to:
                         row.unacked = max(row.unacked, v);
                     }
                 }
-                "rabbitmq.consumer.count" => row.consumers = min(row.consumers, v),
+                "rabbitmq.consumer.count" => latest(&mut consumers, t, v),
                 "rabbitmq.queue.backlog_age" => row.backlog_age_s = max(row.backlog_age_s, v),
                 "rabbitmq.queue.status" => {
                     row.status = Some(row.status.map_or(v as i64, |x| x.max(v as i64)));
@@ -321,12 +327,14 @@ pub fn queue_row(series: &[Series], (vhost, queue): (&str, &str), from: u64, to:
                 "rabbitmq.queue.backlog_alarm" => row.alarm |= v >= 1.0,
                 "rabbitmq.queue.retry_storm" => row.retry_storm |= v >= 1.0,
                 "rabbitmq.queue.publish_rate" => row.publish_rate = max(row.publish_rate, v),
-                "rabbitmq.queue.deliver_rate" => row.deliver_rate = min(row.deliver_rate, v),
+                "rabbitmq.queue.deliver_rate" => latest(&mut deliver, t, v),
                 _ => continue,
             }
             row.time_ns = row.time_ns.max(t);
         }
     }
+    row.consumers = consumers.map(|x| x.1);
+    row.deliver_rate = deliver.map(|x| x.1);
     row.depth = depth.values().copied().reduce(f64::max);
     if let (Some(first), Some(last)) = (depth.values().next(), depth.values().next_back()) {
         row.depth_trend = Some(last - first);
@@ -503,7 +511,7 @@ mod tests {
         assert_eq!(r.depth_trend, Some(100.0));
         assert_eq!((r.ready, r.unacked), (Some(300.0), Some(5.0)));
         assert_eq!(r.status, Some(4));
-        assert_eq!(r.consumers, Some(0.0));
+        assert_eq!(r.consumers, Some(0.0), "as last seen");
         assert_eq!(r.time_ns, 30);
         let r = queue_row(&[], ("/", "q"), 0, 100);
         assert_eq!(r.time_ns, 0, "nothing joined");

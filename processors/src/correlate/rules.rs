@@ -488,7 +488,8 @@ SELECT trace_id, 0.86 AS confidence,
   first_value(summary ORDER BY explained_ms DESC) AS summary,
   first_value(evidence ORDER BY explained_ms DESC) AS evidence,
   first_value(culprit ORDER BY explained_ms DESC) AS culprit_span_id,
-  max(explained_ms) AS explained_ms
+  max(explained_ms) AS explained_ms,
+  bool_or(explains) AS explains_failure
 FROM (
   SELECT q.trace_id,
     concat('RabbitMQ queue ', q.queue, CASE WHEN q.vhost = '/' THEN '' ELSE concat(' (vhost ', q.vhost, ')') END, ' ',
@@ -503,8 +504,13 @@ FROM (
            ' deliver_rate=', CAST(q.deliver_rate AS VARCHAR)) AS evidence,
     CASE WHEN s.async_wait_ms IS NOT NULL OR p.span_id IS NULL THEN s.span_id ELSE p.span_id END AS culprit,
     CASE WHEN s.async_wait_ms IS NOT NULL THEN s.async_wait_ms + s.duration_ms
-         ELSE greatest(coalesce(least(p.end_ms - s.end_ms, p.self_ms), 0.0), 0.0) END AS explained_ms
+         ELSE greatest(coalesce(least(p.end_ms - s.end_ms, p.self_ms), 0.0), 0.0) END AS explained_ms,
+    -- The request failed waiting on a message that nobody could take
+    -- (no consumer, or stalled): the backlog is why it failed.
+    t.failed AND q.status IN (4, 5) AND s.async_wait_ms IS NULL
+      AND coalesce(p.end_ms - s.end_ms, 0.0) >= 0.5 * t.duration_ms AS explains
   FROM rabbitmq_queue q JOIN spans s ON s.trace_id = q.trace_id AND s.span_id = q.span_id
+  JOIN traces t ON t.trace_id = q.trace_id
   LEFT JOIN spans p ON p.trace_id = s.trace_id AND p.span_id = s.parent_id
   WHERE (q.status IN (2, 4, 5) OR q.alarm) AND NOT q.retry_storm
 ) x

@@ -16,8 +16,8 @@
 //!   the broker exposes it, else depth ÷ delivery rate;
 //! - `rabbitmq.queue.status{status}`: Burrow-like, over the last `window`
 //!   collections — STOP (4): a backlog and no consumer; STALL (5): consumers
-//!   and a backlog but no delivery; WARN (2): the depth rose collection after
-//!   collection; OK (1) otherwise;
+//!   and a backlog but no delivery; WARN (2): the depth never empty and never
+//!   down across the window, and higher at its end; OK (1) otherwise;
 //! - `rabbitmq.queue.backlog_alarm`: depth ≥ `backlog_threshold`, or rising
 //!   without a decrease for `growth_window`;
 //! - `rabbitmq.queue.retry_storm`: a queue matching `retry_queues` published
@@ -183,7 +183,7 @@ pub fn parse_queues(body: &[u8]) -> Result<Vec<Queue>, String> {
 pub enum Status {
     /// Nothing wrong.
     Ok = 1,
-    /// The depth rose collection after collection.
+    /// The depth never empty and never down across the window, and higher at its end.
     Warn = 2,
     /// A backlog and no consumer.
     Stop = 4,
@@ -244,7 +244,11 @@ impl History {
         if self.points.iter().all(|p| p.1 > 0.0) && last.2 <= first.2 {
             return Status::Stall;
         }
+        // As Burrow judges lag: never empty across the window (an empty
+        // queue at any point means the consumers caught up) and never
+        // going down, and higher at the end.
         let rising = self.points.len() >= 3
+            && self.points.iter().all(|p| p.1 > 0.0)
             && self
                 .points
                 .iter()

@@ -76,6 +76,17 @@ fn status_stop_stall_warn_and_ok_as_burrow_judges_a_group() {
     }
     assert!(!h.rising_for(20.0, 300.0));
     assert!(h.rising_for(400.0, 300.0), "rising since the first rise");
+    // A request-reply consumer one message at a time: the depth goes 0, 1,
+    // 1 (the message in work), never piling up: OK, not WARN.
+    let mut h = History::default();
+    for (i, d) in [0.0, 1.0, 1.0, 1.0].iter().enumerate() {
+        let s = h.judge(i as f64, &q(*d, 1.0, i as f64), 4);
+        assert_eq!(s, Status::Ok, "{i}");
+    }
+    let mut h = History::default();
+    for (i, d) in [10.0, 20.0, 35.0].iter().enumerate() {
+        h.judge(i as f64 * 10.0, &q(*d, 1.0, i as f64 * 5.0), 6);
+    }
     // Draining: OK, and the rise forgotten.
     assert_eq!(h.judge(30.0, &q(5.0, 1.0, 60.0), 6), Status::Ok);
     assert!(!h.rising_for(1000.0, 300.0));
