@@ -443,8 +443,8 @@ fn truth(d: &Path) -> std::collections::BTreeMap<String, (String, u16)> {
 }
 
 #[test]
-fn a_request_published_to_a_queue_whose_consumer_died_is_blamed_on_its_backlog_and_a_healthy_queue_is_not()
-{
+fn a_request_published_to_a_queue_whose_consumer_died_is_blamed_on_its_backlog_and_a_healthy_queue_is_not(
+) {
     use causeway_scenarios::send::read_annotated;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -473,13 +473,22 @@ processors:
       - {{ name: slow, type: latency, latency: {{ threshold_ms: 200 }} }}
   correlate:
     consumer_lag: {{ sample_interval: 1s }}
+    alerts:
+      interval: 500ms
+      window: 10s
+      rules:
+        - alert: QueueWithoutConsumer
+          expr: SELECT queue, vhost, status_name, depth AS value FROM rabbitmq_queues WHERE status = 4
+          for: 0s
 exporters:
   file/traces: {{ path: "{{dir}}/traces.jsonl" }}
   file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
+  file/logs: {{ path: "{{dir}}/logs.jsonl" }}
 service:
   pipelines:
     traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
     metrics: {{ receivers: [rabbitmq], processors: [correlate], exporters: [file/metrics] }}
+    logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/logs] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#,
             http = broker.http
@@ -537,30 +546,52 @@ service:
     }
     let healthy_mail = ids_of("/notify/:id", 200);
     assert_eq!(healthy_mail.len(), 3);
-    wait_for(Duration::from_secs(30), "the slow notify traces analysed", || {
-        analysed(&healthy_mail)
-    });
+    wait_for(
+        Duration::from_secs(30),
+        "the slow notify traces analysed",
+        || analysed(&healthy_mail),
+    );
 
     // The orders consumer dies: its queue has no consumer, requests time out.
     drop(orders_worker);
-    wait_for(Duration::from_secs(30), "the broker to see no consumer", || {
-        broker
-            .api("/api/queues/%2F/orders.created")
-            .is_some_and(|q| q["consumers"].as_u64() == Some(0))
-    });
+    wait_for(
+        Duration::from_secs(30),
+        "the broker to see no consumer",
+        || {
+            broker
+                .api("/api/queues/%2F/orders.created")
+                .is_some_and(|q| q["consumers"].as_u64() == Some(0))
+        },
+    );
     // Orders keep coming (here from another publisher) and pile up; the
     // requests below come once the receiver has seen it.
     broker.run(&["publish", "orders.created", "5"]);
     let metrics = d.join("metrics.jsonl");
-    wait_for(Duration::from_secs(30), "orders.created seen as STOP", || {
-        last_values(&metrics)
-            .get(&(
-                "orders.created".to_string(),
-                "rabbitmq.queue.status".to_string(),
-                String::new(),
-            ))
-            .copied()
-            == Some(4.0)
+    wait_for(
+        Duration::from_secs(30),
+        "orders.created seen as STOP",
+        || {
+            last_values(&metrics)
+                .get(&(
+                    "orders.created".to_string(),
+                    "rabbitmq.queue.status".to_string(),
+                    String::new(),
+                ))
+                .copied()
+                == Some(4.0)
+        },
+    );
+    // An alert rule over the queues fires for it, with the queue's labels.
+    wait_for(Duration::from_secs(30), "the queue alert", || {
+        log_records(&read_jsonl(&d.join("logs.jsonl")))
+            .iter()
+            .filter_map(|(_, _, r)| attr(&r["attributes"], "alert.labels"))
+            .filter_map(|v| v["stringValue"].as_str())
+            .any(|l| {
+                l.contains("\"alertname\":\"QueueWithoutConsumer\"")
+                    && l.contains("\"queue\":\"orders.created\"")
+                    && l.contains("\"status_name\":\"STOP\"")
+            })
     });
     for i in 10..13 {
         assert_eq!(get(&format!("/order/{i}")), Some(504));
@@ -584,7 +615,8 @@ service:
         analysed(&all)
     });
     let a = read_annotated(&traces);
-    let evidence = |id: &str| -> Value { serde_json::from_str(&a[id].root["rca.evidence"]).unwrap() };
+    let evidence =
+        |id: &str| -> Value { serde_json::from_str(&a[id].root["rca.evidence"]).unwrap() };
     let queue_ev = |id: &str, queue: &str| -> Option<Value> {
         evidence(id)["metrics"]
             .as_array()?
@@ -594,7 +626,10 @@ service:
     };
     for id in &stuck {
         let r = &a[id].root;
-        eprintln!("stuck {id}: {} {} | {}", r["rca.cause"], r["rca.summary"], r["rca.evidence"]);
+        eprintln!(
+            "stuck {id}: {} {} | {}",
+            r["rca.cause"], r["rca.summary"], r["rca.evidence"]
+        );
         assert_eq!(r["rca.cause"], "consumer_lag", "{id}: {}", r["rca.summary"]);
         assert!(
             r["rca.summary"].contains("orders.created") && r["rca.summary"].contains("no consumer"),
@@ -621,6 +656,18 @@ service:
         assert_eq!(q["status"], 1, "{q}");
         assert!(!r["rca.summary"].contains("orders.created"));
     }
+    // Only the queue without consumer alerted.
+    let labels: Vec<String> = log_records(&read_jsonl(&d.join("logs.jsonl")))
+        .iter()
+        .filter_map(|(_, _, r)| attr(&r["attributes"], "alert.labels"))
+        .filter_map(|v| v["stringValue"].as_str().map(String::from))
+        .collect();
+    assert!(
+        labels
+            .iter()
+            .all(|l| l.contains("\"queue\":\"orders.created\"")),
+        "{labels:?}"
+    );
     // The correlated policy kept the fast publishes to the queue in trouble,
     // and not those to the healthy one (decided before the later ones).
     let kept = read_annotated(&traces);

@@ -194,15 +194,19 @@ impl Index {
             .iter()
             .filter(|b| b.vhost == vhost && b.queue == queue)
             .any(|b| {
-                destinations.iter().any(|d| {
-                    let mut parts = d.splitn(3, ':');
-                    let x = parts.next().unwrap_or("");
-                    let k = parts.next();
-                    x == b.exchange
-                        && (k.is_some_and(|k| matches(b, k))
-                            || routing_keys.iter().any(|k| matches(b, k))
-                            || (k.is_none() && routing_keys.is_empty() && matches(b, "")))
-                })
+                // `{exchange}:{key}:{queue}` names its queue (checked above).
+                destinations
+                    .iter()
+                    .filter(|d| d.matches(':').count() < 2)
+                    .any(|d| {
+                        let mut parts = d.splitn(2, ':');
+                        let x = parts.next().unwrap_or("");
+                        let k = parts.next();
+                        x == b.exchange
+                            && (k.is_some_and(|k| matches(b, k))
+                                || routing_keys.iter().any(|k| matches(b, k))
+                                || (k.is_none() && routing_keys.is_empty() && matches(b, "")))
+                    })
             })
     }
 }

@@ -1579,3 +1579,211 @@ fn a_dependency_is_found_by_instance_label_exporter_port_or_configured_address()
         ["cache-b"]
     );
 }
+
+/// A queue's series as the `rabbitmq` receiver writes them: depth (ready),
+/// consumers and status per collection, and its bindings.
+fn rabbit_queue(
+    queue: &str,
+    t0: u64,
+    depths: &[f64],
+    consumers: f64,
+    status: i64,
+    bindings: &[(&str, &str, &str)],
+) -> ResourceMetrics {
+    let gauge = |name: &str, attrs: Vec<KeyValue>, pts: Vec<(u64, f64)>| Metric {
+        name: name.into(),
+        data: Some(metric::Data::Gauge(
+            opentelemetry_proto::tonic::metrics::v1::Gauge {
+                data_points: pts
+                    .into_iter()
+                    .map(|(t, v)| NumberDataPoint {
+                        attributes: attrs.clone(),
+                        time_unix_nano: t,
+                        value: Some(number_data_point::Value::AsDouble(v)),
+                        ..Default::default()
+                    })
+                    .collect(),
+            },
+        )),
+        ..Default::default()
+    };
+    let at = |i: usize| t0 - 10_000_000_000 + i as u64 * 2_000_000_000;
+    let mut metrics = vec![
+        gauge(
+            "rabbitmq.message.current",
+            vec![attr_s("state", "ready")],
+            depths
+                .iter()
+                .enumerate()
+                .map(|(i, d)| (at(i), *d))
+                .collect(),
+        ),
+        gauge(
+            "rabbitmq.consumer.count",
+            vec![],
+            depths
+                .iter()
+                .enumerate()
+                .map(|(i, _)| (at(i), consumers))
+                .collect(),
+        ),
+        gauge(
+            "rabbitmq.queue.status",
+            vec![attr_s("status", "X")],
+            vec![(at(depths.len() - 1), status as f64)],
+        ),
+    ];
+    for (x, kind, key) in bindings {
+        metrics.push(gauge(
+            "rabbitmq.queue.binding",
+            vec![
+                attr_s("rabbitmq.exchange.name", x),
+                attr_s("rabbitmq.exchange.type", kind),
+                attr_s("rabbitmq.binding.routing_key", key),
+            ],
+            vec![(at(depths.len() - 1), 1.0)],
+        ));
+    }
+    ResourceMetrics {
+        resource: Some(Resource {
+            attributes: vec![
+                attr_s("rabbitmq.queue.name", queue),
+                attr_s("rabbitmq.vhost.name", "/"),
+                attr_s("messaging.system", "rabbitmq"),
+            ],
+            ..Default::default()
+        }),
+        scope_metrics: vec![ScopeMetrics {
+            metrics,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_slow_rabbitmq_consumer_explains_the_wait_of_its_message_and_a_healthy_queue_does_not() {
+    let st = store();
+    let t0 = 1_000_000_000_000u64;
+    st.add_metrics(
+        &[
+            // A consumer that falls behind: WARN, the depth rising.
+            rabbit_queue(
+                "billing",
+                t0,
+                &[200.0, 900.0, 1600.0],
+                1.0,
+                2,
+                &[("orders", "topic", "order.#")],
+            ),
+            rabbit_queue(
+                "audit",
+                t0,
+                &[0.0, 0.0, 0.0],
+                1.0,
+                1,
+                &[("orders", "topic", "#")],
+            ),
+        ],
+        t0,
+    );
+    // The messaging conventions since 1.24: publish `{exchange}:{key}`,
+    // process `{exchange}:{key}:{queue}`; the message waited 3 s.
+    let rabbit = |dest: &str| {
+        vec![
+            attr_s("messaging.system", "rabbitmq"),
+            attr_s("messaging.destination.name", dest),
+            attr_s("messaging.rabbitmq.destination.routing_key", "order.paid"),
+        ]
+    };
+    let mut rs = vec![
+        resource_spans(
+            "shop",
+            tid(
+                60,
+                vec![
+                    sp(1, None, "POST /order", Server, 0, 20),
+                    with(
+                        sp(2, Some(1), "publish orders", Producer, 5, 8),
+                        rabbit("orders:order.paid"),
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "billing",
+            tid(
+                60,
+                vec![with(
+                    sp(3, Some(2), "process orders", Consumer, 3008, 3050),
+                    rabbit("orders:order.paid:billing"),
+                )],
+            ),
+        ),
+    ];
+    let out = analyse(&st, &mut rs).await;
+    let (t, v) = &out[0];
+    assert_eq!(v.best.cause, "consumer_lag", "{v:?}");
+    assert_eq!(v.best.rule, "queue_backlog");
+    assert!(
+        v.best.summary.contains("queue billing grows") && v.best.summary.contains("waited 3000 ms"),
+        "{}",
+        v.best.summary
+    );
+    // Both bound queues joined, as publish (the exchange's bindings) and consume.
+    let mut joined: Vec<(&str, &str)> = t
+        .queues
+        .iter()
+        .map(|q| (q.queue.as_str(), q.role))
+        .collect();
+    joined.sort();
+    assert_eq!(
+        joined,
+        vec![
+            ("audit", "publish"),
+            ("billing", "consume"),
+            ("billing", "publish")
+        ]
+    );
+    // The same trace through the healthy queue only: no backlog cause.
+    let mut rs = vec![
+        resource_spans(
+            "shop",
+            tid(
+                61,
+                vec![
+                    sp(1, None, "POST /order", Server, 0, 20),
+                    with(
+                        sp(2, Some(1), "publish orders", Producer, 5, 8),
+                        rabbit("orders:order.paid"),
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "audit",
+            tid(
+                61,
+                vec![with(
+                    sp(3, Some(2), "process orders", Consumer, 3008, 3050),
+                    rabbit("orders:order.paid:audit"),
+                )],
+            ),
+        ),
+    ];
+    let out = analyse(&st, &mut rs).await;
+    assert_ne!(out[0].1.best.cause, "consumer_lag", "{:?}", out[0].1);
+    // The correlated policy: a trace reaching the queue in trouble through
+    // the exchange's binding, not one that reaches only the healthy queue.
+    let tr = circuit_trouble();
+    assert!(st.in_trouble(&[1; 16], &[], (&["orders"], &["order.paid"]), &[], &tr));
+    assert!(st.in_trouble(
+        &[1; 16],
+        &[],
+        (&["orders:order.paid:billing"], &[]),
+        &[],
+        &tr
+    ));
+    assert!(!st.in_trouble(&[1; 16], &[], (&["orders:order.paid:audit"], &[]), &[], &tr));
+    assert!(!st.in_trouble(&[1; 16], &[], (&["invoices"], &["order.paid"]), &[], &tr));
+}
