@@ -59,8 +59,8 @@ if ((${#missing[@]})); then
    service prometheus-nginx-exporter stop; service prometheus-postgres-exporter stop
    service rabbitmq-server stop) >/dev/null 2>&1 || true
 fi
-if [[ ! -d tests/testbed/node_modules/@opentelemetry/sdk-node ]]; then
-  echo "== npm ci in tests/testbed (the OpenTelemetry Node.js SDK, express, ioredis, pg; once)"
+if [[ ! -d tests/testbed/node_modules/@opentelemetry/sdk-node || ! -d tests/testbed/node_modules/amqplib ]]; then
+  echo "== npm ci in tests/testbed (the OpenTelemetry Node.js SDK, express, ioredis, pg, amqplib; once)"
   (cd tests/testbed && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
