@@ -308,6 +308,21 @@ fn a_management_api_down_refusing_garbled_huge_or_slow_is_counted_and_retried() 
             "[]"
         }),
     ));
+    // Queues answered, bindings not: the queues still flow.
+    let no_bindings = serve_in_thread(
+        axum::Router::new()
+            .route(
+                "/api/queues",
+                axum::routing::get(|| async {
+                    r#"[{"name":"unbound","vhost":"/","messages":4,"messages_ready":4,"messages_unacknowledged":0,"consumers":0}]"#
+                }),
+            )
+            .route(
+                "/api/bindings",
+                axum::routing::get(|| async { "<html>500 Internal Server Error</html>" }),
+            )
+            .route("/api/exchanges", axum::routing::get(|| async { "[]" })),
+    );
     let down = free_port();
     let config = format!(
         r#"
@@ -340,11 +355,15 @@ receivers:
     username: x
     collection_interval: 300ms
     timeout: 500ms
+  rabbitmq/nobindings:
+    endpoint: {no_bindings}
+    username: x
+    collection_interval: 300ms
 exporters:
   file: {{ path: "{{dir}}/metrics.jsonl" }}
 service:
   pipelines:
-    metrics: {{ receivers: [rabbitmq/good, rabbitmq/unauthorized, rabbitmq/down, rabbitmq/garbage, rabbitmq/huge, rabbitmq/slow], exporters: [file] }}
+    metrics: {{ receivers: [rabbitmq/good, rabbitmq/unauthorized, rabbitmq/down, rabbitmq/garbage, rabbitmq/huge, rabbitmq/slow, rabbitmq/nobindings], exporters: [file] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#,
         http = broker.http
@@ -365,6 +384,7 @@ service:
             && errors("garbage", "parse") >= 2.0
             && errors("huge", "body_size_limit") >= 2.0
             && errors("slow", "timeout") >= 2.0
+            && errors("nobindings", "parse") >= 2.0
     });
     // The good one next to them flows.
     let out = d.join("metrics.jsonl");
@@ -374,6 +394,11 @@ service:
             "rabbitmq.message.current".into(),
             "ready".into(),
         )) == Some(&3.0)
+            && last_values(&out).get(&(
+                "unbound".into(),
+                "rabbitmq.queue.status".into(),
+                String::new(),
+            )) == Some(&4.0)
     });
     // Logged once per receiver and reason, not once per round.
     let stderr = daemon.stderr("faults");
@@ -383,6 +408,7 @@ service:
         ("garbage", "parse"),
         ("huge", "body_size_limit"),
         ("slow", "timeout"),
+        ("nobindings", "parse"),
     ] {
         let n = stderr
             .lines()
