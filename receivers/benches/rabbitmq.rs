@@ -2,7 +2,9 @@
 //! management API's answer (the columns it asks for, shaped as RabbitMQ 3.10
 //! answers them) and judge and write every queue.
 
-use causeway_receivers::rabbitmq::{collect, config::RabbitmqConfig, parse_queues, History};
+use causeway_receivers::rabbitmq::{
+    collect, config::RabbitmqConfig, parse_bindings, parse_queues, History,
+};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -21,6 +23,23 @@ fn answer(n: usize, round: u64) -> String {
         })
         .collect();
     format!("[{}]", items.join(","))
+}
+
+/// `GET /api/bindings` (each queue bound to one of 10 topic exchanges, plus
+/// the default exchange's implicit binding) and `GET /api/exchanges`.
+fn bindings(n: usize) -> (String, String) {
+    let b: Vec<String> = (0..n)
+        .flat_map(|i| {
+            [
+                format!(r#"{{"source":"","vhost":"/","destination":"orders.shard-{i}.retry","destination_type":"queue","routing_key":"orders.shard-{i}.retry"}}"#),
+                format!(r#"{{"source":"orders-{x}","vhost":"/","destination":"orders.shard-{i}.retry","destination_type":"queue","routing_key":"order.{i}.*"}}"#, x = i % 10),
+            ]
+        })
+        .collect();
+    let e: Vec<String> = (0..10)
+        .map(|x| format!(r#"{{"name":"orders-{x}","vhost":"/","type":"topic"}}"#))
+        .collect();
+    (format!("[{}]", b.join(",")), format!("[{}]", e.join(",")))
 }
 
 fn bench(c: &mut Criterion) {
@@ -53,15 +72,23 @@ fn bench(c: &mut Criterion) {
             )
         })
     });
-    g.bench_function("round", |b| {
+    let (bb, eb) = bindings(1000);
+    g.bench_function("parse_bindings", |b| {
+        b.iter(|| {
+            parse_bindings(black_box(bb.as_bytes()), black_box(eb.as_bytes())).expect("parse")
+        })
+    });
+    g.bench_function("round_with_bindings", |b| {
         b.iter(|| {
             t += 10.0;
             let q = parse_queues(black_box(body.as_bytes())).expect("parse");
+            let bs =
+                parse_bindings(black_box(bb.as_bytes()), black_box(eb.as_bytes())).expect("parse");
             collect(
                 &cfg,
                 (&filters.0, &filters.1, &filters.2),
                 &q,
-                &[],
+                &bs,
                 &mut history,
                 t,
                 0,
