@@ -14,7 +14,7 @@ pub struct RuleConfig {
     /// The cause it concludes: one of the vocabulary, or a new cause.
     pub cause: String,
     /// A SELECT over the tables `traces`, `spans`, `logs`, `route_stats`,
-    /// `kafka_lag`, `host` and `dependency`, returning one row per trace it explains with
+    /// `kafka_lag`, `rabbitmq_queue`, `host` and `dependency`, returning one row per trace it explains with
     /// the columns `trace_id`, `confidence` (0..1) and `summary`, and
     /// optionally `culprit_span_id` and `evidence`.
     pub sql: String,
