@@ -122,7 +122,7 @@ management.tcp.ip = 127.0.0.1\nloopback_users = none\ncollect_statistics_interva
 
     /// Run the AMQP client; for `hold` and `slow` it keeps running (returned).
     fn client(&self, args: &[&str]) -> Proc {
-        let mut c = Command::new(PYTHON)
+        let c = Command::new(PYTHON)
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rabbitmq/amqp.py"))
             .arg(self.amqp.to_string())
             .args(args)
@@ -131,12 +131,7 @@ management.tcp.ip = 127.0.0.1\nloopback_users = none\ncollect_statistics_interva
             .stderr(Stdio::inherit())
             .spawn()
             .expect("python3-pika: scripts/test.sh installs it");
-        let mut line = String::new();
-        std::io::BufReader::new(c.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "amqp.py {args:?}");
-        Proc(c)
+        ready(c, &format!("amqp.py {args:?}"))
     }
 
     fn run(&self, args: &[&str]) {
@@ -430,7 +425,7 @@ fn node(d: &Path, args: &[&str], env: &[(&str, String)]) -> Proc {
         testbed.join("node_modules/amqplib").exists(),
         "amqplib: scripts/test.sh runs npm ci in tests/testbed"
     );
-    let mut c = Command::new("node")
+    let c = Command::new("node")
         .current_dir(&testbed)
         .arg("rabbit.js")
         .args(args)
@@ -444,11 +439,16 @@ fn node(d: &Path, args: &[&str], env: &[(&str, String)]) -> Proc {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("node");
+    ready(c, &format!("rabbit.js {args:?}"))
+}
+
+/// The client once its first line says `ready`.
+fn ready(mut c: Child, what: &str) -> Proc {
     let mut line = String::new();
     std::io::BufReader::new(c.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert_eq!(line.trim(), "ready", "rabbit.js {args:?}");
+    assert_eq!(line.trim(), "ready", "{what}");
     Proc(c)
 }
 

@@ -1696,31 +1696,35 @@ async fn a_slow_rabbitmq_consumer_explains_the_wait_of_its_message_and_a_healthy
             attr_s("messaging.rabbitmq.destination.routing_key", "order.paid"),
         ]
     };
-    let mut rs = vec![
-        resource_spans(
-            "shop",
-            tid(
-                60,
-                vec![
-                    sp(1, None, "POST /order", Server, 0, 20),
-                    with(
-                        sp(2, Some(1), "publish orders", Producer, 5, 8),
-                        rabbit("orders:order.paid"),
-                    ),
-                ],
+    // A publish, and the consumer of `queue` 3 s later.
+    let through = |trace: u8, queue: &str| {
+        vec![
+            resource_spans(
+                "shop",
+                tid(
+                    trace,
+                    vec![
+                        sp(1, None, "POST /order", Server, 0, 20),
+                        with(
+                            sp(2, Some(1), "publish orders", Producer, 5, 8),
+                            rabbit("orders:order.paid"),
+                        ),
+                    ],
+                ),
             ),
-        ),
-        resource_spans(
-            "billing",
-            tid(
-                60,
-                vec![with(
-                    sp(3, Some(2), "process orders", Consumer, 3008, 3050),
-                    rabbit("orders:order.paid:billing"),
-                )],
+            resource_spans(
+                queue,
+                tid(
+                    trace,
+                    vec![with(
+                        sp(3, Some(2), "process orders", Consumer, 3008, 3050),
+                        rabbit(&format!("orders:order.paid:{queue}")),
+                    )],
+                ),
             ),
-        ),
-    ];
+        ]
+    };
+    let mut rs = through(60, "billing");
     let out = analyse(&st, &mut rs).await;
     let (t, v) = &out[0];
     assert_eq!(v.best.cause, "consumer_lag", "{v:?}");
@@ -1746,31 +1750,7 @@ async fn a_slow_rabbitmq_consumer_explains_the_wait_of_its_message_and_a_healthy
         ]
     );
     // The same trace through the healthy queue only: no backlog cause.
-    let mut rs = vec![
-        resource_spans(
-            "shop",
-            tid(
-                61,
-                vec![
-                    sp(1, None, "POST /order", Server, 0, 20),
-                    with(
-                        sp(2, Some(1), "publish orders", Producer, 5, 8),
-                        rabbit("orders:order.paid"),
-                    ),
-                ],
-            ),
-        ),
-        resource_spans(
-            "audit",
-            tid(
-                61,
-                vec![with(
-                    sp(3, Some(2), "process orders", Consumer, 3008, 3050),
-                    rabbit("orders:order.paid:audit"),
-                )],
-            ),
-        ),
-    ];
+    let mut rs = through(61, "audit");
     let out = analyse(&st, &mut rs).await;
     assert_ne!(out[0].1.best.cause, "consumer_lag", "{:?}", out[0].1);
     // The correlated policy: a trace reaching the queue in trouble through
