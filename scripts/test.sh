@@ -46,6 +46,8 @@ command -v logrotate >/dev/null || missing+=(logrotate)
 # tests/rabbitmq_e2e.rs: a real RabbitMQ and a real AMQP client (pika).
 [[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] || missing+=(rabbitmq-server)
 /usr/bin/python3 -c 'import pika' 2>/dev/null || missing+=(python3-pika)
+# tests/ui_e2e.rs: the built-in page in a real headless browser.
+command -v chromium >/dev/null || missing+=(chromium)
 if ((${#missing[@]})); then
   echo "== installing ${missing[*]} (apt-get, once)"
   if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then

@@ -175,16 +175,29 @@ async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyh
     metrics.set_collector_names(tcfg.metrics.collector_names);
     let stop_telemetry = CancellationToken::new();
     let address = telemetry_address(&config);
+    let mut page = None;
     let server = match &address {
         Some(addr) => {
-            let (local, handle) = telemetry::serve(
+            let auth = match &tcfg.metrics.auth {
+                Some(a) => a
+                    .authenticator()
+                    .map_err(|e| anyhow::anyhow!("service.telemetry.metrics.auth: {e}"))?,
+                None => None,
+            };
+            let (local, handle) = telemetry::serve_with(
                 addr,
                 config.file.service.telemetry.metrics.tls.as_ref(),
                 metrics.clone(),
                 stop_telemetry.clone(),
+                telemetry::Serve { ui: tcfg.ui, auth },
             )
             .await?;
-            tracing::info!(address = %local, "Telemetry server listening (/metrics, /healthz, /readyz).");
+            if tcfg.ui {
+                page = Some(local);
+                tracing::info!(address = %local, "Telemetry server listening (/ the page, /api, /metrics, /healthz, /readyz).");
+            } else {
+                tracing::info!(address = %local, "Telemetry server listening (/metrics, /healthz, /readyz).");
+            }
             Some(handle)
         }
         None => None,
@@ -210,6 +223,9 @@ async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyh
                 length.as_secs(),
                 path = path.display()
             );
+            if let Some(local) = page {
+                println!("Watch it on the page: http://{local}/\n");
+            }
             let stop = CancellationToken::new();
             let stop_traffic = CancellationToken::new();
             let generator = {

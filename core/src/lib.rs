@@ -22,6 +22,7 @@ pub mod shared;
 pub mod telemetry;
 pub mod tls;
 pub mod topology;
+pub mod ui;
 pub mod wire;
 
 pub use error::{BoxError, CoreError};

@@ -154,6 +154,7 @@ pub struct Registry {
     ready_since: Arc<Mutex<Option<std::time::SystemTime>>>,
     collector_names: Arc<AtomicBool>,
     started: std::time::Instant,
+    apis: Arc<Mutex<Vec<Arc<dyn crate::ui::ApiSource>>>>,
 }
 
 impl Default for Registry {
@@ -164,6 +165,7 @@ impl Default for Registry {
             ready_since: Arc::default(),
             collector_names: Arc::new(AtomicBool::new(false)),
             started: std::time::Instant::now(),
+            apis: Arc::default(),
         }
     }
 }
@@ -172,6 +174,28 @@ impl Registry {
     /// A new, empty registry.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Answer part of the page's JSON API (see [`crate::ui`]).
+    pub fn add_api_source(&self, source: Arc<dyn crate::ui::ApiSource>) {
+        let mut g = match self.apis.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        g.push(source);
+    }
+
+    /// The sources of the page's JSON API, in the order they were added.
+    pub fn api_sources(&self) -> Vec<Arc<dyn crate::ui::ApiSource>> {
+        match self.apis.lock() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Time since the registry was made (the daemon's uptime).
+    pub fn uptime(&self) -> std::time::Duration {
+        self.started.elapsed()
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Families) -> R) -> R {
@@ -560,10 +584,64 @@ pub async fn serve(
     registry: Registry,
     shutdown: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), CoreError> {
+    serve_with(addr, tls, registry, shutdown, Serve::default()).await
+}
+
+/// What the telemetry server serves beyond `/metrics`, `/healthz`, `/readyz`.
+#[derive(Debug, Clone, Default)]
+pub struct Serve {
+    /// The page (`/`) and its API (`/api/…`).
+    pub ui: bool,
+    /// Credentials required on everything but `/healthz` and `/readyz`.
+    pub auth: Option<crate::tls::Authenticator>,
+}
+
+/// Bind the telemetry server with `opts`; serve until `shutdown`.
+pub async fn serve_with(
+    addr: &str,
+    tls: Option<&crate::tls::ServerTls>,
+    registry: Registry,
+    shutdown: CancellationToken,
+    opts: Serve,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), CoreError> {
+    let mut guarded = Router::new().route("/metrics", get(metrics));
+    if opts.ui {
+        guarded = guarded
+            .route("/", get(crate::ui::index))
+            .route("/ui/app.js", get(crate::ui::app_js))
+            .route("/ui/app.css", get(crate::ui::app_css))
+            .route("/api/{*path}", get(crate::ui::api));
+    }
+    if let Some(auth) = opts.auth {
+        guarded = guarded.layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let auth = auth.clone();
+                async move {
+                    let given = req
+                        .headers()
+                        .get(header::AUTHORIZATION)
+                        .map(|v| v.as_bytes().to_vec());
+                    if auth.check(given.as_deref()) {
+                        next.run(req).await
+                    } else {
+                        (
+                            StatusCode::UNAUTHORIZED,
+                            [(
+                                header::WWW_AUTHENTICATE,
+                                format!("{} realm=\"causeway\"", auth.scheme()),
+                            )],
+                            "unauthorized\n",
+                        )
+                            .into_response()
+                    }
+                }
+            },
+        ));
+    }
     let app = Router::new()
-        .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .merge(guarded)
         .with_state(registry.clone());
     serve_router("telemetry", addr, tls, app, registry, shutdown).await
 }

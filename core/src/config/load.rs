@@ -106,6 +106,9 @@ pub fn load_str(
     let defined_extensions =
         check_section(Kind::Extension, &file.extensions, registry, &mut errors);
 
+    if let Some(a) = &file.service.telemetry.metrics.auth {
+        errors.extend(a.errors("service.telemetry.metrics.auth"));
+    }
     if let Some(t) = &file.service.telemetry.metrics.tls {
         errors.extend(t.errors("service.telemetry.metrics.tls"));
     }

@@ -308,7 +308,7 @@ pub struct PipelineConfig {
 }
 
 /// `service.telemetry`, in the Collector's shape.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// The daemon's logs.
@@ -323,6 +323,22 @@ pub struct TelemetryConfig {
     /// Resource attributes on the daemon's own telemetry.
     #[serde(default)]
     pub resource: IndexMap<String, String>,
+    /// Serve the built-in page (`/`) and its JSON API (`/api/…`) on the
+    /// telemetry server, with its TLS and `auth` (default true). A causeway key.
+    #[serde(default = "yes")]
+    pub ui: bool,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            logs: TelemetryLogs::default(),
+            metrics: TelemetryMetrics::default(),
+            traces: TelemetryTraces::default(),
+            resource: IndexMap::new(),
+            ui: true,
+        }
+    }
 }
 
 /// `service.telemetry.logs`.
@@ -356,6 +372,11 @@ pub struct TelemetryMetrics {
     /// work unchanged (default true). A causeway key.
     #[serde(default = "yes")]
     pub collector_names: bool,
+    /// Require a bearer token or a user and password on the telemetry
+    /// server (`/metrics`, the page and its API; not `/healthz`, `/readyz`,
+    /// which probes call without credentials). A causeway key.
+    #[serde(default)]
+    pub auth: Option<crate::tls::ServerAuth>,
 }
 
 impl Default for TelemetryMetrics {
@@ -366,6 +387,7 @@ impl Default for TelemetryMetrics {
             readers: Vec::new(),
             tls: None,
             collector_names: true,
+            auth: None,
         }
     }
 }

@@ -312,29 +312,6 @@ fn tables(
         f64f("time_ms"),
     ]);
     let mut c = Cols::new(&sch, points.len());
-    #[derive(Default)]
-    struct Group {
-        status: Option<(u64, i64, String)>,
-        lag: f64,
-        any_lag: bool,
-        lag_seconds: Option<f64>,
-        alarm: bool,
-    }
-    let mut groups: BTreeMap<String, Group> = BTreeMap::new();
-    #[derive(Default)]
-    struct Queue {
-        status: Option<(u64, i64, String)>,
-        ready: Option<f64>,
-        unacked: Option<f64>,
-        consumers: Option<f64>,
-        backlog_age_s: Option<f64>,
-        alarm: bool,
-        retry_storm: bool,
-        publish_rate: Option<f64>,
-        deliver_rate: Option<f64>,
-        time: u64,
-    }
-    let mut queues: BTreeMap<(String, String), Queue> = BTreeMap::new();
     for (name, dims, attrs, t, v) in &points {
         let labels: Vec<String> = attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
         c.row([
@@ -350,56 +327,8 @@ fn tables(
             V::F(Some(*v)),
             V::F(Some(*t as f64 / 1e6)),
         ]);
-        let attr = |k: &str| attrs.iter().find(|(key, _)| key == k).map(|(_, v)| v);
-        if let Some(queue) = &dims.queue {
-            let vhost = attr(super::rabbit::VHOST).cloned().unwrap_or_default();
-            let q = queues.entry((vhost, queue.clone())).or_default();
-            q.time = q.time.max(*t);
-            let v = Some(*v);
-            match (name.as_str(), attr("state").map(String::as_str)) {
-                ("rabbitmq.queue.status", _)
-                    if q.status.as_ref().is_none_or(|(at, _, _)| *t >= *at) =>
-                {
-                    let label = attr("status").cloned().unwrap_or_default();
-                    q.status = v.map(|v| (*t, v as i64, label));
-                }
-                ("rabbitmq.message.current", Some("ready")) => q.ready = v,
-                ("rabbitmq.message.current", _) => q.unacked = v,
-                ("rabbitmq.consumer.count", _) => q.consumers = v,
-                ("rabbitmq.queue.backlog_age", _) => q.backlog_age_s = v,
-                ("rabbitmq.queue.backlog_alarm", _) => q.alarm = v >= Some(1.0),
-                ("rabbitmq.queue.retry_storm", _) => q.retry_storm = v >= Some(1.0),
-                ("rabbitmq.queue.publish_rate", _) => q.publish_rate = v,
-                ("rabbitmq.queue.deliver_rate", _) => q.deliver_rate = v,
-                _ => {}
-            }
-            continue;
-        }
-        let Some(group) = &dims.group else { continue };
-        let g = groups.entry(group.clone()).or_default();
-        match name.as_str() {
-            // The status series is keyed by its status name too: the latest wins.
-            "kafka.consumer_group.status"
-                if g.status.as_ref().is_none_or(|(at, _, _)| *t >= *at) =>
-            {
-                let label = attrs
-                    .iter()
-                    .find(|(k, _)| k == "status")
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default();
-                g.status = Some((*t, *v as i64, label));
-            }
-            "kafka.consumer_group.lag_sum" => {
-                g.lag += v;
-                g.any_lag = true;
-            }
-            "kafka.consumer_group.lag_seconds" => {
-                g.lag_seconds = Some(g.lag_seconds.map_or(*v, |x| x.max(*v)));
-            }
-            "kafka.consumer_group.lag_alarm" => g.alarm |= *v >= 1.0,
-            _ => {}
-        }
     }
+    let (groups, queues) = brokers(&points);
     out.push(("metrics", sch.clone(), c.finish(sch)?));
     let sch = schema(vec![
         utf8("consumer_group"),
@@ -410,12 +339,12 @@ fn tables(
         boolf("alarm"),
     ]);
     let mut c = Cols::new(&sch, groups.len());
-    for (name, g) in &groups {
+    for g in &groups {
         c.row([
-            s(name),
-            V::I(g.status.as_ref().map(|x| x.1)),
-            V::S(g.status.as_ref().map(|x| x.2.as_str())),
-            V::F(g.any_lag.then_some(g.lag)),
+            s(&g.consumer_group),
+            V::I(g.status),
+            V::S(g.status_name.as_deref()),
+            V::F(g.lag),
             V::F(g.lag_seconds),
             V::B(Some(g.alarm)),
         ]);
@@ -438,17 +367,13 @@ fn tables(
         f64f("time_ms"),
     ]);
     let mut c = Cols::new(&sch, queues.len());
-    for ((vhost, name), q) in &queues {
-        let depth = match (q.ready, q.unacked) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
-        };
+    for q in &queues {
         c.row([
-            s(name),
-            s(vhost),
-            V::I(q.status.as_ref().map(|x| x.1)),
-            V::S(q.status.as_ref().map(|x| x.2.as_str())),
-            V::F(depth),
+            s(&q.queue),
+            s(&q.vhost),
+            V::I(q.status),
+            V::S(q.status_name.as_deref()),
+            V::F(q.depth),
             V::F(q.ready),
             V::F(q.unacked),
             V::F(q.consumers),
@@ -457,7 +382,7 @@ fn tables(
             V::B(Some(q.retry_storm)),
             V::F(q.publish_rate),
             V::F(q.deliver_rate),
-            V::F(Some(q.time as f64 / 1e6)),
+            V::F(Some(q.time_ms)),
         ]);
     }
     out.push(("rabbitmq_queues", sch.clone(), c.finish(sch)?));
@@ -883,6 +808,157 @@ fn dominant(
         ),
         None => (String::new(), None, String::new()),
     }
+}
+
+/// The `alerts.links` of one analysed trace, as its alert would carry them
+/// (`{{ $labels.route_id }}`, `{{ $cause }}`, `{{ $trace_id }}` filled in):
+/// (name, URL). A template that does not parse is left out.
+pub fn trace_links(
+    links: &IndexMap<String, String>,
+    trace_id: &str,
+    route: &str,
+    cause: &str,
+) -> Vec<(String, String)> {
+    let mut labels = BTreeMap::new();
+    if !route.is_empty() {
+        labels.insert("route_id".to_string(), route.to_string());
+    }
+    let ctx = Ctx {
+        labels: &labels,
+        value: 0.0,
+        cause,
+        cause_share: None,
+        trace_id,
+    };
+    links
+        .iter()
+        .filter_map(|(name, text)| {
+            Template::parse(text)
+                .ok()
+                .map(|t| (name.clone(), t.render(&ctx, true)))
+        })
+        .collect()
+}
+
+/// A Kafka consumer group as last seen (the alerts' `kafka_groups`, the page's `/api/kafka`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct GroupState {
+    /// Consumer group.
+    pub consumer_group: String,
+    /// Burrow status code.
+    pub status: Option<i64>,
+    /// Its name.
+    pub status_name: Option<String>,
+    /// Lag summed over the group's topics.
+    pub lag: Option<f64>,
+    /// Time lag (s), largest.
+    pub lag_seconds: Option<f64>,
+    /// Lag alarm on.
+    pub alarm: bool,
+    #[serde(skip)]
+    at: u64,
+}
+
+/// A RabbitMQ queue as last collected (the alerts' `rabbitmq_queues`, the page's `/api/queues`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct QueueState {
+    /// Queue.
+    pub queue: String,
+    /// Its vhost.
+    pub vhost: String,
+    /// Burrow-like status code.
+    pub status: Option<i64>,
+    /// Its name.
+    pub status_name: Option<String>,
+    /// Ready + unacknowledged.
+    pub depth: Option<f64>,
+    /// Ready.
+    pub ready: Option<f64>,
+    /// Unacknowledged.
+    pub unacked: Option<f64>,
+    /// Consumers.
+    pub consumers: Option<f64>,
+    /// Backlog age (s).
+    pub backlog_age_s: Option<f64>,
+    /// Backlog alarm on.
+    pub alarm: bool,
+    /// Retry storm on.
+    pub retry_storm: bool,
+    /// Messages published per second.
+    pub publish_rate: Option<f64>,
+    /// Messages delivered per second.
+    pub deliver_rate: Option<f64>,
+    /// Latest collection (ms since the epoch).
+    pub time_ms: f64,
+    #[serde(skip)]
+    status_at: u64,
+}
+
+/// Kafka consumer groups and RabbitMQ queues from the latest points.
+pub fn brokers(points: &[super::store::LatestPoint]) -> (Vec<GroupState>, Vec<QueueState>) {
+    let mut groups: BTreeMap<String, GroupState> = BTreeMap::new();
+    let mut queues: BTreeMap<(String, String), QueueState> = BTreeMap::new();
+    for (name, dims, attrs, t, v) in points {
+        let attr = |k: &str| attrs.iter().find(|(key, _)| key == k).map(|(_, v)| v);
+        if let Some(queue) = &dims.queue {
+            let vhost = attr(super::rabbit::VHOST).cloned().unwrap_or_default();
+            let q = queues
+                .entry((vhost.clone(), queue.clone()))
+                .or_insert_with(|| QueueState {
+                    queue: queue.clone(),
+                    vhost,
+                    ..Default::default()
+                });
+            q.time_ms = q.time_ms.max(*t as f64 / 1e6);
+            let v = Some(*v);
+            match (name.as_str(), attr("state").map(String::as_str)) {
+                // The status series is keyed by its status name too: the latest wins.
+                ("rabbitmq.queue.status", _) if q.status.is_none() || *t >= q.status_at => {
+                    q.status = v.map(|v| v as i64);
+                    q.status_name = attr("status").cloned();
+                    q.status_at = *t;
+                }
+                ("rabbitmq.message.current", Some("ready")) => q.ready = v,
+                ("rabbitmq.message.current", _) => q.unacked = v,
+                ("rabbitmq.consumer.count", _) => q.consumers = v,
+                ("rabbitmq.queue.backlog_age", _) => q.backlog_age_s = v,
+                ("rabbitmq.queue.backlog_alarm", _) => q.alarm = v >= Some(1.0),
+                ("rabbitmq.queue.retry_storm", _) => q.retry_storm = v >= Some(1.0),
+                ("rabbitmq.queue.publish_rate", _) => q.publish_rate = v,
+                ("rabbitmq.queue.deliver_rate", _) => q.deliver_rate = v,
+                _ => {}
+            }
+            continue;
+        }
+        let Some(group) = &dims.group else { continue };
+        let g = groups.entry(group.clone()).or_insert_with(|| GroupState {
+            consumer_group: group.clone(),
+            ..Default::default()
+        });
+        match name.as_str() {
+            "kafka.consumer_group.status" if g.status.is_none() || *t >= g.at => {
+                g.status = Some(*v as i64);
+                g.status_name = attr("status").cloned();
+                g.at = *t;
+            }
+            "kafka.consumer_group.lag_sum" => g.lag = Some(g.lag.unwrap_or(0.0) + v),
+            "kafka.consumer_group.lag_seconds" => {
+                g.lag_seconds = Some(g.lag_seconds.map_or(*v, |x| x.max(*v)));
+            }
+            "kafka.consumer_group.lag_alarm" => g.alarm |= *v >= 1.0,
+            _ => {}
+        }
+    }
+    for q in queues.values_mut() {
+        q.depth = match (q.ready, q.unacked) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
+    }
+    (
+        groups.into_values().collect(),
+        queues.into_values().collect(),
+    )
 }
 
 fn alert(

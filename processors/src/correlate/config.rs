@@ -76,6 +76,10 @@ pub struct CorrelateConfig {
     /// (metrics are scraped every 10–60 s). `0s` (default) turns it off.
     #[serde(default)]
     pub evidence_wait: Duration,
+    /// The last analysed traces kept for the built-in page's trace view
+    /// (`/api/traces/{id}`; default 2000, 0 keeps none).
+    #[serde(default = "recent_traces")]
+    pub recent_traces: usize,
     /// Traces held by `evidence_wait` at most; beyond, they leave at once (default 10000).
     #[serde(default = "max_held")]
     pub max_held_traces: usize,
@@ -232,6 +236,10 @@ fn max_series() -> usize {
 fn max_routes() -> usize {
     10_000
 }
+fn recent_traces() -> usize {
+    2000
+}
+
 fn lookback() -> Duration {
     Duration::secs(120)
 }

@@ -25,6 +25,7 @@ pub mod shape;
 pub mod store;
 #[cfg(test)]
 mod tests;
+pub mod ui;
 
 use async_trait::async_trait;
 use causeway_core::component::{BuildContext, ProcessError, Processor, ProcessorFactory};
@@ -89,6 +90,14 @@ impl ProcessorFactory for CorrelateFactory {
         let cfg: CorrelateConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
         let id = ctx.id.to_string();
         let store = ctx.shared.get_or_init(&id, || Store::new(limits(&cfg)));
+        store.keep_views(cfg.recent_traces);
+        if store.claim_ui() {
+            ctx.telemetry.add_api_source(Arc::new(ui::Api {
+                store: store.clone(),
+                links: cfg.alerts.links.clone(),
+                window_ns: nanos(cfg.window.get()),
+            }));
+        }
         let emit_logs =
             cfg.events && ctx.pipeline_signals.contains(Signal::Logs) && store.claim_log_events();
         let emit_metrics = cfg.events
@@ -848,6 +857,9 @@ impl Correlate {
                 }
             }
             annotate(rs, t, &v);
+            if self.store.keeps_views() {
+                self.store.push_view(ui::view(t, &v));
+            }
             self.analysed.add(1);
             self.store.push_event(
                 RcaEvent {

@@ -298,6 +298,28 @@ pub struct Store {
     inner: Mutex<Inner>,
     log_events_owner: AtomicBool,
     metric_events_owner: AtomicBool,
+    /// The last analysed traces as the page shows them: (capacity, ring).
+    views: Mutex<(usize, VecDeque<Arc<super::ui::TraceView>>)>,
+    ui_owner: AtomicBool,
+}
+
+/// One ten-second bucket of a route's gateway traffic, for a chart.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct BucketPoint {
+    /// Bucket start (s since the epoch).
+    pub t: u64,
+    /// Requests.
+    pub requests: u64,
+    /// 4xx answers.
+    pub s4xx: u64,
+    /// 5xx answers.
+    pub s5xx: u64,
+    /// 429 answers.
+    pub s429: u64,
+    /// Median latency (ms).
+    pub p50_ms: Option<f64>,
+    /// 99th percentile (ms).
+    pub p99_ms: Option<f64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -373,7 +395,81 @@ impl Store {
             inner: Mutex::new(Inner::default()),
             log_events_owner: AtomicBool::new(false),
             metric_events_owner: AtomicBool::new(false),
+            views: Mutex::new((0, VecDeque::new())),
+            ui_owner: AtomicBool::new(false),
         }
+    }
+
+    /// Claim the page's API for this state (the first instance does).
+    pub fn claim_ui(&self) -> bool {
+        !self.ui_owner.swap(true, Ordering::SeqCst)
+    }
+
+    fn views(&self) -> std::sync::MutexGuard<'_, (usize, VecDeque<Arc<super::ui::TraceView>>)> {
+        match self.views.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Keep the last `n` analysed traces for the page (0: none).
+    pub fn keep_views(&self, n: usize) {
+        let mut g = self.views();
+        g.0 = g.0.max(n);
+    }
+
+    /// Whether analysed traces are kept for the page.
+    pub fn keeps_views(&self) -> bool {
+        self.views().0 > 0
+    }
+
+    /// Keep an analysed trace for the page (the oldest leaves beyond the capacity).
+    pub fn push_view(&self, v: super::ui::TraceView) {
+        let mut g = self.views();
+        if g.0 == 0 {
+            return;
+        }
+        g.1.push_back(Arc::new(v));
+        while g.1.len() > g.0 {
+            g.1.pop_front();
+        }
+    }
+
+    /// The kept analysed traces, oldest first.
+    pub fn trace_views(&self) -> Vec<Arc<super::ui::TraceView>> {
+        self.views().1.iter().cloned().collect()
+    }
+
+    /// Every route with traffic in the `window_ns` ending at `now_ns`: its
+    /// statistics and its ten-second buckets.
+    pub fn routes_detail(
+        &self,
+        now_ns: u64,
+        window_ns: u64,
+    ) -> Vec<(String, RouteStats, Vec<BucketPoint>)> {
+        let g = self.lock();
+        let from_s = now_ns.saturating_sub(window_ns) / 1_000_000_000;
+        g.routes
+            .iter()
+            .filter(|(_, w)| w.buckets.iter().any(|b| b.start_s + 10 >= from_s))
+            .map(|(r, w)| {
+                let points = w
+                    .buckets
+                    .iter()
+                    .filter(|b| b.start_s + 10 >= from_s)
+                    .map(|b| BucketPoint {
+                        t: b.start_s,
+                        requests: b.requests,
+                        s4xx: b.s4xx,
+                        s5xx: b.s5xx,
+                        s429: b.s429,
+                        p50_ms: b.latency.quantile(0.5),
+                        p99_ms: b.latency.quantile(0.99),
+                    })
+                    .collect();
+                (r.clone(), stats_over(w, now_ns, window_ns), points)
+            })
+            .collect()
     }
 
     /// The limits.

@@ -1767,3 +1767,77 @@ async fn a_slow_rabbitmq_consumer_explains_the_wait_of_its_message_and_a_healthy
     assert!(!st.in_trouble(&[1; 16], &[], (&["orders:order.paid:audit"], &[]), &[], &tr));
     assert!(!st.in_trouble(&[1; 16], &[], (&["invoices"], &["order.paid"]), &[], &tr));
 }
+
+#[tokio::test]
+async fn the_page_keeps_the_last_analysed_traces_bounded_and_answers_bad_ids_clearly() {
+    use causeway_core::ui::ApiSource;
+    let st = store();
+    st.keep_views(2);
+    let api = super::ui::Api {
+        store: st.clone(),
+        links: [(
+            "jaeger".to_string(),
+            "http://jaeger:16686/trace/{{ $trace_id }}?route={{ $labels.route_id }}".to_string(),
+        )]
+        .into_iter()
+        .collect(),
+        window_ns: 600_000_000_000,
+    };
+    // Three traces, one with more spans than a view keeps.
+    let mut ids = Vec::new();
+    for n in 0..3u8 {
+        let mut spans = vec![sp(1, None, "GET /x", Server, 0, 1000)];
+        if n == 2 {
+            for i in 0..(super::ui::MAX_SPANS + 20) {
+                spans.push(sp(
+                    2 + (i % 200) as u8,
+                    Some(1),
+                    &format!("<b>child {i}</b>"),
+                    Client,
+                    i as u64,
+                    i as u64 + 1,
+                ));
+            }
+        }
+        let mut rs = vec![resource_spans("shop", tid(70 + n, spans))];
+        let out = analyse(&st, &mut rs).await;
+        let (t, v) = &out[0];
+        st.push_view(super::ui::view(t, v));
+        ids.push(t.trace_id.clone());
+    }
+    let (code, body) = api.get("traces").unwrap();
+    assert_eq!(code, 200);
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["kept"], 2, "the ring is bounded");
+    assert_eq!(
+        list["traces"][0]["trace_id"],
+        ids[2].as_str(),
+        "newest first"
+    );
+    let (code, body) = api.get(&format!("traces/{}", ids[2])).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let t: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        t["spans"].as_array().unwrap().len(),
+        super::ui::MAX_SPANS,
+        "spans bounded"
+    );
+    assert!(t["spans_left_out"].as_u64().unwrap() > 0);
+    assert!(t["evidence"].is_object(), "{body}");
+    assert_eq!(
+        t["links"][0]["url"],
+        format!("http://jaeger:16686/trace/{}?route=", ids[2])
+    );
+    // The oldest left; bad ids get a message.
+    let (code, body) = api.get(&format!("traces/{}", ids[0])).unwrap();
+    assert_eq!(code, 404, "{body}");
+    assert!(
+        body.contains("not among the 2 last analysed traces"),
+        "{body}"
+    );
+    for bad in ["traces/xyz", "traces/<script>", "traces/"] {
+        let (code, body) = api.get(bad).unwrap();
+        assert_eq!(code, 400, "{bad}: {body}");
+    }
+    assert!(api.get("nothing").is_none(), "not this source's path");
+}

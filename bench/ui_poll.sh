@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# What open pages cost: the forwarding benchmark (bench/forward.sh's load,
+# OTLP/gRPC in -> batch -> OTLP/gRPC out, plus a 1% sample through
+# tail_sampling and correlate so that the page has routes and traces to
+# serve), once with nobody looking and once with 10 clients polling the
+# page's API every 2 s (bench/ui_poll.py), alternating, ROUNDS times each.
+# The daemon is pinned to CPU 0; the load generator, the sink and the
+# pollers share CPU 1.
+#
+#   bench/ui_poll.sh [seconds] [rounds]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-20}
+ROUNDS=${2:-2}
+T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
+export CARGO_TARGET_DIR=$T
+cargo build --release -q -p causeway -p causeway-loadgen
+LG=$T/release/loadgen
+TCK=$(getconf CLK_TCK)
+OUT=$(mktemp -d)
+sed "s|@OUT@|$OUT|" bench/ui_poll.yaml > "$OUT/ui_poll.yaml"
+
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+wait_port() {
+  for _ in $(seq 1 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "port $1 never opened" >&2; return 1
+}
+
+run_one() {
+  local name=$1 clients=$2
+  taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 2 > "$OUT/$name-sink.json" &
+  local sink=$!
+  wait_port 15317
+  taskset -c 0 "$T/release/causeway" --config "$OUT/ui_poll.yaml" --log-level warn > "$OUT/$name.log" 2>&1 &
+  local daemon=$!
+  wait_port 14317
+  wait_port 18888
+  local poller=""
+  if ((clients > 0)); then
+    taskset -c 1 python3 bench/ui_poll.py 127.0.0.1:18888 "$clients" 2 "$SECS" > "$OUT/$name-poll.json" &
+    poller=$!
+  fi
+  local before; before=$(cpu_ticks "$daemon")
+  taskset -c 1 "$LG" send --target 127.0.0.1:14317 --seconds "$SECS" --spans 500 --concurrency 8 \
+    > "$OUT/$name-send.json"
+  [[ -n $poller ]] && wait "$poller"
+  wait "$sink" || true
+  local after; after=$(cpu_ticks "$daemon")
+  kill -TERM "$daemon"; wait "$daemon" || true
+  python3 - "$name" "$OUT" "$before" "$after" "$TCK" "$clients" <<'PY'
+import json, os, sys
+name, out, before, after, tck, clients = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+send = json.load(open(f"{out}/{name}-send.json"))
+sink = json.load(open(f"{out}/{name}-sink.json"))
+poll = json.load(open(f"{out}/{name}-poll.json")) if os.path.exists(f"{out}/{name}-poll.json") else None
+cpu = (after - before) / tck
+print(json.dumps({
+  "run": name, "pollers": clients,
+  "spans_per_sec": round(send["spans_per_sec"]),
+  "spans_at_sink": sink["spans_received"],
+  "daemon_cpu_seconds": round(cpu, 2),
+  "spans_per_cpu_second": round(send["spans_accepted"] / cpu) if cpu else None,
+  "poll": poll,
+}))
+PY
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+  run_one "idle-$r" 0
+  run_one "polled-$r" 10
+done

@@ -1,0 +1,160 @@
+//! The built-in page: why requests are slow right now.
+//!
+//! Served by the telemetry server at `/` (`service.telemetry.ui`, default
+//! on), with its assets embedded in the binary (no CDN, no build step) and a
+//! JSON API under `/api/` that scripts can use too:
+//! - `/api/pipelines`: every self-metric sample (`name`, `labels`, `value`);
+//!   the page turns counters into rates between two polls;
+//! - the rest is answered by the components that registered an
+//!   [`ApiSource`] (the `correlate` processor: `/api/routes`, `/api/causes`,
+//!   `/api/traces`, `/api/traces/{trace_id}`, `/api/kafka`, `/api/queues`).
+//!
+//! Nothing is computed unless a request asks: the sources read the state
+//! their component keeps anyway.
+
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::telemetry::Registry;
+
+/// Something that answers `GET /api/{path}`.
+pub trait ApiSource: Send + Sync {
+    /// The JSON answer (status, body) for `path` (without `/api/`), or
+    /// `None` when the path is not this source's.
+    fn get(&self, path: &str) -> Option<(u16, String)>;
+}
+
+const INDEX: &str = include_str!("assets/index.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const APP_CSS: &str = include_str!("assets/app.css");
+
+/// `GET /`.
+pub async fn index() -> Response {
+    asset("text/html; charset=utf-8", INDEX)
+}
+
+/// `GET /ui/app.js`.
+pub async fn app_js() -> Response {
+    asset("text/javascript; charset=utf-8", APP_JS)
+}
+
+/// `GET /ui/app.css`.
+pub async fn app_css() -> Response {
+    asset("text/css; charset=utf-8", APP_CSS)
+}
+
+fn asset(kind: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, kind),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; base-uri 'none'; frame-ancestors 'none'",
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// `GET /api/{*path}`.
+pub async fn api(State(registry): State<Registry>, Path(path): Path<String>) -> Response {
+    let (status, body) = answer(&registry, &path);
+    (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// The answer to `GET /api/{path}`.
+pub fn answer(registry: &Registry, path: &str) -> (u16, String) {
+    let path = path.trim_matches('/');
+    if path == "pipelines" {
+        return (200, pipelines(registry));
+    }
+    for source in registry.api_sources() {
+        if let Some(a) = source.get(path) {
+            return a;
+        }
+    }
+    let why = if registry.api_sources().is_empty() && is_correlate_path(path) {
+        "no correlate processor runs in this daemon: routes, causes and traces come from its state"
+            .to_string()
+    } else {
+        format!("no such endpoint: /api/{path}")
+    };
+    (404, error(&why))
+}
+
+fn is_correlate_path(path: &str) -> bool {
+    ["routes", "causes", "traces", "kafka", "queues"]
+        .iter()
+        .any(|p| path == *p || path.starts_with(&format!("{p}/")))
+}
+
+/// `{"error": why}`.
+pub fn error(why: &str) -> String {
+    serde_json::json!({ "error": why }).to_string()
+}
+
+fn pipelines(registry: &Registry) -> String {
+    let samples: Vec<serde_json::Value> = registry
+        .snapshot()
+        .into_iter()
+        .map(|s| {
+            let labels: serde_json::Map<String, serde_json::Value> = s
+                .labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.clone())))
+                .collect();
+            serde_json::json!({ "name": s.name, "labels": labels, "value": s.value })
+        })
+        .collect();
+    serde_json::json!({
+        "uptime_s": registry.uptime().as_secs_f64(),
+        "resident_bytes": crate::memory::resident_bytes(),
+        "samples": samples,
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    struct Echo;
+    impl ApiSource for Echo {
+        fn get(&self, path: &str) -> Option<(u16, String)> {
+            (path == "routes").then(|| (200, "[]".to_string()))
+        }
+    }
+
+    #[test]
+    fn the_api_dispatches_to_sources_and_says_what_is_missing() {
+        let r = Registry::new();
+        r.counter("causeway_x_total", "x", &[("component", "a")])
+            .add(3);
+        let (st, body) = answer(&r, "pipelines");
+        assert_eq!(st, 200);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["samples"][0]["labels"]["component"], "a");
+        assert_eq!(v["samples"][0]["value"], 3.0);
+        let (st, body) = answer(&r, "routes");
+        assert_eq!(st, 404);
+        assert!(body.contains("no correlate processor"), "{body}");
+        r.add_api_source(Arc::new(Echo));
+        assert_eq!(answer(&r, "routes"), (200, "[]".to_string()));
+        let (st, body) = answer(&r, "nothing<script>");
+        assert_eq!(st, 404);
+        assert!(body.contains("no such endpoint"), "{body}");
+    }
+}
