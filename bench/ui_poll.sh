@@ -68,7 +68,41 @@ print(json.dumps({
 PY
 }
 
+# The page's own cost, without the noise of a saturated forwarding run: the
+# daemon's CPU over SECS of 10 pollers after a load has filled its state.
+poll_only() {
+  taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 2 > "$OUT/po-sink.json" &
+  local sink=$!
+  wait_port 15317
+  taskset -c 0 "$T/release/causeway" --config "$OUT/ui_poll.yaml" --log-level warn > "$OUT/po.log" 2>&1 &
+  local daemon=$!
+  wait_port 14317
+  taskset -c 1 "$LG" send --target 127.0.0.1:14317 --seconds 10 --spans 500 --concurrency 8 > /dev/null
+  wait "$sink" || true
+  sleep 3  # tail sampling's decision_wait (2s) passes: the last traces analysed
+  local idle0; idle0=$(cpu_ticks "$daemon")
+  sleep "$SECS"
+  local idle1; idle1=$(cpu_ticks "$daemon")
+  taskset -c 1 python3 bench/ui_poll.py 127.0.0.1:18888 10 2 "$SECS" > "$OUT/po-poll.json"
+  local polled1; polled1=$(cpu_ticks "$daemon")
+  local traces; traces=$(curl -s 127.0.0.1:18888/api/traces | python3 -c 'import json,sys; print(json.load(sys.stdin)["kept"])')
+  kill -TERM "$daemon"; wait "$daemon" || true
+  python3 - "$idle0" "$idle1" "$polled1" "$TCK" "$SECS" "$traces" "$OUT/po-poll.json" <<'PY'
+import json, sys
+i0, i1, p1, tck, secs, traces = (int(x) for x in sys.argv[1:7])
+poll = json.load(open(sys.argv[7]))
+print(json.dumps({
+  "run": "poll-only", "pollers": 10, "traces_kept_for_the_page": traces,
+  "daemon_cpu_idle_s": round((i1 - i0) / tck, 2),
+  "daemon_cpu_polled_s": round((p1 - i1) / tck, 2),
+  "share_of_a_core_for_the_page": round(((p1 - i1) - (i1 - i0)) / tck / secs, 4),
+  "poll": poll,
+}))
+PY
+}
+
 for r in $(seq 1 "$ROUNDS"); do
   run_one "idle-$r" 0
   run_one "polled-$r" 10
 done
+poll_only

@@ -155,6 +155,7 @@ pub struct Registry {
     collector_names: Arc<AtomicBool>,
     started: std::time::Instant,
     apis: Arc<Mutex<Vec<Arc<dyn crate::ui::ApiSource>>>>,
+    api_cache: Arc<crate::ui::Cache>,
 }
 
 impl Default for Registry {
@@ -166,6 +167,7 @@ impl Default for Registry {
             collector_names: Arc::new(AtomicBool::new(false)),
             started: std::time::Instant::now(),
             apis: Arc::default(),
+            api_cache: Arc::default(),
         }
     }
 }
@@ -191,6 +193,11 @@ impl Registry {
             Ok(g) => g.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
+    }
+
+    /// Recent answers of the page's API.
+    pub fn api_cache(&self) -> &crate::ui::Cache {
+        &self.api_cache
     }
 
     /// Time since the registry was made (the daemon's uptime).

@@ -74,9 +74,48 @@ pub async fn api(State(registry): State<Registry>, Path(path): Path<String>) -> 
         .into_response()
 }
 
-/// The answer to `GET /api/{path}`.
+/// How long an answer is served again to other pages asking for the same
+/// path: ten open pages polling cost about what one does.
+pub const CACHE_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+/// Answers kept for [`CACHE_FOR`] at most.
+const CACHE_ENTRIES: usize = 64;
+
+/// Recent answers by path.
+#[derive(Default)]
+pub struct Cache(
+    std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, u16, String)>>,
+);
+
+/// The answer to `GET /api/{path}`, from the cache when another request
+/// for the same path got it less than [`CACHE_FOR`] ago.
 pub fn answer(registry: &Registry, path: &str) -> (u16, String) {
     let path = path.trim_matches('/');
+    let cache = registry.api_cache();
+    let now = std::time::Instant::now();
+    {
+        let mut g = match cache.0.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if let Some((at, st, body)) = g.get(path) {
+            if now.duration_since(*at) < CACHE_FOR {
+                return (*st, body.clone());
+            }
+        }
+        g.retain(|_, (at, _, _)| now.duration_since(*at) < CACHE_FOR);
+    }
+    let (st, body) = compute(registry, path);
+    let mut g = match cache.0.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    if g.len() < CACHE_ENTRIES {
+        g.insert(path.to_string(), (now, st, body.clone()));
+    }
+    (st, body)
+}
+
+fn compute(registry: &Registry, path: &str) -> (u16, String) {
     if path == "pipelines" {
         return (200, pipelines(registry));
     }
@@ -141,18 +180,22 @@ mod tests {
     #[test]
     fn the_api_dispatches_to_sources_and_says_what_is_missing() {
         let r = Registry::new();
-        r.counter("causeway_x_total", "x", &[("component", "a")])
-            .add(3);
+        let c = r.counter("causeway_x_total", "x", &[("component", "a")]);
+        c.add(3);
         let (st, body) = answer(&r, "pipelines");
         assert_eq!(st, 200);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["samples"][0]["labels"]["component"], "a");
         assert_eq!(v["samples"][0]["value"], 3.0);
-        let (st, body) = answer(&r, "routes");
+        // Asked again within CACHE_FOR: the same answer, not computed again.
+        c.add(1);
+        assert_eq!(answer(&r, "pipelines").1, body);
+        assert!(compute(&r, "pipelines").1.contains("\"value\":4.0"));
+        let (st, body) = compute(&r, "routes");
         assert_eq!(st, 404);
         assert!(body.contains("no correlate processor"), "{body}");
         r.add_api_source(Arc::new(Echo));
-        assert_eq!(answer(&r, "routes"), (200, "[]".to_string()));
+        assert_eq!(compute(&r, "routes"), (200, "[]".to_string()));
         let (st, body) = answer(&r, "nothing<script>");
         assert_eq!(st, 404);
         assert!(body.contains("no such endpoint"), "{body}");

@@ -608,8 +608,9 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
     serde_json::to_string(&ev).unwrap_or_default()
 }
 
-/// Write the verdict on the trace's spans.
-pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) {
+/// Write the verdict on the trace's spans; returns the evidence written
+/// (`rca.evidence`).
+pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) -> String {
     let culprit = &t.spans[v.culprit];
     let route = t.route.clone().unwrap_or_default();
     let evidence = evidence_json(t, v);
@@ -703,6 +704,7 @@ pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) {
             );
         }
     }
+    evidence
 }
 
 impl Correlate {
@@ -856,9 +858,9 @@ impl Correlate {
                     }
                 }
             }
-            annotate(rs, t, &v);
+            let evidence = annotate(rs, t, &v);
             if self.store.keeps_views() {
-                self.store.push_view(ui::view(t, &v));
+                self.store.push_view(ui::view(t, &v, evidence));
             }
             self.analysed.add(1);
             self.store.push_event(

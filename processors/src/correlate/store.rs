@@ -847,6 +847,15 @@ impl Store {
             .collect()
     }
 
+    /// Visit the traces analysed since `since_ns` (analysis time), oldest
+    /// first, without copying them (the state is locked meanwhile: keep `f` short).
+    pub fn visit_rca(&self, since_ns: u64, mut f: impl FnMut(u64, &RcaEvent)) {
+        let g = self.lock();
+        for (t, e) in g.recent.iter().filter(|(t, _)| *t >= since_ns) {
+            f(*t, e);
+        }
+    }
+
     /// Traces analysed since `since_ns` (analysis time), oldest first.
     pub fn recent_rca(&self, since_ns: u64) -> Vec<(u64, RcaEvent)> {
         let g = self.lock();

@@ -1802,7 +1802,7 @@ async fn the_page_keeps_the_last_analysed_traces_bounded_and_answers_bad_ids_cle
         let mut rs = vec![resource_spans("shop", tid(70 + n, spans))];
         let out = analyse(&st, &mut rs).await;
         let (t, v) = &out[0];
-        st.push_view(super::ui::view(t, v));
+        st.push_view(super::ui::view(t, v, super::evidence_json(t, v)));
         ids.push(t.trace_id.clone());
     }
     let (code, body) = api.get("traces").unwrap();

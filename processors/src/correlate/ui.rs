@@ -100,8 +100,8 @@ pub struct TraceView {
     pub evidence: String,
 }
 
-/// The view of an analysed trace.
-pub fn view(t: &TraceRow, v: &Verdict) -> TraceView {
+/// The view of an analysed trace, with the evidence written on it.
+pub fn view(t: &TraceRow, v: &Verdict, evidence: String) -> TraceView {
     let mut order: Vec<usize> = (0..t.spans.len())
         .filter(|&i| t.spans[i].at != super::features::NOT_IN_BATCH)
         .collect();
@@ -170,7 +170,7 @@ pub fn view(t: &TraceRow, v: &Verdict) -> TraceView {
                 body: l.body.clone(),
             })
             .collect(),
-        evidence: super::evidence_json(t, v),
+        evidence,
     }
 }
 
@@ -219,18 +219,24 @@ impl causeway_core::ui::ApiSource for Api {
 
 impl Api {
     fn routes(&self, now: u64) -> serde_json::Value {
-        let rca = self.store.recent_rca(now.saturating_sub(self.window_ns));
         // Per route: causes counted, and the latest trace of each.
-        let mut by_route: HashMap<&str, BTreeMap<&str, (u64, String)>> = HashMap::new();
-        for (_, e) in &rca {
-            let c = by_route
-                .entry(e.route.as_str())
-                .or_default()
-                .entry(e.cause.as_str())
-                .or_insert((0, String::new()));
-            c.0 += 1;
-            c.1 = hex::encode(e.trace_id);
-        }
+        let mut by_route: HashMap<String, BTreeMap<String, (u64, [u8; 16])>> = HashMap::new();
+        self.store
+            .visit_rca(now.saturating_sub(self.window_ns), |_, e| {
+                let causes = match by_route.get_mut(e.route.as_str()) {
+                    Some(c) => c,
+                    None => by_route.entry(e.route.clone()).or_default(),
+                };
+                match causes.get_mut(e.cause.as_str()) {
+                    Some(c) => {
+                        c.0 += 1;
+                        c.1 = e.trace_id;
+                    }
+                    None => {
+                        causes.insert(e.cause.clone(), (1, e.trace_id));
+                    }
+                }
+            });
         let mut rows: Vec<serde_json::Value> = self
             .store
             .routes_detail(now, self.window_ns)
@@ -241,7 +247,7 @@ impl Api {
                 // The dominant cause among those that name one.
                 let top = causes.and_then(|c| {
                     c.iter()
-                        .filter(|(cause, _)| **cause != "unknown")
+                        .filter(|(cause, _)| cause.as_str() != "unknown")
                         .max_by_key(|(_, x)| x.0)
                         .or_else(|| c.iter().max_by_key(|(_, x)| x.0))
                 });
@@ -255,9 +261,9 @@ impl Api {
                     "circuit_state": st.circuit_state,
                     "rate_limit_rule": st.top_rule,
                     "analysed": analysed,
-                    "cause": top.map(|(c, _)| *c),
+                    "cause": top.map(|(c, _)| c),
                     "cause_share": top.map(|(_, x)| if analysed > 0 { x.0 as f64 / analysed as f64 } else { 0.0 }),
-                    "exemplar": top.map(|(_, x)| x.1.clone()),
+                    "exemplar": top.map(|(_, x)| hex::encode(x.1)),
                     "points": points,
                 })
             })
@@ -277,36 +283,44 @@ impl Api {
     }
 
     fn causes(&self, now: u64) -> serde_json::Value {
-        let rca = self.store.recent_rca(now.saturating_sub(self.window_ns));
-        // Ten-second buckets of analysis time.
-        let mut buckets: BTreeMap<u64, BTreeMap<&str, u64>> = BTreeMap::new();
-        let mut totals: BTreeMap<&str, u64> = BTreeMap::new();
-        let mut services: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
-        let mut routes: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
-        for (t, e) in &rca {
-            let c = e.cause.as_str();
-            *buckets
-                .entry(t / 10_000_000_000 * 10)
-                .or_default()
-                .entry(c)
-                .or_default() += 1;
-            *totals.entry(c).or_default() += 1;
-            *services
-                .entry(c)
-                .or_default()
-                .entry(e.service.as_str())
-                .or_default() += 1;
-            if !e.route.is_empty() {
-                *routes
-                    .entry(c)
-                    .or_default()
-                    .entry(e.route.as_str())
-                    .or_default() += 1;
+        // Ten-second buckets of analysis time; per cause its services and routes.
+        let mut buckets: BTreeMap<u64, BTreeMap<String, u64>> = BTreeMap::new();
+        let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+        let mut services: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        let mut routes: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        fn bump(m: &mut BTreeMap<String, u64>, k: &str) {
+            match m.get_mut(k) {
+                Some(n) => *n += 1,
+                None => {
+                    m.insert(k.to_string(), 1);
+                }
             }
         }
-        let top = |m: Option<&BTreeMap<&str, u64>>| -> Vec<serde_json::Value> {
+        // The map under `k`, made on first use (no allocation when it exists).
+        fn within<'a>(
+            m: &'a mut BTreeMap<String, BTreeMap<String, u64>>,
+            k: &str,
+        ) -> Option<&'a mut BTreeMap<String, u64>> {
+            if !m.contains_key(k) {
+                m.insert(k.to_string(), BTreeMap::new());
+            }
+            m.get_mut(k)
+        }
+        self.store
+            .visit_rca(now.saturating_sub(self.window_ns), |t, e| {
+                let c = e.cause.as_str();
+                bump(buckets.entry(t / 10_000_000_000 * 10).or_default(), c);
+                bump(&mut totals, c);
+                if let Some(m) = within(&mut services, c) {
+                    bump(m, &e.service);
+                }
+                if let Some(m) = within(&mut routes, c).filter(|_| !e.route.is_empty()) {
+                    bump(m, &e.route);
+                }
+            });
+        let top = |m: Option<&BTreeMap<String, u64>>| -> Vec<serde_json::Value> {
             let mut v: Vec<(&str, u64)> = m
-                .map(|m| m.iter().map(|(k, n)| (*k, *n)).collect())
+                .map(|m| m.iter().map(|(k, n)| (k.as_str(), *n)).collect())
                 .unwrap_or_default();
             v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
             v.into_iter()
@@ -314,12 +328,12 @@ impl Api {
                 .map(|(k, n)| serde_json::json!({ "name": k, "traces": n }))
                 .collect()
         };
-        let mut causes: Vec<(&str, u64)> = totals.iter().map(|(k, n)| (*k, *n)).collect();
+        let mut causes: Vec<(&str, u64)> = totals.iter().map(|(k, n)| (k.as_str(), *n)).collect();
         causes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        let mut all_services: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut all_services: BTreeMap<String, u64> = BTreeMap::new();
         for m in services.values() {
             for (s, n) in m {
-                *all_services.entry(s).or_default() += n;
+                *all_services.entry(s.clone()).or_default() += n;
             }
         }
         serde_json::json!({
@@ -328,8 +342,8 @@ impl Api {
             "causes": causes.iter().map(|(c, n)| serde_json::json!({
                 "cause": c,
                 "traces": n,
-                "services": top(services.get(c)),
-                "routes": top(routes.get(c)),
+                "services": top(services.get(*c)),
+                "routes": top(routes.get(*c)),
             })).collect::<Vec<_>>(),
             "top_services": top(Some(&all_services)),
         })
