@@ -778,20 +778,12 @@ service:
     // Alert rules see the scraped servers: only the overflowing cluster fires,
     // and the connect failures through the `metrics` table with job and instance.
     wait_for(Duration::from_secs(20), "the alerts fire", || {
-        let recs = log_records(&read_jsonl(&d.join("logs.jsonl")));
+        let labels = alert_labels(&d.join("logs.jsonl"));
         let firing = |name: &str| {
-            recs.iter()
-                .filter(|(_, _, r)| {
-                    attr(&r["attributes"], "alert.labels")
-                        .and_then(|v| v["stringValue"].as_str())
-                        .is_some_and(|l| l.contains(&format!("\"alertname\":\"{name}\"")))
-                })
-                .map(|(_, _, r)| {
-                    attr(&r["attributes"], "alert.labels").unwrap()["stringValue"]
-                        .as_str()
-                        .unwrap()
-                        .to_string()
-                })
+            labels
+                .iter()
+                .filter(|l| l.contains(&format!("\"alertname\":\"{name}\"")))
+                .cloned()
                 .collect::<Vec<_>>()
         };
         let overflow = firing("EnvoyPendingOverflow");

@@ -609,15 +609,11 @@ service:
     );
     // An alert rule over the queues fires for it, with the queue's labels.
     wait_for(Duration::from_secs(30), "the queue alert", || {
-        log_records(&read_jsonl(&d.join("logs.jsonl")))
-            .iter()
-            .filter_map(|(_, _, r)| attr(&r["attributes"], "alert.labels"))
-            .filter_map(|v| v["stringValue"].as_str())
-            .any(|l| {
-                l.contains("\"alertname\":\"QueueWithoutConsumer\"")
-                    && l.contains("\"queue\":\"orders.created\"")
-                    && l.contains("\"status_name\":\"STOP\"")
-            })
+        alert_labels(&d.join("logs.jsonl")).iter().any(|l| {
+            l.contains("\"alertname\":\"QueueWithoutConsumer\"")
+                && l.contains("\"queue\":\"orders.created\"")
+                && l.contains("\"status_name\":\"STOP\"")
+        })
     });
     for i in 10..13 {
         assert_eq!(get(&format!("/order/{i}")), Some(504));
@@ -683,11 +679,7 @@ service:
         assert!(!r["rca.summary"].contains("orders.created"));
     }
     // Only the queue without consumer alerted.
-    let labels: Vec<String> = log_records(&read_jsonl(&d.join("logs.jsonl")))
-        .iter()
-        .filter_map(|(_, _, r)| attr(&r["attributes"], "alert.labels"))
-        .filter_map(|v| v["stringValue"].as_str().map(String::from))
-        .collect();
+    let labels = alert_labels(&d.join("logs.jsonl"));
     assert!(
         labels
             .iter()

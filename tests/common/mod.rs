@@ -189,6 +189,16 @@ impl Drop for Daemon {
     }
 }
 
+/// The `alert.labels` (JSON text) of every alert record in a logs file
+/// written by the file exporter.
+pub fn alert_labels(path: &Path) -> Vec<String> {
+    log_records(&read_jsonl(path))
+        .iter()
+        .filter_map(|(_, _, r)| attr(&r["attributes"], "alert.labels"))
+        .filter_map(|v| v["stringValue"].as_str().map(String::from))
+        .collect()
+}
+
 /// Every JSON line of a file (missing file: none).
 /// The complete lines only: a line still being written (no newline yet)
 /// is not read; a complete line that is not JSON fails the test.
