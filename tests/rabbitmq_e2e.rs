@@ -20,21 +20,6 @@ use std::time::Duration;
 
 const PYTHON: &str = "/usr/bin/python3";
 
-/// A process killed with its process group when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.0.id())])
-            .stderr(Stdio::null())
-            .status()
-            .ok();
-        self.0.kill().ok();
-        self.0.wait().ok();
-    }
-}
-
 /// A RabbitMQ node of its own: AMQP, management, distribution and epmd ports.
 struct Broker {
     _proc: Proc,
@@ -89,7 +74,7 @@ management.tcp.ip = 127.0.0.1\nloopback_users = none\ncollect_statistics_interva
             .spawn()
             .expect("rabbitmq-server");
         let mut b = Broker {
-            _proc: Proc(child),
+            _proc: Proc(child, "rabbitmq-server"),
             amqp,
             http,
             epmd,
@@ -131,7 +116,7 @@ management.tcp.ip = 127.0.0.1\nloopback_users = none\ncollect_statistics_interva
             .stderr(Stdio::inherit())
             .spawn()
             .expect("python3-pika: scripts/test.sh installs it");
-        ready(c, &format!("amqp.py {args:?}"))
+        ready(c, "amqp.py", args)
     }
 
     fn run(&self, args: &[&str]) {
@@ -439,17 +424,17 @@ fn node(d: &Path, args: &[&str], env: &[(&str, String)]) -> Proc {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("node");
-    ready(c, &format!("rabbit.js {args:?}"))
+    ready(c, "rabbit.js", args)
 }
 
 /// The client once its first line says `ready`.
-fn ready(mut c: Child, what: &str) -> Proc {
+fn ready(mut c: Child, name: &'static str, args: &[&str]) -> Proc {
     let mut line = String::new();
     std::io::BufReader::new(c.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert_eq!(line.trim(), "ready", "{what}");
-    Proc(c)
+    assert_eq!(line.trim(), "ready", "{name} {args:?}");
+    Proc(c, name)
 }
 
 /// What the services saw, by trace id: (route, status).

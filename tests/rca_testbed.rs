@@ -19,24 +19,8 @@ use causeway_scenarios::send::read_annotated;
 use common::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-/// A child process killed (with its process group) when the test ends.
-struct Proc(Child, &'static str);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // The whole process group: `runuser` leaves PostgreSQL behind otherwise.
-        Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.0.id())])
-            .stderr(Stdio::null())
-            .status()
-            .ok();
-        self.0.kill().ok();
-        self.0.wait().ok();
-    }
-}
 
 fn spawn(name: &'static str, cmd: &mut Command, log: &Path) -> Proc {
     let out = std::fs::File::create(log.join(format!("{name}.log"))).unwrap();

@@ -59,6 +59,23 @@ pub fn http_client() -> reqwest::blocking::Client {
     reqwest::blocking::Client::new()
 }
 
+/// A child process killed with its process group when dropped (servers
+/// that fork, such as `runuser` starting PostgreSQL, leave nothing behind);
+/// the name says which, in failure messages.
+pub struct Proc(pub Child, pub &'static str);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .stderr(Stdio::null())
+            .status()
+            .ok();
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}
+
 /// A running daemon.
 pub struct Daemon {
     pub child: Child,

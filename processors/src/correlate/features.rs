@@ -837,24 +837,11 @@ pub fn join(traces: &mut [TraceRow], store: &Store, p: &JoinParams, now_ns: u64)
             }
         }
         for (topic, group) in touched {
-            // For a consumer, the lag that matters is the lag while its message
-            // waited: from as long before it was produced to as long after it
-            // was consumed (a backlog builds and drains over about that time),
-            // widened to the sampling interval of the lag (a sample may not
-            // fall inside a short wait), not a pause minutes before or after.
             let waits: Vec<(u64, u64)> = t
                 .spans
                 .iter()
                 .filter(|s| s.destination.as_deref() == Some(topic.as_str()))
-                .filter_map(|s| {
-                    let wait = s.async_wait_ms?;
-                    let consumed = t.start_ns + (s.start_ms * 1e6) as u64;
-                    let span = ((wait * 1e6) as u64).max(p.lag_sample_ns);
-                    Some((
-                        consumed.saturating_sub(2 * span),
-                        consumed.saturating_add(span),
-                    ))
-                })
+                .filter_map(|s| wait_window(t, s, p))
                 .collect();
             let (from, to) = match (
                 waits.iter().map(|w| w.0).min(),
@@ -899,6 +886,22 @@ pub fn join(traces: &mut [TraceRow], store: &Store, p: &JoinParams, now_ns: u64)
     misses
 }
 
+/// For a consumer span, the interval (ns) whose lag or backlog explains its
+/// message's wait: from as long before it was produced to as long after it
+/// was consumed (a backlog builds and drains over about that time), widened
+/// to the sampling interval of the lag (a sample may not fall inside a short
+/// wait), not a pause minutes before or after. `None` for a span that did
+/// not wait on a message.
+fn wait_window(t: &TraceRow, s: &SpanRow, p: &JoinParams) -> Option<(u64, u64)> {
+    let wait = s.async_wait_ms?;
+    let consumed = t.start_ns + (s.start_ms * 1e6) as u64;
+    let span = ((wait * 1e6) as u64).max(p.lag_sample_ns);
+    Some((
+        consumed.saturating_sub(2 * span),
+        consumed.saturating_add(span),
+    ))
+}
+
 /// One row per RabbitMQ queue and role (publish, consume) the trace touches,
 /// over the span that waited on it longest (see [`super::rabbit`]).
 fn queue_rows(
@@ -933,17 +936,7 @@ fn queue_rows(
         .filter_map(|(((vhost, queue), role), i)| {
             let s = &t.spans[i];
             // A consumer: the queue while its message waited (as for Kafka lag).
-            let window = match s.async_wait_ms {
-                Some(wait) => {
-                    let consumed = t.start_ns + (s.start_ms * 1e6) as u64;
-                    let span = ((wait * 1e6) as u64).max(p.lag_sample_ns);
-                    (
-                        consumed.saturating_sub(2 * span),
-                        consumed.saturating_add(span),
-                    )
-                }
-                None => (from, to),
-            };
+            let window = wait_window(t, s, p).unwrap_or((from, to));
             let mut r = super::rabbit::queue_row(series, (&vhost, &queue), window.0, window.1);
             (r.time_ns > 0).then(|| {
                 r.span_id = Hex16::of(s.span_id).as_str().to_string();

@@ -244,14 +244,16 @@ pub fn topic_matches(pattern: &str, key: &str) -> bool {
             },
         }
     }
-    let p: Vec<&str> = pattern.split('.').collect();
-    let k: Vec<&str> = if key.is_empty() {
+    go(&words(pattern), &words(key))
+}
+
+/// The words of a key or pattern: "" is no word at all, not one empty word.
+fn words(x: &str) -> Vec<&str> {
+    if x.is_empty() {
         Vec::new()
     } else {
-        key.split('.').collect()
-    };
-    let p: Vec<&str> = if pattern.is_empty() { Vec::new() } else { p };
-    go(&p, &k)
+        x.split('.').collect()
+    }
 }
 
 /// A queue a trace publishes to or consumes from, by its own series.

@@ -449,9 +449,7 @@ impl Store {
     ) -> Vec<(String, RouteStats, Vec<BucketPoint>)> {
         let g = self.lock();
         let from_s = now_ns.saturating_sub(window_ns) / 1_000_000_000;
-        g.routes
-            .iter()
-            .filter(|(_, w)| w.buckets.iter().any(|b| b.start_s + 10 >= from_s))
+        routes_since(&g, from_s)
             .map(|(r, w)| {
                 let points = w
                     .buckets
@@ -840,9 +838,7 @@ impl Store {
     pub fn routes_over(&self, now_ns: u64, window_ns: u64) -> Vec<(String, RouteStats)> {
         let g = self.lock();
         let from_s = now_ns.saturating_sub(window_ns) / 1_000_000_000;
-        g.routes
-            .iter()
-            .filter(|(_, w)| w.buckets.iter().any(|b| b.start_s + 10 >= from_s))
+        routes_since(&g, from_s)
             .map(|(r, w)| (r.clone(), stats_over(w, now_ns, window_ns)))
             .collect()
     }
@@ -877,6 +873,13 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// The routes with a ten-second bucket reaching into `[from_s, …)`.
+fn routes_since(g: &Inner, from_s: u64) -> impl Iterator<Item = (&String, &RouteWindow)> {
+    g.routes
+        .iter()
+        .filter(move |(_, w)| w.buckets.iter().any(|b| b.start_s + 10 >= from_s))
 }
 
 fn stats_over(w: &RouteWindow, now_ns: u64, window_ns: u64) -> RouteStats {
