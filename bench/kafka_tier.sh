@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The scaled-out tier on one machine: a sidecar (kafka exporter, keyed by
-# trace id) -> tansu (in-memory storage) -> N gateways (kafka receiver,
+# trace id) -> Apache Kafka (one node, KRaft) -> N gateways (kafka receiver,
 # one consumer group) -> tail sampling -> a counting sink.
 #
 #   [RATE=spans/s] bench/kafka_tier.sh [seconds] [gateways] [partitions]
@@ -11,7 +11,7 @@
 # have read every span the sidecar wrote, decided every trace and emptied
 # their queues, and reads each process's CPU time: spans per CPU-second of
 # the sidecar and of the gateways together, and each one's peak RSS.
-# The sidecar runs on CPU 0, the gateways on CPU 1; tansu and the load
+# The sidecar runs on CPU 0, the gateways on CPU 1; the broker and the load
 # generator float (this machine has 2 cores: the broker competes with both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ N=${2:-1}
 PARTS=${3:-6}
 T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
 export CARGO_TARGET_DIR=$T
-TANSU=${CAUSEWAY_TANSU:-$HOME/.cache/tansu/bin/tansu}
+. bench/kafka_broker.sh
 cargo build --release -q -p causeway -p causeway-loadgen
 LG=$T/release/loadgen
 TCK=$(getconf CLK_TCK)
@@ -37,11 +37,9 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-"$TANSU" broker --listener-url tcp://127.0.0.1:19092 --advertised-listener-url tcp://127.0.0.1:19092 \
-  --storage-engine memory://tansu/ > "$OUT/tansu.log" 2>&1 &
-PIDS+=($!); TANSU_PID=$!
-wait_port 19092
-"$TANSU" topic create otlp_spans --broker tcp://127.0.0.1:19092 --partitions "$PARTS" > /dev/null
+# The topic is created on first use with PARTS partitions.
+start_kafka "$OUT/kafka" 19092 19093 "num.partitions=$PARTS" "auto.create.topics.enable=true"
+PIDS+=("$KAFKA_PID"); BROKER_PID=$KAFKA_PID
 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 5 > "$OUT/sink.json" &
 SINK=$!
 wait_port 15317
@@ -61,7 +59,7 @@ done
 taskset -c 0 "$T/release/causeway" --config bench/kafka_sidecar.yaml --log-level warn > "$OUT/sidecar.log" 2>&1 &
 SC=$!; PIDS+=($SC)
 wait_port 14317
-SC0=$(cpu "$SC"); GW0=(); for p in "${GW[@]}"; do GW0+=($(cpu "$p")); done; TK0=$(cpu "$TANSU_PID")
+SC0=$(cpu "$SC"); GW0=(); for p in "${GW[@]}"; do GW0+=($(cpu "$p")); done; TK0=$(cpu "$BROKER_PID")
 START=$(date +%s.%N)
 "$LG" send --target 127.0.0.1:14317 --seconds "$SECS" --spans 500 --concurrency 8 \
   --error-every 1000 --slow-every 500 --spread 400 --rate "${RATE:-0}" > "$OUT/send.json"
@@ -92,7 +90,7 @@ for i in "${!GW[@]}"; do
   PER+="$c "
   GWHWM+="$(hwm "${GW[$i]}") "
 done
-TK1=$(cpu "$TANSU_PID")
+TK1=$(cpu "$BROKER_PID")
 SAMPLED=0; DROPPED=0; LATE=0
 for p in "${GWPORT[@]}"; do
   LATE=$((LATE + $(metric "$p" causeway_tail_sampling_late_spans_total)))
@@ -127,7 +125,7 @@ print(json.dumps({
   "gateways_cpu_seconds": round(gw, 2),
   "gateway_cpu_seconds_each": [round(int(x) / tck, 2) for x in a[18].split()],
   "gateways_spans_per_cpu_second": round(written / gw) if gw else None,
-  "tansu_cpu_seconds": round((tk1 - tk0) / tck, 2),
+  "broker_cpu_seconds": round((tk1 - tk0) / tck, 2),
   "sidecar_peak_rss_mib": round(int(a[16]) / 1024, 1),
   "gateway_peak_rss_mib": [round(int(x) / 1024, 1) for x in a[17].split()],
 }))

@@ -77,6 +77,109 @@ fn every_representative_collector_config_validates_or_names_what_to_use_instead(
     );
 }
 
+/// What the Collector's own `validate` (the real binary, built from the
+/// Collector's and contrib's modules by scripts/peers.sh) says of each
+/// config in tests/collector_configs: `None` it accepts it, `Some(text)` it
+/// refuses it with an error containing `text`.
+const COLLECTOR_SAYS: &[(&str, Option<&str>)] = &[
+    ("bearer-token-auth.yaml", None),
+    // The Collector removed the `logging` exporter (v0.111): both refuse it.
+    ("debug-exporters.yaml", Some("logging")),
+    ("filelog.yaml", None),
+    ("gateway-tail-sampling.yaml", None),
+    ("hostmetrics-remote-write.yaml", None),
+    ("k8s-enrichment.yaml", None),
+    ("kafka-buffer.yaml", None),
+    ("kafkametrics.yaml", None),
+    ("loadbalancing-tier1.yaml", None),
+    ("otlphttp-backends.yaml", None),
+    ("sidecar-agent.yaml", None),
+    ("spanmetrics.yaml", None),
+    ("tail-sampling-readme.yaml", None),
+];
+
+/// The Collector as the compatibility oracle: every config in
+/// tests/collector_configs goes to both `validate`s. Where both accept it,
+/// causeway runs it as the Collector would; where causeway refuses what the
+/// Collector accepts, each refused component or key is named in the
+/// README's "Coming from the OpenTelemetry Collector" section.
+#[test]
+fn the_collectors_own_validate_agrees_or_the_difference_is_documented() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/collector_configs");
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"),
+    )
+    .expect("README");
+    let coming = readme
+        .split("## Coming from the OpenTelemetry Collector")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the README's Coming from the Collector section");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("configs")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    let listed: Vec<&str> = COLLECTOR_SAYS.iter().map(|(f, _)| *f).collect();
+    assert_eq!(files, listed, "every config has the Collector's verdict stated");
+    let mut both_accept = 0;
+    for (name, says) in COLLECTOR_SAYS {
+        let path = dir.join(name);
+        let tmp = tempfile::tempdir().expect("tempdir");
+        // The Collector resolves ${env:...} too: the same environment for both.
+        let out = Command::new(common::peers::otelcol_bin())
+            .args(["validate", "--config", &path.display().to_string()])
+            .env("MY_POD_IP", "127.0.0.1")
+            .env("API_TOKEN", "t")
+            .current_dir(tmp.path())
+            .output()
+            .expect("run otelcol validate");
+        let said = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout);
+        match says {
+            None => assert!(
+                out.status.success(),
+                "the Collector should accept {name}:\n{said}"
+            ),
+            Some(text) => {
+                assert!(!out.status.success(), "the Collector should refuse {name}");
+                assert!(said.contains(text), "{name}: the Collector's error lacks {text:?}:\n{said}");
+            }
+        }
+        let text = std::fs::read_to_string(&path).expect("read");
+        let expect = expectations(&text);
+        if expect == ["valid"] {
+            if says.is_none() {
+                both_accept += 1;
+            }
+            continue;
+        }
+        if says.is_some() {
+            continue; // both refuse
+        }
+        for e in &expect {
+            let (path, text) = e
+                .strip_prefix("error ")
+                .and_then(|e| e.split_once(": "))
+                .unwrap_or_else(|| panic!("{name}: bad expectation {e:?}"));
+            let last = path.rsplit('.').next().unwrap_or(path);
+            let last = last.split('[').next().unwrap_or(last);
+            // `...policies[11].type`: the refused thing is the value, named in the text.
+            let word = if last == "type" {
+                text.split('`').nth(1).unwrap_or(last)
+            } else {
+                last
+            };
+            assert!(
+                coming.contains(&format!("`{word}`")),
+                "{name}: causeway refuses `{word}` ({path}), which the Collector accepts, and the README's Coming from the Collector section does not name it"
+            );
+        }
+    }
+    assert!(both_accept >= 5, "{both_accept} configs accepted by both");
+}
+
 fn spans(n: usize, first: usize) -> Vec<u8> {
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {

@@ -1,8 +1,9 @@
-//! The `kafka_lag` receiver in the running daemon against a real
-//! Kafka-protocol broker (tansu, SQLite storage), driven by an rdkafka
-//! producer and consumer: exact lag, Burrow status through WARN and STOP and
-//! back to OK with time lag tracking the oldest unconsumed message, retry
-//! storms, and a broker restart under the daemon.
+//! The `kafka_lag` receiver in the running daemon against a real Apache
+//! Kafka broker, driven by rdkafka producers and consumers: exact lag,
+//! Burrow status through WARN and STOP and back to OK with time lag
+//! tracking the oldest unconsumed message, members and their partitions
+//! from Kafka's DescribeGroups (a group left with no members is STOP),
+//! retry storms, and a broker restart under the daemon.
 
 mod common;
 
@@ -211,22 +212,145 @@ fn lag_per_partition_and_sums_are_exact() {
         s.get("kafka.topic.partitions", &[("topic", "payments")]),
         Some(3.0)
     );
-    // tansu does not serve DescribeGroups: reported, not fatal, no member count.
-    assert_eq!(s.count("kafka.consumer_group.members", &[]), 0);
-    wait_for(
-        Duration::from_secs(10),
-        "the describe error counted",
-        || {
-            d.metric(
-                "causeway_kafka_lag_errors_total{component=\"kafka_lag\",op=\"describe groups\"}",
-            )
-            .unwrap_or(0.0)
-                >= 1.0
-        },
+    // The consumer assigned its partitions itself (no subscription): Kafka
+    // describes the group as one with offsets and no members.
+    assert_eq!(
+        s.get("kafka.consumer_group.members", &[("group", "billing")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        d.metric("causeway_kafka_lag_errors_total{component=\"kafka_lag\",op=\"describe groups\"}"),
+        None,
+        "Kafka serves DescribeGroups"
     );
     assert_eq!(
         d.metric("causeway_kafka_lag_up{component=\"kafka_lag\"}"),
         Some(1.0)
+    );
+}
+
+/// A consumer of `group` subscribed to `topic` (a member of the group once
+/// polled), with `client` as its client id.
+fn member(broker: &Broker, group: &str, client: &str, topic: &str) -> rdkafka::consumer::BaseConsumer {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::Consumer;
+    let c: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.addr())
+        .set("group.id", group)
+        .set("client.id", client)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "500")
+        .create()
+        .expect("consumer");
+    c.subscribe(&[topic]).expect("subscribe");
+    c
+}
+
+/// Poll every consumer until each owns `each` partitions and has read to
+/// the end of them; then commit.
+fn settle(cs: &[&rdkafka::consumer::BaseConsumer], each: usize) {
+    use rdkafka::consumer::{CommitMode, Consumer};
+    wait_for(Duration::from_secs(60), "the group's assignment", || {
+        for c in cs {
+            while let Some(m) = c.poll(Duration::from_millis(50)) {
+                m.expect("poll");
+            }
+        }
+        cs.iter()
+            .all(|c| c.assignment().map(|a| a.count()).unwrap_or(0) == each)
+    });
+    for c in cs {
+        while let Some(m) = c.poll(Duration::from_millis(200)) {
+            m.expect("poll");
+        }
+        c.commit_consumer_state(CommitMode::Sync).expect("commit");
+    }
+}
+
+#[test]
+fn describe_groups_names_members_and_their_partitions_and_a_group_left_empty_is_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    broker.create_topic("invoices", 4);
+    let p = broker.producer();
+    for part in 0..4 {
+        broker.produce(&p, "invoices", part, 10);
+    }
+    let a = member(&broker, "ledger", "ledger-a", "invoices");
+    let b = member(&broker, "ledger", "ledger-b", "invoices");
+    settle(&[&a, &b], 2);
+    let d = Daemon::start(
+        dir.path(),
+        "members",
+        &config(dir.path(), &broker.addr(), ""),
+    );
+    let mut seen = 0;
+    let s = round_where(dir.path(), &mut seen, 20, "the group's members", |s| {
+        s.get("kafka.consumer_group.members", &[("group", "ledger")]) == Some(2.0)
+    });
+    for client in ["ledger-a", "ledger-b"] {
+        assert_eq!(
+            s.get(
+                "kafka.consumer_group.member.partitions",
+                &[("group", "ledger"), ("client_id", client), ("owner", "127.0.0.1")]
+            ),
+            Some(2.0),
+            "{client} owns 2 of the 4 partitions"
+        );
+    }
+    // Every partition's status names its owner, as Burrow does.
+    let owners: Vec<String> = (0..4)
+        .map(|part| {
+            let part = part.to_string();
+            s.points
+                .iter()
+                .find(|(n, at, _)| {
+                    n == "kafka.consumer_group.partition_status"
+                        && at.get("group").map(String::as_str) == Some("ledger")
+                        && at.get("partition") == Some(&part)
+                })
+                .and_then(|(_, at, _)| at.get("client_id").cloned())
+                .unwrap_or_default()
+        })
+        .collect();
+    let mut sorted = owners.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        ["ledger-a", "ledger-a", "ledger-b", "ledger-b"],
+        "owners of partitions 0..4: {owners:?}"
+    );
+    assert_eq!(
+        d.metric("causeway_kafka_lag_errors_total{component=\"kafka_lag\",op=\"describe groups\"}"),
+        None
+    );
+
+    // Both members leave; production goes on. With no members and offsets
+    // not moving while the lag grows, Burrow's verdict is STOP, not STALL.
+    drop(a);
+    drop(b);
+    let mut last = None;
+    for _ in 0..30 {
+        for part in 0..4 {
+            broker.produce(&p, "invoices", part, 5);
+        }
+        let s = next_round(dir.path(), &mut seen);
+        let at = [("group", "ledger"), ("topic", "invoices"), ("partition", "0")];
+        last = Some((
+            s.get("kafka.consumer_group.partition_status", &at),
+            s.get("kafka.consumer_group.status", &[("group", "ledger")]),
+            s.get("kafka.consumer_group.members", &[("group", "ledger")]),
+        ));
+        if matches!(last, Some((Some(v), _, _)) if v == 4.0) {
+            break;
+        }
+    }
+    assert_eq!(
+        last,
+        Some((Some(4.0), Some(3.0), Some(0.0))),
+        "(partition status, group status, members) of the group left empty: STOP (the group ERR) with no members"
     );
 }
 

@@ -404,3 +404,96 @@ service:
         "a new trace went to a removed backend"
     );
 }
+
+/// The Collector's own `loadbalancing` exporter (the real binary, built
+/// from contrib) in front of three causeway backends: each trace, its spans
+/// sent in several requests interleaved with other traces, reaches exactly
+/// one backend whole, and that backend is the one causeway's ring names, so
+/// a tier of Collectors and causeways agree on where a trace goes.
+#[test]
+fn the_collectors_loadbalancing_exporter_puts_each_trace_whole_where_causeways_ring_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_b1, e1) = backend(dir.path(), "b1");
+    let (_b2, e2) = backend(dir.path(), "b2");
+    let (_b3, e3) = backend(dir.path(), "b3");
+    let http = free_port();
+    let _front = common::peers::Collector::start(
+        dir.path(),
+        "otelcol-front",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+exporters:
+  loadbalancing:
+    routing_key: traceID
+    protocol:
+      otlp: {{ tls: {{ insecure: true }}, compression: none }}
+    resolver:
+      static: {{ hostnames: ["{e1}", "{e2}", "{e3}"] }}
+service:
+  telemetry: {{ metrics: {{ level: none }} }}
+  pipelines:
+    traces: {{ receivers: [otlp], exporters: [loadbalancing] }}
+"#
+        ),
+        &[http],
+    );
+    let url = format!("http://127.0.0.1:{http}");
+    let names = ["b1", "b2", "b3"];
+    let name_of: BTreeMap<String, &str> = [(&e1, "b1"), (&e2, "b2"), (&e3, "b3")]
+        .into_iter()
+        .map(|(e, n)| (e.clone(), n))
+        .collect();
+    let mut eps: Vec<String> = vec![e1.clone(), e2.clone(), e3.clone()];
+    eps.sort();
+    let ids: Vec<u64> = (1..=600).collect();
+    send_part(&url, &ids, 0, 0..SPANS, false);
+    // Spans only: wait for every trace whole at one backend (no log records sent).
+    let want = |t: u64| -> BTreeSet<String> {
+        (0..SPANS)
+            .map(|k| hex(&(t * SPANS + k + 1).to_be_bytes()))
+            .collect()
+    };
+    let mut at = BTreeMap::new();
+    wait_for(Duration::from_secs(60), "every trace at a backend", || {
+        let (spans_at, _) = read(dir.path(), &names);
+        at.clear();
+        for &t in &ids {
+            let h = hex(&tid(t));
+            let holders: Vec<&String> = spans_at
+                .iter()
+                .filter(|(_, m)| m.contains_key(&h))
+                .map(|(n, _)| n)
+                .collect();
+            assert!(holders.len() <= 1, "trace {t} split over {holders:?}");
+            if let [one] = holders.as_slice() {
+                if spans_at[*one][&h] == want(t) {
+                    at.insert(t, one.to_string());
+                }
+            }
+        }
+        at.len() == ids.len()
+    });
+    let mut disagree = Vec::new();
+    for (&t, got) in &at {
+        let id: [u8; 16] = tid(t).try_into().expect("16 bytes");
+        let ours = name_of[&eps[Ring::new(&eps).backend(&Key::Trace(id))]];
+        if got != ours {
+            disagree.push((t, got.clone(), ours));
+        }
+    }
+    assert!(
+        disagree.is_empty(),
+        "{} of {} traces placed elsewhere than causeway's ring says, e.g. {:?}",
+        disagree.len(),
+        ids.len(),
+        &disagree[..disagree.len().min(5)]
+    );
+    for n in names {
+        let c = at.values().filter(|b| *b == n).count();
+        assert!(c > 120, "{n} got {c} of 600 traces");
+    }
+}

@@ -5,7 +5,7 @@
 //! faults are caused by real mechanisms: NGINX's `limit_req` (429),
 //! `proxy_read_timeout` (504) and a dead upstream (502), a cold Redis cache
 //! falling back to a slow query, a one-connection pg pool under a burst,
-//! a thrown exception, a Kafka consumer (kafkajs, against the tansu broker,
+//! a thrown exception, a Kafka consumer (kafkajs, against an Apache Kafka broker,
 //! its lag read by the `kafka_lag` receiver) that stopped fetching. The ground truth is what the driver and the services
 //! observed, per trace id (`tests/testbed/app.js`); no span carries anything
 //! added by hand. `scripts/test.sh` installs nginx, redis-server, postgresql
@@ -180,7 +180,7 @@ fn real_software_faults_get_the_right_cause_culprit_and_route() {
     );
     wait_port(redis_exp, "redis_exporter", &mut redis_exporter, d);
     wait_port(pg_exp, "postgres_exporter", &mut pg_exporter, d);
-    // Kafka: the tansu broker the other Kafka tests use; `orders` is consumed by `billing`.
+    // Kafka: the Apache Kafka broker the other Kafka tests use; `orders` is consumed by `billing`.
     let broker = common::kafka::Broker::start(d);
     broker.create_topic("orders", 1);
 

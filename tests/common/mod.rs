@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod kafka;
+pub mod peers;
 
 use serde_json::Value;
 use std::io::{Read, Write};

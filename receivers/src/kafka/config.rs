@@ -62,6 +62,13 @@ pub struct KafkaReceiverConfig {
     /// The client id the broker sees (default `causeway`).
     #[serde(default = "client_id")]
     pub client_id: String,
+    /// Static membership (`group.instance.id`, as the Collector's key): a
+    /// member that restarts within `session.timeout.ms` gets its partitions
+    /// back without a rebalance of the group, so a rolling restart moves
+    /// nothing. Unique per instance, e.g. `${env:POD_NAME}`; unset (default):
+    /// dynamic membership.
+    #[serde(default)]
+    pub group_instance_id: Option<String>,
     /// `latest` (default) or `earliest`: where a group without a committed offset starts.
     #[serde(default)]
     pub initial_offset: InitialOffset,
@@ -95,9 +102,10 @@ fn max_in_flight() -> usize {
 }
 
 /// librdkafka properties causeway sets itself.
-const OWN_SETTINGS: [&str; 6] = [
+const OWN_SETTINGS: [&str; 7] = [
     "bootstrap.servers",
     "group.id",
+    "group.instance.id",
     "client.id",
     "enable.auto.commit",
     "auto.offset.reset",
@@ -140,7 +148,7 @@ impl Validate for KafkaReceiverConfig {
             if OWN_SETTINGS.contains(&k.as_str()) {
                 e.push(ConfigError::new(
                     format!("settings.{k}"),
-                    "set by causeway from the receiver's own keys (brokers, group_id, client_id, initial_offset, group_rebalance_strategy); use those",
+                    "set by causeway from the receiver's own keys (brokers, group_id, group_instance_id, client_id, initial_offset, group_rebalance_strategy); use those",
                 ));
             }
         }

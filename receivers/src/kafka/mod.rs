@@ -319,6 +319,9 @@ impl KafkaReceiver {
                     RebalanceStrategy::Roundrobin => "roundrobin",
                 },
             );
+        if let Some(instance) = &cfg.group_instance_id {
+            k.set("group.instance.id", instance);
+        }
         let consumer: StreamConsumer<Ctx> = k
             .create_with_context(context)
             .map_err(|e| format!("kafka receiver {id}: cannot create the consumer: {e}"))?;

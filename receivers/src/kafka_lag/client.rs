@@ -8,8 +8,8 @@
 //! (`ListConsumerGroups`, `ListConsumerGroupOffsets`), which rust-rdkafka does
 //! not wrap, through `rdkafka-sys`. `ListConsumerGroups` sends only
 //! ListGroups; librdkafka's older `rd_kafka_list_groups` also sends
-//! DescribeGroups, which some brokers (tansu) do not serve, and would lose the
-//! whole listing with it. Member counts come from `DescribeConsumerGroups`
+//! DescribeGroups, which some Kafka-protocol brokers do not serve, and would
+//! lose the whole listing with it. Member counts come from `DescribeConsumerGroups`
 //! separately, so its failure loses only the counts.
 
 #![allow(unsafe_code)] // librdkafka admin calls rust-rdkafka does not wrap; confined to this module.
@@ -326,10 +326,10 @@ impl Client {
         out
     }
 
-    /// Member count of each group (DescribeGroups). Brokers that do not serve
-    /// DescribeGroups make this fail as a whole; the caller reports it and
-    /// leaves the member counts out.
-    pub fn members(&self, groups: &[String]) -> Result<BTreeMap<String, i64>, ReceiverError> {
+    /// Members of each group and what each is assigned (DescribeGroups).
+    /// Brokers that do not serve DescribeGroups make this fail as a whole;
+    /// the caller reports it and leaves the members out.
+    pub fn members(&self, groups: &[String]) -> Result<BTreeMap<String, Members>, ReceiverError> {
         let mut out = BTreeMap::new();
         if groups.is_empty() {
             return Ok(out);
@@ -371,7 +371,37 @@ impl Client {
                 }
                 let id = cstr(sys::rd_kafka_ConsumerGroupDescription_group_id(d));
                 let count = sys::rd_kafka_ConsumerGroupDescription_member_count(d);
-                out.insert(id, i64::try_from(count).unwrap_or(i64::MAX));
+                let mut m = Members {
+                    count: i64::try_from(count).unwrap_or(i64::MAX),
+                    owners: BTreeMap::new(),
+                };
+                for j in 0..count {
+                    let md = sys::rd_kafka_ConsumerGroupDescription_member(d, j);
+                    if md.is_null() {
+                        continue;
+                    }
+                    let owner = Owner {
+                        client_id: cstr(sys::rd_kafka_MemberDescription_client_id(md)),
+                        host: cstr(sys::rd_kafka_MemberDescription_host(md))
+                            .trim_start_matches('/')
+                            .to_string(),
+                    };
+                    let a = sys::rd_kafka_MemberDescription_assignment(md);
+                    if a.is_null() {
+                        continue;
+                    }
+                    let parts = sys::rd_kafka_MemberAssignment_partitions(a);
+                    if parts.is_null() {
+                        continue;
+                    }
+                    let cnt = usize::try_from((*parts).cnt).unwrap_or(0);
+                    for k in 0..cnt {
+                        let e = &*(*parts).elems.add(k);
+                        m.owners
+                            .insert((cstr(e.topic), e.partition), owner.clone());
+                    }
+                }
+                out.insert(id, m);
             }
         }
         match first_error {
@@ -380,6 +410,26 @@ impl Client {
             _ => Ok(out),
         }
     }
+}
+
+/// Who owns a partition in a group: the member's client id and host, as
+/// Burrow reports a partition's `owner` and `client_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// The member's `client.id`.
+    pub client_id: String,
+    /// The host the member connected from.
+    pub host: String,
+}
+
+/// A described group: its member count and the owner of each partition
+/// assigned to a member.
+#[derive(Debug, Clone, Default)]
+pub struct Members {
+    /// Members of the group.
+    pub count: i64,
+    /// (topic, partition) → the member it is assigned to.
+    pub owners: BTreeMap<(String, i32), Owner>,
 }
 
 /// A borrowed C string as an owned String (lossy); empty for null.

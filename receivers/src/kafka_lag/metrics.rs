@@ -27,6 +27,9 @@ pub struct GroupPartition {
     pub lag_seconds: Option<f64>,
     /// Burrow status of the partition.
     pub status: Status,
+    /// The member it is assigned to, when the group was described and a
+    /// member owns it.
+    pub owner: Option<super::client::Owner>,
 }
 
 /// Per group: members, status, per topic/partition.
@@ -111,6 +114,22 @@ pub fn to_metrics(snap: &Snapshot, cluster: &str) -> ResourceMetrics {
                 Value::Int(m),
             );
         }
+        // Partitions assigned to each member (of the topics the group commits on).
+        let mut per_member: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+        for gp in g.partitions.values().flat_map(|p| p.values()) {
+            if let Some(o) = &gp.owner {
+                *per_member.entry((&o.client_id, &o.host)).or_default() += 1;
+            }
+        }
+        for ((client_id, host), n) in per_member {
+            b.gauge(
+                "kafka.consumer_group.member.partitions",
+                "{partitions}",
+                "Partitions assigned to a member of a consumer group.",
+                vec![kv("group", group), kv("client_id", client_id), kv("owner", host)],
+                Value::Int(n),
+            );
+        }
         if let Some(s) = g.status {
             b.gauge(
                 "kafka.consumer_group.status",
@@ -166,6 +185,11 @@ pub fn to_metrics(snap: &Snapshot, cluster: &str) -> ResourceMetrics {
                 }
                 let mut with_status = attrs();
                 with_status.push(kv("status", gp.status.name()));
+                // Burrow's `owner` and `client_id` of the partition.
+                if let Some(o) = &gp.owner {
+                    with_status.push(kv("owner", &o.host));
+                    with_status.push(kv("client_id", &o.client_id));
+                }
                 b.gauge(
                     "kafka.consumer_group.partition_status",
                     "1",
@@ -254,6 +278,10 @@ mod tests {
                         committed: Some(60),
                         lag_seconds: Some(12.5),
                         status: Status::Warn,
+                        owner: Some(super::super::client::Owner {
+                            client_id: "billing-1".into(),
+                            host: "10.0.0.7".into(),
+                        }),
                     },
                 ),
                 (
@@ -262,6 +290,7 @@ mod tests {
                         committed: None,
                         lag_seconds: None,
                         status: Status::NotFound,
+                        owner: None,
                     },
                 ),
             ]),
@@ -297,6 +326,27 @@ mod tests {
             .collect();
         assert_eq!(offsets, vec![60, -1]);
         assert_eq!(int(&points("kafka.consumer_group.members")[0]), 2);
+        // The owner of partition 0, as Burrow reports it; partition 1 has none.
+        let status = points("kafka.consumer_group.partition_status");
+        let keys = |p: &NumberDataPoint| -> Vec<(String, String)> {
+            p.attributes
+                .iter()
+                .map(|kv| {
+                    let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                        Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => s.clone(),
+                        other => format!("{other:?}"),
+                    };
+                    (kv.key.clone(), v)
+                })
+                .collect()
+        };
+        assert!(keys(&status[0]).contains(&("owner".into(), "10.0.0.7".into())));
+        assert!(keys(&status[0]).contains(&("client_id".into(), "billing-1".into())));
+        assert!(!keys(&status[1]).iter().any(|(k, _)| k == "owner"));
+        let per_member = points("kafka.consumer_group.member.partitions");
+        assert_eq!(per_member.len(), 1);
+        assert_eq!(int(&per_member[0]), 1);
+        assert!(keys(&per_member[0]).contains(&("client_id".into(), "billing-1".into())));
         assert_eq!(int(&points("kafka.consumer_group.status")[0]), 2);
         assert_eq!(int(&points("kafka.topic.partitions")[0]), 2);
         assert_eq!(points("kafka.partition.current_offset").len(), 2);

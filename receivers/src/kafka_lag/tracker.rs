@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::analysis::{group_status, retry_storm, LagAlarm, ProduceRate, Sample, Timeline, Window};
-use super::client::{GroupListing, PerPartition, Topics};
+use super::client::{GroupListing, Members, PerPartition, Topics};
 use super::metrics::{GroupPartition, GroupSnapshot, PartitionOffsets, Snapshot};
 
 /// What one round read from the cluster (already filtered by the config).
@@ -18,8 +18,8 @@ pub struct Round {
     pub groups: Vec<GroupListing>,
     /// Committed offsets per group (groups whose fetch failed are absent).
     pub committed: BTreeMap<String, PerPartition<i64>>,
-    /// Member counts, when the broker described the groups.
-    pub members: Option<BTreeMap<String, i64>>,
+    /// Members and their assignments, when the broker described the groups.
+    pub members: Option<BTreeMap<String, Members>>,
 }
 
 /// Tuning of the analysis.
@@ -113,10 +113,8 @@ impl Tracker {
             let Some(committed) = round.committed.get(&listing.id) else {
                 continue;
             };
-            let members = round
-                .members
-                .as_ref()
-                .and_then(|m| m.get(&listing.id).copied());
+            let described = round.members.as_ref().and_then(|m| m.get(&listing.id));
+            let members = described.map(|m| m.count);
             let has_members = match members {
                 Some(n) => Some(n > 0),
                 None => match listing.state.as_str() {
@@ -146,6 +144,7 @@ impl Tracker {
                         committed: c,
                         lag_seconds: None,
                         status: super::analysis::Status::NotFound,
+                        owner: described.and_then(|m| m.owners.get(&(topic.clone(), *p)).cloned()),
                     };
                     if let Some(c) = c {
                         let lag = (o.latest - c).max(0);

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The real peers of the test suite and the benches, each fetched or built once
+# into a cache directory keyed by its version and by the files that define it:
+#
+#   Apache Kafka (broker jars from Maven Central, KRaft combined mode, Java 17)
+#   Jaeger v2 (github.com/jaegertracing/jaeger/cmd/jaeger, from the Go module proxy)
+#   the OpenTelemetry Collector (tools/peers/otelcol: core and contrib modules
+#     at one release, the one Jaeger is built on, so both share Go's build cache)
+#
+# Source it (`. scripts/peers.sh`) to get CAUSEWAY_KAFKA_LIBS, CAUSEWAY_JAEGER
+# and CAUSEWAY_OTELCOL exported; run it to only fetch and build. Nothing is
+# done when the cache already holds a peer; each step says what it does.
+set -euo pipefail
+
+peers_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tools/peers"
+PEERS_CACHE="${CAUSEWAY_PEERS:-${HOME:-/root}/.cache/causeway-peers}"
+KAFKA_VERSION=4.1.1
+JAEGER_VERSION=v1.75.0
+OTELCOL_VERSION=v0.139.0
+mkdir -p "$PEERS_CACHE"
+
+# A short hash of the files that define a peer, so an edit rebuilds it.
+peer_key() { cat "$@" | sha256sum | cut -c1-10; }
+
+kafka_dir="$PEERS_CACHE/kafka-$KAFKA_VERSION-$(peer_key "$peers_root/kafka/pom.xml")"
+if [[ ! -f "$kafka_dir/libs/kafka_2.13-$KAFKA_VERSION.jar" ]]; then
+  echo "== fetching Apache Kafka $KAFKA_VERSION from Maven Central into $kafka_dir (once)"
+  rm -rf "$kafka_dir.tmp"
+  mvn -q -B -f "$peers_root/kafka/pom.xml" dependency:copy-dependencies \
+    -Dkafka.version="$KAFKA_VERSION" -DincludeScope=runtime \
+    -DoutputDirectory="$kafka_dir.tmp/libs"
+  mv "$kafka_dir.tmp" "$kafka_dir"
+fi
+export CAUSEWAY_KAFKA_LIBS="$kafka_dir/libs"
+
+# Go builds: the module proxy only (no VCS), read-only go.mod/go.sum as committed.
+export GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local
+
+jaeger_dir="$PEERS_CACHE/jaeger-$JAEGER_VERSION-$(peer_key "$peers_root/jaeger/go.mod" "$peers_root/jaeger/go.sum")"
+if [[ ! -x "$jaeger_dir/jaeger" ]]; then
+  echo "== building Jaeger $JAEGER_VERSION from the Go module proxy into $jaeger_dir (once; several minutes)"
+  (cd "$peers_root/jaeger" && go build -trimpath -ldflags='-s -w' -o "$jaeger_dir/jaeger.tmp" \
+    github.com/jaegertracing/jaeger/cmd/jaeger)
+  mv "$jaeger_dir/jaeger.tmp" "$jaeger_dir/jaeger"
+fi
+export CAUSEWAY_JAEGER="$jaeger_dir/jaeger"
+
+otelcol_dir="$PEERS_CACHE/otelcol-$OTELCOL_VERSION-$(peer_key "$peers_root/otelcol/go.mod" "$peers_root/otelcol/go.sum" "$peers_root/otelcol/main.go")"
+if [[ ! -x "$otelcol_dir/otelcol" ]]; then
+  echo "== building the OpenTelemetry Collector $OTELCOL_VERSION (tools/peers/otelcol) into $otelcol_dir (once; several minutes)"
+  (cd "$peers_root/otelcol" && go build -trimpath -ldflags='-s -w' -o "$otelcol_dir/otelcol.tmp" .)
+  mv "$otelcol_dir/otelcol.tmp" "$otelcol_dir/otelcol"
+fi
+export CAUSEWAY_OTELCOL="$otelcol_dir/otelcol"
+
+echo "== peers: kafka $KAFKA_VERSION ($CAUSEWAY_KAFKA_LIBS), jaeger $JAEGER_VERSION, otelcol $OTELCOL_VERSION"
