@@ -3,12 +3,14 @@
 # The daemon under test is pinned to CPU 0; the load generator and the sink
 # share CPU 1. Reports spans/s, spans per daemon CPU-second and peak RSS.
 #
-#   bench/forward.sh [seconds] [causeway|rotel|both] [none|gzip|zstd] [none|gzip|zstd]
+#   bench/forward.sh [seconds] [causeway|otelcol|rotel|both|all] [none|gzip|zstd] [none|gzip|zstd]
 #
 # The third argument is how the load generator compresses (pre-compressed
 # requests, as an SDK or a sidecar Collector sends them), the fourth how the
-# daemon exports (default: the same as the third). rotel is installed with `pip install --pre
-# rotel` when asked for; it exports gzip or none only.
+# daemon exports (default: the same as the third). `otelcol` is the OpenTelemetry Collector
+# (contrib v0.140.1, built by scripts/peers.sh) on the same pipeline; `both` is causeway and rotel, `all`
+# the three in one run. rotel is installed with `pip install --pre rotel` when asked for; it
+# exports gzip or none only.
 # The daemon's CPU is read once the sink has gone idle, so it includes the
 # batches still in flight when the load stopped.
 set -euo pipefail
@@ -71,11 +73,19 @@ print(json.dumps({
 PY
 }
 
-if [[ $WHICH == causeway || $WHICH == both ]]; then
+if [[ $WHICH == causeway || $WHICH == both || $WHICH == all ]]; then
   sed "s/compression: none/compression: $COMP_OUT/" bench/forward.yaml > "$OUT/forward.yaml"
   run_one causeway "$T/release/causeway" --config "$OUT/forward.yaml" --log-level warn
 fi
-if [[ $WHICH == rotel || $WHICH == both ]]; then
+if [[ $WHICH == otelcol || $WHICH == all ]]; then
+  . scripts/peers.sh >&2
+  # The same pipeline in the Collector's own keys (its telemetry off: causeway's is a port too).
+  sed -e "s/compression: none/compression: $COMP_OUT/" -e '/^  telemetry:/,$d' bench/forward.yaml \
+    | sed 's/^    sending_queue:/    tls: { insecure: true }\n    sending_queue:/' > "$OUT/otelcol.yaml"
+  printf '  telemetry:\n    metrics: { level: none }\n' >> "$OUT/otelcol.yaml"
+  run_one otelcol "$CAUSEWAY_OTELCOL" --config "$OUT/otelcol.yaml"
+fi
+if [[ $WHICH == rotel || $WHICH == both || $WHICH == all ]]; then
   ROTEL=$(python3 -c 'import rotel, os; print(os.path.join(os.path.dirname(rotel.__file__), "rotel-agent"))' 2>/dev/null || true)
   if [[ -z $ROTEL ]]; then
     pip install --quiet --pre rotel

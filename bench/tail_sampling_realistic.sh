@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Tail sampling with realistic arrival, CPU counted to the last decision.
 #
-#   bench/tail_sampling_realistic.sh [seconds] [spread] [config]
+#   [DAEMON=causeway|otelcol] bench/tail_sampling_realistic.sh [seconds] [spread] [config]
+#
+# DAEMON=otelcol runs the OpenTelemetry Collector (contrib v0.140.1, built by
+# scripts/peers.sh) on bench/tail_sampling_otelcol.yaml, the same pipeline in
+# its own keys, and reads its own self-metrics the same way.
 #
 # Every trace id is new. Each trace's 5 spans arrive in 5 different requests,
 # `spread` requests apart (default 400: about 2 s apart at 400k spans/s), as
@@ -19,12 +23,31 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
 SPREAD=${2:-400}
-CONFIG=${3:-bench/tail_sampling.yaml}
+DAEMON=${DAEMON:-causeway}
 T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
 export CARGO_TARGET_DIR=$T
-# The `profiling` profile: release code generation with debug info, for perf.
-cargo build --profile profiling -q -p causeway -p causeway-loadgen
-LG=$T/profiling/loadgen
+# With PROFILE=1 the `profiling` profile (release code generation with debug
+# info, for perf); else the release build the other benches use.
+BUILD=release
+[[ ${PROFILE:-0} == 1 ]] && BUILD=profiling
+cargo build --profile "$BUILD" -q -p causeway -p causeway-loadgen
+LG=$T/$BUILD/loadgen
+if [[ $DAEMON == otelcol ]]; then
+  . scripts/peers.sh >&2
+  CONFIG=${3:-bench/tail_sampling_otelcol.yaml}
+  RUN=("$CAUSEWAY_OTELCOL" --config "$CONFIG")
+  M_PENDING=otelcol_processor_tail_sampling_sampling_traces_on_memory
+  M_QUEUE=otelcol_exporter_queue_size
+  M_DECIDED=otelcol_processor_tail_sampling_global_count_traces_sampled
+  SAMPLED_SEL='sampled="true"'; DROPPED_SEL='sampled="false"'
+else
+  CONFIG=${3:-bench/tail_sampling.yaml}
+  RUN=("$T/$BUILD/causeway" --config "$CONFIG" --log-level warn)
+  M_PENDING=causeway_tail_sampling_pending_traces
+  M_QUEUE=causeway_exporter_queue_size
+  M_DECIDED=causeway_tail_sampling_traces_total
+  SAMPLED_SEL='decision="sampled"'; DROPPED_SEL='decision="not_sampled"'
+fi
 TCK=$(getconf CLK_TCK)
 OUT=$(mktemp -d)
 TEL=127.0.0.1:18888
@@ -38,7 +61,7 @@ metric() { curl -s "http://$TEL/metrics" | awk -v s="$1" -v t="${2:-$1}" 'index(
 taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 3 > "$OUT/sink.json" &
 SINK=$!
 wait_port 15317
-taskset -c 0 "$T/profiling/causeway" --config "$CONFIG" --log-level warn > "$OUT/daemon.log" 2>&1 &
+taskset -c 0 "${RUN[@]}" > "$OUT/daemon.log" 2>&1 &
 D=$!
 wait_port 14317
 if [[ ${PROFILE:-0} == 1 ]]; then
@@ -49,11 +72,11 @@ START=$(date +%s.%N)
 taskset -c 1 "$LG" send --target 127.0.0.1:14317 --seconds "$SECS" --spans 500 --concurrency 8 \
   --error-every 1000 --slow-every 500 --spread "$SPREAD" > "$OUT/send.json"
 SENT_AT=$(date +%s.%N)
-PENDING_AT_STOP=$(metric causeway_tail_sampling_pending_traces)
+PENDING_AT_STOP=$(metric $M_PENDING)
 # Every decision made, the queue drained, the sink idle.
 for _ in $(seq 1 600); do
-  p=$(metric causeway_tail_sampling_pending_traces)
-  q=$(metric causeway_exporter_queue_size)
+  p=$(metric $M_PENDING)
+  q=$(metric $M_QUEUE)
   [[ $p == 0 && $q == 0 ]] && break
   sleep 0.1
 done
@@ -61,9 +84,9 @@ DECIDED_AT=$(date +%s.%N)
 wait "$SINK" || true
 AFTER=$(awk '{print $14+$15}' /proc/$D/stat)
 HWM=$(awk '/VmHWM/{print $2}' /proc/$D/status)
-SAMPLED=$(metric causeway_tail_sampling_traces_total 'decision="sampled"')
-DROPPED=$(metric causeway_tail_sampling_traces_total 'decision="not_sampled"')
-PENDING=$(metric causeway_tail_sampling_pending_traces)
+SAMPLED=$(metric $M_DECIDED "$SAMPLED_SEL")
+DROPPED=$(metric $M_DECIDED "$DROPPED_SEL")
+PENDING=$(metric $M_PENDING)
 kill -TERM "$D"; wait "$D" || true
 if [[ ${PROFILE:-0} == 1 ]]; then
   kill -INT "$PERF"; wait "$PERF" || true
@@ -75,7 +98,7 @@ if [[ ${PROFILE:-0} == 1 ]]; then
     | grep -E '^ +[0-9.]+% +[0-9.]+%' \
     | grep -E 'tail_sampling::TailSampling|extract::for_each_span|policy::|exporters::otlp|receivers::otlp::grpc::export|processors::batch|wire::scan|encode' | head -20
 fi
-python3 - "$OUT" "$BEFORE" "$AFTER" "$TCK" "$HWM" "$START" "$SENT_AT" "$DECIDED_AT" "$SAMPLED" "$DROPPED" "$PENDING" "$PENDING_AT_STOP" "$SPREAD" <<'PY'
+python3 - "$OUT" "$BEFORE" "$AFTER" "$TCK" "$HWM" "$START" "$SENT_AT" "$DECIDED_AT" "$SAMPLED" "$DROPPED" "$PENDING" "$PENDING_AT_STOP" "$SPREAD" "$DAEMON" <<'PY'
 import json, sys
 out = sys.argv[1]
 before, after, tck, hwm = map(int, sys.argv[2:6])
@@ -84,6 +107,7 @@ send = json.load(open(f"{out}/send.json"))
 sink = json.load(open(f"{out}/sink.json"))
 cpu = (after - before) / tck
 print(json.dumps({
+  "daemon": sys.argv[14],
   "spans_accepted": send["spans_accepted"],
   "spread_requests": int(sys.argv[13]),
   "spans_per_sec_while_sending": round(send["spans_per_sec"]),

@@ -4,8 +4,9 @@
 #
 #   Apache Kafka (broker jars from Maven Central, KRaft combined mode, Java 17)
 #   Jaeger v2 (github.com/jaegertracing/jaeger/cmd/jaeger, from the Go module proxy)
-#   the OpenTelemetry Collector (tools/peers/otelcol: core and contrib modules
-#     at one release, the one Jaeger is built on, so both share Go's build cache)
+#   the OpenTelemetry Collector (tools/peers/otelcol: core v0.140.0 and contrib
+#     v0.140.1, one release; v0.139.0, the one Jaeger v1.75.0 is built on, has
+#     a loadbalancing exporter that cannot create its backends, contrib #43950)
 #
 # Source it (`. scripts/peers.sh`) to get CAUSEWAY_KAFKA_LIBS, CAUSEWAY_JAEGER
 # and CAUSEWAY_OTELCOL exported; run it to only fetch and build. Nothing is
@@ -16,7 +17,7 @@ peers_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tools/peers"
 PEERS_CACHE="${CAUSEWAY_PEERS:-${HOME:-/root}/.cache/causeway-peers}"
 KAFKA_VERSION=4.1.1
 JAEGER_VERSION=v1.75.0
-OTELCOL_VERSION=v0.139.0
+OTELCOL_VERSION=v0.140.1
 mkdir -p "$PEERS_CACHE"
 
 # A short hash of the files that define a peer, so an edit rebuilds it.

@@ -106,10 +106,9 @@ const COLLECTOR_SAYS: &[(&str, Option<&str>)] = &[
 #[test]
 fn the_collectors_own_validate_agrees_or_the_difference_is_documented() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/collector_configs");
-    let readme = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"),
-    )
-    .expect("README");
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .expect("README");
     let coming = readme
         .split("## Coming from the OpenTelemetry Collector")
         .nth(1)
@@ -122,7 +121,10 @@ fn the_collectors_own_validate_agrees_or_the_difference_is_documented() {
         .collect();
     files.sort();
     let listed: Vec<&str> = COLLECTOR_SAYS.iter().map(|(f, _)| *f).collect();
-    assert_eq!(files, listed, "every config has the Collector's verdict stated");
+    assert_eq!(
+        files, listed,
+        "every config has the Collector's verdict stated"
+    );
     let mut both_accept = 0;
     for (name, says) in COLLECTOR_SAYS {
         let path = dir.join(name);
@@ -144,7 +146,10 @@ fn the_collectors_own_validate_agrees_or_the_difference_is_documented() {
             ),
             Some(text) => {
                 assert!(!out.status.success(), "the Collector should refuse {name}");
-                assert!(said.contains(text), "{name}: the Collector's error lacks {text:?}:\n{said}");
+                assert!(
+                    said.contains(text),
+                    "{name}: the Collector's error lacks {text:?}:\n{said}"
+                );
             }
         }
         let text = std::fs::read_to_string(&path).expect("read");

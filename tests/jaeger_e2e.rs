@@ -19,7 +19,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A causeway whose traces go to Jaeger through `exporter` (YAML of one
 /// exporter named `jaeger`'s body under its type), and to a file.
-fn causeway(dir: &std::path::Path, name: &str, http: u16, exporter: &str, jaeger: &Jaeger) -> Daemon {
+fn causeway(
+    dir: &std::path::Path,
+    name: &str,
+    http: u16,
+    exporter: &str,
+    jaeger: &Jaeger,
+) -> Daemon {
     let config = format!(
         r#"
 receivers:
@@ -67,7 +73,10 @@ fn otlp_value(v: &Value) -> String {
         return b.to_string();
     }
     if let Some(i) = v.get("intValue") {
-        return i.as_str().map(str::to_string).unwrap_or_else(|| i.to_string());
+        return i
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| i.to_string());
     }
     if let Some(d) = v.get("doubleValue").and_then(Value::as_f64) {
         return format!("{d}");
@@ -197,9 +206,16 @@ fn kept_traces_in_jaeger_carry_every_rca_attribute_on_its_span_over_grpc_and_htt
             let spans = &w[tid];
             let n_spans = spans.len();
             // The UI's API: tags on each span, by span id.
-            let v1 = jaeger_get_until(&q, &format!("/api/traces/{tid}"), Duration::from_secs(30), |v| {
-                v["data"][0]["spans"].as_array().is_some_and(|s| s.len() == n_spans)
-            });
+            let v1 = jaeger_get_until(
+                &q,
+                &format!("/api/traces/{tid}"),
+                Duration::from_secs(30),
+                |v| {
+                    v["data"][0]["spans"]
+                        .as_array()
+                        .is_some_and(|s| s.len() == n_spans)
+                },
+            );
             let mut v1_tags: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
             for sp in v1["data"][0]["spans"].as_array().into_iter().flatten() {
                 let id = sp["spanID"].as_str().unwrap_or_default().to_lowercase();
@@ -212,10 +228,18 @@ fn kept_traces_in_jaeger_carry_every_rca_attribute_on_its_span_over_grpc_and_htt
                 }
             }
             // The v3 API: OTLP JSON.
-            let v3 = jaeger_get_until(&q, &format!("/api/v3/traces/{tid}"), Duration::from_secs(30), |v| {
-                v["result"]["resourceSpans"].is_array()
-            });
-            let v3_attrs = rca_by_span(v3["result"]["resourceSpans"].as_array().map(Vec::as_slice).unwrap_or_default());
+            let v3 = jaeger_get_until(
+                &q,
+                &format!("/api/v3/traces/{tid}"),
+                Duration::from_secs(30),
+                |v| v["result"]["resourceSpans"].is_array(),
+            );
+            let v3_attrs = rca_by_span(
+                v3["result"]["resourceSpans"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default(),
+            );
             for (sid, attrs) in spans {
                 for (k, val) in attrs {
                     checked_attrs += 1;
@@ -239,7 +263,10 @@ fn kept_traces_in_jaeger_carry_every_rca_attribute_on_its_span_over_grpc_and_htt
                 .collect();
             assert!(!critical.is_empty(), "{tid}: no critical path written");
             for s in critical {
-                assert!(v1_tags.contains_key(s), "{tid}: critical span {s} not in Jaeger's trace");
+                assert!(
+                    v1_tags.contains_key(s),
+                    "{tid}: critical span {s} not in Jaeger's trace"
+                );
             }
             let culprit = spans
                 .values()
@@ -253,7 +280,10 @@ fn kept_traces_in_jaeger_carry_every_rca_attribute_on_its_span_over_grpc_and_htt
             }
         }
     }
-    assert!(checked_attrs > 100, "only {checked_attrs} rca attributes compared");
+    assert!(
+        checked_attrs > 100,
+        "only {checked_attrs} rca attributes compared"
+    );
 
     // The page's "open in Jaeger" link: a URL Jaeger's query service answers,
     // naming a trace Jaeger has.
@@ -274,8 +304,11 @@ fn kept_traces_in_jaeger_carry_every_rca_attribute_on_its_span_over_grpc_and_htt
         let path = link.trim_start_matches(&format!("http://{q}"));
         let (code, _) = http_get(&q, path).expect("jaeger answers the link");
         assert_eq!(code, 200, "Jaeger at {link}");
-        let (code, _) = http_get(&q, &format!("/api/traces/{}", path.trim_start_matches("/trace/")))
-            .expect("jaeger api");
+        let (code, _) = http_get(
+            &q,
+            &format!("/api/traces/{}", path.trim_start_matches("/trace/")),
+        )
+        .expect("jaeger api");
         assert_eq!(code, 200, "the trace the link names is in Jaeger");
     }
     drop(jaeger);

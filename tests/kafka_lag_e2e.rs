@@ -64,17 +64,6 @@ impl Snap {
             })
             .map(|p| p.2)
     }
-    fn count(&self, name: &str, attrs: &[(&str, &str)]) -> usize {
-        self.points
-            .iter()
-            .filter(|(n, a, _)| {
-                n == name
-                    && attrs
-                        .iter()
-                        .all(|(k, v)| a.get(*k).map(String::as_str) == Some(*v))
-            })
-            .count()
-    }
 }
 
 fn snaps(dir: &Path) -> Vec<Snap> {
@@ -231,7 +220,12 @@ fn lag_per_partition_and_sums_are_exact() {
 
 /// A consumer of `group` subscribed to `topic` (a member of the group once
 /// polled), with `client` as its client id.
-fn member(broker: &Broker, group: &str, client: &str, topic: &str) -> rdkafka::consumer::BaseConsumer {
+fn member(
+    broker: &Broker,
+    group: &str,
+    client: &str,
+    topic: &str,
+) -> rdkafka::consumer::BaseConsumer {
     use rdkafka::config::ClientConfig;
     use rdkafka::consumer::Consumer;
     let c: rdkafka::consumer::BaseConsumer = ClientConfig::new()
@@ -294,7 +288,11 @@ fn describe_groups_names_members_and_their_partitions_and_a_group_left_empty_is_
         assert_eq!(
             s.get(
                 "kafka.consumer_group.member.partitions",
-                &[("group", "ledger"), ("client_id", client), ("owner", "127.0.0.1")]
+                &[
+                    ("group", "ledger"),
+                    ("client_id", client),
+                    ("owner", "127.0.0.1")
+                ]
             ),
             Some(2.0),
             "{client} owns 2 of the 4 partitions"
@@ -337,7 +335,11 @@ fn describe_groups_names_members_and_their_partitions_and_a_group_left_empty_is_
             broker.produce(&p, "invoices", part, 5);
         }
         let s = next_round(dir.path(), &mut seen);
-        let at = [("group", "ledger"), ("topic", "invoices"), ("partition", "0")];
+        let at = [
+            ("group", "ledger"),
+            ("topic", "invoices"),
+            ("partition", "0"),
+        ];
         last = Some((
             s.get("kafka.consumer_group.partition_status", &at),
             s.get("kafka.consumer_group.status", &[("group", "ledger")]),

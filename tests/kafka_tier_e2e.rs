@@ -648,7 +648,6 @@ fn a_gateway_killed_or_stopped_mid_run_loses_no_trace_and_bad_messages_are_skipp
         gateways: [g1, mut g2, g3],
         _sidecar_daemons: _running,
     } = tier(dir.path(), "");
-    let b = broker.addr();
     let mut rng = Rng::new(23);
 
     // A message that is not OTLP, on every partition of the spans topic.
@@ -715,7 +714,10 @@ fn a_gateway_killed_or_stopped_mid_run_loses_no_trace_and_bad_messages_are_skipp
     assert!(
         repeated.is_subset(&uncommitted),
         "traces written twice that were committed before the kill: {:?}",
-        repeated.difference(&uncommitted).take(5).collect::<Vec<_>>()
+        repeated
+            .difference(&uncommitted)
+            .take(5)
+            .collect::<Vec<_>>()
     );
     assert!(
         duplicated <= uncommitted.len(),
@@ -834,7 +836,8 @@ fn uncommitted_traces(broker: &Broker, group: &str, topic: &str) -> BTreeSet<Str
             match reader.poll(Duration::from_secs(10)) {
                 Some(Ok(m)) => {
                     next = m.offset() + 1;
-                    let Ok(req) = ExportTraceServiceRequest::decode(m.payload().unwrap_or_default())
+                    let Ok(req) =
+                        ExportTraceServiceRequest::decode(m.payload().unwrap_or_default())
                     else {
                         continue; // the bad message of the test
                     };
@@ -845,7 +848,10 @@ fn uncommitted_traces(broker: &Broker, group: &str, topic: &str) -> BTreeSet<Str
                     }
                 }
                 Some(Err(e)) => panic!("audit read: {e}"),
-                None => panic!("audit read of {topic}/{} stalled at {next} of {high}", e.partition()),
+                None => panic!(
+                    "audit read of {topic}/{} stalled at {next} of {high}",
+                    e.partition()
+                ),
             }
         }
     }
@@ -889,15 +895,22 @@ fn a_rolling_restart_with_static_membership_rebalances_nothing_and_loses_nothing
     let gb = gw("gwB", "gw-b");
     wait_assigned(&[&ga, &gb]);
     // The assignment settled: from here on, any rebalance shows as a count.
-    let settled = |d: &Daemon| (d.metric(revokes).unwrap_or(0.0), d.metric(assigns).unwrap_or(0.0));
+    let settled = |d: &Daemon| {
+        (
+            d.metric(revokes).unwrap_or(0.0),
+            d.metric(assigns).unwrap_or(0.0),
+        )
+    };
     let b_before = settled(&gb);
 
     let mut rng = Rng::new(31);
     let all = cases(&mut rng, 1500, 0);
     send(&mut rng, &sidecars, &all[..500]);
-    wait_for(Duration::from_secs(60), "gwA to hold pending traces", || {
-        ga.metric(pending).unwrap_or(0.0) > 0.0
-    });
+    wait_for(
+        Duration::from_secs(60),
+        "gwA to hold pending traces",
+        || ga.metric(pending).unwrap_or(0.0) > 0.0,
+    );
     assert!(ga.terminate().success(), "gwA stops cleanly");
     let ga2 = gw("gwA2", "gw-a");
     wait_assigned(&[&ga2, &gb]);
@@ -907,12 +920,18 @@ fn a_rolling_restart_with_static_membership_rebalances_nothing_and_loses_nothing
         b_before,
         "gwB saw a rebalance (revokes, assigns) while gwA restarted as the same static member"
     );
-    assert_eq!(ga2.metric(assigns), Some(1.0), "gwA's new incarnation assigned once");
+    assert_eq!(
+        ga2.metric(assigns),
+        Some(1.0),
+        "gwA's new incarnation assigned once"
+    );
 
     let a_before = settled(&ga2);
-    wait_for(Duration::from_secs(60), "gwB to hold pending traces", || {
-        gb.metric(pending).unwrap_or(0.0) > 0.0
-    });
+    wait_for(
+        Duration::from_secs(60),
+        "gwB to hold pending traces",
+        || gb.metric(pending).unwrap_or(0.0) > 0.0,
+    );
     assert!(gb.terminate().success(), "gwB stops cleanly");
     let gb2 = gw("gwB2", "gw-b");
     wait_assigned(&[&ga2, &gb2]);
@@ -990,7 +1009,10 @@ service:
         &gateways.iter().collect::<Vec<_>>(),
         "causeway_kafka_receiver_messages_total{receiver=\"kafka\",outcome=\"invalid\"}",
     );
-    assert_eq!(read, 0.0, "every message the Collector wrote is valid OTLP to causeway");
+    assert_eq!(
+        read, 0.0,
+        "every message the Collector wrote is valid OTLP to causeway"
+    );
 
     // causeway → Kafka → Collector → causeway sink.
     let sink_grpc = free_port();
@@ -1043,14 +1065,18 @@ service:
     );
     let back = cases(&mut rng, 300, 10_000);
     send(&mut rng, &[url], &back);
-    wait_for(Duration::from_secs(120), "every span through the Collector", || {
-        let s = seen(d, &["sink"]);
-        back.iter().all(|c| {
-            s.by_trace
-                .get(&hex(&c.trace_id))
-                .is_some_and(|v| v.iter().any(|(_, got, _)| *got == span_ids(c)))
-        })
-    });
+    wait_for(
+        Duration::from_secs(120),
+        "every span through the Collector",
+        || {
+            let s = seen(d, &["sink"]);
+            back.iter().all(|c| {
+                s.by_trace
+                    .get(&hex(&c.trace_id))
+                    .is_some_and(|v| v.iter().any(|(_, got, _)| *got == span_ids(c)))
+            })
+        },
+    );
 }
 
 /// The compression codec of every record batch in a partition's log
@@ -1135,7 +1161,9 @@ service:
             d,
             &format!("sidecar-{codec}"),
             &b,
-            &format!("    traces: {{ topic: spans_{codec} }}\n    producer: {{ compression: {codec} }}"),
+            &format!(
+                "    traces: {{ topic: spans_{codec} }}\n    producer: {{ compression: {codec} }}"
+            ),
         );
         let cs = cases(&mut rng, 150, 1000 * i as u64);
         send(&mut rng, &[url], &cs);
@@ -1184,7 +1212,10 @@ ssl.keystore.location={}
     let broker = Broker::start_formatted(
         d,
         &extra,
-        &["--add-scram", "SCRAM-SHA-512=[name=alice,password=alice-s3cret-pw]"],
+        &[
+            "--add-scram",
+            "SCRAM-SHA-512=[name=alice,password=alice-s3cret-pw]",
+        ],
     );
     broker.create_topic("otlp_spans", PARTITIONS);
     broker.create_topic("otlp_logs", PARTITIONS);
@@ -1237,9 +1268,15 @@ service:
     // The wrong password: the broker refuses the handshake, the sidecar says so.
     let more = cases(&mut rng, 5, 90_000);
     send(&mut rng, &[bad_url], &more);
-    wait_for(Duration::from_secs(60), "the refused login reported", || {
-        bad.stderr("sidecar-bad").to_lowercase().contains("authentication")
-    });
+    wait_for(
+        Duration::from_secs(60),
+        "the refused login reported",
+        || {
+            bad.stderr("sidecar-bad")
+                .to_lowercase()
+                .contains("authentication")
+        },
+    );
     // No password in anything the daemons wrote: logs, /metrics.
     for name in ["gw-sasl", "sidecar-sasl", "sidecar-bad"] {
         let mut all = std::fs::read_to_string(d.join(format!("{name}.stderr"))).unwrap_or_default();
@@ -1267,7 +1304,8 @@ fn a_broker_killed_in_a_three_broker_cluster_loses_nothing_with_acks_all() {
     cluster.create_topic("otlp_logs", PARTITIONS, 3, 2);
     cluster.create_topic("otlp_metrics", 2, 3, 2);
     let b = cluster.bootstrap();
-    let acks = "    producer: { required_acks: -1 }\n    retry_on_failure: { max_elapsed_time: 120s }";
+    let acks =
+        "    producer: { required_acks: -1 }\n    retry_on_failure: { max_elapsed_time: 120s }";
     let (_s1, u1) = sidecar_with(d, "sidecar1", &b, acks);
     let (_s2, u2) = sidecar_with(d, "sidecar2", &b, acks);
     let sidecars = [u1, u2];

@@ -19,7 +19,9 @@ use super::free_port;
 /// The broker's jars: `$CAUSEWAY_KAFKA_LIBS` (set by `scripts/peers.sh`,
 /// which `scripts/test.sh` sources).
 pub fn kafka_libs() -> PathBuf {
-    let p = std::env::var("CAUSEWAY_KAFKA_LIBS").map(PathBuf::from).unwrap_or_default();
+    let p = std::env::var("CAUSEWAY_KAFKA_LIBS")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     assert!(
         p.is_dir(),
         "no Kafka broker jars: run the tests with scripts/test.sh, or `. scripts/peers.sh` first (it fetches Apache Kafka from Maven Central and sets CAUSEWAY_KAFKA_LIBS)"
@@ -134,6 +136,14 @@ auto.create.topics.enable=false
             cport = self.controller_port,
             dir = self.dir.display(),
         );
+        if self.size > 1 {
+            // A dead node is noticed in seconds rather than the defaults'
+            // 9 s (controller) and 30 s (leaving the ISR), so a failover test
+            // is not mostly waiting.
+            p.push_str(
+                "broker.session.timeout.ms=4000\nbroker.heartbeat.interval.ms=1000\nreplica.lag.time.max.ms=6000\n",
+            );
+        }
         p.push_str(
             &self
                 .extra
@@ -231,12 +241,37 @@ auto.create.topics.enable=false
             }
             if let Ok(md) = consumer.fetch_metadata(None, Duration::from_millis(500)) {
                 if md.brokers().len() >= self.size {
-                    return;
+                    break;
                 }
             }
             assert!(
                 start.elapsed() < Duration::from_secs(90),
                 "kafka not ready in 90s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // The first group request creates `__consumer_offsets`; until its
+        // partitions have leaders, group calls answer NotCoordinator. Wait
+        // for a committed-offsets fetch of a probe group to succeed, so a
+        // test's first commit does not race the topic's creation.
+        let probe: BaseConsumer = self
+            .config()
+            .set("group.id", "causeway-test-probe")
+            .create()
+            .expect("probe");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition("__causeway_probe", 0);
+        loop {
+            if probe
+                .committed_offsets(tpl.clone(), Duration::from_secs(2))
+                .is_ok()
+            {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "kafka's group coordinator not ready in 90s:\n{}",
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -423,8 +458,10 @@ impl Cluster {
         c.set("bootstrap.servers", self.bootstrap());
         let admin: AdminClient<DefaultClientContext> = c.create().expect("admin");
         let isr = min_isr.to_string();
-        let topic = [NewTopic::new(name, partitions, TopicReplication::Fixed(replicas))
-            .set("min.insync.replicas", &isr)];
+        let topic = [
+            NewTopic::new(name, partitions, TopicReplication::Fixed(replicas))
+                .set("min.insync.replicas", &isr),
+        ];
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
         let res =
             futures::executor::block_on(admin.create_topics(&topic, &opts)).expect("create topic");

@@ -2,8 +2,8 @@
 //! OpenTelemetry Collector, each started per test on free 127.0.0.1 ports.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -177,7 +177,10 @@ impl Collector {
         Command::new("kill").args(["-TERM", &pid]).status().ok();
         let start = Instant::now();
         while self.proc.0.try_wait().ok().flatten().is_none() {
-            assert!(start.elapsed() < Duration::from_secs(30), "collector did not stop");
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "collector did not stop"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }

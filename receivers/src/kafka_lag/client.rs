@@ -397,8 +397,7 @@ impl Client {
                     let cnt = usize::try_from((*parts).cnt).unwrap_or(0);
                     for k in 0..cnt {
                         let e = &*(*parts).elems.add(k);
-                        m.owners
-                            .insert((cstr(e.topic), e.partition), owner.clone());
+                        m.owners.insert((cstr(e.topic), e.partition), owner.clone());
                     }
                 }
                 out.insert(id, m);

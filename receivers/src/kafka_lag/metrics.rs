@@ -126,7 +126,11 @@ pub fn to_metrics(snap: &Snapshot, cluster: &str) -> ResourceMetrics {
                 "kafka.consumer_group.member.partitions",
                 "{partitions}",
                 "Partitions assigned to a member of a consumer group.",
-                vec![kv("group", group), kv("client_id", client_id), kv("owner", host)],
+                vec![
+                    kv("group", group),
+                    kv("client_id", client_id),
+                    kv("owner", host),
+                ],
                 Value::Int(n),
             );
         }
@@ -333,7 +337,11 @@ mod tests {
                 .iter()
                 .map(|kv| {
                     let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                        Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => s.clone(),
+                        Some(
+                            opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                                s,
+                            ),
+                        ) => s.clone(),
                         other => format!("{other:?}"),
                     };
                     (kv.key.clone(), v)

@@ -2,8 +2,10 @@
 // receiver and exporters, batch, memory_limiter, tail_sampling,
 // loadbalancing, kafka, filelog, kafkametrics, hostmetrics, prometheus,
 // prometheusremotewrite, and what tests/collector_configs/ use besides
-// (k8sattributes, resourcedetection, spanmetrics, bearertokenauth), all at one release (the one Jaeger v1.75.0 is built
-// on, so both share one Go build cache). Built by scripts/peers.sh.
+// (k8sattributes, resourcedetection, spanmetrics, bearertokenauth), all at one
+// release: core v0.140.0, contrib v0.140.1 (at v0.139.0, the release Jaeger
+// v1.75.0 is built on, the loadbalancing exporter fails to create its backend
+// exporters: contrib issue #43950, fixed in v0.140). Built by scripts/peers.sh.
 package main
 
 import (
@@ -26,6 +28,7 @@ import (
 	"go.opentelemetry.io/collector/processor/memorylimiterprocessor"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
+	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/connector/spanmetricsconnector"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/kafkaexporter"
@@ -49,7 +52,7 @@ import (
 
 func components() (otelcol.Factories, error) {
 	var err error
-	f := otelcol.Factories{}
+	f := otelcol.Factories{Telemetry: otelconftelemetry.NewFactory()}
 	if f.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](
 		otlpreceiver.NewFactory(),
 		kafkareceiver.NewFactory(),
@@ -99,7 +102,7 @@ func main() {
 	info := component.BuildInfo{
 		Command:     "otelcol-causeway-peer",
 		Description: "OpenTelemetry Collector built for causeway's tests",
-		Version:     "0.139.0",
+		Version:     "0.140.1",
 	}
 	set := otelcol.CollectorSettings{
 		BuildInfo: info,
