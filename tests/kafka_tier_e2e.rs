@@ -359,6 +359,13 @@ fn wait_assigned(ds: &[&Daemon]) {
     panic!("the group's assignment is not complete in 60s: partitions owned {each:?}");
 }
 
+/// The tier's topics: spans and logs co-partitioned, metrics on two partitions.
+fn tier_topics(broker: &Broker) {
+    broker.create_topic("otlp_spans", PARTITIONS);
+    broker.create_topic("otlp_logs", PARTITIONS);
+    broker.create_topic("otlp_metrics", 2);
+}
+
 /// A broker with the three topics, two sidecars and three gateways, the
 /// group's assignment complete.
 struct Tier {
@@ -370,9 +377,7 @@ struct Tier {
 
 fn tier(dir: &Path, alerts: &str) -> Tier {
     let broker = Broker::start(dir);
-    broker.create_topic("otlp_spans", PARTITIONS);
-    broker.create_topic("otlp_logs", PARTITIONS);
-    broker.create_topic("otlp_metrics", 2);
+    tier_topics(&broker);
     let b = broker.addr();
     let (s1, u1) = sidecar(dir, "sidecar1", &b);
     let (s2, u2) = sidecar(dir, "sidecar2", &b);
@@ -870,9 +875,7 @@ fn a_rolling_restart_with_static_membership_rebalances_nothing_and_loses_nothing
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let broker = Broker::start(d);
-    broker.create_topic("otlp_spans", PARTITIONS);
-    broker.create_topic("otlp_logs", PARTITIONS);
-    broker.create_topic("otlp_metrics", 2);
+    tier_topics(&broker);
     let b = broker.addr();
     let (_s1, u1) = sidecar(d, "sidecar1", &b);
     let (_s2, u2) = sidecar(d, "sidecar2", &b);
@@ -963,9 +966,7 @@ fn the_collectors_kafka_exporter_and_receiver_speak_causeways_wire_format_both_w
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let broker = Broker::start(d);
-    broker.create_topic("otlp_spans", PARTITIONS);
-    broker.create_topic("otlp_logs", PARTITIONS);
-    broker.create_topic("otlp_metrics", 2);
+    tier_topics(&broker);
     broker.create_topic("to_collector", PARTITIONS);
     let b = broker.addr();
 
@@ -1217,9 +1218,7 @@ ssl.keystore.location={}
             "SCRAM-SHA-512=[name=alice,password=alice-s3cret-pw]",
         ],
     );
-    broker.create_topic("otlp_spans", PARTITIONS);
-    broker.create_topic("otlp_logs", PARTITIONS);
-    broker.create_topic("otlp_metrics", 2);
+    tier_topics(&broker);
     let secure = format!("127.0.0.1:{sasl}");
     let settings = |password: &str| {
         format!(
