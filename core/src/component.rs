@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{ComponentId, ConfigError, DeliveryConfig};
 use crate::error::BoxError;
 use crate::model::{Batch, SignalSet};
-use crate::telemetry::Registry;
-use crate::topology::Output;
+use crate::output::Output;
+use crate::telemetry::registry::Registry;
 
 /// What a factory gets when it builds a component.
 #[derive(Clone)]

@@ -25,7 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{ByteSize, ConfigError, Duration as CfgDuration};
-use crate::telemetry::{Gauge, Registry};
+pub use crate::process::resident_bytes;
+use crate::telemetry::registry::{Gauge, Registry};
 
 /// The key of the limiter in [`crate::shared::Shared`].
 pub const SHARED_KEY: &str = "service.memory_limiter";
@@ -170,13 +171,6 @@ impl Drop for Permit {
     fn drop(&mut self) {
         self.in_flight.fetch_sub(self.bytes, Ordering::SeqCst);
     }
-}
-
-/// Resident memory of this process (bytes), from `/proc/self/statm`.
-pub fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
 }
 
 impl MemoryLimiter {

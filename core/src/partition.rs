@@ -8,7 +8,7 @@
 //! copies of their resource and scope wrappers (every field but the item
 //! list is kept: resource, scope, `schema_url`).
 
-use crate::model::Signal;
+use crate::signal::Signal;
 use crate::wire::{len_field_size, put_len_prefix, Fields, WireError};
 
 /// What an item is keyed by.

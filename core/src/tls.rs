@@ -432,7 +432,7 @@ impl TlsListener {
         listener: TcpListener,
         config: Arc<rustls::ServerConfig>,
         component: String,
-        telemetry: crate::telemetry::Registry,
+        telemetry: crate::telemetry::registry::Registry,
     ) -> std::io::Result<Self> {
         let local = listener.local_addr()?;
         let acceptor = tokio_rustls::TlsAcceptor::from(config);

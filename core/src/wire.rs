@@ -6,7 +6,7 @@
 //! forwarded is never decoded, while malformed framing is still refused at
 //! the door and invalid ids are found.
 
-use crate::model::Signal;
+use crate::signal::Signal;
 
 /// Malformed protobuf framing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use tokio::sync::Notify;
 
 use crate::model::Signal;
-use crate::telemetry::Counter;
+use crate::telemetry::registry::Counter;
 
 const HEADER: usize = 13;
 

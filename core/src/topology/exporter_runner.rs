@@ -13,7 +13,7 @@ use crate::component::{ExportError, Exporter};
 use crate::config::DeliveryConfig;
 use crate::model::Batch;
 use crate::retry::Backoff;
-use crate::telemetry::{self, Counter, Gauge, Registry, SignalCounters};
+use crate::telemetry::registry::{self as telemetry, Counter, Gauge, Registry, SignalCounters};
 
 /// A batch in the sending queue, with what it holds of an `items` or
 /// `bytes` budget (released when the batch leaves the queue).

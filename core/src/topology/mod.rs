@@ -8,11 +8,10 @@
 
 mod disk_queue;
 mod exporter_runner;
-mod output;
 mod pipeline;
 
+pub use crate::output::{Output, SendError, ADMISSION_WAIT, RETRY_AFTER};
 pub use disk_queue::{DiskQueue, Fsync, WhenFull};
-pub use output::{Output, SendError, ADMISSION_WAIT, RETRY_AFTER};
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -25,7 +24,7 @@ use crate::config::{ComponentId, Config};
 use crate::error::CoreError;
 use crate::model::Batch;
 use crate::registry::Registry;
-use crate::telemetry::{self, Registry as Telemetry};
+use crate::telemetry::registry::{self as telemetry, Registry as Telemetry};
 use exporter_runner::ExporterQueue;
 use pipeline::{PipelineTask, Sink, Stage};
 

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use super::exporter_runner::ExporterQueue;
 use crate::component::Processor;
 use crate::model::{Batch, SignalSet};
-use crate::telemetry::{Gauge, SignalCounters};
+use crate::telemetry::registry::{Gauge, SignalCounters};
 
 pub(crate) struct Stage {
     pub(crate) id: String,

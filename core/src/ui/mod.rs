@@ -16,14 +16,8 @@ use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::telemetry::Registry;
-
-/// Something that answers `GET /api/{path}`.
-pub trait ApiSource: Send + Sync {
-    /// The JSON answer (status, body) for `path` (without `/api/`), or
-    /// `None` when the path is not this source's.
-    fn get(&self, path: &str) -> Option<(u16, String)>;
-}
+pub use crate::telemetry::api::{ApiSource, Cache};
+use crate::telemetry::registry::Registry;
 
 const INDEX: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
@@ -79,12 +73,6 @@ pub async fn api(State(registry): State<Registry>, Path(path): Path<String>) -> 
 pub const CACHE_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 /// Answers kept for [`CACHE_FOR`] at most.
 const CACHE_ENTRIES: usize = 64;
-
-/// Recent answers by path.
-#[derive(Default)]
-pub struct Cache(
-    std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, u16, String)>>,
-);
 
 /// The answer to `GET /api/{path}`, from the cache when another request
 /// for the same path got it less than [`CACHE_FOR`] ago.

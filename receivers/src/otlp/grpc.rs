@@ -32,8 +32,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
+use super::body::{read_body, ReadError};
 use super::config::GrpcConfig;
-use super::http::{read_body, ReadError};
 use super::{ingest, Accepted, Admission, Refused};
 use crate::ReceiverError;
 

@@ -7,6 +7,7 @@
 //! When the pipelines are full the client gets a retryable answer with a
 //! retry hint (gRPC UNAVAILABLE + RetryInfo, HTTP 503 + Retry-After).
 
+mod body;
 pub mod config;
 mod grpc;
 pub(crate) mod http;

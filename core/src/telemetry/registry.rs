@@ -1,23 +1,15 @@
 //! The daemon's own metrics: a small registry of counters and gauges,
-//! rendered in the Prometheus text format on `/metrics`, next to `/healthz`
-//! and `/readyz`.
+//! rendered in the Prometheus text format (the server serves it on
+//! `/metrics`).
 //!
 //! Counters are plain atomics handed to components when they are built, so
 //! recording costs one relaxed add on the hot path.
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::Router;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio_util::sync::CancellationToken;
 
-use crate::error::CoreError;
-use crate::model::Signal;
+use crate::signal::Signal;
 
 /// Items a receiver accepted and passed on.
 pub const RECEIVER_ACCEPTED: &str = "causeway_receiver_accepted_items_total";
@@ -154,8 +146,8 @@ pub struct Registry {
     ready_since: Arc<Mutex<Option<std::time::SystemTime>>>,
     collector_names: Arc<AtomicBool>,
     started: std::time::Instant,
-    apis: Arc<Mutex<Vec<Arc<dyn crate::ui::ApiSource>>>>,
-    api_cache: Arc<crate::ui::Cache>,
+    apis: Arc<Mutex<Vec<Arc<dyn super::api::ApiSource>>>>,
+    api_cache: Arc<super::api::Cache>,
 }
 
 impl Default for Registry {
@@ -178,8 +170,8 @@ impl Registry {
         Self::default()
     }
 
-    /// Answer part of the page's JSON API (see [`crate::ui`]).
-    pub fn add_api_source(&self, source: Arc<dyn crate::ui::ApiSource>) {
+    /// Answer part of the page's JSON API (see [`super::api`]).
+    pub fn add_api_source(&self, source: Arc<dyn super::api::ApiSource>) {
         let mut g = match self.apis.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -188,7 +180,7 @@ impl Registry {
     }
 
     /// The sources of the page's JSON API, in the order they were added.
-    pub fn api_sources(&self) -> Vec<Arc<dyn crate::ui::ApiSource>> {
+    pub fn api_sources(&self) -> Vec<Arc<dyn super::api::ApiSource>> {
         match self.apis.lock() {
             Ok(g) => g.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -196,7 +188,7 @@ impl Registry {
     }
 
     /// Recent answers of the page's API.
-    pub fn api_cache(&self) -> &crate::ui::Cache {
+    pub fn api_cache(&self) -> &super::api::Cache {
         &self.api_cache
     }
 
@@ -425,7 +417,7 @@ impl Registry {
             Vec::new(),
             self.started.elapsed().as_secs_f64(),
         );
-        if let Some(rss) = crate::memory::resident_bytes() {
+        if let Some(rss) = crate::process::resident_bytes() {
             add(
                 "otelcol_process_memory_rss".into(),
                 "Total physical memory (resident set size).",
@@ -434,7 +426,7 @@ impl Registry {
                 rss as f64,
             );
         }
-        if let Some(cpu) = cpu_seconds() {
+        if let Some(cpu) = crate::process::cpu_seconds() {
             add(
                 "otelcol_process_cpu_seconds".into(),
                 "Total CPU user and system time in seconds.",
@@ -570,157 +562,6 @@ fn escape_label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
-}
-
-/// CPU seconds (user + system) this process used, from `/proc/self/stat`.
-fn cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line: 12 and 13 here.
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    // USER_HZ is 100 on every Linux architecture causeway builds for.
-    Some(ticks / 100.0)
-}
-
-/// Bind the telemetry server; serve until `shutdown`.
-pub async fn serve(
-    addr: &str,
-    tls: Option<&crate::tls::ServerTls>,
-    registry: Registry,
-    shutdown: CancellationToken,
-) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), CoreError> {
-    serve_with(addr, tls, registry, shutdown, Serve::default()).await
-}
-
-/// What the telemetry server serves beyond `/metrics`, `/healthz`, `/readyz`.
-#[derive(Debug, Clone, Default)]
-pub struct Serve {
-    /// The page (`/`) and its API (`/api/…`).
-    pub ui: bool,
-    /// Credentials required on everything but `/healthz` and `/readyz`.
-    pub auth: Option<crate::tls::Authenticator>,
-}
-
-/// Bind the telemetry server with `opts`; serve until `shutdown`.
-pub async fn serve_with(
-    addr: &str,
-    tls: Option<&crate::tls::ServerTls>,
-    registry: Registry,
-    shutdown: CancellationToken,
-    opts: Serve,
-) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), CoreError> {
-    let mut guarded = Router::new().route("/metrics", get(metrics));
-    if opts.ui {
-        guarded = guarded
-            .route("/", get(crate::ui::index))
-            .route("/ui/app.js", get(crate::ui::app_js))
-            .route("/ui/app.css", get(crate::ui::app_css))
-            .route("/api/{*path}", get(crate::ui::api));
-    }
-    if let Some(auth) = opts.auth {
-        guarded = guarded.layer(axum::middleware::from_fn(
-            move |req: axum::extract::Request, next: axum::middleware::Next| {
-                let auth = auth.clone();
-                async move {
-                    let given = req
-                        .headers()
-                        .get(header::AUTHORIZATION)
-                        .map(|v| v.as_bytes().to_vec());
-                    if auth.check(given.as_deref()) {
-                        next.run(req).await
-                    } else {
-                        (
-                            StatusCode::UNAUTHORIZED,
-                            [(
-                                header::WWW_AUTHENTICATE,
-                                format!("{} realm=\"causeway\"", auth.scheme()),
-                            )],
-                            "unauthorized\n",
-                        )
-                            .into_response()
-                    }
-                }
-            },
-        ));
-    }
-    let app = Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .merge(guarded)
-        .with_state(registry.clone());
-    serve_router("telemetry", addr, tls, app, registry, shutdown).await
-}
-
-/// Bind `addr` and serve `app` on it (HTTP/1.1 and h2, over TLS when `tls`
-/// is set) until `shutdown`; `what` names the server in errors and logs.
-/// Used by the telemetry server and the extensions.
-pub async fn serve_router(
-    what: &str,
-    addr: &str,
-    tls: Option<&crate::tls::ServerTls>,
-    app: Router,
-    registry: Registry,
-    shutdown: CancellationToken,
-) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), CoreError> {
-    let bind_err = |source| CoreError::Bind {
-        what: format!("{what} server"),
-        addr: addr.into(),
-        source,
-    };
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(bind_err)?;
-    let local = listener.local_addr().map_err(bind_err)?;
-    let tls = match tls.map(|t| t.server_config(&[b"h2", b"http/1.1"])) {
-        Some(Ok(c)) => Some(c),
-        Some(Err(e)) => return Err(bind_err(std::io::Error::other(e))),
-        None => None,
-    };
-    crate::tls::warn_if_exposed(what, "http", local, tls.is_some());
-    let name = what.to_string();
-    let handle = tokio::spawn(async move {
-        let res = match tls {
-            Some(config) => {
-                match crate::tls::TlsListener::new(listener, config, name.clone(), registry) {
-                    Ok(l) => {
-                        axum::serve(l, app)
-                            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                            .await
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            None => {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                    .await
-            }
-        };
-        if let Err(error) = res {
-            tracing::error!(server = %name, %error, "HTTP server failed.");
-        }
-    });
-    Ok((local, handle))
-}
-
-async fn metrics(State(registry): State<Registry>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        registry.render(),
-    )
-}
-
-async fn readyz(State(registry): State<Registry>) -> impl IntoResponse {
-    if registry.is_ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-    }
 }
 
 #[cfg(test)]

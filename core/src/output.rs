@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::model::{Batch, Signal, SignalSet};
-use crate::telemetry::{Registry, SignalCounters, RECEIVER_ACCEPTED, RECEIVER_REFUSED};
+use crate::telemetry::registry::{Registry, SignalCounters, RECEIVER_ACCEPTED, RECEIVER_REFUSED};
 
 /// How long a receiver waits for room in its pipelines before refusing a
 /// request with a retryable status.
