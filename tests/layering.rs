@@ -1,0 +1,271 @@
+//! No import circles between the files of a crate folder: each module's
+//! `crate::`, `super::` and `self::` paths are read and mapped to the
+//! deepest file or folder module they name (a folder's `mod.rs` or
+//! `lib.rs` names the folder; a parent naming its own children is not an
+//! edge), and the strongly connected components of that graph must all be
+//! single files. Test modules (`tests.rs`, `#[cfg(test)] mod … {…}` at the
+//! end of a file) are left out: they may import anything.
+//!
+//! The folders checked are those without a circle today. `processors/src`
+//! holds `correlate/`, whose nine-file circle is what issue #30's rebuild
+//! around evidence sources removes; it joins this list with that rebuild.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+type Module = Vec<String>;
+
+fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rs_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Module path → file, for every non-test `.rs` under `src`.
+fn modules(src: &Path) -> BTreeMap<Module, PathBuf> {
+    let mut files = Vec::new();
+    rs_files(src, &mut files);
+    let mut out = BTreeMap::new();
+    for p in files {
+        let rel = p.strip_prefix(src).expect("under src");
+        let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let in_tests = rel.components().any(|c| c.as_os_str() == "tests");
+        if name == "tests.rs" || name.ends_with("_tests.rs") || in_tests {
+            continue;
+        }
+        let mut parts: Module = rel
+            .with_extension("")
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if matches!(
+            parts.last().map(String::as_str),
+            Some("mod" | "lib" | "main")
+        ) {
+            parts.pop();
+        }
+        out.insert(parts, p);
+    }
+    out
+}
+
+/// The text without a trailing inline test module.
+fn without_tests(text: &str) -> &str {
+    let mut cut = text.len();
+    let mut from = 0;
+    while let Some(i) = text[from..].find("#[cfg(test)]") {
+        let at = from + i;
+        let rest = text[at + "#[cfg(test)]".len()..].trim_start();
+        if rest.starts_with("mod ") && !rest.split('\n').next().unwrap_or("").contains(';') {
+            cut = at;
+            break;
+        }
+        from = at + 1;
+    }
+    &text[..cut]
+}
+
+/// Every `crate::a::b`, `super::x`, `self::y` path in `text`, as (kind, segments).
+fn paths(text: &str) -> Vec<(&str, Vec<&str>)> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = Vec::new();
+    for kind in ["crate", "super", "self"] {
+        let mut from = 0;
+        while let Some(i) = text[from..].find(kind) {
+            let at = from + i;
+            from = at + kind.len();
+            let before = text[..at].chars().next_back();
+            if before.is_some_and(|c| ident(c) || c == ':') {
+                continue;
+            }
+            let mut segs = Vec::new();
+            let mut rest = &text[from..];
+            while let Some(r) = rest.strip_prefix("::") {
+                let end = r.find(|c: char| !ident(c)).unwrap_or(r.len());
+                if end == 0 {
+                    break;
+                }
+                segs.push(&r[..end]);
+                rest = &r[end..];
+            }
+            if !segs.is_empty() {
+                out.push((kind, segs));
+            }
+        }
+    }
+    out
+}
+
+fn resolve(
+    mods: &BTreeMap<Module, PathBuf>,
+    here: &Module,
+    kind: &str,
+    segs: &[&str],
+) -> Option<Module> {
+    let mut segs: Vec<&str> = segs.to_vec();
+    let mut base: Module = match kind {
+        "crate" => Vec::new(),
+        "self" => here.clone(),
+        _ => {
+            let mut b = here.clone();
+            while segs.first() == Some(&"super") {
+                segs.remove(0);
+                b.pop();
+            }
+            b.pop();
+            b
+        }
+    };
+    base.extend(segs.iter().map(|s| s.to_string()));
+    (1..=base.len())
+        .rev()
+        .map(|n| base[..n].to_vec())
+        .find(|m| mods.contains_key(m))
+}
+
+/// The import circles of a crate folder, each as its files.
+fn circles(src: &Path) -> Vec<Vec<String>> {
+    let mods = modules(src);
+    let mut edges: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    for (m, p) in &mods {
+        let text = std::fs::read_to_string(p).expect("readable source");
+        let e = edges.entry(m.clone()).or_default();
+        for (kind, segs) in paths(without_tests(&text)) {
+            if let Some(t) = resolve(&mods, m, kind, &segs) {
+                // A module's own children are its business, not a circle.
+                if t != *m && !t.starts_with(m) {
+                    e.insert(t);
+                }
+            }
+        }
+    }
+    // Tarjan's strongly connected components.
+    struct St<'a> {
+        edges: &'a BTreeMap<Module, BTreeSet<Module>>,
+        index: BTreeMap<Module, usize>,
+        low: BTreeMap<Module, usize>,
+        stack: Vec<Module>,
+        on: BTreeSet<Module>,
+        next: usize,
+        out: Vec<Vec<Module>>,
+    }
+    fn strong(st: &mut St<'_>, v: &Module) {
+        st.index.insert(v.clone(), st.next);
+        st.low.insert(v.clone(), st.next);
+        st.next += 1;
+        st.stack.push(v.clone());
+        st.on.insert(v.clone());
+        let next: Vec<Module> = st.edges.get(v).into_iter().flatten().cloned().collect();
+        for w in next {
+            if !st.index.contains_key(&w) {
+                strong(st, &w);
+                let lw = st.low[&w];
+                let lv = st.low.get_mut(v).expect("visited");
+                *lv = (*lv).min(lw);
+            } else if st.on.contains(&w) {
+                let iw = st.index[&w];
+                let lv = st.low.get_mut(v).expect("visited");
+                *lv = (*lv).min(iw);
+            }
+        }
+        if st.low[v] == st.index[v] {
+            let mut c = Vec::new();
+            while let Some(w) = st.stack.pop() {
+                st.on.remove(&w);
+                let done = w == *v;
+                c.push(w);
+                if done {
+                    break;
+                }
+            }
+            if c.len() > 1 {
+                st.out.push(c);
+            }
+        }
+    }
+    let mut st = St {
+        edges: &edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !st.index.contains_key(v) {
+            strong(&mut st, v);
+        }
+    }
+    st.out
+        .into_iter()
+        .map(|c| {
+            let mut files: Vec<String> = c
+                .iter()
+                .map(|m| {
+                    mods[m]
+                        .strip_prefix(src)
+                        .unwrap_or(&mods[m])
+                        .display()
+                        .to_string()
+                })
+                .collect();
+            files.sort();
+            files
+        })
+        .collect()
+}
+
+#[test]
+fn no_crate_folder_has_an_import_circle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for dir in [
+        "core/src",
+        "receivers/src",
+        "exporters/src",
+        "extensions/src",
+        "src",
+        "tools/scenarios/src",
+        "tools/loadgen/src",
+    ] {
+        let src = root.join(dir);
+        assert!(src.is_dir(), "{dir} is not a folder");
+        for c in circles(&src) {
+            found.push(format!("{dir}: {}", c.join(", ")));
+        }
+    }
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
+}
+
+/// The check sees a circle where there is one: in a small crate where
+/// `a/inner.rs` and `b.rs` import each other (and `b`'s test module
+/// imports `a`, which does not count), exactly that pair is reported.
+#[test]
+fn the_check_sees_a_circle_where_there_is_one() {
+    let dir = std::env::temp_dir().join(format!("causeway-layering-{}", std::process::id()));
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("a")).expect("temp dir");
+    std::fs::write(src.join("lib.rs"), "pub mod a;\npub mod b;\n").expect("write");
+    std::fs::write(src.join("a/mod.rs"), "pub mod inner;\nuse crate::b::B;\n").expect("write");
+    std::fs::write(src.join("a/inner.rs"), "use super::super::b::B;\n").expect("write");
+    std::fs::write(
+        src.join("b.rs"),
+        "pub struct B;\nfn f() { crate::a::inner::g() }\n#[cfg(test)]\nmod tests {\n use crate::a::X;\n}\n",
+    )
+    .expect("write");
+    let found = circles(&src);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(
+        found,
+        vec![vec!["a/inner.rs".to_string(), "b.rs".to_string()]]
+    );
+}
