@@ -101,19 +101,15 @@ const COLLECTOR_SAYS: &[(&str, Option<&str>)] = &[
 /// The Collector as the compatibility oracle: every config in
 /// tests/collector_configs goes to both `validate`s. Where both accept it,
 /// causeway runs it as the Collector would; where causeway refuses what the
-/// Collector accepts, each refused component or key is named in the
-/// README's "Coming from the OpenTelemetry Collector" section.
+/// Collector accepts, each refused component or key is named in
+/// docs/collector.md ("Coming from the OpenTelemetry Collector").
 #[test]
 fn the_collectors_own_validate_agrees_or_the_difference_is_documented() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/collector_configs");
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .expect("README");
-    let coming = readme
-        .split("## Coming from the OpenTelemetry Collector")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .expect("the README's Coming from the Collector section");
+    let coming = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/collector.md"),
+    )
+    .expect("docs/collector.md");
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .expect("configs")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
@@ -178,7 +174,7 @@ fn the_collectors_own_validate_agrees_or_the_difference_is_documented() {
             };
             assert!(
                 coming.contains(&format!("`{word}`")),
-                "{name}: causeway refuses `{word}` ({path}), which the Collector accepts, and the README's Coming from the Collector section does not name it"
+                "{name}: causeway refuses `{word}` ({path}), which the Collector accepts, and docs/collector.md does not name it"
             );
         }
     }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# What the end-to-end tests start besides the real peers (scripts/peers.sh):
+# Debian's packages and the test bed's npm modules, each installed once.
+# scripts/test.sh runs it; .ci/run runs it in the background while cargo
+# builds, so the downloads overlap the compile. Nothing is done when all is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The root-cause test bed (tests/rca_testbed.rs): NGINX, Redis and PostgreSQL
+# from Debian, and the stock OpenTelemetry Node.js SDK from npm.
+missing=()
+[[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
+[[ -x /usr/bin/redis-server ]] || missing+=(redis-server)
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=(postgresql)
+command -v runuser >/dev/null || missing+=(util-linux)
+# The persistent queue's fsync tests watch the daemon's syscalls.
+command -v strace >/dev/null || missing+=(strace)
+# The gateway_log rotation tests rotate with the real logrotate.
+command -v logrotate >/dev/null || missing+=(logrotate)
+# tests/real_backends_e2e.rs: the exporters against the real servers.
+[[ -x /usr/bin/victoria-metrics ]] || missing+=(victoria-metrics)
+[[ -x /usr/bin/prometheus ]] || missing+=(prometheus)
+[[ -x /usr/bin/prometheus-alertmanager ]] || missing+=(prometheus-alertmanager)
+# tests/prometheus_exporters_e2e.rs: the prometheus receiver against Debian's exporters.
+[[ -x /usr/bin/prometheus-redis-exporter ]] || missing+=(prometheus-redis-exporter)
+[[ -x /usr/bin/prometheus-nginx-exporter ]] || missing+=(prometheus-nginx-exporter)
+[[ -x /usr/bin/prometheus-node-exporter ]] || missing+=(prometheus-node-exporter)
+[[ -x /usr/bin/prometheus-postgres-exporter ]] || missing+=(prometheus-postgres-exporter)
+# tests/rabbitmq_e2e.rs: a real RabbitMQ and a real AMQP client (pika).
+[[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] || missing+=(rabbitmq-server)
+/usr/bin/python3 -c 'import pika' 2>/dev/null || missing+=(python3-pika)
+# tests/ui_e2e.rs: the built-in page in a real headless browser.
+command -v chromium >/dev/null || missing+=(chromium)
+if ((${#missing[@]})); then
+  echo "== installing ${missing[*]} (apt-get, once)"
+  if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  # The packages' own services are not used: each test starts its own servers.
+  (service nginx stop; service redis-server stop; service postgresql stop
+   service prometheus stop; service prometheus-alertmanager stop; service victoria-metrics stop
+   service prometheus-node-exporter stop; service prometheus-redis-exporter stop
+   service prometheus-nginx-exporter stop; service prometheus-postgres-exporter stop
+   service rabbitmq-server stop) >/dev/null 2>&1 || true
+fi
+if [[ ! -d tests/testbed/node_modules/@opentelemetry/sdk-node || ! -d tests/testbed/node_modules/amqplib ]]; then
+  echo "== npm ci in tests/testbed (the OpenTelemetry Node.js SDK, express, ioredis, pg, amqplib; once)"
+  (cd tests/testbed && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
