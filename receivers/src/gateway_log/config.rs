@@ -95,6 +95,13 @@ pub struct GatewayLogConfig {
     /// it after this pause (default 5s): a file can always be read again.
     #[serde(default = "redeliver")]
     pub redeliver_delay: Duration,
+    /// Files opened ahead of the reader at most (default 1024): a new file is
+    /// opened within one `poll_interval` of appearing, even while the lines
+    /// read before are still being delivered, so a rotation that compresses
+    /// it away before it is read loses nothing. Beyond this many, a file is
+    /// opened only when the reader polls.
+    #[serde(default = "max_held")]
+    pub max_held_files: usize,
     /// A file that bad lines are appended to (as JSON, with file, offset and reason).
     #[serde(default)]
     pub dead_letter: Option<String>,
@@ -117,6 +124,9 @@ fn batch_lines() -> usize {
 }
 fn inflight() -> usize {
     16
+}
+fn max_held() -> usize {
+    1024
 }
 fn redeliver() -> Duration {
     Duration::secs(5)
@@ -195,6 +205,9 @@ impl Validate for GatewayLogConfig {
                 "max_inflight_batches",
                 "must be at least 1",
             ));
+        }
+        if self.max_held_files == 0 {
+            e.push(ConfigError::new("max_held_files", "must be at least 1"));
         }
         if self.poll_interval.get().is_zero() {
             e.push(ConfigError::new("poll_interval", "must be greater than 0"));

@@ -92,6 +92,7 @@ impl ReceiverFactory for GatewayLogFactory {
             close_idle: Duration::from_secs(1),
             max_line: cfg.max_line_bytes.0 as usize,
             fp_size: cfg.fingerprint_size.0 as usize,
+            max_held: cfg.max_held_files,
         };
         let lines = |outcome: &str| {
             ctx.telemetry.counter(
@@ -419,6 +420,18 @@ impl Receiver for GatewayLogReceiver {
         shutdown: CancellationToken,
     ) -> Result<(), BoxError> {
         let mut tailer = self.tailer.take().ok_or("gateway_log: already running")?;
+        // New files are opened as they appear, apart from the reading below
+        // (which waits for deliveries): see `tail::Holder`. The thread ends
+        // with the tailer.
+        let holder = tailer.holder();
+        let every = self.cfg.poll_interval.get();
+        std::thread::Builder::new()
+            .name(format!("{}-hold", self.id))
+            .spawn(move || {
+                while holder.scan() {
+                    std::thread::sleep(every);
+                }
+            })?;
         let mut inflight: VecDeque<InFlight> = VecDeque::new();
         let mut committed: HashMap<u64, Checkpoint> = HashMap::new();
         let mut last_sync = std::time::Instant::now();

@@ -82,6 +82,8 @@ pub struct TailConfig {
     pub close_idle: Duration,
     /// Fingerprint length.
     pub fp_size: usize,
+    /// Files opened ahead of the tailer (by its [`Holder`]) and not read yet, at most.
+    pub max_held: usize,
 }
 
 /// Follows a set of files.
@@ -109,6 +111,12 @@ pub struct Tailer {
     /// Called between the truncation check and the read of each file (tests
     /// put a rotation exactly there).
     pub before_read: Option<ReadHook>,
+    /// Files the holder opened, not taken yet.
+    held: std::sync::Arc<std::sync::Mutex<HeldSet>>,
+    /// Files taken from the holder that could not be followed yet (empty, or
+    /// a copy waiting for its original's truncation): kept open, looked at
+    /// again at every poll, whether their path still exists or not.
+    pending: std::collections::HashMap<(u64, u64), Held>,
 }
 
 /// A file closed while idle.
@@ -131,6 +139,118 @@ pub type ReadHook = Box<dyn FnMut(&Path) + Send + Sync>;
 const DEFER: Duration = Duration::from_secs(2);
 /// How long a truncated file's identity waits for its copy to be found.
 const GHOST_TTL: Duration = Duration::from_secs(30);
+
+/// Paths matching the include globs and none of the excludes.
+fn discover(include: &[String], exclude: &[glob::Pattern]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for pat in include {
+        let Ok(paths) = glob::glob(pat) else { continue };
+        for p in paths.flatten() {
+            if p.is_file() && !exclude.iter().any(|e| e.matches_path(&p)) && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// A file opened by the [`Holder`] and not yet taken by the tailer.
+struct Held {
+    path: PathBuf,
+    file: File,
+}
+
+/// What the holder hands the tailer: files opened since the tailer last
+/// looked, and what it has already opened (by device, inode and birth, with
+/// the length it had, so a file that grows is handed over again).
+#[derive(Default)]
+struct HeldSet {
+    files: std::collections::HashMap<(u64, u64), Held>,
+    seen: std::collections::HashMap<(u64, u64, i128), u64>,
+}
+
+/// Opens matching files as soon as they appear, apart from reading them.
+///
+/// The tailer finds files only when it polls, and it polls again only once
+/// the lines of its last poll are delivered. A rotation that renames a file
+/// and compresses it away (`logrotate`'s `compress` without `delaycompress`,
+/// or `delaycompress` one rotation later) inside one such wait took the file
+/// out of the chain before it was ever opened: its lines were lost. An open
+/// descriptor keeps an unlinked file readable, so the holder opens each new
+/// file within one poll interval whatever the delivery is doing, and the
+/// tailer reads it from that descriptor when it gets to it.
+pub struct Holder {
+    include: Vec<String>,
+    exclude: Vec<glob::Pattern>,
+    max_held: usize,
+    shared: std::sync::Weak<std::sync::Mutex<HeldSet>>,
+}
+
+impl Holder {
+    /// One look for new or grown files; `false` once the tailer is gone.
+    pub fn scan(&self) -> bool {
+        let Some(shared) = self.shared.upgrade() else {
+            return false;
+        };
+        let paths = discover(&self.include, &self.exclude);
+        let mut found = Vec::with_capacity(paths.len());
+        for path in paths {
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            found.push((path, meta));
+        }
+        let Ok(mut set) = shared.lock() else {
+            return false;
+        };
+        let mut present = std::collections::HashSet::new();
+        for (path, meta) in found {
+            let key = birth_key(&meta);
+            present.insert(key);
+            if set.seen.get(&key) == Some(&meta.len()) {
+                continue;
+            }
+            if set.files.len() >= self.max_held && !set.files.contains_key(&(key.0, key.1)) {
+                continue; // the tailer opens it by its path when it polls
+            }
+            // Opened after the stat: a file replaced in between is seen at the next scan.
+            let Ok(file) = File::open(&path) else { continue };
+            match file.metadata() {
+                Ok(m) if birth_key(&m) == key => {}
+                _ => continue,
+            }
+            set.seen.insert(key, meta.len());
+            set.files.insert((key.0, key.1), Held { path, file });
+        }
+        set.seen.retain(|k, _| present.contains(k));
+        true
+    }
+}
+
+/// A file not followed yet stays open for the next poll, unless it is gone
+/// and empty (nothing of it is on disk to read).
+fn keep(
+    pending: &mut std::collections::HashMap<(u64, u64), Held>,
+    dev_ino: (u64, u64),
+    path: PathBuf,
+    file: File,
+    meta: &std::fs::Metadata,
+) {
+    if meta.nlink() > 0 || meta.len() > 0 {
+        pending.insert(dev_ino, Held { path, file });
+    }
+}
+
+/// A file's identity for the holder: device, inode and birth time (an inode
+/// freed by a compressed-away backup is soon reused by the next new log).
+fn birth_key(meta: &std::fs::Metadata) -> (u64, u64, i128) {
+    let born = meta
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(i128::from(meta.ctime()), |d| d.as_nanos() as i128);
+    (meta.dev(), meta.ino(), born)
+}
 
 /// Whether `new` begins with all of `known` (a file keeps its first bytes as it grows).
 fn starts_with(new: &[u8], known: &[u8]) -> bool {
@@ -171,6 +291,8 @@ impl Tailer {
             closed_ids: std::collections::HashSet::new(),
             closed_order: std::collections::VecDeque::new(),
             before_read: None,
+            held: std::sync::Arc::default(),
+            pending: std::collections::HashMap::new(),
         }
     }
 
@@ -236,9 +358,10 @@ impl Tailer {
         self.more
     }
 
-    /// Files currently open.
+    /// Files currently open: followed, and held ahead of being followed.
     pub fn open_files(&self) -> usize {
-        self.files.len()
+        let held = self.held.lock().map(|s| s.files.len()).unwrap_or(0);
+        self.files.len() + self.pending.len() + held
     }
 
     /// Fingerprint and path of an open file.
@@ -249,20 +372,17 @@ impl Tailer {
             .map(|t| (hex::encode(&t.fp), t.path.display().to_string()))
     }
 
-    fn discover(&self) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        for pat in &self.cfg.include {
-            let Ok(paths) = glob::glob(pat) else { continue };
-            for p in paths.flatten() {
-                if p.is_file()
-                    && !self.cfg.exclude.iter().any(|e| e.matches_path(&p))
-                    && !out.contains(&p)
-                {
-                    out.push(p);
-                }
-            }
+    /// The holder of this tailer: run [`Holder::scan`] on a thread of its
+    /// own, every poll interval, so that a file is held open from the moment
+    /// it appears however long a poll's lines take to deliver. It stops
+    /// (its `scan` returns `false`) once the tailer is dropped.
+    pub fn holder(&self) -> Holder {
+        Holder {
+            include: self.cfg.include.clone(),
+            exclude: self.cfg.exclude.clone(),
+            max_held: self.cfg.max_held,
+            shared: std::sync::Arc::downgrade(&self.held),
         }
-        out
     }
 
     /// One round: find files, read what is new. Returns complete lines, and
@@ -276,19 +396,41 @@ impl Tailer {
         for c in self.closed.values_mut() {
             c.absent_polls += 1;
         }
-        for path in self.discover() {
+        // Candidates: the files the patterns match now, and the files the
+        // holder opened since (which may be renamed away or deleted by now:
+        // their descriptor still reads them).
+        let mut held = match self.held.lock() {
+            Ok(mut set) => std::mem::take(&mut set.files),
+            Err(_) => std::collections::HashMap::new(),
+        };
+        held.extend(self.pending.drain());
+        let mut candidates: Vec<(PathBuf, std::fs::Metadata, Option<File>, bool)> = Vec::new();
+        for path in discover(&self.cfg.include, &self.cfg.exclude) {
             let Ok(meta) = std::fs::metadata(&path) else {
                 continue;
             };
+            let file = held.remove(&(meta.dev(), meta.ino())).map(|h| h.file);
+            candidates.push((path, meta, file, true));
+        }
+        for (_, h) in held {
+            if let Ok(meta) = h.file.metadata() {
+                candidates.push((h.path, meta, Some(h.file), false));
+            }
+        }
+        for (path, meta, held_file, matched) in candidates {
             let dev_ino = (meta.dev(), meta.ino());
             if let Some(t) = self.files.iter_mut().find(|t| t.dev_ino == dev_ino) {
-                t.absent_polls = 0;
-                t.path = path;
+                if matched {
+                    t.absent_polls = 0;
+                    t.path = path;
+                }
                 continue;
             }
             let mut resumed: Option<Closed> = None;
             if let Some(c) = self.closed.get_mut(&dev_ino) {
-                c.absent_polls = 0;
+                if matched {
+                    c.absent_polls = 0;
+                }
                 if meta.len() == c.offset {
                     continue; // closed and unchanged: nothing to open
                 }
@@ -297,12 +439,15 @@ impl Tailer {
                     self.closed_ids.remove(&c.id);
                 }
             }
-            let mut file = match File::open(&path) {
-                Ok(f) => f,
-                Err(e) => {
-                    errors.push(format!("{}: {e}", path.display()));
-                    continue;
-                }
+            let mut file = match held_file {
+                Some(f) => f,
+                None => match File::open(&path) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        errors.push(format!("{}: {e}", path.display()));
+                        continue;
+                    }
+                },
             };
             let fp = match read_fp(&mut file, self.cfg.fp_size) {
                 Ok(fp) => fp,
@@ -337,7 +482,9 @@ impl Tailer {
                 self.ghosts.push((c.fp, c.offset, 0, now));
             }
             if fp.is_empty() {
-                continue; // identify it once it has content
+                // Identify it once it has content; keep it open till then.
+                keep(&mut self.pending, dev_ino, path, file, &meta);
+                continue;
             }
             let is_ghost = self.ghosts.iter().any(|(g, _, _, _)| starts_with(&fp, g));
             if !is_ghost && self.files.iter().any(|t| starts_with(&fp, &t.fp)) {
@@ -348,6 +495,7 @@ impl Tailer {
                 let (polls, since) = self.deferred.entry(dev_ino).or_insert((0, now));
                 *polls += 1;
                 if *polls <= 3 || now.duration_since(*since) < DEFER {
+                    keep(&mut self.pending, dev_ino, path, file, &meta);
                     continue;
                 }
             }
@@ -794,6 +942,59 @@ mod tests {
         assert_eq!(all, (0..60).collect::<Vec<u64>>());
     }
 
+    /// The loss the real-logrotate stress test found (issue #34): the tailer
+    /// polls again only once the lines of its last poll are delivered, and a
+    /// rotation with `compress` renamed a new log away and deleted it (gzip)
+    /// inside that wait, before any poll had opened it. The holder opens it
+    /// as it appears; the tailer reads it from that descriptor.
+    #[test]
+    fn a_log_rotated_and_compressed_away_between_two_polls_is_read_from_the_held_descriptor() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = dir.path().join("x.log");
+        let backup = dir.path().join("x.log.1");
+        std::fs::write(&log, text(0..100)).expect("write");
+        let mut t = Tailer::new(cfg(dir.path()), vec![]);
+        let holder = t.holder();
+        let mut all = numbers(&t.poll().0);
+        assert_eq!(all.len(), 100);
+        // Rotation 1 (create + compress): the log becomes the backup, which
+        // gzip reads and deletes; a new log is created and written.
+        std::fs::rename(&log, &backup).expect("rename");
+        std::fs::remove_file(&backup).expect("compressed away");
+        std::fs::write(&log, text(100..200)).expect("new log");
+        // The tailer is busy delivering; the holder looks.
+        assert!(holder.scan());
+        // Rotation 2 takes the new log away the same way, and a third log
+        // appears empty: the holder opens it too, and the tailer finds it
+        // empty (it waits, held)...
+        std::fs::rename(&log, &backup).expect("rename");
+        std::fs::remove_file(&backup).expect("compressed away");
+        let mut third = std::fs::File::create(&log).expect("third log");
+        assert!(holder.scan());
+        all.extend(numbers(&t.poll().0));
+        // ...then the gateway writes it and it is rotated away before the
+        // next poll.
+        third.write_all(text(200..300).as_bytes()).expect("write");
+        std::fs::rename(&log, &backup).expect("rename");
+        std::fs::remove_file(&backup).expect("compressed away");
+        for _ in 0..3 {
+            all.extend(numbers(&t.poll().0));
+        }
+        all.sort_unstable();
+        assert_eq!(all, (0..300).collect::<Vec<u64>>());
+        // Read to their end and gone: nothing stays open.
+        for _ in 0..3 {
+            let (lines, _) = t.poll();
+            assert!(lines.is_empty());
+            for id in 1..10 {
+                t.set_delivered(id, u64::MAX);
+            }
+        }
+        assert_eq!(t.open_files(), 0);
+        drop(t);
+        assert!(!holder.scan(), "the holder stops with its tailer");
+    }
+
     fn cfg(dir: &Path) -> TailConfig {
         TailConfig {
             include: vec![format!("{}/x.log*", dir.display())],
@@ -802,6 +1003,7 @@ mod tests {
             max_line: 1 << 20,
             close_idle: Duration::ZERO,
             fp_size: 1024,
+            max_held: 1024,
         }
     }
 
