@@ -214,7 +214,9 @@ impl Holder {
                 continue; // the tailer opens it by its path when it polls
             }
             // Opened after the stat: a file replaced in between is seen at the next scan.
-            let Ok(file) = File::open(&path) else { continue };
+            let Ok(file) = File::open(&path) else {
+                continue;
+            };
             match file.metadata() {
                 Ok(m) if birth_key(&m) == key => {}
                 _ => continue,
