@@ -285,15 +285,8 @@ async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyh
 /// Where `/metrics` is served: `service.telemetry.metrics` (`level: none`
 /// disables it; a `pull` reader or `address` sets it), default 127.0.0.1:8888.
 fn telemetry_address(config: &Config) -> Option<String> {
-    let m = &config.file.service.telemetry.metrics;
-    if m.level.as_deref() == Some("none") {
-        return None;
-    }
-    if let Some(p) = m.readers.iter().find_map(|r| r.pull.as_ref()) {
-        let e = &p.exporter.prometheus;
-        return Some(format!("{}:{}", e.host, e.port));
-    }
-    Some(m.address.clone().unwrap_or_else(|| "127.0.0.1:8888".into()))
+    let t = &config.file.service.telemetry;
+    causeway_core::exposure::telemetry(&t.metrics, t.ui).map(|e| e.address)
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

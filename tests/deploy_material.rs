@@ -94,30 +94,53 @@ fn check_manifest(
         v["configMap"]["name"], cm[0]["metadata"]["name"],
         "{path}: mounts its ConfigMap"
     );
-    // Probes on the telemetry port the pipeline opens, on all interfaces.
+    // The kubelet probes the pod IP: the telemetry server on all
+    // interfaces (then behind TLS and credentials, probed over HTTPS), or,
+    // when the telemetry server stays on loopback, the health_check extension.
     let addr = pipeline["service"]["telemetry"]["metrics"]["address"]
         .as_str()
         .expect("telemetry address");
-    assert!(
-        addr.starts_with("0.0.0.0:"),
-        "{example}: the kubelet probes the pod IP: {addr}"
-    );
-    let port: i64 = addr
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("a port");
+    let port_of = |addr: &str| -> i64 {
+        addr.rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a port")
+    };
+    let (port_name, port, paths) = if addr.starts_with("0.0.0.0:") {
+        let m = &pipeline["service"]["telemetry"]["metrics"];
+        assert!(
+            m["tls"]["cert_file"].as_str().is_some() && !m["auth"].is_null(),
+            "{example}: the telemetry server beyond loopback has TLS and credentials"
+        );
+        for p in ["readinessProbe", "livenessProbe"] {
+            assert_eq!(c[p]["httpGet"]["scheme"], "HTTPS", "{p}");
+        }
+        ("telemetry", port_of(addr), ["/readyz", "/healthz"])
+    } else {
+        assert!(
+            addr.starts_with("127.0.0.1:"),
+            "{example}: telemetry on loopback: {addr}"
+        );
+        let hc = pipeline["extensions"]["health_check"]["endpoint"]
+            .as_str()
+            .expect("a health_check extension for the probes");
+        assert!(
+            hc.starts_with("0.0.0.0:"),
+            "{example}: health_check on the pod IP"
+        );
+        ("health", port_of(hc), ["/", "/"])
+    };
     let named = c["ports"]
         .as_sequence()
         .expect("a list")
         .iter()
-        .find(|p| p["name"].as_str() == Some("telemetry"))
-        .expect("telemetry port");
+        .find(|p| p["name"].as_str() == Some(port_name))
+        .expect("the probed port");
     assert_eq!(named["containerPort"].as_i64(), Some(port));
-    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
-    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], paths[0]);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], paths[1]);
     for p in ["readinessProbe", "livenessProbe"] {
-        assert_eq!(c[p]["httpGet"]["port"], "telemetry");
+        assert_eq!(c[p]["httpGet"]["port"], port_name);
     }
     assert!(
         c["resources"]["limits"]["memory"].as_str().is_some(),
@@ -234,6 +257,124 @@ fn kubernetes_manifests_embed_the_examples_and_probe_the_daemon() {
     assert!(app_env
         .iter()
         .any(|e| e["value"].as_str() == Some("http://127.0.0.1:4318")));
+}
+
+/// Every listener an example or a manifest opens beyond loopback, but the
+/// probes' (`health_check`), has TLS and credentials: the OTLP receivers'
+/// protocols, the telemetry server (the page, its API, `/metrics`), zpages
+/// and pprof. Each config is also given to the real binary's `validate`
+/// (which refuses an exposed telemetry server, zpages or pprof), with the
+/// Secrets a deployment mounts stood in for by throwaway ones.
+#[test]
+fn no_example_or_manifest_serves_beyond_loopback_without_tls_and_credentials() {
+    let mut configs: Vec<(String, String)> = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(root().join("examples"))
+        .expect("examples")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    names.sort();
+    for p in names {
+        configs.push((
+            p.display().to_string(),
+            std::fs::read_to_string(&p).expect("example"),
+        ));
+    }
+    for m in [
+        "deploy/kubernetes/gateway.yaml",
+        "deploy/kubernetes/sidecar.yaml",
+        "deploy/kubernetes/gateway-kafka.yaml",
+    ] {
+        for (i, cm) in kind(&docs(m), "ConfigMap").iter().enumerate() {
+            let text = cm["data"]["pipeline.yaml"].as_str().expect("pipeline.yaml");
+            configs.push((format!("{m} ConfigMap {i}"), text.to_string()));
+        }
+    }
+    assert!(configs.len() >= 13, "{} configs", configs.len());
+    let beyond = |a: &str| {
+        let host = a.rsplit_once(':').map_or(a, |(h, _)| h);
+        !(host.starts_with("127.") || host == "localhost" || host == "[::1]")
+    };
+    let tls = tempfile::tempdir().expect("tempdir");
+    let ok = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=t",
+        ])
+        .arg("-keyout")
+        .arg(tls.path().join("tls.key"))
+        .arg("-out")
+        .arg(tls.path().join("tls.crt"))
+        .output()
+        .expect("openssl");
+    assert!(ok.status.success(), "openssl");
+    let mut problems = Vec::new();
+    for (name, text) in &configs {
+        let v: serde_yaml::Value = serde_yaml::from_str(text).expect("yaml");
+        let mut listeners: Vec<(String, &serde_yaml::Value)> = Vec::new();
+        if let Some(rs) = v["receivers"].as_mapping() {
+            for (id, r) in rs {
+                let id = id.as_str().unwrap_or("");
+                if id == "otlp" || id.starts_with("otlp/") {
+                    for proto in ["grpc", "http"] {
+                        let p = &r["protocols"][proto];
+                        if !p.is_null() {
+                            listeners.push((format!("receivers.{id}.protocols.{proto}"), p));
+                        }
+                    }
+                }
+            }
+        }
+        for ext in ["zpages", "pprof"] {
+            if !v["extensions"][ext].is_null() {
+                listeners.push((format!("extensions.{ext}"), &v["extensions"][ext]));
+            }
+        }
+        let m = &v["service"]["telemetry"]["metrics"];
+        let tel = m["address"]
+            .as_str()
+            .unwrap_or("127.0.0.1:8888")
+            .to_string();
+        for (what, l) in listeners {
+            let ep = l["endpoint"].as_str().unwrap_or("localhost:0");
+            if beyond(ep) && (l["tls"].is_null() || l["auth"].is_null()) {
+                problems.push(format!(
+                    "{name}: {what} at {ep} without TLS and credentials"
+                ));
+            }
+        }
+        if beyond(&tel) && (m["tls"].is_null() || m["auth"].is_null()) {
+            problems.push(format!(
+                "{name}: the telemetry server at {tel} without TLS and credentials"
+            ));
+        }
+        if let Some(host) = m["readers"][0]["pull"]["exporter"]["prometheus"]["host"].as_str() {
+            if beyond(host) && (m["tls"].is_null() || m["auth"].is_null()) {
+                problems.push(format!(
+                    "{name}: the telemetry server on {host} without TLS and credentials"
+                ));
+            }
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("pipeline.yaml");
+        std::fs::write(&file, text).expect("write");
+        let out = std::process::Command::new(BIN)
+            .args(["validate", "--config"])
+            .arg(&file)
+            .env("CAUSEWAY_TLS_DIR", tls.path())
+            .env("CAUSEWAY_OTLP_TOKEN", "t")
+            .env("CAUSEWAY_TELEMETRY_TOKEN", "t")
+            .env("POD_NAME", "p")
+            .output()
+            .expect("validate");
+        if !out.status.success() {
+            problems.push(format!(
+                "{name}: validate refuses it: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// The metric names a PromQL expression reads: identifiers that are not
@@ -563,6 +704,7 @@ fn kafka_tier_manifest_and_examples_fit_together() {
         let c = container(dep, "causeway");
         assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
         assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+        assert_eq!(c["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
         assert!(c["resources"]["limits"]["memory"].as_str().is_some());
         let p: serde_yaml::Value = serde_yaml::from_str(&file).expect(example);
         assert_eq!(

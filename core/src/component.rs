@@ -184,6 +184,12 @@ pub trait ExtensionFactory: Send + Sync {
     fn warnings(&self, _cfg: &serde_yaml::Value) -> Vec<String> {
         Vec::new()
     }
+    /// The listeners that serve data (not probes): each one beyond loopback
+    /// needs TLS and credentials unless `service.insecure_expose` (see
+    /// [`crate::exposure`]).
+    fn exposes(&self, _cfg: &serde_yaml::Value) -> Vec<crate::exposure::Exposed> {
+        Vec::new()
+    }
     /// Build it (binding its sockets).
     async fn build(
         &self,

@@ -10,6 +10,7 @@ pub mod component;
 pub mod compress;
 pub mod config;
 pub mod error;
+pub mod exposure;
 pub mod grpc;
 pub mod kafka;
 pub mod memory;

@@ -265,6 +265,25 @@ pub fn load_str(
         });
     }
 
+    // Listeners that serve data beyond loopback need TLS and credentials.
+    let mut listeners: Vec<(String, crate::exposure::Exposed)> = Vec::new();
+    if let Some(e) =
+        crate::exposure::telemetry(&file.service.telemetry.metrics, file.service.telemetry.ui)
+    {
+        listeners.push((String::new(), e));
+    }
+    for (id, cfg) in &extensions {
+        if let Some(f) = registry.extension(id.kind()) {
+            listeners.extend(
+                f.exposes(cfg)
+                    .into_iter()
+                    .map(|e| (format!("extensions.{id}"), e)),
+            );
+        }
+    }
+    let (exposed, insecure) = crate::exposure::check(&listeners, file.service.insecure_expose);
+    errors.extend(exposed);
+
     if !errors.is_empty() {
         return Err(locate(errors));
     }
@@ -283,6 +302,7 @@ pub fn load_str(
             (Some(_), None) => {}
         }
     }
+    warnings.extend(insecure);
     let memory_limiter = memory_budget(&file, &processors, &pipelines, registry, &mut warnings);
     for (kind, ids) in [
         (Kind::Receiver, receivers.keys().collect::<Vec<_>>()),

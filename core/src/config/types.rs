@@ -274,6 +274,12 @@ pub struct ServiceConfig {
     /// Admission control on a memory budget (see [`crate::memory`]). Off by default.
     #[serde(default)]
     pub memory_limiter: Option<crate::memory::MemoryLimiterConfig>,
+    /// Serve the telemetry server (the page, its API, `/metrics`), `zpages`
+    /// and `pprof` beyond loopback without TLS and credentials (default
+    /// false: such a config is refused, naming the key to set; with true,
+    /// `validate` and the start warn instead). For a lab. A causeway key.
+    #[serde(default)]
+    pub insecure_expose: bool,
 }
 
 impl Default for ServiceConfig {
@@ -284,6 +290,7 @@ impl Default for ServiceConfig {
             telemetry: TelemetryConfig::default(),
             shutdown_timeout: default_shutdown_timeout(),
             memory_limiter: None,
+            insecure_expose: false,
         }
     }
 }

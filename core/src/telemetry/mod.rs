@@ -9,4 +9,4 @@ pub mod registry;
 pub mod server;
 
 pub use registry::*;
-pub use server::{serve, serve_router, serve_with, Serve};
+pub use server::{guard, serve, serve_router, serve_with, Serve};

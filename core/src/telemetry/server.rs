@@ -48,30 +48,7 @@ pub async fn serve_with(
             .route("/api/{*path}", get(crate::ui::api));
     }
     if let Some(auth) = opts.auth {
-        guarded = guarded.layer(axum::middleware::from_fn(
-            move |req: axum::extract::Request, next: axum::middleware::Next| {
-                let auth = auth.clone();
-                async move {
-                    let given = req
-                        .headers()
-                        .get(header::AUTHORIZATION)
-                        .map(|v| v.as_bytes().to_vec());
-                    if auth.check(given.as_deref()) {
-                        next.run(req).await
-                    } else {
-                        (
-                            StatusCode::UNAUTHORIZED,
-                            [(
-                                header::WWW_AUTHENTICATE,
-                                format!("{} realm=\"causeway\"", auth.scheme()),
-                            )],
-                            "unauthorized\n",
-                        )
-                            .into_response()
-                    }
-                }
-            },
-        ));
+        guarded = guard(guarded, auth);
     }
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -79,6 +56,39 @@ pub async fn serve_with(
         .merge(guarded)
         .with_state(registry.clone());
     serve_router("telemetry", addr, tls, app, registry, shutdown).await
+}
+
+/// Every route of `router` answers 401 (with `WWW-Authenticate`) to a
+/// request without the credentials `auth` checks. Used by the telemetry
+/// server and the extensions that serve data (zpages).
+pub fn guard<S: Clone + Send + Sync + 'static>(
+    router: Router<S>,
+    auth: crate::tls::Authenticator,
+) -> Router<S> {
+    router.layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let auth = auth.clone();
+            async move {
+                let given = req
+                    .headers()
+                    .get(header::AUTHORIZATION)
+                    .map(|v| v.as_bytes().to_vec());
+                if auth.check(given.as_deref()) {
+                    next.run(req).await
+                } else {
+                    (
+                        StatusCode::UNAUTHORIZED,
+                        [(
+                            header::WWW_AUTHENTICATE,
+                            format!("{} realm=\"causeway\"", auth.scheme()),
+                        )],
+                        "unauthorized\n",
+                    )
+                        .into_response()
+                }
+            }
+        },
+    ))
 }
 
 /// Bind `addr` and serve `app` on it (HTTP/1.1 and h2, over TLS when `tls`

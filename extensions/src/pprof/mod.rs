@@ -70,6 +70,18 @@ impl ExtensionFactory for PprofFactory {
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<PprofConfig>(cfg).map(|_| ())
     }
+    fn exposes(&self, cfg: &serde_yaml::Value) -> Vec<causeway_core::exposure::Exposed> {
+        decode::<PprofConfig>(cfg)
+            .map(|c| {
+                vec![causeway_core::exposure::Exposed {
+                    key: "endpoint".into(),
+                    protected: false, // no TLS, no credentials: loopback, or the opt-out
+                    address: c.endpoint,
+                    serves: "pprof".into(),
+                }]
+            })
+            .unwrap_or_default()
+    }
     fn warnings(&self, cfg: &serde_yaml::Value) -> Vec<String> {
         let mut w = vec![HOW_TO_PROFILE.to_string()];
         if let Ok(PprofConfig {

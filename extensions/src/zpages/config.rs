@@ -13,6 +13,12 @@ pub struct ZPagesConfig {
     /// Serve over TLS.
     #[serde(default)]
     pub tls: Option<causeway_core::tls::ServerTls>,
+    /// Require a bearer token or a user and password on every page
+    /// (`bearer_token` or `bearer_token_file`, or `basic: {username,
+    /// password | password_file}`). Beyond loopback, `tls` and `auth` are
+    /// both required unless `service.insecure_expose`. A causeway key.
+    #[serde(default)]
+    pub auth: Option<causeway_core::tls::ServerAuth>,
     /// The Collector's `/debug/expvarz` switch; accepted, the page lists
     /// causeway's own metrics either way.
     #[serde(default)]
@@ -33,6 +39,7 @@ impl Default for ZPagesConfig {
         ZPagesConfig {
             endpoint: default_endpoint(),
             tls: None,
+            auth: None,
             expvar: None,
         }
     }
@@ -50,6 +57,9 @@ impl Validate for ZPagesConfig {
         }
         if let Some(t) = &self.tls {
             e.extend(t.errors("tls"));
+        }
+        if let Some(a) = &self.auth {
+            e.extend(a.errors("auth"));
         }
         e
     }

@@ -40,6 +40,18 @@ impl ExtensionFactory for ZPagesFactory {
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<ZPagesConfig>(cfg).map(|_| ())
     }
+    fn exposes(&self, cfg: &serde_yaml::Value) -> Vec<causeway_core::exposure::Exposed> {
+        decode::<ZPagesConfig>(cfg)
+            .map(|c| {
+                vec![causeway_core::exposure::Exposed {
+                    key: "endpoint".into(),
+                    protected: c.tls.is_some() && c.auth.is_some(),
+                    address: c.endpoint,
+                    serves: "zpages (the pipelines, their counts and the daemon's metrics)".into(),
+                }]
+            })
+            .unwrap_or_default()
+    }
     async fn build(
         &self,
         ctx: BuildContext,
@@ -71,7 +83,7 @@ pub async fn start(
     telemetry: Registry,
     info: Arc<ServiceInfo>,
 ) -> Result<ZPages, BoxError> {
-    let app = Router::new()
+    let mut app = Router::new()
         .route("/", get(index))
         .route("/debug", get(index))
         .route("/debug/servicez", get(servicez))
@@ -84,6 +96,15 @@ pub async fn start(
             telemetry: telemetry.clone(),
             info,
         });
+    if let Some(auth) = cfg
+        .auth
+        .as_ref()
+        .map(|a| a.authenticator())
+        .transpose()?
+        .flatten()
+    {
+        app = causeway_core::telemetry::guard(app, auth);
+    }
     crate::HttpServer::start(name, &cfg.endpoint, cfg.tls.as_ref(), app, telemetry).await
 }
 
