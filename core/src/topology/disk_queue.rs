@@ -574,6 +574,55 @@ mod tests {
         assert_eq!(*got.last().expect("rest delivered"), 3);
     }
 
+    /// A crash mid-append leaves the last record cut short: inside its
+    /// payload, or inside its 13-byte header. Each is reported once, cut
+    /// off, and everything before it is delivered; records appended after
+    /// the restart follow in order.
+    #[tokio::test]
+    async fn a_record_cut_in_its_payload_or_its_header_is_reported_and_the_rest_delivered() {
+        for (what, keep_of_last) in [("payload", HEADER + 40), ("header", 5)] {
+            let dir = tempfile::tempdir().expect("dir");
+            {
+                let (q, _, _, _) = open(dir.path(), 1 << 30, WhenFull::Block);
+                for i in 0..5u8 {
+                    q.push(Signal::Logs, 2, &[i; 100]).await.expect("push");
+                }
+            }
+            let seg = std::fs::read_dir(dir.path())
+                .expect("dir")
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .find(|p| p.extension().is_some_and(|x| x == "seg"))
+                .expect("a segment");
+            let len = std::fs::metadata(&seg).expect("meta").len();
+            let record = (HEADER + 100) as u64;
+            assert_eq!(len, 5 * record);
+            // The torn write: the last record only partly on disk.
+            let f = OpenOptions::new().write(true).open(&seg).expect("open");
+            f.set_len(4 * record + keep_of_last as u64)
+                .expect("truncate");
+            drop(f);
+            let (q, problems, _, corrupt) = open(dir.path(), 1 << 30, WhenFull::Block);
+            assert_eq!(problems.len(), 1, "{what}: {problems:?}");
+            assert!(problems[0].contains("torn record"), "{what}: {problems:?}");
+            assert_eq!(corrupt.get(), 1, "{what}");
+            assert_eq!(
+                std::fs::metadata(&seg).expect("meta").len(),
+                4 * record,
+                "{what}: the torn tail is cut"
+            );
+            q.push(Signal::Logs, 2, &[9; 100])
+                .await
+                .expect("push after");
+            q.close();
+            let mut got = vec![];
+            while let Some(r) = q.pop().await {
+                got.push(r.payload[0]);
+                q.ack(r.id);
+            }
+            assert_eq!(got, vec![0, 1, 2, 3, 9], "{what}");
+        }
+    }
+
     #[tokio::test]
     async fn full_queue_blocks_or_drops_the_oldest() {
         let dir = tempfile::tempdir().expect("dir");

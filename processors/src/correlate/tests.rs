@@ -1841,3 +1841,56 @@ async fn the_page_keeps_the_last_analysed_traces_bounded_and_answers_bad_ids_cle
     }
     assert!(api.get("nothing").is_none(), "not this source's path");
 }
+
+/// `evidence_wait` holds unexplained traces for late evidence, at most
+/// `max_held_traces` of them: beyond, they leave at once (analysed as they
+/// are); the held ones leave at the next flush, analysed again.
+#[tokio::test]
+async fn evidence_wait_holds_at_most_max_held_traces_and_the_rest_leave_at_once() {
+    use causeway_core::component::ProcessorFactory;
+    let telemetry = causeway_core::telemetry::Registry::new();
+    let ctx = BuildContext {
+        id: "correlate".parse().unwrap(),
+        telemetry: telemetry.clone(),
+        shared: Default::default(),
+        pipeline_signals: SignalSet::ALL,
+    };
+    let cfg: serde_yaml::Value =
+        serde_yaml::from_str("evidence_wait: 60s\nmax_held_traces: 3").unwrap();
+    let mut p = CorrelateFactory.build(ctx, &cfg).await.unwrap();
+    let base = now_ns() - 10_000_000_000;
+    // Ten slow traces with nothing to explain them: each one is `unknown`.
+    let spans: Vec<Span> = (1..=10u8)
+        .map(|i| {
+            let mut s = at(base, i, None, "GET /slow", Server, 0, 900);
+            s.trace_id = vec![i; 16];
+            s
+        })
+        .collect();
+    let mut out = Vec::new();
+    p.process(
+        Batch::from_traces(vec![resource_spans("web", spans)]),
+        &mut out,
+    )
+    .await
+    .unwrap();
+    let passed: usize = out.iter().map(|b| b.items()).sum();
+    assert_eq!(passed, 7, "all but max_held_traces leave at once");
+    let gauge = |t: &causeway_core::telemetry::Registry| {
+        t.render()
+            .lines()
+            .find(|l| l.starts_with(HELD_TRACES))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    assert_eq!(gauge(&telemetry), Some(3.0));
+    let mut released = Vec::new();
+    p.flush(&mut released).await.unwrap();
+    let traces: usize = released
+        .iter()
+        .filter(|b| b.signal() == Signal::Traces)
+        .map(|b| b.items())
+        .sum();
+    assert_eq!(traces, 3, "the held ones leave at the flush");
+    assert_eq!(gauge(&telemetry), Some(0.0));
+}
