@@ -616,6 +616,12 @@ pub struct QueueConfig {
     /// (encoded). The persistent queue is bounded by `max_size` instead.
     #[serde(default)]
     pub sizer: Sizer,
+    /// A second bound on an in-memory queue whose `sizer` counts batches or
+    /// items: the encoded bytes it holds (default 256MiB; a batch bigger
+    /// than that goes alone). A causeway key: without it, 1,000 batches of
+    /// up to 20 MiB each could hold 20 GiB.
+    #[serde(default = "queue_max_bytes")]
+    pub max_bytes: ByteSize,
     /// A directory for a persistent queue on local disk (off: in memory).
     /// What is queued survives a crash or kill -9 and is sent after a restart.
     #[serde(default)]
@@ -648,6 +654,10 @@ fn queue_max_size() -> ByteSize {
     ByteSize(1 << 30)
 }
 
+fn queue_max_bytes() -> ByteSize {
+    ByteSize(256 << 20)
+}
+
 impl Default for QueueConfig {
     fn default() -> Self {
         QueueConfig {
@@ -656,6 +666,7 @@ impl Default for QueueConfig {
             queue_size: queue_size(),
             block_on_overflow: true,
             sizer: Sizer::default(),
+            max_bytes: queue_max_bytes(),
             storage: None,
             max_size: queue_max_size(),
             when_full: crate::topology::WhenFull::Block,
@@ -682,6 +693,9 @@ impl Validate for QueueConfig {
         }
         if self.storage.as_ref().is_some_and(|s| s.trim().is_empty()) {
             e.push(ConfigError::new("storage", "must be a directory path"));
+        }
+        if self.max_bytes.0 < 1 << 20 {
+            e.push(ConfigError::new("max_bytes", "must be at least 1MiB"));
         }
         if self.max_size.0 < 1 << 20 {
             e.push(ConfigError::new("max_size", "must be at least 1MiB"));

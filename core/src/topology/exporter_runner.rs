@@ -15,9 +15,10 @@ use crate::model::Batch;
 use crate::retry::Backoff;
 use crate::telemetry::registry::{self as telemetry, Counter, Gauge, Registry, SignalCounters};
 
-/// A batch in the sending queue, with what it holds of an `items` or
-/// `bytes` budget (released when the batch leaves the queue).
-type Queued = (Batch, Option<OwnedSemaphorePermit>);
+/// A batch in the sending queue, with what it holds of the queue's budgets
+/// (its `sizer`'s, when that is `items` or `bytes`, and the `max_bytes`
+/// bound), released when the batch leaves the queue.
+type Queued = (Batch, Vec<OwnedSemaphorePermit>);
 
 /// The budget of a queue whose `sizer` is `items` or `bytes`.
 #[derive(Clone)]
@@ -51,6 +52,9 @@ pub(crate) struct ExporterQueue {
     pub(crate) id: String,
     pub(crate) tx: mpsc::Sender<Queued>,
     pub(crate) budget: Option<Budget>,
+    /// The bound in encoded bytes of an in-memory queue whose `sizer`
+    /// counts batches or items (`sending_queue.max_bytes`).
+    pub(crate) bytes: Option<Budget>,
     pub(crate) disk: Option<Arc<DiskQueue>>,
     pub(crate) block: bool,
     pub(crate) enqueue_failed: SignalCounters,
@@ -72,27 +76,25 @@ impl ExporterQueue {
             self.size.set(disk.size_bytes() as i64);
             return;
         }
-        let permit = match &self.budget {
-            None => None,
-            Some(b) => {
-                let n = b.units(&batch);
-                let got = if self.block {
-                    b.sem.clone().acquire_many_owned(n).await.ok()
-                } else {
-                    b.sem.clone().try_acquire_many_owned(n).ok()
-                };
-                match got {
-                    Some(p) => Some(p),
-                    None => {
-                        batch.mark_failed();
-                        self.enqueue_failed.get(signal).add(items as u64);
-                        tracing::warn!(exporter = %self.id, items, reason = "sending queue is full", "Batch dropped (block_on_overflow is off).");
-                        return;
-                    }
+        let mut permits = Vec::with_capacity(2);
+        for b in self.budget.iter().chain(self.bytes.iter()) {
+            let n = b.units(&batch);
+            let got = if self.block {
+                b.sem.clone().acquire_many_owned(n).await.ok()
+            } else {
+                b.sem.clone().try_acquire_many_owned(n).ok()
+            };
+            match got {
+                Some(p) => permits.push(p),
+                None => {
+                    batch.mark_failed();
+                    self.enqueue_failed.get(signal).add(items as u64);
+                    tracing::warn!(exporter = %self.id, items, reason = "sending queue is full", "Batch dropped (block_on_overflow is off).");
+                    return;
                 }
             }
-        };
-        let batch = (batch, permit);
+        }
+        let batch = (batch, permits);
         if self.block {
             if self.tx.send(batch).await.is_err() {
                 self.enqueue_failed.get(signal).add(items as u64);
@@ -174,6 +176,17 @@ pub(crate) fn spawn(
             bytes: sizer == crate::config::Sizer::Bytes,
         }
     });
+    // A second bound in bytes when the sizer counts batches or items: a
+    // thousand batches can otherwise be gigabytes.
+    let bytes = (delivery.queue.enabled && disk.is_none() && sizer != crate::config::Sizer::Bytes)
+        .then(|| {
+            let capacity = (delivery.queue.max_bytes.0 as usize).clamp(1, Semaphore::MAX_PERMITS);
+            Budget {
+                sem: Arc::new(Semaphore::new(capacity)),
+                capacity,
+                bytes: true,
+            }
+        });
     // With an items or bytes budget the channel only needs to hold the
     // batches the budget lets in; it stays bounded either way.
     let capacity = match (&budget, delivery.queue.enabled) {
@@ -203,6 +216,7 @@ pub(crate) fn spawn(
         id: id.clone(),
         tx,
         budget: budget.clone(),
+        bytes,
         disk: disk.clone(),
         block: delivery.queue.block_on_overflow || !delivery.queue.enabled,
         enqueue_failed: telemetry.signal_counters(
@@ -643,6 +657,54 @@ mod tests {
         handle.await.expect("runner");
         assert_eq!(count(&reg, EXPORTER_SENT), 4 * 4 + 25);
         assert_eq!(count(&reg, telemetry::EXPORTER_ENQUEUE_FAILED), 4);
+    }
+
+    /// The default sizer counts batches, and `max_bytes` bounds the same
+    /// queue in encoded bytes: a few large batches fill it long before
+    /// `queue_size` is reached.
+    #[tokio::test]
+    async fn a_batch_counted_queue_is_also_bounded_in_bytes() {
+        let gate = Arc::new(Gate(tokio::sync::Semaphore::new(0)));
+        let mut d = delivery(D::secs(60));
+        d.queue.num_consumers = 1;
+        assert_eq!(d.queue.sizer, crate::config::Sizer::Requests);
+        assert_eq!(d.queue.max_bytes.0, 256 << 20, "the default");
+        d.queue.queue_size = 1000;
+        d.queue.max_bytes = crate::config::ByteSize(1 << 20);
+        d.queue.block_on_overflow = false;
+        let reg = Registry::new();
+        let (queue, handle) = spawn("x".into(), gate.clone(), d, &reg, CancellationToken::new());
+        let batch = || {
+            Batch::from_encoded(
+                crate::Signal::Traces,
+                bytes::Bytes::from(vec![0u8; 300 << 10]),
+                1,
+            )
+        };
+        let failed = || count(&reg, telemetry::EXPORTER_ENQUEUE_FAILED);
+        // One batch held by the consumer at the gate, one waiting for it:
+        // both have left the queue; then three of 300 KiB fit in 1 MiB.
+        for _ in 0..2 {
+            queue.push(batch()).await;
+        }
+        for _ in 0..1000 {
+            if queue.bytes.as_ref().map(Budget::used) == Some(0) && queue.tx.capacity() == 1000 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        for _ in 0..3 {
+            queue.push(batch()).await;
+        }
+        assert_eq!(failed(), 0);
+        // The fourth would pass 1 MiB: dropped (block_on_overflow is off),
+        // with 997 batches of room left.
+        queue.push(batch()).await;
+        assert_eq!(failed(), 1);
+        gate.0.add_permits(100);
+        drop(queue);
+        handle.await.expect("runner");
+        assert_eq!(count(&reg, EXPORTER_SENT), 5);
     }
 
     #[test]
