@@ -133,3 +133,57 @@ fn config_loader() {
         }
     });
 }
+
+#[test]
+fn gateway_presets() {
+    run(
+        "gateway_preset",
+        Duration::from_secs(3),
+        causeway_receivers::fuzzing::gateway_preset,
+    );
+}
+
+#[test]
+fn prometheus_text_and_openmetrics() {
+    run(
+        "prometheus_text",
+        Duration::from_secs(3),
+        causeway_receivers::fuzzing::prometheus_text,
+    );
+}
+
+#[test]
+fn relabel_engine() {
+    run(
+        "relabel",
+        Duration::from_secs(3),
+        causeway_receivers::fuzzing::relabel,
+    );
+}
+
+#[test]
+fn rabbitmq_answers() {
+    run(
+        "rabbitmq_answer",
+        Duration::from_secs(2),
+        causeway_receivers::fuzzing::rabbitmq_answer,
+    );
+}
+
+#[test]
+fn kafka_message_framing() {
+    run(
+        "kafka_message",
+        Duration::from_secs(3),
+        causeway_receivers::fuzzing::kafka_message,
+    );
+}
+
+#[test]
+fn w3c_tracestate() {
+    run(
+        "trace_state",
+        Duration::from_secs(1),
+        causeway_processors::tail_sampling::fuzz_trace_state,
+    );
+}

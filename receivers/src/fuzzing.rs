@@ -89,3 +89,133 @@ pub fn gateway_line(data: &[u8]) {
         }
     }
 }
+
+/// One line through every gateway preset (the first byte picks one of
+/// `envoy_text`, `istio`, `ingress_nginx`, `kong`, `apisix`, `traefik`,
+/// `aws_alb`, `gcp_lb`, `envoy`, `nginx`, `json`), then the record encoder.
+pub fn gateway_preset(data: &[u8]) {
+    use crate::gateway_log::config::GatewayLogConfig;
+    static FORMATS: std::sync::OnceLock<Vec<Format>> = std::sync::OnceLock::new();
+    let formats = FORMATS.get_or_init(|| {
+        [
+            "envoy_text",
+            "istio",
+            "ingress_nginx",
+            "kong",
+            "apisix",
+            "traefik",
+            "aws_alb",
+            "gcp_lb",
+            "envoy",
+            "nginx",
+            "json",
+        ]
+        .iter()
+        .filter_map(|name| {
+            let cfg: GatewayLogConfig =
+                serde_yaml::from_str(&format!("include: [x]\nformat: {name}")).ok()?;
+            crate::gateway_log::build_format(&cfg).ok()
+        })
+        .collect()
+    });
+    let Some((&sel, line)) = data.split_first() else {
+        return;
+    };
+    let Ok(line) = std::str::from_utf8(line) else {
+        return;
+    };
+    if let Some(format) = formats.get(sel as usize % formats.len().max(1)) {
+        if let Ok(fields) = format.parse(line) {
+            let mut out = Vec::new();
+            encode_record(line, &fields, 1, &mut out);
+        }
+    }
+}
+
+/// A scraped body through the Prometheus text and OpenMetrics parsers
+/// (bit 0 of the first byte picks OpenMetrics), bounded as a scrape is.
+pub fn prometheus_text(data: &[u8]) {
+    let Some((&sel, body)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(body) else {
+        return;
+    };
+    drop(crate::prometheus::parse::parse(text, 10_000, sel & 1 == 1));
+}
+
+/// The relabel engine: the input up to the first NUL is a YAML list of
+/// rules (as `relabel_configs` takes them), the rest `name=value` lines of
+/// a label set; the rules are compiled and applied.
+pub fn relabel(data: &[u8]) {
+    let (rules, labels) = match data.iter().position(|b| *b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let Ok(rules) = std::str::from_utf8(rules) else {
+        return;
+    };
+    let Ok(rules) = serde_yaml::from_str::<Vec<crate::prometheus::config::RelabelConfig>>(rules)
+    else {
+        return;
+    };
+    if rules.len() > 32 || rules.iter().any(|r| r.regex.len() > 256) {
+        return; // validation bounds them; the fuzzer explores the engine
+    }
+    let Ok(compiled) = crate::prometheus::relabel::compile(&rules) else {
+        return;
+    };
+    let labels: crate::prometheus::parse::Labels = String::from_utf8_lossy(labels)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    drop(crate::prometheus::relabel::apply(&compiled, "up", &labels));
+}
+
+/// The RabbitMQ management API's answers: the first byte picks
+/// `/api/queues` or `/api/bindings` + `/api/exchanges` (split at the first
+/// NUL).
+pub fn rabbitmq_answer(data: &[u8]) {
+    let Some((&sel, body)) = data.split_first() else {
+        return;
+    };
+    if sel & 1 == 0 {
+        drop(crate::rabbitmq::parse_queues(body));
+    } else {
+        let (b, x) = match body.iter().position(|c| *c == 0) {
+            Some(i) => (&body[..i], &body[i + 1..]),
+            None => (body, &[][..]),
+        };
+        drop(crate::rabbitmq::parse_bindings(b, x));
+    }
+}
+
+/// A Kafka message's payload as the `kafka` receiver frames it: the first
+/// byte picks the signal (low two bits) and `otlp_json` (bit 2).
+pub fn kafka_message(data: &[u8]) {
+    let Some((&sel, payload)) = data.split_first() else {
+        return;
+    };
+    let signal = match sel & 3 {
+        0 => Signal::Traces,
+        1 => Signal::Logs,
+        _ => Signal::Metrics,
+    };
+    let encoding = if sel & 4 != 0 {
+        causeway_core::kafka::Encoding::OtlpJson
+    } else {
+        causeway_core::kafka::Encoding::OtlpProto
+    };
+    if let Ok(batch) = crate::kafka::decode_message(encoding, signal, payload) {
+        // What passes must decode, as downstream decoders rely on it.
+        let decoded = match signal {
+            Signal::Traces => batch.to_traces_request().map(drop),
+            Signal::Logs => batch.to_logs_request().map(drop),
+            Signal::Metrics => batch.to_metrics_request().map(drop),
+        };
+        if let Err(e) = decoded {
+            panic!("a message that passed the checks does not decode: {e}");
+        }
+    }
+}

@@ -66,7 +66,7 @@ impl Keys {
 
     /// The members of interest of a W3C `tracestate` header value; none when
     /// it does not parse (a member without `=`), as the Collector skips it.
-    fn trace_state<'a>(&self, ts: &'a [u8], out: &mut Vec<(u16, AttrRef<'a>)>) {
+    pub(crate) fn trace_state<'a>(&self, ts: &'a [u8], out: &mut Vec<(u16, AttrRef<'a>)>) {
         let start = out.len();
         for member in ts.split(|b| *b == b',') {
             let member = member.trim_ascii();

@@ -852,3 +852,25 @@ impl Processor for TailSampling {
         Ok(())
     }
 }
+
+/// A fuzz entry point: a W3C `tracestate` value through the parser the
+/// `trace_state` policy reads it with (the keys of the OpenTelemetry
+/// sampling member and two vendors'). Must return, never panic; every
+/// value it yields is a slice of the input after its key's `=`.
+pub fn fuzz_trace_state(data: &[u8]) {
+    let mut keys = Keys::default();
+    for k in ["ot", "congo", "rojo"] {
+        keys.add_trace_state(k);
+    }
+    let mut out = Vec::new();
+    keys.trace_state(data, &mut out);
+    for (_, v) in &out {
+        if let AttrRef::Str(s) = v {
+            let inside = data.as_ptr_range();
+            assert!(
+                s.is_empty() || (inside.contains(&s.as_ptr()) && s.len() <= data.len()),
+                "a value outside its input"
+            );
+        }
+    }
+}

@@ -155,7 +155,7 @@ fn kv(k: &str, v: &str) -> KeyValue {
     }
 }
 
-fn build_format(cfg: &GatewayLogConfig) -> Result<Format, BoxError> {
+pub(crate) fn build_format(cfg: &GatewayLogConfig) -> Result<Format, BoxError> {
     let overrides: Vec<(Canon, String)> = cfg
         .fields
         .iter()

@@ -379,36 +379,45 @@ impl KafkaReceiver {
 
     /// The batch of one message, or why it is not valid OTLP.
     fn batch(&self, signal: Signal, payload: &[u8]) -> Result<Batch, String> {
-        use opentelemetry_proto::tonic::collector::{
-            logs::v1::ExportLogsServiceRequest, metrics::v1::ExportMetricsServiceRequest,
-            trace::v1::ExportTraceServiceRequest,
-        };
-        use prost::Message as _;
-        let body = match self.cfg.encoding {
-            KafkaEncoding::OtlpProto => Bytes::copy_from_slice(payload),
-            KafkaEncoding::OtlpJson => {
-                let bad = |e: serde_json::Error| format!("invalid OTLP/JSON {signal} request: {e}");
-                Bytes::from(match signal {
-                    Signal::Traces => serde_json::from_slice::<ExportTraceServiceRequest>(payload)
-                        .map_err(bad)?
-                        .encode_to_vec(),
-                    Signal::Logs => serde_json::from_slice::<ExportLogsServiceRequest>(payload)
-                        .map_err(bad)?
-                        .encode_to_vec(),
-                    Signal::Metrics => {
-                        serde_json::from_slice::<ExportMetricsServiceRequest>(payload)
-                            .map_err(bad)?
-                            .encode_to_vec()
-                    }
-                })
-            }
-        };
-        let (body, items, _) = crate::otlp::check(signal, body, |_| {}).map_err(|e| match e {
-            crate::otlp::Refused::Invalid(m) => m,
-            other => format!("{other:?}"),
-        })?;
-        Ok(Batch::from_encoded(signal, body, items))
+        decode_message(self.cfg.encoding, signal, payload)
     }
+}
+
+/// One Kafka message's payload as a batch (`otlp_proto` or `otlp_json`,
+/// checked as the OTLP receivers check a request), or why it is not valid
+/// OTLP: the `kafka` receiver's framing, and a fuzz entry point.
+pub fn decode_message(
+    encoding: KafkaEncoding,
+    signal: Signal,
+    payload: &[u8],
+) -> Result<Batch, String> {
+    use opentelemetry_proto::tonic::collector::{
+        logs::v1::ExportLogsServiceRequest, metrics::v1::ExportMetricsServiceRequest,
+        trace::v1::ExportTraceServiceRequest,
+    };
+    use prost::Message as _;
+    let body = match encoding {
+        KafkaEncoding::OtlpProto => Bytes::copy_from_slice(payload),
+        KafkaEncoding::OtlpJson => {
+            let bad = |e: serde_json::Error| format!("invalid OTLP/JSON {signal} request: {e}");
+            Bytes::from(match signal {
+                Signal::Traces => serde_json::from_slice::<ExportTraceServiceRequest>(payload)
+                    .map_err(bad)?
+                    .encode_to_vec(),
+                Signal::Logs => serde_json::from_slice::<ExportLogsServiceRequest>(payload)
+                    .map_err(bad)?
+                    .encode_to_vec(),
+                Signal::Metrics => serde_json::from_slice::<ExportMetricsServiceRequest>(payload)
+                    .map_err(bad)?
+                    .encode_to_vec(),
+            })
+        }
+    };
+    let (body, items, _) = crate::otlp::check(signal, body, |_| {}).map_err(|e| match e {
+        crate::otlp::Refused::Invalid(m) => m,
+        other => format!("{other:?}"),
+    })?;
+    Ok(Batch::from_encoded(signal, body, items))
 }
 
 type Done =
