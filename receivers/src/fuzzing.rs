@@ -9,6 +9,15 @@ use prost::Message;
 
 use crate::gateway_log::parse::{encode_record, Format, KeyMap};
 
+/// The signal a selector byte picks (its low two bits).
+fn signal_of(sel: u8) -> Signal {
+    match sel & 3 {
+        0 => Signal::Traces,
+        1 => Signal::Logs,
+        _ => Signal::Metrics,
+    }
+}
+
 /// The OTLP/HTTP body path. The first byte picks the signal (low two
 /// bits), JSON (bit 2) and gzip (bit 3); the rest is the body. Bodies go
 /// through gzip (bounded at 1 MiB), the JSON decoder and re-encoding, the
@@ -18,11 +27,7 @@ pub fn otlp_http_body(data: &[u8]) {
     let Some((&sel, body)) = data.split_first() else {
         return;
     };
-    let signal = match sel & 3 {
-        0 => Signal::Traces,
-        1 => Signal::Logs,
-        _ => Signal::Metrics,
-    };
+    let signal = signal_of(sel);
     let body = if sel & 8 != 0 {
         match crate::otlp::http::inflate(causeway_core::compress::Codec::Gzip, body, 1 << 20) {
             Ok(b) => b,
@@ -197,11 +202,7 @@ pub fn kafka_message(data: &[u8]) {
     let Some((&sel, payload)) = data.split_first() else {
         return;
     };
-    let signal = match sel & 3 {
-        0 => Signal::Traces,
-        1 => Signal::Logs,
-        _ => Signal::Metrics,
-    };
+    let signal = signal_of(sel);
     let encoding = if sel & 4 != 0 {
         causeway_core::kafka::Encoding::OtlpJson
     } else {
