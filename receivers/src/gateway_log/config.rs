@@ -95,11 +95,12 @@ pub struct GatewayLogConfig {
     /// it after this pause (default 5s): a file can always be read again.
     #[serde(default = "redeliver")]
     pub redeliver_delay: Duration,
-    /// Files opened ahead of the reader at most (default 1024): a new file is
-    /// opened within one `poll_interval` of appearing, even while the lines
-    /// read before are still being delivered, so a rotation that compresses
-    /// it away before it is read loses nothing. Beyond this many, a file is
-    /// opened only when the reader polls.
+    /// Files open at most, counting those opened ahead of the reader
+    /// (default 1024): a new file is opened within one `poll_interval` of
+    /// appearing, even while the lines read before are still being
+    /// delivered, so a rotation that compresses it away before it is read
+    /// loses nothing. With this many open, a new file is opened only when
+    /// the reader polls.
     #[serde(default = "max_held")]
     pub max_held_files: usize,
     /// A file that bad lines are appended to (as JSON, with file, offset and reason).

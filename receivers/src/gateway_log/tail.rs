@@ -167,6 +167,8 @@ struct Held {
 struct HeldSet {
     files: std::collections::HashMap<(u64, u64), Held>,
     seen: std::collections::HashMap<(u64, u64, i128), u64>,
+    /// Files the tailer has open itself (followed, or waiting), as of its last poll.
+    followed: usize,
 }
 
 /// Opens matching files as soon as they appear, apart from reading them.
@@ -210,7 +212,9 @@ impl Holder {
             if set.seen.get(&key) == Some(&meta.len()) {
                 continue;
             }
-            if set.files.len() >= self.max_held && !set.files.contains_key(&(key.0, key.1)) {
+            if set.files.len() + set.followed >= self.max_held
+                && !set.files.contains_key(&(key.0, key.1))
+            {
                 continue; // the tailer opens it by its path when it polls
             }
             // Opened after the stat: a file replaced in between is seen at the next scan.
@@ -546,6 +550,9 @@ impl Tailer {
             self.next_id += 1;
         }
         self.first_poll = false;
+        if let Ok(mut set) = self.held.lock() {
+            set.followed = self.files.len() + self.pending.len();
+        }
         // Closed files gone from every pattern are forgotten.
         let gone: Vec<(u64, u64)> = self
             .closed
@@ -995,6 +1002,30 @@ mod tests {
         assert_eq!(t.open_files(), 0);
         drop(t);
         assert!(!holder.scan(), "the holder stops with its tailer");
+    }
+
+    #[test]
+    fn the_holder_opens_no_more_than_max_held_files_counting_the_followed_ones() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(dir.path().join("x.log"), text(0..10)).expect("write");
+        let mut t = Tailer::new(
+            TailConfig {
+                max_held: 3,
+                ..cfg(dir.path())
+            },
+            vec![],
+        );
+        let holder = t.holder();
+        t.poll(); // x.log is followed: one of the three
+        for i in 0..5 {
+            std::fs::write(dir.path().join(format!("x.log.{i}")), text(100 * i..100 * i + 5))
+                .expect("backup");
+        }
+        assert!(holder.scan());
+        assert_eq!(t.open_files(), 3, "one followed, two held ahead");
+        // The tailer still finds the rest by their paths when it polls.
+        let (lines, _) = t.poll();
+        assert_eq!(lines.len(), 10 + 5 * 5 - 10, "every backup read");
     }
 
     fn cfg(dir: &Path) -> TailConfig {
