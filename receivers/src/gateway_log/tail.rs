@@ -1018,8 +1018,11 @@ mod tests {
         let holder = t.holder();
         t.poll(); // x.log is followed: one of the three
         for i in 0..5 {
-            std::fs::write(dir.path().join(format!("x.log.{i}")), text(100 * i..100 * i + 5))
-                .expect("backup");
+            std::fs::write(
+                dir.path().join(format!("x.log.{i}")),
+                text(100 * i..100 * i + 5),
+            )
+            .expect("backup");
         }
         assert!(holder.scan());
         assert_eq!(t.open_files(), 3, "one followed, two held ahead");
