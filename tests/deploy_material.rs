@@ -292,22 +292,10 @@ fn no_example_or_manifest_serves_beyond_loopback_without_tls_and_credentials() {
         }
     }
     assert!(configs.len() >= 13, "{} configs", configs.len());
-    let beyond = |a: &str| {
-        let host = a.rsplit_once(':').map_or(a, |(h, _)| h);
-        !(host.starts_with("127.") || host == "localhost" || host == "[::1]")
-    };
+    let beyond = causeway_core::exposure::beyond_loopback;
+    // The Secret a deployment mounts, stood in for: tls.crt and tls.key.
     let tls = tempfile::tempdir().expect("tempdir");
-    let ok = std::process::Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=t",
-        ])
-        .arg("-keyout")
-        .arg(tls.path().join("tls.key"))
-        .arg("-out")
-        .arg(tls.path().join("tls.crt"))
-        .output()
-        .expect("openssl");
-    assert!(ok.status.success(), "openssl");
+    leaf(tls.path(), &ca("deploy-test"), "tls", &["localhost"], false);
     let mut problems = Vec::new();
     for (name, text) in &configs {
         let v: serde_yaml::Value = serde_yaml::from_str(text).expect("yaml");
