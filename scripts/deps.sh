@@ -29,6 +29,8 @@ command -v logrotate >/dev/null || missing+=(logrotate)
 # tests/rabbitmq_e2e.rs: a real RabbitMQ and a real AMQP client (pika).
 [[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] || missing+=(rabbitmq-server)
 /usr/bin/python3 -c 'import pika' 2>/dev/null || missing+=(python3-pika)
+# tests/nats_e2e.rs: a real NATS server with JetStream.
+command -v nats-server >/dev/null || [[ -x /usr/sbin/nats-server ]] || missing+=(nats-server)
 # tests/ui_e2e.rs: the built-in page in a real headless browser.
 command -v chromium >/dev/null || missing+=(chromium)
 if ((${#missing[@]})); then
@@ -42,7 +44,7 @@ if ((${#missing[@]})); then
    service prometheus stop; service prometheus-alertmanager stop; service victoria-metrics stop
    service prometheus-node-exporter stop; service prometheus-redis-exporter stop
    service prometheus-nginx-exporter stop; service prometheus-postgres-exporter stop
-   service rabbitmq-server stop) >/dev/null 2>&1 || true
+   service rabbitmq-server stop; service nats-server stop) >/dev/null 2>&1 || true
 fi
 if [[ ! -d tests/testbed/node_modules/@opentelemetry/sdk-node || ! -d tests/testbed/node_modules/amqplib ]]; then
   echo "== npm ci in tests/testbed (the OpenTelemetry Node.js SDK, express, ioredis, pg, amqplib; once)"

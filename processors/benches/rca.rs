@@ -6,8 +6,15 @@
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+use causeway_processors::correlate::analysis::trace::traces as rows_of;
+use causeway_processors::correlate::analysis::verdict::verdict;
+use causeway_processors::correlate::annotate::annotate;
+use causeway_processors::correlate::config::CorrelateConfig;
+use causeway_processors::correlate::model::table::Table;
+use causeway_processors::correlate::model::{Rule, TraceRow};
+use causeway_processors::correlate::source::{Correlation, Tick};
 use causeway_processors::correlate::store::{Limits, Store};
-use causeway_processors::correlate::{annotate, features, rules, verdict};
+use causeway_processors::correlate::{logs, registry, rules};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
@@ -150,8 +157,9 @@ fn gateway_logs(n: usize) -> Vec<ResourceLogs> {
     }]
 }
 
-fn store() -> Store {
-    Store::new(Limits {
+fn store() -> Correlation {
+    let cfg: CorrelateConfig = serde_yaml::from_str("{}").expect("defaults");
+    let store = Store::new(Limits {
         window_ns: 600_000_000_000,
         max_log_records: 200_000,
         max_series: 50_000,
@@ -163,7 +171,35 @@ fn store() -> Store {
         baseline_window_ns: 3_600_000_000_000,
         baseline_min_samples: 20,
         baseline_max_operations: 10_000,
-    })
+    });
+    Correlation {
+        store,
+        sources: registry::sources(&cfg),
+    }
+}
+
+/// The join with logs and every source, as the processor makes it (the
+/// config's lookback and lookahead); the sources' tables.
+fn join(st: &Correlation, rows: &mut [TraceRow]) -> Vec<Table> {
+    logs::join(rows, &st.store);
+    let tick = Tick {
+        store: &st.store,
+        now_ns: T0,
+        lookback_ns: 120_000_000_000,
+        lookahead_ns: 60_000_000_000,
+    };
+    let (tables, _, errors) = st.sources.join(&tick, rows);
+    assert!(errors.is_empty(), "{errors:?}");
+    tables
+}
+
+/// The built-in rules of the core and of every source.
+fn all_rules(st: &Correlation) -> Vec<Rule> {
+    let builtin = rules::builtin()
+        .into_iter()
+        .chain(st.sources.rules())
+        .collect();
+    rules::assemble(builtin, true, &[])
 }
 
 fn bench(c: &mut Criterion) {
@@ -175,22 +211,24 @@ fn bench(c: &mut Criterion) {
     let one = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
-    let rules = rules::assemble(true, &[]);
     let st = store();
+    let rules = all_rules(&st);
+    let tables = st.sources.tables();
     st.add_logs(&gateway_logs(1000), T0);
     let batch = traces(1000);
     // Where a tick's time goes, once.
     {
         let rs = batch.clone();
         let t = std::time::Instant::now();
-        let mut rows = features::traces(&rs, Some(&st.baselines), &Default::default());
+        let mut rows = rows_of(&rs, Some(&st.store.baselines), &Default::default());
         let t1 = t.elapsed();
-        features::join(&mut rows, &st, &features::JoinParams::default(), T0);
+        let joined = join(&st, &mut rows);
         let t2 = t.elapsed();
-        let tables = rules::tables(&rows).expect("tables");
+        let core = rules::tables(&rows).expect("tables");
         let t3 = t.elapsed();
-        drop(tables);
-        let (findings, _) = one.block_on(rules::evaluate(&rules, &rows));
+        drop(core);
+        let (findings, _) =
+            one.block_on(rules::Planner::new(&tables).evaluate(&rules, &rows, joined));
         let t4 = t.elapsed();
         let mut rs = rs;
         for tr in &rows {
@@ -209,7 +247,12 @@ fn bench(c: &mut Criterion) {
         // Each rule alone, on one thread.
         for r in &rules {
             let t = std::time::Instant::now();
-            let (_, errors) = one.block_on(rules::evaluate(std::slice::from_ref(r), &rows));
+            let joined = join(&st, &mut rows);
+            let (_, errors) = one.block_on(rules::Planner::new(&tables).evaluate(
+                std::slice::from_ref(r),
+                &rows,
+                joined,
+            ));
             assert!(errors.is_empty(), "{errors:?}");
             eprintln!("rule {:<28} {:?} (with its tables)", r.name, t.elapsed());
         }
@@ -217,11 +260,15 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("rca");
     g.sample_size(10);
     g.throughput(Throughput::Elements(1000));
-    let tick = |rt: &tokio::runtime::Runtime, rs: Vec<ResourceSpans>| {
+    // One planner per runtime, kept across ticks as the processor keeps its own.
+    let planners =
+        std::cell::RefCell::new([rules::Planner::new(&tables), rules::Planner::new(&tables)]);
+    let tick = |rt: &tokio::runtime::Runtime, which: usize, rs: Vec<ResourceSpans>| {
         let mut rs = rs;
-        let mut rows = features::traces(&rs, Some(&st.baselines), &Default::default());
-        features::join(&mut rows, &st, &features::JoinParams::default(), T0);
-        let (findings, errors) = rt.block_on(rules::evaluate(&rules, &rows));
+        let mut rows = rows_of(&rs, Some(&st.store.baselines), &Default::default());
+        let joined = join(&st, &mut rows);
+        let (findings, errors) =
+            rt.block_on(planners.borrow_mut()[which].evaluate(&rules, &rows, joined));
         assert!(errors.is_empty(), "{errors:?}");
         for t in &rows {
             let v = verdict(t, findings.get(&t.trace_id), (0.2, 50.0));
@@ -233,7 +280,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("tick_1000_traces_x50_spans_one_thread", |b| {
         b.iter_batched(
             || batch.clone(),
-            |rs| tick(&one, rs),
+            |rs| tick(&one, 0, rs),
             criterion::BatchSize::LargeInput,
         )
     });
@@ -242,7 +289,7 @@ fn bench(c: &mut Criterion) {
         // copy is set-up, not measured.
         b.iter_batched(
             || batch.clone(),
-            |rs| tick(&rt, rs),
+            |rs| tick(&rt, 1, rs),
             criterion::BatchSize::LargeInput,
         )
     });

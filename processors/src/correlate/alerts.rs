@@ -1,24 +1,16 @@
 //! Alert rules evaluated in the daemon over what the correlation state
-//! holds: route windows, root-cause results and Kafka lag status.
+//! holds: root-cause results, the latest metric points, and the tables of
+//! the evidence sources (route windows, consumer groups, queues, ...).
 //!
 //! A rule is SQL (DataFusion) over these tables, built afresh at each
 //! evaluation:
-//! - `routes` (route with gateway traffic in the window): `route_id, requests, s4xx, s5xx,
-//!   s429, s503, s504, error_ratio, not_closed, top_rule, circuit_state, circuit_changes,
-//!   p50_ms, p99_ms`;
 //! - `rca` (trace analysed in the window): `trace_id, route_id, cause, service, confidence,
 //!   rule, time_ms`;
-//! - `kafka_groups` (consumer group): `consumer_group, status, status_name, lag, lag_seconds,
-//!   alarm`;
-//! - `metrics` (latest point of each joined series): `name, topic, consumer_group, host,
-//!   route_id, job, instance, queue, labels, value, time_ms` (`labels`: the other attributes as
-//!   `k=v,…`; `job`/`instance` for the scraped dependency series, `queue` for RabbitMQ's);
-//! - `rabbitmq_queues` (RabbitMQ queue, latest collection): `queue, vhost, status, status_name,
-//!   depth, ready, unacked, consumers, backlog_age_s, alarm, retry_storm, publish_rate,
-//!   deliver_rate, time_ms`;
-//! - `dependencies` (each scraped server, and each Envoy cluster, over the window; see
-//!   `super::deps`): `system, job, instance, addresses, envoy_cluster, time_ms` and the measured
-//!   columns of the rules' `dependency` table (counters as increases, gauges at their largest).
+//! - `metrics` (latest point of each joined series): `name`, a column per key dimension of
+//!   the sources (`queue, job, instance, host, topic, consumer_group, route_id`, ...), `labels,
+//!   value, time_ms` (`labels`: the other attributes as `k=v,…`);
+//! - each evidence source's (see `super::source`): `routes` (gateway), `kafka_groups`,
+//!   `rabbitmq_queues`, `dependencies`, `nats_consumers`, documented with their source.
 //!
 //! Each row the query returns is one alert instance, as a PromQL result
 //! series is: its columns become labels, except `value` (the number shown
@@ -39,7 +31,7 @@
 
 use causeway_core::config::{ConfigError, Duration};
 use datafusion::arrow::array::{Array, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::display::array_value_to_string;
 use indexmap::IndexMap;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
@@ -48,7 +40,10 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::rules::{boolf, context, dep_fields, f64f, i64f, s, schema, so, utf8, Cols, V};
+use super::model::table::{f64f, s, schema, utf8, Cols, Table, V};
+use super::model::RcaEvent;
+use super::rules::context;
+use super::source::{Sources, View};
 use super::store::Store;
 
 /// The `event.name` of alert log records.
@@ -216,59 +211,10 @@ fn number(v: f64) -> String {
     }
 }
 
-/// The tables the rules query (empty when `store` is `None`: for validation).
-fn tables(
-    store: Option<&Store>,
-    now_ns: u64,
-    window_ns: u64,
-) -> Result<Vec<(&'static str, SchemaRef, RecordBatch)>, String> {
+/// The tables the rules query: the analysed traces, the latest point of
+/// every series, and the sources' (empty without a view: for validation).
+fn tables(sources: &Sources, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
     let mut out = Vec::new();
-    // routes
-    let sch = schema(vec![
-        utf8("route_id"),
-        i64f("requests"),
-        i64f("s4xx"),
-        i64f("s5xx"),
-        i64f("s429"),
-        i64f("s503"),
-        i64f("s504"),
-        f64f("error_ratio"),
-        i64f("not_closed"),
-        utf8("top_rule"),
-        utf8("circuit_state"),
-        i64f("circuit_changes"),
-        f64f("p50_ms"),
-        f64f("p99_ms"),
-    ]);
-    let routes = store
-        .map(|s| s.routes_over(now_ns, window_ns))
-        .unwrap_or_default();
-    let mut c = Cols::new(&sch, routes.len());
-    let i = |x: u64| V::I(Some(i64::try_from(x).unwrap_or(i64::MAX)));
-    for (r, st) in &routes {
-        let ratio = if st.requests > 0 {
-            st.s5xx as f64 / st.requests as f64
-        } else {
-            0.0
-        };
-        c.row([
-            s(r),
-            i(st.requests),
-            i(st.s4xx),
-            i(st.s5xx),
-            i(st.s429),
-            i(st.s503),
-            i(st.s504),
-            V::F(Some(ratio)),
-            i(st.not_closed),
-            so(&st.top_rule),
-            so(&st.circuit_state),
-            i(st.circuit_changes),
-            V::F(st.p50_ms),
-            V::F(st.p99_ms),
-        ]);
-    }
-    out.push(("routes", sch.clone(), c.finish(sch)?));
     // rca
     let sch = schema(vec![
         utf8("trace_id"),
@@ -279,8 +225,8 @@ fn tables(
         utf8("rule"),
         f64f("time_ms"),
     ]);
-    let recent = store
-        .map(|s| s.recent_rca(now_ns.saturating_sub(window_ns)))
+    let recent = view
+        .map(|v| v.store.recent_rca(v.now_ns.saturating_sub(v.window_ns)))
         .unwrap_or_default();
     let mut c = Cols::new(&sch, recent.len());
     for (t, e) in &recent {
@@ -296,163 +242,34 @@ fn tables(
         ]);
     }
     out.push(("rca", sch.clone(), c.finish(sch)?));
-    // metrics and kafka_groups, from the latest points
-    let points = store.map(Store::latest_points).unwrap_or_default();
-    let sch = schema(vec![
-        utf8("name"),
-        utf8("topic"),
-        utf8("consumer_group"),
-        utf8("host"),
-        utf8("route_id"),
-        utf8("job"),
-        utf8("instance"),
-        utf8("queue"),
-        utf8("labels"),
-        f64f("value"),
-        f64f("time_ms"),
-    ]);
-    let mut c = Cols::new(&sch, points.len());
-    for (name, dims, attrs, t, v) in &points {
-        let labels: Vec<String> = attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        c.row([
-            s(name),
-            so(&dims.topic),
-            so(&dims.group),
-            so(&dims.host),
-            so(&dims.route),
-            so(&dims.job),
-            so(&dims.instance),
-            so(&dims.queue),
-            s(&labels.join(",")),
-            V::F(Some(*v)),
-            V::F(Some(*t as f64 / 1e6)),
-        ]);
-    }
-    let (groups, queues) = brokers(&points);
-    out.push(("metrics", sch.clone(), c.finish(sch)?));
-    let sch = schema(vec![
-        utf8("consumer_group"),
-        i64f("status"),
-        utf8("status_name"),
-        f64f("lag"),
-        f64f("lag_seconds"),
-        boolf("alarm"),
-    ]);
-    let mut c = Cols::new(&sch, groups.len());
-    for g in &groups {
-        c.row([
-            s(&g.consumer_group),
-            V::I(g.status),
-            V::S(g.status_name.as_deref()),
-            V::F(g.lag),
-            V::F(g.lag_seconds),
-            V::B(Some(g.alarm)),
-        ]);
-    }
-    out.push(("kafka_groups", sch.clone(), c.finish(sch)?));
-    let sch = schema(vec![
-        utf8("queue"),
-        utf8("vhost"),
-        i64f("status"),
-        utf8("status_name"),
-        f64f("depth"),
-        f64f("ready"),
-        f64f("unacked"),
-        f64f("consumers"),
-        f64f("backlog_age_s"),
-        boolf("alarm"),
-        boolf("retry_storm"),
-        f64f("publish_rate"),
-        f64f("deliver_rate"),
-        f64f("time_ms"),
-    ]);
-    let mut c = Cols::new(&sch, queues.len());
-    for q in &queues {
-        c.row([
-            s(&q.queue),
-            s(&q.vhost),
-            V::I(q.status),
-            V::S(q.status_name.as_deref()),
-            V::F(q.depth),
-            V::F(q.ready),
-            V::F(q.unacked),
-            V::F(q.consumers),
-            V::F(q.backlog_age_s),
-            V::B(Some(q.alarm)),
-            V::B(Some(q.retry_storm)),
-            V::F(q.publish_rate),
-            V::F(q.deliver_rate),
-            V::F(Some(q.time_ms)),
-        ]);
-    }
-    out.push(("rabbitmq_queues", sch.clone(), c.finish(sch)?));
-    // dependencies: each server's numbers over the window.
+    // metrics: the latest points, a column per key dimension of the sources.
+    let points = view.map(|v| v.store.latest_points()).unwrap_or_default();
+    let dims = sources.dims();
     let sch = schema(
-        [
-            utf8("system"),
-            utf8("job"),
-            utf8("instance"),
-            utf8("addresses"),
-            utf8("envoy_cluster"),
-            f64f("time_ms"),
-        ]
-        .into_iter()
-        .chain(dep_fields())
-        .collect(),
+        std::iter::once(utf8("name"))
+            .chain(dims.iter().map(|d| utf8(d)))
+            .chain([utf8("labels"), f64f("value"), f64f("time_ms")])
+            .collect(),
     );
-    let series = store
-        .map(|st| st.series_where(|x| x.dims.job.is_some()))
-        .unwrap_or_default();
-    let deps = super::deps::dependencies(&series, &HashMap::new());
-    let mut rows = Vec::new();
-    for d in &deps {
-        let clusters: Vec<Option<String>> = if d.system == "envoy" {
-            let mut c: Vec<String> = d
-                .series
-                .iter()
-                .filter_map(|x| x.attr("envoy_cluster_name").map(str::to_string))
-                .collect();
-            c.sort();
-            c.dedup();
-            c.into_iter().map(Some).collect()
-        } else {
-            vec![None]
-        };
-        for cl in clusters {
-            let r = super::deps::row(
-                d,
-                cl.as_deref(),
-                None,
-                (now_ns.saturating_sub(window_ns), now_ns),
-                0,
-            );
-            if r.time_ns > 0 {
-                rows.push((d.addresses.join(","), r));
-            }
-        }
-    }
-    let mut c = Cols::new(&sch, rows.len());
-    for (addresses, r) in &rows {
+    let mut c = Cols::new(&sch, points.len());
+    for (name, key, attrs, t, v) in &points {
+        let labels: Vec<String> = attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let labels = labels.join(",");
         c.row(
-            [
-                s(r.system),
-                s(&r.job),
-                s(&r.instance),
-                s(addresses),
-                so(&r.cluster),
-                V::F(Some(r.time_ns as f64 / 1e6)),
-            ]
-            .into_iter()
-            .chain(super::rules::dep_values(r)),
+            std::iter::once(s(name))
+                .chain(dims.iter().map(|d| V::S(key.get(d))))
+                .chain([s(&labels), V::F(Some(*v)), V::F(Some(*t as f64 / 1e6))]),
         );
     }
-    out.push(("dependencies", sch.clone(), c.finish(sch)?));
+    out.push(("metrics", sch.clone(), c.finish(sch)?));
+    out.extend(sources.alert_tables(view)?);
     Ok(out)
 }
 
 /// Check the alerts section: durations, names, templates, and that every
-/// expression plans against the tables. Paths are relative to `alerts`.
-pub fn validate(cfg: &AlertsConfig) -> Vec<ConfigError> {
+/// expression plans against the tables (`sources`' among them). Paths are
+/// relative to `alerts`.
+pub fn validate(cfg: &AlertsConfig, sources: &Sources) -> Vec<ConfigError> {
     let mut e = Vec::new();
     for (k, d) in [
         ("interval", cfg.interval),
@@ -512,7 +329,7 @@ pub fn validate(cfg: &AlertsConfig) -> Vec<ConfigError> {
                 e.push(ConfigError::new(at(&format!("annotations.{k}")), m));
             }
         }
-        if let Err(m) = check_expr(&r.expr) {
+        if let Err(m) = check_expr(&r.expr, sources) {
             e.push(ConfigError::new(at("expr"), m));
         }
     }
@@ -526,8 +343,8 @@ fn valid_label(k: &str) -> bool {
         && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
 }
 
-fn check_expr(sql: &str) -> Result<(), String> {
-    let ctx = context(tables(None, 0, 0)?)?;
+fn check_expr(sql: &str, sources: &Sources) -> Result<(), String> {
+    let ctx = context(tables(sources, None)?)?;
     let df = futures::executor::block_on(ctx.sql(sql)).map_err(|e| first_line(&e.to_string()))?;
     if let Ok(f) = df.schema().field_with_unqualified_name("value") {
         if !f.data_type().is_numeric() {
@@ -645,9 +462,14 @@ impl Alerting {
     }
 
     /// Evaluate every rule at `now_ns`; the alerts to send now.
-    pub async fn evaluate(&mut self, store: &Store, now_ns: u64) -> Vec<Alert> {
+    pub async fn evaluate(&mut self, store: &Store, sources: &Sources, now_ns: u64) -> Vec<Alert> {
         self.errors.clear();
-        let ctx = match tables(Some(store), now_ns, self.window_ns).and_then(context) {
+        let view = View {
+            store,
+            now_ns,
+            window_ns: self.window_ns,
+        };
+        let ctx = match tables(sources, Some(&view)).and_then(context) {
             Ok(c) => c,
             Err(e) => {
                 self.errors.push(("*".into(), e));
@@ -782,10 +604,7 @@ fn fingerprint(labels: &BTreeMap<String, String>) -> String {
 }
 
 /// The dominant cause of a route's analysed traces, its share, and the latest trace with it.
-fn dominant(
-    recent: &[(u64, super::store::RcaEvent)],
-    route: Option<&String>,
-) -> (String, Option<f64>, String) {
+fn dominant(recent: &[(u64, RcaEvent)], route: Option<&String>) -> (String, Option<f64>, String) {
     let Some(route) = route else {
         return (String::new(), None, String::new());
     };
@@ -838,127 +657,6 @@ pub fn trace_links(
                 .map(|t| (name.clone(), t.render(&ctx, true)))
         })
         .collect()
-}
-
-/// A Kafka consumer group as last seen (the alerts' `kafka_groups`, the page's `/api/kafka`).
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct GroupState {
-    /// Consumer group.
-    pub consumer_group: String,
-    /// Burrow status code.
-    pub status: Option<i64>,
-    /// Its name.
-    pub status_name: Option<String>,
-    /// Lag summed over the group's topics.
-    pub lag: Option<f64>,
-    /// Time lag (s), largest.
-    pub lag_seconds: Option<f64>,
-    /// Lag alarm on.
-    pub alarm: bool,
-    #[serde(skip)]
-    at: u64,
-}
-
-/// A RabbitMQ queue as last collected (the alerts' `rabbitmq_queues`, the page's `/api/queues`).
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct QueueState {
-    /// Queue.
-    pub queue: String,
-    /// Its vhost.
-    pub vhost: String,
-    /// Burrow-like status code.
-    pub status: Option<i64>,
-    /// Its name.
-    pub status_name: Option<String>,
-    /// Ready + unacknowledged.
-    pub depth: Option<f64>,
-    /// Ready.
-    pub ready: Option<f64>,
-    /// Unacknowledged.
-    pub unacked: Option<f64>,
-    /// Consumers.
-    pub consumers: Option<f64>,
-    /// Backlog age (s).
-    pub backlog_age_s: Option<f64>,
-    /// Backlog alarm on.
-    pub alarm: bool,
-    /// Retry storm on.
-    pub retry_storm: bool,
-    /// Messages published per second.
-    pub publish_rate: Option<f64>,
-    /// Messages delivered per second.
-    pub deliver_rate: Option<f64>,
-    /// Latest collection (ms since the epoch).
-    pub time_ms: f64,
-    #[serde(skip)]
-    status_at: u64,
-}
-
-/// Kafka consumer groups and RabbitMQ queues from the latest points.
-pub fn brokers(points: &[super::store::LatestPoint]) -> (Vec<GroupState>, Vec<QueueState>) {
-    let mut groups: BTreeMap<String, GroupState> = BTreeMap::new();
-    let mut queues: BTreeMap<(String, String), QueueState> = BTreeMap::new();
-    for (name, dims, attrs, t, v) in points {
-        let attr = |k: &str| attrs.iter().find(|(key, _)| key == k).map(|(_, v)| v);
-        if let Some(queue) = &dims.queue {
-            let vhost = attr(super::rabbit::VHOST).cloned().unwrap_or_default();
-            let q = queues
-                .entry((vhost.clone(), queue.clone()))
-                .or_insert_with(|| QueueState {
-                    queue: queue.clone(),
-                    vhost,
-                    ..Default::default()
-                });
-            q.time_ms = q.time_ms.max(*t as f64 / 1e6);
-            let v = Some(*v);
-            match (name.as_str(), attr("state").map(String::as_str)) {
-                // The status series is keyed by its status name too: the latest wins.
-                ("rabbitmq.queue.status", _) if q.status.is_none() || *t >= q.status_at => {
-                    q.status = v.map(|v| v as i64);
-                    q.status_name = attr("status").cloned();
-                    q.status_at = *t;
-                }
-                ("rabbitmq.message.current", Some("ready")) => q.ready = v,
-                ("rabbitmq.message.current", _) => q.unacked = v,
-                ("rabbitmq.consumer.count", _) => q.consumers = v,
-                ("rabbitmq.queue.backlog_age", _) => q.backlog_age_s = v,
-                ("rabbitmq.queue.backlog_alarm", _) => q.alarm = v >= Some(1.0),
-                ("rabbitmq.queue.retry_storm", _) => q.retry_storm = v >= Some(1.0),
-                ("rabbitmq.queue.publish_rate", _) => q.publish_rate = v,
-                ("rabbitmq.queue.deliver_rate", _) => q.deliver_rate = v,
-                _ => {}
-            }
-            continue;
-        }
-        let Some(group) = &dims.group else { continue };
-        let g = groups.entry(group.clone()).or_insert_with(|| GroupState {
-            consumer_group: group.clone(),
-            ..Default::default()
-        });
-        match name.as_str() {
-            "kafka.consumer_group.status" if g.status.is_none() || *t >= g.at => {
-                g.status = Some(*v as i64);
-                g.status_name = attr("status").cloned();
-                g.at = *t;
-            }
-            "kafka.consumer_group.lag_sum" => g.lag = Some(g.lag.unwrap_or(0.0) + v),
-            "kafka.consumer_group.lag_seconds" => {
-                g.lag_seconds = Some(g.lag_seconds.map_or(*v, |x| x.max(*v)));
-            }
-            "kafka.consumer_group.lag_alarm" => g.alarm |= *v >= 1.0,
-            _ => {}
-        }
-    }
-    for q in queues.values_mut() {
-        q.depth = match (q.ready, q.unacked) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
-        };
-    }
-    (
-        groups.into_values().collect(),
-        queues.into_values().collect(),
-    )
 }
 
 fn alert(
@@ -1099,6 +797,9 @@ mod tests {
             .contains("never closed"));
     }
 
+    use crate::correlate::config::CorrelateConfig;
+    use crate::correlate::registry;
+    use crate::correlate::source::Correlation;
     use crate::correlate::store::{Limits, Store};
     use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
     use opentelemetry_proto::tonic::metrics::v1::{
@@ -1108,8 +809,13 @@ mod tests {
     const S: u64 = 1_000_000_000;
     const T0: u64 = 1_800_000_000 * S;
 
-    fn store() -> Store {
-        Store::new(Limits {
+    fn sources() -> Sources {
+        let cfg: CorrelateConfig = serde_yaml::from_str("{}").unwrap();
+        registry::sources(&cfg)
+    }
+
+    fn store() -> Correlation {
+        let store = Store::new(Limits {
             window_ns: 600 * S,
             max_log_records: 1000,
             max_series: 1000,
@@ -1121,7 +827,11 @@ mod tests {
             baseline_window_ns: 3_600_000_000_000,
             baseline_min_samples: 20,
             baseline_max_operations: 10_000,
-        })
+        });
+        Correlation {
+            store,
+            sources: sources(),
+        }
     }
 
     fn attr(k: &str, v: any_value::Value) -> KeyValue {
@@ -1179,7 +889,11 @@ mod tests {
 
     fn rules(yaml: &str) -> Alerting {
         let cfg: AlertsConfig = serde_yaml::from_str(yaml).unwrap();
-        assert!(validate(&cfg).is_empty(), "{:?}", validate(&cfg));
+        assert!(
+            validate(&cfg, &sources()).is_empty(),
+            "{:?}",
+            validate(&cfg, &sources())
+        );
         Alerting::new(&cfg)
     }
 
@@ -1202,7 +916,7 @@ rules:
             let now = T0 + m * 60 * S;
             st.add_logs(&gateway("checkout", 2.5, now), now);
             st.add_logs(&gateway("search", 0.1, now), now);
-            let sent = a.evaluate(&st, now).await;
+            let sent = a.evaluate(&st.store, &st.sources, now).await;
             assert!(a.errors.is_empty(), "{:?}", a.errors);
             fired.extend(sent.into_iter().map(|x| (m, x)));
         }
@@ -1229,7 +943,12 @@ rules:
         for m in 8..=10u64 {
             let now = T0 + m * 60 * S;
             st.add_logs(&gateway("checkout", 0.1, now), now);
-            if let Some(x) = a.evaluate(&st, now).await.into_iter().next() {
+            if let Some(x) = a
+                .evaluate(&st.store, &st.sources, now)
+                .await
+                .into_iter()
+                .next()
+            {
                 resolved = Some((m, x));
                 break;
             }
@@ -1257,16 +976,24 @@ rules:
         );
         // A 2-minute WARN blip: pending only, forgotten when OK returns.
         st.add_metrics(&group_status("WARN", 2, T0), T0);
-        assert!(a.evaluate(&st, T0).await.is_empty());
+        assert!(a.evaluate(&st.store, &st.sources, T0).await.is_empty());
         st.add_metrics(&group_status("OK", 1, T0 + 120 * S), T0 + 120 * S);
-        assert!(a.evaluate(&st, T0 + 120 * S).await.is_empty());
+        assert!(a
+            .evaluate(&st.store, &st.sources, T0 + 120 * S)
+            .await
+            .is_empty());
         // ERR for 6 minutes: fires at 5.
         let t1 = T0 + 200 * S;
         let mut sent = Vec::new();
         for m in 0..=6u64 {
             let now = t1 + m * 60 * S;
             st.add_metrics(&group_status("ERR", 3, now), now);
-            sent.extend(a.evaluate(&st, now).await.into_iter().map(|x| (m, x)));
+            sent.extend(
+                a.evaluate(&st.store, &st.sources, now)
+                    .await
+                    .into_iter()
+                    .map(|x| (m, x)),
+            );
         }
         let minutes: Vec<u64> = sent.iter().map(|(m, _)| *m).collect();
         assert_eq!(
@@ -1295,7 +1022,7 @@ rules:
 "#,
         )
         .unwrap();
-        let e = validate(&cfg);
+        let e = validate(&cfg, &sources());
         let paths: Vec<&str> = e.iter().map(|x| x.path.as_str()).collect();
         assert_eq!(
             paths,

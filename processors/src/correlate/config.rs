@@ -1,24 +1,14 @@
-//! Configuration of the `correlate` processor.
+//! Configuration of the `correlate` processor. A source with settings adds
+//! one field here, of a type its own file defines.
 
-use causeway_core::config::{ByteSize, ConfigError, Duration, Validate};
+use causeway_core::config::{ByteSize, Duration};
 use serde::Deserialize;
 use std::collections::HashMap;
 
-/// A root-cause rule: SQL over the joined evidence.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RuleConfig {
-    /// The rule's name, written to `rca.rule`. A user rule named like a
-    /// built-in rule replaces it.
-    pub name: String,
-    /// The cause it concludes: one of the vocabulary, or a new cause.
-    pub cause: String,
-    /// A SELECT over the tables `traces`, `spans`, `logs`, `route_stats`,
-    /// `kafka_lag`, `rabbitmq_queue`, `host` and `dependency`, returning one row per trace it explains with
-    /// the columns `trace_id`, `confidence` (0..1) and `summary`, and
-    /// optionally `culprit_span_id` and `evidence`.
-    pub sql: String,
-}
+use super::alerts::AlertsConfig;
+use super::rules::RuleConfig;
+use super::source::deps::DependenciesConfig;
+use super::source::kafka::ConsumerLagConfig;
 
 /// `processors.correlate`.
 #[derive(Debug, Clone, Deserialize)]
@@ -102,69 +92,7 @@ pub struct CorrelateConfig {
     /// (see [`super::alerts`]); alerts leave as log records into the logs
     /// pipelines this processor is in.
     #[serde(default)]
-    pub alerts: super::alerts::AlertsConfig,
-}
-
-/// `processors.correlate.consumer_lag`: when plain consumer-group lag (the
-/// Collector's `kafka.consumer_group.lag` / `lag_sum`) counts as lag.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConsumerLagConfig {
-    /// Lag in messages at or above which the group lags (default 5000, the
-    /// low end of the 5,000–10,000 operators alarm at).
-    #[serde(default = "lag_threshold")]
-    pub lag_threshold: f64,
-    /// Growth in messages, point after point over the join interval, at
-    /// which the group lags whatever its level (default 1000).
-    #[serde(default = "lag_growth")]
-    pub lag_growth: f64,
-    /// How often the lag is sampled: kafkametrics' `collection_interval`
-    /// (default 1m) or kafka_lag's `interval`. A consumer's wait joins the
-    /// lag sampled within this of it (default 1m).
-    #[serde(default = "lag_sample_interval")]
-    pub sample_interval: Duration,
-}
-
-impl Default for ConsumerLagConfig {
-    fn default() -> Self {
-        ConsumerLagConfig {
-            lag_threshold: lag_threshold(),
-            lag_growth: lag_growth(),
-            sample_interval: lag_sample_interval(),
-        }
-    }
-}
-
-/// `processors.correlate.dependencies`: a dependency's metrics (Redis,
-/// PostgreSQL, NGINX, Envoy, vLLM, Triton, DCGM; see [`super::deps`]) join
-/// the client spans that called it by address.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DependenciesConfig {
-    /// How often the dependencies are scraped: a client span joins the
-    /// points within this of its start and end (default 15s). Set it to
-    /// your `scrape_interval`.
-    #[serde(default = "dep_sample_interval")]
-    pub sample_interval: Duration,
-    /// Addresses spans call → the scrape `job` or `instance` whose metrics
-    /// describe that server, for what the automatic mapping cannot know,
-    /// e.g. `{"redis.shop:6379": redis-cache}` when the exporter runs
-    /// elsewhere than the server it watches.
-    #[serde(default)]
-    pub addresses: HashMap<String, String>,
-}
-
-impl Default for DependenciesConfig {
-    fn default() -> Self {
-        DependenciesConfig {
-            sample_interval: dep_sample_interval(),
-            addresses: HashMap::new(),
-        }
-    }
-}
-
-fn dep_sample_interval() -> Duration {
-    Duration::secs(15)
+    pub alerts: AlertsConfig,
 }
 
 /// `processors.correlate.baseline`.
@@ -193,15 +121,6 @@ impl Default for BaselineConfig {
     }
 }
 
-fn lag_threshold() -> f64 {
-    5000.0
-}
-fn lag_sample_interval() -> Duration {
-    Duration::secs(60)
-}
-fn lag_growth() -> f64 {
-    1000.0
-}
 fn baseline_window() -> Duration {
     Duration::secs(3600)
 }
@@ -248,71 +167,4 @@ fn lookahead() -> Duration {
 }
 fn yes() -> bool {
     true
-}
-
-/// Columns every rule must return.
-pub const REQUIRED_COLUMNS: [&str; 3] = ["trace_id", "confidence", "summary"];
-
-impl Validate for CorrelateConfig {
-    fn validate(&self) -> Vec<ConfigError> {
-        let mut e = Vec::new();
-        if self.window.get().is_zero() {
-            e.push(ConfigError::new("window", "must be more than 0"));
-        }
-        if self.max_log_records == 0 {
-            e.push(ConfigError::new("max_log_records", "must be at least 1"));
-        }
-        if self.max_log_bytes.0 < 1 << 20 {
-            e.push(ConfigError::new("max_log_bytes", "must be at least 1MiB"));
-        }
-        if !(0.0..=1.0).contains(&self.min_explained_share) {
-            e.push(ConfigError::new(
-                "min_explained_share",
-                "must be between 0 and 1",
-            ));
-        }
-        if self.baseline.window.get().is_zero() {
-            e.push(ConfigError::new("baseline.window", "must be more than 0"));
-        }
-        if self.dependencies.sample_interval.get().is_zero() {
-            e.push(ConfigError::new(
-                "dependencies.sample_interval",
-                "must be more than 0",
-            ));
-        }
-        if self.consumer_lag.lag_threshold <= 0.0 {
-            e.push(ConfigError::new(
-                "consumer_lag.lag_threshold",
-                "must be more than 0",
-            ));
-        }
-        let mut names = std::collections::HashSet::new();
-        for (i, r) in self.rules.iter().enumerate() {
-            if r.name.trim().is_empty() {
-                e.push(ConfigError::new(
-                    format!("rules[{i}].name"),
-                    "must not be empty",
-                ));
-            }
-            if !names.insert(r.name.clone()) {
-                e.push(ConfigError::new(
-                    format!("rules[{i}].name"),
-                    format!("rule {:?} is defined twice", r.name),
-                ));
-            }
-            if r.cause.trim().is_empty() || r.cause.contains(char::is_whitespace) {
-                e.push(ConfigError::new(
-                    format!("rules[{i}].cause"),
-                    "must be one word, e.g. `db_lock_contention`",
-                ));
-            }
-            if let Err(msg) = super::rules::check_sql(&r.sql) {
-                e.push(ConfigError::new(format!("rules[{i}].sql"), msg));
-            }
-        }
-        if !self.alerts.rules.is_empty() || !self.alerts.links.is_empty() {
-            e.extend(super::alerts::validate(&self.alerts));
-        }
-        e
-    }
 }

@@ -9,30 +9,43 @@
 //! analyses each batch of kept traces (one decision tick of the sampler) —
 //! critical path, self times, culprit, the join with the state, and the
 //! rules (SQL over Arrow tables, run with DataFusion) — and writes the
-//! `rca.*` attributes. The first logs pipeline it is in also emits an RCA
+//! `rca.*` attributes.
+//!
+//! The flow, and the layers (each module imports only those below it):
+//! trace → features → findings → verdict → annotations.
+//! 1. [`model`]: trace rows, findings, verdicts, series, tables;
+//! 2. [`analysis`]: spans to trace rows (critical path, layout, baselines)
+//!    and the verdict; [`annotate`]: the verdict on the spans;
+//! 3. [`store`]: the state, which knows no source; [`logs`]: the join with
+//!    log records;
+//! 4. [`source`]: the evidence sources, each one file, behind one trait;
+//! 5. [`rules`], [`alerts`], [`page`]: the rule engine, the alert rules and
+//!    the page's API, handed the sources' tables;
+//! 6. [`config`] and [`registry`] (the sources, one line each);
+//! 7. this module: the processor. The first logs pipeline it is in also emits an RCA
 //! log record per analysed trace, and the first metrics pipeline the
 //! `causeway.rca.traces` counter.
 
 pub mod alerts;
-pub mod baseline;
+pub mod analysis;
+pub mod annotate;
 pub mod config;
-pub mod critical;
-pub mod deps;
-pub mod features;
-pub mod rabbit;
+pub mod logs;
+pub mod model;
+pub mod page;
+pub mod registry;
 pub mod rules;
-pub mod shape;
+pub mod source;
 pub mod store;
 #[cfg(test)]
 mod tests;
-pub mod ui;
 
 use async_trait::async_trait;
 use causeway_core::component::{BuildContext, ProcessError, Processor, ProcessorFactory};
 use causeway_core::config::{decode, ConfigError};
 use causeway_core::telemetry::Counter;
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::metrics::v1::{
     metric, number_data_point, AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics,
@@ -44,10 +57,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
+use analysis::trace::RouteMap;
+use analysis::verdict::verdict;
+use annotate::{annotate, kv};
 use config::CorrelateConfig;
-use features::{Hex16, JoinParams, RouteMap, TraceRow};
-use rules::{Finding, Rule};
-use store::{Limits, RcaEvent, Store};
+use model::trace::{SpanRef, SpanRow, NOT_IN_BATCH, PROMPT_BASELINE};
+use model::{Hex16, RcaEvent, Rule, TraceRow};
+use source::{Correlation, Tick};
+use store::{Limits, Store};
 
 /// Traces analysed, by cause.
 pub const ANALYSED: &str = "causeway_correlate_analysed_traces_total";
@@ -89,11 +106,15 @@ impl ProcessorFactory for CorrelateFactory {
     ) -> Result<Box<dyn Processor>, BoxError> {
         let cfg: CorrelateConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
         let id = ctx.id.to_string();
-        let store = ctx.shared.get_or_init(&id, || Store::new(limits(&cfg)));
+        let correlation = ctx.shared.get_or_init(&id, || Correlation {
+            store: Store::new(limits(&cfg)),
+            sources: registry::sources(&cfg),
+        });
+        let store = &correlation.store;
         store.keep_views(cfg.recent_traces);
         if store.claim_ui() {
-            ctx.telemetry.add_api_source(Arc::new(ui::Api {
-                store: store.clone(),
+            ctx.telemetry.add_api_source(Arc::new(page::Api {
+                correlation: correlation.clone(),
                 links: cfg.alerts.links.clone(),
                 window_ns: nanos(cfg.window.get()),
             }));
@@ -109,7 +130,11 @@ impl ProcessorFactory for CorrelateFactory {
         if !cfg.alerts.rules.is_empty() && !ctx.pipeline_signals.contains(Signal::Logs) {
             tracing::debug!(processor = %id, "Alert rules are evaluated by this processor's instance in a logs pipeline.");
         }
-        let rules = rules::assemble(cfg.builtin_rules, &cfg.rules);
+        let builtin = rules::builtin()
+            .into_iter()
+            .chain(correlation.sources.rules())
+            .collect();
+        let rules = rules::assemble(builtin, cfg.builtin_rules, &cfg.rules);
         // Every rule's error counter exists from the start (at 0), so dashboards
         // and alert rules on it see a series before the first failure.
         let names = rules
@@ -128,15 +153,8 @@ impl ProcessorFactory for CorrelateFactory {
             }
         }
         Ok(Box::new(Correlate {
-            join: JoinParams {
-                lookback_ns: nanos(cfg.metric_lookback.get()),
-                lookahead_ns: nanos(cfg.metric_lookahead.get()),
-                lag_threshold: cfg.consumer_lag.lag_threshold,
-                lag_growth: cfg.consumer_lag.lag_growth,
-                lag_sample_ns: nanos(cfg.consumer_lag.sample_interval.get()),
-                dep_sample_ns: nanos(cfg.dependencies.sample_interval.get()),
-                dep_addresses: cfg.dependencies.addresses.clone(),
-            },
+            lookback_ns: nanos(cfg.metric_lookback.get()),
+            lookahead_ns: nanos(cfg.metric_lookahead.get()),
             min_share: cfg.min_explained_share,
             min_ms: nanos(cfg.min_explained.get()) as f64 / 1e6,
             route_map: RouteMap {
@@ -150,9 +168,9 @@ impl ProcessorFactory for CorrelateFactory {
             next_alert: Instant::now(),
             alerting,
             rules,
-            planner: rules::Planner::new(),
+            planner: rules::Planner::new(&correlation.sources.tables()),
             telemetry: ctx.telemetry.clone(),
-            store,
+            correlation,
             emit_logs,
             emit_metrics,
             next_emit: Instant::now() + EMIT_EVERY,
@@ -207,7 +225,7 @@ struct Held {
 }
 
 /// The span at `at` of `rs` alone in a resource (its resource and scope kept).
-fn one_span(rs: &[ResourceSpans], (ri, si, pi): features::SpanRef) -> Option<ResourceSpans> {
+fn one_span(rs: &[ResourceSpans], (ri, si, pi): SpanRef) -> Option<ResourceSpans> {
     let r = rs.get(ri)?;
     let sc = r.scope_spans.get(si)?;
     let span = sc.spans.get(pi)?;
@@ -260,7 +278,8 @@ fn split_traces(
 
 struct Correlate {
     id: String,
-    join: JoinParams,
+    lookback_ns: u64,
+    lookahead_ns: u64,
     min_share: f64,
     min_ms: f64,
     route_map: RouteMap,
@@ -274,437 +293,13 @@ struct Correlate {
     rules: Vec<Rule>,
     /// The rules' plans, made once.
     planner: rules::Planner,
-    store: Arc<Store>,
+    correlation: Arc<Correlation>,
     emit_logs: bool,
     emit_metrics: bool,
     next_emit: Instant,
     telemetry: causeway_core::telemetry::Registry,
     rule_errors_logged: std::collections::HashSet<String>,
     analysed: Counter,
-}
-
-/// Values that become OTLP attribute values.
-pub trait IntoAny {
-    /// The OTLP value.
-    fn any(self) -> any_value::Value;
-}
-impl IntoAny for String {
-    fn any(self) -> any_value::Value {
-        any_value::Value::StringValue(self)
-    }
-}
-impl IntoAny for &str {
-    fn any(self) -> any_value::Value {
-        any_value::Value::StringValue(self.to_string())
-    }
-}
-impl IntoAny for f64 {
-    fn any(self) -> any_value::Value {
-        any_value::Value::DoubleValue(self)
-    }
-}
-impl IntoAny for i64 {
-    fn any(self) -> any_value::Value {
-        any_value::Value::IntValue(self)
-    }
-}
-impl IntoAny for bool {
-    fn any(self) -> any_value::Value {
-        any_value::Value::BoolValue(self)
-    }
-}
-impl IntoAny for any_value::Value {
-    fn any(self) -> any_value::Value {
-        self
-    }
-}
-
-fn kv(k: &str, v: impl IntoAny) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(v.any()),
-        }),
-        ..Default::default()
-    }
-}
-
-fn set_attr(attrs: &mut Vec<KeyValue>, k: &str, v: any_value::Value) {
-    attrs.retain(|a| a.key != k);
-    attrs.push(kv(k, v));
-}
-
-/// The root-cause verdict of one trace.
-#[derive(Debug, Clone)]
-pub struct Verdict {
-    /// The winning finding (cause `unknown` when no finding explains enough).
-    pub best: Finding,
-    /// The others, best first, each with the time it explains.
-    pub alternatives: Vec<Finding>,
-    /// Culprit span index.
-    pub culprit: usize,
-}
-
-/// Where an error began, or, when the call that failed spent its time
-/// waiting on a callee (a timeout), the innermost server span below it that
-/// still took half of that time.
-fn slowest_below(t: &TraceRow, e: usize) -> usize {
-    // The spans below `e`: one pass over the parent links, parents first.
-    let mut children: Vec<Vec<usize>> = vec![Vec::new(); t.spans.len()];
-    for (i, s) in t.spans.iter().enumerate() {
-        if let Some(p) = s.parent {
-            children[p].push(i);
-        }
-    }
-    let mut below = Vec::new();
-    let mut stack = vec![e];
-    while let Some(i) = stack.pop() {
-        below.push(i);
-        stack.extend(&children[i]);
-    }
-    below
-        .into_iter()
-        .filter(|&i| {
-            i != e
-                && t.spans[i].kind == "server"
-                && t.spans[i].duration_ms >= 0.5 * t.spans[e].duration_ms
-        })
-        // The innermost (deepest) server span that still holds half of the time.
-        .max_by_key(|&i| (t.spans[i].depth, i))
-        .unwrap_or(e)
-}
-
-/// The time a finding explains when its rule did not say: the critical
-/// time of the subtree of the span it blames (or of the trace's culprit).
-fn default_explained(t: &TraceRow, f: &Finding) -> f64 {
-    let span = f
-        .culprit_span_id
-        .as_deref()
-        .and_then(features::parse_hex16)
-        .and_then(|id| t.spans.iter().position(|s| s.span_id == id))
-        .unwrap_or(t.culprit);
-    t.spans[span].path_ms
-}
-
-/// Pick the verdict of a trace from its findings: the cause is the finding
-/// that explains the request's failure, else the one that accounts for the
-/// most critical-path time (in steps of a tenth of the trace: nearly equal
-/// counts as equal), strength of evidence (confidence) breaking ties. A
-/// finding that explains less than `min_share` of the trace and not its
-/// failure, or less than `min_share.1` ms, is only an alternative. Confidence is scaled by the share of the
-/// time a finding explains (a failure's cause keeps its own).
-pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>, min_share: (f64, f64)) -> Verdict {
-    let dur = t.duration_ms.max(1e-6);
-    let mut all: Vec<Finding> = findings.cloned().unwrap_or_default();
-    for f in &mut all {
-        if !f.explained_ms.is_finite() {
-            f.explained_ms = default_explained(t, f);
-        }
-        f.explained_ms = f.explained_ms.clamp(0.0, dur);
-        f.explains_failure &= t.failed;
-        if !f.explains_failure {
-            let share = f.explained_ms / dur;
-            f.confidence *= 0.5 + 0.5 * (share / 0.6).min(1.0);
-        }
-        f.confidence = (f.confidence * 1000.0).round() / 1000.0;
-    }
-    let eligible = |f: &Finding| {
-        f.explains_failure || (f.explained_ms / dur >= min_share.0 && f.explained_ms >= min_share.1)
-    };
-    // A retry sequence that failed and spans most of the trace is the story
-    // of that failure: it outranks its own trigger (the 503s, the timeouts),
-    // which its summary names.
-    // `slow_dependency` names a span, not a mechanism: a mechanism that
-    // explains nearly as much (within three tenths) is the better answer.
-    let step = |f: &Finding| {
-        let s = (f.explained_ms / dur * 10.0).round() as i64;
-        if f.explains_failure && f.cause == "retry_storm" && f.explained_ms / dur >= 0.5 {
-            11
-        } else if f.cause == "slow_dependency" && !f.user {
-            s - 3
-        } else {
-            s
-        }
-    };
-    all.sort_by(|a, b| {
-        eligible(b)
-            .cmp(&eligible(a))
-            .then(b.explains_failure.cmp(&a.explains_failure))
-            .then(step(b).cmp(&step(a)))
-            .then(b.confidence.total_cmp(&a.confidence))
-            .then(b.user.cmp(&a.user))
-            .then(b.explained_ms.total_cmp(&a.explained_ms))
-    });
-    // One finding per cause: its best.
-    let mut seen = std::collections::HashSet::new();
-    all.retain(|x| seen.insert(x.cause.clone()));
-    let best = if all.first().is_some_and(eligible) {
-        all.remove(0)
-    } else {
-        let c = t
-            .spans
-            .iter()
-            .max_by(|a, b| a.self_ms.total_cmp(&b.self_ms))
-            .unwrap_or(&t.spans[t.culprit]);
-        Finding {
-            rule: "none".into(),
-            cause: "unknown".into(),
-            confidence: 0.0,
-            summary: format!(
-                "no evidence explains it; the largest self time on the critical path is {} {} ({} ms of {} ms)",
-                c.service,
-                c.name,
-                c.self_ms.round(),
-                t.duration_ms.round()
-            ),
-            culprit_span_id: Some(Hex16::of(c.span_id).as_str().to_string()),
-            evidence: None,
-            user: false,
-            explained_ms: c.self_ms,
-            explains_failure: false,
-        }
-    };
-    // A failure's cause with no span of its own blames where the error began.
-    let fallback = match t.error_origin {
-        Some(e) if best.explains_failure => slowest_below(t, e),
-        _ => t.culprit,
-    };
-    let culprit = best
-        .culprit_span_id
-        .as_ref()
-        .and_then(|id| features::parse_hex16(id))
-        .and_then(|id| t.spans.iter().position(|s| s.span_id == id))
-        .unwrap_or(fallback);
-    Verdict {
-        best,
-        alternatives: all,
-        culprit,
-    }
-}
-
-/// The evidence of a verdict as JSON, bounded: the culprit span, up to 5
-/// telling log records (bodies cut to 200 characters), the metric rows
-/// joined, the route's statistics and up to 4 alternatives.
-pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
-    #[derive(serde::Serialize)]
-    struct Evidence<'a> {
-        rule: &'a str,
-        explained_ms: f64,
-        explains_failure: bool,
-        detail: Option<&'a str>,
-        spans: [EvSpan<'a>; 1],
-        logs: Vec<EvLog<'a>>,
-        metrics: Vec<EvMetric<'a>>,
-        route_stats: Option<EvRoute<'a>>,
-        alternatives: Vec<EvAlt<'a>>,
-    }
-    #[derive(serde::Serialize)]
-    struct EvSpan<'a> {
-        span_id: &'a str,
-        service: &'a str,
-        name: &'a str,
-        self_ms: f64,
-        duration_ms: f64,
-        status: &'a str,
-        host: &'a str,
-    }
-    #[derive(serde::Serialize)]
-    struct EvLog<'a> {
-        time_unix_nano: u64,
-        gateway: bool,
-        service: &'a str,
-        route: Option<&'a str>,
-        status: Option<i64>,
-        rate_limit_rule: Option<&'a str>,
-        circuit_state: Option<&'a str>,
-        response_flags: Option<&'a str>,
-        upstream: Option<&'a str>,
-        duration_ms: Option<f64>,
-        body: &'a str,
-    }
-    #[derive(serde::Serialize)]
-    #[serde(tag = "kind", rename_all = "lowercase")]
-    enum EvMetric<'a> {
-        Kafka(&'a features::KafkaRow),
-        Host(&'a features::HostRow),
-        Dependency(&'a deps::DepRow),
-        Queue(&'a rabbit::QueueRow),
-    }
-    #[derive(serde::Serialize)]
-    struct EvRoute<'a> {
-        route: &'a str,
-        #[serde(flatten)]
-        stats: &'a store::RouteStats,
-    }
-    #[derive(serde::Serialize)]
-    struct EvAlt<'a> {
-        cause: &'a str,
-        confidence: f64,
-        rule: &'a str,
-        explained_ms: f64,
-        summary: &'a str,
-    }
-    let c = &t.spans[v.culprit];
-    let culprit_id = Hex16::of(c.span_id);
-    let cut = |b: &'_ str| -> usize { b.char_indices().nth(200).map_or(b.len(), |(i, _)| i) };
-    let ev = Evidence {
-        rule: &v.best.rule,
-        explained_ms: (v.best.explained_ms * 10.0).round() / 10.0,
-        explains_failure: v.best.explains_failure,
-        detail: v.best.evidence.as_deref(),
-        spans: [EvSpan {
-            span_id: culprit_id.as_str(),
-            service: &c.service,
-            name: &c.name,
-            self_ms: c.self_ms,
-            duration_ms: c.duration_ms,
-            status: c.status,
-            host: &c.host,
-        }],
-        logs: t
-            .logs
-            .iter()
-            .filter(|l| l.gateway || l.severity >= 13 || l.error_type.is_some())
-            .take(5)
-            .map(|l| EvLog {
-                time_unix_nano: l.time_ns,
-                gateway: l.gateway,
-                service: &l.service,
-                route: l.route.as_deref(),
-                status: l.status,
-                rate_limit_rule: l.rate_limit_rule.as_deref(),
-                circuit_state: l.circuit_state.as_deref(),
-                response_flags: l.response_flags.as_deref(),
-                upstream: l.upstream.as_deref(),
-                duration_ms: l.duration_ms,
-                body: &l.body[..cut(&l.body)],
-            })
-            .collect(),
-        metrics: t
-            .kafka
-            .iter()
-            .map(EvMetric::Kafka)
-            .chain(t.hosts.iter().map(EvMetric::Host))
-            .chain(t.deps.iter().map(EvMetric::Dependency))
-            .chain(t.queues.iter().map(EvMetric::Queue))
-            .collect(),
-        route_stats: t
-            .route_stats
-            .as_ref()
-            .map(|(route, stats)| EvRoute { route, stats }),
-        alternatives: v
-            .alternatives
-            .iter()
-            .take(4)
-            .map(|a| EvAlt {
-                cause: &a.cause,
-                confidence: a.confidence,
-                rule: &a.rule,
-                explained_ms: (a.explained_ms * 10.0).round() / 10.0,
-                summary: &a.summary,
-            })
-            .collect(),
-    };
-    serde_json::to_string(&ev).unwrap_or_default()
-}
-
-/// Write the verdict on the trace's spans; returns the evidence written
-/// (`rca.evidence`).
-pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) -> String {
-    let culprit = &t.spans[v.culprit];
-    let route = t.route.clone().unwrap_or_default();
-    let evidence = evidence_json(t, v);
-    for (i, row) in t.spans.iter().enumerate() {
-        let (ri, si, pi) = row.at;
-        let Some(span) = rs
-            .get_mut(ri)
-            .and_then(|r| r.scope_spans.get_mut(si))
-            .and_then(|s| s.spans.get_mut(pi))
-        else {
-            continue;
-        };
-        let a = &mut span.attributes;
-        if row.critical {
-            set_attr(a, "rca.critical_path", any_value::Value::BoolValue(true));
-            set_attr(
-                a,
-                "rca.self_time_ms",
-                any_value::Value::DoubleValue((row.self_ms * 1000.0).round() / 1000.0),
-            );
-        }
-        if i == t.root {
-            if t.continuation {
-                // The verdict of spans that came after their trace's: it
-                // supersedes the one on the trace's root.
-                set_attr(a, "rca.continuation", any_value::Value::BoolValue(true));
-            }
-            set_attr(
-                a,
-                "rca.cause",
-                any_value::Value::StringValue(v.best.cause.clone()),
-            );
-            set_attr(
-                a,
-                "rca.summary",
-                any_value::Value::StringValue(v.best.summary.clone()),
-            );
-            set_attr(
-                a,
-                "rca.confidence",
-                any_value::Value::DoubleValue(v.best.confidence),
-            );
-            set_attr(
-                a,
-                "rca.culprit.service",
-                any_value::Value::StringValue(culprit.service.to_string()),
-            );
-            set_attr(
-                a,
-                "rca.culprit.span_id",
-                any_value::Value::StringValue(Hex16::of(culprit.span_id).as_str().to_string()),
-            );
-            set_attr(
-                a,
-                "rca.rule",
-                any_value::Value::StringValue(v.best.rule.clone()),
-            );
-            set_attr(
-                a,
-                "rca.explained_share",
-                any_value::Value::DoubleValue(
-                    (v.best.explained_ms / t.duration_ms.max(1e-6) * 1000.0).round() / 1000.0,
-                ),
-            );
-            set_attr(
-                a,
-                "rca.route_id",
-                any_value::Value::StringValue(route.clone()),
-            );
-            set_attr(
-                a,
-                "rca.evidence",
-                any_value::Value::StringValue(evidence.clone()),
-            );
-            let alts: Vec<String> = v
-                .alternatives
-                .iter()
-                .map(|x| {
-                    format!(
-                        "{}:{:.2}:{:.2}",
-                        x.cause,
-                        x.confidence,
-                        x.explained_ms / t.duration_ms.max(1e-6)
-                    )
-                })
-                .collect();
-            set_attr(
-                a,
-                "rca.alternatives",
-                any_value::Value::StringValue(alts.join(",")),
-            );
-        }
-    }
-    evidence
 }
 
 impl Correlate {
@@ -746,7 +341,8 @@ impl Correlate {
                 h.batch.recount();
             }
         }
-        let mut traces = features::traces(rs, Some(&self.store.baselines), &self.route_map);
+        let mut traces =
+            analysis::trace::traces(rs, Some(&self.correlation.store.baselines), &self.route_map);
         if traces.is_empty() {
             return Ok(());
         }
@@ -756,7 +352,7 @@ impl Correlate {
             let ids: Vec<[u8; 16]> = traces.iter().map(|t| t.id).collect();
             // Except a consumer span whose message a remembered producer span
             // of the trace sent: the message's wait is measured from there.
-            let late = self.store.mark_analysed(&ids, now);
+            let late = self.correlation.store.mark_analysed(&ids, now);
             let mut n = 0u64;
             let mut continued = Vec::new();
             let mut k = 0;
@@ -766,11 +362,7 @@ impl Correlate {
                 if !keep {
                     match self.continuation(rs, t) {
                         Some(c) => {
-                            let analysed = c
-                                .spans
-                                .iter()
-                                .filter(|s| s.at != features::NOT_IN_BATCH)
-                                .count();
+                            let analysed = c.spans.iter().filter(|s| s.at != NOT_IN_BATCH).count();
                             n += t.spans.len().saturating_sub(analysed) as u64;
                             continued.push(c);
                         }
@@ -781,7 +373,7 @@ impl Correlate {
             });
             traces.extend(continued);
             if n > 0 {
-                self.store.count_late(n);
+                self.correlation.store.count_late(n);
                 self.telemetry
                     .counter(
                         LATE_SPANS,
@@ -794,23 +386,29 @@ impl Correlate {
                 return Ok(());
             }
         }
-        let misses = features::join(&mut traces, &self.store, &self.join, now);
-        for (join, n) in [
-            ("host", misses.host),
-            ("kafka", misses.kafka),
-            ("rabbitmq", misses.queue),
-        ] {
-            if n > 0 {
-                self.telemetry
-                    .counter(
-                        JOIN_MISSES,
-                        "Traces whose join with host, Kafka or RabbitMQ metrics found nothing while such metrics flow.",
-                        &[("component", &self.id), ("join", join)],
-                    )
-                    .add(n);
+        logs::join(&mut traces, &self.correlation.store);
+        let tick = Tick {
+            store: &self.correlation.store,
+            now_ns: now,
+            lookback_ns: self.lookback_ns,
+            lookahead_ns: self.lookahead_ns,
+        };
+        let (tables, misses, failed) = self.correlation.sources.join(&tick, &mut traces);
+        for (join, n) in misses {
+            self.telemetry
+                .counter(
+                    JOIN_MISSES,
+                    "Traces whose join with an evidence source (host, Kafka, RabbitMQ, ...) found nothing while its metrics flow.",
+                    &[("component", &self.id), ("join", join)],
+                )
+                .add(n);
+        }
+        for (source, error) in failed {
+            if self.rule_errors_logged.insert(format!("source:{source}")) {
+                tracing::warn!(processor = %self.id, %source, %error, "An evidence source's join failed; the others still ran.");
             }
         }
-        let (findings, errors) = self.planner.evaluate(&self.rules, &traces).await;
+        let (findings, errors) = self.planner.evaluate(&self.rules, &traces, tables).await;
         for (rule, error) in errors {
             self.telemetry
                 .counter(
@@ -844,26 +442,30 @@ impl Correlate {
                 hold.insert(t.id);
                 continue;
             }
-            for s in t.spans.iter().filter(|s| s.at != features::NOT_IN_BATCH) {
+            for s in t.spans.iter().filter(|s| s.at != NOT_IN_BATCH) {
                 fed.push((&s.service, &s.name, s.duration_ms));
                 if let Some(tokens) = s.input_tokens {
                     let model = s.gen_ai_model.as_deref().unwrap_or("");
-                    fed.push((features::PROMPT_BASELINE, model, tokens as f64));
+                    fed.push((PROMPT_BASELINE, model, tokens as f64));
                 }
                 if s.kind == "producer"
                     || (s.destination.is_some() && matches!(s.kind, "client" | "internal"))
                 {
                     if let Some(one) = one_span(rs, s.at) {
-                        self.store.remember_producer(t.id, s.span_id, one, now);
+                        self.correlation
+                            .store
+                            .remember_producer(t.id, s.span_id, one, now);
                     }
                 }
             }
             let evidence = annotate(rs, t, &v);
-            if self.store.keeps_views() {
-                self.store.push_view(ui::view(t, &v, evidence));
+            if self.correlation.store.keeps_views() {
+                self.correlation
+                    .store
+                    .push_view(model::view::view(t, &v, evidence));
             }
             self.analysed.add(1);
-            self.store.push_event(
+            self.correlation.store.push_event(
                 RcaEvent {
                     time_ns: t.end_ns.max(1),
                     trace_id: t.id,
@@ -879,7 +481,7 @@ impl Correlate {
                 now,
             );
         }
-        self.store.baselines.feed(now, fed.into_iter());
+        self.correlation.store.baselines.feed(now, fed.into_iter());
         if !hold.is_empty() {
             // The held traces leave this batch for one of their own, which
             // shares its acknowledgements.
@@ -907,7 +509,7 @@ impl Correlate {
         // The consumers of remembered messages and the late spans below them.
         let mut mine: std::collections::HashSet<u64> = std::collections::HashSet::new();
         for s in t.spans.iter().filter(|s| !ids.contains(&s.parent_id)) {
-            if let Some(p) = self.store.producer(&t.id, s.parent_id) {
+            if let Some(p) = self.correlation.store.producer(&t.id, s.parent_id) {
                 producers.push(p);
                 mine.insert(s.span_id);
             }
@@ -926,7 +528,7 @@ impl Correlate {
                 break;
             }
         }
-        let picked: Vec<&features::SpanRow> = t
+        let picked: Vec<&SpanRow> = t
             .spans
             .iter()
             .filter(|s| mine.contains(&s.span_id))
@@ -938,19 +540,23 @@ impl Correlate {
         }
         let real = sub.len();
         sub.extend(producers.iter().map(|p| (**p).clone()));
-        let mut c = features::traces(&sub, Some(&self.store.baselines), &self.route_map)
-            .into_iter()
-            .find(|x| x.id == t.id)?;
+        let mut c = analysis::trace::traces(
+            &sub,
+            Some(&self.correlation.store.baselines),
+            &self.route_map,
+        )
+        .into_iter()
+        .find(|x| x.id == t.id)?;
         // Back to the batch: the i-th resource of `sub` is the i-th late span.
         for row in &mut c.spans {
             row.at = if row.at.0 < real {
                 picked[row.at.0].at
             } else {
-                features::NOT_IN_BATCH
+                NOT_IN_BATCH
             };
         }
         c.root = (0..c.spans.len())
-            .filter(|&i| c.spans[i].at != features::NOT_IN_BATCH)
+            .filter(|&i| c.spans[i].at != NOT_IN_BATCH)
             .min_by(|&a, &b| {
                 (c.spans[a].depth, c.spans[a].start_ms)
                     .partial_cmp(&(c.spans[b].depth, c.spans[b].start_ms))
@@ -989,7 +595,7 @@ impl Correlate {
     /// Log retention and evictions as self-metrics.
     fn retention_metrics(&mut self) {
         let now = now_ns();
-        let (count, bytes) = self.store.evictions();
+        let (count, bytes) = self.correlation.store.evictions();
         let (was_count, was_bytes) =
             std::mem::replace(&mut self.reported_evictions, (count, bytes));
         for (reason, n) in [
@@ -1004,7 +610,7 @@ impl Correlate {
                 )
                 .add(n);
         }
-        let (_, age) = self.store.log_retention(now);
+        let (_, age) = self.correlation.store.log_retention(now);
         self.telemetry
             .gauge(
                 LOG_RETENTION,
@@ -1019,7 +625,9 @@ impl Correlate {
             return;
         };
         let now = alerts::wall_ns();
-        let sent = alerting.evaluate(&self.store, now).await;
+        let sent = alerting
+            .evaluate(&self.correlation.store, &self.correlation.sources, now)
+            .await;
         for (rule, error) in std::mem::take(&mut alerting.errors) {
             self.telemetry
                 .counter(
@@ -1086,7 +694,7 @@ impl Correlate {
             ..Default::default()
         });
         if self.emit_logs {
-            let events = self.store.take_events();
+            let events = self.correlation.store.take_events();
             if !events.is_empty() {
                 let records = events
                     .into_iter()
@@ -1124,7 +732,7 @@ impl Correlate {
             }
         }
         if self.emit_metrics {
-            if let Some(counts) = self.store.take_counts() {
+            if let Some(counts) = self.correlation.store.take_counts() {
                 let t = now_ns();
                 let points = counts
                     .into_iter()
@@ -1180,13 +788,15 @@ impl Processor for Correlate {
     ) -> Result<(), ProcessError> {
         match batch.signal() {
             Signal::Logs => match batch.to_logs_request() {
-                Ok(req) => self.store.add_logs(&req.resource_logs, now_ns()),
+                Ok(req) => self.correlation.add_logs(&req.resource_logs, now_ns()),
                 Err(e) => {
                     tracing::warn!(processor = %self.id, error = %e, "Logs not taken into the correlation state; passed on.")
                 }
             },
             Signal::Metrics => match batch.to_metrics_request() {
-                Ok(req) => self.store.add_metrics(&req.resource_metrics, now_ns()),
+                Ok(req) => self
+                    .correlation
+                    .add_metrics(&req.resource_metrics, now_ns()),
                 Err(e) => {
                     tracing::warn!(processor = %self.id, error = %e, "Metrics not taken into the correlation state; passed on.")
                 }

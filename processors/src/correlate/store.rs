@@ -1,8 +1,8 @@
 //! The correlation state: a time window, in bounded memory, of
 //! - log records (gateway and application) indexed by `trace_id`;
-//! - per-route window statistics from gateway logs;
-//! - metric series that join to traces: by Kafka topic / consumer group,
-//!   by `host.name`, by `route_id`.
+//! - metric series, each under the key the evidence source that keeps it
+//!   gave it (see [`Classify`]): the state knows no source;
+//! - the analysed traces (for the RCA records, the alert rules and the page).
 //!
 //! Arrival order does not matter within the window: everything is kept by
 //! its own time and looked up when a trace is analysed.
@@ -11,11 +11,18 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::ResourceLogs;
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, ResourceMetrics};
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::tail_sampling::sketch::Sketch;
+use super::analysis::baseline::Baselines;
+use super::model::series::{find, num, s, Kept, Offer, PointKind, ROUTE_KEYS};
+use super::model::view::TraceView;
+use super::model::{Key, LatestPoint, LogEvidence, RcaEvent, Series};
+
+/// Who keeps a metric point, and under which key: the evidence sources,
+/// asked in turn (`None`: no source keeps it; it passes on untouched).
+pub type Classify<'a> = &'a dyn Fn(&Offer<'_>) -> Option<Kept>;
 
 /// Limits of the store.
 #[derive(Debug, Clone)]
@@ -44,222 +51,14 @@ pub struct Limits {
     pub baseline_max_operations: usize,
 }
 
-/// One log record, as evidence.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LogEvidence {
-    /// Record time (ns).
-    pub time_ns: u64,
-    /// From a gateway (it carries gateway fields) rather than an application.
-    pub gateway: bool,
-    /// `service.name` of the resource.
-    pub service: String,
-    /// Route.
-    pub route: Option<String>,
-    /// HTTP status.
-    pub status: Option<i64>,
-    /// Rate-limit rule that answered.
-    pub rate_limit_rule: Option<String>,
-    /// Circuit-breaker state (CLOSED, OPEN, HALF_OPEN).
-    pub circuit_state: Option<String>,
-    /// Envoy response flags (UT, UF, UO, UH, URX, RL, ...).
-    pub response_flags: Option<String>,
-    /// Upstream (`server.address`).
-    pub upstream: Option<String>,
-    /// Request duration at the gateway (ms).
-    pub duration_ms: Option<f64>,
-    /// Severity number.
-    pub severity: i32,
-    /// `error.type` / `exception.type`.
-    pub error_type: Option<String>,
-    /// The body, cut to 512 bytes.
-    pub body: String,
-}
-
-/// Ten-second buckets of a route's gateway traffic.
-#[derive(Debug, Clone, Default)]
-struct Bucket {
-    start_s: u64,
-    requests: u64,
-    s4xx: u64,
-    s5xx: u64,
-    s429: u64,
-    s503: u64,
-    s504: u64,
-    not_closed: u64,
-    rules: BTreeMap<String, u64>,
-    latency: Sketch,
-}
-
-#[derive(Debug, Clone, Default)]
-struct RouteWindow {
-    buckets: VecDeque<Bucket>,
-    circuit_state: Option<String>,
-    circuit_changes: u64,
-}
-
-/// A route's statistics over the window.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct RouteStats {
-    /// Requests.
-    pub requests: u64,
-    /// 4xx answers.
-    pub s4xx: u64,
-    /// 5xx answers.
-    pub s5xx: u64,
-    /// 429 answers.
-    pub s429: u64,
-    /// 503 answers.
-    pub s503: u64,
-    /// 504 answers.
-    pub s504: u64,
-    /// Records whose circuit state was not CLOSED.
-    pub not_closed: u64,
-    /// The most frequent rate-limit rule.
-    pub top_rule: Option<String>,
-    /// Latest circuit state.
-    pub circuit_state: Option<String>,
-    /// Circuit state changes seen.
-    pub circuit_changes: u64,
-    /// Median latency (ms).
-    pub p50_ms: Option<f64>,
-    /// 99th percentile latency (ms).
-    pub p99_ms: Option<f64>,
-}
-
-/// What joins a metric series to traces.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Dims {
-    /// Kafka topic (`topic`, `messaging.destination.name`).
-    pub topic: Option<String>,
-    /// Consumer group (`group`, `messaging.consumer.group.name`).
-    pub group: Option<String>,
-    /// `host.name` (resource).
-    pub host: Option<String>,
-    /// `route_id` / `http.route`.
-    pub route: Option<String>,
-    /// Scrape job (`service.name`) of a dependency's series (see [`super::deps`]).
-    pub job: Option<String>,
-    /// Scrape instance (`service.instance.id`) of a dependency's series.
-    pub instance: Option<String>,
-    /// RabbitMQ queue (`rabbitmq.queue.name` on the resource; its vhost is
-    /// the `rabbitmq.vhost.name` attribute; see [`super::rabbit`]).
-    pub queue: Option<String>,
-}
-
-/// A metric series.
-#[derive(Debug, Clone)]
-pub struct Series {
-    /// Metric name.
-    pub name: String,
-    /// Join dimensions.
-    pub dims: Dims,
-    /// Other attributes (`cpu.mode`, `status`, `device`, ...), sorted.
-    pub attrs: Vec<(String, String)>,
-    /// (time ns, value), oldest first.
-    pub points: VecDeque<(u64, f64)>,
-    updated: u64,
-}
-
-impl Series {
-    /// An empty series.
-    pub fn new(name: &str, dims: Dims) -> Self {
-        Series {
-            name: name.to_string(),
-            dims,
-            attrs: Vec::new(),
-            points: VecDeque::new(),
-            updated: 0,
-        }
-    }
-
-    /// An attribute.
-    pub fn attr(&self, k: &str) -> Option<&str> {
-        self.attrs
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The largest value with a time in `[from, to]`, and its time.
-    pub fn max_in(&self, from: u64, to: u64) -> Option<(u64, f64)> {
-        self.points
-            .iter()
-            .filter(|(t, _)| *t >= from && *t <= to)
-            .copied()
-            .fold(None, |acc: Option<(u64, f64)>, p| match acc {
-                Some(a) if a.1 >= p.1 => Some(a),
-                _ => Some(p),
-            })
-    }
-
-    /// Rate per second between the first and last points in `[from, to]` (counters).
-    pub fn rate_in(&self, from: u64, to: u64) -> Option<f64> {
-        let mut it = self.points.iter().filter(|(t, _)| *t >= from && *t <= to);
-        let first = it.next()?;
-        let last = it.next_back()?;
-        let dt = (last.0.saturating_sub(first.0)) as f64 / 1e9;
-        (dt > 0.0).then(|| (last.1 - first.1).max(0.0) / dt)
-    }
-}
-
-/// What counts as trouble for signal-aware sampling.
-#[derive(Debug, Clone)]
-pub struct Trouble {
-    /// Gateway statuses.
-    pub statuses: Vec<i64>,
-    /// Share of a route's requests answered with `statuses`.
-    pub route_error_ratio: f64,
-    /// CPU busy share.
-    pub cpu_busy: f64,
-    /// iowait share.
-    pub iowait: f64,
-    /// Memory used share.
-    pub memory_used: f64,
-}
-
-/// One analysed trace, for the RCA log record and counter.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RcaEvent {
-    /// When (ns).
-    pub time_ns: u64,
-    /// Trace id.
-    pub trace_id: [u8; 16],
-    /// Root span id.
-    pub span_id: [u8; 8],
-    /// Cause.
-    pub cause: String,
-    /// Summary sentence.
-    pub summary: String,
-    /// Route.
-    pub route: String,
-    /// Culprit service.
-    pub service: String,
-    /// Culprit span id (hex).
-    pub culprit_span_id: String,
-    /// Confidence.
-    pub confidence: f64,
-    /// Rule name.
-    pub rule: String,
-}
-
-/// The latest point of a series: name, join dimensions, other attributes, time (ns), value.
-pub type LatestPoint = (String, Dims, Vec<(String, String)>, u64, f64);
-
-/// A point as the store takes it in: (series name, attributes, time, value, flags).
-type PointIn<'a> = (std::borrow::Cow<'a, str>, &'a [KeyValue], u64, f64, u32);
-
-/// A point built here (a summary's quantile, with its `quantile` attribute).
-type OwnedPointIn = (String, Vec<KeyValue>, u64, f64, u32);
-
-/// Metric name, join dimensions, other attributes.
-type SeriesKey = (String, Dims, Vec<(String, String)>);
+/// Metric name, key, other attributes.
+type SeriesKey = (String, Key, Vec<(String, String)>);
 
 #[derive(Default)]
 struct Inner {
     logs: HashMap<[u8; 16], Vec<Arc<LogEvidence>>>,
     log_order: VecDeque<(u64, [u8; 16])>,
     log_count: usize,
-    routes: HashMap<String, RouteWindow>,
     series: HashMap<SeriesKey, Series>,
     events: VecDeque<RcaEvent>,
     /// Analysed traces of the window, with the time they were analysed (for alert rules).
@@ -294,32 +93,13 @@ fn log_cost(ev: &LogEvidence) -> usize {
 pub struct Store {
     limits: Limits,
     /// Per-operation latency baselines.
-    pub baselines: super::baseline::Baselines,
+    pub baselines: Baselines,
     inner: Mutex<Inner>,
     log_events_owner: AtomicBool,
     metric_events_owner: AtomicBool,
     /// The last analysed traces as the page shows them: (capacity, ring).
-    views: Mutex<(usize, VecDeque<Arc<super::ui::TraceView>>)>,
+    views: Mutex<(usize, VecDeque<Arc<TraceView>>)>,
     ui_owner: AtomicBool,
-}
-
-/// One ten-second bucket of a route's gateway traffic, for a chart.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct BucketPoint {
-    /// Bucket start (s since the epoch).
-    pub t: u64,
-    /// Requests.
-    pub requests: u64,
-    /// 4xx answers.
-    pub s4xx: u64,
-    /// 5xx answers.
-    pub s5xx: u64,
-    /// 429 answers.
-    pub s429: u64,
-    /// Median latency (ms).
-    pub p50_ms: Option<f64>,
-    /// 99th percentile (ms).
-    pub p99_ms: Option<f64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -330,63 +110,11 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// An attribute value as text (numbers and booleans printed).
-pub(crate) fn s(v: &Option<AnyValue>) -> Option<String> {
-    match v.as_ref()?.value.as_ref()? {
-        any_value::Value::StringValue(x) => Some(x.clone()),
-        any_value::Value::IntValue(i) => Some(i.to_string()),
-        any_value::Value::DoubleValue(d) => Some(d.to_string()),
-        any_value::Value::BoolValue(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-fn num(v: &Option<AnyValue>) -> Option<f64> {
-    match v.as_ref()?.value.as_ref()? {
-        any_value::Value::IntValue(i) => Some(*i as f64),
-        any_value::Value::DoubleValue(d) => Some(*d),
-        any_value::Value::StringValue(x) => x.parse().ok(),
-        _ => None,
-    }
-}
-
-/// The value of the first of `keys` present in `attrs`.
-pub(crate) fn find<'a>(attrs: &'a [KeyValue], keys: &[&str]) -> Option<&'a Option<AnyValue>> {
-    keys.iter()
-        .find_map(|k| attrs.iter().find(|kv| kv.key == *k).map(|kv| &kv.value))
-}
-
-/// Resource attributes that name the machine a resource ran on, in order of
-/// preference, for the join with host metrics. `k8s.node.name` comes first:
-/// a pod enriched by a k8sattributes-style processor names its node, which
-/// is what node-level metrics carry; `host.name` inside a pod is the pod's
-/// name. Without any of them, `k8s.pod.name` and `service.instance.id` still
-/// join metrics reported per pod or per instance.
-pub const HOST_KEYS: [&str; 5] = [
-    "k8s.node.name",
-    "host.name",
-    "host.id",
-    "k8s.pod.name",
-    "service.instance.id",
-];
-
-/// The host a resource ran on (see [`HOST_KEYS`]).
-pub(crate) fn host_key(resource_attrs: &[KeyValue]) -> Option<String> {
-    HOST_KEYS.iter().find_map(|k| {
-        find(resource_attrs, &[k])
-            .and_then(s)
-            .filter(|v| !v.is_empty())
-    })
-}
-
-/// Route keys, in order of preference.
-pub const ROUTE_KEYS: [&str; 3] = ["route_id", "http.route", "gateway.route_id"];
-
 impl Store {
     /// An empty store.
     pub fn new(limits: Limits) -> Self {
         Store {
-            baselines: super::baseline::Baselines::new(
+            baselines: Baselines::new(
                 limits.baseline_window_ns,
                 limits.baseline_max_operations,
                 limits.baseline_min_samples,
@@ -405,7 +133,7 @@ impl Store {
         !self.ui_owner.swap(true, Ordering::SeqCst)
     }
 
-    fn views(&self) -> std::sync::MutexGuard<'_, (usize, VecDeque<Arc<super::ui::TraceView>>)> {
+    fn views(&self) -> std::sync::MutexGuard<'_, (usize, VecDeque<Arc<TraceView>>)> {
         match self.views.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -424,7 +152,7 @@ impl Store {
     }
 
     /// Keep an analysed trace for the page (the oldest leaves beyond the capacity).
-    pub fn push_view(&self, v: super::ui::TraceView) {
+    pub fn push_view(&self, v: TraceView) {
         let mut g = self.views();
         if g.0 == 0 {
             return;
@@ -436,38 +164,8 @@ impl Store {
     }
 
     /// The kept analysed traces, oldest first.
-    pub fn trace_views(&self) -> Vec<Arc<super::ui::TraceView>> {
+    pub fn trace_views(&self) -> Vec<Arc<TraceView>> {
         self.views().1.iter().cloned().collect()
-    }
-
-    /// Every route with traffic in the `window_ns` ending at `now_ns`: its
-    /// statistics and its ten-second buckets.
-    pub fn routes_detail(
-        &self,
-        now_ns: u64,
-        window_ns: u64,
-    ) -> Vec<(String, RouteStats, Vec<BucketPoint>)> {
-        let g = self.lock();
-        let from_s = now_ns.saturating_sub(window_ns) / 1_000_000_000;
-        routes_since(&g, from_s)
-            .map(|(r, w)| {
-                let points = w
-                    .buckets
-                    .iter()
-                    .filter(|b| b.start_s + 10 >= from_s)
-                    .map(|b| BucketPoint {
-                        t: b.start_s,
-                        requests: b.requests,
-                        s4xx: b.s4xx,
-                        s5xx: b.s5xx,
-                        s429: b.s429,
-                        p50_ms: b.latency.quantile(0.5),
-                        p99_ms: b.latency.quantile(0.99),
-                    })
-                    .collect();
-                (r.clone(), stats_over(w, now_ns, window_ns), points)
-            })
-            .collect()
     }
 
     /// The limits.
@@ -492,8 +190,14 @@ impl Store {
         !self.metric_events_owner.swap(true, Ordering::SeqCst)
     }
 
-    /// Take in log records. Records without a trace id still feed route statistics.
-    pub fn add_logs(&self, resource_logs: &[ResourceLogs], now_ns: u64) {
+    /// Take in log records; `observe` sees each (the sources that keep
+    /// statistics of them). Records without a trace id are only observed.
+    pub fn add_logs(
+        &self,
+        resource_logs: &[ResourceLogs],
+        now_ns: u64,
+        observe: &dyn Fn(&LogEvidence, u64),
+    ) {
         let mut g = self.lock();
         g.clock = g.clock.max(now_ns);
         for rl in resource_logs {
@@ -560,11 +264,7 @@ impl Store {
                         error_type: find(a, &["error.type", "exception.type"]).and_then(s),
                         body,
                     };
-                    if ev.gateway {
-                        if let Some(route) = ev.route.clone() {
-                            add_route(&mut g, &self.limits, &route, &ev);
-                        }
-                    }
+                    observe(&ev, g.clock);
                     if r.trace_id.len() == 16 && r.trace_id.iter().any(|b| *b != 0) {
                         let mut tid = [0u8; 16];
                         tid.copy_from_slice(&r.trace_id);
@@ -612,89 +312,106 @@ impl Store {
         }
     }
 
-    /// Take in metric points that join to traces (a topic, group, host or route).
-    pub fn add_metrics(&self, resource_metrics: &[ResourceMetrics], now_ns: u64) {
+    /// Take in the metric points a source keeps (`classify`), each under
+    /// the key it gives. Histograms are kept as their `_sum` and `_count`,
+    /// summaries as a point per quantile, when a source keeps them.
+    pub fn add_metrics(
+        &self,
+        resource_metrics: &[ResourceMetrics],
+        now_ns: u64,
+        classify: Classify<'_>,
+    ) {
         let mut g = self.lock();
         g.clock = g.clock.max(now_ns);
+        let number = |p: &opentelemetry_proto::tonic::metrics::v1::NumberDataPoint| match p.value {
+            Some(number_data_point::Value::AsDouble(d)) => Some(d),
+            Some(number_data_point::Value::AsInt(i)) => Some(i as f64),
+            None => None,
+        };
         for rm in resource_metrics {
-            let res_attrs = rm
+            let resource = rm
                 .resource
                 .as_ref()
                 .map(|r| r.attributes.as_slice())
                 .unwrap_or(&[]);
-            let host = host_key(res_attrs);
-            // Only `service.instance.id` names it (a scraped target, say):
-            // its series join by host only if they are host metrics.
-            let host_by_instance_only = HOST_KEYS[..HOST_KEYS.len() - 1].iter().all(|k| {
-                find(res_attrs, &[k])
-                    .and_then(s)
-                    .is_none_or(|v| v.is_empty())
-            });
-            let job = find(res_attrs, &["service.name"]).and_then(s);
-            let queue = find(res_attrs, &["rabbitmq.queue.name"]).and_then(s);
-            let vhost = find(res_attrs, &[super::rabbit::VHOST]).and_then(s);
-            let instance = find(res_attrs, &["service.instance.id"]).and_then(s);
             for sm in &rm.scope_metrics {
                 for m in &sm.metrics {
-                    let system = super::deps::system_of(&m.name);
-                    // (name, attributes, time, value, flags)
-                    let mut points: Vec<PointIn<'_>> = Vec::new();
-                    let mut owned: Vec<OwnedPointIn> = Vec::new();
-                    let number =
-                        |p: &'_ opentelemetry_proto::tonic::metrics::v1::NumberDataPoint| match p
-                            .value
-                        {
-                            Some(number_data_point::Value::AsDouble(d)) => Some(d),
-                            Some(number_data_point::Value::AsInt(i)) => Some(i as f64),
-                            None => None,
-                        };
+                    let offer = |kind, attrs| Offer {
+                        metric: &m.name,
+                        kind,
+                        resource,
+                        attrs,
+                    };
                     match &m.data {
-                        Some(metric::Data::Gauge(x)) => x.data_points.iter().for_each(|p| {
-                            if let Some(v) = number(p) {
-                                points.push((
-                                    m.name.as_str().into(),
-                                    &p.attributes,
-                                    p.time_unix_nano,
-                                    v,
-                                    p.flags,
-                                ));
-                            }
-                        }),
-                        Some(metric::Data::Sum(x)) => x.data_points.iter().for_each(|p| {
-                            if let Some(v) = number(p) {
-                                points.push((
-                                    m.name.as_str().into(),
-                                    &p.attributes,
-                                    p.time_unix_nano,
-                                    v,
-                                    p.flags,
-                                ));
-                            }
-                        }),
-                        // A dependency's histogram: its sum and count, for a mean over an interval.
-                        Some(metric::Data::Histogram(x)) if system.is_some() => {
+                        Some(metric::Data::Gauge(x)) => {
                             for p in &x.data_points {
-                                let t = p.time_unix_nano;
-                                points.push((
-                                    format!("{}_sum", m.name).into(),
-                                    &p.attributes,
-                                    t,
-                                    p.sum.unwrap_or(0.0),
-                                    p.flags,
-                                ));
-                                points.push((
-                                    format!("{}_count", m.name).into(),
-                                    &p.attributes,
-                                    t,
-                                    p.count as f64,
-                                    p.flags,
-                                ));
+                                if let (Some(v), Some(k)) = (
+                                    number(p),
+                                    classify(&offer(PointKind::Number, &p.attributes)),
+                                ) {
+                                    self.keep(
+                                        &mut g,
+                                        &m.name,
+                                        &p.attributes,
+                                        k,
+                                        (p.time_unix_nano, v, p.flags),
+                                        now_ns,
+                                    );
+                                }
                             }
                         }
-                        // A dependency's summary (redis_exporter's latency
-                        // percentiles): each quantile as a point.
-                        Some(metric::Data::Summary(x)) if system.is_some() => {
+                        Some(metric::Data::Sum(x)) => {
                             for p in &x.data_points {
+                                if let (Some(v), Some(k)) = (
+                                    number(p),
+                                    classify(&offer(PointKind::Number, &p.attributes)),
+                                ) {
+                                    self.keep(
+                                        &mut g,
+                                        &m.name,
+                                        &p.attributes,
+                                        k,
+                                        (p.time_unix_nano, v, p.flags),
+                                        now_ns,
+                                    );
+                                }
+                            }
+                        }
+                        // A histogram: its sum and count, for a mean over an interval.
+                        Some(metric::Data::Histogram(x)) => {
+                            for p in &x.data_points {
+                                let Some(k) = classify(&offer(PointKind::Histogram, &p.attributes))
+                                else {
+                                    continue;
+                                };
+                                let t = p.time_unix_nano;
+                                let sum = format!("{}_sum", m.name);
+                                let count = format!("{}_count", m.name);
+                                self.keep(
+                                    &mut g,
+                                    &sum,
+                                    &p.attributes,
+                                    k.clone(),
+                                    (t, p.sum.unwrap_or(0.0), p.flags),
+                                    now_ns,
+                                );
+                                self.keep(
+                                    &mut g,
+                                    &count,
+                                    &p.attributes,
+                                    k,
+                                    (t, p.count as f64, p.flags),
+                                    now_ns,
+                                );
+                            }
+                        }
+                        // A summary (redis_exporter's latency percentiles): each quantile as a point.
+                        Some(metric::Data::Summary(x)) => {
+                            for p in &x.data_points {
+                                let Some(k) = classify(&offer(PointKind::Summary, &p.attributes))
+                                else {
+                                    continue;
+                                };
                                 for q in &p.quantile_values {
                                     let mut a = p.attributes.clone();
                                     a.push(KeyValue {
@@ -707,101 +424,18 @@ impl Store {
                                         }),
                                         ..Default::default()
                                     });
-                                    owned.push((
-                                        m.name.clone(),
-                                        a,
-                                        p.time_unix_nano,
-                                        q.value,
-                                        p.flags,
-                                    ));
+                                    self.keep(
+                                        &mut g,
+                                        &m.name,
+                                        &a,
+                                        k.clone(),
+                                        (p.time_unix_nano, q.value, p.flags),
+                                        now_ns,
+                                    );
                                 }
                             }
                         }
                         _ => continue,
-                    }
-                    for (name, a, time, v, flags) in owned
-                        .iter()
-                        .map(|(n, a, t, v, f)| (n.as_str().into(), a.as_slice(), *t, *v, *f))
-                        .chain(points)
-                    {
-                        // A staleness marker (no recorded value) is not a value.
-                        if flags & 1 != 0 || v.is_nan() {
-                            continue;
-                        }
-                        let rabbit = queue.is_some() && name.starts_with("rabbitmq.");
-                        let dims = match system {
-                            _ if rabbit => Dims {
-                                queue: queue.clone(),
-                                ..Default::default()
-                            },
-                            // GPUs describe a machine: joined by host, as host metrics are.
-                            Some("gpu") => Dims {
-                                host: find(a, &["Hostname"]).and_then(s).or_else(|| host.clone()),
-                                ..Default::default()
-                            },
-                            Some(_) => Dims {
-                                job: job.clone(),
-                                instance: instance.clone(),
-                                ..Default::default()
-                            },
-                            None => Dims {
-                                topic: find(a, &["topic", "messaging.destination.name"])
-                                    .and_then(s),
-                                group: find(
-                                    a,
-                                    &[
-                                        "group",
-                                        "messaging.consumer.group.name",
-                                        "messaging.kafka.consumer.group",
-                                    ],
-                                )
-                                .and_then(s),
-                                host: host.clone().filter(|_| {
-                                    !host_by_instance_only || name.starts_with("system.")
-                                }),
-                                route: find(a, &ROUTE_KEYS).and_then(s),
-                                ..Default::default()
-                            },
-                        };
-                        if dims == Dims::default() {
-                            continue;
-                        }
-                        let mut attrs: Vec<(String, String)> = a
-                            .iter()
-                            .filter(|kv| {
-                                !matches!(
-                                    kv.key.as_str(),
-                                    "topic"
-                                        | "group"
-                                        | "messaging.destination.name"
-                                        | "route_id"
-                                        | "http.route"
-                                )
-                            })
-                            .filter_map(|kv| s(&kv.value).map(|v| (kv.key.clone(), v)))
-                            .collect();
-                        if rabbit {
-                            attrs.push((
-                                super::rabbit::VHOST.to_string(),
-                                vhost.clone().unwrap_or_else(|| "/".into()),
-                            ));
-                        }
-                        attrs.sort();
-                        let t = if time > 0 { time } else { now_ns };
-                        let key = (name.to_string(), dims.clone(), attrs.clone());
-                        let max_points = self.limits.max_points;
-                        let series = g.series.entry(key).or_insert_with(|| Series {
-                            name: name.to_string(),
-                            dims,
-                            attrs,
-                            points: VecDeque::new(),
-                            updated: now_ns,
-                        });
-                        series.points.push_back((t, v));
-                        series.updated = now_ns;
-                        while series.points.len() > max_points {
-                            series.points.pop_front();
-                        }
                     }
                 }
             }
@@ -816,6 +450,47 @@ impl Store {
         }
     }
 
+    /// Add a point to the series of `name` under what `kept` says.
+    fn keep(
+        &self,
+        g: &mut Inner,
+        name: &str,
+        attrs: &[KeyValue],
+        kept: Kept,
+        (time, v, flags): (u64, f64, u32),
+        now_ns: u64,
+    ) {
+        // A staleness marker (no recorded value) is not a value.
+        if flags & 1 != 0 || v.is_nan() || kept.key.is_empty() {
+            return;
+        }
+        let mut attrs: Vec<(String, String)> = attrs
+            .iter()
+            .filter(|kv| !kept.drop.contains(&kv.key.as_str()))
+            .filter_map(|kv| s(&kv.value).map(|v| (kv.key.clone(), v)))
+            .collect();
+        attrs.extend(kept.add);
+        attrs.sort();
+        let t = if time > 0 { time } else { now_ns };
+        let key = (name.to_string(), kept.key, attrs);
+        let max_points = self.limits.max_points;
+        let series = g
+            .series
+            .entry(key)
+            .or_insert_with_key(|(name, key, attrs)| Series {
+                name: name.clone(),
+                key: key.clone(),
+                attrs: attrs.clone(),
+                points: VecDeque::new(),
+                updated: now_ns,
+            });
+        series.points.push_back((t, v));
+        series.updated = now_ns;
+        while series.points.len() > max_points {
+            series.points.pop_front();
+        }
+    }
+
     /// The log records of a trace.
     pub fn logs_of(&self, trace_id: &[u8; 16]) -> Vec<Arc<LogEvidence>> {
         self.lock().logs.get(trace_id).cloned().unwrap_or_default()
@@ -824,23 +499,6 @@ impl Store {
     /// Whether any log record of the trace is known.
     pub fn has_logs(&self, trace_id: &[u8; 16]) -> bool {
         self.lock().logs.contains_key(trace_id)
-    }
-
-    /// A route's statistics over the window ending at `now_ns`.
-    pub fn route_stats(&self, route: &str, now_ns: u64) -> Option<RouteStats> {
-        let g = self.lock();
-        let w = g.routes.get(route)?;
-        Some(stats_over(w, now_ns, self.limits.window_ns))
-    }
-
-    /// Every route's statistics over the `window_ns` ending at `now_ns`
-    /// (10-second buckets: a bucket counts when any of it is in the window).
-    pub fn routes_over(&self, now_ns: u64, window_ns: u64) -> Vec<(String, RouteStats)> {
-        let g = self.lock();
-        let from_s = now_ns.saturating_sub(window_ns) / 1_000_000_000;
-        routes_since(&g, from_s)
-            .map(|(r, w)| (r.clone(), stats_over(w, now_ns, window_ns)))
-            .collect()
     }
 
     /// Visit the traces analysed since `since_ns` (analysis time), oldest
@@ -869,180 +527,13 @@ impl Store {
             .values()
             .filter_map(|s| {
                 let (t, v) = *s.points.back()?;
-                Some((s.name.clone(), s.dims.clone(), s.attrs.clone(), t, v))
+                Some((s.name.clone(), s.key.clone(), s.attrs.clone(), t, v))
             })
             .collect()
     }
 }
 
-/// The routes with a ten-second bucket reaching into `[from_s, …)`.
-fn routes_since(g: &Inner, from_s: u64) -> impl Iterator<Item = (&String, &RouteWindow)> {
-    g.routes
-        .iter()
-        .filter(move |(_, w)| w.buckets.iter().any(|b| b.start_s + 10 >= from_s))
-}
-
-fn stats_over(w: &RouteWindow, now_ns: u64, window_ns: u64) -> RouteStats {
-    let horizon = now_ns.saturating_sub(window_ns) / 1_000_000_000;
-    let mut st = RouteStats {
-        circuit_state: w.circuit_state.clone(),
-        circuit_changes: w.circuit_changes,
-        ..Default::default()
-    };
-    let mut rules: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut sketch = Sketch::default();
-    for b in w.buckets.iter().filter(|b| b.start_s + 10 >= horizon) {
-        st.requests += b.requests;
-        st.s4xx += b.s4xx;
-        st.s5xx += b.s5xx;
-        st.s429 += b.s429;
-        st.s503 += b.s503;
-        st.s504 += b.s504;
-        st.not_closed += b.not_closed;
-        for (r, n) in &b.rules {
-            *rules.entry(r).or_default() += n;
-        }
-        sketch.merge(&b.latency);
-    }
-    st.top_rule = rules
-        .into_iter()
-        .max_by_key(|(_, n)| *n)
-        .map(|(r, _)| r.to_string());
-    st.p50_ms = sketch.quantile(0.5);
-    st.p99_ms = sketch.quantile(0.99);
-    st
-}
-
 impl Store {
-    /// Whether the trace's gateway logs, or the state of its routes, topics,
-    /// RabbitMQ queues or hosts, show trouble (for the `correlated` sampling
-    /// policy). `topics`: the messaging destinations of its spans;
-    /// `routing_keys`: their RabbitMQ routing keys.
-    pub fn in_trouble(
-        &self,
-        trace_id: &[u8; 16],
-        routes: &[&str],
-        (topics, routing_keys): (&[&str], &[&str]),
-        hosts: &[&str],
-        tr: &Trouble,
-    ) -> bool {
-        let g = self.lock();
-        if let Some(logs) = g.logs.get(trace_id) {
-            let bad = logs.iter().any(|l| {
-                l.status.is_some_and(|s| tr.statuses.contains(&s))
-                    || l.circuit_state
-                        .as_deref()
-                        .is_some_and(|c| !c.eq_ignore_ascii_case("CLOSED"))
-            });
-            if bad {
-                return true;
-            }
-        }
-        let now_s = g.clock / 1_000_000_000;
-        let horizon = now_s.saturating_sub(self.limits.window_ns / 1_000_000_000);
-        for r in routes {
-            if let Some(w) = g.routes.get(*r) {
-                if w.circuit_state.as_deref().is_some_and(|c| c != "CLOSED") {
-                    return true;
-                }
-                let (mut req, mut bad) = (0u64, 0u64);
-                for b in w.buckets.iter().filter(|b| b.start_s + 10 >= horizon) {
-                    req += b.requests;
-                    for st in &tr.statuses {
-                        bad += match st {
-                            429 => b.s429,
-                            503 => b.s503,
-                            504 => b.s504,
-                            _ => 0,
-                        };
-                    }
-                }
-                if req > 0 && bad as f64 / req as f64 >= tr.route_error_ratio {
-                    return true;
-                }
-            }
-        }
-        let last = |s: &Series| s.points.back().map(|p| p.1);
-        // Queues in alarm (a backlog, a stop or stall, a retry storm) that
-        // the trace's destinations or routing keys may reach.
-        if !topics.is_empty() || !routing_keys.is_empty() {
-            let troubled: BTreeSet<(&str, &str)> = g
-                .series
-                .values()
-                .filter(|s| match s.name.as_str() {
-                    "rabbitmq.queue.backlog_alarm" | "rabbitmq.queue.retry_storm" => {
-                        last(s).is_some_and(|v| v >= 1.0)
-                    }
-                    "rabbitmq.queue.status" => last(s).is_some_and(|v| v >= 2.0),
-                    _ => false,
-                })
-                .filter_map(|s| {
-                    Some((
-                        s.attr(super::rabbit::VHOST).unwrap_or("/"),
-                        s.dims.queue.as_deref()?,
-                    ))
-                })
-                .collect();
-            if !troubled.is_empty() {
-                let ix = super::rabbit::Index::new(g.series.values().filter(|s| {
-                    s.name == super::rabbit::BINDING
-                        && s.dims
-                            .queue
-                            .as_deref()
-                            .is_some_and(|q| troubled.iter().any(|t| t.1 == q))
-                }));
-                if troubled
-                    .iter()
-                    .any(|q| ix.may_touch(*q, topics, routing_keys))
-                {
-                    return true;
-                }
-            }
-        }
-        for s in g.series.values() {
-            if let Some(t) = s.dims.topic.as_deref() {
-                if topics.contains(&t) {
-                    let on = match s.name.as_str() {
-                        "kafka.consumer_group.lag_alarm" | "kafka.topic.retry_storm" => {
-                            last(s).is_some_and(|v| v >= 1.0)
-                        }
-                        "kafka.consumer_group.partition_status" => {
-                            last(s).is_some_and(|v| v >= 2.0)
-                        }
-                        _ => false,
-                    };
-                    if on {
-                        return true;
-                    }
-                }
-            }
-            if let Some(h) = s.dims.host.as_deref() {
-                if hosts.contains(&h) {
-                    let mode = s
-                        .attr("cpu.mode")
-                        .or_else(|| s.attr("state"))
-                        .or_else(|| s.attr("system.memory.state"));
-                    let on = match (s.name.as_str(), mode) {
-                        ("system.cpu.utilization", Some("idle")) => {
-                            last(s).is_some_and(|v| 1.0 - v >= tr.cpu_busy)
-                        }
-                        ("system.cpu.utilization", Some("iowait" | "wait")) => {
-                            last(s).is_some_and(|v| v >= tr.iowait)
-                        }
-                        ("system.memory.utilization", Some("used")) => {
-                            last(s).is_some_and(|v| v >= tr.memory_used)
-                        }
-                        _ => false,
-                    };
-                    if on {
-                        return true;
-                    }
-                }
-            }
-        }
-        false
-    }
-
     /// Series matching `pick`, cloned.
     pub fn series_where(&self, mut pick: impl FnMut(&Series) -> bool) -> Vec<Series> {
         self.lock()
@@ -1113,13 +604,18 @@ impl Store {
         self.lock().learned_routes.get(entry).cloned()
     }
 
-    /// Whether any host series and any Kafka series are held (a join that
-    /// finds nothing then counts as a miss).
-    pub fn has_series(&self) -> (bool, bool) {
-        let g = self.lock();
-        let host = g.series.values().any(|s| s.dims.host.is_some());
-        let kafka = g.series.values().any(|s| s.dims.topic.is_some());
-        (host, kafka)
+    /// Whether any series has the dimension `dim` (a join on it that finds
+    /// nothing then counts as a miss).
+    pub fn any_series_with(&self, dim: &str) -> bool {
+        self.lock()
+            .series
+            .values()
+            .any(|s| s.key.get(dim).is_some())
+    }
+
+    /// The time of the newest record or point taken in (ns).
+    pub fn clock(&self) -> u64 {
+        self.lock().clock
     }
 
     /// Mark traces as analysed at `now_ns`; returns, for each, whether it was
@@ -1202,72 +698,9 @@ impl Store {
         (g.log_bytes, age)
     }
 
-    /// Log records held, series held, routes tracked.
+    /// Log records held, series held, routes learned.
     pub fn sizes(&self) -> (usize, usize, usize) {
         let g = self.lock();
-        (g.log_count, g.series.len(), g.routes.len())
-    }
-}
-
-fn add_route(g: &mut Inner, limits: &Limits, route: &str, ev: &LogEvidence) {
-    if !g.routes.contains_key(route) && g.routes.len() >= limits.max_routes {
-        return;
-    }
-    let w = g.routes.entry(route.to_string()).or_default();
-    let start_s = ev.time_ns / 1_000_000_000 / 10 * 10;
-    if w.buckets.back().is_none_or(|b| b.start_s < start_s) {
-        w.buckets.push_back(Bucket {
-            start_s,
-            ..Default::default()
-        });
-    }
-    let window_buckets = (limits.window_ns / 10_000_000_000).max(1) as usize + 1;
-    while w.buckets.len() > window_buckets {
-        w.buckets.pop_front();
-    }
-    // A record older than the newest bucket goes to the bucket of its time if kept.
-    let Some(b) = w.buckets.iter_mut().rev().find(|b| b.start_s <= start_s) else {
-        return;
-    };
-    b.requests += 1;
-    if let Some(st) = ev.status {
-        b.s4xx += u64::from((400..500).contains(&st));
-        b.s5xx += u64::from((500..600).contains(&st));
-        b.s429 += u64::from(st == 429);
-        b.s503 += u64::from(st == 503);
-        b.s504 += u64::from(st == 504);
-    }
-    if let Some(r) = &ev.rate_limit_rule {
-        if ev.status == Some(429) {
-            *b.rules.entry(r.clone()).or_default() += 1;
-        }
-    }
-    if let Some(d) = ev.duration_ms {
-        b.latency.add(d);
-    }
-    // A record without a circuit state whose request reached the upstream
-    // and was answered (status below 500) says the circuit is closed now:
-    // gateways that report the breaker only when it trips (Envoy's `UO`
-    // flag, a 503 with `circuit_state: OPEN`) would otherwise leave the
-    // route open for the whole window after one trip, and every trace of
-    // the route would look troubled.
-    let answered = ev.circuit_state.is_none()
-        && ev
-            .status
-            .is_some_and(|st| (100..500).contains(&st) && st != 429);
-    let closed = answered.then(|| "CLOSED".to_string());
-    if let Some(cs) = ev.circuit_state.as_ref().or(closed.as_ref()) {
-        let cs_up = cs.to_ascii_uppercase();
-        if cs_up != "CLOSED" {
-            b.not_closed += 1;
-        }
-        if answered && w.circuit_state.is_none() {
-            // Never reported open: nothing to close.
-            return;
-        }
-        if w.circuit_state.as_deref().is_some_and(|prev| prev != cs_up) {
-            w.circuit_changes += 1;
-        }
-        w.circuit_state = Some(cs_up);
+        (g.log_count, g.series.len(), g.learned_routes.len())
     }
 }

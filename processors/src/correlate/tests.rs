@@ -1,4 +1,8 @@
 use super::*;
+use crate::correlate::model::table::Table;
+use crate::correlate::model::{Trouble, Verdict};
+use crate::correlate::source::deps;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::metrics::v1::{
     metric, number_data_point, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
@@ -76,8 +80,51 @@ fn gateway_log(tid: u8, status: i64, extra: Vec<KeyValue>) -> ResourceLogs {
     }
 }
 
-fn store() -> Arc<Store> {
-    Arc::new(Store::new(Limits {
+/// A correlation state with these limits and the registered sources (the
+/// config's defaults, its window and routes from `limits`).
+fn correlation(limits: Limits) -> Arc<Correlation> {
+    let mut cfg: CorrelateConfig = serde_yaml::from_str("{}").unwrap();
+    cfg.max_routes = limits.max_routes;
+    cfg.window = causeway_core::config::Duration::secs(limits.window_ns / 1_000_000_000);
+    Arc::new(Correlation {
+        store: Store::new(limits),
+        sources: registry::sources(&cfg),
+    })
+}
+
+/// The built-in rules of the core and of every source.
+fn all_rules(c: &Correlation) -> Vec<Rule> {
+    let builtin = rules::builtin()
+        .into_iter()
+        .chain(c.sources.rules())
+        .collect();
+    rules::assemble(builtin, true, &[])
+}
+
+/// `Correlation::in_trouble` over these attribute values of a trace:
+/// routes, (messaging destinations, RabbitMQ routing keys), hosts.
+fn troubled(
+    c: &Correlation,
+    id: &[u8; 16],
+    routes: &[&str],
+    (topics, routing_keys): (&[&str], &[&str]),
+    hosts: &[&str],
+    tr: &Trouble,
+) -> bool {
+    let values = |k: &str| -> Vec<&str> {
+        match k {
+            "http.route" => routes.to_vec(),
+            "messaging.destination.name" => topics.to_vec(),
+            "messaging.rabbitmq.destination.routing_key" => routing_keys.to_vec(),
+            "host.name" => hosts.to_vec(),
+            _ => Vec::new(),
+        }
+    };
+    c.in_trouble(id, &values, tr)
+}
+
+fn store() -> Arc<Correlation> {
+    correlation(Limits {
         window_ns: 600_000_000_000,
         max_log_records: 1000,
         max_series: 1000,
@@ -89,28 +136,39 @@ fn store() -> Arc<Store> {
         baseline_window_ns: 3_600_000_000_000,
         baseline_min_samples: 20,
         baseline_max_operations: 10_000,
-    }))
+    })
+}
+
+/// The traces of `rs` joined with their logs and every source, with points
+/// within `(lookback, lookahead)` ns of them; and the sources' tables.
+fn join_within(
+    c: &Correlation,
+    rs: &[ResourceSpans],
+    (lookback_ns, lookahead_ns): (u64, u64),
+) -> (Vec<TraceRow>, Vec<Table>) {
+    let mut traces = analysis::trace::traces(rs, Some(&c.store.baselines), &Default::default());
+    logs::join(&mut traces, &c.store);
+    let tick = Tick {
+        store: &c.store,
+        now_ns: 1_000_000_000_000,
+        lookback_ns,
+        lookahead_ns,
+    };
+    let (tables, _, errors) = c.sources.join(&tick, &mut traces);
+    assert!(errors.is_empty(), "{errors:?}");
+    (traces, tables)
 }
 
 /// The traces of `rs`, joined with everything the store holds (any time).
-fn joined(store: &Store, rs: &[ResourceSpans]) -> Vec<TraceRow> {
-    let mut traces = features::traces(rs, Some(&store.baselines), &Default::default());
-    features::join(
-        &mut traces,
-        store,
-        &features::JoinParams {
-            lookback_ns: u64::MAX / 4,
-            lookahead_ns: u64::MAX / 4,
-            ..Default::default()
-        },
-        1_000_000_000_000,
-    );
-    traces
+fn join_all(c: &Correlation, rs: &[ResourceSpans]) -> (Vec<TraceRow>, Vec<Table>) {
+    join_within(c, rs, (u64::MAX / 4, u64::MAX / 4))
 }
 
-async fn analyse(store: &Store, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verdict)> {
-    let traces = joined(store, rs);
-    let (findings, errors) = rules::evaluate(&rules::assemble(true, &[]), &traces).await;
+async fn analyse(c: &Correlation, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verdict)> {
+    let (traces, tables) = join_all(c, rs);
+    let (findings, errors) = rules::Planner::new(&c.sources.tables())
+        .evaluate(&all_rules(c), &traces, tables)
+        .await;
     assert!(errors.is_empty(), "{errors:?}");
     traces
         .into_iter()
@@ -209,7 +267,7 @@ async fn a_trace_with_no_evidence_is_unknown_and_names_its_largest_self_time() {
 
 #[test]
 fn the_state_stays_within_its_bounds_under_a_flood() {
-    let st = Store::new(Limits {
+    let st = correlation(Limits {
         window_ns: 600_000_000_000,
         max_log_records: 1000,
         max_series: 50,
@@ -238,20 +296,29 @@ fn the_state_stays_within_its_bounds_under_a_flood() {
         st.add_logs(&logs, now);
         now += 1_000_000_000;
     }
-    let (logs, _, routes) = st.sizes();
+    let (logs, _, _) = st.store.sizes();
     assert!(logs <= 1000, "{logs} log records held");
+    let view = source::View {
+        store: &st.store,
+        now_ns: now,
+        window_ns: 600_000_000_000,
+    };
+    let routes = st.sources.api("routes", &view).unwrap()["routes"]
+        .as_array()
+        .unwrap()
+        .len();
     assert!(routes <= 10, "{routes} routes");
     // The newest are kept, the oldest gone.
     let newest = (49u64 * 200 + 199).to_be_bytes().repeat(2);
     let mut id = [0u8; 16];
     id.copy_from_slice(&newest);
-    assert!(st.has_logs(&id));
+    assert!(st.store.has_logs(&id));
     let oldest = 0u64.to_be_bytes().repeat(2);
     id.copy_from_slice(&oldest);
-    assert!(!st.has_logs(&id));
+    assert!(!st.store.has_logs(&id));
     // Older than the window: gone however few there are.
     st.add_logs(&[], now + 700_000_000_000);
-    assert_eq!(st.sizes().0, 0);
+    assert_eq!(st.store.sizes().0, 0);
 }
 
 #[tokio::test]
@@ -331,21 +398,21 @@ async fn kafka_lag_trend_over_the_join_interval_is_a_column_rules_can_use() {
             ],
         )],
     )];
-    let mut traces = features::traces(&rs, None, &Default::default());
-    features::join(
-        &mut traces,
-        &st,
-        &features::JoinParams::default(),
-        1_000_000_000_000,
+    // The config's defaults: points 2 minutes before to 1 minute after.
+    let (traces, tables) = join_within(&st, &rs, (120_000_000_000, 60_000_000_000));
+    assert_eq!(
+        traces[0].joined_metrics("kafka").next().unwrap()["lag_trend"].as_f64(),
+        Some(2400.0)
     );
-    assert_eq!(traces[0].kafka[0].lag_trend, Some(2400.0));
-    let growing = rules::Rule {
+    let growing = Rule {
         name: "lag_growing".into(),
         cause: "consumer_lag".into(),
         sql: "SELECT trace_id, 0.99 AS confidence, concat('lag grew by ', CAST(CAST(max(lag_trend) AS BIGINT) AS VARCHAR)) AS summary FROM kafka_lag WHERE lag_trend > 1000 GROUP BY trace_id".into(),
         user: true,
     };
-    let (findings, errors) = rules::evaluate(&[growing], &traces).await;
+    let (findings, errors) = rules::Planner::new(&st.sources.tables())
+        .evaluate(&[growing], &traces, tables)
+        .await;
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(findings[&traces[0].trace_id][0].summary, "lag grew by 2400");
     let _ = &mut rs;
@@ -689,7 +756,8 @@ async fn consumer_lag_from_kafkametrics_only_and_old_messaging_names() {
     let (t, v) = &out[0];
     assert_eq!(v.best.cause, "consumer_lag", "{v:?}");
     assert_eq!(
-        t.kafka[0].group, "billing",
+        t.joined_metrics("kafka").next().unwrap()["group"],
+        "billing",
         "the group found from the metrics"
     );
     assert!(
@@ -832,7 +900,7 @@ async fn a_dependency_slow_by_nature_is_not_a_cause_but_one_slower_than_its_norm
     assert_eq!(out[0].1.best.cause, "slow_dependency");
     assert!(out[0].1.best.summary.contains("no baseline yet"));
     // The report is always about 1.5 s: once learned, it is not a cause.
-    st.baselines.feed(
+    st.store.baselines.feed(
         1_000_000_000_000,
         (0..30).map(|i| ("reports", "GET /report", 1400.0 + f64::from(i) * 10.0)),
     );
@@ -897,7 +965,11 @@ async fn a_pod_without_host_name_joins_its_nodes_metrics() {
     }];
     let out = analyse(&st, &mut rs).await;
     let (t, v) = &out[0];
-    assert_eq!(t.hosts.len(), 1, "joined by k8s.node.name");
+    assert_eq!(
+        t.joined_metrics("host").count(),
+        1,
+        "joined by k8s.node.name"
+    );
     assert_eq!(v.best.cause, "host_cpu_saturation", "{v:?}");
 }
 
@@ -1031,7 +1103,7 @@ async fn hostile_layouts_are_analysed_or_declined_never_a_panic_or_a_loop() {
 
 #[test]
 fn late_spans_of_an_analysed_trace_are_recognised_and_log_bytes_are_bounded() {
-    let st = Store::new(Limits {
+    let st = correlation(Limits {
         window_ns: 600_000_000_000,
         max_log_records: 1_000_000,
         max_log_bytes: 64 * 1024,
@@ -1046,11 +1118,11 @@ fn late_spans_of_an_analysed_trace_are_recognised_and_log_bytes_are_bounded() {
     });
     let now = 1_000_000_000_000;
     assert_eq!(
-        st.mark_analysed(&[[1; 16], [2; 16]], now),
+        st.store.mark_analysed(&[[1; 16], [2; 16]], now),
         vec![false, false]
     );
     assert_eq!(
-        st.mark_analysed(&[[2; 16], [3; 16]], now + 1),
+        st.store.mark_analysed(&[[2; 16], [3; 16]], now + 1),
         vec![true, false]
     );
     // 64 KiB of logs at most: bodies of 1 KiB evict by bytes, and it is counted.
@@ -1062,9 +1134,9 @@ fn late_spans_of_an_analysed_trace_are_recognised_and_log_bytes_are_bounded() {
         });
         st.add_logs(&[l], now);
     }
-    let (bytes, _) = st.log_retention(now);
+    let (bytes, _) = st.store.log_retention(now);
     assert!(bytes <= 64 * 1024, "{bytes}");
-    let (by_count, by_bytes) = st.evictions();
+    let (by_count, by_bytes) = st.store.evictions();
     assert_eq!(by_count, 0);
     // Bodies are cut to 512 bytes: 768 bytes a record, 85 fit.
     assert!(by_bytes >= 110, "{by_bytes}");
@@ -1252,7 +1324,12 @@ fn root_attrs(b: &mut Batch) -> Vec<std::collections::BTreeMap<String, String>> 
             sp.attributes
                 .iter()
                 .filter(|a| a.key.starts_with("rca."))
-                .map(|a| (a.key.clone(), store::s(&a.value).unwrap_or_default()))
+                .map(|a| {
+                    (
+                        a.key.clone(),
+                        model::series::s(&a.value).unwrap_or_default(),
+                    )
+                })
                 .collect()
         })
         .collect()
@@ -1392,8 +1469,8 @@ fn circuit_record(t: u8, status: i64, circuit: Option<&str>) -> ResourceLogs {
     }
 }
 
-fn circuit_trouble() -> store::Trouble {
-    store::Trouble {
+fn circuit_trouble() -> Trouble {
+    Trouble {
         statuses: vec![429, 503, 504],
         route_error_ratio: 0.05,
         cpu_busy: 0.9,
@@ -1405,24 +1482,41 @@ fn circuit_trouble() -> store::Trouble {
 #[test]
 fn one_trip_of_the_breaker_does_not_keep_the_route_open_once_requests_are_answered() {
     let store = store();
-    let troubled = |store: &Store| {
-        store.in_trouble(&[9; 16], &["orders"], (&[], &[]), &[], &circuit_trouble())
+    let route_troubled = |store: &Correlation| {
+        troubled(
+            store,
+            &[9; 16],
+            &["orders"],
+            (&[], &[]),
+            &[],
+            &circuit_trouble(),
+        )
     };
     // 100 answered requests, then one that met an open circuit.
     for _ in 0..100 {
         store.add_logs(&[circuit_record(1, 200, None)], CIRCUIT_NOW);
     }
-    assert!(!troubled(&store), "no circuit reported yet");
+    assert!(!route_troubled(&store), "no circuit reported yet");
     store.add_logs(&[circuit_record(2, 503, Some("OPEN"))], CIRCUIT_NOW);
-    assert!(troubled(&store), "open right after the trip");
+    assert!(route_troubled(&store), "open right after the trip");
     // A record without a status says nothing about the breaker.
     store.add_logs(&[circuit_record(3, 0, None)], CIRCUIT_NOW);
-    assert!(troubled(&store), "still open: nothing was answered since");
+    assert!(
+        route_troubled(&store),
+        "still open: nothing was answered since"
+    );
     // The next answered request shows it closed again.
     store.add_logs(&[circuit_record(4, 200, None)], CIRCUIT_NOW);
-    assert!(!troubled(&store), "closed once a request is answered");
+    assert!(!route_troubled(&store), "closed once a request is answered");
     // The trace that met the open circuit is still in trouble by its own record.
-    assert!(store.in_trouble(&[2; 16], &["orders"], (&[], &[]), &[], &circuit_trouble()));
+    assert!(troubled(
+        &store,
+        &[2; 16],
+        &["orders"],
+        (&[], &[]),
+        &[],
+        &circuit_trouble()
+    ));
 }
 
 #[tokio::test]
@@ -1450,27 +1544,28 @@ async fn rules_planned_once_read_each_evaluations_rows() {
                 vec![attr_s("http.route", "order-create")],
             )],
         )];
-        joined(&st, &rs)
+        join_all(&st, &rs)
     };
-    let rules = rules::assemble(true, &[]);
-    let mut planner = rules::Planner::new();
-    let first = rows(7);
-    let (f, errors) = planner.evaluate(&rules, &first).await;
+    let rules = all_rules(&st);
+    let mut planner = rules::Planner::new(&st.sources.tables());
+    let (first, tables) = rows(7);
+    let (f, errors) = planner.evaluate(&rules, &first, tables).await;
     assert!(errors.is_empty(), "{errors:?}");
-    let cause = |f: &std::collections::HashMap<String, Vec<rules::Finding>>, t: &TraceRow| {
+    let cause = |f: &std::collections::HashMap<String, Vec<model::Finding>>, t: &TraceRow| {
         f.get(&t.trace_id)
             .is_some_and(|v| v.iter().any(|x| x.cause == "rate_limited"))
     };
     assert!(cause(&f, &first[0]));
     // The same plans, new rows: trace 8 has no gateway logs, and trace 7's
     // rows of the first evaluation are gone.
-    let second = rows(8);
-    let (f, errors) = planner.evaluate(&rules, &second).await;
+    let (second, tables) = rows(8);
+    let (f, errors) = planner.evaluate(&rules, &second, tables).await;
     assert!(errors.is_empty(), "{errors:?}");
     assert!(!cause(&f, &second[0]), "{f:?}");
     assert!(!f.contains_key(&first[0].trace_id), "{f:?}");
     // And back: the cached plans still find what the rows say.
-    let (f, _) = planner.evaluate(&rules, &rows(7)).await;
+    let (again, tables) = rows(7);
+    let (f, _) = planner.evaluate(&rules, &again, tables).await;
     assert!(cause(&f, &first[0]));
 }
 
@@ -1549,7 +1644,7 @@ fn a_dependency_is_found_by_instance_label_exporter_port_or_configured_address()
         rms.push(scraped("node", "10.0.0.7:9100", "node_load1", &[], 1.0, t));
     }
     st.add_metrics(&rms, 1_000_000_000_000 + 1_000_000_000);
-    let series = st.series_where(|s| s.dims.job.is_some());
+    let series = st.store.series_where(|s| s.key.get("job").is_some());
     assert!(series.iter().all(|s| s.name != "node_load1"));
     let configured: std::collections::HashMap<String, String> =
         [("cache-b.shop:6379".to_string(), "cache-b".to_string())].into();
@@ -1736,9 +1831,8 @@ async fn a_slow_rabbitmq_consumer_explains_the_wait_of_its_message_and_a_healthy
     );
     // Both bound queues joined, as publish (the exchange's bindings) and consume.
     let mut joined: Vec<(&str, &str)> = t
-        .queues
-        .iter()
-        .map(|q| (q.queue.as_str(), q.role))
+        .joined_metrics("queue")
+        .map(|q| (q["queue"].as_str().unwrap(), q["role"].as_str().unwrap()))
         .collect();
     joined.sort();
     assert_eq!(
@@ -1756,25 +1850,47 @@ async fn a_slow_rabbitmq_consumer_explains_the_wait_of_its_message_and_a_healthy
     // The correlated policy: a trace reaching the queue in trouble through
     // the exchange's binding, not one that reaches only the healthy queue.
     let tr = circuit_trouble();
-    assert!(st.in_trouble(&[1; 16], &[], (&["orders"], &["order.paid"]), &[], &tr));
-    assert!(st.in_trouble(
+    assert!(troubled(
+        &st,
+        &[1; 16],
+        &[],
+        (&["orders"], &["order.paid"]),
+        &[],
+        &tr
+    ));
+    assert!(troubled(
+        &st,
         &[1; 16],
         &[],
         (&["orders:order.paid:billing"], &[]),
         &[],
         &tr
     ));
-    assert!(!st.in_trouble(&[1; 16], &[], (&["orders:order.paid:audit"], &[]), &[], &tr));
-    assert!(!st.in_trouble(&[1; 16], &[], (&["invoices"], &["order.paid"]), &[], &tr));
+    assert!(!troubled(
+        &st,
+        &[1; 16],
+        &[],
+        (&["orders:order.paid:audit"], &[]),
+        &[],
+        &tr
+    ));
+    assert!(!troubled(
+        &st,
+        &[1; 16],
+        &[],
+        (&["invoices"], &["order.paid"]),
+        &[],
+        &tr
+    ));
 }
 
 #[tokio::test]
 async fn the_page_keeps_the_last_analysed_traces_bounded_and_answers_bad_ids_clearly() {
     use causeway_core::ui::ApiSource;
     let st = store();
-    st.keep_views(2);
-    let api = super::ui::Api {
-        store: st.clone(),
+    st.store.keep_views(2);
+    let api = super::page::Api {
+        correlation: st.clone(),
         links: [(
             "jaeger".to_string(),
             "http://jaeger:16686/trace/{{ $trace_id }}?route={{ $labels.route_id }}".to_string(),
@@ -1788,7 +1904,7 @@ async fn the_page_keeps_the_last_analysed_traces_bounded_and_answers_bad_ids_cle
     for n in 0..3u8 {
         let mut spans = vec![sp(1, None, "GET /x", Server, 0, 1000)];
         if n == 2 {
-            for i in 0..(super::ui::MAX_SPANS + 20) {
+            for i in 0..(model::view::MAX_SPANS + 20) {
                 spans.push(sp(
                     2 + (i % 200) as u8,
                     Some(1),
@@ -1802,7 +1918,8 @@ async fn the_page_keeps_the_last_analysed_traces_bounded_and_answers_bad_ids_cle
         let mut rs = vec![resource_spans("shop", tid(70 + n, spans))];
         let out = analyse(&st, &mut rs).await;
         let (t, v) = &out[0];
-        st.push_view(super::ui::view(t, v, super::evidence_json(t, v)));
+        st.store
+            .push_view(model::view::view(t, v, annotate::evidence_json(t, v)));
         ids.push(t.trace_id.clone());
     }
     let (code, body) = api.get("traces").unwrap();
@@ -1819,7 +1936,7 @@ async fn the_page_keeps_the_last_analysed_traces_bounded_and_answers_bad_ids_cle
     let t: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         t["spans"].as_array().unwrap().len(),
-        super::ui::MAX_SPANS,
+        model::view::MAX_SPANS,
         "spans bounded"
     );
     assert!(t["spans_left_out"].as_u64().unwrap() > 0);

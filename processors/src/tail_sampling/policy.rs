@@ -156,12 +156,10 @@ enum Kind {
 }
 
 struct Correlated {
-    store: causeway_core::shared::Slot<crate::correlate::store::Store>,
-    trouble: crate::correlate::store::Trouble,
-    route_keys: Vec<u16>,
-    topic_keys: Vec<u16>,
-    routing_keys: Vec<u16>,
-    host_key: u16,
+    store: causeway_core::shared::Slot<crate::correlate::source::Correlation>,
+    trouble: crate::correlate::model::Trouble,
+    /// The attributes the evidence sources read, with their ids.
+    keys: Vec<(&'static str, u16)>,
 }
 
 impl Correlated {
@@ -178,11 +176,14 @@ impl Correlated {
                     _ => None,
                 })
         };
-        let routes: Vec<&str> = self.route_keys.iter().flat_map(|k| strs(*k)).collect();
-        let topics: Vec<&str> = self.topic_keys.iter().flat_map(|k| strs(*k)).collect();
-        let rks: Vec<&str> = self.routing_keys.iter().flat_map(|k| strs(*k)).collect();
-        let hosts: Vec<&str> = strs(self.host_key).collect();
-        yes(store.in_trouble(t.trace_id, &routes, (&topics, &rks), &hosts, &self.trouble))
+        let values = |k: &str| -> Vec<&str> {
+            self.keys
+                .iter()
+                .filter(|(name, _)| *name == k)
+                .flat_map(|(_, id)| strs(*id))
+                .collect()
+        };
+        yes(store.in_trouble(t.trace_id, &values, &self.trouble))
     }
 }
 
@@ -251,29 +252,17 @@ impl Policy {
                 let c = cfg.correlated.as_ref().ok_or_else(missing)?;
                 Kind::Correlated(Box::new(Correlated {
                     store: keys.shared.slot(&c.processor),
-                    trouble: crate::correlate::store::Trouble {
+                    trouble: crate::correlate::model::Trouble {
                         statuses: c.statuses.clone(),
                         route_error_ratio: c.route_error_ratio,
                         cpu_busy: c.cpu_busy,
                         iowait: c.iowait,
                         memory_used: c.memory_used,
                     },
-                    route_keys: ["http.route", "route_id"]
-                        .iter()
-                        .map(|k| keys.add(k))
+                    keys: crate::correlate::registry::trouble_keys()
+                        .into_iter()
+                        .map(|k| (k, keys.add(k)))
                         .collect(),
-                    topic_keys: ["messaging.destination.name", "messaging.destination"]
-                        .iter()
-                        .map(|k| keys.add(k))
-                        .collect(),
-                    routing_keys: [
-                        "messaging.rabbitmq.destination.routing_key",
-                        "messaging.rabbitmq.routing_key",
-                    ]
-                    .iter()
-                    .map(|k| keys.add(k))
-                    .collect(),
-                    host_key: keys.add("host.name"),
                 }))
             }
             PolicyType::AlwaysSample => Kind::Always,

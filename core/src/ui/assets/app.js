@@ -286,7 +286,9 @@ async function traceView(id) {
 // Counters to rates between two polls.
 let lastPoll = null;
 async function pipelinesView() {
-  const [p, kafka, queues] = await Promise.all([api('pipelines'), api('kafka').catch(() => []), api('queues').catch(() => [])]);
+  const [p, sources] = await Promise.all([api('pipelines'), api('sources').catch(() => [])]);
+  // Each evidence source's table, as the source describes it (GET /api/sources).
+  const rowsOf = await Promise.all(sources.map((t) => api(t.path).catch(() => [])));
   const now = p.uptime_s;
   const prev = lastPoll;
   const key = (x) => x.name + JSON.stringify(x.labels);
@@ -337,25 +339,23 @@ async function pipelinesView() {
   });
   const memory = (p.resident_bytes ? Math.round(p.resident_bytes / 1048576) + ' MiB resident' : 'memory –') +
     (refused ? ', ' + refused + ' requests refused by the memory limiter' : ', memory limiter refused none');
-  const groupCols = [
-    { key: 'consumer_group', label: 'Consumer group' },
-    { key: 'status_name', label: 'Burrow status', cell: (g) => h('span', { class: !g.status_name ? 'muted' : g.status_name === 'OK' ? 'ok' : 'bad' }, g.status_name || '–') },
-    { key: 'lag', label: 'Lag', num: true, cell: (g) => fmt.n(g.lag) },
-    { key: 'lag_seconds', label: 'Lag (s)', num: true, cell: (g) => fmt.n(g.lag_seconds) },
-    { key: 'alarm', label: 'Alarm', cell: (g) => g.alarm ? h('span', { class: 'bad' }, 'on') : 'off' },
-  ];
-  const queueCols = [
-    { key: 'queue', label: 'Queue' }, { key: 'vhost', label: 'Vhost' },
-    { key: 'status_name', label: 'Status', cell: (q) => h('span', { class: !q.status_name ? 'muted' : q.status_name === 'OK' ? 'ok' : 'bad' }, q.status_name || '–') },
-    { key: 'depth', label: 'Depth', num: true, cell: (q) => fmt.n(q.depth) },
-    { key: 'consumers', label: 'Consumers', num: true, cell: (q) => fmt.n(q.consumers) },
-    { key: 'backlog_age_s', label: 'Oldest (s)', num: true, cell: (q) => fmt.n(q.backlog_age_s) },
-  ];
+  const cell = (c) => {
+    switch (c.kind) {
+      case 'num': return (r) => fmt.n(r[c.key]);
+      case 'status': return (r) => h('span', { class: !r[c.key] ? 'muted' : r[c.key] === 'OK' ? 'ok' : 'bad' }, r[c.key] || '–');
+      case 'flag': return (r) => r[c.key] ? h('span', { class: 'bad' }, 'on') : 'off';
+      default: return undefined;
+    }
+  };
+  const sourceTables = sources.flatMap((t, i) => {
+    const cols = t.columns.map((c) => ({ key: c.key, label: c.label, num: c.kind === 'num', cell: cell(c) }));
+    const rows = Array.isArray(rowsOf[i]) ? rowsOf[i] : [];
+    return [h('h3', {}, t.title), rows.length ? table(t.path, cols, rows) : h('p', { class: 'muted' }, t.empty)];
+  });
   return h('div', {},
     h('h2', {}, 'Pipelines ', h('span', { class: 'muted' }, '(totals, and rates over the last poll; ' + memory + ')')),
     h('div', { class: 'cards', id: 'components' }, cards),
-    h('h3', {}, 'Kafka consumer groups'), kafka.length ? table('kafka', groupCols, kafka) : h('p', { class: 'muted' }, 'None reported (kafka_lag receiver).'),
-    h('h3', {}, 'RabbitMQ queues'), queues.length ? table('queues', queueCols, queues) : h('p', { class: 'muted' }, 'None reported (rabbitmq receiver).'));
+    sourceTables);
 }
 
 window.addEventListener('hashchange', render);

@@ -34,10 +34,22 @@
 //!
 //! One row per (trace, server): the values over the longest span to that
 //! server, widened by `dependencies.sample_interval` on each side.
+//!
+//! - rules' table `dependency` (server the trace called): `trace_id, span_id, system, address,
+//!   job, instance, envoy_cluster, time_ms` and the measured columns of [`DepRow`];
+//! - alerts' table `dependencies` (each scraped server, and each Envoy cluster, over the
+//!   window): `system, job, instance, addresses, envoy_cluster, time_ms` and the same
+//!   measured columns (counters as increases, gauges at their largest).
 
+use causeway_core::config::Duration;
+use datafusion::arrow::datatypes::{Field, SchemaRef};
+use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
-use super::store::Series;
+use super::{json, Join, Source, Tick, View, JOIN_ATTRS};
+use crate::correlate::model::series::{find, host_key, s as attr_s, Kept, Offer};
+use crate::correlate::model::table::{f64f, s, schema, so, utf8, Cols, Table, V};
+use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, TraceRow};
 
 /// The histograms kept (as `<name>_sum` and `<name>_count`).
 pub const HISTOGRAMS: [&str; 7] = [
@@ -196,10 +208,9 @@ pub fn dependencies<'a>(
             continue;
         };
         // Pushed over OTLP without `service.instance.id`: the service is the key.
-        let (Some(job), Some(inst)) = (
-            s.dims.job.as_deref(),
-            s.dims.instance.as_deref().or(s.dims.job.as_deref()),
-        ) else {
+        let (Some(job), Some(inst)) =
+            (s.key.get("job"), s.key.get("instance").or(s.key.get("job")))
+        else {
             continue;
         };
         groups.entry((system, job, inst)).or_default().push(s);
@@ -674,6 +685,504 @@ pub fn row(
         }
     }
     r
+}
+
+/// `processors.correlate.dependencies`: a dependency's metrics (Redis,
+/// PostgreSQL, NGINX, Envoy, vLLM, Triton, DCGM; see the module doc) join
+/// the client spans that called it by address.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DependenciesConfig {
+    /// How often the dependencies are scraped: a client span joins the
+    /// points within this of its start and end (default 15s). Set it to
+    /// your `scrape_interval`.
+    #[serde(default = "dep_sample_interval")]
+    pub sample_interval: Duration,
+    /// Addresses spans call → the scrape `job` or `instance` whose metrics
+    /// describe that server, for what the automatic mapping cannot know,
+    /// e.g. `{"redis.shop:6379": redis-cache}` when the exporter runs
+    /// elsewhere than the server it watches.
+    #[serde(default)]
+    pub addresses: HashMap<String, String>,
+}
+
+impl Default for DependenciesConfig {
+    fn default() -> Self {
+        DependenciesConfig {
+            sample_interval: dep_sample_interval(),
+            addresses: HashMap::new(),
+        }
+    }
+}
+
+fn dep_sample_interval() -> Duration {
+    Duration::secs(15)
+}
+
+/// The measured columns of a dependency row (see [`DepRow`]),
+/// shared by the rules' `dependency` table and the alerts' `dependencies`.
+pub fn dep_fields() -> Vec<Field> {
+    let mut v: Vec<Field> = [
+        "up",
+        "hits",
+        "misses",
+        "miss_ratio",
+        "connected_clients",
+        "blocked_clients",
+        "command_p99_us",
+        "locks_exclusive",
+    ]
+    .iter()
+    .map(|n| f64f(n))
+    .collect();
+    v.push(utf8("locks_by_mode"));
+    v.extend(
+        [
+            "connections",
+            "max_connections",
+            "max_tx_duration_s",
+            "connections_active",
+            "connections_waiting",
+            "pending_overflow",
+            "cx_overflow",
+            "connect_fail",
+            "rq_timeout",
+            "ssl_errors",
+            "breaker_open",
+            "connect_ms",
+            "requests_waiting",
+            "requests_running",
+            "kv_cache_usage",
+            "preemptions",
+            "queue_time_s",
+            "ttft_s",
+            "request_duration_s",
+            "queue_ms_per_request",
+            "gpu_util",
+            "gpu_mem_used",
+        ]
+        .iter()
+        .map(|n| f64f(n)),
+    );
+    v
+}
+
+/// The cells of [`dep_fields`].
+pub fn dep_values(d: &DepRow) -> [V<'_>; 31] {
+    [
+        V::F(d.up),
+        V::F(d.hits),
+        V::F(d.misses),
+        V::F(d.miss_ratio),
+        V::F(d.connected_clients),
+        V::F(d.blocked_clients),
+        V::F(d.command_p99_us),
+        V::F(d.locks_exclusive),
+        so(&d.locks_by_mode),
+        V::F(d.connections),
+        V::F(d.max_connections),
+        V::F(d.max_tx_duration_s),
+        V::F(d.connections_active),
+        V::F(d.connections_waiting),
+        V::F(d.pending_overflow),
+        V::F(d.cx_overflow),
+        V::F(d.connect_fail),
+        V::F(d.rq_timeout),
+        V::F(d.ssl_errors),
+        V::F(d.breaker_open),
+        V::F(d.connect_ms),
+        V::F(d.requests_waiting),
+        V::F(d.requests_running),
+        V::F(d.kv_cache_usage),
+        V::F(d.preemptions),
+        V::F(d.queue_time_s),
+        V::F(d.ttft_s),
+        V::F(d.request_duration_s),
+        V::F(d.queue_ms_per_request),
+        V::F(d.gpu_util),
+        V::F(d.gpu_mem_used),
+    ]
+}
+
+/// One row per server the trace called.
+fn dependency_rows(t: &TraceRow, dependencies: &[Dependency<'_>], sample_ns: u64) -> Vec<DepRow> {
+    if dependencies.is_empty() {
+        return Vec::new();
+    }
+    // (dependency, cluster) → the longest span to it.
+    let mut longest: BTreeMap<(usize, Option<String>), usize> = BTreeMap::new();
+    for (i, s) in t.spans.iter().enumerate() {
+        let Some(host) = s.server_address.as_deref() else {
+            continue;
+        };
+        let addr = match s.server_port {
+            Some(port) => norm(&format!("{host}:{port}")),
+            None => norm(host),
+        };
+        let bare = norm(host);
+        for (di, d) in dependencies.iter().enumerate() {
+            let keys: Vec<Option<String>> = if d.system == "envoy" {
+                envoy_clusters(d, &bare).into_iter().map(Some).collect()
+            } else if calls(d, &addr, s.db_system.as_deref()) {
+                vec![None]
+            } else {
+                Vec::new()
+            };
+            for k in keys {
+                let e = longest.entry((di, k)).or_insert(i);
+                if t.spans[*e].duration_ms < s.duration_ms {
+                    *e = i;
+                }
+            }
+        }
+    }
+    longest
+        .into_iter()
+        .filter_map(|((di, cluster), i)| {
+            let s = &t.spans[i];
+            let start = t.start_ns + (s.start_ms * 1e6) as u64;
+            let end = t.start_ns + (s.end_ms * 1e6) as u64;
+            let mut r = row(
+                &dependencies[di],
+                cluster.as_deref(),
+                s.db_operation.as_deref(),
+                (start, end),
+                sample_ns,
+            );
+            (r.time_ns > 0).then(|| {
+                r.span_id = Hex16::of(s.span_id).as_str().to_string();
+                r.address = match s.server_port {
+                    Some(port) => format!("{}:{port}", s.server_address.as_deref().unwrap_or("")),
+                    None => s.server_address.clone().unwrap_or_default(),
+                };
+                r
+            })
+        })
+        .collect()
+}
+
+/// The dependency source (Redis, PostgreSQL, NGINX, Envoy, vLLM, Triton,
+/// the GenAI server metrics, DCGM).
+pub struct Deps {
+    cfg: DependenciesConfig,
+}
+
+impl Deps {
+    /// With `correlate.dependencies`.
+    pub fn new(cfg: &DependenciesConfig) -> Self {
+        Deps { cfg: cfg.clone() }
+    }
+}
+
+fn dependency_schema() -> SchemaRef {
+    schema(
+        [
+            utf8("trace_id"),
+            utf8("span_id"),
+            utf8("system"),
+            utf8("address"),
+            utf8("job"),
+            utf8("instance"),
+            utf8("envoy_cluster"),
+            f64f("time_ms"),
+        ]
+        .into_iter()
+        .chain(dep_fields())
+        .collect(),
+    )
+}
+
+impl Source for Deps {
+    fn name(&self) -> &'static str {
+        "dependency"
+    }
+
+    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
+        let system = system_of(o.metric)?;
+        let key = if system == "gpu" {
+            // GPUs describe a machine: joined by host, as host metrics are.
+            Key::new("dependency").with(
+                "host",
+                find(o.attrs, &["Hostname"])
+                    .and_then(attr_s)
+                    .or_else(|| host_key(o.resource)),
+            )
+        } else {
+            Key::new("dependency")
+                .with("job", find(o.resource, &["service.name"]).and_then(attr_s))
+                .with(
+                    "instance",
+                    find(o.resource, &["service.instance.id"]).and_then(attr_s),
+                )
+        };
+        Some(Kept {
+            key,
+            drop: JOIN_ATTRS,
+            add: Vec::new(),
+        })
+    }
+
+    fn dims(&self) -> &'static [&'static str] {
+        &["job", "instance", "host"]
+    }
+
+    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
+        vec![("dependency", dependency_schema())]
+    }
+
+    fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
+        let series = tick.store.series_where(|s| s.key.get("job").is_some());
+        let dependencies = dependencies(&series, &self.cfg.addresses);
+        let sch = dependency_schema();
+        let mut c = Cols::new(&sch, 0);
+        let sample_ns =
+            u64::try_from(self.cfg.sample_interval.get().as_nanos()).unwrap_or(u64::MAX);
+        for t in traces.iter_mut() {
+            for d in dependency_rows(t, &dependencies, sample_ns) {
+                c.row(
+                    [
+                        s(&t.trace_id),
+                        s(&d.span_id),
+                        s(d.system),
+                        s(&d.address),
+                        s(&d.job),
+                        s(&d.instance),
+                        so(&d.cluster),
+                        V::F(Some(d.time_ns as f64 / 1e6)),
+                    ]
+                    .into_iter()
+                    .chain(dep_values(&d)),
+                );
+                t.joined.push(Joined::Metric("dependency", json(&d)));
+            }
+        }
+        Ok(Join {
+            tables: vec![("dependency", sch.clone(), c.finish(sch)?)],
+            misses: 0,
+        })
+    }
+
+    fn rules(&self) -> Vec<Rule> {
+        let r = Rule::builtin;
+        vec![
+            r(
+                "cache_miss_fallback",
+                "cache_miss_fallback",
+                r#"
+SELECT d.trace_id, CASE WHEN max(r.miss_ratio) >= 0.5 THEN 0.93 ELSE 0.88 END AS confidence,
+  concat('cache miss in ', max(c.service), ' (', coalesce(max(c.db_system), 'cache'),
+         CASE WHEN bool_or(c.cache_inferred) THEN ' GET, then a fallback read, then SET' ELSE '' END,
+         ') fell back to ', coalesce(max(d.db_system), max(d.server_address), max(d.name)), ' ', coalesce(max(d.db_operation), ''), ' taking ',
+         CAST(CAST(max(d.duration_ms) AS BIGINT) AS VARCHAR), ' ms',
+         CASE WHEN max(r.miss_ratio) IS NULL THEN ''
+              ELSE concat('; ', max(r.system), ' ', max(r.address), ' missed ', CAST(CAST(round(max(r.miss_ratio) * 100) AS BIGINT) AS VARCHAR),
+                          '% of lookups meanwhile (', CAST(CAST(max(r.misses) AS BIGINT) AS VARCHAR), ' misses, ',
+                          CAST(CAST(max(r.hits) AS BIGINT) AS VARCHAR), ' hits, redis_keyspace_*_total)') END) AS summary,
+  CASE WHEN max(r.miss_ratio) IS NULL THEN NULL
+       ELSE concat('miss_ratio=', CAST(max(r.miss_ratio) AS VARCHAR), ' misses=', CAST(max(r.misses) AS VARCHAR),
+                   ' hits=', CAST(max(r.hits) AS VARCHAR), ' instance=', max(r.instance)) END AS evidence,
+  first_value(d.span_id ORDER BY d.path_ms DESC) AS culprit_span_id,
+  max(d.path_ms) AS explained_ms
+FROM spans c JOIN spans d ON c.trace_id = d.trace_id AND c.parent_id = d.parent_id
+  LEFT JOIN dependency r ON r.trace_id = c.trace_id AND r.system = 'redis' AND r.miss_ratio IS NOT NULL
+WHERE c.cache_hit = false AND d.start_ms >= c.end_ms - 1.0 AND d.span_id <> c.span_id
+  AND (d.db_system IS NULL OR lower(d.db_system) NOT IN ('redis', 'memcached', 'valkey'))
+GROUP BY d.trace_id"#,
+            ),
+            r(
+                "db_lock",
+                "db_lock_contention",
+                r#"
+SELECT s.trace_id, 0.9 AS confidence,
+  concat(max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on PostgreSQL ', max(r.address),
+         ' while ', CAST(CAST(max(r.locks_exclusive) AS BIGINT) AS VARCHAR), ' exclusive lock(s) were held (pg_locks_count ',
+         coalesce(max(r.locks_by_mode), ''), ')',
+         CASE WHEN max(r.max_tx_duration_s) IS NULL THEN ''
+              ELSE concat('; longest transaction ', CAST(round(max(r.max_tx_duration_s) * 10) / 10 AS VARCHAR), ' s') END) AS summary,
+  concat('pg_locks_count ', coalesce(max(r.locks_by_mode), ''), ' max_tx_duration_s=',
+         coalesce(CAST(max(r.max_tx_duration_s) AS VARCHAR), ''), ' instance=', max(r.instance)) AS evidence,
+  first_value(s.span_id ORDER BY s.path_ms DESC) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'postgresql' AND r.locks_exclusive >= 1 AND s.duration_ms >= 50
+GROUP BY s.trace_id"#,
+            ),
+            r(
+                "db_connections",
+                "db_connection_saturation",
+                r#"
+SELECT s.trace_id, 0.8 AS confidence,
+  concat('PostgreSQL ', max(r.address), ' had ', CAST(CAST(max(r.connections) AS BIGINT) AS VARCHAR), ' of ',
+         CAST(CAST(max(r.max_connections) AS BIGINT) AS VARCHAR), ' connections in use while ', max(s.service), ' waited ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it') AS summary,
+  first_value(s.span_id ORDER BY s.path_ms DESC) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'postgresql' AND r.max_connections > 0 AND r.connections >= 0.9 * r.max_connections AND s.duration_ms >= 50
+GROUP BY s.trace_id"#,
+            ),
+            r(
+                "envoy_overflow",
+                "circuit_open",
+                r#"
+SELECT s.trace_id, 0.92 AS confidence,
+  concat('Envoy''s circuit breaker for ', max(r.envoy_cluster), ' was at capacity when ', max(s.service), ' called ',
+         coalesce(max(s.server_address), max(s.name)), ': ', CAST(CAST(coalesce(max(r.pending_overflow), 0) AS BIGINT) AS VARCHAR),
+         ' requests overflowed its pending queue (upstream_rq_pending_overflow) and ',
+         CAST(CAST(coalesce(max(r.cx_overflow), 0) AS BIGINT) AS VARCHAR), ' its connection limit (upstream_cx_overflow) meanwhile') AS summary,
+  concat('upstream_rq_pending_overflow=', coalesce(CAST(max(r.pending_overflow) AS VARCHAR), ''), ' upstream_cx_overflow=',
+         coalesce(CAST(max(r.cx_overflow) AS VARCHAR), ''), ' circuit_breakers_open=', coalesce(CAST(max(r.breaker_open) AS VARCHAR), '')) AS evidence,
+  max(s.span_id) AS culprit_span_id,
+  CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE max(s.path_ms) END AS explained_ms,
+  bool_or(t.failed) AS explains_failure
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id JOIN traces t ON t.trace_id = s.trace_id
+WHERE r.system = 'envoy' AND (r.pending_overflow > 0 OR r.cx_overflow > 0 OR r.breaker_open >= 1)
+  AND (s.status = 'error' OR s.http_status = 503)
+GROUP BY s.trace_id"#,
+            ),
+            r(
+                "envoy_connect_fail",
+                "upstream_unavailable",
+                r#"
+SELECT s.trace_id, 0.86 AS confidence,
+  concat('Envoy could not connect to ', max(r.envoy_cluster), ' when ', max(s.service), ' called it: ',
+         CAST(CAST(max(r.connect_fail) AS BIGINT) AS VARCHAR), ' connection failures meanwhile (upstream_cx_connect_fail)') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE max(s.path_ms) END AS explained_ms,
+  bool_or(t.failed) AS explains_failure
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id JOIN traces t ON t.trace_id = s.trace_id
+WHERE r.system = 'envoy' AND r.connect_fail > 0 AND coalesce(r.pending_overflow, 0) = 0 AND coalesce(r.cx_overflow, 0) = 0
+  AND coalesce(r.ssl_errors, 0) = 0 AND (s.status = 'error' OR s.http_status IN (502, 503))
+GROUP BY s.trace_id"#,
+            ),
+            r(
+                "envoy_tls",
+                "tls_handshake",
+                r#"
+SELECT s.trace_id, 0.88 AS confidence,
+  concat('TLS to ', max(r.envoy_cluster), ' through Envoy: ',
+         CASE WHEN max(r.ssl_errors) > 0 THEN concat(CAST(CAST(max(r.ssl_errors) AS BIGINT) AS VARCHAR), ' handshake errors (ssl.connection_error, ssl.fail_verify_*)')
+              ELSE concat('connections took ', CAST(CAST(max(r.connect_ms) AS BIGINT) AS VARCHAR), ' ms to set up (upstream_cx_connect_ms)') END,
+         ' when ', max(s.service), ' called it') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  CASE WHEN bool_or(t.failed) AND max(r.ssl_errors) > 0 THEN max(t.duration_ms)
+       ELSE least(max(s.path_ms), coalesce(max(r.connect_ms), max(s.path_ms))) END AS explained_ms,
+  bool_or(t.failed) AND coalesce(max(r.ssl_errors), 0) > 0 AS explains_failure
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id JOIN traces t ON t.trace_id = s.trace_id
+WHERE r.system = 'envoy' AND ((r.ssl_errors > 0 AND (s.status = 'error' OR s.http_status IN (502, 503)))
+                              OR (r.connect_ms >= 200 AND s.duration_ms >= r.connect_ms))
+GROUP BY s.trace_id"#,
+            ),
+            r(
+                "inference_queue",
+                "inference_queueing",
+                r#"
+SELECT s.trace_id, 0.9 AS confidence,
+  concat(coalesce(max(s.gen_ai_model), max(s.service)), ' request waited ', CAST(CAST(max(s.gen_ai_queue_ms) AS BIGINT) AS VARCHAR),
+         ' ms of ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms in the queue of ', max(s.service), ' before it was scheduled',
+         CASE WHEN max(r.requests_waiting) IS NULL THEN ''
+              ELSE concat(' (vllm:num_requests_waiting ', CAST(CAST(max(r.requests_waiting) AS BIGINT) AS VARCHAR),
+                          ', num_requests_running ', coalesce(CAST(CAST(max(r.requests_running) AS BIGINT) AS VARCHAR), '?'), ')') END) AS summary,
+  first_value(s.span_id ORDER BY s.gen_ai_queue_ms DESC) AS culprit_span_id,
+  max(s.gen_ai_queue_ms) AS explained_ms
+FROM spans s LEFT JOIN dependency r ON r.trace_id = s.trace_id AND r.system = 'vllm'
+WHERE s.gen_ai_queue_ms >= 100 AND s.gen_ai_queue_ms >= 0.3 * s.duration_ms
+GROUP BY s.trace_id
+UNION ALL
+SELECT s.trace_id, 0.84 AS confidence,
+  concat(max(r.system), ' ', max(r.address), ' queued requests for ',
+         CAST(CAST(max(coalesce(r.queue_ms_per_request, r.queue_time_s * 1000)) AS BIGINT) AS VARCHAR),
+         ' ms on average while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it (',
+         CASE WHEN max(r.system) = 'triton' THEN 'nv_inference_queue_duration_us / nv_inference_request_success'
+              ELSE 'vllm:request_queue_time_seconds' END, ')') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  least(max(s.path_ms), max(coalesce(r.queue_ms_per_request, r.queue_time_s * 1000))) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system IN ('vllm', 'triton') AND coalesce(r.queue_ms_per_request, r.queue_time_s * 1000) >= 100
+GROUP BY s.trace_id"#,
+            ),
+            r(
+                "kv_cache",
+                "kv_cache_pressure",
+                r#"
+SELECT s.trace_id, 0.88 AS confidence,
+  concat('vLLM ', max(r.address), ' KV cache ', CAST(CAST(round(max(r.kv_cache_usage) * 100) AS BIGINT) AS VARCHAR), '% full',
+         CASE WHEN max(r.preemptions) > 0 THEN concat(', ', CAST(CAST(max(r.preemptions) AS BIGINT) AS VARCHAR), ' requests preempted') ELSE '' END,
+         ' (vllm:kv_cache_usage_perc, vllm:num_preemptions_total) while ', max(s.service), ' waited ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms for ', coalesce(max(s.gen_ai_model), 'the model')) AS summary,
+  concat('kv_cache_usage=', coalesce(CAST(max(r.kv_cache_usage) AS VARCHAR), ''), ' preemptions=', coalesce(CAST(max(r.preemptions) AS VARCHAR), '')) AS evidence,
+  max(s.span_id) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'vllm' AND (r.kv_cache_usage >= 0.95 OR r.preemptions > 0)
+GROUP BY s.trace_id"#,
+            ),
+        ]
+    }
+
+    fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
+        // dependencies: each server's numbers over the window.
+        let sch = schema(
+            [
+                utf8("system"),
+                utf8("job"),
+                utf8("instance"),
+                utf8("addresses"),
+                utf8("envoy_cluster"),
+                f64f("time_ms"),
+            ]
+            .into_iter()
+            .chain(dep_fields())
+            .collect(),
+        );
+        let series = view
+            .map(|v| v.store.series_where(|x| x.key.get("job").is_some()))
+            .unwrap_or_default();
+        let deps = dependencies(&series, &HashMap::new());
+        let mut rows = Vec::new();
+        for d in &deps {
+            let clusters: Vec<Option<String>> = if d.system == "envoy" {
+                let mut c: Vec<String> = d
+                    .series
+                    .iter()
+                    .filter_map(|x| x.attr("envoy_cluster_name").map(str::to_string))
+                    .collect();
+                c.sort();
+                c.dedup();
+                c.into_iter().map(Some).collect()
+            } else {
+                vec![None]
+            };
+            for cl in clusters {
+                let r = row(
+                    d,
+                    cl.as_deref(),
+                    None,
+                    view.map_or((0, 0), |v| (v.now_ns.saturating_sub(v.window_ns), v.now_ns)),
+                    0,
+                );
+                if r.time_ns > 0 {
+                    rows.push((d.addresses.join(","), r));
+                }
+            }
+        }
+        let mut c = Cols::new(&sch, rows.len());
+        for (addresses, r) in &rows {
+            c.row(
+                [
+                    s(r.system),
+                    s(&r.job),
+                    s(&r.instance),
+                    s(addresses),
+                    so(&r.cluster),
+                    V::F(Some(r.time_ns as f64 / 1e6)),
+                ]
+                .into_iter()
+                .chain(dep_values(r)),
+            );
+        }
+        Ok(vec![("dependencies", sch.clone(), c.finish(sch)?)])
+    }
 }
 
 #[cfg(test)]

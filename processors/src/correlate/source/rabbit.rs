@@ -2,7 +2,7 @@
 //!
 //! The `rabbitmq` receiver writes each queue's series on a resource with
 //! `rabbitmq.queue.name` and `rabbitmq.vhost.name` (kept in the correlation
-//! state under [`super::store::Dims::queue`], the vhost as an attribute), and
+//! state under the key dimension `queue`, the vhost as an attribute), and
 //! each exchange → queue binding as `rabbitmq.queue.binding`.
 //!
 //! A span with `messaging.system = rabbitmq` names where its message went or
@@ -24,11 +24,28 @@
 //! `headers` (header arguments are not read). Exchange-to-exchange bindings
 //! are not followed. A span does not carry the vhost: a queue name found in
 //! several vhosts joins all of them.
+//!
+//! - spans: `messaging.system = rabbitmq`;
+//! - rules' table `rabbitmq_queue` (queue and role the trace touches): `trace_id, queue, vhost,
+//!   span_id, role, depth, depth_trend, ready, unacked, consumers, backlog_age_s, status, alarm,
+//!   retry_storm, publish_rate, deliver_rate, time_ms`;
+//! - alerts' table `rabbitmq_queues` (queue, latest collection): `queue, vhost, status,
+//!   status_name, depth, ready, unacked, consumers, backlog_age_s, alarm, retry_storm,
+//!   publish_rate, deliver_rate, time_ms`;
+//! - page: `GET /api/queues`, the queues as last collected;
+//! - trouble: a queue in alarm (backlog, stop or stall, retry storm) the
+//!   trace's destinations or routing keys may reach;
+//! - a RabbitMQ span that reaches no known queue while queues are known is
+//!   a join miss (`join="rabbitmq"`).
 
+use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::features::SpanRow;
-use super::store::Series;
+use super::{json, wait_window, Column, Join, PageTable, Source, Tick, Values, View, JOIN_ATTRS};
+use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
+use crate::correlate::model::table::{boolf, f64f, i64f, s, schema, utf8, Cols, Table, V};
+use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, SpanRow, TraceRow, Trouble};
+use crate::correlate::store::Store;
 
 /// The binding series the receiver writes.
 pub const BINDING: &str = "rabbitmq.queue.binding";
@@ -66,7 +83,7 @@ impl Index {
         let mut ix = Index::default();
         let mut bindings = BTreeSet::new();
         for s in series {
-            let Some(q) = s.dims.queue.as_deref() else {
+            let Some(q) = s.key.get("queue") else {
                 continue;
             };
             let vhost = s.attr(VHOST).unwrap_or("/").to_string();
@@ -313,7 +330,7 @@ pub fn queue_row(series: &[Series], (vhost, queue): (&str, &str), from: u64, to:
     let mut depth: BTreeMap<u64, f64> = BTreeMap::new();
     for s in series
         .iter()
-        .filter(|s| s.dims.queue.as_deref() == Some(queue) && s.attr(VHOST).unwrap_or("/") == vhost)
+        .filter(|s| s.key.get("queue") == Some(queue) && s.attr(VHOST).unwrap_or("/") == vhost)
     {
         for &(t, v) in s.points.iter().filter(|(t, _)| *t >= from && *t <= to) {
             match s.name.as_str() {
@@ -348,6 +365,442 @@ pub fn queue_row(series: &[Series], (vhost, queue): (&str, &str), from: u64, to:
     row
 }
 
+/// One row per RabbitMQ queue and role (publish, consume) the trace touches,
+/// over the span that waited on it longest .
+fn queue_rows(
+    t: &TraceRow,
+    index: &Index,
+    series: &[Series],
+    (from, to): (u64, u64),
+    sample_ns: u64,
+) -> (Vec<QueueRow>, u64) {
+    let mut best: BTreeMap<((String, String), &'static str), usize> = BTreeMap::new();
+    let mut missed = 0;
+    for (i, s) in t.spans.iter().enumerate().filter(|(_, s)| is_rabbit(s)) {
+        let role = if s.kind == "producer" || s.async_wait_ms.is_none() && s.kind != "consumer" {
+            "publish"
+        } else {
+            "consume"
+        };
+        let found = index.resolve(s);
+        if found.is_empty() {
+            missed = 1;
+        }
+        let weight = |x: &SpanRow| x.async_wait_ms.unwrap_or(0.0) + x.duration_ms;
+        for q in found {
+            let e = best.entry((q, role)).or_insert(i);
+            if weight(&t.spans[*e]) < weight(s) {
+                *e = i;
+            }
+        }
+    }
+    let rows = best
+        .into_iter()
+        .filter_map(|(((vhost, queue), role), i)| {
+            let s = &t.spans[i];
+            // A consumer: the queue while its message waited (as for Kafka lag).
+            let window = wait_window(t, s, sample_ns).unwrap_or((from, to));
+            let mut r = queue_row(series, (&vhost, &queue), window.0, window.1);
+            (r.time_ns > 0).then(|| {
+                r.span_id = Hex16::of(s.span_id).as_str().to_string();
+                r.role = role;
+                r
+            })
+        })
+        .collect();
+    (rows, missed)
+}
+
+/// A RabbitMQ queue as last collected (the alerts' `rabbitmq_queues`, the page's `/api/queues`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct QueueState {
+    /// Queue.
+    pub queue: String,
+    /// Its vhost.
+    pub vhost: String,
+    /// Burrow-like status code.
+    pub status: Option<i64>,
+    /// Its name.
+    pub status_name: Option<String>,
+    /// Ready + unacknowledged.
+    pub depth: Option<f64>,
+    /// Ready.
+    pub ready: Option<f64>,
+    /// Unacknowledged.
+    pub unacked: Option<f64>,
+    /// Consumers.
+    pub consumers: Option<f64>,
+    /// Backlog age (s).
+    pub backlog_age_s: Option<f64>,
+    /// Backlog alarm on.
+    pub alarm: bool,
+    /// Retry storm on.
+    pub retry_storm: bool,
+    /// Messages published per second.
+    pub publish_rate: Option<f64>,
+    /// Messages delivered per second.
+    pub deliver_rate: Option<f64>,
+    /// Latest collection (ms since the epoch).
+    pub time_ms: f64,
+    #[serde(skip)]
+    status_at: u64,
+}
+
+/// The queues as last collected, from the latest points.
+pub fn queues(store: &Store) -> Vec<QueueState> {
+    let mut queues: BTreeMap<(String, String), QueueState> = BTreeMap::new();
+    for (name, key, attrs, t, v) in store.latest_points() {
+        let Some(queue) = key.get("queue") else {
+            continue;
+        };
+        let attr = |k: &str| attrs.iter().find(|(key, _)| key == k).map(|(_, v)| v);
+        let vhost = attr(VHOST).cloned().unwrap_or_default();
+        let q = queues
+            .entry((vhost.clone(), queue.to_string()))
+            .or_insert_with(|| QueueState {
+                queue: queue.to_string(),
+                vhost,
+                ..Default::default()
+            });
+        q.time_ms = q.time_ms.max(t as f64 / 1e6);
+        let v = Some(v);
+        match (name.as_str(), attr("state").map(String::as_str)) {
+            // The status series is keyed by its status name too: the latest wins.
+            ("rabbitmq.queue.status", _) if q.status.is_none() || t >= q.status_at => {
+                q.status = v.map(|v| v as i64);
+                q.status_name = attr("status").cloned();
+                q.status_at = t;
+            }
+            ("rabbitmq.message.current", Some("ready")) => q.ready = v,
+            ("rabbitmq.message.current", _) => q.unacked = v,
+            ("rabbitmq.consumer.count", _) => q.consumers = v,
+            ("rabbitmq.queue.backlog_age", _) => q.backlog_age_s = v,
+            ("rabbitmq.queue.backlog_alarm", _) => q.alarm = v >= Some(1.0),
+            ("rabbitmq.queue.retry_storm", _) => q.retry_storm = v >= Some(1.0),
+            ("rabbitmq.queue.publish_rate", _) => q.publish_rate = v,
+            ("rabbitmq.queue.deliver_rate", _) => q.deliver_rate = v,
+            _ => {}
+        }
+    }
+    for q in queues.values_mut() {
+        q.depth = match (q.ready, q.unacked) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
+    }
+    queues.into_values().collect()
+}
+
+/// The RabbitMQ source.
+pub struct Rabbit {
+    sample_ns: u64,
+}
+
+impl Rabbit {
+    /// A consumer's wait joins the queue sampled within `sample_ns` of it.
+    pub fn new(sample_ns: u64) -> Self {
+        Rabbit { sample_ns }
+    }
+}
+
+fn queue_schema() -> SchemaRef {
+    schema(vec![
+        utf8("trace_id"),
+        utf8("queue"),
+        utf8("vhost"),
+        utf8("span_id"),
+        utf8("role"),
+        f64f("depth"),
+        f64f("depth_trend"),
+        f64f("ready"),
+        f64f("unacked"),
+        f64f("consumers"),
+        f64f("backlog_age_s"),
+        i64f("status"),
+        boolf("alarm"),
+        boolf("retry_storm"),
+        f64f("publish_rate"),
+        f64f("deliver_rate"),
+        f64f("time_ms"),
+    ])
+}
+
+fn queues_schema() -> SchemaRef {
+    schema(vec![
+        utf8("queue"),
+        utf8("vhost"),
+        i64f("status"),
+        utf8("status_name"),
+        f64f("depth"),
+        f64f("ready"),
+        f64f("unacked"),
+        f64f("consumers"),
+        f64f("backlog_age_s"),
+        boolf("alarm"),
+        boolf("retry_storm"),
+        f64f("publish_rate"),
+        f64f("deliver_rate"),
+        f64f("time_ms"),
+    ])
+}
+
+impl Source for Rabbit {
+    fn name(&self) -> &'static str {
+        "rabbitmq"
+    }
+
+    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
+        if o.kind != PointKind::Number || !o.metric.starts_with("rabbitmq.") {
+            return None;
+        }
+        let queue = find(o.resource, &["rabbitmq.queue.name"]).and_then(attr_s)?;
+        let vhost = find(o.resource, &[VHOST]).and_then(attr_s);
+        Some(Kept {
+            key: Key::new("rabbitmq").with("queue", Some(queue)),
+            drop: JOIN_ATTRS,
+            add: vec![(VHOST.to_string(), vhost.unwrap_or_else(|| "/".into()))],
+        })
+    }
+
+    fn dims(&self) -> &'static [&'static str] {
+        &["queue"]
+    }
+
+    fn claims(&self, s: &SpanRow) -> bool {
+        is_rabbit(s)
+    }
+
+    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
+        vec![("rabbitmq_queue", queue_schema())]
+    }
+
+    fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
+        let sch = queue_schema();
+        let mut c = Cols::new(&sch, 0);
+        let mut misses = 0;
+        // The queue series, only when a trace of the tick has a RabbitMQ span.
+        if traces.iter().any(|t| t.spans.iter().any(is_rabbit)) {
+            let series = tick.store.series_where(|s| s.key.get("queue").is_some());
+            let index = Index::new(&series);
+            if !index.is_empty() {
+                for t in traces.iter_mut() {
+                    let (rows, missed) =
+                        queue_rows(t, &index, &series, tick.interval(t), self.sample_ns);
+                    misses += missed;
+                    for q in rows {
+                        c.row([
+                            s(&t.trace_id),
+                            s(&q.queue),
+                            s(&q.vhost),
+                            s(&q.span_id),
+                            s(q.role),
+                            V::F(q.depth),
+                            V::F(q.depth_trend),
+                            V::F(q.ready),
+                            V::F(q.unacked),
+                            V::F(q.consumers),
+                            V::F(q.backlog_age_s),
+                            V::I(q.status),
+                            V::B(Some(q.alarm)),
+                            V::B(Some(q.retry_storm)),
+                            V::F(q.publish_rate),
+                            V::F(q.deliver_rate),
+                            V::F(Some(q.time_ns as f64 / 1e6)),
+                        ]);
+                        t.joined.push(Joined::Metric("queue", json(&q)));
+                    }
+                }
+            }
+        }
+        Ok(Join {
+            tables: vec![("rabbitmq_queue", sch.clone(), c.finish(sch)?)],
+            misses,
+        })
+    }
+
+    fn rules(&self) -> Vec<Rule> {
+        let r = Rule::builtin;
+        vec![
+            r(
+                "queue_backlog",
+                "consumer_lag",
+                r#"
+SELECT trace_id, 0.86 AS confidence,
+  first_value(summary ORDER BY explained_ms DESC) AS summary,
+  first_value(evidence ORDER BY explained_ms DESC) AS evidence,
+  first_value(culprit ORDER BY explained_ms DESC) AS culprit_span_id,
+  max(explained_ms) AS explained_ms,
+  bool_or(explains) AS explains_failure
+FROM (
+  SELECT q.trace_id,
+    concat('RabbitMQ queue ', q.queue, CASE WHEN q.vhost = '/' THEN '' ELSE concat(' (vhost ', q.vhost, ')') END, ' ',
+           CASE q.status WHEN 4 THEN 'has no consumer' WHEN 5 THEN 'stalled: consumers but no delivery' WHEN 2 THEN 'grows' ELSE 'is backlogged' END,
+           ': ', CAST(CAST(coalesce(q.depth, 0) AS BIGINT) AS VARCHAR), ' messages waiting',
+           CASE WHEN q.backlog_age_s IS NULL THEN '' ELSE concat(', the oldest for ', CAST(CAST(q.backlog_age_s AS BIGINT) AS VARCHAR), ' s') END,
+           CASE WHEN s.async_wait_ms IS NOT NULL
+                THEN concat('; the message waited ', CAST(CAST(s.async_wait_ms AS BIGINT) AS VARCHAR), ' ms before ', s.service, ' consumed it')
+                ELSE concat('; ', coalesce(p.service, s.service), ' published to it and waited ', CAST(CAST(greatest(least(p.end_ms - s.end_ms, p.self_ms), 0.0) AS BIGINT) AS VARCHAR), ' ms') END) AS summary,
+    concat('queue=', q.queue, ' vhost=', q.vhost, ' depth=', CAST(q.depth AS VARCHAR), ' depth_trend=', CAST(q.depth_trend AS VARCHAR),
+           ' consumers=', CAST(q.consumers AS VARCHAR), ' status=', CAST(q.status AS VARCHAR), ' backlog_age_s=', CAST(q.backlog_age_s AS VARCHAR),
+           ' deliver_rate=', CAST(q.deliver_rate AS VARCHAR)) AS evidence,
+    CASE WHEN s.async_wait_ms IS NOT NULL OR p.span_id IS NULL THEN s.span_id ELSE p.span_id END AS culprit,
+    CASE WHEN s.async_wait_ms IS NOT NULL THEN s.async_wait_ms + s.duration_ms
+         ELSE greatest(coalesce(least(p.end_ms - s.end_ms, p.self_ms), 0.0), 0.0) END AS explained_ms,
+    -- The request failed waiting on a message that nobody could take
+    -- (no consumer, or stalled): the backlog is why it failed.
+    t.failed AND q.status IN (4, 5) AND s.async_wait_ms IS NULL
+      AND coalesce(p.end_ms - s.end_ms, 0.0) >= 0.5 * t.duration_ms AS explains
+  FROM rabbitmq_queue q JOIN spans s ON s.trace_id = q.trace_id AND s.span_id = q.span_id
+  JOIN traces t ON t.trace_id = q.trace_id
+  LEFT JOIN spans p ON p.trace_id = s.trace_id AND p.span_id = s.parent_id
+  WHERE (q.status IN (2, 4, 5) OR q.alarm) AND NOT q.retry_storm
+) x
+GROUP BY trace_id"#,
+            ),
+            r(
+                "retry_storm_queue",
+                "retry_storm",
+                r#"
+SELECT q.trace_id, 0.87 AS confidence,
+  concat('retry storm on RabbitMQ queue ', max(q.queue), ': ', CAST(CAST(max(q.publish_rate) AS BIGINT) AS VARCHAR), ' messages/s') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  coalesce(max(s.async_wait_ms) + max(s.duration_ms), 0.0) AS explained_ms
+FROM rabbitmq_queue q JOIN spans s ON s.trace_id = q.trace_id AND s.span_id = q.span_id
+WHERE q.retry_storm
+GROUP BY q.trace_id"#,
+            ),
+        ]
+    }
+
+    fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
+        let queues = view.map(|v| queues(v.store)).unwrap_or_default();
+        let sch = queues_schema();
+        let mut c = Cols::new(&sch, queues.len());
+        for q in &queues {
+            c.row([
+                s(&q.queue),
+                s(&q.vhost),
+                V::I(q.status),
+                V::S(q.status_name.as_deref()),
+                V::F(q.depth),
+                V::F(q.ready),
+                V::F(q.unacked),
+                V::F(q.consumers),
+                V::F(q.backlog_age_s),
+                V::B(Some(q.alarm)),
+                V::B(Some(q.retry_storm)),
+                V::F(q.publish_rate),
+                V::F(q.deliver_rate),
+                V::F(Some(q.time_ms)),
+            ]);
+        }
+        Ok(vec![("rabbitmq_queues", sch.clone(), c.finish(sch)?)])
+    }
+
+    fn api(&self, path: &str, view: &View<'_>) -> Option<serde_json::Value> {
+        (path == "queues").then(|| json(&queues(view.store)))
+    }
+
+    fn page(&self) -> Option<PageTable> {
+        Some(PageTable {
+            path: "queues",
+            title: "RabbitMQ queues",
+            empty: "None reported (rabbitmq receiver).",
+            columns: &[
+                Column {
+                    key: "queue",
+                    label: "Queue",
+                    kind: "text",
+                },
+                Column {
+                    key: "vhost",
+                    label: "Vhost",
+                    kind: "text",
+                },
+                Column {
+                    key: "status_name",
+                    label: "Status",
+                    kind: "status",
+                },
+                Column {
+                    key: "depth",
+                    label: "Depth",
+                    kind: "num",
+                },
+                Column {
+                    key: "consumers",
+                    label: "Consumers",
+                    kind: "num",
+                },
+                Column {
+                    key: "backlog_age_s",
+                    label: "Oldest (s)",
+                    kind: "num",
+                },
+            ],
+        })
+    }
+
+    fn trouble_keys(&self) -> &'static [&'static str] {
+        &[
+            "messaging.destination.name",
+            "messaging.destination",
+            "messaging.rabbitmq.destination.routing_key",
+            "messaging.rabbitmq.routing_key",
+        ]
+    }
+
+    fn in_trouble(
+        &self,
+        store: &Store,
+        _trace_id: &[u8; 16],
+        values: Values<'_>,
+        _tr: &Trouble,
+    ) -> bool {
+        let topics: Vec<&str> = ["messaging.destination.name", "messaging.destination"]
+            .iter()
+            .flat_map(|k| values(k))
+            .collect();
+        let routing_keys: Vec<&str> = [
+            "messaging.rabbitmq.destination.routing_key",
+            "messaging.rabbitmq.routing_key",
+        ]
+        .iter()
+        .flat_map(|k| values(k))
+        .collect();
+        if topics.is_empty() && routing_keys.is_empty() {
+            return false;
+        }
+        let last = |s: &Series| s.points.back().map(|p| p.1);
+        // Queues in alarm (a backlog, a stop or stall, a retry storm) that
+        // the trace's destinations or routing keys may reach.
+        let series = store.series_where(|s| s.key.get("queue").is_some());
+        let troubled: BTreeSet<(&str, &str)> = series
+            .iter()
+            .filter(|s| match s.name.as_str() {
+                "rabbitmq.queue.backlog_alarm" | "rabbitmq.queue.retry_storm" => {
+                    last(s).is_some_and(|v| v >= 1.0)
+                }
+                "rabbitmq.queue.status" => last(s).is_some_and(|v| v >= 2.0),
+                _ => false,
+            })
+            .filter_map(|s| Some((s.attr(VHOST).unwrap_or("/"), s.key.get("queue")?)))
+            .collect();
+        if troubled.is_empty() {
+            return false;
+        }
+        let ix = Index::new(series.iter().filter(|s| {
+            s.name == BINDING
+                && s.key
+                    .get("queue")
+                    .is_some_and(|q| troubled.iter().any(|t| t.1 == q))
+        }));
+        troubled
+            .iter()
+            .any(|q| ix.may_touch(*q, &topics, &routing_keys))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,13 +828,7 @@ mod tests {
     }
 
     fn series(name: &str, queue: &str, attrs: &[(&str, &str)]) -> Series {
-        let mut s = Series::new(
-            name,
-            super::super::store::Dims {
-                queue: Some(queue.into()),
-                ..Default::default()
-            },
-        );
+        let mut s = Series::new(name, Key::new("rabbitmq").with("queue", Some(queue.into())));
         s.attrs = attrs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -26,7 +26,7 @@
 //!   it is the server's answer, not where an error began.
 
 use super::critical::Node;
-use super::features::SpanRow;
+use crate::correlate::model::SpanRow;
 
 /// Cache systems whose reads and writes are recognised.
 const CACHES: [&str; 5] = ["redis", "valkey", "memcached", "keydb", "dragonfly"];

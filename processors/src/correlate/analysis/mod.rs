@@ -1,0 +1,8 @@
+//! The trace analysis: critical path, layout, baselines, the trace rows and
+//! the verdict. It knows the model and no evidence source, state or rule.
+
+pub mod baseline;
+pub mod critical;
+pub mod shape;
+pub mod trace;
+pub mod verdict;

@@ -1,0 +1,435 @@
+//! From a batch of spans to trace rows: spans grouped by trace, the
+//! layout repaired (orphans, cycles, clock skew), the critical path and
+//! self times, the inferences of the layout, the culprit and the error
+//! origin. It knows no evidence source.
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
+use opentelemetry_proto::tonic::trace::v1::{
+    span::SpanKind, status::StatusCode, ResourceSpans, Span,
+};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::baseline::Baselines;
+use super::critical::{critical_path, root, Node};
+use super::shape;
+use crate::correlate::model::series::{find as attr, host_key, s as attr_str, ROUTE_KEYS};
+use crate::correlate::model::trace::{id64, SpanRef, SpanRow, TraceRow, PROMPT_BASELINE};
+
+fn any_int(v: &Option<AnyValue>) -> Option<i64> {
+    match v.as_ref()?.value.as_ref()? {
+        any_value::Value::IntValue(i) => Some(*i),
+        any_value::Value::DoubleValue(d) => Some(*d as i64),
+        any_value::Value::StringValue(x) => x.parse().ok(),
+        _ => None,
+    }
+}
+
+/// A duration in float seconds (vLLM's `gen_ai.latency.*`), in ms.
+fn seconds_ms(v: &Option<AnyValue>) -> Option<f64> {
+    let s = match v.as_ref()?.value.as_ref()? {
+        any_value::Value::DoubleValue(d) => *d,
+        any_value::Value::IntValue(i) => *i as f64,
+        any_value::Value::StringValue(x) => x.parse().ok()?,
+        _ => return None,
+    };
+    (s.is_finite() && s >= 0.0).then_some(s * 1000.0)
+}
+
+fn kind_name(k: i32) -> &'static str {
+    match SpanKind::try_from(k) {
+        Ok(SpanKind::Server) => "server",
+        Ok(SpanKind::Client) => "client",
+        Ok(SpanKind::Producer) => "producer",
+        Ok(SpanKind::Consumer) => "consumer",
+        _ => "internal",
+    }
+}
+
+fn span_row(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) -> SpanRow {
+    let a = &span.attributes;
+    let status = match span.status.as_ref().map(|s| StatusCode::try_from(s.code)) {
+        Some(Ok(StatusCode::Error)) => "error",
+        Some(Ok(StatusCode::Ok)) => "ok",
+        _ => "unset",
+    };
+    let exception = span.events.iter().find(|e| e.name == "exception");
+    let cache_hit =
+        match attr(a, &["cache.hit", "db.cache.hit"]).and_then(|v| v.as_ref()?.value.as_ref()) {
+            Some(any_value::Value::BoolValue(b)) => Some(*b),
+            Some(any_value::Value::StringValue(x)) => Some(x == "true" || x == "hit"),
+            _ => attr(a, &["cache.result"])
+                .and_then(attr_str)
+                .map(|x| x == "hit"),
+        };
+    SpanRow {
+        at,
+        span_id: id64(&span.span_id),
+        parent_id: id64(&span.parent_span_id),
+        service: service.clone(),
+        host: host.clone(),
+        name: span.name.clone(),
+        kind: kind_name(span.kind),
+        status,
+        status_message: span
+            .status
+            .as_ref()
+            .map(|s| s.message.clone())
+            .unwrap_or_default(),
+        http_status: attr(a, &["http.response.status_code", "http.status_code"]).and_then(any_int),
+        route: attr(a, &ROUTE_KEYS).and_then(attr_str),
+        db_system: attr(a, &["db.system", "db.system.name"]).and_then(attr_str),
+        db_operation: attr(a, &["db.operation.name", "db.operation"])
+            .and_then(attr_str)
+            .or_else(|| {
+                // Stock instrumentations often give only the (masked) statement: `GET ?`.
+                attr(a, &["db.query.text", "db.statement"])
+                    .and_then(attr_str)
+                    .and_then(|q| q.split_whitespace().next().map(str::to_ascii_uppercase))
+            }),
+        messaging_system: attr(a, &["messaging.system"]).and_then(attr_str),
+        destination: attr(
+            a,
+            &[
+                "messaging.destination.name",
+                "messaging.destination",
+                "messaging.kafka.destination",
+            ],
+        )
+        .and_then(attr_str),
+        consumer_group: attr(
+            a,
+            &[
+                "messaging.consumer.group.name",
+                "messaging.kafka.consumer.group",
+            ],
+        )
+        .and_then(attr_str),
+        routing_key: attr(
+            a,
+            &[
+                "messaging.rabbitmq.destination.routing_key",
+                "messaging.rabbitmq.routing_key",
+            ],
+        )
+        .and_then(attr_str),
+        server_address: attr(
+            a,
+            &[
+                "server.address",
+                "net.peer.name",
+                "peer.service",
+                "net.sock.peer.addr",
+            ],
+        )
+        .and_then(attr_str),
+        error_type: attr(a, &["error.type"]).and_then(attr_str),
+        exception_type: exception
+            .and_then(|e| attr(&e.attributes, &["exception.type"]).and_then(attr_str)),
+        exception_message: exception
+            .and_then(|e| attr(&e.attributes, &["exception.message"]).and_then(attr_str)),
+        resend_count: attr(a, &["http.request.resend_count"]).and_then(any_int),
+        server_port: attr(a, &["server.port", "net.peer.port"]).and_then(any_int),
+        gen_ai_model: attr(a, &["gen_ai.request.model", "gen_ai.response.model"])
+            .and_then(attr_str),
+        input_tokens: attr(
+            a,
+            &["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"],
+        )
+        .and_then(any_int),
+        output_tokens: attr(
+            a,
+            &[
+                "gen_ai.usage.output_tokens",
+                "gen_ai.usage.completion_tokens",
+            ],
+        )
+        .and_then(any_int),
+        gen_ai_queue_ms: attr(a, &["gen_ai.latency.time_in_queue"]).and_then(seconds_ms),
+        gen_ai_ttft_ms: attr(a, &["gen_ai.latency.time_to_first_token"]).and_then(seconds_ms),
+        gen_ai_prefill_ms: attr(a, &["gen_ai.latency.time_in_model_prefill"]).and_then(seconds_ms),
+        gen_ai_decode_ms: attr(a, &["gen_ai.latency.time_in_model_decode"]).and_then(seconds_ms),
+        cache_hit,
+        ..Default::default()
+    }
+}
+
+/// A fast hasher for ids that are random already (trace and span ids).
+type IdMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
+/// Group the spans of a batch by trace and compute each trace's critical
+/// path, self times, culprit and error origin.
+pub fn traces(
+    batch: &[ResourceSpans],
+    baselines: Option<&Baselines>,
+    route_map: &RouteMap,
+) -> Vec<TraceRow> {
+    // Pass 1: each span's trace (by first appearance), without moving rows.
+    let mut trace_of: IdMap<[u8; 16], u32> = IdMap::default();
+    let mut order: Vec<([u8; 16], u32)> = Vec::new(); // id, span count
+    let mut refs: Vec<(u32, SpanRef)> = Vec::new();
+    let mut resources: Vec<(Arc<str>, Arc<str>)> = Vec::with_capacity(batch.len());
+    for (ri, rs) in batch.iter().enumerate() {
+        let ra = rs
+            .resource
+            .as_ref()
+            .map(|r| r.attributes.as_slice())
+            .unwrap_or(&[]);
+        let service: Arc<str> = attr(ra, &["service.name"])
+            .and_then(attr_str)
+            .unwrap_or_default()
+            .into();
+        let host: Arc<str> = host_key(ra).unwrap_or_default().into();
+        resources.push((service, host));
+        for (si, ss) in rs.scope_spans.iter().enumerate() {
+            for (pi, span) in ss.spans.iter().enumerate() {
+                let Ok(id) = <[u8; 16]>::try_from(span.trace_id.as_slice()) else {
+                    continue;
+                };
+                let t = *trace_of.entry(id).or_insert_with(|| {
+                    order.push((id, 0));
+                    (order.len() - 1) as u32
+                });
+                order[t as usize].1 += 1;
+                refs.push((t, (ri, si, pi)));
+            }
+        }
+    }
+    // Pass 2: the spans of each trace, contiguous (a counting sort, stable).
+    let mut first = Vec::with_capacity(order.len() + 1);
+    let mut acc = 0usize;
+    for (_, n) in &order {
+        first.push(acc);
+        acc += *n as usize;
+    }
+    first.push(acc);
+    let mut fill = first.clone();
+    let mut grouped: Vec<SpanRef> = vec![(0, 0, 0); refs.len()];
+    for (t, at) in refs {
+        grouped[fill[t as usize]] = at;
+        fill[t as usize] += 1;
+    }
+    let mut out = Vec::with_capacity(order.len());
+    let mut index: IdMap<u64, usize> = IdMap::default();
+    for (ti, (id, _)) in order.into_iter().enumerate() {
+        let ats = &grouped[first[ti]..first[ti + 1]];
+        let span_at = |&(ri, si, pi): &SpanRef| &batch[ri].scope_spans[si].spans[pi];
+        index.clear();
+        for (i, at) in ats.iter().enumerate() {
+            index.insert(id64(&span_at(at).span_id), i);
+        }
+        let mut spans: Vec<SpanRow> = Vec::with_capacity(ats.len());
+        let mut nodes: Vec<Node> = Vec::with_capacity(ats.len());
+        for (i, at) in ats.iter().enumerate() {
+            let span = span_at(at);
+            let (service, host) = &resources[at.0];
+            let row = span_row(*at, span, service, host);
+            nodes.push(Node {
+                start: span.start_time_unix_nano,
+                end: span.end_time_unix_nano.max(span.start_time_unix_nano),
+                parent: (row.parent_id != 0)
+                    .then(|| index.get(&row.parent_id).copied())
+                    .flatten()
+                    .filter(|p| *p != i),
+            });
+            spans.push(row);
+        }
+        // A parent cycle in bad data: break it where it closes, so every span
+        // reaches a root and nothing below loops.
+        break_cycles(&mut nodes);
+        shape::attach_orphans(&mut nodes, &mut spans);
+        shape::adopt_contained(&mut nodes, &mut spans);
+        let kids = shape::children(&nodes);
+        shape::fix_skew(&mut nodes, &spans, &kids);
+        // The root: a span with no parent id at all, else one whose parent is missing.
+        let true_roots: Vec<Node> = nodes
+            .iter()
+            .zip(&spans)
+            .map(|(n, r)| Node {
+                parent: if r.parent_id == 0 {
+                    n.parent
+                } else {
+                    n.parent.or(Some(usize::MAX))
+                },
+                ..*n
+            })
+            .collect();
+        let Some(root_i) = root(&true_roots).or_else(|| root(&nodes)) else {
+            continue;
+        };
+        let (_, self_ns) = critical_path(&nodes, root_i);
+        let start_ns = nodes.iter().map(|n| n.start).min().unwrap_or(0);
+        let end_ns = nodes.iter().map(|n| n.end).max().unwrap_or(start_ns);
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let mut first_child: Vec<Option<u64>> = vec![None; nodes.len()];
+        for n in &nodes {
+            if let Some(p) = n.parent {
+                first_child[p] = Some(first_child[p].map_or(n.start, |s| s.min(n.start)));
+            }
+        }
+        for (i, row) in spans.iter_mut().enumerate() {
+            let n = nodes[i];
+            row.start_ms = ms(n.start.saturating_sub(start_ns));
+            row.end_ms = ms(n.end.saturating_sub(start_ns));
+            row.duration_ms = ms(n.end - n.start);
+            row.self_ms = ms(self_ns[i]);
+            row.critical = self_ns[i] > 0;
+            row.wait_ms = first_child[i].map(|c| ms(c.saturating_sub(n.start)));
+        }
+        shape::infer(&mut spans, &nodes, &kids);
+        // Critical time of each subtree, bottom-up; depths top-down.
+        let order = shape::top_down(&nodes, &kids);
+        for &i in &order {
+            spans[i].parent = nodes[i].parent;
+            spans[i].depth = nodes[i].parent.map_or(0, |p| spans[p].depth + 1);
+        }
+        for &i in order.iter().rev() {
+            spans[i].path_ms += spans[i].self_ms;
+            if let Some(p) = nodes[i].parent {
+                let add = spans[i].path_ms;
+                spans[p].path_ms += add;
+            }
+        }
+        // Where errors began: a failed span none of whose children failed.
+        // Client 4xx answers and attempts a later retry recovered from are not.
+        let mut has_error_child = vec![false; nodes.len()];
+        for i in 0..nodes.len() {
+            if spans[i].status == "error" && !spans[i].client_error && !spans[i].recovered {
+                let mut p = nodes[i].parent;
+                let mut steps = 0;
+                while let Some(x) = p {
+                    if has_error_child[x] || steps > nodes.len() {
+                        break;
+                    }
+                    has_error_child[x] = true;
+                    p = nodes[x].parent;
+                    steps += 1;
+                }
+            }
+        }
+        let error_origin = (0..spans.len())
+            .filter(|&i| {
+                spans[i].status == "error"
+                    && !spans[i].client_error
+                    && !spans[i].recovered
+                    && !has_error_child[i]
+            })
+            .max_by(|&a, &b| spans[a].end_ms.total_cmp(&spans[b].end_ms));
+        // How much each critical span deviates: its duration beyond `factor`
+        // × its operation's median, counted only as far as its own self time
+        // (a parent of a slow call deviates too, but the time is not its
+        // own); all of its self time before a baseline exists.
+        if let Some(b) = baselines {
+            for r in spans.iter_mut().filter(|r| r.critical) {
+                if let Some(normal) = b.normal(&r.service, &r.name) {
+                    r.baseline_ms = Some(normal);
+                    r.excess_ms = Some((r.duration_ms - b.factor * normal).max(0.0).min(r.self_ms));
+                }
+            }
+        }
+        if let Some(b) = baselines {
+            for r in spans.iter_mut().filter(|r| r.input_tokens.is_some()) {
+                let model = r.gen_ai_model.as_deref().unwrap_or("");
+                r.prompt_baseline = b.normal(PROMPT_BASELINE, model);
+            }
+        }
+        let deviation = |r: &SpanRow| r.excess_ms.unwrap_or(r.self_ms);
+        let largest = (0..spans.len())
+            .filter(|&i| spans[i].critical)
+            .max_by(|&a, &b| deviation(&spans[a]).total_cmp(&deviation(&spans[b])))
+            .unwrap_or(root_i);
+        // The error origin, unless it barely took time and something else took
+        // most of it (a timed-out call: the callee that was slow is the culprit).
+        let culprit = error_origin
+            .filter(|&e| spans[e].self_ms >= deviation(&spans[largest]) * 0.5)
+            .unwrap_or(largest);
+        // The entry: the root when it is a server span, else the first server
+        // span below it (a client or load generator may be the root).
+        let entry = order
+            .iter()
+            .copied()
+            .filter(|&i| spans[i].kind == "server")
+            .min_by(|&a, &b| {
+                spans[a]
+                    .depth
+                    .cmp(&spans[b].depth)
+                    .then(nodes[a].start.cmp(&nodes[b].start))
+            })
+            .unwrap_or(root_i);
+        let route = spans[entry].route.clone().map(|r| route_map.map(&r));
+        let status_of = |r: &SpanRow| r.http_status;
+        let final_status = status_of(&spans[entry]).or(status_of(&spans[root_i]));
+        let failed = [root_i, entry].iter().any(|&i| {
+            (spans[i].status == "error" && !spans[i].recovered && !spans[i].client_error)
+                || spans[i].http_status.is_some_and(|s| s >= 500 || s == 429)
+        });
+        out.push(TraceRow {
+            id,
+            trace_id: hex::encode(id),
+            start_ns,
+            end_ns,
+            duration_ms: ms(end_ns - start_ns),
+            start_unix_ms: ms(start_ns),
+            root: root_i,
+            entry,
+            spans,
+            culprit,
+            error_origin,
+            route,
+            failed,
+            final_status,
+            ..Default::default()
+        });
+    }
+    out
+}
+
+/// Cut the parent link that closes each cycle of parent ids.
+fn break_cycles(nodes: &mut [Node]) {
+    // 0 unvisited, 1 on the current chain, 2 done.
+    let mut state = vec![0u8; nodes.len()];
+    for s in 0..nodes.len() {
+        let mut chain: Vec<usize> = Vec::new();
+        let mut i = s;
+        loop {
+            match state[i] {
+                2 => break,
+                1 => {
+                    // `i` is on the chain: the link into it from the chain's last closes a cycle.
+                    if let Some(&last) = chain.last() {
+                        nodes[last].parent = None;
+                    }
+                    break;
+                }
+                _ => {}
+            }
+            state[i] = 1;
+            chain.push(i);
+            match nodes[i].parent {
+                Some(p) if p < nodes.len() => i = p,
+                _ => break,
+            }
+        }
+        for c in chain {
+            state[c] = 2;
+        }
+    }
+}
+
+/// Maps a service's route template to the gateway's route id, for sites
+/// whose gateway route ids and service routes differ.
+#[derive(Debug, Clone, Default)]
+pub struct RouteMap {
+    /// Configured: service route → route id.
+    pub fixed: HashMap<String, String>,
+}
+
+impl RouteMap {
+    /// The route id of a route.
+    pub fn map(&self, route: &str) -> String {
+        self.fixed
+            .get(route)
+            .cloned()
+            .unwrap_or_else(|| route.to_string())
+    }
+}

@@ -1,0 +1,282 @@
+//! The annotations of an analysed trace: its verdict written on its spans
+//! (`rca.*`), and its evidence as bounded JSON.
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+
+use super::model::{Hex16, Joined, TraceRow, Verdict};
+
+/// Values that become OTLP attribute values.
+pub trait IntoAny {
+    /// The OTLP value.
+    fn any(self) -> any_value::Value;
+}
+impl IntoAny for String {
+    fn any(self) -> any_value::Value {
+        any_value::Value::StringValue(self)
+    }
+}
+impl IntoAny for &str {
+    fn any(self) -> any_value::Value {
+        any_value::Value::StringValue(self.to_string())
+    }
+}
+impl IntoAny for f64 {
+    fn any(self) -> any_value::Value {
+        any_value::Value::DoubleValue(self)
+    }
+}
+impl IntoAny for i64 {
+    fn any(self) -> any_value::Value {
+        any_value::Value::IntValue(self)
+    }
+}
+impl IntoAny for bool {
+    fn any(self) -> any_value::Value {
+        any_value::Value::BoolValue(self)
+    }
+}
+impl IntoAny for any_value::Value {
+    fn any(self) -> any_value::Value {
+        self
+    }
+}
+
+/// An attribute.
+pub fn kv(k: &str, v: impl IntoAny) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(v.any()),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Set an attribute, replacing one of the same key.
+pub fn set_attr(attrs: &mut Vec<KeyValue>, k: &str, v: any_value::Value) {
+    attrs.retain(|a| a.key != k);
+    attrs.push(kv(k, v));
+}
+
+/// The evidence of a verdict as JSON, bounded: the culprit span, up to 5
+/// telling log records (bodies cut to 200 characters), the metric rows
+/// joined, the route's statistics and up to 4 alternatives.
+pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
+    #[derive(serde::Serialize)]
+    struct Evidence<'a> {
+        rule: &'a str,
+        explained_ms: f64,
+        explains_failure: bool,
+        detail: Option<&'a str>,
+        spans: [EvSpan<'a>; 1],
+        logs: Vec<EvLog<'a>>,
+        metrics: Vec<serde_json::Value>,
+        #[serde(flatten)]
+        fields: std::collections::BTreeMap<&'a str, &'a serde_json::Value>,
+        alternatives: Vec<EvAlt<'a>>,
+    }
+    #[derive(serde::Serialize)]
+    struct EvSpan<'a> {
+        span_id: &'a str,
+        service: &'a str,
+        name: &'a str,
+        self_ms: f64,
+        duration_ms: f64,
+        status: &'a str,
+        host: &'a str,
+    }
+    #[derive(serde::Serialize)]
+    struct EvLog<'a> {
+        time_unix_nano: u64,
+        gateway: bool,
+        service: &'a str,
+        route: Option<&'a str>,
+        status: Option<i64>,
+        rate_limit_rule: Option<&'a str>,
+        circuit_state: Option<&'a str>,
+        response_flags: Option<&'a str>,
+        upstream: Option<&'a str>,
+        duration_ms: Option<f64>,
+        body: &'a str,
+    }
+    #[derive(serde::Serialize)]
+    struct EvAlt<'a> {
+        cause: &'a str,
+        confidence: f64,
+        rule: &'a str,
+        explained_ms: f64,
+        summary: &'a str,
+    }
+    let c = &t.spans[v.culprit];
+    let culprit_id = Hex16::of(c.span_id);
+    let cut = |b: &'_ str| -> usize { b.char_indices().nth(200).map_or(b.len(), |(i, _)| i) };
+    let ev = Evidence {
+        rule: &v.best.rule,
+        explained_ms: (v.best.explained_ms * 10.0).round() / 10.0,
+        explains_failure: v.best.explains_failure,
+        detail: v.best.evidence.as_deref(),
+        spans: [EvSpan {
+            span_id: culprit_id.as_str(),
+            service: &c.service,
+            name: &c.name,
+            self_ms: c.self_ms,
+            duration_ms: c.duration_ms,
+            status: c.status,
+            host: &c.host,
+        }],
+        logs: t
+            .logs
+            .iter()
+            .filter(|l| l.gateway || l.severity >= 13 || l.error_type.is_some())
+            .take(5)
+            .map(|l| EvLog {
+                time_unix_nano: l.time_ns,
+                gateway: l.gateway,
+                service: &l.service,
+                route: l.route.as_deref(),
+                status: l.status,
+                rate_limit_rule: l.rate_limit_rule.as_deref(),
+                circuit_state: l.circuit_state.as_deref(),
+                response_flags: l.response_flags.as_deref(),
+                upstream: l.upstream.as_deref(),
+                duration_ms: l.duration_ms,
+                body: &l.body[..cut(&l.body)],
+            })
+            .collect(),
+        metrics: t
+            .joined
+            .iter()
+            .filter_map(|j| match j {
+                Joined::Metric(kind, v) => {
+                    let mut v = v.clone();
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("kind".into(), (*kind).into());
+                    }
+                    Some(v)
+                }
+                Joined::Field(..) => None,
+            })
+            .collect(),
+        fields: t
+            .joined
+            .iter()
+            .filter_map(|j| match j {
+                Joined::Field(k, v) => Some((*k, v)),
+                Joined::Metric(..) => None,
+            })
+            .collect(),
+        alternatives: v
+            .alternatives
+            .iter()
+            .take(4)
+            .map(|a| EvAlt {
+                cause: &a.cause,
+                confidence: a.confidence,
+                rule: &a.rule,
+                explained_ms: (a.explained_ms * 10.0).round() / 10.0,
+                summary: &a.summary,
+            })
+            .collect(),
+    };
+    serde_json::to_string(&ev).unwrap_or_default()
+}
+
+/// Write the verdict on the trace's spans; returns the evidence written
+/// (`rca.evidence`).
+pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) -> String {
+    let culprit = &t.spans[v.culprit];
+    let route = t.route.clone().unwrap_or_default();
+    let evidence = evidence_json(t, v);
+    for (i, row) in t.spans.iter().enumerate() {
+        let (ri, si, pi) = row.at;
+        let Some(span) = rs
+            .get_mut(ri)
+            .and_then(|r| r.scope_spans.get_mut(si))
+            .and_then(|s| s.spans.get_mut(pi))
+        else {
+            continue;
+        };
+        let a = &mut span.attributes;
+        if row.critical {
+            set_attr(a, "rca.critical_path", any_value::Value::BoolValue(true));
+            set_attr(
+                a,
+                "rca.self_time_ms",
+                any_value::Value::DoubleValue((row.self_ms * 1000.0).round() / 1000.0),
+            );
+        }
+        if i == t.root {
+            if t.continuation {
+                // The verdict of spans that came after their trace's: it
+                // supersedes the one on the trace's root.
+                set_attr(a, "rca.continuation", any_value::Value::BoolValue(true));
+            }
+            set_attr(
+                a,
+                "rca.cause",
+                any_value::Value::StringValue(v.best.cause.clone()),
+            );
+            set_attr(
+                a,
+                "rca.summary",
+                any_value::Value::StringValue(v.best.summary.clone()),
+            );
+            set_attr(
+                a,
+                "rca.confidence",
+                any_value::Value::DoubleValue(v.best.confidence),
+            );
+            set_attr(
+                a,
+                "rca.culprit.service",
+                any_value::Value::StringValue(culprit.service.to_string()),
+            );
+            set_attr(
+                a,
+                "rca.culprit.span_id",
+                any_value::Value::StringValue(Hex16::of(culprit.span_id).as_str().to_string()),
+            );
+            set_attr(
+                a,
+                "rca.rule",
+                any_value::Value::StringValue(v.best.rule.clone()),
+            );
+            set_attr(
+                a,
+                "rca.explained_share",
+                any_value::Value::DoubleValue(
+                    (v.best.explained_ms / t.duration_ms.max(1e-6) * 1000.0).round() / 1000.0,
+                ),
+            );
+            set_attr(
+                a,
+                "rca.route_id",
+                any_value::Value::StringValue(route.clone()),
+            );
+            set_attr(
+                a,
+                "rca.evidence",
+                any_value::Value::StringValue(evidence.clone()),
+            );
+            let alts: Vec<String> = v
+                .alternatives
+                .iter()
+                .map(|x| {
+                    format!(
+                        "{}:{:.2}:{:.2}",
+                        x.cause,
+                        x.confidence,
+                        x.explained_ms / t.duration_ms.max(1e-6)
+                    )
+                })
+                .collect();
+            set_attr(
+                a,
+                "rca.alternatives",
+                any_value::Value::StringValue(alts.join(",")),
+            );
+        }
+    }
+    evidence
+}

@@ -1,0 +1,13 @@
+//! The ground floor: what a trace, a finding, a verdict and a piece of
+//! evidence are, and the Arrow tables they become. Nothing here knows the
+//! state, a source or the processor.
+
+pub mod finding;
+pub mod series;
+pub mod table;
+pub mod trace;
+pub mod view;
+
+pub use finding::{Finding, RcaEvent, Rule, Trouble, Verdict};
+pub use series::{Key, LatestPoint, LogEvidence, Series};
+pub use trace::{Hex16, Joined, SpanRef, SpanRow, TraceRow};

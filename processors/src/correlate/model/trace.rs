@@ -1,0 +1,233 @@
+//! A kept trace as the analysis sees it: its spans as rows (critical path,
+//! self times, the inferences of the layout), and what the evidence
+//! sources joined to it.
+
+use std::sync::Arc;
+
+use super::series::LogEvidence;
+
+/// Where a span is in the batch: (resource_spans, scope_spans, span) indexes.
+pub type SpanRef = (usize, usize, usize);
+
+/// One span, as a row.
+#[derive(Debug, Clone, Default)]
+pub struct SpanRow {
+    /// Where it is.
+    pub at: SpanRef,
+    /// Span id (8 bytes, big-endian; 0 when absent or malformed).
+    pub span_id: u64,
+    /// Parent id (0 for a root).
+    pub parent_id: u64,
+    /// `service.name` (shared by the spans of a resource).
+    pub service: Arc<str>,
+    /// `host.name` (shared by the spans of a resource).
+    pub host: Arc<str>,
+    /// Span name.
+    pub name: String,
+    /// server, client, producer, consumer, internal.
+    pub kind: &'static str,
+    /// Start relative to the trace's start (ms).
+    pub start_ms: f64,
+    /// End relative to the trace's start (ms).
+    pub end_ms: f64,
+    /// Duration (ms).
+    pub duration_ms: f64,
+    /// Self time on the critical path (ms).
+    pub self_ms: f64,
+    /// On the critical path.
+    pub critical: bool,
+    /// unset, ok, error.
+    pub status: &'static str,
+    /// Status message.
+    pub status_message: String,
+    /// `http.response.status_code` (or the older `http.status_code`).
+    pub http_status: Option<i64>,
+    /// Route on the span itself (the `spans` table falls back to the trace's).
+    pub route: Option<String>,
+    /// `db.system` (`db.system.name`).
+    pub db_system: Option<String>,
+    /// `db.operation.name` (or `db.operation`).
+    pub db_operation: Option<String>,
+    /// `messaging.system`.
+    pub messaging_system: Option<String>,
+    /// `messaging.destination.name`.
+    pub destination: Option<String>,
+    /// `messaging.consumer.group.name` (or `messaging.kafka.consumer.group`).
+    pub consumer_group: Option<String>,
+    /// `messaging.rabbitmq.destination.routing_key` (or the older
+    /// `messaging.rabbitmq.routing_key`).
+    pub routing_key: Option<String>,
+    /// `server.address` (or `net.peer.name`).
+    pub server_address: Option<String>,
+    /// `server.port` (or `net.peer.port`).
+    pub server_port: Option<i64>,
+    /// `gen_ai.request.model` (or `gen_ai.response.model`).
+    pub gen_ai_model: Option<String>,
+    /// `gen_ai.usage.input_tokens` (or the older `gen_ai.usage.prompt_tokens`).
+    pub input_tokens: Option<i64>,
+    /// `gen_ai.usage.output_tokens` (or `gen_ai.usage.completion_tokens`).
+    pub output_tokens: Option<i64>,
+    /// vLLM's `gen_ai.latency.time_in_queue` (ms).
+    pub gen_ai_queue_ms: Option<f64>,
+    /// vLLM's `gen_ai.latency.time_to_first_token` (ms).
+    pub gen_ai_ttft_ms: Option<f64>,
+    /// vLLM's `gen_ai.latency.time_in_model_prefill` (ms).
+    pub gen_ai_prefill_ms: Option<f64>,
+    /// vLLM's `gen_ai.latency.time_in_model_decode` (ms).
+    pub gen_ai_decode_ms: Option<f64>,
+    /// The model's normal prompt length (median input tokens), once known.
+    pub prompt_baseline: Option<f64>,
+    /// `error.type`.
+    pub error_type: Option<String>,
+    /// `exception.type` of an `exception` event.
+    pub exception_type: Option<String>,
+    /// `exception.message` of an `exception` event.
+    pub exception_message: Option<String>,
+    /// `http.request.resend_count`.
+    pub resend_count: Option<i64>,
+    /// `cache.hit` (`db.cache.hit`), or `cache.result` = hit/miss.
+    pub cache_hit: Option<bool>,
+    /// Time from the span's start to its first child's start (ms), when it has children.
+    pub wait_ms: Option<f64>,
+    /// Critical-path time of the span and its descendants (ms).
+    pub path_ms: f64,
+    /// The cache miss was inferred from the layout (read, fallback, write).
+    pub cache_inferred: bool,
+    /// A client span marked ERROR for a 4xx answer (the server's answer, not an error origin).
+    pub client_error: bool,
+    /// Attempt number (1-based) when the span is one attempt of a retried call.
+    pub attempt: Option<i64>,
+    /// Attempts of the call it belongs to.
+    pub attempts: Option<i64>,
+    /// Failed attempts of that call.
+    pub failed_attempts: Option<i64>,
+    /// From the first attempt's start to the last attempt's end (ms).
+    pub retry_window_ms: Option<f64>,
+    /// What the failed attempts answered most often (a status or an error type).
+    pub retry_trigger: Option<String>,
+    /// A failed attempt whose call succeeded on a later attempt.
+    pub recovered: bool,
+    /// For a client span: how long its server child waited to start (ms).
+    pub queue_ms: Option<f64>,
+    /// For a consumer span: how long the message waited after it was produced (ms).
+    pub async_wait_ms: Option<f64>,
+    /// The operation's normal self time (ms; its baseline quantile), once known.
+    pub baseline_ms: Option<f64>,
+    /// Self time beyond the baseline (ms), once known.
+    pub excess_ms: Option<f64>,
+    /// Index of the parent in the trace's spans, after the repairs (orphans
+    /// attached, cycles cut), when it has one.
+    pub parent: Option<usize>,
+    /// Parent links up to the root (0 for a root or a span not under one).
+    pub depth: usize,
+    /// The evidence source that claims it (a messaging span's broker), if any.
+    pub claimed: Option<&'static str>,
+}
+
+/// One kept trace.
+#[derive(Debug, Clone, Default)]
+pub struct TraceRow {
+    /// Raw id.
+    pub id: [u8; 16],
+    /// Hex id.
+    pub trace_id: String,
+    /// Start (ns since epoch).
+    pub start_ns: u64,
+    /// End (ns since epoch).
+    pub end_ns: u64,
+    /// Root to last end (ms).
+    pub duration_ms: f64,
+    /// Index of the root span in `spans`.
+    pub root: usize,
+    /// Spans.
+    pub spans: Vec<SpanRow>,
+    /// Index of the culprit (largest self time on the critical path, or the error origin).
+    pub culprit: usize,
+    /// Index of the error origin, if a span failed.
+    pub error_origin: Option<usize>,
+    /// Route: the gateway's `route_id` when a gateway log joins, else the
+    /// entry span's route (mapped by `route_map`), never a downstream template.
+    pub route: Option<String>,
+    /// The entry span: the first server span from the root down.
+    pub entry: usize,
+    /// Start (ms since the epoch), to place log records on the trace.
+    pub start_unix_ms: f64,
+    /// The request failed: the gateway's last answer was 5xx or 429, or the
+    /// root or entry span failed.
+    pub failed: bool,
+    /// The final status: the gateway's last answer, else the entry/root span's.
+    pub final_status: Option<i64>,
+    /// Log records of the trace (shared with the correlation state).
+    pub logs: Vec<Arc<LogEvidence>>,
+    /// What the evidence sources joined to it, as its evidence shows it.
+    pub joined: Vec<Joined>,
+    /// Spans that arrived after the trace was analysed, with the remembered
+    /// producer span their message came from (not in the batch: its
+    /// `at` is [`NOT_IN_BATCH`]).
+    pub continuation: bool,
+}
+
+/// The "service" under which prompt lengths (input tokens per model) are
+/// kept in the baselines.
+pub const PROMPT_BASELINE: &str = "\u{0}gen_ai.prompt_tokens";
+
+/// The `at` of a span row that is not in the batch being analysed.
+pub const NOT_IN_BATCH: SpanRef = (usize::MAX, 0, 0);
+
+/// A span id as a number (0 when it is not 8 bytes).
+pub fn id64(b: &[u8]) -> u64 {
+    <[u8; 8]>::try_from(b).map_or(0, u64::from_be_bytes)
+}
+
+/// A span id as 16 hex digits, without allocating ("" for 0, the absent id).
+#[derive(Clone, Copy)]
+pub struct Hex16([u8; 16], bool);
+
+impl Hex16 {
+    /// The hex text of an id.
+    pub fn of(id: u64) -> Self {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut b = [0u8; 16];
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = DIGITS[((id >> (60 - 4 * i)) & 0xf) as usize];
+        }
+        Hex16(b, id != 0)
+    }
+    /// As text.
+    pub fn as_str(&self) -> &str {
+        if self.1 {
+            // Only ASCII hex digits are ever written.
+            std::str::from_utf8(&self.0).unwrap_or("")
+        } else {
+            ""
+        }
+    }
+}
+
+/// Parse a hex span id as written by [`Hex16`].
+pub fn parse_hex16(s: &str) -> Option<u64> {
+    (s.len() == 16).then(|| u64::from_str_radix(s, 16).ok())?
+}
+
+/// One piece of evidence a source joined to a trace, as the trace's
+/// `rca.evidence` shows it.
+#[derive(Debug, Clone)]
+pub enum Joined {
+    /// A row of the `metrics` list, tagged with its `kind`.
+    Metric(&'static str, serde_json::Value),
+    /// A field of its own (`route_stats`).
+    Field(&'static str, serde_json::Value),
+}
+
+impl TraceRow {
+    /// The `metrics` rows of one kind joined to it.
+    pub fn joined_metrics<'a>(
+        &'a self,
+        kind: &'a str,
+    ) -> impl Iterator<Item = &'a serde_json::Value> {
+        self.joined.iter().filter_map(move |j| match j {
+            Joined::Metric(k, v) if *k == kind => Some(v),
+            _ => None,
+        })
+    }
+}

@@ -1,0 +1,108 @@
+//! The registered evidence sources: one line each. The order is the order
+//! they are asked whether they keep a metric point (the first that keeps it
+//! has it) and the order they join a trace.
+//!
+//! The config's validation lives here too: a rule's SQL is checked against
+//! the tables of the sources the config registers.
+
+use causeway_core::config::{ConfigError, Validate};
+
+use super::alerts;
+use super::config::CorrelateConfig;
+use super::rules;
+use super::source::{deps, gateway, host, kafka, rabbit, Sources};
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The sources of a config.
+pub fn sources(cfg: &CorrelateConfig) -> Sources {
+    let lag_sample = nanos(cfg.consumer_lag.sample_interval.get());
+    Sources::new(vec![
+        Box::new(rabbit::Rabbit::new(lag_sample)),
+        Box::new(deps::Deps::new(&cfg.dependencies)),
+        Box::new(kafka::Kafka::new(&cfg.consumer_lag)),
+        Box::new(host::Host),
+        Box::new(gateway::Gateway::new(
+            nanos(cfg.window.get()),
+            cfg.max_routes,
+        )),
+    ])
+}
+
+/// The span and resource attributes the sources' trouble checks read (for
+/// the `correlated` sampling policy).
+pub fn trouble_keys() -> Vec<&'static str> {
+    match serde_yaml::from_value::<CorrelateConfig>(serde_yaml::Value::Mapping(Default::default()))
+    {
+        Ok(cfg) => sources(&cfg).trouble_keys(),
+        Err(_) => Vec::new(),
+    }
+}
+
+impl Validate for CorrelateConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e = Vec::new();
+        let sources = sources(self);
+        let tables = sources.tables();
+        if self.window.get().is_zero() {
+            e.push(ConfigError::new("window", "must be more than 0"));
+        }
+        if self.max_log_records == 0 {
+            e.push(ConfigError::new("max_log_records", "must be at least 1"));
+        }
+        if self.max_log_bytes.0 < 1 << 20 {
+            e.push(ConfigError::new("max_log_bytes", "must be at least 1MiB"));
+        }
+        if !(0.0..=1.0).contains(&self.min_explained_share) {
+            e.push(ConfigError::new(
+                "min_explained_share",
+                "must be between 0 and 1",
+            ));
+        }
+        if self.baseline.window.get().is_zero() {
+            e.push(ConfigError::new("baseline.window", "must be more than 0"));
+        }
+        if self.dependencies.sample_interval.get().is_zero() {
+            e.push(ConfigError::new(
+                "dependencies.sample_interval",
+                "must be more than 0",
+            ));
+        }
+        if self.consumer_lag.lag_threshold <= 0.0 {
+            e.push(ConfigError::new(
+                "consumer_lag.lag_threshold",
+                "must be more than 0",
+            ));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, r) in self.rules.iter().enumerate() {
+            if r.name.trim().is_empty() {
+                e.push(ConfigError::new(
+                    format!("rules[{i}].name"),
+                    "must not be empty",
+                ));
+            }
+            if !names.insert(r.name.clone()) {
+                e.push(ConfigError::new(
+                    format!("rules[{i}].name"),
+                    format!("rule {:?} is defined twice", r.name),
+                ));
+            }
+            if r.cause.trim().is_empty() || r.cause.contains(char::is_whitespace) {
+                e.push(ConfigError::new(
+                    format!("rules[{i}].cause"),
+                    "must be one word, e.g. `db_lock_contention`",
+                ));
+            }
+            if let Err(msg) = rules::check_sql(&r.sql, &tables) {
+                e.push(ConfigError::new(format!("rules[{i}].sql"), msg));
+            }
+        }
+        if !self.alerts.rules.is_empty() || !self.alerts.links.is_empty() {
+            e.extend(alerts::validate(&self.alerts, &sources));
+        }
+        e
+    }
+}

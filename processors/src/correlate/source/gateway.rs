@@ -1,0 +1,638 @@
+//! The gateway source: per-route statistics of the gateway's access logs
+//! (requests, answers by status, the rate-limit rule that answered, the
+//! circuit breaker, latency quantiles) over ten-second buckets, and the
+//! rules that read the gateway's own answer to a trace (its log record,
+//! joined by `trace_id`).
+//!
+//! - series: metric points that carry a route (`route_id`, `http.route`);
+//! - rules' table `route_stats` (trace with a known route): `trace_id, route, requests, s4xx,
+//!   s5xx, s429, s503, s504, not_closed, top_rule, circuit_state, circuit_changes, p50_ms,
+//!   p99_ms`; its rules read the gateway's records in `logs`;
+//! - alerts' table `routes` (route with gateway traffic in the window): `route_id, requests, s4xx,
+//!   s5xx, s429, s503, s504, error_ratio, not_closed, top_rule, circuit_state, circuit_changes,
+//!   p50_ms, p99_ms`;
+//! - page: `GET /api/routes`, every route with traffic in the window, worst first;
+//! - trouble: a gateway answer among the policy's statuses or a circuit not
+//!   closed on the trace's own records, or its route open or answering
+//!   those statuses at `route_error_ratio`.
+
+use datafusion::arrow::datatypes::SchemaRef;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Mutex;
+
+use super::{json, Join, Source, Tick, Values, View, JOIN_ATTRS};
+use crate::correlate::model::series::{find, s, Kept, Offer, PointKind, ROUTE_KEYS};
+use crate::correlate::model::table::{count, f64f, i64f, schema, so, utf8, Cols, Table, V};
+use crate::correlate::model::{Joined, Key, LogEvidence, Rule, TraceRow, Trouble};
+use crate::correlate::store::Store;
+use crate::tail_sampling::sketch::Sketch;
+
+/// Ten-second buckets of a route's gateway traffic.
+#[derive(Debug, Clone, Default)]
+struct Bucket {
+    start_s: u64,
+    requests: u64,
+    s4xx: u64,
+    s5xx: u64,
+    s429: u64,
+    s503: u64,
+    s504: u64,
+    not_closed: u64,
+    rules: BTreeMap<String, u64>,
+    latency: Sketch,
+}
+
+#[derive(Debug, Clone, Default)]
+struct RouteWindow {
+    buckets: VecDeque<Bucket>,
+    circuit_state: Option<String>,
+    circuit_changes: u64,
+}
+
+/// A route's statistics over the window.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct RouteStats {
+    /// Requests.
+    pub requests: u64,
+    /// 4xx answers.
+    pub s4xx: u64,
+    /// 5xx answers.
+    pub s5xx: u64,
+    /// 429 answers.
+    pub s429: u64,
+    /// 503 answers.
+    pub s503: u64,
+    /// 504 answers.
+    pub s504: u64,
+    /// Records whose circuit state was not CLOSED.
+    pub not_closed: u64,
+    /// The most frequent rate-limit rule.
+    pub top_rule: Option<String>,
+    /// Latest circuit state.
+    pub circuit_state: Option<String>,
+    /// Circuit state changes seen.
+    pub circuit_changes: u64,
+    /// Median latency (ms).
+    pub p50_ms: Option<f64>,
+    /// 99th percentile latency (ms).
+    pub p99_ms: Option<f64>,
+}
+
+/// One ten-second bucket of a route's gateway traffic, for a chart.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct BucketPoint {
+    /// Bucket start (s since the epoch).
+    pub t: u64,
+    /// Requests.
+    pub requests: u64,
+    /// 4xx answers.
+    pub s4xx: u64,
+    /// 5xx answers.
+    pub s5xx: u64,
+    /// 429 answers.
+    pub s429: u64,
+    /// Median latency (ms).
+    pub p50_ms: Option<f64>,
+    /// 99th percentile (ms).
+    pub p99_ms: Option<f64>,
+}
+
+/// The gateway source.
+pub struct Gateway {
+    window_ns: u64,
+    max_routes: usize,
+    routes: Mutex<HashMap<String, RouteWindow>>,
+}
+
+impl Gateway {
+    /// Statistics over `window_ns` of at most `max_routes` routes.
+    pub fn new(window_ns: u64, max_routes: usize) -> Self {
+        Gateway {
+            window_ns,
+            max_routes,
+            routes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RouteWindow>> {
+        match self.routes.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// A route's statistics over the window ending at `now_ns`.
+    pub fn route_stats(&self, route: &str, now_ns: u64) -> Option<RouteStats> {
+        let g = self.lock();
+        let w = g.get(route)?;
+        Some(stats_over(w, now_ns, self.window_ns))
+    }
+
+    /// Every route's statistics over the `window_ns` ending at `now_ns`
+    /// (10-second buckets: a bucket counts when any of it is in the window).
+    pub fn routes_over(&self, now_ns: u64, window_ns: u64) -> Vec<(String, RouteStats)> {
+        let g = self.lock();
+        let from_s = now_ns.saturating_sub(window_ns) / 1_000_000_000;
+        routes_since(&g, from_s)
+            .map(|(r, w)| (r.clone(), stats_over(w, now_ns, window_ns)))
+            .collect()
+    }
+
+    /// Routes with statistics.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no route has statistics.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `/api/routes`: every route with gateway traffic in the window, worst first.
+    fn routes_page(&self, view: &View<'_>) -> serde_json::Value {
+        let now = view.now_ns;
+        // Per route: causes counted, and the latest trace of each.
+        let mut by_route: HashMap<String, BTreeMap<String, (u64, [u8; 16])>> = HashMap::new();
+        view.store
+            .visit_rca(now.saturating_sub(view.window_ns), |_, e| {
+                let causes = match by_route.get_mut(e.route.as_str()) {
+                    Some(c) => c,
+                    None => by_route.entry(e.route.clone()).or_default(),
+                };
+                match causes.get_mut(e.cause.as_str()) {
+                    Some(c) => {
+                        c.0 += 1;
+                        c.1 = e.trace_id;
+                    }
+                    None => {
+                        causes.insert(e.cause.clone(), (1, e.trace_id));
+                    }
+                }
+            });
+        let mut rows: Vec<serde_json::Value> = self
+            .routes_detail(now, view.window_ns)
+            .into_iter()
+            .map(|(route, st, points)| {
+                let causes = by_route.get(route.as_str());
+                let analysed: u64 = causes.map_or(0, |c| c.values().map(|x| x.0).sum());
+                // The dominant cause among those that name one.
+                let top = causes.and_then(|c| {
+                    c.iter()
+                        .filter(|(cause, _)| cause.as_str() != "unknown")
+                        .max_by_key(|(_, x)| x.0)
+                        .or_else(|| c.iter().max_by_key(|(_, x)| x.0))
+                });
+                let bad = st.s5xx + st.s429;
+                serde_json::json!({
+                    "route": route,
+                    "requests": st.requests,
+                    "s4xx": st.s4xx, "s5xx": st.s5xx, "s429": st.s429, "s503": st.s503, "s504": st.s504,
+                    "error_ratio": if st.requests > 0 { bad as f64 / st.requests as f64 } else { 0.0 },
+                    "p50_ms": st.p50_ms, "p99_ms": st.p99_ms,
+                    "circuit_state": st.circuit_state,
+                    "rate_limit_rule": st.top_rule,
+                    "analysed": analysed,
+                    "cause": top.map(|(c, _)| c),
+                    "cause_share": top.map(|(_, x)| if analysed > 0 { x.0 as f64 / analysed as f64 } else { 0.0 }),
+                    "exemplar": top.map(|(_, x)| hex::encode(x.1)),
+                    "points": points,
+                })
+            })
+            .collect();
+        // The worst first: most failing answers, then the slowest.
+        rows.sort_by(|a, b| {
+            let key = |v: &serde_json::Value| {
+                (
+                    v["error_ratio"].as_f64().unwrap_or(0.0),
+                    v["p99_ms"].as_f64().unwrap_or(0.0),
+                )
+            };
+            let (ka, kb) = (key(a), key(b));
+            kb.0.total_cmp(&ka.0).then(kb.1.total_cmp(&ka.1))
+        });
+        serde_json::json!({ "window_s": view.window_ns / 1_000_000_000, "routes": rows })
+    }
+
+    /// Every route with traffic in the `window_ns` ending at `now_ns`: its
+    /// statistics and its ten-second buckets.
+    pub fn routes_detail(
+        &self,
+        now_ns: u64,
+        window_ns: u64,
+    ) -> Vec<(String, RouteStats, Vec<BucketPoint>)> {
+        let g = self.lock();
+        let from_s = now_ns.saturating_sub(window_ns) / 1_000_000_000;
+        routes_since(&g, from_s)
+            .map(|(r, w)| {
+                let points = w
+                    .buckets
+                    .iter()
+                    .filter(|b| b.start_s + 10 >= from_s)
+                    .map(|b| BucketPoint {
+                        t: b.start_s,
+                        requests: b.requests,
+                        s4xx: b.s4xx,
+                        s5xx: b.s5xx,
+                        s429: b.s429,
+                        p50_ms: b.latency.quantile(0.5),
+                        p99_ms: b.latency.quantile(0.99),
+                    })
+                    .collect();
+                (r.clone(), stats_over(w, now_ns, window_ns), points)
+            })
+            .collect()
+    }
+}
+
+/// The `route_stats` table's schema.
+fn route_stats_schema() -> SchemaRef {
+    schema(vec![
+        utf8("trace_id"),
+        utf8("route"),
+        i64f("requests"),
+        i64f("s4xx"),
+        i64f("s5xx"),
+        i64f("s429"),
+        i64f("s503"),
+        i64f("s504"),
+        i64f("not_closed"),
+        utf8("top_rule"),
+        utf8("circuit_state"),
+        i64f("circuit_changes"),
+        f64f("p50_ms"),
+        f64f("p99_ms"),
+    ])
+}
+
+/// The `routes` alert table's schema.
+fn routes_schema() -> SchemaRef {
+    schema(vec![
+        utf8("route_id"),
+        i64f("requests"),
+        i64f("s4xx"),
+        i64f("s5xx"),
+        i64f("s429"),
+        i64f("s503"),
+        i64f("s504"),
+        f64f("error_ratio"),
+        i64f("not_closed"),
+        utf8("top_rule"),
+        utf8("circuit_state"),
+        i64f("circuit_changes"),
+        f64f("p50_ms"),
+        f64f("p99_ms"),
+    ])
+}
+
+/// A route's statistics as evidence.
+#[derive(serde::Serialize)]
+struct EvRoute<'a> {
+    route: &'a str,
+    #[serde(flatten)]
+    stats: &'a RouteStats,
+}
+
+impl Source for Gateway {
+    fn name(&self) -> &'static str {
+        "gateway"
+    }
+
+    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
+        if o.kind != PointKind::Number {
+            return None;
+        }
+        let route = find(o.attrs, &ROUTE_KEYS).and_then(s)?;
+        Some(Kept {
+            key: Key::new("gateway").with("route_id", Some(route)),
+            drop: JOIN_ATTRS,
+            add: Vec::new(),
+        })
+    }
+
+    fn dims(&self) -> &'static [&'static str] {
+        &["route_id"]
+    }
+
+    fn observe(&self, ev: &LogEvidence, _clock_ns: u64) {
+        if !ev.gateway {
+            return;
+        }
+        if let Some(route) = &ev.route {
+            add_route(
+                &mut self.lock(),
+                (self.window_ns, self.max_routes),
+                route,
+                ev,
+            );
+        }
+    }
+
+    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
+        vec![("route_stats", route_stats_schema())]
+    }
+
+    fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
+        // A route's statistics are the same for every trace of the tick: computed once.
+        let mut stats: HashMap<String, Option<RouteStats>> = HashMap::new();
+        let sch = route_stats_schema();
+        let mut c = Cols::new(&sch, traces.len());
+        for t in traces.iter_mut() {
+            let st = t.route.as_ref().and_then(|route| {
+                stats
+                    .entry(route.clone())
+                    .or_insert_with(|| self.route_stats(route, tick.now_ns))
+                    .clone()
+                    .map(|s| (route.clone(), s))
+            });
+            let ev = match &st {
+                Some((route, stats)) => json(&EvRoute { route, stats }),
+                None => serde_json::Value::Null,
+            };
+            t.joined.push(Joined::Field("route_stats", ev));
+            if let Some((route, st)) = &st {
+                c.row([
+                    crate::correlate::model::table::s(&t.trace_id),
+                    crate::correlate::model::table::s(route),
+                    count(st.requests),
+                    count(st.s4xx),
+                    count(st.s5xx),
+                    count(st.s429),
+                    count(st.s503),
+                    count(st.s504),
+                    count(st.not_closed),
+                    so(&st.top_rule),
+                    so(&st.circuit_state),
+                    count(st.circuit_changes),
+                    V::F(st.p50_ms),
+                    V::F(st.p99_ms),
+                ]);
+            }
+        }
+        Ok(Join {
+            tables: vec![("route_stats", sch.clone(), c.finish(sch)?)],
+            misses: 0,
+        })
+    }
+
+    fn rules(&self) -> Vec<Rule> {
+        let r = Rule::builtin;
+        vec![
+            r(
+                "gateway_429",
+                "rate_limited",
+                r#"
+SELECT l.trace_id, 0.95 AS confidence,
+  concat('route ', coalesce(max(l.route), '?'), ' rate-limited by ', coalesce(max(l.rate_limit_rule), 'a rate limit'), ': ',
+         CAST(sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
+         ' gateway attempts answered 429') AS summary,
+  concat('rate_limit_rule=', coalesce(max(l.rate_limit_rule), '')) AS evidence,
+  max(t.root_span_id) AS culprit_span_id,
+  CASE WHEN max(t.final_status) = 429 THEN max(t.duration_ms)
+       ELSE least(max(t.duration_ms), greatest(0.0, max(CASE WHEN l.status = 429 THEN l.time_ms END) - max(t.start_unix_ms))) END AS explained_ms,
+  coalesce(max(t.final_status) = 429, false) AS explains_failure
+FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
+GROUP BY l.trace_id
+HAVING sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) > 0"#,
+            ),
+            r(
+                "gateway_circuit_open",
+                "circuit_open",
+                r#"
+SELECT l.trace_id, 0.96 AS confidence,
+  concat('circuit breaker ', coalesce(max(upper(l.circuit_state)), 'OPEN'), ' for ', coalesce(max(l.upstream), 'the upstream'),
+         ' on route ', coalesce(max(l.route), '?'), ': ',
+         CAST(sum(CASE WHEN l.status = 503 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
+         ' gateway attempts answered 503 without reaching it') AS summary,
+  concat('circuit_state=', coalesce(max(l.circuit_state), ''), ' response_flags=', coalesce(max(l.response_flags), '')) AS evidence,
+  CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE coalesce(sum(l.duration_ms), 0.0) END AS explained_ms,
+  bool_or(t.failed) AS explains_failure
+FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
+GROUP BY l.trace_id
+HAVING sum(CASE WHEN upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN') OR l.response_flags LIKE '%UO%' THEN 1 ELSE 0 END) > 0"#,
+            ),
+            r(
+                "gateway_504",
+                "upstream_timeout",
+                r#"
+SELECT l.trace_id, 0.93 AS confidence,
+  concat('upstream ', coalesce(max(l.upstream), '?'), ' timed out on route ', coalesce(max(l.route), '?'), ': ',
+         CAST(sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 0 END) AS VARCHAR), ' of ',
+         CAST(count(*) AS VARCHAR), ' gateway attempts answered 504 after ',
+         CAST(CAST(max(l.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+  CASE WHEN max(t.final_status) = 504 THEN max(t.duration_ms) ELSE coalesce(max(l.duration_ms), 0.0) END AS explained_ms,
+  coalesce(max(t.final_status) = 504, false) AS explains_failure
+FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
+GROUP BY l.trace_id
+HAVING sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 0 END) > 0"#,
+            ),
+            r(
+                "gateway_503",
+                "upstream_unavailable",
+                r#"
+SELECT l.trace_id, 0.9 AS confidence,
+  concat('upstream ', coalesce(max(l.upstream), '?'), ' unavailable on route ', coalesce(max(l.route), '?'), ': ',
+         CAST(sum(CASE WHEN l.status IN (502, 503) THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
+         ' gateway attempts answered ', CAST(max(l.status) AS VARCHAR),
+         CASE WHEN max(l.response_flags) IS NULL THEN '' ELSE concat(' (', max(l.response_flags), ')') END) AS summary,
+  CASE WHEN max(t.final_status) IN (502, 503) THEN max(t.duration_ms) ELSE coalesce(sum(l.duration_ms), 0.0) END AS explained_ms,
+  coalesce(max(t.final_status) IN (502, 503), false) AS explains_failure
+FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
+GROUP BY l.trace_id
+HAVING sum(CASE WHEN (l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR l.response_flags LIKE '%UH%')
+                 AND coalesce(upper(l.circuit_state), 'CLOSED') = 'CLOSED' THEN 1 ELSE 0 END) > 0"#,
+            ),
+        ]
+    }
+
+    fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
+        let sch = routes_schema();
+        let routes = view
+            .map(|v| self.routes_over(v.now_ns, v.window_ns))
+            .unwrap_or_default();
+        let mut c = Cols::new(&sch, routes.len());
+        for (r, st) in &routes {
+            let ratio = if st.requests > 0 {
+                st.s5xx as f64 / st.requests as f64
+            } else {
+                0.0
+            };
+            c.row([
+                crate::correlate::model::table::s(r),
+                count(st.requests),
+                count(st.s4xx),
+                count(st.s5xx),
+                count(st.s429),
+                count(st.s503),
+                count(st.s504),
+                V::F(Some(ratio)),
+                count(st.not_closed),
+                so(&st.top_rule),
+                so(&st.circuit_state),
+                count(st.circuit_changes),
+                V::F(st.p50_ms),
+                V::F(st.p99_ms),
+            ]);
+        }
+        Ok(vec![("routes", sch.clone(), c.finish(sch)?)])
+    }
+
+    fn api(&self, path: &str, view: &View<'_>) -> Option<serde_json::Value> {
+        (path == "routes").then(|| self.routes_page(view))
+    }
+
+    fn trouble_keys(&self) -> &'static [&'static str] {
+        &["http.route", "route_id"]
+    }
+
+    fn in_trouble(
+        &self,
+        store: &Store,
+        trace_id: &[u8; 16],
+        values: Values<'_>,
+        tr: &Trouble,
+    ) -> bool {
+        let bad = store.logs_of(trace_id).iter().any(|l| {
+            l.status.is_some_and(|s| tr.statuses.contains(&s))
+                || l.circuit_state
+                    .as_deref()
+                    .is_some_and(|c| !c.eq_ignore_ascii_case("CLOSED"))
+        });
+        if bad {
+            return true;
+        }
+        let now_s = store.clock() / 1_000_000_000;
+        let horizon = now_s.saturating_sub(self.window_ns / 1_000_000_000);
+        let g = self.lock();
+        let routes: Vec<&str> = self.trouble_keys().iter().flat_map(|k| values(k)).collect();
+        for r in routes {
+            if let Some(w) = g.get(r) {
+                if w.circuit_state.as_deref().is_some_and(|c| c != "CLOSED") {
+                    return true;
+                }
+                let (mut req, mut bad) = (0u64, 0u64);
+                for b in w.buckets.iter().filter(|b| b.start_s + 10 >= horizon) {
+                    req += b.requests;
+                    for st in &tr.statuses {
+                        bad += match st {
+                            429 => b.s429,
+                            503 => b.s503,
+                            504 => b.s504,
+                            _ => 0,
+                        };
+                    }
+                }
+                if req > 0 && bad as f64 / req as f64 >= tr.route_error_ratio {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
+/// The routes with a ten-second bucket reaching into `[from_s, …)`.
+fn routes_since(
+    g: &HashMap<String, RouteWindow>,
+    from_s: u64,
+) -> impl Iterator<Item = (&String, &RouteWindow)> {
+    g.iter()
+        .filter(move |(_, w)| w.buckets.iter().any(|b| b.start_s + 10 >= from_s))
+}
+
+fn stats_over(w: &RouteWindow, now_ns: u64, window_ns: u64) -> RouteStats {
+    let horizon = now_ns.saturating_sub(window_ns) / 1_000_000_000;
+    let mut st = RouteStats {
+        circuit_state: w.circuit_state.clone(),
+        circuit_changes: w.circuit_changes,
+        ..Default::default()
+    };
+    let mut rules: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut sketch = Sketch::default();
+    for b in w.buckets.iter().filter(|b| b.start_s + 10 >= horizon) {
+        st.requests += b.requests;
+        st.s4xx += b.s4xx;
+        st.s5xx += b.s5xx;
+        st.s429 += b.s429;
+        st.s503 += b.s503;
+        st.s504 += b.s504;
+        st.not_closed += b.not_closed;
+        for (r, n) in &b.rules {
+            *rules.entry(r).or_default() += n;
+        }
+        sketch.merge(&b.latency);
+    }
+    st.top_rule = rules
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .map(|(r, _)| r.to_string());
+    st.p50_ms = sketch.quantile(0.5);
+    st.p99_ms = sketch.quantile(0.99);
+    st
+}
+
+fn add_route(
+    g: &mut HashMap<String, RouteWindow>,
+    (window_ns, max_routes): (u64, usize),
+    route: &str,
+    ev: &LogEvidence,
+) {
+    if !g.contains_key(route) && g.len() >= max_routes {
+        return;
+    }
+    let w = g.entry(route.to_string()).or_default();
+    let start_s = ev.time_ns / 1_000_000_000 / 10 * 10;
+    if w.buckets.back().is_none_or(|b| b.start_s < start_s) {
+        w.buckets.push_back(Bucket {
+            start_s,
+            ..Default::default()
+        });
+    }
+    let window_buckets = (window_ns / 10_000_000_000).max(1) as usize + 1;
+    while w.buckets.len() > window_buckets {
+        w.buckets.pop_front();
+    }
+    // A record older than the newest bucket goes to the bucket of its time if kept.
+    let Some(b) = w.buckets.iter_mut().rev().find(|b| b.start_s <= start_s) else {
+        return;
+    };
+    b.requests += 1;
+    if let Some(st) = ev.status {
+        b.s4xx += u64::from((400..500).contains(&st));
+        b.s5xx += u64::from((500..600).contains(&st));
+        b.s429 += u64::from(st == 429);
+        b.s503 += u64::from(st == 503);
+        b.s504 += u64::from(st == 504);
+    }
+    if let Some(r) = &ev.rate_limit_rule {
+        if ev.status == Some(429) {
+            *b.rules.entry(r.clone()).or_default() += 1;
+        }
+    }
+    if let Some(d) = ev.duration_ms {
+        b.latency.add(d);
+    }
+    // A record without a circuit state whose request reached the upstream
+    // and was answered (status below 500) says the circuit is closed now:
+    // gateways that report the breaker only when it trips (Envoy's `UO`
+    // flag, a 503 with `circuit_state: OPEN`) would otherwise leave the
+    // route open for the whole window after one trip, and every trace of
+    // the route would look troubled.
+    let answered = ev.circuit_state.is_none()
+        && ev
+            .status
+            .is_some_and(|st| (100..500).contains(&st) && st != 429);
+    let closed = answered.then(|| "CLOSED".to_string());
+    if let Some(cs) = ev.circuit_state.as_ref().or(closed.as_ref()) {
+        let cs_up = cs.to_ascii_uppercase();
+        if cs_up != "CLOSED" {
+            b.not_closed += 1;
+        }
+        if answered && w.circuit_state.is_none() {
+            // Never reported open: nothing to close.
+            return;
+        }
+        if w.circuit_state.as_deref().is_some_and(|prev| prev != cs_up) {
+            w.circuit_changes += 1;
+        }
+        w.circuit_state = Some(cs_up);
+    }
+}

@@ -1,0 +1,422 @@
+//! The host source: the pressure of the machines a trace's spans ran on
+//! (CPU, iowait, memory, disk, PSI; GPUs by DCGM), from the `hostmetrics`
+//! receiver or the Collector's, joined by the resource's machine (see
+//! `HOST_KEYS`).
+//!
+//! - series: points whose resource names a machine (`k8s.node.name`,
+//!   `host.name`, ...; a scraped target named only by its instance counts
+//!   for `system.*` metrics only);
+//! - rules' table `host` (host the trace ran on): `trace_id, host, culprit, cpu_busy, iowait,
+//!   mem_used, mem_available_ratio, disk_util, psi_cpu, psi_memory, psi_io, time_ms, gpu_util,
+//!   gpu_mem_used`;
+//! - trouble: a host of the trace above the policy's `cpu_busy`, `iowait`
+//!   or `memory_used`;
+//! - a trace none of whose hosts has series while other hosts have is a
+//!   join miss (`join="host"`).
+
+use datafusion::arrow::datatypes::SchemaRef;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{json, row_time, Join, Source, Tick, Values, JOIN_ATTRS};
+use crate::correlate::model::series::{find, machine, s, Kept, Offer, PointKind, ROUTE_KEYS};
+use crate::correlate::model::table::{boolf, f64f, schema, utf8, Cols, V};
+use crate::correlate::model::{Joined, Key, Rule, Series, TraceRow, Trouble};
+use crate::correlate::store::Store;
+
+/// The host source.
+#[derive(Debug, Default)]
+pub struct Host;
+
+/// Pressure of a host a trace ran on.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct HostRow {
+    /// `host.name`.
+    pub host: String,
+    /// Whether the culprit span ran there.
+    pub culprit: bool,
+    /// 1 − idle utilization.
+    pub cpu_busy: Option<f64>,
+    /// iowait utilization.
+    pub iowait: Option<f64>,
+    /// Memory used fraction.
+    pub mem_used: Option<f64>,
+    /// MemAvailable / total.
+    pub mem_available_ratio: Option<f64>,
+    /// Busiest disk's busy fraction.
+    pub disk_util: Option<f64>,
+    /// PSI some avg10 (%).
+    pub psi_cpu: Option<f64>,
+    /// PSI some avg10 (%).
+    pub psi_memory: Option<f64>,
+    /// PSI some avg10 (%).
+    pub psi_io: Option<f64>,
+    /// Busiest GPU's utilization (0..1; DCGM `DCGM_FI_DEV_GPU_UTIL` ÷ 100).
+    pub gpu_util: Option<f64>,
+    /// Fullest GPU's framebuffer memory used (0..1; `FB_USED ÷ (FB_USED + FB_FREE)`).
+    pub gpu_mem_used: Option<f64>,
+    /// Time of the latest point used (ns).
+    #[serde(rename = "time_unix_nano")]
+    pub time_ns: u64,
+}
+
+fn host_row(series: &[Series], host: &str, from: u64, to: u64) -> HostRow {
+    let mut row = HostRow {
+        host: host.to_string(),
+        ..Default::default()
+    };
+    let max = |a: Option<f64>, b: f64| Some(a.map_or(b, |x| x.max(b)));
+    let min = |a: Option<f64>, b: f64| Some(a.map_or(b, |x| x.min(b)));
+    let mut mem_total = None;
+    let mut mem_avail = None;
+    let mut fb: BTreeMap<String, (Option<f64>, Option<f64>)> = BTreeMap::new();
+    for s in series.iter().filter(|s| s.key.get("host") == Some(host)) {
+        let mode = s
+            .attr("cpu.mode")
+            .or_else(|| s.attr("state"))
+            .or_else(|| s.attr("system.memory.state"));
+        let pick = match s.name.as_str() {
+            "system.cpu.utilization" if mode == Some("idle") => {
+                // The least idle in the interval: the busiest moment.
+                s.points
+                    .iter()
+                    .filter(|(t, _)| *t >= from && *t <= to)
+                    .fold(None, |acc: Option<(u64, f64)>, p| match acc {
+                        Some(a) if a.1 <= p.1 => Some(a),
+                        _ => Some(*p),
+                    })
+                    .map(|(t, v)| {
+                        row.cpu_busy = max(row.cpu_busy, 1.0 - v);
+                        t
+                    })
+            }
+            "system.cpu.utilization" if mode == Some("iowait") || mode == Some("wait") => {
+                s.max_in(from, to).map(|(t, v)| {
+                    row.iowait = max(row.iowait, v);
+                    t
+                })
+            }
+            "system.memory.utilization" if mode == Some("used") => {
+                s.max_in(from, to).map(|(t, v)| {
+                    row.mem_used = max(row.mem_used, v);
+                    t
+                })
+            }
+            "system.linux.memory.available" => s
+                .points
+                .iter()
+                .filter(|(t, _)| *t >= from && *t <= to)
+                .map(|p| p.1)
+                .reduce(f64::min)
+                .map(|v| {
+                    mem_avail = min(mem_avail, v);
+                    s.points.back().map_or(0, |p| p.0)
+                }),
+            "system.memory.usage" => s.max_in(from, to).map(|(t, v)| {
+                mem_total = Some(mem_total.unwrap_or(0.0) + v);
+                t
+            }),
+            "system.disk.utilization" => s.max_in(from, to).map(|(t, v)| {
+                row.disk_util = max(row.disk_util, v);
+                t
+            }),
+            "system.disk.io_time" => s.rate_in(from, to).map(|v| {
+                row.disk_util = max(row.disk_util, v.min(1.0));
+                s.points.back().map_or(0, |p| p.0)
+            }),
+            "DCGM_FI_DEV_GPU_UTIL" => s.max_in(from, to).map(|(t, v)| {
+                row.gpu_util = max(row.gpu_util, v / 100.0);
+                t
+            }),
+            "DCGM_FI_DEV_FB_USED" | "DCGM_FI_DEV_FB_FREE" => s.max_in(from, to).map(|(t, v)| {
+                let gpu = s.attr("gpu").or_else(|| s.attr("UUID")).unwrap_or("");
+                let e = fb.entry(gpu.to_string()).or_default();
+                if s.name == "DCGM_FI_DEV_FB_USED" {
+                    e.0 = Some(v);
+                } else {
+                    e.1 = Some(v);
+                }
+                t
+            }),
+            "system.linux.pressure" => s.max_in(from, to).map(|(t, v)| {
+                match s.attr("resource") {
+                    Some("cpu") => row.psi_cpu = max(row.psi_cpu, v),
+                    Some("memory") => row.psi_memory = max(row.psi_memory, v),
+                    Some("io") => row.psi_io = max(row.psi_io, v),
+                    _ => {}
+                }
+                t
+            }),
+            _ => None,
+        };
+        if let Some(t) = pick {
+            row_time(&mut row.time_ns, t);
+        }
+    }
+    for (used, free) in fb.values() {
+        if let (Some(u), Some(f)) = (used, free) {
+            if u + f > 0.0 {
+                row.gpu_mem_used = max(row.gpu_mem_used, u / (u + f));
+            }
+        }
+    }
+    if let (Some(a), Some(total)) = (mem_avail, mem_total) {
+        if total > 0.0 {
+            row.mem_available_ratio = Some(a / total);
+        }
+    }
+    row
+}
+
+fn host_schema() -> SchemaRef {
+    schema(vec![
+        utf8("trace_id"),
+        utf8("host"),
+        boolf("culprit"),
+        f64f("cpu_busy"),
+        f64f("iowait"),
+        f64f("mem_used"),
+        f64f("mem_available_ratio"),
+        f64f("disk_util"),
+        f64f("psi_cpu"),
+        f64f("psi_memory"),
+        f64f("psi_io"),
+        f64f("time_ms"),
+        f64f("gpu_util"),
+        f64f("gpu_mem_used"),
+    ])
+}
+
+impl Source for Host {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
+        if o.kind != PointKind::Number {
+            return None;
+        }
+        let host = machine(o.resource, o.metric)?;
+        Some(Kept {
+            key: Key::new("host")
+                .with("host", Some(host))
+                .with("route_id", find(o.attrs, &ROUTE_KEYS).and_then(s)),
+            drop: JOIN_ATTRS,
+            add: Vec::new(),
+        })
+    }
+
+    fn dims(&self) -> &'static [&'static str] {
+        &["host", "route_id"]
+    }
+
+    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
+        vec![("host", host_schema())]
+    }
+
+    fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
+        let hosts: BTreeSet<&str> = traces
+            .iter()
+            .flat_map(|t| t.spans.iter().map(|s| &*s.host))
+            .filter(|h| !h.is_empty())
+            .collect();
+        // Any series with a host (DCGM's are kept by the dependencies).
+        let series = if hosts.is_empty() {
+            Vec::new()
+        } else {
+            tick.store
+                .series_where(|s| s.key.get("host").is_some_and(|h| hosts.contains(h)))
+        };
+        let any = tick.store.any_series_with("host");
+        let sch = host_schema();
+        let mut c = Cols::new(&sch, 0);
+        let mut misses = 0;
+        for t in traces.iter_mut() {
+            let (from, to) = tick.interval(t);
+            let culprit_host = t.spans[t.culprit].host.clone();
+            let span_hosts: BTreeSet<std::sync::Arc<str>> = t
+                .spans
+                .iter()
+                .map(|s| s.host.clone())
+                .filter(|h| !h.is_empty())
+                .collect();
+            let mut joined = false;
+            for h in span_hosts {
+                let mut row = host_row(&series, &h, from, to);
+                if row.time_ns == 0 {
+                    continue;
+                }
+                row.culprit = *h == *culprit_host;
+                c.row([
+                    V::S(Some(t.trace_id.as_str())),
+                    V::S(Some(row.host.as_str())),
+                    V::B(Some(row.culprit)),
+                    V::F(row.cpu_busy),
+                    V::F(row.iowait),
+                    V::F(row.mem_used),
+                    V::F(row.mem_available_ratio),
+                    V::F(row.disk_util),
+                    V::F(row.psi_cpu),
+                    V::F(row.psi_memory),
+                    V::F(row.psi_io),
+                    V::F(Some(row.time_ns as f64 / 1e6)),
+                    V::F(row.gpu_util),
+                    V::F(row.gpu_mem_used),
+                ]);
+                t.joined.push(Joined::Metric("host", json(&row)));
+                joined = true;
+            }
+            if !joined && any {
+                misses += 1;
+            }
+        }
+        Ok(Join {
+            tables: vec![("host", sch.clone(), c.finish(sch)?)],
+            misses,
+        })
+    }
+
+    fn rules(&self) -> Vec<Rule> {
+        let r = Rule::builtin;
+        vec![
+            r(
+                "gpu_busy",
+                "gpu_saturation",
+                r#"
+SELECT s.trace_id, 0.84 AS confidence,
+  concat('GPU of ', max(h.host), ' ', CAST(CAST(round(max(h.gpu_util) * 100) AS BIGINT) AS VARCHAR),
+         '% busy (DCGM_FI_DEV_GPU_UTIL) while ', max(s.service), ' ran ', coalesce(max(s.gen_ai_model), max(s.name)), ' for ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+  first_value(s.span_id ORDER BY s.path_ms DESC) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
+WHERE (s.gen_ai_prefill_ms IS NOT NULL OR s.gen_ai_model IS NOT NULL) AND h.gpu_util >= 0.95
+GROUP BY s.trace_id
+UNION ALL
+SELECT s.trace_id, 0.84 AS confidence,
+  concat('GPU behind triton ', max(r.address), ' ', CAST(CAST(round(max(r.gpu_util) * 100) AS BIGINT) AS VARCHAR),
+         '% busy (nv_gpu_utilization) while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'triton' AND r.gpu_util >= 0.95
+GROUP BY s.trace_id"#,
+            ),
+            r(
+                "gpu_memory",
+                "gpu_memory_pressure",
+                r#"
+SELECT s.trace_id, 0.85 AS confidence,
+  concat('GPU memory of ', max(h.host), ' ', CAST(CAST(round(max(h.gpu_mem_used) * 100) AS BIGINT) AS VARCHAR),
+         '% used (DCGM_FI_DEV_FB_USED of FB_USED + FB_FREE) while ', max(s.service), ' ran ', coalesce(max(s.gen_ai_model), max(s.name)), ' for ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+  first_value(s.span_id ORDER BY s.path_ms DESC) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
+WHERE (s.gen_ai_prefill_ms IS NOT NULL OR s.gen_ai_model IS NOT NULL) AND h.gpu_mem_used >= 0.95
+GROUP BY s.trace_id
+UNION ALL
+SELECT s.trace_id, 0.85 AS confidence,
+  concat('GPU memory behind triton ', max(r.address), ' ', CAST(CAST(round(max(r.gpu_mem_used) * 100) AS BIGINT) AS VARCHAR),
+         '% used (nv_gpu_memory_used_bytes of total) while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'triton' AND r.gpu_mem_used >= 0.95
+GROUP BY s.trace_id"#,
+            ),
+            r(
+                "tokenizer_cpu",
+                "tokenizer_cpu",
+                r#"
+SELECT s.trace_id, 0.86 AS confidence,
+  concat(max(s.service), ' spent ', CAST(CAST(max(s.self_ms) AS BIGINT) AS VARCHAR), ' ms in ', max(s.name), ' on ', max(h.host),
+         ', its CPU ', CAST(CAST(round(max(h.cpu_busy) * 100) AS BIGINT) AS VARCHAR), '% busy') AS summary,
+  first_value(s.span_id ORDER BY s.self_ms DESC) AS culprit_span_id,
+  max(s.self_ms) AS explained_ms
+FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
+WHERE s.critical AND regexp_like(lower(s.name), '(tokeni[sz]|detokeni[sz]|preprocess|pre-process|pre_process)')
+  AND (h.cpu_busy >= 0.85 OR h.psi_cpu >= 40)
+GROUP BY s.trace_id"#,
+            ),
+            r(
+                "host_cpu",
+                "host_cpu_saturation",
+                r#"
+SELECT h.trace_id, 0.82 AS confidence,
+  concat('host ', max(h.host), ' CPU saturated (', CAST(CAST(max(h.cpu_busy) * 100 AS BIGINT) AS VARCHAR), '% busy) while ',
+         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
+  coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
+FROM host h JOIN traces t ON h.trace_id = t.trace_id
+WHERE h.culprit AND (h.cpu_busy >= 0.9 OR h.psi_cpu >= 40)
+GROUP BY h.trace_id"#,
+            ),
+            r(
+                "host_iowait",
+                "host_io_wait",
+                r#"
+SELECT h.trace_id, 0.82 AS confidence,
+  concat('host ', max(h.host), ' waiting on disk IO (iowait ', CAST(CAST(coalesce(max(h.iowait), 0) * 100 AS BIGINT) AS VARCHAR),
+         '%, disk busy ', CAST(CAST(coalesce(max(h.disk_util), 0) * 100 AS BIGINT) AS VARCHAR), '%) while ',
+         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
+  coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
+FROM host h JOIN traces t ON h.trace_id = t.trace_id
+WHERE h.culprit AND (h.iowait >= 0.2 OR h.disk_util >= 0.9 OR h.psi_io >= 30)
+GROUP BY h.trace_id"#,
+            ),
+            r(
+                "host_memory",
+                "host_memory_pressure",
+                r#"
+SELECT h.trace_id, 0.82 AS confidence,
+  concat('host ', max(h.host), ' under memory pressure (',
+         CAST(CAST(coalesce(max(h.mem_used), 1 - min(h.mem_available_ratio)) * 100 AS BIGINT) AS VARCHAR), '% used) while ',
+         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
+  coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
+FROM host h JOIN traces t ON h.trace_id = t.trace_id
+WHERE h.culprit AND (h.mem_used >= 0.95 OR h.mem_available_ratio <= 0.05 OR h.psi_memory >= 20)
+GROUP BY h.trace_id"#,
+            ),
+        ]
+    }
+
+    fn trouble_keys(&self) -> &'static [&'static str] {
+        &["host.name"]
+    }
+
+    fn in_trouble(
+        &self,
+        store: &Store,
+        _trace_id: &[u8; 16],
+        values: Values<'_>,
+        tr: &Trouble,
+    ) -> bool {
+        let hosts = values("host.name");
+        if hosts.is_empty() {
+            return false;
+        }
+        let last = |s: &Series| s.points.back().map(|p| p.1);
+        !store
+            .series_where(|s| {
+                if !s.key.get("host").is_some_and(|h| hosts.contains(&h)) {
+                    return false;
+                }
+                let mode = s
+                    .attr("cpu.mode")
+                    .or_else(|| s.attr("state"))
+                    .or_else(|| s.attr("system.memory.state"));
+                match (s.name.as_str(), mode) {
+                    ("system.cpu.utilization", Some("idle")) => {
+                        last(s).is_some_and(|v| 1.0 - v >= tr.cpu_busy)
+                    }
+                    ("system.cpu.utilization", Some("iowait" | "wait")) => {
+                        last(s).is_some_and(|v| v >= tr.iowait)
+                    }
+                    ("system.memory.utilization", Some("used")) => {
+                        last(s).is_some_and(|v| v >= tr.memory_used)
+                    }
+                    _ => false,
+                }
+            })
+            .is_empty()
+    }
+}

@@ -1,0 +1,380 @@
+//! Evidence sources. A source owns everything about one kind of evidence
+//! and nothing else names it:
+//! - which metric series it keeps, under which key ([`Source::keep`]);
+//! - which spans it claims ([`Source::claims`]);
+//! - how it joins a trace, its Arrow tables for the rules, and what a join
+//!   that finds nothing counts as ([`Source::join`], [`Source::tables`]);
+//! - its built-in rules ([`Source::rules`]);
+//! - its tables for the alert rules ([`Source::alert_tables`]);
+//! - the page's API it serves and the table the page draws of it
+//!   ([`Source::api`], [`Source::page`]);
+//! - what "in trouble" means for the `correlated` sampling policy
+//!   ([`Source::in_trouble`]).
+//!
+//! A new source is one file here and one line in the registry (`registry.rs`).
+//! Sources sit above the state and the model and below the rule engine,
+//! the alerts, the page and the processor; no source names another.
+
+pub mod deps;
+pub mod gateway;
+pub mod host;
+pub mod kafka;
+pub mod rabbit;
+
+use datafusion::arrow::datatypes::SchemaRef;
+
+use super::model::series::{Kept, Offer};
+use super::model::table::Table;
+use super::model::{LogEvidence, Rule, SpanRow, TraceRow, Trouble};
+use super::store::Store;
+
+/// What a join sees besides the traces.
+#[derive(Clone, Copy)]
+pub struct Tick<'a> {
+    /// The state.
+    pub store: &'a Store,
+    /// Now (ns since the epoch).
+    pub now_ns: u64,
+    /// Metric points this long before a trace's start join it (ns).
+    pub lookback_ns: u64,
+    /// Metric points this long after a trace's end join it (ns).
+    pub lookahead_ns: u64,
+}
+
+impl Tick<'_> {
+    /// The interval (ns) whose points join `t`.
+    pub fn interval(&self, t: &TraceRow) -> (u64, u64) {
+        (
+            t.start_ns.saturating_sub(self.lookback_ns),
+            t.end_ns.saturating_add(self.lookahead_ns),
+        )
+    }
+}
+
+/// What a source's join of one tick produced.
+#[derive(Default)]
+pub struct Join {
+    /// Its tables for the rules, as [`Source::tables`] declares them.
+    pub tables: Vec<Table>,
+    /// Traces (or their parts) whose join found nothing while the source's
+    /// evidence flows (`causeway_correlate_join_misses_total{join=…}`).
+    pub misses: u64,
+}
+
+/// The state at one moment, as the alert rules and the page read it.
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    /// The state.
+    pub store: &'a Store,
+    /// Now (ns since the epoch).
+    pub now_ns: u64,
+    /// The window the alert rules and the page cover (ns).
+    pub window_ns: u64,
+}
+
+/// One column of a table the page draws.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Column {
+    /// The field of the API's rows.
+    pub key: &'static str,
+    /// The header.
+    pub label: &'static str,
+    /// `text`, `num`, `status` (its value `OK` is good, any other bad) or
+    /// `flag` (true is bad).
+    pub kind: &'static str,
+}
+
+/// A table the page draws from a source's API (listed by `/api/sources`).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct PageTable {
+    /// The API path that returns its rows (`/api/{path}`).
+    pub path: &'static str,
+    /// The heading.
+    pub title: &'static str,
+    /// What the page says when there are no rows.
+    pub empty: &'static str,
+    /// Its columns.
+    pub columns: &'static [Column],
+}
+
+/// The values of a span or resource attribute over a trace's spans (for
+/// the `correlated` sampling policy, which reads the keys of
+/// [`Source::trouble_keys`]).
+pub type Values<'a> = &'a dyn Fn(&str) -> Vec<&'a str>;
+
+/// One kind of evidence.
+pub trait Source: Send + Sync {
+    /// Its name: the `source` of its series' keys and the `join` label of
+    /// its misses.
+    fn name(&self) -> &'static str;
+
+    /// The key of a metric point it keeps (`None`: not its point). Sources
+    /// are asked in turn; the first that keeps a point has it.
+    fn keep(&self, _offer: &Offer<'_>) -> Option<Kept> {
+        None
+    }
+
+    /// The key dimensions its series carry (the alert rules' `metrics`
+    /// table has a column for each).
+    fn dims(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Whether a span is its own (a span one source claims is no other's).
+    fn claims(&self, _span: &SpanRow) -> bool {
+        false
+    }
+
+    /// See a log record taken into the state (route statistics, say).
+    fn observe(&self, _record: &LogEvidence, _clock_ns: u64) {}
+
+    /// Its tables for the rules: names and schemas.
+    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
+        Vec::new()
+    }
+
+    /// Join the traces of a tick with its evidence: it may add to each
+    /// trace's `joined` (its evidence) and returns its tables.
+    fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String>;
+
+    /// Its built-in rules.
+    fn rules(&self) -> Vec<Rule> {
+        Vec::new()
+    }
+
+    /// Its tables for the alert rules (with no view: empty, for validation).
+    fn alert_tables(&self, _view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
+        Ok(Vec::new())
+    }
+
+    /// The page's API under `/api/{path}` it answers.
+    fn api(&self, _path: &str, _view: &View<'_>) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// The table the page draws of it.
+    fn page(&self) -> Option<PageTable> {
+        None
+    }
+
+    /// The span and resource attributes its `in_trouble` reads.
+    fn trouble_keys(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Whether what it knows of the trace shows trouble.
+    fn in_trouble(
+        &self,
+        _store: &Store,
+        _trace_id: &[u8; 16],
+        _values: Values<'_>,
+        _trouble: &Trouble,
+    ) -> bool {
+        false
+    }
+}
+
+/// For a consumer span, the interval (ns) whose lag or backlog explains its
+/// message's wait: from as long before it was produced to as long after it
+/// was consumed (a backlog builds and drains over about that time), widened
+/// to `sample_ns`, the sampling interval of the lag (a sample may not fall
+/// inside a short wait), not a pause minutes before or after. `None` for a
+/// span that did not wait on a message.
+pub fn wait_window(t: &TraceRow, s: &SpanRow, sample_ns: u64) -> Option<(u64, u64)> {
+    let wait = s.async_wait_ms?;
+    let consumed = t.start_ns + (s.start_ms * 1e6) as u64;
+    let span = ((wait * 1e6) as u64).max(sample_ns);
+    Some((
+        consumed.saturating_sub(2 * span),
+        consumed.saturating_add(span),
+    ))
+}
+
+/// The attributes that name a join (a topic, a group, a route): not kept
+/// among a series' other attributes.
+pub const JOIN_ATTRS: &[&str] = &[
+    "topic",
+    "group",
+    "messaging.destination.name",
+    "route_id",
+    "http.route",
+];
+
+/// Whether `s` is `source`'s to join: claimed by it, or by no source.
+pub fn mine(s: &SpanRow, source: &str) -> bool {
+    s.claimed.is_none_or(|c| c == source)
+}
+
+/// A row as JSON for a trace's evidence.
+pub fn json<T: serde::Serialize>(row: &T) -> serde_json::Value {
+    serde_json::to_value(row).unwrap_or(serde_json::Value::Null)
+}
+
+/// Keep the later of two times.
+pub fn row_time(slot: &mut u64, t: u64) {
+    *slot = (*slot).max(t);
+}
+
+/// The registered sources, in the order they are asked and joined.
+pub struct Sources(Vec<Box<dyn Source>>);
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|s| s.name()))
+            .finish()
+    }
+}
+
+impl Sources {
+    /// These sources.
+    pub fn new(sources: Vec<Box<dyn Source>>) -> Self {
+        Sources(sources)
+    }
+
+    /// Each source.
+    pub fn iter(&self) -> impl Iterator<Item = &dyn Source> {
+        self.0.iter().map(|s| s.as_ref())
+    }
+
+    /// The first source's key of a metric point.
+    pub fn classify(&self, offer: &Offer<'_>) -> Option<Kept> {
+        self.0.iter().find_map(|s| s.keep(offer))
+    }
+
+    /// Every source sees a log record.
+    pub fn observe(&self, record: &LogEvidence, clock_ns: u64) {
+        for s in &self.0 {
+            s.observe(record, clock_ns);
+        }
+    }
+
+    /// Mark each span with the source that claims it.
+    pub fn claim(&self, traces: &mut [TraceRow]) {
+        for t in traces {
+            for sp in &mut t.spans {
+                sp.claimed = self.0.iter().find(|s| s.claims(sp)).map(|s| s.name());
+            }
+        }
+    }
+
+    /// Every source's rule tables.
+    pub fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
+        self.0.iter().flat_map(|s| s.tables()).collect()
+    }
+
+    /// Every source's built-in rules.
+    pub fn rules(&self) -> Vec<Rule> {
+        self.0.iter().flat_map(|s| s.rules()).collect()
+    }
+
+    /// Join the tick's traces with every source: their tables, and the
+    /// misses by source (those with any).
+    pub fn join(
+        &self,
+        tick: &Tick<'_>,
+        traces: &mut [TraceRow],
+    ) -> (
+        Vec<Table>,
+        Vec<(&'static str, u64)>,
+        Vec<(&'static str, String)>,
+    ) {
+        self.claim(traces);
+        let mut tables = Vec::new();
+        let mut misses = Vec::new();
+        let mut errors = Vec::new();
+        for s in &self.0 {
+            match s.join(tick, traces) {
+                Ok(j) => {
+                    tables.extend(j.tables);
+                    if j.misses > 0 {
+                        misses.push((s.name(), j.misses));
+                    }
+                }
+                Err(e) => errors.push((s.name(), e)),
+            }
+        }
+        (tables, misses, errors)
+    }
+
+    /// Every source's alert tables (with no view: empty).
+    pub fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
+        let mut out = Vec::new();
+        for s in &self.0 {
+            out.extend(s.alert_tables(view)?);
+        }
+        Ok(out)
+    }
+
+    /// The key dimensions of every source's series, each once, in order.
+    pub fn dims(&self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for d in self.0.iter().flat_map(|s| s.dims().iter()) {
+            if !out.contains(d) {
+                out.push(d);
+            }
+        }
+        out
+    }
+
+    /// The answer of the source that serves `/api/{path}`.
+    pub fn api(&self, path: &str, view: &View<'_>) -> Option<serde_json::Value> {
+        self.0.iter().find_map(|s| s.api(path, view))
+    }
+
+    /// The tables the page draws.
+    pub fn pages(&self) -> Vec<PageTable> {
+        self.0.iter().filter_map(|s| s.page()).collect()
+    }
+
+    /// The attributes every source's `in_trouble` reads, each once.
+    pub fn trouble_keys(&self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for k in self.0.iter().flat_map(|s| s.trouble_keys().iter()) {
+            if !out.contains(k) {
+                out.push(k);
+            }
+        }
+        out
+    }
+}
+
+/// One correlation state and its sources, shared by every instance of one
+/// `correlate` id (and read by the `correlated` sampling policy).
+#[derive(Debug)]
+pub struct Correlation {
+    /// The state.
+    pub store: Store,
+    /// The sources.
+    pub sources: Sources,
+}
+
+impl Correlation {
+    /// Take in log records.
+    pub fn add_logs(
+        &self,
+        logs: &[opentelemetry_proto::tonic::logs::v1::ResourceLogs],
+        now_ns: u64,
+    ) {
+        self.store
+            .add_logs(logs, now_ns, &|r, clock| self.sources.observe(r, clock));
+    }
+
+    /// Take in the metric points a source keeps.
+    pub fn add_metrics(
+        &self,
+        metrics: &[opentelemetry_proto::tonic::metrics::v1::ResourceMetrics],
+        now_ns: u64,
+    ) {
+        self.store
+            .add_metrics(metrics, now_ns, &|o| self.sources.classify(o));
+    }
+
+    /// Whether what any source knows of the trace shows trouble (for the
+    /// `correlated` sampling policy).
+    pub fn in_trouble(&self, trace_id: &[u8; 16], values: Values<'_>, tr: &Trouble) -> bool {
+        self.sources
+            .iter()
+            .any(|s| s.in_trouble(&self.store, trace_id, values, tr))
+    }
+}
