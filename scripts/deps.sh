@@ -46,6 +46,17 @@ if ((${#missing[@]})); then
    service prometheus-nginx-exporter stop; service prometheus-postgres-exporter stop
    service rabbitmq-server stop; service nats-server stop) >/dev/null 2>&1 || true
 fi
+# tests/nats_e2e.rs: nats-py traced by the stock OpenTelemetry Python SDK and
+# PyPI's otel-instrumentation-nats, in a venv of their own (once, by version).
+nats_venv="${HOME:-/root}/.cache/causeway-peers/pyvenv-nats-1"
+if [[ ! -x "$nats_venv/bin/python" ]] || ! "$nats_venv/bin/python" -c 'import nats, otel_instrumentation_nats, opentelemetry.exporter.otlp.proto.http' 2>/dev/null; then
+  echo "== pip install nats-py and the OpenTelemetry SDK into $nats_venv (once)"
+  rm -rf "$nats_venv"
+  python3 -m venv "$nats_venv"
+  "$nats_venv/bin/pip" install -q --disable-pip-version-check nats-py==2.16.0 otel-instrumentation-nats==0.1.5 \
+    opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2 \
+    opentelemetry-instrumentation==0.66b2 opentelemetry-semantic-conventions==0.66b2
+fi
 if [[ ! -d tests/testbed/node_modules/@opentelemetry/sdk-node || ! -d tests/testbed/node_modules/amqplib ]]; then
   echo "== npm ci in tests/testbed (the OpenTelemetry Node.js SDK, express, ioredis, pg, amqplib; once)"
   (cd tests/testbed && npm ci --no-audit --no-fund --loglevel=error)

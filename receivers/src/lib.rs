@@ -3,9 +3,11 @@
 pub mod fuzzing;
 pub mod gateway_log;
 pub mod hostmetrics;
+pub mod http_fetch;
 pub mod kafka;
 pub mod kafka_lag;
 pub mod metric_builder;
+pub mod nats;
 pub mod otlp;
 pub mod prometheus;
 pub mod rabbitmq;
@@ -53,6 +55,7 @@ pub fn register(registry: &mut Registry) {
     registry.add_receiver(hostmetrics::HostMetricsFactory);
     registry.add_receiver(prometheus::PrometheusReceiverFactory);
     registry.add_receiver(rabbitmq::RabbitmqFactory);
+    registry.add_receiver(nats::NatsFactory);
     // Collector receivers this build lacks, and what to use instead.
     use causeway_core::registry::Kind::Receiver;
     registry.add_instead(Receiver, "kafkametrics", "use `kafka_lag`: consumer-group lag per partition with a Burrow-style status, from the same brokers");

@@ -10,7 +10,7 @@ use causeway_core::config::{ConfigError, Validate};
 use super::alerts;
 use super::config::CorrelateConfig;
 use super::rules;
-use super::source::{deps, gateway, host, kafka, rabbit, Sources};
+use super::source::{self, Sources};
 
 fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -20,11 +20,12 @@ fn nanos(d: std::time::Duration) -> u64 {
 pub fn sources(cfg: &CorrelateConfig) -> Sources {
     let lag_sample = nanos(cfg.consumer_lag.sample_interval.get());
     Sources::new(vec![
-        Box::new(rabbit::Rabbit::new(lag_sample)),
-        Box::new(deps::Deps::new(&cfg.dependencies)),
-        Box::new(kafka::Kafka::new(&cfg.consumer_lag)),
-        Box::new(host::Host),
-        Box::new(gateway::Gateway::new(
+        Box::new(source::rabbit::Rabbit::new(lag_sample)),
+        Box::new(source::nats::Nats::new(lag_sample)),
+        Box::new(source::deps::Deps::new(&cfg.dependencies)),
+        Box::new(source::kafka::Kafka::new(&cfg.consumer_lag)),
+        Box::new(source::host::Host),
+        Box::new(source::gateway::Gateway::new(
             nanos(cfg.window.get()),
             cfg.max_routes,
         )),

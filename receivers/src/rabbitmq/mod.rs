@@ -44,6 +44,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
+use crate::http_fetch::{self, Failure};
 use crate::metric_builder::{kv, Builder, Kind, Value};
 use config::{Filter, RabbitmqConfig};
 
@@ -275,37 +276,24 @@ fn now_s() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Why a collection failed.
-struct Failure {
-    reason: &'static str,
-    detail: String,
-}
-
 impl Rabbitmq {
     /// `GET {endpoint}{path}`, bounded by `timeout` and `body_size_limit`.
     async fn fetch(&self, path: &str) -> Result<Vec<u8>, Failure> {
-        let fail = |reason, detail: String| Failure { reason, detail };
         let url = format!("{}{path}", self.cfg.endpoint.trim_end_matches('/'));
-        let password = self.cfg.password().map_err(|e| fail("credentials", e))?;
+        let password = self
+            .cfg
+            .password()
+            .map_err(|e| Failure::new("credentials", e))?;
         let timeout = self.cfg.timeout.get();
-        let resp = self
+        let req = self
             .client
             .get(url)
-            .basic_auth(&self.cfg.username, Some(password))
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(|e| {
-                if e.is_timeout() {
-                    fail("timeout", e.to_string())
-                } else {
-                    fail("connect", e.to_string())
-                }
-            })?;
+            .basic_auth(&self.cfg.username, Some(password));
+        let resp = http_fetch::send(req, timeout).await?;
         match resp.status().as_u16() {
             200..=299 => {}
             401 | 403 => {
-                return Err(fail(
+                return Err(Failure::new(
                     "unauthorized",
                     format!(
                     "answered {} (the user needs the `monitoring` tag and access to the vhosts)",
@@ -313,27 +301,14 @@ impl Rabbitmq {
                 ),
                 ))
             }
-            _ => return Err(fail("http_status", format!("answered {}", resp.status()))),
-        }
-        let limit = self.cfg.body_size_limit.0 as usize;
-        let mut body = Vec::new();
-        let mut resp = resp;
-        loop {
-            match tokio::time::timeout(timeout, resp.chunk()).await {
-                Err(_) => return Err(fail("timeout", "the answer did not arrive in time".into())),
-                Ok(Err(e)) => return Err(fail("read", e.to_string())),
-                Ok(Ok(None)) => return Ok(body),
-                Ok(Ok(Some(c))) => {
-                    if body.len() + c.len() > limit {
-                        return Err(fail(
-                            "body_size_limit",
-                            format!("the answer is over body_size_limit ({limit} bytes)"),
-                        ));
-                    }
-                    body.extend_from_slice(&c);
-                }
+            _ => {
+                return Err(Failure::new(
+                    "http_status",
+                    format!("answered {}", resp.status()),
+                ))
             }
         }
+        http_fetch::body(resp, timeout, self.cfg.body_size_limit.0 as usize).await
     }
 
     /// The exchange → queue bindings, with their exchanges' types.

@@ -19,6 +19,7 @@ pub mod deps;
 pub mod gateway;
 pub mod host;
 pub mod kafka;
+pub mod nats;
 pub mod rabbit;
 
 use datafusion::arrow::datatypes::SchemaRef;
