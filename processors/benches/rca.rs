@@ -284,6 +284,23 @@ fn bench(c: &mut Criterion) {
             criterion::BatchSize::LargeInput,
         )
     });
+    g.bench_function(
+        "tick_1000_traces_x50_spans_one_thread_physical_per_tick",
+        |b| {
+            b.iter_batched(
+                || batch.clone(),
+                |rs| tick(&one, 2, rs),
+                criterion::BatchSize::LargeInput,
+            )
+        },
+    );
+    g.bench_function("tick_1000_traces_x50_spans_physical_per_tick", |b| {
+        b.iter_batched(
+            || batch.clone(),
+            |rs| tick(&rt, 3, rs),
+            criterion::BatchSize::LargeInput,
+        )
+    });
     g.bench_function("tick_1000_traces_x50_spans", |b| {
         // The batch is decoded already when it reaches the processor: its
         // copy is set-up, not measured.

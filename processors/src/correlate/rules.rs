@@ -34,10 +34,19 @@
 use datafusion::arrow::array::{Array, Float64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::datasource::{MemTable, TableType};
-use datafusion::execution::SessionState;
+use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::{Expr, LogicalPlan};
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{
+    reset_plan_states, Boundedness, EmissionType, ReplaceChildrenOptions,
+};
+use datafusion::physical_plan::memory::MemoryStream;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
+};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -559,12 +568,23 @@ fn f64_column(b: &RecordBatch, name: &str) -> Option<Float64Array> {
     casted.as_any().downcast_ref::<Float64Array>().cloned()
 }
 
+/// The rows of a table of the current evaluation.
+type Rows = Arc<std::sync::RwLock<Option<RecordBatch>>>;
+
+fn current(rows: &Rows, schema: &SchemaRef) -> RecordBatch {
+    let g = match rows.read() {
+        Ok(g) => g.clone(),
+        Err(p) => p.into_inner().clone(),
+    };
+    g.unwrap_or_else(|| RecordBatch::new_empty(schema.clone()))
+}
+
 /// A table whose rows are swapped in before each evaluation, so that a
-/// rule's plan, made once, reads the current rows.
+/// rule's plans, made once, read the current rows.
 #[derive(Debug)]
 struct Slot {
     schema: SchemaRef,
-    rows: std::sync::RwLock<Option<RecordBatch>>,
+    rows: Rows,
 }
 
 #[async_trait::async_trait]
@@ -577,33 +597,136 @@ impl TableProvider for Slot {
     }
     async fn scan(
         &self,
-        state: &dyn Session,
+        _state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        filters: &[Expr],
-        limit: Option<usize>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        let rows = match self.rows.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
+        Ok(Arc::new(SlotExec::new(
+            self.schema.clone(),
+            self.rows.clone(),
+            projection.cloned(),
+        )?))
+    }
+}
+
+/// The scan of a [`Slot`]: its physical plan is made once; each evaluation
+/// resets the rule's plan (`reset_plan_states`, as DataFusion re-runs a
+/// recursive query's plan over its changing work table), which takes the
+/// rows the slot holds then. It states no statistics, so no plan made
+/// once depends on the rows of the tick it was made in.
+#[derive(Debug)]
+struct SlotExec {
+    table: SchemaRef,
+    rows: Rows,
+    projection: Option<Vec<usize>>,
+    /// The rows of this evaluation, taken at the reset.
+    taken: Option<RecordBatch>,
+    props: Arc<PlanProperties>,
+}
+
+impl SlotExec {
+    fn new(
+        table: SchemaRef,
+        rows: Rows,
+        projection: Option<Vec<usize>>,
+    ) -> datafusion::error::Result<Self> {
+        let schema = match &projection {
+            Some(p) => Arc::new(table.project(p)?),
+            None => table.clone(),
         };
-        let rows = rows.unwrap_or_else(|| RecordBatch::new_empty(self.schema.clone()));
-        MemTable::try_new(self.schema.clone(), vec![vec![rows]])?
-            .scan(state, projection, filters, limit)
-            .await
+        Ok(SlotExec {
+            table,
+            rows,
+            projection,
+            taken: None,
+            props: Arc::new(PlanProperties::new(
+                EquivalenceProperties::new(schema),
+                Partitioning::UnknownPartitioning(1),
+                EmissionType::Incremental,
+                Boundedness::Bounded,
+            )),
+        })
+    }
+}
+
+impl DisplayAs for SlotExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SlotExec: projection={:?}", self.projection)
+    }
+}
+
+impl ExecutionPlan for SlotExec {
+    fn name(&self) -> &str {
+        "SlotExec"
+    }
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.props
+    }
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+    fn replace_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> datafusion::error::Result<TreeNodeRecursion>,
+    ) -> datafusion::error::Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+    fn reset_state(self: Arc<Self>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(SlotExec {
+            table: self.table.clone(),
+            rows: self.rows.clone(),
+            projection: self.projection.clone(),
+            taken: Some(current(&self.rows, &self.table)),
+            props: self.props.clone(),
+        }))
+    }
+    fn execute(
+        &self,
+        _partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> datafusion::error::Result<SendableRecordBatchStream> {
+        let rows = match &self.taken {
+            Some(r) => r.clone(),
+            None => current(&self.rows, &self.table),
+        };
+        let rows = match &self.projection {
+            Some(p) => rows.project(p)?,
+            None => rows,
+        };
+        let schema = self.props.eq_properties.schema().clone();
+        Ok(Box::pin(MemoryStream::try_new(vec![rows], schema, None)?))
     }
 }
 
 /// The root-cause rules, planned once. The first evaluation of a rule
-/// parses, analyses and optimizes its SQL against the tables' schemas;
-/// later ones swap the rows in and make only the physical plan (which reads
-/// them). Planning was most of a tick's cost: DataFusion's logical optimizer
-/// alone took 11% of the gateway pipeline's CPU when every tick planned
-/// every rule from its text (BENCHMARKS.md).
+/// parses, analyses and optimizes its SQL against the tables' schemas and
+/// makes its physical plan; later ones swap the rows in and reset the plan,
+/// which takes them (see [`SlotExec`]). Planning was most of a tick's cost:
+/// DataFusion's logical optimizer alone took 11% of the gateway pipeline's
+/// CPU when every tick planned every rule from its text, and the physical
+/// planning of ~30 rules most of what remained (BENCHMARKS.md).
 pub struct Planner {
     ctx: SessionContext,
     slots: Vec<(&'static str, Arc<Slot>)>,
     /// Optimized plans by SQL text.
     plans: HashMap<String, Arc<LogicalPlan>>,
+    /// Physical plans by SQL text (none kept when `physical_once` is off).
+    physical: HashMap<String, Arc<dyn ExecutionPlan>>,
+    physical_once: bool,
 }
 
 impl std::fmt::Debug for Planner {
@@ -626,12 +749,25 @@ fn volatile(sql: &str) -> bool {
 impl Planner {
     /// The core tables and `extra` (the sources') registered, nothing planned yet.
     pub fn new(extra: &[(&'static str, SchemaRef)]) -> Self {
-        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
+        Self::with_physical_once(extra, true)
+    }
+
+    /// Like [`Planner::new`]; with `physical_once` off, the physical plans
+    /// are made at every evaluation (as before; for the benchmark's before
+    /// and after).
+    pub fn with_physical_once(extra: &[(&'static str, SchemaRef)], physical_once: bool) -> Self {
+        // Dynamic filters (a hash join's build side filtering its probe
+        // side) live in the plan between executions: a plan run again must
+        // not carry them.
+        let config = SessionConfig::new()
+            .with_target_partitions(1)
+            .set_bool("datafusion.optimizer.enable_dynamic_filter_pushdown", false);
+        let ctx = SessionContext::new_with_config(config);
         let mut slots = Vec::new();
         for (name, schema) in schemas().into_iter().chain(extra.iter().cloned()) {
             let slot = Arc::new(Slot {
                 schema,
-                rows: std::sync::RwLock::new(None),
+                rows: Arc::new(std::sync::RwLock::new(None)),
             });
             // A name registered twice keeps its first table.
             if ctx.register_table(name, slot.clone()).is_ok() {
@@ -642,6 +778,8 @@ impl Planner {
             ctx,
             slots,
             plans: HashMap::new(),
+            physical: HashMap::new(),
+            physical_once,
         }
     }
 
@@ -680,6 +818,30 @@ impl Planner {
         Ok(plan)
     }
 
+    /// The rule's physical plan for this evaluation, reading the rows the
+    /// slots hold now: made once and reset, or made now.
+    async fn physical(
+        &mut self,
+        state: &SessionState,
+        sql: &str,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let made = match self.physical.get(sql) {
+            Some(p) => p.clone(),
+            None => {
+                let logical = self.plan(state, sql).await?;
+                let p = state
+                    .query_planner()
+                    .create_physical_plan(&logical, state)
+                    .await?;
+                if self.physical_once && !volatile(sql) {
+                    self.physical.insert(sql.to_string(), p.clone());
+                }
+                p
+            }
+        };
+        reset_plan_states(made)
+    }
+
     /// Run every rule over the traces and the sources' tables of them
     /// (`joined`); findings per trace id, and the errors of rules that failed.
     pub async fn evaluate(
@@ -704,21 +866,12 @@ impl Planner {
             }
         }
         let state = self.ctx.state();
-        // Physical plans are made here, in order, while the rows are in the
-        // slots (each plan takes its own reference to them); the queries then
-        // run concurrently: on the daemon's multi-threaded runtime a tick's
-        // queries spread over the cores.
+        // Each rule's plan takes the rows the slots hold here, in order; the
+        // queries then run concurrently: on the daemon's multi-threaded
+        // runtime a tick's queries spread over the cores.
         let mut runs = Vec::with_capacity(rules.len());
         for rule in rules {
-            let physical = match self.plan(&state, &rule.sql).await {
-                Ok(plan) => {
-                    state
-                        .query_planner()
-                        .create_physical_plan(&plan, &state)
-                        .await
-                }
-                Err(e) => Err(e),
-            };
+            let physical = self.physical(&state, &rule.sql).await;
             let task = state.task_ctx();
             runs.push(tokio::spawn(async move {
                 datafusion::physical_plan::collect(physical?, task).await

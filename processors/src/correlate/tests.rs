@@ -1519,6 +1519,46 @@ fn one_trip_of_the_breaker_does_not_keep_the_route_open_once_requests_are_answer
     ));
 }
 
+/// A physical plan made once and run again reads each evaluation's rows,
+/// also through a hash join (whose build side a plan keeps between runs
+/// until it is reset), a scalar subquery and counts (which a plan over
+/// tables with statistics would have answered from the first rows).
+#[tokio::test]
+async fn physical_plans_made_once_read_each_evaluations_rows_through_joins_and_counts() {
+    let st = store();
+    let rule = Rule {
+        name: "counts".into(),
+        cause: "x".into(),
+        sql: "SELECT t.trace_id, 0.5 AS confidence, concat(CAST(count(*) AS VARCHAR), ' of ', \
+              CAST((SELECT count(*) FROM spans) AS VARCHAR)) AS summary \
+              FROM traces t JOIN spans s ON s.trace_id = t.trace_id GROUP BY t.trace_id"
+            .into(),
+        user: true,
+    };
+    let rows = |tag: u8, children: u8| {
+        let mut spans = vec![sp(1, None, "GET /x", Server, 0, 100)];
+        for i in 0..children {
+            spans.push(sp(2 + i, Some(1), "child", Client, 10, 20));
+        }
+        join_all(&st, &[resource_spans("shop", tid(tag, spans))])
+    };
+    let mut planner = rules::Planner::new(&st.sources.tables());
+    for (tag, children) in [(80u8, 0u8), (81, 3), (82, 1), (81, 3)] {
+        let (traces, tables) = rows(tag, children);
+        let (f, errors) = planner
+            .evaluate(std::slice::from_ref(&rule), &traces, tables)
+            .await;
+        assert!(errors.is_empty(), "{errors:?}");
+        let n = u32::from(children) + 1;
+        assert_eq!(
+            f[&traces[0].trace_id][0].summary,
+            format!("{n} of {n}"),
+            "trace {tag}"
+        );
+        assert_eq!(f.len(), 1, "only this evaluation's trace: {f:?}");
+    }
+}
+
 #[tokio::test]
 async fn rules_planned_once_read_each_evaluations_rows() {
     let st = store();

@@ -513,6 +513,11 @@ GROUP BY n.trace_id"#,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric, number_data_point, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
+    };
+    use opentelemetry_proto::tonic::resource::v1::Resource;
 
     #[test]
     fn subjects_match_as_nats_defines_wildcards() {
@@ -544,6 +549,89 @@ mod tests {
         ];
         s.points = points.iter().copied().collect();
         s
+    }
+
+    /// The receiver's points of one consumer: its backlog alarm.
+    fn alarm(consumer: &str, filter: &str, on: bool, t: u64) -> Vec<ResourceMetrics> {
+        let kv = |k: &str, v: &str| KeyValue {
+            key: k.into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(v.into())),
+            }),
+            ..Default::default()
+        };
+        vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: vec![
+                    kv("nats.stream.name", "ORDERS"),
+                    kv("nats.consumer.name", consumer),
+                    kv("nats.account.name", "$G"),
+                ],
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: "nats.consumer.backlog_alarm".into(),
+                    data: Some(metric::Data::Gauge(Gauge {
+                        data_points: vec![NumberDataPoint {
+                            attributes: vec![kv(SUBJECTS, "orders.>"), kv(FILTERS, filter)],
+                            time_unix_nano: t,
+                            value: Some(number_data_point::Value::AsInt(i64::from(on))),
+                            ..Default::default()
+                        }],
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }]
+    }
+
+    #[test]
+    fn a_trace_is_in_trouble_when_its_subject_reaches_a_consumer_in_alarm() {
+        use crate::correlate::store::Limits;
+        let st = Store::new(Limits {
+            window_ns: 600_000_000_000,
+            max_log_records: 10,
+            max_log_bytes: usize::MAX,
+            max_analysed: 10,
+            max_series: 100,
+            max_points: 8,
+            max_routes: 10,
+            max_events: 10,
+            baseline_window_ns: 3_600_000_000_000,
+            baseline_min_samples: 20,
+            baseline_max_operations: 10,
+        });
+        let nats = Nats::new(1_000_000_000);
+        let now = 1_000_000_000_000;
+        let take = |rms: Vec<ResourceMetrics>, t| st.add_metrics(&rms, t, &|o| nats.keep(o));
+        take(alarm("billing", "orders.created", true, now), now);
+        take(alarm("refunds", "orders.refunded", false, now), now);
+        let tr = Trouble {
+            statuses: vec![],
+            route_error_ratio: 1.0,
+            cpu_busy: 1.0,
+            iowait: 1.0,
+            memory_used: 1.0,
+        };
+        let troubled = |subject: &'static str| {
+            let values = move |k: &str| -> Vec<&str> {
+                if k == "messaging.destination.name" {
+                    vec![subject]
+                } else {
+                    Vec::new()
+                }
+            };
+            nats.in_trouble(&st, &[1; 16], &values, &tr)
+        };
+        assert!(troubled("orders.created"), "billing is in alarm");
+        assert!(!troubled("orders.refunded"), "refunds is not");
+        assert!(!troubled("payments.created"), "no consumer");
+        // The alarm goes off: no longer.
+        take(alarm("billing", "orders.created", false, now + 1), now + 1);
+        assert!(!troubled("orders.created"));
     }
 
     #[test]
