@@ -188,9 +188,9 @@ fn join(st: &Correlation, rows: &mut [TraceRow]) -> Vec<Table> {
         lookback_ns: 120_000_000_000,
         lookahead_ns: 60_000_000_000,
     };
-    let (tables, _, errors) = st.sources.join(&tick, rows);
-    assert!(errors.is_empty(), "{errors:?}");
-    tables
+    let joined = st.sources.join(&tick, rows);
+    assert!(joined.errors.is_empty(), "{:?}", joined.errors);
+    joined.tables
 }
 
 /// The built-in rules of the core and of every source.

@@ -9,7 +9,9 @@
 //! analyses each batch of kept traces (one decision tick of the sampler) —
 //! critical path, self times, culprit, the join with the state, and the
 //! rules (SQL over Arrow tables, run with DataFusion) — and writes the
-//! `rca.*` attributes.
+//! `rca.*` attributes. The first logs pipeline it is in also emits an RCA
+//! log record per analysed trace, and the first metrics pipeline the
+//! `causeway.rca.traces` counter.
 //!
 //! The flow, and the layers (each module imports only those below it):
 //! trace → features → findings → verdict → annotations.
@@ -22,9 +24,7 @@
 //! 5. [`rules`], [`alerts`], [`page`]: the rule engine, the alert rules and
 //!    the page's API, handed the sources' tables;
 //! 6. [`config`] and [`registry`] (the sources, one line each);
-//! 7. this module: the processor. The first logs pipeline it is in also emits an RCA
-//! log record per analysed trace, and the first metrics pipeline the
-//! `causeway.rca.traces` counter.
+//! 7. this module: the processor.
 
 pub mod alerts;
 pub mod analysis;
@@ -393,8 +393,8 @@ impl Correlate {
             lookback_ns: self.lookback_ns,
             lookahead_ns: self.lookahead_ns,
         };
-        let (tables, misses, failed) = self.correlation.sources.join(&tick, &mut traces);
-        for (join, n) in misses {
+        let joined = self.correlation.sources.join(&tick, &mut traces);
+        for (join, n) in joined.misses {
             self.telemetry
                 .counter(
                     JOIN_MISSES,
@@ -403,12 +403,15 @@ impl Correlate {
                 )
                 .add(n);
         }
-        for (source, error) in failed {
+        for (source, error) in joined.errors {
             if self.rule_errors_logged.insert(format!("source:{source}")) {
                 tracing::warn!(processor = %self.id, %source, %error, "An evidence source's join failed; the others still ran.");
             }
         }
-        let (findings, errors) = self.planner.evaluate(&self.rules, &traces, tables).await;
+        let (findings, errors) = self
+            .planner
+            .evaluate(&self.rules, &traces, joined.tables)
+            .await;
         for (rule, error) in errors {
             self.telemetry
                 .counter(

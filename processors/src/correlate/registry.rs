@@ -10,7 +10,7 @@ use causeway_core::config::{ConfigError, Validate};
 use super::alerts;
 use super::config::CorrelateConfig;
 use super::rules;
-use super::source::{self, Sources};
+use super::source::{self, deps, Sources};
 
 fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -19,16 +19,19 @@ fn nanos(d: std::time::Duration) -> u64 {
 /// The sources of a config.
 pub fn sources(cfg: &CorrelateConfig) -> Sources {
     let lag_sample = nanos(cfg.consumer_lag.sample_interval.get());
+    let (window, dep) = (nanos(cfg.window.get()), &cfg.dependencies);
     Sources::new(vec![
         Box::new(source::rabbit::Rabbit::new(lag_sample)),
         Box::new(source::nats::Nats::new(lag_sample)),
-        Box::new(source::deps::Deps::new(&cfg.dependencies)),
+        Box::new(deps::source(deps::redis::Redis, dep)),
+        Box::new(deps::source(deps::postgresql::Postgresql, dep)),
+        Box::new(deps::source(deps::nginx::Nginx, dep)),
+        Box::new(deps::source(deps::envoy::Envoy, dep)),
+        Box::new(deps::source(deps::llm::Llm, dep)),
+        Box::new(deps::source(deps::dcgm::Dcgm, dep)),
         Box::new(source::kafka::Kafka::new(&cfg.consumer_lag)),
         Box::new(source::host::Host),
-        Box::new(source::gateway::Gateway::new(
-            nanos(cfg.window.get()),
-            cfg.max_routes,
-        )),
+        Box::new(source::gateway::Gateway::new(window, cfg.max_routes)),
     ])
 }
 

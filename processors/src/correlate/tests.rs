@@ -154,9 +154,9 @@ fn join_within(
         lookback_ns,
         lookahead_ns,
     };
-    let (tables, _, errors) = c.sources.join(&tick, &mut traces);
-    assert!(errors.is_empty(), "{errors:?}");
-    (traces, tables)
+    let joined = c.sources.join(&tick, &mut traces);
+    assert!(joined.errors.is_empty(), "{:?}", joined.errors);
+    (traces, joined.tables)
 }
 
 /// The traces of `rs`, joined with everything the store holds (any time).
@@ -1688,9 +1688,16 @@ fn a_dependency_is_found_by_instance_label_exporter_port_or_configured_address()
     assert!(series.iter().all(|s| s.name != "node_load1"));
     let configured: std::collections::HashMap<String, String> =
         [("cache-b.shop:6379".to_string(), "cache-b".to_string())].into();
-    let deps = deps::dependencies(&series, &configured);
+    // Each family groups its own series.
+    let mut found = deps::dependencies(&deps::redis::Redis, &series, &configured);
+    found.extend(deps::dependencies(
+        &deps::postgresql::Postgresql,
+        &series,
+        &configured,
+    ));
     let find = |addr: &str, db: Option<&str>| -> Vec<String> {
-        deps.iter()
+        found
+            .iter()
             .filter(|d| deps::calls(d, &deps::norm(addr), db))
             .map(|d| d.job.clone())
             .collect()

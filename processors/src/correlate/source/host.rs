@@ -219,7 +219,7 @@ impl Source for Host {
             .flat_map(|t| t.spans.iter().map(|s| &*s.host))
             .filter(|h| !h.is_empty())
             .collect();
-        // Any series with a host (DCGM's are kept by the dependencies).
+        // Any series with a host (DCGM's are kept by its dependency family).
         let series = if hosts.is_empty() {
             Vec::new()
         } else {

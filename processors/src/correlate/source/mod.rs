@@ -216,6 +216,31 @@ pub fn row_time(slot: &mut u64, t: u64) {
     *slot = (*slot).max(t);
 }
 
+/// Add `more` to `tables`, the rows of a table already there appended to it.
+fn merge(tables: &mut Vec<Table>, more: Vec<Table>) -> Result<(), String> {
+    for (name, schema, batch) in more {
+        match tables.iter_mut().find(|(n, _, _)| *n == name) {
+            Some((_, have_schema, have)) => {
+                *have = datafusion::arrow::compute::concat_batches(have_schema, [&*have, &batch])
+                    .map_err(|e| format!("table {name}: {e}"))?;
+            }
+            None => tables.push((name, schema, batch)),
+        }
+    }
+    Ok(())
+}
+
+/// What every source's join of one tick produced.
+#[derive(Default)]
+pub struct TickJoin {
+    /// Their tables for the rules (rows of one table from several sources merged).
+    pub tables: Vec<Table>,
+    /// Misses by source (those with any).
+    pub misses: Vec<(&'static str, u64)>,
+    /// Sources whose join failed, with why.
+    pub errors: Vec<(&'static str, String)>,
+}
+
 /// The registered sources, in the order they are asked and joined.
 pub struct Sources(Vec<Box<dyn Source>>);
 
@@ -259,9 +284,16 @@ impl Sources {
         }
     }
 
-    /// Every source's rule tables.
+    /// Every source's rule tables, each once (sources may add rows to one
+    /// table: the dependency families to `dependency`).
     pub fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
-        self.0.iter().flat_map(|s| s.tables()).collect()
+        let mut out: Vec<(&'static str, SchemaRef)> = Vec::new();
+        for (name, schema) in self.0.iter().flat_map(|s| s.tables()) {
+            if !out.iter().any(|(n, _)| *n == name) {
+                out.push((name, schema));
+            }
+        }
+        out
     }
 
     /// Every source's built-in rules.
@@ -269,17 +301,8 @@ impl Sources {
         self.0.iter().flat_map(|s| s.rules()).collect()
     }
 
-    /// Join the tick's traces with every source: their tables, and the
-    /// misses by source (those with any).
-    pub fn join(
-        &self,
-        tick: &Tick<'_>,
-        traces: &mut [TraceRow],
-    ) -> (
-        Vec<Table>,
-        Vec<(&'static str, u64)>,
-        Vec<(&'static str, String)>,
-    ) {
+    /// Join the tick's traces with every source.
+    pub fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> TickJoin {
         self.claim(traces);
         let mut tables = Vec::new();
         let mut misses = Vec::new();
@@ -287,7 +310,9 @@ impl Sources {
         for s in &self.0 {
             match s.join(tick, traces) {
                 Ok(j) => {
-                    tables.extend(j.tables);
+                    if let Err(e) = merge(&mut tables, j.tables) {
+                        errors.push((s.name(), e));
+                    }
                     if j.misses > 0 {
                         misses.push((s.name(), j.misses));
                     }
@@ -295,14 +320,18 @@ impl Sources {
                 Err(e) => errors.push((s.name(), e)),
             }
         }
-        (tables, misses, errors)
+        TickJoin {
+            tables,
+            misses,
+            errors,
+        }
     }
 
     /// Every source's alert tables (with no view: empty).
     pub fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         let mut out = Vec::new();
         for s in &self.0 {
-            out.extend(s.alert_tables(view)?);
+            merge(&mut out, s.alert_tables(view)?)?;
         }
         Ok(out)
     }

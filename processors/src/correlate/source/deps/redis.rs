@@ -1,0 +1,98 @@
+//! The Redis family: redis_exporter's keyspace hits and misses, clients,
+//! and the server's own latency percentile of the command a span ran
+//! (Redis 7); the server beside the exporter by `redis_instance_info{tcp_port}`.
+
+use super::{maxed, up, DepRow, Family, Points, Window};
+use crate::correlate::model::{Rule, Series};
+
+/// Redis.
+#[derive(Debug, Default)]
+pub struct Redis;
+
+impl Family for Redis {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn system(&self, base: &str) -> Option<&'static str> {
+        matches!(
+            base,
+            "redis_keyspace_hits"
+                | "redis_keyspace_misses"
+                | "redis_connected_clients"
+                | "redis_blocked_clients"
+                | "redis_instance_info"
+                | "redis_latency_percentiles_usec"
+                | "redis_up"
+        )
+        .then_some("redis")
+    }
+
+    fn beside(&self, s: &Series) -> Option<String> {
+        (s.name == "redis_instance_info")
+            .then(|| s.attr("tcp_port").map(str::to_string))
+            .flatten()
+    }
+
+    fn fill(&self, r: &mut DepRow, points: &[Points<'_>], w: &Window) {
+        for p in points {
+            let s = p.series;
+            match p.name() {
+                "redis_up" => up(r, p),
+                "redis_keyspace_hits" => r.hits = p.increase().or(r.hits),
+                "redis_keyspace_misses" => r.misses = p.increase().or(r.misses),
+                "redis_connected_clients" => p
+                    .inside(w)
+                    .into_iter()
+                    .for_each(|v| maxed(&mut r.connected_clients, v)),
+                "redis_latency_percentiles_usec"
+                    if s.attr("quantile") == Some("99")
+                        && w.command.is_some()
+                        && s.attr("cmd") == w.command.as_deref() =>
+                {
+                    p.inside(w)
+                        .into_iter()
+                        .for_each(|v| maxed(&mut r.command_p99_us, v))
+                }
+                "redis_blocked_clients" => p
+                    .inside(w)
+                    .into_iter()
+                    .for_each(|v| maxed(&mut r.blocked_clients, v)),
+                _ => {}
+            }
+        }
+        if let (Some(h), Some(m)) = (r.hits, r.misses) {
+            if h + m > 0.0 {
+                r.miss_ratio = Some(m / (h + m));
+            }
+        }
+    }
+
+    fn rules(&self) -> Vec<Rule> {
+        let r = Rule::builtin;
+        vec![r(
+            "cache_miss_fallback",
+            "cache_miss_fallback",
+            r#"
+SELECT d.trace_id, CASE WHEN max(r.miss_ratio) >= 0.5 THEN 0.93 ELSE 0.88 END AS confidence,
+  concat('cache miss in ', max(c.service), ' (', coalesce(max(c.db_system), 'cache'),
+         CASE WHEN bool_or(c.cache_inferred) THEN ' GET, then a fallback read, then SET' ELSE '' END,
+         ') fell back to ', coalesce(max(d.db_system), max(d.server_address), max(d.name)), ' ', coalesce(max(d.db_operation), ''), ' taking ',
+         CAST(CAST(max(d.duration_ms) AS BIGINT) AS VARCHAR), ' ms',
+         CASE WHEN max(r.miss_ratio) IS NULL THEN ''
+              ELSE concat('; ', max(r.system), ' ', max(r.address), ' missed ', CAST(CAST(round(max(r.miss_ratio) * 100) AS BIGINT) AS VARCHAR),
+                          '% of lookups meanwhile (', CAST(CAST(max(r.misses) AS BIGINT) AS VARCHAR), ' misses, ',
+                          CAST(CAST(max(r.hits) AS BIGINT) AS VARCHAR), ' hits, redis_keyspace_*_total)') END) AS summary,
+  CASE WHEN max(r.miss_ratio) IS NULL THEN NULL
+       ELSE concat('miss_ratio=', CAST(max(r.miss_ratio) AS VARCHAR), ' misses=', CAST(max(r.misses) AS VARCHAR),
+                   ' hits=', CAST(max(r.hits) AS VARCHAR), ' instance=', max(r.instance)) END AS evidence,
+  first_value(d.span_id ORDER BY d.path_ms DESC) AS culprit_span_id,
+  max(d.path_ms) AS explained_ms
+FROM spans c JOIN spans d ON c.trace_id = d.trace_id AND c.parent_id = d.parent_id
+  LEFT JOIN dependency r ON r.trace_id = c.trace_id AND r.system = 'redis' AND r.miss_ratio IS NOT NULL
+WHERE c.cache_hit = false AND d.start_ms >= c.end_ms - 1.0 AND d.span_id <> c.span_id
+  AND (d.db_system IS NULL OR lower(d.db_system) NOT IN ('redis', 'memcached', 'valkey'))
+GROUP BY d.trace_id"#,
+        )]
+    }
+}
