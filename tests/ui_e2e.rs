@@ -277,6 +277,24 @@ fn the_page_shows_routes_causes_and_a_trace_with_its_evidence_in_a_real_browser(
     assert!(dom.contains(r#"data-component="otlp""#), "{dom}");
     assert!(dom.contains(r#"data-component="file""#), "{dom}");
     assert!(dom.contains(r#"data-stat="accepted""#), "{dom}");
+    // The sources' tables, drawn from `/api/sources`: the Kafka groups the
+    // scenarios' lag metrics name, with their columns as the source
+    // describes them (the alarm flag drawn as bad); the sources with no
+    // data say so under the title they give.
+    let kafka = &dom[dom.find(r#"<table id="kafka">"#).expect("the kafka table")..];
+    let kafka = &kafka[..kafka.find("</table>").unwrap()];
+    assert!(kafka.contains("<th>Consumer group</th>"), "{kafka}");
+    assert!(
+        kafka.contains("consumer-lag-svc-workers")
+            && kafka.contains(r#"<span class="bad">on</span>"#),
+        "{kafka}"
+    );
+    for (title, empty) in [
+        ("RabbitMQ queues", "None reported (rabbitmq receiver)."),
+        ("NATS JetStream consumers", "None reported (nats receiver)."),
+    ] {
+        assert!(dom.contains(title) && dom.contains(empty), "{title}: {dom}");
+    }
 
     // Screenshots of each view; for the README's, a minute of traffic first
     // (six 10 s buckets on the healthy route).

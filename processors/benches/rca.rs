@@ -261,8 +261,15 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     g.throughput(Throughput::Elements(1000));
     // One planner per runtime, kept across ticks as the processor keeps its own.
-    let planners =
-        std::cell::RefCell::new([rules::Planner::new(&tables), rules::Planner::new(&tables)]);
+    // One planner per runtime and mode, kept across ticks as the processor
+    // keeps its own: physical plans made once (the daemon's), or made at
+    // every tick (as before issue #30).
+    let planners = std::cell::RefCell::new([
+        rules::Planner::new(&tables),
+        rules::Planner::new(&tables),
+        rules::Planner::with_physical_once(&tables, false),
+        rules::Planner::with_physical_once(&tables, false),
+    ]);
     let tick = |rt: &tokio::runtime::Runtime, which: usize, rs: Vec<ResourceSpans>| {
         let mut rs = rs;
         let mut rows = rows_of(&rs, Some(&st.store.baselines), &Default::default());

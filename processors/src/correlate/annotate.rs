@@ -71,10 +71,17 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
         detail: Option<&'a str>,
         spans: [EvSpan<'a>; 1],
         logs: Vec<EvLog<'a>>,
-        metrics: Vec<serde_json::Value>,
+        metrics: Vec<Tagged<'a>>,
         #[serde(flatten)]
         fields: std::collections::BTreeMap<&'a str, &'a serde_json::Value>,
         alternatives: Vec<EvAlt<'a>>,
+    }
+    /// A joined row, its `kind` first.
+    #[derive(serde::Serialize)]
+    struct Tagged<'a> {
+        kind: &'a str,
+        #[serde(flatten)]
+        row: &'a serde_json::Value,
     }
     #[derive(serde::Serialize)]
     struct EvSpan<'a> {
@@ -148,13 +155,7 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
             .joined
             .iter()
             .filter_map(|j| match j {
-                Joined::Metric(kind, v) => {
-                    let mut v = v.clone();
-                    if let Some(o) = v.as_object_mut() {
-                        o.insert("kind".into(), (*kind).into());
-                    }
-                    Some(v)
-                }
+                Joined::Metric(kind, row) => Some(Tagged { kind, row }),
                 Joined::Field(..) => None,
             })
             .collect(),
@@ -162,7 +163,7 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
             .joined
             .iter()
             .filter_map(|j| match j {
-                Joined::Field(k, v) => Some((*k, v)),
+                Joined::Field(k, v) => Some((*k, &**v)),
                 Joined::Metric(..) => None,
             })
             .collect(),

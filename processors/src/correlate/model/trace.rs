@@ -215,8 +215,8 @@ pub fn parse_hex16(s: &str) -> Option<u64> {
 pub enum Joined {
     /// A row of the `metrics` list, tagged with its `kind`.
     Metric(&'static str, serde_json::Value),
-    /// A field of its own (`route_stats`).
-    Field(&'static str, serde_json::Value),
+    /// A field of its own (`route_stats`), shared by the traces it joins.
+    Field(&'static str, Arc<serde_json::Value>),
 }
 
 impl TraceRow {

@@ -18,7 +18,7 @@
 
 use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::{json, Join, Source, Tick, Values, View, JOIN_ATTRS};
 use crate::correlate::model::series::{find, s, Kept, Offer, PointKind, ROUTE_KEYS};
@@ -332,24 +332,28 @@ impl Source for Gateway {
     }
 
     fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
-        // A route's statistics are the same for every trace of the tick: computed once.
-        let mut stats: HashMap<String, Option<RouteStats>> = HashMap::new();
+        // A route's statistics are the same for every trace of the tick:
+        // computed, and written as evidence, once.
+        type Stats = Option<(RouteStats, Arc<serde_json::Value>)>;
+        let mut stats: HashMap<String, Stats> = HashMap::new();
+        let none = Arc::new(serde_json::Value::Null);
         let sch = route_stats_schema();
         let mut c = Cols::new(&sch, traces.len());
         for t in traces.iter_mut() {
             let st = t.route.as_ref().and_then(|route| {
                 stats
                     .entry(route.clone())
-                    .or_insert_with(|| self.route_stats(route, tick.now_ns))
-                    .clone()
-                    .map(|s| (route.clone(), s))
+                    .or_insert_with(|| {
+                        let s = self.route_stats(route, tick.now_ns)?;
+                        let ev = Arc::new(json(&EvRoute { route, stats: &s }));
+                        Some((s, ev))
+                    })
+                    .as_ref()
+                    .map(|(s, ev)| (route.clone(), s.clone(), ev.clone()))
             });
-            let ev = match &st {
-                Some((route, stats)) => json(&EvRoute { route, stats }),
-                None => serde_json::Value::Null,
-            };
+            let ev = st.as_ref().map_or_else(|| none.clone(), |x| x.2.clone());
             t.joined.push(Joined::Field("route_stats", ev));
-            if let Some((route, st)) = &st {
+            if let Some((route, st, _)) = &st {
                 c.row([
                     crate::correlate::model::table::s(&t.trace_id),
                     crate::correlate::model::table::s(route),

@@ -229,6 +229,13 @@ impl Source for Host {
         let any = tick.store.any_series_with("host");
         let sch = host_schema();
         let mut c = Cols::new(&sch, 0);
+        if series.is_empty() {
+            // Nothing joins: every trace is a miss while other hosts report.
+            return Ok(Join {
+                tables: vec![("host", sch.clone(), c.finish(sch)?)],
+                misses: if any { traces.len() as u64 } else { 0 },
+            });
+        }
         let mut misses = 0;
         for t in traces.iter_mut() {
             let (from, to) = tick.interval(t);
