@@ -13,6 +13,7 @@
 //!   end_ms, duration_ms, self_ms, share, critical, status, status_message, http_status,
 //!   route, db_system, db_operation, messaging_system, destination, consumer_group,
 //!   routing_key, server_address, error_type, exception_type, exception_message, resend_count,
+//!   rpc_system, rpc_service, rpc_method, grpc_status,
 //!   cache_hit, wait_ms, path_ms, cache_inferred, client_error, attempt, attempts,
 //!   failed_attempts, retry_window_ms, retry_trigger, recovered, queue_ms, async_wait_ms,
 //!   baseline_ms, excess_ms, server_port, gen_ai_model, input_tokens, output_tokens,
@@ -85,14 +86,14 @@ pub fn builtin() -> Vec<Rule> {
             "rate_limited",
             r#"
 SELECT s.trace_id, 0.88 AS confidence,
-  concat(max(s.service), ' was rate-limited by ', coalesce(max(s.server_address), 'its upstream'), ': ',
-         CAST(count(*) AS VARCHAR), ' calls answered 429') AS summary,
+  concat(max(s.service), ' was rate-limited by ', coalesce(max(s.server_address), max(s.rpc_service), 'its upstream'), ': ',
+         CAST(count(*) AS VARCHAR), ' calls answered ', CASE WHEN bool_or(s.http_status = 429) THEN '429' ELSE 'RESOURCE_EXHAUSTED' END) AS summary,
   max(s.span_id) AS culprit_span_id,
   CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) THEN max(t.duration_ms)
        ELSE coalesce(max(s.retry_window_ms), sum(s.duration_ms)) END AS explained_ms,
   bool_or(t.failed) AND bool_or(NOT s.recovered) AS explains_failure
 FROM spans s JOIN traces t ON t.trace_id = s.trace_id
-WHERE s.http_status = 429 AND s.kind = 'client'
+WHERE (s.http_status = 429 OR s.grpc_status = 'RESOURCE_EXHAUSTED') AND s.kind = 'client'
 GROUP BY s.trace_id"#,
         ),
         r(
@@ -109,7 +110,8 @@ FROM spans s JOIN traces t ON t.trace_id = s.trace_id
 WHERE s.kind IN ('client', 'internal')
   AND (lower(coalesce(s.error_type, '')) LIKE '%timeout%' OR lower(coalesce(s.exception_type, '')) LIKE '%timeout%'
        OR lower(coalesce(s.error_type, '')) LIKE '%deadline%' OR lower(coalesce(s.exception_message, '')) LIKE '%timed out%'
-       OR s.http_status = 504)
+       OR s.http_status = 504 OR s.grpc_status = 'DEADLINE_EXCEEDED'
+       OR lower(coalesce(s.exception_message, '')) LIKE 'deadline_exceeded%')
 GROUP BY s.trace_id"#,
         ),
         r(
@@ -118,7 +120,7 @@ GROUP BY s.trace_id"#,
             r#"
 SELECT s.trace_id, 0.84 AS confidence,
   concat(max(s.service), ' could not reach ', coalesce(max(s.server_address), max(s.name)), ': ',
-         coalesce(max(s.error_type), max(s.exception_type), CAST(max(s.http_status) AS VARCHAR))) AS summary,
+         coalesce(max(s.error_type), max(s.exception_type), max(s.grpc_status), CAST(max(s.http_status) AS VARCHAR))) AS summary,
   max(s.span_id) AS culprit_span_id,
   CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) AND max(s.attempts) IS NULL THEN max(t.duration_ms)
        ELSE sum(s.duration_ms) END AS explained_ms,
@@ -127,7 +129,8 @@ FROM spans s JOIN traces t ON t.trace_id = s.trace_id
 WHERE s.kind = 'client' AND (s.http_status IN (502, 503)
    OR lower(coalesce(s.error_type, '')) LIKE '%refused%' OR lower(coalesce(s.exception_type, '')) LIKE '%connect%'
    OR lower(coalesce(s.exception_message, '')) LIKE '%econnrefused%'
-   OR lower(coalesce(s.error_type, '')) LIKE '%unavailable%')
+   OR lower(coalesce(s.error_type, '')) LIKE '%unavailable%' OR s.grpc_status = 'UNAVAILABLE'
+   OR lower(coalesce(s.exception_message, '')) LIKE 'unavailable%')
 GROUP BY s.trace_id"#,
         ),
         r(
@@ -312,6 +315,10 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 utf8("exception_type"),
                 utf8("exception_message"),
                 i64f("resend_count"),
+                utf8("rpc_system"),
+                utf8("rpc_service"),
+                utf8("rpc_method"),
+                utf8("grpc_status"),
                 boolf("cache_hit"),
                 f64f("wait_ms"),
                 f64f("path_ms"),
@@ -450,6 +457,10 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<Table>, String> {
                             so(&sp.exception_type),
                             so(&sp.exception_message),
                             V::I(sp.resend_count),
+                            so(&sp.rpc_system),
+                            so(&sp.rpc_service),
+                            so(&sp.rpc_method),
+                            V::S(sp.grpc_status),
                             V::B(sp.cache_hit),
                             V::F(sp.wait_ms),
                             V::F(Some(sp.path_ms)),

@@ -2058,3 +2058,84 @@ async fn evidence_wait_holds_at_most_max_held_traces_and_the_rest_leave_at_once(
     assert_eq!(traces, 3, "the held ones leave at the flush");
     assert_eq!(gauge(&telemetry), Some(0.0));
 }
+
+/// gRPC as the stock instrumentations write it: Go's otelgrpc (the status
+/// code as a number, `context deadline exceeded` as the status message),
+/// Java's agent (an `io.grpc.StatusRuntimeException` whose message starts
+/// with the code), and an SDK that writes the code by name. A failed call
+/// is a timeout, an unavailable upstream or a rate limit by its gRPC code,
+/// not a bare `error`.
+#[tokio::test]
+async fn grpc_status_codes_name_timeouts_unavailable_upstreams_and_rate_limits() {
+    let st = store();
+    let grpc = |code: KeyValue| {
+        vec![
+            attr_s("rpc.system", "grpc"),
+            attr_s("rpc.service", "shop.Pricing"),
+            attr_s("rpc.method", "Quote"),
+            attr_s("server.address", "pricing"),
+            code,
+        ]
+    };
+    let call = |t: u8, code: KeyValue, status: &str, exception: Option<&str>| {
+        let mut c = failed(
+            with(
+                sp(2, Some(1), "shop.Pricing/Quote", Client, 10, 910),
+                grpc(code),
+            ),
+            status,
+        );
+        if let Some(msg) = exception {
+            c.events.push(span::Event {
+                name: "exception".into(),
+                attributes: vec![
+                    attr_s("exception.type", "io.grpc.StatusRuntimeException"),
+                    attr_s("exception.message", msg),
+                ],
+                ..Default::default()
+            });
+        }
+        let root = failed(sp(1, None, "POST /checkout", Server, 0, 1000), "");
+        vec![resource_spans("checkout", tid(t, vec![root, c]))]
+    };
+    for (t, code, status, exception, cause) in [
+        (
+            91u8,
+            kv("rpc.grpc.status_code", 4i64),
+            "context deadline exceeded",
+            None,
+            "upstream_timeout",
+        ),
+        (
+            92,
+            kv("rpc.grpc.status_code", 14i64),
+            "",
+            Some("UNAVAILABLE: io exception"),
+            "upstream_unavailable",
+        ),
+        (
+            93,
+            attr_s("rpc.grpc.status_code", "RESOURCE_EXHAUSTED"),
+            "",
+            None,
+            "rate_limited",
+        ),
+        (
+            94,
+            attr_s("rpc.response.status_code", "UNAVAILABLE"),
+            "",
+            None,
+            "upstream_unavailable",
+        ),
+    ] {
+        let mut rs = call(t, code, status, exception);
+        let out = analyse(&st, &mut rs).await;
+        let (row, v) = &out[0];
+        assert_eq!(v.best.cause, cause, "trace {t}: {v:?}");
+        assert_eq!(
+            row.spans[v.culprit].rpc_service.as_deref(),
+            Some("shop.Pricing"),
+            "trace {t}: the failing call"
+        );
+    }
+}

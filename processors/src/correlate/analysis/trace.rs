@@ -25,6 +25,47 @@ fn any_int(v: &Option<AnyValue>) -> Option<i64> {
     }
 }
 
+/// The gRPC status codes by number (grpc/doc/statuscodes.md).
+const GRPC_CODES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// A gRPC status as its name: from its number (`4`), or its name in any
+/// case (`DEADLINE_EXCEEDED`, `DeadlineExceeded`, `deadline_exceeded`).
+fn grpc_status(v: &Option<AnyValue>) -> Option<&'static str> {
+    if let Some(n) = any_int(v) {
+        return usize::try_from(n)
+            .ok()
+            .and_then(|i| GRPC_CODES.get(i))
+            .copied();
+    }
+    let text = attr_str(v)?;
+    let squash = |s: &str| -> String {
+        s.chars()
+            .filter(|c| *c != '_')
+            .flat_map(char::to_uppercase)
+            .collect()
+    };
+    let want = squash(&text);
+    GRPC_CODES.iter().copied().find(|c| squash(c) == want)
+}
+
 /// A duration in float seconds (vLLM's `gen_ai.latency.*`), in ms.
 fn seconds_ms(v: &Option<AnyValue>) -> Option<f64> {
     let s = match v.as_ref()?.value.as_ref()? {
@@ -129,6 +170,11 @@ fn span_row(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) -> Sp
         exception_message: exception
             .and_then(|e| attr(&e.attributes, &["exception.message"]).and_then(attr_str)),
         resend_count: attr(a, &["http.request.resend_count"]).and_then(any_int),
+        rpc_system: attr(a, &["rpc.system", "rpc.system.name"]).and_then(attr_str),
+        rpc_service: attr(a, &["rpc.service"]).and_then(attr_str),
+        rpc_method: attr(a, &["rpc.method"]).and_then(attr_str),
+        grpc_status: attr(a, &["rpc.grpc.status_code", "rpc.response.status_code"])
+            .and_then(grpc_status),
         server_port: attr(a, &["server.port", "net.peer.port"]).and_then(any_int),
         gen_ai_model: attr(a, &["gen_ai.request.model", "gen_ai.response.model"])
             .and_then(attr_str),

@@ -85,6 +85,16 @@ pub struct SpanRow {
     pub exception_message: Option<String>,
     /// `http.request.resend_count`.
     pub resend_count: Option<i64>,
+    /// `rpc.system` (`grpc`, ...).
+    pub rpc_system: Option<String>,
+    /// `rpc.service`.
+    pub rpc_service: Option<String>,
+    /// `rpc.method`.
+    pub rpc_method: Option<String>,
+    /// The gRPC status by name (`DEADLINE_EXCEEDED`, `UNAVAILABLE`, ...):
+    /// `rpc.grpc.status_code` (its number or, as some SDKs write it, its
+    /// name) or the stable conventions' `rpc.response.status_code`.
+    pub grpc_status: Option<&'static str>,
     /// `cache.hit` (`db.cache.hit`), or `cache.result` = hit/miss.
     pub cache_hit: Option<bool>,
     /// Time from the span's start to its first child's start (ms), when it has children.
