@@ -171,6 +171,15 @@ fn rabbitmq_answers() {
 }
 
 #[test]
+fn nats_jsz_answers() {
+    run(
+        "nats_jsz",
+        Duration::from_secs(2),
+        causeway_receivers::fuzzing::nats_jsz,
+    );
+}
+
+#[test]
 fn kafka_message_framing() {
     run(
         "kafka_message",

@@ -196,6 +196,33 @@ pub fn rabbitmq_answer(data: &[u8]) {
     }
 }
 
+/// A NATS server's `/jsz` answer, and the metrics the `nats` receiver
+/// writes of what parses (twice: the second collection judges growth).
+pub fn nats_jsz(data: &[u8]) {
+    let Ok(consumers) = crate::nats::parse_jsz(data) else {
+        return;
+    };
+    let Ok(cfg) = causeway_core::config::decode::<crate::nats::config::NatsConfig>(
+        &serde_yaml::Value::Mapping(Default::default()),
+    ) else {
+        return;
+    };
+    let Ok(all) = crate::nats::config::Match::default().compile() else {
+        return;
+    };
+    let mut rising = std::collections::HashMap::new();
+    for t in [1000.0, 1010.0] {
+        drop(crate::nats::collect(
+            &cfg,
+            (&all, &all),
+            &consumers,
+            &mut rising,
+            t,
+            0,
+        ));
+    }
+}
+
 /// A Kafka message's payload as the `kafka` receiver frames it: the first
 /// byte picks the signal (low two bits) and `otlp_json` (bit 2).
 pub fn kafka_message(data: &[u8]) {
