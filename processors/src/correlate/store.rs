@@ -84,6 +84,12 @@ struct Inner {
     producer_order: VecDeque<(u64, ([u8; 16], u64))>,
 }
 
+/// A gateway field's value, unless it says "none": access logs write `-`
+/// (Envoy, NGINX) or nothing for a field with no value.
+fn present(v: Option<String>) -> Option<String> {
+    v.filter(|x| !x.trim().is_empty() && x.trim() != "-")
+}
+
 /// The memory a log record is counted at: its body plus a fixed overhead.
 fn log_cost(ev: &LogEvidence) -> usize {
     256 + ev.body.len()
@@ -253,15 +259,15 @@ impl Store {
                         time_ns,
                         gateway,
                         service: service.clone(),
-                        route: find(a, &ROUTE_KEYS).and_then(s),
+                        route: present(find(a, &ROUTE_KEYS).and_then(s)),
                         status,
-                        rate_limit_rule: rate_limit_rule.filter(|x| !x.is_empty() && x != "-"),
-                        circuit_state,
-                        response_flags: response_flags.filter(|x| !x.is_empty() && x != "-"),
-                        upstream: find(a, &["server.address", "upstream"]).and_then(s),
+                        rate_limit_rule: present(rate_limit_rule),
+                        circuit_state: present(circuit_state),
+                        response_flags: present(response_flags),
+                        upstream: present(find(a, &["server.address", "upstream"]).and_then(s)),
                         duration_ms,
                         severity: r.severity_number,
-                        error_type: find(a, &["error.type", "exception.type"]).and_then(s),
+                        error_type: present(find(a, &["error.type", "exception.type"]).and_then(s)),
                         body,
                     };
                     observe(&ev, g.clock);

@@ -2139,3 +2139,60 @@ async fn grpc_status_codes_name_timeouts_unavailable_upstreams_and_rate_limits()
         );
     }
 }
+
+/// Envoy and NGINX write `-` (or nothing) for a field without a value: it
+/// is absent, not a value. A `-` circuit state is not an open circuit, a
+/// `-` upstream names no server.
+#[tokio::test]
+async fn dash_and_empty_gateway_fields_are_absent() {
+    let st = store();
+    let dash = |tid: u8, status: i64| {
+        gateway_log(
+            tid,
+            status,
+            vec![
+                attr_s("circuit_state", "-"),
+                attr_s("upstream", "-"),
+                attr_s("rate_limit_rule", ""),
+                attr_s("response_flags", "-"),
+            ],
+        )
+    };
+    st.add_logs(&[dash(98, 200), dash(99, 200)], 1_000_000_000_000);
+    let logs = st.store.logs_of(&[98; 16]);
+    assert_eq!(logs.len(), 1);
+    let l = &logs[0];
+    assert!(l.gateway, "still the gateway's record");
+    assert_eq!(
+        (
+            &l.circuit_state,
+            &l.upstream,
+            &l.rate_limit_rule,
+            &l.response_flags
+        ),
+        (&None, &None, &None, &None)
+    );
+    // Not in trouble by its circuit, and no circuit cause.
+    assert!(!troubled(
+        &st,
+        &[98; 16],
+        &["order-create"],
+        (&[], &[]),
+        &[],
+        &circuit_trouble()
+    ));
+    let mut rs = vec![resource_spans(
+        "orders",
+        vec![span(
+            98,
+            1,
+            None,
+            "POST /orders",
+            0,
+            600,
+            vec![attr_s("http.route", "order-create")],
+        )],
+    )];
+    let out = analyse(&st, &mut rs).await;
+    assert_ne!(out[0].1.best.cause, "circuit_open", "{:?}", out[0].1);
+}
