@@ -59,3 +59,14 @@ pub async fn body(
         }
     }
 }
+
+/// An HTTP client with `tls` (the system's roots unless it says otherwise).
+pub fn client(
+    tls: &causeway_core::tls::ClientTls,
+) -> Result<reqwest::Client, causeway_core::BoxError> {
+    causeway_core::tls::install_crypto_provider();
+    Ok(reqwest::Client::builder()
+        .use_preconfigured_tls(tls.client_config()?)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?)
+}

@@ -9,7 +9,9 @@
 
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::ResourceLogs;
-use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, ResourceMetrics};
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric, number_data_point, Gauge, ResourceMetrics, Sum,
+};
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -349,25 +351,9 @@ impl Store {
                         attrs,
                     };
                     match &m.data {
-                        Some(metric::Data::Gauge(x)) => {
-                            for p in &x.data_points {
-                                if let (Some(v), Some(k)) = (
-                                    number(p),
-                                    classify(&offer(PointKind::Number, &p.attributes)),
-                                ) {
-                                    self.keep(
-                                        &mut g,
-                                        &m.name,
-                                        &p.attributes,
-                                        k,
-                                        (p.time_unix_nano, v, p.flags),
-                                        now_ns,
-                                    );
-                                }
-                            }
-                        }
-                        Some(metric::Data::Sum(x)) => {
-                            for p in &x.data_points {
+                        Some(metric::Data::Gauge(Gauge { data_points }))
+                        | Some(metric::Data::Sum(Sum { data_points, .. })) => {
+                            for p in data_points {
                                 if let (Some(v), Some(k)) = (
                                     number(p),
                                     classify(&offer(PointKind::Number, &p.attributes)),

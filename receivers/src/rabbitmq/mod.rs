@@ -78,11 +78,7 @@ impl ReceiverFactory for RabbitmqFactory {
         cfg: &serde_yaml::Value,
     ) -> Result<Box<dyn Receiver>, BoxError> {
         let cfg: RabbitmqConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
-        causeway_core::tls::install_crypto_provider();
-        let client = reqwest::Client::builder()
-            .use_preconfigured_tls(cfg.tls.client_config()?)
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let client = http_fetch::client(&cfg.tls)?;
         Ok(Box::new(Rabbitmq {
             id: ctx.id.to_string(),
             vhosts: cfg.vhosts.compile()?,
