@@ -232,7 +232,7 @@ fn bench(c: &mut Criterion) {
         let t4 = t.elapsed();
         let mut rs = rs;
         for tr in &rows {
-            let v = verdict(tr, findings.get(&tr.trace_id), (0.2, 50.0));
+            let v = verdict(tr, findings.get(&tr.trace_id), (0.2, 50.0), None);
             annotate(&mut rs, tr, &v);
         }
         let t5 = t.elapsed();
@@ -278,7 +278,7 @@ fn bench(c: &mut Criterion) {
             rt.block_on(planners.borrow_mut()[which].evaluate(&rules, &rows, joined));
         assert!(errors.is_empty(), "{errors:?}");
         for t in &rows {
-            let v = verdict(t, findings.get(&t.trace_id), (0.2, 50.0));
+            let v = verdict(t, findings.get(&t.trace_id), (0.2, 50.0), None);
             annotate(&mut rs, t, &v);
         }
         rs

@@ -231,8 +231,32 @@ pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) -> String {
             set_attr(
                 a,
                 "rca.culprit.service",
-                any_value::Value::StringValue(culprit.service.to_string()),
+                any_value::Value::StringValue(v.culprit_service.clone()),
             );
+            set_attr(
+                a,
+                "rca.culprit.kind",
+                any_value::Value::StringValue(v.culprit_kind.to_string()),
+            );
+            match v.culprit_kind {
+                "host" if !culprit.host.is_empty() => set_attr(
+                    a,
+                    "rca.culprit.host",
+                    any_value::Value::StringValue(culprit.host.to_string()),
+                ),
+                "dependency" => {
+                    for (k, val) in [
+                        ("rca.culprit.db_system", &culprit.db_system),
+                        ("rca.culprit.messaging_system", &culprit.messaging_system),
+                        ("rca.culprit.server_address", &culprit.server_address),
+                    ] {
+                        if let Some(x) = val {
+                            set_attr(a, k, any_value::Value::StringValue(x.clone()));
+                        }
+                    }
+                }
+                _ => {}
+            }
             set_attr(
                 a,
                 "rca.culprit.span_id",

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use std::collections::HashMap;
 
 use super::alerts::AlertsConfig;
-use super::rules::RuleConfig;
+use super::rules::{RetryStormConfig, RuleConfig};
 use super::source::deps::DependenciesConfig;
 use super::source::kafka::ConsumerLagConfig;
 
@@ -84,6 +84,11 @@ pub struct CorrelateConfig {
     /// Per-operation latency baselines.
     #[serde(default)]
     pub baseline: BaselineConfig,
+    /// When a sequence of retries is a `retry_storm` (the retries are the
+    /// problem) rather than a client answering its trigger (a 429, a 503,
+    /// a timeout), which is then the cause.
+    #[serde(default)]
+    pub retry_storm: RetryStormConfig,
     /// How the metrics of the servers a trace called (scraped from their
     /// exporters) join its client spans.
     #[serde(default)]

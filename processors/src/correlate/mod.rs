@@ -130,7 +130,7 @@ impl ProcessorFactory for CorrelateFactory {
         if !cfg.alerts.rules.is_empty() && !ctx.pipeline_signals.contains(Signal::Logs) {
             tracing::debug!(processor = %id, "Alert rules are evaluated by this processor's instance in a logs pipeline.");
         }
-        let builtin = rules::builtin()
+        let builtin = rules::builtin_with(&cfg.retry_storm)
             .into_iter()
             .chain(correlation.sources.rules())
             .collect();
@@ -387,6 +387,7 @@ impl Correlate {
             }
         }
         logs::join(&mut traces, &self.correlation.store);
+        self.correlation.store.peers.learn_and_fill(&mut traces);
         let tick = Tick {
             store: &self.correlation.store,
             now_ns: now,
@@ -428,7 +429,12 @@ impl Correlate {
         let held_now: usize = self.held.iter().map(|h| h.traces).sum();
         let mut fed: Vec<(&str, &str, f64)> = Vec::new();
         for t in &traces {
-            let v = verdict(t, findings.get(&t.trace_id), (self.min_share, self.min_ms));
+            let v = verdict(
+                t,
+                findings.get(&t.trace_id),
+                (self.min_share, self.min_ms),
+                Some(&self.correlation.store.peers),
+            );
             // Unexplained: no cause, or only the fallback that gateway logs or
             // metrics arriving later could replace; or a timeout, whose callee
             // was still running when the caller gave up: its spans come later.
@@ -476,7 +482,8 @@ impl Correlate {
                     cause: v.best.cause.clone(),
                     summary: v.best.summary.clone(),
                     route: t.route.clone().unwrap_or_default(),
-                    service: t.spans[v.culprit].service.to_string(),
+                    service: v.culprit_service.clone(),
+                    culprit_kind: v.culprit_kind,
                     culprit_span_id: Hex16::of(t.spans[v.culprit].span_id).as_str().to_string(),
                     confidence: v.best.confidence,
                     rule: v.best.rule.clone(),
@@ -713,6 +720,7 @@ impl Correlate {
                             kv("rca.cause", e.cause),
                             kv("rca.route_id", e.route),
                             kv("rca.culprit.service", e.service),
+                            kv("rca.culprit.kind", e.culprit_kind.to_string()),
                             kv("rca.culprit.span_id", e.culprit_span_id),
                             kv("rca.confidence", e.confidence),
                             kv("rca.rule", e.rule),

@@ -74,6 +74,12 @@ impl Validate for CorrelateConfig {
                 "must be more than 0",
             ));
         }
+        if self.retry_storm.min_attempts < 2 {
+            e.push(ConfigError::new(
+                "retry_storm.min_attempts",
+                "must be at least 2",
+            ));
+        }
         if self.consumer_lag.lag_threshold <= 0.0 {
             e.push(ConfigError::new(
                 "consumer_lag.lag_threshold",

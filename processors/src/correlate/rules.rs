@@ -12,10 +12,10 @@
 //! - `spans` (span): `trace_id, span_id, parent_id, service, host, name, kind, start_ms,
 //!   end_ms, duration_ms, self_ms, share, critical, status, status_message, http_status,
 //!   route, db_system, db_operation, messaging_system, destination, consumer_group,
-//!   routing_key, server_address, error_type, exception_type, exception_message, resend_count,
+//!   routing_key, server_address, peer_service, callee, error_type, exception_type, exception_message, resend_count,
 //!   rpc_system, rpc_service, rpc_method, grpc_status,
-//!   cache_hit, wait_ms, path_ms, cache_inferred, client_error, attempt, attempts,
-//!   failed_attempts, retry_window_ms, retry_trigger, recovered, queue_ms, async_wait_ms,
+//!   cache_hit, wait_ms, path_ms, cache_inferred, pool_wait, client_error, attempt, attempts,
+//!   failed_attempts, retry_window_ms, retry_gap_ms, retry_trigger, recovered, queue_ms, async_wait_ms,
 //!   baseline_ms, excess_ms, server_port, gen_ai_model, input_tokens, output_tokens,
 //!   gen_ai_queue_ms, gen_ai_ttft_ms, gen_ai_prefill_ms, gen_ai_decode_ms, prompt_baseline`
 //!   (see `super::analysis::shape` for the inferred ones)
@@ -26,12 +26,16 @@
 //!   `rabbitmq_queue`, `host`, `dependency`, `nats_consumer`, documented with their source.
 //!
 //! A rule returns `trace_id, confidence, summary` and optionally
-//! `culprit_span_id`, `evidence` (text or JSON), `explained_ms` (the
+//! `culprit_span_id`, `culprit_service` (the service at fault when the span
+//! does not name it: an upstream address, a gateway, a dependency),
+//! `culprit_kind` (service, callee, dependency, limiter, host, consumer,
+//! gateway; by default the cause's), `evidence` (text or JSON), `explained_ms` (the
 //! critical-path time it accounts for; by default the critical time of the
 //! culprit span's subtree) and `explains_failure` (it says why the request
 //! failed). The verdict ranks findings by what they explain (see
 //! `super::analysis::verdict`).
 
+use causeway_core::config::Duration;
 use datafusion::arrow::array::{Array, Float64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
@@ -73,13 +77,52 @@ pub struct RuleConfig {
     pub sql: String,
 }
 
+/// `processors.correlate.retry_storm`: the thresholds of the diagnosis
+/// guides (the same request retried at least 5 times at intervals under a
+/// second). Fewer, or slower (backed-off) retries are the client doing the
+/// right thing: the cause is what they answered.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryStormConfig {
+    /// Attempts of one request, at least (default 5).
+    #[serde(default = "storm_attempts")]
+    pub min_attempts: i64,
+    /// The mean time between one attempt's end and the next one's start,
+    /// below which the retries come too fast (default 1s).
+    #[serde(default = "storm_interval")]
+    pub max_interval: Duration,
+}
+
+impl Default for RetryStormConfig {
+    fn default() -> Self {
+        RetryStormConfig {
+            min_attempts: storm_attempts(),
+            max_interval: storm_interval(),
+        }
+    }
+}
+
+fn storm_attempts() -> i64 {
+    5
+}
+fn storm_interval() -> Duration {
+    Duration::secs(1)
+}
+
 /// Columns every rule must return.
 pub const REQUIRED_COLUMNS: [&str; 3] = ["trace_id", "confidence", "summary"];
 
 /// The built-in rules over the trace alone (its spans and their layout).
 /// Each is data: name, cause, SQL. The sources bring their own.
 pub fn builtin() -> Vec<Rule> {
+    builtin_with(&RetryStormConfig::default())
+}
+
+/// The built-in rules, with the retry-storm thresholds of the config.
+pub fn builtin_with(storm: &RetryStormConfig) -> Vec<Rule> {
     let r = Rule::builtin;
+    let storm_attempts = storm.min_attempts.max(2);
+    let storm_gap_ms = storm.max_interval.get().as_secs_f64() * 1000.0;
     vec![
         r(
             "client_429",
@@ -89,6 +132,7 @@ SELECT s.trace_id, 0.88 AS confidence,
   concat(max(s.service), ' was rate-limited by ', coalesce(max(s.server_address), max(s.rpc_service), 'its upstream'), ': ',
          CAST(count(*) AS VARCHAR), ' calls answered ', CASE WHEN bool_or(s.http_status = 429) THEN '429' ELSE 'RESOURCE_EXHAUSTED' END) AS summary,
   max(s.span_id) AS culprit_span_id,
+  coalesce(max(s.callee), max(s.server_address), max(s.rpc_service)) AS culprit_service,
   CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) THEN max(t.duration_ms)
        ELSE coalesce(max(s.retry_window_ms), sum(s.duration_ms)) END AS explained_ms,
   bool_or(t.failed) AND bool_or(NOT s.recovered) AS explains_failure
@@ -119,18 +163,20 @@ GROUP BY s.trace_id"#,
             "upstream_unavailable",
             r#"
 SELECT s.trace_id, 0.84 AS confidence,
-  concat(max(s.service), ' could not reach ', coalesce(max(s.server_address), max(s.name)), ': ',
-         coalesce(max(s.error_type), max(s.exception_type), max(s.grpc_status), CAST(max(s.http_status) AS VARCHAR))) AS summary,
+  concat(max(s.service), ' could not reach ', coalesce(max(s.callee), max(s.server_address), max(s.name)), ': ',
+         coalesce(max(s.error_type), max(s.exception_type), max(s.grpc_status), CAST(max(s.http_status) AS VARCHAR), max(s.retry_trigger))) AS summary,
   max(s.span_id) AS culprit_span_id,
   CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) AND max(s.attempts) IS NULL THEN max(t.duration_ms)
-       ELSE sum(s.duration_ms) END AS explained_ms,
+       ELSE coalesce(max(s.retry_window_ms), sum(s.duration_ms)) END AS explained_ms,
   bool_or(t.failed) AND bool_or(NOT s.recovered) AS explains_failure
 FROM spans s JOIN traces t ON t.trace_id = s.trace_id
 WHERE s.kind = 'client' AND (s.http_status IN (502, 503)
    OR lower(coalesce(s.error_type, '')) LIKE '%refused%' OR lower(coalesce(s.exception_type, '')) LIKE '%connect%'
    OR lower(coalesce(s.exception_message, '')) LIKE '%econnrefused%'
    OR lower(coalesce(s.error_type, '')) LIKE '%unavailable%' OR s.grpc_status = 'UNAVAILABLE'
-   OR lower(coalesce(s.exception_message, '')) LIKE 'unavailable%')
+   OR lower(coalesce(s.exception_message, '')) LIKE 'unavailable%'
+   -- the attempts answered under one client span (urllib3's Retry, Envoy's retries)
+   OR (s.attempt IS NULL AND s.retry_trigger IN ('502', '503')))
 GROUP BY s.trace_id"#,
         ),
         r(
@@ -169,17 +215,37 @@ GROUP BY s.trace_id"#,
         r(
             "client_retries",
             "retry_storm",
-            r#"
+            &format!(
+                r#"
 SELECT s.trace_id, 0.92 AS confidence,
-  concat(max(s.service), ' retried ', coalesce(max(s.server_address), max(s.name)), ': ',
+  concat(max(s.service), ' retried ', coalesce(max(s.callee), max(s.server_address), max(s.name)), ': ',
          CAST(coalesce(max(s.attempts), max(s.resend_count) + 1) AS VARCHAR), ' attempts in ',
          CAST(CAST(coalesce(max(s.retry_window_ms), max(s.duration_ms)) AS BIGINT) AS VARCHAR), ' ms',
+         CASE WHEN max(s.retry_gap_ms) IS NULL THEN '' ELSE concat(', ', CAST(CAST(max(s.retry_gap_ms) AS BIGINT) AS VARCHAR), ' ms apart') END,
          CASE WHEN max(s.retry_trigger) IS NULL THEN '' ELSE concat(', ', CAST(max(s.failed_attempts) AS VARCHAR), ' failed with ', max(s.retry_trigger)) END) AS summary,
   first_value(s.span_id ORDER BY CASE WHEN s.kind = 'client' THEN 0 ELSE 1 END, s.start_ms) AS culprit_span_id,
   max(s.retry_window_ms) AS explained_ms,
   bool_or(t.failed) AS explains_failure
 FROM spans s JOIN traces t ON t.trace_id = s.trace_id
-WHERE s.attempts >= 3 OR s.resend_count >= 2
+WHERE (s.attempts >= {storm_attempts} AND coalesce(s.retry_gap_ms, 0.0) < {storm_gap_ms:.1})
+   OR s.resend_count >= {resends}
+GROUP BY s.trace_id"#,
+                resends = storm_attempts - 1
+            ),
+        ),
+        r(
+            "message_wait",
+            "consumer_lag",
+            r#"
+SELECT s.trace_id, 0.8 AS confidence,
+  first_value(concat('the message to ', coalesce(s.destination, 'its destination'), ' waited ',
+         CAST(CAST(s.async_wait_ms AS BIGINT) AS VARCHAR), ' ms before ', s.service, ' consumed it',
+         CASE WHEN s.consumer_group IS NULL THEN '' ELSE concat(' (group ', s.consumer_group, ')') END,
+         '; no lag or backlog sample showed it') ORDER BY s.async_wait_ms DESC) AS summary,
+  first_value(s.span_id ORDER BY s.async_wait_ms DESC) AS culprit_span_id,
+  max(s.async_wait_ms) AS explained_ms
+FROM spans s
+WHERE s.async_wait_ms IS NOT NULL AND s.async_wait_ms >= 1.0
 GROUP BY s.trace_id"#,
         ),
         r(
@@ -191,19 +257,19 @@ SELECT s.trace_id, 0.8 AS confidence,
          CAST(CAST(max(s.queue_ms) AS BIGINT) AS VARCHAR),
          ' ms before the server began it (accept queue or worker pool)') AS summary,
   first_value(s.span_id ORDER BY s.queue_ms DESC) AS culprit_span_id,
+  'callee' AS culprit_kind,
   max(s.queue_ms) AS explained_ms
 FROM spans s WHERE s.queue_ms IS NOT NULL AND s.critical
 GROUP BY s.trace_id
 UNION ALL
 SELECT s.trace_id, 0.8 AS confidence,
   concat(max(s.service), ' waited ', CAST(CAST(max(s.self_ms) AS BIGINT) AS VARCHAR), ' ms in ', max(s.name),
-         ' (pool, lock or queue)') AS summary,
+         ' (a connection pool)') AS summary,
   first_value(s.span_id ORDER BY s.self_ms DESC) AS culprit_span_id,
+  'service' AS culprit_kind,
   max(s.self_ms) AS explained_ms
 FROM spans s
-WHERE s.critical AND s.kind <> 'server'
-  AND (s.name = 'http.getconn'
-       OR regexp_like(lower(s.name), '(^|[^a-z])(pool|acquire|lock|locks|queue|wait|semaphore)([^a-z]|$)'))
+WHERE s.critical AND s.kind <> 'server' AND s.pool_wait
 GROUP BY s.trace_id"#,
         ),
         r(
@@ -311,6 +377,8 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 utf8("consumer_group"),
                 utf8("routing_key"),
                 utf8("server_address"),
+                utf8("peer_service"),
+                utf8("callee"),
                 utf8("error_type"),
                 utf8("exception_type"),
                 utf8("exception_message"),
@@ -323,11 +391,13 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 f64f("wait_ms"),
                 f64f("path_ms"),
                 boolf("cache_inferred"),
+                boolf("pool_wait"),
                 boolf("client_error"),
                 i64f("attempt"),
                 i64f("attempts"),
                 i64f("failed_attempts"),
                 f64f("retry_window_ms"),
+                f64f("retry_gap_ms"),
                 utf8("retry_trigger"),
                 boolf("recovered"),
                 f64f("queue_ms"),
@@ -453,6 +523,8 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<Table>, String> {
                             so(&sp.consumer_group),
                             so(&sp.routing_key),
                             so(&sp.server_address),
+                            so(&sp.peer_service),
+                            V::S(sp.callee.as_deref()),
                             so(&sp.error_type),
                             so(&sp.exception_type),
                             so(&sp.exception_message),
@@ -465,11 +537,13 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<Table>, String> {
                             V::F(sp.wait_ms),
                             V::F(Some(sp.path_ms)),
                             V::B(Some(sp.cache_inferred)),
+                            V::B(Some(sp.pool_wait)),
                             V::B(Some(sp.client_error)),
                             V::I(sp.attempt),
                             V::I(sp.attempts),
                             V::I(sp.failed_attempts),
                             V::F(sp.retry_window_ms),
+                            V::F(sp.retry_gap_ms),
                             so(&sp.retry_trigger),
                             V::B(Some(sp.recovered)),
                             V::F(sp.queue_ms),
@@ -925,6 +999,7 @@ async fn collect_findings(
             };
             let (summaries, culprits, evidence) =
                 (strs("summary"), strs("culprit_span_id"), strs("evidence"));
+            let (services, kinds) = (strs("culprit_service"), strs("culprit_kind"));
             let confidences = f64_column(b, "confidence");
             let explained = f64_column(b, "explained_ms");
             let failure = strs("explains_failure");
@@ -944,6 +1019,8 @@ async fn collect_findings(
                     confidence,
                     summary: opt(&summaries).unwrap_or_else(|| rule.cause.clone()),
                     culprit_span_id: opt(&culprits),
+                    culprit_service: opt(&services),
+                    culprit_kind: opt(&kinds),
                     evidence: opt(&evidence),
                     user: rule.user,
                     explained_ms: explained

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::analysis::baseline::Baselines;
+use super::analysis::peers::Peers;
 use super::model::series::{find, num, s, Kept, Offer, PointKind, ROUTE_KEYS};
 use super::model::view::TraceView;
 use super::model::{Key, LatestPoint, LogEvidence, RcaEvent, Series};
@@ -102,6 +103,8 @@ pub struct Store {
     limits: Limits,
     /// Per-operation latency baselines.
     pub baselines: Baselines,
+    /// The services seen serving each address (callees named by address).
+    pub peers: Peers,
     inner: Mutex<Inner>,
     log_events_owner: AtomicBool,
     metric_events_owner: AtomicBool,
@@ -127,6 +130,7 @@ impl Store {
                 limits.baseline_max_operations,
                 limits.baseline_min_samples,
             ),
+            peers: Peers::new(limits.baseline_max_operations),
             limits,
             inner: Mutex::new(Inner::default()),
             log_events_owner: AtomicBool::new(false),

@@ -148,6 +148,7 @@ fn join_within(
 ) -> (Vec<TraceRow>, Vec<Table>) {
     let mut traces = analysis::trace::traces(rs, Some(&c.store.baselines), &Default::default());
     logs::join(&mut traces, &c.store);
+    c.store.peers.learn_and_fill(&mut traces);
     let tick = Tick {
         store: &c.store,
         now_ns: 1_000_000_000_000,
@@ -173,7 +174,12 @@ async fn analyse(c: &Correlation, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Ve
     traces
         .into_iter()
         .map(|t| {
-            let v = verdict(&t, findings.get(&t.trace_id), (0.2, 50.0));
+            let v = verdict(
+                &t,
+                findings.get(&t.trace_id),
+                (0.2, 50.0),
+                Some(&c.store.peers),
+            );
             annotate(rs, &t, &v);
             (t, v)
         })
@@ -234,6 +240,13 @@ async fn a_rate_limited_trace_gets_its_cause_summary_and_annotations() {
     };
     assert!(get("rca.cause").is_some());
     assert!(get("rca.evidence").is_some_and(|e| format!("{e:?}").contains("qps-100-per-ip")));
+    // The limiter is at fault, not the client it limited: the gateway.
+    let text = |k: &str| match get(k).and_then(|v| v.value) {
+        Some(any_value::Value::StringValue(x)) => x,
+        other => panic!("{k}: {other:?}"),
+    };
+    assert_eq!(text("rca.culprit.service"), "edge-gateway");
+    assert_eq!(text("rca.culprit.kind"), "limiter");
     let child = &rs[0].scope_spans[0].spans[1];
     assert!(child
         .attributes
@@ -501,47 +514,72 @@ async fn a_stock_redis_cache_aside_miss_is_found_from_the_span_layout() {
 }
 
 #[tokio::test]
-async fn retries_against_a_failing_upstream_are_a_retry_storm_naming_its_trigger() {
+async fn backed_off_retries_are_their_trigger_and_fast_ones_past_five_a_retry_storm() {
     let st = store();
-    // An explicit retry loop: four attempts answered 503, with backoff between.
-    let attempt = |id, s, e| {
-        failed(
-            with(
-                sp(id, Some(1), "POST", Client, s, e),
-                vec![
-                    attr_s("server.address", "payments"),
-                    kv("http.response.status_code", 503i64),
-                ],
-            ),
-            "",
-        )
+    // An explicit retry loop against 503s: `n` attempts, `gap` ms apart.
+    let attempts = |trace: u8, n: u64, gap: u64| {
+        let mut spans = vec![failed(
+            sp(1, None, "POST /checkout", Server, 0, 5 + n * (15 + gap)),
+            "503",
+        )];
+        for k in 0..n {
+            let s = 5 + k * (15 + gap);
+            spans.push(failed(
+                with(
+                    sp(2 + k as u8, Some(1), "POST", Client, s, s + 15),
+                    vec![
+                        attr_s("server.address", "payments"),
+                        kv("http.response.status_code", 503i64),
+                    ],
+                ),
+                "",
+            ));
+        }
+        vec![resource_spans("checkout", tid(trace, spans))]
     };
-    let mut rs = vec![resource_spans(
-        "checkout",
-        tid(
-            43,
-            vec![
-                failed(sp(1, None, "POST /checkout", Server, 0, 1000), "503"),
-                attempt(2, 5, 20),
-                attempt(3, 300, 315),
-                attempt(4, 600, 615),
-                attempt(5, 900, 990),
-            ],
-        ),
-    )];
+    // Four attempts, backing off 285 ms: the client did the right thing;
+    // the cause is what it retried (payments unavailable), the retries are
+    // in the summary.
+    let mut rs = attempts(43, 4, 285);
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
+    assert!(
+        v.best
+            .summary
+            .contains("retried 3 times, backing off 285 ms"),
+        "{}",
+        v.best.summary
+    );
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("payments", "callee")
+    );
+    assert!(
+        v.alternatives.iter().all(|a| a.cause != "retry_storm"),
+        "{v:?}"
+    );
+    // Six attempts 100 ms apart: the retries are the problem.
+    let mut rs = attempts(46, 6, 100);
     let out = analyse(&st, &mut rs).await;
     let v = &out[0].1;
     assert_eq!(v.best.cause, "retry_storm", "{v:?}");
     assert!(
-        v.best.summary.contains("4 attempts") && v.best.summary.contains("503"),
+        v.best.summary.contains("6 attempts") && v.best.summary.contains("503"),
         "{}",
         v.best.summary
     );
-    assert!(
-        v.alternatives
-            .iter()
-            .any(|a| a.cause == "upstream_unavailable"),
-        "{v:?}"
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("payments", "callee")
+    );
+    // Six attempts backing off 1.5 s each: not a storm either.
+    let mut rs = attempts(47, 6, 1500);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(
+        out[0].1.best.cause, "upstream_unavailable",
+        "{:?}",
+        out[0].1
     );
 
     // urllib3's Retry: one client span, the attempts as server spans under it.
@@ -588,8 +626,18 @@ async fn retries_against_a_failing_upstream_are_a_retry_storm_naming_its_trigger
     ];
     let out = analyse(&st, &mut rs).await;
     let v = &out[0].1;
-    assert_eq!(v.best.cause, "retry_storm", "{v:?}");
-    assert!(v.best.summary.contains("3 attempts"), "{}", v.best.summary);
+    // Two 503s, then success: payments was unavailable; the client's
+    // retries (the server attempts under one client span) are the summary's.
+    assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
+    assert!(
+        v.best.summary.contains("retried 2 times"),
+        "{}",
+        v.best.summary
+    );
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("payments", "callee")
+    );
 }
 
 #[tokio::test]
@@ -1804,7 +1852,7 @@ fn rabbit_queue(
 }
 
 #[tokio::test]
-async fn a_slow_rabbitmq_consumer_explains_the_wait_of_its_message_and_a_healthy_queue_does_not() {
+async fn a_slow_rabbitmq_consumer_explains_the_wait_of_its_message_and_the_wait_alone_is_lag_too() {
     let st = store();
     let t0 = 1_000_000_000_000u64;
     st.add_metrics(
@@ -1890,10 +1938,35 @@ async fn a_slow_rabbitmq_consumer_explains_the_wait_of_its_message_and_a_healthy
             ("billing", "publish")
         ]
     );
-    // The same trace through the healthy queue only: no backlog cause.
+    // The same trace through the queue whose samples showed no backlog: the
+    // message still waited 3 s, which is on the trace: consumer lag from the
+    // wait alone (#31), by the consumer, saying no sample showed it.
     let mut rs = through(61, "audit");
     let out = analyse(&st, &mut rs).await;
-    assert_ne!(out[0].1.best.cause, "consumer_lag", "{:?}", out[0].1);
+    let v = &out[0].1;
+    assert_eq!(
+        (v.best.cause.as_str(), v.best.rule.as_str()),
+        ("consumer_lag", "message_wait"),
+        "{v:?}"
+    );
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("audit", "consumer")
+    );
+    assert!(
+        v.best.summary.contains(
+            "waited 3000 ms before audit consumed it; no lag or backlog sample showed it"
+        ),
+        "{}",
+        v.best.summary
+    );
+    // The billing verdict names its consumer as the culprit too.
+    let mut rs = through(62, "billing");
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(
+        (out[0].1.culprit_service.as_str(), out[0].1.culprit_kind),
+        ("billing", "consumer")
+    );
     // The correlated policy: a trace reaching the queue in trouble through
     // the exchange's binding, not one that reaches only the healthy queue.
     let tr = circuit_trouble();
@@ -2195,4 +2268,225 @@ async fn dash_and_empty_gateway_fields_are_absent() {
     )];
     let out = analyse(&st, &mut rs).await;
     assert_ne!(out[0].1.best.cause, "circuit_open", "{:?}", out[0].1);
+}
+
+/// The culprit is the service at fault, by the kind of fault: the callee a
+/// call could not reach (named by the address it was seen serving before),
+/// the innermost callee a timed-out call was waiting on, the callee whose
+/// accept queue held a request, a database by its system, an upstream the
+/// gateway found dead.
+#[tokio::test]
+async fn the_culprit_is_the_service_at_fault_and_its_kind() {
+    let st = store();
+    let http = |addr: &str, port: i64, status: Option<i64>| {
+        let mut a = vec![attr_s("server.address", addr), kv("server.port", port)];
+        if let Some(x) = status {
+            a.push(kv("http.response.status_code", x));
+        }
+        a
+    };
+    // Seen once: users calls 10.0.0.7:8080, and `orders` answers there.
+    let mut rs = vec![
+        resource_spans(
+            "users",
+            tid(
+                70,
+                vec![
+                    sp(1, None, "GET /me", Server, 0, 30),
+                    with(
+                        sp(2, Some(1), "GET", Client, 2, 20),
+                        http("10.0.0.7", 8080, Some(200)),
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "orders",
+            tid(70, vec![sp(3, Some(2), "GET /orders", Server, 4, 18)]),
+        ),
+    ];
+    analyse(&st, &mut rs).await;
+    // Later the same call is refused: orders is down, not users.
+    let mut rs = vec![resource_spans(
+        "users",
+        tid(
+            71,
+            vec![
+                failed(sp(1, None, "GET /me", Server, 0, 400), "502"),
+                failed(
+                    with(sp(2, Some(1), "GET", Client, 2, 390), {
+                        let mut a = http("10.0.0.7", 8080, None);
+                        a.push(attr_s("error.type", "ECONNREFUSED"));
+                        a
+                    }),
+                    "connect ECONNREFUSED 10.0.0.7:8080",
+                ),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("orders", "callee")
+    );
+    assert_eq!(
+        out[0].0.spans[v.culprit].name, "GET",
+        "the span that shows it is the call"
+    );
+    // An address never seen served is named as itself.
+    let mut rs = vec![resource_spans(
+        "users",
+        tid(
+            72,
+            vec![
+                failed(sp(1, None, "GET /me", Server, 0, 400), "502"),
+                failed(
+                    with(sp(2, Some(1), "GET", Client, 2, 390), {
+                        let mut a = http("10.0.0.9", 9090, None);
+                        a.push(attr_s("error.type", "ECONNREFUSED"));
+                        a
+                    }),
+                    "refused",
+                ),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(
+        (out[0].1.culprit_service.as_str(), out[0].1.culprit_kind),
+        ("10.0.0.9:9090", "callee")
+    );
+    // A timeout: search gave up on pricing, which was waiting on inventory
+    // for the whole time: inventory is where the time went.
+    let mut rs = vec![
+        resource_spans(
+            "search",
+            tid(
+                73,
+                vec![
+                    failed(sp(1, None, "GET /search", Server, 0, 1010), "504"),
+                    failed(
+                        with(sp(2, Some(1), "GET", Client, 5, 1005), {
+                            let mut a = http("pricing", 80, None);
+                            a.push(attr_s("error.type", "timeout"));
+                            a
+                        }),
+                        "timeout",
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "pricing",
+            tid(
+                73,
+                vec![
+                    sp(3, Some(2), "GET /price", Server, 8, 1004),
+                    with(
+                        sp(4, Some(3), "GET", Client, 10, 1003),
+                        http("inventory", 80, None),
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "inventory",
+            tid(73, vec![sp(5, Some(4), "GET /stock", Server, 12, 1002)]),
+        ),
+    ];
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "upstream_timeout", "{v:?}");
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("inventory", "callee")
+    );
+    // The accept queue: the request to pricing waited 900 ms before pricing began it.
+    let mut rs = vec![
+        resource_spans(
+            "search",
+            tid(
+                74,
+                vec![
+                    sp(1, None, "GET /search", Server, 0, 1000),
+                    with(
+                        sp(2, Some(1), "GET", Client, 5, 995),
+                        http("pricing", 80, Some(200)),
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "pricing",
+            tid(74, vec![sp(3, Some(2), "GET /price", Server, 905, 990)]),
+        ),
+    ];
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "queueing", "{v:?}");
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("pricing", "callee")
+    );
+    // A slow query: the database, by its system, with the system written.
+    let mut rs = vec![resource_spans(
+        "orders",
+        tid(
+            75,
+            vec![
+                sp(1, None, "GET /orders", Server, 0, 1000),
+                with(
+                    sp(2, Some(1), "SELECT orders", Client, 10, 990),
+                    vec![
+                        attr_s("db.system", "postgresql"),
+                        attr_s("server.address", "db-1"),
+                    ],
+                ),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "slow_dependency", "{v:?}");
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("postgresql", "dependency")
+    );
+    let root = &rs[0].scope_spans[0].spans[0];
+    assert!(root
+        .attributes
+        .iter()
+        .any(|a| a.key == "rca.culprit.db_system"));
+    // The gateway found its upstream dead: the upstream, by the address the
+    // gateway names, mapped to the service seen answering there.
+    st.add_logs(
+        &[gateway_log(
+            76,
+            502,
+            vec![attr_s("server.address", "10.0.0.7:8080")],
+        )],
+        1_000_000_000_000,
+    );
+    let mut rs = vec![resource_spans(
+        "client",
+        tid(
+            76,
+            vec![
+                sp(1, None, "order", Internal, 0, 50),
+                with(
+                    sp(2, Some(1), "POST", Client, 1, 49),
+                    http("gw", 443, Some(502)),
+                ),
+            ],
+        ),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("orders", "callee")
+    );
 }

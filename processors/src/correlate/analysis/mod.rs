@@ -3,6 +3,7 @@
 
 pub mod baseline;
 pub mod critical;
+pub mod peers;
 pub mod shape;
 pub mod trace;
 pub mod verdict;

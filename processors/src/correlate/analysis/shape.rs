@@ -367,6 +367,12 @@ fn mark_attempts(rows: &mut [SpanRow], nodes: &[Node], g: &[usize], holder: Opti
         .max_by_key(|c| c.len())
         .and_then(|c| c.first().cloned());
     let last_ok = !failed(&rows[last]);
+    // The backoff: the mean gap between one attempt's end and the next's start.
+    let gaps: Vec<f64> = g
+        .windows(2)
+        .map(|w| nodes[w[1]].start.saturating_sub(nodes[w[0]].end) as f64 / 1e6)
+        .collect();
+    let gap = (!gaps.is_empty()).then(|| gaps.iter().sum::<f64>() / gaps.len() as f64);
     let n = i64::try_from(g.len()).unwrap_or(i64::MAX);
     let members: Vec<usize> = g.iter().copied().chain(holder).collect();
     for (k, &i) in members.iter().enumerate() {
@@ -375,6 +381,7 @@ fn mark_attempts(rows: &mut [SpanRow], nodes: &[Node], g: &[usize], holder: Opti
         r.attempts = Some(n.max(r.resend_count.map_or(0, |c| c + 1)));
         r.failed_attempts = Some(i64::try_from(failed_all).unwrap_or(i64::MAX));
         r.retry_window_ms = Some(window);
+        r.retry_gap_ms = gap;
         r.retry_trigger = trigger.clone();
         r.recovered = last_ok && failed(r) && Some(i) != holder;
     }

@@ -176,6 +176,7 @@ fn span_row(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) -> Sp
         grpc_status: attr(a, &["rpc.grpc.status_code", "rpc.response.status_code"])
             .and_then(grpc_status),
         server_port: attr(a, &["server.port", "net.peer.port"]).and_then(any_int),
+        peer_service: attr(a, &["peer.service"]).and_then(attr_str),
         gen_ai_model: attr(a, &["gen_ai.request.model", "gen_ai.response.model"])
             .and_then(attr_str),
         input_tokens: attr(
@@ -196,9 +197,21 @@ fn span_row(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) -> Sp
         gen_ai_prefill_ms: attr(a, &["gen_ai.latency.time_in_model_prefill"]).and_then(seconds_ms),
         gen_ai_decode_ms: attr(a, &["gen_ai.latency.time_in_model_decode"]).and_then(seconds_ms),
         cache_hit,
+        pool_wait: POOL_WAITS.contains(&span.name.as_str())
+            || a.iter().any(|kv| {
+                kv.key.starts_with("db.client.connection.")
+                    || kv.key.starts_with("db.client.connections.")
+            }),
         ..Default::default()
     }
 }
+
+/// Span names that stock instrumentations give a wait for a pooled
+/// connection: Go's otelhttptrace (`http.getconn`), Node's
+/// instrumentation-pg (`pg-pool.connect`) and instrumentation-generic-pool
+/// (`generic-pool.acquire`). Java's agent reports its pools (HikariCP,
+/// c3p0, DBCP) as `db.client.connection(s).*` metrics, not spans.
+const POOL_WAITS: [&str; 3] = ["http.getconn", "pg-pool.connect", "generic-pool.acquire"];
 
 /// A fast hasher for ids that are random already (trace and span ids).
 type IdMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
@@ -328,6 +341,19 @@ pub fn traces(
         for &i in &order {
             spans[i].parent = nodes[i].parent;
             spans[i].depth = nodes[i].parent.map_or(0, |p| spans[p].depth + 1);
+        }
+        // The callee of a call: the service of its server child.
+        for i in 0..spans.len() {
+            if let Some(p) = nodes[i].parent.filter(|_| spans[i].kind == "server") {
+                if matches!(spans[p].kind, "client" | "producer") && spans[p].callee.is_none() {
+                    spans[p].callee = Some(spans[i].service.clone());
+                }
+            }
+        }
+        for r in spans.iter_mut() {
+            if r.callee.is_none() && matches!(r.kind, "client" | "producer") {
+                r.callee = r.peer_service.as_deref().map(Arc::from);
+            }
         }
         for &i in order.iter().rev() {
             spans[i].path_ms += spans[i].self_ms;

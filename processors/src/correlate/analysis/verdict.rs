@@ -1,8 +1,10 @@
 //! The verdict of a trace: from its findings, the cause that explains its
 //! failure or the most of its critical-path time, and the span at fault.
 
+use super::peers::Peers;
+use crate::correlate::model::finding::CULPRIT_KINDS;
 use crate::correlate::model::trace::{parse_hex16, Hex16};
-use crate::correlate::model::{Finding, TraceRow, Verdict};
+use crate::correlate::model::{Finding, SpanRow, TraceRow, Verdict};
 
 /// Where an error began, or, when the call that failed spent its time
 /// waiting on a callee (a timeout), the innermost server span below it that
@@ -52,7 +54,12 @@ fn default_explained(t: &TraceRow, f: &Finding) -> f64 {
 /// finding that explains less than `min_share` of the trace and not its
 /// failure, or less than `min_share.1` ms, is only an alternative. Confidence is scaled by the share of the
 /// time a finding explains (a failure's cause keeps its own).
-pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>, min_share: (f64, f64)) -> Verdict {
+pub fn verdict(
+    t: &TraceRow,
+    findings: Option<&Vec<Finding>>,
+    min_share: (f64, f64),
+    peers: Option<&Peers>,
+) -> Verdict {
     let dur = t.duration_ms.max(1e-6);
     let mut all: Vec<Finding> = findings.cloned().unwrap_or_default();
     for f in &mut all {
@@ -117,6 +124,8 @@ pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>, min_share: (f64, f
                 t.duration_ms.round()
             ),
             culprit_span_id: Some(Hex16::of(c.span_id).as_str().to_string()),
+            culprit_service: None,
+            culprit_kind: None,
             evidence: None,
             user: false,
             explained_ms: c.self_ms,
@@ -134,9 +143,138 @@ pub fn verdict(t: &TraceRow, findings: Option<&Vec<Finding>>, min_share: (f64, f
         .and_then(|id| parse_hex16(id))
         .and_then(|id| t.spans.iter().position(|s| s.span_id == id))
         .unwrap_or(fallback);
+    let mut best = best;
+    if best.cause != "retry_storm" {
+        if let Some(note) = retry_note(t) {
+            best.summary.push_str(&note);
+        }
+    }
+    let kind = best
+        .culprit_kind
+        .as_deref()
+        .and_then(|k| CULPRIT_KINDS.iter().copied().find(|x| *x == k))
+        .unwrap_or_else(|| default_kind(&best.cause, &t.spans[culprit]));
+    let culprit_service = culprit_service(t, culprit, kind, best.culprit_service.as_deref(), peers);
     Verdict {
         best,
         alternatives: all,
         culprit,
+        culprit_service,
+        culprit_kind: kind,
     }
+}
+
+/// The kind of fault a cause is when its rule does not say.
+pub fn default_kind(cause: &str, c: &SpanRow) -> &'static str {
+    match cause {
+        "rate_limited" => "limiter",
+        "upstream_timeout"
+        | "upstream_unavailable"
+        | "circuit_open"
+        | "retry_storm"
+        | "tls_handshake" => "callee",
+        // The accept queue of a callee; a pool or lock of the service's own.
+        "queueing" if c.queue_ms.is_some() => "callee",
+        "consumer_lag" => "consumer",
+        "host_cpu_saturation"
+        | "host_io_wait"
+        | "host_memory_pressure"
+        | "gpu_saturation"
+        | "gpu_memory_pressure" => "host",
+        "cache_miss_fallback"
+        | "db_connection_saturation"
+        | "db_lock_contention"
+        | "inference_queueing"
+        | "kv_cache_pressure"
+        | "tokenizer_cpu" => "dependency",
+        "slow_dependency" if dependency_name(c).is_some() => "dependency",
+        "slow_dependency" if c.kind == "client" => "callee",
+        _ => "service",
+    }
+}
+
+/// A dependency's name: `peer.service`, else its `db.system` or
+/// `messaging.system`.
+pub fn dependency_name(c: &SpanRow) -> Option<&str> {
+    c.peer_service
+        .as_deref()
+        .filter(|_| c.db_system.is_some() || c.messaging_system.is_some())
+        .or(c.db_system.as_deref())
+        .or(c.messaging_system.as_deref())
+}
+
+/// The service at fault, by the kind of fault and the span that shows it.
+/// A callee is the innermost server span below the call that still holds
+/// half its time (where the time went), else the service that answered the
+/// call, else what the rule named (an upstream address, mapped to the
+/// service seen serving it), else the call's address.
+fn culprit_service(
+    t: &TraceRow,
+    c: usize,
+    kind: &str,
+    named: Option<&str>,
+    peers: Option<&Peers>,
+) -> String {
+    let span = &t.spans[c];
+    let named = named.map(str::trim).filter(|n| !n.is_empty() && *n != "-");
+    let resolve = |n: &str| -> String {
+        peers
+            .and_then(|p| p.resolve(n))
+            .map_or_else(|| n.to_string(), |s| s.to_string())
+    };
+    match kind {
+        "callee" | "limiter" => {
+            if kind == "limiter" {
+                if let Some(n) = named {
+                    return resolve(n);
+                }
+            }
+            if span.kind == "server" {
+                return span.service.to_string();
+            }
+            let inner = slowest_below(t, c);
+            if inner != c && t.spans[inner].kind == "server" && span.kind == "client" {
+                return t.spans[inner].service.to_string();
+            }
+            if let Some(n) = named {
+                return resolve(n);
+            }
+            if let Some(x) = &span.callee {
+                return x.to_string();
+            }
+            super::peers::address_of(span).unwrap_or_else(|| span.service.to_string())
+        }
+        "dependency" => named
+            .map(resolve)
+            .or_else(|| dependency_name(span).map(str::to_string))
+            .or_else(|| span.callee.as_deref().map(str::to_string))
+            .or_else(|| span.server_address.clone())
+            .unwrap_or_else(|| span.service.to_string()),
+        "gateway" => named.map_or_else(|| span.service.to_string(), resolve),
+        _ => named.map_or_else(|| span.service.to_string(), resolve),
+    }
+}
+
+/// What the client did about a failure that was not the problem itself:
+/// "; the client retried 2 times, backing off 500 ms".
+fn retry_note(t: &TraceRow) -> Option<String> {
+    let s = t
+        .spans
+        .iter()
+        .filter(|s| s.attempt == Some(1) && s.attempts.is_some_and(|n| n >= 2))
+        .max_by_key(|s| s.attempts)?;
+    let n = s.attempts? - 1;
+    let times = if n == 1 { "once" } else { "" };
+    let mut out = if n == 1 {
+        format!("; the client retried {times}")
+    } else {
+        format!("; the client retried {n} times")
+    };
+    if let Some(g) = s.retry_gap_ms.filter(|g| *g >= 1.0) {
+        out.push_str(&format!(", backing off {} ms", g.round()));
+    }
+    if s.recovered {
+        out.push_str(", then succeeded");
+    }
+    Some(out)
 }

@@ -39,6 +39,12 @@ pub struct Finding {
     pub summary: String,
     /// Culprit span the rule named.
     pub culprit_span_id: Option<String>,
+    /// The service at fault the rule named (a service, an address, a
+    /// dependency, a gateway), when the span alone does not say it.
+    pub culprit_service: Option<String>,
+    /// The kind of fault the rule named (one of [`CULPRIT_KINDS`]), when
+    /// its cause's default does not fit.
+    pub culprit_kind: Option<String>,
     /// Extra evidence the rule returned.
     pub evidence: Option<String>,
     /// From a user rule.
@@ -56,9 +62,35 @@ pub struct Verdict {
     pub best: Finding,
     /// The others, best first, each with the time it explains.
     pub alternatives: Vec<Finding>,
-    /// Culprit span index.
+    /// Culprit span index: the span that shows the fault.
     pub culprit: usize,
+    /// The service at fault (`rca.culprit.service`): the callee, the
+    /// dependency, the limiter, the consumer, or the service itself.
+    pub culprit_service: String,
+    /// What kind of fault (`rca.culprit.kind`), one of [`CULPRIT_KINDS`].
+    pub culprit_kind: &'static str,
 }
+
+/// The kinds of culprit (`rca.culprit.kind`):
+/// - `service`: the service whose own code or resources failed or took the time;
+/// - `callee`: a service that did not answer, timed out, refused, had its
+///   circuit open or queued the request (named from the callee's spans,
+///   `peer.service`, or its address mapped to the service that serves it);
+/// - `dependency`: a database, cache, broker or model server (named by
+///   `peer.service`, else `db.system`/`messaging.system`);
+/// - `limiter`: what rate-limited the request (the gateway or the callee);
+/// - `host`: the host (the service that ran on it is named);
+/// - `consumer`: the consumer a message waited for;
+/// - `gateway`: the gateway itself.
+pub const CULPRIT_KINDS: [&str; 7] = [
+    "service",
+    "callee",
+    "dependency",
+    "limiter",
+    "host",
+    "consumer",
+    "gateway",
+];
 
 /// One analysed trace, for the RCA log record and counter.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,6 +109,8 @@ pub struct RcaEvent {
     pub route: String,
     /// Culprit service.
     pub service: String,
+    /// Culprit kind.
+    pub culprit_kind: &'static str,
     /// Culprit span id (hex).
     pub culprit_span_id: String,
     /// Confidence.

@@ -61,6 +61,12 @@ pub struct SpanRow {
     pub server_address: Option<String>,
     /// `server.port` (or `net.peer.port`).
     pub server_port: Option<i64>,
+    /// `peer.service`: the callee's name as the caller configured it.
+    pub peer_service: Option<String>,
+    /// For a client (or producer) span: the service that answered it, from
+    /// its server child in the trace, else `peer.service`, else its address
+    /// mapped to the service seen serving it (see `analysis::peers`).
+    pub callee: Option<Arc<str>>,
     /// `gen_ai.request.model` (or `gen_ai.response.model`).
     pub gen_ai_model: Option<String>,
     /// `gen_ai.usage.input_tokens` (or the older `gen_ai.usage.prompt_tokens`).
@@ -103,6 +109,11 @@ pub struct SpanRow {
     pub path_ms: f64,
     /// The cache miss was inferred from the layout (read, fallback, write).
     pub cache_inferred: bool,
+    /// A wait for a pooled connection, recognised by its instrumentation
+    /// (Go's `http.getconn`, Node's `pg-pool.connect` and
+    /// `generic-pool.acquire`, a span with `db.client.connection.*` attributes),
+    /// not by a word in its name.
+    pub pool_wait: bool,
     /// A client span marked ERROR for a 4xx answer (the server's answer, not an error origin).
     pub client_error: bool,
     /// Attempt number (1-based) when the span is one attempt of a retried call.
@@ -113,6 +124,9 @@ pub struct SpanRow {
     pub failed_attempts: Option<i64>,
     /// From the first attempt's start to the last attempt's end (ms).
     pub retry_window_ms: Option<f64>,
+    /// The mean time between one attempt's end and the next one's start
+    /// (ms): the client's backoff.
+    pub retry_gap_ms: Option<f64>,
     /// What the failed attempts answered most often (a status or an error type).
     pub retry_trigger: Option<String>,
     /// A failed attempt whose call succeeded on a later attempt.

@@ -77,6 +77,8 @@ pub struct TraceView {
     pub culprit_span_id: String,
     /// Culprit service.
     pub culprit_service: Arc<str>,
+    /// Culprit kind (service, callee, dependency, ...).
+    pub culprit_kind: &'static str,
     /// Spans (at most [`MAX_SPANS`]).
     pub spans: Vec<SpanView>,
     /// Spans left out.
@@ -126,7 +128,8 @@ pub fn view(t: &TraceRow, v: &Verdict, evidence: String) -> TraceView {
         summary: v.best.summary.clone(),
         confidence: v.best.confidence,
         culprit_span_id: hex(culprit.span_id),
-        culprit_service: culprit.service.clone(),
+        culprit_service: v.culprit_service.as_str().into(),
+        culprit_kind: v.culprit_kind,
         spans: order
             .into_iter()
             .map(|i| {

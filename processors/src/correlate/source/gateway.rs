@@ -391,6 +391,7 @@ SELECT l.trace_id, 0.95 AS confidence,
          ' gateway attempts answered 429') AS summary,
   concat('rate_limit_rule=', coalesce(max(l.rate_limit_rule), '')) AS evidence,
   max(t.root_span_id) AS culprit_span_id,
+  max(l.service) AS culprit_service,
   CASE WHEN max(t.final_status) = 429 THEN max(t.duration_ms)
        ELSE least(max(t.duration_ms), greatest(0.0, max(CASE WHEN l.status = 429 THEN l.time_ms END) - max(t.start_unix_ms))) END AS explained_ms,
   coalesce(max(t.final_status) = 429, false) AS explains_failure
@@ -408,6 +409,7 @@ SELECT l.trace_id, 0.96 AS confidence,
          CAST(sum(CASE WHEN l.status = 503 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered 503 without reaching it') AS summary,
   concat('circuit_state=', coalesce(max(l.circuit_state), ''), ' response_flags=', coalesce(max(l.response_flags), '')) AS evidence,
+  max(l.upstream) AS culprit_service,
   CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE coalesce(sum(l.duration_ms), 0.0) END AS explained_ms,
   bool_or(t.failed) AS explains_failure
 FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
@@ -438,6 +440,7 @@ SELECT l.trace_id, 0.9 AS confidence,
          CAST(sum(CASE WHEN l.status IN (502, 503) THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered ', CAST(max(l.status) AS VARCHAR),
          CASE WHEN max(l.response_flags) IS NULL THEN '' ELSE concat(' (', max(l.response_flags), ')') END) AS summary,
+  max(l.upstream) AS culprit_service,
   CASE WHEN max(t.final_status) IN (502, 503) THEN max(t.duration_ms) ELSE coalesce(sum(l.duration_ms), 0.0) END AS explained_ms,
   coalesce(max(t.final_status) IN (502, 503), false) AS explains_failure
 FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway

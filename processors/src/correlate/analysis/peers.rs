@@ -1,0 +1,183 @@
+//! Which service answers at an address: learned from the traces analysed,
+//! so that a callee that did not answer (dead, refusing, timing out before
+//! its server span began) is named as the service that usually serves that
+//! address rather than as its caller.
+//!
+//! Learned from a client span whose server child is in the trace (the
+//! client's `server.address:server.port` → the child's `service.name`) and
+//! from a gateway access-log line whose upstream the trace's entry span
+//! served. Bounded: at most `max` addresses; when full, the address learned
+//! longest ago goes. It knows no evidence source.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use crate::correlate::model::{SpanRow, TraceRow};
+
+#[derive(Debug, Default)]
+struct Inner {
+    map: HashMap<String, Arc<str>>,
+    order: VecDeque<String>,
+}
+
+/// The services seen serving each address.
+#[derive(Debug)]
+pub struct Peers {
+    inner: Mutex<Inner>,
+    max: usize,
+}
+
+/// The address a client span called, as `host:port` (or `host`), lowercased.
+pub fn address_of(s: &SpanRow) -> Option<String> {
+    let host = s.server_address.as_deref().filter(|h| !h.is_empty())?;
+    Some(match s.server_port {
+        Some(p) if !host.contains(':') || host.starts_with('[') => {
+            format!("{}:{p}", host.to_ascii_lowercase())
+        }
+        _ => host.to_ascii_lowercase(),
+    })
+}
+
+impl Peers {
+    /// Empty, holding at most `max` addresses.
+    pub fn new(max: usize) -> Self {
+        Peers {
+            inner: Mutex::new(Inner::default()),
+            max: max.max(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn put(g: &mut Inner, max: usize, addr: String, service: &Arc<str>) {
+        if service.is_empty() {
+            return;
+        }
+        match g.map.get(&addr) {
+            Some(s) if s == service => return,
+            Some(_) => {}
+            None => {
+                while g.map.len() >= max {
+                    match g.order.pop_front() {
+                        Some(old) => {
+                            g.map.remove(&old);
+                        }
+                        None => break,
+                    }
+                }
+                g.order.push_back(addr.clone());
+            }
+        }
+        g.map.insert(addr, service.clone());
+    }
+
+    /// Learn from analysed traces, then name the callee of every client
+    /// span that has none from what was learned.
+    pub fn learn_and_fill(&self, traces: &mut [TraceRow]) {
+        let mut g = self.lock();
+        for t in traces.iter() {
+            for s in &t.spans {
+                if let (Some(callee), Some(addr)) = (
+                    s.callee.as_ref().filter(|_| s.kind == "client"),
+                    address_of(s),
+                ) {
+                    if s.peer_service.is_none() {
+                        Self::put(&mut g, self.max, addr, callee);
+                    }
+                }
+            }
+            // The gateway forwarded the request to one upstream, and the
+            // trace's entry span served it.
+            let ups: Vec<&str> = t
+                .logs
+                .iter()
+                .filter(|l| l.gateway)
+                .filter_map(|l| l.upstream.as_deref())
+                .collect();
+            if let [u] = ups.as_slice() {
+                let entry = &t.spans[t.entry];
+                if entry.kind == "server" && !u.contains(',') {
+                    Self::put(
+                        &mut g,
+                        self.max,
+                        u.trim().to_ascii_lowercase(),
+                        &entry.service,
+                    );
+                }
+            }
+        }
+        for t in traces.iter_mut() {
+            for s in t.spans.iter_mut().filter(|s| s.callee.is_none()) {
+                if !matches!(s.kind, "client" | "producer") {
+                    continue;
+                }
+                s.callee = address_of(s).and_then(|a| g.map.get(&a).cloned());
+            }
+        }
+    }
+
+    /// The service seen serving an address, if any.
+    pub fn resolve(&self, addr: &str) -> Option<Arc<str>> {
+        self.lock()
+            .map
+            .get(&addr.trim().to_ascii_lowercase())
+            .cloned()
+    }
+
+    /// How many addresses are known.
+    pub fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// None known.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(addr: &str, port: i64, callee: Option<&str>) -> SpanRow {
+        SpanRow {
+            kind: "client",
+            server_address: Some(addr.into()),
+            server_port: Some(port),
+            callee: callee.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_callee_seen_once_names_the_address_later_and_the_bound_holds() {
+        let p = Peers::new(2);
+        let mut seen = vec![TraceRow {
+            spans: vec![client("Pricing.local", 80, Some("pricing"))],
+            ..Default::default()
+        }];
+        p.learn_and_fill(&mut seen);
+        // A later call to the same address, whose callee never answered.
+        let mut later = vec![TraceRow {
+            spans: vec![client("pricing.local", 80, None), client("other", 1, None)],
+            ..Default::default()
+        }];
+        p.learn_and_fill(&mut later);
+        assert_eq!(later[0].spans[0].callee.as_deref(), Some("pricing"));
+        assert_eq!(later[0].spans[1].callee, None);
+        assert_eq!(p.resolve("PRICING.local:80").as_deref(), Some("pricing"));
+        // Bounded: two more addresses push the oldest out.
+        let mut more = vec![TraceRow {
+            spans: vec![client("a", 1, Some("a")), client("b", 1, Some("b"))],
+            ..Default::default()
+        }];
+        p.learn_and_fill(&mut more);
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.resolve("pricing.local:80"), None);
+    }
+}
