@@ -452,7 +452,7 @@ impl Correlate {
                 continue;
             }
             for s in t.spans.iter().filter(|s| s.at != NOT_IN_BATCH) {
-                fed.push((&s.service, &s.name, s.duration_ms));
+                fed.push((&s.service, &s.op, s.duration_ms));
                 if let Some(tokens) = s.input_tokens {
                     let model = s.gen_ai_model.as_deref().unwrap_or("");
                     fed.push((PROMPT_BASELINE, model, tokens as f64));

@@ -2490,3 +2490,60 @@ async fn the_culprit_is_the_service_at_fault_and_its_kind() {
         ("orders", "callee")
     );
 }
+
+/// Baselines are kept per operation identity, not per span name: under the
+/// stable HTTP conventions every client span is named `GET`, and one
+/// median over a slow report and a fast price lookup is wrong for both.
+#[tokio::test]
+async fn baselines_tell_apart_operations_that_share_a_span_name() {
+    let st = store();
+    let call = |id: u8, addr: &str, ms: u64| {
+        vec![resource_spans(
+            "web",
+            tid(
+                id,
+                vec![
+                    sp(1, None, "GET /page", Server, 0, ms + 10),
+                    with(
+                        sp(2, Some(1), "GET", Client, 5, ms + 5),
+                        vec![
+                            attr_s("server.address", addr),
+                            kv("server.port", 80i64),
+                            attr_s("http.request.method", "GET"),
+                            kv("http.response.status_code", 200i64),
+                        ],
+                    ),
+                ],
+            ),
+        )]
+    };
+    // The daemon feeds what it analysed: 30 slow reports, 30 fast prices.
+    for i in 0..30u8 {
+        for (addr, ms, id) in [("reports", 1500, 100 + i), ("prices", 10, 140 + i)] {
+            let (traces, _) = join_all(&st, &call(id, addr, ms));
+            st.store.baselines.feed(
+                1_000_000_000_000,
+                traces[0]
+                    .spans
+                    .iter()
+                    .map(|s| (&*s.service, s.op.as_str(), s.duration_ms))
+                    .collect::<Vec<_>>()
+                    .into_iter(),
+            );
+        }
+    }
+    // A report as slow as ever: its normal, no cause.
+    let mut rs = call(200, "reports", 1500);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(out[0].1.best.cause, "unknown", "{:?}", out[0].1);
+    assert_eq!(out[0].0.spans[1].op, "client GET reports:80");
+    // A price lookup sixty times its normal: slow, by the prices baseline.
+    let mut rs = call(201, "prices", 600);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(out[0].1.best.cause, "slow_dependency", "{:?}", out[0].1);
+    assert!(
+        out[0].1.best.summary.contains("normally 10 ms"),
+        "{}",
+        out[0].1.best.summary
+    );
+}

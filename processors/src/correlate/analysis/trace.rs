@@ -87,7 +87,65 @@ fn kind_name(k: i32) -> &'static str {
     }
 }
 
+/// The identity of a span's operation (see [`SpanRow::op`]): a client
+/// span named just `GET` or a query named `SELECT` is told apart by what
+/// it called.
+fn op_identity(r: &SpanRow, a: &[opentelemetry_proto::tonic::common::v1::KeyValue]) -> String {
+    let kind = r.kind;
+    if let Some(route) = attr(a, &["http.route", "url.template"]).and_then(attr_str) {
+        let method = attr(a, &["http.request.method", "http.method"])
+            .and_then(attr_str)
+            .unwrap_or_default();
+        return format!("{kind} {method} {route}");
+    }
+    if let (Some(svc), Some(m)) = (&r.rpc_service, &r.rpc_method) {
+        return format!("{kind} rpc {svc}/{m}");
+    }
+    if let Some(sys) = &r.db_system {
+        if let Some(q) = attr(a, &["db.query.summary"]).and_then(attr_str) {
+            return format!("{kind} {sys} {q}");
+        }
+        let coll = attr(
+            a,
+            &[
+                "db.collection.name",
+                "db.sql.table",
+                "db.mongodb.collection",
+                "db.cassandra.table",
+            ],
+        )
+        .and_then(attr_str)
+        .unwrap_or_default();
+        let op = r.db_operation.as_deref().unwrap_or(&r.name);
+        return format!("{kind} {sys} {op} {coll}");
+    }
+    if let Some(d) = &r.destination {
+        return format!(
+            "{kind} {} {d}",
+            r.messaging_system.as_deref().unwrap_or("messaging")
+        );
+    }
+    if kind == "client" {
+        if let Some(addr) = &r.server_address {
+            let method = attr(a, &["http.request.method", "http.method"])
+                .and_then(attr_str)
+                .unwrap_or_else(|| r.name.clone());
+            return match r.server_port {
+                Some(p) => format!("{kind} {method} {addr}:{p}"),
+                None => format!("{kind} {method} {addr}"),
+            };
+        }
+    }
+    r.name.clone()
+}
+
 fn span_row(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) -> SpanRow {
+    let mut row = span_row_of(at, span, service, host);
+    row.op = op_identity(&row, &span.attributes);
+    row
+}
+
+fn span_row_of(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) -> SpanRow {
     let a = &span.attributes;
     let status = match span.status.as_ref().map(|s| StatusCode::try_from(s.code)) {
         Some(Ok(StatusCode::Error)) => "error",
@@ -393,7 +451,7 @@ pub fn traces(
         // own); all of its self time before a baseline exists.
         if let Some(b) = baselines {
             for r in spans.iter_mut().filter(|r| r.critical) {
-                if let Some(normal) = b.normal(&r.service, &r.name) {
+                if let Some(normal) = b.normal(&r.service, &r.op) {
                     r.baseline_ms = Some(normal);
                     r.excess_ms = Some((r.duration_ms - b.factor * normal).max(0.0).min(r.self_ms));
                 }

@@ -24,6 +24,12 @@ pub struct SpanRow {
     pub host: Arc<str>,
     /// Span name.
     pub name: String,
+    /// The operation's identity, for baselines: kind and the first present
+    /// of the route (`http.route`, `url.template`), the RPC (`rpc.service`
+    /// and `rpc.method`), the query (`db.system`, `db.operation.name`,
+    /// `db.collection.name`, or `db.query.summary`), the destination and
+    /// kind of a message, the address a client called; else the name.
+    pub op: String,
     /// server, client, producer, consumer, internal.
     pub kind: &'static str,
     /// Start relative to the trace's start (ms).
