@@ -327,7 +327,15 @@ service:
         ids2.len()
     );
     assert_eq!(moved, owned_by_b3, "only b3's trace ids move");
-    assert!(moved * 100 <= ids2.len() * 40, "more than ~1/3 moved");
+    // b3's share of the ring is a third give or take its positions' luck
+    // (the Collector's ring gives each endpoint 100 positions by its name,
+    // here with a random port: 41% was seen once). Rehashing mod N would
+    // move about two thirds; half is the bound that tells them apart.
+    assert!(
+        moved * 100 <= ids2.len() * 50,
+        "{moved} of {} moved: more than half",
+        ids2.len()
+    );
 
     // 3. Back to three, then b2 goes down while traces are on their way:
     //    its parts fail, are retried, and once the list drops it they reach
