@@ -74,6 +74,23 @@ if (role === 'shop') {
   app.get('/fail', () => {
     throw new Error('order.customer is null');
   });
+  // A quote from pricing, whose event loop a burst keeps busy: the
+  // requests wait in its accept queue. Pricing says how long it handled
+  // each; the rest of the time, the request waited to be taken.
+  app.get('/quote', (req, res) => {
+    const traceId = trace.getActiveSpan().spanContext().traceId;
+    const t0 = Date.now();
+    http
+      .get(`http://127.0.0.1:${env('PRICING_PORT')}/spin?ms=45`, (r) => {
+        const handled = +r.headers['x-handled-ms'];
+        r.resume();
+        r.on('end', () => {
+          record({ trace_id: traceId, accept_wait_ms: Date.now() - t0 - handled });
+          res.json({ ok: true });
+        });
+      })
+      .on('error', () => res.status(502).end());
+  });
   app.get('/ok', async (req, res) => {
     await pg.query('SELECT 1');
     res.json({ ok: true });
@@ -125,6 +142,25 @@ if (role === 'shop') {
     await sleep(+req.query.ms || 0);
     res.json({ price: 42 });
   });
+  // CPU work that holds the event loop: requests behind it wait unaccepted.
+  app.get('/spin', (req, res) => {
+    const t0 = Date.now();
+    while (Date.now() - t0 < (+req.query.ms || 0)) {
+      // busy
+    }
+    res.set('x-handled-ms', String(Date.now() - t0));
+    res.json({ price: 42 });
+  });
+  // Draining (as a server does before a restart): 503 until the time is up.
+  let drainUntil = 0;
+  app.get('/drain', (req, res) => {
+    drainUntil = Date.now() + (+req.query.ms || 0);
+    res.json({ draining: true });
+  });
+  app.get('/busy', (req, res) => {
+    if (Date.now() < drainUntil) res.status(503).end();
+    else res.json({ price: 42 });
+  });
   app.listen(+env('PORT'), '127.0.0.1', () => console.log('ready'));
 } else if (role === 'driver') {
   const tracer = trace.getTracer('load-driver');
@@ -146,14 +182,28 @@ if (role === 'shop') {
       record({ trace_id: span.spanContext().traceId, path, status, label: label(status) });
     });
   const many = (n, f) => Promise.all(Array.from({ length: n }, (_, i) => f(i)));
+  // A client that retries until a 200, at most `tries` attempts, `backoff`
+  // ms apart; the label is what its attempts were answered.
+  const retrying = (path, tries, backoff, label) =>
+    tracer.startActiveSpan('request', async (span) => {
+      const statuses = [];
+      for (let i = 0; i < tries; i++) {
+        if (i > 0) await sleep(backoff);
+        const s = await get(path);
+        statuses.push(s);
+        if (s === 200) break;
+      }
+      span.end();
+      record({ trace_id: span.spanContext().traceId, path, statuses, label: label(statuses) });
+    });
   // Control calls to billing, untraced (not part of the load).
   const { context, ROOT_CONTEXT } = require('@opentelemetry/api');
   const { suppressTracing } = require('@opentelemetry/core');
-  const control = (path) =>
+  const control = (path, port = env('BILLING_PORT')) =>
     context.with(suppressTracing(context.active()), () =>
       new Promise((resolve) => {
         http
-          .get(`http://127.0.0.1:${env('BILLING_PORT')}${path}`, { agent: false }, (r) => {
+          .get(`http://127.0.0.1:${port}${path}`, { agent: false }, (r) => {
             r.resume();
             r.on('end', resolve);
           })
@@ -182,6 +232,25 @@ if (role === 'shop') {
       for (let b = 0; b < 3; b++) {
         await many(8, () => one('/limited', (s) => (s === 429 ? 'rate_limited' : 'healthy')));
         await sleep(1200);
+      }
+      // A client that backs off 500 ms after a 429 and tries 3 times: the
+      // limit is the cause, its retries are the client doing the right thing.
+      for (let b = 0; b < 3; b++) {
+        await many(6, () => retrying('/limited2', 3, 500, (st) => (st.includes(429) ? 'rate_limited' : 'healthy')));
+        await sleep(1200);
+      }
+      // A client hammering a draining server: 100 ms apart until it answers.
+      for (let b = 0; b < 6; b++) {
+        await control('/drain?ms=700', env('PRICING_PORT'));
+        await retrying('/busy', 12, 100, (st) =>
+          st.length >= 5 && st.includes(503) ? 'retry_storm' : st.includes(503) ? 'ambiguous' : 'healthy'
+        );
+      }
+      // Bursts on pricing's busy event loop: the later requests of each
+      // burst wait in its accept queue (the shop records each wait).
+      for (let b = 0; b < 3; b++) {
+        await many(8, () => one('/quote', () => 'accept'));
+        await sleep(300);
       }
       // Stock reads: fast, then behind a table lock. The driver takes an
       // ACCESS EXCLUSIVE lock on the table in a transaction of its own

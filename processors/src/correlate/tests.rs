@@ -2547,3 +2547,47 @@ async fn baselines_tell_apart_operations_that_share_a_span_name() {
         out[0].1.best.summary
     );
 }
+
+/// Node starts spans on a millisecond clock and ends them on a finer one:
+/// a server span that began late in its callee's accept queue may end a
+/// fraction of a millisecond after its client. That is rounding, not clock
+/// skew: the late start stays, and so does the queue it shows.
+#[tokio::test]
+async fn a_sub_millisecond_overhang_is_rounding_and_keeps_the_queue() {
+    let st = store();
+    let mut server = sp(3, Some(2), "GET /spin", Server, 905, 995);
+    server.end_time_unix_nano += 400_000; // 0.4 ms past its client's end
+    let mut rs = vec![
+        resource_spans(
+            "shop",
+            tid(
+                77,
+                vec![
+                    sp(1, None, "GET /quote", Server, 0, 1000),
+                    with(
+                        sp(2, Some(1), "GET", Client, 5, 995),
+                        vec![
+                            attr_s("server.address", "pricing"),
+                            kv("http.response.status_code", 200i64),
+                        ],
+                    ),
+                ],
+            ),
+        ),
+        resource_spans("pricing", tid(77, vec![server])),
+    ];
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "queueing", "{v:?}");
+    assert!(
+        v.best
+            .summary
+            .contains("from shop to pricing waited 899 ms"),
+        "{}",
+        v.best.summary
+    );
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("pricing", "callee")
+    );
+}

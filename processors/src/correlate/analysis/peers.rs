@@ -59,8 +59,13 @@ impl Peers {
             return;
         }
         match g.map.get(&addr) {
-            Some(s) if s == service => return,
-            Some(_) => {}
+            Some(s) if s == service || s.is_empty() => return,
+            // Two services behind one address (a gateway, a load balancer
+            // in front of several): it names none of them.
+            Some(_) => {
+                g.map.insert(addr, Arc::from(""));
+                return;
+            }
             None => {
                 while g.map.len() >= max {
                     match g.order.pop_front() {
@@ -116,7 +121,9 @@ impl Peers {
                 if !matches!(s.kind, "client" | "producer") {
                     continue;
                 }
-                s.callee = address_of(s).and_then(|a| g.map.get(&a).cloned());
+                s.callee = address_of(s)
+                    .and_then(|a| g.map.get(&a).cloned())
+                    .filter(|x| !x.is_empty());
             }
         }
     }
@@ -127,6 +134,7 @@ impl Peers {
             .map
             .get(&addr.trim().to_ascii_lowercase())
             .cloned()
+            .filter(|x| !x.is_empty())
     }
 
     /// How many addresses are known.
@@ -179,5 +187,21 @@ mod tests {
         p.learn_and_fill(&mut more);
         assert_eq!(p.len(), 2);
         assert_eq!(p.resolve("pricing.local:80"), None);
+        // An address two services answer behind (a gateway) names neither.
+        let mut two = vec![TraceRow {
+            spans: vec![
+                client("gw", 443, Some("shop")),
+                client("gw", 443, Some("pricing")),
+            ],
+            ..Default::default()
+        }];
+        p.learn_and_fill(&mut two);
+        assert_eq!(p.resolve("gw:443"), None);
+        let mut later = vec![TraceRow {
+            spans: vec![client("gw", 443, None)],
+            ..Default::default()
+        }];
+        p.learn_and_fill(&mut later);
+        assert_eq!(later[0].spans[0].callee, None);
     }
 }

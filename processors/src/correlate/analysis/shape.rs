@@ -154,7 +154,8 @@ pub fn adopt_contained(nodes: &mut [Node], rows: &mut [SpanRow]) -> usize {
 }
 
 /// Shift server spans that do not fit in their client parent (clock skew
-/// between hosts), with their subtrees, to the middle of the parent.
+/// between hosts), with their subtrees, to the middle of the parent; one
+/// that overhangs by 2 ms or less only just inside.
 /// Returns how many were shifted.
 pub fn fix_skew(nodes: &mut [Node], rows: &[SpanRow], children: &[Vec<usize>]) -> usize {
     let order = top_down(nodes, children);
@@ -170,7 +171,20 @@ pub fn fix_skew(nodes: &mut [Node], rows: &[SpanRow], children: &[Vec<usize>]) -
         if (cs >= ps && ce <= pe) || cd > pd {
             continue;
         }
-        let target = ps + (pd - cd) / 2;
+        // An overhang of 2 ms or less is the instrumentations' rounding
+        // (Node starts spans on a millisecond clock and ends them on a
+        // finer one), not skew: move it just inside, keeping where it
+        // began (a late start is a queue, not skew).
+        let overhang = ps.saturating_sub(cs).max(ce.saturating_sub(pe));
+        let target = if overhang <= 2_000_000 {
+            if cs < ps {
+                ps
+            } else {
+                cs - (ce - pe)
+            }
+        } else {
+            ps + (pd - cd) / 2
+        };
         let delta = i128::from(target) - i128::from(cs);
         // The subtree moves with it.
         let mut stack = vec![i];

@@ -393,9 +393,14 @@ SELECT l.trace_id, 0.95 AS confidence,
   max(t.root_span_id) AS culprit_span_id,
   max(l.service) AS culprit_service,
   CASE WHEN max(t.final_status) = 429 THEN max(t.duration_ms)
-       ELSE least(max(t.duration_ms), greatest(0.0, max(CASE WHEN l.status = 429 THEN l.time_ms END) - max(t.start_unix_ms))) END AS explained_ms,
+       ELSE least(max(t.duration_ms), greatest(0.0, max(CASE WHEN l.status = 429 THEN l.time_ms END) - max(t.start_unix_ms),
+                                               coalesce(max(r.window_ms), 0.0))) END AS explained_ms,
   coalesce(max(t.final_status) = 429, false) AS explains_failure
-FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
+FROM logs l JOIN traces t ON t.trace_id = l.trace_id
+  -- A client that retried after the 429s: the time until it got through.
+  LEFT JOIN (SELECT trace_id, max(retry_window_ms) AS window_ms FROM spans
+             WHERE retry_trigger = '429' GROUP BY trace_id) r ON r.trace_id = l.trace_id
+WHERE l.gateway
 GROUP BY l.trace_id
 HAVING sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) > 0"#,
             ),

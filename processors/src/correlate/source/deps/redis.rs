@@ -87,6 +87,8 @@ SELECT d.trace_id, CASE WHEN max(r.miss_ratio) >= 0.5 THEN 0.93 ELSE 0.88 END AS
        ELSE concat('miss_ratio=', CAST(max(r.miss_ratio) AS VARCHAR), ' misses=', CAST(max(r.misses) AS VARCHAR),
                    ' hits=', CAST(max(r.hits) AS VARCHAR), ' instance=', max(r.instance)) END AS evidence,
   first_value(d.span_id ORDER BY d.path_ms DESC) AS culprit_span_id,
+  -- The dependency at fault is the cache that missed, not the store behind it.
+  coalesce(max(c.peer_service), max(c.db_system)) AS culprit_service,
   max(d.path_ms) AS explained_ms
 FROM spans c JOIN spans d ON c.trace_id = d.trace_id AND c.parent_id = d.parent_id
   LEFT JOIN dependency r ON r.trace_id = c.trace_id AND r.system = 'redis' AND r.miss_ratio IS NOT NULL
