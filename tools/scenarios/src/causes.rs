@@ -130,7 +130,7 @@ fn circuit_open(cx: &mut Ctx<'_>) {
     cx.at += cx.rng.latency(300.0);
     cx.t.fail(c, "503", None);
     cx.culprit = c;
-    cx.culprit_service = front.clone();
+    cx.culprit_service = owner.clone(); // the callee at fault (#31)
 }
 
 /// `upstream_timeout`.
@@ -215,7 +215,7 @@ fn upstream_unavailable(cx: &mut Ctx<'_>) {
         cx.culprit = c;
     }
     cx.at += 5.0;
-    cx.culprit_service = front.clone();
+    cx.culprit_service = owner.clone(); // the callee at fault (#31)
     cx.gw_extra.push(gateway_log(
         &route,
         &tid,
@@ -300,7 +300,7 @@ fn tls_handshake(cx: &mut Ctx<'_>) {
     );
     cx.at += tls + 30.0;
     cx.culprit = h;
-    cx.culprit_service = front.clone();
+    cx.culprit_service = owner.clone(); // the callee at fault (#31)
 }
 
 /// `consumer_lag`, `retry_storm`.
@@ -326,12 +326,12 @@ fn kafka_consumer(cx: &mut Ctx<'_>) {
             cx.at + d * 4.0,
             vec![
                 ks("server.address", &owner),
-                ki("http.request.resend_count", cx.rng.range(3, 6) as i64),
+                ki("http.request.resend_count", cx.rng.range(4, 7) as i64),
             ],
         );
         cx.at += d * 4.0;
         cx.culprit = c;
-        cx.culprit_service = front.clone();
+        cx.culprit_service = owner.clone(); // the upstream the retries hammer (#31)
     } else {
         let topic = if storm {
             format!("{owner}-events-retry")
@@ -467,7 +467,7 @@ fn cache_miss_fallback(cx: &mut Ctx<'_>) {
     }
     cx.at = end + 0.5;
     cx.culprit = q;
-    cx.culprit_service = owner.clone();
+    cx.culprit_service = "redis".into(); // the cache that missed (#31)
 }
 
 /// `slow_dependency`, `healthy_slow`.
@@ -518,10 +518,12 @@ fn slow_dependency(cx: &mut Ctx<'_>) {
             ],
         );
         cx.culprit = q;
+        // The database the slow query ran on (a dependency, #31).
+        cx.culprit_service = "postgresql".into();
     } else {
         cx.culprit = s;
+        cx.culprit_service = callee;
     }
-    cx.culprit_service = callee;
     cx.at += d + 2.0;
 }
 
@@ -570,7 +572,7 @@ fn queueing(cx: &mut Ctx<'_>) {
             ],
         );
         cx.culprit = s;
-        cx.culprit_service = front.clone();
+        cx.culprit_service = owner.clone(); // the callee whose accept queue held it (#31)
     } else {
         // A connection pool with no free connection (node-postgres' pg-pool.connect).
         let s = cx.t.add(
@@ -802,7 +804,8 @@ fn retry_loop_503(cx: &mut Ctx<'_>) {
     let t_ns = |ms: f64| t0_ns + (ms * 1e6) as u64;
     // An explicit retry loop: each attempt its own client span, ERROR on 503.
     let fast = cause == "retry_recovered_fast";
-    let n = if fast { 2 } else { cx.rng.range(4, 6) };
+    // A retry storm is >= 5 attempts under a second apart (#31).
+    let n = if fast { 2 } else { cx.rng.range(5, 7) };
     let backoff = if fast {
         1.0
     } else {
@@ -845,7 +848,8 @@ fn retry_loop_503(cx: &mut Ctx<'_>) {
         ));
     }
     cx.culprit = first.unwrap_or(srv);
-    cx.culprit_service = front.clone();
+    // The upstream the retries hammer (#31); a quick recovery is healthy.
+    cx.culprit_service = if fast { front.clone() } else { owner.clone() };
 }
 
 /// `retry_hidden_server_spans`.
@@ -900,7 +904,7 @@ fn retry_hidden_server_spans(cx: &mut Ctx<'_>) {
     }
     cx.at = x;
     cx.culprit = c;
-    cx.culprit_service = front.clone();
+    cx.culprit_service = owner.clone(); // the callee at fault (#31)
 }
 
 /// `kafkametrics_lag`.
@@ -1026,7 +1030,7 @@ fn stock_redis_miss(cx: &mut Ctx<'_>) {
     );
     cx.at += d + 2.2;
     cx.culprit = q;
-    cx.culprit_service = front.clone();
+    cx.culprit_service = "redis".into(); // the cache that missed (#31)
     if cause == "concurrent_cache_tls" {
         // A smaller second fault: a slow TLS handshake on another call.
         let tls = cx.rng.between(0.25, 0.4) * d;

@@ -4,9 +4,9 @@
 //! address rather than as its caller.
 //!
 //! Learned from a client span whose server child is in the trace (the
-//! client's `server.address:server.port` → the child's `service.name`) and
-//! from a gateway access-log line whose upstream the trace's entry span
-//! served. Bounded: at most `max` addresses; when full, the address learned
+//! client's `server.address:server.port` → the child's `service.name`); not
+//! from gateway lines, whose upstream may be the entry service (an edge
+//! gateway) or a callee (a sidecar's egress). Bounded: at most `max` addresses; when full, the address learned
 //! longest ago goes. It knows no evidence source.
 
 use std::collections::{HashMap, VecDeque};
@@ -91,28 +91,11 @@ impl Peers {
                     s.callee.as_ref().filter(|_| s.kind == "client"),
                     address_of(s),
                 ) {
-                    if s.peer_service.is_none() {
+                    // A service "answering" its own call is a repaired
+                    // layout (an orphan adopted), not an address learned.
+                    if s.peer_service.is_none() && *callee != s.service {
                         Self::put(&mut g, self.max, addr, callee);
                     }
-                }
-            }
-            // The gateway forwarded the request to one upstream, and the
-            // trace's entry span served it.
-            let ups: Vec<&str> = t
-                .logs
-                .iter()
-                .filter(|l| l.gateway)
-                .filter_map(|l| l.upstream.as_deref())
-                .collect();
-            if let [u] = ups.as_slice() {
-                let entry = &t.spans[t.entry];
-                if entry.kind == "server" && !u.contains(',') {
-                    Self::put(
-                        &mut g,
-                        self.max,
-                        u.trim().to_ascii_lowercase(),
-                        &entry.service,
-                    );
                 }
             }
         }

@@ -230,19 +230,18 @@ fn culprit_service(
                 }
             }
             if span.kind == "server" {
-                return span.service.to_string();
+                // A server span whose own call failed (an entry span that
+                // got the upstream's error): the callee of that call.
+                match failed_call_below(t, c) {
+                    Some(call) => return callee_of(t, call, named, peers),
+                    None => return span.service.to_string(),
+                }
             }
             let inner = slowest_below(t, c);
             if inner != c && t.spans[inner].kind == "server" && span.kind == "client" {
                 return t.spans[inner].service.to_string();
             }
-            if let Some(n) = named {
-                return resolve(n);
-            }
-            if let Some(x) = &span.callee {
-                return x.to_string();
-            }
-            super::peers::address_of(span).unwrap_or_else(|| span.service.to_string())
+            callee_of(t, c, named, peers)
         }
         "dependency" => named
             .map(resolve)
@@ -253,6 +252,58 @@ fn culprit_service(
         "gateway" => named.map_or_else(|| span.service.to_string(), resolve),
         _ => named.map_or_else(|| span.service.to_string(), resolve),
     }
+}
+
+/// The service a call reached or meant to: what the rule named (an upstream
+/// address, mapped to the service seen serving it), else the service that
+/// answered, else the address.
+fn callee_of(t: &TraceRow, c: usize, named: Option<&str>, peers: Option<&Peers>) -> String {
+    let span = &t.spans[c];
+    if let Some(n) = named {
+        let named = peers
+            .and_then(|p| p.resolve(n))
+            .map_or_else(|| n.to_string(), |s| s.to_string());
+        // A gateway's upstream that answered with a server span of its own
+        // was reached: the failure is further down, at this call.
+        let reached = t
+            .spans
+            .iter()
+            .any(|x| x.kind == "server" && *x.service == *named);
+        if !reached || span.kind != "client" {
+            return named;
+        }
+    }
+    if let Some(x) = &span.callee {
+        return x.to_string();
+    }
+    super::peers::address_of(span).unwrap_or_else(|| span.service.to_string())
+}
+
+/// The deepest failed client span below span `s` whose callee did not
+/// answer with a server span of its own in the trace.
+fn failed_call_below(t: &TraceRow, s: usize) -> Option<usize> {
+    (0..t.spans.len())
+        .filter(|&i| {
+            let x = &t.spans[i];
+            x.kind == "client"
+                && super::shape::failed(x)
+                && !x.recovered
+                && x.depth > t.spans[s].depth
+                && {
+                    // Below `s`: walk the parent links up.
+                    let mut p = x.parent;
+                    let mut steps = 0;
+                    while let Some(q) = p {
+                        if q == s || steps > t.spans.len() {
+                            break;
+                        }
+                        p = t.spans[q].parent;
+                        steps += 1;
+                    }
+                    p == Some(s)
+                }
+        })
+        .max_by_key(|&i| t.spans[i].depth)
 }
 
 /// What the client did about a failure that was not the problem itself:

@@ -409,12 +409,12 @@ HAVING sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) > 0"#,
                 "circuit_open",
                 r#"
 SELECT l.trace_id, 0.96 AS confidence,
-  concat('circuit breaker ', coalesce(max(upper(l.circuit_state)), 'OPEN'), ' for ', coalesce(max(l.upstream), 'the upstream'),
+  concat('circuit breaker ', coalesce(max(upper(l.circuit_state)), 'OPEN'), ' for ', coalesce(max(CASE WHEN (upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN') OR l.response_flags LIKE '%UO%') THEN l.upstream END), 'the upstream'),
          ' on route ', coalesce(max(l.route), '?'), ': ',
          CAST(sum(CASE WHEN l.status = 503 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered 503 without reaching it') AS summary,
   concat('circuit_state=', coalesce(max(l.circuit_state), ''), ' response_flags=', coalesce(max(l.response_flags), '')) AS evidence,
-  max(l.upstream) AS culprit_service,
+  max(CASE WHEN (upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN') OR l.response_flags LIKE '%UO%') THEN l.upstream END) AS culprit_service,
   CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE coalesce(sum(l.duration_ms), 0.0) END AS explained_ms,
   bool_or(t.failed) AS explains_failure
 FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
@@ -426,7 +426,7 @@ HAVING sum(CASE WHEN upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN'
                 "upstream_timeout",
                 r#"
 SELECT l.trace_id, 0.93 AS confidence,
-  concat('upstream ', coalesce(max(l.upstream), '?'), ' timed out on route ', coalesce(max(l.route), '?'), ': ',
+  concat('upstream ', coalesce(max(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN l.upstream END), '?'), ' timed out on route ', coalesce(max(l.route), '?'), ': ',
          CAST(sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 0 END) AS VARCHAR), ' of ',
          CAST(count(*) AS VARCHAR), ' gateway attempts answered 504 after ',
          CAST(CAST(max(l.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
@@ -441,11 +441,11 @@ HAVING sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 
                 "upstream_unavailable",
                 r#"
 SELECT l.trace_id, 0.9 AS confidence,
-  concat('upstream ', coalesce(max(l.upstream), '?'), ' unavailable on route ', coalesce(max(l.route), '?'), ': ',
+  concat('upstream ', coalesce(max(CASE WHEN l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR l.response_flags LIKE '%UH%' THEN l.upstream END), '?'), ' unavailable on route ', coalesce(max(l.route), '?'), ': ',
          CAST(sum(CASE WHEN l.status IN (502, 503) THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered ', CAST(max(l.status) AS VARCHAR),
          CASE WHEN max(l.response_flags) IS NULL THEN '' ELSE concat(' (', max(l.response_flags), ')') END) AS summary,
-  max(l.upstream) AS culprit_service,
+  max(CASE WHEN l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR l.response_flags LIKE '%UH%' THEN l.upstream END) AS culprit_service,
   CASE WHEN max(t.final_status) IN (502, 503) THEN max(t.duration_ms) ELSE coalesce(sum(l.duration_ms), 0.0) END AS explained_ms,
   coalesce(max(t.final_status) IN (502, 503), false) AS explains_failure
 FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
