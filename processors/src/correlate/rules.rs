@@ -19,7 +19,8 @@
 //!   baseline_ms, excess_ms, server_port, gen_ai_model, input_tokens, output_tokens,
 //!   gen_ai_queue_ms, gen_ai_ttft_ms, gen_ai_prefill_ms, gen_ai_decode_ms, prompt_baseline`
 //!   (see `super::analysis::shape` for the inferred ones)
-//! - `logs` (log record of the trace): `trace_id, time_ms, gateway, service, route,
+//! - `logs` (log record of the trace): `trace_id, time_ms, gateway, hop (0 for the outermost
+//!   gateway, 1 for the next, …), service, route,
 //!   status, rate_limit_rule, circuit_state, response_flags, upstream, duration_ms,
 //!   severity, error_type, body`
 //! - and each evidence source's (see `super::source`): `route_stats`, `kafka_lag`,
@@ -421,6 +422,7 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 utf8("trace_id"),
                 f64f("time_ms"),
                 boolf("gateway"),
+                i64f("hop"),
                 utf8("service"),
                 utf8("route"),
                 i64f("status"),
@@ -565,11 +567,13 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<Table>, String> {
             }
             "logs" => {
                 for t in traces {
-                    for l in &t.logs {
+                    let hops = super::logs::hops(&t.logs);
+                    for (l, hop) in t.logs.iter().zip(hops) {
                         c.row([
                             s(&t.trace_id),
                             V::F(Some(l.time_ns as f64 / 1e6)),
                             V::B(Some(l.gateway)),
+                            V::I(hop),
                             s(&l.service),
                             so(&l.route),
                             V::I(l.status),

@@ -2591,3 +2591,92 @@ async fn a_sub_millisecond_overhang_is_rounding_and_keeps_the_queue() {
         ("pricing", "callee")
     );
 }
+
+/// Gateways in layers: an edge gateway in front of a sidecar. The request's
+/// answer and its route are the outermost gateway's, whichever line
+/// arrives last; the inner hop's line is evidence of the hop it describes
+/// (its upstream is the callee that failed).
+#[tokio::test]
+async fn with_two_gateway_layers_the_outermost_answers_and_names_the_route() {
+    let st = store();
+    let line = |service: &str,
+                end_ms: u64,
+                dur_ms: f64,
+                status: i64,
+                route: &str,
+                extra: Vec<KeyValue>| {
+        let mut attrs = vec![
+            attr_s("route_id", route),
+            kv("http.response.status_code", status),
+            kv("duration_ms", dur_ms),
+        ];
+        attrs.extend(extra);
+        ResourceLogs {
+            resource: Some(Resource {
+                attributes: vec![attr_s("service.name", service)],
+                ..Default::default()
+            }),
+            scope_logs: vec![ScopeLogs {
+                log_records: vec![LogRecord {
+                    time_unix_nano: 1_000_000_000_000 + end_ms * 1_000_000,
+                    trace_id: vec![78; 16],
+                    attributes: attrs,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    };
+    // The sidecar's line is written later (its exporter is slower) but its
+    // request began later and ended sooner: it is the inner hop. It found
+    // its upstream refusing connections (503 UF); the edge answered 502.
+    st.add_logs(
+        &[
+            line(
+                "edge",
+                1000,
+                1000.0,
+                502,
+                "api-orders",
+                vec![attr_s("gateway.response_flags", "-")],
+            ),
+            line(
+                "sidecar",
+                1200,
+                990.0,
+                503,
+                "inbound|8080||orders",
+                vec![
+                    attr_s("gateway.response_flags", "UF"),
+                    attr_s("server.address", "10.1.0.9:8080"),
+                ],
+            ),
+        ],
+        1_000_000_000_000,
+    );
+    let mut rs = vec![resource_spans(
+        "web",
+        tid(78, vec![sp(1, None, "POST /checkout", Server, 0, 1000)]),
+    )];
+    let out = analyse(&st, &mut rs).await;
+    let (t, v) = &out[0];
+    assert_eq!(
+        t.final_status,
+        Some(502),
+        "the edge's answer, not the sidecar's"
+    );
+    assert_eq!(t.route.as_deref(), Some("api-orders"), "the edge's route");
+    assert_eq!(
+        crate::correlate::logs::hops(&t.logs)
+            .iter()
+            .flatten()
+            .count(),
+        2
+    );
+    assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("10.1.0.9:8080", "callee")
+    );
+}

@@ -119,6 +119,11 @@ fn op_identity(r: &SpanRow, a: &[opentelemetry_proto::tonic::common::v1::KeyValu
         let op = r.db_operation.as_deref().unwrap_or(&r.name);
         return format!("{kind} {sys} {op} {coll}");
     }
+    // GenAI spans are named `{operation} {model}` by the conventions: that
+    // is the operation, whichever server of the model answers it.
+    if r.gen_ai_model.is_some() {
+        return format!("{kind} {}", r.name);
+    }
     if let Some(d) = &r.destination {
         return format!(
             "{kind} {} {d}",

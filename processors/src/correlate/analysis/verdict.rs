@@ -232,10 +232,16 @@ fn culprit_service(
             if span.kind == "server" {
                 // A server span whose own call failed (an entry span that
                 // got the upstream's error): the callee of that call.
-                match failed_call_below(t, c) {
-                    Some(call) => return callee_of(t, call, named, peers),
-                    None => return span.service.to_string(),
+                if let Some(call) = failed_call_below(t, c) {
+                    return callee_of(t, call, named, peers);
                 }
+                // The walk reached a callee below the entry: it is where
+                // the time went. At the entry itself, what the gateway
+                // named (its upstream) is the callee, when it names one.
+                if c != t.entry && c != t.root {
+                    return span.service.to_string();
+                }
+                return named.map_or_else(|| span.service.to_string(), resolve);
             }
             let inner = slowest_below(t, c);
             if inner != c && t.spans[inner].kind == "server" && span.kind == "client" {

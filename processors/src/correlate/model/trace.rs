@@ -27,8 +27,9 @@ pub struct SpanRow {
     /// The operation's identity, for baselines: kind and the first present
     /// of the route (`http.route`, `url.template`), the RPC (`rpc.service`
     /// and `rpc.method`), the query (`db.system`, `db.operation.name`,
-    /// `db.collection.name`, or `db.query.summary`), the destination and
-    /// kind of a message, the address a client called; else the name.
+    /// `db.collection.name`, or `db.query.summary`), a GenAI call's name
+    /// (`{operation} {model}`), the destination and kind of a message, the
+    /// address a client called; else the name.
     pub op: String,
     /// server, client, producer, consumer, internal.
     pub kind: &'static str,
