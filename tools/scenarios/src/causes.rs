@@ -23,7 +23,7 @@ pub const OWNER_OPS: [(&str, &str, f64); 8] = [
 pub(crate) type Builder = fn(&mut Ctx<'_>);
 
 /// Generator kind → its builder (kinds absent here are healthy traces).
-pub(crate) const BUILDERS: [(&str, Builder); 26] = [
+pub(crate) const BUILDERS: [(&str, Builder); 31] = [
     ("rate_limited", rate_limited),
     ("circuit_open", circuit_open),
     ("upstream_timeout", upstream_timeout),
@@ -50,6 +50,14 @@ pub(crate) const BUILDERS: [(&str, Builder); 26] = [
     ("no_host_name_cpu", no_host_name_cpu),
     ("late_metrics_cpu", no_host_name_cpu),
     ("gateway_504_backend_ok", gateway_504_backend_ok),
+    ("grpc_deadline", crate::conventions::grpc_deadline),
+    ("grpc_unavailable", crate::conventions::grpc_unavailable),
+    (
+        "grpc_resource_exhausted",
+        crate::conventions::grpc_resource_exhausted,
+    ),
+    ("two_gateway_layers", crate::conventions::two_gateway_layers),
+    ("job_queue_table", crate::conventions::job_queue_table),
 ];
 
 /// `rate_limited`.

@@ -17,6 +17,7 @@ use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans};
 
 mod build;
 mod causes;
+mod conventions;
 mod rng;
 
 pub use build::host_metrics;
@@ -74,7 +75,7 @@ pub struct Case {
 
 /// Hard cases (kind, the cause expected): evidence as stock instrumentation
 /// and stock Collector receivers give it, and layouts that fool simple rules.
-pub const HARD: [(&str, &str); 10] = [
+pub const HARD: [(&str, &str); 15] = [
     // Retries against a failing upstream (503s), each attempt its own client span, no resend_count.
     ("retry_loop_503", "retry_storm"),
     // urllib3 Retry: one client span, several server spans (503) under it.
@@ -96,6 +97,16 @@ pub const HARD: [(&str, &str); 10] = [
     ("concurrent_cache_tls", "cache_miss_fallback"),
     // The gateway timed out (504) while the backend later finished 200.
     ("gateway_504_backend_ok", "upstream_timeout"),
+    // Go's otelgrpc: DEADLINE_EXCEEDED by number, the callee still working.
+    ("grpc_deadline", "upstream_timeout"),
+    // Java's agent: UNAVAILABLE, a StatusRuntimeException, no server span.
+    ("grpc_unavailable", "upstream_unavailable"),
+    // RESOURCE_EXHAUSTED by name, passed on by the frontend as 429.
+    ("grpc_resource_exhausted", "rate_limited"),
+    // An edge gateway (502) in front of a sidecar (503 UF) whose line arrives last.
+    ("two_gateway_layers", "upstream_unavailable"),
+    // A slow query on a table called job_queue: not queueing.
+    ("job_queue_table", "slow_dependency"),
 ];
 
 /// Generate one case of `cause` (or `healthy`, `healthy_slow`), number `n`, starting at `t0_ns`.

@@ -391,7 +391,9 @@ SELECT l.trace_id, 0.95 AS confidence,
          ' gateway attempts answered 429') AS summary,
   concat('rate_limit_rule=', coalesce(max(l.rate_limit_rule), '')) AS evidence,
   max(t.root_span_id) AS culprit_span_id,
-  max(l.service) AS culprit_service,
+  -- The gateway is the limiter when its own rule answered; a 429 it
+  -- passed on came from the callee that answered it.
+  max(CASE WHEN l.rate_limit_rule IS NOT NULL THEN l.service END) AS culprit_service,
   CASE WHEN max(t.final_status) = 429 THEN max(t.duration_ms)
        ELSE least(max(t.duration_ms), greatest(0.0, max(CASE WHEN l.status = 429 THEN l.time_ms END) - max(t.start_unix_ms),
                                                coalesce(max(r.window_ms), 0.0))) END AS explained_ms,
