@@ -548,6 +548,32 @@ http {{
             }
         }
     }
+    // The reliability of the stated confidence: every verdict that named a
+    // cause (right or wrong, healthy traces given one included), binned by
+    // tenths (BENCHMARKS.md, with `bench/rca_testbed.sh`).
+    let mut bins: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for (id, (want, _)) in &label {
+        let a = &got[id].root;
+        if a["rca.cause"] == "unknown" {
+            continue;
+        }
+        let conf: f64 = a
+            .get("rca.confidence")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0.0);
+        let b = bins.entry((conf * 10.0).floor() as u32).or_default();
+        b.0 += 1;
+        b.1 += u64::from(a["rca.cause"] == *want);
+    }
+    eprintln!("| stated confidence | findings | right |");
+    for (b, (n, r)) in &bins {
+        eprintln!(
+            "| {:.1}-{:.1} | {n} | {:.0}% |",
+            f64::from(*b) / 10.0,
+            f64::from(*b + 1) / 10.0,
+            100.0 * *r as f64 / *n as f64
+        );
+    }
     eprintln!("| cause | traces | right | culprit (service and kind) right |");
     for (c, (n, r, cu)) in &per {
         eprintln!("| {c} | {n} | {r} | {cu} |");

@@ -84,6 +84,13 @@ pub struct CorrelateConfig {
     /// Per-operation latency baselines.
     #[serde(default)]
     pub baseline: BaselineConfig,
+    /// A message that waited at least this long between its producer span's
+    /// end and its consumer span's start is `consumer_lag` by its wait
+    /// alone, whatever the lag metrics say (default 500ms: a consumer that
+    /// keeps up still waits up to its fetch wait, Kafka's
+    /// `fetch.max.wait.ms`, 500 ms by default).
+    #[serde(default = "min_message_wait")]
+    pub min_message_wait: Duration,
     /// When a sequence of retries is a `retry_storm` (the retries are the
     /// problem) rather than a client answering its trigger (a 429, a 503,
     /// a timeout), which is then the cause.
@@ -126,6 +133,9 @@ impl Default for BaselineConfig {
     }
 }
 
+fn min_message_wait() -> Duration {
+    Duration::millis(500)
+}
 fn baseline_window() -> Duration {
     Duration::secs(3600)
 }

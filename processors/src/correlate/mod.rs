@@ -130,7 +130,7 @@ impl ProcessorFactory for CorrelateFactory {
         if !cfg.alerts.rules.is_empty() && !ctx.pipeline_signals.contains(Signal::Logs) {
             tracing::debug!(processor = %id, "Alert rules are evaluated by this processor's instance in a logs pipeline.");
         }
-        let builtin = rules::builtin_with(&cfg.retry_storm)
+        let builtin = rules::builtin_with(&cfg.retry_storm, cfg.min_message_wait)
             .into_iter()
             .chain(correlation.sources.rules())
             .collect();
@@ -453,6 +453,10 @@ impl Correlate {
             }
             for s in t.spans.iter().filter(|s| s.at != NOT_IN_BATCH) {
                 fed.push((&s.service, &s.op, s.duration_ms));
+                if s.op != s.name {
+                    // The coarser baseline by name, used until the operation's own has enough samples.
+                    fed.push((&s.service, &s.name, s.duration_ms));
+                }
                 if let Some(tokens) = s.input_tokens {
                     let model = s.gen_ai_model.as_deref().unwrap_or("");
                     fed.push((PROMPT_BASELINE, model, tokens as f64));

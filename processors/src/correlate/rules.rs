@@ -116,11 +116,13 @@ pub const REQUIRED_COLUMNS: [&str; 3] = ["trace_id", "confidence", "summary"];
 /// The built-in rules over the trace alone (its spans and their layout).
 /// Each is data: name, cause, SQL. The sources bring their own.
 pub fn builtin() -> Vec<Rule> {
-    builtin_with(&RetryStormConfig::default())
+    builtin_with(&RetryStormConfig::default(), Duration::millis(500))
 }
 
-/// The built-in rules, with the retry-storm thresholds of the config.
-pub fn builtin_with(storm: &RetryStormConfig) -> Vec<Rule> {
+/// The built-in rules, with the retry-storm thresholds and the least wait
+/// of a message that is lag by itself, from the config.
+pub fn builtin_with(storm: &RetryStormConfig, min_message_wait: Duration) -> Vec<Rule> {
+    let min_wait_ms = min_message_wait.get().as_secs_f64() * 1000.0;
     let r = Rule::builtin;
     let storm_attempts = storm.min_attempts.max(2);
     let storm_gap_ms = storm.max_interval.get().as_secs_f64() * 1000.0;
@@ -237,7 +239,8 @@ GROUP BY s.trace_id"#,
         r(
             "message_wait",
             "consumer_lag",
-            r#"
+            &format!(
+                r#"
 SELECT s.trace_id, 0.8 AS confidence,
   first_value(concat('the message to ', coalesce(s.destination, 'its destination'), ' waited ',
          CAST(CAST(s.async_wait_ms AS BIGINT) AS VARCHAR), ' ms before ', s.service, ' consumed it',
@@ -246,8 +249,9 @@ SELECT s.trace_id, 0.8 AS confidence,
   first_value(s.span_id ORDER BY s.async_wait_ms DESC) AS culprit_span_id,
   max(s.async_wait_ms) AS explained_ms
 FROM spans s
-WHERE s.async_wait_ms IS NOT NULL AND s.async_wait_ms >= 1.0
-GROUP BY s.trace_id"#,
+WHERE s.async_wait_ms IS NOT NULL AND s.async_wait_ms >= {min_wait_ms:.1}
+GROUP BY s.trace_id"#
+            ),
         ),
         r(
             "queueing",

@@ -2306,24 +2306,28 @@ async fn the_culprit_is_the_service_at_fault_and_its_kind() {
         ),
     ];
     analyse(&st, &mut rs).await;
+    // A call from users refused at `addr:port`.
+    let refused = |trace: u8, addr: &str, port: i64| {
+        vec![resource_spans(
+            "users",
+            tid(
+                trace,
+                vec![
+                    failed(sp(1, None, "GET /me", Server, 0, 400), "502"),
+                    failed(
+                        with(sp(2, Some(1), "GET", Client, 2, 390), {
+                            let mut a = http(addr, port, None);
+                            a.push(attr_s("error.type", "ECONNREFUSED"));
+                            a
+                        }),
+                        "connect ECONNREFUSED",
+                    ),
+                ],
+            ),
+        )]
+    };
     // Later the same call is refused: orders is down, not users.
-    let mut rs = vec![resource_spans(
-        "users",
-        tid(
-            71,
-            vec![
-                failed(sp(1, None, "GET /me", Server, 0, 400), "502"),
-                failed(
-                    with(sp(2, Some(1), "GET", Client, 2, 390), {
-                        let mut a = http("10.0.0.7", 8080, None);
-                        a.push(attr_s("error.type", "ECONNREFUSED"));
-                        a
-                    }),
-                    "connect ECONNREFUSED 10.0.0.7:8080",
-                ),
-            ],
-        ),
-    )];
+    let mut rs = refused(71, "10.0.0.7", 8080);
     let out = analyse(&st, &mut rs).await;
     let v = &out[0].1;
     assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
@@ -2336,23 +2340,7 @@ async fn the_culprit_is_the_service_at_fault_and_its_kind() {
         "the span that shows it is the call"
     );
     // An address never seen served is named as itself.
-    let mut rs = vec![resource_spans(
-        "users",
-        tid(
-            72,
-            vec![
-                failed(sp(1, None, "GET /me", Server, 0, 400), "502"),
-                failed(
-                    with(sp(2, Some(1), "GET", Client, 2, 390), {
-                        let mut a = http("10.0.0.9", 9090, None);
-                        a.push(attr_s("error.type", "ECONNREFUSED"));
-                        a
-                    }),
-                    "refused",
-                ),
-            ],
-        ),
-    )];
+    let mut rs = refused(72, "10.0.0.9", 9090);
     let out = analyse(&st, &mut rs).await;
     assert_eq!(
         (out[0].1.culprit_service.as_str(), out[0].1.culprit_kind),

@@ -87,6 +87,28 @@ fn kind_name(k: i32) -> &'static str {
     }
 }
 
+/// A statement's fingerprint: digits masked, whitespace collapsed, at most
+/// 100 characters (a literal-free statement's identity).
+fn fingerprint(q: &str) -> String {
+    let mut out = String::with_capacity(q.len().min(100));
+    let mut space = false;
+    for c in q.chars() {
+        if out.len() >= 100 {
+            break;
+        }
+        if c.is_whitespace() {
+            space = !out.is_empty();
+            continue;
+        }
+        if space {
+            out.push(' ');
+            space = false;
+        }
+        out.push(if c.is_ascii_digit() { '?' } else { c });
+    }
+    out
+}
+
 /// The identity of a span's operation (see [`SpanRow::op`]): a client
 /// span named just `GET` or a query named `SELECT` is told apart by what
 /// it called.
@@ -117,6 +139,13 @@ fn op_identity(r: &SpanRow, a: &[opentelemetry_proto::tonic::common::v1::KeyValu
         .and_then(attr_str)
         .unwrap_or_default();
         let op = r.db_operation.as_deref().unwrap_or(&r.name);
+        if coll.is_empty() {
+            // No table named: the statement's fingerprint (numbers masked,
+            // cut to 100 characters), as query analysers group queries.
+            if let Some(q) = attr(a, &["db.query.text", "db.statement"]).and_then(attr_str) {
+                return format!("{kind} {sys} {}", fingerprint(&q));
+            }
+        }
         return format!("{kind} {sys} {op} {coll}");
     }
     // GenAI spans are named `{operation} {model}` by the conventions: that
@@ -456,7 +485,14 @@ pub fn traces(
         // own); all of its self time before a baseline exists.
         if let Some(b) = baselines {
             for r in spans.iter_mut().filter(|r| r.critical) {
-                if let Some(normal) = b.normal(&r.service, &r.op) {
+                // The operation's own baseline; until it has enough
+                // samples, the span name's (coarser, learned sooner).
+                let normal = b.normal(&r.service, &r.op).or_else(|| {
+                    (r.op != r.name)
+                        .then(|| b.normal(&r.service, &r.name))
+                        .flatten()
+                });
+                if let Some(normal) = normal {
                     r.baseline_ms = Some(normal);
                     r.excess_ms = Some((r.duration_ms - b.factor * normal).max(0.0).min(r.self_ms));
                 }
