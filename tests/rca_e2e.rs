@@ -233,11 +233,26 @@ service:
     for c in &hard {
         let a = &got[&hex::encode(c.trace_id)];
         assert_eq!(a.root["rca.cause"], c.cause, "{}: {:?}", c.kind, a.root);
-        assert_eq!(
-            a.root["rca.culprit.service"], c.culprit_service,
-            "{} culprit: {:?}",
-            c.kind, a.root
-        );
+        if c.cause == "unknown" {
+            // No fault: the culprit is only a pointer to the largest self
+            // time, whichever service the random calls gave it to: the
+            // span the evidence shows.
+            let ev: serde_json::Value =
+                serde_json::from_str(&a.root["rca.evidence"]).expect("evidence is JSON");
+            assert_eq!(
+                ev["spans"][0]["service"].as_str(),
+                Some(a.root["rca.culprit.service"].as_str()),
+                "{}: {:?}",
+                c.kind,
+                a.root
+            );
+        } else {
+            assert_eq!(
+                a.root["rca.culprit.service"], c.culprit_service,
+                "{} culprit: {:?}",
+                c.kind, a.root
+            );
+        }
         assert_eq!(a.root["rca.route_id"], c.route, "{}", c.kind);
         if let Some(second) = c.second {
             assert!(

@@ -774,6 +774,27 @@ fn warmup(cx: &mut Ctx<'_>) {
         cx.at + d + 1.0,
         vec![],
     );
+    // The frontends' jobs table, read fast in normal traffic (so that a
+    // slow read of it, `job_queue_table`, deviates from its baseline).
+    if n.is_multiple_of(4) {
+        let q = cx.rng.latency(3.0);
+        cx.t.add(
+            Some(srv),
+            &front,
+            &front_host,
+            "SELECT job_queue",
+            span::SpanKind::Client,
+            cx.at,
+            cx.at + q,
+            vec![
+                ks("db.system", "postgresql"),
+                ks("db.operation.name", "SELECT"),
+                ks("db.collection.name", "job_queue"),
+                ks("server.address", "jobs-db"),
+            ],
+        );
+        cx.at += q + 0.5;
+    }
     // As in `healthy_slow`: half the time, the report query holds it.
     let slow_query = k < SERVICES.len() && cx.rng.f() < 0.5;
     if (k >= SERVICES.len() && op == "GET /data") || slow_query {
@@ -870,7 +891,8 @@ fn retry_hidden_server_spans(cx: &mut Ctx<'_>) {
     let t0_ns = cx.t0_ns;
     let t_ns = |ms: f64| t0_ns + (ms * 1e6) as u64;
     // urllib3 Retry: one client span; the attempts show as server spans under it.
-    let n = cx.rng.range(3, 5);
+    // A retry storm: at least 5 attempts under a second apart (#31).
+    let n = cx.rng.range(5, 7);
     let c = cx.t.add(
         Some(srv),
         &front,

@@ -138,15 +138,17 @@ fn op_identity(r: &SpanRow, a: &[opentelemetry_proto::tonic::common::v1::KeyValu
         )
         .and_then(attr_str)
         .unwrap_or_default();
-        let op = r.db_operation.as_deref().unwrap_or(&r.name);
-        if coll.is_empty() {
-            // No table named: the statement's fingerprint (numbers masked,
-            // cut to 100 characters), as query analysers group queries.
-            if let Some(q) = attr(a, &["db.query.text", "db.statement"]).and_then(attr_str) {
-                return format!("{kind} {sys} {}", fingerprint(&q));
-            }
+        if !coll.is_empty() {
+            let op = r.db_operation.as_deref().unwrap_or(&r.name);
+            return format!("{kind} {sys} {op} {coll}");
         }
-        return format!("{kind} {sys} {op} {coll}");
+        // No table named: the statement's fingerprint (numbers masked, cut
+        // to 100 characters), as query analysers group queries; else the
+        // span name (`{operation} {table}` by the conventions).
+        return match attr(a, &["db.query.text", "db.statement"]).and_then(attr_str) {
+            Some(q) => format!("{kind} {sys} {}", fingerprint(&q)),
+            None => format!("{kind} {sys} {}", r.name),
+        };
     }
     // GenAI spans are named `{operation} {model}` by the conventions: that
     // is the operation, whichever server of the model answers it.

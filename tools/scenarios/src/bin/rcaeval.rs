@@ -219,6 +219,8 @@ service:
     let (mut second_total, mut second_found) = (0u64, 0u64);
     let mut confusion: BTreeMap<(String, String), u64> = BTreeMap::new();
     let mut examples: BTreeMap<String, String> = BTreeMap::new();
+    // The first wrong verdict of each (generator kind, stated cause).
+    let mut miss_examples: BTreeMap<(String, String), String> = BTreeMap::new();
     // Calibration: (bin, findings, right).
     let mut calib: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     let mut by_kind: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
@@ -253,6 +255,9 @@ service:
                 hf_false += u64::from(false_cause);
             }
             if false_cause {
+                miss_examples
+                    .entry(("healthy".to_string(), got.clone()))
+                    .or_insert_with(|| a.root.get("rca.summary").cloned().unwrap_or_default());
                 *fp.entry(got.clone()).or_default() += 1;
                 *confusion.entry(("healthy".into(), got)).or_default() += 1;
             }
@@ -281,6 +286,9 @@ service:
                     .or_insert_with(|| s.clone());
             }
         } else {
+            miss_examples
+                .entry((c.kind.to_string(), got.clone()))
+                .or_insert_with(|| a.root.get("rca.summary").cloned().unwrap_or_default());
             *fp.entry(got.clone()).or_default() += 1;
             *confusion.entry((c.cause.to_string(), got)).or_default() += 1;
         }
@@ -336,6 +344,9 @@ service:
         pct(hf_false, hf)
     );
     println!("not annotated (missing): {missing}");
+    for ((kind, got), summary) in &miss_examples {
+        println!("  first {kind} stated {got}: {summary}");
+    }
     if !confusion.is_empty() {
         println!("confusions (planted → stated: count):");
         for ((a, b), n) in &confusion {
