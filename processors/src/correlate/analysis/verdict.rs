@@ -217,11 +217,7 @@ fn culprit_service(
 ) -> String {
     let span = &t.spans[c];
     let named = named.map(str::trim).filter(|n| !n.is_empty() && *n != "-");
-    let resolve = |n: &str| -> String {
-        peers
-            .and_then(|p| p.resolve(n))
-            .map_or_else(|| n.to_string(), |s| s.to_string())
-    };
+    let resolve = |n: &str| resolve_name(n, peers);
     match kind {
         "callee" | "limiter" => {
             if kind == "limiter" {
@@ -255,9 +251,18 @@ fn culprit_service(
             .or_else(|| span.callee.as_deref().map(str::to_string))
             .or_else(|| span.server_address.clone())
             .unwrap_or_else(|| span.service.to_string()),
-        "gateway" => named.map_or_else(|| span.service.to_string(), resolve),
+        // service, host, consumer, gateway: the span's own service, unless
+        // the rule named one.
         _ => named.map_or_else(|| span.service.to_string(), resolve),
     }
+}
+
+/// A name a rule gave (an address, a service), as the service seen serving
+/// it when it is an address `peers` knows.
+fn resolve_name(n: &str, peers: Option<&Peers>) -> String {
+    peers
+        .and_then(|p| p.resolve(n))
+        .map_or_else(|| n.to_string(), |s| s.to_string())
 }
 
 /// The service a call reached or meant to: what the rule named (an upstream
@@ -266,9 +271,7 @@ fn culprit_service(
 fn callee_of(t: &TraceRow, c: usize, named: Option<&str>, peers: Option<&Peers>) -> String {
     let span = &t.spans[c];
     if let Some(n) = named {
-        let named = peers
-            .and_then(|p| p.resolve(n))
-            .map_or_else(|| n.to_string(), |s| s.to_string());
+        let named = resolve_name(n, peers);
         // A gateway's upstream that answered with a server span of its own
         // was reached: the failure is further down, at this call.
         let reached = t
