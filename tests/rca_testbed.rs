@@ -548,29 +548,48 @@ http {{
             }
         }
     }
-    // The reliability of the stated confidence: every verdict that named a
-    // cause (right or wrong, healthy traces given one included), binned by
-    // tenths (BENCHMARKS.md, with `bench/rca_testbed.sh`).
-    let mut bins: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    // The reliability of the stated confidence: every finding stated, the
+    // verdict's and its alternatives', against the cause the test bed
+    // produced (healthy traces' findings all wrong), binned by tenths
+    // (BENCHMARKS.md, with `bench/rca_testbed.sh`).
+    let mut bins: BTreeMap<u32, (u64, u64, f64)> = BTreeMap::new();
     for (id, (want, _)) in &label {
         let a = &got[id].root;
-        if a["rca.cause"] == "unknown" {
-            continue;
+        let mut stated: Vec<(String, f64)> = Vec::new();
+        if a["rca.cause"] != "unknown" {
+            let conf = a
+                .get("rca.confidence")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0.0);
+            stated.push((a["rca.cause"].clone(), conf));
         }
-        let conf: f64 = a
-            .get("rca.confidence")
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0.0);
-        let b = bins.entry((conf * 10.0).floor() as u32).or_default();
-        b.0 += 1;
-        b.1 += u64::from(a["rca.cause"] == *want);
+        for alt in a
+            .get("rca.alternatives")
+            .into_iter()
+            .flat_map(|x| x.split(','))
+        {
+            let mut parts = alt.split(':');
+            if let (Some(cause), Some(Ok(p))) = (parts.next(), parts.next().map(str::parse::<f64>))
+            {
+                stated.push((cause.to_string(), p));
+            }
+        }
+        for (cause, conf) in stated {
+            let b = bins
+                .entry(((conf * 10.0).floor() as u32).min(9))
+                .or_default();
+            b.0 += 1;
+            b.1 += u64::from(cause == *want);
+            b.2 += conf;
+        }
     }
-    eprintln!("| stated confidence | findings | right |");
-    for (b, (n, r)) in &bins {
+    eprintln!("| stated confidence | findings | mean stated | right |");
+    for (b, (n, r, sum)) in &bins {
         eprintln!(
-            "| {:.1}-{:.1} | {n} | {:.0}% |",
+            "| {:.1}-{:.1} | {n} | {:.2} | {:.0}% |",
             f64::from(*b) / 10.0,
             f64::from(*b + 1) / 10.0,
+            sum / *n as f64,
             100.0 * *r as f64 / *n as f64
         );
     }

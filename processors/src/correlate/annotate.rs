@@ -269,6 +269,11 @@ pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) -> String {
             );
             set_attr(
                 a,
+                "rca.reason",
+                any_value::Value::StringValue(v.reason.clone()),
+            );
+            set_attr(
+                a,
                 "rca.explained_share",
                 any_value::Value::DoubleValue(
                     (v.best.explained_ms / t.duration_ms.max(1e-6) * 1000.0).round() / 1000.0,

@@ -138,7 +138,7 @@ impl Api {
                     "trace_id": v.trace_id, "route": v.route, "cause": v.cause,
                     "duration_ms": v.duration_ms, "start_unix_ms": v.start_unix_ms,
                     "failed": v.failed, "final_status": v.final_status,
-                    "summary": v.summary, "culprit_service": v.culprit_service, "culprit_kind": v.culprit_kind,
+                    "summary": v.summary, "reason": v.reason, "culprit_service": v.culprit_service, "culprit_kind": v.culprit_kind,
                 })
             })
             .collect();

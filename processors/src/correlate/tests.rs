@@ -1019,6 +1019,7 @@ async fn a_pod_without_host_name_joins_its_nodes_metrics() {
         "joined by k8s.node.name"
     );
     assert_eq!(v.best.cause, "host_cpu_saturation", "{v:?}");
+
 }
 
 #[tokio::test]
@@ -1344,7 +1345,9 @@ async fn express_handler_spans_ms_clock_starts_and_orphans_keep_calls_on_the_pat
         "a true root, not the orphan"
     );
     assert_eq!(v.best.cause, "upstream_timeout", "{v:?}");
-    assert_eq!(&*t.spans[v.culprit].service, "pricing", "{v:?}");
+    // The call that timed out shows it; the callee still running is at fault.
+    assert_eq!(v.culprit_service, "pricing", "{v:?}");
+    assert_eq!(v.culprit_kind, "callee", "{v:?}");
 }
 
 /// A span at `base` + milliseconds, of trace 50.
@@ -2667,4 +2670,219 @@ async fn with_two_gateway_layers_the_outermost_answers_and_names_the_route() {
         (v.culprit_service.as_str(), v.culprit_kind),
         ("10.1.0.9:8080", "callee")
     );
+}
+
+/// A failure is explained where it began, not where it surfaced: the edge
+/// gateway's 503 about shop is the consequence of shop's call to pricing
+/// timing out, which a rule constant (503 above timeouts) used to decide.
+/// The consequence stays an alternative with a low confidence; the reason
+/// says why.
+#[tokio::test]
+async fn a_failure_is_explained_at_its_origin_not_where_it_surfaced() {
+    let st = store();
+    let mut rs = vec![
+        resource_spans(
+            "shop",
+            tid(
+                110,
+                vec![
+                    with(
+                        failed(sp(1, None, "GET /quote", Server, 0, 1000), ""),
+                        vec![kv("http.response.status_code", 503i64)],
+                    ),
+                    with(
+                        failed(sp(2, Some(1), "GET", Client, 10, 990), "timeout"),
+                        vec![
+                            attr_s("error.type", "timeout"),
+                            attr_s("server.address", "pricing"),
+                        ],
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "pricing",
+            tid(110, vec![sp(3, Some(2), "GET /price", Server, 20, 1400)]),
+        ),
+    ];
+    st.add_logs(
+        &[gateway_log(110, 503, vec![attr_s("upstream", "shop")])],
+        1_000_000_000_000,
+    );
+    let out = analyse(&st, &mut rs).await;
+    let (_, v) = &out[0];
+    assert_eq!(v.best.cause, "upstream_timeout", "{v:?}");
+    assert_eq!(v.culprit_service, "pricing", "{v:?}");
+    assert!(v.reason.contains("where it began"), "{}", v.reason);
+    let gw = v
+        .alternatives
+        .iter()
+        .find(|a| a.cause == "upstream_unavailable")
+        .expect("the gateway's 503 stays an alternative");
+    assert!(v.reason.contains("upstream_unavailable (closer to the response"), "{}", v.reason);
+    assert!(
+        v.best.confidence >= 0.8 && gw.confidence <= 0.2,
+        "origin {} against its consequence {}",
+        v.best.confidence,
+        gw.confidence
+    );
+}
+
+/// The server a caller cancelled after its deadline (gRPC `CANCELLED`) is
+/// not where the failure began: the deadline is, and the callee that was
+/// still working is at fault.
+#[tokio::test]
+async fn a_call_cancelled_after_the_callers_deadline_is_the_timeout() {
+    let st = store();
+    let grpc = |code: i64| {
+        vec![
+            attr_s("rpc.system", "grpc"),
+            attr_s("rpc.service", "shop.Pricing"),
+            attr_s("rpc.method", "Quote"),
+            kv("rpc.grpc.status_code", code),
+        ]
+    };
+    let mut rs = vec![
+        resource_spans(
+            "checkout",
+            tid(
+                111,
+                vec![
+                    failed(sp(1, None, "POST /checkout", Server, 0, 1000), ""),
+                    failed(
+                        with(sp(2, Some(1), "shop.Pricing/Quote", Client, 10, 910), grpc(4)),
+                        "context deadline exceeded",
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "pricing",
+            tid(
+                111,
+                vec![failed(
+                    with(sp(3, Some(2), "shop.Pricing/Quote", Server, 15, 912), grpc(1)),
+                    "context canceled",
+                )],
+            ),
+        ),
+    ];
+    let out = analyse(&st, &mut rs).await;
+    let (row, v) = &out[0];
+    assert_eq!(
+        row.error_origin.map(|e| row.spans[e].kind),
+        Some("client"),
+        "the cancelled server span is not the origin: {v:?}"
+    );
+    assert_eq!(v.best.cause, "upstream_timeout", "{v:?}");
+    assert_eq!(v.culprit_service, "pricing", "{v:?}");
+    assert_eq!(v.culprit_kind, "callee", "{v:?}");
+    assert!(
+        v.alternatives.iter().all(|a| a.cause != "error" || a.confidence < 0.2),
+        "{v:?}"
+    );
+}
+
+/// An open circuit shows to the caller as a 503: the gateway's line about
+/// the upstream sits at the caller's call, and at that call the circuit
+/// explains the 503 (not a per-rule priority: the same finding without the
+/// circuit state is `upstream_unavailable`).
+#[tokio::test]
+async fn an_open_circuit_explains_the_503_its_caller_saw() {
+    let st = store();
+    for (t, circuit, cause) in [
+        (112u8, Some("OPEN"), "circuit_open"),
+        (113, None, "upstream_unavailable"),
+    ] {
+        let mut rs = vec![resource_spans(
+            "frontend",
+            tid(
+                t,
+                vec![
+                    with(
+                        failed(sp(1, None, "POST /buy", Server, 0, 100), ""),
+                        vec![kv("http.response.status_code", 502i64)],
+                    ),
+                    with(
+                        failed(sp(2, Some(1), "POST", Client, 10, 90), ""),
+                        vec![
+                            kv("http.response.status_code", 503i64),
+                            attr_s("server.address", "notifier"),
+                        ],
+                    ),
+                ],
+            ),
+        )];
+        let mut extra = vec![attr_s("upstream", "notifier")];
+        if let Some(c) = circuit {
+            extra.push(attr_s("circuit_state", c));
+        }
+        st.add_logs(&[gateway_log(t, 503, extra)], 1_000_000_000_000);
+        let out = analyse(&st, &mut rs).await;
+        let (_, v) = &out[0];
+        assert_eq!(v.best.cause, cause, "trace {t}: {v:?}");
+        assert_eq!(v.culprit_service, "notifier", "trace {t}: {v:?}");
+        if circuit.is_some() {
+            assert!(v.reason.contains("how circuit_open shows"), "{}", v.reason);
+        }
+    }
+}
+
+/// Independent rules that agree on a cause strengthen it: a Kafka lag
+/// sample and the message's own wait are two signals; the stated
+/// confidence is computed from them, not a rule's constant.
+#[tokio::test]
+async fn agreeing_rules_are_named_and_the_confidence_is_computed() {
+    let st = store();
+    let mut rs = vec![
+        resource_spans(
+            "shop",
+            tid(
+                114,
+                vec![
+                    sp(1, None, "POST /orders", Server, 0, 1000),
+                    with(
+                        sp(2, Some(1), "GET", Client, 10, 400),
+                        vec![kv("http.response.status_code", 504i64)],
+                    ),
+                ],
+            ),
+        ),
+    ];
+    st.add_logs(
+        &[gateway_log(114, 200, vec![])],
+        1_000_000_000_000,
+    );
+    let out = analyse(&st, &mut rs).await;
+    let (_, v) = &out[0];
+    assert_eq!(v.best.cause, "upstream_timeout", "{v:?}");
+    // One rule alone, the request answered: the support is its strength ×
+    // its share of the time (39%, under the 60% that covers it fully).
+    let alone = v.best.confidence;
+    assert!(alone > 0.5 && alone < 1.0, "{v:?}");
+    let mut rs2 = vec![resource_spans(
+        "shop",
+        tid(
+            115,
+            vec![
+                with(
+                    failed(sp(1, None, "POST /orders", Server, 0, 1000), ""),
+                    vec![kv("http.response.status_code", 504i64)],
+                ),
+                with(
+                    failed(sp(2, Some(1), "GET", Client, 10, 990), ""),
+                    vec![kv("http.response.status_code", 504i64)],
+                ),
+            ],
+        ),
+    )];
+    st.add_logs(&[gateway_log(115, 504, vec![attr_s("upstream", "shop")])], 1_000_000_000_000);
+    let out = analyse(&st, &mut rs2).await;
+    let (_, v) = &out[0];
+    assert_eq!(v.best.cause, "upstream_timeout", "{v:?}");
+    assert!(
+        v.best.evidence.as_deref().is_some_and(|e| e.contains("agreeing rules")),
+        "{v:?}"
+    );
+    assert!(v.best.confidence > alone, "{} vs {alone}", v.best.confidence);
 }

@@ -2,6 +2,7 @@
 //! the verdict. It knows the model and no evidence source, state or rule.
 
 pub mod baseline;
+pub mod chain;
 pub mod critical;
 pub mod peers;
 pub mod shape;

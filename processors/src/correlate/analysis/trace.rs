@@ -458,9 +458,15 @@ pub fn traces(
         }
         // Where errors began: a failed span none of whose children failed.
         // Client 4xx answers and attempts a later retry recovered from are not.
+        // A call its caller cancelled (after the caller's own deadline) is
+        // a consequence, not where the failure began.
         let mut has_error_child = vec![false; nodes.len()];
         for i in 0..nodes.len() {
-            if spans[i].status == "error" && !spans[i].client_error && !spans[i].recovered {
+            if spans[i].status == "error"
+                && !spans[i].client_error
+                && !spans[i].recovered
+                && !super::chain::cancelled(&spans[i])
+            {
                 let mut p = nodes[i].parent;
                 let mut steps = 0;
                 while let Some(x) = p {
@@ -473,14 +479,18 @@ pub fn traces(
                 }
             }
         }
-        let error_origin = (0..spans.len())
-            .filter(|&i| {
-                spans[i].status == "error"
-                    && !spans[i].client_error
-                    && !spans[i].recovered
-                    && !has_error_child[i]
-            })
-            .max_by(|&a, &b| spans[a].end_ms.total_cmp(&spans[b].end_ms));
+        let origin_of = |skip_cancelled: bool| {
+            (0..spans.len())
+                .filter(|&i| {
+                    spans[i].status == "error"
+                        && !spans[i].client_error
+                        && !spans[i].recovered
+                        && !has_error_child[i]
+                        && !(skip_cancelled && super::chain::cancelled(&spans[i]))
+                })
+                .max_by(|&a, &b| spans[a].end_ms.total_cmp(&spans[b].end_ms))
+        };
+        let error_origin = origin_of(true).or_else(|| origin_of(false));
         // How much each critical span deviates: its duration beyond `factor`
         // × its operation's median, counted only as far as its own self time
         // (a parent of a slow call deviates too, but the time is not its

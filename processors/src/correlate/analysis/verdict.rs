@@ -1,6 +1,7 @@
 //! The verdict of a trace: from its findings, the cause that explains its
 //! failure or the most of its critical-path time, and the span at fault.
 
+use super::chain::Chain;
 use super::peers::Peers;
 use crate::correlate::model::finding::CULPRIT_KINDS;
 use crate::correlate::model::trace::{parse_hex16, Hex16};
@@ -35,25 +36,93 @@ fn slowest_below(t: &TraceRow, e: usize) -> usize {
         .unwrap_or(e)
 }
 
-/// The time a finding explains when its rule did not say: the critical
-/// time of the subtree of the span it blames (or of the trace's culprit).
-fn default_explained(t: &TraceRow, f: &Finding) -> f64 {
-    let span = f
-        .culprit_span_id
+/// The span a finding names, when it names one the trace has.
+fn span_of(t: &TraceRow, f: &Finding) -> Option<usize> {
+    f.culprit_span_id
         .as_deref()
         .and_then(parse_hex16)
         .and_then(|id| t.spans.iter().position(|s| s.span_id == id))
-        .unwrap_or(t.culprit);
-    t.spans[span].path_ms
 }
 
-/// Pick the verdict of a trace from its findings: the cause is the finding
-/// that explains the request's failure, else the one that accounts for the
-/// most critical-path time (in steps of a tenth of the trace: nearly equal
-/// counts as equal), strength of evidence (confidence) breaking ties. A
-/// finding that explains less than `min_share` of the trace and not its
-/// failure, or less than `min_share.1` ms, is only an alternative. Confidence is scaled by the share of the
-/// time a finding explains (a failure's cause keeps its own).
+/// The causes that name a span, not a mechanism: an error with no
+/// mechanism found, a span slower than its baseline. Any mechanism that
+/// explains the same failure, or half the same time, explains them.
+const FALLBACKS: [&str; 2] = ["error", "slow_dependency"];
+
+/// How a cause's failure looks to the caller, at the same call: an open
+/// circuit answers 503 (an upstream unavailable, an error); a retry storm's
+/// attempts fail with what their callee answered. At one step of the chain
+/// the cause explains these, which are its consequences there.
+const SHOWS_AS: [(&str, &[&str]); 2] = [
+    ("circuit_open", &["upstream_unavailable", "error"]),
+    (
+        "retry_storm",
+        &[
+            "upstream_unavailable",
+            "upstream_timeout",
+            "rate_limited",
+            "error",
+            "consumer_lag",
+        ],
+    ),
+];
+
+/// Whether spans `a` and `b` are one call: the same span, attempts of one
+/// retried call, or a call and the attempts (or callee) below it.
+fn same_call(t: &TraceRow, a: usize, b: usize) -> bool {
+    let (x, y) = (&t.spans[a], &t.spans[b]);
+    a == b
+        || (x.attempt.is_some() && y.attempt.is_some() && x.parent == y.parent)
+        || x.parent == Some(b)
+        || y.parent == Some(a)
+}
+
+/// Whether cause `x` explains cause `y` found at the same call.
+fn shows_as(x: &str, y: &str) -> bool {
+    SHOWS_AS
+        .iter()
+        .any(|(c, ys)| *c == x && ys.contains(&y))
+}
+
+/// How much a failure finding closer to the response than the origin's
+/// supports its cause: it saw the failure pass, not begin.
+const CONSEQUENCE: f64 = 0.35;
+
+/// The share of a trace's time from which a finding covers it fully.
+const FULL_SHARE: f64 = 0.6;
+
+/// A finding, placed and weighed.
+struct Placed {
+    f: Finding,
+    /// The chain step it explains the failure at (0: the response).
+    step: usize,
+    /// A fallback cause (see [`FALLBACKS`]), or an error with nothing but
+    /// its status to show.
+    fallback: bool,
+    /// Another finding at its step explains it (see [`SHOWS_AS`]).
+    shown: bool,
+    /// The span it names.
+    span: Option<usize>,
+    /// Its support: its evidence's strength × how much of the failure or
+    /// the time it covers.
+    support: f64,
+}
+
+/// Pick the verdict of a trace from its findings.
+///
+/// A failed request is explained by its causal chain: of the findings that
+/// explain the failure, the one at the step nearest its origin wins (a
+/// gateway's 502 above a callee's refusal is the refusal's consequence); a
+/// retry storm holds every failure inside its attempts; at one step, a
+/// mechanism wins over a fallback, then the stronger support. Otherwise the
+/// finding with the most support wins (the share of the time it explains,
+/// up to [`FULL_SHARE`], × its evidence's strength). A finding that explains
+/// less than `min_share.0` of the trace and not its failure, or less than
+/// `min_share.1` ms, is only an alternative.
+///
+/// The stated confidence is computed, never a rule's constant: the support
+/// of each cause, its independent rules agreeing (1 − Π(1 − support)), times
+/// its share of the support of all causes it does not itself explain.
 pub fn verdict(
     t: &TraceRow,
     findings: Option<&Vec<Finding>>,
@@ -61,49 +130,191 @@ pub fn verdict(
     peers: Option<&Peers>,
 ) -> Verdict {
     let dur = t.duration_ms.max(1e-6);
-    let mut all: Vec<Finding> = findings.cloned().unwrap_or_default();
-    for f in &mut all {
+    let chain = Chain::of(t);
+    let mut placed: Vec<Placed> = Vec::new();
+    for f in findings.into_iter().flatten() {
+        let mut f = f.clone();
+        let span = span_of(t, &f);
         if !f.explained_ms.is_finite() {
-            f.explained_ms = default_explained(t, f);
+            f.explained_ms = t.spans[span.unwrap_or(t.culprit)].path_ms;
         }
         f.explained_ms = f.explained_ms.clamp(0.0, dur);
         f.explains_failure &= t.failed;
-        if !f.explains_failure {
-            let share = f.explained_ms / dur;
-            f.confidence *= 0.5 + 0.5 * (share / 0.6).min(1.0);
-        }
-        f.confidence = (f.confidence * 1000.0).round() / 1000.0;
+        let bare = |i: usize| {
+            let r = &t.spans[i];
+            r.exception_type.is_none()
+                && r.error_type.is_none()
+                && r.grpc_status.is_none()
+                && r.status_message.is_empty()
+        };
+        let fallback = FALLBACKS.contains(&f.cause.as_str()) && !f.user;
+        let step = match span {
+            Some(s) if f.explains_failure => {
+                if f.cause == "retry_storm" && chain.through_retries(t, s) {
+                    chain.origin()
+                } else if f.cause == "error" && bare(s) {
+                    // A status alone (a 5xx with no exception or message)
+                    // says that it failed, not where: the response's step.
+                    0
+                } else {
+                    chain.step_of(t, s)
+                }
+            }
+            // A gateway's line sits at the call to the upstream it names.
+            None if f.explains_failure => f
+                .culprit_service
+                .as_deref()
+                .and_then(|n| {
+                    chain
+                        .step_of_upstream(t, &resolve_name(n, peers))
+                        .or_else(|| chain.step_of_upstream(t, n))
+                })
+                .unwrap_or(0),
+            _ => 0,
+        };
+        placed.push(Placed {
+            fallback: fallback || (f.cause == "error" && span.is_some_and(bare)),
+            shown: false,
+            span,
+            step,
+            support: 0.0,
+            f,
+        });
+    }
+    for i in 0..placed.len() {
+        let (x, step) = (&placed[i], placed[i].step);
+        // At the failure's step, or (for time) at the same call.
+        let shown = placed.iter().any(|z| {
+            z.f.cause != x.f.cause
+                && z.f.explains_failure == x.f.explains_failure
+                && if x.f.explains_failure {
+                    z.step == step
+                        && (shows_as(&z.f.cause, &x.f.cause) || (x.fallback && !z.fallback))
+                } else {
+                    (shows_as(&z.f.cause, &x.f.cause)
+                        && matches!((x.span, z.span), (Some(a), Some(b)) if same_call(t, a, b)))
+                        // A mechanism explaining half a fallback's time explains it.
+                        || (x.fallback
+                            && !z.fallback
+                            && z.f.explained_ms >= 0.5 * x.f.explained_ms
+                            && z.f.explained_ms / dur >= min_share.0
+                            && z.f.explained_ms >= min_share.1)
+                }
+        });
+        placed[i].shown = shown;
+    }
+    let origin = placed
+        .iter()
+        .filter(|p| p.f.explains_failure)
+        .map(|p| p.step)
+        .max();
+    for p in &mut placed {
+        let cover = if p.f.explains_failure {
+            if Some(p.step) == origin && !p.shown {
+                1.0
+            } else {
+                CONSEQUENCE
+            }
+        } else if p.shown {
+            CONSEQUENCE * (p.f.explained_ms / dur / FULL_SHARE).min(1.0)
+        } else {
+            (p.f.explained_ms / dur / FULL_SHARE).min(1.0)
+        };
+        p.support = p.f.confidence.clamp(0.0, 1.0) * cover;
     }
     let eligible = |f: &Finding| {
         f.explains_failure || (f.explained_ms / dur >= min_share.0 && f.explained_ms >= min_share.1)
     };
-    // A retry sequence that failed and spans most of the trace is the story
-    // of that failure: it outranks its own trigger (the 503s, the timeouts),
-    // which its summary names.
-    // `slow_dependency` names a span, not a mechanism: a mechanism that
-    // explains nearly as much (within three tenths) is the better answer.
-    let step = |f: &Finding| {
-        let s = (f.explained_ms / dur * 10.0).round() as i64;
-        if f.explains_failure && f.cause == "retry_storm" && f.explained_ms / dur >= 0.5 {
-            11
-        } else if f.cause == "slow_dependency" && !f.user {
-            s - 3
-        } else {
-            s
-        }
-    };
-    all.sort_by(|a, b| {
-        eligible(b)
-            .cmp(&eligible(a))
-            .then(b.explains_failure.cmp(&a.explains_failure))
-            .then(step(b).cmp(&step(a)))
-            .then(b.confidence.total_cmp(&a.confidence))
-            .then(b.user.cmp(&a.user))
-            .then(b.explained_ms.total_cmp(&a.explained_ms))
+    placed.sort_by(|a, b| {
+        eligible(&b.f)
+            .cmp(&eligible(&a.f))
+            .then(b.f.explains_failure.cmp(&a.f.explains_failure))
+            .then(b.step.cmp(&a.step))
+            .then(a.shown.cmp(&b.shown))
+            .then(b.support.total_cmp(&a.support))
+            .then(b.f.user.cmp(&a.f.user))
+            .then(b.f.explained_ms.total_cmp(&a.f.explained_ms))
     });
-    // One finding per cause: its best.
-    let mut seen = std::collections::HashSet::new();
-    all.retain(|x| seen.insert(x.cause.clone()));
+    // Independent rules that agree on a cause strengthen it; each cause
+    // keeps its best finding.
+    let mut agreed: Vec<(String, f64, Vec<String>)> = Vec::new();
+    for p in &placed {
+        match agreed.iter_mut().find(|(c, _, _)| *c == p.f.cause) {
+            Some((_, miss, rules)) => {
+                if !rules.contains(&p.f.rule) {
+                    *miss *= 1.0 - p.support;
+                    rules.push(p.f.rule.clone());
+                }
+            }
+            None => agreed.push((p.f.cause.clone(), 1.0 - p.support, vec![p.f.rule.clone()])),
+        }
+    }
+    // A finding of the same cause at the same step that names the service
+    // at fault (a gateway's upstream behind the address the client called)
+    // lends the kept one its name.
+    let mut kept: Vec<Placed> = Vec::new();
+    for p in placed {
+        match kept.iter_mut().find(|k| k.f.cause == p.f.cause) {
+            Some(k) => {
+                if k.f.culprit_service.is_none() && k.step == p.step {
+                    k.f.culprit_service = p.f.culprit_service;
+                }
+            }
+            None => kept.push(p),
+        }
+    }
+    let mut placed = kept;
+    for p in &mut placed {
+        if let Some((_, miss, _)) = agreed.iter().find(|(c, _, _)| *c == p.f.cause) {
+            p.support = 1.0 - miss;
+        }
+    }
+    // Each cause's confidence: its support × its share of the support of
+    // the causes it does not explain (the rivals a reader must weigh).
+    let explains = |x: &Placed, y: &Placed| {
+        (x.f.explains_failure && !y.f.explains_failure)
+            || (x.f.explains_failure
+                && y.f.explains_failure
+                && (y.step < x.step || (y.step == x.step && y.shown && !x.shown)))
+            || (!x.f.explains_failure && !y.f.explains_failure && y.shown && !x.shown)
+    };
+    let confidence: Vec<f64> = placed
+        .iter()
+        .enumerate()
+        .map(|(i, x)| {
+            let rivals: f64 = placed
+                .iter()
+                .enumerate()
+                .filter(|(j, y)| *j != i && !explains(x, y))
+                .map(|(_, y)| y.support)
+                .sum();
+            let c = x.support * x.support / (x.support + rivals).max(1e-9);
+            (c * 1000.0).round() / 1000.0
+        })
+        .collect();
+    let reason = match placed.first() {
+        Some(p) if eligible(&p.f) => reason(t, &chain, &placed),
+        _ => "no finding explains enough of it".to_string(),
+    };
+    let mut all: Vec<Finding> = placed
+        .into_iter()
+        .zip(confidence)
+        .map(|(p, c)| Finding {
+            confidence: c,
+            ..p.f
+        })
+        .collect();
+    for (cause, _, rules) in &agreed {
+        if rules.len() > 1 {
+            if let Some(f) = all.iter_mut().find(|f| f.cause == *cause) {
+                let also = format!("agreeing rules: {}", rules.join(", "));
+                f.evidence = Some(match f.evidence.take() {
+                    Some(e) if !e.is_empty() => format!("{e}; {also}"),
+                    _ => also,
+                });
+            }
+        }
+    }
     let best = if all.first().is_some_and(eligible) {
         all.remove(0)
     } else {
@@ -161,7 +372,62 @@ pub fn verdict(
         culprit,
         culprit_service,
         culprit_kind: kind,
+        reason,
     }
+}
+
+/// Why the winner won, in a clause: where it sits in the failure's chain
+/// or how much time it explains, and what it was preferred to.
+fn reason(t: &TraceRow, chain: &Chain, placed: &[Placed]) -> String {
+    let Some(best) = placed.first() else {
+        return String::new();
+    };
+    let dur = t.duration_ms.max(1e-6);
+    let pct = |f: &Finding| (100.0 * f.explained_ms / dur).round();
+    let mut out = if best.f.explains_failure {
+        let at = chain.span_at(best.step).map(|i| &t.spans[i]);
+        match at {
+            Some(r) if best.step > 0 => format!(
+                "it explains the failure where it began ({} {}, {} of {} calls down from the response)",
+                r.service,
+                r.name,
+                best.step,
+                chain.origin()
+            ),
+            _ => "it explains the failure at the response".to_string(),
+        }
+    } else {
+        format!("it explains {}% of the time", pct(&best.f))
+    };
+    let mut over: Vec<String> = Vec::new();
+    for p in placed.iter().skip(1).take(3) {
+        let why = if best.f.explains_failure && p.f.explains_failure {
+            if p.step < best.step {
+                "closer to the response: a consequence".to_string()
+            } else if shows_as(&best.f.cause, &p.f.cause) {
+                format!("how {} shows at the same call", best.f.cause)
+            } else if p.fallback && !best.fallback {
+                "at the same call, names no mechanism".to_string()
+            } else {
+                format!(
+                    "at the same call, weaker evidence ({:.2} against {:.2})",
+                    p.support, best.support
+                )
+            }
+        } else if best.f.explains_failure {
+            "explains time, not the failure".to_string()
+        } else if p.fallback && !best.fallback {
+            format!("{}%, names no mechanism", pct(&p.f))
+        } else {
+            format!("{}%, support {:.2} against {:.2}", pct(&p.f), p.support, best.support)
+        };
+        over.push(format!("{} ({why})", p.f.cause));
+    }
+    if !over.is_empty() {
+        out.push_str("; preferred to ");
+        out.push_str(&over.join(", "));
+    }
+    out
 }
 
 /// The kind of fault a cause is when its rule does not say.

@@ -69,6 +69,9 @@ pub struct Verdict {
     pub culprit_service: String,
     /// What kind of fault (`rca.culprit.kind`), one of [`CULPRIT_KINDS`].
     pub culprit_kind: &'static str,
+    /// Why this cause won (`rca.reason`): where it sits in the failure's
+    /// chain or how much time it explains, and what it was preferred to.
+    pub reason: String,
 }
 
 /// The kinds of culprit (`rca.culprit.kind`):

@@ -71,6 +71,8 @@ pub struct TraceView {
     pub rule: String,
     /// Summary.
     pub summary: String,
+    /// Why this cause won over the others.
+    pub reason: String,
     /// Confidence.
     pub confidence: f64,
     /// Culprit span id (hex).
@@ -126,6 +128,7 @@ pub fn view(t: &TraceRow, v: &Verdict, evidence: String) -> TraceView {
         cause: v.best.cause.clone(),
         rule: v.best.rule.clone(),
         summary: v.best.summary.clone(),
+        reason: v.reason.clone(),
         confidence: v.best.confidence,
         culprit_span_id: hex(culprit.span_id),
         culprit_service: v.culprit_service.as_str().into(),

@@ -385,7 +385,7 @@ impl Source for Gateway {
                 "gateway_429",
                 "rate_limited",
                 r#"
-SELECT l.trace_id, 0.95 AS confidence,
+SELECT l.trace_id, 1.0 AS confidence,
   concat('route ', coalesce(max(l.route), '?'), ' rate-limited by ', coalesce(max(l.rate_limit_rule), 'a rate limit'), ': ',
          CAST(sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered 429') AS summary,
@@ -410,7 +410,7 @@ HAVING sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) > 0"#,
                 "gateway_circuit_open",
                 "circuit_open",
                 r#"
-SELECT l.trace_id, 0.96 AS confidence,
+SELECT l.trace_id, 1.0 AS confidence,
   concat('circuit breaker ', coalesce(max(upper(l.circuit_state)), 'OPEN'), ' for ', coalesce(max(CASE WHEN (upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN') OR l.response_flags LIKE '%UO%') THEN l.upstream END), 'the upstream'),
          ' on route ', coalesce(max(l.route), '?'), ': ',
          CAST(sum(CASE WHEN l.status = 503 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
@@ -427,7 +427,7 @@ HAVING sum(CASE WHEN upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN'
                 "gateway_504",
                 "upstream_timeout",
                 r#"
-SELECT l.trace_id, 0.93 AS confidence,
+SELECT l.trace_id, 1.0 AS confidence,
   concat('upstream ', coalesce(max(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN l.upstream END), '?'), ' timed out on route ', coalesce(max(l.route), '?'), ': ',
          CAST(sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 0 END) AS VARCHAR), ' of ',
          CAST(count(*) AS VARCHAR), ' gateway attempts answered 504 after ',
@@ -442,7 +442,7 @@ HAVING sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 
                 "gateway_503",
                 "upstream_unavailable",
                 r#"
-SELECT l.trace_id, 0.9 AS confidence,
+SELECT l.trace_id, 1.0 AS confidence,
   concat('upstream ', coalesce(max(CASE WHEN l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR l.response_flags LIKE '%UH%' THEN l.upstream END), '?'), ' unavailable on route ', coalesce(max(l.route), '?'), ': ',
          CAST(sum(CASE WHEN l.status IN (502, 503) THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered ', CAST(max(l.status) AS VARCHAR),

@@ -289,7 +289,7 @@ impl Source for Host {
                 "gpu_busy",
                 "gpu_saturation",
                 r#"
-SELECT s.trace_id, 0.84 AS confidence,
+SELECT s.trace_id, 0.8 AS confidence,
   concat('GPU of ', max(h.host), ' ', CAST(CAST(round(max(h.gpu_util) * 100) AS BIGINT) AS VARCHAR),
          '% busy (DCGM_FI_DEV_GPU_UTIL) while ', max(s.service), ' ran ', coalesce(max(s.gen_ai_model), max(s.name)), ' for ',
          CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
@@ -299,7 +299,7 @@ FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
 WHERE (s.gen_ai_prefill_ms IS NOT NULL OR s.gen_ai_model IS NOT NULL) AND h.gpu_util >= 0.95
 GROUP BY s.trace_id
 UNION ALL
-SELECT s.trace_id, 0.84 AS confidence,
+SELECT s.trace_id, 0.8 AS confidence,
   concat('GPU behind triton ', max(r.address), ' ', CAST(CAST(round(max(r.gpu_util) * 100) AS BIGINT) AS VARCHAR),
          '% busy (nv_gpu_utilization) while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it') AS summary,
   max(s.span_id) AS culprit_span_id,
@@ -312,7 +312,7 @@ GROUP BY s.trace_id"#,
                 "gpu_memory",
                 "gpu_memory_pressure",
                 r#"
-SELECT s.trace_id, 0.85 AS confidence,
+SELECT s.trace_id, 0.8 AS confidence,
   concat('GPU memory of ', max(h.host), ' ', CAST(CAST(round(max(h.gpu_mem_used) * 100) AS BIGINT) AS VARCHAR),
          '% used (DCGM_FI_DEV_FB_USED of FB_USED + FB_FREE) while ', max(s.service), ' ran ', coalesce(max(s.gen_ai_model), max(s.name)), ' for ',
          CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
@@ -322,7 +322,7 @@ FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
 WHERE (s.gen_ai_prefill_ms IS NOT NULL OR s.gen_ai_model IS NOT NULL) AND h.gpu_mem_used >= 0.95
 GROUP BY s.trace_id
 UNION ALL
-SELECT s.trace_id, 0.85 AS confidence,
+SELECT s.trace_id, 0.8 AS confidence,
   concat('GPU memory behind triton ', max(r.address), ' ', CAST(CAST(round(max(r.gpu_mem_used) * 100) AS BIGINT) AS VARCHAR),
          '% used (nv_gpu_memory_used_bytes of total) while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it') AS summary,
   max(s.span_id) AS culprit_span_id,
@@ -335,7 +335,7 @@ GROUP BY s.trace_id"#,
                 "tokenizer_cpu",
                 "tokenizer_cpu",
                 r#"
-SELECT s.trace_id, 0.86 AS confidence,
+SELECT s.trace_id, 0.8 AS confidence,
   concat(max(s.service), ' spent ', CAST(CAST(max(s.self_ms) AS BIGINT) AS VARCHAR), ' ms in ', max(s.name), ' on ', max(h.host),
          ', its CPU ', CAST(CAST(round(max(h.cpu_busy) * 100) AS BIGINT) AS VARCHAR), '% busy') AS summary,
   first_value(s.span_id ORDER BY s.self_ms DESC) AS culprit_span_id,
@@ -349,7 +349,7 @@ GROUP BY s.trace_id"#,
                 "host_cpu",
                 "host_cpu_saturation",
                 r#"
-SELECT h.trace_id, 0.82 AS confidence,
+SELECT h.trace_id, 0.8 AS confidence,
   concat('host ', max(h.host), ' CPU saturated (', CAST(CAST(max(h.cpu_busy) * 100 AS BIGINT) AS VARCHAR), '% busy) while ',
          max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
   coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
@@ -361,7 +361,7 @@ GROUP BY h.trace_id"#,
                 "host_iowait",
                 "host_io_wait",
                 r#"
-SELECT h.trace_id, 0.82 AS confidence,
+SELECT h.trace_id, 0.8 AS confidence,
   concat('host ', max(h.host), ' waiting on disk IO (iowait ', CAST(CAST(coalesce(max(h.iowait), 0) * 100 AS BIGINT) AS VARCHAR),
          '%, disk busy ', CAST(CAST(coalesce(max(h.disk_util), 0) * 100 AS BIGINT) AS VARCHAR), '%) while ',
          max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
@@ -374,7 +374,7 @@ GROUP BY h.trace_id"#,
                 "host_memory",
                 "host_memory_pressure",
                 r#"
-SELECT h.trace_id, 0.82 AS confidence,
+SELECT h.trace_id, 0.8 AS confidence,
   concat('host ', max(h.host), ' under memory pressure (',
          CAST(CAST(coalesce(max(h.mem_used), 1 - min(h.mem_available_ratio)) * 100 AS BIGINT) AS VARCHAR), '% used) while ',
          max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,

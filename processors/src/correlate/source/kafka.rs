@@ -396,7 +396,7 @@ impl Source for Kafka {
                 "consumer_lag",
                 "consumer_lag",
                 r#"
-SELECT k.trace_id, 0.86 AS confidence,
+SELECT k.trace_id, 1.0 AS confidence,
   concat('consumer group ', coalesce(max(k.consumer_group), '?'), ' lags on ', max(k.topic), ': ',
          CAST(CAST(max(k.lag) AS BIGINT) AS VARCHAR), ' messages',
          CASE WHEN bool_or(k.growing) THEN concat(', up ', CAST(CAST(max(k.lag_trend) AS BIGINT) AS VARCHAR), ' in the window') ELSE '' END,
@@ -412,7 +412,7 @@ GROUP BY k.trace_id"#,
                 "retry_storm_topic",
                 "retry_storm",
                 r#"
-SELECT k.trace_id, 0.87 AS confidence,
+SELECT k.trace_id, 1.0 AS confidence,
   concat('retry storm on ', max(k.topic), ': ', CAST(CAST(max(k.produce_rate) AS BIGINT) AS VARCHAR), ' messages/s') AS summary,
   max(s.span_id) AS culprit_span_id,
   coalesce(max(s.async_wait_ms) + max(s.duration_ms), 0.0) AS explained_ms

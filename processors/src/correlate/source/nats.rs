@@ -399,7 +399,7 @@ impl Source for Nats {
             "nats_consumer_lag",
             "consumer_lag",
             r#"
-SELECT n.trace_id, 0.86 AS confidence,
+SELECT n.trace_id, 1.0 AS confidence,
   first_value(concat('NATS consumer ', n.consumer, ' of stream ', n.stream, ' is behind: ',
          CAST(CAST(coalesce(n.pending, 0) AS BIGINT) AS VARCHAR), ' messages not yet delivered',
          CASE WHEN coalesce(n.ack_pending, 0) > 0 THEN concat(' and ', CAST(CAST(n.ack_pending AS BIGINT) AS VARCHAR), ' not acknowledged') ELSE '' END,

@@ -625,7 +625,7 @@ impl Source for Rabbit {
                 "queue_backlog",
                 "consumer_lag",
                 r#"
-SELECT trace_id, 0.86 AS confidence,
+SELECT trace_id, 1.0 AS confidence,
   first_value(summary ORDER BY explained_ms DESC) AS summary,
   first_value(evidence ORDER BY explained_ms DESC) AS evidence,
   first_value(culprit ORDER BY explained_ms DESC) AS culprit_span_id,
@@ -661,7 +661,7 @@ GROUP BY trace_id"#,
                 "retry_storm_queue",
                 "retry_storm",
                 r#"
-SELECT q.trace_id, 0.87 AS confidence,
+SELECT q.trace_id, 1.0 AS confidence,
   concat('retry storm on RabbitMQ queue ', max(q.queue), ': ', CAST(CAST(max(q.publish_rate) AS BIGINT) AS VARCHAR), ' messages/s') AS summary,
   max(s.span_id) AS culprit_span_id,
   coalesce(max(s.async_wait_ms) + max(s.duration_ms), 0.0) AS explained_ms

@@ -222,7 +222,7 @@ service:
     // The first wrong verdict of each (generator kind, stated cause).
     let mut miss_examples: BTreeMap<(String, String), String> = BTreeMap::new();
     // Calibration: (bin, findings, right).
-    let mut calib: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut calib: BTreeMap<u64, (u64, u64, f64)> = BTreeMap::new();
     let mut by_kind: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for c in &cases {
         let Some(a) = annotated.get(&hex(&c.trace_id)) else {
@@ -236,11 +236,28 @@ service:
             .and_then(|x| x.parse().ok())
             .unwrap_or(0.0);
         let right = got == c.cause;
+        // Every finding stated, the verdict's and the alternatives', against
+        // the faults the trace really had (a concurrent fault's second too).
+        let is_fault = |cause: &str| cause == c.cause || c.second == Some(cause);
+        let mut stated: Vec<(String, f64)> = Vec::new();
         if got != "unknown" {
-            let bin = ((conf * 10.0).floor() as u64).min(9);
+            stated.push((got.clone(), conf));
+        }
+        for alt in a.root.get("rca.alternatives").into_iter().flat_map(|x| x.split(',')) {
+            let mut parts = alt.split(':');
+            if let (Some(cause), Some(Ok(p))) = (parts.next(), parts.next().map(str::parse::<f64>)) {
+                stated.push((cause.to_string(), p));
+            }
+        }
+        for (n, (cause, p)) in stated.into_iter().enumerate() {
+            let bin = ((p * 10.0).floor() as u64).min(9);
+            if std::env::var_os("RCAEVAL_CALIB_DETAIL").is_some() {
+                eprintln!("CALIB {bin} {} {} {cause} {} {} | {conf} {:?} {:?}", if n == 0 && got != "unknown" { "best" } else { "alt" }, u64::from(is_fault(&cause)), c.kind, c.cause, a.root.get("rca.alternatives"), a.root.get("rca.reason"));
+            }
             let e = calib.entry(bin).or_default();
             e.0 += 1;
-            e.1 += u64::from(right);
+            e.1 += u64::from(is_fault(&cause));
+            e.2 += p;
         }
         let k = by_kind.entry(c.kind).or_default();
         k.0 += 1;
@@ -316,13 +333,14 @@ service:
         println!("| {k} | {n} | {:.1}% |", pct(*r, *n));
     }
     println!();
-    println!("| confidence | findings | right |");
-    println!("|---|---|---|");
-    for (bin, (n, r)) in &calib {
+    println!("| confidence | findings | mean stated | right |");
+    println!("|---|---|---|---|");
+    for (bin, (n, r, sum)) in &calib {
         println!(
-            "| {:.1}–{:.1} | {n} | {:.1}% |",
+            "| {:.1}–{:.1} | {n} | {:.2} | {:.1}% |",
             *bin as f64 / 10.0,
             (*bin + 1) as f64 / 10.0,
+            sum / *n as f64,
             pct(*r, *n)
         );
     }

@@ -125,7 +125,7 @@ impl Family for Envoy {
                 "envoy_overflow",
                 "circuit_open",
                 r#"
-SELECT s.trace_id, 0.92 AS confidence,
+SELECT s.trace_id, 0.8 AS confidence,
   concat('Envoy''s circuit breaker for ', max(r.envoy_cluster), ' was at capacity when ', max(s.service), ' called ',
          coalesce(max(s.server_address), max(s.name)), ': ', CAST(CAST(coalesce(max(r.pending_overflow), 0) AS BIGINT) AS VARCHAR),
          ' requests overflowed its pending queue (upstream_rq_pending_overflow) and ',
@@ -144,7 +144,7 @@ GROUP BY s.trace_id"#,
                 "envoy_connect_fail",
                 "upstream_unavailable",
                 r#"
-SELECT s.trace_id, 0.86 AS confidence,
+SELECT s.trace_id, 0.8 AS confidence,
   concat('Envoy could not connect to ', max(r.envoy_cluster), ' when ', max(s.service), ' called it: ',
          CAST(CAST(max(r.connect_fail) AS BIGINT) AS VARCHAR), ' connection failures meanwhile (upstream_cx_connect_fail)') AS summary,
   max(s.span_id) AS culprit_span_id,
@@ -159,7 +159,7 @@ GROUP BY s.trace_id"#,
                 "envoy_tls",
                 "tls_handshake",
                 r#"
-SELECT s.trace_id, 0.88 AS confidence,
+SELECT s.trace_id, 0.8 AS confidence,
   concat('TLS to ', max(r.envoy_cluster), ' through Envoy: ',
          CASE WHEN max(r.ssl_errors) > 0 THEN concat(CAST(CAST(max(r.ssl_errors) AS BIGINT) AS VARCHAR), ' handshake errors (ssl.connection_error, ssl.fail_verify_*)')
               ELSE concat('connections took ', CAST(CAST(max(r.connect_ms) AS BIGINT) AS VARCHAR), ' ms to set up (upstream_cx_connect_ms)') END,

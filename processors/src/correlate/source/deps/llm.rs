@@ -124,7 +124,7 @@ impl Family for Llm {
                 "inference_queue",
                 "inference_queueing",
                 r#"
-SELECT s.trace_id, 0.9 AS confidence,
+SELECT s.trace_id, 0.8 AS confidence,
   concat(coalesce(max(s.gen_ai_model), max(s.service)), ' request waited ', CAST(CAST(max(s.gen_ai_queue_ms) AS BIGINT) AS VARCHAR),
          ' ms of ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms in the queue of ', max(s.service), ' before it was scheduled',
          CASE WHEN max(r.requests_waiting) IS NULL THEN ''
@@ -136,7 +136,7 @@ FROM spans s LEFT JOIN dependency r ON r.trace_id = s.trace_id AND r.system = 'v
 WHERE s.gen_ai_queue_ms >= 100 AND s.gen_ai_queue_ms >= 0.3 * s.duration_ms
 GROUP BY s.trace_id
 UNION ALL
-SELECT s.trace_id, 0.84 AS confidence,
+SELECT s.trace_id, 0.8 AS confidence,
   concat(max(r.system), ' ', max(r.address), ' queued requests for ',
          CAST(CAST(max(coalesce(r.queue_ms_per_request, r.queue_time_s * 1000)) AS BIGINT) AS VARCHAR),
          ' ms on average while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it (',
@@ -152,7 +152,7 @@ GROUP BY s.trace_id"#,
                 "kv_cache",
                 "kv_cache_pressure",
                 r#"
-SELECT s.trace_id, 0.88 AS confidence,
+SELECT s.trace_id, 0.8 AS confidence,
   concat('vLLM ', max(r.address), ' KV cache ', CAST(CAST(round(max(r.kv_cache_usage) * 100) AS BIGINT) AS VARCHAR), '% full',
          CASE WHEN max(r.preemptions) > 0 THEN concat(', ', CAST(CAST(max(r.preemptions) AS BIGINT) AS VARCHAR), ' requests preempted') ELSE '' END,
          ' (vllm:kv_cache_usage_perc, vllm:num_preemptions_total) while ', max(s.service), ' waited ',

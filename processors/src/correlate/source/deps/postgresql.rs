@@ -97,7 +97,7 @@ impl Family for Postgresql {
                 "db_lock",
                 "db_lock_contention",
                 r#"
-SELECT s.trace_id, 0.9 AS confidence,
+SELECT s.trace_id, 0.8 AS confidence,
   concat(max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on PostgreSQL ', max(r.address),
          ' while ', CAST(CAST(max(r.locks_exclusive) AS BIGINT) AS VARCHAR), ' exclusive lock(s) were held (pg_locks_count ',
          coalesce(max(r.locks_by_mode), ''), ')',

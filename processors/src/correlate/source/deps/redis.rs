@@ -74,7 +74,7 @@ impl Family for Redis {
             "cache_miss_fallback",
             "cache_miss_fallback",
             r#"
-SELECT d.trace_id, CASE WHEN max(r.miss_ratio) >= 0.5 THEN 0.93 ELSE 0.88 END AS confidence,
+SELECT d.trace_id, 1.0 AS confidence,
   concat('cache miss in ', max(c.service), ' (', coalesce(max(c.db_system), 'cache'),
          CASE WHEN bool_or(c.cache_inferred) THEN ' GET, then a fallback read, then SET' ELSE '' END,
          ') fell back to ', coalesce(max(d.db_system), max(d.server_address), max(d.name)), ' ', coalesce(max(d.db_operation), ''), ' taking ',
