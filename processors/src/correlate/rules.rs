@@ -135,11 +135,15 @@ SELECT s.trace_id, 1.0 AS confidence,
   concat(max(s.service), ' was rate-limited by ', coalesce(max(s.callee), max(s.server_address), max(s.rpc_service), 'its upstream'), ': ',
          CAST(count(*) AS VARCHAR), ' calls answered ', CASE WHEN bool_or(s.http_status = 429) THEN '429' ELSE 'RESOURCE_EXHAUSTED' END) AS summary,
   max(s.span_id) AS culprit_span_id,
-  coalesce(max(s.callee), max(s.server_address), max(s.rpc_service)) AS culprit_service,
+  -- The limiter, when a traced server answered the 429; else the gateway's
+  -- line, agreeing, names it (or the call's callee or address stands in).
+  max(a.service) AS culprit_service,
   CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) THEN max(t.duration_ms)
        ELSE coalesce(max(s.retry_window_ms), sum(s.duration_ms)) END AS explained_ms,
   bool_or(t.failed) AND bool_or(NOT s.recovered) AS explains_failure
 FROM spans s JOIN traces t ON t.trace_id = s.trace_id
+  LEFT JOIN spans a ON a.trace_id = s.trace_id AND a.parent_id = s.span_id AND a.kind = 'server'
+    AND (a.http_status = 429 OR a.grpc_status = 'RESOURCE_EXHAUSTED')
 WHERE (s.http_status = 429 OR s.grpc_status = 'RESOURCE_EXHAUSTED') AND s.kind = 'client'
 GROUP BY s.trace_id"#,
         ),

@@ -23,7 +23,7 @@ pub const OWNER_OPS: [(&str, &str, f64); 8] = [
 pub(crate) type Builder = fn(&mut Ctx<'_>);
 
 /// Generator kind → its builder (kinds absent here are healthy traces).
-pub(crate) const BUILDERS: [(&str, Builder); 31] = [
+pub(crate) const BUILDERS: [(&str, Builder); 32] = [
     ("rate_limited", rate_limited),
     ("circuit_open", circuit_open),
     ("upstream_timeout", upstream_timeout),
@@ -58,6 +58,7 @@ pub(crate) const BUILDERS: [(&str, Builder); 31] = [
     ),
     ("two_gateway_layers", crate::conventions::two_gateway_layers),
     ("job_queue_table", crate::conventions::job_queue_table),
+    ("stable_get_routes", crate::conventions::stable_get_routes),
 ];
 
 /// `rate_limited`.
@@ -794,6 +795,16 @@ fn warmup(cx: &mut Ctx<'_>) {
             ],
         );
         cx.at += q + 0.5;
+    }
+    // Stable-convention `GET`s to catalog: its report route slow by nature,
+    // its item route fast (`stable_get_routes` is the item route slow).
+    if n % 4 == 2 {
+        let (route, d) = if n % 8 == 2 {
+            ("/report/{id}", cx.rng.between(300.0, 1500.0))
+        } else {
+            ("/item/{id}", cx.rng.latency(5.0))
+        };
+        crate::conventions::stable_get_call(cx, route, d);
     }
     // As in `healthy_slow`: half the time, the report query holds it.
     let slow_query = k < SERVICES.len() && cx.rng.f() < 0.5;

@@ -1,8 +1,9 @@
 //! Hard cases of issue #31, as real instrumentations write them: gRPC
 //! status codes from Go's `otelgrpc` (a number) and Java's agent (an
 //! exception) and a name some SDKs write instead, two gateway layers (an
-//! edge gateway in front of a sidecar whose line arrives last), and a
-//! database table whose name says "queue".
+//! edge gateway in front of a sidecar whose line arrives last), a
+//! database table whose name says "queue", and client spans named just
+//! `GET` (the stable HTTP conventions) to routes of different speeds.
 
 use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -217,4 +218,55 @@ pub(crate) fn job_queue_table(cx: &mut Ctx<'_>) {
     cx.at += d + 1.0;
     cx.culprit = q;
     cx.culprit_service = "postgresql".into();
+}
+
+/// A stable-convention HTTP call (the client span named just `GET`, the
+/// route in `url.template`, the server's in `http.route`) to a route of
+/// `catalog` that is fast by nature, taking a second: a slow dependency.
+/// Normal traffic (`stable_get_call` in the warm-up) calls a slow route and
+/// a fast one under the same span name, so only a baseline by operation
+/// tells this apart from the slow route's normal.
+pub(crate) fn stable_get_routes(cx: &mut Ctx<'_>) {
+    let d = cx.rng.between(600.0, 1500.0);
+    let c = stable_get_call(cx, "/item/{id}", d);
+    cx.culprit = c;
+    cx.culprit_service = "catalog".into();
+}
+
+/// One stable-convention `GET` from the frontend to `catalog`'s `route`,
+/// answered in `d` ms; returns the server span.
+pub(crate) fn stable_get_call(cx: &mut Ctx<'_>, route: &str, d: f64) -> [u8; 8] {
+    let (front, front_host) = (cx.front.clone(), cx.front_host.clone());
+    let c = cx.t.add(
+        Some(cx.srv),
+        &front,
+        &front_host,
+        "GET",
+        span::SpanKind::Client,
+        cx.at,
+        cx.at + d + 2.0,
+        vec![
+            ks("http.request.method", "GET"),
+            ks("url.template", route),
+            ks("server.address", "catalog"),
+            ki("server.port", 8080),
+            ki("http.response.status_code", 200),
+        ],
+    );
+    let s = cx.t.add(
+        Some(c),
+        "catalog",
+        "catalog-host-1",
+        &format!("GET {route}"),
+        span::SpanKind::Server,
+        cx.at + 1.0,
+        cx.at + d + 1.0,
+        vec![
+            ks("http.request.method", "GET"),
+            ks("http.route", route),
+            ki("http.response.status_code", 200),
+        ],
+    );
+    cx.at += d + 3.0;
+    s
 }

@@ -75,7 +75,7 @@ pub struct Case {
 
 /// Hard cases (kind, the cause expected): evidence as stock instrumentation
 /// and stock Collector receivers give it, and layouts that fool simple rules.
-pub const HARD: [(&str, &str); 15] = [
+pub const HARD: [(&str, &str); 16] = [
     // Retries against a failing upstream (503s), each attempt its own client span, no resend_count.
     ("retry_loop_503", "retry_storm"),
     // urllib3 Retry: one client span, several server spans (503) under it.
@@ -107,6 +107,8 @@ pub const HARD: [(&str, &str); 15] = [
     ("two_gateway_layers", "upstream_unavailable"),
     // A slow query on a table called job_queue: not queueing.
     ("job_queue_table", "slow_dependency"),
+    // Client spans named just GET (stable conventions): a fast route slow.
+    ("stable_get_routes", "slow_dependency"),
 ];
 
 /// Generate one case of `cause` (or `healthy`, `healthy_slow`), number `n`, starting at `t0_ns`.

@@ -42,8 +42,10 @@ impl Chain {
             let same_call = k > 0
                 && t.spans[i].kind == "server"
                 && matches!(t.spans[spans[k - 1]].kind, "client" | "producer");
+            // Steps count in twos: a gateway's own answer sits between a call
+            // and what it called (`step_of_gateway`).
             let prev = steps.last().copied().unwrap_or(0);
-            steps.push(if k == 0 || same_call { prev } else { prev + 1 });
+            steps.push(if k == 0 || same_call { prev } else { prev + 2 });
         }
         Chain { spans, steps }
     }
@@ -90,22 +92,50 @@ impl Chain {
         None
     }
 
-    /// The step of the call to `name` (a service, or an address the call
-    /// was made to) on the chain, the deepest: where a gateway's line about
-    /// that upstream sits.
-    pub fn step_of_upstream(&self, t: &TraceRow, name: &str) -> Option<usize> {
-        self.spans
-            .iter()
-            .zip(&self.steps)
-            .rev()
-            .find(|(&i, _)| {
-                let r = &t.spans[i];
-                (r.kind == "server" && *r.service == *name)
-                    || r.callee.as_deref() == Some(name)
-                    || r.server_address.as_deref() == Some(name)
-                    || super::peers::address_of(r).as_deref() == Some(name)
+    /// Where a gateway's line about `upstream` sits: just above the server
+    /// span of the upstream when it answered (the gateway passed its answer
+    /// on), else just below the call made to it (the gateway answered in its
+    /// place), else just below the deepest call on the chain no traced
+    /// server answered (the call the gateway took), else at the response.
+    pub fn step_of_gateway(&self, t: &TraceRow, upstream: Option<&str>) -> usize {
+        let named = upstream.and_then(|name| {
+            self.spans
+                .iter()
+                .zip(&self.steps)
+                .rev()
+                .find_map(|(&i, &k)| {
+                    let r = &t.spans[i];
+                    if r.kind == "server" && *r.service == *name {
+                        Some(k.saturating_sub(1))
+                    } else if r.kind == "client"
+                        && (r.callee.as_deref() == Some(name)
+                            || r.server_address.as_deref() == Some(name)
+                            || super::peers::address_of(r).as_deref() == Some(name))
+                    {
+                        Some(k + 1)
+                    } else {
+                        None
+                    }
+                })
+        });
+        named
+            .or_else(|| {
+                // A failed call no traced server answered (a 4xx is not an
+                // error origin, so it may hang below the chain).
+                (0..t.spans.len())
+                    .filter(|&i| {
+                        let r = &t.spans[i];
+                        r.kind == "client"
+                            && super::shape::failed(r)
+                            && !t
+                                .spans
+                                .iter()
+                                .any(|c| c.parent == Some(i) && c.kind == "server")
+                    })
+                    .map(|i| self.step_of(t, i) + 1)
+                    .max()
             })
-            .map(|(_, &k)| k)
+            .unwrap_or(0)
     }
 
     /// Whether span `s` is a retried call (an attempt, or one client span

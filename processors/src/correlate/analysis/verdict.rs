@@ -79,9 +79,7 @@ fn same_call(t: &TraceRow, a: usize, b: usize) -> bool {
 
 /// Whether cause `x` explains cause `y` found at the same call.
 fn shows_as(x: &str, y: &str) -> bool {
-    SHOWS_AS
-        .iter()
-        .any(|(c, ys)| *c == x && ys.contains(&y))
+    SHOWS_AS.iter().any(|(c, ys)| *c == x && ys.contains(&y))
 }
 
 /// How much a failure finding closer to the response than the origin's
@@ -160,16 +158,18 @@ pub fn verdict(
                     chain.step_of(t, s)
                 }
             }
-            // A gateway's line sits at the call to the upstream it names.
-            None if f.explains_failure => f
-                .culprit_service
-                .as_deref()
-                .and_then(|n| {
-                    chain
-                        .step_of_upstream(t, &resolve_name(n, peers))
-                        .or_else(|| chain.step_of_upstream(t, n))
-                })
-                .unwrap_or(0),
+            // A finding of no span is a gateway's line: it sits at the
+            // call it describes.
+            None if f.explains_failure => {
+                let named = f.culprit_service.as_deref();
+                let resolved = named.map(|n| resolve_name(n, peers));
+                match (named, resolved.as_deref()) {
+                    (Some(n), Some(r)) if n != r => chain
+                        .step_of_gateway(t, Some(r))
+                        .max(chain.step_of_gateway(t, Some(n))),
+                    _ => chain.step_of_gateway(t, named),
+                }
+            }
             _ => 0,
         };
         placed.push(Placed {
@@ -215,7 +215,9 @@ pub fn verdict(
             } else {
                 CONSEQUENCE
             }
-        } else if p.shown {
+        } else if p.shown || origin.is_some() {
+            // Time a mechanism of its own explains, or time on a request
+            // whose failure another finding explains: not why it went wrong.
             CONSEQUENCE * (p.f.explained_ms / dur / FULL_SHARE).min(1.0)
         } else {
             (p.f.explained_ms / dur / FULL_SHARE).min(1.0)
@@ -385,14 +387,17 @@ fn reason(t: &TraceRow, chain: &Chain, placed: &[Placed]) -> String {
     let dur = t.duration_ms.max(1e-6);
     let pct = |f: &Finding| (100.0 * f.explained_ms / dur).round();
     let mut out = if best.f.explains_failure {
-        let at = chain.span_at(best.step).map(|i| &t.spans[i]);
+        let at = chain
+            .span_at(best.step - best.step % 2)
+            .map(|i| &t.spans[i]);
         match at {
+            Some(r) if best.step % 2 == 1 => format!(
+                "it explains the failure where it began (the gateway's answer to {} {})",
+                r.service, r.name
+            ),
             Some(r) if best.step > 0 => format!(
-                "it explains the failure where it began ({} {}, {} of {} calls down from the response)",
-                r.service,
-                r.name,
-                best.step,
-                chain.origin()
+                "it explains the failure where it began ({} {}, the deepest call on its path)",
+                r.service, r.name
             ),
             _ => "it explains the failure at the response".to_string(),
         }
@@ -419,7 +424,12 @@ fn reason(t: &TraceRow, chain: &Chain, placed: &[Placed]) -> String {
         } else if p.fallback && !best.fallback {
             format!("{}%, names no mechanism", pct(&p.f))
         } else {
-            format!("{}%, support {:.2} against {:.2}", pct(&p.f), p.support, best.support)
+            format!(
+                "{}%, support {:.2} against {:.2}",
+                pct(&p.f),
+                p.support,
+                best.support
+            )
         };
         over.push(format!("{} ({why})", p.f.cause));
     }

@@ -390,7 +390,6 @@ SELECT l.trace_id, 1.0 AS confidence,
          CAST(sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered 429') AS summary,
   concat('rate_limit_rule=', coalesce(max(l.rate_limit_rule), '')) AS evidence,
-  max(t.root_span_id) AS culprit_span_id,
   -- The gateway is the limiter when its own rule answered; a 429 it
   -- passed on came from the callee that answered it.
   max(CASE WHEN l.rate_limit_rule IS NOT NULL THEN l.service END) AS culprit_service,

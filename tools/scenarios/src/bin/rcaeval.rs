@@ -243,16 +243,34 @@ service:
         if got != "unknown" {
             stated.push((got.clone(), conf));
         }
-        for alt in a.root.get("rca.alternatives").into_iter().flat_map(|x| x.split(',')) {
+        for alt in a
+            .root
+            .get("rca.alternatives")
+            .into_iter()
+            .flat_map(|x| x.split(','))
+        {
             let mut parts = alt.split(':');
-            if let (Some(cause), Some(Ok(p))) = (parts.next(), parts.next().map(str::parse::<f64>)) {
+            if let (Some(cause), Some(Ok(p))) = (parts.next(), parts.next().map(str::parse::<f64>))
+            {
                 stated.push((cause.to_string(), p));
             }
         }
         for (n, (cause, p)) in stated.into_iter().enumerate() {
             let bin = ((p * 10.0).floor() as u64).min(9);
             if std::env::var_os("RCAEVAL_CALIB_DETAIL").is_some() {
-                eprintln!("CALIB {bin} {} {} {cause} {} {} | {conf} {:?} {:?}", if n == 0 && got != "unknown" { "best" } else { "alt" }, u64::from(is_fault(&cause)), c.kind, c.cause, a.root.get("rca.alternatives"), a.root.get("rca.reason"));
+                eprintln!(
+                    "CALIB {bin} {} {} {cause} {} {} | {conf} {:?} {:?}",
+                    if n == 0 && got != "unknown" {
+                        "best"
+                    } else {
+                        "alt"
+                    },
+                    u64::from(is_fault(&cause)),
+                    c.kind,
+                    c.cause,
+                    a.root.get("rca.alternatives"),
+                    a.root.get("rca.reason")
+                );
             }
             let e = calib.entry(bin).or_default();
             e.0 += 1;
