@@ -554,26 +554,7 @@ http {{
     // (BENCHMARKS.md, with `bench/rca_testbed.sh`).
     let mut bins: BTreeMap<u32, (u64, u64, f64)> = BTreeMap::new();
     for (id, (want, _)) in &label {
-        let a = &got[id].root;
-        let mut stated: Vec<(String, f64)> = Vec::new();
-        if a["rca.cause"] != "unknown" {
-            let conf = a
-                .get("rca.confidence")
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(0.0);
-            stated.push((a["rca.cause"].clone(), conf));
-        }
-        for alt in a
-            .get("rca.alternatives")
-            .into_iter()
-            .flat_map(|x| x.split(','))
-        {
-            let mut parts = alt.split(':');
-            if let (Some(cause), Some(Ok(p))) = (parts.next(), parts.next().map(str::parse::<f64>))
-            {
-                stated.push((cause.to_string(), p));
-            }
-        }
+        let stated = causeway_scenarios::send::stated_findings(&got[id].root);
         for (cause, conf) in stated {
             let b = bins
                 .entry(((conf * 10.0).floor() as u32).min(9))

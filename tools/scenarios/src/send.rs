@@ -109,6 +109,31 @@ fn value_str(v: &serde_json::Value) -> String {
     String::new()
 }
 
+/// Every cause a root span's annotations state, with its confidence: the
+/// verdict's (unless `unknown`) and each of `rca.alternatives`
+/// (`cause:confidence:share,…`), for a reliability table.
+pub fn stated_findings(root: &HashMap<String, String>) -> Vec<(String, f64)> {
+    let mut stated = Vec::new();
+    if let Some(cause) = root.get("rca.cause").filter(|c| *c != "unknown") {
+        let conf = root
+            .get("rca.confidence")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0.0);
+        stated.push((cause.clone(), conf));
+    }
+    for alt in root
+        .get("rca.alternatives")
+        .into_iter()
+        .flat_map(|x| x.split(','))
+    {
+        let mut parts = alt.split(':');
+        if let (Some(cause), Some(Ok(p))) = (parts.next(), parts.next().map(str::parse::<f64>)) {
+            stated.push((cause.to_string(), p));
+        }
+    }
+    stated
+}
+
 /// Read a file exporter's traces: trace id (hex) → annotations.
 pub fn read_annotated(path: &Path) -> HashMap<String, Annotated> {
     let mut out: HashMap<String, Annotated> = HashMap::new();

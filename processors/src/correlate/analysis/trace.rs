@@ -486,7 +486,7 @@ pub fn traces(
                         && !spans[i].client_error
                         && !spans[i].recovered
                         && !has_error_child[i]
-                        && !(skip_cancelled && super::chain::cancelled(&spans[i]))
+                        && (!skip_cancelled || !super::chain::cancelled(&spans[i]))
                 })
                 .max_by(|&a, &b| spans[a].end_ms.total_cmp(&spans[b].end_ms))
         };

@@ -239,22 +239,7 @@ service:
         // Every finding stated, the verdict's and the alternatives', against
         // the faults the trace really had (a concurrent fault's second too).
         let is_fault = |cause: &str| cause == c.cause || c.second == Some(cause);
-        let mut stated: Vec<(String, f64)> = Vec::new();
-        if got != "unknown" {
-            stated.push((got.clone(), conf));
-        }
-        for alt in a
-            .root
-            .get("rca.alternatives")
-            .into_iter()
-            .flat_map(|x| x.split(','))
-        {
-            let mut parts = alt.split(':');
-            if let (Some(cause), Some(Ok(p))) = (parts.next(), parts.next().map(str::parse::<f64>))
-            {
-                stated.push((cause.to_string(), p));
-            }
-        }
+        let stated = causeway_scenarios::send::stated_findings(&a.root);
         for (n, (cause, p)) in stated.into_iter().enumerate() {
             let bin = ((p * 10.0).floor() as u64).min(9);
             if std::env::var_os("RCAEVAL_CALIB_DETAIL").is_some() {
