@@ -132,7 +132,9 @@ SELECT s.trace_id, 0.8 AS confidence,
          CAST(CAST(coalesce(max(r.cx_overflow), 0) AS BIGINT) AS VARCHAR), ' its connection limit (upstream_cx_overflow) meanwhile') AS summary,
   concat('upstream_rq_pending_overflow=', coalesce(CAST(max(r.pending_overflow) AS VARCHAR), ''), ' upstream_cx_overflow=',
          coalesce(CAST(max(r.cx_overflow) AS VARCHAR), ''), ' circuit_breakers_open=', coalesce(CAST(max(r.breaker_open) AS VARCHAR), '')) AS evidence,
-  max(s.span_id) AS culprit_span_id,
+  -- The sidecar's account of the call: like a gateway's line, it sits
+  -- between the call and the upstream it names.
+  coalesce(max(s.callee), max(s.server_address)) AS culprit_service,
   CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE max(s.path_ms) END AS explained_ms,
   bool_or(t.failed) AS explains_failure
 FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id JOIN traces t ON t.trace_id = s.trace_id
@@ -147,7 +149,9 @@ GROUP BY s.trace_id"#,
 SELECT s.trace_id, 0.8 AS confidence,
   concat('Envoy could not connect to ', max(r.envoy_cluster), ' when ', max(s.service), ' called it: ',
          CAST(CAST(max(r.connect_fail) AS BIGINT) AS VARCHAR), ' connection failures meanwhile (upstream_cx_connect_fail)') AS summary,
-  max(s.span_id) AS culprit_span_id,
+  -- The sidecar's account of the call: like a gateway's line, it sits
+  -- between the call and the upstream it names.
+  coalesce(max(s.callee), max(s.server_address)) AS culprit_service,
   CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE max(s.path_ms) END AS explained_ms,
   bool_or(t.failed) AS explains_failure
 FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id JOIN traces t ON t.trace_id = s.trace_id
@@ -164,7 +168,9 @@ SELECT s.trace_id, 0.8 AS confidence,
          CASE WHEN max(r.ssl_errors) > 0 THEN concat(CAST(CAST(max(r.ssl_errors) AS BIGINT) AS VARCHAR), ' handshake errors (ssl.connection_error, ssl.fail_verify_*)')
               ELSE concat('connections took ', CAST(CAST(max(r.connect_ms) AS BIGINT) AS VARCHAR), ' ms to set up (upstream_cx_connect_ms)') END,
          ' when ', max(s.service), ' called it') AS summary,
-  max(s.span_id) AS culprit_span_id,
+  -- The sidecar's account of the call: like a gateway's line, it sits
+  -- between the call and the upstream it names.
+  coalesce(max(s.callee), max(s.server_address)) AS culprit_service,
   CASE WHEN bool_or(t.failed) AND max(r.ssl_errors) > 0 THEN max(t.duration_ms)
        ELSE least(max(s.path_ms), coalesce(max(r.connect_ms), max(s.path_ms))) END AS explained_ms,
   bool_or(t.failed) AND coalesce(max(r.ssl_errors), 0) > 0 AS explains_failure
