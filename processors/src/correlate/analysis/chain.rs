@@ -78,12 +78,7 @@ impl Chain {
             if walked > t.spans.len() {
                 break;
             }
-            if let Some(k) = self.spans.iter().position(|&c| {
-                c == i
-                    || (t.spans[c].attempt.is_some()
-                        && t.spans[i].attempt.is_some()
-                        && t.spans[c].parent == t.spans[i].parent)
-            }) {
+            if let Some(k) = self.spans.iter().position(|&c| same_attempt(t, c, i)) {
                 return Some(k);
             }
             at = t.spans[i].parent;
@@ -143,14 +138,17 @@ impl Chain {
     pub fn through_retries(&self, t: &TraceRow, s: usize) -> bool {
         let r = &t.spans[s];
         (r.attempt.is_some() || r.attempts.is_some_and(|n| n >= 2))
-            && self.position(t, s).is_some_and(|p| {
-                let c = self.spans[p];
-                c == s
-                    || (t.spans[c].attempt.is_some()
-                        && r.attempt.is_some()
-                        && t.spans[c].parent == r.parent)
-            })
+            && self
+                .position(t, s)
+                .is_some_and(|p| same_attempt(t, self.spans[p], s))
     }
+}
+
+/// Whether spans `a` and `b` are the same span or attempts of one retried
+/// call (siblings that both carry an attempt number).
+pub fn same_attempt(t: &TraceRow, a: usize, b: usize) -> bool {
+    let (x, y) = (&t.spans[a], &t.spans[b]);
+    a == b || (x.attempt.is_some() && y.attempt.is_some() && x.parent == y.parent)
 }
 
 /// A span that failed because its caller gave up on it (a gRPC `CANCELLED`,

@@ -70,11 +70,9 @@ const SHOWS_AS: [(&str, &[&str]); 2] = [
 /// Whether spans `a` and `b` are one call: the same span, attempts of one
 /// retried call, or a call and the attempts (or callee) below it.
 fn same_call(t: &TraceRow, a: usize, b: usize) -> bool {
-    let (x, y) = (&t.spans[a], &t.spans[b]);
-    a == b
-        || (x.attempt.is_some() && y.attempt.is_some() && x.parent == y.parent)
-        || x.parent == Some(b)
-        || y.parent == Some(a)
+    super::chain::same_attempt(t, a, b)
+        || t.spans[a].parent == Some(b)
+        || t.spans[b].parent == Some(a)
 }
 
 /// Whether cause `x` explains cause `y` found at the same call.
