@@ -7,6 +7,9 @@
 #   the OpenTelemetry Collector (tools/peers/otelcol: core v0.140.0 and contrib
 #     v0.140.1, one release; v0.139.0, the one Jaeger v1.75.0 is built on, has
 #     a loadbalancing exporter that cannot create its backends, contrib #43950)
+#   the polyglot test bed's services (tests/testbed/go: a Go binary from the
+#     module proxy; tests/testbed/java: its jars from Maven Central, the
+#     OpenTelemetry Java agent beside them, its classes compiled by javac)
 #
 # Source it (`. scripts/peers.sh`) to get CAUSEWAY_KAFKA_LIBS, CAUSEWAY_JAEGER
 # and CAUSEWAY_OTELCOL exported; run it to only fetch and build. Nothing is
@@ -53,5 +56,29 @@ if [[ ! -x "$otelcol_dir/otelcol" ]]; then
   mv "$otelcol_dir/otelcol.tmp" "$otelcol_dir/otelcol"
 fi
 export CAUSEWAY_OTELCOL="$otelcol_dir/otelcol"
+
+testbed_root="$peers_root/../../tests/testbed"
+tb_go_dir="$PEERS_CACHE/testbed-go-$(peer_key "$testbed_root"/go/go.mod "$testbed_root"/go/go.sum "$testbed_root"/go/*.go)"
+if [[ ! -x "$tb_go_dir/testbed" ]]; then
+  echo "== building the test bed's Go services (tests/testbed/go) into $tb_go_dir (once)"
+  (cd "$testbed_root/go" && go build -trimpath -o "$tb_go_dir/testbed.tmp" .)
+  mv "$tb_go_dir/testbed.tmp" "$tb_go_dir/testbed"
+fi
+export CAUSEWAY_TESTBED_GO="$tb_go_dir/testbed"
+
+OTEL_JAVAAGENT_VERSION=2.26.0
+tb_java_dir="$PEERS_CACHE/testbed-java-$OTEL_JAVAAGENT_VERSION-$(peer_key "$testbed_root"/java/pom.xml "$testbed_root"/java/src/main/java/*.java)"
+if [[ ! -f "$tb_java_dir/classes/Main.class" ]]; then
+  echo "== fetching the test bed's Java libraries and the OpenTelemetry Java agent $OTEL_JAVAAGENT_VERSION into $tb_java_dir (once)"
+  rm -rf "$tb_java_dir.tmp"
+  mvn -q -B -f "$testbed_root/java/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$tb_java_dir.tmp/lib"
+  mvn -q -B -f "$testbed_root/java/pom.xml" dependency:copy \
+    -Dartifact="io.opentelemetry.javaagent:opentelemetry-javaagent:$OTEL_JAVAAGENT_VERSION" \
+    -Dmdep.stripVersion=true -DoutputDirectory="$tb_java_dir.tmp"
+  javac -d "$tb_java_dir.tmp/classes" -cp "$tb_java_dir.tmp/lib/*" "$testbed_root"/java/src/main/java/*.java
+  mv "$tb_java_dir.tmp" "$tb_java_dir"
+fi
+export CAUSEWAY_TESTBED_JAVA="$tb_java_dir"
 
 echo "== peers: kafka $KAFKA_VERSION ($CAUSEWAY_KAFKA_LIBS), jaeger $JAEGER_VERSION, otelcol $OTELCOL_VERSION"

@@ -16,63 +16,12 @@
 mod common;
 
 use causeway_scenarios::send::read_annotated;
+use common::testbed::{nginx, postgres, spawn, wait_port, which};
 use common::*;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
-
-fn spawn(name: &'static str, cmd: &mut Command, log: &Path) -> Proc {
-    let out = std::fs::File::create(log.join(format!("{name}.log"))).unwrap();
-    let err = out.try_clone().unwrap();
-    use std::os::unix::process::CommandExt;
-    let child = cmd
-        .process_group(0)
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::from(err))
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {name}: {e} (scripts/test.sh installs it)"));
-    Proc(child, name)
-}
-
-fn port_open(port: u16) -> bool {
-    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-}
-
-fn wait_port(port: u16, what: &str, p: &mut Proc, dir: &Path) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !port_open(port) {
-        if let Ok(Some(st)) = p.0.try_wait() {
-            let log = std::fs::read_to_string(dir.join(format!("{}.log", p.1))).unwrap_or_default();
-            panic!("{what} exited with {st}: {log}");
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what} did not open port {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn which(candidates: &[&str]) -> PathBuf {
-    for c in candidates {
-        let p = Path::new(c);
-        if p.exists() {
-            return p.to_path_buf();
-        }
-    }
-    panic!("none of {candidates:?} exists: scripts/test.sh installs it");
-}
-
-fn postgres_bin(name: &str) -> PathBuf {
-    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("/usr/lib/postgresql: scripts/test.sh installs postgresql")
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin").join(name)))
-        .filter(|p| p.exists())
-        .collect();
-    versions.sort();
-    versions.pop().expect("a PostgreSQL server binary")
-}
 
 #[test]
 fn real_software_faults_get_the_right_cause_culprit_and_route() {
@@ -88,35 +37,6 @@ fn real_software_faults_get_the_right_cause_culprit_and_route() {
     if std::env::var_os("CAUSEWAY_TESTBED_KEEP").is_some() {
         eprintln!("test bed directory: {}", d.display());
     }
-    // PostgreSQL refuses to run as root: its data directory belongs to `postgres`.
-    let pgdata = d.join("pg");
-    std::fs::create_dir(&pgdata).unwrap();
-    let as_postgres = |bin: PathBuf| {
-        let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--"]).arg(bin);
-        c
-    };
-    Command::new("chown")
-        .args(["postgres:postgres", &pgdata.display().to_string()])
-        .status()
-        .unwrap();
-    Command::new("chmod")
-        .args(["755", &d.display().to_string()])
-        .status()
-        .unwrap();
-    let st = as_postgres(postgres_bin("initdb"))
-        .args([
-            "-D",
-            &pgdata.display().to_string(),
-            "-A",
-            "trust",
-            "-U",
-            "postgres",
-        ])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "initdb failed");
     let (pg_port, redis_port, shop_port, pricing_port, nginx_port, dead_port, otlp_port) = (
         free_port(),
         free_port(),
@@ -127,20 +47,7 @@ fn real_software_faults_get_the_right_cause_culprit_and_route() {
         free_port(),
     );
     let billing_port = free_port();
-    let mut pg = spawn(
-        "postgres",
-        as_postgres(postgres_bin("postgres")).args([
-            "-D",
-            &pgdata.display().to_string(),
-            "-p",
-            &pg_port.to_string(),
-            "-k",
-            &pgdata.display().to_string(),
-            "-c",
-            "listen_addresses=127.0.0.1",
-        ]),
-        d,
-    );
+    let _pg = postgres(d, pg_port, &[]);
     let mut redis = spawn(
         "redis",
         Command::new(which(&["/usr/bin/redis-server"])).args([
@@ -155,7 +62,6 @@ fn real_software_faults_get_the_right_cause_culprit_and_route() {
         ]),
         d,
     );
-    wait_port(pg_port, "postgres", &mut pg, d);
     wait_port(redis_port, "redis", &mut redis, d);
     // Their exporters, from Debian, beside them: causeway scrapes them and
     // joins what they say to the spans that called Redis and PostgreSQL.
@@ -275,18 +181,7 @@ http {{
 "#,
         d = d.display()
     );
-    std::fs::write(d.join("nginx.conf"), nginx_conf).unwrap();
-    let mut nginx = spawn(
-        "nginx",
-        Command::new(which(&["/usr/sbin/nginx"])).args([
-            "-c",
-            &d.join("nginx.conf").display().to_string(),
-            "-p",
-            &d.display().to_string(),
-        ]),
-        d,
-    );
-    wait_port(nginx_port, "nginx", &mut nginx, d);
+    let _nginx = nginx("nginx", d, &nginx_conf, nginx_port);
 
     let truth = d.join("truth.jsonl");
     let node = |role: &'static str, service: &str, port: u16| {
@@ -442,7 +337,8 @@ http {{
 
     // Score: top-1 cause, culprit (the service at fault and its kind), route identity.
     let dead = format!("127.0.0.1:{dead_port}");
-    let culprit_of = |cause: &str, path: &str| -> (String, &'static str) {
+    let culprit_of = |cause: &str, id: &str| -> (String, &'static str) {
+        let path = label[id].1.as_str();
         let (service, kind) = match cause {
             // The callee that timed out, was dead, queued the request or
             // was hammered by retries.
@@ -459,130 +355,23 @@ http {{
         };
         (service.to_string(), kind)
     };
-    let culprit_right = |a: &std::collections::HashMap<String, String>, want: &str, path: &str| {
-        let (service, kind) = culprit_of(want, path);
-        a.get("rca.culprit.service") == Some(&service)
-            && a.get("rca.culprit.kind").map(String::as_str) == Some(kind)
-    };
-    let mut per: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new(); // traces, right, culprit right
-    let mut confusion: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let causes: BTreeMap<String, String> = label
+        .iter()
+        .map(|(id, (l, _))| (id.clone(), l.clone()))
+        .collect();
+    let score = testbed::score(&causes, &got, &culprit_of, &path);
     let mut routes: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
-    let mut examples: BTreeMap<String, String> = BTreeMap::new();
     let mut continued = 0u64; // right verdicts on spans that came after their trace's
-    for (id, (want, path)) in &label {
+    for (id, (want, p)) in &label {
         let a = &got[id].root;
-        let cause = a["rca.cause"].clone();
-        let e = per.entry(want.clone()).or_default();
-        e.0 += 1;
-        let gateway_path = path.split('/').nth(1).unwrap_or("").to_string();
         routes
-            .entry(gateway_path)
+            .entry(p.split('/').nth(1).unwrap_or("").to_string())
             .or_default()
             .insert(a.get("rca.route_id").cloned().unwrap_or_default());
-        if *want == "healthy" {
-            if cause == "unknown" {
-                e.1 += 1;
-            } else {
-                eprintln!(
-                    "    healthy {id} {path} given {cause} (billing saw a wait of {:?} ms): {}",
-                    consume_wait.get(id),
-                    a["rca.summary"]
-                );
-                *confusion.entry((want.clone(), cause)).or_default() += 1;
-            }
-            continue;
-        }
-        if cause == *want && a.get("rca.continuation").map(String::as_str) == Some("true") {
+        if a["rca.cause"] == *want && a.get("rca.continuation").map(String::as_str) == Some("true")
+        {
             continued += 1;
         }
-        if cause == *want {
-            e.1 += 1;
-            e.2 += u64::from(culprit_right(a, want, path));
-            examples
-                .entry(want.clone())
-                .or_insert_with(|| a["rca.summary"].clone());
-        } else {
-            let k = (want.clone(), format!("{cause} ({})", a["rca.summary"]));
-            if !confusion.keys().any(|(w, _)| w == want) {
-                // The first miss of each cause, span by span, for whoever reads the failure.
-                for (_, _, sp) in spans(&read_jsonl(&d.join("traces.jsonl"))) {
-                    if sp["traceId"].as_str() == Some(id.as_str()) {
-                        eprintln!(
-                            "    {want} {id}: {} {} kind={} parent={} {}..{}",
-                            sp["spanId"],
-                            sp["name"],
-                            sp["kind"],
-                            sp["parentSpanId"],
-                            sp["startTimeUnixNano"],
-                            sp["endTimeUnixNano"]
-                        );
-                    }
-                }
-            }
-            *confusion.entry(k).or_default() += 1;
-        }
-        if cause == *want && !culprit_right(a, want, path) {
-            eprintln!(
-                "    culprit of {want} {id}: {:?} {:?} rule {:?} evidence {}",
-                a.get("rca.culprit.service"),
-                a.get("rca.culprit.kind"),
-                a.get("rca.rule"),
-                a.get("rca.evidence")
-                    .map_or(String::new(), |e| e.chars().take(300).collect())
-            );
-            if per[want].1 == per[want].2 + 1 {
-                for (_, _, sp) in spans(&read_jsonl(&d.join("traces.jsonl"))) {
-                    if sp["traceId"].as_str() == Some(id.as_str()) {
-                        eprintln!(
-                            "    {want} {id}: {} {} kind={} parent={} {}..{} {}",
-                            sp["spanId"],
-                            sp["name"],
-                            sp["kind"],
-                            sp["parentSpanId"],
-                            sp["startTimeUnixNano"],
-                            sp["endTimeUnixNano"],
-                            sp["status"]
-                        );
-                    }
-                }
-            }
-        }
-    }
-    // The reliability of the stated confidence: every finding stated, the
-    // verdict's and its alternatives', against the cause the test bed
-    // produced (healthy traces' findings all wrong), binned by tenths
-    // (BENCHMARKS.md, with `bench/rca_testbed.sh`).
-    let mut bins: BTreeMap<u32, (u64, u64, f64)> = BTreeMap::new();
-    for (id, (want, _)) in &label {
-        let stated = causeway_scenarios::send::stated_findings(&got[id].root);
-        for (cause, conf) in stated {
-            let b = bins
-                .entry(((conf * 10.0).floor() as u32).min(9))
-                .or_default();
-            b.0 += 1;
-            b.1 += u64::from(cause == *want);
-            b.2 += conf;
-        }
-    }
-    eprintln!("| stated confidence | findings | mean stated | right |");
-    for (b, (n, r, sum)) in &bins {
-        eprintln!(
-            "| {:.1}-{:.1} | {n} | {:.2} | {:.0}% |",
-            f64::from(*b) / 10.0,
-            f64::from(*b + 1) / 10.0,
-            sum / *n as f64,
-            100.0 * *r as f64 / *n as f64
-        );
-    }
-    eprintln!("| cause | traces | right | culprit (service and kind) right |");
-    for (c, (n, r, cu)) in &per {
-        eprintln!("| {c} | {n} | {r} | {cu} |");
-    }
-    for ((w, g), n) in &confusion {
-        eprintln!("  {w} → {g}: {n}");
-    }
-    for (c, s) in &examples {
-        eprintln!("  example {c}: {s}");
     }
     eprintln!("routes: {routes:?}");
     eprintln!(
@@ -591,43 +380,19 @@ http {{
     // The long pause's messages waited longer than the sampler and the
     // evidence wait together: their consumer spans came late, every time.
     assert!(continued >= 5, "continuations: {continued}");
-    let faulty: Vec<_> = per.iter().filter(|(c, _)| *c != "healthy").collect();
-    let (n, r, cu) = faulty
-        .iter()
-        .fold((0, 0, 0), |a, (_, x)| (a.0 + x.0, a.1 + x.1, a.2 + x.2));
-    for cause in [
-        "cache_miss_fallback",
-        "error",
-        "upstream_unavailable",
-        "upstream_timeout",
-        "rate_limited",
-        "queueing",
-        "consumer_lag",
-        "db_lock_contention",
-        "retry_storm",
-    ] {
-        let (n, r, _) = per.get(cause).copied().unwrap_or_default();
-        assert!(n >= 5, "{cause}: only {n} traces caused");
-        if std::env::var_os("CAUSEWAY_TESTBED_KEEP").is_some() && r * 10 < n * 9 {
-            std::mem::forget(dir);
-            panic!("{cause}: {r} of {n} right (≥ 90% required)");
-        }
-        assert!(
-            r * 10 >= n * 9,
-            "{cause}: {r} of {n} right (≥ 90% required)"
-        );
-    }
-    assert!(r * 100 >= n * 95, "top-1: {r} of {n} (≥ 95% required)");
-    assert!(
-        cu * 100 >= r * 95,
-        "culprit (service and kind): {cu} of {r} (≥ 95% required)"
-    );
-    let (hn, hr, _) = per.get("healthy").copied().unwrap_or_default();
-    assert!(hn >= 20, "healthy traces: {hn}");
-    assert!(
-        (hn - hr) * 100 <= hn * 2,
-        "healthy given a cause: {} of {hn} (≤ 2%)",
-        hn - hr
+    score.assert_bounds(
+        &[
+            "cache_miss_fallback",
+            "error",
+            "upstream_unavailable",
+            "upstream_timeout",
+            "rate_limited",
+            "queueing",
+            "consumer_lag",
+            "db_lock_contention",
+            "retry_storm",
+        ],
+        5,
     );
     // The exporters' numbers are in the verdicts: Redis' miss ratio on the
     // cold-cache misses, PostgreSQL's exclusive lock on the waits behind it.

@@ -3,6 +3,7 @@
 
 pub mod kafka;
 pub mod peers;
+pub mod testbed;
 
 use serde_json::Value;
 use std::io::{Read, Write};

@@ -132,18 +132,20 @@ pub fn builtin_with(storm: &RetryStormConfig, min_message_wait: Duration) -> Vec
             "rate_limited",
             r#"
 SELECT s.trace_id, 1.0 AS confidence,
-  concat(max(s.service), ' was rate-limited by ', coalesce(max(s.callee), max(s.server_address), max(s.rpc_service), 'its upstream'), ': ',
+  concat(max(s.service), ' was rate-limited by ', coalesce(max(a.service), max(g.service), max(s.callee), max(s.server_address), max(s.rpc_service), 'its upstream'), ': ',
          CAST(count(*) AS VARCHAR), ' calls answered ', CASE WHEN bool_or(s.http_status = 429) THEN '429' ELSE 'RESOURCE_EXHAUSTED' END) AS summary,
   max(s.span_id) AS culprit_span_id,
-  -- The limiter, when a traced server answered the 429; else the gateway's
-  -- line, agreeing, names it (or the call's callee or address stands in).
-  max(a.service) AS culprit_service,
+  -- The limiter: a traced server that answered the 429, or the gateway
+  -- whose line answered this very call (its traceparent is the call's
+  -- span); else the call's callee or address stands in.
+  coalesce(max(a.service), max(g.service)) AS culprit_service,
   CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) THEN max(t.duration_ms)
        ELSE coalesce(max(s.retry_window_ms), sum(s.duration_ms)) END AS explained_ms,
   bool_or(t.failed) AND bool_or(NOT s.recovered) AS explains_failure
 FROM spans s JOIN traces t ON t.trace_id = s.trace_id
   LEFT JOIN spans a ON a.trace_id = s.trace_id AND a.parent_id = s.span_id AND a.kind = 'server'
     AND (a.http_status = 429 OR a.grpc_status = 'RESOURCE_EXHAUSTED')
+  LEFT JOIN logs g ON g.trace_id = s.trace_id AND g.span_id = s.span_id AND g.gateway AND g.status = 429
 WHERE (s.http_status = 429 OR s.grpc_status = 'RESOURCE_EXHAUSTED') AND s.kind = 'client'
 GROUP BY s.trace_id"#,
         ),
@@ -187,16 +189,48 @@ WHERE s.kind = 'client' AND (s.http_status IN (502, 503)
 GROUP BY s.trace_id"#,
         ),
         r(
+            "client_circuit_open",
+            "circuit_open",
+            r#"
+WITH b AS (
+  SELECT s.trace_id, s.span_id, s.service, s.start_ms, s.duration_ms,
+    coalesce(s.exception_type, s.error_type, s.status_message) AS what,
+    -- resilience4j names its breaker: "CircuitBreaker 'x' is OPEN and does not permit further calls"
+    CASE WHEN coalesce(s.exception_message, s.status_message, '') LIKE '%CircuitBreaker ''%''%'
+         THEN regexp_replace(coalesce(s.exception_message, s.status_message, ''), '^.*CircuitBreaker ''([^'']+)''.*$', '\1') END AS breaker
+  FROM spans s
+  WHERE lower(coalesce(s.exception_type, '')) LIKE '%callnotpermitted%'
+     OR lower(coalesce(s.exception_type, '')) LIKE '%brokencircuit%'
+     OR lower(coalesce(s.exception_type, '')) LIKE '%circuitbreakeropen%'
+     OR lower(concat(coalesce(s.exception_message, ''), ' ', coalesce(s.error_type, ''), ' ', coalesce(s.status_message, ''))) LIKE '%breaker is open%'
+     OR lower(concat(coalesce(s.exception_message, ''), ' ', coalesce(s.error_type, ''), ' ', coalesce(s.status_message, ''))) LIKE '%short-circuited%'
+)
+SELECT b.trace_id, 1.0 AS confidence,
+  concat(max(b.service), '''s circuit breaker ', coalesce(concat('''', max(b.breaker), ''' '), ''),
+         'is open: the call failed fast without reaching ', coalesce(max(b.breaker), 'its upstream'), ' (', max(b.what), ')') AS summary,
+  first_value(b.span_id ORDER BY b.start_ms DESC) AS culprit_span_id,
+  -- The breaker's name, which resilience4j's instances take from the
+  -- backend they guard: the service at fault.
+  max(b.breaker) AS culprit_service,
+  CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE max(b.duration_ms) END AS explained_ms,
+  bool_or(t.failed) AS explains_failure
+FROM b JOIN traces t ON t.trace_id = b.trace_id
+GROUP BY b.trace_id"#,
+        ),
+        r(
             "tls_handshake",
             "tls_handshake",
             r#"
 SELECT s.trace_id, 1.0 AS confidence,
-  concat('TLS handshake with ', coalesce(max(s.server_address), 'the upstream'), ' took ',
+  concat('TLS handshake with ', coalesce(max(s.server_address), max(c.callee), max(c.server_address), max(p.callee), max(p.server_address), 'the upstream'), ' took ',
          CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms of ', CAST(CAST(max(t.duration_ms) AS BIGINT) AS VARCHAR),
          ' ms (', max(s.service), ')') AS summary,
   max(s.span_id) AS culprit_span_id,
   max(s.duration_ms) AS explained_ms
 FROM spans s JOIN traces t ON s.trace_id = t.trace_id
+  -- otelhttptrace's phases hang under http.getconn, under the call: name its peer.
+  LEFT JOIN spans p ON p.trace_id = s.trace_id AND p.span_id = s.parent_id
+  LEFT JOIN spans c ON c.trace_id = s.trace_id AND c.span_id = p.parent_id
 WHERE s.name IN ('http.tls', 'tls.handshake', 'tls_handshake', 'TLS handshake', 'tls.connect')
 GROUP BY s.trace_id"#,
         ),
@@ -442,6 +476,7 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
                 i64f("severity"),
                 utf8("error_type"),
                 utf8("body"),
+                utf8("span_id"),
             ]),
         ),
     ]
@@ -593,6 +628,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<Table>, String> {
                             V::I(Some(i64::from(l.severity))),
                             so(&l.error_type),
                             s(&l.body),
+                            so(&l.span_id),
                         ]);
                     }
                 }
@@ -1012,6 +1048,7 @@ async fn collect_findings(
             let (summaries, culprits, evidence) =
                 (strs("summary"), strs("culprit_span_id"), strs("evidence"));
             let (services, kinds) = (strs("culprit_service"), strs("culprit_kind"));
+            let at = strs("at_span_id");
             let confidences = f64_column(b, "confidence");
             let explained = f64_column(b, "explained_ms");
             let failure = strs("explains_failure");
@@ -1034,6 +1071,7 @@ async fn collect_findings(
                     culprit_service: opt(&services),
                     culprit_kind: opt(&kinds),
                     evidence: opt(&evidence),
+                    at_span_id: opt(&at),
                     user: rule.user,
                     explained_ms: explained
                         .as_ref()

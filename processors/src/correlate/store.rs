@@ -275,6 +275,8 @@ impl Store {
                         severity: r.severity_number,
                         error_type: present(find(a, &["error.type", "exception.type"]).and_then(s)),
                         body,
+                        span_id: (r.span_id.len() == 8 && r.span_id.iter().any(|b| *b != 0))
+                            .then(|| r.span_id.iter().map(|b| format!("{b:02x}")).collect()),
                     };
                     observe(&ev, g.clock);
                     if r.trace_id.len() == 16 && r.trace_id.iter().any(|b| *b != 0) {

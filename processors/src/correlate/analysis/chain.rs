@@ -133,6 +133,24 @@ impl Chain {
             .unwrap_or(0)
     }
 
+    /// Where a gateway's line sits when it names the call it answered (its
+    /// `traceparent` is the caller's span `at`): just above that call's
+    /// step when a traced server answered the call (the gateway passed the
+    /// answer on), else just below it (the gateway answered in its place).
+    /// Gateways in layers each sit at their own call.
+    pub fn step_of_line(&self, t: &TraceRow, at: usize) -> usize {
+        let k = self.step_of(t, at);
+        let reached = t
+            .spans
+            .iter()
+            .any(|c| c.parent == Some(at) && c.kind == "server");
+        if reached {
+            k.saturating_sub(1)
+        } else {
+            k + 1
+        }
+    }
+
     /// Whether span `s` is a retried call (an attempt, or one client span
     /// holding its attempts) on the chain: the failure went through it.
     pub fn through_retries(&self, t: &TraceRow, s: usize) -> bool {

@@ -144,6 +144,11 @@ pub fn verdict(
                 && r.status_message.is_empty()
         };
         let fallback = FALLBACKS.contains(&f.cause.as_str()) && !f.user;
+        let line_at = f
+            .at_span_id
+            .as_deref()
+            .and_then(parse_hex16)
+            .and_then(|id| t.spans.iter().position(|s| s.span_id == id));
         let step = match span {
             Some(s) if f.explains_failure => {
                 if f.cause == "retry_storm" && chain.through_retries(t, s) {
@@ -158,6 +163,10 @@ pub fn verdict(
             }
             // A finding of no span is a gateway's line: it sits at the
             // call it describes.
+            // A gateway's line that names the call it answered sits there.
+            None if f.explains_failure && line_at.is_some() => {
+                line_at.map_or(0, |a| chain.step_of_line(t, a))
+            }
             None if f.explains_failure => {
                 let named = f.culprit_service.as_deref();
                 let resolved = named.map(|n| resolve_name(n, peers));
@@ -338,6 +347,7 @@ pub fn verdict(
             culprit_service: None,
             culprit_kind: None,
             evidence: None,
+            at_span_id: None,
             user: false,
             explained_ms: c.self_ms,
             explains_failure: false,
@@ -556,10 +566,26 @@ fn callee_of(t: &TraceRow, c: usize, named: Option<&str>, peers: Option<&Peers>)
             return named;
         }
     }
-    if let Some(x) = &span.callee {
-        return x.to_string();
+    // A phase of a call (otelhttptrace's `http.tls` under `http.getconn`,
+    // say) names no peer: the call it belongs to, up the parent links in
+    // the same service, does.
+    let mut at = Some(c);
+    let mut steps = 0;
+    while let Some(i) = at.filter(|_| steps <= t.spans.len()) {
+        let x = &t.spans[i];
+        if x.service != span.service || x.kind == "server" {
+            break;
+        }
+        if let Some(callee) = &x.callee {
+            return callee.to_string();
+        }
+        if let Some(a) = super::peers::address_of(x) {
+            return a;
+        }
+        at = x.parent;
+        steps += 1;
     }
-    super::peers::address_of(span).unwrap_or_else(|| span.service.to_string())
+    span.service.to_string()
 }
 
 /// The deepest failed client span below span `s` whose callee did not

@@ -47,6 +47,9 @@ pub struct Finding {
     pub culprit_kind: Option<String>,
     /// Extra evidence the rule returned.
     pub evidence: Option<String>,
+    /// The span a gateway's line answered (its caller's, from the
+    /// `at_span_id` column): where a finding of no span sits on the trace.
+    pub at_span_id: Option<String>,
     /// From a user rule.
     pub user: bool,
     /// The critical-path time (ms) the finding accounts for.

@@ -33,6 +33,10 @@ pub struct LogEvidence {
     pub error_type: Option<String>,
     /// The body, cut to 512 bytes.
     pub body: String,
+    /// The record's span id (hex): for a gateway's line, the caller's span
+    /// its `traceparent` named, so the line sits on the trace between that
+    /// call and what answered it.
+    pub span_id: Option<String>,
 }
 
 /// What joins a metric series to traces: the evidence source that keeps

@@ -390,19 +390,23 @@ SELECT l.trace_id, 1.0 AS confidence,
          CAST(sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered 429') AS summary,
   concat('rate_limit_rule=', coalesce(max(l.rate_limit_rule), '')) AS evidence,
+  max(CASE WHEN l.status = 429 THEN l.span_id END) AS at_span_id,
   -- The gateway is the limiter when its own rule answered; a 429 it
   -- passed on came from the callee that answered it.
   max(CASE WHEN l.rate_limit_rule IS NOT NULL THEN l.service END) AS culprit_service,
-  CASE WHEN max(t.final_status) = 429 THEN max(t.duration_ms)
+  CASE WHEN max(t.final_status) = 429 OR (bool_or(t.failed) AND bool_or(NOT c.recovered)) THEN max(t.duration_ms)
        ELSE least(max(t.duration_ms), greatest(0.0, max(CASE WHEN l.status = 429 THEN l.time_ms END) - max(t.start_unix_ms),
                                                coalesce(max(r.window_ms), 0.0))) END AS explained_ms,
-  coalesce(max(t.final_status) = 429, false) AS explains_failure
+  -- The request failed with the 429, or an inner gateway's 429s failed the
+  -- call they answered (its client gave up) and so the request.
+  coalesce(max(t.final_status) = 429, false) OR coalesce(bool_or(t.failed) AND bool_or(NOT c.recovered), false) AS explains_failure
 FROM logs l JOIN traces t ON t.trace_id = l.trace_id
+  LEFT JOIN spans c ON c.trace_id = l.trace_id AND c.span_id = l.span_id AND l.status = 429 AND c.kind = 'client'
   -- A client that retried after the 429s: the time until it got through.
   LEFT JOIN (SELECT trace_id, max(retry_window_ms) AS window_ms FROM spans
              WHERE retry_trigger = '429' GROUP BY trace_id) r ON r.trace_id = l.trace_id
 WHERE l.gateway
-GROUP BY l.trace_id
+GROUP BY l.trace_id, l.service
 HAVING sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) > 0"#,
             ),
             r(
@@ -415,11 +419,12 @@ SELECT l.trace_id, 1.0 AS confidence,
          CAST(sum(CASE WHEN l.status = 503 THEN 1 ELSE 0 END) AS VARCHAR), ' of ', CAST(count(*) AS VARCHAR),
          ' gateway attempts answered 503 without reaching it') AS summary,
   concat('circuit_state=', coalesce(max(l.circuit_state), ''), ' response_flags=', coalesce(max(l.response_flags), '')) AS evidence,
+  max(CASE WHEN upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN') OR l.response_flags LIKE '%UO%' THEN l.span_id END) AS at_span_id,
   max(CASE WHEN (upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN') OR l.response_flags LIKE '%UO%') THEN l.upstream END) AS culprit_service,
   CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE coalesce(sum(l.duration_ms), 0.0) END AS explained_ms,
   bool_or(t.failed) AS explains_failure
 FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
-GROUP BY l.trace_id
+GROUP BY l.trace_id, l.service
 HAVING sum(CASE WHEN upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN') OR l.response_flags LIKE '%UO%' THEN 1 ELSE 0 END) > 0"#,
             ),
             r(
@@ -431,10 +436,11 @@ SELECT l.trace_id, 1.0 AS confidence,
          CAST(sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 0 END) AS VARCHAR), ' of ',
          CAST(count(*) AS VARCHAR), ' gateway attempts answered 504 after ',
          CAST(CAST(max(l.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+  max(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN l.span_id END) AS at_span_id,
   CASE WHEN max(t.final_status) = 504 THEN max(t.duration_ms) ELSE coalesce(max(l.duration_ms), 0.0) END AS explained_ms,
   coalesce(max(t.final_status) = 504, false) AS explains_failure
 FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
-GROUP BY l.trace_id
+GROUP BY l.trace_id, l.service
 HAVING sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 0 END) > 0"#,
             ),
             r(
@@ -447,10 +453,11 @@ SELECT l.trace_id, 1.0 AS confidence,
          ' gateway attempts answered ', CAST(max(l.status) AS VARCHAR),
          CASE WHEN max(l.response_flags) IS NULL THEN '' ELSE concat(' (', max(l.response_flags), ')') END) AS summary,
   max(CASE WHEN l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR l.response_flags LIKE '%UH%' THEN l.upstream END) AS culprit_service,
+  max(CASE WHEN l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR l.response_flags LIKE '%UH%' THEN l.span_id END) AS at_span_id,
   CASE WHEN max(t.final_status) IN (502, 503) THEN max(t.duration_ms) ELSE coalesce(sum(l.duration_ms), 0.0) END AS explained_ms,
   coalesce(max(t.final_status) IN (502, 503), false) AS explains_failure
 FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway
-GROUP BY l.trace_id
+GROUP BY l.trace_id, l.service
 HAVING sum(CASE WHEN (l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR l.response_flags LIKE '%UH%')
                  AND coalesce(upper(l.circuit_state), 'CLOSED') = 'CLOSED' THEN 1 ELSE 0 END) > 0"#,
             ),

@@ -1,0 +1,290 @@
+//! What the root-cause test beds share (`tests/rca_testbed.rs`, Node.js;
+//! `tests/rca_testbed_polyglot.rs`, Java and Go): starting real servers in
+//! process groups, PostgreSQL as the `postgres` user, NGINX from a
+//! configuration, and the score of verdicts against the ground truth.
+
+use super::{read_jsonl, spans, Proc};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Start `cmd` in its own process group, its output in `<log>/<name>.log`.
+pub fn spawn(name: &'static str, cmd: &mut Command, log: &Path) -> Proc {
+    let out = std::fs::File::create(log.join(format!("{name}.log"))).expect("log file");
+    let err = out.try_clone().expect("log file");
+    use std::os::unix::process::CommandExt;
+    let child = cmd
+        .process_group(0)
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {name}: {e} (scripts/test.sh installs it)"));
+    Proc(child, name)
+}
+
+pub fn port_open(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// Wait until `port` accepts; the process's log in the panic if it exits first.
+pub fn wait_port(port: u16, what: &str, p: &mut Proc, dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !port_open(port) {
+        if let Ok(Some(st)) = p.0.try_wait() {
+            let log = std::fs::read_to_string(dir.join(format!("{}.log", p.1))).unwrap_or_default();
+            panic!("{what} exited with {st}: {log}");
+        }
+        assert!(Instant::now() < deadline, "{what} did not open port {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn which(candidates: &[&str]) -> PathBuf {
+    for c in candidates {
+        let p = Path::new(c);
+        if p.exists() {
+            return p.to_path_buf();
+        }
+    }
+    panic!("none of {candidates:?} exists: scripts/test.sh installs it");
+}
+
+fn postgres_bin(name: &str) -> PathBuf {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("/usr/lib/postgresql: scripts/test.sh installs postgresql")
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin").join(name)))
+        .filter(|p| p.exists())
+        .collect();
+    versions.sort();
+    versions.pop().expect("a PostgreSQL server binary")
+}
+
+/// A PostgreSQL server on `port`, its data in `<d>/pg`, owned by `postgres`
+/// (it refuses to run as root); `settings` are `-c` options.
+pub fn postgres(d: &Path, port: u16, settings: &[&str]) -> Proc {
+    let pgdata = d.join("pg");
+    std::fs::create_dir(&pgdata).expect("pg dir");
+    let as_postgres = |bin: PathBuf| {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin);
+        c
+    };
+    let chown = Command::new("chown")
+        .args(["postgres:postgres", &pgdata.display().to_string()])
+        .status()
+        .expect("chown");
+    assert!(chown.success());
+    let chmod = Command::new("chmod")
+        .args(["755", &d.display().to_string()])
+        .status()
+        .expect("chmod");
+    assert!(chmod.success());
+    let st = as_postgres(postgres_bin("initdb"))
+        .args([
+            "-D",
+            &pgdata.display().to_string(),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .expect("initdb");
+    assert!(st.success(), "initdb failed");
+    let mut cmd = as_postgres(postgres_bin("postgres"));
+    cmd.args([
+        "-D",
+        &pgdata.display().to_string(),
+        "-p",
+        &port.to_string(),
+        "-k",
+        &pgdata.display().to_string(),
+        "-c",
+        "listen_addresses=127.0.0.1",
+    ]);
+    for s in settings {
+        cmd.args(["-c", s]);
+    }
+    let mut pg = spawn("postgres", &mut cmd, d);
+    wait_port(port, "postgres", &mut pg, d);
+    pg
+}
+
+/// An NGINX (Debian's) running `conf`, written to `<d>/<name>.conf`;
+/// `port` is where it listens.
+pub fn nginx(name: &'static str, d: &Path, conf: &str, port: u16) -> Proc {
+    let path = d.join(format!("{name}.conf"));
+    std::fs::write(&path, conf).expect("nginx conf");
+    let mut p = spawn(
+        name,
+        Command::new(which(&["/usr/sbin/nginx"])).args([
+            "-c",
+            &path.display().to_string(),
+            "-p",
+            &d.display().to_string(),
+        ]),
+        d,
+    );
+    wait_port(port, name, &mut p, d);
+    p
+}
+
+/// Per cause: traces, top-1 right, culprit (service and kind) right.
+#[derive(Default)]
+pub struct Score {
+    pub per: BTreeMap<String, (u64, u64, u64)>,
+    pub confusion: BTreeMap<(String, String), u64>,
+    pub examples: BTreeMap<String, String>,
+}
+
+/// Score each labelled trace's verdict (`rca.*` on its root) against its
+/// label: the cause, and the culprit `culprit_of(cause, trace id)` names.
+/// Prints the tables BENCHMARKS.md keeps (per cause, confusion, examples,
+/// the reliability of the stated confidence) and the spans of the first
+/// miss of each cause, for whoever reads a failure.
+pub fn score(
+    label: &BTreeMap<String, String>,
+    got: &HashMap<String, causeway_scenarios::send::Annotated>,
+    culprit_of: &dyn Fn(&str, &str) -> (String, &'static str),
+    traces: &Path,
+) -> Score {
+    let mut s = Score::default();
+    let dump = |id: &str| {
+        for (_, _, sp) in spans(&read_jsonl(traces)) {
+            if sp["traceId"].as_str() == Some(id) {
+                eprintln!(
+                    "    {id}: {} {} {} kind={} parent={} {}..{} {}",
+                    sp["spanId"],
+                    sp["name"],
+                    sp["attributes"]
+                        .as_array()
+                        .map(|a| a.len())
+                        .unwrap_or_default(),
+                    sp["kind"],
+                    sp["parentSpanId"],
+                    sp["startTimeUnixNano"],
+                    sp["endTimeUnixNano"],
+                    sp["status"]
+                );
+            }
+        }
+    };
+    for (id, want) in label {
+        let a = &got[id].root;
+        let cause = a["rca.cause"].clone();
+        let e = s.per.entry(want.clone()).or_default();
+        e.0 += 1;
+        if want == "healthy" {
+            if cause == "unknown" {
+                e.1 += 1;
+            } else {
+                eprintln!("    healthy {id} given {cause}: {}", a["rca.summary"]);
+                *s.confusion.entry((want.clone(), cause)).or_default() += 1;
+            }
+            continue;
+        }
+        if cause != *want {
+            if !s.confusion.keys().any(|(w, _)| w == want) {
+                eprintln!("    first miss of {want}:");
+                dump(id);
+            }
+            let k = (want.clone(), format!("{cause} ({})", a["rca.summary"]));
+            *s.confusion.entry(k).or_default() += 1;
+            continue;
+        }
+        e.1 += 1;
+        let (service, kind) = culprit_of(want, id);
+        let right = a.get("rca.culprit.service") == Some(&service)
+            && a.get("rca.culprit.kind").map(String::as_str) == Some(kind);
+        e.2 += u64::from(right);
+        s.examples
+            .entry(want.clone())
+            .or_insert_with(|| a["rca.summary"].clone());
+        if !right {
+            eprintln!(
+                "    culprit of {want} {id}: {:?} {:?} (want {service} {kind}) rule {:?} evidence {}",
+                a.get("rca.culprit.service"),
+                a.get("rca.culprit.kind"),
+                a.get("rca.rule"),
+                a.get("rca.evidence")
+                    .map_or(String::new(), |e| e.chars().take(300).collect())
+            );
+            if e.1 == e.2 + 1 {
+                dump(id);
+            }
+        }
+    }
+    // The reliability of the stated confidence: every finding stated, the
+    // verdict's and its alternatives', against the cause produced (healthy
+    // traces' findings all wrong), binned by tenths.
+    let mut bins: BTreeMap<u32, (u64, u64, f64)> = BTreeMap::new();
+    for (id, want) in label {
+        for (cause, conf) in causeway_scenarios::send::stated_findings(&got[id].root) {
+            let b = bins
+                .entry(((conf * 10.0).floor() as u32).min(9))
+                .or_default();
+            b.0 += 1;
+            b.1 += u64::from(cause == *want);
+            b.2 += conf;
+        }
+    }
+    eprintln!("| stated confidence | findings | mean stated | right |");
+    for (b, (n, r, sum)) in &bins {
+        eprintln!(
+            "| {:.1}-{:.1} | {n} | {:.2} | {:.0}% |",
+            f64::from(*b) / 10.0,
+            f64::from(*b + 1) / 10.0,
+            sum / *n as f64,
+            100.0 * *r as f64 / *n as f64
+        );
+    }
+    eprintln!("| cause | traces | right | culprit (service and kind) right |");
+    for (c, (n, r, cu)) in &s.per {
+        eprintln!("| {c} | {n} | {r} | {cu} |");
+    }
+    for ((w, g), n) in &s.confusion {
+        eprintln!("  {w} → {g}: {n}");
+    }
+    for (c, ex) in &s.examples {
+        eprintln!("  example {c}: {ex}");
+    }
+    s
+}
+
+impl Score {
+    /// The bounds: every listed cause produced at least `min` times
+    /// and ≥ 90% right, ≥ 95% right overall, the culprit right for ≥ 95%
+    /// of the right verdicts, ≤ 2% of (at least 20) healthy traces given a cause.
+    pub fn assert_bounds(&self, causes: &[&str], min: u64) {
+        for cause in causes {
+            let (n, r, _) = self.per.get(*cause).copied().unwrap_or_default();
+            assert!(
+                n >= min,
+                "{cause}: only {n} traces caused (≥ {min} required)"
+            );
+            assert!(
+                r * 10 >= n * 9,
+                "{cause}: {r} of {n} right (≥ 90% required)"
+            );
+        }
+        let (n, r, cu) = self
+            .per
+            .iter()
+            .filter(|(c, _)| *c != "healthy")
+            .fold((0, 0, 0), |a, (_, x)| (a.0 + x.0, a.1 + x.1, a.2 + x.2));
+        assert!(r * 100 >= n * 95, "top-1: {r} of {n} (≥ 95% required)");
+        assert!(
+            cu * 100 >= r * 95,
+            "culprit (service and kind): {cu} of {r} (≥ 95% required)"
+        );
+        let (hn, hr, _) = self.per.get("healthy").copied().unwrap_or_default();
+        assert!(hn >= 20, "healthy traces: {hn}");
+        assert!(
+            (hn - hr) * 100 <= hn * 2,
+            "healthy given a cause: {} of {hn} (≤ 2%)",
+            hn - hr
+        );
+    }
+}

@@ -1,0 +1,342 @@
+// The Java side of the polyglot root-cause test bed (tests/rca_testbed_polyglot.rs),
+// one role per JVM:
+//
+//   java -javaagent:opentelemetry-javaagent.jar -cp ... Main orders|billing
+//
+// Instrumented by the OpenTelemetry Java agent alone (the JDK HTTP server,
+// grpc-java, JDBC, Lettuce, the Kafka clients); no span attribute is added
+// by hand. The faults are real mechanisms: a gRPC deadline, resilience4j's
+// circuit breaker opening over a stopped server, a row lock, a dropped
+// index, a draining endpoint, a paused Kafka consumer. Ground truth is what
+// the mechanism observed, one JSON line per trace id appended to TRUTH_FILE
+// (the trace id read from the request's or the record's traceparent).
+
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+import com.zaxxer.hikari.HikariConfig;
+import com.zaxxer.hikari.HikariDataSource;
+import io.github.resilience4j.circuitbreaker.CallNotPermittedException;
+import io.github.resilience4j.circuitbreaker.CircuitBreaker;
+import io.github.resilience4j.circuitbreaker.CircuitBreakerConfig;
+import io.grpc.CallOptions;
+import io.grpc.Grpc;
+import io.grpc.InsecureChannelCredentials;
+import io.grpc.InsecureServerCredentials;
+import io.grpc.ManagedChannel;
+import io.grpc.MethodDescriptor;
+import io.grpc.ServerServiceDefinition;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import io.grpc.stub.ClientCalls;
+import io.grpc.stub.ServerCalls;
+import io.lettuce.core.RedisClient;
+import io.lettuce.core.api.sync.RedisCommands;
+import java.io.ByteArrayInputStream;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.io.UncheckedIOException;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.util.List;
+import java.util.Properties;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+public final class Main {
+  interface Handler {
+    String handle(HttpExchange ex) throws Exception;
+  }
+
+  static String env(String k) {
+    String v = System.getenv(k);
+    if (v == null || v.isEmpty()) throw new IllegalStateException(k + " is not set");
+    return v;
+  }
+
+  static FileOutputStream truth;
+
+  static synchronized void record(String traceId, String observed, String more) {
+    String line = "{\"trace_id\":\"" + traceId + "\",\"observed\":\"" + observed + "\"" + more + "}\n";
+    try {
+      truth.write(line.getBytes(StandardCharsets.UTF_8));
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  static String traceIdOf(String traceparent) {
+    if (traceparent == null) return "";
+    String[] p = traceparent.split("-");
+    return p.length > 1 ? p[1] : "";
+  }
+
+  static String traceId(HttpExchange ex) {
+    return traceIdOf(ex.getRequestHeaders().getFirst("traceparent"));
+  }
+
+  static String query(HttpExchange ex, String key, String dflt) {
+    String q = ex.getRequestURI().getQuery();
+    if (q != null) {
+      for (String kv : q.split("&")) {
+        String[] p = kv.split("=", 2);
+        if (p[0].equals(key) && p.length == 2) return p[1];
+      }
+    }
+    return dflt;
+  }
+
+  static void respond(HttpExchange ex, int status, String body) throws IOException {
+    byte[] b = body.getBytes(StandardCharsets.UTF_8);
+    ex.sendResponseHeaders(status, b.length);
+    try (OutputStream o = ex.getResponseBody()) {
+      o.write(b);
+    }
+  }
+
+  // A route: a thrown exception answers 500 and propagates, so the agent's
+  // server span records it as any unhandled exception is.
+  static void route(HttpServer s, String path, Handler h) {
+    s.createContext(
+        path,
+        ex -> {
+          String body;
+          try {
+            body = h.handle(ex);
+          } catch (RuntimeException e) {
+            respond(ex, 500, e.toString());
+            throw e;
+          } catch (Exception e) {
+            respond(ex, 500, e.toString());
+            throw new RuntimeException(e);
+          }
+          if (body == null) respond(ex, 503, "draining");
+          else respond(ex, 200, body);
+        });
+  }
+
+  static final MethodDescriptor.Marshaller<byte[]> BYTES =
+      new MethodDescriptor.Marshaller<>() {
+        @Override
+        public InputStream stream(byte[] v) {
+          return new ByteArrayInputStream(v);
+        }
+
+        @Override
+        public byte[] parse(InputStream in) {
+          try {
+            return in.readAllBytes();
+          } catch (IOException e) {
+            throw new UncheckedIOException(e);
+          }
+        }
+      };
+
+  static MethodDescriptor<byte[], byte[]> unary(String service, String method) {
+    return MethodDescriptor.<byte[], byte[]>newBuilder()
+        .setType(MethodDescriptor.MethodType.UNARY)
+        .setFullMethodName(MethodDescriptor.generateFullMethodName(service, method))
+        .setRequestMarshaller(BYTES)
+        .setResponseMarshaller(BYTES)
+        .build();
+  }
+
+  static ManagedChannel channel(String addr) {
+    return Grpc.newChannelBuilder(addr, InsecureChannelCredentials.create()).build();
+  }
+
+  public static void main(String[] args) throws Exception {
+    truth = new FileOutputStream(env("TRUTH_FILE"), true);
+    switch (args.length > 0 ? args[0] : "") {
+      case "orders" -> orders();
+      case "billing" -> billing();
+      default -> throw new IllegalArgumentException("usage: Main orders|billing");
+    }
+  }
+
+  static void orders() throws Exception {
+    HikariConfig hc = new HikariConfig();
+    hc.setJdbcUrl(env("PG_URL"));
+    hc.setMaximumPoolSize(8);
+    HikariDataSource db = new HikariDataSource(hc);
+    RedisClient redisClient = RedisClient.create(env("REDIS_URL"));
+    RedisCommands<String, String> redis = redisClient.connect().sync();
+    Properties pp = new Properties();
+    pp.put("bootstrap.servers", env("KAFKA"));
+    pp.put("key.serializer", StringSerializer.class.getName());
+    pp.put("value.serializer", StringSerializer.class.getName());
+    pp.put("linger.ms", "0");
+    KafkaProducer<String, String> producer = new KafkaProducer<>(pp);
+
+    ManagedChannel inventory = channel(env("INVENTORY_ADDR"));
+    ManagedChannel reservations = channel(env("RESERVATIONS_ADDR"));
+    MethodDescriptor<byte[], byte[]> quote = unary("inventory.Stock", "Quote");
+    MethodDescriptor<byte[], byte[]> reserve = unary("inventory.Stock", "Reserve");
+    // The breaker guarding the reservations service, named after it as
+    // resilience4j's instances are: it opens when half of the last ten
+    // calls failed, and lets one call through after 2 s.
+    CircuitBreaker breaker =
+        CircuitBreaker.of(
+            "reservations",
+            CircuitBreakerConfig.custom()
+                .slidingWindowType(CircuitBreakerConfig.SlidingWindowType.COUNT_BASED)
+                .slidingWindowSize(10)
+                .minimumNumberOfCalls(10)
+                .failureRateThreshold(50)
+                .waitDurationInOpenState(Duration.ofSeconds(2))
+                .permittedNumberOfCallsInHalfOpenState(1)
+                .build());
+    AtomicLong drainUntil = new AtomicLong();
+
+    HttpServer s = HttpServer.create(new InetSocketAddress("127.0.0.1", Integer.parseInt(env("PORT"))), 128);
+    s.setExecutor(Executors.newFixedThreadPool(16));
+    route(
+        s,
+        "/quote",
+        ex -> {
+          byte[] req = ("{\"items\":" + Integer.parseInt(query(ex, "items", "1")) + "}").getBytes(StandardCharsets.UTF_8);
+          byte[] out =
+              ClientCalls.blockingUnaryCall(inventory, quote, CallOptions.DEFAULT.withDeadlineAfter(300, TimeUnit.MILLISECONDS), req);
+          return new String(out, StandardCharsets.UTF_8);
+        });
+    route(
+        s,
+        "/reserve",
+        ex -> {
+          String id = traceId(ex);
+          try {
+            byte[] out =
+                breaker.executeSupplier(
+                    () ->
+                        ClientCalls.blockingUnaryCall(
+                            reservations, reserve, CallOptions.DEFAULT.withDeadlineAfter(1, TimeUnit.SECONDS), "{}".getBytes(StandardCharsets.UTF_8)));
+            record(id, "healthy", "");
+            return new String(out, StandardCharsets.UTF_8);
+          } catch (CallNotPermittedException e) {
+            record(id, "circuit_open", ",\"breaker\":\"" + breaker.getState() + "\"");
+            throw e;
+          } catch (StatusRuntimeException e) {
+            Status.Code c = e.getStatus().getCode();
+            record(id, c == Status.Code.UNAVAILABLE ? "upstream_unavailable" : "unexpected-" + c + " " + e.getStatus().getDescription(), "");
+            throw e;
+          }
+        });
+    route(
+        s,
+        "/lock/",
+        ex -> {
+          int id = Integer.parseInt(ex.getRequestURI().getPath().substring("/lock/".length()));
+          try (Connection c = db.getConnection()) {
+            c.setAutoCommit(false);
+            try (PreparedStatement st = c.prepareStatement("SELECT qty FROM stock WHERE id = ? FOR UPDATE")) {
+              st.setInt(1, id);
+              st.executeQuery().close();
+            }
+            try (PreparedStatement st = c.prepareStatement("UPDATE stock SET qty = qty + 1 WHERE id = ?")) {
+              st.setInt(1, id);
+              st.executeUpdate();
+            }
+            c.commit();
+          }
+          return "{\"locked\":" + id + "}";
+        });
+    route(
+        s,
+        "/search",
+        ex -> {
+          try (Connection c = db.getConnection();
+              PreparedStatement st = c.prepareStatement("SELECT id, name FROM items WHERE sku = ?")) {
+            st.setString(1, query(ex, "sku", ""));
+            try (ResultSet r = st.executeQuery()) {
+              return r.next() ? "{\"id\":" + r.getLong(1) + "}" : "{}";
+            }
+          } catch (SQLException e) {
+            throw new RuntimeException(e);
+          }
+        });
+    route(s, "/supplier", ex -> System.currentTimeMillis() < drainUntil.get() ? null : "{\"supplied\":true}");
+    route(
+        s,
+        "/order",
+        ex -> {
+          producer.send(new ProducerRecord<>("orders", "order", "{}")).get(5, TimeUnit.SECONDS);
+          return "{\"ordered\":true}";
+        });
+    route(
+        s,
+        "/admin/drain",
+        ex -> {
+          drainUntil.set(System.currentTimeMillis() + Long.parseLong(query(ex, "ms", "0")));
+          return "draining";
+        });
+    s.start();
+
+    // The ledger, called by inventory (Go) over gRPC: a Redis increment.
+    MethodDescriptor<byte[], byte[]> record = unary("ledger.Ledger", "Record");
+    Grpc.newServerBuilderForPort(Integer.parseInt(env("GRPC_PORT")), InsecureServerCredentials.create())
+        .addService(
+            ServerServiceDefinition.builder("ledger.Ledger")
+                .addMethod(
+                    record,
+                    ServerCalls.asyncUnaryCall(
+                        (req, obs) -> {
+                          long n = redis.incr("ledger:restock");
+                          obs.onNext(("{\"n\":" + n + "}").getBytes(StandardCharsets.UTF_8));
+                          obs.onCompleted();
+                        }))
+                .build())
+        .build()
+        .start()
+        .awaitTermination();
+  }
+
+  // billing consumes the orders topic; the driver pauses it (the consumer
+  // keeps its group membership and stops fetching), and each record's wait
+  // in the topic is what it observed.
+  static void billing() throws Exception {
+    AtomicLong pausedUntil = new AtomicLong();
+    HttpServer admin = HttpServer.create(new InetSocketAddress("127.0.0.1", Integer.parseInt(env("PORT"))), 16);
+    admin.createContext(
+        "/pause",
+        ex -> {
+          pausedUntil.set(System.currentTimeMillis() + Long.parseLong(query(ex, "ms", "0")));
+          respond(ex, 200, "paused");
+        });
+    admin.start();
+    Properties cp = new Properties();
+    cp.put("bootstrap.servers", env("KAFKA"));
+    cp.put("group.id", "billing");
+    cp.put("auto.offset.reset", "earliest");
+    cp.put("key.deserializer", StringDeserializer.class.getName());
+    cp.put("value.deserializer", StringDeserializer.class.getName());
+    try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(cp)) {
+      consumer.subscribe(List.of("orders"));
+      while (true) {
+        boolean paused = System.currentTimeMillis() < pausedUntil.get();
+        if (paused) consumer.pause(consumer.assignment());
+        else consumer.resume(consumer.paused());
+        for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(50))) {
+          long wait = System.currentTimeMillis() - r.timestamp();
+          Header h = r.headers().lastHeader("traceparent");
+          String id = h == null ? "" : traceIdOf(new String(h.value(), StandardCharsets.UTF_8));
+          String saw = wait >= 1000 ? "consumer_lag" : wait < 100 ? "healthy" : "ambiguous";
+          record(id, saw, ",\"consume_wait_ms\":" + wait);
+        }
+      }
+    }
+  }
+}
