@@ -21,6 +21,7 @@
 //! | rate_limited | the inner NGINX's `limit_req`, the client backing off after `Retry-After` | the client's own statuses: a 429 |
 //! | tls_handshake | a TLS server whose certificate callback waits | the driver asked for the slow name; the server counted each slow handshake |
 //! | db_lock_contention | a row lock (`SELECT … FOR UPDATE`) held by another transaction | the driver held it |
+//! | db_connection_saturation | a batch job holding every connection slot of PostgreSQL (`max_connections=30`) | the driver took them; the orders service got SQLSTATE 53300 |
 //! | slow_dependency | a search whose index the driver dropped (a sequential scan) | the driver dropped it |
 //! | consumer_lag | the Java Kafka consumer paused | billing's wait per record (≥ 1 s) |
 //!
@@ -62,7 +63,9 @@ fn java_and_go_services_over_grpc_get_the_right_cause_and_culprit() {
     let (inventory_port, inventory_grpc, reservations_port, reservations_grpc, certs_port) =
         (p(), p(), p(), p(), p());
 
-    let _pg = postgres(d, pg_port, &[]);
+    // Few connection slots, as a small managed instance has: a batch job
+    // can take them all.
+    let _pg = postgres(d, pg_port, &["max_connections=30"]);
     let mut redis = spawn(
         "redis",
         Command::new(testbed::which(&["/usr/bin/redis-server"])).args([
@@ -191,6 +194,7 @@ service:
     location /lock/ {{ set $route_id stock-lock; proxy_pass http://orders; }}
     location = /search {{ set $route_id search; proxy_pass http://orders; }}
     location = /order {{ set $route_id order; proxy_pass http://orders; }}
+    location = /report {{ set $route_id report; proxy_pass http://orders; }}
     location = /restock {{ set $route_id restock; proxy_pass http://inventory; }}
     location = /restock-limited {{ set $route_id restock-limited; proxy_pass http://inventory; }}
     location = /catalog {{ set $route_id catalog; proxy_pass http://inventory; }}
@@ -385,6 +389,13 @@ service:
                 .cloned()
                 .unwrap_or_else(|| "healthy".into())
         } else {
+            // What the driver caused, the service met where it reports it.
+            if let Some(o) = observed.get(id).filter(|_| l != "warmup") {
+                assert_eq!(
+                    o, l,
+                    "{id} {path}: the driver caused {l}, the service saw {o}"
+                );
+            }
             l.clone()
         };
         assert!(
@@ -427,7 +438,9 @@ service:
             "tls_handshake" => ("certs", "callee"),
             // The inner gateway's limit, not the edge.
             "rate_limited" => ("nginx-inner", "limiter"),
-            "db_lock_contention" | "slow_dependency" => ("postgresql", "dependency"),
+            "db_lock_contention" | "slow_dependency" | "db_connection_saturation" => {
+                ("postgresql", "dependency")
+            }
             "consumer_lag" => ("billing", "consumer"),
             other => panic!("no culprit for {other}"),
         };
@@ -465,6 +478,7 @@ service:
             "tls_handshake",
             "db_lock_contention",
             "slow_dependency",
+            "db_connection_saturation",
             "consumer_lag",
         ],
         4,

@@ -184,6 +184,10 @@ WHERE s.kind = 'client' AND (s.http_status IN (502, 503)
    OR lower(coalesce(s.exception_message, '')) LIKE '%econnrefused%'
    OR lower(coalesce(s.error_type, '')) LIKE '%unavailable%' OR s.grpc_status = 'UNAVAILABLE'
    OR lower(coalesce(s.exception_message, '')) LIKE 'unavailable%'
+   -- the connection closed under the call: the server went away
+   OR lower(coalesce(s.exception_message, '')) LIKE '%channel closed%'
+   OR lower(coalesce(s.exception_message, '')) LIKE '%connection reset%'
+   OR lower(coalesce(s.exception_message, '')) LIKE '%econnreset%'
    -- the attempts answered under one client span (urllib3's Retry, Envoy's retries)
    OR (s.attempt IS NULL AND s.retry_trigger IN ('502', '503')))
 GROUP BY s.trace_id"#,
@@ -216,6 +220,31 @@ SELECT b.trace_id, 1.0 AS confidence,
   bool_or(t.failed) AS explains_failure
 FROM b JOIN traces t ON t.trace_id = b.trace_id
 GROUP BY b.trace_id"#,
+        ),
+        r(
+            "db_refused",
+            "db_connection_saturation",
+            r#"
+SELECT s.trace_id, 1.0 AS confidence,
+  concat(max(s.service), ' could not connect to ', max(s.system), ': every connection slot was taken (', max(s.said), ')') AS summary,
+  first_value(s.span_id ORDER BY s.start_ms DESC) AS culprit_span_id,
+  max(s.system) AS culprit_service,
+  CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE max(s.duration_ms) END AS explained_ms,
+  bool_or(t.failed) AS explains_failure
+FROM (
+  -- The server's own refusal, as its driver reports it: PostgreSQL's
+  -- SQLSTATE 53300, MySQL's error 1040.
+  SELECT x.trace_id, x.span_id, x.service, x.start_ms, x.duration_ms,
+    coalesce(x.exception_message, x.status_message, x.error_type) AS said,
+    CASE WHEN lower(concat(coalesce(x.exception_message, ''), ' ', coalesce(x.status_message, ''))) LIKE '%too many clients already%'
+           OR lower(concat(coalesce(x.exception_message, ''), ' ', coalesce(x.status_message, ''))) LIKE '%remaining connection slots are reserved%'
+           OR x.error_type = '53300' THEN 'postgresql'
+         WHEN lower(concat(coalesce(x.exception_message, ''), ' ', coalesce(x.status_message, ''))) LIKE '%too many connections%' THEN 'mysql'
+    END AS system
+  FROM spans x
+) s JOIN traces t ON t.trace_id = s.trace_id
+WHERE s.system IS NOT NULL
+GROUP BY s.trace_id"#,
         ),
         r(
             "tls_handshake",

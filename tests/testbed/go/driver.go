@@ -87,6 +87,7 @@ func driver() {
 		one("/catalog", "warmup", "")
 		one("/reserve", "warmup", "")
 		one("/order", "warmup", "")
+		one("/report", "warmup", "")
 	}
 	for round := 0; round < scale; round++ {
 		for i := 0; i < 8; i++ {
@@ -97,6 +98,7 @@ func driver() {
 			one("/catalog", "healthy", "")
 			one("/reserve", "observed", "")
 			one("/order", "observed", "")
+			one("/report", "healthy", "")
 		}
 		// A quote too big for the orders service's 300 ms gRPC deadline:
 		// inventory sees the deadline expire while it works.
@@ -142,6 +144,25 @@ func driver() {
 			one(sku(500+round*50+i), "slow_dependency", "")
 		}
 		exec(pg, "CREATE INDEX items_sku ON items (sku)")
+		// Every connection slot of PostgreSQL taken by a batch job: the
+		// orders service's reports cannot connect.
+		var batch []*pgx.Conn
+		for {
+			c, err := pgx.Connect(ctx, env("PG_DSN"))
+			if err != nil {
+				break
+			}
+			batch = append(batch, c)
+		}
+		if len(batch) == 0 {
+			log.Fatal("the batch job got no connection")
+		}
+		for i := 0; i < 5; i++ {
+			one("/report", "db_connection_saturation", "")
+		}
+		for _, c := range batch {
+			c.Close(ctx)
+		}
 		// The reservations server stops: the orders service's calls fail
 		// UNAVAILABLE until its resilience4j breaker opens, then fail fast.
 		control(reservations + "/stop")

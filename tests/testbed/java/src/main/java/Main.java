@@ -230,8 +230,13 @@ public final class Main {
             record(id, "circuit_open", ",\"breaker\":\"" + breaker.getState() + "\"");
             throw e;
           } catch (StatusRuntimeException e) {
-            Status.Code c = e.getStatus().getCode();
-            record(id, c == Status.Code.UNAVAILABLE ? "upstream_unavailable" : "unexpected-" + c + " " + e.getStatus().getDescription(), "");
+            // The server gone: refused (UNAVAILABLE), or its connection
+            // closed under the call (grpc-java's UNKNOWN "channel closed").
+            Status st = e.getStatus();
+            boolean gone =
+                st.getCode() == Status.Code.UNAVAILABLE
+                    || (st.getCode() == Status.Code.UNKNOWN && String.valueOf(st.getDescription()).contains("channel closed"));
+            record(id, gone ? "upstream_unavailable" : "unexpected-" + st.getCode() + " " + st.getDescription(), "");
             throw e;
           }
         });
@@ -265,6 +270,21 @@ public final class Main {
               return r.next() ? "{\"id\":" + r.getLong(1) + "}" : "{}";
             }
           } catch (SQLException e) {
+            throw new RuntimeException(e);
+          }
+        });
+    // A report opens a connection of its own (no pool), as batch and
+    // reporting code often does: it is refused when PostgreSQL has no slot.
+    route(
+        s,
+        "/report",
+        ex -> {
+          try (Connection c = java.sql.DriverManager.getConnection(env("PG_URL"));
+              PreparedStatement st = c.prepareStatement("SELECT sum(qty) FROM stock")) {
+            st.executeQuery().close();
+            return "{\"report\":true}";
+          } catch (SQLException e) {
+            if ("53300".equals(e.getSQLState())) record(traceId(ex), "db_connection_saturation", "");
             throw new RuntimeException(e);
           }
         });
