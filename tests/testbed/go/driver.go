@@ -9,12 +9,15 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,6 +91,7 @@ func driver() {
 		one("/reserve", "warmup", "")
 		one("/order", "warmup", "")
 		one("/report", "warmup", "")
+		one("/compute", "warmup", "")
 	}
 	for round := 0; round < scale; round++ {
 		for i := 0; i < 8; i++ {
@@ -99,6 +103,7 @@ func driver() {
 			one("/reserve", "observed", "")
 			one("/order", "observed", "")
 			one("/report", "healthy", "")
+			one("/compute", "healthy", "")
 		}
 		// A quote too big for the orders service's 300 ms gRPC deadline:
 		// inventory sees the deadline expire while it works.
@@ -131,7 +136,7 @@ func driver() {
 		exec(lock, "SELECT qty FROM stock WHERE id = 7 FOR UPDATE")
 		done := make(chan struct{})
 		go func() {
-			many(4, func(int) { one("/lock/7", "db_lock_contention", "") })
+			many(5, func(int) { one("/lock/7", "db_lock_contention", "") })
 			close(done)
 		}()
 		time.Sleep(1500 * time.Millisecond)
@@ -166,7 +171,7 @@ func driver() {
 		// The reservations server stops: the orders service's calls fail
 		// UNAVAILABLE until its resilience4j breaker opens, then fail fast.
 		control(reservations + "/stop")
-		for i := 0; i < 10; i++ {
+		for i := 0; i < 14; i++ {
 			one("/reserve", "observed", "")
 		}
 		control(reservations + "/start")
@@ -174,13 +179,71 @@ func driver() {
 		for i := 0; i < 4; i++ {
 			one("/reserve", "observed", "")
 		}
+		// A CPU hog on the host (16 busy threads on its cores) for 25 s:
+		// the orders service's CPU-bound work waits for a core. Requests
+		// are made once the host's CPU has been saturated for a whole
+		// hostmetrics interval (10 s by default), and the hog's effect is
+		// measured from /proc/stat over its run.
+		busyBefore := procStat()
+		stop := make(chan struct{})
+		prev := runtime.GOMAXPROCS(32)
+		for i := 0; i < 16; i++ {
+			go func() {
+				h := sha256.Sum256([]byte("hog"))
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						h = sha256.Sum256(h[:])
+					}
+				}
+			}()
+		}
+		time.Sleep(12 * time.Second)
+		for i := 0; i < 6; i++ {
+			one("/compute", "host_cpu_saturation", "")
+			time.Sleep(1500 * time.Millisecond)
+		}
+		time.Sleep(4 * time.Second)
+		close(stop)
+		runtime.GOMAXPROCS(prev)
+		record(map[string]any{"cpu_hog_busy": busyBefore.busySince()})
+		// Past the hostmetrics sample that covered the hog's end.
+		time.Sleep(11 * time.Second)
 		// Orders while billing's consumer is paused: they wait in the topic.
 		control(billing + "/pause?ms=4000")
-		for i := 0; i < 5; i++ {
+		for i := 0; i < 6; i++ {
 			one("/order", "observed", "")
 			time.Sleep(250 * time.Millisecond)
 		}
 		time.Sleep(4000 * time.Millisecond)
 	}
 	pg.Close(ctx)
+}
+
+// CPU time counters of the host (/proc/stat's first line).
+type cpuTimes struct{ busy, total float64 }
+
+func procStat() cpuTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		log.Fatal(err)
+	}
+	line := strings.SplitN(string(b), "\n", 2)[0]
+	var c cpuTimes
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseFloat(f, 64)
+		c.total += v
+		if i != 3 && i != 4 { // idle, iowait
+			c.busy += v
+		}
+	}
+	return c
+}
+
+// The share of the host's CPU time that was busy since c.
+func (c cpuTimes) busySince() float64 {
+	n := procStat()
+	return (n.busy - c.busy) / (n.total - c.total)
 }

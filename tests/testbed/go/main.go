@@ -40,6 +40,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+	"github.com/redis/go-redis/extra/redisotel/v9"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/httptrace/otelhttptrace"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -49,6 +51,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
@@ -205,6 +208,11 @@ func attemptsSaw(statuses []int) string {
 
 func inventory() {
 	ledger := grpcClient(env("LEDGER_ADDR"))
+	// go-redis with its OpenTelemetry hooks: a span per command.
+	rdb := redis.NewClient(&redis.Options{Addr: env("REDIS_ADDR")})
+	if err := redisotel.InstrumentTracing(rdb); err != nil {
+		log.Fatal(err)
+	}
 	srv := grpcServer()
 	srv.RegisterService(serviceDesc("inventory.Stock", map[string]unaryFn{
 		// A quote's cost grows with its items; a big one outlives the
@@ -213,6 +221,9 @@ func inventory() {
 			var q struct{ Items int }
 			_ = json.Unmarshal(req, &q)
 			t0 := time.Now()
+			if err := rdb.Incr(ctx, "quotes").Err(); err != nil {
+				return nil, status.Error(codes.Unavailable, err.Error())
+			}
 			if err := work(ctx, q.Items); err != nil {
 				// The caller's deadline (grpc-timeout) passed while it
 				// worked; grpc-java then cancels the stream, so the
