@@ -385,88 +385,12 @@ service:
 
 /// PostgreSQL, run as `postgres` (it refuses root), killed with its process
 /// group when the test ends.
-struct Pg(Child);
-
-impl Drop for Pg {
-    fn drop(&mut self) {
-        Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.0.id())])
-            .stderr(Stdio::null())
-            .status()
-            .ok();
-        self.0.kill().ok();
-        self.0.wait().ok();
-    }
-}
-
-fn pg_bin(name: &str) -> std::path::PathBuf {
-    let mut v: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("/usr/lib/postgresql: scripts/test.sh installs postgresql")
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin").join(name)))
-        .filter(|p| p.exists())
-        .collect();
-    v.sort();
-    v.pop().expect("a PostgreSQL server binary")
-}
-
 #[test]
 fn the_postgres_exporter_in_front_of_a_real_postgresql() {
-    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let pgdata = d.join("pg");
-    std::fs::create_dir(&pgdata).expect("pgdata");
-    for (cmd, args) in [
-        (
-            "chown",
-            vec![
-                "postgres:postgres".to_string(),
-                pgdata.display().to_string(),
-            ],
-        ),
-        ("chmod", vec!["755".to_string(), d.display().to_string()]),
-    ] {
-        assert!(Command::new(cmd).args(&args).status().expect(cmd).success());
-    }
-    let as_postgres = |bin: std::path::PathBuf| {
-        let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--"]).arg(bin);
-        c
-    };
-    let st = as_postgres(pg_bin("initdb"))
-        .args([
-            "-D",
-            &pgdata.display().to_string(),
-            "-A",
-            "trust",
-            "-U",
-            "postgres",
-        ])
-        .stdout(Stdio::null())
-        .status()
-        .expect("initdb");
-    assert!(st.success(), "initdb failed");
     let (pg_port, exp) = (free_port(), free_port());
-    let log = std::fs::File::create(d.join("postgres.log")).expect("log");
-    let _pg = Pg(as_postgres(pg_bin("postgres"))
-        .args([
-            "-D",
-            &pgdata.display().to_string(),
-            "-p",
-            &pg_port.to_string(),
-            "-k",
-            &pgdata.display().to_string(),
-            "-c",
-            "listen_addresses=127.0.0.1",
-        ])
-        .process_group(0)
-        .stdout(Stdio::from(log.try_clone().expect("log")))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .expect("postgres"));
-    wait_for(Duration::from_secs(60), "postgres", || {
-        std::net::TcpStream::connect(("127.0.0.1", pg_port)).is_ok()
-    });
+    let _pg = common::testbed::postgres(d, pg_port, &[]);
     let bin = "/usr/bin/prometheus-postgres-exporter";
     assert!(
         Path::new(bin).exists(),

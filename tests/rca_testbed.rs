@@ -8,7 +8,10 @@
 //! a thrown exception, a Kafka consumer (kafkajs, against an Apache Kafka broker,
 //! its lag read by the `kafka_lag` receiver) that stopped fetching. The ground truth is what the driver and the services
 //! observed, per trace id (`tests/testbed/app.js`); no span carries anything
-//! added by hand. `scripts/test.sh` installs nginx, redis-server, postgresql
+//! added by hand. No label is the field its rule reads: a request NGINX's
+//! limit turned away is one the shop never served, a timeout one whose
+//! report the shop waited on for longer than `proxy_read_timeout`, a dead
+//! upstream a route to a port nothing listens on (never NGINX's status). `scripts/test.sh` installs nginx, redis-server, postgresql
 //! and the npm packages. `CAUSEWAY_TESTBED_SCALE` repeats the load (the long
 //! run of `bench/rca_testbed.sh`).
 #![allow(clippy::unwrap_used)]
@@ -252,6 +255,12 @@ http {{
     let mut pool_wait: BTreeMap<String, f64> = BTreeMap::new();
     let mut consume_wait: BTreeMap<String, f64> = BTreeMap::new();
     let mut accept_wait: BTreeMap<String, f64> = BTreeMap::new();
+    // What the shop served and how long it waited for a report: the
+    // ground truth of NGINX's limit and read timeout, which is not the
+    // status NGINX logged (the field the gateway rules read).
+    let mut served: BTreeMap<String, usize> = BTreeMap::new();
+    let mut report_ms: BTreeMap<String, f64> = BTreeMap::new();
+    let mut attempts: BTreeMap<String, usize> = BTreeMap::new();
     for v in read_jsonl(&truth) {
         let id = v["trace_id"].as_str().unwrap().to_string();
         if let Some(w) = v["pool_wait_ms"].as_f64() {
@@ -260,7 +269,14 @@ http {{
             accept_wait.insert(id, w);
         } else if let Some(w) = v["consume_wait_ms"].as_f64() {
             consume_wait.insert(id, w);
+        } else if v["served"].is_string() {
+            *served.entry(id).or_default() += 1;
+        } else if let Some(ms) = v["report_ms"].as_f64() {
+            report_ms.insert(id, ms);
         } else {
+            // The attempts the driver made (a retrying client's statuses).
+            let n = v["statuses"].as_array().map_or(1, Vec::len);
+            attempts.insert(id.clone(), n);
             label.insert(
                 id,
                 (
@@ -271,6 +287,26 @@ http {{
         }
     }
     for (id, (l, _)) in label.iter_mut() {
+        // Fewer requests reached the shop than the driver made: the limit
+        // turned the others away.
+        if l == "limited" {
+            let n = served.get(id).copied().unwrap_or(0);
+            *l = if n < attempts[id] {
+                "rate_limited"
+            } else {
+                "healthy"
+            }
+            .into();
+        }
+        // The shop waited longer than NGINX's 1 s proxy_read_timeout.
+        if l == "report" {
+            let ms = report_ms.get(id).copied().unwrap_or(0.0);
+            *l = if ms >= 1000.0 {
+                "upstream_timeout".into()
+            } else {
+                format!("unexpected-report-{ms}")
+            };
+        }
         if l == "pool" {
             let w = pool_wait.get(id).copied().unwrap_or(0.0);
             *l = if w >= 50.0 { "queueing" } else { "healthy" }.into();

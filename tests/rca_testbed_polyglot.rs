@@ -460,27 +460,6 @@ service:
         };
         (service.to_string(), kind)
     };
-    // A culprit assertion can fail: every faulty trace has a service other
-    // than the expected culprit in it.
-    let mut services: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
-    for (res, _, sp) in spans(&read_jsonl(&traces)) {
-        let service =
-            attr(&res["attributes"], "service.name").and_then(|v| v["stringValue"].as_str());
-        if let (Some(id), Some(s)) = (sp["traceId"].as_str(), service) {
-            services
-                .entry(id.to_lowercase())
-                .or_default()
-                .insert(s.to_string());
-        }
-    }
-    for (id, want) in label.iter().filter(|(_, l)| *l != "healthy") {
-        let (culprit, _) = culprit_of(want, id);
-        let services = &services[id];
-        assert!(
-            services.iter().any(|s| *s != culprit),
-            "{want} {id}: only {culprit} in the trace ({services:?})"
-        );
-    }
     let score = testbed::score(&label, &got, &culprit_of, &traces);
     // A host's saturation names the host, as the hostmetrics receiver does.
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();

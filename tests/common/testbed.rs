@@ -140,7 +140,8 @@ pub struct Score {
 }
 
 /// Score each labelled trace's verdict (`rca.*` on its root) against its
-/// label: the cause, and the culprit `culprit_of(cause, trace id)` names.
+/// label: the cause, and the culprit `culprit_of(cause, trace id)` names
+/// (first checking that the culprit is never the trace's only service).
 /// Prints the tables BENCHMARKS.md keeps (per cause, confusion, examples,
 /// the reliability of the stated confidence) and the spans of the first
 /// miss of each cause, for whoever reads a failure.
@@ -150,6 +151,28 @@ pub fn score(
     culprit_of: &dyn Fn(&str, &str) -> (String, &'static str),
     traces: &Path,
 ) -> Score {
+    // A culprit assertion can fail: every faulty trace has a service other
+    // than the expected culprit in it (a trace of the culprit alone would
+    // be named right by any rule).
+    let mut services: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
+    for (res, _, sp) in spans(&read_jsonl(traces)) {
+        let service =
+            super::attr(&res["attributes"], "service.name").and_then(|v| v["stringValue"].as_str());
+        if let (Some(id), Some(s)) = (sp["traceId"].as_str(), service) {
+            services
+                .entry(id.to_lowercase())
+                .or_default()
+                .insert(s.to_string());
+        }
+    }
+    for (id, want) in label.iter().filter(|(_, l)| *l != "healthy") {
+        let (culprit, _) = culprit_of(want, id);
+        let services = &services[id];
+        assert!(
+            services.iter().any(|s| *s != culprit),
+            "{want} {id}: only {culprit} in the trace ({services:?})"
+        );
+    }
     let mut s = Score::default();
     let dump = |id: &str| {
         for (_, _, sp) in spans(&read_jsonl(traces)) {
