@@ -22,7 +22,7 @@
 //! | tls_handshake | a TLS server whose certificate callback waits | the driver asked for the slow name; the server counted each slow handshake |
 //! | db_lock_contention | a row lock (`SELECT … FOR UPDATE`) held by another transaction | the driver held it |
 //! | db_connection_saturation | a batch job holding every connection slot of PostgreSQL (`max_connections=30`) | the driver took them; the orders service got SQLSTATE 53300 |
-//! | host_cpu_saturation | 16 busy threads on the host's cores for 25 s while the orders service does CPU-bound work, read by the `hostmetrics` receiver with its defaults | the driver ran the hog, and /proc/stat counted the host ≥ 90% busy over it |
+//! | host_cpu_saturation | 32 busy threads on the host's cores for 25 s while the orders service does CPU-bound work, read by the `hostmetrics` receiver with its defaults | the orders service's thread waited ≥ 50 ms for a core (its wall time less its CPU time); /proc/stat counted the host ≥ 90% busy over the hog |
 //! | slow_dependency | a search whose index the driver dropped (a sequential scan) | the driver dropped it |
 //! | consumer_lag | the Java Kafka consumer paused | billing's wait per record (≥ 1 s) |
 //!

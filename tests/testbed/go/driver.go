@@ -103,7 +103,7 @@ func driver() {
 			one("/reserve", "observed", "")
 			one("/order", "observed", "")
 			one("/report", "healthy", "")
-			one("/compute", "healthy", "")
+			one("/compute", "observed", "")
 		}
 		// A quote too big for the orders service's 300 ms gRPC deadline:
 		// inventory sees the deadline expire while it works.
@@ -179,15 +179,15 @@ func driver() {
 		for i := 0; i < 4; i++ {
 			one("/reserve", "observed", "")
 		}
-		// A CPU hog on the host (16 busy threads on its cores) for 25 s:
+		// A CPU hog on the host (32 busy threads on its cores) for 25 s:
 		// the orders service's CPU-bound work waits for a core. Requests
 		// are made once the host's CPU has been saturated for a whole
 		// hostmetrics interval (10 s by default), and the hog's effect is
 		// measured from /proc/stat over its run.
 		busyBefore := procStat()
 		stop := make(chan struct{})
-		prev := runtime.GOMAXPROCS(32)
-		for i := 0; i < 16; i++ {
+		prev := runtime.GOMAXPROCS(64)
+		for i := 0; i < 32; i++ {
 			go func() {
 				h := sha256.Sum256([]byte("hog"))
 				for {
@@ -202,7 +202,7 @@ func driver() {
 		}
 		time.Sleep(12 * time.Second)
 		for i := 0; i < 6; i++ {
-			one("/compute", "host_cpu_saturation", "")
+			one("/compute", "observed", "")
 			time.Sleep(1500 * time.Millisecond)
 		}
 		time.Sleep(4 * time.Second)

@@ -355,9 +355,9 @@ SELECT h.trace_id, 0.8 AS confidence,
   coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
 FROM host h JOIN traces t ON h.trace_id = t.trace_id
 WHERE h.culprit AND (h.cpu_busy >= 0.9 OR h.psi_cpu >= 40)
-  -- the service's own work, not a wait on a call or a database: the
-  -- caller's host does not slow the callee it waits on
-  AND t.culprit_kind <> 'client' AND t.culprit_db_system IS NULL
+  -- not a wait on a database: its time is the database's, which the
+  -- caller's host does not slow (a query's own scan makes a shared host busy)
+  AND t.culprit_db_system IS NULL
 GROUP BY h.trace_id"#,
             ),
             r(
@@ -371,9 +371,9 @@ SELECT h.trace_id, 0.8 AS confidence,
   coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
 FROM host h JOIN traces t ON h.trace_id = t.trace_id
 WHERE h.culprit AND (h.iowait >= 0.2 OR h.disk_util >= 0.9 OR h.psi_io >= 30)
-  -- the service's own work, not a wait on a call or a database: the
-  -- caller's host does not slow the callee it waits on
-  AND t.culprit_kind <> 'client' AND t.culprit_db_system IS NULL
+  -- not a wait on a database: its time is the database's, which the
+  -- caller's host does not slow (a query's own scan makes a shared host busy)
+  AND t.culprit_db_system IS NULL
 GROUP BY h.trace_id"#,
             ),
             r(
@@ -387,9 +387,9 @@ SELECT h.trace_id, 0.8 AS confidence,
   coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
 FROM host h JOIN traces t ON h.trace_id = t.trace_id
 WHERE h.culprit AND (h.mem_used >= 0.95 OR h.mem_available_ratio <= 0.05 OR h.psi_memory >= 20)
-  -- the service's own work, not a wait on a call or a database: the
-  -- caller's host does not slow the callee it waits on
-  AND t.culprit_kind <> 'client' AND t.culprit_db_system IS NULL
+  -- not a wait on a database: its time is the database's, which the
+  -- caller's host does not slow (a query's own scan makes a shared host busy)
+  AND t.culprit_db_system IS NULL
 GROUP BY h.trace_id"#,
             ),
         ]
