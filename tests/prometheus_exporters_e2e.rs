@@ -255,7 +255,7 @@ service:
 }
 
 /// Targets that misbehave: an endless body, one that hangs, a million
-/// series, a 1 MiB label value, series written twice, NaN and infinities.
+/// series, a series of 100,000 labels, a 1 MiB label value, series written twice, NaN and infinities.
 /// Each is bounded and counted by reason, the good target beside them keeps
 /// flowing, and the daemon's memory stays bounded.
 #[test]
@@ -287,6 +287,13 @@ fn misbehaving_targets_are_bounded_counted_and_the_rest_flows() {
                 s.push_str(&format!("m{{i=\"{i}\"}} 1\n"));
             }
             s
+        }),
+    ));
+    let many_labels = serve_in_thread(axum::Router::new().route(
+        "/metrics",
+        get(|| async {
+            let labels: Vec<String> = (0..100_000).map(|i| format!("l{i}=\"v\"")).collect();
+            format!("wide{{{}}} 1\n", labels.join(","))
         }),
     ));
     let big_label = serve_in_thread(axum::Router::new().route(
@@ -321,6 +328,8 @@ receivers:
           static_configs: [{{ targets: ["{million}"] }}]
         - job_name: big_label
           static_configs: [{{ targets: ["{big_label}"] }}]
+        - job_name: many_labels
+          static_configs: [{{ targets: ["{many_labels}"] }}]
         - job_name: odd
           static_configs: [{{ targets: ["{odd}"] }}]
 exporters:
@@ -334,6 +343,7 @@ service:
             hang = host(&hang),
             million = host(&million),
             big_label = host(&big_label),
+            many_labels = host(&many_labels),
             odd = host(&odd),
         ),
     );
@@ -349,6 +359,7 @@ service:
             && errors("hang", "timeout") >= 1.0
             && errors("million", "sample_limit") >= 1.0
             && errors("big_label", "label_value_length_limit") >= 1.0
+            && errors("many_labels", "label_limit") >= 1.0
             && errors("odd", "duplicate_series") >= 1.0
     });
     // The good parts of the odd target flow: the first of the duplicates, NaN and infinities.

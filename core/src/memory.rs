@@ -36,6 +36,53 @@ pub const REFUSED: &str = "causeway_memory_limiter_refused_requests_total";
 /// Resident memory last sampled.
 pub const RSS: &str = "causeway_process_resident_memory_bytes";
 
+/// The share of the memory available to the process (its cgroup's limit,
+/// else the machine's) that is its budget when no limit is configured: the
+/// Collector's usual `limit_percentage`.
+pub const DEFAULT_SHARE_PERCENT: u64 = 80;
+
+/// Memory available to the process: its cgroup's limit when it has one
+/// (v2 `memory.max`, v1 `memory.limit_in_bytes`), else the machine's total,
+/// as the Collector's `limit_percentage` reads it.
+pub fn available_memory() -> u64 {
+    let read_num = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(u64::MAX, |kb| kb.saturating_mul(1024));
+    [
+        read_num("/sys/fs/cgroup/memory.max"),
+        read_num("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+    ]
+    .into_iter()
+    .flatten()
+    .fold(total, u64::min)
+}
+
+/// The budget when none is configured: [`DEFAULT_SHARE_PERCENT`] of the
+/// memory available, the soft limit 20% below it (at least the 32 MiB a
+/// configured limit must be). `None` when the available memory is unknown.
+pub fn default_budget(available: u64) -> Option<MemoryLimiterConfig> {
+    if available == u64::MAX || available == 0 {
+        return None;
+    }
+    Some(MemoryLimiterConfig {
+        limit: ByteSize((available / 100 * DEFAULT_SHARE_PERCENT).max(32 << 20)),
+        spike_limit: None,
+        check_interval: check_interval(),
+        retry_after: retry_after(),
+    })
+}
+
 /// `service.memory_limiter`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -332,6 +379,22 @@ mod tests {
             retry_after: CfgDuration::secs(2),
         };
         MemoryLimiter::new(&cfg, &Registry::default())
+    }
+
+    #[test]
+    fn with_no_limit_configured_the_budget_is_a_share_of_what_is_available() {
+        let b = default_budget(10 << 30).expect("a budget");
+        assert_eq!(b.limit.0, (10u64 << 30) / 100 * 80);
+        assert!(b.errors().is_empty(), "{:?}", b.errors());
+        // A tiny cgroup still gets a valid limit; unknown memory, none.
+        assert_eq!(
+            default_budget(16 << 20).expect("a budget").limit.0,
+            32 << 20
+        );
+        assert!(default_budget(u64::MAX).is_none());
+        // This machine's: its cgroup's limit or its memory, both known on Linux.
+        let here = default_budget(available_memory()).expect("known on Linux");
+        assert!(here.limit.0 <= available_memory());
     }
 
     #[test]

@@ -375,7 +375,8 @@ fn authenticators(v: &Value, path: &str, out: &mut Vec<(String, String)>) {
 
 /// The one memory budget of the process: the lowest limit asked for by
 /// `service.memory_limiter` and the processors in use (a Collector config
-/// may carry a `memory_limiter` processor in every pipeline).
+/// may carry a `memory_limiter` processor in every pipeline); when none is,
+/// [`crate::memory::DEFAULT_SHARE_PERCENT`] of the memory available.
 fn memory_budget(
     file: &PipelineFile,
     processors: &IndexMap<ComponentId, Value>,
@@ -395,7 +396,11 @@ fn memory_budget(
             asked.push((format!("processor {id}"), m));
         }
     }
-    let lowest = asked.iter().min_by_key(|(_, m)| m.limit.0)?.clone();
+    let Some(lowest) = asked.iter().min_by_key(|(_, m)| m.limit.0).cloned() else {
+        // None configured: a share of the memory available, so that every
+        // receiver is under a budget by default (README, "Limits").
+        return crate::memory::default_budget(crate::memory::available_memory());
+    };
     if asked.iter().any(|(_, m)| m.limit.0 != lowest.1.limit.0) {
         warnings.push(format!(
             "several memory limits are set ({}); causeway enforces one for the whole process, at the receivers: the lowest, from {}",
@@ -532,6 +537,21 @@ mod tests {
             msgs[1].contains("exporter \"logsink\" accepts [logs]"),
             "{msgs:?}"
         );
+    }
+
+    #[test]
+    fn with_no_memory_limit_configured_the_budget_is_the_default_share() {
+        let text = "receivers:\n  scraper:\nexporters:\n  logsink:\nservice:\n  pipelines:\n    all:\n      receivers: [scraper]\n      exporters: [logsink]\n";
+        let cfg = load_str(text, "p.yaml", &registry(), &|_| None).expect("valid");
+        let want = crate::memory::default_budget(crate::memory::available_memory());
+        assert_eq!(
+            cfg.memory_limiter.as_ref().map(|m| m.limit.0),
+            want.as_ref().map(|m| m.limit.0)
+        );
+        assert!(cfg.memory_limiter.is_some() || want.is_none());
+        let with = format!("{text}  memory_limiter: {{ limit: 64MiB }}\n");
+        let cfg = load_str(&with, "p.yaml", &registry(), &|_| None).expect("valid");
+        assert_eq!(cfg.memory_limiter.map(|m| m.limit.0), Some(64 << 20));
     }
 
     #[test]

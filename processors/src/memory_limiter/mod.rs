@@ -88,32 +88,7 @@ pub fn limiter_config(c: &MemoryLimiterProcessorConfig, available: u64) -> Memor
     }
 }
 
-/// Memory available to the process: its cgroup's limit when it has one
-/// (v2 `memory.max`, v1 `memory.limit_in_bytes`), else the machine's total,
-/// as the Collector's `limit_percentage` reads it.
-pub fn available_memory() -> u64 {
-    let read_num = |p: &str| {
-        std::fs::read_to_string(p)
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-    };
-    let total = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(u64::MAX, |kb| kb * 1024);
-    [
-        read_num("/sys/fs/cgroup/memory.max"),
-        read_num("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
-    ]
-    .into_iter()
-    .flatten()
-    .fold(total, u64::min)
-}
+pub use causeway_core::memory::available_memory;
 
 struct PassThrough;
 

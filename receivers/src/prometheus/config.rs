@@ -78,6 +78,13 @@ pub struct ScrapeConfig {
         deserialize_with = "causeway_core::config::lenient_int"
     )]
     pub label_value_length_limit: usize,
+    /// Most labels on one series, `__name__` not counted (default 64); a series
+    /// with more fails the scrape (Prometheus' `label_limit`, which it leaves unbounded).
+    #[serde(
+        default = "default_label_limit",
+        deserialize_with = "causeway_core::config::lenient_int"
+    )]
+    pub label_limit: usize,
     /// TLS to the targets (`scheme: https`).
     #[serde(default)]
     pub tls_config: Option<TlsConfig>,
@@ -330,6 +337,9 @@ fn default_scheme() -> String {
 fn default_body_limit() -> ByteSize {
     ByteSize(16 << 20)
 }
+fn default_label_limit() -> usize {
+    64
+}
 fn default_label_value_limit() -> usize {
     65_536
 }
@@ -502,6 +512,9 @@ impl Validate for PrometheusReceiverConfig {
                     at("scrape_protocols"),
                     "must not be empty",
                 ));
+            }
+            if j.label_limit == 0 {
+                e.push(ConfigError::new(at("label_limit"), "must be at least 1"));
             }
             if j.sample_limit == 0 {
                 e.push(ConfigError::new(at("sample_limit"), "must be at least 1"));

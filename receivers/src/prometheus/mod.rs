@@ -355,6 +355,21 @@ impl Target {
                     },
                     detail: e.to_string(),
                 })?;
+                let most = self.job.label_limit;
+                if let Some(s) = families
+                    .iter()
+                    .flat_map(|f| &f.samples)
+                    .find(|s| s.labels.len() > most)
+                {
+                    return Err(Failure {
+                        reason: "label_limit",
+                        detail: format!(
+                            "{}: a series has {} labels, more than label_limit ({most})",
+                            s.name,
+                            s.labels.len()
+                        ),
+                    });
+                }
                 let limit = self.job.label_value_length_limit;
                 if let Some(s) = families
                     .iter()
