@@ -222,12 +222,19 @@ pub fn verdict(
             } else {
                 CONSEQUENCE
             }
-        } else if p.shown || origin.is_some() {
+        } else {
             // Time a mechanism of its own explains, or time on a request
             // whose failure another finding explains: not why it went wrong.
-            CONSEQUENCE * (p.f.explained_ms / dur / FULL_SHARE).min(1.0)
-        } else {
-            (p.f.explained_ms / dur / FULL_SHARE).min(1.0)
+            let weight = if p.shown || origin.is_some() {
+                CONSEQUENCE
+            } else {
+                1.0
+            };
+            // Less time than a cause must explain (`min_share.1`) is that
+            // much less of one: a healthy request's 2 ms TLS handshake is
+            // no 0.6-confident alternative.
+            let enough = (p.f.explained_ms / min_share.1.max(1e-9)).min(1.0);
+            weight * (p.f.explained_ms / dur / FULL_SHARE).min(1.0) * enough
         };
         p.support = p.f.confidence.clamp(0.0, 1.0) * cover;
     }
