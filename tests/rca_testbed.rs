@@ -51,21 +51,7 @@ fn real_software_faults_get_the_right_cause_culprit_and_route() {
     );
     let billing_port = free_port();
     let _pg = postgres(d, pg_port, &[]);
-    let mut redis = spawn(
-        "redis",
-        Command::new(which(&["/usr/bin/redis-server"])).args([
-            "--port",
-            &redis_port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]),
-        d,
-    );
-    wait_port(redis_port, "redis", &mut redis, d);
+    let _redis = testbed::redis(d, redis_port);
     // Their exporters, from Debian, beside them: causeway scrapes them and
     // joins what they say to the spans that called Redis and PostgreSQL.
     let (redis_exp, pg_exp) = (free_port(), free_port());
@@ -77,18 +63,8 @@ fn real_software_faults_get_the_right_cause_culprit_and_route() {
         ]),
         d,
     );
-    let mut pg_exporter = spawn(
-        "postgres_exporter",
-        Command::new(which(&["/usr/bin/prometheus-postgres-exporter"]))
-            .arg(format!("--web.listen-address=127.0.0.1:{pg_exp}"))
-            .env(
-                "DATA_SOURCE_NAME",
-                format!("postgresql://postgres@127.0.0.1:{pg_port}/postgres?sslmode=disable"),
-            ),
-        d,
-    );
     wait_port(redis_exp, "redis_exporter", &mut redis_exporter, d);
-    wait_port(pg_exp, "postgres_exporter", &mut pg_exporter, d);
+    let _pg_exporter = testbed::postgres_exporter(d, pg_port, pg_exp);
     // Kafka: the Apache Kafka broker the other Kafka tests use; `orders` is consumed by `billing`.
     let broker = common::kafka::Broker::start(d);
     broker.create_topic("orders", 1);
@@ -221,17 +197,7 @@ http {{
     wait_port(pricing_port, "pricing", &mut pricing, d);
     wait_port(billing_port, "billing", &mut billing, d);
     let mut driver = node("driver", "load-driver", 0);
-    let st = loop {
-        if let Some(st) = driver.0.try_wait().unwrap() {
-            break st;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(
-        st.success(),
-        "driver: {}",
-        std::fs::read_to_string(d.join("driver.log")).unwrap_or_default()
-    );
+    testbed::wait_driver(&mut driver, d);
 
     // Billing consumes the last paused orders after the driver is done: wait for its records.
     wait_for(

@@ -67,33 +67,9 @@ fn java_and_go_services_over_grpc_get_the_right_cause_and_culprit() {
     // Few connection slots, as a small managed instance has: a batch job
     // can take them all.
     let _pg = postgres(d, pg_port, &["max_connections=30"]);
-    let mut redis = spawn(
-        "redis",
-        Command::new(testbed::which(&["/usr/bin/redis-server"])).args([
-            "--port",
-            &redis_port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]),
-        d,
-    );
-    wait_port(redis_port, "redis", &mut redis, d);
+    let _redis = testbed::redis(d, redis_port);
     let pg_exp = p();
-    let mut pg_exporter = spawn(
-        "postgres_exporter",
-        Command::new(testbed::which(&["/usr/bin/prometheus-postgres-exporter"]))
-            .arg(format!("--web.listen-address=127.0.0.1:{pg_exp}"))
-            .env(
-                "DATA_SOURCE_NAME",
-                format!("postgresql://postgres@127.0.0.1:{pg_port}/postgres?sslmode=disable"),
-            ),
-        d,
-    );
-    wait_port(pg_exp, "postgres_exporter", &mut pg_exporter, d);
+    let _pg_exporter = testbed::postgres_exporter(d, pg_port, pg_exp);
     // The tables: stock rows to lock, three million items to search by sku.
     let psql = |sql: &str| {
         let st = Command::new("psql")
@@ -340,17 +316,7 @@ service:
             ),
         ],
     );
-    let st = loop {
-        if let Some(st) = driver.0.try_wait().unwrap() {
-            break st;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(
-        st.success(),
-        "driver: {}",
-        std::fs::read_to_string(d.join("driver.log")).unwrap_or_default()
-    );
+    testbed::wait_driver(&mut driver, d);
 
     // The ground truth: the driver's label, or what the mechanism observed.
     let read_truth = || {

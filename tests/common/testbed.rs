@@ -112,6 +112,58 @@ pub fn postgres(d: &Path, port: u16, settings: &[&str]) -> Proc {
     pg
 }
 
+/// A Redis server (Debian's) on `port`, without persistence.
+pub fn redis(d: &Path, port: u16) -> Proc {
+    let mut p = spawn(
+        "redis",
+        Command::new(which(&["/usr/bin/redis-server"])).args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]),
+        d,
+    );
+    wait_port(port, "redis", &mut p, d);
+    p
+}
+
+/// Debian's PostgreSQL exporter in front of the server on `pg_port`,
+/// listening on `port`.
+pub fn postgres_exporter(d: &Path, pg_port: u16, port: u16) -> Proc {
+    let mut p = spawn(
+        "postgres_exporter",
+        Command::new(which(&["/usr/bin/prometheus-postgres-exporter"]))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .env(
+                "DATA_SOURCE_NAME",
+                format!("postgresql://postgres@127.0.0.1:{pg_port}/postgres?sslmode=disable"),
+            ),
+        d,
+    );
+    wait_port(port, "postgres_exporter", &mut p, d);
+    p
+}
+
+/// Wait for a load driver to finish; its log in the panic if it failed.
+pub fn wait_driver(driver: &mut Proc, d: &Path) {
+    let st = loop {
+        if let Some(st) = driver.0.try_wait().expect("driver") {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        st.success(),
+        "driver: {}",
+        std::fs::read_to_string(d.join(format!("{}.log", driver.1))).unwrap_or_default()
+    );
+}
+
 /// An NGINX (Debian's) running `conf`, written to `<d>/<name>.conf`;
 /// `port` is where it listens.
 pub fn nginx(name: &'static str, d: &Path, conf: &str, port: u16) -> Proc {
