@@ -206,8 +206,8 @@ WITH b AS (
   WHERE lower(coalesce(s.exception_type, '')) LIKE '%callnotpermitted%'
      OR lower(coalesce(s.exception_type, '')) LIKE '%brokencircuit%'
      OR lower(coalesce(s.exception_type, '')) LIKE '%circuitbreakeropen%'
-     OR lower(concat(coalesce(s.exception_message, ''), ' ', coalesce(s.error_type, ''), ' ', coalesce(s.status_message, ''))) LIKE '%breaker is open%'
-     OR lower(concat(coalesce(s.exception_message, ''), ' ', coalesce(s.error_type, ''), ' ', coalesce(s.status_message, ''))) LIKE '%short-circuited%'
+     OR regexp_like(lower(concat(coalesce(s.exception_message, ''), ' ', coalesce(s.error_type, ''), ' ', coalesce(s.status_message, ''))),
+                    'breaker is open|short-circuited')
 )
 SELECT b.trace_id, 1.0 AS confidence,
   concat(max(b.service), '''s circuit breaker ', coalesce(concat('''', max(b.breaker), ''' '), ''),
@@ -236,8 +236,8 @@ FROM (
   -- SQLSTATE 53300, MySQL's error 1040.
   SELECT x.trace_id, x.span_id, x.service, x.start_ms, x.duration_ms,
     coalesce(x.exception_message, x.status_message, x.error_type) AS said,
-    CASE WHEN lower(concat(coalesce(x.exception_message, ''), ' ', coalesce(x.status_message, ''))) LIKE '%too many clients already%'
-           OR lower(concat(coalesce(x.exception_message, ''), ' ', coalesce(x.status_message, ''))) LIKE '%remaining connection slots are reserved%'
+    CASE WHEN regexp_like(lower(concat(coalesce(x.exception_message, ''), ' ', coalesce(x.status_message, ''))),
+                          'too many clients already|remaining connection slots are reserved')
            OR x.error_type = '53300' THEN 'postgresql'
          WHEN lower(concat(coalesce(x.exception_message, ''), ' ', coalesce(x.status_message, ''))) LIKE '%too many connections%' THEN 'mysql'
     END AS system
