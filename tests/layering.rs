@@ -292,7 +292,7 @@ fn correlate_layer(m: &Module) -> Option<usize> {
         Some("analysis" | "annotate") => 1,
         Some("store" | "logs") => 2,
         Some("source") => 3,
-        Some("rules" | "alerts" | "page") => 4,
+        Some("rules" | "alerts" | "incidents" | "page") => 4,
         Some("config" | "registry") => 5,
         None => 6,
         Some(other) => panic!("correlate/{other} has no layer here: give it one"),

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use std::collections::HashMap;
 
 use super::alerts::AlertsConfig;
+use super::incidents::config::IncidentsConfig;
 use super::rules::{RetryStormConfig, RuleConfig};
 use super::source::deps::DependenciesConfig;
 use super::source::kafka::ConsumerLagConfig;
@@ -105,6 +106,10 @@ pub struct CorrelateConfig {
     /// pipelines this processor is in.
     #[serde(default)]
     pub alerts: AlertsConfig,
+    /// Incidents per route: detection against each route's normal, SLO
+    /// burn alerts, and their explanation (see [`super::incidents`]).
+    #[serde(default)]
+    pub incidents: IncidentsConfig,
 }
 
 /// `processors.correlate.baseline`.

@@ -21,8 +21,9 @@
 //! 3. [`store`]: the state, which knows no source; [`logs`]: the join with
 //!    log records;
 //! 4. [`source`]: the evidence sources, each one file, behind one trait;
-//! 5. [`rules`], [`alerts`], [`page`]: the rule engine, the alert rules and
-//!    the page's API, handed the sources' tables;
+//! 5. [`rules`], [`alerts`], [`incidents`], [`page`]: the rule engine, the
+//!    alert rules, incidents per route and the page's API, handed the
+//!    sources' tables;
 //! 6. [`config`] and [`registry`] (the sources, one line each);
 //! 7. this module: the processor.
 
@@ -30,6 +31,7 @@ pub mod alerts;
 pub mod analysis;
 pub mod annotate;
 pub mod config;
+pub mod incidents;
 pub mod logs;
 pub mod model;
 pub mod page;
@@ -85,6 +87,15 @@ pub const ALERTS_FIRING: &str = "causeway_alerts_firing";
 /// Alert notifications emitted, by alert and status.
 pub const ALERTS_SENT: &str = "causeway_alerts_sent_total";
 
+/// Open incidents.
+pub const INCIDENTS_OPEN: &str = "causeway_correlate_incidents_open";
+/// Incident records written, by state.
+pub const INCIDENTS_WRITTEN: &str = "causeway_correlate_incident_records_total";
+/// Routes with incident statistics.
+pub const INCIDENT_ROUTES: &str = "causeway_correlate_incident_routes";
+/// Routes dropped from the incident statistics, by reason (`evicted`, `refused`).
+pub const INCIDENT_ROUTES_DROPPED: &str = "causeway_correlate_incident_routes_dropped_total";
+
 /// Factory of the `correlate` processor.
 pub struct CorrelateFactory;
 
@@ -110,11 +121,16 @@ impl ProcessorFactory for CorrelateFactory {
             store: Store::new(limits(&cfg)),
             sources: registry::sources(&cfg),
         });
+        let incidents = cfg.incidents.enabled.then(|| {
+            ctx.shared
+                .get_or_init(&id, || incidents::Incidents::new(&cfg.incidents))
+        });
         let store = &correlation.store;
         store.keep_views(cfg.recent_traces);
         if store.claim_ui() {
             ctx.telemetry.add_api_source(Arc::new(page::Api {
                 correlation: correlation.clone(),
+                incidents: incidents.clone(),
                 links: cfg.alerts.links.clone(),
                 window_ns: nanos(cfg.window.get()),
             }));
@@ -124,6 +140,26 @@ impl ProcessorFactory for CorrelateFactory {
         let emit_metrics = cfg.events
             && ctx.pipeline_signals.contains(Signal::Metrics)
             && store.claim_metric_events();
+        // Incidents are evaluated by the instance that emits the RCA log
+        // records, as the alerts are.
+        let incident_ticks = incidents
+            .as_ref()
+            .filter(|_| emit_logs)
+            .map(|i| IncidentTicks {
+                engine: i.clone(),
+                every: cfg.incidents.interval.get(),
+                next: Instant::now() + cfg.incidents.interval.get(),
+                valid_ns: 4 * nanos(
+                    cfg.incidents
+                        .update_every
+                        .get()
+                        .max(cfg.incidents.interval.get()),
+                ),
+                dropped: (0, 0),
+            });
+        if incidents.is_some() && !cfg.events {
+            tracing::warn!(processor = %id, "Incidents are written as log records with the RCA records: with `events: false` none is written.");
+        }
         // Alerts are evaluated by the instance that emits the RCA log records.
         let alerting =
             (emit_logs && !cfg.alerts.rules.is_empty()).then(|| alerts::Alerting::new(&cfg.alerts));
@@ -165,6 +201,16 @@ impl ProcessorFactory for CorrelateFactory {
             held: Vec::new(),
             reported_evictions: (0, 0),
             alert_every: cfg.alerts.interval.get(),
+            sample_attrs: cfg
+                .incidents
+                .attributes
+                .iter()
+                .filter_map(|a| incidents::sample::Attr::parse(a))
+                .collect(),
+            feed_incidents: incidents.clone().filter(|_| !cfg.incidents.from_records),
+            record_incidents: incidents.filter(|_| cfg.incidents.from_records),
+            incident_ticks,
+            links: cfg.alerts.links.clone(),
             next_alert: Instant::now(),
             alerting,
             rules,
@@ -276,8 +322,27 @@ fn split_traces(
     out
 }
 
+/// The incident evaluation of the instance that writes the records.
+struct IncidentTicks {
+    engine: Arc<incidents::Incidents>,
+    every: Duration,
+    next: Instant,
+    /// How long an incident's alert stays valid unless written again (ns).
+    valid_ns: u64,
+    /// Routes evicted and refused, as last reported.
+    dropped: (u64, u64),
+}
+
 struct Correlate {
     id: String,
+    /// The discriminators read of each analysed trace.
+    sample_attrs: Vec<incidents::sample::Attr>,
+    /// The incident state fed by the traces analysed here.
+    feed_incidents: Option<Arc<incidents::Incidents>>,
+    /// The incident state fed by `causeway.rca` records (`from_records`).
+    record_incidents: Option<Arc<incidents::Incidents>>,
+    incident_ticks: Option<IncidentTicks>,
+    links: indexmap::IndexMap<String, String>,
     lookback_ns: u64,
     lookahead_ns: u64,
     min_share: f64,
@@ -428,6 +493,7 @@ impl Correlate {
         let mut hold: std::collections::HashSet<[u8; 16]> = std::collections::HashSet::new();
         let held_now: usize = self.held.iter().map(|h| h.traces).sum();
         let mut fed: Vec<(&str, &str, f64)> = Vec::new();
+        let mut samples = Vec::new();
         for t in &traces {
             let v = verdict(
                 t,
@@ -471,6 +537,24 @@ impl Correlate {
                     }
                 }
             }
+            let culprit = &t.spans[v.culprit];
+            let sample = incidents::sample::Sample {
+                time_ns: now,
+                start_ns: t.start_ns,
+                trace_id: t.trace_id.clone(),
+                route: t.route.clone().unwrap_or_default(),
+                duration_ms: t.duration_ms,
+                failed: t.failed,
+                weight: incidents::sample::weight(rs, t),
+                cause: v.best.cause.clone(),
+                culprit_service: v.culprit_service.clone(),
+                culprit_kind: v.culprit_kind.to_string(),
+                at_service: culprit.service.to_string(),
+                attrs: incidents::sample::attributes(rs, t, &self.sample_attrs),
+                levels: incidents::sample::levels(t),
+            };
+            let extra = incidents::sample::record_attributes(&sample);
+            samples.push(sample);
             let evidence = annotate(rs, t, &v);
             if self.correlation.store.keeps_views() {
                 self.correlation
@@ -491,11 +575,15 @@ impl Correlate {
                     culprit_span_id: Hex16::of(t.spans[v.culprit].span_id).as_str().to_string(),
                     confidence: v.best.confidence,
                     rule: v.best.rule.clone(),
+                    extra,
                 },
                 now,
             );
         }
         self.correlation.store.baselines.feed(now, fed.into_iter());
+        if let Some(i) = &self.feed_incidents {
+            i.feed(samples);
+        }
         if !hold.is_empty() {
             // The held traces leave this batch for one of their own, which
             // shares its acknowledgements.
@@ -697,6 +785,78 @@ impl Correlate {
         }]));
     }
 
+    /// Evaluate the incidents; what opened, was written again or resolved
+    /// leaves as `causeway.incident` records and alerts.
+    fn evaluate_incidents(&mut self, now: Instant, out: &mut Vec<Batch>) {
+        let Some(t) = self.incident_ticks.as_mut() else {
+            return;
+        };
+        t.next = now + t.every;
+        let wall = alerts::wall_ns();
+        let changes = t.engine.tick(wall);
+        let counts = t.engine.counts();
+        let c = &self.id;
+        self.telemetry
+            .gauge(INCIDENTS_OPEN, "Open incidents.", &[("component", c)])
+            .set(i64::try_from(counts.open).unwrap_or(i64::MAX));
+        self.telemetry
+            .gauge(
+                INCIDENT_ROUTES,
+                "Routes with incident statistics (at most incidents.max_routes).",
+                &[("component", c)],
+            )
+            .set(i64::try_from(counts.routes).unwrap_or(i64::MAX));
+        for (reason, now_n, was) in [
+            ("evicted", counts.evicted, t.dropped.0),
+            ("refused", counts.refused, t.dropped.1),
+        ] {
+            self.telemetry
+                .counter(
+                    INCIDENT_ROUTES_DROPPED,
+                    "Routes dropped from the incident statistics for room: evicted (never had a normal, no incident) or refused (no room).",
+                    &[("component", c), ("reason", reason)],
+                )
+                .add(now_n.saturating_sub(was));
+        }
+        t.dropped = (counts.evicted, counts.refused);
+        if changes.is_empty() {
+            return;
+        }
+        let mut records = Vec::with_capacity(changes.len() * 2);
+        for ch in &changes {
+            let i = &ch.incident;
+            tracing::info!(processor = %c, incident = %i.id, route = %i.route, state = ch.state, summary = %i.summary(&ch.explanation), "Incident.");
+            self.telemetry
+                .counter(
+                    INCIDENTS_WRITTEN,
+                    "Incident records written, by state (open, update, resolved).",
+                    &[("component", c), ("state", ch.state)],
+                )
+                .add(1);
+            records.push(incidents::record(ch, wall));
+            records.push(alerts::record(
+                &incidents::alert(ch, wall, t.valid_ns, &self.links),
+                wall,
+            ));
+        }
+        out.push(Batch::from_logs(vec![ResourceLogs {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", "causeway".to_string())],
+                ..Default::default()
+            }),
+            scope_logs: vec![ScopeLogs {
+                scope: Some(InstrumentationScope {
+                    name: "causeway.incidents".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    ..Default::default()
+                }),
+                log_records: records,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }]));
+    }
+
     fn emit(&mut self, out: &mut Vec<Batch>) {
         let resource = Some(Resource {
             attributes: vec![kv("service.name", "causeway".to_string())],
@@ -712,7 +872,7 @@ impl Correlate {
             if !events.is_empty() {
                 let records = events
                     .into_iter()
-                    .map(|e| LogRecord {
+                    .map(|mut e| LogRecord {
                         time_unix_nano: e.time_ns,
                         observed_time_unix_nano: now_ns(),
                         severity_number: 13,
@@ -729,7 +889,10 @@ impl Correlate {
                             kv("rca.confidence", e.confidence),
                             kv("rca.rule", e.rule),
                             kv("event.name", "causeway.rca".to_string()),
-                        ],
+                        ]
+                        .into_iter()
+                        .chain(std::mem::take(&mut e.extra))
+                        .collect(),
                         trace_id: e.trace_id.to_vec(),
                         span_id: e.span_id.to_vec(),
                         ..Default::default()
@@ -803,7 +966,19 @@ impl Processor for Correlate {
     ) -> Result<(), ProcessError> {
         match batch.signal() {
             Signal::Logs => match batch.to_logs_request() {
-                Ok(req) => self.correlation.add_logs(&req.resource_logs, now_ns()),
+                Ok(req) => {
+                    let now = now_ns();
+                    self.correlation.add_logs(&req.resource_logs, now);
+                    if let Some(i) = &self.record_incidents {
+                        i.feed(
+                            req.resource_logs
+                                .iter()
+                                .flat_map(|r| r.scope_logs.iter())
+                                .flat_map(|sc| sc.log_records.iter())
+                                .filter_map(|r| incidents::sample::from_record(r, now)),
+                        );
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(processor = %self.id, error = %e, "Logs not taken into the correlation state; passed on.")
                 }
@@ -836,10 +1011,8 @@ impl Processor for Correlate {
             (a, b) => a.or(b),
         };
         let alert = self.alerting.as_ref().map(|_| self.next_alert);
-        match (emit, alert) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let incident = self.incident_ticks.as_ref().map(|t| t.next);
+        [emit, alert, incident].into_iter().flatten().min()
     }
 
     async fn on_tick(&mut self, now: Instant, out: &mut Vec<Batch>) -> Result<(), ProcessError> {
@@ -856,6 +1029,9 @@ impl Processor for Correlate {
         if self.alerting.is_some() && now >= self.next_alert {
             self.next_alert = now + self.alert_every;
             self.evaluate_alerts(out).await;
+        }
+        if self.incident_ticks.as_ref().is_some_and(|t| now >= t.next) {
+            self.evaluate_incidents(now, out);
         }
         Ok(())
     }

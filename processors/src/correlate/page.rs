@@ -6,6 +6,8 @@
 //!   services and top routes per cause.
 //! - `GET /api/traces`: the last analysed traces (newest first, at most 200).
 //! - `GET /api/traces/{trace_id}`: one of them with its spans, verdict and evidence.
+//! - `GET /api/incidents`: open incidents first, then the last resolved ones,
+//!   each with its timeline, causes, discriminators, what moved, exemplars and links.
 //! - `GET /api/sources`: the tables the page draws of the sources (path,
 //!   title, columns); each source answers its own paths (`/api/routes`,
 //!   `/api/kafka`, `/api/queues`, `/api/nats`; see `super::source`).
@@ -14,12 +16,15 @@ use indexmap::IndexMap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::incidents::Incidents;
 use super::source::{Correlation, View};
 
 /// The API source of one correlation state.
 pub struct Api {
     /// The state and its sources.
     pub correlation: Arc<Correlation>,
+    /// The incidents (`None`: `incidents.enabled: false`).
+    pub incidents: Option<Arc<Incidents>>,
     /// `alerts.links`, for the trace view's links out.
     pub links: IndexMap<String, String>,
     /// The window the routes and causes cover (ns).
@@ -43,6 +48,10 @@ impl causeway_core::ui::ApiSource for Api {
             "causes" => json(self.causes(now_ns())),
             "traces" => json(self.traces()),
             "sources" => json(serde_json::json!(self.correlation.sources.pages())),
+            "incidents" => json(self.incidents.as_ref().map_or_else(
+                || serde_json::json!({ "incidents": [], "disabled": true }),
+                |i| i.api(&self.links),
+            )),
             _ => match path.strip_prefix("traces/") {
                 Some(id) => Some(self.trace(id)),
                 None => {

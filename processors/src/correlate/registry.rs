@@ -53,6 +53,7 @@ impl Validate for CorrelateConfig {
         if self.window.get().is_zero() {
             e.push(ConfigError::new("window", "must be more than 0"));
         }
+        e.extend(self.incidents.validate());
         if self.max_log_records == 0 {
             e.push(ConfigError::new("max_log_records", "must be at least 1"));
         }

@@ -544,7 +544,7 @@ impl Store {
 
     /// Record a trace analysed at `now_ns` for the RCA log record, the
     /// counter and the alert rules.
-    pub fn push_event(&self, ev: RcaEvent, now_ns: u64) {
+    pub fn push_event(&self, mut ev: RcaEvent, now_ns: u64) {
         let mut g = self.lock();
         let horizon = now_ns.saturating_sub(self.limits.window_ns);
         while g
@@ -554,7 +554,9 @@ impl Store {
         {
             g.recent.pop_front();
         }
+        let extra = std::mem::take(&mut ev.extra);
         g.recent.push_back((now_ns, ev.clone()));
+        ev.extra = extra;
         *g.counts
             .entry((ev.cause.clone(), ev.route.clone(), ev.service.clone()))
             .or_default() += 1;

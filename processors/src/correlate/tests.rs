@@ -2013,6 +2013,7 @@ async fn the_page_keeps_the_last_analysed_traces_bounded_and_answers_bad_ids_cle
     st.store.keep_views(2);
     let api = super::page::Api {
         correlation: st.clone(),
+        incidents: None,
         links: [(
             "jaeger".to_string(),
             "http://jaeger:16686/trace/{{ $trace_id }}?route={{ $labels.route_id }}".to_string(),

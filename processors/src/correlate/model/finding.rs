@@ -123,6 +123,9 @@ pub struct RcaEvent {
     pub confidence: f64,
     /// Rule name.
     pub rule: String,
+    /// More attributes of its record (the incident sample's); not kept
+    /// with the analysed traces of the window.
+    pub extra: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
 }
 
 /// What counts as trouble for signal-aware sampling.

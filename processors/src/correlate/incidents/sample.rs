@@ -1,0 +1,382 @@
+//! What the incident engine takes of one analysed trace: its route, how
+//! long it took and whether it failed, its weight (the sampler's
+//! `sampling.adjusted_count`), its verdict, the values of the configured
+//! attributes, and the levels of the evidence joined to it. The same
+//! sample travels as the attributes of its `causeway.rca` log record, so a
+//! scaled-out tier's alerts instance rebuilds it from there.
+
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
+use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+use serde::{Deserialize, Serialize};
+
+use crate::correlate::model::trace::NOT_IN_BATCH;
+use crate::correlate::model::{Joined, TraceRow};
+
+/// Attributes a sample carries at most.
+const MAX_ATTRS: usize = 64;
+/// Evidence levels a sample carries at most.
+const MAX_LEVELS: usize = 48;
+/// String fields of a joined evidence row that name what it measures (the
+/// others are per-trace detail).
+const IDENTITY: &[&str] = &[
+    "system", "address", "host", "topic", "group", "queue", "vhost", "cluster", "stream",
+    "consumer", "instance",
+];
+/// Numeric fields of a joined row that are not levels.
+const NOT_LEVELS: &[&str] = &["time_unix_nano", "partitions", "port"];
+
+/// One analysed trace, as the incident engine sees it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// When it was analysed (ns since the epoch).
+    pub time_ns: u64,
+    /// When the trace started (ns).
+    pub start_ns: u64,
+    /// Hex trace id.
+    pub trace_id: String,
+    /// Its route.
+    pub route: String,
+    /// Root to last end (ms).
+    pub duration_ms: f64,
+    /// The request failed (5xx, 429, a failed root or entry span).
+    pub failed: bool,
+    /// Traces it stands for (the sampler's `sampling.adjusted_count`, else 1).
+    pub weight: f64,
+    /// Its cause.
+    pub cause: String,
+    /// The culprit service.
+    pub culprit_service: String,
+    /// The culprit's kind.
+    pub culprit_kind: String,
+    /// The service whose span the culprit is (where it happened).
+    pub at_service: String,
+    /// The configured attributes' values (`service.version` → `2.4.1`).
+    pub attrs: Vec<(String, String)>,
+    /// Levels of the evidence joined to it (`dependency redis 127.0.0.1:6379 miss_ratio` → 0.8).
+    pub levels: Vec<(String, f64)>,
+}
+
+/// Where a discriminator's value is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attr {
+    /// A resource attribute of any span.
+    Resource(String),
+    /// A span attribute of any span.
+    Span(String),
+    /// A field of the trace's gateway line.
+    Log(LogField),
+}
+
+/// The gateway line's fields a discriminator can read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogField {
+    /// `upstream`.
+    Upstream,
+    /// `rate_limit_rule`.
+    RateLimitRule,
+    /// `status`.
+    Status,
+    /// `response_flags`.
+    ResponseFlags,
+    /// `circuit_state`.
+    CircuitState,
+}
+
+impl Attr {
+    /// `resource.k`, `span.k`, `log.f`.
+    pub fn parse(s: &str) -> Option<Attr> {
+        if let Some(k) = s.strip_prefix("resource.").filter(|k| !k.is_empty()) {
+            return Some(Attr::Resource(k.to_string()));
+        }
+        if let Some(k) = s.strip_prefix("span.").filter(|k| !k.is_empty()) {
+            return Some(Attr::Span(k.to_string()));
+        }
+        Some(Attr::Log(match s.strip_prefix("log.")? {
+            "upstream" => LogField::Upstream,
+            "rate_limit_rule" => LogField::RateLimitRule,
+            "status" => LogField::Status,
+            "response_flags" => LogField::ResponseFlags,
+            "circuit_state" => LogField::CircuitState,
+            _ => return None,
+        }))
+    }
+
+    /// The name a value is reported under (`service.version`, `log.upstream`).
+    pub fn name(&self) -> String {
+        match self {
+            Attr::Resource(k) | Attr::Span(k) => k.clone(),
+            Attr::Log(f) => format!(
+                "log.{}",
+                match f {
+                    LogField::Upstream => "upstream",
+                    LogField::RateLimitRule => "rate_limit_rule",
+                    LogField::Status => "status",
+                    LogField::ResponseFlags => "response_flags",
+                    LogField::CircuitState => "circuit_state",
+                }
+            ),
+        }
+    }
+}
+
+/// A value as a discriminator compares it ("" for none).
+fn text(v: &AnyValue, key: &str) -> String {
+    match &v.value {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        Some(any_value::Value::IntValue(i)) if key == "gen_ai.usage.input_tokens" => bucket(*i),
+        Some(any_value::Value::IntValue(i)) => i.to_string(),
+        Some(any_value::Value::BoolValue(b)) => b.to_string(),
+        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// A token count's power-of-two bucket (`1024-2047`).
+fn bucket(n: i64) -> String {
+    if n <= 0 {
+        return "0".into();
+    }
+    let lo = 1i64 << (63 - n.leading_zeros());
+    format!("{lo}-{}", lo.saturating_mul(2) - 1)
+}
+
+fn find<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a AnyValue> {
+    attrs.iter().find(|kv| kv.key == key)?.value.as_ref()
+}
+
+/// The configured attributes' values over a trace's spans and gateway lines
+/// (each distinct pair once, at most [`MAX_ATTRS`]).
+pub fn attributes(rs: &[ResourceSpans], t: &TraceRow, wanted: &[Attr]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut push = |k: String, v: String| {
+        if !v.is_empty() && out.len() < MAX_ATTRS && !out.iter().any(|(a, b)| *a == k && *b == v) {
+            out.push((k, v));
+        }
+    };
+    for s in t.spans.iter().filter(|s| s.at != NOT_IN_BATCH) {
+        let (ri, si, pi) = s.at;
+        let Some(r) = rs.get(ri) else { continue };
+        let span = r.scope_spans.get(si).and_then(|sc| sc.spans.get(pi));
+        for a in wanted {
+            match a {
+                Attr::Resource(k) => {
+                    if let Some(v) = r.resource.as_ref().and_then(|res| find(&res.attributes, k)) {
+                        push(k.clone(), text(v, k));
+                    }
+                }
+                Attr::Span(k) => {
+                    if let Some(v) = span.and_then(|sp| find(&sp.attributes, k)) {
+                        push(k.clone(), text(v, k));
+                    }
+                }
+                Attr::Log(_) => {}
+            }
+        }
+    }
+    for l in t.logs.iter().filter(|l| l.gateway) {
+        for a in wanted {
+            if let Attr::Log(f) = a {
+                let v = match f {
+                    LogField::Upstream => l.upstream.clone(),
+                    LogField::RateLimitRule => l.rate_limit_rule.clone(),
+                    LogField::Status => l.status.map(|s| s.to_string()),
+                    LogField::ResponseFlags => l.response_flags.clone(),
+                    LogField::CircuitState => l.circuit_state.clone(),
+                };
+                if let Some(v) = v.filter(|v| !v.trim().is_empty() && v.trim() != "-") {
+                    push(a.name(), v);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The levels of the evidence joined to a trace: each numeric field of each
+/// joined row, named by the row's kind, the fields naming what it measures,
+/// and the field (`dependency redis 127.0.0.1:6379 miss_ratio`). A level
+/// seen twice (two spans to one server) keeps its largest value.
+pub fn levels(t: &TraceRow) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for j in &t.joined {
+        let Joined::Metric(kind, row) = j else {
+            continue;
+        };
+        let Some(obj) = row.as_object() else { continue };
+        let mut name = (*kind).to_string();
+        for k in IDENTITY {
+            if let Some(v) = obj
+                .get(*k)
+                .and_then(|v| v.as_str())
+                .filter(|v| !v.is_empty())
+            {
+                name.push(' ');
+                name.push_str(v);
+            }
+        }
+        for (k, v) in obj {
+            let Some(x) = v.as_f64().filter(|x| x.is_finite()) else {
+                continue;
+            };
+            if NOT_LEVELS.contains(&k.as_str()) || v.is_boolean() {
+                continue;
+            }
+            let key = format!("{name} {k}");
+            match out.iter().position(|(n, _)| *n == key) {
+                Some(at) => out[at].1 = out[at].1.max(x),
+                None if out.len() < MAX_LEVELS => out.push((key, x)),
+                None => {}
+            }
+        }
+    }
+    out
+}
+
+/// The `rca.*` attributes that carry a sample on its RCA record (besides
+/// the cause, route and culprit it has already).
+pub fn record_attributes(s: &Sample) -> Vec<KeyValue> {
+    let string = |k: &str, v: String| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v)),
+        }),
+        ..Default::default()
+    };
+    let mut out = vec![
+        KeyValue {
+            key: "rca.duration_ms".into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::DoubleValue(s.duration_ms)),
+            }),
+            ..Default::default()
+        },
+        KeyValue {
+            key: "rca.failed".into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::BoolValue(s.failed)),
+            }),
+            ..Default::default()
+        },
+        string("rca.culprit.at_service", s.at_service.clone()),
+    ];
+    if s.weight != 1.0 {
+        out.push(KeyValue {
+            key: "rca.weight".into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::DoubleValue(s.weight)),
+            }),
+            ..Default::default()
+        });
+    }
+    if !s.attrs.is_empty() {
+        let m: serde_json::Map<String, serde_json::Value> =
+            s.attrs
+                .iter()
+                .fold(serde_json::Map::new(), |mut m, (k, v)| {
+                    // Two values of one key (two spans): kept as a list.
+                    match m.get_mut(k) {
+                        Some(serde_json::Value::Array(a)) => a.push(v.clone().into()),
+                        Some(x) => *x = serde_json::Value::Array(vec![x.clone(), v.clone().into()]),
+                        None => {
+                            m.insert(k.clone(), v.clone().into());
+                        }
+                    }
+                    m
+                });
+        out.push(string(
+            "rca.attributes",
+            serde_json::Value::Object(m).to_string(),
+        ));
+    }
+    if !s.levels.is_empty() {
+        let m: serde_json::Map<String, serde_json::Value> = s
+            .levels
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+            .collect();
+        out.push(string(
+            "rca.levels",
+            serde_json::Value::Object(m).to_string(),
+        ));
+    }
+    out
+}
+
+/// A sample from a `causeway.rca` log record (`None`: not one, or one
+/// without a route).
+pub fn from_record(r: &LogRecord, now_ns: u64) -> Option<Sample> {
+    let get = |k: &str| find(&r.attributes, k).and_then(|v| v.value.as_ref());
+    let s = |k: &str| match get(k) {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        _ => String::new(),
+    };
+    let f = |k: &str| match get(k) {
+        Some(any_value::Value::DoubleValue(d)) => Some(*d),
+        Some(any_value::Value::IntValue(i)) => Some(*i as f64),
+        _ => None,
+    };
+    if s("event.name") != "causeway.rca" {
+        return None;
+    }
+    let route = s("rca.route_id");
+    if route.is_empty() {
+        return None;
+    }
+    let duration_ms = f("rca.duration_ms")?;
+    let mut attrs = Vec::new();
+    if let Ok(serde_json::Value::Object(m)) = serde_json::from_str(&s("rca.attributes")) {
+        for (k, v) in m {
+            match v {
+                serde_json::Value::String(x) => attrs.push((k, x)),
+                serde_json::Value::Array(a) => attrs.extend(
+                    a.into_iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .map(|x| (k.clone(), x)),
+                ),
+                _ => {}
+            }
+        }
+    }
+    let mut levels = Vec::new();
+    if let Ok(serde_json::Value::Object(m)) = serde_json::from_str(&s("rca.levels")) {
+        levels.extend(m.into_iter().filter_map(|(k, v)| Some((k, v.as_f64()?))));
+    }
+    attrs.truncate(MAX_ATTRS);
+    levels.truncate(MAX_LEVELS);
+    Some(Sample {
+        time_ns: now_ns,
+        start_ns: r.time_unix_nano.saturating_sub((duration_ms * 1e6) as u64),
+        trace_id: hex::encode(&r.trace_id),
+        route,
+        duration_ms,
+        failed: matches!(get("rca.failed"), Some(any_value::Value::BoolValue(true))),
+        weight: f("rca.weight")
+            .filter(|w| *w > 0.0 && w.is_finite())
+            .unwrap_or(1.0),
+        cause: s("rca.cause"),
+        culprit_service: s("rca.culprit.service"),
+        culprit_kind: s("rca.culprit.kind"),
+        at_service: s("rca.culprit.at_service"),
+        attrs,
+        levels,
+    })
+}
+
+/// The `sampling.adjusted_count` of a trace's spans (the sampler writes it
+/// on every span it kept probabilistically), else 1.
+pub fn weight(rs: &[ResourceSpans], t: &TraceRow) -> f64 {
+    let s = &t.spans[t.root];
+    let (ri, si, pi) = s.at;
+    rs.get(ri)
+        .and_then(|r| r.scope_spans.get(si))
+        .and_then(|sc| sc.spans.get(pi))
+        .and_then(|sp| find(&sp.attributes, "sampling.adjusted_count"))
+        .and_then(|v| match v.value {
+            Some(any_value::Value::DoubleValue(d)) => Some(d),
+            Some(any_value::Value::IntValue(i)) => Some(i as f64),
+            _ => None,
+        })
+        .filter(|w| *w >= 1.0 && w.is_finite())
+        .unwrap_or(1.0)
+}
