@@ -318,6 +318,7 @@ fn bench(c: &mut Criterion) {
         )
     });
     g.finish();
+    incidents(c, &st, &batch);
     let logs = gateway_logs(10_000);
     let mut g = c.benchmark_group("correlation_state");
     g.throughput(Throughput::Elements(10_000));
@@ -328,6 +329,87 @@ fn bench(c: &mut Criterion) {
             now += 1_000_000;
             st.add_logs(&logs, now);
         })
+    });
+    g.finish();
+}
+
+/// The incidents' share of a tick: the samples of its 1,000 traces
+/// (attributes, levels, weight) fed in; and the evaluation every
+/// `incidents.interval` over 10,000 routes (the `max_routes` default),
+/// each with a normal and a recent window.
+fn incidents(c: &mut Criterion, st: &Correlation, batch: &[ResourceSpans]) {
+    use causeway_processors::correlate::incidents::config::IncidentsConfig;
+    use causeway_processors::correlate::incidents::sample::{self, Attr, Sample};
+    use causeway_processors::correlate::incidents::Incidents;
+    let cfg = IncidentsConfig::default();
+    let attrs: Vec<Attr> = cfg
+        .attributes
+        .iter()
+        .filter_map(|a| Attr::parse(a))
+        .collect();
+    let mut rows = rows_of(batch, Some(&st.store.baselines), &Default::default());
+    let _ = join(st, &mut rows);
+    let samples = |rows: &[TraceRow], now: u64| -> Vec<Sample> {
+        rows.iter()
+            .map(|t| Sample {
+                time_ns: now,
+                start_ns: t.start_ns,
+                trace_id: t.trace_id.clone(),
+                route: t.route.clone().unwrap_or_default(),
+                duration_ms: t.duration_ms,
+                failed: t.failed,
+                weight: sample::weight(batch, t),
+                cause: "unknown".into(),
+                culprit_service: t.spans[t.culprit].service.to_string(),
+                culprit_kind: "service".into(),
+                at_service: t.spans[t.culprit].service.to_string(),
+                attrs: sample::attributes(batch, t, &attrs),
+                levels: sample::levels(t),
+            })
+            .collect()
+    };
+    let mut g = c.benchmark_group("incidents");
+    g.sample_size(20);
+    g.throughput(Throughput::Elements(1000));
+    let inc = Incidents::new(&cfg);
+    let mut now = T0;
+    g.bench_function("samples_and_feed_of_a_1000_trace_tick", |b| {
+        b.iter(|| {
+            now += 10_000_000;
+            inc.feed(samples(&rows, now));
+        })
+    });
+    // 10,000 routes, an hour of normal and a recent window each.
+    let inc = Incidents::new(&cfg);
+    let one = samples(&rows[..1], T0).remove(0);
+    let s = 1_000_000_000u64;
+    for t in (0..3600).step_by(10) {
+        for r in 0..10_000u64 {
+            let mut x = one.clone();
+            x.route = format!("route-{r}");
+            x.time_ns = T0 + t * s;
+            x.duration_ms = 100.0 + (r % 50) as f64;
+            inc.feed([x]);
+        }
+        inc.tick(T0 + (t + 10) * s);
+    }
+    // A recent window of 30 requests per route (enough to be compared).
+    for t in (3600..3630).step_by(10) {
+        for r in 0..10_000u64 {
+            let mut x = one.clone();
+            x.route = format!("route-{r}");
+            x.time_ns = T0 + t * s;
+            x.duration_ms = 100.0 + (r % 50) as f64;
+            inc.feed(std::iter::repeat_n(x, 10));
+        }
+    }
+    assert_eq!(inc.counts().routes, 10_000);
+    assert!(inc.tick(T0 + 3630 * s).is_empty());
+    g.throughput(Throughput::Elements(10_000));
+    // Evaluated again at the same moment: what each tick costs once the
+    // buckets have moved (nothing breaks, as on most ticks).
+    g.bench_function("evaluate_10000_routes", |b| {
+        b.iter(|| inc.tick(T0 + 3630 * s))
     });
     g.finish();
 }

@@ -1,4 +1,4 @@
-// causeway's built-in page: routes, causes, analysed traces and pipelines,
+// causeway's built-in page: incidents, routes, causes, analysed traces and pipelines,
 // read from the daemon's JSON API (/api/...) every few seconds.
 // Every value from the API reaches the page as a text node or an attribute
 // set through the DOM, never as HTML, so span names, attribute values and
@@ -89,7 +89,7 @@ async function render() {
   const r = route();
   for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.view === r.name || (r.name === 'trace' && a.dataset.view === 'traces'));
   try {
-    const views = { routes: routesView, causes: causesView, traces: tracesView, trace: traceView, pipelines: pipelinesView };
+    const views = { incidents: incidentsView, routes: routesView, causes: causesView, traces: tracesView, trace: traceView, pipelines: pipelinesView };
     const f = views[r.name];
     const node = f ? await f(r.arg) : h('p', { class: 'error' }, 'No such view: ' + r.name);
     view.replaceChildren(node);
@@ -166,6 +166,51 @@ async function routesView() {
   return h('div', {},
     h('h2', {}, 'Routes ', h('span', { class: 'muted' }, '(last ' + d.window_s + ' s, worst first; click a column to sort)')),
     table('routes', cols, d.routes, (r) => ({ 'data-route': r.route, 'data-cause': r.cause || '' })));
+}
+
+// Incidents per route: open first, each with its timeline, causes,
+// discriminators, what moved and exemplars (GET /api/incidents).
+async function incidentsView() {
+  const d = await api('incidents');
+  if (d.disabled) return h('div', {}, h('h2', {}, 'Incidents'), h('p', { class: 'muted' }, 'Incident detection is off (correlate.incidents.enabled: false).'));
+  if (!d.incidents.length) return h('div', {}, h('h2', {}, 'Incidents'), h('p', { class: 'muted' }, 'No incident: every route is within its normal and no SLO burns. A route has a normal once it has seen incidents.min_normal_requests requests.'));
+  const when = (ms) => ms ? fmt.time(ms) : '–';
+  const card = (i) => h('section', { class: 'incident ' + i.state, 'data-incident': i.id, 'data-route': i.route, 'data-state': i.state },
+    h('h3', {},
+      h('span', { class: i.state === 'open' ? 'bad' : 'ok' }, i.state === 'open' ? 'OPEN' : 'resolved'), ' ',
+      h('span', { class: 'route' }, i.route), ' ',
+      h('span', { class: 'muted' }, i.severity + ' · ' + i.reasons.join(', '))),
+    h('p', { class: 'summary' }, i.summary),
+    h('p', { class: 'muted timeline' },
+      'started ' + when(i.started_at) + ' · opened ' + when(i.opened_at) + (i.resolved_at ? ' · resolved ' + when(i.resolved_at) : '') +
+      ' · p' + Math.round(i.quantile * 100) + ' ' + fmt.ms(i.q_ms) + ' (normal ' + fmt.ms(i.normal_q_ms) + ')' +
+      ' · p99 ' + fmt.ms(i.p99_ms) + ' (normal ' + fmt.ms(i.normal_p99_ms) + ')' +
+      ' · failed ' + fmt.pct(i.error_share) + ' (normal ' + fmt.pct(i.normal_error_share) + ')' +
+      (i.slo ? ' · SLO ' + i.slo.slo + ' burning ' + fmt.n(i.slo.burn_rate) + '×, ' + fmt.pct(i.slo.budget_left) + ' of the budget left' : '')),
+    table('causes-' + i.id, [
+      { key: 'cause', label: 'Cause', cell: (c) => h('span', { class: 'cause' }, c.cause) },
+      { key: 'share', label: 'Share of slow/failed', num: true, cell: (c) => fmt.pct(c.share) },
+      { key: 'culprit_service', label: 'Culprit' },
+      { key: 'culprit_kind', label: 'Kind' },
+      { key: 'at_service', label: 'In' },
+    ], i.causes),
+    i.discriminators.length ? table('discriminators-' + i.id, [
+      { key: 'attribute', label: 'Attribute' },
+      { key: 'value', label: 'Value' },
+      { key: 'share_in', label: 'Slow/failed', num: true, cell: (x) => fmt.pct(x.share_in) },
+      { key: 'share_out', label: 'Normal', num: true, cell: (x) => fmt.pct(x.share_out) },
+      { key: 'lift', label: 'Lift', num: true, cell: (x) => fmt.n(x.lift) },
+    ], i.discriminators) : h('p', { class: 'muted' }, 'No attribute sets the slow or failed requests apart.'),
+    i.moved.length ? table('moved-' + i.id, [
+      { key: 'series', label: 'What moved', cls: 'wrap' },
+      { key: 'before', label: 'Before', num: true, cell: (x) => fmt.n(x.before) },
+      { key: 'during', label: 'During', num: true, cell: (x) => fmt.n(x.during) },
+    ], i.moved) : h('p', { class: 'muted' }, 'No joined evidence moved.'),
+    h('p', {}, 'Exemplars: ', i.exemplars.map((t) => h('a', { href: '#/trace/' + t, class: 'exemplar' }, t.slice(0, 12) + '… ')),
+      i.links.map((l) => h('a', { href: l.url, target: '_blank', rel: 'noopener' }, ' ' + l.name))));
+  return h('div', {},
+    h('h2', {}, 'Incidents ', h('span', { class: 'muted' }, '(open first, then the last resolved)')),
+    d.incidents.map(card));
 }
 
 async function causesView() {

@@ -33,6 +33,10 @@ pub struct Incident {
     pub opening_cause: String,
     /// What opened it: `latency`, `errors`, `slo`.
     pub reasons: Vec<String>,
+    /// The compared quantile (0.95).
+    pub quantile: f64,
+    /// The discriminating attributes in their configured order (ties go to the first).
+    pub attr_order: Vec<String>,
     /// The normal's compared quantile (ms) when it opened (0: none).
     pub normal_q_ms: f64,
     /// The normal's p99 (ms).
@@ -61,7 +65,7 @@ pub struct Incident {
     pub normal_attrs: HashMap<String, HashMap<String, f64>>,
     /// Evidence level → (sum, samples) before it (the normal's).
     pub before: HashMap<String, (f64, f64)>,
-    /// Evidence level → (sum, samples) since it began.
+    /// Evidence level → (sum, samples) of its slow or failed requests.
     pub during: HashMap<String, (f64, f64)>,
     /// (failed, ms, trace id) of the worst requests.
     pub exemplars: Vec<(bool, f64, String)>,
@@ -143,7 +147,7 @@ pub struct Moved {
     pub series: String,
     /// Its mean before the incident (over the route's normal traffic).
     pub before: f64,
-    /// Its mean since.
+    /// Its mean over the incident's slow or failed requests.
     pub during: f64,
 }
 
@@ -160,6 +164,8 @@ pub struct Explanation {
     pub exemplars: Vec<String>,
     /// p99 since it began (ms).
     pub p99_ms: f64,
+    /// The compared quantile since it began (ms).
+    pub q_ms: f64,
     /// Failed share since it began.
     pub error_share: f64,
 }
@@ -209,11 +215,14 @@ impl Incident {
             self.failed += s.weight;
         }
         self.hist.add(s.duration_ms, s.weight);
-        for (k, v) in &s.levels {
-            count_level(&mut self.during, k, *v, 1.0);
-        }
         if !self.is_bad(s) {
             return;
+        }
+        // The levels that came with the slow or failed requests (an
+        // incident stays open a while after its fault ends: the levels of
+        // its healthy requests then would water the move down).
+        for (k, v) in &s.levels {
+            count_level(&mut self.during, k, *v, 1.0);
         }
         self.bad += s.weight;
         self.started_ns = self.started_ns.min(s.start_ns.max(1));
@@ -297,13 +306,30 @@ impl Incident {
                 }
             }
         }
+        // Ranked by lift within a factor of two, then by share within five
+        // points: two attributes that set apart the same requests (a
+        // version and the address of the pods running it) tie even when a
+        // few requests lost the spans that carry one of them, and the one
+        // listed first in `attributes` comes first.
+        let rank = |k: &str| {
+            self.attr_order
+                .iter()
+                .position(|x| x == k)
+                .unwrap_or(usize::MAX)
+        };
+        let coarse = |d: &Discriminator| {
+            (
+                std::cmp::Reverse(d.lift.max(1.0).log2().floor() as i64),
+                std::cmp::Reverse((d.share_in * 20.0).round() as i64),
+                rank(&d.attribute),
+            )
+        };
         discriminators.sort_by(|a, b| {
-            b.lift
-                .partial_cmp(&a.lift)
-                .unwrap_or(std::cmp::Ordering::Equal)
+            coarse(a)
+                .cmp(&coarse(b))
                 .then(
-                    b.share_in
-                        .partial_cmp(&a.share_in)
+                    b.lift
+                        .partial_cmp(&a.lift)
                         .unwrap_or(std::cmp::Ordering::Equal),
                 )
                 .then_with(|| (&a.attribute, &a.value).cmp(&(&b.attribute, &b.value)))
@@ -347,6 +373,7 @@ impl Incident {
             moved: moved.into_iter().take(TOP).map(|(_, m)| m).collect(),
             exemplars: self.exemplars.iter().map(|e| e.2.clone()).collect(),
             p99_ms: self.hist.quantile(0.99).unwrap_or(0.0),
+            q_ms: self.hist.quantile(self.quantile).unwrap_or(0.0),
             error_share: if self.n > 0.0 {
                 self.failed / self.n
             } else {
@@ -357,7 +384,17 @@ impl Incident {
 
     /// The one-line summary.
     pub fn summary(&self, e: &Explanation) -> String {
-        let mut out = format!("{} p99 {}", self.route, duration(e.p99_ms));
+        let mut out = self.route.clone();
+        let q = format!("p{}", (self.quantile * 100.0).round() as i64);
+        if self.normal_n > 0.0 && q != "p99" {
+            // The compared quantile first: what opened it.
+            out.push_str(&format!(
+                " {q} {} (normal {}),",
+                duration(e.q_ms),
+                duration(self.normal_q_ms)
+            ));
+        }
+        out.push_str(&format!(" p99 {}", duration(e.p99_ms)));
         if self.normal_n > 0.0 {
             out.push_str(&format!(" (normal {})", duration(self.normal_p99_ms)));
         }
@@ -391,7 +428,7 @@ impl Incident {
         }
         if let Some(d) = e.discriminators.first() {
             out.push_str(&format!(
-                "; {}% of slow requests on {}={} ({}% of normal)",
+                "; {}% of slow or failed requests on {}={} ({}% of normal)",
                 pct(d.share_in),
                 d.attribute,
                 d.value,

@@ -111,6 +111,8 @@ struct Engine {
 /// The incident state of one `correlate` id.
 pub struct Incidents {
     cfg: IncidentsConfig,
+    /// The discriminators' names, in their configured order.
+    attr_order: Vec<String>,
     interval_ns: u64,
     shape: Shape,
     inner: Mutex<Engine>,
@@ -152,6 +154,12 @@ impl Incidents {
                 max_values: cfg.max_values,
             },
             interval_ns,
+            attr_order: cfg
+                .attributes
+                .iter()
+                .filter_map(|a| sample::Attr::parse(a))
+                .map(|a| a.name())
+                .collect(),
             inner: Mutex::new(Engine {
                 routes: HashMap::new(),
                 open,
@@ -321,6 +329,8 @@ impl Incidents {
                 slow_ms = slow_ms.min(l);
             }
             let mut i = Incident::open(name, now_ns, r.normal.as_ref(), slow_ms);
+            i.quantile = self.cfg.quantile;
+            i.attr_order = self.attr_order.clone();
             i.reasons = reasons.iter().map(|s| s.to_string()).collect();
             i.severity = self.cfg.severity.clone();
             if let Some(bu) = burn {
@@ -426,6 +436,12 @@ impl Incidents {
             .map_err(|x| x.to_string())
             .and_then(|bytes| {
                 let tmp = format!("{path}.tmp");
+                if let Some(dir) = std::path::Path::new(path)
+                    .parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                {
+                    std::fs::create_dir_all(dir).map_err(|x| x.to_string())?;
+                }
                 std::fs::write(&tmp, bytes)
                     .and_then(|_| std::fs::rename(&tmp, path))
                     .map_err(|x| x.to_string())
@@ -513,6 +529,9 @@ pub fn json_of(i: &Incident, e: &Explanation) -> serde_json::Value {
         "summary": i.summary(e),
         "cause": i.cause(e),
         "p99_ms": e.p99_ms,
+        "quantile": i.quantile,
+        "q_ms": e.q_ms,
+        "normal_q_ms": i.normal_q_ms,
         "normal_p99_ms": i.normal_p99_ms,
         "error_share": e.error_share,
         "normal_error_share": i.normal_error_share,

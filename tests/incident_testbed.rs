@@ -1,0 +1,532 @@
+//! Incidents per route on real software, with causeway's default incident
+//! settings: NGINX (Debian) as the gateway, Redis with Debian's
+//! redis_exporter, PostgreSQL, Node.js services under the stock
+//! OpenTelemetry SDK (`tests/testbed/incident.js`), and a real Alertmanager
+//! (Debian's `prometheus-alertmanager`) whose webhook notifications are
+//! what the test reads.
+//!
+//! Two versions of the catalog run side by side; 2.4.1 has a cache-key bug
+//! (the request id in the key), so every lookup it makes misses the warm
+//! Redis cache and falls back to a slow PostgreSQL read. For 60 s, NGINX
+//! sends 80% of the item route's requests to 2.4.1 (a canary by header),
+//! and the driver goes over NGINX's `limit_req` on the search route. A
+//! report route is slow (1.5 s) all along. The truth is what the services
+//! observed: the version that served each item request and whether Redis
+//! answered it, and the search requests the catalog served (one the limit
+//! turned away never reached it).
+//!
+//! Shown: the item route opens exactly one incident, whose dominant cause
+//! is `cache_miss_fallback` in the catalog, whose top discriminator is
+//! `service.version=2.4.1`, whose "what moved" names Redis's miss ratio (from
+//! its exporter), and which resolves after the fault; the search route
+//! opens a second one, separately, whose SLO (shrunk burn windows) pages
+//! through Alertmanager with the incident's summary and then resolves; the
+//! report route opens none; causeway is restarted while both are open and
+//! they are the same incidents after it.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::testbed::{postgres, spawn, wait_port, which};
+use common::*;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The incident records of a logs file: (state, attributes by key as text).
+fn incidents(path: &Path) -> Vec<BTreeMap<String, Value>> {
+    log_records(&read_jsonl(path))
+        .into_iter()
+        .filter(|(_, _, r)| {
+            attr(&r["attributes"], "event.name").and_then(|v| v["stringValue"].as_str())
+                == Some("causeway.incident")
+        })
+        .map(|(_, _, r)| {
+            r["attributes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|kv| {
+                    let v = &kv["value"];
+                    let v =
+                        v.get("stringValue")
+                            .cloned()
+                            .or_else(|| v.get("doubleValue").cloned())
+                            .or_else(|| {
+                                v.get("intValue").map(|i| {
+                                    Value::from(i.as_str().map_or_else(
+                                        || i.as_i64().unwrap(),
+                                        |s| s.parse().unwrap(),
+                                    ))
+                                })
+                            })
+                            .unwrap_or(Value::Null);
+                    (kv["key"].as_str().unwrap().to_string(), v)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn s<'a>(r: &'a BTreeMap<String, Value>, k: &str) -> &'a str {
+    r.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+#[test]
+fn a_canary_with_a_cache_key_bug_and_a_rate_limit_are_two_incidents_explained_paged_and_resolved() {
+    let testbed = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testbed");
+    assert!(
+        testbed
+            .join("node_modules/@opentelemetry/sdk-node")
+            .exists(),
+        "tests/testbed/node_modules is missing: scripts/test.sh runs `npm ci` there"
+    );
+    let mut dir = tempfile::tempdir().unwrap();
+    // CAUSEWAY_TESTBED_KEEP keeps the directory (logs, truth, incidents), pass or fail.
+    if std::env::var_os("CAUSEWAY_TESTBED_KEEP").is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("test bed directory: {}", dir.path().display());
+    }
+    let d = dir.path();
+    let (pg_port, redis_port, redis_exp, nginx_port, otlp_port) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let (stable_port, canary_port, am_port) = (free_port(), free_port(), free_port());
+    let _pg = postgres(d, pg_port, &[]);
+    let _redis = common::testbed::redis(d, redis_port);
+    let mut redis_exporter = spawn(
+        "redis_exporter",
+        Command::new(which(&["/usr/bin/prometheus-redis-exporter"])).args([
+            format!("-redis.addr=redis://127.0.0.1:{redis_port}"),
+            format!("-web.listen-address=127.0.0.1:{redis_exp}"),
+        ]),
+        d,
+    );
+    wait_port(redis_exp, "redis_exporter", &mut redis_exporter, d);
+
+    // Alertmanager, notifying a webhook here (firing and resolved).
+    let notes: Arc<Mutex<Vec<Value>>> = Default::default();
+    let n2 = notes.clone();
+    let hook = serve_in_thread(axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let n2 = n2.clone();
+            async move {
+                if let Ok(v) = serde_json::from_slice::<Value>(&body) {
+                    n2.lock().unwrap().push(v);
+                }
+                axum::http::StatusCode::OK
+            }
+        }),
+    ));
+    std::fs::write(
+        d.join("am.yml"),
+        format!(
+            r#"
+route:
+  receiver: hook
+  group_by: [alertname, route_id]
+  group_wait: 1s
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: hook
+    webhook_configs:
+      - url: "{hook}/hook"
+        send_resolved: true
+"#
+        ),
+    )
+    .unwrap();
+    let mut am = spawn(
+        "alertmanager",
+        Command::new(which(&["/usr/bin/prometheus-alertmanager"])).args([
+            format!("--config.file={}", d.join("am.yml").display()),
+            format!("--storage.path={}", d.join("am").display()),
+            format!("--web.listen-address=127.0.0.1:{am_port}"),
+            "--cluster.listen-address=".into(),
+        ]),
+        d,
+    );
+    wait_port(am_port, "alertmanager", &mut am, d);
+
+    // causeway: every incident setting at its default, but where open
+    // incidents are kept and one SLO (burn windows shrunk to seconds).
+    let config = |run: u32| {
+        format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{otlp_port}" }}
+  prometheus:
+    config:
+      global: {{ scrape_interval: 1s, scrape_timeout: 900ms }}
+      scrape_configs:
+        - job_name: redis
+          static_configs: [{{ targets: ["127.0.0.1:{redis_exp}"] }}]
+  gateway_log:
+    include: ["{{dir}}/access.log*"]
+    start_at: beginning
+    storage: "{{dir}}/gateway-checkpoints"
+    format: nginx
+    poll_interval: 50ms
+    resource: {{ service.name: nginx-gateway }}
+processors:
+  tail_sampling:
+    policies: [{{ name: all, type: always_sample }}]
+  correlate:
+    dependencies: {{ sample_interval: 1s }}
+    incidents:
+      state_file: "{{dir}}/incidents.json"
+      slos:
+        - name: search-availability
+          route: search
+          objective: 99
+          windows: [{{ severity: page, burn_rate: 14.4, long: 30s, short: 10s }}]
+exporters:
+  file/traces: {{ path: "{{dir}}/traces-{run}.jsonl" }}
+  file/logs: {{ path: "{{dir}}/logs-{run}.jsonl" }}
+  nop: {{}}
+  alertmanager: {{ endpoint: "http://127.0.0.1:{am_port}", retry_on_failure: {{ initial_interval: 100ms }} }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    logs: {{ receivers: [otlp, gateway_log], processors: [correlate], exporters: [file/logs, alertmanager] }}
+    metrics: {{ receivers: [prometheus], processors: [correlate], exporters: [nop] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        )
+    };
+    std::fs::create_dir(d.join("gateway-checkpoints")).unwrap();
+    let daemon = Daemon::start(d, "incidents-1", &config(1));
+
+    let nginx_conf = format!(
+        r#"
+daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/nginx-error.log;
+events {{ worker_connections 1024; }}
+http {{
+  client_body_temp_path {d}/nginx-body;
+  proxy_temp_path {d}/nginx-proxy;
+  fastcgi_temp_path {d}/nginx-fastcgi;
+  uwsgi_temp_path {d}/nginx-uwsgi;
+  scgi_temp_path {d}/nginx-scgi;
+  limit_req_zone $binary_remote_addr zone=search:1m rate=10r/s;
+  limit_req_status 429;
+  map $limit_req_status $rate_limit_rule {{ REJECTED "search-10rps"; default ""; }}
+  log_format gateway escape=json '{{"time_iso8601":"$time_iso8601","traceparent":"$http_traceparent",'
+    '"route_id":"$route_id","status_code":$status,"request_time":"$request_time",'
+    '"upstream_response_time":"$upstream_response_time","upstream_addr":"$upstream_addr",'
+    '"request_method":"$request_method","request_uri":"$request_uri","rate_limit_rule":"$rate_limit_rule"}}';
+  upstream catalog_stable {{ server 127.0.0.1:{stable_port}; }}
+  upstream catalog_canary {{ server 127.0.0.1:{canary_port}; }}
+  map $http_x_canary $catalog {{ "1" catalog_canary; default catalog_stable; }}
+  server {{
+    listen 127.0.0.1:{nginx_port};
+    access_log {d}/access.log gateway;
+    set $route_id "";
+    location /item/ {{ set $route_id catalog-item; proxy_pass http://$catalog; }}
+    location = /report {{ set $route_id report; proxy_pass http://catalog_stable; }}
+    location = /search {{ set $route_id search; limit_req zone=search; proxy_pass http://catalog_stable; }}
+  }}
+}}
+"#,
+        d = d.display()
+    );
+    let _nginx = common::testbed::nginx("nginx", d, &nginx_conf, nginx_port);
+
+    let truth = d.join("truth.jsonl");
+    let node = |role: &'static str, name: &'static str, port: u16, extra: &[(&str, &str)]| {
+        let mut c = Command::new("node");
+        c.current_dir(&testbed)
+            .args(["incident.js", role])
+            .env(
+                "OTEL_SERVICE_NAME",
+                if role == "driver" {
+                    "load-driver"
+                } else {
+                    "catalog"
+                },
+            )
+            .env(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{otlp_port}"),
+            )
+            .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+            .env("OTEL_METRICS_EXPORTER", "none")
+            .env("OTEL_LOGS_EXPORTER", "none")
+            .env("TRUTH_FILE", &truth)
+            .env("PORT", port.to_string())
+            .env("PG_PORT", pg_port.to_string())
+            .env("REDIS_PORT", redis_port.to_string())
+            .env("GATEWAY", format!("http://127.0.0.1:{nginx_port}"))
+            .env("HEALTHY_S", "100")
+            .env("FAULT_S", "60")
+            .env("AFTER_S", "100");
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        spawn(name, &mut c, d)
+    };
+    let mut stable = node(
+        "catalog",
+        "catalog-2.4.0",
+        stable_port,
+        &[
+            ("VERSION", "2.4.0"),
+            ("OTEL_RESOURCE_ATTRIBUTES", "service.version=2.4.0"),
+        ],
+    );
+    let mut canary = node(
+        "catalog",
+        "catalog-2.4.1",
+        canary_port,
+        &[
+            ("VERSION", "2.4.1"),
+            ("CACHE_KEY_BUG", "1"),
+            ("OTEL_RESOURCE_ATTRIBUTES", "service.version=2.4.1"),
+        ],
+    );
+    wait_port(stable_port, "catalog 2.4.0", &mut stable, d);
+    wait_port(canary_port, "catalog 2.4.1", &mut canary, d);
+    let mut driver = node("driver", "driver", 0, &[]);
+
+    // Both incidents open; then causeway restarts (SIGTERM, start again on
+    // the same state file) while they are.
+    let logs1 = d.join("logs-1.jsonl");
+    wait_for(Duration::from_secs(200), "both incidents opened", || {
+        let open: BTreeSet<String> = incidents(&logs1)
+            .iter()
+            .filter(|r| s(r, "incident.state") == "open")
+            .map(|r| s(r, "incident.route").to_string())
+            .collect();
+        open.contains("catalog-item") && open.contains("search")
+    });
+    let status = daemon.terminate();
+    assert!(status.success(), "causeway exited with {status}");
+    let daemon = Daemon::start(d, "incidents-2", &config(2));
+    common::testbed::wait_driver(&mut driver, d);
+    let logs2 = d.join("logs-2.jsonl");
+    wait_for(Duration::from_secs(150), "both incidents resolved", || {
+        let resolved: BTreeSet<String> = incidents(&logs2)
+            .iter()
+            .filter(|r| s(r, "incident.state") == "resolved")
+            .map(|r| s(r, "incident.route").to_string())
+            .collect();
+        resolved.contains("catalog-item") && resolved.contains("search")
+    });
+    wait_for(
+        Duration::from_secs(30),
+        "Alertmanager notified the page resolved",
+        || {
+            notes
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|n| n["status"] == "resolved" && n["commonLabels"]["route_id"] == "search")
+        },
+    );
+
+    // The truth: who served each item request, and whether Redis answered.
+    let mut served: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let mut search_served: BTreeSet<String> = BTreeSet::new();
+    let mut driven: Vec<(String, String, String, i64, i64)> = Vec::new();
+    for v in read_jsonl(&truth) {
+        let id = v["trace_id"].as_str().unwrap().to_string();
+        if let Some(ver) = v["version"].as_str() {
+            served.insert(
+                id,
+                (ver.to_string(), v["cache"].as_str().unwrap().to_string()),
+            );
+        } else if v["served"] == "search" {
+            search_served.insert(id);
+        } else if let Some(p) = v["path"].as_str() {
+            driven.push((
+                id,
+                p.to_string(),
+                v["phase"].as_str().unwrap().to_string(),
+                v["status"].as_i64().unwrap(),
+                v["t"].as_i64().unwrap(),
+            ));
+        }
+    }
+    let fault: Vec<&(String, String, String, i64, i64)> =
+        driven.iter().filter(|x| x.2 == "fault").collect();
+    let fault_from = fault.iter().map(|x| x.4).min().unwrap();
+    let fault_to = fault.iter().map(|x| x.4).max().unwrap();
+    let items = |phase: &str| -> (usize, usize) {
+        let xs: Vec<_> = driven
+            .iter()
+            .filter(|x| x.2 == phase && x.1.starts_with("/item/"))
+            .collect();
+        let cold = xs
+            .iter()
+            .filter(|x| served.get(&x.0) == Some(&("2.4.1".to_string(), "miss".to_string())))
+            .count();
+        (cold, xs.len())
+    };
+    let (cold, n) = items("fault");
+    assert!(
+        cold * 10 >= n * 7,
+        "during the fault {cold} of {n} item requests missed on 2.4.1"
+    );
+    let (cold, n) = items("healthy");
+    assert_eq!(cold, 0, "before the fault {cold} of {n} missed on 2.4.1");
+    assert!(
+        !driven
+            .iter()
+            .any(|x| x.2 == "healthy" && served.get(&x.0).is_some_and(|s| s.1 == "miss")),
+        "the warm keys were cold before the fault"
+    );
+    let searches: Vec<_> = fault.iter().filter(|x| x.1 == "/search").collect();
+    let turned_away = searches
+        .iter()
+        .filter(|x| !search_served.contains(&x.0))
+        .count();
+    assert!(
+        turned_away * 2 >= searches.len(),
+        "the limit turned away {turned_away} of {} searches",
+        searches.len()
+    );
+
+    // The incidents, over both runs of causeway.
+    let all: Vec<BTreeMap<String, Value>> = incidents(&logs1)
+        .into_iter()
+        .chain(incidents(&logs2))
+        .collect();
+    for r in &all {
+        eprintln!(
+            "{} {} {}",
+            s(r, "incident.state"),
+            s(r, "incident.route"),
+            s(r, "incident.summary")
+        );
+    }
+    let routes: BTreeSet<&str> = all.iter().map(|r| s(r, "incident.route")).collect();
+    assert_eq!(
+        routes,
+        BTreeSet::from(["catalog-item", "search"]),
+        "the report route, slow by nature, opened none; nothing else did"
+    );
+    let of = |route: &str| -> Vec<&BTreeMap<String, Value>> {
+        all.iter()
+            .filter(|r| s(r, "incident.route") == route)
+            .collect()
+    };
+    let (item, search) = (of("catalog-item"), of("search"));
+    for (route, rs) in [("catalog-item", &item), ("search", &search)] {
+        let ids: BTreeSet<&str> = rs.iter().map(|r| s(r, "incident.id")).collect();
+        assert_eq!(
+            ids.len(),
+            1,
+            "{route}: one incident across the restart ({ids:?})"
+        );
+        assert_eq!(
+            rs.iter()
+                .filter(|r| s(r, "incident.state") == "open")
+                .count(),
+            1,
+            "{route}: opened once"
+        );
+        let last = rs.last().unwrap();
+        assert_eq!(s(last, "incident.state"), "resolved", "{route}");
+        let opened = rs[0]["incident.started_at"].as_i64().unwrap();
+        assert!(
+            opened >= fault_from - 3_000 && opened <= fault_to,
+            "{route} started at {opened}, the fault was {fault_from}..{fault_to}"
+        );
+    }
+    assert_ne!(s(item[0], "incident.id"), s(search[0], "incident.id"));
+    // The item incident's explanation, as its last record before it resolved says it.
+    let e = item[item.len() - 2];
+    assert_eq!(s(e, "incident.cause"), "cache_miss_fallback", "{e:?}");
+    assert_eq!(s(e, "incident.culprit.at_service"), "catalog");
+    assert!(e["incident.cause_share"].as_f64().unwrap() >= 0.8, "{e:?}");
+    let disc: Value = serde_json::from_str(s(e, "incident.discriminators")).unwrap();
+    assert_eq!(disc[0]["attribute"], "service.version", "{disc}");
+    assert_eq!(disc[0]["value"], "2.4.1", "{disc}");
+    assert!(
+        disc[0]["share_in"].as_f64().unwrap() >= 0.8
+            && disc[0]["share_out"].as_f64().unwrap() < 0.05
+    );
+    let moved: Value = serde_json::from_str(s(e, "incident.moved")).unwrap();
+    let miss = moved
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            let n = m["series"].as_str().unwrap();
+            n.contains("redis") && n.ends_with(" miss_ratio")
+        })
+        .unwrap_or_else(|| panic!("no Redis miss ratio among what moved: {moved}"));
+    assert!(
+        miss["before"].as_f64().unwrap() < 0.1 && miss["during"].as_f64().unwrap() >= 0.5,
+        "{miss}"
+    );
+    for t in s(e, "incident.exemplars").split(',') {
+        assert_eq!(
+            served.get(t).map(|x| (x.0.as_str(), x.1.as_str())),
+            Some(("2.4.1", "miss")),
+            "exemplar {t}"
+        );
+    }
+    let summary = s(e, "incident.summary");
+    assert!(
+        summary.contains("cache_miss_fallback in catalog"),
+        "{summary}"
+    );
+    assert!(summary.contains("service.version=2.4.1"), "{summary}");
+    // The search incident: the limit, paged by its SLO.
+    let e = search[search.len() - 2];
+    assert_eq!(s(e, "incident.cause"), "rate_limited", "{e:?}");
+    assert_eq!(
+        s(&search[0].clone().clone(), "incident.slo"),
+        "search-availability"
+    );
+    assert_eq!(s(search[0], "incident.severity"), "page");
+    assert!(search[0]["incident.burn_rate"].as_f64().unwrap() >= 14.4);
+    let disc: Value = serde_json::from_str(s(e, "incident.discriminators")).unwrap();
+    assert!(
+        disc.as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["attribute"] == "log.rate_limit_rule" && x["value"] == "search-10rps"),
+        "{disc}"
+    );
+
+    // Alertmanager paged with the incident's summary, and resolved it.
+    let notes = notes.lock().unwrap().clone();
+    let page = notes
+        .iter()
+        .flat_map(|n| n["alerts"].as_array().unwrap().iter())
+        .find(|a| {
+            a["status"] == "firing"
+                && a["labels"]["alertname"] == "CausewayIncident"
+                && a["labels"]["route_id"] == "search"
+        })
+        .unwrap_or_else(|| panic!("no page: {notes:?}"));
+    assert_eq!(page["labels"]["severity"], "page");
+    assert_eq!(page["labels"]["cause"], "rate_limited");
+    assert!(
+        page["annotations"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("SLO search-availability burning"),
+        "{page}"
+    );
+    assert!(notes.iter().any(|n| n["status"] == "firing"
+        && n["commonLabels"]["route_id"] == "catalog-item"
+        && n["commonLabels"]["severity"] == "warning"));
+    drop(daemon);
+}
