@@ -528,5 +528,38 @@ http {{
     assert!(notes.iter().any(|n| n["status"] == "firing"
         && n["commonLabels"]["route_id"] == "catalog-item"
         && n["commonLabels"]["severity"] == "warning"));
+    // The page: the Incidents view draws both, resolved, with their explanation.
+    let (st, body) = http_get(&daemon.telemetry, "/api/incidents").unwrap();
+    assert_eq!(st, 200);
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    let ids: BTreeSet<&str> = listed["incidents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["state"] == "resolved")
+        .filter_map(|i| i["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        BTreeSet::from([s(item[0], "incident.id"), s(search[0], "incident.id")]),
+        "{listed}"
+    );
+    let dom = chromium(
+        &format!("http://{}/#/incidents", daemon.telemetry),
+        8000,
+        None,
+    );
+    for want in [
+        r#"data-route="catalog-item" data-state="resolved""#,
+        r#"data-route="search" data-state="resolved""#,
+        "service.version",
+        "search-availability",
+        "cache_miss_fallback",
+    ] {
+        assert!(
+            dom.contains(want),
+            "the Incidents view lacks {want}:\n{dom}"
+        );
+    }
     drop(daemon);
 }

@@ -13,8 +13,6 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const PIPELINE: &str = r#"
@@ -40,39 +38,6 @@ service:
     metrics: { receivers: [otlp], processors: [correlate], exporters: [file] }
   telemetry: { metrics: { address: "{telemetry}" } }
 "#;
-
-/// The page at `url` after its scripts ran for `budget_ms` of virtual time:
-/// the DOM, or a screenshot written to `shot`.
-fn chromium(url: &str, budget_ms: u64, shot: Option<&Path>) -> String {
-    let profile = tempfile::tempdir().unwrap();
-    let mut c = Command::new("chromium");
-    c.args([
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--hide-scrollbars",
-        "--window-size=1500,1000",
-    ])
-    .arg(format!("--user-data-dir={}", profile.path().display()))
-    .arg(format!("--virtual-time-budget={budget_ms}"));
-    match shot {
-        Some(p) => c.arg(format!("--screenshot={}", p.display())),
-        None => c.arg("--dump-dom"),
-    };
-    let out = c
-        .arg(url)
-        .output()
-        .expect("chromium (Debian's; scripts/test.sh installs it)");
-    assert!(
-        out.status.success(),
-        "chromium {url}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn api(addr: &str, path: &str) -> (u16, Value) {
     let (st, body) = http_get(addr, path).unwrap_or((0, String::new()));

@@ -411,6 +411,29 @@ fn incidents(c: &mut Criterion, st: &Correlation, batch: &[ResourceSpans]) {
     g.bench_function("evaluate_10000_routes", |b| {
         b.iter(|| inc.tick(T0 + 3630 * s))
     });
+    // The steady state: each interval, every route gets a new bucket and
+    // its oldest recent bucket enters its normal (1,000 routes, three
+    // requests each per interval, then the evaluation).
+    let inc = Incidents::new(&cfg);
+    let mut t = 0u64;
+    let interval = |inc: &Incidents, t: &mut u64| {
+        for r in 0..1_000u64 {
+            let mut x = one.clone();
+            x.route = format!("route-{r}");
+            x.time_ns = T0 + *t * s;
+            x.duration_ms = 100.0 + (r % 50) as f64;
+            inc.feed(std::iter::repeat_n(x, 3));
+        }
+        *t += 10;
+        inc.tick(T0 + *t * s)
+    };
+    while t < 3600 {
+        interval(&inc, &mut t);
+    }
+    g.throughput(Throughput::Elements(1_000));
+    g.bench_function("interval_of_1000_routes_feed_rotate_evaluate", |b| {
+        b.iter(|| interval(&inc, &mut t))
+    });
     g.finish();
 }
 

@@ -468,3 +468,36 @@ pub fn https(cfg: rustls::ClientConfig) -> reqwest::blocking::Client {
         .build()
         .expect("test TLS material")
 }
+
+/// The page at `url` after its scripts ran for `budget_ms` of virtual time:
+/// the DOM, or a screenshot written to `shot`.
+pub fn chromium(url: &str, budget_ms: u64, shot: Option<&Path>) -> String {
+    let profile = tempfile::tempdir().expect("chromium profile dir");
+    let mut c = Command::new("chromium");
+    c.args([
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--window-size=1500,1000",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()))
+    .arg(format!("--virtual-time-budget={budget_ms}"));
+    match shot {
+        Some(p) => c.arg(format!("--screenshot={}", p.display())),
+        None => c.arg("--dump-dom"),
+    };
+    let out = c
+        .arg(url)
+        .output()
+        .expect("chromium (Debian's; scripts/test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "chromium {url}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -59,6 +59,18 @@ impl Hist {
         }
     }
 
+    /// Take another's weights out (none goes below 0).
+    pub fn sub(&mut self, o: &Hist) {
+        for (a, b) in self.w.iter_mut().zip(&o.w) {
+            *a = (*a - b).max(0.0);
+        }
+    }
+
+    /// Empty it, keeping its memory.
+    pub fn clear(&mut self) {
+        self.w.iter_mut().for_each(|x| *x = 0.0);
+    }
+
     /// The total weight.
     pub fn total(&self) -> f64 {
         self.w.iter().map(|x| f64::from(*x)).sum()

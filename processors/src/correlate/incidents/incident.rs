@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
 use super::hist::Hist;
-use super::route::{count_attr, count_level, Normal, OTHER};
+use super::route::{count_attr, count_level, Agg, Normal, OTHER};
 use super::sample::Sample;
 use super::slo::Burn;
 
@@ -181,7 +181,12 @@ const MIN_MOVE: f64 = 0.25;
 
 impl Incident {
     /// A new incident against `normal` (or none: an SLO opened it).
-    pub fn open(route: &str, now_ns: u64, normal: Option<&Normal>, slow_ms: f64) -> Incident {
+    pub fn open(
+        route: &str,
+        now_ns: u64,
+        normal: Option<(&Normal, Agg)>,
+        slow_ms: f64,
+    ) -> Incident {
         let mut i = Incident {
             id: String::new(),
             route: route.to_string(),
@@ -192,13 +197,13 @@ impl Incident {
             slow_ms,
             ..Default::default()
         };
-        if let Some(n) = normal {
+        if let Some((n, detail)) = normal {
             i.normal_q_ms = n.q_ms;
             i.normal_p99_ms = n.p99_ms;
             i.normal_error_share = n.error_share;
             i.normal_n = n.n;
-            i.normal_attrs = n.agg.attrs.clone();
-            i.before = n.agg.levels.clone();
+            i.normal_attrs = detail.attrs;
+            i.before = detail.levels;
         }
         i
     }

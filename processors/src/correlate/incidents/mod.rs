@@ -284,8 +284,13 @@ impl Incidents {
                 gone.push(name.clone());
                 continue;
             }
-            let (n, failed, hist) = r.recent();
+            let (n, failed) = r.recent_counts();
             let burn = burns.get(name);
+            if !open && burn.is_none() && (n < self.cfg.min_requests || r.normal.is_none()) {
+                // Nothing to compare (most routes, most ticks): no histogram merged.
+                continue;
+            }
+            let hist = r.recent_hist();
             if let Some(i) = e.open.get_mut(name) {
                 if let Some(bu) = burn {
                     i.burn = Some(BurnState::from(bu));
@@ -294,7 +299,7 @@ impl Incidents {
                 let breaking = self.breaks(
                     n,
                     failed,
-                    &hist,
+                    hist,
                     i.normal_q_ms,
                     i.normal_error_share,
                     i.normal_n,
@@ -316,7 +321,7 @@ impl Incidents {
                 .normal
                 .as_ref()
                 .map_or((0.0, 0.0, 0.0), |x| (x.q_ms, x.error_share, x.n));
-            let reasons = self.breaks(n, failed, &hist, nq, ne, nn);
+            let reasons = self.breaks(n, failed, hist, nq, ne, nn);
             if reasons.is_empty() && burn.is_none() {
                 continue;
             }
@@ -328,7 +333,14 @@ impl Incidents {
             if let Some(l) = burn.and_then(|bu| bu.latency_ms) {
                 slow_ms = slow_ms.min(l);
             }
-            let mut i = Incident::open(name, now_ns, r.normal.as_ref(), slow_ms);
+            let mut i = Incident::open(
+                name,
+                now_ns,
+                r.normal
+                    .as_ref()
+                    .map(|n| (n, r.detail(self.cfg.max_values))),
+                slow_ms,
+            );
             i.quantile = self.cfg.quantile;
             i.attr_order = self.attr_order.clone();
             i.reasons = reasons.iter().map(|s| s.to_string()).collect();

@@ -118,8 +118,6 @@ pub struct Normal {
     pub p99_ms: f64,
     /// Failed share.
     pub error_share: f64,
-    /// All of it (for the discriminators and the levels before).
-    pub agg: Agg,
 }
 
 /// A route's statistics.
@@ -127,6 +125,9 @@ pub struct Normal {
 pub struct Route {
     /// (bucket number, its requests), oldest first.
     ring: VecDeque<(u64, Agg)>,
+    /// The ring's requests, failures and latencies, kept as buckets come
+    /// and go (the evaluation reads one histogram, not one per bucket).
+    recent: (f64, f64, Hist),
     /// The normal's generations: (first bucket, requests), older first.
     gens: [(u64, Agg); 2],
     /// The normal, remade when a generation changes.
@@ -156,18 +157,34 @@ impl Route {
     /// Count a request in bucket `b`.
     pub fn add(&mut self, b: u64, s: &Sample, shape: &Shape) {
         self.last_seen = self.last_seen.max(b);
-        match self.ring.back_mut() {
-            Some((x, agg)) if *x == b => agg.add(s, shape.max_values, true),
+        let added = match self.ring.back_mut() {
+            Some((x, agg)) if *x == b => {
+                agg.add(s, shape.max_values, true);
+                true
+            }
             Some((x, _)) if *x > b => {
-                if let Some((_, agg)) = self.ring.iter_mut().rev().find(|(x, _)| *x <= b) {
-                    agg.add(s, shape.max_values, true);
+                match self.ring.iter_mut().rev().find(|(x, _)| *x <= b) {
+                    Some((_, agg)) => {
+                        agg.add(s, shape.max_values, true);
+                        true
+                    }
+                    // Older than the window: not counted.
+                    None => false,
                 }
             }
             _ => {
                 let mut agg = Agg::default();
                 agg.add(s, shape.max_values, true);
                 self.ring.push_back((b, agg));
+                true
             }
+        };
+        if added {
+            self.recent.0 += s.weight;
+            if s.failed {
+                self.recent.1 += s.weight;
+            }
+            self.recent.2.add(s.duration_ms, s.weight);
         }
     }
 
@@ -182,6 +199,15 @@ impl Route {
             let Some((b, agg)) = self.ring.pop_front() else {
                 break;
             };
+            if self.ring.is_empty() {
+                self.recent.0 = 0.0;
+                self.recent.1 = 0.0;
+                self.recent.2.clear();
+            } else {
+                self.recent.0 = (self.recent.0 - agg.n).max(0.0);
+                self.recent.1 = (self.recent.1 - agg.failed).max(0.0);
+                self.recent.2.sub(&agg.hist);
+            }
             if frozen {
                 continue;
             }
@@ -199,22 +225,37 @@ impl Route {
             changed = true;
         }
         if changed {
-            let mut agg = self.gens[0].1.clone();
-            agg.merge(&self.gens[1].1, shape.max_values);
-            self.normal = (agg.n >= shape.min_normal).then(|| Normal {
-                n: agg.n,
-                q_ms: agg.hist.quantile(shape.quantile).unwrap_or(0.0),
-                p99_ms: agg.hist.quantile(0.99).unwrap_or(0.0),
-                error_share: agg.error_share(),
-                agg,
+            // The numbers only: the attribute values and levels are merged
+            // when an incident opens (`detail`), not at every bucket.
+            let (g0, g1) = (&self.gens[0].1, &self.gens[1].1);
+            let n = g0.n + g1.n;
+            let mut hist = g0.hist.clone();
+            hist.merge(&g1.hist);
+            self.normal = (n >= shape.min_normal).then(|| Normal {
+                n,
+                q_ms: hist.quantile(shape.quantile).unwrap_or(0.0),
+                p99_ms: hist.quantile(0.99).unwrap_or(0.0),
+                error_share: (g0.failed + g1.failed) / n,
             });
             self.established |= self.normal.is_some();
         }
     }
 
-    /// The recent window's requests, failures and latencies.
-    pub fn recent(&self) -> (f64, f64, Hist) {
-        self.recent_since(0)
+    /// The normal's attribute values and evidence levels.
+    pub fn detail(&self, max_values: usize) -> Agg {
+        let mut agg = self.gens[0].1.clone();
+        agg.merge(&self.gens[1].1, max_values);
+        agg
+    }
+
+    /// The recent window's requests and failures.
+    pub fn recent_counts(&self) -> (f64, f64) {
+        (self.recent.0, self.recent.1)
+    }
+
+    /// The recent window's latencies.
+    pub fn recent_hist(&self) -> &Hist {
+        &self.recent.2
     }
 
     /// Those of the recent window's buckets from bucket `from` on.

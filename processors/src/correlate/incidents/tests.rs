@@ -383,3 +383,178 @@ fn a_corrupt_state_file_starts_empty_and_is_replaced() {
         serde_json::from_slice(&std::fs::read(dir.path().join("incidents.json")).unwrap()).unwrap();
     assert_eq!(kept.len(), 1);
 }
+
+#[test]
+fn a_trace_gives_its_weight_attributes_and_levels() {
+    use crate::correlate::analysis::trace::{traces, RouteMap};
+    use crate::correlate::model::{Joined, LogEvidence};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    let s = |k: &str, v: &str| kv(k, any_value::Value::StringValue(v.into()));
+    let i = |k: &str, v: i64| kv(k, any_value::Value::IntValue(v));
+    let tid = vec![7u8; 16];
+    let span = |id: u8, parent: u8, kind: i32, attrs: Vec<KeyValue>| Span {
+        trace_id: tid.clone(),
+        span_id: vec![0, 0, 0, 0, 0, 0, 0, id],
+        parent_span_id: if parent == 0 {
+            vec![]
+        } else {
+            vec![0, 0, 0, 0, 0, 0, 0, parent]
+        },
+        name: format!("s{id}"),
+        kind,
+        start_time_unix_nano: 1_000_000_000,
+        end_time_unix_nano: 1_500_000_000,
+        attributes: attrs,
+        ..Default::default()
+    };
+    let res = |attrs: Vec<KeyValue>, spans: Vec<Span>| ResourceSpans {
+        resource: Some(Resource {
+            attributes: attrs,
+            ..Default::default()
+        }),
+        scope_spans: vec![ScopeSpans {
+            spans,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let rs = vec![
+        res(
+            vec![s("service.name", "catalog"), s("service.version", "2.4.1")],
+            vec![span(
+                1,
+                0,
+                2,
+                vec![
+                    s("http.request.method", "GET"),
+                    s("http.route", "/item/:id"),
+                    kv(
+                        "sampling.adjusted_count",
+                        any_value::Value::DoubleValue(10.0),
+                    ),
+                ],
+            )],
+        ),
+        res(
+            vec![s("service.name", "chat"), s("host.name", "gpu-3")],
+            vec![span(
+                2,
+                1,
+                3,
+                vec![
+                    s("gen_ai.request.model", "llama-3"),
+                    i("gen_ai.usage.input_tokens", 3000),
+                    s("http.request.method", "GET"),
+                ],
+            )],
+        ),
+    ];
+    let mut t = traces(&rs, None, &RouteMap::default()).remove(0);
+    t.logs.push(std::sync::Arc::new(LogEvidence {
+        gateway: true,
+        upstream: Some("10.0.0.9:8080".into()),
+        rate_limit_rule: Some("-".into()),
+        status: Some(200),
+        ..Default::default()
+    }));
+    t.joined.push(Joined::Metric(
+        "dependency",
+        serde_json::json!({"span_id": "ab", "system": "redis", "address": "10.0.0.5:6379",
+            "miss_ratio": 0.8, "up": 1.0, "time_unix_nano": 5, "locks_by_mode": "x=1"}),
+    ));
+    t.joined.push(Joined::Metric(
+        "dependency",
+        serde_json::json!({"system": "redis", "address": "10.0.0.5:6379", "miss_ratio": 0.9}),
+    ));
+    assert_eq!(sample::weight(&rs, &t), 10.0);
+    let wanted: Vec<sample::Attr> = config::attributes()
+        .iter()
+        .filter_map(|a| sample::Attr::parse(a))
+        .collect();
+    let mut attrs = sample::attributes(&rs, &t, &wanted);
+    attrs.sort();
+    let pairs: Vec<(&str, &str)> = attrs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        pairs,
+        vec![
+            ("gen_ai.request.model", "llama-3"),
+            ("gen_ai.usage.input_tokens", "2048-4095"),
+            ("host.name", "gpu-3"),
+            ("http.request.method", "GET"),
+            ("log.status", "200"),
+            ("log.upstream", "10.0.0.9:8080"),
+            ("service.version", "2.4.1"),
+        ],
+        "each pair once, `-` is no value"
+    );
+    let mut levels = sample::levels(&t);
+    levels.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        levels,
+        vec![
+            ("dependency redis 10.0.0.5:6379 miss_ratio".to_string(), 0.9),
+            ("dependency redis 10.0.0.5:6379 up".to_string(), 1.0),
+        ],
+        "identity fields name a level, per-trace detail does not; the larger of two"
+    );
+    assert!(sample::Attr::parse("log.client").is_none());
+    assert!(sample::Attr::parse("span.").is_none());
+    assert!(IncidentsConfig {
+        attributes: vec!["service.version".into()],
+        ..Default::default()
+    }
+    .validate()
+    .iter()
+    .any(|e| e.to_string().contains("incidents.attributes[0]")));
+}
+
+#[test]
+fn the_recent_window_kept_as_buckets_come_and_go_equals_its_buckets() {
+    use super::route::{Route, Shape};
+    let shape = Shape {
+        recent: 6,
+        generation: 180,
+        quantile: 0.95,
+        min_normal: 100.0,
+        max_values: 32,
+    };
+    let mut r = Route::default();
+    let mut all: Vec<(u64, Sample)> = Vec::new();
+    for b in 0..40u64 {
+        for k in 0..7u64 {
+            let mut s = sample(1000 + b * 10, "x", (1 + (b * 7 + k) % 97) as f64 * 13.0);
+            s.failed = k == 3;
+            s.weight = 1.0 + (k % 3) as f64 * 0.5;
+            r.add(b, &s, &shape);
+            all.push((b, s));
+        }
+        // A late one for a bucket that left the window is not counted.
+        if b >= 10 {
+            r.add(b - 10, &sample(1000 + b * 10, "x", 5.0), &shape);
+        }
+        r.rotate(b, false, &shape);
+        let inside: Vec<&Sample> = all
+            .iter()
+            .filter(|(x, _)| x + 6 > b && *x <= b)
+            .map(|(_, s)| s)
+            .collect();
+        let n: f64 = inside.iter().map(|s| s.weight).sum();
+        let f: f64 = inside.iter().filter(|s| s.failed).map(|s| s.weight).sum();
+        let mut h = super::hist::Hist::default();
+        inside.iter().for_each(|s| h.add(s.duration_ms, s.weight));
+        let (rn, rf) = r.recent_counts();
+        assert!(
+            (rn - n).abs() < 1e-6 && (rf - f).abs() < 1e-6,
+            "bucket {b}: {rn} {rf} vs {n} {f}"
+        );
+        assert_eq!(
+            r.recent_hist().quantile(0.95),
+            h.quantile(0.95),
+            "bucket {b}"
+        );
+    }
+}
