@@ -208,27 +208,13 @@ service:
     std::fs::create_dir(d.join("gateway-checkpoints")).unwrap();
     let daemon = Daemon::start(d, "incidents-1", &config(1));
 
-    let nginx_conf = format!(
-        r#"
-daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/nginx-error.log;
-events {{ worker_connections 1024; }}
-http {{
-  client_body_temp_path {d}/nginx-body;
-  proxy_temp_path {d}/nginx-proxy;
-  fastcgi_temp_path {d}/nginx-fastcgi;
-  uwsgi_temp_path {d}/nginx-uwsgi;
-  scgi_temp_path {d}/nginx-scgi;
-  limit_req_zone $binary_remote_addr zone=search:1m rate=10r/s;
+    let nginx_conf = common::testbed::nginx_gateway_conf(
+        d,
+        1024,
+        &format!(
+            r#"  limit_req_zone $binary_remote_addr zone=search:1m rate=10r/s;
   limit_req_status 429;
   map $limit_req_status $rate_limit_rule {{ REJECTED "search-10rps"; default ""; }}
-  log_format gateway escape=json '{{"time_iso8601":"$time_iso8601","traceparent":"$http_traceparent",'
-    '"route_id":"$route_id","status_code":$status,"request_time":"$request_time",'
-    '"upstream_response_time":"$upstream_response_time","upstream_addr":"$upstream_addr",'
-    '"request_method":"$request_method","request_uri":"$request_uri","rate_limit_rule":"$rate_limit_rule"}}';
   upstream catalog_stable {{ server 127.0.0.1:{stable_port}; }}
   upstream catalog_canary {{ server 127.0.0.1:{canary_port}; }}
   map $http_x_canary $catalog {{ "1" catalog_canary; default catalog_stable; }}
@@ -239,10 +225,9 @@ http {{
     location /item/ {{ set $route_id catalog-item; proxy_pass http://$catalog; }}
     location = /report {{ set $route_id report; proxy_pass http://catalog_stable; }}
     location = /search {{ set $route_id search; limit_req zone=search; proxy_pass http://catalog_stable; }}
-  }}
-}}
-"#,
-        d = d.display()
+  }}"#,
+            d = d.display()
+        ),
     );
     let _nginx = common::testbed::nginx("nginx", d, &nginx_conf, nginx_port);
 

@@ -116,28 +116,14 @@ service:
     let _daemon = Daemon::start(d, "testbed", &config);
 
     // NGINX as the API gateway: route ids, a rate limit, a read timeout, a dead upstream.
-    let nginx_conf = format!(
-        r#"
-daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/nginx-error.log;
-events {{ worker_connections 256; }}
-http {{
-  client_body_temp_path {d}/nginx-body;
-  proxy_temp_path {d}/nginx-proxy;
-  fastcgi_temp_path {d}/nginx-fastcgi;
-  uwsgi_temp_path {d}/nginx-uwsgi;
-  scgi_temp_path {d}/nginx-scgi;
-  limit_req_zone $binary_remote_addr zone=perip:1m rate=2r/s;
+    let nginx_conf = common::testbed::nginx_gateway_conf(
+        d,
+        256,
+        &format!(
+            r#"  limit_req_zone $binary_remote_addr zone=perip:1m rate=2r/s;
   limit_req_zone $binary_remote_addr zone=perip2:1m rate=2r/s;
   limit_req_status 429;
   map $limit_req_status $rate_limit_rule {{ REJECTED "perip-2rps"; default ""; }}
-  log_format gateway escape=json '{{"time_iso8601":"$time_iso8601","traceparent":"$http_traceparent",'
-    '"route_id":"$route_id","status_code":$status,"request_time":"$request_time",'
-    '"upstream_response_time":"$upstream_response_time","upstream_addr":"$upstream_addr",'
-    '"request_method":"$request_method","request_uri":"$request_uri","rate_limit_rule":"$rate_limit_rule"}}';
   upstream shop {{ server 127.0.0.1:{shop_port}; }}
   server {{
     listen 127.0.0.1:{nginx_port};
@@ -155,10 +141,9 @@ http {{
     location = /quote {{ set $route_id quote; proxy_pass http://shop; }}
     location = /busy {{ set $route_id busy; proxy_pass http://127.0.0.1:{pricing_port}/busy; }}
     location = /dead {{ set $route_id dead; proxy_pass http://127.0.0.1:{dead_port}; }}
-  }}
-}}
-"#,
-        d = d.display()
+  }}"#,
+            d = d.display()
+        ),
     );
     let _nginx = nginx("nginx", d, &nginx_conf, nginx_port);
 

@@ -339,7 +339,7 @@ fn bench(c: &mut Criterion) {
 /// each with a normal and a recent window.
 fn incidents(c: &mut Criterion, st: &Correlation, batch: &[ResourceSpans]) {
     use causeway_processors::correlate::incidents::config::IncidentsConfig;
-    use causeway_processors::correlate::incidents::sample::{self, Attr, Sample};
+    use causeway_processors::correlate::incidents::sample::{Attr, Sample};
     use causeway_processors::correlate::incidents::Incidents;
     let cfg = IncidentsConfig::default();
     let attrs: Vec<Attr> = cfg
@@ -351,21 +351,7 @@ fn incidents(c: &mut Criterion, st: &Correlation, batch: &[ResourceSpans]) {
     let _ = join(st, &mut rows);
     let samples = |rows: &[TraceRow], now: u64| -> Vec<Sample> {
         rows.iter()
-            .map(|t| Sample {
-                time_ns: now,
-                start_ns: t.start_ns,
-                trace_id: t.trace_id.clone(),
-                route: t.route.clone().unwrap_or_default(),
-                duration_ms: t.duration_ms,
-                failed: t.failed,
-                weight: sample::weight(batch, t),
-                cause: "unknown".into(),
-                culprit_service: t.spans[t.culprit].service.to_string(),
-                culprit_kind: "service".into(),
-                at_service: t.spans[t.culprit].service.to_string(),
-                attrs: sample::attributes(batch, t, &attrs),
-                levels: sample::levels(t),
-            })
+            .map(|t| Sample::of(batch, t, now, ("unknown", "", "service", t.culprit), &attrs))
             .collect()
     };
     let mut g = c.benchmark_group("incidents");

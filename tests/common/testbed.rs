@@ -164,6 +164,36 @@ pub fn wait_driver(driver: &mut Proc, d: &Path) {
     );
 }
 
+/// An NGINX configuration for a gateway in `d`: one worker in the
+/// foreground, its temporary paths in `d`, the `gateway` JSON access log
+/// format (with `traceparent`, `route_id` and `rate_limit_rule`), and `http`
+/// (rate-limit zones, upstreams, servers) inside the `http` block.
+pub fn nginx_gateway_conf(d: &Path, connections: u32, http: &str) -> String {
+    format!(
+        r#"
+daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/nginx-error.log;
+events {{ worker_connections {connections}; }}
+http {{
+  client_body_temp_path {d}/nginx-body;
+  proxy_temp_path {d}/nginx-proxy;
+  fastcgi_temp_path {d}/nginx-fastcgi;
+  uwsgi_temp_path {d}/nginx-uwsgi;
+  scgi_temp_path {d}/nginx-scgi;
+  log_format gateway escape=json '{{"time_iso8601":"$time_iso8601","traceparent":"$http_traceparent",'
+    '"route_id":"$route_id","status_code":$status,"request_time":"$request_time",'
+    '"upstream_response_time":"$upstream_response_time","upstream_addr":"$upstream_addr",'
+    '"request_method":"$request_method","request_uri":"$request_uri","rate_limit_rule":"$rate_limit_rule"}}';
+{http}
+}}
+"#,
+        d = d.display()
+    )
+}
+
 /// An NGINX (Debian's) running `conf`, written to `<d>/<name>.conf`;
 /// `port` is where it listens.
 pub fn nginx(name: &'static str, d: &Path, conf: &str, port: u16) -> Proc {

@@ -333,6 +333,27 @@ struct IncidentTicks {
     dropped: (u64, u64),
 }
 
+/// Log records of causeway's own (alerts, incidents) as a batch, under
+/// `service.name = causeway` and the scope `scope`.
+fn own_logs(scope: &str, records: Vec<LogRecord>) -> Batch {
+    Batch::from_logs(vec![ResourceLogs {
+        resource: Some(Resource {
+            attributes: vec![kv("service.name", "causeway".to_string())],
+            ..Default::default()
+        }),
+        scope_logs: vec![ScopeLogs {
+            scope: Some(InstrumentationScope {
+                name: scope.into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                ..Default::default()
+            }),
+            log_records: records,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }])
+}
+
 struct Correlate {
     id: String,
     /// The discriminators read of each analysed trace.
@@ -537,22 +558,13 @@ impl Correlate {
                     }
                 }
             }
-            let culprit = &t.spans[v.culprit];
-            let sample = incidents::sample::Sample {
-                time_ns: now,
-                start_ns: t.start_ns,
-                trace_id: t.trace_id.clone(),
-                route: t.route.clone().unwrap_or_default(),
-                duration_ms: t.duration_ms,
-                failed: t.failed,
-                weight: incidents::sample::weight(rs, t),
-                cause: v.best.cause.clone(),
-                culprit_service: v.culprit_service.clone(),
-                culprit_kind: v.culprit_kind.to_string(),
-                at_service: culprit.service.to_string(),
-                attrs: incidents::sample::attributes(rs, t, &self.sample_attrs),
-                levels: incidents::sample::levels(t),
-            };
+            let sample = incidents::sample::Sample::of(
+                rs,
+                t,
+                now,
+                (&v.best.cause, &v.culprit_service, v.culprit_kind, v.culprit),
+                &self.sample_attrs,
+            );
             let extra = incidents::sample::record_attributes(&sample);
             samples.push(sample);
             let evidence = annotate(rs, t, &v);
@@ -767,22 +779,7 @@ impl Correlate {
                 .add(1);
         }
         let records = sent.iter().map(|a| alerts::record(a, now)).collect();
-        out.push(Batch::from_logs(vec![ResourceLogs {
-            resource: Some(Resource {
-                attributes: vec![kv("service.name", "causeway".to_string())],
-                ..Default::default()
-            }),
-            scope_logs: vec![ScopeLogs {
-                scope: Some(InstrumentationScope {
-                    name: "causeway.alerts".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    ..Default::default()
-                }),
-                log_records: records,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }]));
+        out.push(own_logs("causeway.alerts", records));
     }
 
     /// Evaluate the incidents; what opened, was written again or resolved
@@ -839,22 +836,7 @@ impl Correlate {
                 wall,
             ));
         }
-        out.push(Batch::from_logs(vec![ResourceLogs {
-            resource: Some(Resource {
-                attributes: vec![kv("service.name", "causeway".to_string())],
-                ..Default::default()
-            }),
-            scope_logs: vec![ScopeLogs {
-                scope: Some(InstrumentationScope {
-                    name: "causeway.incidents".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    ..Default::default()
-                }),
-                log_records: records,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }]));
+        out.push(own_logs("causeway.incidents", records));
     }
 
     fn emit(&mut self, out: &mut Vec<Batch>) {

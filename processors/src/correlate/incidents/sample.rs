@@ -57,6 +57,38 @@ pub struct Sample {
     pub levels: Vec<(String, f64)>,
 }
 
+impl Sample {
+    /// The sample of an analysed trace: `now_ns`, its verdict's cause,
+    /// culprit service and kind, and the culprit span's index.
+    pub fn of(
+        rs: &[ResourceSpans],
+        t: &TraceRow,
+        now_ns: u64,
+        (cause, culprit_service, culprit_kind, culprit): (&str, &str, &str, usize),
+        wanted: &[Attr],
+    ) -> Sample {
+        Sample {
+            time_ns: now_ns,
+            start_ns: t.start_ns,
+            trace_id: t.trace_id.clone(),
+            route: t.route.clone().unwrap_or_default(),
+            duration_ms: t.duration_ms,
+            failed: t.failed,
+            weight: weight(rs, t),
+            cause: cause.to_string(),
+            culprit_service: culprit_service.to_string(),
+            culprit_kind: culprit_kind.to_string(),
+            at_service: t
+                .spans
+                .get(culprit)
+                .map(|s| s.service.to_string())
+                .unwrap_or_default(),
+            attrs: attributes(rs, t, wanted),
+            levels: levels(t),
+        }
+    }
+}
+
 /// Where a discriminator's value is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attr {
