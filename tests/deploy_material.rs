@@ -265,6 +265,41 @@ fn kubernetes_manifests_embed_the_examples_and_probe_the_daemon() {
 /// and pprof. Each config is also given to the real binary's `validate`
 /// (which refuses an exposed telemetry server, zpages or pprof), with the
 /// Secrets a deployment mounts stood in for by throwaway ones.
+/// Every example (and so every manifest, which embeds them) runs the
+/// memory limiter, first in every pipeline: one memory budget for the
+/// process whatever the pipeline (issue #34).
+#[test]
+fn every_example_runs_the_memory_limiter_first_in_every_pipeline() {
+    let mut n = 0;
+    for e in std::fs::read_dir(root().join("examples"))
+        .unwrap()
+        .flatten()
+    {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "yaml") {
+            continue;
+        }
+        let v: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let ml = &v["processors"]["memory_limiter"];
+        assert!(
+            ml["check_interval"].as_str().is_some() && ml["limit_percentage"].as_u64().is_some(),
+            "{}: no memory_limiter with a limit",
+            p.display()
+        );
+        for (name, pipe) in v["service"]["pipelines"].as_mapping().unwrap() {
+            assert_eq!(
+                pipe["processors"][0].as_str(),
+                Some("memory_limiter"),
+                "{}: pipeline {name:?} does not start with memory_limiter",
+                p.display()
+            );
+        }
+        n += 1;
+    }
+    assert!(n >= 10, "{n} examples");
+}
+
 #[test]
 fn no_example_or_manifest_serves_beyond_loopback_without_tls_and_credentials() {
     let mut configs: Vec<(String, String)> = Vec::new();
