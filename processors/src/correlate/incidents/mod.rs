@@ -360,10 +360,7 @@ impl Incidents {
                 i.failed = i.failed.max(failed);
                 i.hist = hist;
             }
-            i.id = format!(
-                "{:016x}",
-                xxhash_like(&format!("{name}\u{0}{}", i.started_ns))
-            );
+            i.id = format!("{:016x}", fnv1a(&format!("{name}\u{0}{}", i.started_ns)));
             i.written_ns = now_ns;
             let explanation = i.explain();
             i.opening_cause = i.cause(&explanation);
@@ -509,7 +506,7 @@ impl Incidents {
 }
 
 /// A stable 64-bit hash (FNV-1a) for incident ids.
-fn xxhash_like(s: &str) -> u64 {
+fn fnv1a(s: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in s.bytes() {
         h ^= u64::from(b);
