@@ -51,10 +51,11 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use indexmap::IndexMap;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
 use super::alerts::{trace_links, Alert};
+use super::annotate::kv;
 use config::IncidentsConfig;
 use incident::{BurnState, Explanation, Incident};
 use route::{Route, Shape};
@@ -552,14 +553,6 @@ pub fn json_of(i: &Incident, e: &Explanation) -> serde_json::Value {
         "moved": e.moved,
         "exemplars": e.exemplars,
     })
-}
-
-fn kv(k: &str, v: any_value::Value) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(v) }),
-        ..Default::default()
-    }
 }
 
 /// An incident change as its `causeway.incident` log record.

@@ -10,6 +10,7 @@ use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 use serde::{Deserialize, Serialize};
 
+use crate::correlate::annotate::kv;
 use crate::correlate::model::trace::NOT_IN_BATCH;
 use crate::correlate::model::{Joined, TraceRow};
 
@@ -268,38 +269,13 @@ pub fn levels(t: &TraceRow) -> Vec<(String, f64)> {
 /// The `rca.*` attributes that carry a sample on its RCA record (besides
 /// the cause, route and culprit it has already).
 pub fn record_attributes(s: &Sample) -> Vec<KeyValue> {
-    let string = |k: &str, v: String| KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(v)),
-        }),
-        ..Default::default()
-    };
     let mut out = vec![
-        KeyValue {
-            key: "rca.duration_ms".into(),
-            value: Some(AnyValue {
-                value: Some(any_value::Value::DoubleValue(s.duration_ms)),
-            }),
-            ..Default::default()
-        },
-        KeyValue {
-            key: "rca.failed".into(),
-            value: Some(AnyValue {
-                value: Some(any_value::Value::BoolValue(s.failed)),
-            }),
-            ..Default::default()
-        },
-        string("rca.culprit.at_service", s.at_service.clone()),
+        kv("rca.duration_ms", s.duration_ms),
+        kv("rca.failed", s.failed),
+        kv("rca.culprit.at_service", s.at_service.as_str()),
     ];
     if s.weight != 1.0 {
-        out.push(KeyValue {
-            key: "rca.weight".into(),
-            value: Some(AnyValue {
-                value: Some(any_value::Value::DoubleValue(s.weight)),
-            }),
-            ..Default::default()
-        });
+        out.push(kv("rca.weight", s.weight));
     }
     if !s.attrs.is_empty() {
         let m: serde_json::Map<String, serde_json::Value> =
@@ -316,7 +292,7 @@ pub fn record_attributes(s: &Sample) -> Vec<KeyValue> {
                     }
                     m
                 });
-        out.push(string(
+        out.push(kv(
             "rca.attributes",
             serde_json::Value::Object(m).to_string(),
         ));
@@ -327,10 +303,7 @@ pub fn record_attributes(s: &Sample) -> Vec<KeyValue> {
             .iter()
             .map(|(k, v)| (k.clone(), serde_json::json!(v)))
             .collect();
-        out.push(string(
-            "rca.levels",
-            serde_json::Value::Object(m).to_string(),
-        ));
+        out.push(kv("rca.levels", serde_json::Value::Object(m).to_string()));
     }
     out
 }

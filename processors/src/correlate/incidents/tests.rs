@@ -2,6 +2,7 @@ use super::config::{BurnWindow, IncidentsConfig, SloConfig};
 use super::sample::{from_record, record_attributes, Sample};
 use super::*;
 use causeway_core::config::Duration;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 
 const S: u64 = 1_000_000_000;
 
