@@ -369,24 +369,24 @@ fn incidents(c: &mut Criterion, st: &Correlation, batch: &[ResourceSpans]) {
     let inc = Incidents::new(&cfg);
     let one = samples(&rows[..1], T0).remove(0);
     let s = 1_000_000_000u64;
+    // Route `r`'s request at `t` (s after T0).
+    let request = |r: u64, t: u64| {
+        let mut x = one.clone();
+        x.route = format!("route-{r}");
+        x.time_ns = T0 + t * s;
+        x.duration_ms = 100.0 + (r % 50) as f64;
+        x
+    };
     for t in (0..3600).step_by(10) {
         for r in 0..10_000u64 {
-            let mut x = one.clone();
-            x.route = format!("route-{r}");
-            x.time_ns = T0 + t * s;
-            x.duration_ms = 100.0 + (r % 50) as f64;
-            inc.feed([x]);
+            inc.feed([request(r, t)]);
         }
         inc.tick(T0 + (t + 10) * s);
     }
     // A recent window of 30 requests per route (enough to be compared).
     for t in (3600..3630).step_by(10) {
         for r in 0..10_000u64 {
-            let mut x = one.clone();
-            x.route = format!("route-{r}");
-            x.time_ns = T0 + t * s;
-            x.duration_ms = 100.0 + (r % 50) as f64;
-            inc.feed(std::iter::repeat_n(x, 10));
+            inc.feed(std::iter::repeat_n(request(r, t), 10));
         }
     }
     assert_eq!(inc.counts().routes, 10_000);
@@ -404,11 +404,7 @@ fn incidents(c: &mut Criterion, st: &Correlation, batch: &[ResourceSpans]) {
     let mut t = 0u64;
     let interval = |inc: &Incidents, t: &mut u64| {
         for r in 0..1_000u64 {
-            let mut x = one.clone();
-            x.route = format!("route-{r}");
-            x.time_ns = T0 + *t * s;
-            x.duration_ms = 100.0 + (r % 50) as f64;
-            inc.feed(std::iter::repeat_n(x, 3));
+            inc.feed(std::iter::repeat_n(request(r, *t), 3));
         }
         *t += 10;
         inc.tick(T0 + *t * s)
