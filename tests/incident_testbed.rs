@@ -288,29 +288,121 @@ service:
     let mut driver = node("driver", "driver", 0, &[]);
 
     // Both incidents open; then causeway restarts (SIGTERM, start again on
-    // the same state file) while they are.
-    let logs1 = d.join("logs-1.jsonl");
-    wait_for(Duration::from_secs(200), "both incidents opened", || {
-        let open: BTreeSet<String> = incidents(&logs1)
+    // the same state file) while they are. The waits count from the fault
+    // the driver made (its truth), not from the start: how long the warm-up
+    // takes is not the thing under test. An incident opens within the fault
+    // (60 s) plus the sampler's decision wait (30 s) plus an interval (10 s).
+    let fault_start = || {
+        read_jsonl(&truth)
             .iter()
-            .filter(|r| s(r, "incident.state") == "open")
-            .map(|r| s(r, "incident.route").to_string())
-            .collect();
-        open.contains("catalog-item") && open.contains("search")
-    });
+            .any(|v| v["phase"] == "fault" || v["phase"] == "after")
+    };
+    let driver_log = || std::fs::read_to_string(d.join("driver.log")).unwrap_or_default();
+    wait_for_or(
+        Duration::from_secs(400),
+        "the driver's fault",
+        fault_start,
+        driver_log,
+    );
+    let seen = |logs: &Path, stderr: &str| {
+        // What the analysed traces were, by route and outcome, next to the
+        // incident records: a timeout says whether the samples were there.
+        let mut by_route: BTreeMap<(String, bool, String), usize> = BTreeMap::new();
+        for v in read_jsonl(logs) {
+            for r in v["resourceLogs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|r| r["scopeLogs"].as_array().into_iter().flatten())
+                .flat_map(|s| s["logRecords"].as_array().into_iter().flatten())
+            {
+                let a = |k: &str| {
+                    r["attributes"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .find(|kv| kv["key"] == k)
+                        .map(|kv| kv["value"].clone())
+                };
+                if let Some(failed) = a("rca.failed") {
+                    let route = a("rca.route_id")
+                        .and_then(|v| v["stringValue"].as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    let cause = a("rca.cause")
+                        .and_then(|v| v["stringValue"].as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    *by_route
+                        .entry((route, failed["boolValue"] == true, cause))
+                        .or_default() += 1;
+                }
+            }
+        }
+        let mut out = format!("analysed traces (route, failed, cause): {by_route:?}\n");
+        // causeway's warnings and errors.
+        out += &std::fs::read_to_string(d.join(stderr))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.contains(" INFO "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        out += "incident records:\n";
+        for r in incidents(logs) {
+            out += &format!(
+                "  {} {} {:?} {}\n",
+                s(&r, "incident.state"),
+                s(&r, "incident.route"),
+                r.get("incident.reasons"),
+                s(&r, "incident.summary")
+            );
+        }
+        out
+    };
+    let logs1 = d.join("logs-1.jsonl");
+    wait_for_or(
+        Duration::from_secs(160),
+        "both incidents opened",
+        || {
+            let open: BTreeSet<String> = incidents(&logs1)
+                .iter()
+                .filter(|r| s(r, "incident.state") == "open")
+                .map(|r| s(r, "incident.route").to_string())
+                .collect();
+            open.contains("catalog-item") && open.contains("search")
+        },
+        || {
+            // The gateway tailer's and correlate's own counts as well.
+            let metrics = http_get(&daemon.telemetry, "/metrics")
+                .map(|(_, b)| b)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| {
+                    !l.starts_with('#') && (l.contains("gateway_log") || l.contains("correlate"))
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            format!("{metrics}\n{}", seen(&logs1, "incidents-1.stderr"))
+        },
+    );
     let status = daemon.terminate();
     assert!(status.success(), "causeway exited with {status}");
     let daemon = Daemon::start(d, "incidents-2", &config(2));
     common::testbed::wait_driver(&mut driver, d);
+    // The driver ends 100 s after the fault; an incident resolves once the
+    // recent window (1 min) and the decision wait have passed the fault.
     let logs2 = d.join("logs-2.jsonl");
-    wait_for(Duration::from_secs(150), "both incidents resolved", || {
-        let resolved: BTreeSet<String> = incidents(&logs2)
-            .iter()
-            .filter(|r| s(r, "incident.state") == "resolved")
-            .map(|r| s(r, "incident.route").to_string())
-            .collect();
-        resolved.contains("catalog-item") && resolved.contains("search")
-    });
+    wait_for_or(
+        Duration::from_secs(120),
+        "both incidents resolved",
+        || {
+            let resolved: BTreeSet<String> = incidents(&logs2)
+                .iter()
+                .filter(|r| s(r, "incident.state") == "resolved")
+                .map(|r| s(r, "incident.route").to_string())
+                .collect();
+            resolved.contains("catalog-item") && resolved.contains("search")
+        },
+        || seen(&logs2, "incidents-2.stderr"),
+    );
     wait_for(
         Duration::from_secs(30),
         "Alertmanager notified the page resolved",

@@ -109,6 +109,11 @@ impl PeakRss {
         PeakRss { max, done, thread }
     }
 
+    /// The peak so far, in bytes.
+    fn so_far(&self) -> u64 {
+        self.max.load(Ordering::SeqCst)
+    }
+
     /// Stop sampling; the peak in bytes.
     fn stop(self) -> u64 {
         self.done.store(true, Ordering::SeqCst);
@@ -431,4 +436,297 @@ service:
     assert_eq!(status, 429);
     assert_eq!(after.as_deref(), Some("3"));
     assert!(d.terminate().success());
+}
+
+/// A backend that refuses (503) until its gate opens, then takes every
+/// request at once, remembering the request numbers it received.
+fn gated_backend() -> (String, Arc<AtomicBool>, Arc<Mutex<HashSet<u64>>>) {
+    let open = Arc::new(AtomicBool::new(false));
+    let got: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let (o, g) = (open.clone(), got.clone());
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let (o, g) = (o.clone(), g.clone());
+            async move {
+                if !o.load(Ordering::SeqCst) {
+                    return axum::http::StatusCode::SERVICE_UNAVAILABLE;
+                }
+                let Ok(req) = ExportTraceServiceRequest::decode(body.as_ref()) else {
+                    return axum::http::StatusCode::BAD_REQUEST;
+                };
+                let mut g = g.lock().expect("lock");
+                for s in req
+                    .resource_spans
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .flat_map(|s| &s.spans)
+                {
+                    if let Some(r) = s.name.strip_prefix('r').and_then(|x| x.parse().ok()) {
+                        g.insert(r);
+                    }
+                }
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    (serve_in_thread(app), open, got)
+}
+
+/// The `kafka` receiver under the memory budget: a topic with 5 GiB of
+/// backlog, read by a daemon whose backend is down at first. Reading pauses
+/// when memory passes the soft limit (the partitions keep the data), RSS
+/// stays under the limit, and once the backend is back and memory falls,
+/// reading resumes and every message is delivered.
+#[test]
+fn a_five_gib_kafka_backlog_stays_under_the_memory_limit_and_is_all_delivered() {
+    use rdkafka::producer::{BaseRecord, Producer};
+    const LIMIT: u64 = 256;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = common::kafka::Broker::start(dir.path());
+    broker.create_topic("flood", 4);
+    // About 5.2 GiB: 10,240 requests of 528 KiB.
+    let n = 10_240u64;
+    let producer = broker.producer();
+    for r in 0..n {
+        let body = request(r);
+        let mut rec = BaseRecord::<(), [u8]>::to("flood").payload(&body[..]);
+        loop {
+            match producer.send(rec) {
+                Ok(()) => break,
+                Err((e, back)) => {
+                    assert!(
+                        matches!(
+                            e,
+                            rdkafka::error::KafkaError::MessageProduction(
+                                rdkafka::types::RDKafkaErrorCode::QueueFull
+                            )
+                        ),
+                        "produce: {e}"
+                    );
+                    producer.poll(Duration::from_millis(10));
+                    rec = back;
+                }
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(300)).expect("flush");
+    drop(producer);
+
+    let (backend, open, got) = gated_backend();
+    let config = format!(
+        r#"
+receivers:
+  kafka:
+    brokers: ["{broker}"]
+    topic: flood
+    group_id: flood
+    initial_offset: earliest
+exporters:
+  otlphttp:
+    endpoint: "{backend}"
+    compression: none
+    retry_on_failure: {{ initial_interval: 100ms, max_interval: 200ms, max_elapsed_time: 0s }}
+service:
+  memory_limiter:
+    limit: {LIMIT}MiB
+    check_interval: 50ms
+  pipelines:
+    traces: {{ receivers: [kafka], exporters: [otlphttp] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+        broker = broker.addr()
+    );
+    let d = Daemon::start(dir.path(), "kafka-flood", &config);
+    let pid = d.child.id();
+    let peak_rss = PeakRss::watch(pid, Duration::from_millis(10));
+    // The backend is down: the exporter's queue fills until memory passes
+    // the soft limit and reading pauses (or, were it not to, memory passes
+    // the limit: the assertion below says so).
+    let pauses = "causeway_kafka_receiver_pauses_total{receiver=\"kafka\"}";
+    wait_for_or(
+        Duration::from_secs(120),
+        "reading paused over the soft limit",
+        || d.metric(pauses).unwrap_or(0.0) >= 1.0 || peak_rss.so_far() >= LIMIT << 20,
+        || d.stderr("kafka-flood"),
+    );
+    let paused_at = d.metric(pauses).unwrap_or(0.0);
+    open.store(true, Ordering::SeqCst);
+    wait_for_or(
+        Duration::from_secs(600),
+        "every message delivered",
+        || got.lock().expect("lock").len() as u64 == n,
+        || {
+            format!(
+                "{} of {n} delivered\n{}",
+                got.lock().expect("lock").len(),
+                d.stderr("kafka-flood")
+            )
+        },
+    );
+    let max = peak_rss.stop();
+    // The peak the kernel kept, besides the samples.
+    let hwm = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .expect("VmHWM")
+        << 10;
+    eprintln!(
+        "5.2 GiB backlog: max RSS {} MiB sampled, {} MiB high-water mark (limit {LIMIT} MiB); paused {paused_at} times before the backend came back",
+        max >> 20,
+        hwm >> 20
+    );
+    assert!(
+        hwm.max(max) < LIMIT << 20,
+        "RSS {} MiB over the {LIMIT} MiB limit",
+        hwm.max(max) >> 20
+    );
+    assert!(
+        d.stderr("kafka-flood").contains("reading resumed"),
+        "reading resumed once memory fell"
+    );
+}
+
+/// A RabbitMQ management API answering `/api/queues` with `body` (swapped
+/// by the test), as the broker answers the columns the receiver asks for.
+fn management_api(body: Arc<Mutex<bytes::Bytes>>) -> String {
+    let app = axum::Router::new().route(
+        "/api/queues",
+        axum::routing::get(move || {
+            let b = body.lock().expect("lock").clone();
+            async move { ([("content-type", "application/json")], b) }
+        }),
+    );
+    serve_in_thread(app)
+}
+
+/// `n` queues in RabbitMQ's answer format (`orders` first, with 120
+/// messages; the rest idle, `q1`…).
+fn queues_answer(n: usize) -> bytes::Bytes {
+    let mut s = String::from("[");
+    for i in 0..n {
+        if i > 0 {
+            s.push(',');
+        }
+        let (name, messages) = if i == 0 {
+            ("orders".to_string(), 120)
+        } else {
+            (format!("q{i}"), 0)
+        };
+        s += &format!(
+            r#"{{"consumers":1,"messages":{messages},"messages_ready":{messages},"messages_unacknowledged":0,"message_stats":{{"ack":500,"deliver_get":510,"deliver_get_details":{{"rate":4.0}},"publish":630,"publish_details":{{"rate":6.5}},"drop_unroutable":0}},"name":"{name}","node":"rabbit@mq-0","type":"classic","vhost":"/"}}"#
+        );
+    }
+    s.push(']');
+    bytes::Bytes::from(s)
+}
+
+/// How many points of `rabbitmq.message.current` for `orders` the file
+/// exporter wrote.
+fn orders_points(path: &std::path::Path) -> usize {
+    read_jsonl(path)
+        .iter()
+        .flat_map(|v| v["resourceMetrics"].as_array().cloned().unwrap_or_default())
+        .filter(|rm| {
+            rm["resource"]["attributes"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|kv| kv["value"]["stringValue"] == "orders"))
+        })
+        .flat_map(|rm| rm["scopeMetrics"].as_array().cloned().unwrap_or_default())
+        .flat_map(|sm| sm["metrics"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["name"] == "rabbitmq.message.current")
+        .count()
+}
+
+/// The `rabbitmq` receiver under the memory budget: a 64 MiB answer
+/// (230,000 queues) is read one queue at a time, never as one JSON tree,
+/// so RSS stays far under a 256 MiB limit; under a limit too small for
+/// the answer, the read is refused before the body is kept (counted as
+/// `memory_limit`), and once the answer fits, collections resume.
+#[test]
+fn a_64_mib_rabbitmq_answer_stays_under_the_memory_limit_and_is_refused_when_it_cannot_fit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Just under the default body_size_limit (64 MiB).
+    let big = queues_answer(230_000);
+    assert!(
+        (60 << 20..64 << 20).contains(&big.len()),
+        "{} bytes",
+        big.len()
+    );
+    let body = Arc::new(Mutex::new(big));
+    let api = management_api(body.clone());
+    let config = |name: &str, limit: u64| {
+        format!(
+            r#"
+receivers:
+  rabbitmq:
+    endpoint: "{api}"
+    username: guest
+    password: guest
+    collection_interval: 500ms
+    bindings: false
+    queues: {{ include: "orders" }}
+exporters:
+  file: {{ path: "{{dir}}/{name}.jsonl" }}
+service:
+  memory_limiter:
+    limit: {limit}MiB
+    check_interval: 50ms
+  pipelines:
+    metrics: {{ receivers: [rabbitmq], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        )
+    };
+    // 256 MiB: three collections of the whole answer.
+    let d = Daemon::start(dir.path(), "rabbitmq-big", &config("big", 256));
+    let peak = PeakRss::watch(d.child.id(), Duration::from_millis(10));
+    let out = dir.path().join("big.jsonl");
+    wait_for_or(
+        Duration::from_secs(180),
+        "three collections of the 64 MiB answer",
+        || orders_points(&out) >= 3,
+        || d.stderr("rabbitmq-big"),
+    );
+    let max = peak.stop();
+    assert!(
+        max < 256 << 20,
+        "RSS {} MiB over the 256 MiB limit reading a 64 MiB answer",
+        max >> 20
+    );
+    drop(d);
+    eprintln!(
+        "64 MiB answer under a 256 MiB limit: max RSS {} MiB",
+        max >> 20
+    );
+    // 96 MiB (a soft limit of 77 MiB, the daemon using 50-60 MiB): the
+    // answer cannot fit; it is refused before it is kept.
+    let d = Daemon::start(dir.path(), "rabbitmq-small", &config("small", 96));
+    let peak = PeakRss::watch(d.child.id(), Duration::from_millis(10));
+    let refused = "causeway_rabbitmq_errors_total{receiver=\"rabbitmq\",reason=\"memory_limit\"}";
+    wait_for_or(
+        Duration::from_secs(60),
+        "a read refused by the memory limiter",
+        || d.metric(refused).unwrap_or(0.0) >= 2.0,
+        || d.stderr("rabbitmq-small"),
+    );
+    let out = dir.path().join("small.jsonl");
+    assert_eq!(orders_points(&out), 0, "nothing was collected from it");
+    let max = peak.stop();
+    assert!(
+        max < 96 << 20,
+        "RSS {} MiB over the 96 MiB limit",
+        max >> 20
+    );
+    // The answer shrinks to what fits: collections resume.
+    *body.lock().expect("lock") = queues_answer(1_000);
+    wait_for_or(
+        Duration::from_secs(60),
+        "collections resumed",
+        || orders_points(&out) >= 1,
+        || d.stderr("rabbitmq-small"),
+    );
 }

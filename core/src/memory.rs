@@ -214,6 +214,13 @@ impl Drop for Reservation {
     }
 }
 
+impl Permit {
+    /// Take `other`'s bytes into this permit (both are released together).
+    pub fn absorb(&mut self, mut other: Permit) {
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
+}
+
 impl Drop for Permit {
     fn drop(&mut self) {
         self.in_flight.fetch_sub(self.bytes, Ordering::SeqCst);
@@ -221,6 +228,12 @@ impl Drop for Permit {
 }
 
 impl MemoryLimiter {
+    /// The daemon's limiter, as components find it in `shared` (none when
+    /// memory is unknown and no limit is configured).
+    pub fn shared(shared: &crate::shared::Shared) -> Option<Arc<MemoryLimiter>> {
+        shared.slot::<MemoryLimiter>(SHARED_KEY).get().cloned()
+    }
+
     /// From a validated config.
     pub fn new(cfg: &MemoryLimiterConfig, telemetry: &Registry) -> Self {
         let limit = cfg.limit.0;
@@ -352,6 +365,28 @@ impl MemoryLimiter {
             reserved: self.reserved.clone(),
             in_flight: self.in_flight.clone(),
         })
+    }
+
+    /// Memory is under the soft limit now: a pull receiver may read.
+    pub fn below_soft(&self) -> bool {
+        self.estimate() < self.soft
+    }
+
+    /// Count `bytes` a pull receiver has just read (it asked
+    /// [`MemoryLimiter::below_soft`] before reading, so this is never
+    /// refused): they stay in the estimate until the permit drops, so that
+    /// what is read between two samples counts at once.
+    pub fn hold(&self, bytes: u64) -> Permit {
+        self.in_flight.fetch_add(bytes, Ordering::SeqCst);
+        Permit {
+            bytes,
+            in_flight: self.in_flight.clone(),
+        }
+    }
+
+    /// How often resident memory is sampled.
+    pub fn check_interval(&self) -> Duration {
+        self.check_interval
     }
 
     /// Wait until memory is under the soft limit (for pull receivers).

@@ -40,6 +40,26 @@ pub fn wait_for(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Poll `f` until it is true; after `timeout`, panic with `what` and what
+/// `context` says then (the state to debug a timeout from).
+pub fn wait_for_or(
+    timeout: Duration,
+    what: &str,
+    mut f: impl FnMut() -> bool,
+    context: impl FnOnce() -> String,
+) {
+    let start = Instant::now();
+    while !f() {
+        if start.elapsed() > timeout {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                context()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A plain HTTP/1.0 GET; returns (status, body).
 pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(addr).ok()?;

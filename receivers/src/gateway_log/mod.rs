@@ -134,11 +134,7 @@ impl ReceiverFactory for GatewayLogFactory {
             format: std::sync::Arc::new(format),
             envelope: std::sync::Arc::new(envelope),
             checkpoint,
-            limiter: ctx
-                .shared
-                .slot::<causeway_core::memory::MemoryLimiter>(causeway_core::memory::SHARED_KEY)
-                .get()
-                .cloned(),
+            limiter: causeway_core::memory::MemoryLimiter::shared(&ctx.shared),
             id,
             cfg,
         }))

@@ -34,6 +34,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
 use causeway_core::config::{decode, ConfigError};
+use causeway_core::memory::{MemoryLimiter, Permit};
 use causeway_core::model::{Ack, WeakAck};
 use causeway_core::telemetry::{Counter, Gauge};
 use causeway_core::topology::Output;
@@ -62,6 +63,15 @@ pub const COMMITS: &str = "causeway_kafka_receiver_commits_total";
 pub const REBALANCES: &str = "causeway_kafka_receiver_rebalances_total";
 /// Partitions this instance owns now.
 pub const ASSIGNED: &str = "causeway_kafka_receiver_assigned_partitions";
+/// Bytes of the messages read and not yet safe.
+pub const IN_FLIGHT_BYTES: &str = "causeway_kafka_receiver_in_flight_bytes";
+/// Times reading paused because memory was over the soft limit.
+pub const PAUSES: &str = "causeway_kafka_receiver_pauses_total";
+
+/// `queued.max.messages.kbytes` unless `settings` say otherwise: what
+/// librdkafka prefetches ahead of the receiver (its own default is 64 MiB),
+/// outside the memory limiter's view until read.
+const PREFETCH_KBYTES: &str = "16384";
 
 pub use causeway_core::kafka::SIGNAL_HEADER;
 
@@ -94,6 +104,10 @@ struct Pending {
     ack: WeakAck,
     /// An exporter gave up on it: it holds the commit point.
     failed: bool,
+    /// Its size.
+    bytes: u64,
+    /// Its bytes in the memory limiter's count, until it is safe.
+    _held: Option<Permit>,
 }
 
 /// A partition this instance owns.
@@ -121,15 +135,16 @@ impl Owned {
     }
 
     /// Cancel every acknowledgement not yet fired (the next owner reads the
-    /// messages again); returns how many were still live (not failed).
-    fn give_up(&self) -> usize {
+    /// messages again); returns how many were still live (not failed), and
+    /// their bytes.
+    fn give_up(&self) -> (usize, u64) {
         self.pending
             .values()
-            .map(|p| {
+            .filter(|p| {
                 p.ack.cancel();
-                usize::from(!p.failed)
+                !p.failed
             })
-            .sum()
+            .fold((0, 0), |(n, b), p| (n + 1, b + p.bytes))
     }
 }
 
@@ -139,6 +154,8 @@ struct State {
     epoch: u64,
     /// Messages pending and not failed, over all partitions.
     in_flight: usize,
+    /// Their bytes.
+    in_flight_bytes: u64,
     /// The receiver is stopping: nothing is committed any more.
     stopped: bool,
 }
@@ -168,6 +185,7 @@ struct Ctx {
     revokes: Counter,
     assigns: Counter,
     assigned: Gauge,
+    in_flight_bytes: Gauge,
     commit_failed: Counter,
     /// Range assignment: the topics are expected to be co-partitioned.
     copartitioned: bool,
@@ -187,7 +205,7 @@ impl ConsumerContext for Ctx {
         // Commit what is safe, then give up what is not: the next owner
         // reads it again from the committed offset.
         let mut commit = TopicPartitionList::new();
-        let mut given_up = 0usize;
+        let (mut given_up, mut bytes) = (0usize, 0u64);
         for e in revoked.elements() {
             let key: (Arc<str>, i32) = (Arc::from(e.topic()), e.partition());
             if let Some(o) = st.owned.remove(&key) {
@@ -196,10 +214,15 @@ impl ConsumerContext for Ctx {
                         .add_partition_offset(e.topic(), e.partition(), Offset::Offset(c))
                         .ok();
                 }
-                given_up += o.give_up();
+                let (n, b) = o.give_up();
+                given_up += n;
+                bytes += b;
             }
         }
         st.in_flight = st.in_flight.saturating_sub(given_up);
+        st.in_flight_bytes = st.in_flight_bytes.saturating_sub(bytes);
+        self.in_flight_bytes
+            .set(i64::try_from(st.in_flight_bytes).unwrap_or(i64::MAX));
         self.assigned.set(st.owned.len() as i64);
         let stopped = st.stopped;
         drop(st);
@@ -264,6 +287,11 @@ pub struct KafkaReceiver {
     commits: Counter,
     commit_failed: Counter,
     gave_up: Counter,
+    in_flight_bytes: Gauge,
+    pauses: Counter,
+    /// `service.memory_limiter`: reading pauses while memory is over its
+    /// soft limit, and what was read counts until it is safe.
+    limiter: Option<Arc<MemoryLimiter>>,
 }
 
 impl KafkaReceiver {
@@ -274,6 +302,11 @@ impl KafkaReceiver {
             t.counter(name, help, &[("receiver", id.as_str()), extra])
         };
         let state = Arc::new(Mutex::new(State::default()));
+        let in_flight_bytes = t.gauge(
+            IN_FLIGHT_BYTES,
+            "Bytes of the messages read and not yet safe.",
+            &[("receiver", id.as_str())],
+        );
         let commit_failed = c(
             COMMITS,
             "Offset commits, by outcome.",
@@ -294,10 +327,12 @@ impl KafkaReceiver {
                 "Partitions this instance owns now.",
                 &[("receiver", id.as_str())],
             ),
+            in_flight_bytes: in_flight_bytes.clone(),
             commit_failed: commit_failed.clone(),
             copartitioned: cfg.group_rebalance_strategy == RebalanceStrategy::Range,
         };
         let mut k = ClientConfig::new();
+        k.set("queued.max.messages.kbytes", PREFETCH_KBYTES);
         for (key, v) in &cfg.settings {
             k.set(key, v);
         }
@@ -343,6 +378,13 @@ impl KafkaReceiver {
             ),
             commits: c(COMMITS, "Offset commits, by outcome.", ("outcome", "ok")),
             commit_failed,
+            in_flight_bytes,
+            pauses: t.counter(
+                PAUSES,
+                "Times reading paused because memory was over the soft limit.",
+                &[("receiver", id.as_str())],
+            ),
+            limiter: MemoryLimiter::shared(&ctx.shared),
             id,
             cfg,
             consumer,
@@ -446,12 +488,27 @@ impl Receiver for KafkaReceiver {
         let mut tick = tokio::time::interval(self.cfg.commit_interval.get());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let max = self.cfg.max_in_flight_messages;
+        // Over the memory limiter's soft limit, the assigned partitions are
+        // paused (librdkafka stops fetching them) and looked at again every
+        // check interval; under it, they resume.
+        let mut paused = false;
+        let mut check = tokio::time::interval(
+            self.limiter
+                .as_ref()
+                .map_or(std::time::Duration::from_secs(1), |l| l.check_interval()),
+        );
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let room = self
                 .state
                 .lock()
                 .map(|s| s.in_flight < max)
                 .unwrap_or(false);
+            let memory = self.limiter.as_ref().is_none_or(|l| l.below_soft());
+            if memory == paused {
+                paused = !memory;
+                self.pause(paused);
+            }
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
@@ -459,7 +516,8 @@ impl Receiver for KafkaReceiver {
                     self.settle(key, epoch, offset, ok);
                 }
                 _ = tick.tick() => self.commit(CommitMode::Async),
-                m = self.consumer.recv(), if room => {
+                _ = check.tick(), if paused => {}
+                m = self.consumer.recv(), if room && !paused => {
                     let m = match m {
                         Ok(m) => m,
                         Err(e) => {
@@ -482,11 +540,14 @@ impl Receiver for KafkaReceiver {
                         None if signals.len() == 1 => Ok(signals[0]),
                         None => Err(format!("no {SIGNAL_HEADER} header on a topic that carries several signals")),
                     };
+                    let payload = m.payload().unwrap_or(&[]);
+                    let bytes = payload.len() as u64;
+                    let held = self.limiter.as_ref().map(|l| l.hold(bytes));
                     let batch = signal.and_then(|s| {
                         if !out.accepts(s) {
                             return Err(format!("a {s} message, and no pipeline of this receiver takes {s}"));
                         }
-                        self.batch(s, m.payload().unwrap_or(&[]))
+                        self.batch(s, payload)
                     });
                     drop(m);
                     let batch = match batch {
@@ -501,7 +562,7 @@ impl Receiver for KafkaReceiver {
                         }
                     };
                     let (ack, rx) = Ack::new();
-                    let Some(epoch) = self.record(&topic, partition, offset, Some(ack.downgrade())) else {
+                    let Some(epoch) = self.record(&topic, partition, offset, Some((ack.downgrade(), bytes, held))) else {
                         // Not ours any more (revoked meanwhile): the next owner reads it.
                         continue;
                     };
@@ -525,7 +586,7 @@ impl Receiver for KafkaReceiver {
         self.commit(CommitMode::Sync);
         if let Ok(mut st) = self.state.lock() {
             st.stopped = true;
-            let given_up: usize = st.owned.values().map(Owned::give_up).sum();
+            let given_up: usize = st.owned.values().map(|o| o.give_up().0).sum();
             tracing::info!(receiver = %self.id, given_up, "Stopped; messages not yet safe are read again by the partitions' next owner.");
         }
         drop(out);
@@ -542,7 +603,7 @@ impl KafkaReceiver {
         topic: &Arc<str>,
         partition: i32,
         offset: i64,
-        ack: Option<WeakAck>,
+        pending: Option<(WeakAck, u64, Option<Permit>)>,
     ) -> Option<u64> {
         let mut st = self.state.lock().ok()?;
         // Only partitions assigned to this instance are tracked (a message
@@ -550,9 +611,20 @@ impl KafkaReceiver {
         let o = st.owned.get_mut(&(topic.clone(), partition))?;
         o.next = Some(o.next.map_or(offset + 1, |n| n.max(offset + 1)));
         let e = o.epoch;
-        if let Some(ack) = ack {
-            o.pending.insert(offset, Pending { ack, failed: false });
+        if let Some((ack, bytes, held)) = pending {
+            o.pending.insert(
+                offset,
+                Pending {
+                    ack,
+                    failed: false,
+                    bytes,
+                    _held: held,
+                },
+            );
             st.in_flight += 1;
+            st.in_flight_bytes += bytes;
+            self.in_flight_bytes
+                .set(i64::try_from(st.in_flight_bytes).unwrap_or(i64::MAX));
         }
         Some(e)
     }
@@ -568,17 +640,56 @@ impl KafkaReceiver {
         let Some(o) = st.owned.get_mut(&key).filter(|o| o.epoch == epoch) else {
             return;
         };
+        let mut freed = 0;
         if ok {
-            if o.pending.remove(&offset).is_some() {
-                st.in_flight -= 1;
+            if let Some(p) = o.pending.remove(&offset) {
+                if !p.failed {
+                    st.in_flight -= 1;
+                    freed = p.bytes;
+                }
             }
         } else if let Some(p) = o.pending.get_mut(&offset) {
             if !p.failed {
                 p.failed = true;
+                // The data is gone; the offset alone holds the commit point.
+                p._held = None;
+                freed = p.bytes;
                 st.in_flight -= 1;
                 self.gave_up.add(1);
                 tracing::error!(receiver = %self.id, topic = %key.0, partition = key.1, offset, "An exporter gave up on data read from this message: the partition's committed offset stays before it while this instance owns it, so that its next owner reads it again.");
             }
+        }
+        st.in_flight_bytes = st.in_flight_bytes.saturating_sub(freed);
+        self.in_flight_bytes
+            .set(i64::try_from(st.in_flight_bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Pause (or resume) every partition assigned now.
+    fn pause(&self, pause: bool) {
+        let assignment = match self.consumer.assignment() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(receiver = %self.id, error = %e, "Cannot read the assignment to pause or resume it.");
+                return;
+            }
+        };
+        let r = if pause {
+            self.pauses.add(1);
+            self.consumer.pause(&assignment)
+        } else {
+            self.consumer.resume(&assignment)
+        };
+        if let Err(e) = r {
+            tracing::warn!(receiver = %self.id, error = %e, pause, "Pausing or resuming the partitions failed.");
+        }
+        let (rss, soft) = self
+            .limiter
+            .as_ref()
+            .map_or((0, 0), |l| (l.estimate(), l.limits().1));
+        if pause {
+            tracing::info!(receiver = %self.id, partitions = assignment.count(), memory = rss, soft_limit = soft, "Memory over the soft limit: reading paused (the partitions keep the data).");
+        } else {
+            tracing::info!(receiver = %self.id, partitions = assignment.count(), memory = rss, soft_limit = soft, "Memory under the soft limit: reading resumed.");
         }
     }
 }

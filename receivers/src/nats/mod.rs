@@ -80,6 +80,7 @@ impl ReceiverFactory for NatsFactory {
             consumers: cfg.consumers.compile()?,
             cfg,
             client,
+            limiter: causeway_core::memory::MemoryLimiter::shared(&ctx.shared),
             telemetry: ctx.telemetry,
         }))
     }
@@ -91,6 +92,8 @@ struct Nats {
     client: reqwest::Client,
     streams: Filter,
     consumers: Filter,
+    /// `service.memory_limiter`: every answer is admitted before it is kept.
+    limiter: Option<std::sync::Arc<causeway_core::memory::MemoryLimiter>>,
     telemetry: Registry,
 }
 
@@ -319,7 +322,13 @@ impl Nats {
                 format!("answered {}", resp.status()),
             ));
         }
-        let body = http_fetch::body(resp, timeout, self.cfg.body_size_limit.0 as usize).await?;
+        let body = http_fetch::body(
+            resp,
+            timeout,
+            self.cfg.body_size_limit.0 as usize,
+            self.limiter.as_deref().map(|l| (l, self.id.as_str())),
+        )
+        .await?;
         parse_jsz(&body).map_err(|d| Failure::new("parse", d))
     }
 

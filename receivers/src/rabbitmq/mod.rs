@@ -86,6 +86,7 @@ impl ReceiverFactory for RabbitmqFactory {
             retry: regex::Regex::new(&format!("^(?:{})$", cfg.retry_queues))?,
             cfg,
             client,
+            limiter: causeway_core::memory::MemoryLimiter::shared(&ctx.shared),
             telemetry: ctx.telemetry,
         }))
     }
@@ -98,6 +99,8 @@ struct Rabbitmq {
     vhosts: Filter,
     queues: Filter,
     retry: regex::Regex,
+    /// `service.memory_limiter`: every answer is admitted before it is kept.
+    limiter: Option<std::sync::Arc<causeway_core::memory::MemoryLimiter>>,
     telemetry: Registry,
 }
 
@@ -136,42 +139,57 @@ pub struct Queue {
 
 /// Parse `GET /api/queues`: a JSON array of queues (a key the broker has
 /// not reported is 0, as its documentation says to read it).
+///
+/// The answer is read one queue at a time (an answer of 64 MiB is never
+/// one JSON tree in memory).
 pub fn parse_queues(body: &[u8]) -> Result<Vec<Queue>, String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
-    let items = v
-        .as_array()
-        .ok_or("not a JSON array of queues (is the endpoint the management API?)")?;
-    let mut out = Vec::with_capacity(items.len());
-    for (i, q) in items.iter().enumerate() {
-        let num = |k: &str| q.get(k).and_then(serde_json::Value::as_f64);
-        let stat = |k: &str| {
-            q["message_stats"]
-                .get(k)
-                .and_then(serde_json::Value::as_f64)
-        };
-        let rate = |k: &str| q["message_stats"][k]["rate"].as_f64();
-        let name = q["name"]
-            .as_str()
-            .ok_or_else(|| format!("queue {i}: no name"))?;
-        out.push(Queue {
-            name: name.to_string(),
-            vhost: q["vhost"].as_str().unwrap_or("/").to_string(),
-            node: q["node"].as_str().unwrap_or("").to_string(),
-            messages: num("messages").unwrap_or(0.0),
-            ready: num("messages_ready").unwrap_or(0.0),
-            unacked: num("messages_unacknowledged").unwrap_or(0.0),
-            consumers: num("consumers").unwrap_or(0.0),
-            // Seconds since the epoch (the AMQP `timestamp` property).
-            head_timestamp: num("head_message_timestamp"),
-            published: stat("publish").unwrap_or(0.0),
-            delivered: stat("deliver_get").unwrap_or(0.0),
-            acknowledged: stat("ack").unwrap_or(0.0),
-            dropped: stat("drop_unroutable").unwrap_or(0.0),
-            publish_rate: rate("publish_details"),
-            deliver_rate: rate("deliver_get_details"),
-        });
-    }
+    parse_queues_where(body, |_| true)
+}
+
+/// [`parse_queues`], keeping only the queues `keep` wants (those the
+/// filters leave out are dropped as they are read).
+pub fn parse_queues_where(
+    body: &[u8],
+    keep: impl Fn(&Queue) -> bool,
+) -> Result<Vec<Queue>, String> {
+    let mut out = Vec::new();
+    http_fetch::each_in_array(
+        body,
+        "a JSON array of queues (is the endpoint the management API?)",
+        |i, q| {
+            let num = |k: &str| q.get(k).and_then(serde_json::Value::as_f64);
+            let stat = |k: &str| {
+                q["message_stats"]
+                    .get(k)
+                    .and_then(serde_json::Value::as_f64)
+            };
+            let rate = |k: &str| q["message_stats"][k]["rate"].as_f64();
+            let name = q["name"]
+                .as_str()
+                .ok_or_else(|| format!("queue {i}: no name"))?;
+            let q = Queue {
+                name: name.to_string(),
+                vhost: q["vhost"].as_str().unwrap_or("/").to_string(),
+                node: q["node"].as_str().unwrap_or("").to_string(),
+                messages: num("messages").unwrap_or(0.0),
+                ready: num("messages_ready").unwrap_or(0.0),
+                unacked: num("messages_unacknowledged").unwrap_or(0.0),
+                consumers: num("consumers").unwrap_or(0.0),
+                // Seconds since the epoch (the AMQP `timestamp` property).
+                head_timestamp: num("head_message_timestamp"),
+                published: stat("publish").unwrap_or(0.0),
+                delivered: stat("deliver_get").unwrap_or(0.0),
+                acknowledged: stat("ack").unwrap_or(0.0),
+                dropped: stat("drop_unroutable").unwrap_or(0.0),
+                publish_rate: rate("publish_details"),
+                deliver_rate: rate("deliver_get_details"),
+            };
+            if keep(&q) {
+                out.push(q);
+            }
+            Ok(())
+        },
+    )?;
     Ok(out)
 }
 
@@ -274,7 +292,7 @@ fn now_s() -> f64 {
 
 impl Rabbitmq {
     /// `GET {endpoint}{path}`, bounded by `timeout` and `body_size_limit`.
-    async fn fetch(&self, path: &str) -> Result<Vec<u8>, Failure> {
+    async fn fetch(&self, path: &str) -> Result<http_fetch::Body, Failure> {
         let url = format!("{}{path}", self.cfg.endpoint.trim_end_matches('/'));
         let password = self
             .cfg
@@ -304,7 +322,13 @@ impl Rabbitmq {
                 ))
             }
         }
-        http_fetch::body(resp, timeout, self.cfg.body_size_limit.0 as usize).await
+        http_fetch::body(
+            resp,
+            timeout,
+            self.cfg.body_size_limit.0 as usize,
+            self.limiter.as_deref().map(|l| (l, self.id.as_str())),
+        )
+        .await
     }
 
     /// The exchange → queue bindings, with their exchanges' types.
@@ -360,30 +384,23 @@ pub struct Binding {
 /// named exchange to a queue (the default exchange's implicit bindings and
 /// exchange-to-exchange bindings are left out), each with its exchange's type.
 pub fn parse_bindings(bindings: &[u8], exchanges: &[u8]) -> Result<Vec<Binding>, String> {
-    let arr = |body: &[u8], what: &str| -> Result<Vec<serde_json::Value>, String> {
-        match serde_json::from_slice(body) {
-            Ok(serde_json::Value::Array(a)) => Ok(a),
-            Ok(_) => Err(format!("{what}: not a JSON array")),
-            Err(e) => Err(format!("{what}: not JSON: {e}")),
-        }
-    };
     let mut types: HashMap<(String, String), String> = HashMap::new();
-    for x in arr(exchanges, "/api/exchanges")? {
+    http_fetch::each_in_array(exchanges, "a JSON array of exchanges", |_, x| {
         if let (Some(v), Some(n), Some(t)) =
             (x["vhost"].as_str(), x["name"].as_str(), x["type"].as_str())
         {
             types.insert((v.to_string(), n.to_string()), t.to_string());
         }
-    }
+        Ok(())
+    })
+    .map_err(|e| format!("/api/exchanges: {e}"))?;
     let mut out = Vec::new();
-    for (i, b) in arr(bindings, "/api/bindings")?.iter().enumerate() {
+    http_fetch::each_in_array(bindings, "a JSON array of bindings", |i, b| {
         let (Some(source), Some(dest)) = (b["source"].as_str(), b["destination"].as_str()) else {
-            return Err(format!(
-                "/api/bindings: binding {i}: no source or destination"
-            ));
+            return Err(format!("binding {i}: no source or destination"));
         };
         if source.is_empty() || b["destination_type"].as_str() != Some("queue") {
-            continue;
+            return Ok(());
         }
         let vhost = b["vhost"].as_str().unwrap_or("/").to_string();
         out.push(Binding {
@@ -396,7 +413,9 @@ pub fn parse_bindings(bindings: &[u8], exchanges: &[u8]) -> Result<Vec<Binding>,
             key: b["routing_key"].as_str().unwrap_or("").to_string(),
             queue: dest.to_string(),
         });
-    }
+        Ok(())
+    })
+    .map_err(|e| format!("/api/bindings: {e}"))?;
     Ok(out)
 }
 
@@ -578,7 +597,10 @@ impl Receiver for Rabbitmq {
                 _ = tick.tick() => {}
             }
             let got = match self.fetch(QUEUES).await {
-                Ok(body) => parse_queues(&body).map_err(|detail| Failure {
+                Ok(body) => parse_queues_where(&body, |q| {
+                    self.vhosts.matches(&q.vhost) && self.queues.matches(&q.name)
+                })
+                .map_err(|detail| Failure {
                     reason: "parse",
                     detail,
                 }),
