@@ -124,7 +124,9 @@ if (role === 'catalog') {
       rate(6, () => Date.now() < faultFrom, () => one('/search')),
       (async () => {
         await sleep(Math.max(0, faultFrom - Date.now()));
-        await rate(40, inFault, () => one('/search'));
+        // Until the fault's end, not `inFault`: a timer may fire a
+        // millisecond early, and the fault's searches would never start.
+        await rate(40, () => Date.now() < faultTo, () => one('/search'));
         await rate(6, () => Date.now() < end, () => one('/search'));
       })(),
     ]);
