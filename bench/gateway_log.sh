@@ -42,7 +42,7 @@ import json, sys
 n, size, cpu, tck, hwm = map(int, sys.argv[1:6]); start, end = float(sys.argv[6]), float(sys.argv[7])
 sink = json.load(open(sys.argv[8]))
 cpu_s = cpu / tck
-print(json.dumps({"lines": n, "bytes_per_line": round(size / n, 1), "records_at_sink": sink["spans_received"],
+print(json.dumps({"lines": n, "bytes_per_line": round(size / n, 1), "records_at_sink": sink["log_records_received"],
   "wall_seconds": round(end - start, 2), "daemon_cpu_seconds": round(cpu_s, 2),
   "lines_per_cpu_second": round(n / cpu_s), "peak_rss_mib": round(hwm / 1024, 1)}))
 PY

@@ -598,3 +598,33 @@ fn broker_restart_is_reported_and_metrics_resume() {
     });
     assert!(d.stderr("restart").contains("Kafka cluster read again"));
 }
+
+/// Under the memory budget: with memory over the limiter's soft limit (a
+/// 32 MiB limit, below what the daemon itself uses) no round starts; each
+/// interval is counted as skipped and nothing is read from the cluster.
+#[test]
+fn over_the_memory_limit_rounds_are_skipped_and_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start(dir.path());
+    broker.create_topic("events", 1);
+    let cfg = config(dir.path(), &broker.addr(), "").replace(
+        "service:\n",
+        "service:\n  memory_limiter: { limit: 32MiB, check_interval: 50ms }\n",
+    );
+    let d = Daemon::start(dir.path(), "memory", &cfg);
+    let skipped =
+        "causeway_kafka_lag_rounds_total{component=\"kafka_lag\",outcome=\"memory_limit\"}";
+    wait_for(Duration::from_secs(30), "rounds skipped", || {
+        d.metric(skipped).unwrap_or(0.0) >= 3.0
+    });
+    assert_eq!(
+        d.metric("causeway_kafka_lag_rounds_total{component=\"kafka_lag\",outcome=\"ok\"}")
+            .unwrap_or(0.0),
+        0.0,
+        "no round read the cluster"
+    );
+    assert!(snaps(dir.path()).is_empty(), "nothing was exported");
+    assert!(d
+        .stderr("memory")
+        .contains("kafka_lag skips its rounds until it falls"));
+}

@@ -82,6 +82,8 @@ impl ReceiverFactory for KafkaLagFactory {
         Ok(Box::new(KafkaLagReceiver {
             ok: rounds("ok"),
             failed: rounds("error"),
+            skipped: rounds("memory_limit"),
+            limiter: causeway_core::memory::MemoryLimiter::shared(&ctx.shared),
             up: ctx.telemetry.gauge(
                 UP,
                 "1 when the last kafka_lag round read the cluster.",
@@ -152,6 +154,11 @@ struct KafkaLagReceiver {
     telemetry: Registry,
     ok: Counter,
     failed: Counter,
+    /// Rounds not made because memory was over the soft limit.
+    skipped: Counter,
+    /// `service.memory_limiter`: a round (whose answers grow with the
+    /// cluster's groups and partitions) starts only under its soft limit.
+    limiter: Option<std::sync::Arc<causeway_core::memory::MemoryLimiter>>,
     up: Gauge,
     round_ms: Gauge,
     state: Option<State>,
@@ -288,11 +295,20 @@ impl Receiver for KafkaLagReceiver {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failures = 0u64;
         let mut partial_logged = std::collections::HashSet::new();
+        let mut memory_logged = false;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tick.tick() => {}
             }
+            if self.limiter.as_ref().is_some_and(|l| !l.below_soft()) {
+                self.skipped.add(1);
+                if !std::mem::replace(&mut memory_logged, true) {
+                    tracing::warn!(receiver = %self.id, "Memory over the soft limit: kafka_lag skips its rounds until it falls.");
+                }
+                continue;
+            }
+            memory_logged = false;
             let started = Instant::now();
             let settings = settings.clone();
             let task = tokio::task::spawn_blocking(move || {

@@ -52,6 +52,13 @@ enum Cmd {
         /// was first received: `set ms` lines (decodes every request).
         #[arg(long)]
         seen_log: Option<std::path::PathBuf>,
+        /// A backend that flaps: `UP,DOWN` seconds, answering UNAVAILABLE
+        /// (retryable) while down, starting up.
+        #[arg(long)]
+        flap: Option<String>,
+        /// Every second, write `spans log_records` received so far here.
+        #[arg(long)]
+        count_file: Option<std::path::PathBuf>,
     },
 }
 
@@ -660,6 +667,8 @@ async fn send(load: Load) -> anyhow::Result<()> {
 struct SinkSvc<const LOGS: bool> {
     spans: Arc<AtomicU64>,
     last: Arc<AtomicU64>,
+    /// `--flap`: (up, down) seconds and when the sink started.
+    flap: Option<(u64, u64, Instant)>,
     /// With `--seen-log`: trace set -> when a span of it first arrived.
     seen: Option<Arc<std::sync::Mutex<std::collections::HashMap<u32, u64>>>>,
 }
@@ -678,6 +687,11 @@ impl<const LOGS: bool> UnaryService<Bytes> for SinkSvc<LOGS> {
     type Response = ExportTraceServiceResponse;
     type Future = BoxFut<tonic::Response<Self::Response>, tonic::Status>;
     fn call(&mut self, req: tonic::Request<Bytes>) -> Self::Future {
+        if let Some((up, down, t0)) = self.flap {
+            if t0.elapsed().as_secs() % (up + down) >= up {
+                return Box::pin(async { Err(tonic::Status::unavailable("flapping: down")) });
+            }
+        }
         let signal = if LOGS { Signal::Logs } else { Signal::Traces };
         let n = wire::scan(signal, req.get_ref())
             .map(|s| s.items)
@@ -745,19 +759,48 @@ async fn sink(
     listen: String,
     idle_exit: u64,
     seen_log: Option<std::path::PathBuf>,
+    flap: Option<String>,
+    count_file: Option<std::path::PathBuf>,
 ) -> anyhow::Result<()> {
+    let flap = match flap {
+        Some(f) => {
+            let (up, down) = f.split_once(',').context("--flap UP,DOWN (seconds)")?;
+            Some((up.parse()?, down.parse()?, Instant::now()))
+        }
+        None => None,
+    };
     let seen = seen_log.as_ref().map(|_| Arc::default());
     let svc = SinkSvc::<false> {
         spans: Arc::new(AtomicU64::new(0)),
         last: Arc::new(AtomicU64::new(0)),
+        flap,
         seen: seen.clone(),
     };
-    // Log records count into the same total (the response types are wire-compatible: both empty).
+    // Log records are counted apart (the response types are wire-compatible: both empty).
     let logs = SinkSvc::<true> {
-        spans: svc.spans.clone(),
+        spans: Arc::new(AtomicU64::new(0)),
         last: svc.last.clone(),
+        flap,
         seen: None,
     };
+    if let Some(path) = count_file {
+        let (s, l) = (svc.spans.clone(), logs.spans.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let tmp = path.with_extension("tmp");
+                let line = format!(
+                    "{} {}\n",
+                    s.load(Ordering::Relaxed),
+                    l.load(Ordering::Relaxed)
+                );
+                if std::fs::write(&tmp, line).is_ok() {
+                    std::fs::rename(&tmp, &path).ok();
+                }
+            }
+        });
+    }
+    let log_records = logs.spans.clone();
     let listener = tokio::net::TcpListener::bind(&listen).await?;
     let (spans, last) = (svc.spans.clone(), svc.last.clone());
     let first = Arc::new(AtomicU64::new(0));
@@ -784,8 +827,9 @@ async fn sink(
         std::fs::write(&path, lines).with_context(|| format!("{}", path.display()))?;
     }
     println!(
-        "{{\"role\":\"sink\",\"spans_received\":{}}}",
-        spans.load(Ordering::Relaxed)
+        "{{\"role\":\"sink\",\"spans_received\":{},\"log_records_received\":{}}}",
+        spans.load(Ordering::Relaxed),
+        log_records.load(Ordering::Relaxed)
     );
     Ok(())
 }
@@ -802,6 +846,8 @@ fn main() -> anyhow::Result<()> {
             listen,
             idle_exit,
             seen_log,
-        } => rt.block_on(sink(listen, idle_exit, seen_log)),
+            flap,
+            count_file,
+        } => rt.block_on(sink(listen, idle_exit, seen_log, flap, count_file)),
     }
 }

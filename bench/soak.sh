@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# A soak: the gateway tier's pipeline (bench/soak.yaml) for 30 minutes at a
+# steady mixed load, with a backend that flaps and a gateway log that
+# rotates, recording every 10 s what would show a leak or a loss.
+#
+#   bench/soak.sh [seconds] [spans/s] [gateway lines/s]
+#
+# Defaults: 1800 s of 10,000 spans/s (OTLP/gRPC, 5-span traces) and 1,000
+# gateway access-log lines/s, all on 127.0.0.1:
+#  - causeway (release) on bench/soak.yaml with its default memory budget;
+#  - the backend: `loadgen sink`, up 60 s then down 20 s (UNAVAILABLE,
+#    retryable) over and over, counting spans and log records received;
+#  - a writer appending JSON access-log lines to access.log, reopening it
+#    when it is renamed away, as NGINX does on USR1;
+#  - Debian's logrotate every 30 s, alternating `create` + `compress` +
+#    `delaycompress` and `copytruncate` (5 backups kept);
+#  - `loadgen send` at a fixed rate.
+#
+# Every 10 s: resident memory, open files, the exporter's and the
+# pipelines' queue sizes, what was sent and what reached the backend. At
+# the end, after the backlog drains: bench/soak.csv, bench/soak.png (the
+# plot) and one JSON line. The script fails if anything sent did not reach
+# the backend, or if RSS grew after the warm-up (the correlate window, 10
+# minutes, fills first): the last third's peak more than 10% above the
+# middle third's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-1800}; SPANS=${2:-10000}; LINES=${3:-1000}
+T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
+export CARGO_TARGET_DIR=$T
+cargo build --release -q -p causeway -p causeway-loadgen
+command -v logrotate >/dev/null || apt-get install -y -q logrotate >/dev/null
+/usr/bin/python3 -c 'import matplotlib' 2>/dev/null || apt-get install -y -q python3-matplotlib >/dev/null
+export SOAK_DIR; SOAK_DIR=$(mktemp -d)
+D=$SOAK_DIR
+PIDS=()
+cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; }
+trap cleanup EXIT
+wait_port() {
+  for _ in $(seq 1 400); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done
+  echo "port $1 never opened" >&2; return 1
+}
+metric() { curl -s http://127.0.0.1:18888/metrics | awk -v s="$1" 'index($0, s) == 1 {v += $NF} END {print v + 0}'; }
+
+"$T/release/loadgen" sink --listen 127.0.0.1:15317 --idle-exit 100000 --flap 60,20 \
+  --count-file "$D/sink.count" > "$D/sink.json" &
+PIDS+=($!)
+: > "$D/access.log"
+mkdir -p "$D/state"
+"$T/release/causeway" --config bench/soak.yaml --log-level warn > "$D/daemon.log" 2>&1 &
+CW=$!; PIDS+=($CW)
+wait_port 14317; wait_port 18888
+
+# The gateway: LINES a second, its count in written.count every second.
+/usr/bin/python3 - "$D/access.log" "$LINES" "$D/written.count" <<'PY' &
+import os, signal, sys, time
+path, rate, count = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+stop = False
+def on_term(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+f = open(path, "a")
+n, t0, last = 0, time.time(), 0.0
+while not stop:
+    due = int((time.time() - t0) * rate)
+    while n < due:
+        f.write('{"timestamp":"%s","trace_id":"%032x","route_id":"orders","method":"GET","path":"/api/v1/orders/%d","status_code":200,"duration_ms":%d,"upstream":"10.0.3.%d:8080"}\n'
+                % (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), n + 1, n, 5 + n % 300, n % 250))
+        n += 1
+    f.flush()
+    try:
+        if os.stat(path).st_ino != os.fstat(f.fileno()).st_ino:
+            f.close(); f = open(path, "a")  # renamed away and created again
+    except FileNotFoundError:
+        pass  # between logrotate's rename and its create
+    if time.time() - last >= 1:
+        open(count + ".tmp", "w").write(f"{n}\n"); os.replace(count + ".tmp", count); last = time.time()
+    time.sleep(0.01)
+f.close()
+open(count, "w").write(f"{n}\n")
+PY
+WRITER=$!; PIDS+=($WRITER)
+
+for i in 0 1; do
+  if [[ $i == 0 ]]; then mode=$'  create\n  compress\n  delaycompress'; else mode='  copytruncate'; fi
+  printf '%s {\n  rotate 5\n  missingok\n  nomail\n%s\n}\n' "$D/access.log" "$mode" > "$D/logrotate-$i.conf"
+done
+(
+  i=0
+  while sleep 30; do
+    logrotate -f -s "$D/logrotate.state" "$D/logrotate-$((i % 2)).conf" || echo "logrotate failed" >&2
+    i=$((i + 1)); echo "$i" > "$D/rotations"
+  done
+) &
+ROT=$!; PIDS+=($ROT)
+
+"$T/release/loadgen" send --target 127.0.0.1:14317 --seconds "$SECS" --rate "$SPANS" \
+  --concurrency 4 --spans 500 > "$D/send.json" &
+SEND=$!; PIDS+=($SEND)
+
+START=$(date +%s)
+echo "t,rss_kb,open_files,exporter_queue,pipeline_queue,spans_accepted,spans_at_backend,lines_written,records_at_backend,backend_up" > "$D/soak.csv"
+sample() {
+  local t=$(( $(date +%s) - START ))
+  local rss fds q pq acc sink lines up
+  rss=$(awk '/VmRSS/{print $2}' /proc/$CW/status)
+  fds=$(ls /proc/$CW/fd | wc -l)
+  q=$(metric causeway_exporter_queue_size)
+  pq=$(metric causeway_pipeline_queue_size)
+  acc=$(metric 'causeway_receiver_accepted_items_total{component="otlp",signal="traces"')
+  read -r sink logs < "$D/sink.count" || { sink=0; logs=0; }
+  lines=$(cat "$D/written.count" 2>/dev/null || echo 0)
+  up=$(( (t % 80) < 60 ? 1 : 0 ))
+  echo "$t,$rss,$fds,$q,$pq,$acc,$sink,$lines,$logs,$up" >> "$D/soak.csv"
+}
+while kill -0 "$SEND" 2>/dev/null; do sample; sleep 10; done
+kill -TERM "$WRITER"; wait "$WRITER" || true
+kill "$ROT" 2>/dev/null || true
+ACCEPTED=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["spans_accepted"])' "$D/send.json")
+WRITTEN=$(cat "$D/written.count")
+# Drain: the backlog left by the last outage reaches the backend.
+DEADLINE=$(( $(date +%s) + 600 ))
+while :; do
+  sample
+  read -r sink logs < "$D/sink.count"
+  [[ $sink -ge $ACCEPTED && $logs -ge $WRITTEN ]] && break
+  [[ $(date +%s) -ge $DEADLINE ]] && break
+  sleep 10
+done
+ROTATIONS=$(cat "$D/rotations" 2>/dev/null || echo 0)
+cp "$D/soak.csv" bench/soak.csv
+/usr/bin/python3 - bench/soak.csv bench/soak.png "$ACCEPTED" "$WRITTEN" "$ROTATIONS" "$SECS" <<'PY'
+import csv, json, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+path, png, accepted, written, rotations, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(open(path))]
+t = [r["t"] / 60 for r in rows]
+load = [r for r in rows if r["t"] <= secs]
+third = len(load) // 3
+mid = max(r["rss_kb"] for r in load[third:2 * third]) / 1024
+end = max(r["rss_kb"] for r in load[2 * third:]) / 1024
+last = rows[-1]
+lost_spans = accepted - int(last["spans_at_backend"])
+lost_lines = written - int(last["records_at_backend"])
+fig, ax = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
+ax[0].plot(t, [r["rss_kb"] / 1024 for r in rows], color="tab:blue")
+ax[0].set_ylabel("RSS (MiB)"); ax[0].set_ylim(bottom=0)
+ax[1].plot(t, [r["open_files"] for r in rows], color="tab:green")
+ax[1].set_ylabel("open files"); ax[1].set_ylim(bottom=0)
+ax[2].plot(t, [r["exporter_queue"] for r in rows], label="exporter queue (batches)")
+ax[2].plot(t, [r["pipeline_queue"] for r in rows], label="pipeline queues (batches)")
+ax[2].set_ylabel("queued"); ax[2].legend(loc="upper right")
+ax[3].plot(t, [(r["spans_accepted"] - r["spans_at_backend"]) / 1000 for r in rows], label="spans accepted, not yet at the backend (k)")
+ax[3].plot(t, [(r["lines_written"] - r["records_at_backend"]) / 1000 for r in rows], label="gateway lines written, not yet at the backend (k)")
+ax[3].set_ylabel("in flight (k)"); ax[3].set_xlabel("minutes"); ax[3].legend(loc="upper right")
+for a in ax:
+    for r0, r1 in zip(rows, rows[1:]):
+        if r0["backend_up"] == 0:
+            a.axvspan(r0["t"] / 60, r1["t"] / 60, color="0.9", lw=0)
+fig.suptitle(f"causeway soak: {secs // 60} min, backend down 20 s of every 80 (shaded), log rotated every 30 s ({rotations} rotations)")
+fig.tight_layout()
+fig.savefig(png, dpi=80)
+out = {"minutes": secs / 60, "spans_accepted": accepted, "spans_lost": lost_spans,
+       "lines_written": written, "lines_lost": lost_lines, "rotations": rotations,
+       "rss_mib_peak_middle_third": round(mid, 1), "rss_mib_peak_last_third": round(end, 1),
+       "rss_mib_first": round(rows[0]["rss_kb"] / 1024, 1),
+       "open_files_max": int(max(r["open_files"] for r in rows)),
+       "exporter_queue_max": int(max(r["exporter_queue"] for r in rows))}
+print(json.dumps(out))
+ok = lost_spans == 0 and lost_lines == 0 and end <= mid * 1.10
+sys.exit(0 if ok else 1)
+PY
