@@ -109,7 +109,8 @@ sample() {
   q=$(metric causeway_exporter_queue_size)
   pq=$(metric causeway_pipeline_queue_size)
   acc=$(metric 'causeway_receiver_accepted_items_total{component="otlp",signal="traces"')
-  read -r sink logs < "$D/sink.count" || { sink=0; logs=0; }
+  sink=0; logs=0
+  [[ -f $D/sink.count ]] && read -r sink logs < "$D/sink.count"
   lines=$(cat "$D/written.count" 2>/dev/null || echo 0)
   up=$(( (t % 80) < 60 ? 1 : 0 ))
   echo "$t,$rss,$fds,$q,$pq,$acc,$sink,$lines,$logs,$up" >> "$D/soak.csv"
