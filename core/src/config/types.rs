@@ -617,11 +617,12 @@ pub struct QueueConfig {
     #[serde(default)]
     pub sizer: Sizer,
     /// A second bound on an in-memory queue whose `sizer` counts batches or
-    /// items: the encoded bytes it holds (default 256MiB; a batch bigger
-    /// than that goes alone). A causeway key: without it, 1,000 batches of
-    /// up to 20 MiB each could hold 20 GiB.
-    #[serde(default = "queue_max_bytes")]
-    pub max_bytes: ByteSize,
+    /// items: the encoded bytes it holds (default: a quarter of the memory
+    /// limiter's limit, at most 256MiB; a batch bigger than that goes
+    /// alone). A causeway key: without it, 1,000 batches of up to 20 MiB
+    /// each could hold 20 GiB.
+    #[serde(default)]
+    pub max_bytes: Option<ByteSize>,
     /// A directory for a persistent queue on local disk (off: in memory).
     /// What is queued survives a crash or kill -9 and is sent after a restart.
     #[serde(default)]
@@ -654,8 +655,10 @@ fn queue_max_size() -> ByteSize {
     ByteSize(1 << 30)
 }
 
-fn queue_max_bytes() -> ByteSize {
-    ByteSize(256 << 20)
+/// `sending_queue.max_bytes` when it is not set: a quarter of the memory
+/// limiter's `limit` (none: no limit known), at most 256 MiB, at least 1 MiB.
+pub fn default_queue_max_bytes(memory_limit: Option<u64>) -> u64 {
+    memory_limit.map_or(256 << 20, |l| (l / 4).clamp(1 << 20, 256 << 20))
 }
 
 impl Default for QueueConfig {
@@ -666,7 +669,7 @@ impl Default for QueueConfig {
             queue_size: queue_size(),
             block_on_overflow: true,
             sizer: Sizer::default(),
-            max_bytes: queue_max_bytes(),
+            max_bytes: None,
             storage: None,
             max_size: queue_max_size(),
             when_full: crate::topology::WhenFull::Block,
@@ -694,7 +697,7 @@ impl Validate for QueueConfig {
         if self.storage.as_ref().is_some_and(|s| s.trim().is_empty()) {
             e.push(ConfigError::new("storage", "must be a directory path"));
         }
-        if self.max_bytes.0 < 1 << 20 {
+        if self.max_bytes.is_some_and(|b| b.0 < 1 << 20) {
             e.push(ConfigError::new("max_bytes", "must be at least 1MiB"));
         }
         if self.max_size.0 < 1 << 20 {

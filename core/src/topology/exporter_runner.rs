@@ -126,12 +126,16 @@ struct Counters {
 /// Create the queue of an exporter and the task that drains it. The task
 /// ends when every sender is dropped and the queue is empty, or when
 /// `hard_stop` fires (what is left is counted as failed).
+///
+/// `memory_limit` (the memory limiter's) sets the in-memory queue's byte
+/// bound when `sending_queue.max_bytes` does not.
 pub(crate) fn spawn(
     id: String,
     exporter: Arc<dyn Exporter>,
     delivery: DeliveryConfig,
     telemetry: &Registry,
     hard_stop: CancellationToken,
+    memory_limit: Option<u64>,
 ) -> (ExporterQueue, tokio::task::JoinHandle<()>) {
     let disk = delivery.queue.storage.as_ref().and_then(|dir| {
         let path = std::path::Path::new(dir).join(id.replace(['/', '\\'], "_"));
@@ -180,7 +184,11 @@ pub(crate) fn spawn(
     // thousand batches can otherwise be gigabytes.
     let bytes = (delivery.queue.enabled && disk.is_none() && sizer != crate::config::Sizer::Bytes)
         .then(|| {
-            let capacity = (delivery.queue.max_bytes.0 as usize).clamp(1, Semaphore::MAX_PERMITS);
+            let max_bytes = delivery.queue.max_bytes.map_or_else(
+                || crate::config::default_queue_max_bytes(memory_limit),
+                |b| b.0,
+            );
+            let capacity = (max_bytes as usize).clamp(1, Semaphore::MAX_PERMITS);
             Budget {
                 sem: Arc::new(Semaphore::new(capacity)),
                 capacity,
@@ -530,7 +538,14 @@ mod tests {
             attempts: Mutex::new(vec![]),
         });
         let reg = Registry::new();
-        let (queue, handle) = spawn("x".into(), exp.clone(), d, &reg, CancellationToken::new());
+        let (queue, handle) = spawn(
+            "x".into(),
+            exp.clone(),
+            d,
+            &reg,
+            CancellationToken::new(),
+            None,
+        );
         queue
             .push(Batch::from_encoded(
                 crate::Signal::Traces,
@@ -618,7 +633,14 @@ mod tests {
         d.queue.sizer = crate::config::Sizer::Items;
         d.queue.block_on_overflow = false;
         let reg = Registry::new();
-        let (queue, handle) = spawn("x".into(), gate.clone(), d, &reg, CancellationToken::new());
+        let (queue, handle) = spawn(
+            "x".into(),
+            gate.clone(),
+            d,
+            &reg,
+            CancellationToken::new(),
+            None,
+        );
         let batch = |n| Batch::from_encoded(crate::Signal::Traces, bytes::Bytes::new(), n);
         let size = || {
             reg.gauge(EXPORTER_QUEUE_SIZE, "", &[("component", "x")])
@@ -668,12 +690,32 @@ mod tests {
         let mut d = delivery(D::secs(60));
         d.queue.num_consumers = 1;
         assert_eq!(d.queue.sizer, crate::config::Sizer::Requests);
-        assert_eq!(d.queue.max_bytes.0, 256 << 20, "the default");
+        assert_eq!(
+            d.queue.max_bytes, None,
+            "the default: from the memory budget"
+        );
+        assert_eq!(crate::config::default_queue_max_bytes(None), 256 << 20);
+        assert_eq!(
+            crate::config::default_queue_max_bytes(Some(512 << 20)),
+            128 << 20,
+            "a quarter of the limit"
+        );
+        assert_eq!(
+            crate::config::default_queue_max_bytes(Some(20 << 30)),
+            256 << 20
+        );
         d.queue.queue_size = 1000;
-        d.queue.max_bytes = crate::config::ByteSize(1 << 20);
+        d.queue.max_bytes = Some(crate::config::ByteSize(1 << 20));
         d.queue.block_on_overflow = false;
         let reg = Registry::new();
-        let (queue, handle) = spawn("x".into(), gate.clone(), d, &reg, CancellationToken::new());
+        let (queue, handle) = spawn(
+            "x".into(),
+            gate.clone(),
+            d,
+            &reg,
+            CancellationToken::new(),
+            None,
+        );
         let batch = || {
             Batch::from_encoded(
                 crate::Signal::Traces,

@@ -136,6 +136,7 @@ pub async fn start(
                 built.delivery,
                 telemetry,
                 hard_stop.clone(),
+                crate::memory::MemoryLimiter::shared(&shared).map(|l| l.limits().0),
             );
             queues.insert(id.clone(), queue);
             exporters.push(handle);
