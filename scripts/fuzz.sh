@@ -16,6 +16,10 @@ SECS=${1:-120}
 shift || true
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 rustup toolchain list | grep -q nightly || rustup toolchain install nightly --profile minimal
+# cc-rs compiles the C dependencies (zstd) with AddressSanitizer under
+# `-Zsanitizer=address`; librdkafka's configure then links its test programs
+# against that libzstd, which needs the ASan runtime on the link line.
+export LDFLAGS="${LDFLAGS:-} -fsanitize=address"
 targets=("$@")
 ((${#targets[@]})) || mapfile -t targets < <(cargo +nightly fuzz list)
 for t in "${targets[@]}"; do
