@@ -474,7 +474,8 @@ fn gated_backend() -> (String, Arc<AtomicBool>, Arc<Mutex<HashSet<u64>>>) {
 }
 
 /// The `kafka` receiver under the memory budget: a topic with 5 GiB of
-/// backlog, read by a daemon whose backend is down at first. Reading pauses
+/// backlog, read by a daemon whose backend is down at first and whose
+/// exporter queue may hold as much as the whole limit. Reading pauses
 /// when memory passes the soft limit (the partitions keep the data), RSS
 /// stays under the limit, and once the backend is back and memory falls,
 /// reading resumes and every message is delivered.
@@ -490,25 +491,10 @@ fn a_five_gib_kafka_backlog_stays_under_the_memory_limit_and_is_all_delivered() 
     let producer = broker.producer();
     for r in 0..n {
         let body = request(r);
-        let mut rec = BaseRecord::<(), [u8]>::to("flood").payload(&body[..]);
-        loop {
-            match producer.send(rec) {
-                Ok(()) => break,
-                Err((e, back)) => {
-                    assert!(
-                        matches!(
-                            e,
-                            rdkafka::error::KafkaError::MessageProduction(
-                                rdkafka::types::RDKafkaErrorCode::QueueFull
-                            )
-                        ),
-                        "produce: {e}"
-                    );
-                    producer.poll(Duration::from_millis(10));
-                    rec = back;
-                }
-            }
-        }
+        common::kafka::send_when_room(
+            &producer,
+            BaseRecord::<(), [u8]>::to("flood").payload(&body[..]),
+        );
         producer.poll(Duration::ZERO);
     }
     producer.flush(Duration::from_secs(300)).expect("flush");
@@ -528,6 +514,10 @@ exporters:
     endpoint: "{backend}"
     compression: none
     retry_on_failure: {{ initial_interval: 100ms, max_interval: 200ms, max_elapsed_time: 0s }}
+    # Set above the budget's default (a quarter of the limit): downstream
+    # can hold more than the limit allows, and the receiver's pause is
+    # what keeps memory under it.
+    sending_queue: {{ max_bytes: 256MiB }}
 service:
   memory_limiter:
     limit: {LIMIT}MiB

@@ -16,6 +16,32 @@ use std::time::{Duration, Instant};
 
 use super::free_port;
 
+/// Send `rec`; while librdkafka's queue is full, let it deliver and try again.
+pub fn send_when_room<K, P>(p: &BaseProducer, mut rec: BaseRecord<'_, K, P>)
+where
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+{
+    loop {
+        match p.send(rec) {
+            Ok(()) => return,
+            Err((e, r)) => {
+                assert!(
+                    matches!(
+                        e,
+                        rdkafka::error::KafkaError::MessageProduction(
+                            rdkafka::types::RDKafkaErrorCode::QueueFull
+                        )
+                    ),
+                    "produce: {e}"
+                );
+                p.poll(Duration::from_millis(10));
+                rec = r;
+            }
+        }
+    }
+}
+
 /// The broker's jars: `$CAUSEWAY_KAFKA_LIBS` (set by `scripts/peers.sh`,
 /// which `scripts/test.sh` sources).
 pub fn kafka_libs() -> PathBuf {
@@ -308,28 +334,12 @@ auto.create.topics.enable=false
     pub fn produce(&self, p: &BaseProducer, topic: &str, partition: i32, n: usize) {
         for i in 0..n {
             let payload = format!("m{i}");
-            let mut rec = BaseRecord::<(), str>::to(topic)
-                .partition(partition)
-                .payload(&payload);
-            loop {
-                match p.send(rec) {
-                    Ok(()) => break,
-                    Err((e, r)) => {
-                        // Queue full: let librdkafka deliver, then try again.
-                        assert!(
-                            matches!(
-                                e,
-                                rdkafka::error::KafkaError::MessageProduction(
-                                    rdkafka::types::RDKafkaErrorCode::QueueFull
-                                )
-                            ),
-                            "produce: {e}"
-                        );
-                        p.poll(Duration::from_millis(10));
-                        rec = r;
-                    }
-                }
-            }
+            send_when_room(
+                p,
+                BaseRecord::<(), str>::to(topic)
+                    .partition(partition)
+                    .payload(&payload),
+            );
         }
         p.flush(Duration::from_secs(30)).expect("flush");
     }

@@ -529,6 +529,15 @@ mod tests {
         }
     }
 
+    /// The runner of a test exporter, with no memory limit known.
+    fn start(
+        exporter: Arc<dyn Exporter>,
+        d: DeliveryConfig,
+        reg: &Registry,
+    ) -> (ExporterQueue, tokio::task::JoinHandle<()>) {
+        spawn("x".into(), exporter, d, reg, CancellationToken::new(), None)
+    }
+
     async fn run(
         answers: Vec<Result<Delivered, ExportError>>,
         d: DeliveryConfig,
@@ -538,14 +547,7 @@ mod tests {
             attempts: Mutex::new(vec![]),
         });
         let reg = Registry::new();
-        let (queue, handle) = spawn(
-            "x".into(),
-            exp.clone(),
-            d,
-            &reg,
-            CancellationToken::new(),
-            None,
-        );
+        let (queue, handle) = start(exp.clone(), d, &reg);
         queue
             .push(Batch::from_encoded(
                 crate::Signal::Traces,
@@ -633,14 +635,7 @@ mod tests {
         d.queue.sizer = crate::config::Sizer::Items;
         d.queue.block_on_overflow = false;
         let reg = Registry::new();
-        let (queue, handle) = spawn(
-            "x".into(),
-            gate.clone(),
-            d,
-            &reg,
-            CancellationToken::new(),
-            None,
-        );
+        let (queue, handle) = start(gate.clone(), d, &reg);
         let batch = |n| Batch::from_encoded(crate::Signal::Traces, bytes::Bytes::new(), n);
         let size = || {
             reg.gauge(EXPORTER_QUEUE_SIZE, "", &[("component", "x")])
@@ -708,14 +703,7 @@ mod tests {
         d.queue.max_bytes = Some(crate::config::ByteSize(1 << 20));
         d.queue.block_on_overflow = false;
         let reg = Registry::new();
-        let (queue, handle) = spawn(
-            "x".into(),
-            gate.clone(),
-            d,
-            &reg,
-            CancellationToken::new(),
-            None,
-        );
+        let (queue, handle) = start(gate.clone(), d, &reg);
         let batch = || {
             Batch::from_encoded(
                 crate::Signal::Traces,
