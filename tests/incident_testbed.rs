@@ -357,18 +357,20 @@ service:
         }
         out
     };
+    // Both faulty routes have a record in `state` in `logs`.
+    let both = |logs: &Path, state: &str| {
+        let routes: BTreeSet<String> = incidents(logs)
+            .iter()
+            .filter(|r| s(r, "incident.state") == state)
+            .map(|r| s(r, "incident.route").to_string())
+            .collect();
+        routes.contains("catalog-item") && routes.contains("search")
+    };
     let logs1 = d.join("logs-1.jsonl");
     wait_for_or(
         Duration::from_secs(160),
         "both incidents opened",
-        || {
-            let open: BTreeSet<String> = incidents(&logs1)
-                .iter()
-                .filter(|r| s(r, "incident.state") == "open")
-                .map(|r| s(r, "incident.route").to_string())
-                .collect();
-            open.contains("catalog-item") && open.contains("search")
-        },
+        || both(&logs1, "open"),
         || {
             // The gateway tailer's and correlate's own counts as well.
             let metrics = http_get(&daemon.telemetry, "/metrics")
@@ -393,14 +395,7 @@ service:
     wait_for_or(
         Duration::from_secs(120),
         "both incidents resolved",
-        || {
-            let resolved: BTreeSet<String> = incidents(&logs2)
-                .iter()
-                .filter(|r| s(r, "incident.state") == "resolved")
-                .map(|r| s(r, "incident.route").to_string())
-                .collect();
-            resolved.contains("catalog-item") && resolved.contains("search")
-        },
+        || both(&logs2, "resolved"),
         || seen(&logs2, "incidents-2.stderr"),
     );
     wait_for(
