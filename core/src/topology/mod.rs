@@ -118,6 +118,8 @@ pub async fn start(
     // Exporters: one instance and one queue each, shared by the pipelines using it.
     let mut queues: HashMap<ComponentId, ExporterQueue> = HashMap::new();
     let mut exporters = Vec::new();
+    // Sets each in-memory queue's byte bound when its config does not.
+    let memory_limit = crate::memory::MemoryLimiter::shared(&shared).map(|l| l.limits().0);
     for p in &config.pipelines {
         for id in &p.exporters {
             if queues.contains_key(id) {
@@ -136,7 +138,7 @@ pub async fn start(
                 built.delivery,
                 telemetry,
                 hard_stop.clone(),
-                crate::memory::MemoryLimiter::shared(&shared).map(|l| l.limits().0),
+                memory_limit,
             );
             queues.insert(id.clone(), queue);
             exporters.push(handle);
