@@ -17,6 +17,10 @@ command -v runuser >/dev/null || missing+=(util-linux)
 command -v strace >/dev/null || missing+=(strace)
 # The gateway_log rotation tests rotate with the real logrotate.
 command -v logrotate >/dev/null || missing+=(logrotate)
+# ...and compress the backups with each compresscmd the tailer reads.
+for tool in gzip zstd xz bzip2; do
+  command -v "$tool" >/dev/null || missing+=("$( [[ $tool == xz ]] && echo xz-utils || echo "$tool")")
+done
 # tests/real_backends_e2e.rs: the exporters against the real servers.
 [[ -x /usr/bin/victoria-metrics ]] || missing+=(victoria-metrics)
 [[ -x /usr/bin/prometheus ]] || missing+=(prometheus)

@@ -189,7 +189,11 @@ async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyh
                 config.file.service.telemetry.metrics.tls.as_ref(),
                 metrics.clone(),
                 stop_telemetry.clone(),
-                telemetry::Serve { ui: tcfg.ui, auth },
+                telemetry::Serve {
+                    ui: tcfg.ui,
+                    auth,
+                    connections: tcfg.metrics.connections,
+                },
             )
             .await?;
             if tcfg.ui {

@@ -341,8 +341,8 @@ service:
 }
 
 /// The `n` of every line in the files of `dir` named `access.log*`,
-/// decompressing `.gz` backups: the lines that reached the disk, each with
-/// the file it is in.
+/// decompressing compressed backups (with the tool that wrote them, told by
+/// its magic): the lines that reached the disk, each with the file it is in.
 fn on_disk(dir: &Path) -> std::collections::HashMap<u64, String> {
     use std::io::Read;
     let mut out = std::collections::HashMap::new();
@@ -351,17 +351,29 @@ fn on_disk(dir: &Path) -> std::collections::HashMap<u64, String> {
         if !name.starts_with("access.log") {
             continue;
         }
-        let mut text = String::new();
-        let f = std::fs::File::open(e.path()).expect("open");
-        if name.ends_with(".gz") {
-            flate2::read::MultiGzDecoder::new(f)
-                .read_to_string(&mut text)
-                .expect("gunzip");
+        let bytes = std::fs::read(e.path()).expect("read");
+        let tool = if bytes.starts_with(&[0x1f, 0x8b]) {
+            Some("gzip")
+        } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            Some("zstd")
         } else {
-            std::io::BufReader::new(f)
-                .read_to_string(&mut text)
-                .expect("read");
-        }
+            None
+        };
+        let text = match tool {
+            Some(tool) => {
+                let out = std::process::Command::new(tool)
+                    .args(["-dc", &e.path().display().to_string()])
+                    .output()
+                    .expect(tool);
+                assert!(out.status.success(), "{tool} -dc {name}");
+                String::from_utf8(out.stdout).expect("utf-8")
+            }
+            None => {
+                let mut text = String::new();
+                bytes.as_slice().read_to_string(&mut text).expect("utf-8");
+                text
+            }
+        };
         for l in text.lines() {
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(l) {
                 if let Some(n) = v["n"].as_u64() {
@@ -373,6 +385,10 @@ fn on_disk(dir: &Path) -> std::collections::HashMap<u64, String> {
     out
 }
 
+/// Lines the stress tests' writer appends between two 1 ms pauses (about
+/// 5,000 lines a second).
+const LINES_PER_MS: u64 = 5;
+
 /// Rotations per run: 200, or `CAUSEWAY_ROTATIONS`.
 fn rotations() -> usize {
     std::env::var("CAUSEWAY_ROTATIONS")
@@ -381,11 +397,17 @@ fn rotations() -> usize {
         .unwrap_or(200)
 }
 
-/// The real logrotate (Debian), run `rotations` times back to back while a
-/// writer appends about 10,000 lines a second, alternating the `modes`
-/// (each a logrotate stanza body). Every line that reached the disk (in the
-/// log or a backup, compressed or not) arrives exactly once, no line
-/// arrives twice, and the files the receiver keeps open stay bounded.
+/// The real logrotate (Debian), run `rotations` times back to back (one
+/// every ~0.2 s) while a writer appends lines, alternating the `modes`
+/// (each a logrotate stanza body), with the daemon starved of CPU: held to
+/// a quarter of a core (a CPU quota, see `common::starve`), and stopped
+/// outright for 8 rotations in every 40, as a throttled quota or a host at
+/// 100% does, so that rotations compress logs it never got to. Every line
+/// that reached the disk (in the log or a backup, compressed or not)
+/// arrives exactly once, no line arrives twice, some were read from
+/// compressed backups, and the files the receiver keeps open stay bounded.
+/// Nothing here is timed: the wait for the last line lasts as long as
+/// delivery makes progress.
 fn logrotate_stress(modes: &[&str], rotations: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
@@ -393,13 +415,15 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
     std::fs::write(&log, "").expect("create");
     // Files opened ahead of the reader (rotated logs it has not reached,
     // held so that compression cannot take them away): as many as the
-    // reader is behind, at most `max_held_files`.
+    // reader is behind, at most `max_held_files`. Beyond, and for what
+    // rotates while the daemon gets no CPU at all, compressed backups are
+    // read (the include matches them: `access.log*`).
     const MAX_HELD: usize = 64;
-    let cfg = config(
-        d,
-        &format!("    exclude: [\"*.gz\"]\n    max_held_files: {MAX_HELD}"),
-    );
+    let cfg = config(d, &format!("    max_held_files: {MAX_HELD}"));
     let daemon = Daemon::start(d, "gw", &cfg);
+    let pid = daemon.child.id();
+    let starved = common::starve::Starved::start(pid, 25);
+    eprintln!("the daemon is starved by {}", starved.how);
     let confs: Vec<std::path::PathBuf> = modes
         .iter()
         .enumerate()
@@ -433,7 +457,7 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 f.write_all(line(n).as_bytes()).expect("write");
                 n += 1;
-                if n % 10 == 0 {
+                if n % LINES_PER_MS == 0 {
                     std::thread::sleep(Duration::from_millis(1));
                     // A gateway reopens its log once logrotate renamed it away
                     // and created the new one (`create`), as NGINX does on
@@ -454,7 +478,14 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
     };
     let state = d.join("logrotate.state");
     let mut most_open = 0.0f64;
+    let mut frozen = None;
     for i in 0..rotations {
+        // The daemon gets no CPU at all for 8 rotations in every 40.
+        match i % 40 {
+            30 => frozen = Some(common::starve::Frozen::start(pid)),
+            38 => frozen = None,
+            _ => {}
+        }
         let st = std::process::Command::new("logrotate")
             .arg("-f")
             .arg("-s")
@@ -464,25 +495,41 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
             .expect("logrotate (Debian's; scripts/test.sh installs it)");
         assert!(st.success(), "logrotate failed");
         std::thread::sleep(Duration::from_millis(150)); // the rotation period under test
-        most_open = most_open.max(
-            daemon
-                .metric("causeway_gateway_log_open_files{component=\"gateway_log\"}")
-                .unwrap_or(0.0),
-        );
+        if frozen.is_none() {
+            most_open = most_open.max(
+                daemon
+                    .metric("causeway_gateway_log_open_files{component=\"gateway_log\"}")
+                    .unwrap_or(0.0),
+            );
+        }
     }
+    drop(frozen);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let written = writer.join().expect("writer");
     let disk = on_disk(d);
     let out = d.join("out.jsonl");
-    let start = std::time::Instant::now();
+    // Wait while delivery makes progress (a starved reader is slow, not
+    // stuck): until as many lines were sent as are on disk, or nothing
+    // more was sent for 120 s.
+    let (mut last, mut since) = (-1.0, std::time::Instant::now());
     loop {
+        let now = sent(&daemon);
+        if now >= disk.len() as f64 {
+            break;
+        }
+        if now > last {
+            (last, since) = (now, std::time::Instant::now());
+        }
+        if since.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    {
         let got = numbers(&out);
         let mut missing: Vec<(&u64, &String)> =
             disk.iter().filter(|(n, _)| !got.contains_key(n)).collect();
-        if sent(&daemon) >= disk.len() as f64 && missing.is_empty() {
-            break;
-        }
-        if start.elapsed() > Duration::from_secs(240) {
+        if !missing.is_empty() {
             missing.sort();
             let ls: Vec<String> = std::fs::read_dir(d)
                 .map(|r| {
@@ -492,7 +539,7 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
                 })
                 .unwrap_or_default();
             panic!(
-                "after 240 s, {} of {} lines on disk not delivered (first: {:?}; last: {:?}); {} delivered; {} sent; files: {ls:?}",
+                "no progress for 120 s, and {} of {} lines on disk not delivered (first: {:?}; last: {:?}); {} delivered; {} sent; files: {ls:?}",
                 missing.len(),
                 disk.len(),
                 &missing[..missing.len().min(10)],
@@ -501,11 +548,13 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
                 sent(&daemon)
             );
         }
-        std::thread::sleep(Duration::from_millis(100));
     }
+    let compressed = daemon
+        .metric("causeway_gateway_log_compressed_lines_total{component=\"gateway_log\"}")
+        .unwrap_or(0.0);
     // Every rotated file drained, delivered and closed: only the live log
     // (and one backup not yet idle) stay open.
-    common::wait_for(Duration::from_secs(30), "the drained files closed", || {
+    common::wait_for(Duration::from_secs(120), "the drained files closed", || {
         daemon
             .metric("causeway_gateway_log_open_files{component=\"gateway_log\"}")
             .is_some_and(|n| n <= 2.0)
@@ -515,14 +564,30 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
         .unwrap_or(0);
     assert!(daemon.terminate().success());
     let got = numbers(&out);
-    let twice: Vec<(&u64, &u32)> = got.iter().filter(|(_, c)| **c > 1).take(10).collect();
-    assert!(twice.is_empty(), "read twice: {twice:?}");
+    let mut twice: Vec<(&u64, &u32, Option<&String>)> = got
+        .iter()
+        .filter(|(_, c)| **c > 1)
+        .map(|(n, c)| (n, c, disk.get(n)))
+        .collect();
+    twice.sort();
+    assert!(
+        twice.is_empty(),
+        "{} lines read twice: {:?} … {:?}",
+        twice.len(),
+        &twice[..twice.len().min(5)],
+        twice.last()
+    );
     assert!(got.keys().all(|n| *n < written));
     let lost_by_copytruncate = written - disk.len() as u64;
     eprintln!(
-        "{rotations} rotations ({modes:?}): {written} lines written, {} on disk ({lost_by_copytruncate} lost between a copy and its truncation), {} delivered; at most {most_open} files open; {fds} fds at the end",
+        "{rotations} rotations ({modes:?}), starved by {}: {written} lines written, {} on disk ({lost_by_copytruncate} lost between a copy and its truncation), {} delivered, {compressed} of them read from compressed backups; at most {most_open} files open; {fds} fds at the end",
+        starved.how,
         disk.len(),
         got.len()
+    );
+    assert!(
+        compressed > 0.0,
+        "no line was read from a compressed backup: the test did not exercise that path"
     );
     assert!(
         most_open <= (MAX_HELD + 8) as f64,
@@ -545,4 +610,13 @@ fn real_logrotate_create_and_copytruncate_with_delaycompress_lose_and_repeat_not
 #[test]
 fn real_logrotate_create_with_compress_loses_and_repeats_nothing() {
     logrotate_stress(&["  create\n  compress"], rotations());
+}
+
+/// `compresscmd` zstd instead of gzip: the backups are told by their magic.
+#[test]
+fn real_logrotate_with_a_zstd_compresscmd_loses_and_repeats_nothing() {
+    logrotate_stress(
+        &["  create\n  compress\n  compresscmd /usr/bin/zstd\n  compressext .zst\n  compressoptions -q"],
+        rotations(),
+    );
 }

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod component;
 pub mod compress;
 pub mod config;
+pub mod conn;
 pub mod error;
 pub mod exposure;
 pub mod grpc;

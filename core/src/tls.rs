@@ -8,16 +8,14 @@
 //! - [`ServerAuth`]: bearer-token or basic authentication of requests.
 //! - [`Secret`]: a value from the file (usually `${env:…}`) or from a
 //!   `*_file`; its `Debug` and `Display` print `<redacted>`.
-//! - [`TlsListener`]: a TCP listener whose connections are TLS, handshakes
-//!   run concurrently (a slow client cannot hold up others).
+//!
+//! Listeners, their TLS handshakes and their limits are in [`crate::conn`].
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::ConfigError;
 
@@ -412,130 +410,8 @@ impl Authenticator {
     }
 }
 
-/// A TCP listener whose accepted connections are TLS streams.
-pub struct TlsListener {
-    rx: tokio::sync::mpsc::Receiver<(
-        tokio_rustls::server::TlsStream<TcpStream>,
-        std::net::SocketAddr,
-    )>,
-    local: std::net::SocketAddr,
-}
-
-impl TlsListener {
-    /// Accept on `listener`; handshakes (10 s at most each) run concurrently,
-    /// [`MAX_HANDSHAKES`] at most: a connection beyond that is closed at once
-    /// and counted (`causeway_tls_handshakes_refused_total`), so a flood of
-    /// clients that never finish a handshake costs bounded memory and tasks.
-    /// Failed handshakes (plaintext clients, unknown CAs) are logged and
-    /// counted by `component`, and never stop the listener.
-    pub fn new(
-        listener: TcpListener,
-        config: Arc<rustls::ServerConfig>,
-        component: String,
-        telemetry: crate::telemetry::registry::Registry,
-    ) -> std::io::Result<Self> {
-        let local = listener.local_addr()?;
-        let acceptor = tokio_rustls::TlsAcceptor::from(config);
-        let (tx, rx) = tokio::sync::mpsc::channel(64);
-        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
-        let refused = telemetry.counter(
-            HANDSHAKES_REFUSED,
-            "Connections closed before their TLS handshake because too many handshakes were in progress, by receiver.",
-            &[("receiver", &component)],
-        );
-        tokio::spawn(async move {
-            loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::warn!(receiver = %component, error = %e, "Accept failed.");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                if tx.is_closed() {
-                    return;
-                }
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    refused.add(1);
-                    tracing::debug!(receiver = %component, %peer, "Too many TLS handshakes in progress; connection closed.");
-                    drop(tcp);
-                    continue;
-                };
-                tcp.set_nodelay(true).ok();
-                let (acceptor, tx, component, telemetry) = (
-                    acceptor.clone(),
-                    tx.clone(),
-                    component.clone(),
-                    telemetry.clone(),
-                );
-                tokio::spawn(async move {
-                    let handshake =
-                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await;
-                    drop(permit);
-                    match handshake {
-                        Ok(Ok(tls)) => {
-                            tx.send((tls, peer)).await.ok();
-                        }
-                        Ok(Err(e)) => {
-                            telemetry
-                                .counter(
-                                    HANDSHAKE_FAILURES,
-                                    "TLS handshakes that failed, by receiver.",
-                                    &[("receiver", &component)],
-                                )
-                                .add(1);
-                            tracing::debug!(receiver = %component, %peer, error = %e, "TLS handshake failed.");
-                        }
-                        Err(_) => {
-                            tracing::debug!(receiver = %component, %peer, "TLS handshake timed out.");
-                        }
-                    }
-                });
-            }
-        });
-        Ok(TlsListener { rx, local })
-    }
-
-    /// The next established TLS connection (`None` once the accept loop ended).
-    pub async fn next(
-        &mut self,
-    ) -> Option<(
-        tokio_rustls::server::TlsStream<TcpStream>,
-        std::net::SocketAddr,
-    )> {
-        self.rx.recv().await
-    }
-
-    /// The bound address.
-    pub fn local_addr(&self) -> std::net::SocketAddr {
-        self.local
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<TcpStream>;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.next().await {
-            Some(c) => c,
-            // The accept loop ended: no more connections, ever.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
-}
-
 /// TLS handshakes that failed, by receiver.
 pub const HANDSHAKE_FAILURES: &str = "causeway_tls_handshake_failures_total";
-/// Connections closed because [`MAX_HANDSHAKES`] were in progress, by receiver.
-pub const HANDSHAKES_REFUSED: &str = "causeway_tls_handshakes_refused_total";
-/// TLS handshakes in progress at most, per listener.
-pub const MAX_HANDSHAKES: usize = 256;
 
 /// Warn when a listener binds beyond loopback without TLS.
 pub fn warn_if_exposed(component: &str, protocol: &str, addr: std::net::SocketAddr, tls: bool) {

@@ -67,6 +67,7 @@ impl HttpServer {
             name,
             endpoint,
             tls,
+            causeway_core::conn::ConnectionLimits::default(),
             app,
             telemetry,
             stop.clone(),

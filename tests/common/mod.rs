@@ -2,7 +2,9 @@
 #![allow(dead_code)]
 
 pub mod kafka;
+pub mod otlp_client;
 pub mod peers;
+pub mod starve;
 pub mod testbed;
 
 use serde_json::Value;
@@ -141,14 +143,9 @@ impl Daemon {
         )
     }
 
-    /// Start the binary with `args` and environment; `telemetry` is where `/readyz` is.
-    pub fn spawn(
-        dir: &Path,
-        name: &str,
-        args: &[&str],
-        env: &[(&str, String)],
-        telemetry: String,
-    ) -> Daemon {
+    /// Start the binary with `args` and environment, without waiting for
+    /// it to be ready (its telemetry server may need TLS and credentials).
+    pub fn spawn_unready(dir: &Path, name: &str, args: &[&str], env: &[(&str, String)]) -> Daemon {
         let stdout = std::fs::File::create(dir.join(format!("{name}.stdout"))).expect("stdout");
         let stderr = std::fs::File::create(dir.join(format!("{name}.stderr"))).expect("stderr");
         let mut cmd = Command::new(BIN);
@@ -160,11 +157,23 @@ impl Daemon {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("spawn causeway");
-        let mut d = Daemon {
+        Daemon {
             child,
             dir: dir.to_path_buf(),
-            telemetry,
-        };
+            telemetry: String::new(),
+        }
+    }
+
+    /// Start the binary with `args` and environment; `telemetry` is where `/readyz` is.
+    pub fn spawn(
+        dir: &Path,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, String)],
+        telemetry: String,
+    ) -> Daemon {
+        let mut d = Self::spawn_unready(dir, name, args, env);
+        d.telemetry = telemetry;
         let name = name.to_string();
         let start = Instant::now();
         loop {
@@ -176,9 +185,11 @@ impl Daemon {
                     std::fs::read_to_string(dir.join(format!("{name}.stderr"))).unwrap_or_default();
                 panic!("causeway {name} exited with {status} before ready:\n{err}");
             }
+            // A safety net, not a measure: a debug build on a busy machine
+            // may take a while to start.
             assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "causeway {name} not ready in 30s"
+                start.elapsed() < Duration::from_secs(180),
+                "causeway {name} not ready in 180s"
             );
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -384,6 +384,11 @@ pub struct TelemetryMetrics {
     /// which probes call without credentials). A causeway key.
     #[serde(default)]
     pub auth: Option<crate::tls::ServerAuth>,
+    /// Limits of the telemetry server under a connection flood
+    /// (`max`, `handshake_timeout`, `header_read_timeout`, `idle_timeout`,
+    /// `keepalive_interval`, `keepalive_timeout`). A causeway key.
+    #[serde(default)]
+    pub connections: crate::conn::ConnectionLimits,
 }
 
 impl Default for TelemetryMetrics {
@@ -395,6 +400,7 @@ impl Default for TelemetryMetrics {
             tls: None,
             collector_names: true,
             auth: None,
+            connections: crate::conn::ConnectionLimits::default(),
         }
     }
 }

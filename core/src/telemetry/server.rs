@@ -29,6 +29,8 @@ pub struct Serve {
     pub ui: bool,
     /// Credentials required on everything but `/healthz` and `/readyz`.
     pub auth: Option<crate::tls::Authenticator>,
+    /// Limits under a connection flood.
+    pub connections: crate::conn::ConnectionLimits,
 }
 
 /// Bind the telemetry server with `opts`; serve until `shutdown`.
@@ -55,7 +57,16 @@ pub async fn serve_with(
         .route("/readyz", get(readyz))
         .merge(guarded)
         .with_state(registry.clone());
-    serve_router("telemetry", addr, tls, app, registry, shutdown).await
+    serve_router(
+        "telemetry",
+        addr,
+        tls,
+        opts.connections,
+        app,
+        registry,
+        shutdown,
+    )
+    .await
 }
 
 /// Every route of `router` answers 401 (with `WWW-Authenticate`) to a
@@ -92,12 +103,13 @@ pub fn guard<S: Clone + Send + Sync + 'static>(
 }
 
 /// Bind `addr` and serve `app` on it (HTTP/1.1 and h2, over TLS when `tls`
-/// is set) until `shutdown`; `what` names the server in errors and logs.
+/// is set, under the connection `limits`) until `shutdown`; `what` names the server in errors and logs.
 /// Used by the telemetry server and the extensions.
 pub async fn serve_router(
     what: &str,
     addr: &str,
     tls: Option<&crate::tls::ServerTls>,
+    limits: crate::conn::ConnectionLimits,
     app: Router,
     registry: Registry,
     shutdown: CancellationToken,
@@ -117,29 +129,8 @@ pub async fn serve_router(
         None => None,
     };
     crate::tls::warn_if_exposed(what, "http", local, tls.is_some());
-    let name = what.to_string();
-    let handle = tokio::spawn(async move {
-        let res = match tls {
-            Some(config) => {
-                match crate::tls::TlsListener::new(listener, config, name.clone(), registry) {
-                    Ok(l) => {
-                        axum::serve(l, app)
-                            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                            .await
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            None => {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                    .await
-            }
-        };
-        if let Err(error) = res {
-            tracing::error!(server = %name, %error, "HTTP server failed.");
-        }
-    });
+    let conns = crate::conn::accept(what, listener, tls, limits, &registry, shutdown.clone());
+    let handle = tokio::spawn(crate::conn::serve_http(conns, app, limits, shutdown));
     Ok((local, handle))
 }
 

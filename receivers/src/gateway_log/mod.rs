@@ -12,8 +12,12 @@
 //! batches of `max_batch_lines` lines are read again (those in flight, and
 //! the one delivered while the checkpoint was being written); after a
 //! machine crash, add the lines delivered in the last second. Nothing is skipped.
+//! A backup compressed before it was read to its end (gzip, zstd, xz,
+//! bzip2, told by their magic) is read from where its content was left,
+//! decompressed as a stream.
 
 pub mod config;
+mod packed;
 pub mod parse;
 #[cfg(test)]
 mod preset_tests;
@@ -48,6 +52,12 @@ pub const LINES: &str = "causeway_gateway_log_lines_total";
 pub const OPEN_FILES: &str = "causeway_gateway_log_open_files";
 /// Re-reads from the checkpoint after an exporter gave up.
 pub const REREADS: &str = "causeway_gateway_log_rereads_total";
+/// Lines read from compressed backups.
+pub const COMPRESSED_LINES: &str = "causeway_gateway_log_compressed_lines_total";
+/// Compressed backups found, by outcome and format.
+pub const BACKUPS: &str = "causeway_gateway_log_backups_total";
+/// Files whose unread content was on disk and could not be read, by reason.
+pub const LOST: &str = "causeway_gateway_log_files_lost_total";
 
 /// Factory of the `gateway_log` receiver.
 pub struct GatewayLogFactory;
@@ -125,6 +135,12 @@ impl ReceiverFactory for GatewayLogFactory {
                 "Times a gateway_log receiver read its files again from the checkpoint, after an exporter gave up on lines.",
                 &[("component", &id)],
             ),
+            compressed_lines: ctx.telemetry.counter(
+                COMPRESSED_LINES,
+                "Gateway log lines read from compressed backups (rotated and compressed before they were read to their end).",
+                &[("component", &id)],
+            ),
+            telemetry: ctx.telemetry.clone(),
             open_files: ctx.telemetry.gauge(
                 OPEN_FILES,
                 "Files followed by a gateway_log receiver.",
@@ -190,6 +206,10 @@ struct GatewayLogReceiver {
     bad: Counter,
     too_long: Counter,
     open_files: Gauge,
+    /// Lines read from compressed backups.
+    compressed_lines: Counter,
+    /// For the counters by outcome and reason, made as they occur.
+    telemetry: causeway_core::telemetry::registry::Registry,
     /// Times the files were read again from the checkpoint after an exporter gave up.
     rereads: Counter,
     /// `service.memory_limiter`: reading pauses (nothing is lost) while memory is over its soft limit.
@@ -285,6 +305,38 @@ fn parse_chunk(format: &Format, envelope: &Envelope, lines: Vec<tail::Line>) -> 
 }
 
 impl GatewayLogReceiver {
+    /// Count and log what happened to compressed backups and unread files.
+    fn account(&self, events: tail::Events) {
+        self.compressed_lines.add(events.packed_lines);
+        for (outcome, file, format) in events.backups {
+            self.telemetry
+                .counter(
+                    BACKUPS,
+                    "Compressed backups found by a gateway_log receiver, by outcome (resumed, new, skipped, corrupt) and format.",
+                    &[("component", &self.id), ("outcome", outcome), ("format", format)],
+                )
+                .add(1);
+            match outcome {
+                "corrupt" => {
+                    tracing::error!(receiver = %self.id, %file, %format, %outcome, "Compressed backup not read.")
+                }
+                _ => {
+                    tracing::debug!(receiver = %self.id, %file, %format, %outcome, "Compressed backup found.")
+                }
+            }
+        }
+        for (reason, file, detail) in events.lost {
+            self.telemetry
+                .counter(
+                    LOST,
+                    "Files whose unread lines were on disk and could no longer be read by a gateway_log receiver, by reason.",
+                    &[("component", &self.id), ("reason", reason)],
+                )
+                .add(1);
+            tracing::error!(receiver = %self.id, %file, %reason, %detail, "Gateway log lines lost.");
+        }
+    }
+
     fn report_bad(&self, tailer: &Tailer, bad: &[(u64, u64, String, Vec<u8>)]) {
         for (i, (file, offset, reason, bytes)) in bad.iter().enumerate() {
             let path = tailer.identity(*file).map(|x| x.1).unwrap_or_default();
@@ -451,8 +503,10 @@ impl Receiver for GatewayLogReceiver {
             for error in errors {
                 tracing::warn!(receiver = %self.id, %error, "Cannot read a file.");
             }
+            self.account(tailer.take_events());
             let mut changed = false;
             for (id, cp) in tailer.new_files() {
+                tracing::debug!(receiver = %self.id, file = %cp.path, offset = cp.offset, id, "Following a file.");
                 committed.entry(id).or_insert(cp);
                 changed = true;
             }

@@ -1,8 +1,17 @@
 //! Following files: discovery by glob, identity by fingerprint (the first
 //! bytes) and inode, rotation by rename and by copy-truncate, partial lines,
-//! over-long lines, and crash-safe checkpoints.
+//! over-long lines, compressed backups, and crash-safe checkpoints.
+//!
+//! A file's content has one identity, its first bytes, whichever file
+//! carries it: the log, its renamed backup, its copy, or its compressed
+//! backup. At most one of them is read at a time, and the next one to carry
+//! it continues at the offset the last one reached: a backup compressed
+//! before the reader got to its end is read from there, decompressed as a
+//! stream.
 //!
 //! All IO here is blocking; the receiver runs it on the blocking pool.
+
+use super::packed::{self, Packing};
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -52,6 +61,54 @@ struct Tracked {
     /// gone from the patterns stays open until it is delivered to its end,
     /// so that lines an exporter gave up on can be read again.
     delivered: u64,
+    /// A compressed backup: offsets are in its decompressed stream.
+    packed: Option<Packed>,
+}
+
+/// The decompressing side of a followed compressed backup.
+struct Packed {
+    kind: Packing,
+    /// The decoder, at `pos` of the decompressed stream; rebuilt from the
+    /// start (and skipped forward) when it is not where reading resumes.
+    /// Dropped when the file is not being read, so idle backups cost no
+    /// decoder memory. (In a mutex only so that the tailer is `Sync`: it
+    /// is reached through `&mut`, never locked.)
+    decoder: Option<std::sync::Mutex<Box<dyn Read + Send>>>,
+    pos: u64,
+    /// The decompressed length, once the stream ended.
+    end: Option<u64>,
+    /// The stream stopped short (still being written, or cut): the
+    /// compressed length then, since when, and the polls since.
+    stalled: Option<(u64, Instant, u32)>,
+}
+
+impl Packed {
+    fn new(kind: Packing) -> Self {
+        Packed {
+            kind,
+            decoder: None,
+            pos: 0,
+            end: None,
+            stalled: None,
+        }
+    }
+}
+
+/// What happened to compressed backups and unread files since the last
+/// [`Tailer::take_events`].
+#[derive(Debug, Default)]
+pub struct Events {
+    /// Lines read from compressed backups.
+    pub packed_lines: u64,
+    /// Compressed backups found, by outcome (`resumed`: it continues a file
+    /// read before, from that file's offset; `new`: its content was never
+    /// seen, read from its start; `skipped`: there at startup with
+    /// `start_at: end` and no checkpoint; `corrupt`), with the
+    /// path and the format.
+    pub backups: Vec<(&'static str, String, &'static str)>,
+    /// Content that was on disk and can no longer be read, by reason, with
+    /// the path and what is known of how much.
+    pub lost: Vec<(&'static str, String, String)>,
 }
 
 /// Where a file was delivered up to, as saved in the checkpoint.
@@ -117,6 +174,34 @@ pub struct Tailer {
     /// a copy waiting for its original's truncation): kept open, looked at
     /// again at every poll, whether their path still exists or not.
     pending: std::collections::HashMap<(u64, u64), Held>,
+    /// Contents read whose file is gone, oldest first.
+    retired: std::collections::VecDeque<Retired>,
+    /// Decompressed first bytes of compressed backups, by inode, with the
+    /// length they had (each backup is decoded once to match it).
+    heads: std::collections::HashMap<(u64, u64), (u64, Vec<u8>)>,
+    /// Compressed backups whose first bytes could not be decoded yet (being
+    /// written): compressed length, since when, polls.
+    unripe: std::collections::HashMap<(u64, u64), (u64, Instant, u32)>,
+    /// Files the holder saw and could not hold (`max_held_files`), by inode:
+    /// path, fingerprint, length, since when, polls. Each is found again (by
+    /// its path or its compressed backup) or counted as lost.
+    glimpsed: std::collections::HashMap<(u64, u64), Glimpse>,
+    /// The first bytes of followed files rewritten (copy-truncated and
+    /// refilled) since they were last read, as of this poll.
+    rewritten: Vec<Vec<u8>>,
+    /// Compressed backups matched but not followed yet (`max_held_files`
+    /// were open), by inode: where they start.
+    claims: std::collections::HashMap<(u64, u64), (u64, &'static str)>,
+    events: Events,
+}
+
+/// A file seen and not held.
+struct Glimpse {
+    path: PathBuf,
+    fp: Vec<u8>,
+    len: u64,
+    since: Instant,
+    polls: u32,
 }
 
 /// A file closed while idle.
@@ -125,7 +210,34 @@ struct Closed {
     fp: Vec<u8>,
     offset: u64,
     absent_polls: u32,
+    /// For a compressed backup, its length on disk (offsets are decompressed ones).
+    disk: Option<u64>,
 }
+
+/// A content that was read to `offset` and whose file is gone (drained,
+/// or forgotten once closed): the next file found carrying it (most often
+/// its compressed backup) continues there.
+struct Retired {
+    id: u64,
+    fp: Vec<u8>,
+    offset: u64,
+    since: Instant,
+    polls: u32,
+}
+
+/// Retired contents remembered at most (each holds a fingerprint).
+const MAX_RETIRED: usize = 10_000;
+/// How long a retired content waits for a file carrying it: a compressed
+/// backup appears as soon as its compression starts, `delaycompress` a
+/// rotation later, and the file it was is then still there (closed, not retired).
+const RETIRE_TTL: Duration = Duration::from_secs(300);
+/// Compressed backups decompressed at once, at most (each decoder holds its
+/// window: 32 KiB for gzip, up to 64 MiB for zstd and xz); the others wait,
+/// held open.
+const MAX_DECODERS: usize = 2;
+/// How long a compressed backup cut short may stay unchanged before it is
+/// taken as broken (gzip writing it grows it well within this).
+const STALL: Duration = Duration::from_secs(30);
 
 /// Files closed while idle that are remembered at most (beyond, the oldest
 /// are forgotten: read again from their checkpoint, which the receiver keeps).
@@ -160,6 +272,12 @@ struct Held {
     file: File,
 }
 
+/// Whether `a` and `b` are the first bytes of the same content (one may
+/// have been taken while the file was shorter).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    starts_with(a, b) || starts_with(b, a)
+}
+
 /// What the holder hands the tailer: files opened since the tailer last
 /// looked, and what it has already opened (by device, inode and birth, with
 /// the length it had, so a file that grows is handed over again).
@@ -169,6 +287,8 @@ struct HeldSet {
     seen: std::collections::HashMap<(u64, u64, i128), u64>,
     /// Files the tailer has open itself (followed, or waiting), as of its last poll.
     followed: usize,
+    /// Files not held (the limit was reached): path, first bytes, length.
+    glimpsed: std::collections::HashMap<(u64, u64), (PathBuf, Vec<u8>, u64)>,
 }
 
 /// Opens matching files as soon as they appear, apart from reading them.
@@ -185,6 +305,7 @@ pub struct Holder {
     include: Vec<String>,
     exclude: Vec<glob::Pattern>,
     max_held: usize,
+    fp_size: usize,
     shared: std::sync::Weak<std::sync::Mutex<HeldSet>>,
 }
 
@@ -212,13 +333,10 @@ impl Holder {
             if set.seen.get(&key) == Some(&meta.len()) {
                 continue;
             }
-            if set.files.len() + set.followed >= self.max_held
-                && !set.files.contains_key(&(key.0, key.1))
-            {
-                continue; // the tailer opens it by its path when it polls
-            }
+            let full = set.files.len() + set.followed >= self.max_held
+                && !set.files.contains_key(&(key.0, key.1));
             // Opened after the stat: a file replaced in between is seen at the next scan.
-            let Ok(file) = File::open(&path) else {
+            let Ok(mut file) = File::open(&path) else {
                 continue;
             };
             match file.metadata() {
@@ -226,6 +344,18 @@ impl Holder {
                 _ => continue,
             }
             set.seen.insert(key, meta.len());
+            let Ok(fp) = read_fp(&mut file, self.fp_size) else {
+                continue;
+            };
+            if Packing::detect(&fp).is_some() {
+                continue; // a compressed backup stays until `rotate N` removes it
+            }
+            if full {
+                // The tailer opens it by its path when it polls; if it is gone
+                // by then, its compressed backup or its loss is accounted for.
+                set.glimpsed.insert((key.0, key.1), (path, fp, meta.len()));
+                continue;
+            }
             set.files.insert((key.0, key.1), Held { path, file });
         }
         set.seen.retain(|k, _| present.contains(k));
@@ -299,7 +429,47 @@ impl Tailer {
             before_read: None,
             held: std::sync::Arc::default(),
             pending: std::collections::HashMap::new(),
+            retired: std::collections::VecDeque::new(),
+            heads: std::collections::HashMap::new(),
+            unripe: std::collections::HashMap::new(),
+            glimpsed: std::collections::HashMap::new(),
+            rewritten: Vec::new(),
+            claims: std::collections::HashMap::new(),
+            events: Events::default(),
         }
+    }
+
+    /// What happened to compressed backups and unread files since the last call.
+    pub fn take_events(&mut self) -> Events {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Remember a content read to `offset` whose file is gone.
+    fn retire(&mut self, id: u64, fp: Vec<u8>, offset: u64, now: Instant) {
+        if fp.is_empty() {
+            return;
+        }
+        self.retired.push_back(Retired {
+            id,
+            fp,
+            offset,
+            since: now,
+            polls: 0,
+        });
+        while self.retired.len() > MAX_RETIRED {
+            self.retired.pop_front();
+        }
+    }
+
+    /// Where a content `fp` was read up to, by a file no longer followed
+    /// (closed while idle, or gone): the offset, and whether it was taken
+    /// (a retired content is continued by one file only).
+    fn known_offset(&mut self, fp: &[u8]) -> Option<u64> {
+        if let Some(c) = self.closed.values().find(|c| same(fp, &c.fp)) {
+            return Some(c.offset);
+        }
+        let i = self.retired.iter().position(|r| same(fp, &r.fp))?;
+        self.retired.remove(i).map(|r| r.offset)
     }
 
     /// Files opened since the last call, with where reading starts: their
@@ -354,9 +524,10 @@ impl Tailer {
         self.files.iter().any(|t| t.id == id)
     }
 
-    /// Whether file `id` is open or closed while idle (its checkpoint stays).
+    /// Whether file `id` is open, closed while idle, or gone and remembered
+    /// for its compressed backup (its checkpoint stays).
     pub fn is_known(&self, id: u64) -> bool {
-        self.closed_ids.contains(&id) || self.is_open(id)
+        self.closed_ids.contains(&id) || self.is_open(id) || self.retired.iter().any(|r| r.id == id)
     }
 
     /// Whether the last poll left unread data (a file hit its read budget).
@@ -387,6 +558,7 @@ impl Tailer {
             include: self.cfg.include.clone(),
             exclude: self.cfg.exclude.clone(),
             max_held: self.cfg.max_held,
+            fp_size: self.cfg.fp_size,
             shared: std::sync::Arc::downgrade(&self.held),
         }
     }
@@ -406,7 +578,18 @@ impl Tailer {
         // holder opened since (which may be renamed away or deleted by now:
         // their descriptor still reads them).
         let mut held = match self.held.lock() {
-            Ok(mut set) => std::mem::take(&mut set.files),
+            Ok(mut set) => {
+                for (k, (path, fp, len)) in std::mem::take(&mut set.glimpsed) {
+                    self.glimpsed.entry(k).or_insert(Glimpse {
+                        path,
+                        fp,
+                        len,
+                        since: now,
+                        polls: 0,
+                    });
+                }
+                std::mem::take(&mut set.files)
+            }
             Err(_) => std::collections::HashMap::new(),
         };
         held.extend(self.pending.drain());
@@ -423,6 +606,10 @@ impl Tailer {
                 candidates.push((h.path, meta, Some(h.file), false));
             }
         }
+        self.refresh_identities();
+        // Compressed backups are matched after every plain file of this
+        // round is followed: a content still readable plain is read plain.
+        let mut packed_found = Vec::new();
         for (path, meta, held_file, matched) in candidates {
             let dev_ino = (meta.dev(), meta.ino());
             if let Some(t) = self.files.iter_mut().find(|t| t.dev_ino == dev_ino) {
@@ -437,7 +624,7 @@ impl Tailer {
                 if matched {
                     c.absent_polls = 0;
                 }
-                if meta.len() == c.offset {
+                if c.disk.unwrap_or(c.offset) == meta.len() {
                     continue; // closed and unchanged: nothing to open
                 }
                 resumed = self.closed.remove(&dev_ino);
@@ -463,6 +650,19 @@ impl Tailer {
                 }
             };
             let len = meta.len();
+            if let Some(kind) = Packing::detect(&fp) {
+                if let Some(c) = resumed {
+                    // A compressed backup that changed: matched again by its content.
+                    self.retire(c.id, c.fp, c.offset, now);
+                }
+                packed_found.push((path, meta, file, kind));
+                continue;
+            }
+            if Packing::undecided(&fp) && fp.len() as u64 == len {
+                // Too short to tell whether it is a compressed backup being written.
+                keep(&mut self.pending, dev_ino, path, file, &meta);
+                continue;
+            }
             if let Some(c) = resumed {
                 if len > c.offset && starts_with(&fp, &c.fp) {
                     // A closed file grew: continue where it was left, as the same file.
@@ -481,6 +681,7 @@ impl Tailer {
                         start: c.offset,
                         delivered: c.offset,
                         grew: now,
+                        packed: None,
                     });
                     continue;
                 }
@@ -493,7 +694,21 @@ impl Tailer {
                 continue;
             }
             let is_ghost = self.ghosts.iter().any(|(g, _, _, _)| starts_with(&fp, g));
-            if !is_ghost && self.files.iter().any(|t| starts_with(&fp, &t.fp)) {
+            if self
+                .files
+                .iter()
+                .any(|t| t.packed.is_some() && same(&fp, &t.fp))
+            {
+                // Its compressed backup is being read (the original, held
+                // open before it was compressed away): it waits for it, and
+                // continues where it ends.
+                keep(&mut self.pending, dev_ino, path, file, &meta);
+                continue;
+            }
+            if !is_ghost
+                && (self.files.iter().any(|t| starts_with(&fp, &t.fp))
+                    || self.rewritten.iter().any(|h| same(&fp, h)))
+            {
                 // Same first bytes as an open file: most likely a copy-truncate in
                 // progress (copied, not yet truncated). Wait for the truncation,
                 // which turns it into a ghost match: a few polls and `DEFER`
@@ -518,6 +733,10 @@ impl Tailer {
                 // The copy of a file closed while idle (copy-truncate): all of it
                 // up to where that file was left was delivered.
                 c.offset.min(len)
+            } else if let Some(i) = self.retired.iter().position(|r| same(&fp, &r.fp)) {
+                // A content read before, by a file gone since (its compressed
+                // backup, most often): continue where it was left.
+                self.retired.remove(i).map_or(0, |r| r.offset.min(len))
             } else if let Some(i) = self.restored.iter().position(|(r, _)| starts_with(&fp, r)) {
                 let (_, off) = self.restored.remove(i);
                 if off <= len {
@@ -546,9 +765,23 @@ impl Tailer {
                 start,
                 delivered: start,
                 grew: now,
+                packed: None,
             });
             self.next_id += 1;
         }
+        // Decoded heads and unripe streams of backups no longer there are
+        // forgotten (their inode may be reused by another file).
+        let present: std::collections::HashSet<(u64, u64)> = packed_found
+            .iter()
+            .map(|(_, m, _, _)| (m.dev(), m.ino()))
+            .collect();
+        self.heads.retain(|k, _| present.contains(k));
+        self.unripe.retain(|k, _| present.contains(k));
+        self.claims.retain(|k, _| present.contains(k));
+        for (path, meta, file, kind) in packed_found {
+            self.follow_packed(path, &meta, file, kind, now);
+        }
+        self.glimpses(now);
         self.first_poll = false;
         if let Ok(mut set) = self.held.lock() {
             set.followed = self.files.len() + self.pending.len();
@@ -563,14 +796,33 @@ impl Tailer {
         for k in gone {
             if let Some(c) = self.closed.remove(&k) {
                 self.closed_ids.remove(&c.id);
+                self.heads.remove(&k);
+                if c.disk.is_none() {
+                    self.retire(c.id, c.fp, c.offset, now);
+                }
             }
         }
+        for r in &mut self.retired {
+            r.polls += 1;
+        }
+        self.retired
+            .retain(|r| r.polls <= 10 || now.duration_since(r.since) < RETIRE_TTL);
         // A ghost waits for its copy a few polls and `GHOST_TTL` at least.
         for (_, _, polls, _) in &mut self.ghosts {
             *polls += 1;
         }
-        self.ghosts
-            .retain(|(_, _, polls, since)| *polls <= 5 || now.duration_since(*since) < GHOST_TTL);
+        let events = &mut self.events;
+        self.ghosts.retain(|(fp, off, polls, since)| {
+            let wait = *polls <= 5 || now.duration_since(*since) < GHOST_TTL;
+            if !wait {
+                events.lost.push((
+                    "copy_not_found",
+                    String::from_utf8_lossy(&fp[..fp.len().min(80)]).into_owned(),
+                    format!("a copy-truncated file's copy was not found; what followed offset {off} in it"),
+                ));
+            }
+            wait
+        });
         self.deferred
             .retain(|_, (_, since)| now.duration_since(*since) < DEFER * 10);
 
@@ -578,7 +830,21 @@ impl Tailer {
         let max_line = self.cfg.max_line;
         let fp_size = self.cfg.fp_size;
         self.more = false;
+        let mut decoders = 0;
         for t in &mut self.files {
+            if t.packed.is_some() {
+                let before = lines.len();
+                self.more |= read_packed(
+                    t,
+                    max_line,
+                    &mut lines,
+                    &mut decoders,
+                    now,
+                    &mut self.events,
+                );
+                self.events.packed_lines += (lines.len() - before) as u64;
+                continue;
+            }
             let before = lines.len();
             let snapshot = (t.read, t.partial.clone(), t.partial_start, t.skipping);
             let read = truncated(t).and_then(|cut| {
@@ -607,6 +873,10 @@ impl Tailer {
                     // line read so far is read again from its start there.
                     self.ghosts
                         .push((std::mem::take(&mut t.fp), t.partial_start, 0, now));
+                    // The new content's identity at once: a copy or a
+                    // compressed backup of it found before its next read
+                    // must wait for it, not be read as well.
+                    t.fp = read_fp(&mut t.file, fp_size).unwrap_or_default();
                     t.read = 0;
                     t.partial.clear();
                     t.partial_start = 0;
@@ -629,7 +899,10 @@ impl Tailer {
         let mut i = 0;
         while i < self.files.len() {
             let t = &mut self.files[i];
-            let len = t.file.metadata().map(|m| m.len()).unwrap_or(0);
+            let len = match &t.packed {
+                Some(p) => p.end.unwrap_or(u64::MAX),
+                None => t.file.metadata().map(|m| m.len()).unwrap_or(0),
+            };
             if t.absent_polls >= 2 && t.read >= len {
                 if !t.partial.is_empty() && !t.skipping {
                     lines.push(Line {
@@ -642,7 +915,10 @@ impl Tailer {
                     t.partial_start = t.read;
                 }
                 if t.delivered >= t.read {
-                    self.files.remove(i);
+                    let t = self.files.remove(i);
+                    if t.packed.is_none() {
+                        self.retire(t.id, t.fp, t.read, now);
+                    }
                     continue;
                 }
             } else if t.read >= len
@@ -655,6 +931,10 @@ impl Tailer {
                 // Idle, read and delivered to its end: close it, remember where it was.
                 let t = self.files.remove(i);
                 self.closed_ids.insert(t.id);
+                let disk = match &t.packed {
+                    Some(_) => Some(t.file.metadata().map(|m| m.len()).unwrap_or(0)),
+                    None => None,
+                };
                 self.closed.insert(
                     t.dev_ino,
                     Closed {
@@ -662,6 +942,7 @@ impl Tailer {
                         fp: t.fp,
                         offset: t.read,
                         absent_polls: 0,
+                        disk,
                     },
                 );
                 self.closed_order.push_back(t.dev_ino);
@@ -678,6 +959,341 @@ impl Tailer {
         }
         (lines, errors)
     }
+}
+
+impl Tailer {
+    /// Bring the identities of followed files up to date before new files
+    /// are compared with them: a file's first bytes grow with it (it may
+    /// have been empty or short when last read), and a file copy-truncated
+    /// and refilled since it was last read (a starved reader) holds a new
+    /// content already, whose copies and compressed backups must wait for
+    /// it rather than be read as well. The truncation itself is handled
+    /// when the file is read.
+    fn refresh_identities(&mut self) {
+        self.rewritten.clear();
+        let fp_size = self.cfg.fp_size;
+        for t in self.files.iter_mut().filter(|t| t.packed.is_none()) {
+            let Ok(fp) = read_fp(&mut t.file, fp_size) else {
+                continue;
+            };
+            if fp.starts_with(&t.fp) {
+                if fp.len() > t.fp.len() {
+                    t.fp = fp;
+                }
+            } else if !fp.is_empty() {
+                self.rewritten.push(fp);
+            }
+        }
+    }
+
+    /// A compressed backup found: matched by its decompressed first bytes
+    /// to the content it continues, and followed from that content's offset.
+    fn follow_packed(
+        &mut self,
+        path: PathBuf,
+        meta: &std::fs::Metadata,
+        file: File,
+        kind: Packing,
+        now: Instant,
+    ) {
+        let dev_ino = (meta.dev(), meta.ino());
+        let name = path.display().to_string();
+        let head = match self.heads.get(&dev_ino) {
+            Some((len, head)) if *len == meta.len() => head.clone(),
+            _ => match packed::head(kind, &file, self.cfg.fp_size) {
+                Ok(head) => {
+                    self.unripe.remove(&dev_ino);
+                    self.heads.insert(dev_ino, (meta.len(), head.clone()));
+                    head
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    // Cut short: most often still being written. Held open, it
+                    // is looked at again; unchanged for `STALL`, it is broken.
+                    let (len, since, polls) =
+                        self.unripe.entry(dev_ino).or_insert((meta.len(), now, 0));
+                    if *len != meta.len() {
+                        (*len, *since, *polls) = (meta.len(), now, 0);
+                    }
+                    *polls += 1;
+                    if *polls > 5 && now.duration_since(*since) >= STALL {
+                        self.unripe.remove(&dev_ino);
+                        self.events
+                            .backups
+                            .push(("corrupt", name.clone(), kind.name()));
+                        self.events
+                            .lost
+                            .push(("backup_corrupt", name, format!("{e}")));
+                        self.done(dev_ino, meta.len(), Vec::new());
+                    } else {
+                        keep(&mut self.pending, dev_ino, path, file, meta);
+                    }
+                    return;
+                }
+                Err(e) => {
+                    self.events
+                        .backups
+                        .push(("corrupt", name.clone(), kind.name()));
+                    self.events
+                        .lost
+                        .push(("backup_corrupt", name, format!("{e}")));
+                    self.done(dev_ino, meta.len(), Vec::new());
+                    return;
+                }
+            },
+        };
+        if head.is_empty() {
+            self.done(dev_ino, meta.len(), head);
+            return;
+        }
+        // One content, one reader: the file it was compressed from is still
+        // followed (renamed, or held open after it was deleted), and reads
+        // it all. The backup is looked at again once that file is gone.
+        if let Some(t) = self.files.iter().find(|t| same(&head, &t.fp)) {
+            if t.packed.is_some() {
+                // A second compressed copy of what is being read.
+                self.done(dev_ino, meta.len(), head);
+            }
+            return;
+        }
+        if self.rewritten.iter().any(|h| same(&head, h)) {
+            // What a followed file holds now that it was rewritten
+            // (copy-truncated) since it was last read: that file reads it.
+            return;
+        }
+        let (start, outcome) = if let Some(claim) = self.claims.get(&dev_ino) {
+            *claim
+        } else if let Some(i) = self
+            .ghosts
+            .iter()
+            .position(|(g, _, _, _)| starts_with(&head, g))
+        {
+            // The compressed copy of a copy-truncated file.
+            (self.ghosts.remove(i).1, "resumed")
+        } else if let Some(off) = self.known_offset(&head) {
+            (off, "resumed")
+        } else if let Some(i) = self
+            .restored
+            .iter()
+            .position(|(r, _)| starts_with(&head, r))
+        {
+            (self.restored.remove(i).1, "resumed")
+        } else if self.first_poll && self.cfg.start_at_end {
+            self.events.backups.push(("skipped", name, kind.name()));
+            self.done(dev_ino, meta.len(), head);
+            return;
+        } else if self.glimpsed.values().any(|g| same(&head, &g.fp)) {
+            // Seen by the holder, never held nor read.
+            (0, "resumed")
+        } else {
+            // A content never seen (it was written, rotated and compressed
+            // between two looks): read from its start, like any new file.
+            (0, "new")
+        };
+        if self.files.len() + self.pending.len() >= self.cfg.max_held {
+            // As many files open as `max_held_files`: it stays on disk and
+            // is followed at a later poll, from where it was matched now
+            // (what it continues is taken by it, whatever expires meanwhile).
+            if outcome == "resumed" {
+                self.claims.insert(dev_ino, (start, outcome));
+            }
+            return;
+        }
+        self.claims.remove(&dev_ino);
+        self.glimpsed.retain(|_, g| !same(&head, &g.fp));
+        self.events.backups.push((outcome, name, kind.name()));
+        self.files.push(Tracked {
+            id: self.next_id,
+            fp: head,
+            file,
+            dev_ino,
+            path,
+            read: start,
+            partial: Vec::new(),
+            partial_start: start,
+            skipping: false,
+            absent_polls: 0,
+            reported: false,
+            start,
+            delivered: start,
+            grew: now,
+            packed: Some(Packed::new(kind)),
+        });
+        self.next_id += 1;
+    }
+
+    /// A compressed backup with nothing to read: remembered by its inode
+    /// and length, not looked at again unless it changes.
+    fn done(&mut self, dev_ino: (u64, u64), disk: u64, fp: Vec<u8>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.closed.insert(
+            dev_ino,
+            Closed {
+                id,
+                fp,
+                offset: 0,
+                absent_polls: 0,
+                disk: Some(disk),
+            },
+        );
+        self.closed_order.push_back(dev_ino);
+    }
+
+    /// Files the holder could not hold: found since (followed, or read from
+    /// their compressed backup), or, after `GHOST_TTL`, lost.
+    fn glimpses(&mut self, now: Instant) {
+        let files = &self.files;
+        let closed = &self.closed;
+        let retired = &self.retired;
+        let heads = &self.heads;
+        let events = &mut self.events;
+        self.glimpsed.retain(|_, g| {
+            g.polls += 1;
+            // Found: followed, read, or in a compressed backup on disk.
+            let found = files.iter().any(|t| same(&g.fp, &t.fp))
+                || closed.values().any(|c| same(&g.fp, &c.fp))
+                || retired.iter().any(|r| same(&g.fp, &r.fp))
+                || heads.values().any(|(_, h)| same(&g.fp, h));
+            if found {
+                return false;
+            }
+            if g.polls <= 5 || now.duration_since(g.since) < GHOST_TTL {
+                return true;
+            }
+            events.lost.push((
+                "deleted_before_read",
+                g.path.display().to_string(),
+                format!("{} bytes, never read: gone before the reader got to it, and no compressed backup of it found", g.len),
+            ));
+            false
+        });
+    }
+}
+
+/// Read what is new in a compressed backup, at most `READ_BUDGET` of it;
+/// `true` when there is more to read at once. While `MAX_DECODERS` other
+/// backups are being read, it waits its turn (held open).
+fn read_packed(
+    t: &mut Tracked,
+    max_line: usize,
+    lines: &mut Vec<Line>,
+    decoders: &mut usize,
+    now: Instant,
+    events: &mut Events,
+) -> bool {
+    let Some(p) = t.packed.as_mut() else {
+        return false;
+    };
+    if p.end.is_some_and(|e| t.read >= e) {
+        return false;
+    }
+    if *decoders >= MAX_DECODERS {
+        return true;
+    }
+    *decoders += 1;
+    let disk = t.file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut decoder = match p.decoder.take().and_then(|d| d.into_inner().ok()) {
+        Some(d) if p.pos == t.read => d,
+        _ => {
+            let skipped = p
+                .kind
+                .decoder(&t.file)
+                .and_then(|mut d| packed::skip(&mut *d, t.read).map(|n| (d, n)));
+            match skipped {
+                Ok((d, n)) if n == t.read => d,
+                Ok(_) => {
+                    // It ends before where its content was read up to: the
+                    // copy of a copy-truncated file whose original was read
+                    // past the copy (lines written between the copy and the
+                    // truncation). Nothing in it is unread.
+                    p.end = Some(t.read);
+                    return false;
+                }
+                Err(e) => return stalled(t, disk, now, e, events),
+            }
+        }
+    };
+    let was = t.read;
+    let mut budget = READ_BUDGET;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut ended = false;
+    let mut error = None;
+    while budget > 0 {
+        let want = buf.len().min(budget);
+        match decoder.read(&mut buf[..want]) {
+            Ok(0) => {
+                ended = true;
+                break;
+            }
+            Ok(n) => {
+                budget -= n;
+                feed(t, &buf[..n], max_line, lines);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    if t.read > was {
+        t.grew = now;
+    }
+    if let Some(e) = error {
+        return stalled(t, disk, now, e, events);
+    }
+    let Some(p) = t.packed.as_mut() else {
+        return false;
+    };
+    p.stalled = None;
+    p.pos = t.read;
+    if ended {
+        p.end = Some(t.read);
+        false // the decoder is dropped: its memory goes with it
+    } else {
+        p.decoder = Some(std::sync::Mutex::new(decoder));
+        true
+    }
+}
+
+/// A compressed stream stopped short or failed at `t.read`: what was
+/// decoded before stays read; it is tried again from there at the next
+/// poll, and given up on (counted as lost, with its name) once it stayed so
+/// and unchanged for `STALL`.
+fn stalled(
+    t: &mut Tracked,
+    disk: u64,
+    now: Instant,
+    e: std::io::Error,
+    events: &mut Events,
+) -> bool {
+    let name = t.path.display().to_string();
+    let Some(p) = t.packed.as_mut() else {
+        return false;
+    };
+    p.decoder = None;
+    let cut = e.kind() == std::io::ErrorKind::UnexpectedEof;
+    let (len, since, polls) = p.stalled.get_or_insert((disk, now, 0));
+    if *len != disk {
+        (*len, *since, *polls) = (disk, now, 0);
+    }
+    *polls += 1;
+    if !cut || (*polls > 5 && now.duration_since(*since) >= STALL) {
+        p.end = Some(t.read);
+        events
+            .backups
+            .push(("corrupt", name.clone(), p.kind.name()));
+        events.lost.push((
+            "backup_corrupt",
+            name,
+            format!("read up to offset {}, then: {e}", t.read),
+        ));
+        // A line cut by the break is not a line.
+        t.partial.clear();
+        t.partial_start = t.read;
+        t.skipping = false;
+    }
+    false
 }
 
 /// Whether the file was truncated (copy-truncate): shorter than what was
@@ -719,50 +1335,56 @@ fn read_new(
             break;
         }
         budget = budget.saturating_sub(n);
-        let mut start = 0;
-        for (i, b) in buf[..n].iter().enumerate() {
-            if *b != b'\n' {
-                continue;
-            }
-            let end = t.read + i as u64 + 1;
-            if t.skipping {
-                t.skipping = false;
-            } else {
-                t.partial.extend_from_slice(&buf[start..i]);
-                let mut bytes = std::mem::take(&mut t.partial);
-                if bytes.last() == Some(&b'\r') {
-                    bytes.pop();
-                }
-                lines.push(Line {
-                    file: t.id,
-                    offset: t.partial_start,
-                    end,
-                    bytes,
-                    too_long: false,
-                });
-            }
-            t.partial_start = end;
-            start = i + 1;
-        }
-        if !t.skipping {
-            t.partial.extend_from_slice(&buf[start..n]);
-            if t.partial.len() > max_line {
-                // Cut: report the beginning, skip to the next newline.
-                let mut head = std::mem::take(&mut t.partial);
-                head.truncate(max_line);
-                lines.push(Line {
-                    file: t.id,
-                    offset: t.partial_start,
-                    end: t.read + n as u64,
-                    bytes: head,
-                    too_long: true,
-                });
-                t.skipping = true;
-            }
-        }
-        t.read += n as u64;
+        feed(t, &buf[..n], max_line, lines);
     }
     Ok(budget == 0 && t.read < len)
+}
+
+/// Split `chunk`, the next bytes of `t` after `t.read`, into lines
+/// (holding a partial last line, cutting over-long ones), and advance `t.read`.
+fn feed(t: &mut Tracked, chunk: &[u8], max_line: usize, lines: &mut Vec<Line>) {
+    let mut start = 0;
+    for (i, b) in chunk.iter().enumerate() {
+        if *b != b'\n' {
+            continue;
+        }
+        let end = t.read + i as u64 + 1;
+        if t.skipping {
+            t.skipping = false;
+        } else {
+            t.partial.extend_from_slice(&chunk[start..i]);
+            let mut bytes = std::mem::take(&mut t.partial);
+            if bytes.last() == Some(&b'\r') {
+                bytes.pop();
+            }
+            lines.push(Line {
+                file: t.id,
+                offset: t.partial_start,
+                end,
+                bytes,
+                too_long: false,
+            });
+        }
+        t.partial_start = end;
+        start = i + 1;
+    }
+    if !t.skipping {
+        t.partial.extend_from_slice(&chunk[start..]);
+        if t.partial.len() > max_line {
+            // Cut: report the beginning, skip to the next newline.
+            let mut head = std::mem::take(&mut t.partial);
+            head.truncate(max_line);
+            lines.push(Line {
+                file: t.id,
+                offset: t.partial_start,
+                end: t.read + chunk.len() as u64,
+                bytes: head,
+                too_long: true,
+            });
+            t.skipping = true;
+        }
+    }
+    t.read += chunk.len() as u64;
 }
 
 /// Load checkpoints (missing file: none; corrupt file: none, with the reason).
@@ -1029,6 +1651,217 @@ mod tests {
         // The tailer still finds the rest by their paths when it polls.
         let (lines, _) = t.poll();
         assert_eq!(lines.len(), 10 + 5 * 5 - 10, "every backup read");
+    }
+
+    /// Compress `src` into `dst` with `tool` (gzip, zstd, xz, bzip2: the
+    /// commands logrotate's `compresscmd` runs) and delete `src`, as
+    /// logrotate does.
+    fn compress(tool: &str, src: &Path, dst: &Path) {
+        let out = std::process::Command::new(tool)
+            .arg("-c")
+            .arg(src)
+            .output()
+            .unwrap_or_else(|e| panic!("{tool}: {e}"));
+        assert!(out.status.success(), "{tool} failed");
+        std::fs::write(dst, out.stdout).expect("write");
+        std::fs::remove_file(src).expect("remove");
+    }
+
+    /// Poll until nothing more comes, delivering every line.
+    fn drain(t: &mut Tailer, all: &mut Vec<u64>) -> Events {
+        let mut events = Events::default();
+        for _ in 0..8 {
+            let (lines, errors) = t.poll();
+            assert!(errors.is_empty(), "{errors:?}");
+            for l in &lines {
+                t.set_delivered(l.file, l.end);
+            }
+            all.extend(numbers(&lines));
+            let e = t.take_events();
+            events.packed_lines += e.packed_lines;
+            events.backups.extend(e.backups);
+            events.lost.extend(e.lost);
+        }
+        events
+    }
+
+    /// A log written, rotated and compressed between two polls (the reader
+    /// was starved): never seen, it is read whole from its compressed
+    /// backup, in each format `compresscmd` may choose.
+    #[test]
+    fn a_log_compressed_before_it_was_ever_read_is_read_from_its_backup_in_every_format() {
+        for (tool, ext, name) in [
+            ("gzip", "gz", "gzip"),
+            ("zstd", "zst", "zstd"),
+            ("xz", "xz", "xz"),
+            ("bzip2", "bz2", "bzip2"),
+        ] {
+            let dir = tempfile::tempdir().expect("dir");
+            let log = dir.path().join("x.log");
+            std::fs::write(&log, text(0..100)).expect("write");
+            let mut t = Tailer::new(cfg(dir.path()), vec![]);
+            let mut all = Vec::new();
+            drain(&mut t, &mut all);
+            // Rotation: the log renamed and compressed, a new one written,
+            // renamed and compressed too, all before the next poll.
+            for (i, range) in [(1, 100..200), (2, 200..300)] {
+                std::fs::write(dir.path().join("x.log.tmp"), text(range)).expect("write");
+                compress(
+                    tool,
+                    &dir.path().join("x.log.tmp"),
+                    &dir.path().join(format!("x.log.{i}.{ext}")),
+                );
+            }
+            std::fs::write(&log, text(300..310)).expect("rewrite");
+            let events = drain(&mut t, &mut all);
+            all.sort_unstable();
+            assert_eq!(all, (0..310).collect::<Vec<u64>>(), "{tool}");
+            assert_eq!(events.packed_lines, 200, "{tool}");
+            assert_eq!(events.backups.len(), 2, "{tool}: {:?}", events.backups);
+            assert!(
+                events
+                    .backups
+                    .iter()
+                    .all(|(o, _, f)| *o == "new" && *f == name),
+                "{tool}: {:?}",
+                events.backups
+            );
+            assert!(events.lost.is_empty(), "{:?}", events.lost);
+        }
+    }
+
+    /// After a restart, a log that was read to line 100 and compressed
+    /// since (with more lines) continues in its backup at the checkpoint:
+    /// nothing before it again, nothing after it lost.
+    #[test]
+    fn a_restart_resumes_a_log_compressed_since_at_its_checkpoint() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = dir.path().join("x.log");
+        std::fs::write(&log, text(0..100)).expect("write");
+        let mut t = Tailer::new(cfg(dir.path()), vec![]);
+        let mut all = Vec::new();
+        drain(&mut t, &mut all);
+        assert_eq!(all.len(), 100);
+        drop(t);
+        // The checkpoint it left: delivered to the end of line 99.
+        let cp = Checkpoint {
+            fingerprint: hex::encode(text(0..100)),
+            offset: text(0..100).len() as u64,
+            path: log.display().to_string(),
+        };
+        // While causeway was down: more lines, rotation, compression.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .and_then(|mut f| f.write_all(text(100..150).as_bytes()))
+            .expect("append");
+        compress("gzip", &log, &dir.path().join("x.log.1.gz"));
+        std::fs::write(&log, text(150..160)).expect("new log");
+        let mut t = Tailer::new(
+            TailConfig {
+                start_at_end: true,
+                ..cfg(dir.path())
+            },
+            vec![cp],
+        );
+        let mut again = Vec::new();
+        let events = drain(&mut t, &mut again);
+        again.sort_unstable();
+        // x.log is new since (no checkpoint) and found at startup: start_at end.
+        assert_eq!(again, (100..150).collect::<Vec<u64>>());
+        assert_eq!(events.backups[0].0, "resumed");
+    }
+
+    /// A backup read and closed while idle, then written to and compressed
+    /// before the next poll: the compressed backup continues it where it
+    /// was left. A compressed copy of what a followed file still holds is
+    /// not read (that file reads it).
+    #[test]
+    fn a_closed_file_compressed_with_new_lines_continues_and_a_followed_one_is_not_read_twice() {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = dir.path().join("x.log");
+        let backup = dir.path().join("x.log.1");
+        std::fs::write(&log, text(0..50)).expect("write");
+        let mut t = Tailer::new(cfg(dir.path()), vec![]);
+        let mut all = Vec::new();
+        drain(&mut t, &mut all);
+        assert_eq!(t.open_files(), 0, "read, delivered, idle: closed");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .and_then(|mut f| f.write_all(text(50..80).as_bytes()))
+            .expect("append");
+        compress("gzip", &log, &dir.path().join("x.log.1.gz"));
+        // A second log, followed (open), renamed and compressed while its
+        // descriptor is held: the backup waits for it and reads nothing.
+        std::fs::write(&log, text(80..90)).expect("new log");
+        let (lines, _) = t.poll();
+        all.extend(numbers(&lines));
+        for l in &lines {
+            t.set_delivered(l.file, l.end);
+        }
+        std::fs::rename(&log, &backup).expect("rename");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&backup)
+            .and_then(|mut f| f.write_all(text(90..95).as_bytes()))
+            .expect("append");
+        let gz = dir.path().join("x.log.2.gz");
+        let out = std::process::Command::new("gzip")
+            .arg("-c")
+            .arg(&backup)
+            .output()
+            .expect("gzip");
+        std::fs::write(&gz, out.stdout).expect("gz");
+        let events = drain(&mut t, &mut all);
+        std::fs::remove_file(&backup).expect("compressed away");
+        let more = drain(&mut t, &mut all);
+        all.sort_unstable();
+        assert_eq!(all, (0..95).collect::<Vec<u64>>());
+        assert_eq!(events.packed_lines + more.packed_lines, 30);
+    }
+
+    /// A compressed backup that is cut (a broken gzip) is reported with its
+    /// name and counted as lost once it stayed so; what it held before the
+    /// cut is read, and the other files flow.
+    #[test]
+    fn a_cut_backup_is_reported_and_counted_and_the_rest_flows() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut t = Tailer::new(cfg(dir.path()), vec![]);
+        let mut all = Vec::new();
+        drain(&mut t, &mut all);
+        let src = dir.path().join("x.log.tmp");
+        std::fs::write(&src, text(0..5000)).expect("write");
+        let gz = dir.path().join("x.log.1.gz");
+        compress("gzip", &src, &gz);
+        let bytes = std::fs::read(&gz).expect("read");
+        std::fs::write(&gz, &bytes[..bytes.len() / 2]).expect("cut");
+        std::fs::write(dir.path().join("x.log"), text(10_000..10_010)).expect("log");
+        let mut events = drain(&mut t, &mut all);
+        assert!(all.iter().filter(|n| **n >= 10_000).count() == 10);
+        let first = all.iter().filter(|n| **n < 5000).count();
+        assert!(first > 0, "what came before the cut is read");
+        assert!(
+            events.lost.is_empty(),
+            "a cut stream waits: it may be being written"
+        );
+        // Still cut after `STALL`: given up on, named and counted.
+        for f in &mut t.files {
+            if let Some(p) = &mut f.packed {
+                if let Some((_, since, _)) = &mut p.stalled {
+                    *since = since.checked_sub(STALL).expect("uptime");
+                }
+            }
+        }
+        let e = drain(&mut t, &mut all);
+        events.lost.extend(e.lost);
+        assert_eq!(events.lost.len(), 1, "{:?}", events.lost);
+        assert_eq!(events.lost[0].0, "backup_corrupt");
+        assert!(events.lost[0].1.ends_with("x.log.1.gz"));
+        let mut sorted = all.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), all.len(), "nothing read twice");
     }
 
     fn cfg(dir: &Path) -> TailConfig {

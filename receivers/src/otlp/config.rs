@@ -1,6 +1,7 @@
 //! Configuration of the `otlp` receiver, in the Collector's shape.
 
 use causeway_core::config::{null_as_default, ByteSize, ConfigError, Validate};
+use causeway_core::conn::ConnectionLimits;
 use causeway_core::tls::{ServerAuth, ServerTls};
 use serde::Deserialize;
 
@@ -55,6 +56,11 @@ pub struct GrpcConfig {
     /// Authentication of requests (default: none).
     #[serde(default)]
     pub auth: Option<ServerAuth>,
+    /// Limits under a connection flood: `max` (4096), `handshake_timeout`
+    /// (5s), `header_read_timeout` (10s), `idle_timeout` (5m),
+    /// `keepalive_interval` (30s), `keepalive_timeout` (20s).
+    #[serde(default)]
+    pub connections: ConnectionLimits,
 }
 
 impl Default for GrpcConfig {
@@ -65,6 +71,7 @@ impl Default for GrpcConfig {
             max_concurrent_streams: max_streams(),
             tls: None,
             auth: None,
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -101,6 +108,11 @@ pub struct HttpConfig {
     /// Authentication of requests (default: none).
     #[serde(default)]
     pub auth: Option<ServerAuth>,
+    /// Limits under a connection flood: `max` (4096), `handshake_timeout`
+    /// (5s), `header_read_timeout` (10s), `idle_timeout` (5m),
+    /// `keepalive_interval` (30s), `keepalive_timeout` (20s).
+    #[serde(default)]
+    pub connections: ConnectionLimits,
 }
 
 impl Default for HttpConfig {
@@ -113,6 +125,7 @@ impl Default for HttpConfig {
             metrics_url_path: metrics_path(),
             tls: None,
             auth: None,
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -172,6 +185,17 @@ impl Validate for OtlpReceiverConfig {
             }
             if let Some(a) = auth {
                 e.extend(a.errors(&format!("protocols.{proto}.auth")));
+            }
+        }
+        for (proto, limits) in [
+            ("grpc", self.protocols.grpc.as_ref().map(|g| &g.connections)),
+            ("http", self.protocols.http.as_ref().map(|h| &h.connections)),
+        ] {
+            for (path, message) in limits
+                .map(|l| l.problems(&format!("protocols.{proto}.connections")))
+                .unwrap_or_default()
+            {
+                e.push(ConfigError::new(path, message));
             }
         }
         if let Some(g) = &self.protocols.grpc {

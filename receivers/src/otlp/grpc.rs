@@ -6,7 +6,7 @@ use causeway_core::compress::{Codec, CompressError, Transport};
 use causeway_core::grpc::{export_path, frame_header, parse_unary};
 use causeway_core::rpc::{code, RpcStatus};
 use causeway_core::telemetry::Registry;
-use causeway_core::tls::{Authenticator, TlsListener};
+use causeway_core::tls::Authenticator;
 use causeway_core::topology::Output;
 use causeway_core::Signal;
 use http_body::Frame;
@@ -336,7 +336,10 @@ pub(crate) async fn serve(
         max_message: usize::try_from(cfg.max_recv_msg_size_mib.saturating_mul(1 << 20))
             .unwrap_or(usize::MAX),
     });
-    let mut builder = tonic::transport::Server::builder();
+    let limits = cfg.connections;
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(limits.keepalive_interval.get()))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout.get()));
     if let Some(n) = cfg.max_concurrent_streams {
         builder = builder.max_concurrent_streams(n);
     }
@@ -345,26 +348,21 @@ pub(crate) async fn serve(
         .add_service(service::<Logs>(&shared))
         .add_service(service::<Metrics>(&shared));
     drop(shared);
-    let served = match tls {
-        Some(config) => {
-            let listener = TlsListener::new(listener, config, receiver, telemetry)
-                .map_err(|e| serve_err(e.to_string()))?;
-            let incoming = futures::stream::unfold(listener, |mut l| async move {
-                l.next()
-                    .await
-                    .map(|(tls, _)| (Ok::<_, std::io::Error>(tls), l))
-            });
-            router
-                .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
-                .await
-        }
-        None => {
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            router
-                .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
-                .await
-        }
-    };
-    served.map_err(|e| serve_err(e.to_string()))
+    let conns = causeway_core::conn::accept(
+        &format!("{receiver}/grpc"),
+        listener,
+        tls,
+        limits,
+        &telemetry,
+        shutdown.clone(),
+    );
+    let incoming = futures::stream::unfold(conns, |mut c| async move {
+        c.recv()
+            .await
+            .map(|(stream, _)| (Ok::<_, std::io::Error>(stream), c))
+    });
+    router
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+        .await
+        .map_err(|e| serve_err(e.to_string()))
 }

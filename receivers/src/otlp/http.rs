@@ -24,7 +24,7 @@ use super::grpc::{Kind, Logs, Metrics, Traces};
 use super::{ingest, Admission, Refused};
 use crate::ReceiverError;
 use causeway_core::telemetry::Registry;
-use causeway_core::tls::{Authenticator, TlsListener};
+use causeway_core::tls::Authenticator;
 
 struct HttpState {
     out: Output,
@@ -74,21 +74,17 @@ pub(crate) async fn serve(
         .route(&cfg.metrics_url_path, post(handle::<Metrics, MetricsReq>))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state);
-    let served = match tls {
-        Some(config) => {
-            let listener = TlsListener::new(listener, config, receiver, telemetry)
-                .map_err(|e| serve_err(e.to_string()))?;
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-        }
-        None => {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-        }
-    };
-    served.map_err(|e| serve_err(e.to_string()))
+    let limits = cfg.connections;
+    let conns = causeway_core::conn::accept(
+        &format!("{receiver}/http"),
+        listener,
+        tls,
+        limits,
+        &telemetry,
+        shutdown.clone(),
+    );
+    causeway_core::conn::serve_http(conns, app, limits, shutdown).await;
+    Ok(())
 }
 
 type TraceReq = opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -108,10 +104,18 @@ where
     if let Some(a) = &st.auth {
         if !a.check(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes())) {
             tracing::debug!(receiver = %st.adm.receiver, "Request refused: missing or wrong credentials.");
+            // Read (and throw away) what the client is still sending, so that
+            // it reads the 401 and its reason: answered with the body unread,
+            // HTTP/2 resets the stream and clients (curl: exit 92) report
+            // that instead. Bounded like any body, and 10 s at most.
+            drain(body, st.max_body).await;
             return (
                 StatusCode::UNAUTHORIZED,
                 [(header::WWW_AUTHENTICATE, a.scheme())],
-                "missing or wrong credentials",
+                format!(
+                    "missing or wrong credentials: send an `Authorization: {} …` header with the credentials of the receiver's `auth`",
+                    a.scheme()
+                ),
             )
                 .into_response();
         }
