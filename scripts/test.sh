@@ -6,8 +6,9 @@
 # cached by version and by the files that define it) and the
 # Debian packages and npm modules the end-to-end tests start
 # (scripts/deps.sh), then runs
-# `cargo test --workspace` (extra args go to cargo). Each test starts its own
-# servers on free 127.0.0.1 ports.
+# `cargo test --workspace --no-fail-fast` (extra args go to cargo), and
+# ends with the list of failed tests. Each test starts its own servers on
+# free 127.0.0.1 ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,4 +17,20 @@ cd "$(dirname "$0")/.."
 # Debian's packages and the test bed's npm modules (once; nothing when present).
 scripts/deps.sh
 
-cargo test --workspace "$@"
+# Every test binary runs even after one fails (--no-fail-fast); the run
+# ends with the list of the tests that failed.
+log=$(mktemp)
+set +e
+cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+failed=$(grep -E '^test .* \.\.\. FAILED$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/' || true)
+binaries=$(grep -E '^error: .*test failed, to rerun pass' "$log" | sed -E 's/.*pass `(.*)`.*/\1/' || true)
+rm -f "$log"
+if [[ $status -ne 0 ]]; then
+  echo
+  echo "== failed tests"
+  if [[ -n "$failed" ]]; then echo "$failed" | sed 's/^/  /'; fi
+  if [[ -n "$binaries" ]]; then echo "== in test binaries"; echo "$binaries" | sed 's/^/  /'; fi
+fi
+exit "$status"
