@@ -4,6 +4,14 @@
 # rotates, recording every 10 s what would show a leak or a loss.
 #
 #   bench/soak.sh [seconds] [spans/s] [gateway lines/s]
+#   SOAK_CPU_PERCENT=40 bench/soak.sh …   # the daemon under a CPU quota
+#
+# With SOAK_CPU_PERCENT, the daemon runs in a cgroup of its own held to
+# that share of one core (cgroup v2 `cpu.max`, else v1
+# `cpu.cfs_quota_us`), as a sidecar's CPU limit holds it: the tailer falls
+# behind the rotations and reads what was compressed before it got there
+# from the compressed backups (`causeway_gateway_log_compressed_lines_total`,
+# in the last column of the CSV).
 #
 # Defaults: 1800 s of 10,000 spans/s (OTLP/gRPC, 5-span traces) and 1,000
 # gateway access-log lines/s, all on 127.0.0.1:
@@ -54,6 +62,24 @@ mkdir -p "$D/state"
 "$T/release/causeway" --config bench/soak.yaml --log-level warn > "$D/daemon.log" 2>&1 &
 CW=$!; PIDS+=($CW)
 wait_port 14317; wait_port 18888
+if [[ -n ${SOAK_CPU_PERCENT:-} ]]; then
+  quota=$(( SOAK_CPU_PERCENT * 1000 ))
+  v2=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
+  v1=$(awk '$3 == "cgroup" && $4 ~ /(^|,)cpu(,|$)/ {print $2; exit}' /proc/mounts)
+  cg=""
+  if [[ -n $v2 ]] && own=$(awk -F'::' '/^0::/ {print $2}' /proc/self/cgroup) \
+      && mkdir -p "$v2$own/causeway-soak" 2>/dev/null \
+      && echo "$quota 100000" > "$v2$own/causeway-soak/cpu.max" 2>/dev/null; then
+    cg="$v2$own/causeway-soak"; how="cgroup v2 cpu.max"
+  elif [[ -n $v1 ]] && mkdir -p "$v1/causeway-soak" \
+      && echo "$quota" > "$v1/causeway-soak/cpu.cfs_quota_us"; then
+    cg="$v1/causeway-soak"; how="cgroup v1 cpu.cfs_quota_us"
+  else
+    echo "no cgroup cpu controller to write: SOAK_CPU_PERCENT needs one" >&2; exit 1
+  fi
+  echo "$CW" > "$cg/cgroup.procs"
+  echo "the daemon is held to $SOAK_CPU_PERCENT% of a core ($how, $cg)" >&2
+fi
 
 # The gateway: LINES a second, its count in written.count every second.
 /usr/bin/python3 - "$D/access.log" "$LINES" "$D/written.count" <<'PY' &
@@ -104,7 +130,7 @@ ROT=$!; PIDS+=($ROT)
 SEND=$!; PIDS+=($SEND)
 
 START=$(date +%s)
-echo "t,rss_kb,open_files,exporter_queue,pipeline_queue,spans_accepted,spans_at_backend,lines_written,records_at_backend,backend_up" > "$D/soak.csv"
+echo "t,rss_kb,open_files,exporter_queue,pipeline_queue,spans_accepted,spans_at_backend,lines_written,records_at_backend,backend_up,compressed_lines" > "$D/soak.csv"
 sample() {
   local t=$(( $(date +%s) - START ))
   local rss fds q pq acc sink lines up
@@ -117,7 +143,8 @@ sample() {
   [[ -f $D/sink.count ]] && read -r sink logs < "$D/sink.count"
   lines=$(cat "$D/written.count" 2>/dev/null || echo 0)
   up=$(( (t % 80) < 60 ? 1 : 0 ))
-  echo "$t,$rss,$fds,$q,$pq,$acc,$sink,$lines,$logs,$up" >> "$D/soak.csv"
+  packed=$(metric causeway_gateway_log_compressed_lines_total)
+  echo "$t,$rss,$fds,$q,$pq,$acc,$sink,$lines,$logs,$up,$packed" >> "$D/soak.csv"
 }
 while kill -0 "$SEND" 2>/dev/null; do sample; sleep 10; done
 kill -TERM "$WRITER"; wait "$WRITER" || true
