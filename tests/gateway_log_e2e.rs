@@ -409,6 +409,13 @@ fn rotations() -> usize {
 /// Nothing here is timed: the wait for the last line lasts as long as
 /// delivery makes progress.
 fn logrotate_stress(modes: &[&str], rotations: usize) {
+    // One at a time: each is a whole-machine stress test (a writer, the
+    // real logrotate, a starved daemon), and two at once on two cores
+    // measure the machine more than the reader.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let log = d.join("access.log");
@@ -419,7 +426,23 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
     // rotates while the daemon gets no CPU at all, compressed backups are
     // read (the include matches them: `access.log*`).
     const MAX_HELD: usize = 64;
-    let cfg = config(d, &format!("    max_held_files: {MAX_HELD}"));
+    let mut cfg = config(d, &format!("    max_held_files: {MAX_HELD}"));
+    // CAUSEWAY_GW_DEBUG=<dir>: the receiver's debug log (every file it
+    // follows, every backup it finds), kept in <dir> when the test fails.
+    let debug = std::env::var("CAUSEWAY_GW_DEBUG").ok();
+    if debug.is_some() {
+        cfg = cfg.replace(
+            "  telemetry: {",
+            "  telemetry: { logs: { level: \"info,causeway_receivers::gateway_log=debug\" }, ",
+        );
+    }
+    let keep_log = |why: &str| {
+        if let Some(to) = &debug {
+            let to = Path::new(to).join(format!("gw-{}.stderr", std::process::id()));
+            std::fs::copy(d.join("gw.stderr"), &to).ok();
+            eprintln!("{why}: the daemon's log is in {}", to.display());
+        }
+    };
     let daemon = Daemon::start(d, "gw", &cfg);
     let pid = daemon.child.id();
     let starved = common::starve::Starved::start(pid, 25);
@@ -538,6 +561,7 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
                         .collect()
                 })
                 .unwrap_or_default();
+            keep_log("lines missing");
             panic!(
                 "no progress for 120 s, and {} of {} lines on disk not delivered (first: {:?}; last: {:?}); {} delivered; {} sent; files: {ls:?}",
                 missing.len(),
@@ -570,6 +594,9 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
         .map(|(n, c)| (n, c, disk.get(n)))
         .collect();
     twice.sort();
+    if !twice.is_empty() {
+        keep_log("lines read twice");
+    }
     assert!(
         twice.is_empty(),
         "{} lines read twice: {:?} … {:?}",

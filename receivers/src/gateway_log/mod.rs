@@ -506,7 +506,10 @@ impl Receiver for GatewayLogReceiver {
             self.account(tailer.take_events());
             let mut changed = false;
             for (id, cp) in tailer.new_files() {
-                tracing::debug!(receiver = %self.id, file = %cp.path, offset = cp.offset, id, "Following a file.");
+                let content = hex::decode(&cp.fingerprint)
+                    .map(|fp| tail::content_tag(&fp))
+                    .unwrap_or_default();
+                tracing::debug!(receiver = %self.id, file = %cp.path, offset = cp.offset, id, %content, "Following a file.");
                 committed.entry(id).or_insert(cp);
                 changed = true;
             }

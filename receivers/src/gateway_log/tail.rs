@@ -272,6 +272,18 @@ struct Held {
     file: File,
 }
 
+/// A short name of a content's first bytes for debug logs (FNV-1a of up
+/// to 64 of them: enough to follow one content across files, without
+/// writing log lines into the daemon's log).
+pub fn content_tag(fp: &[u8]) -> String {
+    let h = fp[..fp.len().min(64)]
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+        });
+    format!("{h:016x}")
+}
+
 /// Whether `a` and `b` are the first bytes of the same content (one may
 /// have been taken while the file was shorter).
 fn same(a: &[u8], b: &[u8]) -> bool {
@@ -871,6 +883,7 @@ impl Tailer {
                     (t.read, t.partial, t.partial_start, t.skipping) = snapshot;
                     // Continue in the copy after the last complete line: a partial
                     // line read so far is read again from its start there.
+                    tracing::debug!(content = %content_tag(&t.fp), offset = t.partial_start, id = t.id, path = %t.path.display(), "Copy-truncated: its copy continues it.");
                     self.ghosts
                         .push((std::mem::take(&mut t.fp), t.partial_start, 0, now));
                     // The new content's identity at once: a copy or a
@@ -915,6 +928,7 @@ impl Tailer {
                     t.partial_start = t.read;
                 }
                 if t.delivered >= t.read {
+                    tracing::debug!(content = %content_tag(&t.fp), offset = t.read, id = t.id, packed = t.packed.is_some(), "Gone and read to its end: closed.");
                     let t = self.files.remove(i);
                     if t.packed.is_none() {
                         self.retire(t.id, t.fp, t.read, now);
@@ -929,6 +943,7 @@ impl Tailer {
                 && now.duration_since(t.grew) >= self.cfg.close_idle
             {
                 // Idle, read and delivered to its end: close it, remember where it was.
+                tracing::debug!(content = %content_tag(&t.fp), offset = t.read, id = t.id, packed = t.packed.is_some(), "Idle and read to its end: closed.");
                 let t = self.files.remove(i);
                 self.closed_ids.insert(t.id);
                 let disk = match &t.packed {
@@ -1100,6 +1115,7 @@ impl Tailer {
         }
         self.claims.remove(&dev_ino);
         self.glimpsed.retain(|_, g| !same(&head, &g.fp));
+        tracing::debug!(content = %content_tag(&head), offset = start, id = self.next_id, %outcome, file = %name, "Following a compressed backup.");
         self.events.backups.push((outcome, name, kind.name()));
         self.files.push(Tracked {
             id: self.next_id,
