@@ -178,7 +178,7 @@ pub struct Tailer {
     retired: std::collections::VecDeque<Retired>,
     /// Decompressed first bytes of compressed backups, by inode, with the
     /// length they had (each backup is decoded once to match it).
-    heads: std::collections::HashMap<(u64, u64), (u64, Vec<u8>)>,
+    heads: std::collections::HashMap<(u64, u64), (u64, Vec<u8>, u32)>,
     /// Compressed backups whose first bytes could not be decoded yet (being
     /// written): compressed length, since when, polls.
     unripe: std::collections::HashMap<(u64, u64), (u64, Instant, u32)>,
@@ -189,9 +189,6 @@ pub struct Tailer {
     /// The first bytes of followed files rewritten (copy-truncated and
     /// refilled) since they were last read, as of this poll.
     rewritten: Vec<Vec<u8>>,
-    /// Compressed backups matched but not followed yet (`max_held_files`
-    /// were open), by inode: where they start.
-    claims: std::collections::HashMap<(u64, u64), (u64, &'static str)>,
     events: Events,
 }
 
@@ -359,8 +356,10 @@ impl Holder {
             let Ok(fp) = read_fp(&mut file, self.fp_size) else {
                 continue;
             };
-            if Packing::detect(&fp).is_some() {
-                continue; // a compressed backup stays until `rotate N` removes it
+            if Packing::detect(&fp).is_some() || Packing::undecided(&fp) {
+                // A compressed backup (or one whose first bytes are still
+                // being written) stays until `rotate N` removes it.
+                continue;
             }
             if full {
                 // The tailer opens it by its path when it polls; if it is gone
@@ -446,7 +445,6 @@ impl Tailer {
             unripe: std::collections::HashMap::new(),
             glimpsed: std::collections::HashMap::new(),
             rewritten: Vec::new(),
-            claims: std::collections::HashMap::new(),
             events: Events::default(),
         }
     }
@@ -644,15 +642,31 @@ impl Tailer {
                     self.closed_ids.remove(&c.id);
                 }
             }
-            let mut file = match held_file {
-                Some(f) => f,
-                None => match File::open(&path) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        errors.push(format!("{}: {e}", path.display()));
-                        continue;
+            let opened = match held_file {
+                Some(f) => Ok(f),
+                // The path may name another file by now (logrotate renames
+                // every backup at each rotation): only the file whose
+                // identity was read is taken; another is seen at the next poll.
+                None => File::open(&path)
+                    .and_then(|f| {
+                        let m = f.metadata()?;
+                        Ok(((m.dev(), m.ino()) == dev_ino).then_some(f))
+                    })
+                    .and_then(|f| f.ok_or_else(|| std::io::ErrorKind::NotFound.into())),
+            };
+            let mut file = match opened {
+                Ok(f) => f,
+                Err(e) => {
+                    if let Some(c) = resumed {
+                        // Looked at again next time, as it was.
+                        self.closed_ids.insert(c.id);
+                        self.closed.insert(dev_ino, c);
                     }
-                },
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        errors.push(format!("{}: {e}", path.display()));
+                    }
+                    continue;
+                }
             };
             let fp = match read_fp(&mut file, self.cfg.fp_size) {
                 Ok(fp) => fp,
@@ -787,9 +801,13 @@ impl Tailer {
             .iter()
             .map(|(_, m, _, _)| (m.dev(), m.ino()))
             .collect();
-        self.heads.retain(|k, _| present.contains(k));
+        // Kept through a few polls of absence: a directory listing taken
+        // while logrotate renames every backup can miss one.
+        for (k, (_, _, absent)) in self.heads.iter_mut() {
+            *absent = if present.contains(k) { 0 } else { *absent + 1 };
+        }
+        self.heads.retain(|_, (_, _, absent)| *absent <= 5);
         self.unripe.retain(|k, _| present.contains(k));
-        self.claims.retain(|k, _| present.contains(k));
         for (path, meta, file, kind) in packed_found {
             self.follow_packed(path, &meta, file, kind, now);
         }
@@ -817,15 +835,20 @@ impl Tailer {
         for r in &mut self.retired {
             r.polls += 1;
         }
-        self.retired
-            .retain(|r| r.polls <= 10 || now.duration_since(r.since) < RETIRE_TTL);
+        let heads = &self.heads;
+        let carried = |fp: &[u8]| heads.values().any(|(_, h, _)| same(fp, h));
+        // Kept while a compressed backup on disk carries it, whether or not
+        // it could be followed yet (`max_held_files`).
+        self.retired.retain(|r| {
+            r.polls <= 10 || now.duration_since(r.since) < RETIRE_TTL || carried(&r.fp)
+        });
         // A ghost waits for its copy a few polls and `GHOST_TTL` at least.
         for (_, _, polls, _) in &mut self.ghosts {
             *polls += 1;
         }
         let events = &mut self.events;
         self.ghosts.retain(|(fp, off, polls, since)| {
-            let wait = *polls <= 5 || now.duration_since(*since) < GHOST_TTL;
+            let wait = *polls <= 5 || now.duration_since(*since) < GHOST_TTL || carried(fp);
             if !wait {
                 events.lost.push((
                     "copy_not_found",
@@ -1014,11 +1037,11 @@ impl Tailer {
         let dev_ino = (meta.dev(), meta.ino());
         let name = path.display().to_string();
         let head = match self.heads.get(&dev_ino) {
-            Some((len, head)) if *len == meta.len() => head.clone(),
+            Some((len, head, _)) if *len == meta.len() => head.clone(),
             _ => match packed::head(kind, &file, self.cfg.fp_size) {
                 Ok(head) => {
                     self.unripe.remove(&dev_ino);
-                    self.heads.insert(dev_ino, (meta.len(), head.clone()));
+                    self.heads.insert(dev_ino, (meta.len(), head.clone(), 0));
                     head
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -1075,9 +1098,13 @@ impl Tailer {
             // (copy-truncated) since it was last read: that file reads it.
             return;
         }
-        let (start, outcome) = if let Some(claim) = self.claims.get(&dev_ino) {
-            *claim
-        } else if let Some(i) = self
+        if self.files.len() + self.pending.len() >= self.cfg.max_held {
+            // As many files open as `max_held_files`: it stays on disk and
+            // is matched when it is followed, at a later poll (what it
+            // continues is kept for it meanwhile: see `carried`).
+            return;
+        }
+        let (start, outcome) = if let Some(i) = self
             .ghosts
             .iter()
             .position(|(g, _, _, _)| starts_with(&head, g))
@@ -1104,16 +1131,6 @@ impl Tailer {
             // between two looks): read from its start, like any new file.
             (0, "new")
         };
-        if self.files.len() + self.pending.len() >= self.cfg.max_held {
-            // As many files open as `max_held_files`: it stays on disk and
-            // is followed at a later poll, from where it was matched now
-            // (what it continues is taken by it, whatever expires meanwhile).
-            if outcome == "resumed" {
-                self.claims.insert(dev_ino, (start, outcome));
-            }
-            return;
-        }
-        self.claims.remove(&dev_ino);
         self.glimpsed.retain(|_, g| !same(&head, &g.fp));
         tracing::debug!(content = %content_tag(&head), offset = start, id = self.next_id, %outcome, file = %name, "Following a compressed backup.");
         self.events.backups.push((outcome, name, kind.name()));
@@ -1169,7 +1186,7 @@ impl Tailer {
             let found = files.iter().any(|t| same(&g.fp, &t.fp))
                 || closed.values().any(|c| same(&g.fp, &c.fp))
                 || retired.iter().any(|r| same(&g.fp, &r.fp))
-                || heads.values().any(|(_, h)| same(&g.fp, h));
+                || heads.values().any(|(_, h, _)| same(&g.fp, h));
             if found {
                 return false;
             }
