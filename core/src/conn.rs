@@ -38,6 +38,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Open connections, by server.
 pub const CONNECTIONS: &str = "causeway_server_connections";
+/// TLS handshakes that failed, by receiver (the server's name).
+pub const HANDSHAKE_FAILURES: &str = "causeway_tls_handshake_failures_total";
 /// Connections closed by the server's limits, by server and reason
 /// (`evicted`, `handshake_timeout`, `handshake_failed`, `header_timeout`, `idle_timeout`).
 pub const CLOSED: &str = "causeway_server_connections_closed_total";
@@ -549,7 +551,7 @@ pub fn accept(
                             if !closer.closed.load(Ordering::SeqCst) {
                                 registry
                                     .counter(
-                                        crate::tls::HANDSHAKE_FAILURES,
+                                        HANDSHAKE_FAILURES,
                                         "TLS handshakes that failed, by receiver.",
                                         &[("receiver", &name)],
                                     )

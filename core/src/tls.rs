@@ -9,7 +9,7 @@
 //! - [`Secret`]: a value from the file (usually `${env:…}`) or from a
 //!   `*_file`; its `Debug` and `Display` print `<redacted>`.
 //!
-//! Listeners, their TLS handshakes and their limits are in [`crate::conn`].
+//! Listeners, their TLS handshakes and their limits are in the `conn` module.
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -409,9 +409,6 @@ impl Authenticator {
         self.scheme
     }
 }
-
-/// TLS handshakes that failed, by receiver.
-pub const HANDSHAKE_FAILURES: &str = "causeway_tls_handshake_failures_total";
 
 /// Warn when a listener binds beyond loopback without TLS.
 pub fn warn_if_exposed(component: &str, protocol: &str, addr: std::net::SocketAddr, tls: bool) {
