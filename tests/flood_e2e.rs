@@ -96,20 +96,14 @@ impl Bed {
     /// An HTTPS export with the token, 1 s at most.
     fn https_ok(&self) -> Result<(), String> {
         let client = reqwest::blocking::Client::builder()
-            .use_preconfigured_tls(client_config(&self.ca_pem, None))
-            .timeout(Duration::from_secs(1))
-            .build()
-            .map_err(|e| e.to_string())?;
-        let r = client
-            .post(format!("https://127.0.0.1:{}/v1/traces", self.https))
-            .header("content-type", "application/x-protobuf")
-            .header("authorization", format!("Bearer {TOKEN}"))
-            .body(trace_body())
-            .send()
-            .map_err(|e| format!("{e:?}"))?;
-        (r.status() == 200)
-            .then_some(())
-            .ok_or(format!("status {}", r.status()))
+            .use_preconfigured_tls(client_config(&self.ca_pem, None));
+        let url = format!("https://127.0.0.1:{}/v1/traces", self.https);
+        ok_within_a_second(client, |c| {
+            c.post(url)
+                .header("content-type", "application/x-protobuf")
+                .header("authorization", format!("Bearer {TOKEN}"))
+                .body(trace_body())
+        })
     }
 
     /// A gRPC export over TLS with the token, 1 s at most.
@@ -131,32 +125,18 @@ impl Bed {
 
     /// A plain OTLP/HTTP export, 1 s at most.
     fn plain_ok(&self) -> Result<(), String> {
-        let r = reqwest::blocking::Client::builder()
-            .timeout(Duration::from_secs(1))
-            .build()
-            .map_err(|e| e.to_string())?
-            .post(format!("http://127.0.0.1:{}/v1/traces", self.plain))
-            .header("content-type", "application/x-protobuf")
-            .body(trace_body())
-            .send()
-            .map_err(|e| format!("{e:?}"))?;
-        (r.status() == 200)
-            .then_some(())
-            .ok_or(format!("status {}", r.status()))
+        let url = format!("http://127.0.0.1:{}/v1/traces", self.plain);
+        ok_within_a_second(reqwest::blocking::Client::builder(), |c| {
+            c.post(url)
+                .header("content-type", "application/x-protobuf")
+                .body(trace_body())
+        })
     }
 
     /// `/metrics` on the telemetry server, 1 s at most.
     fn telemetry_ok(&self) -> Result<(), String> {
-        let r = reqwest::blocking::Client::builder()
-            .timeout(Duration::from_secs(1))
-            .build()
-            .map_err(|e| e.to_string())?
-            .get(format!("http://{}/metrics", self.daemon.telemetry))
-            .send()
-            .map_err(|e| format!("{e:?}"))?;
-        (r.status() == 200)
-            .then_some(())
-            .ok_or(format!("status {}", r.status()))
+        let url = format!("http://{}/metrics", self.daemon.telemetry);
+        ok_within_a_second(reqwest::blocking::Client::builder(), |c| c.get(url))
     }
 
     /// Every legitimate client is served within 1 s: each gets three tries
@@ -214,6 +194,21 @@ impl Bed {
             .map(|d| d.count())
             .unwrap_or(0)
     }
+}
+
+/// The request `req` builds, sent by `client` with a 1 s deadline, answered 200.
+fn ok_within_a_second(
+    client: reqwest::blocking::ClientBuilder,
+    req: impl FnOnce(&reqwest::blocking::Client) -> reqwest::blocking::RequestBuilder,
+) -> Result<(), String> {
+    let client = client
+        .timeout(Duration::from_secs(1))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let r = req(&client).send().map_err(|e| format!("{e:?}"))?;
+    (r.status() == 200)
+        .then_some(())
+        .ok_or(format!("status {}", r.status()))
 }
 
 /// `n` TCP connections to `port` that send nothing.

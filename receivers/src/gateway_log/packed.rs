@@ -107,17 +107,11 @@ impl Packing {
 /// cut short: still being written (gzip runs while the tailer looks), or
 /// broken.
 pub fn head(packing: Packing, file: &File, size: usize) -> std::io::Result<Vec<u8>> {
-    let mut d = packing.decoder(file)?;
-    let mut out = vec![0; size];
-    let mut n = 0;
-    while n < size {
-        let r = d.read(&mut out[n..])?;
-        if r == 0 {
-            break;
-        }
-        n += r;
-    }
-    out.truncate(n);
+    let mut out = Vec::with_capacity(size);
+    packing
+        .decoder(file)?
+        .take(size as u64)
+        .read_to_end(&mut out)?;
     Ok(out)
 }
 

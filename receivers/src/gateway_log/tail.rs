@@ -65,6 +65,38 @@ struct Tracked {
     packed: Option<Packed>,
 }
 
+impl Tracked {
+    /// A file followed from `start` (a line boundary: what came before it
+    /// was delivered as lines), not reported yet.
+    fn at(
+        id: u64,
+        fp: Vec<u8>,
+        file: File,
+        dev_ino: (u64, u64),
+        path: PathBuf,
+        start: u64,
+        now: Instant,
+    ) -> Self {
+        Tracked {
+            id,
+            fp,
+            file,
+            dev_ino,
+            path,
+            read: start,
+            partial: Vec::new(),
+            partial_start: start,
+            skipping: false,
+            absent_polls: 0,
+            reported: false,
+            start,
+            delivered: start,
+            grew: now,
+            packed: None,
+        }
+    }
+}
+
 /// The decompressing side of a followed compressed backup.
 struct Packed {
     kind: Packing,
@@ -405,17 +437,9 @@ fn starts_with(new: &[u8], known: &[u8]) -> bool {
 }
 
 fn read_fp(file: &mut File, size: usize) -> std::io::Result<Vec<u8>> {
-    let mut fp = vec![0; size];
+    let mut fp = Vec::with_capacity(size);
     file.seek(SeekFrom::Start(0))?;
-    let mut n = 0;
-    while n < size {
-        let r = file.read(&mut fp[n..])?;
-        if r == 0 {
-            break;
-        }
-        n += r;
-    }
-    fp.truncate(n);
+    Read::take(&mut *file, size as u64).read_to_end(&mut fp)?;
     Ok(fp)
 }
 
@@ -693,21 +717,8 @@ impl Tailer {
                 if len > c.offset && starts_with(&fp, &c.fp) {
                     // A closed file grew: continue where it was left, as the same file.
                     self.files.push(Tracked {
-                        id: c.id,
-                        fp,
-                        file,
-                        dev_ino,
-                        path,
-                        read: c.offset,
-                        partial: Vec::new(),
-                        partial_start: c.offset,
-                        skipping: false,
-                        absent_polls: 0,
                         reported: true,
-                        start: c.offset,
-                        delivered: c.offset,
-                        grew: now,
-                        packed: None,
+                        ..Tracked::at(c.id, fp, file, dev_ino, path, c.offset, now)
                     });
                     continue;
                 }
@@ -775,24 +786,15 @@ impl Tailer {
             } else {
                 0
             };
-            // Resume at a line boundary: partial bytes before `start` were delivered as lines.
-            self.files.push(Tracked {
-                id: self.next_id,
+            self.files.push(Tracked::at(
+                self.next_id,
                 fp,
                 file,
                 dev_ino,
                 path,
-                read: start,
-                partial: Vec::new(),
-                partial_start: start,
-                skipping: false,
-                absent_polls: 0,
-                reported: false,
                 start,
-                delivered: start,
-                grew: now,
-                packed: None,
-            });
+                now,
+            ));
             self.next_id += 1;
         }
         // Decoded heads and unripe streams of backups no longer there are
@@ -1135,21 +1137,8 @@ impl Tailer {
         tracing::debug!(content = %content_tag(&head), offset = start, id = self.next_id, %outcome, file = %name, "Following a compressed backup.");
         self.events.backups.push((outcome, name, kind.name()));
         self.files.push(Tracked {
-            id: self.next_id,
-            fp: head,
-            file,
-            dev_ino,
-            path,
-            read: start,
-            partial: Vec::new(),
-            partial_start: start,
-            skipping: false,
-            absent_polls: 0,
-            reported: false,
-            start,
-            delivered: start,
-            grew: now,
             packed: Some(Packed::new(kind)),
+            ..Tracked::at(self.next_id, head, file, dev_ino, path, start, now)
         });
         self.next_id += 1;
     }
