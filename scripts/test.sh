@@ -12,18 +12,35 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each phase says what it does and, when it ends, how long it took.
+t0=$SECONDS
+phase_start=$SECONDS
+phase() { echo "== $1"; phase_start=$SECONDS; }
+took() { echo "== $1 took $((SECONDS - phase_start)) s"; }
+
+phase "peers: Kafka, Jaeger, the Collector, the test bed's services (scripts/peers.sh; cached by version)"
 . scripts/peers.sh
+took peers
 
 # Debian's packages and the test bed's npm modules (once; nothing when present).
+phase "packages: Debian's servers and exporters, npm and pip modules (scripts/deps.sh; once)"
 scripts/deps.sh
+took packages
+
+phase "build: cargo test --workspace --no-run"
+cargo test --workspace --no-run "$@"
+took build
 
 # Every test binary runs even after one fails (--no-fail-fast); the run
 # ends with the list of the tests that failed.
+phase "tests: cargo test --workspace --no-fail-fast"
 log=$(mktemp)
 set +e
 cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
+took tests
+echo "== all phases took $((SECONDS - t0)) s"
 failed=$(grep -E '^test .* \.\.\. FAILED$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/' || true)
 binaries=$(grep -E '^error: .*test failed, to rerun pass' "$log" | sed -E 's/.*pass `(.*)`.*/\1/' || true)
 rm -f "$log"

@@ -313,3 +313,46 @@ service:
         "{out}"
     );
 }
+
+/// Three typos in one component are three errors of one run (they took
+/// three runs, one a run), a duration with a space is refused as the
+/// Collector refuses it, and a file indented with a tab says so.
+#[test]
+fn every_error_of_one_component_in_one_run_spaces_in_durations_and_tabs() {
+    let (ok, out) = validate(
+        r#"receivers:
+  otlp:
+    protocols: { grpc: { endpoint: 127.0.0.1:4317 } }
+processors:
+  tail_sampling:
+    decision_wiat: 5s
+    num_trace: 100
+    expected_new_traces_per_sec: 10
+    policies:
+      - { name: slow, type: latency, latency: { threshold_ms: 100 }, extra: 1 }
+  batch:
+    timeout: 5 s
+exporters:
+  debug:
+service:
+  pipelines:
+    traces: { receivers: [otlp], processors: [tail_sampling, batch], exporters: [debug] }
+"#,
+    );
+    assert!(!ok, "{out}");
+    for want in [
+        "bad.yaml:6:5: processors.tail_sampling.decision_wiat: unknown field `decision_wiat`",
+        "bad.yaml:7:5: processors.tail_sampling.num_trace: unknown field `num_trace`",
+        "processors.tail_sampling.policies[0].extra: unknown field `extra`",
+        "bad.yaml:12:5: processors.batch.timeout: invalid duration \"5 s\" (a space inside)",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    assert!(out.contains("4 errors"), "{out}");
+    let (ok, out) = validate("receivers:\n  otlp:\n\tprotocols: {}\n");
+    assert!(!ok);
+    assert!(
+        out.contains("line 3 is indented with a tab: YAML indents with spaces only"),
+        "{out}"
+    );
+}

@@ -802,3 +802,68 @@ fn kafka_tier_manifest_and_examples_fit_together() {
         gw["receivers"]["kafka/metrics"]["metrics"]["topic"]
     );
 }
+
+/// The image's default pipeline (deploy/docker/pipeline.yaml, as the
+/// Dockerfile copies it) answers on an address beyond loopback, as `docker
+/// run -p 4318:4318` needs (the repository's pipeline.yaml binds 127.0.0.1,
+/// which a published port never reaches), and the trace lands in its data
+/// directory. The build context leaves the test beds' modules out.
+#[test]
+fn the_images_default_pipeline_is_reachable_beyond_loopback() {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).expect("Dockerfile");
+    assert!(dockerfile.contains("COPY deploy/docker/pipeline.yaml /etc/causeway/pipeline.yaml"));
+    assert!(dockerfile.contains("--profile dist"));
+    let ignore = std::fs::read_to_string(root().join(".dockerignore")).expect(".dockerignore");
+    assert!(ignore
+        .lines()
+        .any(|l| l.trim() == "tests/testbed/node_modules"));
+    // This host's address on its default route (a UDP "connect" sends nothing).
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp");
+    let ip = sock
+        .connect("192.0.2.1:9")
+        .and_then(|_| sock.local_addr())
+        .map(|a| a.ip())
+        .expect("a non-loopback address on this machine");
+    assert!(!ip.is_loopback(), "{ip}");
+    let dir = tempfile::tempdir().expect("dir");
+    let (grpc, http, tel) = (free_port(), free_port(), free_port());
+    let data = dir.path().join("data");
+    let d = Daemon::spawn(
+        dir.path(),
+        "docker-default",
+        &[
+            "--config",
+            &root()
+                .join("deploy/docker/pipeline.yaml")
+                .display()
+                .to_string(),
+        ],
+        &[
+            ("CAUSEWAY_OTLP_GRPC_ENDPOINT", format!("0.0.0.0:{grpc}")),
+            ("CAUSEWAY_OTLP_HTTP_ENDPOINT", format!("0.0.0.0:{http}")),
+            ("CAUSEWAY_TELEMETRY_ENDPOINT", format!("0.0.0.0:{tel}")),
+            ("CAUSEWAY_DATA_DIR", data.display().to_string()),
+            ("CAUSEWAY_DECISION_WAIT", "200ms".to_string()),
+        ],
+        format!("127.0.0.1:{tel}"),
+    );
+    let trace = r#"{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"docker-try"}}]},"scopeSpans":[{"spans":[{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","name":"GET /","startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]}]}"#;
+    // A plain HTTP/1.1 POST to the host's own address, as a published port forwards it.
+    use std::io::{Read, Write};
+    let mut conn =
+        std::net::TcpStream::connect((ip, http)).expect("OTLP/HTTP reachable beyond loopback");
+    write!(
+        conn,
+        "POST /v1/traces HTTP/1.1\r\nhost: {ip}:{http}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{trace}",
+        trace.len()
+    )
+    .expect("send");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    wait_for(Duration::from_secs(60), "the trace in traces.jsonl", || {
+        std::fs::read_to_string(data.join("traces.jsonl"))
+            .is_ok_and(|t| t.contains("5b8efff798038103d269b633813fc60c"))
+    });
+    assert!(d.terminate().success());
+}

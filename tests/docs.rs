@@ -318,3 +318,55 @@ fn the_landing_readme_is_a_landing_page_that_links_every_component() {
         );
     }
 }
+
+/// The YAML blocks of the landing README, each a whole config.
+fn readme_yaml_blocks() -> Vec<String> {
+    let md = read(&root().join("README.md"));
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in md.lines() {
+        match (&mut current, line.trim_end()) {
+            (None, "```yaml") => current = Some(String::new()),
+            (Some(b), "```") => {
+                blocks.push(std::mem::take(b));
+                current = None;
+            }
+            (Some(b), l) => {
+                b.push_str(l);
+                b.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+#[test]
+fn every_yaml_block_of_the_landing_readme_validates_as_written() {
+    let blocks = readme_yaml_blocks();
+    assert!(
+        blocks
+            .iter()
+            .any(|b| b.contains("gateway_log") && b.contains("correlate")),
+        "the wiring block is gone from README.md"
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let mut problems = Vec::new();
+    for (i, block) in blocks.iter().enumerate() {
+        let path = dir.path().join(format!("block-{i}.yaml"));
+        std::fs::write(&path, block).expect("write");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_causeway"))
+            .args(["validate", "--config"])
+            .arg(&path)
+            .output()
+            .expect("run causeway validate");
+        if !out.status.success() {
+            problems.push(format!(
+                "README.md yaml block {i}:\n{block}\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

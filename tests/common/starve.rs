@@ -34,20 +34,14 @@ fn mounts() -> (Option<PathBuf>, Option<PathBuf>) {
     (v2, v1)
 }
 
-/// A child cgroup of this process's own under `root` (v2) with `cpu.max`.
-fn v2(root: &Path, pid: u32, percent: u32) -> Option<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let parent = root.join(rel.trim_start_matches('/'));
-    let dir = parent.join(format!("causeway-starve-{pid}"));
+/// A cgroup `dir` made with `files` written in order (the last one,
+/// `cgroup.procs`, moves the process in); removed again when one fails.
+fn cgroup(dir: PathBuf, files: &[(&str, String)]) -> Option<PathBuf> {
     std::fs::create_dir_all(&dir).ok()?;
-    if !dir.join("cpu.max").exists() {
-        // The cpu controller is not enabled for children here; try once.
-        std::fs::write(parent.join("cgroup.subtree_control"), "+cpu").ok();
-    }
-    let ok = std::fs::write(dir.join("cpu.max"), format!("{} 100000", percent * 1000)).is_ok()
-        && std::fs::write(dir.join("cgroup.procs"), pid.to_string()).is_ok();
-    if ok {
+    if files
+        .iter()
+        .all(|(f, v)| std::fs::write(dir.join(f), v).is_ok())
+    {
         Some(dir)
     } else {
         std::fs::remove_dir(&dir).ok();
@@ -55,19 +49,35 @@ fn v2(root: &Path, pid: u32, percent: u32) -> Option<PathBuf> {
     }
 }
 
+/// A child cgroup of this process's own under `root` (v2) with `cpu.max`.
+fn v2(root: &Path, pid: u32, percent: u32) -> Option<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let parent = root.join(rel.trim_start_matches('/'));
+    if !parent.join("cgroup.subtree_control").exists() {
+        return None;
+    }
+    // The cpu controller may not be enabled for children here; try once.
+    std::fs::write(parent.join("cgroup.subtree_control"), "+cpu").ok();
+    cgroup(
+        parent.join(format!("causeway-starve-{pid}")),
+        &[
+            ("cpu.max", format!("{} 100000", percent * 1000)),
+            ("cgroup.procs", pid.to_string()),
+        ],
+    )
+}
+
 /// A cgroup under the v1 `cpu` controller with `cpu.cfs_quota_us`.
 fn v1(root: &Path, pid: u32, percent: u32) -> Option<PathBuf> {
-    let dir = root.join(format!("causeway-starve-{pid}"));
-    std::fs::create_dir_all(&dir).ok()?;
-    let ok = std::fs::write(dir.join("cpu.cfs_period_us"), "100000").is_ok()
-        && std::fs::write(dir.join("cpu.cfs_quota_us"), (percent * 1000).to_string()).is_ok()
-        && std::fs::write(dir.join("cgroup.procs"), pid.to_string()).is_ok();
-    if ok {
-        Some(dir)
-    } else {
-        std::fs::remove_dir(&dir).ok();
-        None
-    }
+    cgroup(
+        root.join(format!("causeway-starve-{pid}")),
+        &[
+            ("cpu.cfs_period_us", "100000".to_string()),
+            ("cpu.cfs_quota_us", (percent * 1000).to_string()),
+            ("cgroup.procs", pid.to_string()),
+        ],
+    )
 }
 
 impl Starved {
@@ -75,24 +85,18 @@ impl Starved {
     /// `percent` of one core.
     pub fn start(pid: u32, percent: u32) -> Starved {
         let (m2, m1) = mounts();
-        if let Some(dir) = m2.as_deref().and_then(|r| v2(r, pid, percent)) {
+        let quota = m2
+            .as_deref()
+            .and_then(|r| v2(r, pid, percent))
+            .map(|d| ("cgroup v2 cpu.max", d))
+            .or_else(|| {
+                m1.as_deref()
+                    .and_then(|r| v1(r, pid, percent))
+                    .map(|d| ("cgroup v1 cpu.cfs_quota_us", d))
+            });
+        if let Some((what, dir)) = quota {
             return Starved {
-                how: format!(
-                    "cgroup v2 cpu.max {}% of a core ({})",
-                    percent,
-                    dir.display()
-                ),
-                cgroup: Some(dir),
-                hog: None,
-            };
-        }
-        if let Some(dir) = m1.as_deref().and_then(|r| v1(r, pid, percent)) {
-            return Starved {
-                how: format!(
-                    "cgroup v1 cpu.cfs_quota_us {}% of a core ({})",
-                    percent,
-                    dir.display()
-                ),
+                how: format!("{what} {percent}% of a core ({})", dir.display()),
                 cgroup: Some(dir),
                 hog: None,
             };

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::env::expand;
 use super::locate::Locator;
-use super::{path_error, ComponentId, ConfigError, PipelineFile, PipelineId};
+use super::{deserialize_all, ComponentId, ConfigError, PipelineFile, PipelineId};
 use crate::error::CoreError;
 use crate::model::SignalSet;
 use crate::registry::{Kind, Registry};
@@ -76,6 +76,17 @@ pub fn load_str(
             if let Some(loc) = e.location() {
                 err.location = Some(format!("{source}:{}:{}", loc.line(), loc.column()));
             }
+            // YAML forbids tabs in indentation; its parser says only that
+            // something is unexpected.
+            if let Some(n) = text
+                .lines()
+                .position(|l| l.trim_start_matches(' ').starts_with('\t'))
+            {
+                err.message.push_str(&format!(
+                    " (line {} is indented with a tab: YAML indents with spaces only)",
+                    n + 1
+                ));
+            }
             return Err(vec![err]);
         }
     };
@@ -96,8 +107,7 @@ pub fn load_str(
     if !errors.is_empty() {
         return Err(locate(errors));
     }
-    let file: PipelineFile =
-        serde_path_to_error::deserialize(value).map_err(|e| locate(vec![path_error(e)]))?;
+    let file: PipelineFile = deserialize_all(value).map_err(locate)?;
 
     let receivers = check_section(Kind::Receiver, &file.receivers, registry, &mut errors);
     let processors = check_section(Kind::Processor, &file.processors, registry, &mut errors);

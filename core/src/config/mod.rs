@@ -106,12 +106,105 @@ pub fn decode<T: DeserializeOwned + Validate>(
         serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
         v => v.clone(),
     };
-    let cfg: T = serde_path_to_error::deserialize(value).map_err(|e| vec![path_error(e)])?;
+    let cfg: T = deserialize_all(value)?;
     let errors = cfg.validate();
     if errors.is_empty() {
         Ok(cfg)
     } else {
         Err(errors)
+    }
+}
+
+/// Errors reported at most for one section (a file of garbage stops there).
+const MAX_DECODE_ERRORS: usize = 50;
+
+/// Deserialize `value`, reporting every key serde refuses rather than the
+/// first one: each refused key (unknown, or of a bad value) is reported,
+/// taken out, and the rest decoded again, so three typos in one section
+/// are three errors of one run. A bad value of a required key stops there
+/// (without it, "missing field" would be a consequence, not an error).
+pub(crate) fn deserialize_all<T: DeserializeOwned>(
+    mut value: serde_yaml::Value,
+) -> Result<T, Vec<ConfigError>> {
+    let mut errors: Vec<ConfigError> = Vec::new();
+    loop {
+        match serde_path_to_error::deserialize::<_, T>(value.clone()) {
+            Ok(v) if errors.is_empty() => return Ok(v),
+            Ok(_) => return Err(errors),
+            Err(e) => {
+                // An enum's variant or an unknown step cannot be walked: stop there.
+                let segments: Option<Vec<String>> = e
+                    .path()
+                    .iter()
+                    .map(|s| match s {
+                        serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+                        serde_path_to_error::Segment::Seq { index } => Some(index.to_string()),
+                        _ => None,
+                    })
+                    .collect();
+                let message = e.inner().to_string();
+                let err = path_error(e);
+                if message.starts_with("missing field") && !errors.is_empty() {
+                    return Err(errors);
+                }
+                let walkable = segments.is_some();
+                let mut at = segments.unwrap_or_default();
+                if let Some(rest) = message.strip_prefix("unknown field `") {
+                    if let Some(end) = rest.find('`') {
+                        if at.last().map(String::as_str) != Some(&rest[..end]) {
+                            at.push(rest[..end].to_string());
+                        }
+                    }
+                }
+                let repeated = errors
+                    .iter()
+                    .any(|x| x.path == err.path && x.message == err.message);
+                errors.push(err);
+                if repeated
+                    || !walkable
+                    || errors.len() >= MAX_DECODE_ERRORS
+                    || !remove_at(&mut value, &at)
+                {
+                    errors.dedup_by(|a, b| a.path == b.path && a.message == b.message);
+                    return Err(errors);
+                }
+            }
+        }
+    }
+}
+
+/// Take the node at `path` (map keys and sequence indexes) out of `value`.
+fn remove_at(value: &mut serde_yaml::Value, path: &[String]) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut node = value;
+    for seg in parents {
+        node = match node {
+            serde_yaml::Value::Mapping(m) => match m.get_mut(seg.as_str()) {
+                Some(v) => v,
+                None => return false,
+            },
+            serde_yaml::Value::Sequence(v) => {
+                match seg.parse::<usize>().ok().and_then(|i| v.get_mut(i)) {
+                    Some(v) => v,
+                    None => return false,
+                }
+            }
+            serde_yaml::Value::Tagged(t) => &mut t.value,
+            _ => return false,
+        };
+    }
+    match node {
+        serde_yaml::Value::Mapping(m) => m.remove(last.as_str()).is_some(),
+        serde_yaml::Value::Sequence(v) => match last.parse::<usize>() {
+            Ok(i) if i < v.len() => {
+                v.remove(i);
+                true
+            }
+            _ => false,
+        },
+        _ => false,
     }
 }
 

@@ -122,13 +122,20 @@ impl<'de> Deserialize<'de> for Duration {
         let s = String::deserialize(d).map_err(|_| {
             serde::de::Error::custom("expected a duration such as `10s`, `500ms` or `1m30s`")
         })?;
-        humantime::parse_duration(s.trim())
-            .map(Duration)
-            .map_err(|e| {
-                serde::de::Error::custom(format!(
-                    "invalid duration {s:?} ({e}); write e.g. `10s`, `500ms`, `1m30s`"
-                ))
-            })
+        let t = s.trim();
+        if t.contains(char::is_whitespace) {
+            // `5 s`, `1m 30s`: humantime would take them, the Collector
+            // (Go's time.ParseDuration) refuses them; so does causeway, so
+            // that a file means the same to both.
+            return Err(serde::de::Error::custom(format!(
+                "invalid duration {s:?} (a space inside); write it without spaces, e.g. `5s`, `1m30s`"
+            )));
+        }
+        humantime::parse_duration(t).map(Duration).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "invalid duration {s:?} ({e}); write e.g. `10s`, `500ms`, `1m30s`"
+            ))
+        })
     }
 }
 

@@ -566,6 +566,7 @@ impl Correlate {
                 &self.sample_attrs,
             );
             let extra = incidents::sample::record_attributes(&sample);
+            let healthy = v.best.cause == "unknown" && !sample.failed;
             samples.push(sample);
             let evidence = annotate(rs, t, &v);
             if self.correlation.store.keeps_views() {
@@ -587,6 +588,7 @@ impl Correlate {
                     culprit_span_id: Hex16::of(t.spans[v.culprit].span_id).as_str().to_string(),
                     confidence: v.best.confidence,
                     rule: v.best.rule.clone(),
+                    healthy,
                     extra,
                 },
                 now,
@@ -857,8 +859,9 @@ impl Correlate {
                     .map(|mut e| LogRecord {
                         time_unix_nano: e.time_ns,
                         observed_time_unix_nano: now_ns(),
-                        severity_number: 13,
-                        severity_text: "WARN".into(),
+                        // A healthy trace's record is INFO: nothing to explain.
+                        severity_number: if e.healthy { 9 } else { 13 },
+                        severity_text: if e.healthy { "INFO" } else { "WARN" }.into(),
                         body: Some(AnyValue {
                             value: Some(any_value::Value::StringValue(e.summary.clone())),
                         }),

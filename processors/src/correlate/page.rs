@@ -92,9 +92,15 @@ impl Api {
             }
             m.get_mut(k)
         }
+        let mut healthy = 0u64;
         self.correlation
             .store
             .visit_rca(now.saturating_sub(self.window_ns), |t, e| {
+                if e.healthy {
+                    // Nothing to explain: counted apart, not as a cause.
+                    healthy += 1;
+                    return;
+                }
                 let c = e.cause.as_str();
                 bump(buckets.entry(t / 10_000_000_000 * 10).or_default(), c);
                 bump(&mut totals, c);
@@ -112,7 +118,8 @@ impl Api {
             v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
             v.into_iter()
                 .take(5)
-                .map(|(k, n)| serde_json::json!({ "name": k, "traces": n }))
+                // A span without `service.name` (the SDK's default missing).
+                .map(|(k, n)| serde_json::json!({ "name": if k.is_empty() { "(no service.name)" } else { k }, "traces": n }))
                 .collect()
         };
         let mut causes: Vec<(&str, u64)> = totals.iter().map(|(k, n)| (k.as_str(), *n)).collect();
@@ -133,6 +140,7 @@ impl Api {
                 "routes": top(routes.get(*c)),
             })).collect::<Vec<_>>(),
             "top_services": top(Some(&all_services)),
+            "healthy_traces": healthy,
         })
     }
 

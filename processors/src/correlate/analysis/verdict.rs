@@ -377,6 +377,8 @@ pub fn verdict(
             best.summary.push_str(&note);
         }
     }
+    // A name left empty (a span without `service.name`) leaves two spaces.
+    best.summary = tidy(&best.summary);
     let kind = best
         .culprit_kind
         .as_deref()
@@ -391,6 +393,14 @@ pub fn verdict(
         culprit_kind: kind,
         reason,
     }
+}
+
+/// `s` with every run of spaces made one, and none at its ends.
+pub fn tidy(s: &str) -> String {
+    s.split(' ')
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Why the winner won, in a clause: where it sits in the failure's chain

@@ -123,6 +123,9 @@ pub struct RcaEvent {
     pub confidence: f64,
     /// Rule name.
     pub rule: String,
+    /// Nothing to explain: no cause found and the request did not fail
+    /// (its record is INFO, not WARN, and the page counts it apart).
+    pub healthy: bool,
     /// More attributes of its record (the incident sample's); not kept
     /// with the analysed traces of the window.
     pub extra: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
