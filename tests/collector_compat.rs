@@ -438,3 +438,222 @@ service:
     assert!(said.contains("exporters.otlp.auth.authenticator: \"bearertokenauth\" is not an extension listed in service.extensions"), "{said}");
     assert!(said.contains("exporters.loadbalancing.protocol.otlp.auth.authenticator: extension \"zpages\" is not an authenticator"), "{said}");
 }
+
+/// Trace ids (hex) a backend received over OTLP/HTTP.
+type Ids = Arc<Mutex<std::collections::BTreeSet<String>>>;
+
+fn trace_sink() -> (String, Ids) {
+    let got: Ids = Arc::default();
+    let g = got.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| async move {
+                let mut raw = Vec::new();
+                if headers.get("content-encoding").is_some_and(|v| v == "gzip") {
+                    std::io::Read::read_to_end(
+                        &mut flate2::read::GzDecoder::new(&body[..]),
+                        &mut raw,
+                    )
+                    .expect("gzip");
+                } else {
+                    raw = body.to_vec();
+                }
+                let req = ExportTraceServiceRequest::decode(raw.as_slice()).expect("OTLP");
+                let mut g = g.lock().expect("lock");
+                for s in req
+                    .resource_spans
+                    .iter()
+                    .flat_map(|rs| &rs.scope_spans)
+                    .flat_map(|ss| &ss.spans)
+                {
+                    g.insert(hex::encode(&s.trace_id));
+                }
+                axum::http::StatusCode::OK
+            },
+        ),
+    );
+    (common::serve_in_thread(app), got)
+}
+
+/// The sum of every series of `name` (any suffix, any labels) whose labels
+/// contain `with`, on a Prometheus text page.
+fn scraped(addr: &str, name: &str, with: &str) -> f64 {
+    http_get(addr, "/metrics")
+        .map(|(_, body)| {
+            body.lines()
+                .filter(|l| l.starts_with(name) && l.contains(with))
+                .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+                .sum()
+        })
+        .unwrap_or(0.0)
+}
+
+/// The Collector as the oracle of a shared policy: the same 3,000 traces
+/// through the real Collector's `tail_sampling` and through causeway's,
+/// with `probabilistic {sampling_percentage: 10}` and no salt, keep the
+/// same set. (They shared no more than chance before: the Collector hashes
+/// an empty `hash_salt` as `default-hash-seed`.) Each side is read once it
+/// has decided every trace, by its own count of decisions.
+#[test]
+fn probabilistic_sampling_keeps_the_same_traces_as_the_collector() {
+    const TRACES: usize = 3000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pipeline = |http: u16, sink: &str| {
+        format!(
+            r#"receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: 127.0.0.1:{http}
+processors:
+  tail_sampling:
+    decision_wait: 1s
+    policies:
+      - name: ten-percent
+        type: probabilistic
+        probabilistic: {{sampling_percentage: 10}}
+exporters:
+  otlphttp:
+    traces_endpoint: {sink}/v1/traces
+    compression: none
+"#
+        )
+    };
+    // Trace ids as SDKs make them: random (ids that differ only in their
+    // last bytes hash alike under FNV-1a's top bits, and are all kept or
+    // all dropped by both).
+    let ids: Vec<[u8; 16]> = {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            // splitmix64
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        (0..TRACES)
+            .map(|_| {
+                let mut id = [0u8; 16];
+                id[..8].copy_from_slice(&next().to_be_bytes());
+                id[8..].copy_from_slice(&next().to_be_bytes());
+                id
+            })
+            .collect()
+    };
+    let batch = |chunk: &[[u8; 16]]| {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: chunk
+                        .iter()
+                        .map(|id| Span {
+                            trace_id: id.to_vec(),
+                            span_id: id[..8].to_vec(),
+                            name: "op".into(),
+                            start_time_unix_nano: 1,
+                            end_time_unix_nano: 2,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    };
+    let send = |http: u16| {
+        let client = common::http_client();
+        for chunk in ids.chunks(500) {
+            let r = client
+                .post(format!("http://127.0.0.1:{http}/v1/traces"))
+                .header("content-type", "application/x-protobuf")
+                .body(batch(chunk))
+                .send()
+                .expect("post");
+            assert!(r.status().is_success(), "{}", r.status());
+        }
+    };
+
+    // The Collector.
+    let (sink, collector_kept) = trace_sink();
+    let (http, tel) = (free_port(), free_port());
+    let config = pipeline(http, &sink)
+        + &format!(
+            r#"service:
+  telemetry:
+    metrics:
+      level: detailed
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                host: 127.0.0.1
+                port: {tel}
+  pipelines:
+    traces: {{receivers: [otlp], processors: [tail_sampling], exporters: [otlphttp]}}
+"#
+        );
+    let c =
+        common::peers::Collector::start(dir.path(), "otelcol-probabilistic", &config, &[http, tel]);
+    send(http);
+    let tel_addr = format!("127.0.0.1:{tel}");
+    let global = "otelcol_processor_tail_sampling_global_count_traces_sampled";
+    wait_for(
+        Duration::from_secs(120),
+        "the Collector deciding every trace",
+        || scraped(&tel_addr, global, "sampled=") >= TRACES as f64,
+    );
+    let kept = scraped(&tel_addr, global, "sampled=\"true\"") as usize;
+    wait_for(
+        Duration::from_secs(60),
+        "the Collector's kept traces at the sink",
+        || collector_kept.lock().expect("lock").len() >= kept,
+    );
+    c.terminate();
+
+    // causeway, on the same pipeline.
+    let (sink, causeway_kept) = trace_sink();
+    let http = free_port();
+    let config = pipeline(http, &sink)
+        + r#"service:
+  telemetry:
+    metrics:
+      address: "{telemetry}"
+  pipelines:
+    traces: {receivers: [otlp], processors: [tail_sampling], exporters: [otlphttp]}
+"#;
+    let d = Daemon::start(dir.path(), "causeway-probabilistic", &config);
+    send(http);
+    wait_for(
+        Duration::from_secs(120),
+        "causeway deciding every trace",
+        || {
+            scraped(
+                &d.telemetry,
+                "causeway_tail_sampling_traces_total",
+                "component=",
+            ) >= TRACES as f64
+        },
+    );
+    assert!(d.terminate().success());
+
+    let a = collector_kept.lock().expect("lock").clone();
+    let b = causeway_kept.lock().expect("lock").clone();
+    assert!(
+        kept > TRACES / 20 && kept < TRACES / 5,
+        "the Collector kept {kept} of {TRACES}"
+    );
+    assert_eq!(a.len(), kept);
+    let only_collector: Vec<_> = a.difference(&b).take(5).collect();
+    let only_causeway: Vec<_> = b.difference(&a).take(5).collect();
+    assert!(
+        a == b,
+        "kept by the Collector {}, by causeway {}, by both {}; only the Collector: {only_collector:?}; only causeway: {only_causeway:?}",
+        a.len(),
+        b.len(),
+        a.intersection(&b).count()
+    );
+}

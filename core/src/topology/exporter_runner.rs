@@ -397,6 +397,21 @@ async fn run_disk(
     }
 }
 
+/// `f`'s output, or `None` once `limit` passed; a zero `limit` waits as
+/// long as `f` takes (the Collector's `timeout: 0`: an exporter whose
+/// attempt cannot be called off, such as a file write that goes on in its
+/// thread, would be written again by the retry of an attempt timed out).
+async fn within<T>(
+    limit: std::time::Duration,
+    f: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    if limit.is_zero() {
+        Some(f.await)
+    } else {
+        tokio::time::timeout(limit, f).await.ok()
+    }
+}
+
 async fn deliver(
     id: &str,
     exporter: &dyn Exporter,
@@ -410,7 +425,7 @@ async fn deliver(
     let mut backoff = Backoff::new(delivery.retry);
     loop {
         let attempt = tokio::select! {
-            r = tokio::time::timeout(delivery.timeout, exporter.export(batch)) => r,
+            r = within(delivery.timeout, exporter.export(batch)) => r,
             _ = stop.cancelled() => {
                 batch.mark_failed();
                 counters.failed.get(signal).add(items);
@@ -419,7 +434,7 @@ async fn deliver(
             }
         };
         let (error, retry_after) = match attempt {
-            Ok(Ok(d)) => {
+            Some(Ok(d)) => {
                 counters
                     .sent
                     .get(signal)
@@ -429,17 +444,17 @@ async fn deliver(
                 }
                 return;
             }
-            Ok(Err(ExportError::Permanent { source })) => {
+            Some(Err(ExportError::Permanent { source })) => {
                 batch.mark_failed();
                 counters.failed.get(signal).add(items);
                 tracing::error!(exporter = %id, items, error = %source, "Export rejected permanently; not retrying.");
                 return;
             }
-            Ok(Err(ExportError::Retryable {
+            Some(Err(ExportError::Retryable {
                 source,
                 retry_after,
             })) => (source.to_string(), retry_after),
-            Err(_) => (
+            None => (
                 format!("attempt timed out after {:?}", delivery.timeout),
                 None,
             ),
@@ -563,6 +578,49 @@ mod tests {
     fn count(reg: &Registry, name: &'static str) -> u64 {
         reg.counter(name, "", &[("component", "x"), ("signal", "traces")])
             .get()
+    }
+
+    /// An exporter whose attempts take 30 s: timed out at 5 s it is tried
+    /// again (what wrote the file exporter's batches twice when its write
+    /// went on in its thread); with no timeout (zero) it is tried once.
+    struct Slow(Mutex<u32>);
+
+    #[async_trait]
+    impl Exporter for Slow {
+        async fn export(&self, _batch: &Batch) -> Result<Delivered, ExportError> {
+            *self.0.lock().expect("lock") += 1;
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(Delivered::default())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_zero_timeout_waits_for_the_attempt_and_never_tries_it_again() {
+        for (timeout, tried_again) in [(Duration::from_secs(5), true), (Duration::ZERO, false)] {
+            let exp = Arc::new(Slow(Mutex::new(0)));
+            let reg = Registry::new();
+            let mut d = delivery(D::secs(12));
+            d.timeout = timeout;
+            let (queue, handle) = start(exp.clone(), d, &reg);
+            queue
+                .push(Batch::from_encoded(
+                    crate::Signal::Traces,
+                    bytes::Bytes::new(),
+                    3,
+                ))
+                .await;
+            drop(queue);
+            handle.await.expect("runner");
+            let attempts = *exp.0.lock().expect("lock");
+            assert_eq!(
+                attempts > 1,
+                tried_again,
+                "{timeout:?}: {attempts} attempts"
+            );
+            if !tried_again {
+                assert_eq!(count(&reg, EXPORTER_SENT), 3);
+            }
+        }
     }
 
     #[tokio::test(start_paused = true)]

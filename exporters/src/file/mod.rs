@@ -44,6 +44,11 @@ impl ExporterFactory for FileExporterFactory {
         let mut delivery = DeliveryConfig::default();
         // One writer: concurrent consumers would only contend for the file lock.
         delivery.queue.num_consumers = 1;
+        // No per-attempt timeout (as the Collector's file exporter): a
+        // write goes on in its thread when its attempt is timed out, so a
+        // retry would write the batch a second time. A starved or stopped
+        // daemon (CI saw a batch of 1,000 lines twice) only writes late.
+        delivery.timeout = std::time::Duration::ZERO;
         Ok(BuiltExporter {
             exporter: Arc::new(FileExporter::new(&cfg)?),
             delivery,

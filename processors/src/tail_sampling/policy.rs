@@ -205,6 +205,9 @@ pub struct Policy {
     kind: Kind,
 }
 
+/// The salt the Collector's probabilistic policy hashes when `hash_salt` is empty.
+pub const COLLECTOR_DEFAULT_SALT: &str = "default-hash-seed";
+
 /// The FNV-1a hash of salt and trace id, as the Collector computes it, so
 /// instances with the same salt agree.
 pub fn trace_hash(salt: &[u8], trace_id: &[u8]) -> u64 {
@@ -352,7 +355,14 @@ impl Policy {
                 }
                 Kind::Probabilistic {
                     threshold: ((p.sampling_percentage / 100.0) * u64::MAX as f64) as u64,
-                    salt: p.hash_salt.as_bytes().to_vec(),
+                    // The Collector hashes an empty salt as its default
+                    // seed (internal/sampling/probabilistic.go): the same
+                    // config keeps the same traces under either.
+                    salt: if p.hash_salt.is_empty() {
+                        COLLECTOR_DEFAULT_SALT.as_bytes().to_vec()
+                    } else {
+                        p.hash_salt.as_bytes().to_vec()
+                    },
                 }
             }
             PolicyType::RateLimiting => Kind::RateLimit {
