@@ -3,7 +3,7 @@
 # The daemon under test is pinned to CPU 0; the load generator and the sink
 # share CPU 1. Reports spans/s, spans per daemon CPU-second and peak RSS.
 #
-#   bench/forward.sh [seconds] [causeway|otelcol|rotel|both|all] [none|gzip|zstd] [none|gzip|zstd]
+#   [CAUSEWAY_PROFILE=dist] bench/forward.sh [seconds] [causeway|otelcol|rotel|both|all] [none|gzip|zstd] [none|gzip|zstd]
 #
 # The third argument is how the load generator compresses (pre-compressed
 # requests, as an SDK or a sidecar Collector sends them), the fourth how the
@@ -21,8 +21,10 @@ COMP=${3:-none}
 COMP_OUT=${4:-$COMP}
 T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
 export CARGO_TARGET_DIR=$T
-cargo build --release -q -p causeway -p causeway-loadgen
-LG=$T/release/loadgen
+# CAUSEWAY_PROFILE=dist: the Dockerfile's build (thin LTO) instead of `release`.
+PROFILE=${CAUSEWAY_PROFILE:-release}
+cargo build --profile "$PROFILE" -q -p causeway -p causeway-loadgen
+LG=$T/$PROFILE/loadgen
 TCK=$(getconf CLK_TCK)
 OUT=$(mktemp -d)
 
@@ -75,7 +77,7 @@ PY
 
 if [[ $WHICH == causeway || $WHICH == both || $WHICH == all ]]; then
   sed "s/compression: none/compression: $COMP_OUT/" bench/forward.yaml > "$OUT/forward.yaml"
-  run_one causeway "$T/release/causeway" --config "$OUT/forward.yaml" --log-level warn
+  run_one causeway "$T/$PROFILE/causeway" --config "$OUT/forward.yaml" --log-level warn
 fi
 if [[ $WHICH == otelcol || $WHICH == all ]]; then
   . scripts/peers.sh >&2
