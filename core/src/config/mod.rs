@@ -173,7 +173,7 @@ pub(crate) fn deserialize_all<T: DeserializeOwned>(
     }
 }
 
-/// Take the node at `path` (map keys and sequence indexes) out of `value`.
+/// Take the map entry at `path` (map keys and sequence indexes) out of `value`.
 fn remove_at(value: &mut serde_yaml::Value, path: &[String]) -> bool {
     let Some((last, parents)) = path.split_last() else {
         return false;
@@ -195,15 +195,10 @@ fn remove_at(value: &mut serde_yaml::Value, path: &[String]) -> bool {
             _ => return false,
         };
     }
+    // Only a map's key is taken out: an element taken out of a sequence
+    // would shift the indexes the next errors name.
     match node {
         serde_yaml::Value::Mapping(m) => m.remove(last.as_str()).is_some(),
-        serde_yaml::Value::Sequence(v) => match last.parse::<usize>() {
-            Ok(i) if i < v.len() => {
-                v.remove(i);
-                true
-            }
-            _ => false,
-        },
         _ => false,
     }
 }
