@@ -21,10 +21,12 @@ COMP=${3:-none}
 COMP_OUT=${4:-$COMP}
 T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
 export CARGO_TARGET_DIR=$T
-# CAUSEWAY_PROFILE=dist: the Dockerfile's build (thin LTO) instead of `release`.
+# CAUSEWAY_PROFILE=dist: the daemon of the Dockerfile's build (thin LTO)
+# instead of `release`; the load generator and sink stay `release`.
 PROFILE=${CAUSEWAY_PROFILE:-release}
-cargo build --profile "$PROFILE" -q -p causeway -p causeway-loadgen
-LG=$T/$PROFILE/loadgen
+cargo build --release -q -p causeway-loadgen
+cargo build --profile "$PROFILE" -q -p causeway
+LG=$T/release/loadgen
 TCK=$(getconf CLK_TCK)
 OUT=$(mktemp -d)
 
