@@ -181,26 +181,33 @@ fn the_collectors_own_validate_agrees_or_the_difference_is_documented() {
     assert!(both_accept >= 5, "{both_accept} configs accepted by both");
 }
 
-fn spans(n: usize, first: usize) -> Vec<u8> {
+/// One OTLP request of `spans`, encoded.
+fn request(spans: Vec<Span>) -> Vec<u8> {
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
             scope_spans: vec![ScopeSpans {
-                spans: (first..first + n)
-                    .map(|i| Span {
-                        trace_id: (i as u128 + 1).to_be_bytes().to_vec(),
-                        span_id: (i as u64 + 1).to_be_bytes().to_vec(),
-                        name: format!("op-{i}"),
-                        start_time_unix_nano: 1,
-                        end_time_unix_nano: 2,
-                        ..Default::default()
-                    })
-                    .collect(),
+                spans,
                 ..Default::default()
             }],
             ..Default::default()
         }],
     }
     .encode_to_vec()
+}
+
+fn spans(n: usize, first: usize) -> Vec<u8> {
+    request(
+        (first..first + n)
+            .map(|i| Span {
+                trace_id: (i as u128 + 1).to_be_bytes().to_vec(),
+                span_id: (i as u64 + 1).to_be_bytes().to_vec(),
+                name: format!("op-{i}"),
+                start_time_unix_nano: 1,
+                end_time_unix_nano: 2,
+                ..Default::default()
+            })
+            .collect(),
+    )
 }
 
 /// What the backend got: (Authorization header, spans) per request.
@@ -543,26 +550,19 @@ exporters:
             .collect()
     };
     let batch = |chunk: &[[u8; 16]]| {
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans: chunk
-                        .iter()
-                        .map(|id| Span {
-                            trace_id: id.to_vec(),
-                            span_id: id[..8].to_vec(),
-                            name: "op".into(),
-                            start_time_unix_nano: 1,
-                            end_time_unix_nano: 2,
-                            ..Default::default()
-                        })
-                        .collect(),
+        request(
+            chunk
+                .iter()
+                .map(|id| Span {
+                    trace_id: id.to_vec(),
+                    span_id: id[..8].to_vec(),
+                    name: "op".into(),
+                    start_time_unix_nano: 1,
+                    end_time_unix_nano: 2,
                     ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec()
+                })
+                .collect(),
+        )
     };
     let send = |http: u16| {
         let client = common::http_client();

@@ -562,7 +562,13 @@ mod tests {
             attempts: Mutex::new(vec![]),
         });
         let reg = Registry::new();
-        let (queue, handle) = start(exp.clone(), d, &reg);
+        deliver_one(exp.clone(), d, &reg).await;
+        (exp, reg)
+    }
+
+    /// One batch of 3 items through a runner of `exporter`, to its end.
+    async fn deliver_one(exporter: Arc<dyn Exporter>, d: DeliveryConfig, reg: &Registry) {
+        let (queue, handle) = start(exporter, d, reg);
         queue
             .push(Batch::from_encoded(
                 crate::Signal::Traces,
@@ -572,7 +578,6 @@ mod tests {
             .await;
         drop(queue);
         handle.await.expect("runner");
-        (exp, reg)
     }
 
     fn count(reg: &Registry, name: &'static str) -> u64 {
@@ -601,16 +606,7 @@ mod tests {
             let reg = Registry::new();
             let mut d = delivery(D::secs(12));
             d.timeout = timeout;
-            let (queue, handle) = start(exp.clone(), d, &reg);
-            queue
-                .push(Batch::from_encoded(
-                    crate::Signal::Traces,
-                    bytes::Bytes::new(),
-                    3,
-                ))
-                .await;
-            drop(queue);
-            handle.await.expect("runner");
+            deliver_one(exp.clone(), d, &reg).await;
             let attempts = *exp.0.lock().expect("lock");
             assert_eq!(
                 attempts > 1,
