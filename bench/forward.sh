@@ -19,14 +19,7 @@ SECS=${1:-20}
 WHICH=${2:-causeway}
 COMP=${3:-none}
 COMP_OUT=${4:-$COMP}
-T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
-export CARGO_TARGET_DIR=$T
-# CAUSEWAY_PROFILE=dist: the daemon of the Dockerfile's build (thin LTO)
-# instead of `release`; the load generator and sink stay `release`.
-PROFILE=${CAUSEWAY_PROFILE:-release}
-cargo build --release -q -p causeway-loadgen
-cargo build --profile "$PROFILE" -q -p causeway
-LG=$T/release/loadgen
+. bench/build.sh   # T, PROFILE, DAEMON, LG (CAUSEWAY_PROFILE=dist for the Dockerfile's build)
 TCK=$(getconf CLK_TCK)
 OUT=$(mktemp -d)
 
@@ -79,7 +72,7 @@ PY
 
 if [[ $WHICH == causeway || $WHICH == both || $WHICH == all ]]; then
   sed "s/compression: none/compression: $COMP_OUT/" bench/forward.yaml > "$OUT/forward.yaml"
-  run_one causeway "$T/$PROFILE/causeway" --config "$OUT/forward.yaml" --log-level warn
+  run_one causeway "$DAEMON" --config "$OUT/forward.yaml" --log-level warn
 fi
 if [[ $WHICH == otelcol || $WHICH == all ]]; then
   . scripts/peers.sh >&2

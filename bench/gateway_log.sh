@@ -8,9 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-2000000}
-T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
-export CARGO_TARGET_DIR=$T
-cargo build --release -q -p causeway -p causeway-loadgen
+. bench/build.sh   # T, PROFILE, DAEMON, LG (CAUSEWAY_PROFILE=dist for the Dockerfile's build)
 export BENCH_DIR; BENCH_DIR=$(mktemp -d)
 python3 - "$N" "$BENCH_DIR/access.log" <<'PY'
 import sys, random
@@ -24,11 +22,11 @@ with open(path, "w") as f:
 PY
 SIZE=$(stat -c %s "$BENCH_DIR/access.log")
 TCK=$(getconf CLK_TCK)
-taskset -c 1 "$T/release/loadgen" sink --listen 127.0.0.1:15317 --idle-exit 3 > "$BENCH_DIR/sink.json" &
+taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 3 > "$BENCH_DIR/sink.json" &
 SINK=$!
 sleep 0.3
 START=$(date +%s.%N)
-taskset -c 0 "$T/release/causeway" --config bench/gateway_log.yaml --log-level warn > "$BENCH_DIR/daemon.log" 2>&1 &
+taskset -c 0 "$DAEMON" --config bench/gateway_log.yaml --log-level warn > "$BENCH_DIR/daemon.log" 2>&1 &
 D=$!
 sent() { curl -s http://127.0.0.1:18888/metrics | awk '/^causeway_exporter_sent_items_total\{component="otlp\/sink",signal="logs"\}/{print $2}'; }
 until [[ "$(sent)" == "$N" ]]; do sleep 0.1; done

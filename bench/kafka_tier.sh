@@ -18,11 +18,8 @@ cd "$(dirname "$0")/.."
 SECS=${1:-15}
 N=${2:-1}
 PARTS=${3:-6}
-T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
-export CARGO_TARGET_DIR=$T
+. bench/build.sh   # T, PROFILE, DAEMON, LG (CAUSEWAY_PROFILE=dist for the Dockerfile's build)
 . bench/kafka_broker.sh
-cargo build --release -q -p causeway -p causeway-loadgen
-LG=$T/release/loadgen
 TCK=$(getconf CLK_TCK)
 OUT=$(mktemp -d)
 wait_port() {
@@ -46,7 +43,7 @@ wait_port 15317
 GW=(); GWPORT=()
 for i in $(seq 1 "$N"); do
   port=$((18900 + i))
-  TEL=127.0.0.1:$port taskset -c 1 "$T/release/causeway" --config bench/kafka_gateway.yaml --log-level warn > "$OUT/gw$i.log" 2>&1 &
+  TEL=127.0.0.1:$port taskset -c 1 "$DAEMON" --config bench/kafka_gateway.yaml --log-level warn > "$OUT/gw$i.log" 2>&1 &
   GW+=($!); GWPORT+=($port); PIDS+=($!)
   wait_port "$port"
 done
@@ -56,7 +53,7 @@ for _ in $(seq 1 300); do
   [[ $owned == "$PARTS" ]] && break
   sleep 0.1
 done
-taskset -c 0 "$T/release/causeway" --config bench/kafka_sidecar.yaml --log-level warn > "$OUT/sidecar.log" 2>&1 &
+taskset -c 0 "$DAEMON" --config bench/kafka_sidecar.yaml --log-level warn > "$OUT/sidecar.log" 2>&1 &
 SC=$!; PIDS+=($SC)
 wait_port 14317
 SC0=$(cpu "$SC"); GW0=(); for p in "${GW[@]}"; do GW0+=($(cpu "$p")); done; TK0=$(cpu "$BROKER_PID")

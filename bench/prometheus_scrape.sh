@@ -15,9 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGETS=${1:-200}; SERIES=${2:-2000}; INTERVAL=${3:-15}; ROUNDS=${4:-8}
-T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
-export CARGO_TARGET_DIR=$T
-cargo build --release -q -p causeway
+. bench/build.sh   # T, PROFILE, DAEMON, LG (CAUSEWAY_PROFILE=dist for the Dockerfile's build)
 TCK=$(getconf CLK_TCK)
 OUT=$(mktemp -d)
 FIRST=${FIRST_PORT:-31000}
@@ -45,7 +43,7 @@ service:
     metrics: { receivers: [prometheus], processors: [correlate], exporters: [debug] }
   telemetry: { metrics: { address: "127.0.0.1:18889" }, logs: { level: warn } }
 YAML
-"$T/release/causeway" --config "$OUT/scrape.yaml" > "$OUT/causeway.log" 2>&1 &
+"$DAEMON" --config "$OUT/scrape.yaml" > "$OUT/causeway.log" 2>&1 &
 CW=$!
 PIDS+=($CW)
 cpu() { awk -v t="$TCK" '{print ($14 + $15) / t}' "/proc/$CW/stat"; }

@@ -8,10 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=$1; SECS=$2; shift 2
-T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
-export CARGO_TARGET_DIR=$T
-cargo build --release -q -p causeway -p causeway-loadgen
-LG=$T/release/loadgen
+. bench/build.sh   # T, PROFILE, DAEMON, LG (CAUSEWAY_PROFILE=dist for the Dockerfile's build)
 TCK=$(getconf CLK_TCK)
 OUT=$(mktemp -d)
 wait_port() {
@@ -21,7 +18,7 @@ wait_port() {
 taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 3 > "$OUT/sink.json" &
 SINK=$!
 wait_port 15317
-taskset -c 0 "$T/release/causeway" --config "$CONFIG" --log-level warn > "$OUT/daemon.log" 2>&1 &
+taskset -c 0 "$DAEMON" --config "$CONFIG" --log-level warn > "$OUT/daemon.log" 2>&1 &
 D=$!
 wait_port 14317
 BEFORE=$(awk '{print $14+$15}' /proc/$D/stat)

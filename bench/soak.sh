@@ -15,7 +15,7 @@
 #
 # Defaults: 1800 s of 10,000 spans/s (OTLP/gRPC, 5-span traces) and 1,000
 # gateway access-log lines/s, all on 127.0.0.1:
-#  - causeway (release) on bench/soak.yaml with its default memory budget;
+#  - causeway ($CAUSEWAY_PROFILE, release by default) on bench/soak.yaml with its default memory budget;
 #  - the backend: `loadgen sink`, up 60 s then down 20 s (UNAVAILABLE,
 #    retryable) over and over, counting spans and log records received;
 #  - a writer appending JSON access-log lines to access.log, reopening it
@@ -38,9 +38,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-1800}; SPANS=${2:-10000}; LINES=${3:-1000}
-T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
-export CARGO_TARGET_DIR=$T
-cargo build --release -q -p causeway -p causeway-loadgen
+. bench/build.sh   # T, PROFILE, DAEMON, LG (CAUSEWAY_PROFILE=dist for the Dockerfile's build)
 command -v logrotate >/dev/null || apt-get install -y -q logrotate >/dev/null
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || apt-get install -y -q python3-matplotlib >/dev/null
 export SOAK_DIR; SOAK_DIR=$(mktemp -d)
@@ -54,12 +52,12 @@ wait_port() {
 }
 metric() { curl -s http://127.0.0.1:18888/metrics | awk -v s="$1" 'index($0, s) == 1 {v += $NF} END {print v + 0}'; }
 
-"$T/release/loadgen" sink --listen 127.0.0.1:15317 --idle-exit 100000 --flap 60,20 \
+"$LG" sink --listen 127.0.0.1:15317 --idle-exit 100000 --flap 60,20 \
   --count-file "$D/sink.count" > "$D/sink.json" &
 PIDS+=($!)
 : > "$D/access.log"
 mkdir -p "$D/state"
-"$T/release/causeway" --config bench/soak.yaml --log-level warn > "$D/daemon.log" 2>&1 &
+"$DAEMON" --config bench/soak.yaml --log-level warn > "$D/daemon.log" 2>&1 &
 CW=$!; PIDS+=($CW)
 wait_port 14317; wait_port 18888
 if [[ -n ${SOAK_CPU_PERCENT:-} ]]; then
@@ -125,7 +123,7 @@ done
 ) &
 ROT=$!; PIDS+=($ROT)
 
-"$T/release/loadgen" send --target 127.0.0.1:14317 --seconds "$SECS" --rate "$SPANS" \
+"$LG" send --target 127.0.0.1:14317 --seconds "$SECS" --rate "$SPANS" \
   --concurrency 4 --spans 500 > "$D/send.json" &
 SEND=$!; PIDS+=($SEND)
 

@@ -27,8 +27,9 @@ DAEMON=${DAEMON:-causeway}
 T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
 export CARGO_TARGET_DIR=$T
 # With PROFILE=1 the `profiling` profile (release code generation with debug
-# info, for perf); else the release build the other benches use.
-BUILD=release
+# info, for perf); else $CAUSEWAY_PROFILE (release by default, or dist: the
+# Dockerfile's build), as in bench/build.sh.
+BUILD=${CAUSEWAY_PROFILE:-release}
 [[ ${PROFILE:-0} == 1 ]] && BUILD=profiling
 cargo build --profile "$BUILD" -q -p causeway -p causeway-loadgen
 LG=$T/$BUILD/loadgen

@@ -12,10 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
 ROUNDS=${2:-2}
-T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
-export CARGO_TARGET_DIR=$T
-cargo build --release -q -p causeway -p causeway-loadgen
-LG=$T/release/loadgen
+. bench/build.sh   # T, PROFILE, DAEMON, LG (CAUSEWAY_PROFILE=dist for the Dockerfile's build)
 TCK=$(getconf CLK_TCK)
 OUT=$(mktemp -d)
 sed "s|@OUT@|$OUT|" bench/ui_poll.yaml > "$OUT/ui_poll.yaml"
@@ -34,7 +31,7 @@ run_one() {
   taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 2 > "$OUT/$name-sink.json" &
   local sink=$!
   wait_port 15317
-  taskset -c 0 "$T/release/causeway" --config "$OUT/ui_poll.yaml" --log-level warn > "$OUT/$name.log" 2>&1 &
+  taskset -c 0 "$DAEMON" --config "$OUT/ui_poll.yaml" --log-level warn > "$OUT/$name.log" 2>&1 &
   local daemon=$!
   wait_port 14317
   wait_port 18888
@@ -74,7 +71,7 @@ poll_only() {
   taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 2 > "$OUT/po-sink.json" &
   local sink=$!
   wait_port 15317
-  taskset -c 0 "$T/release/causeway" --config "$OUT/ui_poll.yaml" --log-level warn > "$OUT/po.log" 2>&1 &
+  taskset -c 0 "$DAEMON" --config "$OUT/ui_poll.yaml" --log-level warn > "$OUT/po.log" 2>&1 &
   local daemon=$!
   wait_port 14317
   taskset -c 1 "$LG" send --target 127.0.0.1:14317 --seconds 10 --spans 500 --concurrency 8 > /dev/null
