@@ -3,7 +3,9 @@
 pub mod batch;
 pub mod correlate;
 pub mod memory_limiter;
+pub mod sketch;
 pub mod tail_sampling;
+pub mod trouble;
 
 use causeway_core::registry::Registry;
 

@@ -123,7 +123,7 @@ const MAX_DECODE_ERRORS: usize = 50;
 /// taken out, and the rest decoded again, so three typos in one section
 /// are three errors of one run. A bad value of a required key stops there
 /// (without it, "missing field" would be a consequence, not an error).
-pub(crate) fn deserialize_all<T: DeserializeOwned>(
+pub fn deserialize_all<T: DeserializeOwned>(
     mut value: serde_yaml::Value,
 ) -> Result<T, Vec<ConfigError>> {
     let mut errors: Vec<ConfigError> = Vec::new();

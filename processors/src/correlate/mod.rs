@@ -121,6 +121,9 @@ impl ProcessorFactory for CorrelateFactory {
             store: Store::new(limits(&cfg)),
             sources: registry::sources(&cfg),
         });
+        // The `correlated` sampling policy reads it through the narrow interface.
+        ctx.shared
+            .get_or_init::<crate::trouble::Published>(&id, || Box::new(correlation.clone()));
         let incidents = cfg.incidents.enabled.then(|| {
             ctx.shared
                 .get_or_init(&id, || incidents::Incidents::new(&cfg.incidents))

@@ -35,16 +35,6 @@ pub fn sources(cfg: &CorrelateConfig) -> Sources {
     ])
 }
 
-/// The span and resource attributes the sources' trouble checks read (for
-/// the `correlated` sampling policy).
-pub fn trouble_keys() -> Vec<&'static str> {
-    match serde_yaml::from_value::<CorrelateConfig>(serde_yaml::Value::Mapping(Default::default()))
-    {
-        Ok(cfg) => sources(&cfg).trouble_keys(),
-        Err(_) => Vec::new(),
-    }
-}
-
 impl Validate for CorrelateConfig {
     fn validate(&self) -> Vec<ConfigError> {
         let mut e = Vec::new();

@@ -2,6 +2,7 @@ use super::*;
 use crate::correlate::model::table::Table;
 use crate::correlate::model::{Trouble, Verdict};
 use crate::correlate::source::deps;
+use crate::trouble::TroubleState;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -2972,6 +2973,22 @@ async fn a_rate_limit_names_the_gateway_that_limited_not_the_callee_behind_it() 
             (v.culprit_service.as_str(), v.culprit_kind),
             ("nginx-gateway", "limiter"),
             "trace {t}: {v:?}"
+        );
+    }
+}
+
+/// The `correlated` sampling policy reads `trouble::ATTRIBUTES` of a trace:
+/// every attribute a source's `in_trouble` reads must be among them.
+#[test]
+fn every_source_trouble_key_is_read_by_the_correlated_policy() {
+    let cfg: CorrelateConfig =
+        serde_yaml::from_value(serde_yaml::Value::Mapping(Default::default())).expect("defaults");
+    let keys = registry::sources(&cfg).trouble_keys();
+    assert!(keys.contains(&"http.route"), "{keys:?}");
+    for k in keys {
+        assert!(
+            crate::trouble::ATTRIBUTES.contains(&k),
+            "a source reads {k:?} in in_trouble: add it to trouble::ATTRIBUTES"
         );
     }
 }

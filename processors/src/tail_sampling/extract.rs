@@ -37,6 +37,8 @@ pub struct Keys {
     names: Vec<String>,
     /// `tracestate` list-member keys the policies read, with their numbers.
     trace_state: Vec<(Vec<u8>, u16)>,
+    /// The attributes naming a trace's route, when a policy reads routes.
+    route: Option<Vec<String>>,
 }
 
 impl Keys {
@@ -50,6 +52,18 @@ impl Keys {
         self.lengths |= 1 << (key.len() % 64);
         self.names.push(key.to_string());
         i
+    }
+
+    /// Name the route attributes (the first policy to name them wins).
+    pub fn set_route_attributes(&mut self, attributes: &[String]) {
+        if self.route.is_none() {
+            self.route = Some(attributes.to_vec());
+        }
+    }
+
+    /// The route attributes a policy named, if any.
+    pub fn route_attributes(&self) -> Option<&[String]> {
+        self.route.as_deref()
     }
 
     /// The number of the `tracestate` member `key`, adding it if new. Its

@@ -17,7 +17,6 @@
 pub mod config;
 mod extract;
 mod policy;
-pub(crate) mod sketch;
 #[cfg(test)]
 mod tests;
 
@@ -36,9 +35,9 @@ type IdMap<V> = HashMap<[u8; 16], V, foldhash::fast::RandomState>;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-use config::{default_route_attributes, PolicyType, TailSamplingConfig};
+use config::TailSamplingConfig;
 use extract::{AttrRef, AttrValue, Group, Held, Keys};
-use policy::{Decision, Policy, TraceView};
+use policy::{default_route_attributes, Decision, Policy, TraceView};
 
 /// Pending traces.
 pub const PENDING_TRACES: &str = "causeway_tail_sampling_pending_traces";
@@ -339,19 +338,16 @@ impl TailSampling {
     ) -> Result<Self, String> {
         let mut keys = Keys::default();
         keys.shared = shared;
-        let route_attributes = cfg
-            .policies
-            .iter()
-            .find(|p| p.kind == PolicyType::AdaptiveLatency)
-            .and_then(|p| p.adaptive_latency.as_ref())
-            .map(|a| a.route_attributes.clone())
-            .unwrap_or_else(default_route_attributes);
-        let route_keys = route_attributes.iter().map(|k| keys.add(k)).collect();
         let policies: Vec<Policy> = cfg
             .policies
             .iter()
             .map(|p| Policy::build(p, &mut keys))
             .collect::<Result<_, _>>()?;
+        let route_attributes = keys
+            .route_attributes()
+            .map(<[String]>::to_vec)
+            .unwrap_or_else(default_route_attributes);
+        let route_keys = route_attributes.iter().map(|k| keys.add(k)).collect();
         let errors = cfg.always_keep_errors.then(Policy::errors);
         let c = |name: &'static str, help: &'static str, extra: &[(&'static str, &str)]| {
             let mut labels = vec![("component", id)];
@@ -678,29 +674,9 @@ impl TailSampling {
             route: t.route.as_deref().or(t.root_name.as_deref()),
         };
         let now_secs = now.saturating_duration_since(self.epoch).as_secs();
-        let mut kept: Option<(String, Option<f64>)> = None;
-        let mut dropped = false;
-        let n = self.policies.len();
-        let errors_first = self.errors.iter_mut().map(|p| (n, p));
-        for (i, p) in errors_first.chain(self.policies.iter_mut().enumerate()) {
-            if kept.is_some() && self.cfg.sample_on_first_match {
-                break;
-            }
-            let d = p.evaluate(&view, now_secs);
-            self.metrics.policy[i][match d {
-                Decision::Sampled => 0,
-                Decision::NotSampled => 1,
-                Decision::Drop => 2,
-            }]
-            .add(1);
-            match d {
-                Decision::Sampled if kept.is_none() => kept = Some((p.label(), p.adjusted_count)),
-                Decision::Drop => dropped = true,
-                _ => {}
-            }
-        }
+        let kept = self.combine(&view, now_secs);
         match kept {
-            Some((label, adjusted)) if !dropped => {
+            Some((label, adjusted)) => {
                 let idx = self.labels.get(&label, adjusted);
                 emit.add(&t.spans, &self.labels.annotations[idx as usize], &t.acks);
                 self.sampled.insert(id, idx);
@@ -715,6 +691,60 @@ impl TailSampling {
             self.late_hold
                 .push_back((now + self.cfg.decision_wait.get(), t.acks));
         }
+    }
+
+    /// The policies' decisions combined as the Collector combines them: a
+    /// `drop` wins; then an inverted match that turns the trace away; then
+    /// the first policy that keeps it; then the first inverted match that
+    /// accepts it, when no policy said no. `always_keep_errors` keeps an
+    /// errored trace unless a `drop` drops it. Returns the label and
+    /// adjusted count of the kept trace.
+    fn combine(&mut self, view: &TraceView<'_>, now_secs: u64) -> Option<(String, Option<f64>)> {
+        let n = self.policies.len();
+        let count = |metrics: &Metrics, i: usize, d: Decision| {
+            metrics.policy[i][match d {
+                Decision::Sampled | Decision::InvertSampled => 0,
+                Decision::NotSampled | Decision::InvertNotSampled => 1,
+                Decision::Drop => 2,
+            }]
+            .add(1);
+        };
+        let mut forced = None;
+        if let Some(p) = self.errors.as_mut() {
+            let d = p.evaluate(view, now_secs);
+            count(&self.metrics, n, d);
+            if d == Decision::Sampled {
+                forced = Some((p.label(), p.adjusted_count()));
+            }
+        }
+        let (mut sampled, mut inverted) = (None, None);
+        let (mut refused, mut turned_away) = (false, false);
+        for (i, p) in self.policies.iter_mut().enumerate() {
+            let d = p.evaluate(view, now_secs);
+            count(&self.metrics, i, d);
+            match d {
+                Decision::Drop => return None,
+                Decision::Sampled if sampled.is_none() => {
+                    sampled = Some((p.label(), p.adjusted_count()));
+                    if self.cfg.sample_on_first_match {
+                        break;
+                    }
+                }
+                Decision::InvertSampled if inverted.is_none() => {
+                    inverted = Some((p.label(), p.adjusted_count()));
+                }
+                Decision::NotSampled => refused = true,
+                Decision::InvertNotSampled => turned_away = true,
+                _ => {}
+            }
+        }
+        if forced.is_some() {
+            return forced;
+        }
+        if turned_away {
+            return None;
+        }
+        sampled.or(if refused { None } else { inverted })
     }
 
     /// Decide the oldest traces while a bound is exceeded.

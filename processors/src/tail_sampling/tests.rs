@@ -194,6 +194,11 @@ async fn decide_all(yaml: &str, traces: Vec<Vec<S>>) -> Kept {
     kept
 }
 
+/// The trace numbers kept.
+fn ids(k: &Kept) -> Vec<u64> {
+    k.spans.keys().copied().collect()
+}
+
 fn policy(yaml_policy: &str) -> String {
     format!("always_keep_errors: false\npolicies:\n  - {yaml_policy}\n")
 }
@@ -442,13 +447,20 @@ policies:
         - {name: slow, type: latency, latency: {threshold_ms: 1000}}
       rate_allocation:
         - {policy: errors-first, percent: 60}
+        - {policy: slow, percent: 40}
 "#;
-    let k = decide_all(yaml, traces).await;
+    let k = decide_all(yaml, traces.clone()).await;
     let errors = k.spans.keys().filter(|t| **t <= 20).count();
     let slow = k.spans.keys().filter(|t| **t > 100).count();
     assert_eq!((errors, slow), (15, 10));
     assert_eq!(k.policy[&1], "budget/errors-first");
     assert!(k.policy.values().any(|p| p == "budget/slow"));
+    // As in the Collector, a sub-policy without an allocation keeps nothing.
+    let without = yaml.replace("        - {policy: slow, percent: 40}\n", "");
+    let k = decide_all(&without, traces).await;
+    let errors = k.spans.keys().filter(|t| **t <= 20).count();
+    let slow = k.spans.keys().filter(|t| **t > 100).count();
+    assert_eq!((errors, slow), (15, 0));
 }
 
 #[tokio::test(start_paused = true)]
@@ -973,5 +985,118 @@ async fn acknowledgements_wait_for_decisions_and_revoked_traces_start_over() {
     assert!(
         text.contains("causeway_tail_sampling_traces_total{component=\"tail_sampling\",decision=\"revoked\"} 2"),
         "{text}"
+    );
+}
+
+/// Decisions combine as the Collector combines them: an inverted match
+/// that turns a trace away wins over another policy keeping it, and one
+/// that accepts it keeps it only when no other policy said no.
+#[tokio::test(start_paused = true)]
+async fn inverted_matches_combine_as_in_the_collector() {
+    let traces = || {
+        let mut a = s(1, 1, 0, 2000);
+        a.attrs.push(str_attr("env", "test"));
+        let mut b = s(2, 1, 0, 2000);
+        b.attrs.push(str_attr("env", "prod"));
+        let c = s(3, 1, 0, 5);
+        vec![vec![a], vec![b], vec![c]]
+    };
+    let not_test = "{name: not-test, type: string_attribute, string_attribute: {key: env, values: [test], invert_match: true}}";
+    let slow = "{name: slow, type: latency, latency: {threshold_ms: 1000}}";
+    // Trace 1 is slow, but `env: test` turns it away; 2 is kept by `slow`
+    // (the first to keep it); 3 is accepted by the inverted match alone,
+    // and `slow` said no.
+    let k = decide_all(
+        &format!("always_keep_errors: false\npolicies:\n  - {not_test}\n  - {slow}\n"),
+        traces(),
+    )
+    .await;
+    assert_eq!(ids(&k), vec![2]);
+    assert_eq!(k.policy[&2], "slow");
+    // Alone, the inverted match keeps what does not match.
+    let k = decide_all(&policy(not_test), traces()).await;
+    assert_eq!(ids(&k), vec![2, 3]);
+    assert_eq!(k.policy[&3], "not-test");
+}
+
+/// The Collector's arithmetic: whole milliseconds, an exclusive lower bound
+/// when an upper one is set; an unanchored regular expression; a span
+/// budget that must stay strictly under its limit.
+#[tokio::test(start_paused = true)]
+async fn thresholds_and_patterns_count_as_in_the_collector() {
+    let durations = [1000, 1001, 1999, 2000, 2001];
+    let traces = || {
+        durations
+            .iter()
+            .enumerate()
+            .map(|(i, d)| vec![s(i as u64 + 1, 1, 0, *d)])
+            .collect::<Vec<_>>()
+    };
+    let k = decide_all(
+        &policy(
+            "{name: l, type: latency, latency: {threshold_ms: 1000, upper_threshold_ms: 2000}}",
+        ),
+        traces(),
+    )
+    .await;
+    assert_eq!(
+        ids(&k),
+        vec![2, 3, 4],
+        "1000 ms is not above the lower bound"
+    );
+    let k = decide_all(
+        &policy("{name: l, type: latency, latency: {threshold_ms: 1000}}"),
+        traces(),
+    )
+    .await;
+    assert_eq!(ids(&k), vec![1, 2, 3, 4, 5]);
+
+    let mut a = s(1, 1, 0, 1);
+    a.attrs
+        .push(str_attr("http.url", "https://shop/api/v2/cart"));
+    let mut b = s(2, 1, 0, 1);
+    b.attrs.push(str_attr("http.url", "https://shop/health"));
+    let k = decide_all(
+        &policy("{name: r, type: string_attribute, string_attribute: {key: http.url, values: ['/api/'], enabled_regex_matching: true}}"),
+        vec![vec![a], vec![b]],
+    )
+    .await;
+    assert_eq!(ids(&k), vec![1], "a pattern matches anywhere in the value");
+
+    // 3 traces of 2 spans under a budget of 4 spans a second: 2 + 2 is not under 4.
+    let pair = |t: u64| vec![s(t, 1, 0, 1), s(t, 2, 1, 1)];
+    let k = decide_all(
+        &policy("{name: r, type: rate_limiting, rate_limiting: {spans_per_second: 4}}"),
+        vec![pair(1), pair(2), pair(3)],
+    )
+    .await;
+    assert_eq!(k.spans.len(), 1);
+}
+
+#[test]
+fn unknown_types_and_stray_settings_are_named() {
+    let cfg: Result<TailSamplingConfig, _> = decode(
+        &serde_yaml::from_str(
+            "policies:\n  - {name: a, type: latencyy, latency: {threshold_ms: 1}}\n  - {name: b, type: always_sample, latency: {threshold_ms: 1}, colour: red}\n  - {name: c, type: latency, latency: {threshold_ms: 1, upper: 2}}",
+        )
+        .expect("yaml"),
+    );
+    let errs = cfg.expect_err("invalid");
+    let at = |p: &str| errs.iter().find(|e| e.path == p).map(|e| e.message.clone());
+    assert!(
+        at("policies[0].type").is_some_and(|m| m.contains("unknown policy type \"latencyy\"")),
+        "{errs:?}"
+    );
+    assert!(
+        at("policies[1].latency").is_some_and(|m| m.contains("does not belong")),
+        "{errs:?}"
+    );
+    assert!(
+        at("policies[1].colour").is_some_and(|m| m.contains("unknown field")),
+        "{errs:?}"
+    );
+    assert!(
+        at("policies[2].latency.upper").is_some_and(|m| m.contains("unknown field")),
+        "{errs:?}"
     );
 }

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::tail_sampling::sketch::Sketch;
+use crate::sketch::Sketch;
 
 #[derive(Debug, Default)]
 struct Op {

@@ -130,18 +130,3 @@ pub struct RcaEvent {
     /// with the analysed traces of the window.
     pub extra: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
 }
-
-/// What counts as trouble for signal-aware sampling.
-#[derive(Debug, Clone)]
-pub struct Trouble {
-    /// Gateway statuses.
-    pub statuses: Vec<i64>,
-    /// Share of a route's requests answered with `statuses`.
-    pub route_error_ratio: f64,
-    /// CPU busy share.
-    pub cpu_busy: f64,
-    /// iowait share.
-    pub iowait: f64,
-    /// Memory used share.
-    pub memory_used: f64,
-}

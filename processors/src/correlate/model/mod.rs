@@ -8,6 +8,7 @@ pub mod table;
 pub mod trace;
 pub mod view;
 
-pub use finding::{Finding, RcaEvent, Rule, Trouble, Verdict};
+pub use crate::trouble::Trouble;
+pub use finding::{Finding, RcaEvent, Rule, Verdict};
 pub use series::{Key, LatestPoint, LogEvidence, Series};
 pub use trace::{Hex16, Joined, SpanRef, SpanRow, TraceRow};

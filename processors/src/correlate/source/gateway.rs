@@ -25,7 +25,7 @@ use crate::correlate::model::series::{find, s, Kept, Offer, PointKind, ROUTE_KEY
 use crate::correlate::model::table::{count, f64f, i64f, schema, so, utf8, Cols, Table, V};
 use crate::correlate::model::{Joined, Key, LogEvidence, Rule, TraceRow, Trouble};
 use crate::correlate::store::Store;
-use crate::tail_sampling::sketch::Sketch;
+use crate::sketch::Sketch;
 
 /// Ten-second buckets of a route's gateway traffic.
 #[derive(Debug, Clone, Default)]

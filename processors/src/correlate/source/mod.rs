@@ -98,10 +98,9 @@ pub struct PageTable {
     pub columns: &'static [Column],
 }
 
-/// The values of a span or resource attribute over a trace's spans (for
-/// the `correlated` sampling policy, which reads the keys of
-/// [`Source::trouble_keys`]).
-pub type Values<'a> = &'a dyn Fn(&str) -> Vec<&'a str>;
+/// A trace's values of an attribute (the `correlated` sampling policy reads
+/// the keys of [`Source::trouble_keys`]).
+pub use crate::trouble::Values;
 
 /// One kind of evidence.
 pub trait Source: Send + Sync {
@@ -399,10 +398,11 @@ impl Correlation {
         self.store
             .add_metrics(metrics, now_ns, &|o| self.sources.classify(o));
     }
+}
 
-    /// Whether what any source knows of the trace shows trouble (for the
-    /// `correlated` sampling policy).
-    pub fn in_trouble(&self, trace_id: &[u8; 16], values: Values<'_>, tr: &Trouble) -> bool {
+/// What any source knows of the trace (for the `correlated` sampling policy).
+impl crate::trouble::TroubleState for Correlation {
+    fn in_trouble(&self, trace_id: &[u8; 16], values: Values<'_>, tr: &Trouble) -> bool {
         self.sources
             .iter()
             .any(|s| s.in_trouble(&self.store, trace_id, values, tr))
