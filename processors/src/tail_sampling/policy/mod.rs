@@ -22,6 +22,7 @@ mod string_attribute;
 mod trace_state;
 
 pub use adaptive_latency::default_route_attributes;
+#[cfg(test)]
 pub use probabilistic::trace_hash;
 
 use super::extract::{AttrValue, Keys};
