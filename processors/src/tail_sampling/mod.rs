@@ -667,6 +667,9 @@ impl TailSampling {
             trace_id: &id,
             duration_ns: t.end_max.saturating_sub(t.start_min.min(t.end_max)),
             span_count: t.spans.len(),
+            span_bytes: t
+                .bytes
+                .saturating_sub(TRACE_OVERHEAD + t.spans.len() * SPAN_OVERHEAD),
             error: t.error,
             ok: t.ok,
             unset: t.unset,

@@ -117,6 +117,8 @@ pub struct TraceView<'a> {
     pub duration_ns: u64,
     /// Spans held.
     pub span_count: usize,
+    /// Their encoded size (bytes), as they arrived and would leave.
+    pub span_bytes: usize,
     /// A span had status ERROR.
     pub error: bool,
     /// A span had status OK.
