@@ -41,7 +41,12 @@ fn tid(t: u64) -> Vec<u8> {
 }
 
 fn batch(spans: &[S]) -> Batch {
-    let req = ExportTraceServiceRequest {
+    let req = request(spans);
+    Batch::from_encoded(Signal::Traces, req.encode_to_vec().into(), spans.len())
+}
+
+fn request(spans: &[S]) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
             resource: Some(Resource {
                 attributes: vec![KeyValue {
@@ -94,8 +99,7 @@ fn batch(spans: &[S]) -> Batch {
             }],
             ..Default::default()
         }],
-    };
-    Batch::from_encoded(Signal::Traces, req.encode_to_vec().into(), spans.len())
+    }
 }
 
 /// A processor that releases kept spans as soon as they are decided (the
@@ -1099,4 +1103,23 @@ fn unknown_types_and_stray_settings_are_named() {
         at("policies[2].latency.upper").is_some_and(|m| m.contains("unknown field")),
         "{errs:?}"
     );
+}
+
+/// `bytes_limiting` keeps traces while its bucket of bytes allows: a burst
+/// of three and a half spans' bytes keeps three one-span traces of ten.
+#[tokio::test(start_paused = true)]
+async fn bytes_limiting_keeps_what_its_bucket_of_bytes_allows() {
+    let one = |t: u64| vec![s(t, 1, 0, 1)];
+    let req = request(&one(10));
+    let size = req.resource_spans[0].scope_spans[0].spans[0].encoded_len() as u64;
+    let traces = || (10..20).map(one).collect::<Vec<_>>();
+    let yaml = |burst: u64| {
+        policy(&format!(
+            "{{name: b, type: bytes_limiting, bytes_limiting: {{bytes_per_second: 1, burst_capacity: {burst}}}}}"
+        ))
+    };
+    let k = decide_all(&yaml(size * 7 / 2), traces()).await;
+    assert_eq!(k.spans.len(), 3, "a span is {size} bytes");
+    let k = decide_all(&yaml(size / 2), traces()).await;
+    assert_eq!(k.spans.len(), 0);
 }

@@ -8,6 +8,7 @@ mod adaptive_latency;
 mod always_sample;
 mod and;
 mod boolean_attribute;
+mod bytes_limiting;
 mod composite;
 mod correlated;
 mod drop;
@@ -49,6 +50,7 @@ pub static TYPES: &[Type] = &[
     Type::of::<drop::Drop>(),
     Type::of::<composite::Composite>(),
     Type::of::<correlated::Correlated>(),
+    Type::of::<bytes_limiting::BytesLimiting>(),
 ];
 
 /// One policy: `{name, type, <type>: {…}}`.
