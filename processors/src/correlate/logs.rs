@@ -79,5 +79,6 @@ pub fn join(traces: &mut [TraceRow], store: &Store) {
             (None, Some(entry)) => Some(store.learned_route(&entry).unwrap_or(entry)),
             (None, None) => None,
         };
+        t.log_hops = hop;
     }
 }

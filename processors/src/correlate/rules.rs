@@ -58,8 +58,9 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::model::table::{boolf, f64f, i64f, s, schema, so, utf8, Cols, Table, V};
-use super::model::{Finding, Hex16, Rule, TraceRow};
+use super::model::columns::{LOG_COLUMNS, SPAN_COLUMNS, TRACE_COLUMNS};
+use super::model::table::{batch_of, schema_of, Table};
+use super::model::{Finding, Rule, TraceRow};
 
 /// A root-cause rule: SQL over the joined evidence.
 #[derive(Debug, Clone, Deserialize)]
@@ -389,282 +390,31 @@ pub fn assemble(builtin: Vec<Rule>, builtin_rules: bool, user: &[RuleConfig]) ->
     rules
 }
 
-/// The schemas of the core tables.
+/// The core tables' schemas, from their declared columns.
 pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
     vec![
-        (
-            "traces",
-            schema(vec![
-                utf8("trace_id"),
-                f64f("duration_ms"),
-                utf8("route"),
-                utf8("root_span_id"),
-                utf8("root_service"),
-                utf8("root_name"),
-                boolf("error"),
-                utf8("culprit_span_id"),
-                utf8("culprit_service"),
-                utf8("culprit_name"),
-                utf8("culprit_kind"),
-                f64f("culprit_self_ms"),
-                f64f("culprit_share"),
-                utf8("culprit_host"),
-                utf8("culprit_db_system"),
-                utf8("error_span_id"),
-                utf8("error_service"),
-                f64f("start_unix_ms"),
-                boolf("failed"),
-                i64f("final_status"),
-                f64f("culprit_excess_ms"),
-                f64f("culprit_baseline_ms"),
-                f64f("culprit_path_ms"),
-                utf8("entry_span_id"),
-                utf8("entry_service"),
-            ]),
-        ),
-        (
-            "spans",
-            schema(vec![
-                utf8("trace_id"),
-                utf8("span_id"),
-                utf8("parent_id"),
-                utf8("service"),
-                utf8("host"),
-                utf8("name"),
-                utf8("kind"),
-                f64f("start_ms"),
-                f64f("end_ms"),
-                f64f("duration_ms"),
-                f64f("self_ms"),
-                f64f("share"),
-                boolf("critical"),
-                utf8("status"),
-                utf8("status_message"),
-                i64f("http_status"),
-                utf8("route"),
-                utf8("db_system"),
-                utf8("db_operation"),
-                utf8("messaging_system"),
-                utf8("destination"),
-                utf8("consumer_group"),
-                utf8("routing_key"),
-                utf8("server_address"),
-                utf8("peer_service"),
-                utf8("callee"),
-                utf8("error_type"),
-                utf8("exception_type"),
-                utf8("exception_message"),
-                i64f("resend_count"),
-                utf8("rpc_system"),
-                utf8("rpc_service"),
-                utf8("rpc_method"),
-                utf8("grpc_status"),
-                boolf("cache_hit"),
-                f64f("wait_ms"),
-                f64f("path_ms"),
-                boolf("cache_inferred"),
-                boolf("pool_wait"),
-                boolf("client_error"),
-                i64f("attempt"),
-                i64f("attempts"),
-                i64f("failed_attempts"),
-                f64f("retry_window_ms"),
-                f64f("retry_gap_ms"),
-                utf8("retry_trigger"),
-                boolf("recovered"),
-                f64f("queue_ms"),
-                f64f("async_wait_ms"),
-                f64f("baseline_ms"),
-                f64f("excess_ms"),
-                i64f("server_port"),
-                utf8("gen_ai_model"),
-                i64f("input_tokens"),
-                i64f("output_tokens"),
-                f64f("gen_ai_queue_ms"),
-                f64f("gen_ai_ttft_ms"),
-                f64f("gen_ai_prefill_ms"),
-                f64f("gen_ai_decode_ms"),
-                f64f("prompt_baseline"),
-            ]),
-        ),
-        (
-            "logs",
-            schema(vec![
-                utf8("trace_id"),
-                f64f("time_ms"),
-                boolf("gateway"),
-                i64f("hop"),
-                utf8("service"),
-                utf8("route"),
-                i64f("status"),
-                utf8("rate_limit_rule"),
-                utf8("circuit_state"),
-                utf8("response_flags"),
-                utf8("upstream"),
-                f64f("duration_ms"),
-                i64f("severity"),
-                utf8("error_type"),
-                utf8("body"),
-                utf8("span_id"),
-            ]),
-        ),
+        ("traces", schema_of(TRACE_COLUMNS)),
+        ("spans", schema_of(SPAN_COLUMNS)),
+        ("logs", schema_of(LOG_COLUMNS)),
     ]
 }
 
-/// The core tables of a tick's traces.
+/// The core tables of a tick's traces, from their declared columns.
 pub fn tables(traces: &[TraceRow]) -> Result<Vec<Table>, String> {
+    let each = |n: fn(&TraceRow) -> usize| -> Vec<(&TraceRow, usize)> {
+        traces
+            .iter()
+            .flat_map(|t| (0..n(t)).map(move |i| (t, i)))
+            .collect()
+    };
     let mut out = Vec::new();
-    for (name, schema) in schemas() {
-        let rows = match name {
-            "spans" => traces.iter().map(|t| t.spans.len()).sum(),
-            "logs" => traces.iter().map(|t| t.logs.len()).sum(),
-            _ => traces.len(),
-        };
-        let mut c = Cols::new(&schema, rows);
-        match name {
-            "traces" => {
-                for t in traces {
-                    let cu = &t.spans[t.culprit];
-                    let root = &t.spans[t.root];
-                    let err = t.error_origin.map(|e| &t.spans[e]);
-                    let (root_id, cu_id) = (Hex16::of(root.span_id), Hex16::of(cu.span_id));
-                    let err_id = err.map(|e| Hex16::of(e.span_id));
-                    let entry = &t.spans[t.entry];
-                    let entry_id = Hex16::of(entry.span_id);
-                    c.row([
-                        s(&t.trace_id),
-                        V::F(Some(t.duration_ms)),
-                        so(&t.route),
-                        s(root_id.as_str()),
-                        s(&root.service),
-                        s(&root.name),
-                        V::B(Some(t.error_origin.is_some())),
-                        s(cu_id.as_str()),
-                        s(&cu.service),
-                        s(&cu.name),
-                        s(cu.kind),
-                        V::F(Some(cu.self_ms)),
-                        V::F(Some(if t.duration_ms > 0.0 {
-                            cu.self_ms / t.duration_ms
-                        } else {
-                            0.0
-                        })),
-                        s(&cu.host),
-                        so(&cu.db_system),
-                        V::S(err_id.as_ref().map(Hex16::as_str)),
-                        V::S(err.map(|e| &*e.service)),
-                        V::F(Some(t.start_unix_ms)),
-                        V::B(Some(t.failed)),
-                        V::I(t.final_status),
-                        V::F(cu.excess_ms),
-                        V::F(cu.baseline_ms),
-                        V::F(Some(cu.path_ms)),
-                        s(entry_id.as_str()),
-                        s(&entry.service),
-                    ]);
-                }
-            }
-            "spans" => {
-                for t in traces {
-                    for sp in &t.spans {
-                        let (id, parent) = (Hex16::of(sp.span_id), Hex16::of(sp.parent_id));
-                        c.row([
-                            s(&t.trace_id),
-                            s(id.as_str()),
-                            s(parent.as_str()),
-                            s(&sp.service),
-                            s(&sp.host),
-                            s(&sp.name),
-                            s(sp.kind),
-                            V::F(Some(sp.start_ms)),
-                            V::F(Some(sp.end_ms)),
-                            V::F(Some(sp.duration_ms)),
-                            V::F(Some(sp.self_ms)),
-                            V::F(Some(if t.duration_ms > 0.0 {
-                                sp.self_ms / t.duration_ms
-                            } else {
-                                0.0
-                            })),
-                            V::B(Some(sp.critical)),
-                            s(sp.status),
-                            s(&sp.status_message),
-                            V::I(sp.http_status),
-                            V::S(sp.route.as_deref().or(t.route.as_deref())),
-                            so(&sp.db_system),
-                            so(&sp.db_operation),
-                            so(&sp.messaging_system),
-                            so(&sp.destination),
-                            so(&sp.consumer_group),
-                            so(&sp.routing_key),
-                            so(&sp.server_address),
-                            so(&sp.peer_service),
-                            V::S(sp.callee.as_deref()),
-                            so(&sp.error_type),
-                            so(&sp.exception_type),
-                            so(&sp.exception_message),
-                            V::I(sp.resend_count),
-                            so(&sp.rpc_system),
-                            so(&sp.rpc_service),
-                            so(&sp.rpc_method),
-                            V::S(sp.grpc_status),
-                            V::B(sp.cache_hit),
-                            V::F(sp.wait_ms),
-                            V::F(Some(sp.path_ms)),
-                            V::B(Some(sp.cache_inferred)),
-                            V::B(Some(sp.pool_wait)),
-                            V::B(Some(sp.client_error)),
-                            V::I(sp.attempt),
-                            V::I(sp.attempts),
-                            V::I(sp.failed_attempts),
-                            V::F(sp.retry_window_ms),
-                            V::F(sp.retry_gap_ms),
-                            so(&sp.retry_trigger),
-                            V::B(Some(sp.recovered)),
-                            V::F(sp.queue_ms),
-                            V::F(sp.async_wait_ms),
-                            V::F(sp.baseline_ms),
-                            V::F(sp.excess_ms),
-                            V::I(sp.server_port),
-                            so(&sp.gen_ai_model),
-                            V::I(sp.input_tokens),
-                            V::I(sp.output_tokens),
-                            V::F(sp.gen_ai_queue_ms),
-                            V::F(sp.gen_ai_ttft_ms),
-                            V::F(sp.gen_ai_prefill_ms),
-                            V::F(sp.gen_ai_decode_ms),
-                            V::F(sp.prompt_baseline),
-                        ]);
-                    }
-                }
-            }
-            "logs" => {
-                for t in traces {
-                    let hops = super::logs::hops(&t.logs);
-                    for (l, hop) in t.logs.iter().zip(hops) {
-                        c.row([
-                            s(&t.trace_id),
-                            V::F(Some(l.time_ns as f64 / 1e6)),
-                            V::B(Some(l.gateway)),
-                            V::I(hop),
-                            s(&l.service),
-                            so(&l.route),
-                            V::I(l.status),
-                            so(&l.rate_limit_rule),
-                            so(&l.circuit_state),
-                            so(&l.response_flags),
-                            so(&l.upstream),
-                            V::F(l.duration_ms),
-                            V::I(Some(i64::from(l.severity))),
-                            so(&l.error_type),
-                            s(&l.body),
-                            so(&l.span_id),
-                        ]);
-                    }
-                }
-            }
-            _ => {}
-        }
-        let batch = c.finish(schema.clone())?;
+    for (name, cols, rows) in [
+        ("traces", TRACE_COLUMNS, each(|_| 1)),
+        ("spans", SPAN_COLUMNS, each(|t| t.spans.len())),
+        ("logs", LOG_COLUMNS, each(|t| t.logs.len())),
+    ] {
+        let schema = schema_of(cols);
+        let batch = batch_of(cols, schema.clone(), &rows)?;
         out.push((name, schema, batch));
     }
     Ok(out)

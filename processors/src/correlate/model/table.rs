@@ -54,6 +54,8 @@ pub enum Col {
 pub enum V<'a> {
     /// Text.
     S(Option<&'a str>),
+    /// An id as hex text (empty when zero).
+    Id(super::trace::Hex16),
     /// Float.
     F(Option<f64>),
     /// Integer.
@@ -81,16 +83,7 @@ impl Cols {
     /// Append a row.
     pub fn row<'a>(&mut self, cells: impl IntoIterator<Item = V<'a>>) {
         for (c, v) in self.cols.iter_mut().zip(cells) {
-            match (c, v) {
-                (Col::S(x), V::S(v)) => x.append_option(v),
-                (Col::F(x), V::F(v)) => x.append_option(v),
-                (Col::I(x), V::I(v)) => x.append_option(v),
-                (Col::B(x), V::B(v)) => x.append_option(v),
-                (Col::S(x), _) => x.append_null(),
-                (Col::F(x), _) => x.append_null(),
-                (Col::I(x), _) => x.append_null(),
-                (Col::B(x), _) => x.append_null(),
-            }
+            append(c, v);
         }
     }
     /// The rows as a batch of `schema`.
@@ -111,6 +104,21 @@ impl Cols {
     }
 }
 
+/// Append a cell to its column's builder (null when the kinds differ).
+fn append(c: &mut Col, v: V<'_>) {
+    match (c, v) {
+        (Col::S(x), V::S(v)) => x.append_option(v),
+        (Col::S(x), V::Id(h)) => x.append_value(h.as_str()),
+        (Col::F(x), V::F(v)) => x.append_option(v),
+        (Col::I(x), V::I(v)) => x.append_option(v),
+        (Col::B(x), V::B(v)) => x.append_option(v),
+        (Col::S(x), _) => x.append_null(),
+        (Col::F(x), _) => x.append_null(),
+        (Col::I(x), _) => x.append_null(),
+        (Col::B(x), _) => x.append_null(),
+    }
+}
+
 /// A text cell.
 pub fn s(x: &str) -> V<'_> {
     V::S(Some(x))
@@ -123,4 +131,96 @@ pub fn so(x: &Option<String>) -> V<'_> {
 /// An unsigned count as an integer cell.
 pub fn count(x: u64) -> V<'static> {
     V::I(Some(i64::try_from(x).unwrap_or(i64::MAX)))
+}
+
+/// The Arrow type of a declared column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ty {
+    /// Text.
+    Text,
+    /// Float.
+    Float,
+    /// Integer.
+    Int,
+    /// Boolean.
+    Bool,
+}
+
+/// A column declared once: its name, its type, and how to read its cell
+/// from row `i` of a row source `R`. The schema and the batches are both
+/// derived from one list of them, so they cannot drift apart; a new column
+/// is one line.
+pub struct Column<R: ?Sized> {
+    /// Its name in SQL.
+    pub name: &'static str,
+    /// Its type.
+    pub ty: Ty,
+    /// Its cell for row `i`.
+    pub get: for<'a> fn(&'a R, usize) -> V<'a>,
+}
+
+impl<R: ?Sized> Column<R> {
+    /// A text column.
+    pub const fn text(name: &'static str, get: for<'a> fn(&'a R, usize) -> V<'a>) -> Self {
+        Column {
+            name,
+            ty: Ty::Text,
+            get,
+        }
+    }
+    /// A float column.
+    pub const fn float(name: &'static str, get: for<'a> fn(&'a R, usize) -> V<'a>) -> Self {
+        Column {
+            name,
+            ty: Ty::Float,
+            get,
+        }
+    }
+    /// An integer column.
+    pub const fn int(name: &'static str, get: for<'a> fn(&'a R, usize) -> V<'a>) -> Self {
+        Column {
+            name,
+            ty: Ty::Int,
+            get,
+        }
+    }
+    /// A boolean column.
+    pub const fn bool(name: &'static str, get: for<'a> fn(&'a R, usize) -> V<'a>) -> Self {
+        Column {
+            name,
+            ty: Ty::Bool,
+            get,
+        }
+    }
+    /// Its Arrow field.
+    pub fn field(&self) -> Field {
+        match self.ty {
+            Ty::Text => utf8(self.name),
+            Ty::Float => f64f(self.name),
+            Ty::Int => i64f(self.name),
+            Ty::Bool => boolf(self.name),
+        }
+    }
+}
+
+/// The schema of declared columns.
+pub fn schema_of<R: ?Sized>(cols: &[Column<R>]) -> SchemaRef {
+    schema(cols.iter().map(Column::field).collect())
+}
+
+/// The batch of declared columns over `rows` (each a row source and the
+/// index of the row in it), built column by column.
+pub fn batch_of<R: ?Sized>(
+    cols: &[Column<R>],
+    schema: SchemaRef,
+    rows: &[(&R, usize)],
+) -> Result<RecordBatch, String> {
+    let mut c = Cols::new(&schema, rows.len());
+    for (col, b) in cols.iter().zip(c.cols.iter_mut()) {
+        for (r, i) in rows {
+            let v = (col.get)(r, *i);
+            append(b, v);
+        }
+    }
+    c.finish(schema)
 }

@@ -190,6 +190,9 @@ pub struct TraceRow {
     pub final_status: Option<i64>,
     /// Log records of the trace (shared with the correlation state).
     pub logs: Vec<Arc<LogEvidence>>,
+    /// Each log record's gateway hop (0 the outermost; `None` for an
+    /// application's record), as the join found them.
+    pub log_hops: Vec<Option<i64>>,
     /// What the evidence sources joined to it, as its evidence shows it.
     pub joined: Vec<Joined>,
     /// Spans that arrived after the trace was analysed, with the remembered
