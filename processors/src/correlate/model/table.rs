@@ -86,6 +86,14 @@ impl Cols {
             append(c, v);
         }
     }
+    /// Fill column `at` with declared column `col` over `rows`.
+    pub fn fill<R: ?Sized>(&mut self, at: usize, col: &Column<R>, rows: &[(&R, usize)]) {
+        if let Some(b) = self.cols.get_mut(at) {
+            for (r, i) in rows {
+                append(b, (col.get)(r, *i));
+            }
+        }
+    }
     /// The rows as a batch of `schema`.
     pub fn finish(self, schema: SchemaRef) -> Result<RecordBatch, String> {
         let arrays: Vec<ArrayRef> = self
@@ -216,11 +224,8 @@ pub fn batch_of<R: ?Sized>(
     rows: &[(&R, usize)],
 ) -> Result<RecordBatch, String> {
     let mut c = Cols::new(&schema, rows.len());
-    for (col, b) in cols.iter().zip(c.cols.iter_mut()) {
-        for (r, i) in rows {
-            let v = (col.get)(r, *i);
-            append(b, v);
-        }
+    for (at, col) in cols.iter().enumerate() {
+        c.fill(at, col, rows);
     }
     c.finish(schema)
 }

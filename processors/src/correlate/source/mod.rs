@@ -215,18 +215,59 @@ pub fn row_time(slot: &mut u64, t: u64) {
     *slot = (*slot).max(t);
 }
 
-/// Add `more` to `tables`, the rows of a table already there appended to it.
+/// Add `more` to `tables`, the rows of a table already there appended to
+/// it. Sources may add columns to a shared table: the merged table has
+/// every source's columns, nulls where a source's rows have none.
 fn merge(tables: &mut Vec<Table>, more: Vec<Table>) -> Result<(), String> {
     for (name, schema, batch) in more {
         match tables.iter_mut().find(|(n, _, _)| *n == name) {
             Some((_, have_schema, have)) => {
-                *have = datafusion::arrow::compute::concat_batches(have_schema, [&*have, &batch])
+                let both = union(have_schema, &schema);
+                let a = conform(have, &both).map_err(|e| format!("table {name}: {e}"))?;
+                let b = conform(&batch, &both).map_err(|e| format!("table {name}: {e}"))?;
+                *have = datafusion::arrow::compute::concat_batches(&both, [&a, &b])
                     .map_err(|e| format!("table {name}: {e}"))?;
+                *have_schema = both;
             }
             None => tables.push((name, schema, batch)),
         }
     }
     Ok(())
+}
+
+/// One table's columns as two sources declare them: the first's, then the
+/// second's it lacks.
+fn union(a: &SchemaRef, b: &SchemaRef) -> SchemaRef {
+    if a == b {
+        return a.clone();
+    }
+    let mut fields: Vec<_> = a.fields().iter().cloned().collect();
+    for f in b.fields() {
+        if a.field_with_name(f.name()).is_err() {
+            fields.push(f.clone());
+        }
+    }
+    std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
+}
+
+/// `batch` with the columns of `schema`, by name: nulls for those it lacks.
+fn conform(
+    batch: &datafusion::arrow::array::RecordBatch,
+    schema: &SchemaRef,
+) -> Result<datafusion::arrow::array::RecordBatch, String> {
+    if batch.schema_ref() == schema {
+        return Ok(batch.clone());
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(c) => c.clone(),
+            None => datafusion::arrow::array::new_null_array(f.data_type(), batch.num_rows()),
+        })
+        .collect();
+    datafusion::arrow::array::RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|e| e.to_string())
 }
 
 /// What every source's join of one tick produced.
@@ -283,13 +324,14 @@ impl Sources {
         }
     }
 
-    /// Every source's rule tables, each once (sources may add rows to one
-    /// table: the dependency families to `dependency`).
+    /// Every source's rule tables, each once (sources may add rows and
+    /// columns to one table: the dependency families to `dependency`).
     pub fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
         let mut out: Vec<(&'static str, SchemaRef)> = Vec::new();
         for (name, schema) in self.0.iter().flat_map(|s| s.tables()) {
-            if !out.iter().any(|(n, _)| *n == name) {
-                out.push((name, schema));
+            match out.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, have)) => *have = union(have, &schema),
+                None => out.push((name, schema)),
             }
         }
         out
@@ -317,6 +359,18 @@ impl Sources {
                     }
                 }
                 Err(e) => errors.push((s.name(), e)),
+            }
+        }
+        // As declared, whichever sources answered.
+        for (name, schema) in self.tables() {
+            if let Some((_, have_schema, batch)) = tables.iter_mut().find(|(n, _, _)| *n == name) {
+                match conform(batch, &schema) {
+                    Ok(b) => {
+                        *batch = b;
+                        *have_schema = schema;
+                    }
+                    Err(e) => errors.push(("correlate", format!("table {name}: {e}"))),
+                }
             }
         }
         TickJoin {

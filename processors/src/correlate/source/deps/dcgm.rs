@@ -4,14 +4,25 @@
 //! table (`gpu_util`, `gpu_mem_used`), not by the spans' addresses.
 
 use super::{DepRow, Family, Points, Window};
+use crate::correlate::model::table::Column;
 
 /// DCGM.
 #[derive(Debug, Default)]
 pub struct Dcgm;
 
+/// DCGM adds no columns: its series join by host, in the `host` table.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct NoColumns {}
+
 impl Family for Dcgm {
+    type Row = NoColumns;
+
     fn name(&self) -> &'static str {
         "dcgm"
+    }
+
+    fn columns(&self) -> &'static [Column<NoColumns>] {
+        &[]
     }
 
     fn system(&self, base: &str) -> Option<&'static str> {
@@ -26,5 +37,5 @@ impl Family for Dcgm {
         true
     }
 
-    fn fill(&self, _r: &mut DepRow, _points: &[Points<'_>], _w: &Window) {}
+    fn fill(&self, _r: &mut DepRow<NoColumns>, _points: &[Points<'_>], _w: &Window) {}
 }

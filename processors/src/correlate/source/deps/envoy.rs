@@ -5,11 +5,53 @@
 //! `outbound|9080||reviews.default.svc.cluster.local`), not the proxy's address.
 
 use super::{add, host_part, maxed, mean, norm, DepRow, Dependency, Family, Points, Window};
-use crate::correlate::model::Rule;
+use crate::correlate::model::table::{so, Column, V};
+use crate::correlate::model::{Rule, Series};
 
 /// Envoy.
 #[derive(Debug, Default)]
 pub struct Envoy;
+
+/// Envoy's measurements of an upstream cluster.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct EnvoyRow {
+    /// The upstream cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// `upstream_rq_pending_overflow` (increase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_overflow: Option<f64>,
+    /// `upstream_cx_overflow` + `upstream_cx_pool_overflow` (increase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cx_overflow: Option<f64>,
+    /// `upstream_cx_connect_fail` (increase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_fail: Option<f64>,
+    /// `upstream_rq_timeout` (increase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rq_timeout: Option<f64>,
+    /// `ssl.connection_error` + `ssl.fail_verify_*` (increase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ssl_errors: Option<f64>,
+    /// `circuit_breakers.default.*_open`: the largest (1 = at capacity).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaker_open: Option<f64>,
+    /// `upstream_cx_connect_ms`: the mean over the interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_ms: Option<f64>,
+}
+
+/// The columns EnvoyRow adds to the `dependency` and `dependencies` tables.
+static ENVOY: &[Column<EnvoyRow>] = &[
+    Column::text("envoy_cluster", |r, _| so(&r.cluster)),
+    Column::float("pending_overflow", |r, _| V::F(r.pending_overflow)),
+    Column::float("cx_overflow", |r, _| V::F(r.cx_overflow)),
+    Column::float("connect_fail", |r, _| V::F(r.connect_fail)),
+    Column::float("rq_timeout", |r, _| V::F(r.rq_timeout)),
+    Column::float("ssl_errors", |r, _| V::F(r.ssl_errors)),
+    Column::float("breaker_open", |r, _| V::F(r.breaker_open)),
+    Column::float("connect_ms", |r, _| V::F(r.connect_ms)),
+];
 
 const CONNECT_MS: &str = "envoy_cluster_upstream_cx_connect_ms";
 
@@ -21,8 +63,14 @@ fn cluster_names<'a>(d: &'a Dependency<'a>) -> impl Iterator<Item = &'a str> + '
 }
 
 impl Family for Envoy {
+    type Row = EnvoyRow;
+
     fn name(&self) -> &'static str {
         "envoy"
+    }
+
+    fn columns(&self) -> &'static [Column<EnvoyRow>] {
+        ENVOY
     }
 
     fn system(&self, base: &str) -> Option<&'static str> {
@@ -73,6 +121,12 @@ impl Family for Envoy {
         Some(out)
     }
 
+    fn in_unit(&self, s: &Series, unit: &str) -> bool {
+        s.attr("envoy_cluster_name")
+            .or_else(|| s.attr("cluster_name"))
+            == Some(unit)
+    }
+
     fn all_units(&self, d: &Dependency<'_>) -> Option<Vec<String>> {
         let mut c: Vec<String> = d
             .series
@@ -84,38 +138,39 @@ impl Family for Envoy {
         Some(c)
     }
 
-    fn fill(&self, r: &mut DepRow, points: &[Points<'_>], w: &Window) {
+    fn fill(&self, r: &mut DepRow<EnvoyRow>, points: &[Points<'_>], w: &Window) {
         for p in points {
             match p.name() {
                 "envoy_cluster_upstream_rq_pending_overflow" => p
                     .increase()
                     .into_iter()
-                    .for_each(|v| add(&mut r.pending_overflow, v)),
+                    .for_each(|v| add(&mut r.m.pending_overflow, v)),
                 "envoy_cluster_upstream_cx_overflow"
                 | "envoy_cluster_upstream_cx_pool_overflow" => p
                     .increase()
                     .into_iter()
-                    .for_each(|v| add(&mut r.cx_overflow, v)),
+                    .for_each(|v| add(&mut r.m.cx_overflow, v)),
                 "envoy_cluster_upstream_cx_connect_fail" => p
                     .increase()
                     .into_iter()
-                    .for_each(|v| add(&mut r.connect_fail, v)),
+                    .for_each(|v| add(&mut r.m.connect_fail, v)),
                 "envoy_cluster_upstream_rq_timeout" => p
                     .increase()
                     .into_iter()
-                    .for_each(|v| add(&mut r.rq_timeout, v)),
+                    .for_each(|v| add(&mut r.m.rq_timeout, v)),
                 n if n.starts_with("envoy_cluster_ssl_") && n != "envoy_cluster_ssl_handshake" => p
                     .increase()
                     .into_iter()
-                    .for_each(|v| add(&mut r.ssl_errors, v)),
+                    .for_each(|v| add(&mut r.m.ssl_errors, v)),
                 n if n.starts_with("envoy_cluster_circuit_breakers_") => p
                     .inside(w)
                     .into_iter()
-                    .for_each(|v| maxed(&mut r.breaker_open, v)),
+                    .for_each(|v| maxed(&mut r.m.breaker_open, v)),
                 _ => {}
             }
         }
-        r.connect_ms = mean(points, CONNECT_MS);
+        r.m.connect_ms = mean(points, CONNECT_MS);
+        r.m.cluster = w.unit.clone();
     }
 
     fn rules(&self) -> Vec<Rule> {

@@ -6,15 +6,71 @@
 use std::collections::BTreeMap;
 
 use super::{add, maxed, mean, DepRow, Family, Points, Window};
+use crate::correlate::model::table::{Column, V};
 use crate::correlate::model::Rule;
 
 /// vLLM, Triton and the GenAI server metrics.
 #[derive(Debug, Default)]
 pub struct Llm;
 
+/// An inference server's measurements.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LlmRow {
+    /// `vllm:num_requests_waiting`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_waiting: Option<f64>,
+    /// `vllm:num_requests_running`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_running: Option<f64>,
+    /// `vllm:kv_cache_usage_perc` (or the older `gpu_cache_usage_perc`), 0..1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache_usage: Option<f64>,
+    /// `vllm:num_preemptions_total` (increase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preemptions: Option<f64>,
+    /// `vllm:request_queue_time_seconds`: the mean over the interval (s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_time_s: Option<f64>,
+    /// `vllm:time_to_first_token_seconds` (or the GenAI convention's `gen_ai.server.time_to_first_token`): the mean over the interval (s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_s: Option<f64>,
+    /// `gen_ai.server.request.duration`: the mean over the interval (s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_duration_s: Option<f64>,
+    /// Triton: queue µs ÷ successful requests over the interval, in ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_ms_per_request: Option<f64>,
+    /// Triton `nv_gpu_utilization` (0..1): the largest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_util: Option<f64>,
+    /// Triton `nv_gpu_memory_used_bytes ÷ nv_gpu_memory_total_bytes`: the largest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_mem_used: Option<f64>,
+}
+
+/// The columns LlmRow adds to the `dependency` and `dependencies` tables.
+static LLM: &[Column<LlmRow>] = &[
+    Column::float("requests_waiting", |r, _| V::F(r.requests_waiting)),
+    Column::float("requests_running", |r, _| V::F(r.requests_running)),
+    Column::float("kv_cache_usage", |r, _| V::F(r.kv_cache_usage)),
+    Column::float("preemptions", |r, _| V::F(r.preemptions)),
+    Column::float("queue_time_s", |r, _| V::F(r.queue_time_s)),
+    Column::float("ttft_s", |r, _| V::F(r.ttft_s)),
+    Column::float("request_duration_s", |r, _| V::F(r.request_duration_s)),
+    Column::float("queue_ms_per_request", |r, _| V::F(r.queue_ms_per_request)),
+    Column::float("gpu_util", |r, _| V::F(r.gpu_util)),
+    Column::float("gpu_mem_used", |r, _| V::F(r.gpu_mem_used)),
+];
+
 impl Family for Llm {
+    type Row = LlmRow;
+
     fn name(&self) -> &'static str {
         "llm"
+    }
+
+    fn columns(&self) -> &'static [Column<LlmRow>] {
+        LLM
     }
 
     fn system(&self, base: &str) -> Option<&'static str> {
@@ -51,7 +107,7 @@ impl Family for Llm {
         ]
     }
 
-    fn fill(&self, r: &mut DepRow, points: &[Points<'_>], w: &Window) {
+    fn fill(&self, r: &mut DepRow<LlmRow>, points: &[Points<'_>], w: &Window) {
         let (mut triton_queue, mut triton_ok) = (None, None);
         let (mut mem_used, mut mem_total): (BTreeMap<String, f64>, BTreeMap<String, f64>) =
             Default::default();
@@ -61,19 +117,19 @@ impl Family for Llm {
                 "vllm:num_requests_waiting" => p
                     .inside(w)
                     .into_iter()
-                    .for_each(|v| maxed(&mut r.requests_waiting, v)),
+                    .for_each(|v| maxed(&mut r.m.requests_waiting, v)),
                 "vllm:num_requests_running" => p
                     .inside(w)
                     .into_iter()
-                    .for_each(|v| maxed(&mut r.requests_running, v)),
+                    .for_each(|v| maxed(&mut r.m.requests_running, v)),
                 "vllm:kv_cache_usage_perc" | "vllm:gpu_cache_usage_perc" => p
                     .inside(w)
                     .into_iter()
-                    .for_each(|v| maxed(&mut r.kv_cache_usage, v)),
+                    .for_each(|v| maxed(&mut r.m.kv_cache_usage, v)),
                 "vllm:num_preemptions" => p
                     .increase()
                     .into_iter()
-                    .for_each(|v| add(&mut r.preemptions, v)),
+                    .for_each(|v| add(&mut r.m.preemptions, v)),
                 "nv_inference_queue_duration_us" => p
                     .increase()
                     .into_iter()
@@ -85,7 +141,7 @@ impl Family for Llm {
                 "nv_gpu_utilization" => p
                     .inside(w)
                     .into_iter()
-                    .for_each(|v| maxed(&mut r.gpu_util, v)),
+                    .for_each(|v| maxed(&mut r.m.gpu_util, v)),
                 "nv_gpu_memory_used_bytes" | "nv_gpu_memory_total_bytes" => {
                     let gpu = p.series.attr("gpu_uuid").unwrap_or("").to_string();
                     if let Some(v) = p.inside(w) {
@@ -99,20 +155,20 @@ impl Family for Llm {
                 _ => {}
             }
         }
-        r.queue_time_s = mean(points, "vllm:request_queue_time_seconds");
-        r.ttft_s = mean(points, "vllm:time_to_first_token_seconds")
+        r.m.queue_time_s = mean(points, "vllm:request_queue_time_seconds");
+        r.m.ttft_s = mean(points, "vllm:time_to_first_token_seconds")
             .or_else(|| mean(points, "gen_ai.server.time_to_first_token"))
             .or_else(|| mean(points, "gen_ai_server_time_to_first_token_seconds"));
-        r.request_duration_s = mean(points, "gen_ai.server.request.duration")
+        r.m.request_duration_s = mean(points, "gen_ai.server.request.duration")
             .or_else(|| mean(points, "gen_ai_server_request_duration_seconds"));
         if let (Some(q), Some(n)) = (triton_queue, triton_ok) {
             if n > 0.0 {
-                r.queue_ms_per_request = Some(q / n / 1000.0);
+                r.m.queue_ms_per_request = Some(q / n / 1000.0);
             }
         }
         for (gpu, used) in &mem_used {
             if let Some(total) = mem_total.get(gpu).filter(|t| **t > 0.0) {
-                maxed(&mut r.gpu_mem_used, used / total);
+                maxed(&mut r.m.gpu_mem_used, used / total);
             }
         }
     }

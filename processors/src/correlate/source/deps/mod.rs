@@ -41,20 +41,24 @@
 //! server, widened by `dependencies.sample_interval` on each side.
 //!
 //! - rules' table `dependency` (server the trace called): `trace_id, span_id, system, address,
-//!   job, instance, envoy_cluster, time_ms` and the measured columns of [`DepRow`];
+//!   job, instance, time_ms, up`, then each family's own columns (its [`Family::columns`]);
 //! - alerts' table `dependencies` (each scraped server, and each Envoy cluster, over the
-//!   window): `system, job, instance, addresses, envoy_cluster, time_ms` and the same
-//!   measured columns (counters as increases, gauges at their largest).
+//!   window): `system, job, instance, addresses, time_ms, up` and the same family columns
+//!   (counters as increases, gauges at their largest).
+//!
+//! The families share those two tables: each adds its rows and its columns
+//! (a family's rows have nulls in the others' columns).
 
 use causeway_core::config::Duration;
-use datafusion::arrow::datatypes::{Field, SchemaRef};
+use datafusion::arrow::datatypes::SchemaRef;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
 use super::{json, Join, Source, Tick, View, JOIN_ATTRS};
 use crate::correlate::model::series::{find, host_key, s as attr_s, Kept, Offer};
-use crate::correlate::model::table::{f64f, s, schema, so, utf8, Cols, Table, V};
+use crate::correlate::model::table::{s, schema, Cols, Column, Table, V};
 use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, TraceRow};
+use datafusion::arrow::array::RecordBatch;
 
 pub mod dcgm;
 pub mod envoy;
@@ -65,8 +69,14 @@ pub mod redis;
 
 /// One dependency family: the servers of one kind, by their exporters' metrics.
 pub trait Family: Send + Sync + 'static {
+    /// Its measurements of a server: the columns it adds to the
+    /// `dependency` and `dependencies` tables, and the fields of the
+    /// `dependency` evidence on a trace.
+    type Row: Default + serde::Serialize + Send + Sync + 'static;
     /// Its name: the source's.
     fn name(&self) -> &'static str;
+    /// Its measured columns, each declared once.
+    fn columns(&self) -> &'static [Column<Self::Row>];
     /// The system a metric of it describes, by the metric's name without
     /// `_total` (and a kept histogram's `_sum`/`_count`); `None`: not its metric.
     fn system(&self, base: &str) -> Option<&'static str>;
@@ -93,8 +103,12 @@ pub trait Family: Send + Sync + 'static {
     fn all_units(&self, _d: &Dependency<'_>) -> Option<Vec<String>> {
         None
     }
+    /// Whether series `s` describes the sub-unit `unit`.
+    fn in_unit(&self, _s: &Series, _unit: &str) -> bool {
+        true
+    }
     /// Fill `r` from the points of `d`'s series (each bracketed to the window).
-    fn fill(&self, r: &mut DepRow, points: &[Points<'_>], w: &Window);
+    fn fill(&self, r: &mut DepRow<Self::Row>, points: &[Points<'_>], w: &Window);
     /// Its built-in rules.
     fn rules(&self) -> Vec<Rule> {
         Vec::new()
@@ -114,6 +128,8 @@ pub struct Window {
     pub to: u64,
     /// The command the span ran (`db.operation`, lower case).
     pub command: Option<String>,
+    /// The sub-unit the row is of (an Envoy cluster).
+    pub unit: Option<String>,
 }
 
 /// A series with its points in a window, the last before and first after included.
@@ -172,9 +188,9 @@ pub fn mean(points: &[Points<'_>], histogram: &str) -> Option<f64> {
 }
 
 /// An `up` series: the lowest seen.
-pub fn up(r: &mut DepRow, p: &Points<'_>) {
+pub fn up<M>(r: &mut DepRow<M>, p: &Points<'_>) {
     if let Some(v) = p.lowest() {
-        r.up = Some(r.up.map_or(v, |x| x.min(v)));
+        r.c.up = Some(r.c.up.map_or(v, |x| x.min(v)));
     }
 }
 
@@ -243,8 +259,8 @@ pub struct Dependency<'a> {
 /// Group a family's series by (system, job, instance) and work out the
 /// addresses of each (see the module doc). `configured`: address → job or
 /// instance.
-pub fn dependencies<'a>(
-    family: &dyn Family,
+pub fn dependencies<'a, F: Family>(
+    family: &F,
     series: &'a [Series],
     configured: &HashMap<String, String>,
 ) -> Vec<Dependency<'a>> {
@@ -307,14 +323,14 @@ pub fn dependencies<'a>(
 }
 
 /// The system a metric of `family` describes (its kept histograms' parts included).
-pub fn system_of(family: &dyn Family, name: &str) -> Option<&'static str> {
+pub fn system_of<F: Family>(family: &F, name: &str) -> Option<&'static str> {
     let base = name.strip_suffix("_total").unwrap_or(name);
     let base = hist_part(family, base).map_or(base, |(b, _)| b);
     family.system(base)
 }
 
 /// A kept histogram's `_sum` or `_count` series: (histogram, is the sum).
-fn hist_part<'a>(family: &dyn Family, name: &'a str) -> Option<(&'a str, bool)> {
+fn hist_part<'a, F: Family>(family: &F, name: &'a str) -> Option<(&'a str, bool)> {
     let (base, sum) = match name.strip_suffix("_sum") {
         Some(b) => (b, true),
         None => (name.strip_suffix("_count")?, false),
@@ -335,10 +351,25 @@ pub fn calls(d: &Dependency<'_>, addr: &str, db: Option<&str>) -> bool {
         && d.addresses.iter().any(|a| host_part(a) == addr)
 }
 
-/// A server a trace called, with its numbers while the trace called it.
-/// Counters are increases over the interval, gauges their largest value.
+/// A server a trace called, with its numbers while the trace called it
+/// (counters are increases over the interval, gauges their largest value):
+/// what every family has, and the family's own measurements `M`.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct DepRow {
+pub struct DepRow<M> {
+    /// What every family has.
+    #[serde(flatten)]
+    pub c: Common,
+    /// The family's own.
+    #[serde(flatten)]
+    pub m: M,
+}
+
+/// The columns every dependency row has.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Common {
+    /// The trace (rules' table only).
+    #[serde(skip)]
+    pub trace_id: String,
     /// The longest span to it (hex id).
     pub span_id: String,
     /// `redis`, `postgresql`, `nginx`, `envoy`, `vllm`, `triton`.
@@ -349,107 +380,71 @@ pub struct DepRow {
     pub job: String,
     /// Scrape instance.
     pub instance: String,
-    /// The Envoy cluster.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<String>,
+    /// Every address it answers at (alerts' table only).
+    #[serde(skip)]
+    pub addresses: String,
     /// Latest point used (ns).
     #[serde(rename = "time_unix_nano")]
     pub time_ns: u64,
     /// `redis_up`, `pg_up`, `nginx_up`: the lowest.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub up: Option<f64>,
-    /// Redis keyspace hits (increase).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hits: Option<f64>,
-    /// Redis keyspace misses (increase).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub misses: Option<f64>,
-    /// misses ÷ (hits + misses).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub miss_ratio: Option<f64>,
-    /// `redis_connected_clients`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub connected_clients: Option<f64>,
-    /// `redis_blocked_clients`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub blocked_clients: Option<f64>,
-    /// The server's own 99th percentile latency (µs) of the command the span
-    /// ran (`redis_latency_percentiles_usec{cmd,quantile="99"}`, Redis 7).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub command_p99_us: Option<f64>,
-    /// `pg_locks_count` in the blocking modes (AccessExclusive, Exclusive), as a scrape during the span saw them.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub locks_exclusive: Option<f64>,
-    /// `pg_locks_count` by mode, the non-zero ones (`mode=n,…`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub locks_by_mode: Option<String>,
-    /// `pg_stat_activity_count`, all states.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub connections: Option<f64>,
-    /// `pg_settings_max_connections`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_connections: Option<f64>,
-    /// `pg_stat_activity_max_tx_duration` (s).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_tx_duration_s: Option<f64>,
-    /// `nginx_connections_active`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub connections_active: Option<f64>,
-    /// `nginx_connections_waiting`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub connections_waiting: Option<f64>,
-    /// Envoy `upstream_rq_pending_overflow` (increase).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pending_overflow: Option<f64>,
-    /// Envoy `upstream_cx_overflow` + `upstream_cx_pool_overflow` (increase).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cx_overflow: Option<f64>,
-    /// Envoy `upstream_cx_connect_fail` (increase).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub connect_fail: Option<f64>,
-    /// Envoy `upstream_rq_timeout` (increase).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rq_timeout: Option<f64>,
-    /// Envoy `ssl.connection_error` + `ssl.fail_verify_*` (increase).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ssl_errors: Option<f64>,
-    /// Envoy `circuit_breakers.default.*_open`: the largest (1 = at capacity).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub breaker_open: Option<f64>,
-    /// Envoy `upstream_cx_connect_ms`: the mean over the interval.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub connect_ms: Option<f64>,
-    /// `vllm:num_requests_waiting`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub requests_waiting: Option<f64>,
-    /// `vllm:num_requests_running`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub requests_running: Option<f64>,
-    /// `vllm:kv_cache_usage_perc` (or the older `gpu_cache_usage_perc`), 0..1.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kv_cache_usage: Option<f64>,
-    /// `vllm:num_preemptions_total` (increase).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub preemptions: Option<f64>,
-    /// `vllm:request_queue_time_seconds`: the mean over the interval (s).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub queue_time_s: Option<f64>,
-    /// `vllm:time_to_first_token_seconds` (or the GenAI convention's
-    /// `gen_ai.server.time_to_first_token`): the mean over the interval (s).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttft_s: Option<f64>,
-    /// `gen_ai.server.request.duration`: the mean over the interval (s).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub request_duration_s: Option<f64>,
-    /// Triton: queue µs ÷ successful requests over the interval, in ms.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub queue_ms_per_request: Option<f64>,
-    /// Triton `nv_gpu_utilization` (0..1): the largest.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu_util: Option<f64>,
-    /// Triton `nv_gpu_memory_used_bytes ÷ nv_gpu_memory_total_bytes`: the largest.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu_mem_used: Option<f64>,
+}
+
+fn time_ms(c: &Common) -> V<'static> {
+    V::F(Some(c.time_ns as f64 / 1e6))
+}
+
+/// The rules' `dependency` table's own columns; each family adds its own.
+static DEPENDENCY: &[Column<Common>] = &[
+    Column::text("trace_id", |c, _| s(&c.trace_id)),
+    Column::text("span_id", |c, _| s(&c.span_id)),
+    Column::text("system", |c, _| s(c.system)),
+    Column::text("address", |c, _| s(&c.address)),
+    Column::text("job", |c, _| s(&c.job)),
+    Column::text("instance", |c, _| s(&c.instance)),
+    Column::float("time_ms", |c, _| time_ms(c)),
+    Column::float("up", |c, _| V::F(c.up)),
+];
+
+/// The alerts' `dependencies` table's own columns; each family adds its own.
+static DEPENDENCIES: &[Column<Common>] = &[
+    Column::text("system", |c, _| s(c.system)),
+    Column::text("job", |c, _| s(&c.job)),
+    Column::text("instance", |c, _| s(&c.instance)),
+    Column::text("addresses", |c, _| s(&c.addresses)),
+    Column::float("time_ms", |c, _| time_ms(c)),
+    Column::float("up", |c, _| V::F(c.up)),
+];
+
+/// A family's table: the shared columns, then the family's own.
+fn family_schema<F: Family>(family: &F, common: &[Column<Common>]) -> SchemaRef {
+    schema(
+        common
+            .iter()
+            .map(Column::field)
+            .chain(family.columns().iter().map(Column::field))
+            .collect(),
+    )
+}
+
+/// The batch of a family's table over `rows`.
+fn family_batch<F: Family>(
+    family: &F,
+    common: &[Column<Common>],
+    rows: &[DepRow<F::Row>],
+) -> Result<(SchemaRef, RecordBatch), String> {
+    let sch = family_schema(family, common);
+    let mut c = Cols::new(&sch, rows.len());
+    let shared: Vec<(&Common, usize)> = rows.iter().map(|r| (&r.c, 0)).collect();
+    let own: Vec<(&F::Row, usize)> = rows.iter().map(|r| (&r.m, 0)).collect();
+    for (i, col) in common.iter().enumerate() {
+        c.fill(i, col, &shared);
+    }
+    for (i, col) in family.columns().iter().enumerate() {
+        c.fill(common.len() + i, col, &own);
+    }
+    Ok((sch.clone(), c.finish(sch)?))
 }
 
 /// Points of `s` in `[from, to]`, with the last one before and the first
@@ -509,41 +504,39 @@ pub fn maxed(a: &mut Option<f64>, v: f64) {
 /// The row of `d` for a span over `[start, end]` that ran `command` (its
 /// `db.operation`, e.g. `GET`), its points taken over that widened by
 /// `widen` on each side, for the sub-unit `unit` (an Envoy cluster).
-pub fn row(
-    family: &dyn Family,
+pub fn row<F: Family>(
+    family: &F,
     d: &Dependency<'_>,
     unit: Option<&str>,
     command: Option<&str>,
     (start, end): (u64, u64),
     widen: u64,
-) -> DepRow {
+) -> DepRow<F::Row> {
     let w = Window {
         start,
         end,
         from: start.saturating_sub(widen),
         to: end.saturating_add(widen),
         command: command.map(str::to_ascii_lowercase),
+        unit: unit.map(str::to_string),
     };
     let mut r = DepRow {
-        system: d.system,
-        job: d.job.clone(),
-        instance: d.instance.clone(),
-        cluster: unit.map(str::to_string),
-        ..Default::default()
+        c: Common {
+            system: d.system,
+            job: d.job.clone(),
+            instance: d.instance.clone(),
+            ..Default::default()
+        },
+        m: F::Row::default(),
     };
     let mut points = Vec::with_capacity(d.series.len());
     for s in &d.series {
-        if let Some(u) = unit {
-            if s.attr("envoy_cluster_name")
-                .or_else(|| s.attr("cluster_name"))
-                != Some(u)
-            {
-                continue;
-            }
+        if unit.is_some_and(|u| !family.in_unit(s, u)) {
+            continue;
         }
         let pts = bracket(s, w.from, w.to);
         let Some(&(t, _)) = pts.last() else { continue };
-        r.time_ns = r.time_ns.max(t);
+        r.c.time_ns = r.c.time_ns.max(t);
         points.push(Points { series: s, pts });
     }
     family.fill(&mut r, &points, &w);
@@ -582,98 +575,13 @@ fn dep_sample_interval() -> Duration {
     Duration::secs(15)
 }
 
-/// The measured columns of a dependency row (see [`DepRow`]),
-/// shared by the rules' `dependency` table and the alerts' `dependencies`.
-pub fn dep_fields() -> Vec<Field> {
-    let mut v: Vec<Field> = [
-        "up",
-        "hits",
-        "misses",
-        "miss_ratio",
-        "connected_clients",
-        "blocked_clients",
-        "command_p99_us",
-        "locks_exclusive",
-    ]
-    .iter()
-    .map(|n| f64f(n))
-    .collect();
-    v.push(utf8("locks_by_mode"));
-    v.extend(
-        [
-            "connections",
-            "max_connections",
-            "max_tx_duration_s",
-            "connections_active",
-            "connections_waiting",
-            "pending_overflow",
-            "cx_overflow",
-            "connect_fail",
-            "rq_timeout",
-            "ssl_errors",
-            "breaker_open",
-            "connect_ms",
-            "requests_waiting",
-            "requests_running",
-            "kv_cache_usage",
-            "preemptions",
-            "queue_time_s",
-            "ttft_s",
-            "request_duration_s",
-            "queue_ms_per_request",
-            "gpu_util",
-            "gpu_mem_used",
-        ]
-        .iter()
-        .map(|n| f64f(n)),
-    );
-    v
-}
-
-/// The cells of [`dep_fields`].
-pub fn dep_values(d: &DepRow) -> [V<'_>; 31] {
-    [
-        V::F(d.up),
-        V::F(d.hits),
-        V::F(d.misses),
-        V::F(d.miss_ratio),
-        V::F(d.connected_clients),
-        V::F(d.blocked_clients),
-        V::F(d.command_p99_us),
-        V::F(d.locks_exclusive),
-        so(&d.locks_by_mode),
-        V::F(d.connections),
-        V::F(d.max_connections),
-        V::F(d.max_tx_duration_s),
-        V::F(d.connections_active),
-        V::F(d.connections_waiting),
-        V::F(d.pending_overflow),
-        V::F(d.cx_overflow),
-        V::F(d.connect_fail),
-        V::F(d.rq_timeout),
-        V::F(d.ssl_errors),
-        V::F(d.breaker_open),
-        V::F(d.connect_ms),
-        V::F(d.requests_waiting),
-        V::F(d.requests_running),
-        V::F(d.kv_cache_usage),
-        V::F(d.preemptions),
-        V::F(d.queue_time_s),
-        V::F(d.ttft_s),
-        V::F(d.request_duration_s),
-        V::F(d.queue_ms_per_request),
-        V::F(d.gpu_util),
-        V::F(d.gpu_mem_used),
-    ]
-}
-
 /// One row per server of `family` the trace called.
-fn dependency_rows(
-    family: &dyn Family,
+fn dependency_rows<F: Family>(
+    family: &F,
     t: &TraceRow,
     dependencies: &[Dependency<'_>],
     sample_ns: u64,
-) -> Vec<DepRow> {
+) -> Vec<DepRow<F::Row>> {
     if dependencies.is_empty() {
         return Vec::new();
     }
@@ -716,9 +624,10 @@ fn dependency_rows(
                 (start, end),
                 sample_ns,
             );
-            (r.time_ns > 0).then(|| {
-                r.span_id = Hex16::of(s.span_id).as_str().to_string();
-                r.address = match s.server_port {
+            (r.c.time_ns > 0).then(|| {
+                r.c.trace_id = t.trace_id.clone();
+                r.c.span_id = Hex16::of(s.span_id).as_str().to_string();
+                r.c.address = match s.server_port {
                     Some(port) => format!("{}:{port}", s.server_address.as_deref().unwrap_or("")),
                     None => s.server_address.clone().unwrap_or_default(),
                 };
@@ -740,42 +649,6 @@ pub fn source<F: Family>(family: F, cfg: &DependenciesConfig) -> Deps<F> {
         family,
         cfg: cfg.clone(),
     }
-}
-
-/// The rules' `dependency` table, which every family adds its rows to.
-fn dependency_schema() -> SchemaRef {
-    schema(
-        [
-            utf8("trace_id"),
-            utf8("span_id"),
-            utf8("system"),
-            utf8("address"),
-            utf8("job"),
-            utf8("instance"),
-            utf8("envoy_cluster"),
-            f64f("time_ms"),
-        ]
-        .into_iter()
-        .chain(dep_fields())
-        .collect(),
-    )
-}
-
-/// The alerts' `dependencies` table, which every family adds its rows to.
-fn dependencies_schema() -> SchemaRef {
-    schema(
-        [
-            utf8("system"),
-            utf8("job"),
-            utf8("instance"),
-            utf8("addresses"),
-            utf8("envoy_cluster"),
-            f64f("time_ms"),
-        ]
-        .into_iter()
-        .chain(dep_fields())
-        .collect(),
-    )
 }
 
 impl<F: Family> Source for Deps<F> {
@@ -817,12 +690,11 @@ impl<F: Family> Source for Deps<F> {
     }
 
     fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
-        vec![("dependency", dependency_schema())]
+        vec![("dependency", family_schema(&self.family, DEPENDENCY))]
     }
 
     fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
-        let sch = dependency_schema();
-        let mut c = Cols::new(&sch, 0);
+        let mut rows = Vec::new();
         if !self.family.by_host() {
             let name = self.family.name();
             let series = tick
@@ -833,26 +705,14 @@ impl<F: Family> Source for Deps<F> {
                 u64::try_from(self.cfg.sample_interval.get().as_nanos()).unwrap_or(u64::MAX);
             for t in traces.iter_mut() {
                 for d in dependency_rows(&self.family, t, &dependencies, sample_ns) {
-                    c.row(
-                        [
-                            s(&t.trace_id),
-                            s(&d.span_id),
-                            s(d.system),
-                            s(&d.address),
-                            s(&d.job),
-                            s(&d.instance),
-                            so(&d.cluster),
-                            V::F(Some(d.time_ns as f64 / 1e6)),
-                        ]
-                        .into_iter()
-                        .chain(dep_values(&d)),
-                    );
                     t.joined.push(Joined::Metric("dependency", json(&d)));
+                    rows.push(d);
                 }
             }
         }
+        let (sch, batch) = family_batch(&self.family, DEPENDENCY, &rows)?;
         Ok(Join {
-            tables: vec![("dependency", sch.clone(), c.finish(sch)?)],
+            tables: vec![("dependency", sch, batch)],
             misses: 0,
         })
     }
@@ -863,7 +723,6 @@ impl<F: Family> Source for Deps<F> {
 
     fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         // Each server's numbers over the window.
-        let sch = dependencies_schema();
         let name = self.family.name();
         let series = match view {
             Some(v) if !self.family.by_host() => v
@@ -880,28 +739,15 @@ impl<F: Family> Source for Deps<F> {
                 None => vec![None],
             };
             for u in units {
-                let r = row(&self.family, d, u.as_deref(), None, window, 0);
-                if r.time_ns > 0 {
-                    rows.push((d.addresses.join(","), r));
+                let mut r = row(&self.family, d, u.as_deref(), None, window, 0);
+                if r.c.time_ns > 0 {
+                    r.c.addresses = d.addresses.join(",");
+                    rows.push(r);
                 }
             }
         }
-        let mut c = Cols::new(&sch, rows.len());
-        for (addresses, r) in &rows {
-            c.row(
-                [
-                    s(r.system),
-                    s(&r.job),
-                    s(&r.instance),
-                    s(addresses),
-                    so(&r.cluster),
-                    V::F(Some(r.time_ns as f64 / 1e6)),
-                ]
-                .into_iter()
-                .chain(dep_values(r)),
-            );
-        }
-        Ok(vec![("dependencies", sch.clone(), c.finish(sch)?)])
+        let (sch, batch) = family_batch(&self.family, DEPENDENCIES, &rows)?;
+        Ok(vec![("dependencies", sch, batch)])
     }
 }
 

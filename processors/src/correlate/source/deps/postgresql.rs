@@ -5,15 +5,51 @@
 use std::collections::BTreeMap;
 
 use super::{maxed, up, DepRow, Family, Points, Window};
+use crate::correlate::model::table::{so, Column, V};
 use crate::correlate::model::{Rule, Series};
 
 /// PostgreSQL.
 #[derive(Debug, Default)]
 pub struct Postgresql;
 
+/// PostgreSQL's measurements of a server.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PgRow {
+    /// `pg_locks_count` in the blocking modes (AccessExclusive, Exclusive), as a scrape during the span saw them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locks_exclusive: Option<f64>,
+    /// `pg_locks_count` by mode, the non-zero ones (`mode=n,…`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locks_by_mode: Option<String>,
+    /// `pg_stat_activity_count`, all states.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections: Option<f64>,
+    /// `pg_settings_max_connections`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<f64>,
+    /// `pg_stat_activity_max_tx_duration` (s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tx_duration_s: Option<f64>,
+}
+
+/// The columns PgRow adds to the `dependency` and `dependencies` tables.
+static POSTGRESQL: &[Column<PgRow>] = &[
+    Column::float("locks_exclusive", |r, _| V::F(r.locks_exclusive)),
+    Column::text("locks_by_mode", |r, _| so(&r.locks_by_mode)),
+    Column::float("connections", |r, _| V::F(r.connections)),
+    Column::float("max_connections", |r, _| V::F(r.max_connections)),
+    Column::float("max_tx_duration_s", |r, _| V::F(r.max_tx_duration_s)),
+];
+
 impl Family for Postgresql {
+    type Row = PgRow;
+
     fn name(&self) -> &'static str {
         "postgresql"
+    }
+
+    fn columns(&self) -> &'static [Column<PgRow>] {
+        POSTGRESQL
     }
 
     fn system(&self, base: &str) -> Option<&'static str> {
@@ -38,7 +74,7 @@ impl Family for Postgresql {
     /// Locks are the exception to the widened window: a lock counts only
     /// when a scrape during the span saw it (a lock released just before
     /// the span began is what the widened interval would otherwise show).
-    fn fill(&self, r: &mut DepRow, points: &[Points<'_>], w: &Window) {
+    fn fill(&self, r: &mut DepRow<PgRow>, points: &[Points<'_>], w: &Window) {
         // Summed over their labels first (per time).
         let mut by_mode: BTreeMap<String, f64> = BTreeMap::new();
         let mut activity: BTreeMap<u64, f64> = BTreeMap::new();
@@ -65,16 +101,16 @@ impl Family for Postgresql {
                 "pg_stat_activity_max_tx_duration" => p
                     .inside(w)
                     .into_iter()
-                    .for_each(|v| maxed(&mut r.max_tx_duration_s, v)),
+                    .for_each(|v| maxed(&mut r.m.max_tx_duration_s, v)),
                 "pg_settings_max_connections" => p
                     .inside(w)
                     .into_iter()
-                    .for_each(|v| maxed(&mut r.max_connections, v)),
+                    .for_each(|v| maxed(&mut r.m.max_connections, v)),
                 _ => {}
             }
         }
         if !by_mode.is_empty() {
-            r.locks_exclusive = Some(
+            r.m.locks_exclusive = Some(
                 ["accessexclusivelock", "exclusivelock"]
                     .iter()
                     .filter_map(|m| by_mode.get(*m))
@@ -85,9 +121,9 @@ impl Family for Postgresql {
                 .filter(|(_, v)| **v > 0.0)
                 .map(|(m, v)| format!("{m}={v}"))
                 .collect();
-            r.locks_by_mode = Some(nz.join(","));
+            r.m.locks_by_mode = Some(nz.join(","));
         }
-        r.connections = activity.values().copied().reduce(f64::max);
+        r.m.connections = activity.values().copied().reduce(f64::max);
     }
 
     fn rules(&self) -> Vec<Rule> {

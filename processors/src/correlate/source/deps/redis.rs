@@ -3,15 +3,55 @@
 //! (Redis 7); the server beside the exporter by `redis_instance_info{tcp_port}`.
 
 use super::{maxed, up, DepRow, Family, Points, Window};
+use crate::correlate::model::table::{Column, V};
 use crate::correlate::model::{Rule, Series};
 
 /// Redis.
 #[derive(Debug, Default)]
 pub struct Redis;
 
+/// Redis's measurements of a server.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RedisRow {
+    /// Keyspace hits (increase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hits: Option<f64>,
+    /// Keyspace misses (increase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub misses: Option<f64>,
+    /// misses ÷ (hits + misses).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub miss_ratio: Option<f64>,
+    /// `redis_connected_clients`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connected_clients: Option<f64>,
+    /// `redis_blocked_clients`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_clients: Option<f64>,
+    /// The server's own 99th percentile latency (µs) of the command the span ran (`redis_latency_percentiles_usec{cmd,quantile="99"}`, Redis 7).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_p99_us: Option<f64>,
+}
+
+/// The columns RedisRow adds to the `dependency` and `dependencies` tables.
+static REDIS: &[Column<RedisRow>] = &[
+    Column::float("hits", |r, _| V::F(r.hits)),
+    Column::float("misses", |r, _| V::F(r.misses)),
+    Column::float("miss_ratio", |r, _| V::F(r.miss_ratio)),
+    Column::float("connected_clients", |r, _| V::F(r.connected_clients)),
+    Column::float("blocked_clients", |r, _| V::F(r.blocked_clients)),
+    Column::float("command_p99_us", |r, _| V::F(r.command_p99_us)),
+];
+
 impl Family for Redis {
+    type Row = RedisRow;
+
     fn name(&self) -> &'static str {
         "redis"
+    }
+
+    fn columns(&self) -> &'static [Column<RedisRow>] {
+        REDIS
     }
 
     fn system(&self, base: &str) -> Option<&'static str> {
@@ -34,17 +74,17 @@ impl Family for Redis {
             .flatten()
     }
 
-    fn fill(&self, r: &mut DepRow, points: &[Points<'_>], w: &Window) {
+    fn fill(&self, r: &mut DepRow<RedisRow>, points: &[Points<'_>], w: &Window) {
         for p in points {
             let s = p.series;
             match p.name() {
                 "redis_up" => up(r, p),
-                "redis_keyspace_hits" => r.hits = p.increase().or(r.hits),
-                "redis_keyspace_misses" => r.misses = p.increase().or(r.misses),
+                "redis_keyspace_hits" => r.m.hits = p.increase().or(r.m.hits),
+                "redis_keyspace_misses" => r.m.misses = p.increase().or(r.m.misses),
                 "redis_connected_clients" => p
                     .inside(w)
                     .into_iter()
-                    .for_each(|v| maxed(&mut r.connected_clients, v)),
+                    .for_each(|v| maxed(&mut r.m.connected_clients, v)),
                 "redis_latency_percentiles_usec"
                     if s.attr("quantile") == Some("99")
                         && w.command.is_some()
@@ -52,18 +92,18 @@ impl Family for Redis {
                 {
                     p.inside(w)
                         .into_iter()
-                        .for_each(|v| maxed(&mut r.command_p99_us, v))
+                        .for_each(|v| maxed(&mut r.m.command_p99_us, v))
                 }
                 "redis_blocked_clients" => p
                     .inside(w)
                     .into_iter()
-                    .for_each(|v| maxed(&mut r.blocked_clients, v)),
+                    .for_each(|v| maxed(&mut r.m.blocked_clients, v)),
                 _ => {}
             }
         }
-        if let (Some(h), Some(m)) = (r.hits, r.misses) {
+        if let (Some(h), Some(m)) = (r.m.hits, r.m.misses) {
             if h + m > 0.0 {
-                r.miss_ratio = Some(m / (h + m));
+                r.m.miss_ratio = Some(m / (h + m));
             }
         }
     }
