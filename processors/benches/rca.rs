@@ -10,6 +10,7 @@ use causeway_processors::correlate::analysis::trace::traces as rows_of;
 use causeway_processors::correlate::analysis::verdict::verdict;
 use causeway_processors::correlate::annotate::annotate;
 use causeway_processors::correlate::config::CorrelateConfig;
+use causeway_processors::correlate::model::cause::Causes;
 use causeway_processors::correlate::model::table::Table;
 use causeway_processors::correlate::model::{Rule, TraceRow};
 use causeway_processors::correlate::source::{Correlation, Tick};
@@ -213,6 +214,7 @@ fn bench(c: &mut Criterion) {
         .expect("runtime");
     let st = store();
     let rules = all_rules(&st);
+    let causes = Causes::of_rules(&rules);
     let tables = st.sources.tables();
     st.add_logs(&gateway_logs(1000), T0);
     let batch = traces(1000);
@@ -232,7 +234,7 @@ fn bench(c: &mut Criterion) {
         let t4 = t.elapsed();
         let mut rs = rs;
         for tr in &rows {
-            let v = verdict(tr, findings.get(&tr.trace_id), (0.2, 50.0), None);
+            let v = verdict(tr, findings.get(&tr.trace_id), (0.2, 50.0), None, &causes);
             annotate(&mut rs, tr, &v);
         }
         let t5 = t.elapsed();
@@ -278,7 +280,7 @@ fn bench(c: &mut Criterion) {
             rt.block_on(planners.borrow_mut()[which].evaluate(&rules, &rows, joined));
         assert!(errors.is_empty(), "{errors:?}");
         for t in &rows {
-            let v = verdict(t, findings.get(&t.trace_id), (0.2, 50.0), None);
+            let v = verdict(t, findings.get(&t.trace_id), (0.2, 50.0), None, &causes);
             annotate(&mut rs, t, &v);
         }
         rs

@@ -63,6 +63,7 @@ use analysis::trace::RouteMap;
 use analysis::verdict::verdict;
 use annotate::{annotate, kv};
 use config::CorrelateConfig;
+use model::cause::{Causes, UNKNOWN};
 use model::trace::{SpanRef, SpanRow, NOT_IN_BATCH, PROMPT_BASELINE};
 use model::{Hex16, RcaEvent, Rule, TraceRow};
 use source::{Correlation, Tick};
@@ -169,10 +170,12 @@ impl ProcessorFactory for CorrelateFactory {
         if !cfg.alerts.rules.is_empty() && !ctx.pipeline_signals.contains(Signal::Logs) {
             tracing::debug!(processor = %id, "Alert rules are evaluated by this processor's instance in a logs pipeline.");
         }
-        let builtin = rules::builtin_with(&cfg.retry_storm, cfg.min_message_wait)
+        let builtin: Vec<Rule> = rules::builtin_with(&cfg.retry_storm, cfg.min_message_wait)
             .into_iter()
             .chain(correlation.sources.rules())
             .collect();
+        // Every built-in cause is described, whichever rules run.
+        let causes = Causes::of_rules(&builtin);
         let rules = rules::assemble(builtin, cfg.builtin_rules, &cfg.rules);
         // Every rule's error counter exists from the start (at 0), so dashboards
         // and alert rules on it see a series before the first failure.
@@ -192,6 +195,7 @@ impl ProcessorFactory for CorrelateFactory {
             }
         }
         Ok(Box::new(Correlate {
+            causes,
             lookback_ns: nanos(cfg.metric_lookback.get()),
             lookahead_ns: nanos(cfg.metric_lookahead.get()),
             min_share: cfg.min_explained_share,
@@ -380,6 +384,8 @@ struct Correlate {
     alert_every: Duration,
     next_alert: Instant,
     rules: Vec<Rule>,
+    /// What each cause is.
+    causes: Causes,
     /// The rules' plans, made once.
     planner: rules::Planner,
     correlation: Arc<Correlation>,
@@ -524,14 +530,12 @@ impl Correlate {
                 findings.get(&t.trace_id),
                 (self.min_share, self.min_ms),
                 Some(&self.correlation.store.peers),
+                &self.causes,
             );
             // Unexplained: no cause, or only the fallback that gateway logs or
             // metrics arriving later could replace; or a timeout, whose callee
             // was still running when the caller gave up: its spans come later.
-            let unexplained = matches!(
-                v.best.cause.as_str(),
-                "unknown" | "slow_dependency" | "upstream_timeout"
-            );
+            let unexplained = self.causes.get(&v.best.cause).waits;
             if unexplained
                 && !again
                 && !t.continuation
@@ -569,7 +573,7 @@ impl Correlate {
                 &self.sample_attrs,
             );
             let extra = incidents::sample::record_attributes(&sample);
-            let healthy = v.best.cause == "unknown" && !sample.failed;
+            let healthy = v.best.cause == UNKNOWN.name && !sample.failed;
             samples.push(sample);
             let evidence = annotate(rs, t, &v);
             if self.correlation.store.keeps_views() {

@@ -58,9 +58,49 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::analysis::verdict::dependency_name;
+use super::model::cause::{
+    self, Cause, Face, CIRCUIT_OPEN, CONSUMER_LAG, DB_CONNECTION_SATURATION, RATE_LIMITED,
+    RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
+};
 use super::model::columns::{LOG_COLUMNS, SPAN_COLUMNS, TRACE_COLUMNS};
 use super::model::table::{batch_of, schema_of, Table};
+use super::model::SpanRow;
 use super::model::{Finding, Rule, TraceRow};
+
+/// A prompt far longer than the model's usual held the prefill.
+pub static LONG_PROMPT: Cause = Cause::new("long_prompt", cause::service);
+
+/// Time waiting before work began: a callee's accept queue, a pool or lock
+/// of the service's own.
+pub static QUEUEING: Cause = Cause::new("queueing", queue_kind);
+
+fn queue_kind(c: &SpanRow) -> &'static str {
+    if c.queue_ms.is_some() {
+        "callee"
+    } else {
+        "service"
+    }
+}
+
+/// An error with no mechanism found: it names the span where it began.
+pub static ERROR: Cause = Cause::new("error", cause::service)
+    .fallback()
+    .status_only_at_response()
+    .face(Face::Error);
+
+/// A span slower than its baseline, no mechanism found: it names the span.
+pub static SLOW_DEPENDENCY: Cause = Cause::new("slow_dependency", slow_kind).fallback().waits();
+
+fn slow_kind(c: &SpanRow) -> &'static str {
+    if dependency_name(c).is_some() {
+        "dependency"
+    } else if c.kind == "client" {
+        "callee"
+    } else {
+        "service"
+    }
+}
 
 /// A root-cause rule: SQL over the joined evidence.
 #[derive(Debug, Clone, Deserialize)]
@@ -130,7 +170,7 @@ pub fn builtin_with(storm: &RetryStormConfig, min_message_wait: Duration) -> Vec
     vec![
         r(
             "client_429",
-            "rate_limited",
+            &RATE_LIMITED,
             r#"
 SELECT s.trace_id, 1.0 AS confidence,
   concat(max(s.service), ' was rate-limited by ', coalesce(max(a.service), max(g.service), max(s.callee), max(s.server_address), max(s.rpc_service), 'its upstream'), ': ',
@@ -152,7 +192,7 @@ GROUP BY s.trace_id"#,
         ),
         r(
             "client_timeout",
-            "upstream_timeout",
+            &UPSTREAM_TIMEOUT,
             r#"
 SELECT s.trace_id, 1.0 AS confidence,
   concat(max(s.service), ' timed out calling ', coalesce(max(s.callee), max(s.server_address), max(s.name)), ' after ',
@@ -170,7 +210,7 @@ GROUP BY s.trace_id"#,
         ),
         r(
             "client_unavailable",
-            "upstream_unavailable",
+            &UPSTREAM_UNAVAILABLE,
             r#"
 SELECT s.trace_id, 1.0 AS confidence,
   concat(max(s.service), ' could not reach ', coalesce(max(s.callee), max(s.server_address), max(s.name)), ': ',
@@ -195,7 +235,7 @@ GROUP BY s.trace_id"#,
         ),
         r(
             "client_circuit_open",
-            "circuit_open",
+            &CIRCUIT_OPEN,
             r#"
 WITH b AS (
   SELECT s.trace_id, s.span_id, s.service, s.start_ms, s.duration_ms,
@@ -224,7 +264,7 @@ GROUP BY b.trace_id"#,
         ),
         r(
             "db_refused",
-            "db_connection_saturation",
+            &DB_CONNECTION_SATURATION,
             r#"
 SELECT s.trace_id, 1.0 AS confidence,
   concat(max(s.service), ' could not connect to ', max(s.system), ': every connection slot was taken (', max(s.said), ')') AS summary,
@@ -249,7 +289,7 @@ GROUP BY s.trace_id"#,
         ),
         r(
             "tls_handshake",
-            "tls_handshake",
+            &TLS_HANDSHAKE,
             r#"
 SELECT s.trace_id, 1.0 AS confidence,
   concat('TLS handshake with ', coalesce(max(s.server_address), max(c.callee), max(c.server_address), max(p.callee), max(p.server_address), 'the upstream'), ' took ',
@@ -266,7 +306,7 @@ GROUP BY s.trace_id"#,
         ),
         r(
             "long_prompt",
-            "long_prompt",
+            &LONG_PROMPT,
             r#"
 SELECT s.trace_id, 1.0 AS confidence,
   concat('a prompt of ', CAST(max(s.input_tokens) AS VARCHAR), ' tokens to ', coalesce(max(s.gen_ai_model), max(s.service)),
@@ -285,7 +325,7 @@ GROUP BY s.trace_id"#,
         ),
         r(
             "client_retries",
-            "retry_storm",
+            &RETRY_STORM,
             &format!(
                 r#"
 SELECT s.trace_id, 1.0 AS confidence,
@@ -306,7 +346,7 @@ GROUP BY s.trace_id"#,
         ),
         r(
             "message_wait",
-            "consumer_lag",
+            &CONSUMER_LAG,
             &format!(
                 r#"
 SELECT s.trace_id, 1.0 AS confidence,
@@ -323,7 +363,7 @@ GROUP BY s.trace_id"#
         ),
         r(
             "queueing",
-            "queueing",
+            &QUEUEING,
             r#"
 SELECT s.trace_id, 0.8 AS confidence,
   first_value(concat('the request from ', s.service, ' to ', coalesce(s.callee, s.server_address, s.name), ' waited ',
@@ -347,7 +387,7 @@ GROUP BY s.trace_id"#,
         ),
         r(
             "error",
-            "error",
+            &ERROR,
             r#"
 SELECT t.trace_id, 1.0 AS confidence,
   concat('error in ', coalesce(t.error_service, t.culprit_service), ': ',
@@ -360,7 +400,7 @@ WHERE t.error"#,
         ),
         r(
             "slow_dependency",
-            "slow_dependency",
+            &SLOW_DEPENDENCY,
             r#"
 SELECT t.trace_id, CASE WHEN t.culprit_excess_ms IS NULL THEN 0.4 ELSE 0.6 END AS confidence,
   concat(t.culprit_service, ' ', t.culprit_name, ' took ', CAST(CAST(t.culprit_self_ms AS BIGINT) AS VARCHAR), ' ms of ',
@@ -385,6 +425,7 @@ pub fn assemble(builtin: Vec<Rule>, builtin_rules: bool, user: &[RuleConfig]) ->
             cause: u.cause.clone(),
             sql: u.sql.clone(),
             user: true,
+            described: None,
         });
     }
     rules

@@ -1,4 +1,5 @@
 use super::*;
+use crate::correlate::model::cause::Causes;
 use crate::correlate::model::table::Table;
 use crate::correlate::model::{Trouble, Verdict};
 use crate::correlate::source::deps;
@@ -168,10 +169,12 @@ fn join_all(c: &Correlation, rs: &[ResourceSpans]) -> (Vec<TraceRow>, Vec<Table>
 
 async fn analyse(c: &Correlation, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verdict)> {
     let (traces, tables) = join_all(c, rs);
+    let rules = all_rules(c);
     let (findings, errors) = rules::Planner::new(&c.sources.tables())
-        .evaluate(&all_rules(c), &traces, tables)
+        .evaluate(&rules, &traces, tables)
         .await;
     assert!(errors.is_empty(), "{errors:?}");
+    let causes = Causes::of_rules(&rules);
     traces
         .into_iter()
         .map(|t| {
@@ -180,6 +183,7 @@ async fn analyse(c: &Correlation, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Ve
                 findings.get(&t.trace_id),
                 (0.2, 50.0),
                 Some(&c.store.peers),
+                &causes,
             );
             annotate(rs, &t, &v);
             (t, v)
@@ -423,6 +427,7 @@ async fn kafka_lag_trend_over_the_join_interval_is_a_column_rules_can_use() {
         cause: "consumer_lag".into(),
         sql: "SELECT trace_id, 0.99 AS confidence, concat('lag grew by ', CAST(CAST(max(lag_trend) AS BIGINT) AS VARCHAR)) AS summary FROM kafka_lag WHERE lag_trend > 1000 GROUP BY trace_id".into(),
         user: true,
+        described: None,
     };
     let (findings, errors) = rules::Planner::new(&st.sources.tables())
         .evaluate(&[growing], &traces, tables)
@@ -1585,6 +1590,7 @@ async fn physical_plans_made_once_read_each_evaluations_rows_through_joins_and_c
               FROM traces t JOIN spans s ON s.trace_id = t.trace_id GROUP BY t.trace_id"
             .into(),
         user: true,
+        described: None,
     };
     let rows = |tag: u8, children: u8| {
         let mut spans = vec![sp(1, None, "GET /x", Server, 0, 100)];

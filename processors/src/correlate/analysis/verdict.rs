@@ -3,6 +3,7 @@
 
 use super::chain::Chain;
 use super::peers::Peers;
+use crate::correlate::model::cause::{Cause, Causes, UNKNOWN};
 use crate::correlate::model::finding::CULPRIT_KINDS;
 use crate::correlate::model::trace::{parse_hex16, Hex16};
 use crate::correlate::model::{Finding, SpanRow, TraceRow, Verdict};
@@ -44,40 +45,12 @@ fn span_of(t: &TraceRow, f: &Finding) -> Option<usize> {
         .and_then(|id| t.spans.iter().position(|s| s.span_id == id))
 }
 
-/// The causes that name a span, not a mechanism: an error with no
-/// mechanism found, a span slower than its baseline. Any mechanism that
-/// explains the same failure, or half the same time, explains them.
-const FALLBACKS: [&str; 2] = ["error", "slow_dependency"];
-
-/// How a cause's failure looks to the caller, at the same call: an open
-/// circuit answers 503 (an upstream unavailable, an error); a retry storm's
-/// attempts fail with what their callee answered. At one step of the chain
-/// the cause explains these, which are its consequences there.
-const SHOWS_AS: [(&str, &[&str]); 2] = [
-    ("circuit_open", &["upstream_unavailable", "error"]),
-    (
-        "retry_storm",
-        &[
-            "upstream_unavailable",
-            "upstream_timeout",
-            "rate_limited",
-            "error",
-            "consumer_lag",
-        ],
-    ),
-];
-
 /// Whether spans `a` and `b` are one call: the same span, attempts of one
 /// retried call, or a call and the attempts (or callee) below it.
 fn same_call(t: &TraceRow, a: usize, b: usize) -> bool {
     super::chain::same_attempt(t, a, b)
         || t.spans[a].parent == Some(b)
         || t.spans[b].parent == Some(a)
-}
-
-/// Whether cause `x` explains cause `y` found at the same call.
-fn shows_as(x: &str, y: &str) -> bool {
-    SHOWS_AS.iter().any(|(c, ys)| *c == x && ys.contains(&y))
 }
 
 /// How much a failure finding closer to the response than the origin's
@@ -92,10 +65,11 @@ struct Placed {
     f: Finding,
     /// The chain step it explains the failure at (0: the response).
     step: usize,
-    /// A fallback cause (see [`FALLBACKS`]), or an error with nothing but
-    /// its status to show.
+    /// What its cause is.
+    cause: &'static Cause,
+    /// A fallback cause ([`Cause::fallback`]).
     fallback: bool,
-    /// Another finding at its step explains it (see [`SHOWS_AS`]).
+    /// Another finding at its step explains it ([`Cause::explains`]).
     shown: bool,
     /// The span it names.
     span: Option<usize>,
@@ -124,6 +98,7 @@ pub fn verdict(
     findings: Option<&Vec<Finding>>,
     min_share: (f64, f64),
     peers: Option<&Peers>,
+    causes: &Causes,
 ) -> Verdict {
     let dur = t.duration_ms.max(1e-6);
     let chain = Chain::of(t);
@@ -143,7 +118,8 @@ pub fn verdict(
                 && r.grpc_status.is_none()
                 && r.status_message.is_empty()
         };
-        let fallback = FALLBACKS.contains(&f.cause.as_str()) && !f.user;
+        let cause = causes.get(&f.cause);
+        let fallback = cause.fallback && !f.user;
         let line_at = f
             .at_span_id
             .as_deref()
@@ -151,9 +127,9 @@ pub fn verdict(
             .and_then(|id| t.spans.iter().position(|s| s.span_id == id));
         let step = match span {
             Some(s) if f.explains_failure => {
-                if f.cause == "retry_storm" && chain.through_retries(t, s) {
+                if cause.holds_retries && chain.through_retries(t, s) {
                     chain.origin()
-                } else if f.cause == "error" && bare(s) {
+                } else if cause.status_only_at_response && bare(s) {
                     // A status alone (a 5xx with no exception or message)
                     // says that it failed, not where: the response's step.
                     0
@@ -180,7 +156,8 @@ pub fn verdict(
             _ => 0,
         };
         placed.push(Placed {
-            fallback: fallback || (f.cause == "error" && span.is_some_and(bare)),
+            fallback: fallback || (cause.status_only_at_response && span.is_some_and(bare)),
+            cause,
             shown: false,
             span,
             step,
@@ -195,10 +172,9 @@ pub fn verdict(
             z.f.cause != x.f.cause
                 && z.f.explains_failure == x.f.explains_failure
                 && if x.f.explains_failure {
-                    z.step == step
-                        && (shows_as(&z.f.cause, &x.f.cause) || (x.fallback && !z.fallback))
+                    z.step == step && (z.cause.explains(x.cause) || (x.fallback && !z.fallback))
                 } else {
-                    (shows_as(&z.f.cause, &x.f.cause)
+                    (z.cause.explains(x.cause)
                         && matches!((x.span, z.span), (Some(a), Some(b)) if same_call(t, a, b)))
                         // A mechanism explaining half a fallback's time explains it.
                         || (x.fallback
@@ -341,7 +317,7 @@ pub fn verdict(
             .unwrap_or(&t.spans[t.culprit]);
         Finding {
             rule: "none".into(),
-            cause: "unknown".into(),
+            cause: UNKNOWN.name.into(),
             confidence: 0.0,
             summary: format!(
                 "no evidence explains it; the largest self time on the critical path is {} {} ({} ms of {} ms)",
@@ -372,7 +348,7 @@ pub fn verdict(
         .and_then(|id| t.spans.iter().position(|s| s.span_id == id))
         .unwrap_or(fallback);
     let mut best = best;
-    if best.cause != "retry_storm" {
+    if !causes.get(&best.cause).holds_retries {
         if let Some(note) = retry_note(t) {
             best.summary.push_str(&note);
         }
@@ -383,7 +359,7 @@ pub fn verdict(
         .culprit_kind
         .as_deref()
         .and_then(|k| CULPRIT_KINDS.iter().copied().find(|x| *x == k))
-        .unwrap_or_else(|| default_kind(&best.cause, &t.spans[culprit]));
+        .unwrap_or_else(|| (causes.get(&best.cause).kind)(&t.spans[culprit]));
     let culprit_service = culprit_service(t, culprit, kind, best.culprit_service.as_deref(), peers);
     Verdict {
         best,
@@ -434,7 +410,7 @@ fn reason(t: &TraceRow, chain: &Chain, placed: &[Placed]) -> String {
         let why = if best.f.explains_failure && p.f.explains_failure {
             if p.step < best.step {
                 "closer to the response: a consequence".to_string()
-            } else if shows_as(&best.f.cause, &p.f.cause) {
+            } else if best.cause.explains(p.cause) {
                 format!("how {} shows at the same call", best.f.cause)
             } else if p.fallback && !best.fallback {
                 "at the same call, names no mechanism".to_string()
@@ -463,35 +439,6 @@ fn reason(t: &TraceRow, chain: &Chain, placed: &[Placed]) -> String {
         out.push_str(&over.join(", "));
     }
     out
-}
-
-/// The kind of fault a cause is when its rule does not say.
-pub fn default_kind(cause: &str, c: &SpanRow) -> &'static str {
-    match cause {
-        "rate_limited" => "limiter",
-        "upstream_timeout"
-        | "upstream_unavailable"
-        | "circuit_open"
-        | "retry_storm"
-        | "tls_handshake" => "callee",
-        // The accept queue of a callee; a pool or lock of the service's own.
-        "queueing" if c.queue_ms.is_some() => "callee",
-        "consumer_lag" => "consumer",
-        "host_cpu_saturation"
-        | "host_io_wait"
-        | "host_memory_pressure"
-        | "gpu_saturation"
-        | "gpu_memory_pressure" => "host",
-        "cache_miss_fallback"
-        | "db_connection_saturation"
-        | "db_lock_contention"
-        | "inference_queueing"
-        | "kv_cache_pressure"
-        | "tokenizer_cpu" => "dependency",
-        "slow_dependency" if dependency_name(c).is_some() => "dependency",
-        "slow_dependency" if c.kind == "client" => "callee",
-        _ => "service",
-    }
 }
 
 /// A dependency's name: `peer.service`, else its `db.system` or
@@ -654,4 +601,203 @@ fn retry_note(t: &TraceRow) -> Option<String> {
         out.push_str(", then succeeded");
     }
     Some(out)
+}
+
+/// Each property of a cause's descriptor changes the verdict as it says,
+/// whatever the cause is named (the causes here are made up).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::correlate::model::cause::{self, Face};
+
+    /// A failed request: a server span (0) whose client call (1) failed
+    /// with an exception, both 100 ms.
+    fn failed_call(message: &str) -> TraceRow {
+        let span = |id: u64, parent: Option<usize>, kind: &'static str| SpanRow {
+            span_id: id,
+            parent_id: parent.map_or(0, |p| p as u64 + 1),
+            parent,
+            kind,
+            service: "api".into(),
+            name: format!("span-{id}"),
+            end_ms: 100.0,
+            duration_ms: 100.0,
+            self_ms: 50.0,
+            path_ms: 50.0,
+            critical: true,
+            status: "error",
+            status_message: message.into(),
+            depth: parent.map_or(0, |_| 1),
+            ..Default::default()
+        };
+        TraceRow {
+            trace_id: "t".into(),
+            duration_ms: 100.0,
+            spans: vec![span(1, None, "server"), span(2, Some(0), "client")],
+            culprit: 1,
+            error_origin: Some(1),
+            failed: true,
+            ..Default::default()
+        }
+    }
+
+    fn finding(c: &Cause, span: u64, failure: bool, confidence: f64) -> Finding {
+        Finding {
+            rule: format!("rule-{}", c.name),
+            cause: c.name.into(),
+            confidence,
+            summary: c.name.into(),
+            culprit_span_id: Some(Hex16::of(span).as_str().to_string()),
+            culprit_service: None,
+            culprit_kind: None,
+            evidence: None,
+            at_span_id: None,
+            user: false,
+            explained_ms: 50.0,
+            explains_failure: failure,
+        }
+    }
+
+    fn best(t: &TraceRow, findings: Vec<Finding>, causes: &[&'static Cause]) -> Verdict {
+        verdict(
+            t,
+            Some(&findings),
+            (0.2, 10.0),
+            None,
+            &Causes::of(causes.iter().copied()),
+        )
+    }
+
+    static MECHANISM: Cause = Cause::new("mechanism", cause::callee);
+    static NAMES_A_SPAN: Cause = Cause::new("names_a_span", cause::service).fallback();
+    static NOT_A_FALLBACK: Cause = Cause::new("names_a_span", cause::service);
+
+    #[test]
+    fn a_fallback_gives_way_to_a_mechanism_at_the_same_step() {
+        let t = failed_call("boom");
+        // The fallback's evidence is stronger; a mechanism still explains it.
+        let f = vec![
+            finding(&NAMES_A_SPAN, 2, true, 0.9),
+            finding(&MECHANISM, 2, true, 0.5),
+        ];
+        assert_eq!(
+            best(&t, f.clone(), &[&NAMES_A_SPAN, &MECHANISM]).best.cause,
+            "mechanism"
+        );
+        // Described as a mechanism, the stronger evidence wins.
+        assert_eq!(
+            best(&t, f, &[&NOT_A_FALLBACK, &MECHANISM]).best.cause,
+            "names_a_span"
+        );
+    }
+
+    static OPENS: Cause = Cause::new("opens", cause::callee).shows_as(&[Face::Unavailable]);
+    static REFUSED: Cause = Cause::new("refused", cause::callee).face(Face::Unavailable);
+    static REFUSED_OTHERWISE: Cause = Cause::new("refused", cause::callee).face(Face::Timeout);
+
+    #[test]
+    fn a_cause_explains_what_its_failure_shows_as_at_the_same_call() {
+        let t = failed_call("boom");
+        let f = vec![
+            finding(&REFUSED, 2, true, 0.9),
+            finding(&OPENS, 2, true, 0.5),
+        ];
+        let v = best(&t, f.clone(), &[&OPENS, &REFUSED]);
+        assert_eq!(v.best.cause, "opens");
+        assert!(
+            v.reason.contains("how opens shows at the same call"),
+            "{}",
+            v.reason
+        );
+        // A face it does not show as: the stronger evidence wins.
+        assert_eq!(
+            best(&t, f, &[&OPENS, &REFUSED_OTHERWISE]).best.cause,
+            "refused"
+        );
+    }
+
+    fn blame_dependency(_: &SpanRow) -> &'static str {
+        "dependency"
+    }
+    static BLAMES_A_DEPENDENCY: Cause = Cause::new("blames", blame_dependency);
+    static BLAMES_THE_HOST: Cause = Cause::new("blames", cause::host);
+
+    #[test]
+    fn the_kind_of_fault_comes_from_the_descriptor_when_the_rule_does_not_say() {
+        let t = failed_call("boom");
+        let f = vec![finding(&BLAMES_A_DEPENDENCY, 2, true, 0.9)];
+        assert_eq!(
+            best(&t, f.clone(), &[&BLAMES_A_DEPENDENCY]).culprit_kind,
+            "dependency"
+        );
+        assert_eq!(
+            best(&t, f.clone(), &[&BLAMES_THE_HOST]).culprit_kind,
+            "host"
+        );
+        let mut said = f;
+        said[0].culprit_kind = Some("limiter".into());
+        assert_eq!(best(&t, said, &[&BLAMES_THE_HOST]).culprit_kind, "limiter");
+    }
+
+    static STATUS_SAYS_WHERE_NOT: Cause =
+        Cause::new("bare", cause::service).status_only_at_response();
+    static STATUS_SAYS_WHERE: Cause = Cause::new("bare", cause::service);
+
+    #[test]
+    fn a_bare_status_sits_at_the_response_when_the_descriptor_says_so() {
+        // No exception, no message: a status alone. The deeper finding
+        // (at the call) is nearer the origin than one at the response.
+        let t = failed_call("");
+        let f = vec![
+            finding(&STATUS_SAYS_WHERE_NOT, 2, true, 0.9),
+            finding(&MECHANISM, 1, true, 0.3),
+        ];
+        assert_eq!(
+            best(&t, f.clone(), &[&STATUS_SAYS_WHERE_NOT, &MECHANISM])
+                .best
+                .cause,
+            "mechanism"
+        );
+        assert_eq!(
+            best(&t, f, &[&STATUS_SAYS_WHERE, &MECHANISM]).best.cause,
+            "bare"
+        );
+    }
+
+    static HOLDS_RETRIES: Cause = Cause::new("storm", cause::callee).holds_retries();
+    static NO_RETRIES: Cause = Cause::new("storm", cause::callee);
+
+    #[test]
+    fn a_cause_that_holds_retries_takes_no_retry_note() {
+        // The call was retried: three attempts, the last failed.
+        let mut t = failed_call("boom");
+        let mut again = t.spans[1].clone();
+        again.span_id = 3;
+        t.spans[1].attempt = Some(1);
+        t.spans[1].attempts = Some(3);
+        again.attempt = Some(2);
+        again.attempts = Some(3);
+        t.spans.push(again);
+        let f = vec![finding(&HOLDS_RETRIES, 2, true, 0.9)];
+        let with = best(&t, f.clone(), &[&NO_RETRIES]).best.summary;
+        let without = best(&t, f, &[&HOLDS_RETRIES]).best.summary;
+        assert_eq!(without, "storm");
+        assert_ne!(
+            with, "storm",
+            "a retried call gets a note unless its cause holds the retries"
+        );
+    }
+
+    #[test]
+    fn a_cause_no_built_in_rule_describes_is_a_mechanism_blaming_the_service() {
+        let causes = Causes::of([&MECHANISM]);
+        let user = causes.get("from_a_users_rule");
+        assert!(!user.fallback && !user.waits && !user.holds_retries);
+        assert_eq!((user.kind)(&SpanRow::default()), "service");
+        assert!(
+            causes.get(cause::UNKNOWN.name).waits,
+            "the verdict's own is always described"
+        );
+        assert_eq!(causes.get("mechanism").name, "mechanism");
+    }
 }

@@ -9,6 +9,7 @@ use super::hist::Hist;
 use super::route::{count_attr, count_level, Agg, Normal, OTHER};
 use super::sample::Sample;
 use super::slo::Burn;
+use crate::correlate::model::cause::UNKNOWN;
 
 /// An incident, as kept (and persisted while open).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -455,7 +456,7 @@ impl Incident {
     pub fn cause(&self, e: &Explanation) -> String {
         e.causes
             .first()
-            .map_or_else(|| "unknown".to_string(), |c| c.cause.clone())
+            .map_or_else(|| UNKNOWN.name.to_string(), |c| c.cause.clone())
     }
 }
 

@@ -12,16 +12,20 @@ pub struct Rule {
     pub sql: String,
     /// A user rule (wins ties against built-ins).
     pub user: bool,
+    /// What its cause is, for a built-in rule (a user's rule's cause is
+    /// looked up by name among the built-ins').
+    pub described: Option<&'static super::cause::Cause>,
 }
 
 impl Rule {
-    /// A built-in rule.
-    pub fn builtin(name: &str, cause: &str, sql: &str) -> Rule {
+    /// A built-in rule finding `cause`.
+    pub fn builtin(name: &str, cause: &'static super::cause::Cause, sql: &str) -> Rule {
         Rule {
             name: name.into(),
-            cause: cause.into(),
+            cause: cause.name.into(),
             sql: sql.into(),
             user: false,
+            described: Some(cause),
         }
     }
 }

@@ -21,6 +21,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use super::{json, Join, Source, Tick, Values, View, JOIN_ATTRS};
+use crate::correlate::model::cause::{
+    CIRCUIT_OPEN, RATE_LIMITED, UNKNOWN, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
+};
 use crate::correlate::model::series::{find, s, Kept, Offer, PointKind, ROUTE_KEYS};
 use crate::correlate::model::table::{count, f64f, i64f, schema, so, utf8, Cols, Table, V};
 use crate::correlate::model::{Joined, Key, LogEvidence, Rule, TraceRow, Trouble};
@@ -178,7 +181,7 @@ impl Gateway {
                 // The dominant cause among those that name one.
                 let top = causes.and_then(|c| {
                     c.iter()
-                        .filter(|(cause, _)| cause.as_str() != "unknown")
+                        .filter(|(cause, _)| cause.as_str() != UNKNOWN.name)
                         .max_by_key(|(_, x)| x.0)
                         .or_else(|| c.iter().max_by_key(|(_, x)| x.0))
                 });
@@ -383,7 +386,7 @@ impl Source for Gateway {
         vec![
             r(
                 "gateway_429",
-                "rate_limited",
+                &RATE_LIMITED,
                 r#"
 SELECT l.trace_id, 1.0 AS confidence,
   concat('route ', coalesce(max(l.route), '?'), ' rate-limited by ', coalesce(max(l.rate_limit_rule), 'a rate limit'), ': ',
@@ -411,7 +414,7 @@ HAVING sum(CASE WHEN l.status = 429 THEN 1 ELSE 0 END) > 0"#,
             ),
             r(
                 "gateway_circuit_open",
-                "circuit_open",
+                &CIRCUIT_OPEN,
                 r#"
 SELECT l.trace_id, 1.0 AS confidence,
   concat('circuit breaker ', coalesce(max(upper(l.circuit_state)), 'OPEN'), ' for ', coalesce(max(CASE WHEN (upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN') OR l.response_flags LIKE '%UO%') THEN l.upstream END), 'the upstream'),
@@ -429,7 +432,7 @@ HAVING sum(CASE WHEN upper(l.circuit_state) IN ('OPEN', 'HALF_OPEN', 'HALF-OPEN'
             ),
             r(
                 "gateway_504",
-                "upstream_timeout",
+                &UPSTREAM_TIMEOUT,
                 r#"
 SELECT l.trace_id, 1.0 AS confidence,
   concat('upstream ', coalesce(max(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN l.upstream END), '?'), ' timed out on route ', coalesce(max(l.route), '?'), ': ',
@@ -445,7 +448,7 @@ HAVING sum(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN 1 ELSE 
             ),
             r(
                 "gateway_503",
-                "upstream_unavailable",
+                &UPSTREAM_UNAVAILABLE,
                 r#"
 SELECT l.trace_id, 1.0 AS confidence,
   concat('upstream ', coalesce(max(CASE WHEN l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR l.response_flags LIKE '%UH%' THEN l.upstream END), '?'), ' unavailable on route ', coalesce(max(l.route), '?'), ': ',

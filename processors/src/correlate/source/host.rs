@@ -18,10 +18,29 @@ use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{json, row_time, Join, Source, Tick, Values, JOIN_ATTRS};
+use crate::correlate::model::cause::{self, Cause};
 use crate::correlate::model::series::{find, machine, s, Kept, Offer, PointKind, ROUTE_KEYS};
 use crate::correlate::model::table::{boolf, f64f, schema, utf8, Cols, V};
 use crate::correlate::model::{Joined, Key, Rule, Series, TraceRow, Trouble};
 use crate::correlate::store::Store;
+
+/// The GPU was busy.
+pub static GPU_SATURATION: Cause = Cause::new("gpu_saturation", cause::host);
+
+/// The GPU's memory was nearly full.
+pub static GPU_MEMORY_PRESSURE: Cause = Cause::new("gpu_memory_pressure", cause::host);
+
+/// Tokenising the prompt held the CPU of the model server's host.
+pub static TOKENIZER_CPU: Cause = Cause::new("tokenizer_cpu", cause::dependency);
+
+/// The host's CPU was saturated.
+pub static HOST_CPU_SATURATION: Cause = Cause::new("host_cpu_saturation", cause::host);
+
+/// The host waited on its disks.
+pub static HOST_IO_WAIT: Cause = Cause::new("host_io_wait", cause::host);
+
+/// The host was short of memory.
+pub static HOST_MEMORY_PRESSURE: Cause = Cause::new("host_memory_pressure", cause::host);
 
 /// The host source.
 #[derive(Debug, Default)]
@@ -287,7 +306,7 @@ impl Source for Host {
         vec![
             r(
                 "gpu_busy",
-                "gpu_saturation",
+                &GPU_SATURATION,
                 r#"
 SELECT s.trace_id, 0.8 AS confidence,
   concat('GPU of ', max(h.host), ' ', CAST(CAST(round(max(h.gpu_util) * 100) AS BIGINT) AS VARCHAR),
@@ -310,7 +329,7 @@ GROUP BY s.trace_id"#,
             ),
             r(
                 "gpu_memory",
-                "gpu_memory_pressure",
+                &GPU_MEMORY_PRESSURE,
                 r#"
 SELECT s.trace_id, 0.8 AS confidence,
   concat('GPU memory of ', max(h.host), ' ', CAST(CAST(round(max(h.gpu_mem_used) * 100) AS BIGINT) AS VARCHAR),
@@ -333,7 +352,7 @@ GROUP BY s.trace_id"#,
             ),
             r(
                 "tokenizer_cpu",
-                "tokenizer_cpu",
+                &TOKENIZER_CPU,
                 r#"
 SELECT s.trace_id, 0.8 AS confidence,
   concat(max(s.service), ' spent ', CAST(CAST(max(s.self_ms) AS BIGINT) AS VARCHAR), ' ms in ', max(s.name), ' on ', max(h.host),
@@ -347,7 +366,7 @@ GROUP BY s.trace_id"#,
             ),
             r(
                 "host_cpu",
-                "host_cpu_saturation",
+                &HOST_CPU_SATURATION,
                 r#"
 SELECT h.trace_id, 0.8 AS confidence,
   concat('host ', max(h.host), ' CPU saturated (', CAST(CAST(max(h.cpu_busy) * 100 AS BIGINT) AS VARCHAR), '% busy) while ',
@@ -362,7 +381,7 @@ GROUP BY h.trace_id"#,
             ),
             r(
                 "host_iowait",
-                "host_io_wait",
+                &HOST_IO_WAIT,
                 r#"
 SELECT h.trace_id, 0.8 AS confidence,
   concat('host ', max(h.host), ' waiting on disk IO (iowait ', CAST(CAST(coalesce(max(h.iowait), 0) * 100 AS BIGINT) AS VARCHAR),
@@ -378,7 +397,7 @@ GROUP BY h.trace_id"#,
             ),
             r(
                 "host_memory",
-                "host_memory_pressure",
+                &HOST_MEMORY_PRESSURE,
                 r#"
 SELECT h.trace_id, 0.8 AS confidence,
   concat('host ', max(h.host), ' under memory pressure (',

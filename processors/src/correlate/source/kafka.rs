@@ -26,6 +26,7 @@ use super::{
     json, mine, row_time, wait_window, Column, Join, PageTable, Source, Tick, Values, View,
     JOIN_ATTRS,
 };
+use crate::correlate::model::cause::{CONSUMER_LAG, RETRY_STORM};
 use crate::correlate::model::series::{find, machine, s, Kept, Offer, PointKind, ROUTE_KEYS};
 use crate::correlate::model::table::{boolf, f64f, i64f, schema, utf8, Cols, Table, V};
 use crate::correlate::model::{Joined, Key, Rule, Series, SpanRow, TraceRow, Trouble};
@@ -394,7 +395,7 @@ impl Source for Kafka {
         vec![
             r(
                 "consumer_lag",
-                "consumer_lag",
+                &CONSUMER_LAG,
                 r#"
 SELECT k.trace_id, 1.0 AS confidence,
   concat('consumer group ', coalesce(max(k.consumer_group), '?'), ' lags on ', max(k.topic), ': ',
@@ -410,7 +411,7 @@ GROUP BY k.trace_id"#,
             ),
             r(
                 "retry_storm_topic",
-                "retry_storm",
+                &RETRY_STORM,
                 r#"
 SELECT k.trace_id, 1.0 AS confidence,
   concat('retry storm on ', max(k.topic), ': ', CAST(CAST(max(k.produce_rate) AS BIGINT) AS VARCHAR), ' messages/s') AS summary,

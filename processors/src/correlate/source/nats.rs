@@ -30,6 +30,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::BTreeMap;
 
 use super::{json, wait_window, Column, Join, PageTable, Source, Tick, Values, View, JOIN_ATTRS};
+use crate::correlate::model::cause::CONSUMER_LAG;
 use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
 use crate::correlate::model::table::{boolf, f64f, s, schema, utf8, Cols, Table, V};
 use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, SpanRow, TraceRow, Trouble};
@@ -397,7 +398,7 @@ impl Source for Nats {
     fn rules(&self) -> Vec<Rule> {
         vec![Rule::builtin(
             "nats_consumer_lag",
-            "consumer_lag",
+            &CONSUMER_LAG,
             r#"
 SELECT n.trace_id, 1.0 AS confidence,
   first_value(concat('NATS consumer ', n.consumer, ' of stream ', n.stream, ' is behind: ',

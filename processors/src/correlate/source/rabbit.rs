@@ -42,6 +42,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{json, wait_window, Column, Join, PageTable, Source, Tick, Values, View, JOIN_ATTRS};
+use crate::correlate::model::cause::{CONSUMER_LAG, RETRY_STORM};
 use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
 use crate::correlate::model::table::{boolf, f64f, i64f, s, schema, utf8, Cols, Table, V};
 use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, SpanRow, TraceRow, Trouble};
@@ -623,7 +624,7 @@ impl Source for Rabbit {
         vec![
             r(
                 "queue_backlog",
-                "consumer_lag",
+                &CONSUMER_LAG,
                 r#"
 SELECT trace_id, 1.0 AS confidence,
   first_value(summary ORDER BY explained_ms DESC) AS summary,
@@ -659,7 +660,7 @@ GROUP BY trace_id"#,
             ),
             r(
                 "retry_storm_queue",
-                "retry_storm",
+                &RETRY_STORM,
                 r#"
 SELECT q.trace_id, 1.0 AS confidence,
   concat('retry storm on RabbitMQ queue ', max(q.queue), ': ', CAST(CAST(max(q.publish_rate) AS BIGINT) AS VARCHAR), ' messages/s') AS summary,

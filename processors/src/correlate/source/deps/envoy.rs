@@ -5,6 +5,7 @@
 //! `outbound|9080||reviews.default.svc.cluster.local`), not the proxy's address.
 
 use super::{add, host_part, maxed, mean, norm, DepRow, Dependency, Family, Points, Window};
+use crate::correlate::model::cause::{CIRCUIT_OPEN, TLS_HANDSHAKE, UPSTREAM_UNAVAILABLE};
 use crate::correlate::model::table::{so, Column, V};
 use crate::correlate::model::{Rule, Series};
 
@@ -178,7 +179,7 @@ impl Family for Envoy {
         vec![
             r(
                 "envoy_overflow",
-                "circuit_open",
+                &CIRCUIT_OPEN,
                 r#"
 SELECT s.trace_id, 0.8 AS confidence,
   concat('Envoy''s circuit breaker for ', max(r.envoy_cluster), ' was at capacity when ', max(s.service), ' called ',
@@ -199,7 +200,7 @@ GROUP BY s.trace_id"#,
             ),
             r(
                 "envoy_connect_fail",
-                "upstream_unavailable",
+                &UPSTREAM_UNAVAILABLE,
                 r#"
 SELECT s.trace_id, 0.8 AS confidence,
   concat('Envoy could not connect to ', max(r.envoy_cluster), ' when ', max(s.service), ' called it: ',
@@ -216,7 +217,7 @@ GROUP BY s.trace_id"#,
             ),
             r(
                 "envoy_tls",
-                "tls_handshake",
+                &TLS_HANDSHAKE,
                 r#"
 SELECT s.trace_id, 0.8 AS confidence,
   concat('TLS to ', max(r.envoy_cluster), ' through Envoy: ',

@@ -6,8 +6,15 @@
 use std::collections::BTreeMap;
 
 use super::{add, maxed, mean, DepRow, Family, Points, Window};
+use crate::correlate::model::cause::{self, Cause};
 use crate::correlate::model::table::{Column, V};
 use crate::correlate::model::Rule;
+
+/// Requests waited in the inference server's queue.
+pub static INFERENCE_QUEUEING: Cause = Cause::new("inference_queueing", cause::dependency);
+
+/// The server's KV cache was full: requests were preempted or waited.
+pub static KV_CACHE_PRESSURE: Cause = Cause::new("kv_cache_pressure", cause::dependency);
 
 /// vLLM, Triton and the GenAI server metrics.
 #[derive(Debug, Default)]
@@ -178,7 +185,7 @@ impl Family for Llm {
         vec![
             r(
                 "inference_queue",
-                "inference_queueing",
+                &INFERENCE_QUEUEING,
                 r#"
 SELECT s.trace_id, 0.8 AS confidence,
   concat(coalesce(max(s.gen_ai_model), max(s.service)), ' request waited ', CAST(CAST(max(s.gen_ai_queue_ms) AS BIGINT) AS VARCHAR),
@@ -206,7 +213,7 @@ GROUP BY s.trace_id"#,
             ),
             r(
                 "kv_cache",
-                "kv_cache_pressure",
+                &KV_CACHE_PRESSURE,
                 r#"
 SELECT s.trace_id, 0.8 AS confidence,
   concat('vLLM ', max(r.address), ' KV cache ', CAST(CAST(round(max(r.kv_cache_usage) * 100) AS BIGINT) AS VARCHAR), '% full',

@@ -5,8 +5,12 @@
 use std::collections::BTreeMap;
 
 use super::{maxed, up, DepRow, Family, Points, Window};
+use crate::correlate::model::cause::{self, Cause, DB_CONNECTION_SATURATION};
 use crate::correlate::model::table::{so, Column, V};
 use crate::correlate::model::{Rule, Series};
+
+/// A query waited on a lock another transaction held.
+pub static DB_LOCK_CONTENTION: Cause = Cause::new("db_lock_contention", cause::dependency);
 
 /// PostgreSQL.
 #[derive(Debug, Default)]
@@ -131,7 +135,7 @@ impl Family for Postgresql {
         vec![
             r(
                 "db_lock",
-                "db_lock_contention",
+                &DB_LOCK_CONTENTION,
                 r#"
 SELECT s.trace_id, 0.8 AS confidence,
   concat(max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on PostgreSQL ', max(r.address),
@@ -149,7 +153,7 @@ GROUP BY s.trace_id"#,
             ),
             r(
                 "db_connections",
-                "db_connection_saturation",
+                &DB_CONNECTION_SATURATION,
                 r#"
 SELECT s.trace_id, 0.8 AS confidence,
   concat('PostgreSQL ', max(r.address), ' had ', CAST(CAST(max(r.connections) AS BIGINT) AS VARCHAR), ' of ',

@@ -3,8 +3,12 @@
 //! (Redis 7); the server beside the exporter by `redis_instance_info{tcp_port}`.
 
 use super::{maxed, up, DepRow, Family, Points, Window};
+use crate::correlate::model::cause::{self, Cause};
 use crate::correlate::model::table::{Column, V};
 use crate::correlate::model::{Rule, Series};
+
+/// A cache missed and the request fell back to the slower store.
+pub static CACHE_MISS_FALLBACK: Cause = Cause::new("cache_miss_fallback", cause::dependency);
 
 /// Redis.
 #[derive(Debug, Default)]
@@ -112,7 +116,7 @@ impl Family for Redis {
         let r = Rule::builtin;
         vec![r(
             "cache_miss_fallback",
-            "cache_miss_fallback",
+            &CACHE_MISS_FALLBACK,
             r#"
 SELECT d.trace_id, 1.0 AS confidence,
   concat('cache miss in ', max(c.service), ' (', coalesce(max(c.db_system), 'cache'),
