@@ -337,3 +337,104 @@ fn the_layer_check_sees_an_import_going_up() {
     assert_eq!(correlate_layer(&vec!["correlate".into()]), Some(6));
     assert_eq!(correlate_layer(&vec!["tail_sampling".into()]), None);
 }
+
+/// Whole string literals of `text` that are a plain lower-case word
+/// (`"circuit_open"`, not `"circuit open"` or SQL), except a rule's name
+/// (the first argument of `r(` or `Rule::builtin(`) and a column's (of
+/// `utf8(`, `boolf(`, `f64f(`, `i64f(`, `Column::text(`, …): those are
+/// names of their own that may share a cause's word.
+fn word_literals(text: &str) -> Vec<&str> {
+    const NAMING: [&str; 10] = [
+        "r(", "builtin(", "utf8(", "boolf(", "f64f(", "i64f(", "text(", "float(", "int(", "bool(",
+    ];
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(i) = text[at..].find('"') {
+        let open = at + i;
+        let after = &text[open + 1..];
+        let Some(end) = after.find('"') else { break };
+        let lit = &after[..end];
+        let before = text[..open].trim_end();
+        let named = NAMING.iter().any(|n| {
+            before.ends_with(n)
+                && !before[..before.len() - n.len()]
+                    .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        });
+        if !named && !lit.is_empty() && lit.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            out.push(lit);
+        }
+        at = open + 1 + end + 1;
+    }
+    out
+}
+
+/// The causes described in `correlate` (`Cause::new("name", …)`), with the file of each.
+fn described_causes(src: &Path) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    for path in modules(src).into_values() {
+        let text = std::fs::read_to_string(&path).expect("read");
+        let mut rest = without_tests(&text);
+        while let Some(i) = rest.find("Cause::new(\"") {
+            let after = &rest[i + "Cause::new(\"".len()..];
+            let end = after.find('"').expect("a closing quote");
+            if !after[..end].is_empty() {
+                out.insert(after[..end].to_string(), path.clone());
+            }
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+/// A cause's name is written once, in its descriptor: the rules, the
+/// verdict, the processor and the page name it by its constant, so a typo
+/// cannot become a silent wrong verdict. `"error"` is also a span status and
+/// a column (`spans.status`, `traces.error`), so it is left out.
+#[test]
+fn a_cause_is_named_only_in_its_descriptor() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("processors/src");
+    let causes = described_causes(&src.join("correlate").parent().expect("src"));
+    for expected in [
+        "unknown",
+        "circuit_open",
+        "retry_storm",
+        "cache_miss_fallback",
+        "host_io_wait",
+    ] {
+        assert!(
+            causes.contains_key(expected),
+            "no descriptor of {expected}: {causes:?}"
+        );
+    }
+    let mut wrong = Vec::new();
+    for path in modules(&src).into_values() {
+        if !path.starts_with(src.join("correlate")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("read");
+        for lit in word_literals(without_tests(&text)) {
+            match causes.get(lit) {
+                Some(home) if home != &path && lit != "error" => wrong.push(format!(
+                    "{} writes \"{lit}\", described in {}",
+                    path.display(),
+                    home.display()
+                )),
+                _ => {}
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The check sees a cause's name written outside its descriptor.
+#[test]
+fn the_cause_check_sees_a_name_written_twice() {
+    let text = "let c = Cause::new(\"lag\", x);\nif f.cause == \"lag\" {}";
+    assert_eq!(word_literals(text), ["lag", "lag"]);
+    assert_eq!(word_literals("\"a b\" \"SELECT x\" \"ok\""), ["ok"]);
+    // A rule's or a column's own name is not a cause's.
+    assert_eq!(
+        word_literals("r(\n \"lag\", &LAG, boolf(\"lag\"), f(\"lag\")"),
+        ["lag"]
+    );
+}

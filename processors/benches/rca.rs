@@ -214,7 +214,7 @@ fn bench(c: &mut Criterion) {
         .expect("runtime");
     let st = store();
     let rules = all_rules(&st);
-    let causes = Causes::of_rules(&rules);
+    let causes = Rule::causes(&rules);
     let tables = st.sources.tables();
     st.add_logs(&gateway_logs(1000), T0);
     let batch = traces(1000);

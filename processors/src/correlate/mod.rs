@@ -175,7 +175,7 @@ impl ProcessorFactory for CorrelateFactory {
             .chain(correlation.sources.rules())
             .collect();
         // Every built-in cause is described, whichever rules run.
-        let causes = Causes::of_rules(&builtin);
+        let causes = Rule::causes(&builtin);
         let rules = rules::assemble(builtin, cfg.builtin_rules, &cfg.rules);
         // Every rule's error counter exists from the start (at 0), so dashboards
         // and alert rules on it see a series before the first failure.

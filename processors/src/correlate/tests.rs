@@ -174,7 +174,7 @@ async fn analyse(c: &Correlation, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Ve
         .evaluate(&rules, &traces, tables)
         .await;
     assert!(errors.is_empty(), "{errors:?}");
-    let causes = Causes::of_rules(&rules);
+    let causes = Rule::causes(&rules);
     traces
         .into_iter()
         .map(|t| {

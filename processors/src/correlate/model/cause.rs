@@ -184,11 +184,6 @@ impl Causes {
         Causes(v)
     }
 
-    /// The descriptors of the causes of `rules`.
-    pub fn of_rules(rules: &[super::finding::Rule]) -> Causes {
-        Causes::of(rules.iter().filter_map(|r| r.described))
-    }
-
     /// The descriptor of `name`; a cause only a user's rule names is a
     /// mechanism blaming the service, with nothing else to say.
     pub fn get(&self, name: &str) -> &'static Cause {

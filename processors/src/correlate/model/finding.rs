@@ -28,6 +28,11 @@ impl Rule {
             described: Some(cause),
         }
     }
+
+    /// The descriptors of the causes of `rules`.
+    pub fn causes(rules: &[Rule]) -> super::cause::Causes {
+        super::cause::Causes::of(rules.iter().filter_map(|r| r.described))
+    }
 }
 
 /// What a rule concluded for a trace.

@@ -186,13 +186,16 @@ pub enum Takes {
     Nothing,
 }
 
+/// A policy type's evaluator, built from its settings.
+type Build = fn(&serde_yaml::Value, &mut Keys) -> Result<Box<dyn Evaluator>, String>;
+
 /// A registered policy type, its [`Kind`] type-erased.
 pub struct Type {
     /// The `type` value.
     pub name: &'static str,
     settings: Takes,
     check: fn(&serde_yaml::Value, &mut Check<'_>),
-    build: fn(&serde_yaml::Value, &mut Keys) -> Result<Box<dyn Evaluator>, String>,
+    build: Build,
 }
 
 impl Type {
