@@ -102,69 +102,133 @@ pub fn verdict(
 ) -> Verdict {
     let dur = t.duration_ms.max(1e-6);
     let chain = Chain::of(t);
-    let mut placed: Vec<Placed> = Vec::new();
-    for f in findings.into_iter().flatten() {
-        let mut f = f.clone();
-        let span = span_of(t, &f);
-        if !f.explained_ms.is_finite() {
-            f.explained_ms = t.spans[span.unwrap_or(t.culprit)].path_ms;
+    let mut placed: Vec<Placed> = findings
+        .into_iter()
+        .flatten()
+        .map(|f| place(t, &chain, f, peers, causes))
+        .collect();
+    mark_shown(t, &mut placed, min_share);
+    weigh(&mut placed, dur, min_share);
+    let eligible = |f: &Finding| {
+        f.explains_failure || (f.explained_ms / dur >= min_share.0 && f.explained_ms >= min_share.1)
+    };
+    placed.sort_by(|a, b| {
+        eligible(&b.f)
+            .cmp(&eligible(&a.f))
+            .then(b.f.explains_failure.cmp(&a.f.explains_failure))
+            .then(b.step.cmp(&a.step))
+            .then(a.shown.cmp(&b.shown))
+            .then(b.support.total_cmp(&a.support))
+            .then(b.f.user.cmp(&a.f.user))
+            .then(b.f.explained_ms.total_cmp(&a.f.explained_ms))
+    });
+    let (placed, agreed) = agree(placed);
+    let confidence = confidences(&placed);
+    let reason = match placed.first() {
+        Some(p) if eligible(&p.f) => reason(t, &chain, &placed),
+        _ => "no finding explains enough of it".to_string(),
+    };
+    let mut all: Vec<Finding> = placed
+        .into_iter()
+        .zip(confidence)
+        .map(|(p, c)| Finding {
+            confidence: c,
+            ..p.f
+        })
+        .collect();
+    for (cause, _, rules) in &agreed {
+        if rules.len() > 1 {
+            if let Some(f) = all.iter_mut().find(|f| f.cause == *cause) {
+                let also = format!("agreeing rules: {}", rules.join(", "));
+                f.evidence = Some(match f.evidence.take() {
+                    Some(e) if !e.is_empty() => format!("{e}; {also}"),
+                    _ => also,
+                });
+            }
         }
-        f.explained_ms = f.explained_ms.clamp(0.0, dur);
-        f.explains_failure &= t.failed;
-        let bare = |i: usize| {
-            let r = &t.spans[i];
-            r.exception_type.is_none()
-                && r.error_type.is_none()
-                && r.grpc_status.is_none()
-                && r.status_message.is_empty()
-        };
-        let cause = causes.get(&f.cause);
-        let fallback = cause.fallback && !f.user;
-        let line_at = f
-            .at_span_id
-            .as_deref()
-            .and_then(parse_hex16)
-            .and_then(|id| t.spans.iter().position(|s| s.span_id == id));
-        let step = match span {
-            Some(s) if f.explains_failure => {
-                if cause.holds_retries && chain.through_retries(t, s) {
-                    chain.origin()
-                } else if cause.status_only_at_response && bare(s) {
-                    // A status alone (a 5xx with no exception or message)
-                    // says that it failed, not where: the response's step.
-                    0
-                } else {
-                    chain.step_of(t, s)
-                }
-            }
-            // A finding of no span is a gateway's line: it sits at the
-            // call it describes.
-            // A gateway's line that names the call it answered sits there.
-            None if f.explains_failure && line_at.is_some() => {
-                line_at.map_or(0, |a| chain.step_of_line(t, a))
-            }
-            None if f.explains_failure => {
-                let named = f.culprit_service.as_deref();
-                let resolved = named.map(|n| resolve_name(n, peers));
-                match (named, resolved.as_deref()) {
-                    (Some(n), Some(r)) if n != r => chain
-                        .step_of_gateway(t, Some(r))
-                        .max(chain.step_of_gateway(t, Some(n))),
-                    _ => chain.step_of_gateway(t, named),
-                }
-            }
-            _ => 0,
-        };
-        placed.push(Placed {
-            fallback: fallback || (cause.status_only_at_response && span.is_some_and(bare)),
-            cause,
-            shown: false,
-            span,
-            step,
-            support: 0.0,
-            f,
-        });
     }
+    let best = if all.first().is_some_and(eligible) {
+        all.remove(0)
+    } else {
+        unknown(t)
+    };
+    conclude(t, best, all, reason, peers, causes)
+}
+
+/// A finding, placed on the trace's chain (see [`Placed`]).
+fn place(
+    t: &TraceRow,
+    chain: &Chain,
+    f: &Finding,
+    peers: Option<&Peers>,
+    causes: &Causes,
+) -> Placed {
+    let dur = t.duration_ms.max(1e-6);
+    let mut f = f.clone();
+    let span = span_of(t, &f);
+    if !f.explained_ms.is_finite() {
+        f.explained_ms = t.spans[span.unwrap_or(t.culprit)].path_ms;
+    }
+    f.explained_ms = f.explained_ms.clamp(0.0, dur);
+    f.explains_failure &= t.failed;
+    let bare = |i: usize| {
+        let r = &t.spans[i];
+        r.exception_type.is_none()
+            && r.error_type.is_none()
+            && r.grpc_status.is_none()
+            && r.status_message.is_empty()
+    };
+    let cause = causes.get(&f.cause);
+    let fallback = cause.fallback && !f.user;
+    let line_at = f
+        .at_span_id
+        .as_deref()
+        .and_then(parse_hex16)
+        .and_then(|id| t.spans.iter().position(|s| s.span_id == id));
+    let step = match span {
+        Some(s) if f.explains_failure => {
+            if cause.holds_retries && chain.through_retries(t, s) {
+                chain.origin()
+            } else if cause.status_only_at_response && bare(s) {
+                // A status alone (a 5xx with no exception or message)
+                // says that it failed, not where: the response's step.
+                0
+            } else {
+                chain.step_of(t, s)
+            }
+        }
+        // A finding of no span is a gateway's line: it sits at the
+        // call it describes.
+        // A gateway's line that names the call it answered sits there.
+        None if f.explains_failure && line_at.is_some() => {
+            line_at.map_or(0, |a| chain.step_of_line(t, a))
+        }
+        None if f.explains_failure => {
+            let named = f.culprit_service.as_deref();
+            let resolved = named.map(|n| resolve_name(n, peers));
+            match (named, resolved.as_deref()) {
+                (Some(n), Some(r)) if n != r => chain
+                    .step_of_gateway(t, Some(r))
+                    .max(chain.step_of_gateway(t, Some(n))),
+                _ => chain.step_of_gateway(t, named),
+            }
+        }
+        _ => 0,
+    };
+    Placed {
+        fallback: fallback || (cause.status_only_at_response && span.is_some_and(bare)),
+        cause,
+        shown: false,
+        span,
+        step,
+        support: 0.0,
+        f,
+    }
+}
+
+/// Mark each finding another explains at its step or call.
+fn mark_shown(t: &TraceRow, placed: &mut [Placed], min_share: (f64, f64)) {
+    let dur = t.duration_ms.max(1e-6);
     for i in 0..placed.len() {
         let (x, step) = (&placed[i], placed[i].step);
         // At the failure's step, or (for time) at the same call.
@@ -186,12 +250,17 @@ pub fn verdict(
         });
         placed[i].shown = shown;
     }
+}
+
+/// Each finding's support: its evidence's strength × how much of the
+/// failure or of the time it covers.
+fn weigh(placed: &mut [Placed], dur: f64, min_share: (f64, f64)) {
     let origin = placed
         .iter()
         .filter(|p| p.f.explains_failure)
         .map(|p| p.step)
         .max();
-    for p in &mut placed {
+    for p in placed.iter_mut() {
         let cover = if p.f.explains_failure {
             if Some(p.step) == origin && !p.shown {
                 1.0
@@ -214,19 +283,12 @@ pub fn verdict(
         };
         p.support = p.f.confidence.clamp(0.0, 1.0) * cover;
     }
-    let eligible = |f: &Finding| {
-        f.explains_failure || (f.explained_ms / dur >= min_share.0 && f.explained_ms >= min_share.1)
-    };
-    placed.sort_by(|a, b| {
-        eligible(&b.f)
-            .cmp(&eligible(&a.f))
-            .then(b.f.explains_failure.cmp(&a.f.explains_failure))
-            .then(b.step.cmp(&a.step))
-            .then(a.shown.cmp(&b.shown))
-            .then(b.support.total_cmp(&a.support))
-            .then(b.f.user.cmp(&a.f.user))
-            .then(b.f.explained_ms.total_cmp(&a.f.explained_ms))
-    });
+}
+
+/// Independent rules agreeing on a cause strengthen it: each cause keeps
+/// its best finding, with the support of all its rules; and the rules that
+/// agreed, by cause.
+fn agree(placed: Vec<Placed>) -> (Vec<Placed>, Vec<(String, f64, Vec<String>)>) {
     // Independent rules that agree on a cause strengthen it; each cause
     // keeps its best finding.
     let mut agreed: Vec<(String, f64, Vec<String>)> = Vec::new();
@@ -261,6 +323,12 @@ pub fn verdict(
             p.support = 1.0 - miss;
         }
     }
+    (placed, agreed)
+}
+
+/// Each cause's confidence: its support × its share of the support of the
+/// causes it does not explain.
+fn confidences(placed: &[Placed]) -> Vec<f64> {
     // Each cause's confidence: its support × its share of the support of
     // the causes it does not explain (the rivals a reader must weigh).
     let explains = |x: &Placed, y: &Placed| {
@@ -270,7 +338,7 @@ pub fn verdict(
                 && (y.step < x.step || (y.step == x.step && y.shown && !x.shown)))
             || (!x.f.explains_failure && !y.f.explains_failure && y.shown && !x.shown)
     };
-    let confidence: Vec<f64> = placed
+    placed
         .iter()
         .enumerate()
         .map(|(i, x)| {
@@ -283,59 +351,49 @@ pub fn verdict(
             let c = x.support * x.support / (x.support + rivals).max(1e-9);
             (c * 1000.0).round() / 1000.0
         })
-        .collect();
-    let reason = match placed.first() {
-        Some(p) if eligible(&p.f) => reason(t, &chain, &placed),
-        _ => "no finding explains enough of it".to_string(),
-    };
-    let mut all: Vec<Finding> = placed
-        .into_iter()
-        .zip(confidence)
-        .map(|(p, c)| Finding {
-            confidence: c,
-            ..p.f
-        })
-        .collect();
-    for (cause, _, rules) in &agreed {
-        if rules.len() > 1 {
-            if let Some(f) = all.iter_mut().find(|f| f.cause == *cause) {
-                let also = format!("agreeing rules: {}", rules.join(", "));
-                f.evidence = Some(match f.evidence.take() {
-                    Some(e) if !e.is_empty() => format!("{e}; {also}"),
-                    _ => also,
-                });
-            }
-        }
+        .collect()
+}
+
+/// No finding explains enough: the cause is unknown, and the span with the
+/// largest self time on the critical path is named.
+fn unknown(t: &TraceRow) -> Finding {
+    let c = t
+        .spans
+        .iter()
+        .max_by(|a, b| a.self_ms.total_cmp(&b.self_ms))
+        .unwrap_or(&t.spans[t.culprit]);
+    Finding {
+        rule: "none".into(),
+        cause: UNKNOWN.name.into(),
+        confidence: 0.0,
+        summary: format!(
+            "no evidence explains it; the largest self time on the critical path is {} {} ({} ms of {} ms)",
+            c.service,
+            c.name,
+            c.self_ms.round(),
+            t.duration_ms.round()
+        ),
+        culprit_span_id: Some(Hex16::of(c.span_id).as_str().to_string()),
+        culprit_service: None,
+        culprit_kind: None,
+        evidence: None,
+        at_span_id: None,
+        user: false,
+        explained_ms: c.self_ms,
+        explains_failure: false,
     }
-    let best = if all.first().is_some_and(eligible) {
-        all.remove(0)
-    } else {
-        let c = t
-            .spans
-            .iter()
-            .max_by(|a, b| a.self_ms.total_cmp(&b.self_ms))
-            .unwrap_or(&t.spans[t.culprit]);
-        Finding {
-            rule: "none".into(),
-            cause: UNKNOWN.name.into(),
-            confidence: 0.0,
-            summary: format!(
-                "no evidence explains it; the largest self time on the critical path is {} {} ({} ms of {} ms)",
-                c.service,
-                c.name,
-                c.self_ms.round(),
-                t.duration_ms.round()
-            ),
-            culprit_span_id: Some(Hex16::of(c.span_id).as_str().to_string()),
-            culprit_service: None,
-            culprit_kind: None,
-            evidence: None,
-            at_span_id: None,
-            user: false,
-            explained_ms: c.self_ms,
-            explains_failure: false,
-        }
-    };
+}
+
+/// The verdict of the best finding: the span and service at fault and
+/// the kind of fault.
+fn conclude(
+    t: &TraceRow,
+    best: Finding,
+    alternatives: Vec<Finding>,
+    reason: String,
+    peers: Option<&Peers>,
+    causes: &Causes,
+) -> Verdict {
     // A failure's cause with no span of its own blames where the error began.
     let fallback = match t.error_origin {
         Some(e) if best.explains_failure => slowest_below(t, e),
@@ -363,7 +421,7 @@ pub fn verdict(
     let culprit_service = culprit_service(t, culprit, kind, best.culprit_service.as_deref(), peers);
     Verdict {
         best,
-        alternatives: all,
+        alternatives,
         culprit,
         culprit_service,
         culprit_kind: kind,
