@@ -393,7 +393,7 @@ fn described_causes(src: &Path) -> BTreeMap<String, PathBuf> {
 #[test]
 fn a_cause_is_named_only_in_its_descriptor() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("processors/src");
-    let causes = described_causes(&src.join("correlate").parent().expect("src"));
+    let causes = described_causes(&src);
     for expected in [
         "unknown",
         "circuit_open",

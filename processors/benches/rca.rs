@@ -10,7 +10,6 @@ use causeway_processors::correlate::analysis::trace::traces as rows_of;
 use causeway_processors::correlate::analysis::verdict::verdict;
 use causeway_processors::correlate::annotate::annotate;
 use causeway_processors::correlate::config::CorrelateConfig;
-use causeway_processors::correlate::model::cause::Causes;
 use causeway_processors::correlate::model::table::Table;
 use causeway_processors::correlate::model::{Rule, TraceRow};
 use causeway_processors::correlate::source::{Correlation, Tick};

@@ -1,5 +1,4 @@
 use super::*;
-use crate::correlate::model::cause::Causes;
 use crate::correlate::model::table::Table;
 use crate::correlate::model::{Trouble, Verdict};
 use crate::correlate::source::deps;

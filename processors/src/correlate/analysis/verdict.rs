@@ -285,10 +285,13 @@ fn weigh(placed: &mut [Placed], dur: f64, min_share: (f64, f64)) {
     }
 }
 
+/// A cause, 1 − its support, and the rules that found it.
+type Agreed = (String, f64, Vec<String>);
+
 /// Independent rules agreeing on a cause strengthen it: each cause keeps
 /// its best finding, with the support of all its rules; and the rules that
 /// agreed, by cause.
-fn agree(placed: Vec<Placed>) -> (Vec<Placed>, Vec<(String, f64, Vec<String>)>) {
+fn agree(placed: Vec<Placed>) -> (Vec<Placed>, Vec<Agreed>) {
     // Independent rules that agree on a cause strengthen it; each cause
     // keeps its best finding.
     let mut agreed: Vec<(String, f64, Vec<String>)> = Vec::new();
