@@ -7,7 +7,7 @@
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use causeway_processors::correlate::analysis::trace::traces as rows_of;
-use causeway_processors::correlate::analysis::verdict::verdict;
+use causeway_processors::correlate::analysis::verdict::{verdict, Enough};
 use causeway_processors::correlate::annotate::annotate;
 use causeway_processors::correlate::config::CorrelateConfig;
 use causeway_processors::correlate::model::table::Table;
@@ -233,7 +233,16 @@ fn bench(c: &mut Criterion) {
         let t4 = t.elapsed();
         let mut rs = rs;
         for tr in &rows {
-            let v = verdict(tr, findings.get(&tr.trace_id), (0.2, 50.0), None, &causes);
+            let v = verdict(
+                tr,
+                findings.get(&tr.trace_id),
+                &Enough {
+                    share: 0.2,
+                    ms: 50.0,
+                },
+                None,
+                &causes,
+            );
             annotate(&mut rs, tr, &v);
         }
         let t5 = t.elapsed();
@@ -279,7 +288,16 @@ fn bench(c: &mut Criterion) {
             rt.block_on(planners.borrow_mut()[which].evaluate(&rules, &rows, joined));
         assert!(errors.is_empty(), "{errors:?}");
         for t in &rows {
-            let v = verdict(t, findings.get(&t.trace_id), (0.2, 50.0), None, &causes);
+            let v = verdict(
+                t,
+                findings.get(&t.trace_id),
+                &Enough {
+                    share: 0.2,
+                    ms: 50.0,
+                },
+                None,
+                &causes,
+            );
             annotate(&mut rs, t, &v);
         }
         rs

@@ -1,7 +1,7 @@
 //! Configuration of the `correlate` processor. A source with settings adds
 //! one field here, of a type its own file defines.
 
-use causeway_core::config::{ByteSize, Duration};
+use causeway_core::config::{ByteSize, ConfigError, Duration, Validate};
 use serde::Deserialize;
 use std::collections::HashMap;
 
@@ -10,6 +10,8 @@ use super::incidents::config::IncidentsConfig;
 use super::rules::{RetryStormConfig, RuleConfig};
 use super::source::deps::DependenciesConfig;
 use super::source::kafka::ConsumerLagConfig;
+use super::source::nats::NatsConfig;
+use super::source::rabbit::RabbitmqConfig;
 
 /// `processors.correlate`.
 #[derive(Debug, Clone, Deserialize)]
@@ -82,6 +84,12 @@ pub struct CorrelateConfig {
     /// When Kafka consumer lag counts as lag.
     #[serde(default)]
     pub consumer_lag: ConsumerLagConfig,
+    /// How RabbitMQ's queues join the consumers that waited on them.
+    #[serde(default)]
+    pub rabbitmq: RabbitmqConfig,
+    /// How NATS JetStream's consumers join the consumers that waited on them.
+    #[serde(default)]
+    pub nats: NatsConfig,
     /// Per-operation latency baselines.
     #[serde(default)]
     pub baseline: BaselineConfig,
@@ -126,6 +134,16 @@ pub struct BaselineConfig {
     /// Operations (service, span name) with a baseline at most (default 10000).
     #[serde(default = "max_operations")]
     pub max_operations: usize,
+}
+
+impl Validate for BaselineConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e = Vec::new();
+        if self.window.get().is_zero() {
+            e.push(ConfigError::new("window", "must be more than 0"));
+        }
+        e
+    }
 }
 
 impl Default for BaselineConfig {

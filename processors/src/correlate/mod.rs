@@ -60,7 +60,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use analysis::trace::RouteMap;
-use analysis::verdict::verdict;
+use analysis::verdict::{verdict, Enough};
 use annotate::{annotate, kv};
 use config::CorrelateConfig;
 use model::cause::{Causes, UNKNOWN};
@@ -198,8 +198,10 @@ impl ProcessorFactory for CorrelateFactory {
             causes,
             lookback_ns: nanos(cfg.metric_lookback.get()),
             lookahead_ns: nanos(cfg.metric_lookahead.get()),
-            min_share: cfg.min_explained_share,
-            min_ms: nanos(cfg.min_explained.get()) as f64 / 1e6,
+            enough: Enough {
+                share: cfg.min_explained_share,
+                ms: nanos(cfg.min_explained.get()) as f64 / 1e6,
+            },
             route_map: RouteMap {
                 fixed: cfg.route_map.clone().into_iter().collect(),
             },
@@ -373,8 +375,8 @@ struct Correlate {
     links: indexmap::IndexMap<String, String>,
     lookback_ns: u64,
     lookahead_ns: u64,
-    min_share: f64,
-    min_ms: f64,
+    /// How much of a trace a cause must explain.
+    enough: Enough,
     route_map: RouteMap,
     evidence_wait: Duration,
     max_held: usize,
@@ -528,7 +530,7 @@ impl Correlate {
             let v = verdict(
                 t,
                 findings.get(&t.trace_id),
-                (self.min_share, self.min_ms),
+                &self.enough,
                 Some(&self.correlation.store.peers),
                 &self.causes,
             );

@@ -18,11 +18,15 @@ fn nanos(d: std::time::Duration) -> u64 {
 
 /// The sources of a config.
 pub fn sources(cfg: &CorrelateConfig) -> Sources {
-    let lag_sample = nanos(cfg.consumer_lag.sample_interval.get());
+    let lag_sample = cfg.consumer_lag.sample_interval;
+    let sample =
+        |own: Option<causeway_core::config::Duration>| nanos(own.unwrap_or(lag_sample).get());
     let (window, dep) = (nanos(cfg.window.get()), &cfg.dependencies);
     Sources::new(vec![
-        Box::new(source::rabbit::Rabbit::new(lag_sample)),
-        Box::new(source::nats::Nats::new(lag_sample)),
+        Box::new(source::rabbit::Rabbit::new(sample(
+            cfg.rabbitmq.sample_interval,
+        ))),
+        Box::new(source::nats::Nats::new(sample(cfg.nats.sample_interval))),
         Box::new(deps::source(deps::redis::Redis, dep)),
         Box::new(deps::source(deps::postgresql::Postgresql, dep)),
         Box::new(deps::source(deps::nginx::Nginx, dep)),
@@ -56,26 +60,17 @@ impl Validate for CorrelateConfig {
                 "must be between 0 and 1",
             ));
         }
-        if self.baseline.window.get().is_zero() {
-            e.push(ConfigError::new("baseline.window", "must be more than 0"));
-        }
-        if self.dependencies.sample_interval.get().is_zero() {
-            e.push(ConfigError::new(
-                "dependencies.sample_interval",
-                "must be more than 0",
-            ));
-        }
-        if self.retry_storm.min_attempts < 2 {
-            e.push(ConfigError::new(
-                "retry_storm.min_attempts",
-                "must be at least 2",
-            ));
-        }
-        if self.consumer_lag.lag_threshold <= 0.0 {
-            e.push(ConfigError::new(
-                "consumer_lag.lag_threshold",
-                "must be more than 0",
-            ));
+        // Each section checks itself.
+        let sections: [(&str, Vec<ConfigError>); 6] = [
+            ("baseline", self.baseline.validate()),
+            ("dependencies", self.dependencies.validate()),
+            ("retry_storm", self.retry_storm.validate()),
+            ("consumer_lag", self.consumer_lag.validate()),
+            ("rabbitmq", self.rabbitmq.validate()),
+            ("nats", self.nats.validate()),
+        ];
+        for (key, errors) in sections {
+            e.extend(errors.into_iter().map(|x| x.under(key)));
         }
         let mut names = std::collections::HashSet::new();
         for (i, r) in self.rules.iter().enumerate() {

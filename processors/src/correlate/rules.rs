@@ -36,7 +36,7 @@
 //! failed). The verdict ranks findings by what they explain (see
 //! `super::analysis::verdict`).
 
-use causeway_core::config::Duration;
+use causeway_core::config::{ConfigError, Duration, Validate};
 use datafusion::arrow::array::{Array, Float64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
@@ -133,6 +133,16 @@ pub struct RetryStormConfig {
     /// below which the retries come too fast (default 1s).
     #[serde(default = "storm_interval")]
     pub max_interval: Duration,
+}
+
+impl Validate for RetryStormConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e = Vec::new();
+        if self.min_attempts < 2 {
+            e.push(ConfigError::new("min_attempts", "must be at least 2"));
+        }
+        e
+    }
 }
 
 impl Default for RetryStormConfig {

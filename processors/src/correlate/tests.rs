@@ -1,4 +1,5 @@
 use super::*;
+use crate::correlate::analysis::verdict::Enough;
 use crate::correlate::model::table::Table;
 use crate::correlate::model::{Trouble, Verdict};
 use crate::correlate::source::deps;
@@ -180,7 +181,10 @@ async fn analyse(c: &Correlation, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Ve
             let v = verdict(
                 &t,
                 findings.get(&t.trace_id),
-                (0.2, 50.0),
+                &Enough {
+                    share: 0.2,
+                    ms: 50.0,
+                },
                 Some(&c.store.peers),
                 &causes,
             );

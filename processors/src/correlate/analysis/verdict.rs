@@ -78,6 +78,17 @@ struct Placed {
     support: f64,
 }
 
+/// How much of a trace a finding must explain to be its cause (unless it
+/// explains why the request failed): `min_explained_share` and
+/// `min_explained`.
+#[derive(Debug, Clone, Copy)]
+pub struct Enough {
+    /// A share of the trace's duration.
+    pub share: f64,
+    /// And a time (ms).
+    pub ms: f64,
+}
+
 /// Pick the verdict of a trace from its findings.
 ///
 /// A failed request is explained by its causal chain: of the findings that
@@ -87,8 +98,8 @@ struct Placed {
 /// mechanism wins over a fallback, then the stronger support. Otherwise the
 /// finding with the most support wins (the share of the time it explains,
 /// up to [`FULL_SHARE`], × its evidence's strength). A finding that explains
-/// less than `min_share.0` of the trace and not its failure, or less than
-/// `min_share.1` ms, is only an alternative.
+/// less than `enough.share` of the trace and not its failure, or less than
+/// `enough.ms`, is only an alternative.
 ///
 /// The stated confidence is computed, never a rule's constant: the support
 /// of each cause, its independent rules agreeing (1 − Π(1 − support)), times
@@ -96,7 +107,7 @@ struct Placed {
 pub fn verdict(
     t: &TraceRow,
     findings: Option<&Vec<Finding>>,
-    min_share: (f64, f64),
+    enough: &Enough,
     peers: Option<&Peers>,
     causes: &Causes,
 ) -> Verdict {
@@ -107,10 +118,10 @@ pub fn verdict(
         .flatten()
         .map(|f| place(t, &chain, f, peers, causes))
         .collect();
-    mark_shown(t, &mut placed, min_share);
-    weigh(&mut placed, dur, min_share);
+    mark_shown(t, &mut placed, enough);
+    weigh(&mut placed, dur, enough);
     let eligible = |f: &Finding| {
-        f.explains_failure || (f.explained_ms / dur >= min_share.0 && f.explained_ms >= min_share.1)
+        f.explains_failure || (f.explained_ms / dur >= enough.share && f.explained_ms >= enough.ms)
     };
     placed.sort_by(|a, b| {
         eligible(&b.f)
@@ -227,7 +238,7 @@ fn place(
 }
 
 /// Mark each finding another explains at its step or call.
-fn mark_shown(t: &TraceRow, placed: &mut [Placed], min_share: (f64, f64)) {
+fn mark_shown(t: &TraceRow, placed: &mut [Placed], enough: &Enough) {
     let dur = t.duration_ms.max(1e-6);
     for i in 0..placed.len() {
         let (x, step) = (&placed[i], placed[i].step);
@@ -244,8 +255,8 @@ fn mark_shown(t: &TraceRow, placed: &mut [Placed], min_share: (f64, f64)) {
                         || (x.fallback
                             && !z.fallback
                             && z.f.explained_ms >= 0.5 * x.f.explained_ms
-                            && z.f.explained_ms / dur >= min_share.0
-                            && z.f.explained_ms >= min_share.1)
+                            && z.f.explained_ms / dur >= enough.share
+                            && z.f.explained_ms >= enough.ms)
                 }
         });
         placed[i].shown = shown;
@@ -254,7 +265,7 @@ fn mark_shown(t: &TraceRow, placed: &mut [Placed], min_share: (f64, f64)) {
 
 /// Each finding's support: its evidence's strength × how much of the
 /// failure or of the time it covers.
-fn weigh(placed: &mut [Placed], dur: f64, min_share: (f64, f64)) {
+fn weigh(placed: &mut [Placed], dur: f64, enough: &Enough) {
     let origin = placed
         .iter()
         .filter(|p| p.f.explains_failure)
@@ -275,11 +286,11 @@ fn weigh(placed: &mut [Placed], dur: f64, min_share: (f64, f64)) {
             } else {
                 1.0
             };
-            // Less time than a cause must explain (`min_share.1`) is that
+            // Less time than a cause must explain (`enough.ms`) is that
             // much less of one: a healthy request's 2 ms TLS handshake is
             // no 0.6-confident alternative.
-            let enough = (p.f.explained_ms / min_share.1.max(1e-9)).min(1.0);
-            weight * (p.f.explained_ms / dur / FULL_SHARE).min(1.0) * enough
+            let long_enough = (p.f.explained_ms / enough.ms.max(1e-9)).min(1.0);
+            weight * (p.f.explained_ms / dur / FULL_SHARE).min(1.0) * long_enough
         };
         p.support = p.f.confidence.clamp(0.0, 1.0) * cover;
     }
@@ -723,7 +734,10 @@ mod tests {
         verdict(
             t,
             Some(&findings),
-            (0.2, 10.0),
+            &Enough {
+                share: 0.2,
+                ms: 10.0,
+            },
             None,
             &Causes::of(causes.iter().copied()),
         )

@@ -17,7 +17,7 @@
 //! - a topic the trace touches with no Kafka series while others have is a
 //!   join miss (`join="kafka"`).
 
-use causeway_core::config::Duration;
+use causeway_core::config::{ConfigError, Duration, Validate};
 use datafusion::arrow::datatypes::SchemaRef;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,6 +50,19 @@ pub struct ConsumerLagConfig {
     /// lag sampled within this of it (default 1m).
     #[serde(default = "lag_sample_interval")]
     pub sample_interval: Duration,
+}
+
+impl Validate for ConsumerLagConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e = Vec::new();
+        if self.lag_threshold <= 0.0 {
+            e.push(ConfigError::new("lag_threshold", "must be more than 0"));
+        }
+        if self.sample_interval.get().is_zero() {
+            e.push(ConfigError::new("sample_interval", "must be more than 0"));
+        }
+        e
+    }
 }
 
 impl Default for ConsumerLagConfig {

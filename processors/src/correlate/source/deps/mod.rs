@@ -49,7 +49,7 @@
 //! The families share those two tables: each adds its rows and its columns
 //! (a family's rows have nulls in the others' columns).
 
-use causeway_core::config::Duration;
+use causeway_core::config::{ConfigError, Duration, Validate};
 use datafusion::arrow::datatypes::SchemaRef;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -560,6 +560,16 @@ pub struct DependenciesConfig {
     /// elsewhere than the server it watches.
     #[serde(default)]
     pub addresses: HashMap<String, String>,
+}
+
+impl Validate for DependenciesConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut e = Vec::new();
+        if self.sample_interval.get().is_zero() {
+            e.push(ConfigError::new("sample_interval", "must be more than 0"));
+        }
+        e
+    }
 }
 
 impl Default for DependenciesConfig {
