@@ -3001,3 +3001,37 @@ fn every_source_trouble_key_is_read_by_the_correlated_policy() {
         );
     }
 }
+
+/// Each settings section checks itself, and its errors carry the section's
+/// path; RabbitMQ and NATS read their own `sample_interval`.
+#[test]
+fn each_settings_section_reports_its_own_errors_with_its_path() {
+    let errors = causeway_core::config::decode::<CorrelateConfig>(
+        &serde_yaml::from_str(
+            "retry_storm: {min_attempts: 1}\nconsumer_lag: {lag_threshold: 0}\nrabbitmq: {sample_interval: 0s}\nnats: {sample_interval: 0s}\ndependencies: {sample_interval: 0s}\nbaseline: {window: 0s}",
+        )
+        .expect("yaml"),
+    )
+    .expect_err("invalid");
+    let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    for p in [
+        "retry_storm.min_attempts",
+        "consumer_lag.lag_threshold",
+        "rabbitmq.sample_interval",
+        "nats.sample_interval",
+        "dependencies.sample_interval",
+        "baseline.window",
+    ] {
+        assert!(paths.contains(&p), "{p} missing from {paths:?}");
+    }
+    let ok: CorrelateConfig = causeway_core::config::decode(
+        &serde_yaml::from_str("rabbitmq: {sample_interval: 15s}\nnats: {sample_interval: 5s}")
+            .expect("yaml"),
+    )
+    .expect("valid");
+    assert_eq!(
+        ok.rabbitmq.sample_interval.map(|d| d.get().as_secs()),
+        Some(15)
+    );
+    assert_eq!(ok.nats.sample_interval.map(|d| d.get().as_secs()), Some(5));
+}
