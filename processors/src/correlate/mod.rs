@@ -65,8 +65,9 @@ use annotate::{annotate, kv};
 use config::CorrelateConfig;
 use model::cause::{Causes, UNKNOWN};
 use model::trace::{SpanRef, SpanRow, NOT_IN_BATCH, PROMPT_BASELINE};
-use model::{Hex16, RcaEvent, Rule, TraceRow};
+use model::{Finding, Hex16, RcaEvent, Rule, TraceRow, Verdict};
 use source::{Correlation, Tick};
+use std::collections::HashMap;
 use store::{Limits, Store};
 
 /// Traces analysed, by cause.
@@ -417,26 +418,7 @@ impl Correlate {
             Err(e) => return Err(ProcessError(Box::new(e))),
         };
         if !again && !self.held.is_empty() {
-            // Late spans of a trace still held join it: it is analysed whole
-            // when the hold ends (the spans of one trace leave an SDK in
-            // several exports, and a sampler may decide between them).
-            let in_batch: std::collections::HashSet<[u8; 16]> = rs
-                .iter()
-                .flat_map(|r| r.scope_spans.iter().flat_map(|sc| sc.spans.iter()))
-                .filter_map(|sp| <[u8; 16]>::try_from(sp.trace_id.as_slice()).ok())
-                .collect();
-            for h in &mut self.held {
-                let mine: std::collections::HashSet<[u8; 16]> =
-                    h.ids.intersection(&in_batch).copied().collect();
-                if mine.is_empty() {
-                    continue;
-                }
-                let moved = split_traces(rs, &mine);
-                if let Ok(Some(held_rs)) = h.batch.traces_mut() {
-                    held_rs.extend(moved);
-                }
-                h.batch.recount();
-            }
+            self.join_held(rs);
         }
         let mut traces =
             analysis::trace::traces(rs, Some(&self.correlation.store.baselines), &self.route_map);
@@ -444,84 +426,12 @@ impl Correlate {
             return Ok(());
         }
         if !again {
-            // Late spans of a trace analysed already are passed on as they
-            // are: never analysed as a new (fragment of a) trace.
-            let ids: Vec<[u8; 16]> = traces.iter().map(|t| t.id).collect();
-            // Except a consumer span whose message a remembered producer span
-            // of the trace sent: the message's wait is measured from there.
-            let late = self.correlation.store.mark_analysed(&ids, now);
-            let mut n = 0u64;
-            let mut continued = Vec::new();
-            let mut k = 0;
-            traces.retain(|t| {
-                let keep = !late[k];
-                k += 1;
-                if !keep {
-                    match self.continuation(rs, t) {
-                        Some(c) => {
-                            let analysed = c.spans.iter().filter(|s| s.at != NOT_IN_BATCH).count();
-                            n += t.spans.len().saturating_sub(analysed) as u64;
-                            continued.push(c);
-                        }
-                        None => n += t.spans.len() as u64,
-                    }
-                }
-                keep
-            });
-            traces.extend(continued);
-            if n > 0 {
-                self.correlation.store.count_late(n);
-                self.telemetry
-                    .counter(
-                        LATE_SPANS,
-                        "Spans of traces analysed already, passed on without a second analysis.",
-                        &[("component", &self.id)],
-                    )
-                    .add(n);
-            }
+            self.pass_late(rs, &mut traces, now);
             if traces.is_empty() {
                 return Ok(());
             }
         }
-        logs::join(&mut traces, &self.correlation.store);
-        self.correlation.store.peers.learn_and_fill(&mut traces);
-        let tick = Tick {
-            store: &self.correlation.store,
-            now_ns: now,
-            lookback_ns: self.lookback_ns,
-            lookahead_ns: self.lookahead_ns,
-        };
-        let joined = self.correlation.sources.join(&tick, &mut traces);
-        for (join, n) in joined.misses {
-            self.telemetry
-                .counter(
-                    JOIN_MISSES,
-                    "Traces whose join with an evidence source (host, Kafka, RabbitMQ, ...) found nothing while its metrics flow.",
-                    &[("component", &self.id), ("join", join)],
-                )
-                .add(n);
-        }
-        for (source, error) in joined.errors {
-            if self.rule_errors_logged.insert(format!("source:{source}")) {
-                tracing::warn!(processor = %self.id, %source, %error, "An evidence source's join failed; the others still ran.");
-            }
-        }
-        let (findings, errors) = self
-            .planner
-            .evaluate(&self.rules, &traces, joined.tables)
-            .await;
-        for (rule, error) in errors {
-            self.telemetry
-                .counter(
-                    RULE_ERRORS,
-                    "Root-cause and alert rules that failed at run time, by rule.",
-                    &[("component", &self.id), ("rule", &rule)],
-                )
-                .add(1);
-            if self.rule_errors_logged.insert(rule.clone()) {
-                tracing::warn!(processor = %self.id, %rule, %error, "A root-cause rule failed; the other rules still ran.");
-            }
-        }
+        let findings = self.findings(&mut traces, now).await;
         let mut hold: std::collections::HashSet<[u8; 16]> = std::collections::HashSet::new();
         let held_now: usize = self.held.iter().map(|h| h.traces).sum();
         let mut fed: Vec<(&str, &str, f64)> = Vec::new();
@@ -547,80 +457,220 @@ impl Correlate {
                 hold.insert(t.id);
                 continue;
             }
-            for s in t.spans.iter().filter(|s| s.at != NOT_IN_BATCH) {
-                fed.push((&s.service, &s.op, s.duration_ms));
-                if s.op != s.name {
-                    // The coarser baseline by name, used until the operation's own has enough samples.
-                    fed.push((&s.service, &s.name, s.duration_ms));
-                }
-                if let Some(tokens) = s.input_tokens {
-                    let model = s.gen_ai_model.as_deref().unwrap_or("");
-                    fed.push((PROMPT_BASELINE, model, tokens as f64));
-                }
-                if s.kind == "producer"
-                    || (s.destination.is_some() && matches!(s.kind, "client" | "internal"))
-                {
-                    if let Some(one) = one_span(rs, s.at) {
-                        self.correlation
-                            .store
-                            .remember_producer(t.id, s.span_id, one, now);
-                    }
-                }
-            }
-            let sample = incidents::sample::Sample::of(
-                rs,
-                t,
-                now,
-                (&v.best.cause, &v.culprit_service, v.culprit_kind, v.culprit),
-                &self.sample_attrs,
-            );
-            let extra = incidents::sample::record_attributes(&sample);
-            let healthy = v.best.cause == UNKNOWN.name && !sample.failed;
-            samples.push(sample);
-            let evidence = annotate(rs, t, &v);
-            if self.correlation.store.keeps_views() {
-                self.correlation
-                    .store
-                    .push_view(model::view::view(t, &v, evidence));
-            }
-            self.analysed.add(1);
-            self.correlation.store.push_event(
-                RcaEvent {
-                    time_ns: t.end_ns.max(1),
-                    trace_id: t.id,
-                    span_id: t.spans[t.root].span_id.to_be_bytes(),
-                    cause: v.best.cause.clone(),
-                    summary: v.best.summary.clone(),
-                    route: t.route.clone().unwrap_or_default(),
-                    service: v.culprit_service.clone(),
-                    culprit_kind: v.culprit_kind,
-                    culprit_span_id: Hex16::of(t.spans[v.culprit].span_id).as_str().to_string(),
-                    confidence: v.best.confidence,
-                    rule: v.best.rule.clone(),
-                    healthy,
-                    extra,
-                },
-                now,
-            );
+            self.learn(rs, t, now, &mut fed);
+            samples.push(self.record(rs, t, &v, now));
         }
         self.correlation.store.baselines.feed(now, fed.into_iter());
         if let Some(i) = &self.feed_incidents {
             i.feed(samples);
         }
         if !hold.is_empty() {
-            // The held traces leave this batch for one of their own, which
-            // shares its acknowledgements.
+            // The held traces leave this batch for one of their own.
             let held_rs = split_traces(rs, &hold);
             let held = batch.sibling_traces(held_rs);
-            self.held.push(Held {
-                due: Instant::now() + self.evidence_wait,
-                batch: held,
-                traces: hold.len(),
-                ids: hold,
-            });
-            self.set_held_gauge();
+            self.hold(held, hold);
         }
         Ok(())
+    }
+
+    /// Late spans of a trace still held join it: it is analysed whole when
+    /// the hold ends (the spans of one trace leave an SDK in several
+    /// exports, and a sampler may decide between them).
+    fn join_held(&mut self, rs: &mut Vec<ResourceSpans>) {
+        let in_batch: std::collections::HashSet<[u8; 16]> = rs
+            .iter()
+            .flat_map(|r| r.scope_spans.iter().flat_map(|sc| sc.spans.iter()))
+            .filter_map(|sp| <[u8; 16]>::try_from(sp.trace_id.as_slice()).ok())
+            .collect();
+        for h in &mut self.held {
+            let mine: std::collections::HashSet<[u8; 16]> =
+                h.ids.intersection(&in_batch).copied().collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let moved = split_traces(rs, &mine);
+            if let Ok(Some(held_rs)) = h.batch.traces_mut() {
+                held_rs.extend(moved);
+            }
+            h.batch.recount();
+        }
+    }
+
+    /// Late spans of a trace analysed already are passed on as they are:
+    /// never analysed as a new (fragment of a) trace; except a consumer
+    /// span whose message a remembered producer span of the trace sent (the
+    /// message's wait is measured from there).
+    fn pass_late(&self, rs: &[ResourceSpans], traces: &mut Vec<TraceRow>, now: u64) {
+        let ids: Vec<[u8; 16]> = traces.iter().map(|t| t.id).collect();
+        // Except a consumer span whose message a remembered producer span
+        // of the trace sent: the message's wait is measured from there.
+        let late = self.correlation.store.mark_analysed(&ids, now);
+        let mut n = 0u64;
+        let mut continued = Vec::new();
+        let mut k = 0;
+        traces.retain(|t| {
+            let keep = !late[k];
+            k += 1;
+            if !keep {
+                match self.continuation(rs, t) {
+                    Some(c) => {
+                        let analysed = c.spans.iter().filter(|s| s.at != NOT_IN_BATCH).count();
+                        n += t.spans.len().saturating_sub(analysed) as u64;
+                        continued.push(c);
+                    }
+                    None => n += t.spans.len() as u64,
+                }
+            }
+            keep
+        });
+        traces.extend(continued);
+        if n > 0 {
+            self.correlation.store.count_late(n);
+            self.telemetry
+                .counter(
+                    LATE_SPANS,
+                    "Spans of traces analysed already, passed on without a second analysis.",
+                    &[("component", &self.id)],
+                )
+                .add(n);
+        }
+    }
+
+    /// Join the traces with the logs and every source, and run the rules.
+    async fn findings(
+        &mut self,
+        traces: &mut [TraceRow],
+        now: u64,
+    ) -> HashMap<String, Vec<Finding>> {
+        logs::join(traces, &self.correlation.store);
+        self.correlation.store.peers.learn_and_fill(traces);
+        let tick = Tick {
+            store: &self.correlation.store,
+            now_ns: now,
+            lookback_ns: self.lookback_ns,
+            lookahead_ns: self.lookahead_ns,
+        };
+        let joined = self.correlation.sources.join(&tick, traces);
+        for (join, n) in joined.misses {
+            self.telemetry
+                .counter(
+                    JOIN_MISSES,
+                    "Traces whose join with an evidence source (host, Kafka, RabbitMQ, ...) found nothing while its metrics flow.",
+                    &[("component", &self.id), ("join", join)],
+                )
+                .add(n);
+        }
+        for (source, error) in joined.errors {
+            if self.rule_errors_logged.insert(format!("source:{source}")) {
+                tracing::warn!(processor = %self.id, %source, %error, "An evidence source's join failed; the others still ran.");
+            }
+        }
+        let (findings, errors) = self
+            .planner
+            .evaluate(&self.rules, traces, joined.tables)
+            .await;
+        for (rule, error) in errors {
+            self.telemetry
+                .counter(
+                    RULE_ERRORS,
+                    "Root-cause and alert rules that failed at run time, by rule.",
+                    &[("component", &self.id), ("rule", &rule)],
+                )
+                .add(1);
+            if self.rule_errors_logged.insert(rule.clone()) {
+                tracing::warn!(processor = %self.id, %rule, %error, "A root-cause rule failed; the other rules still ran.");
+            }
+        }
+        findings
+    }
+
+    /// What an analysed trace's spans teach: the baselines' samples (into
+    /// `fed`) and the producer spans whose messages a later consumer may wait for.
+    fn learn<'a>(
+        &self,
+        rs: &[ResourceSpans],
+        t: &'a TraceRow,
+        now: u64,
+        fed: &mut Vec<(&'a str, &'a str, f64)>,
+    ) {
+        for s in t.spans.iter().filter(|s| s.at != NOT_IN_BATCH) {
+            fed.push((&s.service, &s.op, s.duration_ms));
+            if s.op != s.name {
+                // The coarser baseline by name, used until the operation's own has enough samples.
+                fed.push((&s.service, &s.name, s.duration_ms));
+            }
+            if let Some(tokens) = s.input_tokens {
+                let model = s.gen_ai_model.as_deref().unwrap_or("");
+                fed.push((PROMPT_BASELINE, model, tokens as f64));
+            }
+            if s.kind == "producer"
+                || (s.destination.is_some() && matches!(s.kind, "client" | "internal"))
+            {
+                if let Some(one) = one_span(rs, s.at) {
+                    self.correlation
+                        .store
+                        .remember_producer(t.id, s.span_id, one, now);
+                }
+            }
+        }
+    }
+
+    /// Write a trace's verdict: on its spans, in the page's views, as an
+    /// RCA event; its incident sample.
+    fn record(
+        &self,
+        rs: &mut [ResourceSpans],
+        t: &TraceRow,
+        v: &Verdict,
+        now: u64,
+    ) -> incidents::sample::Sample {
+        let sample = incidents::sample::Sample::of(
+            rs,
+            t,
+            now,
+            (&v.best.cause, &v.culprit_service, v.culprit_kind, v.culprit),
+            &self.sample_attrs,
+        );
+        let extra = incidents::sample::record_attributes(&sample);
+        let healthy = v.best.cause == UNKNOWN.name && !sample.failed;
+        let evidence = annotate(rs, t, v);
+        if self.correlation.store.keeps_views() {
+            self.correlation
+                .store
+                .push_view(model::view::view(t, v, evidence));
+        }
+        self.analysed.add(1);
+        self.correlation.store.push_event(
+            RcaEvent {
+                time_ns: t.end_ns.max(1),
+                trace_id: t.id,
+                span_id: t.spans[t.root].span_id.to_be_bytes(),
+                cause: v.best.cause.clone(),
+                summary: v.best.summary.clone(),
+                route: t.route.clone().unwrap_or_default(),
+                service: v.culprit_service.clone(),
+                culprit_kind: v.culprit_kind,
+                culprit_span_id: Hex16::of(t.spans[v.culprit].span_id).as_str().to_string(),
+                confidence: v.best.confidence,
+                rule: v.best.rule.clone(),
+                healthy,
+                extra,
+            },
+            now,
+        );
+        sample
+    }
+
+    /// Hold traces (`held`, a batch of their own that shares the
+    /// acknowledgements of the one they left) for `evidence_wait`.
+    fn hold(&mut self, held: Batch, hold: std::collections::HashSet<[u8; 16]>) {
+        self.held.push(Held {
+            due: Instant::now() + self.evidence_wait,
+            batch: held,
+            traces: hold.len(),
+            ids: hold,
+        });
+        self.set_held_gauge();
     }
 
     /// The late spans `t` of an analysed trace as a trace of their own, when
