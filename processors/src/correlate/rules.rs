@@ -173,10 +173,19 @@ pub fn builtin() -> Vec<Rule> {
 /// The built-in rules, with the retry-storm thresholds and the least wait
 /// of a message that is lag by itself, from the config.
 pub fn builtin_with(storm: &RetryStormConfig, min_message_wait: Duration) -> Vec<Rule> {
-    let min_wait_ms = min_message_wait.get().as_secs_f64() * 1000.0;
+    [
+        answers(),
+        refusals(),
+        phases(),
+        waits(storm, min_message_wait),
+        fallbacks(),
+    ]
+    .concat()
+}
+
+/// What a callee answered: a limit, a timeout, unavailable.
+fn answers() -> Vec<Rule> {
     let r = Rule::builtin;
-    let storm_attempts = storm.min_attempts.max(2);
-    let storm_gap_ms = storm.max_interval.get().as_secs_f64() * 1000.0;
     vec![
         r(
             "client_429",
@@ -243,6 +252,14 @@ WHERE s.kind = 'client' AND (s.http_status IN (502, 503)
    OR (s.attempt IS NULL AND s.retry_trigger IN ('502', '503')))
 GROUP BY s.trace_id"#,
         ),
+    ]
+}
+
+/// A client-side or server-side refusal: an open breaker, a database out
+/// of connections.
+fn refusals() -> Vec<Rule> {
+    let r = Rule::builtin;
+    vec![
         r(
             "client_circuit_open",
             &CIRCUIT_OPEN,
@@ -297,6 +314,13 @@ FROM (
 WHERE s.system IS NOT NULL
 GROUP BY s.trace_id"#,
         ),
+    ]
+}
+
+/// Where a call's own time went: its TLS handshake, its prompt.
+fn phases() -> Vec<Rule> {
+    let r = Rule::builtin;
+    vec![
         r(
             "tls_handshake",
             &TLS_HANDSHAKE,
@@ -333,6 +357,16 @@ WHERE s.gen_ai_prefill_ms >= 100 AND s.gen_ai_prefill_ms >= 0.5 * s.duration_ms
        OR (s.prompt_baseline IS NULL AND s.input_tokens > 8192))
 GROUP BY s.trace_id"#,
         ),
+    ]
+}
+
+/// Time spent waiting: retries, a message's wait, a queue.
+fn waits(storm: &RetryStormConfig, min_message_wait: Duration) -> Vec<Rule> {
+    let min_wait_ms = min_message_wait.get().as_secs_f64() * 1000.0;
+    let r = Rule::builtin;
+    let storm_attempts = storm.min_attempts.max(2);
+    let storm_gap_ms = storm.max_interval.get().as_secs_f64() * 1000.0;
+    vec![
         r(
             "client_retries",
             &RETRY_STORM,
@@ -395,6 +429,13 @@ FROM spans s
 WHERE s.critical AND s.kind <> 'server' AND s.pool_wait
 GROUP BY s.trace_id"#,
         ),
+    ]
+}
+
+/// What names a span when no mechanism is found.
+fn fallbacks() -> Vec<Rule> {
+    let r = Rule::builtin;
+    vec![
         r(
             "error",
             &ERROR,
