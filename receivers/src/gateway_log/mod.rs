@@ -485,7 +485,7 @@ impl Receiver for GatewayLogReceiver {
         let mut last_sync = std::time::Instant::now();
         let mut tick = tokio::time::interval(self.cfg.poll_interval.get());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        'outer: loop {
+        loop {
             if !tailer.has_more() {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
@@ -504,80 +504,24 @@ impl Receiver for GatewayLogReceiver {
                 tracing::warn!(receiver = %self.id, %error, "Cannot read a file.");
             }
             self.account(tailer.take_events());
-            let mut changed = false;
-            for (id, cp) in tailer.new_files() {
-                let content = hex::decode(&cp.fingerprint)
-                    .map(|fp| tail::content_tag(&fp))
-                    .unwrap_or_default();
-                tracing::debug!(receiver = %self.id, file = %cp.path, offset = cp.offset, id, %content, "Following a file.");
-                committed.entry(id).or_insert(cp);
-                changed = true;
-            }
+            let mut changed = self.note_new_files(&mut tailer, &mut committed);
             committed.retain(|id, _| tailer.is_known(*id));
             self.open_files.set(tailer.open_files() as i64);
-            let mut lines = lines.into_iter().peekable();
-            let mut failed = false;
-            while lines.peek().is_some() {
-                let chunk: Vec<tail::Line> =
-                    lines.by_ref().take(self.cfg.max_batch_lines).collect();
-                let (format, envelope) = (self.format.clone(), self.envelope.clone());
-                let parsed =
-                    tokio::task::spawn_blocking(move || parse_chunk(&format, &envelope, chunk))
-                        .await?;
-                self.parsed.add(parsed.records as u64);
-                self.bad
-                    .add((parsed.bad.len() as u64).saturating_sub(parsed.too_long));
-                self.too_long.add(parsed.too_long);
-                self.report_bad(&tailer, &parsed.bad);
-                let (ack, done) = Ack::new();
-                if parsed.records > 0 {
-                    let batch =
-                        Batch::from_encoded(Signal::Logs, parsed.request.into(), parsed.records)
-                            .with_ack(ack);
-                    // Over the memory limiter's soft limit: wait (the file keeps the data).
-                    if let Some(l) = &self.limiter {
-                        tokio::select! {
-                            _ = l.wait_below_soft() => {}
-                            _ = shutdown.cancelled() => break 'outer,
-                        }
-                    }
-                    // Wait for room: the lines are already read, and the checkpoint
-                    // does not move until they are delivered.
-                    if !out.send_until_stopped(batch, &shutdown).await {
-                        break 'outer;
-                    }
-                } else {
-                    drop(ack); // only bad lines: nothing to deliver, the offsets may advance
-                }
-                inflight.push_back(InFlight {
-                    done,
-                    outcome: None,
-                    ends: parsed.ends,
-                });
-                let c = commit_ready(&mut inflight, &mut tailer, &mut committed);
-                if c.changed {
-                    self.save(&committed, &mut last_sync, false);
-                }
-                failed |= c.failed;
-                // Bound what is in flight (and so what a crash can repeat).
-                while !failed && inflight.len() >= self.cfg.max_inflight_batches {
-                    let Some(front) = inflight.front_mut() else {
-                        break;
-                    };
-                    tokio::select! {
-                        r = &mut front.done => front.outcome = Some(r.unwrap_or(true)),
-                        _ = shutdown.cancelled() => break 'outer,
-                    }
-                    let c = commit_ready(&mut inflight, &mut tailer, &mut committed);
-                    if c.changed {
-                        self.save(&committed, &mut last_sync, false);
-                    }
-                    failed |= c.failed;
-                }
-                if failed {
-                    break; // the rest of what was read is read again
-                }
-            }
+            let mut failed = match self
+                .deliver(
+                    lines,
+                    &mut tailer,
+                    &mut inflight,
+                    &mut committed,
+                    &mut last_sync,
+                    &out,
+                    &shutdown,
+                )
+                .await?
+            {
+                Some(failed) => failed,
+                None => break,
+            };
             if !failed {
                 let c = commit_ready(&mut inflight, &mut tailer, &mut committed);
                 changed |= c.changed;
@@ -594,19 +538,126 @@ impl Receiver for GatewayLogReceiver {
                 break;
             }
         }
-        // Give in-flight batches a moment to be delivered, so the checkpoint is current.
         drop(out);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while let Some(front) = inflight.front_mut() {
-            match tokio::time::timeout_at(deadline, &mut front.done).await {
-                Ok(r) => front.outcome = Some(r.unwrap_or(true)),
-                Err(_) => break,
-            }
-            if commit_ready(&mut inflight, &mut tailer, &mut committed).failed {
-                break; // read again at the next start, from the checkpoint
-            }
-        }
+        drain(&mut inflight, &mut tailer, &mut committed).await;
         self.save(&committed, &mut last_sync, true);
         Ok(())
+    }
+}
+
+impl GatewayLogReceiver {
+    /// Start checkpoints for the files the tailer began to follow; whether any did.
+    fn note_new_files(
+        &self,
+        tailer: &mut tail::Tailer,
+        committed: &mut HashMap<u64, Checkpoint>,
+    ) -> bool {
+        let mut changed = false;
+        for (id, cp) in tailer.new_files() {
+            let content = hex::decode(&cp.fingerprint)
+                .map(|fp| tail::content_tag(&fp))
+                .unwrap_or_default();
+            tracing::debug!(receiver = %self.id, file = %cp.path, offset = cp.offset, id, %content, "Following a file.");
+            committed.entry(id).or_insert(cp);
+            changed = true;
+        }
+        changed
+    }
+
+    /// Parse and deliver a poll's lines in batches, committing offsets as
+    /// batches are delivered and bounding what is in flight. `Some(failed)`:
+    /// whether a delivery failed (what was read is read again); `None`:
+    /// stopped.
+    #[allow(clippy::too_many_arguments)]
+    async fn deliver(
+        &mut self,
+        lines: Vec<tail::Line>,
+        tailer: &mut tail::Tailer,
+        inflight: &mut VecDeque<InFlight>,
+        committed: &mut HashMap<u64, Checkpoint>,
+        last_sync: &mut std::time::Instant,
+        out: &Output,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<bool>, BoxError> {
+        let mut lines = lines.into_iter().peekable();
+        let mut failed = false;
+        while lines.peek().is_some() {
+            let chunk: Vec<tail::Line> = lines.by_ref().take(self.cfg.max_batch_lines).collect();
+            let (format, envelope) = (self.format.clone(), self.envelope.clone());
+            let parsed =
+                tokio::task::spawn_blocking(move || parse_chunk(&format, &envelope, chunk)).await?;
+            self.parsed.add(parsed.records as u64);
+            self.bad
+                .add((parsed.bad.len() as u64).saturating_sub(parsed.too_long));
+            self.too_long.add(parsed.too_long);
+            self.report_bad(tailer, &parsed.bad);
+            let (ack, done) = Ack::new();
+            if parsed.records > 0 {
+                let batch =
+                    Batch::from_encoded(Signal::Logs, parsed.request.into(), parsed.records)
+                        .with_ack(ack);
+                // Over the memory limiter's soft limit: wait (the file keeps the data).
+                if let Some(l) = &self.limiter {
+                    tokio::select! {
+                        _ = l.wait_below_soft() => {}
+                        _ = shutdown.cancelled() => return Ok(None),
+                    }
+                }
+                // Wait for room: the lines are already read, and the checkpoint
+                // does not move until they are delivered.
+                if !out.send_until_stopped(batch, shutdown).await {
+                    return Ok(None);
+                }
+            } else {
+                drop(ack); // only bad lines: nothing to deliver, the offsets may advance
+            }
+            inflight.push_back(InFlight {
+                done,
+                outcome: None,
+                ends: parsed.ends,
+            });
+            let c = commit_ready(inflight, tailer, committed);
+            if c.changed {
+                self.save(committed, last_sync, false);
+            }
+            failed |= c.failed;
+            // Bound what is in flight (and so what a crash can repeat).
+            while !failed && inflight.len() >= self.cfg.max_inflight_batches {
+                let Some(front) = inflight.front_mut() else {
+                    break;
+                };
+                tokio::select! {
+                    r = &mut front.done => front.outcome = Some(r.unwrap_or(true)),
+                    _ = shutdown.cancelled() => return Ok(None),
+                }
+                let c = commit_ready(inflight, tailer, committed);
+                if c.changed {
+                    self.save(committed, last_sync, false);
+                }
+                failed |= c.failed;
+            }
+            if failed {
+                break; // the rest of what was read is read again
+            }
+        }
+        Ok(Some(failed))
+    }
+}
+
+/// Give in-flight batches a moment to be delivered, so the checkpoint is current.
+async fn drain(
+    inflight: &mut VecDeque<InFlight>,
+    tailer: &mut tail::Tailer,
+    committed: &mut HashMap<u64, Checkpoint>,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while let Some(front) = inflight.front_mut() {
+        match tokio::time::timeout_at(deadline, &mut front.done).await {
+            Ok(r) => front.outcome = Some(r.unwrap_or(true)),
+            Err(_) => break,
+        }
+        if commit_ready(inflight, tailer, committed).failed {
+            break; // read again at the next start, from the checkpoint
+        }
     }
 }

@@ -182,7 +182,7 @@ pub struct Tailer {
     /// Identities of files that were copy-truncated: a new file with this
     /// fingerprint is the copy and continues at the offset (with the polls
     /// and time it has waited).
-    ghosts: Vec<(Vec<u8>, u64, u32, Instant)>,
+    ghosts: Vec<Ghost>,
     /// Offsets from the last checkpoint, by fingerprint, for files not yet found.
     restored: Vec<(Vec<u8>, u64)>,
     first_poll: bool,
@@ -610,9 +610,31 @@ impl Tailer {
         for c in self.closed.values_mut() {
             c.absent_polls += 1;
         }
-        // Candidates: the files the patterns match now, and the files the
-        // holder opened since (which may be renamed away or deleted by now:
-        // their descriptor still reads them).
+        let candidates = self.candidates(now);
+        self.refresh_identities();
+        // Compressed backups are matched after every plain file of this
+        // round is followed: a content still readable plain is read plain.
+        let mut packed_found = Vec::new();
+        for c in candidates {
+            self.admit(c, now, &mut packed_found, &mut errors);
+        }
+        self.follow_all_packed(packed_found, now);
+        self.glimpses(now);
+        self.first_poll = false;
+        if let Ok(mut set) = self.held.lock() {
+            set.followed = self.files.len() + self.pending.len();
+        }
+        self.forget(now);
+        let mut lines = Vec::new();
+        self.read_all(now, &mut lines, &mut errors);
+        self.close_drained(now, &mut lines);
+        (lines, errors)
+    }
+
+    /// The files the patterns match now, and the files the holder opened
+    /// since (which may be renamed away or deleted by now: their descriptor
+    /// still reads them).
+    fn candidates(&mut self, now: Instant) -> Vec<Candidate> {
         let mut held = match self.held.lock() {
             Ok(mut set) => {
                 for (k, (path, fp, len)) in std::mem::take(&mut set.glimpsed) {
@@ -629,7 +651,7 @@ impl Tailer {
             Err(_) => std::collections::HashMap::new(),
         };
         held.extend(self.pending.drain());
-        let mut candidates: Vec<(PathBuf, std::fs::Metadata, Option<File>, bool)> = Vec::new();
+        let mut candidates: Vec<Candidate> = Vec::new();
         for path in discover(&self.cfg.include, &self.cfg.exclude) {
             let Ok(meta) = std::fs::metadata(&path) else {
                 continue;
@@ -642,163 +664,193 @@ impl Tailer {
                 candidates.push((h.path, meta, Some(h.file), false));
             }
         }
-        self.refresh_identities();
-        // Compressed backups are matched after every plain file of this
-        // round is followed: a content still readable plain is read plain.
-        let mut packed_found = Vec::new();
-        for (path, meta, held_file, matched) in candidates {
-            let dev_ino = (meta.dev(), meta.ino());
-            if let Some(t) = self.files.iter_mut().find(|t| t.dev_ino == dev_ino) {
-                if matched {
-                    t.absent_polls = 0;
-                    t.path = path;
-                }
-                continue;
+        candidates
+    }
+
+    /// Follow a candidate, from where its content was read up to; or hold it
+    /// (too short to tell, a copy in progress, a backup being read), or set
+    /// it aside for the compressed backups (`packed_found`).
+    fn admit(
+        &mut self,
+        (path, meta, held_file, matched): Candidate,
+        now: Instant,
+        packed_found: &mut Vec<(PathBuf, std::fs::Metadata, File, Packing)>,
+        errors: &mut Vec<String>,
+    ) {
+        let dev_ino = (meta.dev(), meta.ino());
+        if let Some(t) = self.files.iter_mut().find(|t| t.dev_ino == dev_ino) {
+            if matched {
+                t.absent_polls = 0;
+                t.path = path;
             }
-            let mut resumed: Option<Closed> = None;
-            if let Some(c) = self.closed.get_mut(&dev_ino) {
-                if matched {
-                    c.absent_polls = 0;
-                }
-                if c.disk.unwrap_or(c.offset) == meta.len() {
-                    continue; // closed and unchanged: nothing to open
-                }
-                resumed = self.closed.remove(&dev_ino);
-                if let Some(c) = &resumed {
-                    self.closed_ids.remove(&c.id);
-                }
+            return;
+        }
+        let mut resumed: Option<Closed> = None;
+        if let Some(c) = self.closed.get_mut(&dev_ino) {
+            if matched {
+                c.absent_polls = 0;
             }
-            let opened = match held_file {
-                Some(f) => Ok(f),
-                // The path may name another file by now (logrotate renames
-                // every backup at each rotation): only the file whose
-                // identity was read is taken; another is seen at the next poll.
-                None => File::open(&path)
-                    .and_then(|f| {
-                        let m = f.metadata()?;
-                        Ok(((m.dev(), m.ino()) == dev_ino).then_some(f))
-                    })
-                    .and_then(|f| f.ok_or_else(|| std::io::ErrorKind::NotFound.into())),
-            };
-            let mut file = match opened {
-                Ok(f) => f,
-                Err(e) => {
-                    if let Some(c) = resumed {
-                        // Looked at again next time, as it was.
-                        self.closed_ids.insert(c.id);
-                        self.closed.insert(dev_ino, c);
-                    }
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        errors.push(format!("{}: {e}", path.display()));
-                    }
-                    continue;
-                }
-            };
-            let fp = match read_fp(&mut file, self.cfg.fp_size) {
-                Ok(fp) => fp,
-                Err(e) => {
-                    errors.push(format!("{}: {e}", path.display()));
-                    continue;
-                }
-            };
-            let len = meta.len();
-            if let Some(kind) = Packing::detect(&fp) {
+            if c.disk.unwrap_or(c.offset) == meta.len() {
+                return; // closed and unchanged: nothing to open
+            }
+            resumed = self.closed.remove(&dev_ino);
+            if let Some(c) = &resumed {
+                self.closed_ids.remove(&c.id);
+            }
+        }
+        let opened = match held_file {
+            Some(f) => Ok(f),
+            // The path may name another file by now (logrotate renames
+            // every backup at each rotation): only the file whose
+            // identity was read is taken; another is seen at the next poll.
+            None => File::open(&path)
+                .and_then(|f| {
+                    let m = f.metadata()?;
+                    Ok(((m.dev(), m.ino()) == dev_ino).then_some(f))
+                })
+                .and_then(|f| f.ok_or_else(|| std::io::ErrorKind::NotFound.into())),
+        };
+        let mut file = match opened {
+            Ok(f) => f,
+            Err(e) => {
                 if let Some(c) = resumed {
-                    // A compressed backup that changed: matched again by its content.
-                    self.retire(c.id, c.fp, c.offset, now);
+                    // Looked at again next time, as it was.
+                    self.closed_ids.insert(c.id);
+                    self.closed.insert(dev_ino, c);
                 }
-                packed_found.push((path, meta, file, kind));
-                continue;
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    errors.push(format!("{}: {e}", path.display()));
+                }
+                return;
             }
-            if Packing::undecided(&fp) && fp.len() as u64 == len {
-                // Too short to tell whether it is a compressed backup being written.
-                keep(&mut self.pending, dev_ino, path, file, &meta);
-                continue;
+        };
+        let fp = match read_fp(&mut file, self.cfg.fp_size) {
+            Ok(fp) => fp,
+            Err(e) => {
+                errors.push(format!("{}: {e}", path.display()));
+                return;
             }
+        };
+        let len = meta.len();
+        if let Some(kind) = Packing::detect(&fp) {
             if let Some(c) = resumed {
-                if len > c.offset && starts_with(&fp, &c.fp) {
-                    // A closed file grew: continue where it was left, as the same file.
-                    self.files.push(Tracked {
-                        reported: true,
-                        ..Tracked::at(c.id, fp, file, dev_ino, path, c.offset, now)
-                    });
-                    continue;
-                }
-                // Truncated (or rewritten) while closed: its copy continues it.
-                self.ghosts.push((c.fp, c.offset, 0, now));
+                // A compressed backup that changed: matched again by its content.
+                self.retire(c.id, c.fp, c.offset, now);
             }
-            if fp.is_empty() {
-                // Identify it once it has content; keep it open till then.
-                keep(&mut self.pending, dev_ino, path, file, &meta);
-                continue;
+            packed_found.push((path, meta, file, kind));
+            return;
+        }
+        if Packing::undecided(&fp) && fp.len() as u64 == len {
+            // Too short to tell whether it is a compressed backup being written.
+            keep(&mut self.pending, dev_ino, path, file, &meta);
+            return;
+        }
+        if let Some(c) = resumed {
+            if len > c.offset && starts_with(&fp, &c.fp) {
+                // A closed file grew: continue where it was left, as the same file.
+                self.files.push(Tracked {
+                    reported: true,
+                    ..Tracked::at(c.id, fp, file, dev_ino, path, c.offset, now)
+                });
+                return;
             }
-            let is_ghost = self.ghosts.iter().any(|(g, _, _, _)| starts_with(&fp, g));
-            if self
-                .files
-                .iter()
-                .any(|t| t.packed.is_some() && same(&fp, &t.fp))
-            {
-                // Its compressed backup is being read (the original, held
-                // open before it was compressed away): it waits for it, and
-                // continues where it ends.
-                keep(&mut self.pending, dev_ino, path, file, &meta);
-                continue;
+            // Truncated (or rewritten) while closed: its copy continues it.
+            self.ghosts.push((c.fp, c.offset, 0, now));
+        }
+        if self.waits(&fp, dev_ino, now) {
+            keep(&mut self.pending, dev_ino, path, file, &meta);
+            return;
+        }
+        self.deferred.remove(&dev_ino);
+        let start = self.start_offset(&fp, len);
+        self.files.push(Tracked::at(
+            self.next_id,
+            fp,
+            file,
+            dev_ino,
+            path,
+            start,
+            now,
+        ));
+        self.next_id += 1;
+    }
+
+    /// Whether a new content waits before it is followed: empty (identified
+    /// once it has content), the original of a compressed backup being read,
+    /// or most likely a copy-truncate in progress.
+    fn waits(&mut self, fp: &[u8], dev_ino: (u64, u64), now: Instant) -> bool {
+        if fp.is_empty() {
+            // Identify it once it has content; keep it open till then.
+            return true;
+        }
+        let is_ghost = self.ghosts.iter().any(|(g, _, _, _)| starts_with(fp, g));
+        if self
+            .files
+            .iter()
+            .any(|t| t.packed.is_some() && same(fp, &t.fp))
+        {
+            // Its compressed backup is being read (the original, held
+            // open before it was compressed away): it waits for it, and
+            // continues where it ends.
+            return true;
+        }
+        if !is_ghost
+            && (self.files.iter().any(|t| starts_with(fp, &t.fp))
+                || self.rewritten.iter().any(|h| same(fp, h)))
+        {
+            // Same first bytes as an open file: most likely a copy-truncate in
+            // progress (copied, not yet truncated). Wait for the truncation,
+            // which turns it into a ghost match: a few polls and `DEFER`
+            // at least (polls run back to back under load).
+            let (polls, since) = self.deferred.entry(dev_ino).or_insert((0, now));
+            *polls += 1;
+            if *polls <= 3 || now.duration_since(*since) < DEFER {
+                return true;
             }
-            if !is_ghost
-                && (self.files.iter().any(|t| starts_with(&fp, &t.fp))
-                    || self.rewritten.iter().any(|h| same(&fp, h)))
-            {
-                // Same first bytes as an open file: most likely a copy-truncate in
-                // progress (copied, not yet truncated). Wait for the truncation,
-                // which turns it into a ghost match: a few polls and `DEFER`
-                // at least (polls run back to back under load).
-                let (polls, since) = self.deferred.entry(dev_ino).or_insert((0, now));
-                *polls += 1;
-                if *polls <= 3 || now.duration_since(*since) < DEFER {
-                    keep(&mut self.pending, dev_ino, path, file, &meta);
-                    continue;
-                }
-            }
-            self.deferred.remove(&dev_ino);
-            let start = if let Some(i) = self
-                .ghosts
-                .iter()
-                .position(|(g, _, _, _)| starts_with(&fp, g))
-            {
-                // The copy of a file that was copy-truncated: continue where it was read up to.
-                let (_, off, _, _) = self.ghosts.remove(i);
-                off.min(len)
-            } else if let Some(c) = self.closed.values().find(|c| starts_with(&fp, &c.fp)) {
-                // The copy of a file closed while idle (copy-truncate): all of it
-                // up to where that file was left was delivered.
-                c.offset.min(len)
-            } else if let Some(i) = self.retired.iter().position(|r| same(&fp, &r.fp)) {
-                // A content read before, by a file gone since (its compressed
-                // backup, most often): continue where it was left.
-                self.retired.remove(i).map_or(0, |r| r.offset.min(len))
-            } else if let Some(i) = self.restored.iter().position(|(r, _)| starts_with(&fp, r)) {
-                let (_, off) = self.restored.remove(i);
-                if off <= len {
-                    off
-                } else {
-                    0
-                }
-            } else if self.first_poll && self.cfg.start_at_end {
-                len
+        }
+        false
+    }
+
+    /// Where a newly found content starts: where its copy-truncated
+    /// original, its closed original, a file gone since or the checkpoint
+    /// left it; else its start (its end on the first poll with `start_at: end`).
+    fn start_offset(&mut self, fp: &[u8], len: u64) -> u64 {
+        if let Some(i) = self
+            .ghosts
+            .iter()
+            .position(|(g, _, _, _)| starts_with(fp, g))
+        {
+            // The copy of a file that was copy-truncated: continue where it was read up to.
+            let (_, off, _, _) = self.ghosts.remove(i);
+            off.min(len)
+        } else if let Some(c) = self.closed.values().find(|c| starts_with(fp, &c.fp)) {
+            // The copy of a file closed while idle (copy-truncate): all of it
+            // up to where that file was left was delivered.
+            c.offset.min(len)
+        } else if let Some(i) = self.retired.iter().position(|r| same(fp, &r.fp)) {
+            // A content read before, by a file gone since (its compressed
+            // backup, most often): continue where it was left.
+            self.retired.remove(i).map_or(0, |r| r.offset.min(len))
+        } else if let Some(i) = self.restored.iter().position(|(r, _)| starts_with(fp, r)) {
+            let (_, off) = self.restored.remove(i);
+            if off <= len {
+                off
             } else {
                 0
-            };
-            self.files.push(Tracked::at(
-                self.next_id,
-                fp,
-                file,
-                dev_ino,
-                path,
-                start,
-                now,
-            ));
-            self.next_id += 1;
+            }
+        } else if self.first_poll && self.cfg.start_at_end {
+            len
+        } else {
+            0
         }
+    }
+
+    /// Follow the compressed backups found this round.
+    fn follow_all_packed(
+        &mut self,
+        packed_found: Vec<(PathBuf, std::fs::Metadata, File, Packing)>,
+        now: Instant,
+    ) {
         // Decoded heads and unripe streams of backups no longer there are
         // forgotten (their inode may be reused by another file).
         let present: std::collections::HashSet<(u64, u64)> = packed_found
@@ -815,12 +867,11 @@ impl Tailer {
         for (path, meta, file, kind) in packed_found {
             self.follow_packed(path, &meta, file, kind, now);
         }
-        self.glimpses(now);
-        self.first_poll = false;
-        if let Ok(mut set) = self.held.lock() {
-            set.followed = self.files.len() + self.pending.len();
-        }
-        // Closed files gone from every pattern are forgotten.
+    }
+
+    /// Forget what is gone for good: closed files gone from every pattern,
+    /// retired contents no backup carries, ghosts whose copy never came.
+    fn forget(&mut self, now: Instant) {
         let gone: Vec<(u64, u64)> = self
             .closed
             .iter()
@@ -862,8 +913,10 @@ impl Tailer {
         });
         self.deferred
             .retain(|_, (_, since)| now.duration_since(*since) < DEFER * 10);
+    }
 
-        let mut lines = Vec::new();
+    /// Read what is new in every followed file.
+    fn read_all(&mut self, now: Instant, lines: &mut Vec<Line>, errors: &mut Vec<String>) {
         let max_line = self.cfg.max_line;
         let fp_size = self.cfg.fp_size;
         self.more = false;
@@ -871,14 +924,7 @@ impl Tailer {
         for t in &mut self.files {
             if t.packed.is_some() {
                 let before = lines.len();
-                self.more |= read_packed(
-                    t,
-                    max_line,
-                    &mut lines,
-                    &mut decoders,
-                    now,
-                    &mut self.events,
-                );
+                self.more |= read_packed(t, max_line, lines, &mut decoders, now, &mut self.events);
                 self.events.packed_lines += (lines.len() - before) as u64;
                 continue;
             }
@@ -892,7 +938,7 @@ impl Tailer {
                     hook(&t.path);
                 }
                 let was = t.read;
-                let more = read_new(t, max_line, fp_size, &mut lines)?;
+                let more = read_new(t, max_line, fp_size, lines)?;
                 if t.read > was {
                     t.grew = now;
                 }
@@ -906,34 +952,17 @@ impl Tailer {
                 Ok(None) => {
                     lines.truncate(before);
                     (t.read, t.partial, t.partial_start, t.skipping) = snapshot;
-                    // Continue in the copy after the last complete line: a partial
-                    // line read so far is read again from its start there.
-                    tracing::debug!(content = %content_tag(&t.fp), offset = t.partial_start, id = t.id, path = %t.path.display(), "Copy-truncated: its copy continues it.");
-                    self.ghosts
-                        .push((std::mem::take(&mut t.fp), t.partial_start, 0, now));
-                    // The new content's identity at once: a copy or a
-                    // compressed backup of it found before its next read
-                    // must wait for it, not be read as well.
-                    t.fp = read_fp(&mut t.file, fp_size).unwrap_or_default();
-                    t.read = 0;
-                    t.partial.clear();
-                    t.partial_start = 0;
-                    t.skipping = false;
-                    t.delivered = 0;
-                    // The new content is a new file to the receiver: offsets of the
-                    // old one (in flight, checkpointed) never apply to it.
-                    t.id = self.next_id;
-                    self.next_id += 1;
-                    t.reported = false;
-                    t.start = 0;
+                    copy_truncated(t, &mut self.ghosts, &mut self.next_id, fp_size, now);
                     self.more = true; // read the new content at once
                 }
                 Err(e) => errors.push(format!("{}: {e}", t.path.display())),
             }
         }
-        // Files gone from every pattern (renamed away or deleted) and drained:
-        // a partial last line is a line then, as it will never be completed;
-        // the file is closed once it is delivered to its end.
+    }
+
+    /// Close the files read and delivered to their end: gone from every
+    /// pattern (a partial last line is a line then), or idle.
+    fn close_drained(&mut self, now: Instant, lines: &mut Vec<Line>) {
         let mut i = 0;
         while i < self.files.len() {
             let t = &mut self.files[i];
@@ -997,8 +1026,47 @@ impl Tailer {
             }
             i += 1;
         }
-        (lines, errors)
     }
+}
+
+/// A copy-truncated file's content waiting for its copy: its first bytes,
+/// the offset read up to, the polls waited and since when.
+type Ghost = (Vec<u8>, u64, u32, Instant);
+
+/// A file to look at: its path, metadata, the descriptor the holder kept
+/// (if any), and whether the patterns match it now.
+type Candidate = (PathBuf, std::fs::Metadata, Option<File>, bool);
+
+/// A file copy-truncated while it was read: what was read may be the new
+/// content at the old offset, so the read was undone; its copy continues it
+/// after the last complete line (a partial line is read again from its
+/// start there), and the new content is a new file.
+fn copy_truncated(
+    t: &mut Tracked,
+    ghosts: &mut Vec<Ghost>,
+    next_id: &mut u64,
+    fp_size: usize,
+    now: Instant,
+) {
+    // Continue in the copy after the last complete line: a partial
+    // line read so far is read again from its start there.
+    tracing::debug!(content = %content_tag(&t.fp), offset = t.partial_start, id = t.id, path = %t.path.display(), "Copy-truncated: its copy continues it.");
+    ghosts.push((std::mem::take(&mut t.fp), t.partial_start, 0, now));
+    // The new content's identity at once: a copy or a
+    // compressed backup of it found before its next read
+    // must wait for it, not be read as well.
+    t.fp = read_fp(&mut t.file, fp_size).unwrap_or_default();
+    t.read = 0;
+    t.partial.clear();
+    t.partial_start = 0;
+    t.skipping = false;
+    t.delivered = 0;
+    // The new content is a new file to the receiver: offsets of the
+    // old one (in flight, checkpointed) never apply to it.
+    t.id = *next_id;
+    *next_id += 1;
+    t.reported = false;
+    t.start = 0;
 }
 
 impl Tailer {
