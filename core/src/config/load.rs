@@ -65,31 +65,7 @@ pub fn load_str(
     registry: &Registry,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, Vec<ConfigError>> {
-    let mut value: Value = match serde_yaml::from_str(text) {
-        Ok(Value::Null) => Value::Mapping(Default::default()),
-        Ok(v) => v,
-        Err(e) => {
-            let mut err = ConfigError::new(
-                "",
-                format!("invalid YAML: {}", strip_location(&e.to_string())),
-            );
-            if let Some(loc) = e.location() {
-                err.location = Some(format!("{source}:{}:{}", loc.line(), loc.column()));
-            }
-            // YAML forbids tabs in indentation; its parser says only that
-            // something is unexpected.
-            if let Some(n) = text
-                .lines()
-                .position(|l| l.trim_start_matches(' ').starts_with('\t'))
-            {
-                err.message.push_str(&format!(
-                    " (line {} is indented with a tab: YAML indents with spaces only)",
-                    n + 1
-                ));
-            }
-            return Err(vec![err]);
-        }
-    };
+    let mut value = parse_yaml(text, source)?;
     let locator = Locator::new(text);
     let locate = |mut errors: Vec<ConfigError>| {
         for e in &mut errors {
@@ -116,6 +92,85 @@ pub fn load_str(
     let defined_extensions =
         check_section(Kind::Extension, &file.extensions, registry, &mut errors);
 
+    service_errors(&file, &mut errors);
+    let extensions = listed_extensions(&file, &defined_extensions, &mut errors);
+
+    authenticator_errors(&exporters, &extensions, registry, &mut errors);
+
+    let pipelines = resolve_pipelines(
+        &file,
+        (&receivers, &processors, &exporters),
+        registry,
+        &mut errors,
+    );
+
+    let (exposed, insecure) = exposure(&file, &extensions, registry);
+    errors.extend(exposed);
+
+    if !errors.is_empty() {
+        return Err(locate(errors));
+    }
+
+    let mut warnings = extension_warnings(&defined_extensions, &extensions, registry);
+    warnings.extend(insecure);
+    let memory_limiter = memory_budget(&file, &processors, &pipelines, registry, &mut warnings);
+    warnings.extend(unused_warnings(
+        (&receivers, &processors, &exporters),
+        &pipelines,
+        registry,
+    ));
+
+    Ok(Config {
+        file,
+        receivers,
+        processors,
+        exporters,
+        extensions,
+        memory_limiter,
+        pipelines,
+        warnings,
+    })
+}
+
+/// The receivers, processors and exporters defined, by id.
+type Sections<'a> = (
+    &'a IndexMap<ComponentId, Value>,
+    &'a IndexMap<ComponentId, Value>,
+    &'a IndexMap<ComponentId, Value>,
+);
+
+/// The YAML of a config (empty: an empty map), or its syntax error with
+/// where it is (and a hint when a line is indented with a tab).
+fn parse_yaml(text: &str, source: &str) -> Result<Value, Vec<ConfigError>> {
+    match serde_yaml::from_str(text) {
+        Ok(Value::Null) => Ok(Value::Mapping(Default::default())),
+        Ok(v) => Ok(v),
+        Err(e) => {
+            let mut err = ConfigError::new(
+                "",
+                format!("invalid YAML: {}", strip_location(&e.to_string())),
+            );
+            if let Some(loc) = e.location() {
+                err.location = Some(format!("{source}:{}:{}", loc.line(), loc.column()));
+            }
+            // YAML forbids tabs in indentation; its parser says only that
+            // something is unexpected.
+            if let Some(n) = text
+                .lines()
+                .position(|l| l.trim_start_matches(' ').starts_with('\t'))
+            {
+                err.message.push_str(&format!(
+                    " (line {} is indented with a tab: YAML indents with spaces only)",
+                    n + 1
+                ));
+            }
+            Err(vec![err])
+        }
+    }
+}
+
+/// The `service` section's own checks (telemetry auth and TLS, the memory limiter).
+fn service_errors(file: &PipelineFile, errors: &mut Vec<ConfigError>) {
     if let Some(a) = &file.service.telemetry.metrics.auth {
         errors.extend(a.errors("service.telemetry.metrics.auth"));
     }
@@ -129,12 +184,20 @@ pub fn load_str(
                 .map(|e| e.under("service.memory_limiter")),
         );
     }
+}
+
+/// `service.extensions`, each defined under `extensions` and listed once.
+fn listed_extensions(
+    file: &PipelineFile,
+    defined: &IndexMap<ComponentId, Value>,
+    errors: &mut Vec<ConfigError>,
+) -> IndexMap<ComponentId, Value> {
     let mut extensions = IndexMap::new();
     for (i, ext) in file.service.extensions.iter().enumerate() {
         let path = format!("service.extensions[{i}]");
         match ext.parse::<ComponentId>() {
             Err(msg) => errors.push(ConfigError::new(path, msg)),
-            Ok(id) => match defined_extensions.get(&id) {
+            Ok(id) => match defined.get(&id) {
                 None => errors.push(ConfigError::new(
                     path,
                     format!("extension {ext:?} is not defined under `extensions`"),
@@ -149,10 +212,19 @@ pub fn load_str(
         }
     }
 
-    // `auth: {authenticator: id}` (at any depth: `protocol.otlp.auth` of the
-    // load-balancing exporter), the Collector's way for an exporter to use an
-    // authenticator extension: it must be one, and started.
-    for (id, cfg) in &exporters {
+    extensions
+}
+
+/// `auth: {authenticator: id}` (at any depth: `protocol.otlp.auth` of the
+/// load-balancing exporter), the Collector's way for an exporter to use an
+/// authenticator extension: it must be one, and started.
+fn authenticator_errors(
+    exporters: &IndexMap<ComponentId, Value>,
+    extensions: &IndexMap<ComponentId, Value>,
+    registry: &Registry,
+    errors: &mut Vec<ConfigError>,
+) {
+    for (id, cfg) in exporters {
         let mut refs = Vec::new();
         authenticators(cfg, &format!("exporters.{id}"), &mut refs);
         for (path, name) in refs {
@@ -175,7 +247,16 @@ pub fn load_str(
             }
         }
     }
+}
 
+/// The pipelines of `service.pipelines`, each component resolved to one
+/// defined, carrying a signal of the pipeline, listed once.
+fn resolve_pipelines(
+    file: &PipelineFile,
+    (receivers, processors, exporters): Sections<'_>,
+    registry: &Registry,
+    errors: &mut Vec<ConfigError>,
+) -> Vec<Pipeline> {
     let mut pipelines = Vec::new();
     if file.service.pipelines.is_empty() {
         errors.push(ConfigError::new(
@@ -264,9 +345,9 @@ pub fn load_str(
             }
             out
         };
-        let r = resolve(Kind::Receiver, &p.receivers, &receivers, true);
-        let pr = resolve(Kind::Processor, &p.processors, &processors, false);
-        let ex = resolve(Kind::Exporter, &p.exporters, &exporters, true);
+        let r = resolve(Kind::Receiver, &p.receivers, receivers, true);
+        let pr = resolve(Kind::Processor, &p.processors, processors, false);
+        let ex = resolve(Kind::Exporter, &p.exporters, exporters, true);
         pipelines.push(Pipeline {
             id,
             receivers: r,
@@ -275,14 +356,23 @@ pub fn load_str(
         });
     }
 
-    // Listeners that serve data beyond loopback need TLS and credentials.
+    pipelines
+}
+
+/// Listeners that serve data beyond loopback need TLS and credentials:
+/// the errors, and the warnings of those `insecure_expose` allows.
+fn exposure(
+    file: &PipelineFile,
+    extensions: &IndexMap<ComponentId, Value>,
+    registry: &Registry,
+) -> (Vec<ConfigError>, Vec<String>) {
     let mut listeners: Vec<(String, crate::exposure::Exposed)> = Vec::new();
     if let Some(e) =
         crate::exposure::telemetry(&file.service.telemetry.metrics, file.service.telemetry.ui)
     {
         listeners.push((String::new(), e));
     }
-    for (id, cfg) in &extensions {
+    for (id, cfg) in extensions {
         if let Some(f) = registry.extension(id.kind()) {
             listeners.extend(
                 f.exposes(cfg)
@@ -291,15 +381,17 @@ pub fn load_str(
             );
         }
     }
-    let (exposed, insecure) = crate::exposure::check(&listeners, file.service.insecure_expose);
-    errors.extend(exposed);
+    crate::exposure::check(&listeners, file.service.insecure_expose)
+}
 
-    if !errors.is_empty() {
-        return Err(locate(errors));
-    }
-
+/// Extensions defined and not listed, and what each listed one warns of.
+fn extension_warnings(
+    defined_extensions: &IndexMap<ComponentId, Value>,
+    extensions: &IndexMap<ComponentId, Value>,
+    registry: &Registry,
+) -> Vec<String> {
     let mut warnings = Vec::new();
-    for (id, cfg) in &defined_extensions {
+    for (id, cfg) in defined_extensions {
         match (extensions.get(id), registry.extension(id.kind())) {
             (None, _) => warnings.push(format!(
                 "extension {id} is defined but not listed in service.extensions; it will not run"
@@ -312,8 +404,16 @@ pub fn load_str(
             (Some(_), None) => {}
         }
     }
-    warnings.extend(insecure);
-    let memory_limiter = memory_budget(&file, &processors, &pipelines, registry, &mut warnings);
+    warnings
+}
+
+/// Components no pipeline uses, and signals that reach no exporter.
+fn unused_warnings(
+    (receivers, processors, exporters): Sections<'_>,
+    pipelines: &[Pipeline],
+    registry: &Registry,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
     for (kind, ids) in [
         (Kind::Receiver, receivers.keys().collect::<Vec<_>>()),
         (Kind::Processor, processors.keys().collect()),
@@ -333,7 +433,7 @@ pub fn load_str(
             }
         }
     }
-    for p in &pipelines {
+    for p in pipelines {
         let exported = p.exporters.iter().fold(SignalSet::NONE, |acc, e| {
             let s = registry
                 .exporter(e.kind())
@@ -355,16 +455,7 @@ pub fn load_str(
         }
     }
 
-    Ok(Config {
-        file,
-        receivers,
-        processors,
-        exporters,
-        extensions,
-        memory_limiter,
-        pipelines,
-        warnings,
-    })
+    warnings
 }
 
 /// Every `auth.authenticator` under `v`, with its key path.
