@@ -141,6 +141,87 @@ struct Trace {
     acks: Vec<Ack>,
 }
 
+impl Trace {
+    /// A trace held from its first span, to be decided at `deadline`.
+    fn new(generation: u64, deadline: Instant) -> Trace {
+        Trace {
+            generation,
+            deadline,
+            spans: Vec::new(),
+            bytes: TRACE_OVERHEAD,
+            start_min: u64::MAX,
+            end_max: 0,
+            error: false,
+            ok: false,
+            unset: false,
+            root_seen: false,
+            attrs: Vec::new(),
+            route: None,
+            root_name: None,
+            acks: Vec::new(),
+        }
+    }
+
+    /// Take in a span: its acknowledgements, times, status, attributes and
+    /// route (read from the root span, or from the first span that has
+    /// one). Returns the bytes it costs.
+    fn fold(
+        &mut self,
+        info: &extract::SpanInfo<'_>,
+        group: &Arc<Group>,
+        acks: &[Ack],
+        route_keys: &[u16],
+    ) -> usize {
+        let t = self;
+        for a in acks {
+            if !t.acks.iter().any(|b| b.same(a)) {
+                t.acks.push(a.clone());
+            }
+        }
+        let size = info.raw.len() + SPAN_OVERHEAD;
+        t.bytes += size;
+        t.start_min = t.start_min.min(info.start);
+        t.end_max = t.end_max.max(info.end);
+        match info.status {
+            2 => t.error = true,
+            1 => t.ok = true,
+            _ => t.unset = true,
+        }
+        for (k, v) in info.attrs {
+            if t.attrs.len() < MAX_ATTRS && !t.attrs.iter().any(|(k2, v2)| k2 == k && v2.is(v)) {
+                t.attrs.push((*k, v.owned()));
+            }
+        }
+        for (k, v) in &group.resource_attrs {
+            if t.attrs.len() < MAX_ATTRS && !t.attrs.iter().any(|(k2, v2)| k2 == k && v2 == v) {
+                t.attrs.push((*k, v.clone()));
+            }
+        }
+        // The route is read from the root span, or from the first span that has one.
+        let span_route = || {
+            route_keys.iter().find_map(|rk| {
+                info.attrs.iter().find_map(|(k, v)| match v {
+                    AttrRef::Str(s) if k == rk => Some(String::from_utf8_lossy(s).into()),
+                    _ => None,
+                })
+            })
+        };
+        if info.is_root {
+            t.root_name = Some(String::from_utf8_lossy(info.name).into());
+            if let Some(route) = span_route() {
+                t.route = Some(route);
+            }
+        } else if t.route.is_none() {
+            t.route = span_route();
+        }
+        t.spans.push(Held {
+            raw: info.raw.into(),
+            group: group.clone(),
+        });
+        size
+    }
+}
+
 /// The pending traces: an index from trace id to a slot of a slab. The
 /// index's buckets stay 20 bytes (not the whole trace), so the table that
 /// every span probes is a few times smaller and cheaper to grow; the traces
@@ -535,80 +616,20 @@ impl TailSampling {
                 self.bytes += TRACE_OVERHEAD;
                 let slot = slab.vacant_entry();
                 v.insert(slot.key() as u32);
-                slot.insert(Trace {
-                    generation: self.generation,
-                    deadline,
-                    spans: Vec::new(),
-                    bytes: TRACE_OVERHEAD,
-                    start_min: u64::MAX,
-                    end_max: 0,
-                    error: false,
-                    ok: false,
-                    unset: false,
-                    root_seen: false,
-                    attrs: Vec::new(),
-                    route: None,
-                    root_name: None,
-                    acks: Vec::new(),
-                })
+                slot.insert(Trace::new(self.generation, deadline))
             }
         };
-        for a in acks {
-            if !t.acks.iter().any(|b| b.same(a)) {
-                t.acks.push(a.clone());
-            }
-        }
-        let size = info.raw.len() + SPAN_OVERHEAD;
-        t.bytes += size;
+        let size = t.fold(&info, group, acks, &self.route_keys);
         self.bytes += size;
         self.spans += 1;
-        t.start_min = t.start_min.min(info.start);
-        t.end_max = t.end_max.max(info.end);
-        match info.status {
-            2 => t.error = true,
-            1 => t.ok = true,
-            _ => t.unset = true,
-        }
-        for (k, v) in info.attrs {
-            if t.attrs.len() < MAX_ATTRS && !t.attrs.iter().any(|(k2, v2)| k2 == k && v2.is(v)) {
-                t.attrs.push((*k, v.owned()));
+        if info.is_root && !t.root_seen {
+            t.root_seen = true;
+            let after = self.cfg.decision_wait_after_root_received.get();
+            if !after.is_zero() && now + after < t.deadline {
+                t.deadline = now + after;
+                self.roots.push_back((now + after, id, t.generation));
             }
         }
-        for (k, v) in &group.resource_attrs {
-            if t.attrs.len() < MAX_ATTRS && !t.attrs.iter().any(|(k2, v2)| k2 == k && v2 == v) {
-                t.attrs.push((*k, v.clone()));
-            }
-        }
-        // The route is read from the root span, or from the first span that has one.
-        let route_keys = &self.route_keys;
-        let span_route = || {
-            route_keys.iter().find_map(|rk| {
-                info.attrs.iter().find_map(|(k, v)| match v {
-                    AttrRef::Str(s) if k == rk => Some(String::from_utf8_lossy(s).into()),
-                    _ => None,
-                })
-            })
-        };
-        if info.is_root {
-            t.root_name = Some(String::from_utf8_lossy(info.name).into());
-            if let Some(route) = span_route() {
-                t.route = Some(route);
-            }
-            if !t.root_seen {
-                t.root_seen = true;
-                let after = self.cfg.decision_wait_after_root_received.get();
-                if !after.is_zero() && now + after < t.deadline {
-                    t.deadline = now + after;
-                    self.roots.push_back((now + after, id, t.generation));
-                }
-            }
-        } else if t.route.is_none() {
-            t.route = span_route();
-        }
-        t.spans.push(Held {
-            raw: info.raw.into(),
-            group: group.clone(),
-        });
         let limit_spans = self.cfg.max_spans_per_trace;
         let limit_bytes = self.cfg.maximum_trace_size_bytes.0 as usize;
         if (limit_spans > 0 && t.spans.len() >= limit_spans)
