@@ -317,6 +317,40 @@ pub fn traces(
     baselines: Option<&Baselines>,
     route_map: &RouteMap,
 ) -> Vec<TraceRow> {
+    let g = group(batch);
+    let mut out = Vec::with_capacity(g.order.len());
+    let mut index: IdMap<u64, usize> = IdMap::default();
+    for (ti, (id, _)) in g.order.iter().enumerate() {
+        let ats = &g.spans[g.first[ti]..g.first[ti + 1]];
+        out.extend(trace_row(
+            *id,
+            ats,
+            batch,
+            &g.resources,
+            &mut index,
+            baselines,
+            route_map,
+        ));
+    }
+    out
+}
+
+/// A batch's spans by trace: see [`group`].
+struct Grouped {
+    /// Each trace's id and span count, by first appearance.
+    order: Vec<([u8; 16], u32)>,
+    /// Where each trace's spans begin in `spans` (and one past the last).
+    first: Vec<usize>,
+    /// Every span, the spans of a trace contiguous.
+    spans: Vec<SpanRef>,
+    /// Each resource's service and host.
+    resources: Vec<(Arc<str>, Arc<str>)>,
+}
+
+/// The spans of a batch grouped by trace (by first appearance, each
+/// trace's spans contiguous, in a counting sort that moves no row), with
+/// each resource's service and host.
+fn group(batch: &[ResourceSpans]) -> Grouped {
     // Pass 1: each span's trace (by first appearance), without moving rows.
     let mut trace_of: IdMap<[u8; 16], u32> = IdMap::default();
     let mut order: Vec<([u8; 16], u32)> = Vec::new(); // id, span count
@@ -362,209 +396,255 @@ pub fn traces(
         grouped[fill[t as usize]] = at;
         fill[t as usize] += 1;
     }
-    let mut out = Vec::with_capacity(order.len());
-    let mut index: IdMap<u64, usize> = IdMap::default();
-    for (ti, (id, _)) in order.into_iter().enumerate() {
-        let ats = &grouped[first[ti]..first[ti + 1]];
-        let span_at = |&(ri, si, pi): &SpanRef| &batch[ri].scope_spans[si].spans[pi];
-        index.clear();
-        for (i, at) in ats.iter().enumerate() {
-            index.insert(id64(&span_at(at).span_id), i);
-        }
-        let mut spans: Vec<SpanRow> = Vec::with_capacity(ats.len());
-        let mut nodes: Vec<Node> = Vec::with_capacity(ats.len());
-        for (i, at) in ats.iter().enumerate() {
-            let span = span_at(at);
-            let (service, host) = &resources[at.0];
-            let row = span_row(*at, span, service, host);
-            nodes.push(Node {
-                start: span.start_time_unix_nano,
-                end: span.end_time_unix_nano.max(span.start_time_unix_nano),
-                parent: (row.parent_id != 0)
-                    .then(|| index.get(&row.parent_id).copied())
-                    .flatten()
-                    .filter(|p| *p != i),
-            });
-            spans.push(row);
-        }
-        // A parent cycle in bad data: break it where it closes, so every span
-        // reaches a root and nothing below loops.
-        break_cycles(&mut nodes);
-        shape::attach_orphans(&mut nodes, &mut spans);
-        shape::adopt_contained(&mut nodes, &mut spans);
-        let kids = shape::children(&nodes);
-        shape::fix_skew(&mut nodes, &spans, &kids);
-        // The root: a span with no parent id at all, else one whose parent is missing.
-        let true_roots: Vec<Node> = nodes
-            .iter()
-            .zip(&spans)
-            .map(|(n, r)| Node {
-                parent: if r.parent_id == 0 {
-                    n.parent
-                } else {
-                    n.parent.or(Some(usize::MAX))
-                },
-                ..*n
-            })
-            .collect();
-        let Some(root_i) = root(&true_roots).or_else(|| root(&nodes)) else {
-            continue;
-        };
-        let (_, self_ns) = critical_path(&nodes, root_i);
-        let start_ns = nodes.iter().map(|n| n.start).min().unwrap_or(0);
-        let end_ns = nodes.iter().map(|n| n.end).max().unwrap_or(start_ns);
-        let ms = |ns: u64| ns as f64 / 1e6;
-        let mut first_child: Vec<Option<u64>> = vec![None; nodes.len()];
-        for n in &nodes {
-            if let Some(p) = n.parent {
-                first_child[p] = Some(first_child[p].map_or(n.start, |s| s.min(n.start)));
-            }
-        }
-        for (i, row) in spans.iter_mut().enumerate() {
-            let n = nodes[i];
-            row.start_ms = ms(n.start.saturating_sub(start_ns));
-            row.end_ms = ms(n.end.saturating_sub(start_ns));
-            row.duration_ms = ms(n.end - n.start);
-            row.self_ms = ms(self_ns[i]);
-            row.critical = self_ns[i] > 0;
-            row.wait_ms = first_child[i].map(|c| ms(c.saturating_sub(n.start)));
-        }
-        shape::infer(&mut spans, &nodes, &kids);
-        // Critical time of each subtree, bottom-up; depths top-down.
-        let order = shape::top_down(&nodes, &kids);
-        for &i in &order {
-            spans[i].parent = nodes[i].parent;
-            spans[i].depth = nodes[i].parent.map_or(0, |p| spans[p].depth + 1);
-        }
-        // The callee of a call: the service of its server child.
-        for i in 0..spans.len() {
-            if let Some(p) = nodes[i].parent.filter(|_| spans[i].kind == "server") {
-                if matches!(spans[p].kind, "client" | "producer") && spans[p].callee.is_none() {
-                    spans[p].callee = Some(spans[i].service.clone());
-                }
-            }
-        }
-        for r in spans.iter_mut() {
-            if r.callee.is_none() && matches!(r.kind, "client" | "producer") {
-                r.callee = r.peer_service.as_deref().map(Arc::from);
-            }
-        }
-        for &i in order.iter().rev() {
-            spans[i].path_ms += spans[i].self_ms;
-            if let Some(p) = nodes[i].parent {
-                let add = spans[i].path_ms;
-                spans[p].path_ms += add;
-            }
-        }
-        // Where errors began: a failed span none of whose children failed.
-        // Client 4xx answers and attempts a later retry recovered from are not.
-        // A call its caller cancelled (after the caller's own deadline) is
-        // a consequence, not where the failure began.
-        let mut has_error_child = vec![false; nodes.len()];
-        for i in 0..nodes.len() {
-            if spans[i].status == "error"
-                && !spans[i].client_error
-                && !spans[i].recovered
-                && !super::chain::cancelled(&spans[i])
-            {
-                let mut p = nodes[i].parent;
-                let mut steps = 0;
-                while let Some(x) = p {
-                    if has_error_child[x] || steps > nodes.len() {
-                        break;
-                    }
-                    has_error_child[x] = true;
-                    p = nodes[x].parent;
-                    steps += 1;
-                }
-            }
-        }
-        let origin_of = |skip_cancelled: bool| {
-            (0..spans.len())
-                .filter(|&i| {
-                    spans[i].status == "error"
-                        && !spans[i].client_error
-                        && !spans[i].recovered
-                        && !has_error_child[i]
-                        && (!skip_cancelled || !super::chain::cancelled(&spans[i]))
-                })
-                .max_by(|&a, &b| spans[a].end_ms.total_cmp(&spans[b].end_ms))
-        };
-        let error_origin = origin_of(true).or_else(|| origin_of(false));
-        // How much each critical span deviates: its duration beyond `factor`
-        // × its operation's median, counted only as far as its own self time
-        // (a parent of a slow call deviates too, but the time is not its
-        // own); all of its self time before a baseline exists.
-        if let Some(b) = baselines {
-            for r in spans.iter_mut().filter(|r| r.critical) {
-                // The operation's own baseline; until it has enough
-                // samples, the span name's (coarser, learned sooner).
-                let normal = b.normal(&r.service, &r.op).or_else(|| {
-                    (r.op != r.name)
-                        .then(|| b.normal(&r.service, &r.name))
-                        .flatten()
-                });
-                if let Some(normal) = normal {
-                    r.baseline_ms = Some(normal);
-                    r.excess_ms = Some((r.duration_ms - b.factor * normal).max(0.0).min(r.self_ms));
-                }
-            }
-        }
-        if let Some(b) = baselines {
-            for r in spans.iter_mut().filter(|r| r.input_tokens.is_some()) {
-                let model = r.gen_ai_model.as_deref().unwrap_or("");
-                r.prompt_baseline = b.normal(PROMPT_BASELINE, model);
-            }
-        }
-        let deviation = |r: &SpanRow| r.excess_ms.unwrap_or(r.self_ms);
-        let largest = (0..spans.len())
-            .filter(|&i| spans[i].critical)
-            .max_by(|&a, &b| deviation(&spans[a]).total_cmp(&deviation(&spans[b])))
-            .unwrap_or(root_i);
-        // The error origin, unless it barely took time and something else took
-        // most of it (a timed-out call: the callee that was slow is the culprit).
-        let culprit = error_origin
-            .filter(|&e| spans[e].self_ms >= deviation(&spans[largest]) * 0.5)
-            .unwrap_or(largest);
-        // The entry: the root when it is a server span, else the first server
-        // span below it (a client or load generator may be the root).
-        let entry = order
-            .iter()
-            .copied()
-            .filter(|&i| spans[i].kind == "server")
-            .min_by(|&a, &b| {
-                spans[a]
-                    .depth
-                    .cmp(&spans[b].depth)
-                    .then(nodes[a].start.cmp(&nodes[b].start))
-            })
-            .unwrap_or(root_i);
-        let route = spans[entry].route.clone().map(|r| route_map.map(&r));
-        let status_of = |r: &SpanRow| r.http_status;
-        let final_status = status_of(&spans[entry]).or(status_of(&spans[root_i]));
-        let failed = [root_i, entry].iter().any(|&i| {
-            (spans[i].status == "error" && !spans[i].recovered && !spans[i].client_error)
-                || spans[i].http_status.is_some_and(|s| s >= 500 || s == 429)
-        });
-        out.push(TraceRow {
-            id,
-            trace_id: hex::encode(id),
-            start_ns,
-            end_ns,
-            duration_ms: ms(end_ns - start_ns),
-            start_unix_ms: ms(start_ns),
-            root: root_i,
-            entry,
-            spans,
-            culprit,
-            error_origin,
-            route,
-            failed,
-            final_status,
-            ..Default::default()
-        });
+    Grouped {
+        order,
+        first,
+        spans: grouped,
+        resources,
     }
-    out
+}
+
+/// One trace's row from its spans (`ats`, in the batch): its layout
+/// repaired, critical path, self and path times, callees, error origin,
+/// deviations from the baselines, culprit, entry and route. `None`: no
+/// root (every span's parent is another's, in a cycle broken nowhere).
+fn trace_row(
+    id: [u8; 16],
+    ats: &[SpanRef],
+    batch: &[ResourceSpans],
+    resources: &[(Arc<str>, Arc<str>)],
+    index: &mut IdMap<u64, usize>,
+    baselines: Option<&Baselines>,
+    route_map: &RouteMap,
+) -> Option<TraceRow> {
+    let (mut spans, mut nodes) = rows(ats, batch, resources, index);
+    // A parent cycle in bad data: break it where it closes, so every span
+    // reaches a root and nothing below loops.
+    break_cycles(&mut nodes);
+    shape::attach_orphans(&mut nodes, &mut spans);
+    shape::adopt_contained(&mut nodes, &mut spans);
+    let kids = shape::children(&nodes);
+    shape::fix_skew(&mut nodes, &spans, &kids);
+    // The root: a span with no parent id at all, else one whose parent is missing.
+    let true_roots: Vec<Node> = nodes
+        .iter()
+        .zip(&spans)
+        .map(|(n, r)| Node {
+            parent: if r.parent_id == 0 {
+                n.parent
+            } else {
+                n.parent.or(Some(usize::MAX))
+            },
+            ..*n
+        })
+        .collect();
+    let root_i = root(&true_roots).or_else(|| root(&nodes))?;
+    let (_, self_ns) = critical_path(&nodes, root_i);
+    let start_ns = nodes.iter().map(|n| n.start).min().unwrap_or(0);
+    let end_ns = nodes.iter().map(|n| n.end).max().unwrap_or(start_ns);
+    let ms = |ns: u64| ns as f64 / 1e6;
+    times(&mut spans, &nodes, &self_ns, start_ns);
+    shape::infer(&mut spans, &nodes, &kids);
+    // Critical time of each subtree, bottom-up; depths top-down.
+    let order = shape::top_down(&nodes, &kids);
+    for &i in &order {
+        spans[i].parent = nodes[i].parent;
+        spans[i].depth = nodes[i].parent.map_or(0, |p| spans[p].depth + 1);
+    }
+    callees(&mut spans, &nodes);
+    for &i in order.iter().rev() {
+        spans[i].path_ms += spans[i].self_ms;
+        if let Some(p) = nodes[i].parent {
+            let add = spans[i].path_ms;
+            spans[p].path_ms += add;
+        }
+    }
+    let error_origin = error_origin(&spans, &nodes);
+    if let Some(b) = baselines {
+        deviations(&mut spans, b);
+    }
+    let deviation = |r: &SpanRow| r.excess_ms.unwrap_or(r.self_ms);
+    let largest = (0..spans.len())
+        .filter(|&i| spans[i].critical)
+        .max_by(|&a, &b| deviation(&spans[a]).total_cmp(&deviation(&spans[b])))
+        .unwrap_or(root_i);
+    // The error origin, unless it barely took time and something else took
+    // most of it (a timed-out call: the callee that was slow is the culprit).
+    let culprit = error_origin
+        .filter(|&e| spans[e].self_ms >= deviation(&spans[largest]) * 0.5)
+        .unwrap_or(largest);
+    // The entry: the root when it is a server span, else the first server
+    // span below it (a client or load generator may be the root).
+    let entry = order
+        .iter()
+        .copied()
+        .filter(|&i| spans[i].kind == "server")
+        .min_by(|&a, &b| {
+            spans[a]
+                .depth
+                .cmp(&spans[b].depth)
+                .then(nodes[a].start.cmp(&nodes[b].start))
+        })
+        .unwrap_or(root_i);
+    let route = spans[entry].route.clone().map(|r| route_map.map(&r));
+    let status_of = |r: &SpanRow| r.http_status;
+    let final_status = status_of(&spans[entry]).or(status_of(&spans[root_i]));
+    let failed = [root_i, entry].iter().any(|&i| {
+        (spans[i].status == "error" && !spans[i].recovered && !spans[i].client_error)
+            || spans[i].http_status.is_some_and(|s| s >= 500 || s == 429)
+    });
+    Some(TraceRow {
+        id,
+        trace_id: hex::encode(id),
+        start_ns,
+        end_ns,
+        duration_ms: ms(end_ns - start_ns),
+        start_unix_ms: ms(start_ns),
+        root: root_i,
+        entry,
+        spans,
+        culprit,
+        error_origin,
+        route,
+        failed,
+        final_status,
+        ..Default::default()
+    })
+}
+
+/// A trace's span rows and their nodes (times and parent links), from its
+/// spans (`ats`) in the batch.
+fn rows(
+    ats: &[SpanRef],
+    batch: &[ResourceSpans],
+    resources: &[(Arc<str>, Arc<str>)],
+    index: &mut IdMap<u64, usize>,
+) -> (Vec<SpanRow>, Vec<Node>) {
+    let span_at = |&(ri, si, pi): &SpanRef| &batch[ri].scope_spans[si].spans[pi];
+    index.clear();
+    for (i, at) in ats.iter().enumerate() {
+        index.insert(id64(&span_at(at).span_id), i);
+    }
+    let mut spans: Vec<SpanRow> = Vec::with_capacity(ats.len());
+    let mut nodes: Vec<Node> = Vec::with_capacity(ats.len());
+    for (i, at) in ats.iter().enumerate() {
+        let span = span_at(at);
+        let (service, host) = &resources[at.0];
+        let row = span_row(*at, span, service, host);
+        nodes.push(Node {
+            start: span.start_time_unix_nano,
+            end: span.end_time_unix_nano.max(span.start_time_unix_nano),
+            parent: (row.parent_id != 0)
+                .then(|| index.get(&row.parent_id).copied())
+                .flatten()
+                .filter(|p| *p != i),
+        });
+        spans.push(row);
+    }
+    (spans, nodes)
+}
+
+/// Each span's times relative to the trace's start, its self time on the
+/// critical path, and its wait before its first child.
+fn times(spans: &mut [SpanRow], nodes: &[Node], self_ns: &[u64], start_ns: u64) {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let mut first_child: Vec<Option<u64>> = vec![None; nodes.len()];
+    for n in nodes {
+        if let Some(p) = n.parent {
+            first_child[p] = Some(first_child[p].map_or(n.start, |s| s.min(n.start)));
+        }
+    }
+    for (i, row) in spans.iter_mut().enumerate() {
+        let n = nodes[i];
+        row.start_ms = ms(n.start.saturating_sub(start_ns));
+        row.end_ms = ms(n.end.saturating_sub(start_ns));
+        row.duration_ms = ms(n.end - n.start);
+        row.self_ms = ms(self_ns[i]);
+        row.critical = self_ns[i] > 0;
+        row.wait_ms = first_child[i].map(|c| ms(c.saturating_sub(n.start)));
+    }
+}
+
+/// Where errors began: a failed span none of whose children failed.
+/// Client 4xx answers and attempts a later retry recovered from are not.
+/// A call its caller cancelled (after the caller's own deadline) is a
+/// consequence, not where the failure began.
+fn error_origin(spans: &[SpanRow], nodes: &[Node]) -> Option<usize> {
+    let mut has_error_child = vec![false; nodes.len()];
+    for i in 0..nodes.len() {
+        if spans[i].status == "error"
+            && !spans[i].client_error
+            && !spans[i].recovered
+            && !super::chain::cancelled(&spans[i])
+        {
+            let mut p = nodes[i].parent;
+            let mut steps = 0;
+            while let Some(x) = p {
+                if has_error_child[x] || steps > nodes.len() {
+                    break;
+                }
+                has_error_child[x] = true;
+                p = nodes[x].parent;
+                steps += 1;
+            }
+        }
+    }
+    let origin_of = |skip_cancelled: bool| {
+        (0..spans.len())
+            .filter(|&i| {
+                spans[i].status == "error"
+                    && !spans[i].client_error
+                    && !spans[i].recovered
+                    && !has_error_child[i]
+                    && (!skip_cancelled || !super::chain::cancelled(&spans[i]))
+            })
+            .max_by(|&a, &b| spans[a].end_ms.total_cmp(&spans[b].end_ms))
+    };
+    origin_of(true).or_else(|| origin_of(false))
+}
+
+/// How much each critical span deviates: its duration beyond `factor` ×
+/// its operation's median, counted only as far as its own self time (a
+/// parent of a slow call deviates too, but the time is not its own); all of
+/// its self time before a baseline exists. And each prompt's usual length.
+fn deviations(spans: &mut [SpanRow], b: &Baselines) {
+    {
+        for r in spans.iter_mut().filter(|r| r.critical) {
+            // The operation's own baseline; until it has enough
+            // samples, the span name's (coarser, learned sooner).
+            let normal = b.normal(&r.service, &r.op).or_else(|| {
+                (r.op != r.name)
+                    .then(|| b.normal(&r.service, &r.name))
+                    .flatten()
+            });
+            if let Some(normal) = normal {
+                r.baseline_ms = Some(normal);
+                r.excess_ms = Some((r.duration_ms - b.factor * normal).max(0.0).min(r.self_ms));
+            }
+        }
+    }
+    {
+        for r in spans.iter_mut().filter(|r| r.input_tokens.is_some()) {
+            let model = r.gen_ai_model.as_deref().unwrap_or("");
+            r.prompt_baseline = b.normal(PROMPT_BASELINE, model);
+        }
+    }
+}
+
+/// The callee of a call: the service of its server child, else its `peer.service`.
+fn callees(spans: &mut [SpanRow], nodes: &[Node]) {
+    for i in 0..spans.len() {
+        if let Some(p) = nodes[i].parent.filter(|_| spans[i].kind == "server") {
+            if matches!(spans[p].kind, "client" | "producer") && spans[p].callee.is_none() {
+                spans[p].callee = Some(spans[i].service.clone());
+            }
+        }
+    }
+    for r in spans.iter_mut() {
+        if r.callee.is_none() && matches!(r.kind, "client" | "producer") {
+            r.callee = r.peer_service.as_deref().map(Arc::from);
+        }
+    }
 }
 
 /// Cut the parent link that closes each cycle of parent ids.
