@@ -59,62 +59,67 @@ pub fn set_attr(attrs: &mut Vec<KeyValue>, k: &str, v: any_value::Value) {
     attrs.push(kv(k, v));
 }
 
+/// `rca.evidence`.
+#[derive(serde::Serialize)]
+struct Evidence<'a> {
+    rule: &'a str,
+    explained_ms: f64,
+    explains_failure: bool,
+    detail: Option<&'a str>,
+    spans: [EvSpan<'a>; 1],
+    logs: Vec<EvLog<'a>>,
+    metrics: Vec<Tagged<'a>>,
+    #[serde(flatten)]
+    fields: std::collections::BTreeMap<&'a str, &'a serde_json::Value>,
+    alternatives: Vec<EvAlt<'a>>,
+}
+/// A joined row, its `kind` first.
+#[derive(serde::Serialize)]
+struct Tagged<'a> {
+    kind: &'a str,
+    #[serde(flatten)]
+    row: &'a serde_json::Value,
+}
+/// The culprit span in `rca.evidence`.
+#[derive(serde::Serialize)]
+struct EvSpan<'a> {
+    span_id: &'a str,
+    service: &'a str,
+    name: &'a str,
+    self_ms: f64,
+    duration_ms: f64,
+    status: &'a str,
+    host: &'a str,
+}
+/// A log record in `rca.evidence`.
+#[derive(serde::Serialize)]
+struct EvLog<'a> {
+    time_unix_nano: u64,
+    gateway: bool,
+    service: &'a str,
+    route: Option<&'a str>,
+    status: Option<i64>,
+    rate_limit_rule: Option<&'a str>,
+    circuit_state: Option<&'a str>,
+    response_flags: Option<&'a str>,
+    upstream: Option<&'a str>,
+    duration_ms: Option<f64>,
+    body: &'a str,
+}
+/// An alternative cause in `rca.evidence`.
+#[derive(serde::Serialize)]
+struct EvAlt<'a> {
+    cause: &'a str,
+    confidence: f64,
+    rule: &'a str,
+    explained_ms: f64,
+    summary: &'a str,
+}
+
 /// The evidence of a verdict as JSON, bounded: the culprit span, up to 5
 /// telling log records (bodies cut to 200 characters), the metric rows
 /// joined, the route's statistics and up to 4 alternatives.
 pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
-    #[derive(serde::Serialize)]
-    struct Evidence<'a> {
-        rule: &'a str,
-        explained_ms: f64,
-        explains_failure: bool,
-        detail: Option<&'a str>,
-        spans: [EvSpan<'a>; 1],
-        logs: Vec<EvLog<'a>>,
-        metrics: Vec<Tagged<'a>>,
-        #[serde(flatten)]
-        fields: std::collections::BTreeMap<&'a str, &'a serde_json::Value>,
-        alternatives: Vec<EvAlt<'a>>,
-    }
-    /// A joined row, its `kind` first.
-    #[derive(serde::Serialize)]
-    struct Tagged<'a> {
-        kind: &'a str,
-        #[serde(flatten)]
-        row: &'a serde_json::Value,
-    }
-    #[derive(serde::Serialize)]
-    struct EvSpan<'a> {
-        span_id: &'a str,
-        service: &'a str,
-        name: &'a str,
-        self_ms: f64,
-        duration_ms: f64,
-        status: &'a str,
-        host: &'a str,
-    }
-    #[derive(serde::Serialize)]
-    struct EvLog<'a> {
-        time_unix_nano: u64,
-        gateway: bool,
-        service: &'a str,
-        route: Option<&'a str>,
-        status: Option<i64>,
-        rate_limit_rule: Option<&'a str>,
-        circuit_state: Option<&'a str>,
-        response_flags: Option<&'a str>,
-        upstream: Option<&'a str>,
-        duration_ms: Option<f64>,
-        body: &'a str,
-    }
-    #[derive(serde::Serialize)]
-    struct EvAlt<'a> {
-        cause: &'a str,
-        confidence: f64,
-        rule: &'a str,
-        explained_ms: f64,
-        summary: &'a str,
-    }
     let c = &t.spans[v.culprit];
     let culprit_id = Hex16::of(c.span_id);
     let cut = |b: &'_ str| -> usize { b.char_indices().nth(200).map_or(b.len(), |(i, _)| i) };
@@ -186,7 +191,6 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
 /// Write the verdict on the trace's spans; returns the evidence written
 /// (`rca.evidence`).
 pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) -> String {
-    let culprit = &t.spans[v.culprit];
     let route = t.route.clone().unwrap_or_default();
     let evidence = evidence_json(t, v);
     for (i, row) in t.spans.iter().enumerate() {
@@ -208,105 +212,111 @@ pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) -> String {
             );
         }
         if i == t.root {
-            if t.continuation {
-                // The verdict of spans that came after their trace's: it
-                // supersedes the one on the trace's root.
-                set_attr(a, "rca.continuation", any_value::Value::BoolValue(true));
-            }
-            set_attr(
-                a,
-                "rca.cause",
-                any_value::Value::StringValue(v.best.cause.clone()),
-            );
-            set_attr(
-                a,
-                "rca.summary",
-                any_value::Value::StringValue(v.best.summary.clone()),
-            );
-            set_attr(
-                a,
-                "rca.confidence",
-                any_value::Value::DoubleValue(v.best.confidence),
-            );
-            set_attr(
-                a,
-                "rca.culprit.service",
-                any_value::Value::StringValue(v.culprit_service.clone()),
-            );
-            set_attr(
-                a,
-                "rca.culprit.kind",
-                any_value::Value::StringValue(v.culprit_kind.to_string()),
-            );
-            match v.culprit_kind {
-                "host" if !culprit.host.is_empty() => set_attr(
-                    a,
-                    "rca.culprit.host",
-                    any_value::Value::StringValue(culprit.host.to_string()),
-                ),
-                "dependency" => {
-                    for (k, val) in [
-                        ("rca.culprit.db_system", &culprit.db_system),
-                        ("rca.culprit.messaging_system", &culprit.messaging_system),
-                        ("rca.culprit.server_address", &culprit.server_address),
-                    ] {
-                        if let Some(x) = val {
-                            set_attr(a, k, any_value::Value::StringValue(x.clone()));
-                        }
-                    }
-                }
-                _ => {}
-            }
-            set_attr(
-                a,
-                "rca.culprit.span_id",
-                any_value::Value::StringValue(Hex16::of(culprit.span_id).as_str().to_string()),
-            );
-            set_attr(
-                a,
-                "rca.rule",
-                any_value::Value::StringValue(v.best.rule.clone()),
-            );
-            set_attr(
-                a,
-                "rca.reason",
-                any_value::Value::StringValue(v.reason.clone()),
-            );
-            set_attr(
-                a,
-                "rca.explained_share",
-                any_value::Value::DoubleValue(
-                    (v.best.explained_ms / t.duration_ms.max(1e-6) * 1000.0).round() / 1000.0,
-                ),
-            );
-            set_attr(
-                a,
-                "rca.route_id",
-                any_value::Value::StringValue(route.clone()),
-            );
-            set_attr(
-                a,
-                "rca.evidence",
-                any_value::Value::StringValue(evidence.clone()),
-            );
-            let alts: Vec<String> = v
-                .alternatives
-                .iter()
-                .map(|x| {
-                    format!(
-                        "{}:{:.2}:{:.2}",
-                        x.cause,
-                        x.confidence,
-                        x.explained_ms / t.duration_ms.max(1e-6)
-                    )
-                })
-                .collect();
-            set_attr(
-                a,
-                "rca.alternatives",
-                any_value::Value::StringValue(alts.join(",")),
-            );
+            root_attributes(a, t, v, &route, &evidence);
         }
     }
     evidence
+}
+
+/// The verdict's attributes on the trace's root span.
+fn root_attributes(a: &mut Vec<KeyValue>, t: &TraceRow, v: &Verdict, route: &str, evidence: &str) {
+    let culprit = &t.spans[v.culprit];
+    if t.continuation {
+        // The verdict of spans that came after their trace's: it
+        // supersedes the one on the trace's root.
+        set_attr(a, "rca.continuation", any_value::Value::BoolValue(true));
+    }
+    set_attr(
+        a,
+        "rca.cause",
+        any_value::Value::StringValue(v.best.cause.clone()),
+    );
+    set_attr(
+        a,
+        "rca.summary",
+        any_value::Value::StringValue(v.best.summary.clone()),
+    );
+    set_attr(
+        a,
+        "rca.confidence",
+        any_value::Value::DoubleValue(v.best.confidence),
+    );
+    set_attr(
+        a,
+        "rca.culprit.service",
+        any_value::Value::StringValue(v.culprit_service.clone()),
+    );
+    set_attr(
+        a,
+        "rca.culprit.kind",
+        any_value::Value::StringValue(v.culprit_kind.to_string()),
+    );
+    match v.culprit_kind {
+        "host" if !culprit.host.is_empty() => set_attr(
+            a,
+            "rca.culprit.host",
+            any_value::Value::StringValue(culprit.host.to_string()),
+        ),
+        "dependency" => {
+            for (k, val) in [
+                ("rca.culprit.db_system", &culprit.db_system),
+                ("rca.culprit.messaging_system", &culprit.messaging_system),
+                ("rca.culprit.server_address", &culprit.server_address),
+            ] {
+                if let Some(x) = val {
+                    set_attr(a, k, any_value::Value::StringValue(x.clone()));
+                }
+            }
+        }
+        _ => {}
+    }
+    set_attr(
+        a,
+        "rca.culprit.span_id",
+        any_value::Value::StringValue(Hex16::of(culprit.span_id).as_str().to_string()),
+    );
+    set_attr(
+        a,
+        "rca.rule",
+        any_value::Value::StringValue(v.best.rule.clone()),
+    );
+    set_attr(
+        a,
+        "rca.reason",
+        any_value::Value::StringValue(v.reason.clone()),
+    );
+    set_attr(
+        a,
+        "rca.explained_share",
+        any_value::Value::DoubleValue(
+            (v.best.explained_ms / t.duration_ms.max(1e-6) * 1000.0).round() / 1000.0,
+        ),
+    );
+    set_attr(
+        a,
+        "rca.route_id",
+        any_value::Value::StringValue(route.to_string()),
+    );
+    set_attr(
+        a,
+        "rca.evidence",
+        any_value::Value::StringValue(evidence.to_string()),
+    );
+    let alts: Vec<String> = v
+        .alternatives
+        .iter()
+        .map(|x| {
+            format!(
+                "{}:{:.2}:{:.2}",
+                x.cause,
+                x.confidence,
+                x.explained_ms / t.duration_ms.max(1e-6)
+            )
+        })
+        .collect();
+    set_attr(
+        a,
+        "rca.alternatives",
+        any_value::Value::StringValue(alts.join(",")),
+    );
 }

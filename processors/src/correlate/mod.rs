@@ -150,18 +150,7 @@ impl ProcessorFactory for CorrelateFactory {
         let incident_ticks = incidents
             .as_ref()
             .filter(|_| emit_logs)
-            .map(|i| IncidentTicks {
-                engine: i.clone(),
-                every: cfg.incidents.interval.get(),
-                next: Instant::now() + cfg.incidents.interval.get(),
-                valid_ns: 4 * nanos(
-                    cfg.incidents
-                        .update_every
-                        .get()
-                        .max(cfg.incidents.interval.get()),
-                ),
-                dropped: (0, 0),
-            });
+            .map(|i| IncidentTicks::new(i.clone(), &cfg.incidents));
         if incidents.is_some() && !cfg.events {
             tracing::warn!(processor = %id, "Incidents are written as log records with the RCA records: with `events: false` none is written.");
         }
@@ -171,30 +160,7 @@ impl ProcessorFactory for CorrelateFactory {
         if !cfg.alerts.rules.is_empty() && !ctx.pipeline_signals.contains(Signal::Logs) {
             tracing::debug!(processor = %id, "Alert rules are evaluated by this processor's instance in a logs pipeline.");
         }
-        let builtin: Vec<Rule> = rules::builtin_with(&cfg.retry_storm, cfg.min_message_wait)
-            .into_iter()
-            .chain(correlation.sources.rules())
-            .collect();
-        // Every built-in cause is described, whichever rules run.
-        let causes = Rule::causes(&builtin);
-        let rules = rules::assemble(builtin, cfg.builtin_rules, &cfg.rules);
-        // Every rule's error counter exists from the start (at 0), so dashboards
-        // and alert rules on it see a series before the first failure.
-        let names = rules
-            .iter()
-            .map(|r| r.name.as_str())
-            .chain(cfg.alerts.rules.iter().map(|r| r.alert.as_str()));
-        if emit_logs || ctx.pipeline_signals.contains(Signal::Traces) {
-            for rule in names {
-                ctx.telemetry
-                    .counter(
-                        RULE_ERRORS,
-                        "Root-cause and alert rules that failed at run time, by rule.",
-                        &[("component", &id), ("rule", rule)],
-                    )
-                    .add(0);
-            }
-        }
+        let (rules, causes) = rules_of(&cfg, &correlation, &ctx, &id, emit_logs);
         Ok(Box::new(Correlate {
             causes,
             lookback_ns: nanos(cfg.metric_lookback.get()),
@@ -239,6 +205,42 @@ impl ProcessorFactory for CorrelateFactory {
             id,
         }))
     }
+}
+
+/// The rules a config runs (the built-ins, unless disabled, and the
+/// user's) and what each built-in cause is. Every rule's error counter
+/// exists from the start (at 0), so dashboards and alert rules on it see a
+/// series before the first failure.
+fn rules_of(
+    cfg: &CorrelateConfig,
+    correlation: &Correlation,
+    ctx: &BuildContext,
+    id: &str,
+    emit_logs: bool,
+) -> (Vec<Rule>, Causes) {
+    let builtin: Vec<Rule> = rules::builtin_with(&cfg.retry_storm, cfg.min_message_wait)
+        .into_iter()
+        .chain(correlation.sources.rules())
+        .collect();
+    // Every built-in cause is described, whichever rules run.
+    let causes = Rule::causes(&builtin);
+    let rules = rules::assemble(builtin, cfg.builtin_rules, &cfg.rules);
+    let names = rules
+        .iter()
+        .map(|r| r.name.as_str())
+        .chain(cfg.alerts.rules.iter().map(|r| r.alert.as_str()));
+    if emit_logs || ctx.pipeline_signals.contains(Signal::Traces) {
+        for rule in names {
+            ctx.telemetry
+                .counter(
+                    RULE_ERRORS,
+                    "Root-cause and alert rules that failed at run time, by rule.",
+                    &[("component", id), ("rule", rule)],
+                )
+                .add(0);
+        }
+    }
+    (rules, causes)
 }
 
 /// The store limits of a config.
@@ -341,6 +343,19 @@ struct IncidentTicks {
     valid_ns: u64,
     /// Routes evicted and refused, as last reported.
     dropped: (u64, u64),
+}
+
+impl IncidentTicks {
+    /// Ticks of `engine` every `incidents.interval`.
+    fn new(engine: Arc<incidents::Incidents>, cfg: &incidents::config::IncidentsConfig) -> Self {
+        IncidentTicks {
+            engine,
+            every: cfg.interval.get(),
+            next: Instant::now() + cfg.interval.get(),
+            valid_ns: 4 * nanos(cfg.update_every.get().max(cfg.interval.get())),
+            dropped: (0, 0),
+        }
+    }
 }
 
 /// Log records of causeway's own (alerts, incidents) as a batch, under

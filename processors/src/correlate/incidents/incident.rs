@@ -265,6 +265,23 @@ impl Incident {
 
     /// Its explanation now.
     pub fn explain(&self) -> Explanation {
+        Explanation {
+            causes: self.cause_shares(),
+            discriminators: self.discriminators(),
+            moved: self.moved(),
+            exemplars: self.exemplars.iter().map(|e| e.2.clone()).collect(),
+            p99_ms: self.hist.quantile(0.99).unwrap_or(0.0),
+            q_ms: self.hist.quantile(self.quantile).unwrap_or(0.0),
+            error_share: if self.n > 0.0 {
+                self.failed / self.n
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// Its causes, by the requests each explains (most first).
+    fn cause_shares(&self) -> Vec<CauseShare> {
         let mut causes: Vec<CauseShare> = self
             .causes
             .iter()
@@ -283,6 +300,12 @@ impl Incident {
                 .unwrap_or(std::cmp::Ordering::Equal)
                 .then_with(|| a.cause.cmp(&b.cause))
         });
+        causes
+    }
+
+    /// The attribute values far more common among its requests than in the
+    /// route's normal (at most `TOP`).
+    fn discriminators(&self) -> Vec<Discriminator> {
         let mut discriminators = Vec::new();
         if self.bad > 0.0 {
             for (k, vals) in &self.bad_attrs {
@@ -341,6 +364,11 @@ impl Incident {
                 .then_with(|| (&a.attribute, &a.value).cmp(&(&b.attribute, &b.value)))
         });
         discriminators.truncate(TOP);
+        discriminators
+    }
+
+    /// The series that moved most between before and during it (at most `TOP`).
+    fn moved(&self) -> Vec<Moved> {
         let mut moved: Vec<(f64, Moved)> = self
             .during
             .iter()
@@ -373,19 +401,7 @@ impl Incident {
                 .unwrap_or(std::cmp::Ordering::Equal)
                 .then_with(|| a.1.series.cmp(&b.1.series))
         });
-        Explanation {
-            causes,
-            discriminators,
-            moved: moved.into_iter().take(TOP).map(|(_, m)| m).collect(),
-            exemplars: self.exemplars.iter().map(|e| e.2.clone()).collect(),
-            p99_ms: self.hist.quantile(0.99).unwrap_or(0.0),
-            q_ms: self.hist.quantile(self.quantile).unwrap_or(0.0),
-            error_share: if self.n > 0.0 {
-                self.failed / self.n
-            } else {
-                0.0
-            },
-        }
+        moved.into_iter().take(TOP).map(|(_, m)| m).collect()
     }
 
     /// The one-line summary.

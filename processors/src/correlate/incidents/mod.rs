@@ -326,88 +326,78 @@ impl Incidents {
             if reasons.is_empty() && burn.is_none() {
                 continue;
             }
-            let mut slow_ms = if nn > 0.0 {
-                self.slow_ms(nq)
-            } else {
-                f64::INFINITY
-            };
-            if let Some(l) = burn.and_then(|bu| bu.latency_ms) {
-                slow_ms = slow_ms.min(l);
-            }
-            let mut i = Incident::open(
-                name,
-                now_ns,
-                r.normal
-                    .as_ref()
-                    .map(|n| (n, r.detail(self.cfg.max_values))),
-                slow_ms,
-            );
-            i.quantile = self.cfg.quantile;
-            i.attr_order = self.attr_order.clone();
-            i.reasons = reasons.iter().map(|s| s.to_string()).collect();
-            i.severity = self.cfg.severity.clone();
-            if let Some(bu) = burn {
-                i.reasons.push("slo".into());
-                i.burn = Some(BurnState::from(bu));
-                i.severity = bu.severity.clone();
-            }
-            for s in e.candidates.iter().filter(|s| s.route == *name) {
-                i.add(s, self.cfg.max_values, self.cfg.exemplars);
-            }
-            // The requests since it began that were not slow count too.
-            let (n, failed, hist) = r.recent_since(i.first_seen_ns / self.interval_ns);
-            if n > i.n {
-                i.n = n;
-                i.failed = i.failed.max(failed);
-                i.hist = hist;
-            }
-            i.id = format!("{:016x}", fnv1a(&format!("{name}\u{0}{}", i.started_ns)));
-            i.written_ns = now_ns;
-            let explanation = i.explain();
-            i.opening_cause = i.cause(&explanation);
+            let i = self.open(name, r, &e.candidates, (nq, nn), reasons, burn, now_ns);
             out.push(Change {
                 state: "open",
+                explanation: i.explain(),
                 incident: i.clone(),
-                explanation,
             });
             e.open.insert(name.clone(), i);
         }
         for k in gone {
             e.routes.remove(&k);
         }
-        // Incidents read back at a restart whose route has not come back yet.
-        for (name, i) in e.open.iter_mut() {
-            if !e.routes.contains_key(name)
-                && now_ns >= i.written_ns + 5 * recent_ns
-                && i.resolved_ns.is_none()
-            {
-                i.resolved_ns = Some(now_ns);
-            }
-        }
-        let resolved: Vec<String> = e
-            .open
-            .iter()
-            .filter(|(_, i)| i.resolved_ns.is_some())
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in resolved {
-            if let Some(i) = e.open.remove(&k) {
-                let explanation = i.explain();
-                out.push(Change {
-                    state: "resolved",
-                    incident: i.clone(),
-                    explanation,
-                });
-                e.resolved.push_back(i);
-                if e.resolved.len() > KEEP_RESOLVED {
-                    e.resolved.pop_front();
-                }
-            }
-        }
+        resolve(e, now_ns, 5 * recent_ns, &mut out);
         if !out.is_empty() {
             self.persist(e);
         }
         out
+    }
+
+    /// An incident opening on route `name` now: its normal (quantile `nq`
+    /// over `nn` requests), why it broke, its SLO burn, the slow requests
+    /// seen recently and the rest of its requests since it began.
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        &self,
+        name: &str,
+        r: &route::Route,
+        candidates: &VecDeque<Arc<Sample>>,
+        (nq, nn): (f64, f64),
+        reasons: Vec<&'static str>,
+        burn: Option<&slo::Burn>,
+        now_ns: u64,
+    ) -> Incident {
+        let mut slow_ms = if nn > 0.0 {
+            self.slow_ms(nq)
+        } else {
+            f64::INFINITY
+        };
+        if let Some(l) = burn.and_then(|bu| bu.latency_ms) {
+            slow_ms = slow_ms.min(l);
+        }
+        let mut i = Incident::open(
+            name,
+            now_ns,
+            r.normal
+                .as_ref()
+                .map(|n| (n, r.detail(self.cfg.max_values))),
+            slow_ms,
+        );
+        i.quantile = self.cfg.quantile;
+        i.attr_order = self.attr_order.clone();
+        i.reasons = reasons.iter().map(|s| s.to_string()).collect();
+        i.severity = self.cfg.severity.clone();
+        if let Some(bu) = burn {
+            i.reasons.push("slo".into());
+            i.burn = Some(BurnState::from(bu));
+            i.severity = bu.severity.clone();
+        }
+        for s in candidates.iter().filter(|s| s.route == *name) {
+            i.add(s, self.cfg.max_values, self.cfg.exemplars);
+        }
+        // The requests since it began that were not slow count too.
+        let (n, failed, hist) = r.recent_since(i.first_seen_ns / self.interval_ns);
+        if n > i.n {
+            i.n = n;
+            i.failed = i.failed.max(failed);
+            i.hist = hist;
+        }
+        i.id = format!("{:016x}", fnv1a(&format!("{name}\u{0}{}", i.started_ns)));
+        i.written_ns = now_ns;
+        let explanation = i.explain();
+        i.opening_cause = i.cause(&explanation);
+        i
     }
 
     /// What breaks: `latency`, `errors` (none: within normal, or too few requests).
@@ -685,3 +675,38 @@ pub fn alert(c: &Change, now_ns: u64, valid_ns: u64, links: &IndexMap<String, St
 
 #[cfg(test)]
 mod tests;
+
+/// Resolve the incidents marked resolved, and those read back at a restart
+/// whose route has not come back.
+fn resolve(e: &mut Engine, now_ns: u64, quiet_ns: u64, out: &mut Vec<Change>) {
+    // Incidents read back at a restart whose route has not come back yet
+    // (`quiet_ns` after they were last written).
+    for (name, i) in e.open.iter_mut() {
+        if !e.routes.contains_key(name)
+            && now_ns >= i.written_ns + quiet_ns
+            && i.resolved_ns.is_none()
+        {
+            i.resolved_ns = Some(now_ns);
+        }
+    }
+    let resolved: Vec<String> = e
+        .open
+        .iter()
+        .filter(|(_, i)| i.resolved_ns.is_some())
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in resolved {
+        if let Some(i) = e.open.remove(&k) {
+            let explanation = i.explain();
+            out.push(Change {
+                state: "resolved",
+                incident: i.clone(),
+                explanation,
+            });
+            e.resolved.push_back(i);
+            if e.resolved.len() > KEEP_RESOLVED {
+                e.resolved.pop_front();
+            }
+        }
+    }
+}
