@@ -25,6 +25,64 @@ pub(crate) fn transport_error(endpoint: &str, e: reqwest::Error) -> ExportError 
     }
 }
 
+/// What a server answered a request.
+pub(crate) struct Answer {
+    /// Its status.
+    pub status: reqwest::StatusCode,
+    /// Its `Retry-After`.
+    pub retry_after: Option<Duration>,
+    /// Its body, as text.
+    pub text: String,
+}
+
+/// Send `req` to `endpoint`: a request that did not reach the server is a
+/// retryable error; any answer is returned, with its body.
+pub(crate) async fn send(
+    req: reqwest::RequestBuilder,
+    endpoint: &str,
+) -> Result<Answer, ExportError> {
+    let resp = req.send().await.map_err(|e| transport_error(endpoint, e))?;
+    let status = resp.status();
+    let retry_after = retry_after(resp.headers());
+    let text = if status.is_success() {
+        String::new()
+    } else {
+        resp.text().await.unwrap_or_default()
+    };
+    Ok(Answer {
+        status,
+        retry_after,
+        text,
+    })
+}
+
+impl Answer {
+    /// The server's refusal, its first 1,024 characters kept.
+    pub fn server_error(&self, endpoint: &str) -> Box<ExporterError> {
+        Box::new(ExporterError::Server {
+            endpoint: endpoint.to_string(),
+            status: self.status.to_string(),
+            message: self.text.chars().take(1024).collect(),
+        })
+    }
+
+    /// The error of an answer that is not a success: retryable for 429, a
+    /// 5xx and the statuses in `also` (after its `Retry-After`), else
+    /// permanent.
+    pub fn error(&self, endpoint: &str, also: &[u16]) -> ExportError {
+        let source = self.server_error(endpoint);
+        let code = self.status.as_u16();
+        if code == 429 || self.status.is_server_error() || also.contains(&code) {
+            ExportError::Retryable {
+                source,
+                retry_after: self.retry_after,
+            }
+        } else {
+            ExportError::Permanent { source }
+        }
+    }
+}
+
 /// An HTTP client builder with the exporter's TLS settings: its CA bundle
 /// or the system's roots, and a client certificate when it has one.
 pub(crate) fn client_builder(

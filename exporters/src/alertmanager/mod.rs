@@ -262,31 +262,14 @@ impl Exporter for AlertExporter {
         for (k, v) in &self.headers {
             req = req.header(k.as_str(), v.as_str());
         }
-        let resp = req
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| crate::http_util::transport_error(&self.url, e))?;
-        let status = resp.status();
-        let retry_after = crate::http_util::retry_after(resp.headers());
-        if status.is_success() {
+        let answer = crate::http_util::send(req.body(body), &self.url).await?;
+        if answer.status.is_success() {
             return Ok(Delivered {
                 rejected: bad.len() as u64,
             });
         }
-        let text = resp.text().await.unwrap_or_default();
-        let source = Box::new(ExporterError::Server {
-            endpoint: self.url.clone(),
-            status: status.to_string(),
-            message: text.chars().take(1024).collect(),
-        });
-        match status.as_u16() {
-            408 | 429 | 500..=599 => Err(ExportError::Retryable {
-                source,
-                retry_after,
-            }),
-            _ => Err(ExportError::Permanent { source }),
-        }
+        // A request timeout is worth trying again, as a 429 or a 5xx.
+        Err(answer.error(&self.url, &[408]))
     }
 }
 

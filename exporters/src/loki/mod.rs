@@ -515,36 +515,18 @@ impl Exporter for LokiExporter {
         for (k, v) in &self.cfg.headers {
             req = req.header(k.as_str(), v.expose());
         }
-        let resp = req
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| crate::http_util::transport_error(&self.url, e))?;
-        let status = resp.status();
-        let retry_after = crate::http_util::retry_after(resp.headers());
-        let text = resp.text().await.unwrap_or_default();
-        if status.is_success() {
+        let answer = crate::http_util::send(req.body(body), &self.url).await?;
+        if answer.status.is_success() {
             return Ok(Delivered::default());
         }
-        let source = Box::new(ExporterError::Server {
-            endpoint: self.url.clone(),
-            status: status.to_string(),
-            message: text.chars().take(1024).collect(),
-        });
-        match status.as_u16() {
-            429 | 500..=599 => Err(ExportError::Retryable {
-                source,
-                retry_after,
-            }),
-            400 => match ignored(&text) {
+        if answer.status.as_u16() == 400 {
+            if let Some(n) = ignored(&answer.text) {
                 // Loki kept the valid entries: never resend the batch.
-                Some(n) => {
-                    tracing::warn!(exporter = %self.id, rejected = n, reason = %source, "Loki rejected some entries; the rest were accepted.");
-                    Ok(Delivered { rejected: n })
-                }
-                None => Err(ExportError::Permanent { source }),
-            },
-            _ => Err(ExportError::Permanent { source }),
+                let reason = answer.server_error(&self.url);
+                tracing::warn!(exporter = %self.id, rejected = n, %reason, "Loki rejected some entries; the rest were accepted.");
+                return Ok(Delivered { rejected: n });
+            }
         }
+        Err(answer.error(&self.url, &[]))
     }
 }

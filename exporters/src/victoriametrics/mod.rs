@@ -880,35 +880,16 @@ impl VictoriaMetricsExporter {
         for (k, v) in &self.cfg.headers {
             r = r.header(k.as_str(), v.expose());
         }
-        let resp = r
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| crate::http_util::transport_error(&self.url, e))?;
-        let status = resp.status();
-        let retry_after = crate::http_util::retry_after(resp.headers());
-        if status.is_success() {
+        let answer = crate::http_util::send(r.body(body), &self.url).await?;
+        if answer.status.is_success() {
             return Ok(Delivered::default());
         }
-        let text = resp.text().await.unwrap_or_default();
-        let source = Box::new(ExporterError::Server {
-            endpoint: self.url.clone(),
-            status: status.to_string(),
-            message: text.chars().take(1024).collect(),
-        });
-        if zstd && matches!(status.as_u16(), 400 | 415) {
+        if zstd && matches!(answer.status.as_u16(), 400 | 415) {
             // As vmagent: a 400 or 415 to zstd means the server cannot read it.
-            tracing::warn!(endpoint = %self.url, %status, "The server refused zstd; sending snappy from now on.");
+            tracing::warn!(endpoint = %self.url, status = %answer.status, "The server refused zstd; sending snappy from now on.");
             self.vm_proto.store(2, Ordering::Relaxed);
             self.refused_zstd.store(true, Ordering::Relaxed);
         }
-        if status.as_u16() == 429 || status.is_server_error() {
-            Err(ExportError::Retryable {
-                source,
-                retry_after,
-            })
-        } else {
-            Err(ExportError::Permanent { source })
-        }
+        Err(answer.error(&self.url, &[]))
     }
 }
