@@ -9,6 +9,7 @@ pub mod kafka_lag;
 pub mod metric_builder;
 pub mod nats;
 pub mod otlp;
+pub mod polling;
 pub mod prometheus;
 pub mod rabbitmq;
 

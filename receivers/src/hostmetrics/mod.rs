@@ -331,8 +331,7 @@ impl Receiver for HostMetricsReceiver {
     ) -> Result<(), BoxError> {
         let start_ns = now_ns();
         let mut prev: Option<(Reading, std::time::Instant)> = None;
-        let mut tick = tokio::time::interval(self.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = crate::polling::rounds(self.interval);
         let mut reported = std::collections::HashSet::new();
         loop {
             tokio::select! {

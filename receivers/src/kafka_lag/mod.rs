@@ -291,8 +291,7 @@ impl Receiver for KafkaLagReceiver {
         let mut state = self.state.take().ok_or("kafka_lag: already running")?;
         let settings = self.cfg.client_settings();
         let timeout = self.cfg.timeout.get();
-        let mut tick = tokio::time::interval(self.cfg.interval.get());
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = crate::polling::rounds(self.cfg.interval.get());
         let mut failures = 0u64;
         let mut partial_logged = std::collections::HashSet::new();
         let mut memory_logged = false;

@@ -331,20 +331,6 @@ impl Nats {
         .await?;
         parse_jsz(&body).map_err(|d| Failure::new("parse", d))
     }
-
-    /// Count a failed collection; log it once per reason until one succeeds.
-    fn failed(&self, f: &Failure, reported: &mut HashSet<&'static str>) {
-        self.telemetry
-            .counter(
-                ERRORS,
-                "Failed collections of the nats receiver, by reason.",
-                &[("receiver", &self.id), ("reason", f.reason)],
-            )
-            .add(1);
-        if reported.insert(f.reason) {
-            tracing::warn!(receiver = %self.id, endpoint = %self.cfg.endpoint, reason = f.reason, error = %f.detail, "NATS collection failed; the next round tries again.");
-        }
-    }
 }
 
 #[async_trait]
@@ -356,9 +342,17 @@ impl Receiver for Nats {
     ) -> Result<(), BoxError> {
         let start_ns = (now_s() * 1e9) as u64;
         let mut rising = HashMap::new();
-        let mut reported: HashSet<&'static str> = HashSet::new();
-        let mut tick = tokio::time::interval(self.cfg.collection_interval.get());
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failures = crate::polling::Failures::new(
+            &self.telemetry,
+            (
+                ERRORS,
+                "Failed collections of the nats receiver, by reason.",
+            ),
+            (&self.id, &self.cfg.endpoint),
+            "NATS collection",
+            "The monitoring endpoint answers again.",
+        );
+        let mut tick = crate::polling::rounds(self.cfg.collection_interval.get());
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
@@ -366,10 +360,7 @@ impl Receiver for Nats {
             }
             match self.fetch().await {
                 Ok(consumers) => {
-                    if !reported.is_empty() {
-                        tracing::info!(receiver = %self.id, endpoint = %self.cfg.endpoint, "The monitoring endpoint answers again.");
-                        reported.clear();
-                    }
+                    failures.succeeded();
                     let rms = collect(
                         &self.cfg,
                         (&self.streams, &self.consumers),
@@ -386,7 +377,7 @@ impl Receiver for Nats {
                         return Ok(());
                     }
                 }
-                Err(f) => self.failed(&f, &mut reported),
+                Err(f) => failures.failed(&f),
             }
         }
     }

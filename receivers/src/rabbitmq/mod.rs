@@ -343,22 +343,6 @@ impl Rabbitmq {
     }
 }
 
-impl Rabbitmq {
-    /// Count a failed collection; log it once per reason until one succeeds.
-    fn failed(&self, f: &Failure, reported: &mut HashSet<&'static str>) {
-        self.telemetry
-            .counter(
-                ERRORS,
-                "Failed collections of the rabbitmq receiver, by reason.",
-                &[("receiver", &self.id), ("reason", f.reason)],
-            )
-            .add(1);
-        if reported.insert(f.reason) {
-            tracing::warn!(receiver = %self.id, endpoint = %self.cfg.endpoint, reason = f.reason, error = %f.detail, "RabbitMQ collection failed; the next round tries again.");
-        }
-    }
-}
-
 /// The binding columns asked for.
 const BINDINGS: &str =
     "/api/bindings?columns=source,vhost,destination,destination_type,routing_key";
@@ -587,10 +571,18 @@ impl Receiver for Rabbitmq {
     ) -> Result<(), BoxError> {
         let start_ns = (now_s() * 1e9) as u64;
         let mut history: HashMap<(String, String), History> = HashMap::new();
-        let mut reported: HashSet<&'static str> = HashSet::new();
+        let mut failures = crate::polling::Failures::new(
+            &self.telemetry,
+            (
+                ERRORS,
+                "Failed collections of the rabbitmq receiver, by reason.",
+            ),
+            (&self.id, &self.cfg.endpoint),
+            "RabbitMQ collection",
+            "The management API answers again.",
+        );
         let mut bindings: Vec<Binding> = Vec::new();
-        let mut tick = tokio::time::interval(self.cfg.collection_interval.get());
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = crate::polling::rounds(self.cfg.collection_interval.get());
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
@@ -615,14 +607,13 @@ impl Receiver for Rabbitmq {
                         match self.bindings().await {
                             Ok(b) => bindings = b,
                             Err(f) => {
-                                self.failed(&f, &mut reported);
+                                failures.failed(&f);
                                 all = false;
                             }
                         }
                     }
-                    if all && !reported.is_empty() {
-                        tracing::info!(receiver = %self.id, endpoint = %self.cfg.endpoint, "The management API answers again.");
-                        reported.clear();
+                    if all {
+                        failures.succeeded();
                     }
                     let rms = collect(
                         &self.cfg,
@@ -641,7 +632,7 @@ impl Receiver for Rabbitmq {
                         return Ok(());
                     }
                 }
-                Err(f) => self.failed(&f, &mut reported),
+                Err(f) => failures.failed(&f),
             }
         }
     }
