@@ -63,8 +63,10 @@ use super::model::cause::{
     self, Cause, Face, CIRCUIT_OPEN, CONSUMER_LAG, DB_CONNECTION_SATURATION, RATE_LIMITED,
     RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
 };
-use super::model::columns::{LOG_COLUMNS, SPAN_COLUMNS, TRACE_COLUMNS};
-use super::model::table::{batch_of, schema_of, Table};
+use super::model::columns::{
+    fill_logs, fill_spans, fill_traces, LOG_COLUMNS, SPAN_COLUMNS, TRACE_COLUMNS,
+};
+use super::model::table::{schema_of, Cols, Table};
 use super::model::SpanRow;
 use super::model::{Finding, Rule, TraceRow};
 
@@ -499,15 +501,17 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<Table>, String> {
             .flat_map(|t| (0..n(t)).map(move |i| (t, i)))
             .collect()
     };
+    type Fill = fn(&mut Cols, &[(&TraceRow, usize)]);
     let mut out = Vec::new();
-    for (name, cols, rows) in [
-        ("traces", TRACE_COLUMNS, each(|_| 1)),
-        ("spans", SPAN_COLUMNS, each(|t| t.spans.len())),
-        ("logs", LOG_COLUMNS, each(|t| t.logs.len())),
+    for (name, cols, fill, rows) in [
+        ("traces", TRACE_COLUMNS, fill_traces as Fill, each(|_| 1)),
+        ("spans", SPAN_COLUMNS, fill_spans, each(|t| t.spans.len())),
+        ("logs", LOG_COLUMNS, fill_logs, each(|t| t.logs.len())),
     ] {
         let schema = schema_of(cols);
-        let batch = batch_of(cols, schema.clone(), &rows)?;
-        out.push((name, schema, batch));
+        let mut c = Cols::new(&schema, rows.len());
+        fill(&mut c, &rows);
+        out.push((name, schema.clone(), c.finish(schema)?));
     }
     Ok(out)
 }

@@ -216,16 +216,3 @@ pub fn schema_of<R: ?Sized>(cols: &[Column<R>]) -> SchemaRef {
     schema(cols.iter().map(Column::field).collect())
 }
 
-/// The batch of declared columns over `rows` (each a row source and the
-/// index of the row in it), built column by column.
-pub fn batch_of<R: ?Sized>(
-    cols: &[Column<R>],
-    schema: SchemaRef,
-    rows: &[(&R, usize)],
-) -> Result<RecordBatch, String> {
-    let mut c = Cols::new(&schema, rows.len());
-    for (at, col) in cols.iter().enumerate() {
-        c.fill(at, col, rows);
-    }
-    c.finish(schema)
-}
