@@ -106,13 +106,16 @@ pub fn decode<T: DeserializeOwned + Validate>(
         serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
         v => v.clone(),
     };
-    let cfg: T = deserialize_all(value)?;
-    let errors = cfg.validate();
-    if errors.is_empty() {
-        Ok(cfg)
-    } else {
-        Err(errors)
+    // The keys serde refused, and what the rest of the section, decoded
+    // without them, fails to validate: every error of a section in one run.
+    let (cfg, mut errors) = deserialize_partial::<T>(value);
+    if let Some(cfg) = cfg {
+        errors.extend(cfg.validate());
+        if errors.is_empty() {
+            return Ok(cfg);
+        }
     }
+    Err(errors)
 }
 
 /// Errors reported at most for one section (a file of garbage stops there).
@@ -124,13 +127,23 @@ const MAX_DECODE_ERRORS: usize = 50;
 /// are three errors of one run. A bad value of a required key stops there
 /// (without it, "missing field" would be a consequence, not an error).
 pub fn deserialize_all<T: DeserializeOwned>(
-    mut value: serde_yaml::Value,
+    value: serde_yaml::Value,
 ) -> Result<T, Vec<ConfigError>> {
+    match deserialize_partial(value) {
+        (Some(v), errors) if errors.is_empty() => Ok(v),
+        (_, errors) => Err(errors),
+    }
+}
+
+/// [`deserialize_all`]'s work: what decodes once every refused key is
+/// taken out (`None` when a required key's value was bad), and the errors.
+fn deserialize_partial<T: DeserializeOwned>(
+    mut value: serde_yaml::Value,
+) -> (Option<T>, Vec<ConfigError>) {
     let mut errors: Vec<ConfigError> = Vec::new();
     loop {
         match serde_path_to_error::deserialize::<_, T>(value.clone()) {
-            Ok(v) if errors.is_empty() => return Ok(v),
-            Ok(_) => return Err(errors),
+            Ok(v) => return (Some(v), errors),
             Err(e) => {
                 // An enum's variant or an unknown step cannot be walked: stop there.
                 let segments: Option<Vec<String>> = e
@@ -145,7 +158,7 @@ pub fn deserialize_all<T: DeserializeOwned>(
                 let message = e.inner().to_string();
                 let err = path_error(e);
                 if message.starts_with("missing field") && !errors.is_empty() {
-                    return Err(errors);
+                    return (None, errors);
                 }
                 let walkable = segments.is_some();
                 let mut at = segments.unwrap_or_default();
@@ -166,7 +179,7 @@ pub fn deserialize_all<T: DeserializeOwned>(
                     || !remove_at(&mut value, &at)
                 {
                     errors.dedup_by(|a, b| a.path == b.path && a.message == b.message);
-                    return Err(errors);
+                    return (None, errors);
                 }
             }
         }

@@ -215,4 +215,3 @@ impl<R: ?Sized> Column<R> {
 pub fn schema_of<R: ?Sized>(cols: &[Column<R>]) -> SchemaRef {
     schema(cols.iter().map(Column::field).collect())
 }
-
