@@ -340,9 +340,10 @@ fn the_layer_check_sees_an_import_going_up() {
 
 /// Whole string literals of `text` that are a plain lower-case word
 /// (`"circuit_open"`, not `"circuit open"` or SQL), except a rule's name
-/// (the first argument of `r(` or `Rule::builtin(`) and a column's (of
-/// `utf8(`, `boolf(`, `f64f(`, `i64f(`, `Column::text(`, …): those are
-/// names of their own that may share a cause's word.
+/// (the first argument of `r(` or `Rule::builtin(`), a column's (of
+/// `utf8(`, `boolf(`, `f64f(`, `i64f(`, `Column::text(`, …) and a config
+/// section's key beside its section (`("retry_storm", self.retry_storm…`):
+/// those are names of their own that may share a cause's word.
 fn word_literals(text: &str) -> Vec<&str> {
     const NAMING: [&str; 10] = [
         "r(", "builtin(", "utf8(", "boolf(", "f64f(", "i64f(", "text(", "float(", "int(", "bool(",
@@ -360,7 +361,12 @@ fn word_literals(text: &str) -> Vec<&str> {
                 && !before[..before.len() - n.len()]
                     .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
         });
-        if !named && !lit.is_empty() && lit.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+        let section = after[end + 1..].starts_with(", self.");
+        if !named
+            && !section
+            && !lit.is_empty()
+            && lit.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        {
             out.push(lit);
         }
         at = open + 1 + end + 1;
@@ -432,7 +438,8 @@ fn the_cause_check_sees_a_name_written_twice() {
     let text = "let c = Cause::new(\"lag\", x);\nif f.cause == \"lag\" {}";
     assert_eq!(word_literals(text), ["lag", "lag"]);
     assert_eq!(word_literals("\"a b\" \"SELECT x\" \"ok\""), ["ok"]);
-    // A rule's or a column's own name is not a cause's.
+    // A rule's, a column's or a config section's own name is not a cause's.
+    assert!(word_literals("(\"lag\", self.lag.validate())").is_empty());
     assert_eq!(
         word_literals("r(\n \"lag\", &LAG, boolf(\"lag\"), f(\"lag\")"),
         ["lag"]
