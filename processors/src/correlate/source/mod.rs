@@ -200,6 +200,31 @@ pub const JOIN_ATTRS: &[&str] = &[
     "http.route",
 ];
 
+/// The section of a source whose receiver collects on an interval
+/// (`processors.correlate.rabbitmq`, `.nats`).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SampleInterval {
+    /// How often the receiver collects (its `collection_interval`): a
+    /// consumer's wait joins what was collected within this of it. Unset:
+    /// `consumer_lag.sample_interval`, which these sources read before
+    /// they had their own key.
+    #[serde(default)]
+    pub sample_interval: Option<causeway_core::config::Duration>,
+}
+
+impl causeway_core::config::Validate for SampleInterval {
+    fn validate(&self) -> Vec<causeway_core::config::ConfigError> {
+        match self.sample_interval {
+            Some(d) if d.get().is_zero() => vec![causeway_core::config::ConfigError::new(
+                "sample_interval",
+                "must be more than 0",
+            )],
+            _ => Vec::new(),
+        }
+    }
+}
+
 /// Whether `s` is `source`'s to join: claimed by it, or by no source.
 pub fn mine(s: &SpanRow, source: &str) -> bool {
     s.claimed.is_none_or(|c| c == source)

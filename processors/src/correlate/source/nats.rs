@@ -251,29 +251,8 @@ impl Nats {
     }
 }
 
-/// `processors.correlate.nats`.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NatsConfig {
-    /// How often the nats receiver collects (its `collection_interval`):
-    /// a consumer's wait joins what was collected within this of it.
-    /// Unset: `consumer_lag.sample_interval`, which these sources read
-    /// before they had their own key.
-    #[serde(default)]
-    pub sample_interval: Option<causeway_core::config::Duration>,
-}
-
-impl causeway_core::config::Validate for NatsConfig {
-    fn validate(&self) -> Vec<causeway_core::config::ConfigError> {
-        match self.sample_interval {
-            Some(d) if d.get().is_zero() => vec![causeway_core::config::ConfigError::new(
-                "sample_interval",
-                "must be more than 0",
-            )],
-            _ => Vec::new(),
-        }
-    }
-}
+/// `processors.correlate.nats`: how often the `nats` receiver collects.
+pub type NatsConfig = super::SampleInterval;
 
 fn consumer_schema() -> SchemaRef {
     schema(vec![
