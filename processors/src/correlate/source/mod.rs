@@ -307,12 +307,16 @@ pub struct TickJoin {
 }
 
 /// The registered sources, in the order they are asked and joined.
-pub struct Sources(Vec<Box<dyn Source>>);
+pub struct Sources {
+    list: Vec<Box<dyn Source>>,
+    /// Their rule tables' schemas, merged once (see [`Sources::tables`]).
+    tables: Vec<(&'static str, SchemaRef)>,
+}
 
 impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.0.iter().map(|s| s.name()))
+            .entries(self.list.iter().map(|s| s.name()))
             .finish()
     }
 }
@@ -320,22 +324,32 @@ impl std::fmt::Debug for Sources {
 impl Sources {
     /// These sources.
     pub fn new(sources: Vec<Box<dyn Source>>) -> Self {
-        Sources(sources)
+        let mut tables: Vec<(&'static str, SchemaRef)> = Vec::new();
+        for (name, schema) in sources.iter().flat_map(|s| s.tables()) {
+            match tables.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, have)) => *have = union(have, &schema),
+                None => tables.push((name, schema)),
+            }
+        }
+        Sources {
+            list: sources,
+            tables,
+        }
     }
 
     /// Each source.
     pub fn iter(&self) -> impl Iterator<Item = &dyn Source> {
-        self.0.iter().map(|s| s.as_ref())
+        self.list.iter().map(|s| s.as_ref())
     }
 
     /// The first source's key of a metric point.
     pub fn classify(&self, offer: &Offer<'_>) -> Option<Kept> {
-        self.0.iter().find_map(|s| s.keep(offer))
+        self.list.iter().find_map(|s| s.keep(offer))
     }
 
     /// Every source sees a log record.
     pub fn observe(&self, record: &LogEvidence, clock_ns: u64) {
-        for s in &self.0 {
+        for s in &self.list {
             s.observe(record, clock_ns);
         }
     }
@@ -344,7 +358,7 @@ impl Sources {
     pub fn claim(&self, traces: &mut [TraceRow]) {
         for t in traces {
             for sp in &mut t.spans {
-                sp.claimed = self.0.iter().find(|s| s.claims(sp)).map(|s| s.name());
+                sp.claimed = self.list.iter().find(|s| s.claims(sp)).map(|s| s.name());
             }
         }
     }
@@ -352,19 +366,12 @@ impl Sources {
     /// Every source's rule tables, each once (sources may add rows and
     /// columns to one table: the dependency families to `dependency`).
     pub fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
-        let mut out: Vec<(&'static str, SchemaRef)> = Vec::new();
-        for (name, schema) in self.0.iter().flat_map(|s| s.tables()) {
-            match out.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, have)) => *have = union(have, &schema),
-                None => out.push((name, schema)),
-            }
-        }
-        out
+        self.tables.clone()
     }
 
     /// Every source's built-in rules.
     pub fn rules(&self) -> Vec<Rule> {
-        self.0.iter().flat_map(|s| s.rules()).collect()
+        self.list.iter().flat_map(|s| s.rules()).collect()
     }
 
     /// Join the tick's traces with every source.
@@ -373,7 +380,7 @@ impl Sources {
         let mut tables = Vec::new();
         let mut misses = Vec::new();
         let mut errors = Vec::new();
-        for s in &self.0 {
+        for s in &self.list {
             match s.join(tick, traces) {
                 Ok(j) => {
                     if let Err(e) = merge(&mut tables, j.tables) {
@@ -387,12 +394,12 @@ impl Sources {
             }
         }
         // As declared, whichever sources answered.
-        for (name, schema) in self.tables() {
-            if let Some((_, have_schema, batch)) = tables.iter_mut().find(|(n, _, _)| *n == name) {
-                match conform(batch, &schema) {
+        for (name, schema) in &self.tables {
+            if let Some((_, have_schema, batch)) = tables.iter_mut().find(|(n, _, _)| n == name) {
+                match conform(batch, schema) {
                     Ok(b) => {
                         *batch = b;
-                        *have_schema = schema;
+                        *have_schema = schema.clone();
                     }
                     Err(e) => errors.push(("correlate", format!("table {name}: {e}"))),
                 }
@@ -408,7 +415,7 @@ impl Sources {
     /// Every source's alert tables (with no view: empty).
     pub fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         let mut out = Vec::new();
-        for s in &self.0 {
+        for s in &self.list {
             merge(&mut out, s.alert_tables(view)?)?;
         }
         Ok(out)
@@ -417,7 +424,7 @@ impl Sources {
     /// The key dimensions of every source's series, each once, in order.
     pub fn dims(&self) -> Vec<&'static str> {
         let mut out: Vec<&'static str> = Vec::new();
-        for d in self.0.iter().flat_map(|s| s.dims().iter()) {
+        for d in self.list.iter().flat_map(|s| s.dims().iter()) {
             if !out.contains(d) {
                 out.push(d);
             }
@@ -427,18 +434,18 @@ impl Sources {
 
     /// The answer of the source that serves `/api/{path}`.
     pub fn api(&self, path: &str, view: &View<'_>) -> Option<serde_json::Value> {
-        self.0.iter().find_map(|s| s.api(path, view))
+        self.list.iter().find_map(|s| s.api(path, view))
     }
 
     /// The tables the page draws.
     pub fn pages(&self) -> Vec<PageTable> {
-        self.0.iter().filter_map(|s| s.page()).collect()
+        self.list.iter().filter_map(|s| s.page()).collect()
     }
 
     /// The attributes every source's `in_trouble` reads, each once.
     pub fn trouble_keys(&self) -> Vec<&'static str> {
         let mut out: Vec<&'static str> = Vec::new();
-        for k in self.0.iter().flat_map(|s| s.trouble_keys().iter()) {
+        for k in self.list.iter().flat_map(|s| s.trouble_keys().iter()) {
             if !out.contains(k) {
                 out.push(k);
             }
