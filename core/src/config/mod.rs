@@ -137,7 +137,7 @@ pub fn deserialize_all<T: DeserializeOwned>(
 
 /// [`deserialize_all`]'s work: what decodes once every refused key is
 /// taken out (`None` when a required key's value was bad), and the errors.
-fn deserialize_partial<T: DeserializeOwned>(
+pub fn deserialize_partial<T: DeserializeOwned>(
     mut value: serde_yaml::Value,
 ) -> (Option<T>, Vec<ConfigError>) {
     let mut errors: Vec<ConfigError> = Vec::new();

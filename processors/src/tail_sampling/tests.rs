@@ -1081,7 +1081,7 @@ async fn thresholds_and_patterns_count_as_in_the_collector() {
 fn unknown_types_and_stray_settings_are_named() {
     let cfg: Result<TailSamplingConfig, _> = decode(
         &serde_yaml::from_str(
-            "policies:\n  - {name: a, type: latencyy, latency: {threshold_ms: 1}}\n  - {name: b, type: always_sample, latency: {threshold_ms: 1}, colour: red}\n  - {name: c, type: latency, latency: {threshold_ms: 1, upper: 2}}",
+            "policies:\n  - {name: a, type: latencyy, latency: {threshold_ms: 1}}\n  - {name: b, type: always_sample, latency: {threshold_ms: 1}, colour: red}\n  - {name: c, type: latency, latency: {threshold_ms: 1, upper: 2}}\n  - {name: d, type: latency, latency: {threshold_ms: 10, upper_threshold_ms: 5, colour: 1}}",
         )
         .expect("yaml"),
     );
@@ -1101,6 +1101,16 @@ fn unknown_types_and_stray_settings_are_named() {
     );
     assert!(
         at("policies[2].latency.upper").is_some_and(|m| m.contains("unknown field")),
+        "{errs:?}"
+    );
+    // A stray key and a bad value in one policy's settings, in the same run.
+    assert!(
+        at("policies[3].latency.colour").is_some_and(|m| m.contains("unknown field")),
+        "{errs:?}"
+    );
+    assert!(
+        at("policies[3].latency.upper_threshold_ms")
+            .is_some_and(|m| m.contains("must not be less than threshold_ms")),
         "{errs:?}"
     );
 }

@@ -27,7 +27,7 @@ pub use adaptive_latency::default_route_attributes;
 pub use probabilistic::trace_hash;
 
 use super::extract::{AttrValue, Keys};
-use causeway_core::config::{deserialize_all, join_path, ConfigError};
+use causeway_core::config::{deserialize_all, deserialize_partial, join_path, ConfigError};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -222,13 +222,18 @@ fn settings<T: DeserializeOwned>(v: &serde_yaml::Value) -> Result<T, Vec<ConfigE
     }
 }
 
+/// The keys serde refuses in a policy's settings, and what the rest of
+/// them fails to check, in one run (as `decode` does for a section).
 fn check_of<K: Kind>(v: &serde_yaml::Value, c: &mut Check<'_>) {
-    match settings::<K::Settings>(v) {
-        Ok(s) => K::check(&s, c),
-        Err(errors) => {
-            let at = c.at("");
-            c.errors.extend(errors.into_iter().map(|e| e.under(&at)));
-        }
+    let v = match v {
+        serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
+        v => v.clone(),
+    };
+    let (settings, errors) = deserialize_partial::<K::Settings>(v);
+    let at = c.at("");
+    c.errors.extend(errors.into_iter().map(|e| e.under(&at)));
+    if let Some(s) = settings {
+        K::check(&s, c);
     }
 }
 
