@@ -290,7 +290,7 @@ fn correlate_layer(m: &Module) -> Option<usize> {
     Some(match m.get(1).map(String::as_str) {
         Some("model") => 0,
         Some("analysis" | "annotate") => 1,
-        Some("store" | "logs") => 2,
+        Some("store") => 2,
         Some("source") => 3,
         Some("rules" | "alerts" | "incidents" | "page") => 4,
         Some("config" | "registry") => 5,

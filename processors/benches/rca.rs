@@ -14,7 +14,7 @@ use causeway_processors::correlate::model::table::Table;
 use causeway_processors::correlate::model::{Rule, TraceRow};
 use causeway_processors::correlate::source::{Correlation, Tick};
 use causeway_processors::correlate::store::{Limits, Store};
-use causeway_processors::correlate::{logs, registry, rules};
+use causeway_processors::correlate::{registry, rules};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
@@ -181,7 +181,7 @@ fn store() -> Correlation {
 /// The join with logs and every source, as the processor makes it (the
 /// config's lookback and lookahead); the sources' tables.
 fn join(st: &Correlation, rows: &mut [TraceRow]) -> Vec<Table> {
-    logs::join(rows, &st.store);
+    st.sources.join_logs(rows, &st.store);
     let tick = Tick {
         store: &st.store,
         now_ns: T0,
@@ -243,7 +243,7 @@ fn bench(c: &mut Criterion) {
                 None,
                 &causes,
             );
-            annotate(&mut rs, tr, &v);
+            annotate(&mut rs, tr, &v, st.sources.log_columns());
         }
         let t5 = t.elapsed();
         eprintln!(
@@ -298,7 +298,7 @@ fn bench(c: &mut Criterion) {
                 None,
                 &causes,
             );
-            annotate(&mut rs, t, &v);
+            annotate(&mut rs, t, &v, st.sources.log_columns());
         }
         rs
     };
@@ -364,7 +364,7 @@ fn incidents(c: &mut Criterion, st: &Correlation, batch: &[ResourceSpans]) {
     let attrs: Vec<Attr> = cfg
         .attributes
         .iter()
-        .filter_map(|a| Attr::parse(a))
+        .filter_map(|a| Attr::parse(a, |n| st.sources.log_column(n)))
         .collect();
     let mut rows = rows_of(batch, Some(&st.store.baselines), &Default::default());
     let _ = join(st, &mut rows);

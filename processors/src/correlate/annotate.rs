@@ -4,6 +4,7 @@
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 
+use super::model::table::Column;
 use super::model::{Hex16, Joined, TraceRow, Verdict};
 
 /// Values that become OTLP attribute values.
@@ -95,15 +96,11 @@ struct EvSpan<'a> {
 #[derive(serde::Serialize)]
 struct EvLog<'a> {
     time_unix_nano: u64,
-    gateway: bool,
     service: &'a str,
-    route: Option<&'a str>,
-    status: Option<i64>,
-    rate_limit_rule: Option<&'a str>,
-    circuit_state: Option<&'a str>,
-    response_flags: Option<&'a str>,
-    upstream: Option<&'a str>,
-    duration_ms: Option<f64>,
+    /// The sources' `logs` columns that have a value (a gateway's line:
+    /// `gateway`, `route`, `status`, `rate_limit_rule`, ...).
+    #[serde(flatten)]
+    fields: serde_json::Map<String, serde_json::Value>,
     body: &'a str,
 }
 /// An alternative cause in `rca.evidence`.
@@ -118,8 +115,10 @@ struct EvAlt<'a> {
 
 /// The evidence of a verdict as JSON, bounded: the culprit span, up to 5
 /// telling log records (bodies cut to 200 characters), the metric rows
-/// joined, the route's statistics and up to 4 alternatives.
-pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
+/// joined, the route's statistics and up to 4 alternatives. A record tells
+/// when a source read it (a gateway's line), it is a warning or worse, or
+/// it names an error; `log_columns` are the sources' columns of `logs`.
+pub fn evidence_json(t: &TraceRow, v: &Verdict, log_columns: &[&Column<TraceRow>]) -> String {
     let c = &t.spans[v.culprit];
     let culprit_id = Hex16::of(c.span_id);
     let cut = |b: &'_ str| -> usize { b.char_indices().nth(200).map_or(b.len(), |(i, _)| i) };
@@ -140,19 +139,17 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
         logs: t
             .logs
             .iter()
-            .filter(|l| l.gateway || l.severity >= 13 || l.error_type.is_some())
+            .enumerate()
+            .filter(|(_, l)| !l.parts.is_empty() || l.severity >= 13 || l.error_type.is_some())
             .take(5)
-            .map(|l| EvLog {
+            .map(|(i, l)| EvLog {
                 time_unix_nano: l.time_ns,
-                gateway: l.gateway,
                 service: &l.service,
-                route: l.route.as_deref(),
-                status: l.status,
-                rate_limit_rule: l.rate_limit_rule.as_deref(),
-                circuit_state: l.circuit_state.as_deref(),
-                response_flags: l.response_flags.as_deref(),
-                upstream: l.upstream.as_deref(),
-                duration_ms: l.duration_ms,
+                fields: log_columns
+                    .iter()
+                    .map(|c| (c.name.to_string(), (c.get)(t, i).json()))
+                    .filter(|(_, v)| !v.is_null())
+                    .collect(),
                 body: &l.body[..cut(&l.body)],
             })
             .collect(),
@@ -190,9 +187,14 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict) -> String {
 
 /// Write the verdict on the trace's spans; returns the evidence written
 /// (`rca.evidence`).
-pub fn annotate(rs: &mut [ResourceSpans], t: &TraceRow, v: &Verdict) -> String {
+pub fn annotate(
+    rs: &mut [ResourceSpans],
+    t: &TraceRow,
+    v: &Verdict,
+    log_columns: &[&Column<TraceRow>],
+) -> String {
     let route = t.route.clone().unwrap_or_default();
-    let evidence = evidence_json(t, v);
+    let evidence = evidence_json(t, v, log_columns);
     for (i, row) in t.spans.iter().enumerate() {
         let (ri, si, pi) = row.at;
         let Some(span) = rs

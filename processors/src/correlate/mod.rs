@@ -18,9 +18,9 @@
 //! 1. [`model`]: trace rows, findings, verdicts, series, tables;
 //! 2. [`analysis`]: spans to trace rows (critical path, layout, baselines)
 //!    and the verdict; [`annotate`]: the verdict on the spans;
-//! 3. [`store`]: the state, which knows no source; [`logs`]: the join with
-//!    log records;
-//! 4. [`source`]: the evidence sources, each one file, behind one trait;
+//! 3. [`store`]: the state, which knows no source;
+//! 4. [`source`]: the evidence sources, each one file, behind one trait
+//!    (what each reads of a log record, and the join with the records, too);
 //! 5. [`rules`], [`alerts`], [`incidents`], [`page`]: the rule engine, the
 //!    alert rules, incidents per route and the page's API, handed the
 //!    sources' tables;
@@ -32,7 +32,6 @@ pub mod analysis;
 pub mod annotate;
 pub mod config;
 pub mod incidents;
-pub mod logs;
 pub mod model;
 pub mod page;
 pub mod registry;
@@ -181,7 +180,9 @@ impl ProcessorFactory for CorrelateFactory {
                 .incidents
                 .attributes
                 .iter()
-                .filter_map(|a| incidents::sample::Attr::parse(a))
+                .filter_map(|a| {
+                    incidents::sample::Attr::parse(a, |n| correlation.sources.log_column(n))
+                })
                 .collect(),
             feed_incidents: incidents.clone().filter(|_| !cfg.incidents.from_records),
             record_incidents: incidents.filter(|_| cfg.incidents.from_records),
@@ -557,7 +558,9 @@ impl Correlate {
         traces: &mut [TraceRow],
         now: u64,
     ) -> HashMap<String, Vec<Finding>> {
-        logs::join(traces, &self.correlation.store);
+        self.correlation
+            .sources
+            .join_logs(traces, &self.correlation.store);
         self.correlation.store.peers.learn_and_fill(traces);
         let tick = Tick {
             store: &self.correlation.store,
@@ -648,11 +651,14 @@ impl Correlate {
         );
         let extra = incidents::sample::record_attributes(&sample);
         let healthy = v.best.cause == UNKNOWN.name && !sample.failed;
-        let evidence = annotate(rs, t, v);
+        let evidence = annotate(rs, t, v, self.correlation.sources.log_columns());
         if self.correlation.store.keeps_views() {
-            self.correlation
-                .store
-                .push_view(model::view::view(t, v, evidence));
+            self.correlation.store.push_view(model::view::view(
+                t,
+                v,
+                evidence,
+                self.correlation.sources.log_columns(),
+            ));
         }
         self.analysed.add(1);
         self.correlation.store.push_event(

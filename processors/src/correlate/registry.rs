@@ -48,6 +48,19 @@ impl Validate for CorrelateConfig {
             e.push(ConfigError::new("window", "must be more than 0"));
         }
         e.extend(self.incidents.validate());
+        for (i, a) in self.incidents.attributes.iter().enumerate() {
+            let col = a.strip_prefix("log.").filter(|c| !c.is_empty());
+            if let Some(c) = col.filter(|c| sources.log_column(c).is_none()) {
+                let names: Vec<&str> = sources.log_columns().iter().map(|c| c.name).collect();
+                e.push(ConfigError::new(
+                    format!("incidents.attributes[{i}]"),
+                    format!(
+                        "`{a}`: `logs` has no column `{c}` (the sources' columns: {})",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
         if self.max_log_records == 0 {
             e.push(ConfigError::new("max_log_records", "must be at least 1"));
         }

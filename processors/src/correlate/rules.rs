@@ -19,10 +19,9 @@
 //!   baseline_ms, excess_ms, server_port, gen_ai_model, input_tokens, output_tokens,
 //!   gen_ai_queue_ms, gen_ai_ttft_ms, gen_ai_prefill_ms, gen_ai_decode_ms, prompt_baseline`
 //!   (see `super::analysis::shape` for the inferred ones)
-//! - `logs` (log record of the trace): `trace_id, time_ms, gateway, hop (0 for the outermost
-//!   gateway, 1 for the next, …), service, route,
-//!   status, rate_limit_rule, circuit_state, response_flags, upstream, duration_ms,
-//!   severity, error_type, body`
+//! - `logs` (log record of the trace): `trace_id, time_ms, service, severity, error_type, body,
+//!   span_id`, and the columns each source reads of its records (the gateway's: `gateway, hop,
+//!   route, status, rate_limit_rule, circuit_state, response_flags, upstream, duration_ms`)
 //! - and each evidence source's (see `super::source`): `route_stats`, `kafka_lag`,
 //!   `rabbitmq_queue`, `host`, `dependency`, `nats_consumer`, documented with their source.
 //!
@@ -63,9 +62,7 @@ use super::model::cause::{
     self, Cause, Face, CIRCUIT_OPEN, CONSUMER_LAG, DB_CONNECTION_SATURATION, RATE_LIMITED,
     RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
 };
-use super::model::columns::{
-    fill_logs, fill_spans, fill_traces, LOG_COLUMNS, SPAN_COLUMNS, TRACE_COLUMNS,
-};
+use super::model::columns::{fill_spans, fill_traces, SPAN_COLUMNS, TRACE_COLUMNS};
 use super::model::table::{schema_of, Cols, Table};
 use super::model::SpanRow;
 use super::model::{Finding, Rule, TraceRow};
@@ -489,7 +486,6 @@ pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
     vec![
         ("traces", schema_of(TRACE_COLUMNS)),
         ("spans", schema_of(SPAN_COLUMNS)),
-        ("logs", schema_of(LOG_COLUMNS)),
     ]
 }
 
@@ -506,7 +502,6 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<Table>, String> {
     for (name, cols, fill, rows) in [
         ("traces", TRACE_COLUMNS, fill_traces as Fill, each(|_| 1)),
         ("spans", SPAN_COLUMNS, fill_spans, each(|t| t.spans.len())),
-        ("logs", LOG_COLUMNS, fill_logs, each(|t| t.logs.len())),
     ] {
         let schema = schema_of(cols);
         let mut c = Cols::new(&schema, rows.len());

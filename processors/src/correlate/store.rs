@@ -8,7 +8,7 @@
 //! its own time and looked up when a trace is analysed.
 
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::logs::v1::ResourceLogs;
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs};
 use opentelemetry_proto::tonic::metrics::v1::{
     metric, number_data_point, Gauge, ResourceMetrics, Sum,
 };
@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use super::analysis::baseline::Baselines;
 use super::analysis::peers::Peers;
-use super::model::series::{find, num, s, Kept, Offer, PointKind, ROUTE_KEYS};
+use super::model::series::{find, s, Kept, Offer, PointKind};
 use super::model::view::TraceView;
 use super::model::{Key, LatestPoint, LogEvidence, RcaEvent, Series};
 
@@ -73,8 +73,6 @@ struct Inner {
     log_bytes: usize,
     dropped_events: u64,
     clock: u64,
-    /// Entry route → gateway route id, learned from traces that had both.
-    learned_routes: HashMap<String, String>,
     /// Traces analysed (or held for evidence), with when: late spans of them
     /// are not analysed again.
     analysed: HashMap<[u8; 16], u64>,
@@ -87,15 +85,42 @@ struct Inner {
     producer_order: VecDeque<(u64, ([u8; 16], u64))>,
 }
 
-/// A gateway field's value, unless it says "none": access logs write `-`
-/// (Envoy, NGINX) or nothing for a field with no value.
-fn present(v: Option<String>) -> Option<String> {
-    v.filter(|x| !x.trim().is_empty() && x.trim() != "-")
-}
-
-/// The memory a log record is counted at: its body plus a fixed overhead.
-fn log_cost(ev: &LogEvidence) -> usize {
-    256 + ev.body.len()
+/// A log record's evidence as every record has it: its time (the
+/// observed time, or now, when it has none), its service, severity, error
+/// type, body (cut to 512 bytes) and span id.
+fn record(r: &LogRecord, service: &str, now_ns: u64) -> LogEvidence {
+    let a = &r.attributes;
+    let time_ns = if r.time_unix_nano > 0 {
+        r.time_unix_nano
+    } else if r.observed_time_unix_nano > 0 {
+        r.observed_time_unix_nano
+    } else {
+        now_ns
+    };
+    let mut body = r
+        .body
+        .as_ref()
+        .and_then(|b| s(&Some(b.clone())))
+        .unwrap_or_default();
+    if body.len() > 512 {
+        let mut cut = 512;
+        while !body.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        body.truncate(cut);
+    }
+    LogEvidence {
+        time_ns,
+        service: service.to_string(),
+        severity: r.severity_number,
+        error_type: find(a, &["error.type", "exception.type"])
+            .and_then(s)
+            .filter(|x| !x.trim().is_empty() && x.trim() != "-"),
+        body,
+        span_id: (r.span_id.len() == 8 && r.span_id.iter().any(|b| *b != 0))
+            .then(|| r.span_id.iter().map(|b| format!("{b:02x}")).collect()),
+        parts: Default::default(),
+    }
 }
 
 /// The shared correlation state.
@@ -202,12 +227,14 @@ impl Store {
         !self.metric_events_owner.swap(true, Ordering::SeqCst)
     }
 
-    /// Take in log records; `observe` sees each (the sources that keep
+    /// Take in log records: `read` adds to each what the sources read of
+    /// its attributes, then `observe` sees it (the sources that keep
     /// statistics of them). Records without a trace id are only observed.
     pub fn add_logs(
         &self,
         resource_logs: &[ResourceLogs],
         now_ns: u64,
+        read: &dyn Fn(&[KeyValue], &mut LogEvidence),
         observe: &dyn Fn(&LogEvidence, u64),
     ) {
         let mut g = self.lock();
@@ -223,66 +250,13 @@ impl Store {
                 .unwrap_or_default();
             for sl in &rl.scope_logs {
                 for r in &sl.log_records {
-                    let a = &r.attributes;
-                    let status = find(a, &["http.response.status_code", "status_code", "status"])
-                        .and_then(num)
-                        .map(|x| x as i64);
-                    let rate_limit_rule =
-                        find(a, &["gateway.rate_limit_rule", "rate_limit_rule"]).and_then(s);
-                    let circuit_state =
-                        find(a, &["gateway.circuit_state", "circuit_state"]).and_then(s);
-                    let response_flags =
-                        find(a, &["gateway.response_flags", "response_flags"]).and_then(s);
-                    let duration_ms = find(a, &["http.server.request.duration"])
-                        .and_then(num)
-                        .map(|sec| sec * 1000.0)
-                        .or_else(|| find(a, &["duration_ms"]).and_then(num));
-                    let gateway = rate_limit_rule.is_some()
-                        || circuit_state.is_some()
-                        || response_flags.is_some()
-                        || (status.is_some() && find(a, &ROUTE_KEYS).is_some());
-                    let time_ns = if r.time_unix_nano > 0 {
-                        r.time_unix_nano
-                    } else if r.observed_time_unix_nano > 0 {
-                        r.observed_time_unix_nano
-                    } else {
-                        now_ns
-                    };
-                    let body = r
-                        .body
-                        .as_ref()
-                        .and_then(|b| s(&Some(b.clone())))
-                        .unwrap_or_default();
-                    let mut body = body;
-                    if body.len() > 512 {
-                        let mut cut = 512;
-                        while !body.is_char_boundary(cut) {
-                            cut -= 1;
-                        }
-                        body.truncate(cut);
-                    }
-                    let ev = LogEvidence {
-                        time_ns,
-                        gateway,
-                        service: service.clone(),
-                        route: present(find(a, &ROUTE_KEYS).and_then(s)),
-                        status,
-                        rate_limit_rule: present(rate_limit_rule),
-                        circuit_state: present(circuit_state),
-                        response_flags: present(response_flags),
-                        upstream: present(find(a, &["server.address", "upstream"]).and_then(s)),
-                        duration_ms,
-                        severity: r.severity_number,
-                        error_type: present(find(a, &["error.type", "exception.type"]).and_then(s)),
-                        body,
-                        span_id: (r.span_id.len() == 8 && r.span_id.iter().any(|b| *b != 0))
-                            .then(|| r.span_id.iter().map(|b| format!("{b:02x}")).collect()),
-                    };
+                    let mut ev = record(r, &service, now_ns);
+                    read(&r.attributes, &mut ev);
                     observe(&ev, g.clock);
                     if r.trace_id.len() == 16 && r.trace_id.iter().any(|b| *b != 0) {
                         let mut tid = [0u8; 16];
                         tid.copy_from_slice(&r.trace_id);
-                        g.log_bytes += log_cost(&ev);
+                        g.log_bytes += ev.cost();
                         g.logs.entry(tid).or_default().push(Arc::new(ev));
                         g.log_order.push_back((now_ns, tid));
                         g.log_count += 1;
@@ -305,7 +279,7 @@ impl Store {
             let mut freed = None;
             if let Some(v) = g.logs.get_mut(&tid) {
                 if !v.is_empty() {
-                    freed = Some(log_cost(&v.remove(0)));
+                    freed = Some(v.remove(0).cost());
                 }
                 if v.is_empty() {
                     g.logs.remove(&tid);
@@ -585,25 +559,6 @@ impl Store {
         Some(g.counts.clone())
     }
 
-    /// Remember the gateway route id of an entry route (bounded).
-    pub fn learn_route(&self, entry: &str, route_id: &str) {
-        let mut g = self.lock();
-        if g.learned_routes.get(entry).map(String::as_str) == Some(route_id) {
-            return;
-        }
-        if g.learned_routes.len() >= self.limits.max_routes && !g.learned_routes.contains_key(entry)
-        {
-            return;
-        }
-        g.learned_routes
-            .insert(entry.to_string(), route_id.to_string());
-    }
-
-    /// The gateway route id learned for an entry route.
-    pub fn learned_route(&self, entry: &str) -> Option<String> {
-        self.lock().learned_routes.get(entry).cloned()
-    }
-
     /// Whether any series has the dimension `dim` (a join on it that finds
     /// nothing then counts as a miss).
     pub fn any_series_with(&self, dim: &str) -> bool {
@@ -698,9 +653,9 @@ impl Store {
         (g.log_bytes, age)
     }
 
-    /// Log records held, series held, routes learned.
-    pub fn sizes(&self) -> (usize, usize, usize) {
+    /// Log records held, series held.
+    pub fn sizes(&self) -> (usize, usize) {
         let g = self.lock();
-        (g.log_count, g.series.len(), g.learned_routes.len())
+        (g.log_count, g.series.len())
     }
 }

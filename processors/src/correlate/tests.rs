@@ -149,7 +149,7 @@ fn join_within(
     (lookback_ns, lookahead_ns): (u64, u64),
 ) -> (Vec<TraceRow>, Vec<Table>) {
     let mut traces = analysis::trace::traces(rs, Some(&c.store.baselines), &Default::default());
-    logs::join(&mut traces, &c.store);
+    c.sources.join_logs(&mut traces, &c.store);
     c.store.peers.learn_and_fill(&mut traces);
     let tick = Tick {
         store: &c.store,
@@ -188,7 +188,7 @@ async fn analyse(c: &Correlation, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Ve
                 Some(&c.store.peers),
                 &causes,
             );
-            annotate(rs, &t, &v);
+            annotate(rs, &t, &v, c.sources.log_columns());
             (t, v)
         })
         .collect()
@@ -317,7 +317,7 @@ fn the_state_stays_within_its_bounds_under_a_flood() {
         st.add_logs(&logs, now);
         now += 1_000_000_000;
     }
-    let (logs, _, _) = st.store.sizes();
+    let (logs, _) = st.store.sizes();
     assert!(logs <= 1000, "{logs} log records held");
     let view = source::View {
         store: &st.store,
@@ -2051,8 +2051,12 @@ async fn the_page_keeps_the_last_analysed_traces_bounded_and_answers_bad_ids_cle
         let mut rs = vec![resource_spans("shop", tid(70 + n, spans))];
         let out = analyse(&st, &mut rs).await;
         let (t, v) = &out[0];
-        st.store
-            .push_view(model::view::view(t, v, annotate::evidence_json(t, v)));
+        st.store.push_view(model::view::view(
+            t,
+            v,
+            annotate::evidence_json(t, v, st.sources.log_columns()),
+            st.sources.log_columns(),
+        ));
         ids.push(t.trace_id.clone());
     }
     let (code, body) = api.get("traces").unwrap();
@@ -2247,8 +2251,10 @@ async fn dash_and_empty_gateway_fields_are_absent() {
     st.add_logs(&[dash(98, 200), dash(99, 200)], 1_000_000_000_000);
     let logs = st.store.logs_of(&[98; 16]);
     assert_eq!(logs.len(), 1);
-    let l = &logs[0];
-    assert!(l.gateway, "still the gateway's record");
+    let l = logs[0]
+        .parts
+        .get::<crate::correlate::source::gateway::Line>()
+        .expect("still the gateway's record");
     assert_eq!(
         (
             &l.circuit_state,
@@ -2669,7 +2675,7 @@ async fn with_two_gateway_layers_the_outermost_answers_and_names_the_route() {
     );
     assert_eq!(t.route.as_deref(), Some("api-orders"), "the edge's route");
     assert_eq!(
-        crate::correlate::logs::hops(&t.logs)
+        crate::correlate::source::gateway::hops(&t.logs)
             .iter()
             .flatten()
             .count(),
@@ -3034,4 +3040,31 @@ fn each_settings_section_reports_its_own_errors_with_its_path() {
         Some(15)
     );
     assert_eq!(ok.nats.sample_interval.map(|d| d.get().as_secs()), Some(5));
+}
+
+/// The `logs` table has the core's columns and each source's; an incident
+/// discriminator `log.<field>` names one of them or is refused with the
+/// columns there are.
+#[test]
+fn the_logs_table_takes_its_columns_from_the_sources() {
+    use causeway_core::config::Validate;
+    let cfg: CorrelateConfig = serde_yaml::from_str("{}").unwrap();
+    let sources = registry::sources(&cfg);
+    let (_, logs) = sources
+        .tables()
+        .into_iter()
+        .find(|(n, _)| *n == "logs")
+        .expect("a logs table");
+    let names: Vec<&str> = logs.fields().iter().map(|f| f.name().as_str()).collect();
+    for col in ["trace_id", "body", "gateway", "hop", "route", "status", "upstream"] {
+        assert!(names.contains(&col), "{col} in {names:?}");
+    }
+    let cfg: CorrelateConfig =
+        serde_yaml::from_str("incidents: {attributes: [log.status, log.nosuch]}").unwrap();
+    let errors: Vec<String> = cfg.validate().iter().map(|e| e.to_string()).collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("incidents.attributes[1]") && errors[0].contains("rate_limit_rule"),
+        "{errors:?}"
+    );
 }

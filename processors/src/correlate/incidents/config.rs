@@ -187,10 +187,10 @@ impl IncidentsConfig {
             e.push(ConfigError::new(at("max_values"), "must be at least 1"));
         }
         for (i, a) in self.attributes.iter().enumerate() {
-            if crate::correlate::incidents::sample::Attr::parse(a).is_none() {
+            if !crate::correlate::incidents::sample::Attr::well_formed(a) {
                 e.push(ConfigError::new(
                     format!("incidents.attributes[{i}]"),
-                    format!("`{a}`: an attribute is `resource.<key>`, `span.<key>` or `log.<field>` (upstream, rate_limit_rule, status, response_flags, circuit_state)"),
+                    format!("`{a}`: an attribute is `resource.<key>`, `span.<key>` or `log.<column of logs>` (upstream, rate_limit_rule, status, response_flags, circuit_state, ...)"),
                 ));
             }
         }

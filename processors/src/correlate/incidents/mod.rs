@@ -158,8 +158,7 @@ impl Incidents {
             attr_order: cfg
                 .attributes
                 .iter()
-                .filter_map(|a| sample::Attr::parse(a))
-                .map(|a| a.name())
+                .filter_map(|a| sample::Attr::name_of(a))
                 .collect(),
             inner: Mutex::new(Engine {
                 routes: HashMap::new(),

@@ -11,6 +11,7 @@ use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 use serde::{Deserialize, Serialize};
 
 use crate::correlate::annotate::kv;
+use crate::correlate::model::table::Column;
 use crate::correlate::model::trace::NOT_IN_BATCH;
 use crate::correlate::model::{Joined, TraceRow};
 
@@ -91,64 +92,62 @@ impl Sample {
 }
 
 /// Where a discriminator's value is read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Attr {
     /// A resource attribute of any span.
     Resource(String),
     /// A span attribute of any span.
     Span(String),
-    /// A field of the trace's gateway line.
-    Log(LogField),
+    /// A column of the trace's log records (`logs`: the gateway's
+    /// `upstream`, `rate_limit_rule`, `status`, ...).
+    Log(&'static Column<TraceRow>),
 }
 
-/// The gateway line's fields a discriminator can read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogField {
-    /// `upstream`.
-    Upstream,
-    /// `rate_limit_rule`.
-    RateLimitRule,
-    /// `status`.
-    Status,
-    /// `response_flags`.
-    ResponseFlags,
-    /// `circuit_state`.
-    CircuitState,
+impl PartialEq for Attr {
+    fn eq(&self, other: &Attr) -> bool {
+        self.name() == other.name()
+    }
 }
 
 impl Attr {
-    /// `resource.k`, `span.k`, `log.f`.
-    pub fn parse(s: &str) -> Option<Attr> {
+    /// Whether `s` is written as `resource.k`, `span.k` or `log.f`.
+    pub fn well_formed(s: &str) -> bool {
+        ["resource.", "span.", "log."]
+            .iter()
+            .any(|p| s.strip_prefix(p).is_some_and(|k| !k.is_empty()))
+    }
+
+    /// `resource.k`, `span.k`, `log.f` (`f` a column of `logs`, found by
+    /// `log_column`).
+    pub fn parse(
+        s: &str,
+        log_column: impl Fn(&str) -> Option<&'static Column<TraceRow>>,
+    ) -> Option<Attr> {
         if let Some(k) = s.strip_prefix("resource.").filter(|k| !k.is_empty()) {
             return Some(Attr::Resource(k.to_string()));
         }
         if let Some(k) = s.strip_prefix("span.").filter(|k| !k.is_empty()) {
             return Some(Attr::Span(k.to_string()));
         }
-        Some(Attr::Log(match s.strip_prefix("log.")? {
-            "upstream" => LogField::Upstream,
-            "rate_limit_rule" => LogField::RateLimitRule,
-            "status" => LogField::Status,
-            "response_flags" => LogField::ResponseFlags,
-            "circuit_state" => LogField::CircuitState,
-            _ => return None,
-        }))
+        Some(Attr::Log(log_column(s.strip_prefix("log.")?)?))
+    }
+
+    /// The name the value of a well-formed attribute `s` is reported under.
+    pub fn name_of(s: &str) -> Option<String> {
+        if !Attr::well_formed(s) {
+            return None;
+        }
+        Some(match s.split_once('.') {
+            Some(("resource" | "span", k)) => k.to_string(),
+            _ => s.to_string(),
+        })
     }
 
     /// The name a value is reported under (`service.version`, `log.upstream`).
     pub fn name(&self) -> String {
         match self {
             Attr::Resource(k) | Attr::Span(k) => k.clone(),
-            Attr::Log(f) => format!(
-                "log.{}",
-                match f {
-                    LogField::Upstream => "upstream",
-                    LogField::RateLimitRule => "rate_limit_rule",
-                    LogField::Status => "status",
-                    LogField::ResponseFlags => "response_flags",
-                    LogField::CircuitState => "circuit_state",
-                }
-            ),
+            Attr::Log(c) => format!("log.{}", c.name),
         }
     }
 }
@@ -178,7 +177,7 @@ fn find<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a AnyValue> {
     attrs.iter().find(|kv| kv.key == key)?.value.as_ref()
 }
 
-/// The configured attributes' values over a trace's spans and gateway lines
+/// The configured attributes' values over a trace's spans and log records
 /// (each distinct pair once, at most [`MAX_ATTRS`]).
 pub fn attributes(rs: &[ResourceSpans], t: &TraceRow, wanted: &[Attr]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
@@ -207,16 +206,10 @@ pub fn attributes(rs: &[ResourceSpans], t: &TraceRow, wanted: &[Attr]) -> Vec<(S
             }
         }
     }
-    for l in t.logs.iter().filter(|l| l.gateway) {
+    for i in 0..t.logs.len() {
         for a in wanted {
-            if let Attr::Log(f) = a {
-                let v = match f {
-                    LogField::Upstream => l.upstream.clone(),
-                    LogField::RateLimitRule => l.rate_limit_rule.clone(),
-                    LogField::Status => l.status.map(|s| s.to_string()),
-                    LogField::ResponseFlags => l.response_flags.clone(),
-                    LogField::CircuitState => l.circuit_state.clone(),
-                };
+            if let Attr::Log(c) = a {
+                let v = (c.get)(t, i).text();
                 if let Some(v) = v.filter(|v| !v.trim().is_empty() && v.trim() != "-") {
                     push(a.name(), v);
                 }

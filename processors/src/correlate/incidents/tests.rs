@@ -452,13 +452,17 @@ fn a_trace_gives_its_weight_attributes_and_levels() {
         ),
     ];
     let mut t = traces(&rs, None, &RouteMap::default()).remove(0);
-    t.logs.push(std::sync::Arc::new(LogEvidence {
-        gateway: true,
-        upstream: Some("10.0.0.9:8080".into()),
-        rate_limit_rule: Some("-".into()),
-        status: Some(200),
-        ..Default::default()
-    }));
+    let mut line = LogEvidence::default();
+    line.parts.put(
+        crate::correlate::source::gateway::Line {
+            upstream: Some("10.0.0.9:8080".into()),
+            rate_limit_rule: Some("-".into()),
+            status: Some(200),
+            ..Default::default()
+        },
+        0,
+    );
+    t.logs.push(std::sync::Arc::new(line));
     t.joined.push(Joined::Metric(
         "dependency",
         serde_json::json!({"span_id": "ab", "system": "redis", "address": "10.0.0.5:6379",
@@ -469,9 +473,11 @@ fn a_trace_gives_its_weight_attributes_and_levels() {
         serde_json::json!({"system": "redis", "address": "10.0.0.5:6379", "miss_ratio": 0.9}),
     ));
     assert_eq!(sample::weight(&rs, &t), 10.0);
+    let sources = crate::correlate::registry::sources(&serde_yaml::from_str("{}").unwrap());
+    let column = |n: &str| sources.log_column(n);
     let wanted: Vec<sample::Attr> = config::attributes()
         .iter()
-        .filter_map(|a| sample::Attr::parse(a))
+        .filter_map(|a| sample::Attr::parse(a, column))
         .collect();
     let mut attrs = sample::attributes(&rs, &t, &wanted);
     attrs.sort();
@@ -502,8 +508,9 @@ fn a_trace_gives_its_weight_attributes_and_levels() {
         ],
         "identity fields name a level, per-trace detail does not; the larger of two"
     );
-    assert!(sample::Attr::parse("log.client").is_none());
-    assert!(sample::Attr::parse("span.").is_none());
+    assert!(sample::Attr::parse("log.client", column).is_none());
+    assert!(sample::Attr::parse("span.", column).is_none());
+    assert!(!sample::Attr::well_formed("span."));
     assert!(IncidentsConfig {
         attributes: vec!["service.version".into()],
         ..Default::default()

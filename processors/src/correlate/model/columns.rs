@@ -160,22 +160,15 @@ table!(
 );
 
 table!(
-    /// `logs`: one row per log record joined to a trace (the index is the record's).
+    /// `logs`: one row per log record joined to a trace (the index is the
+    /// record's): what every record has. Sources add their own columns
+    /// (`Source::log_columns`: the gateway's route, status, ...).
     LOG_COLUMNS,
     fill_logs,
     [
     text("trace_id", |t, _| s(&t.trace_id)),
     float("time_ms", |t, i| V::F(Some(t.logs[i].time_ns as f64 / 1e6))),
-    bool("gateway", |t, i| V::B(Some(t.logs[i].gateway))),
-    int("hop", |t, i| V::I(t.log_hops.get(i).copied().flatten())),
     text("service", |t, i| s(&t.logs[i].service)),
-    text("route", |t, i| so(&t.logs[i].route)),
-    int("status", |t, i| V::I(t.logs[i].status)),
-    text("rate_limit_rule", |t, i| so(&t.logs[i].rate_limit_rule)),
-    text("circuit_state", |t, i| so(&t.logs[i].circuit_state)),
-    text("response_flags", |t, i| so(&t.logs[i].response_flags)),
-    text("upstream", |t, i| so(&t.logs[i].upstream)),
-    float("duration_ms", |t, i| V::F(t.logs[i].duration_ms)),
     int("severity", |t, i| V::I(Some(i64::from(t.logs[i].severity)))),
     text("error_type", |t, i| so(&t.logs[i].error_type)),
     text("body", |t, i| s(&t.logs[i].body)),

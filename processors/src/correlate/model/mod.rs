@@ -5,6 +5,7 @@
 pub mod cause;
 pub mod columns;
 pub mod finding;
+pub mod log;
 pub mod series;
 pub mod table;
 pub mod trace;
@@ -12,5 +13,6 @@ pub mod view;
 
 pub use crate::trouble::Trouble;
 pub use finding::{Finding, RcaEvent, Rule, Verdict};
-pub use series::{Key, LatestPoint, LogEvidence, Series};
+pub use log::{LogEvidence, Parts};
+pub use series::{Key, LatestPoint, Series};
 pub use trace::{Hex16, Joined, SpanRef, SpanRow, TraceRow};

@@ -1,43 +1,8 @@
-//! Evidence as the correlation state keeps it: log records by trace, and
-//! metric series under the key their evidence source gave them.
+//! Metric series as the correlation state keeps them, under the key their
+//! evidence source gave them, and the attribute readers sources share.
 
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use std::collections::VecDeque;
-
-/// One log record, as evidence.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LogEvidence {
-    /// Record time (ns).
-    pub time_ns: u64,
-    /// From a gateway (it carries gateway fields) rather than an application.
-    pub gateway: bool,
-    /// `service.name` of the resource.
-    pub service: String,
-    /// Route.
-    pub route: Option<String>,
-    /// HTTP status.
-    pub status: Option<i64>,
-    /// Rate-limit rule that answered.
-    pub rate_limit_rule: Option<String>,
-    /// Circuit-breaker state (CLOSED, OPEN, HALF_OPEN).
-    pub circuit_state: Option<String>,
-    /// Envoy response flags (UT, UF, UO, UH, URX, RL, ...).
-    pub response_flags: Option<String>,
-    /// Upstream (`server.address`).
-    pub upstream: Option<String>,
-    /// Request duration at the gateway (ms).
-    pub duration_ms: Option<f64>,
-    /// Severity number.
-    pub severity: i32,
-    /// `error.type` / `exception.type`.
-    pub error_type: Option<String>,
-    /// The body, cut to 512 bytes.
-    pub body: String,
-    /// The record's span id (hex): for a gateway's line, the caller's span
-    /// its `traceparent` named, so the line sits on the trace between that
-    /// call and what answered it.
-    pub span_id: Option<String>,
-}
 
 /// What joins a metric series to traces: the evidence source that keeps
 /// it and its join dimensions (`topic`, `host`, `queue`, ...), as that

@@ -136,6 +136,29 @@ pub fn so(x: &Option<String>) -> V<'_> {
     V::S(x.as_deref())
 }
 
+impl V<'_> {
+    /// The cell as JSON (null when empty).
+    pub fn json(&self) -> serde_json::Value {
+        match self {
+            V::S(v) => v.map_or(serde_json::Value::Null, Into::into),
+            V::Id(h) => h.as_str().into(),
+            V::F(v) => v.map_or(serde_json::Value::Null, Into::into),
+            V::I(v) => v.map_or(serde_json::Value::Null, Into::into),
+            V::B(v) => v.map_or(serde_json::Value::Null, Into::into),
+        }
+    }
+    /// The cell as text (`None` when empty).
+    pub fn text(&self) -> Option<String> {
+        match self {
+            V::S(v) => v.map(str::to_string),
+            V::Id(h) => Some(h.as_str().to_string()),
+            V::F(v) => v.map(|x| x.to_string()),
+            V::I(v) => v.map(|x| x.to_string()),
+            V::B(v) => v.map(|x| x.to_string()),
+        }
+    }
+}
+
 /// An unsigned count as an integer cell.
 pub fn count(x: u64) -> V<'static> {
     V::I(Some(i64::try_from(x).unwrap_or(i64::MAX)))
@@ -165,6 +188,12 @@ pub struct Column<R: ?Sized> {
     pub ty: Ty,
     /// Its cell for row `i`.
     pub get: for<'a> fn(&'a R, usize) -> V<'a>,
+}
+
+impl<R: ?Sized> std::fmt::Debug for Column<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Column({} {:?})", self.name, self.ty)
+    }
 }
 
 impl<R: ?Sized> Column<R> {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::series::LogEvidence;
+use super::log::{LogEvidence, Parts};
 
 /// Where a span is in the batch: (resource_spans, scope_spans, span) indexes.
 pub type SpanRef = (usize, usize, usize);
@@ -190,9 +190,9 @@ pub struct TraceRow {
     pub final_status: Option<i64>,
     /// Log records of the trace (shared with the correlation state).
     pub logs: Vec<Arc<LogEvidence>>,
-    /// Each log record's gateway hop (0 the outermost; `None` for an
-    /// application's record), as the join found them.
-    pub log_hops: Vec<Option<i64>>,
+    /// What sources keep of the trace for their own columns (the
+    /// gateway's hop of each record), as their log join found it.
+    pub parts: Parts,
     /// What the evidence sources joined to it, as its evidence shows it.
     pub joined: Vec<Joined>,
     /// Spans that arrived after the trace was analysed, with the remembered

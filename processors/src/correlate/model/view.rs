@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::table::Column;
 use super::trace::{Hex16, TraceRow};
 use super::Verdict;
 
@@ -40,12 +41,12 @@ pub struct SpanView {
 pub struct LogView {
     /// Time relative to the trace's start (ms).
     pub at_ms: f64,
-    /// From a gateway.
-    pub gateway: bool,
     /// `service.name`.
     pub service: String,
-    /// HTTP status.
-    pub status: Option<i64>,
+    /// What the sources read of it (their `logs` columns that have a
+    /// value: a gateway's line has `gateway`, `status`, `route`, ...).
+    #[serde(flatten)]
+    pub fields: serde_json::Map<String, serde_json::Value>,
     /// The body.
     pub body: String,
 }
@@ -93,7 +94,13 @@ pub struct TraceView {
 }
 
 /// The view of an analysed trace, with the evidence written on it.
-pub fn view(t: &TraceRow, v: &Verdict, evidence: String) -> TraceView {
+/// `log_columns` are the sources' columns of `logs`, shown with each record.
+pub fn view(
+    t: &TraceRow,
+    v: &Verdict,
+    evidence: String,
+    log_columns: &[&Column<TraceRow>],
+) -> TraceView {
     let mut order: Vec<usize> = (0..t.spans.len())
         .filter(|&i| t.spans[i].at != super::trace::NOT_IN_BATCH)
         .collect();
@@ -156,11 +163,15 @@ pub fn view(t: &TraceRow, v: &Verdict, evidence: String) -> TraceView {
             .logs
             .iter()
             .take(MAX_LOGS)
-            .map(|l| LogView {
+            .enumerate()
+            .map(|(i, l)| LogView {
                 at_ms: (l.time_ns as f64 - start_ns) / 1e6,
-                gateway: l.gateway,
                 service: l.service.clone(),
-                status: l.status,
+                fields: log_columns
+                    .iter()
+                    .map(|c| (c.name.to_string(), (c.get)(t, i).json()))
+                    .filter(|(_, v)| !v.is_null())
+                    .collect(),
                 body: l.body.clone(),
             })
             .collect(),

@@ -24,11 +24,12 @@ use super::{json, Join, Source, Tick, Values, View, JOIN_ATTRS};
 use crate::correlate::model::cause::{
     CIRCUIT_OPEN, RATE_LIMITED, UNKNOWN, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
 };
-use crate::correlate::model::series::{find, s, Kept, Offer, PointKind, ROUTE_KEYS};
-use crate::correlate::model::table::{count, f64f, i64f, schema, so, utf8, Cols, Table, V};
+use crate::correlate::model::series::{find, num, s, Kept, Offer, PointKind, ROUTE_KEYS};
+use crate::correlate::model::table::{count, f64f, i64f, schema, so, utf8, Cols, Column, Table, V};
 use crate::correlate::model::{Joined, Key, LogEvidence, Rule, TraceRow, Trouble};
 use crate::correlate::store::Store;
 use crate::sketch::Sketch;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 
 /// Ten-second buckets of a route's gateway traffic.
 #[derive(Debug, Clone, Default)]
@@ -100,11 +101,161 @@ pub struct BucketPoint {
     pub p99_ms: Option<f64>,
 }
 
+/// What a gateway's access-log line says of the request it answered: the
+/// gateway source's part of a log record (a record is a gateway's when it
+/// carries a rate-limit rule, a circuit state, response flags, or a status
+/// beside a route).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Line {
+    /// Route.
+    pub route: Option<String>,
+    /// HTTP status.
+    pub status: Option<i64>,
+    /// Rate-limit rule that answered.
+    pub rate_limit_rule: Option<String>,
+    /// Circuit-breaker state (CLOSED, OPEN, HALF_OPEN).
+    pub circuit_state: Option<String>,
+    /// Envoy response flags (UT, UF, UO, UH, URX, RL, ...).
+    pub response_flags: Option<String>,
+    /// Upstream (`server.address`).
+    pub upstream: Option<String>,
+    /// Request duration at the gateway (ms).
+    pub duration_ms: Option<f64>,
+}
+
+impl Line {
+    /// The line of a record's attributes, when they are a gateway's.
+    pub fn read(a: &[KeyValue]) -> Option<Line> {
+        let text = |keys: &[&str]| present(find(a, keys).and_then(s));
+        let status = find(a, &["http.response.status_code", "status_code", "status"])
+            .and_then(num)
+            .map(|x| x as i64);
+        let line = Line {
+            route: text(&ROUTE_KEYS),
+            status,
+            rate_limit_rule: text(&["gateway.rate_limit_rule", "rate_limit_rule"]),
+            circuit_state: text(&["gateway.circuit_state", "circuit_state"]),
+            response_flags: text(&["gateway.response_flags", "response_flags"]),
+            upstream: text(&["server.address", "upstream"]),
+            duration_ms: find(a, &["http.server.request.duration"])
+                .and_then(num)
+                .map(|sec| sec * 1000.0)
+                .or_else(|| find(a, &["duration_ms"]).and_then(num)),
+        };
+        // A field written but saying "none" (`-`) still marks a gateway's line.
+        let written = |keys: &[&str]| find(a, keys).and_then(s).is_some();
+        let gateway = written(&["gateway.rate_limit_rule", "rate_limit_rule"])
+            || written(&["gateway.circuit_state", "circuit_state"])
+            || written(&["gateway.response_flags", "response_flags"])
+            || (status.is_some() && find(a, &ROUTE_KEYS).is_some());
+        gateway.then_some(line)
+    }
+
+    /// The bytes it is counted at.
+    fn bytes(&self) -> usize {
+        [
+            &self.route,
+            &self.rate_limit_rule,
+            &self.circuit_state,
+            &self.response_flags,
+            &self.upstream,
+        ]
+        .iter()
+        .map(|x| x.as_ref().map_or(0, String::len))
+        .sum::<usize>()
+            + std::mem::size_of::<Line>()
+    }
+}
+
+/// A gateway field's value, unless it says "none": access logs write `-`
+/// (Envoy, NGINX) or nothing for a field with no value.
+fn present(v: Option<String>) -> Option<String> {
+    v.filter(|x| !x.trim().is_empty() && x.trim() != "-")
+}
+
+/// The gateway's line of a record, if it is one.
+fn line(ev: &LogEvidence) -> Option<&Line> {
+    ev.parts.get::<Line>()
+}
+
+/// Each record's gateway hop in a trace (the gateway's part of the trace).
+#[derive(Debug, Default)]
+struct Hops(Vec<Option<i64>>);
+
+fn cell<'a>(t: &'a TraceRow, i: usize, f: impl FnOnce(&'a Line) -> V<'a>, none: V<'a>) -> V<'a> {
+    line(&t.logs[i]).map_or(none, f)
+}
+
+/// The gateway's columns of `logs` (null on a record that is not a gateway's).
+static LOG_COLUMNS: &[Column<TraceRow>] = &[
+    Column::bool("gateway", |t, i| V::B(Some(line(&t.logs[i]).is_some()))),
+    Column::int("hop", |t, i| {
+        V::I(
+            t.parts
+                .get::<Hops>()
+                .and_then(|h| h.0.get(i).copied().flatten()),
+        )
+    }),
+    Column::text("route", |t, i| cell(t, i, |l| so(&l.route), V::S(None))),
+    Column::int("status", |t, i| cell(t, i, |l| V::I(l.status), V::I(None))),
+    Column::text("rate_limit_rule", |t, i| {
+        cell(t, i, |l| so(&l.rate_limit_rule), V::S(None))
+    }),
+    Column::text("circuit_state", |t, i| {
+        cell(t, i, |l| so(&l.circuit_state), V::S(None))
+    }),
+    Column::text("response_flags", |t, i| {
+        cell(t, i, |l| so(&l.response_flags), V::S(None))
+    }),
+    Column::text("upstream", |t, i| {
+        cell(t, i, |l| so(&l.upstream), V::S(None))
+    }),
+    Column::float("duration_ms", |t, i| {
+        cell(t, i, |l| V::F(l.duration_ms), V::F(None))
+    }),
+];
+
+/// The hop of each gateway record of a trace: 0 for the outermost gateway
+/// (an edge gateway or ingress), 1 for the one it forwarded to (an API
+/// gateway, a sidecar), … (`None` for application records). A gateway is a
+/// `service.name`; the outermost is the one whose request began first (its
+/// record's time less its duration), the longer one on a tie: it holds the
+/// others inside it.
+pub fn hops(logs: &[Arc<LogEvidence>]) -> Vec<Option<i64>> {
+    let start = |l: &LogEvidence, g: &Line| {
+        let d = g
+            .duration_ms
+            .filter(|d| d.is_finite() && *d >= 0.0)
+            .unwrap_or(0.0);
+        (l.time_ns as f64 / 1e6 - d, -d)
+    };
+    // Each gateway's earliest start.
+    let mut firsts: Vec<(&str, (f64, f64))> = Vec::new();
+    for (l, g) in logs.iter().filter_map(|l| Some((l, line(l)?))) {
+        let s = start(l, g);
+        match firsts.iter_mut().find(|(svc, _)| *svc == l.service) {
+            Some((_, f)) if s.partial_cmp(f) == Some(std::cmp::Ordering::Less) => *f = s,
+            Some(_) => {}
+            None => firsts.push((&l.service, s)),
+        }
+    }
+    firsts.sort_by(|a, b| a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal));
+    logs.iter()
+        .map(|l| {
+            line(l)
+                .and_then(|_| firsts.iter().position(|(svc, _)| *svc == l.service))
+                .map(|i| i as i64)
+        })
+        .collect()
+}
+
 /// The gateway source.
 pub struct Gateway {
     window_ns: u64,
     max_routes: usize,
     routes: Mutex<HashMap<String, RouteWindow>>,
+    /// Entry route → gateway route id, learned from traces that had both.
+    learned: Mutex<HashMap<String, String>>,
 }
 
 impl Gateway {
@@ -114,6 +265,29 @@ impl Gateway {
             window_ns,
             max_routes,
             routes: Mutex::new(HashMap::new()),
+            learned: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Remember the gateway route id of an entry route (at most `max_routes`).
+    fn learn_route(&self, entry: &str, route_id: &str) {
+        let mut g = match self.learned.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if g.get(entry).map(String::as_str) == Some(route_id)
+            || (g.len() >= self.max_routes && !g.contains_key(entry))
+        {
+            return;
+        }
+        g.insert(entry.to_string(), route_id.to_string());
+    }
+
+    /// The gateway route id learned for an entry route.
+    fn learned_route(&self, entry: &str) -> Option<String> {
+        match self.learned.lock() {
+            Ok(g) => g.get(entry).cloned(),
+            Err(p) => p.into_inner().get(entry).cloned(),
         }
     }
 
@@ -316,18 +490,64 @@ impl Source for Gateway {
         &["route_id"]
     }
 
-    fn observe(&self, ev: &LogEvidence, _clock_ns: u64) {
-        if !ev.gateway {
-            return;
+    fn read_log(&self, attrs: &[KeyValue], record: &mut LogEvidence) {
+        if let Some(l) = Line::read(attrs) {
+            let bytes = l.bytes();
+            record.parts.put(l, bytes);
         }
-        if let Some(route) = &ev.route {
+    }
+
+    fn observe(&self, ev: &LogEvidence, _clock_ns: u64) {
+        let Some(l) = line(ev) else { return };
+        if let Some(route) = &l.route {
             add_route(
                 &mut self.lock(),
                 (self.window_ns, self.max_routes),
                 route,
-                ev,
+                (ev.time_ns, l),
             );
         }
+    }
+
+    /// Gateways in layers: the request's answer and its route are the
+    /// outermost gateway's; an inner hop's lines are evidence of the hop.
+    /// The gateway's own route id is the route; the service route it maps
+    /// to is learned, so a trace whose gateway line is missing still gets it.
+    fn join_logs(&self, t: &mut TraceRow) {
+        let entry_route = t.route.clone();
+        let hop = hops(&t.logs);
+        let mut outer: Vec<(u64, &Line)> = t
+            .logs
+            .iter()
+            .zip(&hop)
+            .filter(|(_, h)| **h == Some(0))
+            .filter_map(|(l, _)| Some((l.time_ns, line(l)?)))
+            .collect();
+        // The last answer is the request's.
+        if let Some((_, g)) = outer.iter().max_by_key(|(at, _)| *at) {
+            if let Some(st) = g.status {
+                t.final_status = Some(st);
+                t.failed |= st >= 500 || st == 429;
+            }
+        }
+        outer.sort_by_key(|(at, _)| *at);
+        let gw_route = outer.iter().find_map(|(_, l)| l.route.clone());
+        t.route = match (gw_route, entry_route) {
+            (Some(gw), Some(entry)) => {
+                self.learn_route(&entry, &gw);
+                Some(gw)
+            }
+            (Some(gw), None) => Some(gw),
+            (None, Some(entry)) => Some(self.learned_route(&entry).unwrap_or(entry)),
+            (None, None) => None,
+        };
+        if hop.iter().any(Option::is_some) {
+            t.parts.put(Hops(hop), 0);
+        }
+    }
+
+    fn log_columns(&self) -> &'static [Column<TraceRow>] {
+        LOG_COLUMNS
     }
 
     fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
@@ -514,12 +734,16 @@ HAVING sum(CASE WHEN (l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR 
         values: Values<'_>,
         tr: &Trouble,
     ) -> bool {
-        let bad = store.logs_of(trace_id).iter().any(|l| {
-            l.status.is_some_and(|s| tr.statuses.contains(&s))
-                || l.circuit_state
-                    .as_deref()
-                    .is_some_and(|c| !c.eq_ignore_ascii_case("CLOSED"))
-        });
+        let bad = store
+            .logs_of(trace_id)
+            .iter()
+            .filter_map(|l| line(l))
+            .any(|l| {
+                l.status.is_some_and(|s| tr.statuses.contains(&s))
+                    || l.circuit_state
+                        .as_deref()
+                        .is_some_and(|c| !c.eq_ignore_ascii_case("CLOSED"))
+            });
         if bad {
             return true;
         }
@@ -596,13 +820,13 @@ fn add_route(
     g: &mut HashMap<String, RouteWindow>,
     (window_ns, max_routes): (u64, usize),
     route: &str,
-    ev: &LogEvidence,
+    (time_ns, ev): (u64, &Line),
 ) {
     if !g.contains_key(route) && g.len() >= max_routes {
         return;
     }
     let w = g.entry(route.to_string()).or_default();
-    let start_s = ev.time_ns / 1_000_000_000 / 10 * 10;
+    let start_s = time_ns / 1_000_000_000 / 10 * 10;
     if w.buckets.back().is_none_or(|b| b.start_s < start_s) {
         w.buckets.push_back(Bucket {
             start_s,

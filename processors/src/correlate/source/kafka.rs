@@ -23,7 +23,7 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    json, mine, row_time, wait_window, Column, Join, PageTable, Source, Tick, Values, View,
+    json, mine, row_time, wait_window, Join, PageColumn, PageTable, Source, Tick, Values, View,
     JOIN_ATTRS,
 };
 use crate::correlate::model::cause::{CONSUMER_LAG, RETRY_STORM};
@@ -464,27 +464,27 @@ GROUP BY k.trace_id"#,
             title: "Kafka consumer groups",
             empty: "None reported (kafka_lag receiver).",
             columns: &[
-                Column {
+                PageColumn {
                     key: "consumer_group",
                     label: "Consumer group",
                     kind: "text",
                 },
-                Column {
+                PageColumn {
                     key: "status_name",
                     label: "Burrow status",
                     kind: "status",
                 },
-                Column {
+                PageColumn {
                     key: "lag",
                     label: "Lag",
                     kind: "num",
                 },
-                Column {
+                PageColumn {
                     key: "lag_seconds",
                     label: "Lag (s)",
                     kind: "num",
                 },
-                Column {
+                PageColumn {
                     key: "alarm",
                     label: "Alarm",
                     kind: "flag",

@@ -2,6 +2,9 @@
 //! and nothing else names it:
 //! - which metric series it keeps, under which key ([`Source::keep`]);
 //! - which spans it claims ([`Source::claims`]);
+//! - what it reads of a log record, how the records join a trace, and its
+//!   columns of the `logs` table ([`Source::read_log`],
+//!   [`Source::join_logs`], [`Source::log_columns`]);
 //! - how it joins a trace, its Arrow tables for the rules, and what a join
 //!   that finds nothing counts as ([`Source::join`], [`Source::tables`]);
 //! - its built-in rules ([`Source::rules`]);
@@ -23,9 +26,11 @@ pub mod nats;
 pub mod rabbit;
 
 use datafusion::arrow::datatypes::SchemaRef;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 
+use super::model::columns::{fill_logs, LOG_COLUMNS};
 use super::model::series::{Kept, Offer};
-use super::model::table::Table;
+use super::model::table::{schema, Cols, Column, Table};
 use super::model::{LogEvidence, Rule, SpanRow, TraceRow, Trouble};
 use super::store::Store;
 
@@ -75,7 +80,7 @@ pub struct View<'a> {
 
 /// One column of a table the page draws.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
-pub struct Column {
+pub struct PageColumn {
     /// The field of the API's rows.
     pub key: &'static str,
     /// The header.
@@ -95,7 +100,7 @@ pub struct PageTable {
     /// What the page says when there are no rows.
     pub empty: &'static str,
     /// Its columns.
-    pub columns: &'static [Column],
+    pub columns: &'static [PageColumn],
 }
 
 /// A trace's values of an attribute (the `correlated` sampling policy reads
@@ -125,8 +130,23 @@ pub trait Source: Send + Sync {
         false
     }
 
+    /// Read what it knows of a log record's attributes into the record's
+    /// parts (a gateway's route and answer), before the state keeps it.
+    fn read_log(&self, _attrs: &[KeyValue], _record: &mut LogEvidence) {}
+
     /// See a log record taken into the state (route statistics, say).
     fn observe(&self, _record: &LogEvidence, _clock_ns: u64) {}
+
+    /// Join a trace with its log records (`t.logs`, found already): it may
+    /// set what its records say of the request (the route, the final
+    /// status) and keep its part of the trace for its log columns.
+    fn join_logs(&self, _t: &mut TraceRow) {}
+
+    /// Its columns of the `logs` table, read from the parts `read_log` and
+    /// `join_logs` kept (the row index is the record's).
+    fn log_columns(&self) -> &'static [Column<TraceRow>] {
+        &[]
+    }
 
     /// Its tables for the rules: names and schemas.
     fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
@@ -311,6 +331,8 @@ pub struct Sources {
     list: Vec<Box<dyn Source>>,
     /// Their rule tables' schemas, merged once (see [`Sources::tables`]).
     tables: Vec<(&'static str, SchemaRef)>,
+    /// The sources' columns of `logs`, after the core's (a name once).
+    log_columns: Vec<&'static Column<TraceRow>>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -324,7 +346,26 @@ impl std::fmt::Debug for Sources {
 impl Sources {
     /// These sources.
     pub fn new(sources: Vec<Box<dyn Source>>) -> Self {
-        let mut tables: Vec<(&'static str, SchemaRef)> = Vec::new();
+        let mut log_columns: Vec<&'static Column<TraceRow>> = Vec::new();
+        for c in sources.iter().flat_map(|s| s.log_columns()) {
+            let taken = |n: &str| {
+                LOG_COLUMNS
+                    .iter()
+                    .chain(log_columns.iter().copied())
+                    .any(|h| h.name == n)
+            };
+            if !taken(c.name) {
+                log_columns.push(c);
+            }
+        }
+        let logs = schema(
+            LOG_COLUMNS
+                .iter()
+                .chain(log_columns.iter().copied())
+                .map(Column::field)
+                .collect(),
+        );
+        let mut tables: Vec<(&'static str, SchemaRef)> = vec![("logs", logs)];
         for (name, schema) in sources.iter().flat_map(|s| s.tables()) {
             match tables.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, have)) => *have = union(have, &schema),
@@ -334,7 +375,53 @@ impl Sources {
         Sources {
             list: sources,
             tables,
+            log_columns,
         }
+    }
+
+    /// Every source reads a log record's attributes.
+    pub fn read_log(&self, attrs: &[KeyValue], record: &mut LogEvidence) {
+        for s in &self.list {
+            s.read_log(attrs, record);
+        }
+    }
+
+    /// Join each trace with its log records, and every source with them.
+    pub fn join_logs(&self, traces: &mut [TraceRow], store: &Store) {
+        for t in traces.iter_mut() {
+            t.logs = store.logs_of(&t.id);
+            for s in &self.list {
+                s.join_logs(t);
+            }
+        }
+    }
+
+    /// The sources' columns of the `logs` table (after the core's).
+    pub fn log_columns(&self) -> &[&'static Column<TraceRow>] {
+        &self.log_columns
+    }
+
+    /// The column of `logs` named `name` (the core's or a source's).
+    pub fn log_column(&self, name: &str) -> Option<&'static Column<TraceRow>> {
+        LOG_COLUMNS
+            .iter()
+            .chain(self.log_columns.iter().copied())
+            .find(|c| c.name == name)
+    }
+
+    /// The `logs` table of the traces' records (joined by [`Sources::join_logs`]).
+    fn logs_table(&self, traces: &[TraceRow]) -> Result<Table, String> {
+        let rows: Vec<(&TraceRow, usize)> = traces
+            .iter()
+            .flat_map(|t| (0..t.logs.len()).map(move |i| (t, i)))
+            .collect();
+        let schema = self.tables[0].1.clone();
+        let mut c = Cols::new(&schema, rows.len());
+        fill_logs(&mut c, &rows);
+        for (k, col) in self.log_columns.iter().enumerate() {
+            c.fill(LOG_COLUMNS.len() + k, col, &rows);
+        }
+        Ok(("logs", schema.clone(), c.finish(schema)?))
     }
 
     /// Each source.
@@ -380,6 +467,10 @@ impl Sources {
         let mut tables = Vec::new();
         let mut misses = Vec::new();
         let mut errors = Vec::new();
+        match self.logs_table(traces) {
+            Ok(t) => tables.push(t),
+            Err(e) => errors.push(("correlate", format!("table logs: {e}"))),
+        }
         for s in &self.list {
             match s.join(tick, traces) {
                 Ok(j) => {
@@ -471,8 +562,12 @@ impl Correlation {
         logs: &[opentelemetry_proto::tonic::logs::v1::ResourceLogs],
         now_ns: u64,
     ) {
-        self.store
-            .add_logs(logs, now_ns, &|r, clock| self.sources.observe(r, clock));
+        self.store.add_logs(
+            logs,
+            now_ns,
+            &|attrs, r| self.sources.read_log(attrs, r),
+            &|r, clock| self.sources.observe(r, clock),
+        );
     }
 
     /// Take in the metric points a source keeps.

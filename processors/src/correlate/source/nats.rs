@@ -29,7 +29,9 @@
 use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::BTreeMap;
 
-use super::{json, wait_window, Column, Join, PageTable, Source, Tick, Values, View, JOIN_ATTRS};
+use super::{
+    json, wait_window, Join, PageColumn, PageTable, Source, Tick, Values, View, JOIN_ATTRS,
+};
 use crate::correlate::model::cause::CONSUMER_LAG;
 use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
 use crate::correlate::model::table::{boolf, f64f, s, schema, utf8, Cols, Table, V};
@@ -455,32 +457,32 @@ GROUP BY n.trace_id"#,
             title: "NATS JetStream consumers",
             empty: "None reported (nats receiver).",
             columns: &[
-                Column {
+                PageColumn {
                     key: "stream",
                     label: "Stream",
                     kind: "text",
                 },
-                Column {
+                PageColumn {
                     key: "consumer",
                     label: "Consumer",
                     kind: "text",
                 },
-                Column {
+                PageColumn {
                     key: "backlog",
                     label: "Backlog",
                     kind: "num",
                 },
-                Column {
+                PageColumn {
                     key: "pending",
                     label: "Not delivered",
                     kind: "num",
                 },
-                Column {
+                PageColumn {
                     key: "redelivered",
                     label: "Redelivered",
                     kind: "num",
                 },
-                Column {
+                PageColumn {
                     key: "alarm",
                     label: "Alarm",
                     kind: "flag",

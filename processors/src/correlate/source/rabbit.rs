@@ -41,7 +41,9 @@
 use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{json, wait_window, Column, Join, PageTable, Source, Tick, Values, View, JOIN_ATTRS};
+use super::{
+    json, wait_window, Join, PageColumn, PageTable, Source, Tick, Values, View, JOIN_ATTRS,
+};
 use crate::correlate::model::cause::{CONSUMER_LAG, RETRY_STORM};
 use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
 use crate::correlate::model::table::{boolf, f64f, i64f, s, schema, utf8, Cols, Table, V};
@@ -711,32 +713,32 @@ GROUP BY q.trace_id"#,
             title: "RabbitMQ queues",
             empty: "None reported (rabbitmq receiver).",
             columns: &[
-                Column {
+                PageColumn {
                     key: "queue",
                     label: "Queue",
                     kind: "text",
                 },
-                Column {
+                PageColumn {
                     key: "vhost",
                     label: "Vhost",
                     kind: "text",
                 },
-                Column {
+                PageColumn {
                     key: "status_name",
                     label: "Status",
                     kind: "status",
                 },
-                Column {
+                PageColumn {
                     key: "depth",
                     label: "Depth",
                     kind: "num",
                 },
-                Column {
+                PageColumn {
                     key: "consumers",
                     label: "Consumers",
                     kind: "num",
                 },
-                Column {
+                PageColumn {
                     key: "backlog_age_s",
                     label: "Oldest (s)",
                     kind: "num",
