@@ -226,7 +226,7 @@ fn tables(sources: &Sources, view: Option<&View<'_>>) -> Result<Vec<Table>, Stri
         f64f("time_ms"),
     ]);
     let recent = view
-        .map(|v| v.store.recent_rca(v.now_ns.saturating_sub(v.window_ns)))
+        .map(|v| v.store.outbox.recent(v.now_ns.saturating_sub(v.window_ns)))
         .unwrap_or_default();
     let mut c = Cols::new(&sch, recent.len());
     for (t, e) in &recent {
@@ -243,7 +243,9 @@ fn tables(sources: &Sources, view: Option<&View<'_>>) -> Result<Vec<Table>, Stri
     }
     out.push(("rca", sch.clone(), c.finish(sch)?));
     // metrics: the latest points, a column per key dimension of the sources.
-    let points = view.map(|v| v.store.latest_points()).unwrap_or_default();
+    let points = view
+        .map(|v| v.store.series.latest_points())
+        .unwrap_or_default();
     let dims = sources.dims();
     let sch = schema(
         std::iter::once(utf8("name"))
@@ -476,7 +478,7 @@ impl Alerting {
                 return Vec::new();
             }
         };
-        let recent = store.recent_rca(now_ns.saturating_sub(self.window_ns));
+        let recent = store.outbox.recent(now_ns.saturating_sub(self.window_ns));
         let mut out = Vec::new();
         for (ri, rule) in self.rules.iter().enumerate() {
             let batches = match ctx.sql(&rule.cfg.expr).await {

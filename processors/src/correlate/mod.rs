@@ -130,8 +130,8 @@ impl ProcessorFactory for CorrelateFactory {
                 .get_or_init(&id, || incidents::Incidents::new(&cfg.incidents))
         });
         let store = &correlation.store;
-        store.keep_views(cfg.recent_traces);
-        if store.claim_ui() {
+        store.views.keep(cfg.recent_traces);
+        if store.views.claim_ui() {
             ctx.telemetry.add_api_source(Arc::new(page::Api {
                 correlation: correlation.clone(),
                 incidents: incidents.clone(),
@@ -139,11 +139,12 @@ impl ProcessorFactory for CorrelateFactory {
                 window_ns: nanos(cfg.window.get()),
             }));
         }
-        let emit_logs =
-            cfg.events && ctx.pipeline_signals.contains(Signal::Logs) && store.claim_log_events();
+        let emit_logs = cfg.events
+            && ctx.pipeline_signals.contains(Signal::Logs)
+            && store.outbox.claim_log_events();
         let emit_metrics = cfg.events
             && ctx.pipeline_signals.contains(Signal::Metrics)
-            && store.claim_metric_events();
+            && store.outbox.claim_metric_events();
         // Incidents are evaluated by the instance that emits the RCA log
         // records, as the alerts are.
         let incident_ticks = incidents
@@ -520,7 +521,7 @@ impl Correlate {
         let ids: Vec<[u8; 16]> = traces.iter().map(|t| t.id).collect();
         // Except a consumer span whose message a remembered producer span
         // of the trace sent: the message's wait is measured from there.
-        let late = self.correlation.store.mark_analysed(&ids, now);
+        let late = self.correlation.store.traces.mark(&ids, now);
         let mut n = 0u64;
         let mut continued = Vec::new();
         let mut k = 0;
@@ -541,7 +542,7 @@ impl Correlate {
         });
         traces.extend(continued);
         if n > 0 {
-            self.correlation.store.count_late(n);
+            self.correlation.store.traces.count_late(n);
             self.telemetry
                 .counter(
                     LATE_SPANS,
@@ -627,6 +628,7 @@ impl Correlate {
                 if let Some(one) = one_span(rs, s.at) {
                     self.correlation
                         .store
+                        .traces
                         .remember_producer(t.id, s.span_id, one, now);
                 }
             }
@@ -652,8 +654,8 @@ impl Correlate {
         let extra = incidents::sample::record_attributes(&sample);
         let healthy = v.best.cause == UNKNOWN.name && !sample.failed;
         let evidence = annotate(rs, t, v, self.correlation.sources.log_columns());
-        if self.correlation.store.keeps_views() {
-            self.correlation.store.push_view(model::view::view(
+        if self.correlation.store.views.keeps() {
+            self.correlation.store.views.push(model::view::view(
                 t,
                 v,
                 evidence,
@@ -661,7 +663,7 @@ impl Correlate {
             ));
         }
         self.analysed.add(1);
-        self.correlation.store.push_event(
+        self.correlation.store.outbox.push(
             RcaEvent {
                 time_ns: t.end_ns.max(1),
                 trace_id: t.id,
@@ -705,7 +707,7 @@ impl Correlate {
         // The consumers of remembered messages and the late spans below them.
         let mut mine: std::collections::HashSet<u64> = std::collections::HashSet::new();
         for s in t.spans.iter().filter(|s| !ids.contains(&s.parent_id)) {
-            if let Some(p) = self.correlation.store.producer(&t.id, s.parent_id) {
+            if let Some(p) = self.correlation.store.traces.producer(&t.id, s.parent_id) {
                 producers.push(p);
                 mine.insert(s.span_id);
             }
@@ -791,7 +793,7 @@ impl Correlate {
     /// Log retention and evictions as self-metrics.
     fn retention_metrics(&mut self) {
         let now = now_ns();
-        let (count, bytes) = self.correlation.store.evictions();
+        let (count, bytes) = self.correlation.store.logs.evictions();
         let (was_count, was_bytes) =
             std::mem::replace(&mut self.reported_evictions, (count, bytes));
         for (reason, n) in [
@@ -806,7 +808,7 @@ impl Correlate {
                 )
                 .add(n);
         }
-        let (_, age) = self.correlation.store.log_retention(now);
+        let (_, age) = self.correlation.store.logs.retention(now);
         self.telemetry
             .gauge(
                 LOG_RETENTION,
@@ -932,7 +934,7 @@ impl Correlate {
             ..Default::default()
         });
         if self.emit_logs {
-            let events = self.correlation.store.take_events();
+            let events = self.correlation.store.outbox.take_events();
             if !events.is_empty() {
                 let records = events
                     .into_iter()
@@ -975,7 +977,7 @@ impl Correlate {
             }
         }
         if self.emit_metrics {
-            if let Some(counts) = self.correlation.store.take_counts() {
+            if let Some(counts) = self.correlation.store.outbox.take_counts() {
                 let t = now_ns();
                 let points = counts
                     .into_iter()

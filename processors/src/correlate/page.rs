@@ -95,7 +95,8 @@ impl Api {
         let mut healthy = 0u64;
         self.correlation
             .store
-            .visit_rca(now.saturating_sub(self.window_ns), |t, e| {
+            .outbox
+            .visit(now.saturating_sub(self.window_ns), |t, e| {
                 if e.healthy {
                     // Nothing to explain: counted apart, not as a cause.
                     healthy += 1;
@@ -145,7 +146,7 @@ impl Api {
     }
 
     fn traces(&self) -> serde_json::Value {
-        let views = self.correlation.store.trace_views();
+        let views = self.correlation.store.views.all();
         let rows: Vec<serde_json::Value> = views
             .iter()
             .rev()
@@ -172,7 +173,7 @@ impl Api {
                 ),
             );
         }
-        let views = self.correlation.store.trace_views();
+        let views = self.correlation.store.views.all();
         let Some(v) = views.iter().rev().find(|v| v.trace_id == id) else {
             return (
                 404,

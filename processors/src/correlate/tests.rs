@@ -317,7 +317,7 @@ fn the_state_stays_within_its_bounds_under_a_flood() {
         st.add_logs(&logs, now);
         now += 1_000_000_000;
     }
-    let (logs, _) = st.store.sizes();
+    let logs = st.store.logs.len();
     assert!(logs <= 1000, "{logs} log records held");
     let view = source::View {
         store: &st.store,
@@ -333,13 +333,13 @@ fn the_state_stays_within_its_bounds_under_a_flood() {
     let newest = (49u64 * 200 + 199).to_be_bytes().repeat(2);
     let mut id = [0u8; 16];
     id.copy_from_slice(&newest);
-    assert!(st.store.has_logs(&id));
+    assert!(st.store.logs.has(&id));
     let oldest = 0u64.to_be_bytes().repeat(2);
     id.copy_from_slice(&oldest);
-    assert!(!st.store.has_logs(&id));
+    assert!(!st.store.logs.has(&id));
     // Older than the window: gone however few there are.
     st.add_logs(&[], now + 700_000_000_000);
-    assert_eq!(st.store.sizes().0, 0);
+    assert!(st.store.logs.is_empty());
 }
 
 #[tokio::test]
@@ -1175,11 +1175,11 @@ fn late_spans_of_an_analysed_trace_are_recognised_and_log_bytes_are_bounded() {
     });
     let now = 1_000_000_000_000;
     assert_eq!(
-        st.store.mark_analysed(&[[1; 16], [2; 16]], now),
+        st.store.traces.mark(&[[1; 16], [2; 16]], now),
         vec![false, false]
     );
     assert_eq!(
-        st.store.mark_analysed(&[[2; 16], [3; 16]], now + 1),
+        st.store.traces.mark(&[[2; 16], [3; 16]], now + 1),
         vec![true, false]
     );
     // 64 KiB of logs at most: bodies of 1 KiB evict by bytes, and it is counted.
@@ -1191,9 +1191,9 @@ fn late_spans_of_an_analysed_trace_are_recognised_and_log_bytes_are_bounded() {
         });
         st.add_logs(&[l], now);
     }
-    let (bytes, _) = st.store.log_retention(now);
+    let (bytes, _) = st.store.logs.retention(now);
     assert!(bytes <= 64 * 1024, "{bytes}");
-    let (by_count, by_bytes) = st.store.evictions();
+    let (by_count, by_bytes) = st.store.logs.evictions();
     assert_eq!(by_count, 0);
     // Bodies are cut to 512 bytes: 768 bytes a record, 85 fit.
     assert!(by_bytes >= 110, "{by_bytes}");
@@ -1744,7 +1744,7 @@ fn a_dependency_is_found_by_instance_label_exporter_port_or_configured_address()
         rms.push(scraped("node", "10.0.0.7:9100", "node_load1", &[], 1.0, t));
     }
     st.add_metrics(&rms, 1_000_000_000_000 + 1_000_000_000);
-    let series = st.store.series_where(|s| s.key.get("job").is_some());
+    let series = st.store.series.matching(|s| s.key.get("job").is_some());
     assert!(series.iter().all(|s| s.name != "node_load1"));
     let configured: std::collections::HashMap<String, String> =
         [("cache-b.shop:6379".to_string(), "cache-b".to_string())].into();
@@ -2020,7 +2020,7 @@ async fn a_slow_rabbitmq_consumer_explains_the_wait_of_its_message_and_the_wait_
 async fn the_page_keeps_the_last_analysed_traces_bounded_and_answers_bad_ids_clearly() {
     use causeway_core::ui::ApiSource;
     let st = store();
-    st.store.keep_views(2);
+    st.store.views.keep(2);
     let api = super::page::Api {
         correlation: st.clone(),
         incidents: None,
@@ -2051,7 +2051,7 @@ async fn the_page_keeps_the_last_analysed_traces_bounded_and_answers_bad_ids_cle
         let mut rs = vec![resource_spans("shop", tid(70 + n, spans))];
         let out = analyse(&st, &mut rs).await;
         let (t, v) = &out[0];
-        st.store.push_view(model::view::view(
+        st.store.views.push(model::view::view(
             t,
             v,
             annotate::evidence_json(t, v, st.sources.log_columns()),
@@ -2249,7 +2249,7 @@ async fn dash_and_empty_gateway_fields_are_absent() {
         )
     };
     st.add_logs(&[dash(98, 200), dash(99, 200)], 1_000_000_000_000);
-    let logs = st.store.logs_of(&[98; 16]);
+    let logs = st.store.logs.of(&[98; 16]);
     assert_eq!(logs.len(), 1);
     let l = logs[0]
         .parts
@@ -3056,7 +3056,9 @@ fn the_logs_table_takes_its_columns_from_the_sources() {
         .find(|(n, _)| *n == "logs")
         .expect("a logs table");
     let names: Vec<&str> = logs.fields().iter().map(|f| f.name().as_str()).collect();
-    for col in ["trace_id", "body", "gateway", "hop", "route", "status", "upstream"] {
+    for col in [
+        "trace_id", "body", "gateway", "hop", "route", "status", "upstream",
+    ] {
         assert!(names.contains(&col), "{col} in {names:?}");
     }
     let cfg: CorrelateConfig =

@@ -331,7 +331,8 @@ impl Gateway {
         // Per route: causes counted, and the latest trace of each.
         let mut by_route: HashMap<String, BTreeMap<String, (u64, [u8; 16])>> = HashMap::new();
         view.store
-            .visit_rca(now.saturating_sub(view.window_ns), |_, e| {
+            .outbox
+            .visit(now.saturating_sub(view.window_ns), |_, e| {
                 let causes = match by_route.get_mut(e.route.as_str()) {
                     Some(c) => c,
                     None => by_route.entry(e.route.clone()).or_default(),
@@ -735,7 +736,8 @@ HAVING sum(CASE WHEN (l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR 
         tr: &Trouble,
     ) -> bool {
         let bad = store
-            .logs_of(trace_id)
+            .logs
+            .of(trace_id)
             .iter()
             .filter_map(|l| line(l))
             .any(|l| {

@@ -243,9 +243,10 @@ impl Source for Host {
             Vec::new()
         } else {
             tick.store
-                .series_where(|s| s.key.get("host").is_some_and(|h| hosts.contains(h)))
+                .series
+                .matching(|s| s.key.get("host").is_some_and(|h| hosts.contains(h)))
         };
-        let any = tick.store.any_series_with("host");
+        let any = tick.store.series.any_with("host");
         let sch = host_schema();
         let mut c = Cols::new(&sch, 0);
         if series.is_empty() {
@@ -431,7 +432,8 @@ GROUP BY h.trace_id"#,
         }
         let last = |s: &Series| s.points.back().map(|p| p.1);
         !store
-            .series_where(|s| {
+            .series
+            .matching(|s| {
                 if !s.key.get("host").is_some_and(|h| hosts.contains(&h)) {
                     return false;
                 }

@@ -258,7 +258,7 @@ pub struct GroupState {
 /// The consumer groups as last seen, from the latest points.
 pub fn groups(store: &Store) -> Vec<GroupState> {
     let mut groups: BTreeMap<String, GroupState> = BTreeMap::new();
-    for (name, key, attrs, t, v) in store.latest_points() {
+    for (name, key, attrs, t, v) in store.series.latest_points() {
         let Some(group) = key.get("consumer_group") else {
             continue;
         };
@@ -344,9 +344,10 @@ impl Source for Kafka {
             Vec::new()
         } else {
             tick.store
-                .series_where(|s| s.key.get("topic").is_some_and(|t| topics.contains(t)))
+                .series
+                .matching(|s| s.key.get("topic").is_some_and(|t| topics.contains(t)))
         };
-        let any = !topics.is_empty() && tick.store.any_series_with("topic");
+        let any = !topics.is_empty() && tick.store.series.any_with("topic");
         let sch = kafka_lag_schema();
         let mut c = Cols::new(&sch, 0);
         let mut misses = 0;
@@ -510,7 +511,8 @@ GROUP BY k.trace_id"#,
         }
         let last = |s: &Series| s.points.back().map(|p| p.1);
         !store
-            .series_where(|s| {
+            .series
+            .matching(|s| {
                 s.key.get("topic").is_some_and(|t| topics.contains(&t))
                     && match s.name.as_str() {
                         "kafka.consumer_group.lag_alarm" | "kafka.topic.retry_storm" => {

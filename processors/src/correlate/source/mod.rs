@@ -389,7 +389,7 @@ impl Sources {
     /// Join each trace with its log records, and every source with them.
     pub fn join_logs(&self, traces: &mut [TraceRow], store: &Store) {
         for t in traces.iter_mut() {
-            t.logs = store.logs_of(&t.id);
+            t.logs = store.logs.of(&t.id);
             for s in &self.list {
                 s.join_logs(t);
             }
@@ -562,7 +562,8 @@ impl Correlation {
         logs: &[opentelemetry_proto::tonic::logs::v1::ResourceLogs],
         now_ns: u64,
     ) {
-        self.store.add_logs(
+        self.store.logs.add(
+            &self.store,
             logs,
             now_ns,
             &|attrs, r| self.sources.read_log(attrs, r),
@@ -577,7 +578,8 @@ impl Correlation {
         now_ns: u64,
     ) {
         self.store
-            .add_metrics(metrics, now_ns, &|o| self.sources.classify(o));
+            .series
+            .add(&self.store, metrics, now_ns, &|o| self.sources.classify(o));
     }
 }
 

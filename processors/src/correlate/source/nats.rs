@@ -205,7 +205,7 @@ pub struct ConsumerState {
 /// The consumers as last collected, from the latest points.
 pub fn consumers(store: &Store) -> Vec<ConsumerState> {
     let mut out: BTreeMap<(String, String), ConsumerState> = BTreeMap::new();
-    for (name, key, attrs, t, v) in store.latest_points() {
+    for (name, key, attrs, t, v) in store.series.latest_points() {
         let (Some(stream), Some(consumer)) = (key.get("nats_stream"), key.get("nats_consumer"))
         else {
             continue;
@@ -339,7 +339,8 @@ impl Source for Nats {
         }
         let series = tick
             .store
-            .series_where(|s| s.key.get("nats_consumer").is_some());
+            .series
+            .matching(|s| s.key.get("nats_consumer").is_some());
         let known = known(&series);
         for t in traces.iter_mut() {
             // (consumer, role) → the span that waited on it longest.
@@ -506,7 +507,9 @@ GROUP BY n.trace_id"#,
         if subjects.is_empty() {
             return false;
         }
-        let series = store.series_where(|s| s.key.get("nats_consumer").is_some());
+        let series = store
+            .series
+            .matching(|s| s.key.get("nats_consumer").is_some());
         known(&series).iter().any(|k| {
             k.series.iter().any(|x| {
                 x.name == "nats.consumer.backlog_alarm"
@@ -612,7 +615,7 @@ mod tests {
         });
         let nats = Nats::new(1_000_000_000);
         let now = 1_000_000_000_000;
-        let take = |rms: Vec<ResourceMetrics>, t| st.add_metrics(&rms, t, &|o| nats.keep(o));
+        let take = |rms: Vec<ResourceMetrics>, t| st.series.add(&st, &rms, t, &|o| nats.keep(o));
         take(alarm("billing", "orders.created", true, now), now);
         take(alarm("refunds", "orders.refunded", false, now), now);
         let tr = Trouble {

@@ -452,7 +452,7 @@ pub struct QueueState {
 /// The queues as last collected, from the latest points.
 pub fn queues(store: &Store) -> Vec<QueueState> {
     let mut queues: BTreeMap<(String, String), QueueState> = BTreeMap::new();
-    for (name, key, attrs, t, v) in store.latest_points() {
+    for (name, key, attrs, t, v) in store.series.latest_points() {
         let Some(queue) = key.get("queue") else {
             continue;
         };
@@ -586,7 +586,7 @@ impl Source for Rabbit {
         let mut misses = 0;
         // The queue series, only when a trace of the tick has a RabbitMQ span.
         if traces.iter().any(|t| t.spans.iter().any(is_rabbit)) {
-            let series = tick.store.series_where(|s| s.key.get("queue").is_some());
+            let series = tick.store.series.matching(|s| s.key.get("queue").is_some());
             let index = Index::new(&series);
             if !index.is_empty() {
                 for t in traces.iter_mut() {
@@ -780,7 +780,7 @@ GROUP BY q.trace_id"#,
         let last = |s: &Series| s.points.back().map(|p| p.1);
         // Queues in alarm (a backlog, a stop or stall, a retry storm) that
         // the trace's destinations or routing keys may reach.
-        let series = store.series_where(|s| s.key.get("queue").is_some());
+        let series = store.series.matching(|s| s.key.get("queue").is_some());
         let troubled: BTreeSet<(&str, &str)> = series
             .iter()
             .filter(|s| match s.name.as_str() {

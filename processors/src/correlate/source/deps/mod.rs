@@ -709,7 +709,8 @@ impl<F: Family> Source for Deps<F> {
             let name = self.family.name();
             let series = tick
                 .store
-                .series_where(|s| s.key.source == name && s.key.get("job").is_some());
+                .series
+                .matching(|s| s.key.source == name && s.key.get("job").is_some());
             let dependencies = dependencies(&self.family, &series, &self.cfg.addresses);
             let sample_ns =
                 u64::try_from(self.cfg.sample_interval.get().as_nanos()).unwrap_or(u64::MAX);
@@ -737,7 +738,8 @@ impl<F: Family> Source for Deps<F> {
         let series = match view {
             Some(v) if !self.family.by_host() => v
                 .store
-                .series_where(|x| x.key.source == name && x.key.get("job").is_some()),
+                .series
+                .matching(|x| x.key.source == name && x.key.get("job").is_some()),
             _ => Vec::new(),
         };
         let deps = dependencies(&self.family, &series, &HashMap::new());
