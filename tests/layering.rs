@@ -294,7 +294,7 @@ fn correlate_layer(m: &Module) -> Option<usize> {
         Some("source") => 3,
         Some("rules" | "alerts" | "incidents" | "page") => 4,
         Some("config" | "registry") => 5,
-        None => 6,
+        Some("stage") | None => 6,
         Some(other) => panic!("correlate/{other} has no layer here: give it one"),
     })
 }

@@ -1,14 +1,21 @@
 use super::*;
+use crate::correlate::analysis::verdict::verdict;
 use crate::correlate::analysis::verdict::Enough;
+use crate::correlate::annotate::{annotate, kv};
 use crate::correlate::model::table::Table;
+use crate::correlate::model::TraceRow;
 use crate::correlate::model::{Trouble, Verdict};
 use crate::correlate::source::deps;
+use crate::correlate::source::Tick;
 use crate::trouble::TroubleState;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::metrics::v1::{
     metric, number_data_point, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
 };
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 use opentelemetry_proto::tonic::trace::v1::{span, ScopeSpans, Span, Status};
 
 pub(crate) fn attr_s(k: &str, v: &str) -> KeyValue {

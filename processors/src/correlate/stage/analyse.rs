@@ -1,0 +1,502 @@
+//! The analysis stage: each kept trace joined with its logs and every
+//! source, the rules run, the verdict written on it and recorded; a trace
+//! whose cause may still arrive held by `evidence_wait` (its schedule:
+//! the held traces come due).
+
+use async_trait::async_trait;
+use causeway_core::component::ProcessError;
+use causeway_core::telemetry::{Counter, Registry};
+use causeway_core::Batch;
+use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+use super::Stage;
+use crate::correlate::analysis::trace::RouteMap;
+use crate::correlate::analysis::verdict::{verdict, Enough};
+use crate::correlate::annotate::annotate;
+use crate::correlate::incidents;
+use crate::correlate::model::cause::{Causes, UNKNOWN};
+use crate::correlate::model::trace::{SpanRef, SpanRow, NOT_IN_BATCH, PROMPT_BASELINE};
+use crate::correlate::model::{self, Finding, Hex16, RcaEvent, Rule, TraceRow, Verdict};
+use crate::correlate::source::{Correlation, Tick};
+use crate::correlate::{
+    analysis, now_ns, rules, HELD_TRACES, JOIN_MISSES, LATE_SPANS, RULE_ERRORS,
+};
+
+/// Traces held by `evidence_wait`, analysed again when it has passed.
+pub(crate) struct Held {
+    due: Instant,
+    batch: Batch,
+    traces: usize,
+    ids: std::collections::HashSet<[u8; 16]>,
+}
+
+/// The span at `at` of `rs` alone in a resource (its resource and scope kept).
+fn one_span(rs: &[ResourceSpans], (ri, si, pi): SpanRef) -> Option<ResourceSpans> {
+    let r = rs.get(ri)?;
+    let sc = r.scope_spans.get(si)?;
+    let span = sc.spans.get(pi)?;
+    Some(ResourceSpans {
+        resource: r.resource.clone(),
+        scope_spans: vec![opentelemetry_proto::tonic::trace::v1::ScopeSpans {
+            scope: sc.scope.clone(),
+            spans: vec![span.clone()],
+            schema_url: sc.schema_url.clone(),
+        }],
+        schema_url: r.schema_url.clone(),
+    })
+}
+
+/// Move the spans of the traces in `ids` out of `rs` (resources and scopes
+/// kept), dropping what is left empty.
+fn split_traces(
+    rs: &mut Vec<ResourceSpans>,
+    ids: &std::collections::HashSet<[u8; 16]>,
+) -> Vec<ResourceSpans> {
+    let mut out = Vec::new();
+    for r in rs.iter_mut() {
+        let mut scopes = Vec::new();
+        for sc in r.scope_spans.iter_mut() {
+            let (h, keep): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut sc.spans).into_iter().partition(|sp| {
+                    <[u8; 16]>::try_from(sp.trace_id.as_slice()).is_ok_and(|id| ids.contains(&id))
+                });
+            sc.spans = keep;
+            if !h.is_empty() {
+                scopes.push(opentelemetry_proto::tonic::trace::v1::ScopeSpans {
+                    scope: sc.scope.clone(),
+                    spans: h,
+                    schema_url: sc.schema_url.clone(),
+                });
+            }
+        }
+        r.scope_spans.retain(|sc| !sc.spans.is_empty());
+        if !scopes.is_empty() {
+            out.push(ResourceSpans {
+                resource: r.resource.clone(),
+                scope_spans: scopes,
+                schema_url: r.schema_url.clone(),
+            });
+        }
+    }
+    rs.retain(|r| !r.scope_spans.is_empty());
+    out
+}
+
+/// The analysis, with its slice of the config.
+pub struct Analyse {
+    pub(crate) id: String,
+    pub(crate) telemetry: Registry,
+    pub(crate) correlation: Arc<Correlation>,
+    /// The discriminators read of each analysed trace.
+    pub(crate) sample_attrs: Vec<incidents::sample::Attr>,
+    /// The incident state fed by the traces analysed here.
+    pub(crate) feed_incidents: Option<Arc<incidents::Incidents>>,
+    pub(crate) lookback_ns: u64,
+    pub(crate) lookahead_ns: u64,
+    /// How much of a trace a cause must explain.
+    pub(crate) enough: Enough,
+    pub(crate) route_map: RouteMap,
+    pub(crate) evidence_wait: Duration,
+    pub(crate) max_held: usize,
+    pub(crate) held: Vec<Held>,
+    pub(crate) rules: Vec<Rule>,
+    /// What each cause is.
+    pub(crate) causes: Causes,
+    /// The rules' plans, made once.
+    pub(crate) planner: rules::Planner,
+    pub(crate) rule_errors_logged: std::collections::HashSet<String>,
+    pub(crate) analysed: Counter,
+}
+
+impl Analyse {
+    /// Analyse the kept traces of a batch and annotate them. With `again`,
+    /// the batch is one held by `evidence_wait`: analysed whatever it finds.
+    pub async fn analyse(&mut self, batch: &mut Batch, again: bool) -> Result<(), ProcessError> {
+        let r = self.analyse_spans(batch, again).await;
+        // Held spans may have left it.
+        batch.recount();
+        r
+    }
+
+    async fn analyse_spans(&mut self, batch: &mut Batch, again: bool) -> Result<(), ProcessError> {
+        let now = now_ns();
+        let rs = match batch.traces_mut() {
+            Ok(Some(rs)) => rs,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(ProcessError(Box::new(e))),
+        };
+        if !again && !self.held.is_empty() {
+            self.join_held(rs);
+        }
+        let mut traces =
+            analysis::trace::traces(rs, Some(&self.correlation.store.baselines), &self.route_map);
+        if traces.is_empty() {
+            return Ok(());
+        }
+        if !again {
+            self.pass_late(rs, &mut traces, now);
+            if traces.is_empty() {
+                return Ok(());
+            }
+        }
+        let findings = self.findings(&mut traces, now).await;
+        let mut hold: std::collections::HashSet<[u8; 16]> = std::collections::HashSet::new();
+        let held_now: usize = self.held.iter().map(|h| h.traces).sum();
+        let mut fed: Vec<(&str, &str, f64)> = Vec::new();
+        let mut samples = Vec::new();
+        for t in &traces {
+            let v = verdict(
+                t,
+                findings.get(&t.trace_id),
+                &self.enough,
+                Some(&self.correlation.store.peers),
+                &self.causes,
+            );
+            // Unexplained: no cause, or only the fallback that gateway logs or
+            // metrics arriving later could replace; or a timeout, whose callee
+            // was still running when the caller gave up: its spans come later.
+            let unexplained = self.causes.get(&v.best.cause).waits;
+            if unexplained
+                && !again
+                && !t.continuation
+                && !self.evidence_wait.is_zero()
+                && held_now + hold.len() < self.max_held
+            {
+                hold.insert(t.id);
+                continue;
+            }
+            self.learn(rs, t, now, &mut fed);
+            samples.push(self.record(rs, t, &v, now));
+        }
+        self.correlation.store.baselines.feed(now, fed.into_iter());
+        if let Some(i) = &self.feed_incidents {
+            i.feed(samples);
+        }
+        if !hold.is_empty() {
+            // The held traces leave this batch for one of their own.
+            let held_rs = split_traces(rs, &hold);
+            let held = batch.sibling_traces(held_rs);
+            self.hold(held, hold);
+        }
+        Ok(())
+    }
+
+    /// Late spans of a trace still held join it: it is analysed whole when
+    /// the hold ends (the spans of one trace leave an SDK in several
+    /// exports, and a sampler may decide between them).
+    fn join_held(&mut self, rs: &mut Vec<ResourceSpans>) {
+        let in_batch: std::collections::HashSet<[u8; 16]> = rs
+            .iter()
+            .flat_map(|r| r.scope_spans.iter().flat_map(|sc| sc.spans.iter()))
+            .filter_map(|sp| <[u8; 16]>::try_from(sp.trace_id.as_slice()).ok())
+            .collect();
+        for h in &mut self.held {
+            let mine: std::collections::HashSet<[u8; 16]> =
+                h.ids.intersection(&in_batch).copied().collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let moved = split_traces(rs, &mine);
+            if let Ok(Some(held_rs)) = h.batch.traces_mut() {
+                held_rs.extend(moved);
+            }
+            h.batch.recount();
+        }
+    }
+
+    /// Late spans of a trace analysed already are passed on as they are:
+    /// never analysed as a new (fragment of a) trace; except a consumer
+    /// span whose message a remembered producer span of the trace sent (the
+    /// message's wait is measured from there).
+    fn pass_late(&self, rs: &[ResourceSpans], traces: &mut Vec<TraceRow>, now: u64) {
+        let ids: Vec<[u8; 16]> = traces.iter().map(|t| t.id).collect();
+        // Except a consumer span whose message a remembered producer span
+        // of the trace sent: the message's wait is measured from there.
+        let late = self.correlation.store.traces.mark(&ids, now);
+        let mut n = 0u64;
+        let mut continued = Vec::new();
+        let mut k = 0;
+        traces.retain(|t| {
+            let keep = !late[k];
+            k += 1;
+            if !keep {
+                match self.continuation(rs, t) {
+                    Some(c) => {
+                        let analysed = c.spans.iter().filter(|s| s.at != NOT_IN_BATCH).count();
+                        n += t.spans.len().saturating_sub(analysed) as u64;
+                        continued.push(c);
+                    }
+                    None => n += t.spans.len() as u64,
+                }
+            }
+            keep
+        });
+        traces.extend(continued);
+        if n > 0 {
+            self.correlation.store.traces.count_late(n);
+            self.telemetry
+                .counter(
+                    LATE_SPANS,
+                    "Spans of traces analysed already, passed on without a second analysis.",
+                    &[("component", &self.id)],
+                )
+                .add(n);
+        }
+    }
+
+    /// Join the traces with the logs and every source, and run the rules.
+    async fn findings(
+        &mut self,
+        traces: &mut [TraceRow],
+        now: u64,
+    ) -> HashMap<String, Vec<Finding>> {
+        self.correlation
+            .sources
+            .join_logs(traces, &self.correlation.store);
+        self.correlation.store.peers.learn_and_fill(traces);
+        let tick = Tick {
+            store: &self.correlation.store,
+            now_ns: now,
+            lookback_ns: self.lookback_ns,
+            lookahead_ns: self.lookahead_ns,
+        };
+        let joined = self.correlation.sources.join(&tick, traces);
+        for (join, n) in joined.misses {
+            self.telemetry
+                .counter(
+                    JOIN_MISSES,
+                    "Traces whose join with an evidence source (host, Kafka, RabbitMQ, ...) found nothing while its metrics flow.",
+                    &[("component", &self.id), ("join", join)],
+                )
+                .add(n);
+        }
+        for (source, error) in joined.errors {
+            if self.rule_errors_logged.insert(format!("source:{source}")) {
+                tracing::warn!(processor = %self.id, %source, %error, "An evidence source's join failed; the others still ran.");
+            }
+        }
+        let (findings, errors) = self
+            .planner
+            .evaluate(&self.rules, traces, joined.tables)
+            .await;
+        for (rule, error) in errors {
+            self.telemetry
+                .counter(
+                    RULE_ERRORS,
+                    "Root-cause and alert rules that failed at run time, by rule.",
+                    &[("component", &self.id), ("rule", &rule)],
+                )
+                .add(1);
+            if self.rule_errors_logged.insert(rule.clone()) {
+                tracing::warn!(processor = %self.id, %rule, %error, "A root-cause rule failed; the other rules still ran.");
+            }
+        }
+        findings
+    }
+
+    /// What an analysed trace's spans teach: the baselines' samples (into
+    /// `fed`) and the producer spans whose messages a later consumer may wait for.
+    fn learn<'a>(
+        &self,
+        rs: &[ResourceSpans],
+        t: &'a TraceRow,
+        now: u64,
+        fed: &mut Vec<(&'a str, &'a str, f64)>,
+    ) {
+        for s in t.spans.iter().filter(|s| s.at != NOT_IN_BATCH) {
+            fed.push((&s.service, &s.op, s.duration_ms));
+            if s.op != s.name {
+                // The coarser baseline by name, used until the operation's own has enough samples.
+                fed.push((&s.service, &s.name, s.duration_ms));
+            }
+            if let Some(tokens) = s.input_tokens {
+                let model = s.gen_ai_model.as_deref().unwrap_or("");
+                fed.push((PROMPT_BASELINE, model, tokens as f64));
+            }
+            if s.kind == "producer"
+                || (s.destination.is_some() && matches!(s.kind, "client" | "internal"))
+            {
+                if let Some(one) = one_span(rs, s.at) {
+                    self.correlation
+                        .store
+                        .traces
+                        .remember_producer(t.id, s.span_id, one, now);
+                }
+            }
+        }
+    }
+
+    /// Write a trace's verdict: on its spans, in the page's views, as an
+    /// RCA event; its incident sample.
+    fn record(
+        &self,
+        rs: &mut [ResourceSpans],
+        t: &TraceRow,
+        v: &Verdict,
+        now: u64,
+    ) -> incidents::sample::Sample {
+        let sample = incidents::sample::Sample::of(
+            rs,
+            t,
+            now,
+            (&v.best.cause, &v.culprit_service, v.culprit_kind, v.culprit),
+            &self.sample_attrs,
+        );
+        let extra = incidents::sample::record_attributes(&sample);
+        let healthy = v.best.cause == UNKNOWN.name && !sample.failed;
+        let evidence = annotate(rs, t, v, self.correlation.sources.log_columns());
+        if self.correlation.store.views.keeps() {
+            self.correlation.store.views.push(model::view::view(
+                t,
+                v,
+                evidence,
+                self.correlation.sources.log_columns(),
+            ));
+        }
+        self.analysed.add(1);
+        self.correlation.store.outbox.push(
+            RcaEvent {
+                time_ns: t.end_ns.max(1),
+                trace_id: t.id,
+                span_id: t.spans[t.root].span_id.to_be_bytes(),
+                cause: v.best.cause.clone(),
+                summary: v.best.summary.clone(),
+                route: t.route.clone().unwrap_or_default(),
+                service: v.culprit_service.clone(),
+                culprit_kind: v.culprit_kind,
+                culprit_span_id: Hex16::of(t.spans[v.culprit].span_id).as_str().to_string(),
+                confidence: v.best.confidence,
+                rule: v.best.rule.clone(),
+                healthy,
+                extra,
+            },
+            now,
+        );
+        sample
+    }
+
+    /// Hold traces (`held`, a batch of their own that shares the
+    /// acknowledgements of the one they left) for `evidence_wait`.
+    fn hold(&mut self, held: Batch, hold: std::collections::HashSet<[u8; 16]>) {
+        self.held.push(Held {
+            due: Instant::now() + self.evidence_wait,
+            batch: held,
+            traces: hold.len(),
+            ids: hold,
+        });
+        self.set_held_gauge();
+    }
+
+    /// The late spans `t` of an analysed trace as a trace of their own, when
+    /// a remembered producer span of the trace sent the message one of them
+    /// consumed: that span joins them, so the message's wait counts (a
+    /// consumer behind a lagging group runs long after the sampler decided).
+    /// The verdict is written on the top span of the late ones.
+    fn continuation(&self, rs: &[ResourceSpans], t: &TraceRow) -> Option<TraceRow> {
+        let ids: std::collections::HashSet<u64> = t.spans.iter().map(|s| s.span_id).collect();
+        let mut producers: Vec<Arc<ResourceSpans>> = Vec::new();
+        // The consumers of remembered messages and the late spans below them.
+        let mut mine: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        for s in t.spans.iter().filter(|s| !ids.contains(&s.parent_id)) {
+            if let Some(p) = self.correlation.store.traces.producer(&t.id, s.parent_id) {
+                producers.push(p);
+                mine.insert(s.span_id);
+            }
+        }
+        if producers.is_empty() {
+            return None;
+        }
+        loop {
+            let before = mine.len();
+            for s in &t.spans {
+                if mine.contains(&s.parent_id) {
+                    mine.insert(s.span_id);
+                }
+            }
+            if mine.len() == before {
+                break;
+            }
+        }
+        let picked: Vec<&SpanRow> = t
+            .spans
+            .iter()
+            .filter(|s| mine.contains(&s.span_id))
+            .collect();
+        let mut sub: Vec<ResourceSpans> =
+            picked.iter().filter_map(|s| one_span(rs, s.at)).collect();
+        if sub.len() != picked.len() {
+            return None;
+        }
+        let real = sub.len();
+        sub.extend(producers.iter().map(|p| (**p).clone()));
+        let mut c = analysis::trace::traces(
+            &sub,
+            Some(&self.correlation.store.baselines),
+            &self.route_map,
+        )
+        .into_iter()
+        .find(|x| x.id == t.id)?;
+        // Back to the batch: the i-th resource of `sub` is the i-th late span.
+        for row in &mut c.spans {
+            row.at = if row.at.0 < real {
+                picked[row.at.0].at
+            } else {
+                NOT_IN_BATCH
+            };
+        }
+        c.root = (0..c.spans.len())
+            .filter(|&i| c.spans[i].at != NOT_IN_BATCH)
+            .min_by(|&a, &b| {
+                (c.spans[a].depth, c.spans[a].start_ms)
+                    .partial_cmp(&(c.spans[b].depth, c.spans[b].start_ms))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            })?;
+        c.continuation = true;
+        Some(c)
+    }
+
+    fn set_held_gauge(&self) {
+        let n: usize = self.held.iter().map(|h| h.traces).sum();
+        self.telemetry
+            .gauge(
+                HELD_TRACES,
+                "Traces held by evidence_wait.",
+                &[("component", &self.id)],
+            )
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Analyse again, and pass on, the held traces that are due (all at a flush).
+    async fn release_held(&mut self, now: Instant, all: bool, out: &mut Vec<Batch>) {
+        let (due, keep): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| all || h.due <= now);
+        self.held = keep;
+        for mut h in due {
+            if let Err(e) = self.analyse(&mut h.batch, true).await {
+                tracing::warn!(processor = %self.id, error = %e.0, "Held traces could not be analysed again; passed on.");
+            }
+            out.push(h.batch);
+        }
+        self.set_held_gauge();
+    }
+}
+
+#[async_trait]
+impl Stage for Analyse {
+    fn due(&self) -> Option<Instant> {
+        self.held.iter().map(|h| h.due).min()
+    }
+
+    async fn run(&mut self, now: Instant, out: &mut Vec<Batch>) {
+        self.release_held(now, false, out).await;
+    }
+
+    async fn flush(&mut self, out: &mut Vec<Batch>) {
+        self.release_held(Instant::now(), true, out).await;
+    }
+}
