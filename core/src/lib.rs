@@ -5,6 +5,8 @@
 //! through factories ([`registry::Registry`]) and the topology only speaks to
 //! the traits in [`component`].
 
+#[doc(hidden)]
+pub use indexmap as __indexmap;
 pub mod auth;
 pub mod component;
 pub mod compress;

@@ -92,6 +92,34 @@ pub(crate) fn client_builder(
     Ok(reqwest::Client::builder().use_preconfigured_tls(tls.client_config()?))
 }
 
+/// How long an exporter's request may take.
+pub(crate) enum Within {
+    /// Its connection (the exporter bounds the rest itself).
+    Connect(Duration),
+    /// The whole request.
+    Whole(Duration),
+}
+
+/// An exporter's HTTP client to `endpoint`: its TLS (see [`client_builder`]),
+/// its requests bounded by `within`.
+pub(crate) fn client(
+    endpoint: &str,
+    tls: &causeway_core::tls::ClientTls,
+    within: Within,
+) -> Result<reqwest::Client, ExporterError> {
+    let refused = |reason: String| ExporterError::Endpoint {
+        endpoint: endpoint.to_string(),
+        reason,
+    };
+    let b = client_builder(tls).map_err(refused)?;
+    match within {
+        Within::Connect(d) => b.connect_timeout(d),
+        Within::Whole(d) => b.timeout(d),
+    }
+    .build()
+    .map_err(|e| refused(e.to_string()))
+}
+
 /// Errors of an HTTP exporter's `endpoint` and `tls`: an http:// or https://
 /// URL, and TLS files that can be read.
 pub(crate) fn endpoint_errors(

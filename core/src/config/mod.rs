@@ -7,6 +7,7 @@
 //! Every problem found is reported, each with the key path and, where the
 //! YAML parser knows it, `file:line:column`.
 
+mod delivery;
 mod env;
 mod load;
 mod locate;

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use causeway_core::component::{
     BuildContext, BuiltExporter, Delivered, ExportError, Exporter, ExporterFactory,
 };
-use causeway_core::config::{decode, ConfigError, DeliveryConfig};
+use causeway_core::config::{decode, ConfigError};
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
 use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
 use serde::Serialize;
@@ -209,17 +209,11 @@ impl AlertExporter {
             }
             _ => cfg.endpoint.clone(),
         };
-        let client = crate::http_util::client_builder(&cfg.tls)
-            .map_err(|reason| ExporterError::Endpoint {
-                endpoint: cfg.endpoint.clone(),
-                reason,
-            })?
-            .timeout(cfg.timeout.get())
-            .build()
-            .map_err(|e| ExporterError::Endpoint {
-                endpoint: url.clone(),
-                reason: e.to_string(),
-            })?;
+        let client = crate::http_util::client(
+            &cfg.endpoint,
+            &cfg.tls,
+            crate::http_util::Within::Whole(cfg.timeout.get()),
+        )?;
         Ok(AlertExporter {
             id: id.to_string(),
             url,
@@ -280,11 +274,7 @@ pub(crate) fn build(
     payload: Payload,
 ) -> Result<BuiltExporter, BoxError> {
     let cfg: AlertHttpConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
-    let delivery = DeliveryConfig {
-        timeout: cfg.timeout.get(),
-        retry: cfg.retry_on_failure,
-        queue: cfg.sending_queue.clone(),
-    };
+    let delivery = cfg.delivery();
     Ok(BuiltExporter {
         exporter: std::sync::Arc::new(AlertExporter::new(&cfg, &ctx.id.to_string(), payload)?),
         delivery,

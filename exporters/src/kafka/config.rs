@@ -1,9 +1,7 @@
 //! Configuration of the `kafka` exporter, in the shape of the Collector's
 //! kafkaexporter.
 
-use causeway_core::config::{
-    delivery_errors, ConfigError, Duration, QueueConfig, RetryConfig, Validate,
-};
+use causeway_core::config::{ConfigError, Duration, Validate};
 use indexmap::IndexMap;
 use serde::Deserialize;
 
@@ -54,60 +52,53 @@ fn linger() -> Duration {
     Duration::millis(5)
 }
 
-/// `exporters.kafka`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KafkaExporterConfig {
-    /// Bootstrap brokers, `host:port`.
-    pub brokers: Vec<String>,
-    /// One topic for every signal (each message then says its signal in the
-    /// `causeway.signal` header); per-signal topics below win over it.
-    pub topic: Option<String>,
-    /// Spans' topic (default `otlp_spans`).
-    #[serde(default)]
-    pub traces: SignalTopic,
-    /// Log records' topic (default `otlp_logs`).
-    #[serde(default)]
-    pub logs: SignalTopic,
-    /// Metrics' topic (default `otlp_metrics`).
-    #[serde(default)]
-    pub metrics: SignalTopic,
-    /// `otlp_proto` (default) or `otlp_json`.
-    #[serde(default)]
-    pub encoding: KafkaEncoding,
-    /// Spans keyed by trace id (32 hex characters): every span of a trace
-    /// lands on one partition (default false, as the Collector; a tier that
-    /// samples behind Kafka needs it true).
-    #[serde(default)]
-    pub partition_traces_by_id: bool,
-    /// Log records keyed by trace id, on the partition number its spans
-    /// take; records without one by their resource (default false).
-    #[serde(default)]
-    pub partition_logs_by_trace_id: bool,
-    /// Metrics keyed by their resource (default false).
-    #[serde(default)]
-    pub partition_metrics_by_resource_attributes: bool,
-    /// The client id the broker sees (default `causeway`).
-    #[serde(default = "client_id")]
-    pub client_id: String,
-    /// Producer settings.
-    #[serde(default)]
-    pub producer: ProducerConfig,
-    /// librdkafka properties passed through as they are (TLS and SASL:
-    /// `security.protocol`, `sasl.mechanism`, `sasl.username`,
-    /// `sasl.password`, `ssl.ca.location`, ...). Values are never logged.
-    #[serde(default)]
-    pub settings: IndexMap<String, String>,
-    /// Per-attempt timeout: how long a batch may wait for the broker's
-    /// acknowledgement (default 10s).
-    #[serde(default = "timeout")]
-    pub timeout: Duration,
-    /// Retries of retryable failures.
-    #[serde(default)]
-    pub retry_on_failure: RetryConfig,
-    /// The bounded sending queue.
-    #[serde(default)]
-    pub sending_queue: QueueConfig,
+causeway_core::exporter_config! {
+    /// `exporters.kafka`.
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct KafkaExporterConfig {
+        /// Bootstrap brokers, `host:port`.
+        pub brokers: Vec<String>,
+        /// One topic for every signal (each message then says its signal in the
+        /// `causeway.signal` header); per-signal topics below win over it.
+        pub topic: Option<String>,
+        /// Spans' topic (default `otlp_spans`).
+        #[serde(default)]
+        pub traces: SignalTopic,
+        /// Log records' topic (default `otlp_logs`).
+        #[serde(default)]
+        pub logs: SignalTopic,
+        /// Metrics' topic (default `otlp_metrics`).
+        #[serde(default)]
+        pub metrics: SignalTopic,
+        /// `otlp_proto` (default) or `otlp_json`.
+        #[serde(default)]
+        pub encoding: KafkaEncoding,
+        /// Spans keyed by trace id (32 hex characters): every span of a trace
+        /// lands on one partition (default false, as the Collector; a tier that
+        /// samples behind Kafka needs it true).
+        #[serde(default)]
+        pub partition_traces_by_id: bool,
+        /// Log records keyed by trace id, on the partition number its spans
+        /// take; records without one by their resource (default false).
+        #[serde(default)]
+        pub partition_logs_by_trace_id: bool,
+        /// Metrics keyed by their resource (default false).
+        #[serde(default)]
+        pub partition_metrics_by_resource_attributes: bool,
+        /// The client id the broker sees (default `causeway`).
+        #[serde(default = "client_id")]
+        pub client_id: String,
+        /// Producer settings.
+        #[serde(default)]
+        pub producer: ProducerConfig,
+        /// librdkafka properties passed through as they are (TLS and SASL:
+        /// `security.protocol`, `sasl.mechanism`, `sasl.username`,
+        /// `sasl.password`, `ssl.ca.location`, ...). Values are never logged.
+        #[serde(default)]
+        pub settings: IndexMap<String, String>,
+    }
+    timeout_default = "timeout"
 }
 
 fn client_id() -> String {
@@ -146,7 +137,7 @@ pub(crate) const OWN_SETTINGS: [&str; 6] = [
 
 impl Validate for KafkaExporterConfig {
     fn validate(&self) -> Vec<ConfigError> {
-        let mut e = delivery_errors(&self.retry_on_failure, &self.sending_queue, self.timeout);
+        let mut e = self.delivery_errors();
         e.extend(self.topics().errors(&self.brokers));
         if !["none", "gzip", "snappy", "lz4", "zstd"].contains(&self.producer.compression.as_str())
         {

@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use causeway_core::component::{
     BuildContext, BuiltExporter, Delivered, ExportError, Exporter, ExporterFactory,
 };
-use causeway_core::config::{decode, ConfigError, DeliveryConfig};
+use causeway_core::config::{decode, ConfigError};
 use causeway_core::partition::{split, split_by, Key};
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -62,11 +62,7 @@ impl ExporterFactory for KafkaExporterFactory {
         cfg: &serde_yaml::Value,
     ) -> Result<BuiltExporter, BoxError> {
         let cfg: KafkaExporterConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
-        let delivery = DeliveryConfig {
-            timeout: cfg.timeout.get(),
-            retry: cfg.retry_on_failure,
-            queue: cfg.sending_queue.clone(),
-        };
+        let delivery = cfg.delivery();
         Ok(BuiltExporter {
             exporter: std::sync::Arc::new(KafkaExporter::new(cfg, &ctx.id.to_string())?),
             delivery,

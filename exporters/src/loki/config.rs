@@ -1,8 +1,6 @@
 //! Configuration of the `loki` exporter.
 
-use causeway_core::config::{
-    delivery_errors, ConfigError, Duration, QueueConfig, RetryConfig, Validate,
-};
+use causeway_core::config::{ConfigError, Duration, Validate};
 use indexmap::IndexMap;
 use serde::Deserialize;
 
@@ -52,42 +50,30 @@ fn default_record_labels() -> IndexMap<String, String> {
     IndexMap::from([("route_id".to_string(), "route_id".to_string())])
 }
 
-/// `exporters.loki`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LokiConfig {
-    /// The push URL, e.g. `http://loki:3100/loki/api/v1/push` (a bare `http://host:3100` gets the path appended).
-    pub endpoint: String,
-    /// `protobuf` (default, snappy) or `json`.
-    #[serde(default)]
-    pub encoding: LokiEncoding,
-    /// For `json`: `gzip` or `none` (default).
-    #[serde(default)]
-    pub compression: Option<String>,
-    /// Tenant, sent as `X-Scope-OrgID`.
-    #[serde(default)]
-    pub tenant_id: Option<String>,
-    /// Extra headers.
-    #[serde(default)]
-    pub headers: IndexMap<String, causeway_core::tls::Secret>,
-    /// Stream labels.
-    #[serde(default)]
-    pub labels: LabelsConfig,
-    /// A label with more distinct values than this becomes structured metadata (default 1000).
-    #[serde(default = "max_values")]
-    pub max_label_values: usize,
-    /// Per-attempt timeout (default 5s).
-    #[serde(default = "timeout")]
-    pub timeout: Duration,
-    /// Retries (429 and 5xx only).
-    #[serde(default)]
-    pub retry_on_failure: RetryConfig,
-    /// The sending queue.
-    #[serde(default)]
-    pub sending_queue: QueueConfig,
-    /// TLS for https endpoints: `ca_file`, and `cert_file`/`key_file` for mTLS.
-    #[serde(default)]
-    pub tls: causeway_core::tls::ClientTls,
+causeway_core::exporter_config! {
+    /// `exporters.loki`.
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct LokiConfig {
+        /// The push URL, e.g. `http://loki:3100/loki/api/v1/push` (a bare `http://host:3100` gets the path appended).
+        pub endpoint: String,
+        /// `protobuf` (default, snappy) or `json`.
+        #[serde(default)]
+        pub encoding: LokiEncoding,
+        /// For `json`: `gzip` or `none` (default).
+        #[serde(default)]
+        pub compression: Option<String>,
+        /// Tenant, sent as `X-Scope-OrgID`.
+        #[serde(default)]
+        pub tenant_id: Option<String>,
+        /// Stream labels.
+        #[serde(default)]
+        pub labels: LabelsConfig,
+        /// A label with more distinct values than this becomes structured metadata (default 1000).
+        #[serde(default = "max_values")]
+        pub max_label_values: usize,
+    }
+    timeout_default = "timeout", http
 }
 
 fn max_values() -> usize {
@@ -107,7 +93,7 @@ fn valid_label(name: &str) -> bool {
 
 impl Validate for LokiConfig {
     fn validate(&self) -> Vec<ConfigError> {
-        let mut e = delivery_errors(&self.retry_on_failure, &self.sending_queue, self.timeout);
+        let mut e = self.delivery_errors();
         e.extend(crate::http_util::endpoint_errors(&self.endpoint, &self.tls));
         if let Some(c) = &self.compression {
             if c != "gzip" && c != "none" {

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use causeway_core::component::{
     BuildContext, BuiltExporter, Delivered, ExportError, Exporter, ExporterFactory,
 };
-use causeway_core::config::{decode, ConfigError, DeliveryConfig};
+use causeway_core::config::{decode, ConfigError};
 use causeway_core::telemetry::Registry;
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
@@ -113,11 +113,7 @@ impl ExporterFactory for LokiExporterFactory {
         cfg: &serde_yaml::Value,
     ) -> Result<BuiltExporter, BoxError> {
         let cfg: LokiConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
-        let delivery = DeliveryConfig {
-            timeout: cfg.timeout.get(),
-            retry: cfg.retry_on_failure,
-            queue: cfg.sending_queue.clone(),
-        };
+        let delivery = cfg.delivery();
         Ok(BuiltExporter {
             exporter: std::sync::Arc::new(LokiExporter::new(
                 cfg,
@@ -251,17 +247,11 @@ impl LokiExporter {
         } else {
             format!("{}/loki/api/v1/push", cfg.endpoint.trim_end_matches('/'))
         };
-        let client = crate::http_util::client_builder(&cfg.tls)
-            .map_err(|reason| ExporterError::Endpoint {
-                endpoint: cfg.endpoint.clone(),
-                reason,
-            })?
-            .connect_timeout(cfg.timeout.get())
-            .build()
-            .map_err(|e| ExporterError::Endpoint {
-                endpoint: url.clone(),
-                reason: e.to_string(),
-            })?;
+        let client = crate::http_util::client(
+            &cfg.endpoint,
+            &cfg.tls,
+            crate::http_util::Within::Connect(cfg.timeout.get()),
+        )?;
         Ok(LokiExporter {
             cfg,
             url,

@@ -13,35 +13,29 @@ pub use causeway_core::compress::Codec as Compression;
 /// `tls`: the client side of TLS (CA bundle, client certificate, `insecure` for plaintext).
 pub use causeway_core::tls::ClientTls as TlsConfig;
 
-/// `exporters.otlp` (OTLP/gRPC).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OtlpGrpcConfig {
-    /// `host:port` or `http://host:port` of the OTLP/gRPC server (e.g. Jaeger's collector on 4317).
-    pub endpoint: String,
-    /// `gzip` (default), `zstd`, `snappy` or `none` (levels: see BENCHMARKS.md).
-    #[serde(default)]
-    pub compression: Compression,
-    /// Headers (gRPC metadata) sent with every request.
-    #[serde(default)]
-    pub headers: IndexMap<String, causeway_core::tls::Secret>,
-    /// Per-attempt timeout (default 5s).
-    #[serde(default = "default_timeout")]
-    pub timeout: Duration,
-    /// Retries of retryable failures.
-    #[serde(default)]
-    pub retry_on_failure: RetryConfig,
-    /// The bounded sending queue.
-    #[serde(default)]
-    pub sending_queue: QueueConfig,
-    /// Transport security: `ca_file` (and `cert_file`/`key_file` for mTLS) for
-    /// https endpoints; `insecure: true` for plaintext `host:port`.
-    #[serde(default)]
-    pub tls: TlsConfig,
-    /// `authenticator`: a `bearertokenauth` or `basicauth` extension whose
-    /// header every request carries.
-    #[serde(default)]
-    pub auth: Option<causeway_core::auth::AuthRef>,
+causeway_core::exporter_config! {
+    /// `exporters.otlp` (OTLP/gRPC).
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct OtlpGrpcConfig {
+        /// `host:port` or `http://host:port` of the OTLP/gRPC server (e.g. Jaeger's collector on 4317).
+        pub endpoint: String,
+        /// `gzip` (default), `zstd`, `snappy` or `none` (levels: see BENCHMARKS.md).
+        #[serde(default)]
+        pub compression: Compression,
+        /// Headers (gRPC metadata) sent with every request.
+        #[serde(default)]
+        pub headers: IndexMap<String, causeway_core::tls::Secret>,
+        /// Transport security: `ca_file` (and `cert_file`/`key_file` for mTLS) for
+        /// https endpoints; `insecure: true` for plaintext `host:port`.
+        #[serde(default)]
+        pub tls: TlsConfig,
+        /// `authenticator`: a `bearertokenauth` or `basicauth` extension whose
+        /// header every request carries.
+        #[serde(default)]
+        pub auth: Option<causeway_core::auth::AuthRef>,
+    }
+    timeout_default = "default_timeout"
 }
 
 /// `encoding` of `otlphttp`.
@@ -55,44 +49,38 @@ pub enum HttpEncoding {
     Json,
 }
 
-/// `exporters.otlphttp` (OTLP/HTTP).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OtlpHttpConfig {
-    /// Base URL; `/v1/traces`, `/v1/logs`, `/v1/metrics` are appended.
-    pub endpoint: Option<String>,
-    /// Full URL for traces (overrides `endpoint`).
-    pub traces_endpoint: Option<String>,
-    /// Full URL for logs (overrides `endpoint`).
-    pub logs_endpoint: Option<String>,
-    /// Full URL for metrics (overrides `endpoint`).
-    pub metrics_endpoint: Option<String>,
-    /// `proto` (default) or `json`.
-    #[serde(default)]
-    pub encoding: HttpEncoding,
-    /// `gzip` (default), `zstd`, `snappy` or `none` (levels: see BENCHMARKS.md).
-    #[serde(default)]
-    pub compression: Compression,
-    /// Headers sent with every request.
-    #[serde(default)]
-    pub headers: IndexMap<String, causeway_core::tls::Secret>,
-    /// Per-attempt timeout (default 5s).
-    #[serde(default = "default_timeout")]
-    pub timeout: Duration,
-    /// Retries of retryable failures.
-    #[serde(default)]
-    pub retry_on_failure: RetryConfig,
-    /// The bounded sending queue.
-    #[serde(default)]
-    pub sending_queue: QueueConfig,
-    /// Transport security: `ca_file` (and `cert_file`/`key_file` for mTLS) for
-    /// https endpoints; `insecure: true` for plaintext `host:port`.
-    #[serde(default)]
-    pub tls: TlsConfig,
-    /// `authenticator`: a `bearertokenauth` or `basicauth` extension whose
-    /// header every request carries.
-    #[serde(default)]
-    pub auth: Option<causeway_core::auth::AuthRef>,
+causeway_core::exporter_config! {
+    /// `exporters.otlphttp` (OTLP/HTTP).
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct OtlpHttpConfig {
+        /// Base URL; `/v1/traces`, `/v1/logs`, `/v1/metrics` are appended.
+        pub endpoint: Option<String>,
+        /// Full URL for traces (overrides `endpoint`).
+        pub traces_endpoint: Option<String>,
+        /// Full URL for logs (overrides `endpoint`).
+        pub logs_endpoint: Option<String>,
+        /// Full URL for metrics (overrides `endpoint`).
+        pub metrics_endpoint: Option<String>,
+        /// `proto` (default) or `json`.
+        #[serde(default)]
+        pub encoding: HttpEncoding,
+        /// `gzip` (default), `zstd`, `snappy` or `none` (levels: see BENCHMARKS.md).
+        #[serde(default)]
+        pub compression: Compression,
+        /// Headers sent with every request.
+        #[serde(default)]
+        pub headers: IndexMap<String, causeway_core::tls::Secret>,
+        /// Transport security: `ca_file` (and `cert_file`/`key_file` for mTLS) for
+        /// https endpoints; `insecure: true` for plaintext `host:port`.
+        #[serde(default)]
+        pub tls: TlsConfig,
+        /// `authenticator`: a `bearertokenauth` or `basicauth` extension whose
+        /// header every request carries.
+        #[serde(default)]
+        pub auth: Option<causeway_core::auth::AuthRef>,
+    }
+    timeout_default = "default_timeout"
 }
 
 fn default_timeout() -> Duration {

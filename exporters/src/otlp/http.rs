@@ -51,17 +51,11 @@ impl HttpExporter {
                 .map_err(|e| bad(e.to_string()))?;
             headers.insert(name, value);
         }
-        let client = crate::http_util::client_builder(&cfg.tls)
-            .map_err(|reason| ExporterError::Endpoint {
-                endpoint: base.to_string(),
-                reason,
-            })?
-            .connect_timeout(cfg.timeout.get())
-            .build()
-            .map_err(|e| ExporterError::Endpoint {
-                endpoint: base.to_string(),
-                reason: e.to_string(),
-            })?;
+        let client = crate::http_util::client(
+            base,
+            &cfg.tls,
+            crate::http_util::Within::Connect(cfg.timeout.get()),
+        )?;
         Ok(HttpExporter {
             client,
             urls,

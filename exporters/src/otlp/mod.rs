@@ -15,7 +15,7 @@ mod tests;
 
 use async_trait::async_trait;
 use causeway_core::component::{BuildContext, BuiltExporter, ExporterFactory};
-use causeway_core::config::{decode, ConfigError, DeliveryConfig};
+use causeway_core::config::{decode, ConfigError};
 use causeway_core::{BoxError, Signal, SignalSet};
 
 use config::{OtlpGrpcConfig, OtlpHttpConfig};
@@ -45,11 +45,7 @@ impl ExporterFactory for OtlpGrpcExporterFactory {
             .as_ref()
             .map(|a| a.resolve(&ctx.shared))
             .transpose()?;
-        let delivery = DeliveryConfig {
-            timeout: cfg.timeout.get(),
-            retry: cfg.retry_on_failure,
-            queue: cfg.sending_queue.clone(),
-        };
+        let delivery = cfg.delivery();
         Ok(BuiltExporter {
             exporter: std::sync::Arc::new(grpc::GrpcExporter::new(&cfg, auth)?),
             delivery,
@@ -93,11 +89,7 @@ impl ExporterFactory for OtlpHttpExporterFactory {
             .as_ref()
             .map(|a| a.resolve(&ctx.shared))
             .transpose()?;
-        let delivery = DeliveryConfig {
-            timeout: cfg.timeout.get(),
-            retry: cfg.retry_on_failure,
-            queue: cfg.sending_queue.clone(),
-        };
+        let delivery = cfg.delivery();
         Ok(BuiltExporter {
             exporter: std::sync::Arc::new(http::HttpExporter::new(&cfg, auth)?),
             delivery,

@@ -18,12 +18,8 @@ use async_trait::async_trait;
 use causeway_core::component::{
     BuildContext, BuiltExporter, Delivered, ExportError, Exporter, ExporterFactory,
 };
-use causeway_core::config::{
-    decode, delivery_errors, ConfigError, DeliveryConfig, Duration, QueueConfig, RetryConfig,
-    Validate,
-};
+use causeway_core::config::{decode, ConfigError, Duration, Validate};
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
-use indexmap::IndexMap;
 use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, AggregationTemporality};
 use prost::Message;
@@ -102,41 +98,29 @@ pub enum RwCompression {
     Zstd,
 }
 
-/// `exporters.victoriametrics`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VictoriaMetricsConfig {
-    /// The write URL, e.g. `http://victoriametrics:8428/api/v1/write` (a bare host gets the path appended).
-    pub endpoint: String,
-    /// `snappy` (default) or `zstd`.
-    #[serde(default)]
-    pub compression: RwCompression,
-    /// Extra headers.
-    #[serde(default)]
-    pub headers: IndexMap<String, causeway_core::tls::Secret>,
-    /// Add unit suffixes to names (default true).
-    #[serde(default = "yes")]
-    pub add_unit_suffixes: bool,
-    /// Send exemplars (a histogram's on the bucket its value falls in, a
-    /// counter's on the counter), as Prometheus' OTLP translator does
-    /// (default true; Prometheus keeps them with `--enable-feature=exemplar-storage`).
-    #[serde(default = "yes")]
-    pub send_exemplars: bool,
-    /// Send a `target_info` series with the resource attributes (default true).
-    #[serde(default = "yes")]
-    pub target_info: bool,
-    /// Per-attempt timeout (default 5s).
-    #[serde(default = "timeout")]
-    pub timeout: Duration,
-    /// Retries (5xx and 429 only).
-    #[serde(default)]
-    pub retry_on_failure: RetryConfig,
-    /// The sending queue.
-    #[serde(default)]
-    pub sending_queue: QueueConfig,
-    /// TLS for https endpoints: `ca_file`, and `cert_file`/`key_file` for mTLS.
-    #[serde(default)]
-    pub tls: causeway_core::tls::ClientTls,
+causeway_core::exporter_config! {
+    /// `exporters.victoriametrics`.
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct VictoriaMetricsConfig {
+        /// The write URL, e.g. `http://victoriametrics:8428/api/v1/write` (a bare host gets the path appended).
+        pub endpoint: String,
+        /// `snappy` (default) or `zstd`.
+        #[serde(default)]
+        pub compression: RwCompression,
+        /// Add unit suffixes to names (default true).
+        #[serde(default = "yes")]
+        pub add_unit_suffixes: bool,
+        /// Send exemplars (a histogram's on the bucket its value falls in, a
+        /// counter's on the counter), as Prometheus' OTLP translator does
+        /// (default true; Prometheus keeps them with `--enable-feature=exemplar-storage`).
+        #[serde(default = "yes")]
+        pub send_exemplars: bool,
+        /// Send a `target_info` series with the resource attributes (default true).
+        #[serde(default = "yes")]
+        pub target_info: bool,
+    }
+    timeout_default = "timeout", http
 }
 
 fn yes() -> bool {
@@ -148,7 +132,7 @@ fn timeout() -> Duration {
 
 impl Validate for VictoriaMetricsConfig {
     fn validate(&self) -> Vec<ConfigError> {
-        let mut e = delivery_errors(&self.retry_on_failure, &self.sending_queue, self.timeout);
+        let mut e = self.delivery_errors();
         e.extend(crate::http_util::endpoint_errors(&self.endpoint, &self.tls));
         e
     }
@@ -174,11 +158,7 @@ impl ExporterFactory for VictoriaMetricsExporterFactory {
         cfg: &serde_yaml::Value,
     ) -> Result<BuiltExporter, BoxError> {
         let cfg: VictoriaMetricsConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
-        let delivery = DeliveryConfig {
-            timeout: cfg.timeout.get(),
-            retry: cfg.retry_on_failure,
-            queue: cfg.sending_queue.clone(),
-        };
+        let delivery = cfg.delivery();
         Ok(BuiltExporter {
             exporter: std::sync::Arc::new(VictoriaMetricsExporter::new(cfg)?),
             delivery,
@@ -535,17 +515,11 @@ impl VictoriaMetricsExporter {
         } else {
             format!("{}/api/v1/write", cfg.endpoint.trim_end_matches('/'))
         };
-        let client = crate::http_util::client_builder(&cfg.tls)
-            .map_err(|reason| ExporterError::Endpoint {
-                endpoint: cfg.endpoint.clone(),
-                reason,
-            })?
-            .connect_timeout(cfg.timeout.get())
-            .build()
-            .map_err(|e| ExporterError::Endpoint {
-                endpoint: url.clone(),
-                reason: e.to_string(),
-            })?;
+        let client = crate::http_util::client(
+            &cfg.endpoint,
+            &cfg.tls,
+            crate::http_util::Within::Connect(cfg.timeout.get()),
+        )?;
         Ok(VictoriaMetricsExporter {
             cfg,
             url,
