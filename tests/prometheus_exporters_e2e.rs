@@ -659,3 +659,287 @@ service:
         && attr(&p["attributes"], "db").and_then(|v| v["stringValue"].as_str()) == Some("db0")));
     assert!(daemon.terminate().success());
 }
+
+/// What `redis-cli -p {port} {args}` answers, line by line.
+fn redis_lines(port: u16, args: &[&str]) -> Vec<String> {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The Sentinel's own word on a master's replicas: (replicas not flagged
+/// down or disconnected, sentinels that reach it, this one included).
+fn sentinel_truth(sentinel: u16) -> (usize, usize) {
+    let field = |lines: &[String], key: &str| -> Vec<String> {
+        lines
+            .chunks(2)
+            .filter(|kv| kv[0] == key)
+            .map(|kv| kv.get(1).cloned().unwrap_or_default())
+            .collect()
+    };
+    let replicas = redis_lines(sentinel, &["SENTINEL", "REPLICAS", "shop"]);
+    let ok = field(&replicas, "flags")
+        .iter()
+        .filter(|f| !f.contains("s_down") && !f.contains("o_down") && !f.contains("disconnected"))
+        .count();
+    let master = redis_lines(sentinel, &["SENTINEL", "MASTER", "shop"]);
+    let others: usize = field(&master, "num-other-sentinels")
+        .first()
+        .and_then(|n| n.parse().ok())
+        .expect("num-other-sentinels");
+    (ok, others + 1)
+}
+
+/// A trace whose one client span called Redis at `port` for 50 ms, ending now.
+fn redis_call(id: u8, port: u16) -> bytes::Bytes {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    let kv = |k: &str, v: any_value::Value| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue { value: Some(v) }),
+        ..Default::default()
+    };
+    let s = |v: &str| any_value::Value::StringValue(v.into());
+    let span = |sid: u8, parent: Option<u8>, name: &str, kind, start, attrs| Span {
+        trace_id: vec![id; 16],
+        span_id: vec![sid; 8],
+        parent_span_id: parent.map(|p| vec![p; 8]).unwrap_or_default(),
+        name: name.into(),
+        kind: kind as i32,
+        start_time_unix_nano: start,
+        end_time_unix_nano: now,
+        attributes: attrs,
+        ..Default::default()
+    };
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", s("cart"))],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans: vec![
+                    span(
+                        1,
+                        None,
+                        "GET /cart",
+                        span::SpanKind::Server,
+                        now - 60_000_000,
+                        vec![],
+                    ),
+                    span(
+                        2,
+                        Some(1),
+                        "GET",
+                        span::SpanKind::Client,
+                        now - 50_000_000,
+                        vec![
+                            kv("db.system", s("redis")),
+                            kv("server.address", s("127.0.0.1")),
+                            kv("server.port", any_value::Value::IntValue(i64::from(port))),
+                        ],
+                    ),
+                ],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
+    .into()
+}
+
+/// A real Redis Sentinel watching a real master with one replica, scraped
+/// through redis_exporter: a trace that called the master carries, in its
+/// `dependency` evidence, the replicas and sentinels the Sentinel reaches,
+/// as the Sentinel itself reports them; after the replica is stopped and
+/// the Sentinel flags it down, the next trace's count is one less.
+#[test]
+fn a_sentinel_tells_a_trace_that_called_its_master_how_many_replicas_it_reaches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (master, replica, sentinel, exp, otlp) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let redis = |name: &str, port: u16, more: &[String]| {
+        let mut args: Vec<String> = [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            &d.display().to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend_from_slice(more);
+        start(d, name, "/usr/bin/redis-server", &args, port)
+    };
+    let _master = redis("master", master, &[]);
+    let replica_proc = redis(
+        "replica",
+        replica,
+        &["--replicaof".into(), "127.0.0.1".into(), master.to_string()],
+    );
+    let conf = d.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port {sentinel}\nbind 127.0.0.1\ndir {}\nsentinel monitor shop 127.0.0.1 {master} 1\nsentinel down-after-milliseconds shop 1000\n",
+            d.display()
+        ),
+    )
+    .expect("sentinel.conf");
+    let _sentinel = start(
+        d,
+        "sentinel",
+        "/usr/bin/redis-server",
+        &[conf.display().to_string(), "--sentinel".into()],
+        sentinel,
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "the Sentinel to reach the replica",
+        || sentinel_truth(sentinel).0 == 1,
+    );
+    let _exporter = start(
+        d,
+        "redis_exporter",
+        "/usr/bin/prometheus-redis-exporter",
+        &[
+            format!("-redis.addr=redis://127.0.0.1:{sentinel}"),
+            format!("-web.listen-address=127.0.0.1:{exp}"),
+        ],
+        exp,
+    );
+    let _daemon = Daemon::start(
+        d,
+        "sentinel-rca",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: "127.0.0.1:{otlp}" }}
+  prometheus:
+    config:
+      scrape_configs:
+        - job_name: sentinel
+          scrape_interval: 1s
+          static_configs: [{{ targets: ["127.0.0.1:{exp}"] }}]
+processors:
+  correlate:
+    dependencies: {{ sample_interval: 1s }}
+exporters:
+  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [correlate], exporters: [file/traces] }}
+    metrics: {{ receivers: [prometheus], processors: [correlate], exporters: [file/metrics] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
+    // The replica count as causeway took it in: (time, value) of each point.
+    let ok_slaves = || -> Vec<(u64, f64)> {
+        metrics_of_service(&read_jsonl(&d.join("metrics.jsonl")), "sentinel")
+            .iter()
+            .filter(|m| m["name"] == "redis_sentinel_master_ok_slaves")
+            .flat_map(|m| {
+                m["gauge"]["dataPoints"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|p| {
+                Some((
+                    p["timeUnixNano"].as_str()?.parse().ok()?,
+                    p["asDouble"].as_f64()?,
+                ))
+            })
+            .collect()
+    };
+    // Three seconds of the replica counted, so the trace's window sees no earlier value.
+    wait_for(
+        Duration::from_secs(60),
+        "three seconds of one replica scraped",
+        || {
+            let pts = ok_slaves();
+            let first = pts.iter().find(|(_, v)| *v == 1.0).map(|(t, _)| *t);
+            first.is_some_and(|f| {
+                pts.iter()
+                    .any(|(t, v)| *v == 1.0 && *t >= f + 3_000_000_000)
+            }) && pts.iter().rev().take(3).all(|(_, v)| *v == 1.0)
+        },
+    );
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let send = |id: u8| {
+        rt.block_on(otlp_grpc_traces(
+            &format!("127.0.0.1:{otlp}"),
+            redis_call(id, master),
+        ))
+        .expect("export");
+    };
+    let truth_up = sentinel_truth(sentinel);
+    send(1);
+    // The replica stops; the Sentinel flags it down, and causeway scrapes that.
+    drop(replica_proc);
+    wait_for(
+        Duration::from_secs(30),
+        "the Sentinel to flag the replica down",
+        || sentinel_truth(sentinel).0 == 0,
+    );
+    let truth_down = sentinel_truth(sentinel);
+    wait_for(Duration::from_secs(30), "the lost replica scraped", || {
+        ok_slaves().last().is_some_and(|(_, v)| *v == 0.0)
+    });
+    send(2);
+    let evidence = |id: u8| -> Option<Value> {
+        let tid = format!("{:02x}", id).repeat(16);
+        let a = causeway_scenarios::send::read_annotated(&d.join("traces.jsonl"));
+        let ev: Value = serde_json::from_str(a.get(&tid)?.root.get("rca.evidence")?).ok()?;
+        ev["metrics"]
+            .as_array()?
+            .iter()
+            .find(|m| m["kind"] == "dependency" && m["system"] == "redis_sentinel")
+            .cloned()
+    };
+    wait_for(Duration::from_secs(60), "both traces analysed", || {
+        evidence(1).is_some() && evidence(2).is_some()
+    });
+    let (up, down) = (evidence(1).unwrap(), evidence(2).unwrap());
+    assert_eq!(up["address"], format!("127.0.0.1:{master}"), "{up}");
+    assert_eq!(
+        (up["ok_replicas"].as_f64(), up["ok_sentinels"].as_f64()),
+        (Some(truth_up.0 as f64), Some(truth_up.1 as f64)),
+        "the Sentinel reached the replica and itself: {up}"
+    );
+    assert_eq!(up["master_ok"].as_f64(), Some(1.0), "{up}");
+    assert_eq!(
+        (down["ok_replicas"].as_f64(), down["ok_sentinels"].as_f64()),
+        (Some(truth_down.0 as f64), Some(truth_down.1 as f64)),
+        "the replica the Sentinel lost is gone from the count: {down}"
+    );
+    assert_eq!(truth_up.0, truth_down.0 + 1);
+}

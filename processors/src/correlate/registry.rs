@@ -28,6 +28,7 @@ pub fn sources(cfg: &CorrelateConfig) -> Sources {
         ))),
         Box::new(source::nats::Nats::new(sample(cfg.nats.sample_interval))),
         Box::new(deps::source(deps::redis::Redis, dep)),
+        Box::new(deps::source(deps::sentinel::Sentinel, dep)),
         Box::new(deps::source(deps::postgresql::Postgresql, dep)),
         Box::new(deps::source(deps::nginx::Nginx, dep)),
         Box::new(deps::source(deps::envoy::Envoy, dep)),

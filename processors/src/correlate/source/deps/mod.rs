@@ -66,6 +66,7 @@ pub mod llm;
 pub mod nginx;
 pub mod postgresql;
 pub mod redis;
+pub mod sentinel;
 
 /// One dependency family: the servers of one kind, by their exporters' metrics.
 pub trait Family: Send + Sync + 'static {
