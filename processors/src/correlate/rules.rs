@@ -58,6 +58,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::analysis::verdict::dependency_name;
+use super::model::attributes::{self, SPAN_ATTRIBUTES};
 use super::model::cause::{
     self, Cause, Face, CIRCUIT_OPEN, CONSUMER_LAG, DB_CONNECTION_SATURATION, RATE_LIMITED,
     RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
@@ -66,6 +67,7 @@ use super::model::columns::{fill_spans, fill_traces, SPAN_COLUMNS, TRACE_COLUMNS
 use super::model::table::{schema_of, Cols, Table};
 use super::model::SpanRow;
 use super::model::{Finding, Rule, TraceRow};
+use std::sync::LazyLock;
 
 /// A prompt far longer than the model's usual held the prefill.
 pub static LONG_PROMPT: Cause = Cause::new("long_prompt", cause::service);
@@ -481,11 +483,21 @@ pub fn assemble(builtin: Vec<Rule>, builtin_rules: bool, user: &[RuleConfig]) ->
     rules
 }
 
+/// `traces`, from its declared columns (made once).
+static TRACES_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(TRACE_COLUMNS));
+
+/// `spans`: its declared columns, then the declared span attributes' (made once).
+static SPANS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    let mut fields: Vec<_> = SPAN_COLUMNS.iter().map(|c| c.field()).collect();
+    fields.extend(SPAN_ATTRIBUTES.iter().map(|a| a.ty.field(a.column)));
+    Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
+});
+
 /// The core tables' schemas, from their declared columns.
 pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
     vec![
-        ("traces", schema_of(TRACE_COLUMNS)),
-        ("spans", schema_of(SPAN_COLUMNS)),
+        ("traces", TRACES_SCHEMA.clone()),
+        ("spans", SPANS_SCHEMA.clone()),
     ]
 }
 
@@ -497,18 +509,24 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<Table>, String> {
             .flat_map(|t| (0..n(t)).map(move |i| (t, i)))
             .collect()
     };
-    type Fill = fn(&mut Cols, &[(&TraceRow, usize)]);
-    let mut out = Vec::new();
-    for (name, cols, fill, rows) in [
-        ("traces", TRACE_COLUMNS, fill_traces as Fill, each(|_| 1)),
-        ("spans", SPAN_COLUMNS, fill_spans, each(|t| t.spans.len())),
-    ] {
-        let schema = schema_of(cols);
-        let mut c = Cols::new(&schema, rows.len());
-        fill(&mut c, &rows);
-        out.push((name, schema.clone(), c.finish(schema)?));
-    }
-    Ok(out)
+    let rows = each(|_| 1);
+    let mut c = Cols::new(&TRACES_SCHEMA, rows.len());
+    fill_traces(&mut c, &rows);
+    let traces_t = (
+        "traces",
+        TRACES_SCHEMA.clone(),
+        c.finish(TRACES_SCHEMA.clone())?,
+    );
+    let rows = each(|t| t.spans.len());
+    let mut c = Cols::new(&SPANS_SCHEMA, rows.len());
+    fill_spans(&mut c, &rows);
+    attributes::fill(&mut c, SPAN_COLUMNS.len(), &rows);
+    let spans_t = (
+        "spans",
+        SPANS_SCHEMA.clone(),
+        c.finish(SPANS_SCHEMA.clone())?,
+    );
+    Ok(vec![traces_t, spans_t])
 }
 
 /// A session over these tables.

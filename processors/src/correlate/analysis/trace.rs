@@ -264,6 +264,7 @@ fn span_row_of(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) ->
         exception_message: exception
             .and_then(|e| attr(&e.attributes, &["exception.message"]).and_then(attr_str)),
         resend_count: attr(a, &["http.request.resend_count"]).and_then(any_int),
+        attributes: crate::correlate::model::attributes::read(a),
         rpc_system: attr(a, &["rpc.system", "rpc.system.name"]).and_then(attr_str),
         rpc_service: attr(a, &["rpc.service"]).and_then(attr_str),
         rpc_method: attr(a, &["rpc.method"]).and_then(attr_str),

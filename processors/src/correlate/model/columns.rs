@@ -1,7 +1,9 @@
 //! The core tables' columns, each declared once: its name, its type and
 //! how its cell is read from a trace. `rules::schemas` and `rules::tables`
-//! both derive from these lists. A new span attribute a rule reads is a
-//! field of [`SpanRow`](super::trace::SpanRow) and one line here.
+//! both derive from these lists. A span attribute a rule reads as it is
+//! is one line in [`SPAN_ATTRIBUTES`](super::attributes::SPAN_ATTRIBUTES);
+//! what the analysis derives from spans is a field of
+//! [`SpanRow`](super::trace::SpanRow) and one line here.
 
 use super::table::{s, so, Cols, Column, V};
 use super::trace::{Hex16, SpanRow, TraceRow};

@@ -2,6 +2,7 @@
 //! evidence are, and the Arrow tables they become. Nothing here knows the
 //! state, a source or the processor.
 
+pub mod attributes;
 pub mod cause;
 pub mod columns;
 pub mod finding;

@@ -94,6 +94,19 @@ impl Cols {
             }
         }
     }
+    /// Fill column `at` with `cell` over `rows`.
+    pub fn fill_with<R: ?Sized>(
+        &mut self,
+        at: usize,
+        rows: &[(&R, usize)],
+        cell: impl for<'a> Fn(&'a R, usize) -> V<'a>,
+    ) {
+        if let Some(b) = self.cols.get_mut(at) {
+            for (r, i) in rows {
+                append(b, cell(r, *i));
+            }
+        }
+    }
     /// The rows as a batch of `schema`.
     pub fn finish(self, schema: SchemaRef) -> Result<RecordBatch, String> {
         let arrays: Vec<ArrayRef> = self
@@ -177,6 +190,18 @@ pub enum Ty {
     Bool,
 }
 
+impl Ty {
+    /// The Arrow field of a column `name` of this type.
+    pub fn field(self, name: &str) -> Field {
+        match self {
+            Ty::Text => utf8(name),
+            Ty::Float => f64f(name),
+            Ty::Int => i64f(name),
+            Ty::Bool => boolf(name),
+        }
+    }
+}
+
 /// A column declared once: its name, its type, and how to read its cell
 /// from row `i` of a row source `R`. The schema and the batches are both
 /// derived from one list of them, so they cannot drift apart; a new column
@@ -231,12 +256,7 @@ impl<R: ?Sized> Column<R> {
     }
     /// Its Arrow field.
     pub fn field(&self) -> Field {
-        match self.ty {
-            Ty::Text => utf8(self.name),
-            Ty::Float => f64f(self.name),
-            Ty::Int => i64f(self.name),
-            Ty::Bool => boolf(self.name),
-        }
+        self.ty.field(self.name)
     }
 }
 

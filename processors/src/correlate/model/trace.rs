@@ -96,6 +96,9 @@ pub struct SpanRow {
     pub exception_type: Option<String>,
     /// `exception.message` of an `exception` event.
     pub exception_message: Option<String>,
+    /// The declared span attributes (`attributes::SPAN_ATTRIBUTES`), in
+    /// their order; empty when the span has none.
+    pub attributes: Vec<Option<super::attributes::Value>>,
     /// `http.request.resend_count`.
     pub resend_count: Option<i64>,
     /// `rpc.system` (`grpc`, ...).
