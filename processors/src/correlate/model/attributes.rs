@@ -22,6 +22,41 @@ pub struct SpanAttribute {
     pub ty: Ty,
 }
 
+impl SpanAttribute {
+    /// A text attribute.
+    pub const fn text(column: &'static str, keys: &'static [&'static str]) -> Self {
+        SpanAttribute {
+            column,
+            keys,
+            ty: Ty::Text,
+        }
+    }
+    /// An integer attribute.
+    pub const fn int(column: &'static str, keys: &'static [&'static str]) -> Self {
+        SpanAttribute {
+            column,
+            keys,
+            ty: Ty::Int,
+        }
+    }
+    /// A float attribute.
+    pub const fn float(column: &'static str, keys: &'static [&'static str]) -> Self {
+        SpanAttribute {
+            column,
+            keys,
+            ty: Ty::Float,
+        }
+    }
+    /// A boolean attribute.
+    pub const fn bool(column: &'static str, keys: &'static [&'static str]) -> Self {
+        SpanAttribute {
+            column,
+            keys,
+            ty: Ty::Bool,
+        }
+    }
+}
+
 /// The span attributes rules read as they are.
 pub static SPAN_ATTRIBUTES: &[SpanAttribute] = &[];
 
