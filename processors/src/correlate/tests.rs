@@ -3077,3 +3077,59 @@ fn the_logs_table_takes_its_columns_from_the_sources() {
         "{errors:?}"
     );
 }
+
+/// A declared span attribute reaches the rules: the table a PostgreSQL
+/// call touched (`db.collection.name`) is named in the lock's verdict, and
+/// a call without it is described as before.
+#[tokio::test]
+async fn the_table_a_call_waiting_on_a_lock_touched_is_named_in_its_verdict() {
+    let st = store();
+    let rms: Vec<ResourceMetrics> = [0, 500, 1000]
+        .into_iter()
+        .map(|t| {
+            scraped(
+                "pg",
+                "db.shop:5432",
+                "pg_locks_count",
+                &[("datname", "app"), ("mode", "accessexclusivelock")],
+                1.0,
+                t,
+            )
+        })
+        .collect();
+    st.add_metrics(&rms, 1_000_000_000_000 + 1_000_000_000);
+    let call = |id: u8, table: Option<&str>| {
+        let mut attrs = vec![
+            attr_s("db.system", "postgresql"),
+            attr_s("server.address", "db.shop"),
+            kv("server.port", 5432i64),
+        ];
+        attrs.extend(table.map(|t| attr_s("db.collection.name", t)));
+        resource_spans(
+            "shop",
+            tid(
+                id,
+                vec![
+                    sp(1, None, "POST /order", Server, 0, 900),
+                    with(sp(2, Some(1), "UPDATE", Client, 10, 890), attrs),
+                ],
+            ),
+        )
+    };
+    let mut rs = vec![call(91, Some("orders")), call(92, None)];
+    let out = analyse(&st, &mut rs).await;
+    let summary = |id: u8| {
+        let (_, v) = out
+            .iter()
+            .find(|(t, _)| t.id == [id; 16])
+            .expect("analysed");
+        assert_eq!(v.best.cause, "db_lock_contention", "{v:?}");
+        v.best.summary.clone()
+    };
+    assert!(
+        summary(91).contains("on PostgreSQL db.shop:5432 (table orders) while"),
+        "{}",
+        summary(91)
+    );
+    assert!(!summary(92).contains("(table"), "{}", summary(92));
+}

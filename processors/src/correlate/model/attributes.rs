@@ -58,7 +58,10 @@ impl SpanAttribute {
 }
 
 /// The span attributes rules read as they are.
-pub static SPAN_ATTRIBUTES: &[SpanAttribute] = &[];
+pub static SPAN_ATTRIBUTES: &[SpanAttribute] = &[
+    // The table a database call touched (and the name before semconv 1.25).
+    SpanAttribute::text("db_collection", &["db.collection.name", "db.sql.table"]),
+];
 
 /// A declared attribute's value on one span.
 #[derive(Debug, Clone, PartialEq)]

@@ -139,6 +139,7 @@ impl Family for Postgresql {
                 r#"
 SELECT s.trace_id, 0.8 AS confidence,
   concat(max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on PostgreSQL ', max(r.address),
+         CASE WHEN max(s.db_collection) IS NULL THEN '' ELSE concat(' (table ', max(s.db_collection), ')') END,
          ' while ', CAST(CAST(max(r.locks_exclusive) AS BIGINT) AS VARCHAR), ' exclusive lock(s) were held (pg_locks_count ',
          coalesce(max(r.locks_by_mode), ''), ')',
          CASE WHEN max(r.max_tx_duration_s) IS NULL THEN ''
