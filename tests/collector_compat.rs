@@ -186,16 +186,7 @@ fn the_collectors_own_validate_agrees_or_the_difference_is_documented() {
 
 /// One OTLP request of `spans`, encoded.
 fn request(spans: Vec<Span>) -> Vec<u8> {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-    .encode_to_vec()
+    causeway_core::model::traces_request(spans).to_vec()
 }
 
 fn spans(n: usize, first: usize) -> Vec<u8> {

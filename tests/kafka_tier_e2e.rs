@@ -1025,20 +1025,7 @@ service:
     let _sink = Daemon::start(
         d,
         "sink",
-        &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      grpc: {{ endpoint: "127.0.0.1:{sink_grpc}" }}
-exporters:
-  file: {{ path: "{{dir}}/sink-traces.jsonl" }}
-service:
-  pipelines:
-    traces: {{ receivers: [otlp], exporters: [file] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
-        ),
+        &sink_config(sink_grpc, "sink-traces.jsonl", &["traces"]),
     );
     let _consumer = common::peers::Collector::start(
         d,

@@ -35,20 +35,10 @@ fn backend(dir: &Path, name: &str) -> (Daemon, String) {
     let d = Daemon::start(
         dir,
         name,
-        &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      grpc: {{ endpoint: "127.0.0.1:{grpc}" }}
-exporters:
-  file: {{ path: "{{dir}}/{name}-{{signal}}.jsonl" }}
-service:
-  pipelines:
-    traces: {{ receivers: [otlp], exporters: [file] }}
-    logs: {{ receivers: [otlp], exporters: [file] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+        &sink_config(
+            grpc,
+            &format!("{name}-{{signal}}.jsonl"),
+            &["traces", "logs"],
         ),
     );
     (d, format!("127.0.0.1:{grpc}"))

@@ -26,13 +26,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 use tonic::codegen::http::uri::PathAndQuery;
 
-fn kv(key: &str, v: any_value::Value) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(v) }),
-        ..Default::default()
-    }
-}
+use causeway_core::model::attribute as kv;
 
 fn string(s: &str) -> any_value::Value {
     any_value::Value::StringValue(s.into())
@@ -609,20 +603,7 @@ service:
     );
 
     // Downstream comes back.
-    let b_config = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      grpc: {{ endpoint: "127.0.0.1:{b_grpc}" }}
-exporters:
-  file: {{ path: "{{dir}}/b-{{signal}}.jsonl" }}
-service:
-  pipelines:
-    traces: {{ receivers: [otlp], exporters: [file] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
-    );
+    let b_config = sink_config(b_grpc, "b-{signal}.jsonl", &["traces"]);
     let b = Daemon::start(dir.path(), "b", &b_config);
     // The client re-sends what was refused, as an OTLP client does.
     let mut resend_ok = false;

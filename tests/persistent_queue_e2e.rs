@@ -6,9 +6,7 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
-use prost::Message;
+use opentelemetry_proto::tonic::trace::v1::Span;
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
@@ -22,18 +20,7 @@ fn request(r: u64) -> Bytes {
             ..Default::default()
         })
         .collect();
-    Bytes::from(
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec(),
-    )
+    causeway_core::model::traces_request(spans)
 }
 
 async fn send(addr: &str, body: Bytes) {
@@ -67,20 +54,7 @@ service:
 }
 
 fn b_config(b_grpc: u16) -> String {
-    format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      grpc: {{ endpoint: "127.0.0.1:{b_grpc}" }}
-exporters:
-  file: {{ path: "{{dir}}/b.jsonl" }}
-service:
-  pipelines:
-    traces: {{ receivers: [otlp], exporters: [file] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
-    )
+    sink_config(b_grpc, "b.jsonl", &["traces"])
 }
 
 /// Wait until the persistent queue holds every request sent (13-byte record

@@ -13,20 +13,7 @@ fn own_metrics_and_traces_are_exported_by_otlp() {
     let sink = Daemon::start(
         dir.path(),
         "sink",
-        &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      grpc: {{ endpoint: "127.0.0.1:{sink_grpc}" }}
-exporters:
-  file: {{ path: "{{dir}}/self-{{signal}}.jsonl" }}
-service:
-  pipelines:
-    all: {{ receivers: [otlp], exporters: [file] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
-        ),
+        &sink_config(sink_grpc, "self-{signal}.jsonl", &["all"]),
     );
     let (g, h) = (free_port(), free_port());
     let daemon = Daemon::start(

@@ -6,9 +6,7 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::trace::v1::{status, ResourceSpans, ScopeSpans, Span, Status};
-use prost::Message;
+use opentelemetry_proto::tonic::trace::v1::{status, Span, Status};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -39,18 +37,7 @@ fn span(trace: u64, id: u64, parent: u64, dur_ms: u64, error: bool) -> Span {
 }
 
 fn request(spans: Vec<Span>) -> Bytes {
-    Bytes::from(
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec(),
-    )
+    causeway_core::model::traces_request(spans)
 }
 
 struct Client(String);

@@ -10,7 +10,7 @@ use causeway_core::{wire, Batch, Signal};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use std::hint::black_box;
 
@@ -37,18 +37,7 @@ fn request(n: usize) -> Bytes {
             ..Default::default()
         })
         .collect();
-    Bytes::from(
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec(),
-    )
+    causeway_core::model::traces_request(spans)
 }
 
 fn bench(c: &mut Criterion) {
@@ -136,18 +125,7 @@ fn realistic(n: usize) -> Bytes {
             }
         })
         .collect();
-    Bytes::from(
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec(),
-    )
+    causeway_core::model::traces_request(spans)
 }
 
 /// What a batch of 8,192 realistic spans costs to compress and inflate,

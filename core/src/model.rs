@@ -641,3 +641,48 @@ mod compressed_tests {
         );
     }
 }
+
+/// The attribute `k` = `v`.
+pub fn attribute(
+    k: &str,
+    v: opentelemetry_proto::tonic::common::v1::any_value::Value,
+) -> opentelemetry_proto::tonic::common::v1::KeyValue {
+    opentelemetry_proto::tonic::common::v1::KeyValue {
+        key: k.into(),
+        value: Some(opentelemetry_proto::tonic::common::v1::AnyValue { value: Some(v) }),
+        ..Default::default()
+    }
+}
+
+/// The string attribute `k` = `v`.
+pub fn text_attribute(k: &str, v: &str) -> opentelemetry_proto::tonic::common::v1::KeyValue {
+    attribute(
+        k,
+        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(v.into()),
+    )
+}
+
+/// The integer attribute `k` = `v`.
+pub fn int_attribute(k: &str, v: i64) -> opentelemetry_proto::tonic::common::v1::KeyValue {
+    attribute(
+        k,
+        opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(v),
+    )
+}
+
+/// An OTLP traces request of `spans` under one resource and scope, encoded.
+pub fn traces_request(spans: Vec<opentelemetry_proto::tonic::trace::v1::Span>) -> Bytes {
+    use opentelemetry_proto::tonic::trace::v1::ScopeSpans;
+    Bytes::from(
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec(),
+    )
+}

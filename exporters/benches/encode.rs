@@ -9,7 +9,7 @@ use causeway_exporters::loki::config::LokiConfig;
 use causeway_exporters::loki::LokiExporter;
 use causeway_exporters::victoriametrics::{VictoriaMetricsConfig, VictoriaMetricsExporter};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::metrics::v1::{
     metric, number_data_point, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
@@ -17,15 +17,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use std::hint::black_box;
 
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(v.into())),
-        }),
-        ..Default::default()
-    }
-}
+use causeway_core::model::text_attribute as kv;
 
 fn logs(n: usize) -> Batch {
     Batch::from_logs(vec![ResourceLogs {

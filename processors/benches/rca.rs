@@ -16,18 +16,12 @@ use causeway_processors::correlate::source::{Correlation, Tick};
 use causeway_processors::correlate::store::{Limits, Store};
 use causeway_processors::correlate::{registry, rules};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
-fn kv(k: &str, v: any_value::Value) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(v) }),
-        ..Default::default()
-    }
-}
+use causeway_core::model::attribute as kv;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 

@@ -1,7 +1,7 @@
 //! Building OTLP metrics point by point, grouped by metric name (shared by
 //! the receivers that produce metrics: `kafka_lag`, `hostmetrics`).
 
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
     metric, number_data_point, AggregationTemporality, Gauge, Metric, NumberDataPoint,
     ResourceMetrics, ScopeMetrics, Sum,
@@ -9,27 +9,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use std::collections::BTreeMap;
 
-/// A string attribute.
-pub fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(v.into())),
-        }),
-        ..Default::default()
-    }
-}
-
-/// An integer attribute.
-pub fn kv_int(k: &str, v: i64) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::IntValue(v)),
-        }),
-        ..Default::default()
-    }
-}
+pub use causeway_core::model::{int_attribute as kv_int, text_attribute as kv};
 
 /// A point's value.
 #[derive(Debug, Clone, Copy)]

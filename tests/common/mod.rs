@@ -532,3 +532,26 @@ pub fn chromium(url: &str, budget_ms: u64, shot: Option<&Path>) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// The config of a sink daemon: OTLP/gRPC on `grpc` into the file `file`
+/// (under the daemon's directory; `{signal}` names the signal) for each
+/// of `pipelines` (`traces`, `logs`, `all`, ...), its telemetry served.
+pub fn sink_config(grpc: u16, file: &str, pipelines: &[&str]) -> String {
+    let pipelines: String = pipelines
+        .iter()
+        .map(|p| format!("    {p}: {{ receivers: [otlp], exporters: [file] }}\n"))
+        .collect();
+    format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: "127.0.0.1:{grpc}" }}
+exporters:
+  file: {{ path: "{{dir}}/{file}" }}
+service:
+  pipelines:
+{pipelines}  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    )
+}

@@ -8,19 +8,10 @@ use axum::routing::post;
 use causeway_core::component::{ExportError, Exporter};
 use causeway_core::config::decode;
 use causeway_core::Batch;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use std::sync::{Arc, Mutex};
 
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(v.into())),
-        }),
-        ..Default::default()
-    }
-}
+use causeway_core::model::text_attribute as kv;
 
 pub(crate) fn alert_record(name: &str, status: &str, labels: &str) -> LogRecord {
     LogRecord {

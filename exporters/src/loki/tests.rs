@@ -11,7 +11,7 @@ use causeway_core::component::{ExportError, Exporter};
 use causeway_core::config::decode;
 use causeway_core::telemetry::Registry;
 use causeway_core::Batch;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
@@ -95,13 +95,7 @@ fn exporter(url: &str, extra: &str) -> (LokiExporter, Registry) {
     )
 }
 
-fn kv(k: &str, v: any_value::Value) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(v) }),
-        ..Default::default()
-    }
-}
+use causeway_core::model::attribute as kv;
 
 fn s(v: &str) -> any_value::Value {
     any_value::Value::StringValue(v.into())

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use causeway_core::component::{ExportError, Exporter};
 use causeway_core::config::decode;
 use causeway_core::Batch;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{
     metric, number_data_point, AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
     Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
@@ -90,15 +90,7 @@ fn exporter(url: &str, extra: &str) -> VictoriaMetricsExporter {
     VictoriaMetricsExporter::new(cfg).expect("exporter")
 }
 
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(v.into())),
-        }),
-        ..Default::default()
-    }
-}
+use causeway_core::model::text_attribute as kv;
 
 const T: u64 = 1_795_946_400_000_000_000;
 

@@ -33,7 +33,7 @@ use causeway_core::telemetry::{Counter, Gauge};
 use causeway_core::topology::Output;
 use causeway_core::wire;
 use causeway_core::{Ack, Batch, BoxError, Signal, SignalSet};
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -157,15 +157,7 @@ impl ReceiverFactory for GatewayLogFactory {
     }
 }
 
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(v.into())),
-        }),
-        ..Default::default()
-    }
-}
+use causeway_core::model::text_attribute as kv;
 
 pub(crate) fn build_format(cfg: &GatewayLogConfig) -> Result<Format, BoxError> {
     let overrides: Vec<(Canon, String)> = cfg

@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{
     span, status, ResourceSpans, ScopeSpans, Span, Status,
@@ -62,13 +62,7 @@ enum Cmd {
     },
 }
 
-fn kv(k: &str, v: any_value::Value) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue { value: Some(v) }),
-        ..Default::default()
-    }
-}
+use causeway_core::model::attribute as kv;
 
 /// splitmix64: the random-looking ids and values real SDKs produce, from a counter.
 fn mix(x: u64) -> u64 {
