@@ -24,16 +24,7 @@ fn a_route_over_its_rule_fires_resends_and_resolves_with_cause_and_links() {
     let http = free_port();
     let am = AlertSink::start();
     let config = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-processors:
-  tail_sampling:
-    decision_wait: 500ms
-    policies: [{{ name: all, type: always_sample }}]
-  correlate:
+        r#"{head}  correlate:
     alerts:
       interval: 200ms
       window: 3s
@@ -60,6 +51,7 @@ service:
     logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/logs, alertmanager] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#,
+        head = causeway_scenarios::config::keep_all(http, "500ms"),
         am = am.url
     );
     let d = Daemon::start(dir.path(), "alerts", &config);

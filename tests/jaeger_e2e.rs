@@ -27,16 +27,7 @@ fn causeway(
     jaeger: &Jaeger,
 ) -> Daemon {
     let config = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-processors:
-  tail_sampling:
-    decision_wait: 1s
-    policies: [{{ name: all, type: always_sample }}]
-  correlate:
+        r#"{head}  correlate:
     evidence_wait: 2s
     alerts:
       links:
@@ -53,6 +44,7 @@ service:
     metrics: {{ receivers: [otlp], processors: [correlate], exporters: [file/metrics] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#,
+        head = causeway_scenarios::config::keep_all(http, "1s"),
         query = jaeger.query_addr(),
         exp_id = exporter
             .trim()

@@ -30,16 +30,7 @@ fn every_cause_is_found_in_every_arrival_order_and_a_user_rule_adds_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let http = free_port();
     let config = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-processors:
-  tail_sampling:
-    decision_wait: 1s
-    policies: [{{ name: all, type: always_sample }}]
-  correlate:
+        r#"{head}  correlate:
     evidence_wait: 2s
     rules:{USER_RULE}
 exporters:
@@ -52,7 +43,8 @@ service:
     logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/logs] }}
     metrics: {{ receivers: [otlp], processors: [correlate], exporters: [file/metrics] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+"#,
+        head = causeway_scenarios::config::keep_all(http, "1s")
     );
     let d = Daemon::start(dir.path(), "rca", &config);
     let now = SystemTime::now()

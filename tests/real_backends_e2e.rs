@@ -522,16 +522,7 @@ inhibit_rules:
         )
     };
     let config = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-processors:
-  tail_sampling:
-    decision_wait: 500ms
-    policies: [{{ name: all, type: always_sample }}]
-  correlate:
+        r#"{head}  correlate:
     alerts:
       interval: 200ms
       window: 3s
@@ -553,6 +544,7 @@ service:
     logs: {{ receivers: [otlp], processors: [correlate], exporters: [alertmanager, alertmanager/wrong_ca] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#,
+        head = causeway_scenarios::config::keep_all(http, "500ms"),
         page = rule("CircuitOpenPage", "page"),
         ticket = rule("CircuitOpenTicket", "ticket"),
         ca = d.join("ca.crt").display(),

@@ -376,6 +376,7 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
     }
 }
 
+pub mod config;
 pub mod send;
 
 #[cfg(test)]

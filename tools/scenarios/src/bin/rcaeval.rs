@@ -54,16 +54,7 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let (http, tel) = (free_port(), free_port());
     let config = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-processors:
-  tail_sampling:
-    decision_wait: 2s
-    policies: [{{ name: all, type: always_sample }}]
-  correlate: {{ evidence_wait: 3s }}
+        r#"{head}  correlate: {{ evidence_wait: 3s }}
 exporters:
   file/traces: {{ path: "{d}/traces.jsonl" }}
   file/rca: {{ path: "{d}/rca.jsonl" }}
@@ -74,6 +65,7 @@ service:
     metrics: {{ receivers: [otlp], processors: [correlate], exporters: [file/rca] }}
   telemetry: {{ metrics: {{ address: "127.0.0.1:{tel}" }} }}
 "#,
+        head = causeway_scenarios::config::keep_all(http, "2s"),
         d = dir.display()
     );
     std::fs::write(dir.join("eval.yaml"), config).unwrap();
