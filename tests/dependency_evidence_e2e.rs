@@ -759,17 +759,8 @@ processors:
         - alert: ScrapedSeriesSeen
           expr: SELECT job, instance, labels, value FROM metrics WHERE name = 'envoy_cluster_upstream_cx_connect_fail' AND value > 0
           for: 0s
-exporters:
-  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
-  file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
-  file/logs: {{ path: "{{dir}}/logs.jsonl" }}
-service:
-  pipelines:
-    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
-    metrics: {{ receivers: [prometheus], processors: [correlate], exporters: [file/metrics] }}
-    logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/logs] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+{tail}"#,
+        tail = causeway_scenarios::config::analysed("otlp", "otlp", "prometheus")
     );
     let _daemon = Daemon::start(d, "envoy", &config);
     wait_for(Duration::from_secs(20), "the sidecar scraped", || {

@@ -208,17 +208,8 @@ processors:
         - alert: NatsConsumerBehind
           expr: SELECT stream, consumer, pending AS value FROM nats_consumers WHERE pending >= 3
           for: 0s
-exporters:
-  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
-  file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
-  file/logs: {{ path: "{{dir}}/logs.jsonl" }}
-service:
-  pipelines:
-    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
-    metrics: {{ receivers: [nats], processors: [correlate], exporters: [file/metrics] }}
-    logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/logs] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#,
+{tail}"#,
+            tail = causeway_scenarios::config::analysed("otlp", "otlp", "nats"),
             monitor = server.monitor
         ),
     );

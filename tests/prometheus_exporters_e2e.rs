@@ -175,13 +175,8 @@ receivers:
           static_configs: [{{ targets: ["127.0.0.1:{nginx_exp}"] }}]
         - job_name: node
           static_configs: [{{ targets: ["127.0.0.1:{node_exp}"] }}]
-exporters:
-  file: {{ path: "{{dir}}/metrics.jsonl" }}
-service:
-  pipelines:
-    metrics: {{ receivers: [prometheus], exporters: [file] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+{tail}"#,
+            tail = causeway_scenarios::config::metrics_to_file("prometheus")
         ),
     );
     let out = d.join("metrics.jsonl");
@@ -332,13 +327,8 @@ receivers:
           static_configs: [{{ targets: ["{many_labels}"] }}]
         - job_name: odd
           static_configs: [{{ targets: ["{odd}"] }}]
-exporters:
-  file: {{ path: "{{dir}}/metrics.jsonl" }}
-service:
-  pipelines:
-    metrics: {{ receivers: [prometheus], exporters: [file] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#,
+{tail}"#,
+            tail = causeway_scenarios::config::metrics_to_file("prometheus"),
             endless = host(&endless),
             hang = host(&hang),
             million = host(&million),
@@ -441,13 +431,8 @@ receivers:
       scrape_configs:
         - job_name: postgres
           static_configs: [{{ targets: ["127.0.0.1:{exp}"] }}]
-exporters:
-  file: {{ path: "{{dir}}/metrics.jsonl" }}
-service:
-  pipelines:
-    metrics: {{ receivers: [prometheus], exporters: [file] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+{tail}"#,
+            tail = causeway_scenarios::config::metrics_to_file("prometheus")
         ),
     );
     let out = d.join("metrics.jsonl");
@@ -552,13 +537,8 @@ receivers:
             - {{ source_labels: [__address__], target_label: __param_target }}
             - {{ source_labels: [__param_target], target_label: instance }}
             - {{ target_label: __address__, replacement: "127.0.0.1:{exp}" }}
-exporters:
-  file: {{ path: "{{dir}}/metrics.jsonl" }}
-service:
-  pipelines:
-    metrics: {{ receivers: [prometheus], exporters: [file] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+{tail}"#,
+            tail = causeway_scenarios::config::metrics_to_file("prometheus")
         ),
     );
     let out = d.join("metrics.jsonl");

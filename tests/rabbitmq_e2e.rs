@@ -201,13 +201,8 @@ receivers:
     collection_interval: 500ms
     window: 4
     queues: {{ exclude: "ignored.*" }}
-exporters:
-  file: {{ path: "{{dir}}/metrics.jsonl" }}
-service:
-  pipelines:
-    metrics: {{ receivers: [rabbitmq], exporters: [file] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#,
+{tail}"#,
+            tail = causeway_scenarios::config::metrics_to_file("rabbitmq"),
             http = broker.http
         ),
     );
@@ -339,13 +334,7 @@ receivers:
     endpoint: {no_bindings}
     username: x
     collection_interval: 300ms
-exporters:
-  file: {{ path: "{{dir}}/metrics.jsonl" }}
-service:
-  pipelines:
-    metrics: {{ receivers: [rabbitmq/good, rabbitmq/unauthorized, rabbitmq/down, rabbitmq/garbage, rabbitmq/huge, rabbitmq/slow, rabbitmq/nobindings], exporters: [file] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#,
+{tail}"#, tail = causeway_scenarios::config::metrics_to_file("rabbitmq/good, rabbitmq/unauthorized, rabbitmq/down, rabbitmq/garbage, rabbitmq/huge, rabbitmq/slow, rabbitmq/nobindings"),
         http = broker.http
     );
     std::fs::write(d.join("password"), "guest\n").unwrap();
@@ -491,17 +480,8 @@ processors:
         - alert: QueueWithoutConsumer
           expr: SELECT queue, vhost, status_name, depth AS value FROM rabbitmq_queues WHERE status = 4
           for: 0s
-exporters:
-  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
-  file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
-  file/logs: {{ path: "{{dir}}/logs.jsonl" }}
-service:
-  pipelines:
-    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
-    metrics: {{ receivers: [rabbitmq], processors: [correlate], exporters: [file/metrics] }}
-    logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/logs] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#,
+{tail}"#,
+            tail = causeway_scenarios::config::analysed("otlp", "otlp", "rabbitmq"),
             http = broker.http
         ),
     );

@@ -33,17 +33,8 @@ fn every_cause_is_found_in_every_arrival_order_and_a_user_rule_adds_one() {
         r#"{head}  correlate:
     evidence_wait: 2s
     rules:{USER_RULE}
-exporters:
-  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
-  file/logs: {{ path: "{{dir}}/logs.jsonl" }}
-  file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
-service:
-  pipelines:
-    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
-    logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/logs] }}
-    metrics: {{ receivers: [otlp], processors: [correlate], exporters: [file/metrics] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#,
+{tail}"#,
+        tail = causeway_scenarios::config::analysed("otlp", "otlp", "otlp"),
         head = causeway_scenarios::config::keep_all(http, "1s")
     );
     let d = Daemon::start(dir.path(), "rca", &config);

@@ -129,17 +129,12 @@ processors:
     # The exporter is scraped every second (above); the README says to
     # set this to the scrape interval. Every threshold is the default.
     dependencies: {{ sample_interval: 1s }}
-exporters:
-  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
-  file/logs: {{ path: "{{dir}}/logs.jsonl" }}
-  file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
-service:
-  pipelines:
-    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
-    logs: {{ receivers: [otlp, gateway_log/edge, gateway_log/inner], processors: [correlate], exporters: [file/logs] }}
-    metrics: {{ receivers: [kafka_lag, hostmetrics, prometheus], processors: [correlate], exporters: [file/metrics] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#,
+{tail}"#,
+        tail = causeway_scenarios::config::analysed(
+            "otlp",
+            "otlp, gateway_log/edge, gateway_log/inner",
+            "kafka_lag, hostmetrics, prometheus"
+        ),
         kafka = broker.addr()
     );
     let _daemon = Daemon::start(d, "polyglot", &config);

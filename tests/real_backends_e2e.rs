@@ -956,13 +956,8 @@ receivers:
           static_configs: [{{ targets: ["{om}"] }}]
         - job_name: om_cut
           static_configs: [{{ targets: ["{om_cut}"] }}]
-exporters:
-  file: {{ path: "{{dir}}/metrics.jsonl" }}
-service:
-  pipelines:
-    metrics: {{ receivers: [prometheus], exporters: [file] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#,
+{tail}"#,
+            tail = causeway_scenarios::config::metrics_to_file("prometheus"),
             prom = prom.addr,
             garbage = host(&garbage),
             big = host(&big),

@@ -17,3 +17,38 @@ processors:
 "#
     )
 }
+
+/// The tail of a test bed's config that analyses what it receives: the
+/// traces (from `traces`), logs (from `logs`) and metrics (from `metrics`,
+/// comma-separated receiver ids) through `correlate` (traces after
+/// `tail_sampling`) into `{dir}/traces.jsonl`, `logs.jsonl` and
+/// `metrics.jsonl`, and the daemon's telemetry served.
+pub fn analysed(traces: &str, logs: &str, metrics: &str) -> String {
+    format!(
+        r#"exporters:
+  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  file/logs: {{ path: "{{dir}}/logs.jsonl" }}
+  file/metrics: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [{traces}], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    logs: {{ receivers: [{logs}], processors: [correlate], exporters: [file/logs] }}
+    metrics: {{ receivers: [{metrics}], processors: [correlate], exporters: [file/metrics] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    )
+}
+
+/// The tail of a config that writes the metrics of `receivers`
+/// (comma-separated ids) to `{dir}/metrics.jsonl`, its telemetry served.
+pub fn metrics_to_file(receivers: &str) -> String {
+    format!(
+        r#"exporters:
+  file: {{ path: "{{dir}}/metrics.jsonl" }}
+service:
+  pipelines:
+    metrics: {{ receivers: [{receivers}], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    )
+}
