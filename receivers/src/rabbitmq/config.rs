@@ -1,67 +1,50 @@
 //! Configuration of the `rabbitmq` receiver.
 
-use causeway_core::config::{ByteSize, ConfigError, Duration, Validate};
-use causeway_core::tls::{ClientTls, Secret};
+use causeway_core::config::{ConfigError, Validate};
+use causeway_core::tls::Secret;
 use serde::Deserialize;
 
 pub use crate::kafka_lag::config::{Filter, Match};
 
-/// `receivers.rabbitmq`: the management HTTP API of a RabbitMQ node or cluster.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RabbitmqConfig {
-    /// The management API (default `http://localhost:15672`, the Collector's).
-    #[serde(default = "endpoint")]
-    pub endpoint: String,
-    /// A user with the `monitoring` tag.
-    pub username: String,
-    /// Its password (redacted), or `password_file`.
-    #[serde(default)]
-    pub password: Option<Secret>,
-    /// A file holding the password (read at every collection, so a rotated
-    /// secret is picked up).
-    #[serde(default)]
-    pub password_file: Option<std::path::PathBuf>,
-    /// Virtual hosts to read (regexes over the whole name; default all).
-    #[serde(default)]
-    pub vhosts: Match,
-    /// Queues to read (regexes over the whole name; default all).
-    #[serde(default)]
-    pub queues: Match,
-    /// TLS to an `https` endpoint (default: the system's roots).
-    #[serde(default)]
-    pub tls: ClientTls,
-    /// How often the API is read (default 10s, the Collector's).
-    #[serde(default = "interval")]
-    pub collection_interval: Duration,
-    /// How long a request may take (default 10s).
-    #[serde(default = "timeout")]
-    pub timeout: Duration,
-    /// The largest answer read (default 64MiB; a bigger one is an error, counted).
-    #[serde(default = "body_limit")]
-    pub body_size_limit: ByteSize,
-    /// Depth (messages) at or above which the backlog alarm fires (default 5000,
-    /// the low end of the 5,000–10,000 operators alarm at).
-    #[serde(default = "backlog_threshold")]
-    pub backlog_threshold: f64,
-    /// Depth growing without a decrease for this long fires the alarm too (default 5m).
-    #[serde(default = "growth_window")]
-    pub growth_window: Duration,
-    /// Collections in the status evaluation window (default 6: one minute at 10s).
-    #[serde(default = "window")]
-    pub window: usize,
-    /// Queues that carry retries or dead letters (regex over the whole name).
-    #[serde(default = "retry_queues")]
-    pub retry_queues: String,
-    /// Publish rate (messages/s) above which a retry queue is in a retry storm (default 200).
-    #[serde(default = "retry_rate")]
-    pub retry_rate_threshold: f64,
-    /// Also read `GET /api/bindings` and `GET /api/exchanges` at every
-    /// collection and write each exchange → queue binding as
-    /// `rabbitmq.queue.binding`, so that a trace publishing to an exchange
-    /// finds the queues its message went to (default true).
-    #[serde(default = "yes")]
-    pub bindings: bool,
+crate::polling::poll_config! {
+    /// `receivers.rabbitmq`: the management HTTP API of a RabbitMQ node or cluster.
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct RabbitmqConfig {
+        /// The management API (default `http://localhost:15672`, the Collector's).
+        #[serde(default = "endpoint")]
+        pub endpoint: String,
+        /// A user with the `monitoring` tag.
+        pub username: String,
+        /// Its password (redacted), or `password_file`.
+        #[serde(default)]
+        pub password: Option<Secret>,
+        /// A file holding the password (read at every collection, so a rotated
+        /// secret is picked up).
+        #[serde(default)]
+        pub password_file: Option<std::path::PathBuf>,
+        /// Virtual hosts to read (regexes over the whole name; default all).
+        #[serde(default)]
+        pub vhosts: Match,
+        /// Queues to read (regexes over the whole name; default all).
+        #[serde(default)]
+        pub queues: Match,
+        /// Collections in the status evaluation window (default 6: one minute at 10s).
+        #[serde(default = "window")]
+        pub window: usize,
+        /// Queues that carry retries or dead letters (regex over the whole name).
+        #[serde(default = "retry_queues")]
+        pub retry_queues: String,
+        /// Publish rate (messages/s) above which a retry queue is in a retry storm (default 200).
+        #[serde(default = "retry_rate")]
+        pub retry_rate_threshold: f64,
+        /// Also read `GET /api/bindings` and `GET /api/exchanges` at every
+        /// collection and write each exchange → queue binding as
+        /// `rabbitmq.queue.binding`, so that a trace publishing to an exchange
+        /// finds the queues its message went to (default true).
+        #[serde(default = "yes")]
+        pub bindings: bool,
+    }
 }
 
 fn yes() -> bool {
@@ -70,21 +53,6 @@ fn yes() -> bool {
 
 fn endpoint() -> String {
     "http://localhost:15672".into()
-}
-fn interval() -> Duration {
-    Duration::secs(10)
-}
-fn timeout() -> Duration {
-    Duration::secs(10)
-}
-fn body_limit() -> ByteSize {
-    ByteSize(64 << 20)
-}
-fn backlog_threshold() -> f64 {
-    5000.0
-}
-fn growth_window() -> Duration {
-    Duration::secs(300)
 }
 fn window() -> usize {
     6
@@ -135,31 +103,16 @@ impl Validate for RabbitmqConfig {
         }
         e.extend(self.vhosts.errors("vhosts"));
         e.extend(self.queues.errors("queues"));
-        e.extend(self.tls.errors("tls"));
         if let Err(x) = regex::Regex::new(&self.retry_queues) {
             e.push(ConfigError::new(
                 "retry_queues",
                 format!("invalid regex: {x}"),
             ));
         }
-        if self.collection_interval.get() < std::time::Duration::from_millis(100) {
-            e.push(ConfigError::new(
-                "collection_interval",
-                "must be at least 100ms",
-            ));
-        }
-        if self.timeout.get().is_zero() {
-            e.push(ConfigError::new("timeout", "must be more than 0"));
-        }
         if self.window < 2 {
             e.push(ConfigError::new("window", "must be at least 2"));
         }
-        if self.backlog_threshold < 0.0 {
-            e.push(ConfigError::new(
-                "backlog_threshold",
-                "must not be negative",
-            ));
-        }
+        e.extend(self.poll_errors());
         e
     }
 }

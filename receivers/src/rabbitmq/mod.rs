@@ -38,7 +38,7 @@ use causeway_core::component::{BuildContext, Receiver, ReceiverFactory};
 use causeway_core::config::{decode, ConfigError};
 use causeway_core::telemetry::Registry;
 use causeway_core::topology::Output;
-use causeway_core::{Batch, BoxError, Signal, SignalSet};
+use causeway_core::{BoxError, Signal, SignalSet};
 use opentelemetry_proto::tonic::metrics::v1::ResourceMetrics;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -624,11 +624,7 @@ impl Receiver for Rabbitmq {
                         now_s(),
                         start_ns,
                     );
-                    if !rms.is_empty()
-                        && !out
-                            .send_until_stopped(Batch::from_metrics(rms), &shutdown)
-                            .await
-                    {
+                    if !crate::polling::send_metrics(&out, rms, &shutdown).await {
                         return Ok(());
                     }
                 }

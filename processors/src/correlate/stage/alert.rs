@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::{own_logs, Stage};
 use crate::correlate::alerts;
 use crate::correlate::source::Correlation;
-use crate::correlate::{ALERTS_FIRING, ALERTS_SENT, RULE_ERRORS};
+use crate::correlate::{ALERTS_FIRING, ALERTS_SENT};
 
 /// The alert rules' evaluation.
 pub struct Alert {
@@ -32,17 +32,13 @@ impl Alert {
         let sent = alerting
             .evaluate(&self.correlation.store, &self.correlation.sources, now)
             .await;
-        for (rule, error) in std::mem::take(&mut alerting.errors) {
-            self.telemetry
-                .counter(
-                    RULE_ERRORS,
-                    "Root-cause and alert rules that failed at run time, by rule.",
-                    &[("component", &self.id), ("rule", &rule)],
-                )
-                .add(1);
-            if self.rule_errors_logged.insert(rule.clone()) {
-                tracing::warn!(processor = %self.id, %rule, %error, "An alert rule failed; the other rules still ran.");
-            }
+        for failed in std::mem::take(&mut alerting.errors) {
+            super::rule_failed(
+                (&self.telemetry, &self.id),
+                &mut self.rule_errors_logged,
+                failed,
+                "alert",
+            );
         }
         for (alert, n) in alerting.firing() {
             self.telemetry

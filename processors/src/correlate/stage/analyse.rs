@@ -22,9 +22,7 @@ use crate::correlate::model::cause::{Causes, UNKNOWN};
 use crate::correlate::model::trace::{SpanRef, SpanRow, NOT_IN_BATCH, PROMPT_BASELINE};
 use crate::correlate::model::{self, Finding, Hex16, RcaEvent, Rule, TraceRow, Verdict};
 use crate::correlate::source::{Correlation, Tick};
-use crate::correlate::{
-    analysis, now_ns, rules, HELD_TRACES, JOIN_MISSES, LATE_SPANS, RULE_ERRORS,
-};
+use crate::correlate::{analysis, now_ns, rules, HELD_TRACES, JOIN_MISSES, LATE_SPANS};
 
 /// Traces held by `evidence_wait`, analysed again when it has passed.
 pub(crate) struct Held {
@@ -283,17 +281,13 @@ impl Analyse {
             .planner
             .evaluate(&self.rules, traces, joined.tables)
             .await;
-        for (rule, error) in errors {
-            self.telemetry
-                .counter(
-                    RULE_ERRORS,
-                    "Root-cause and alert rules that failed at run time, by rule.",
-                    &[("component", &self.id), ("rule", &rule)],
-                )
-                .add(1);
-            if self.rule_errors_logged.insert(rule.clone()) {
-                tracing::warn!(processor = %self.id, %rule, %error, "A root-cause rule failed; the other rules still ran.");
-            }
+        for failed in errors {
+            super::rule_failed(
+                (&self.telemetry, &self.id),
+                &mut self.rule_errors_logged,
+                failed,
+                "root-cause",
+            );
         }
         findings
     }

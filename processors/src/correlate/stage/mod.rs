@@ -16,6 +16,27 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use tokio::time::Instant;
 
 use crate::correlate::annotate::kv;
+use crate::correlate::RULE_ERRORS;
+
+/// Count a rule that failed at run time (`kind`: root-cause or alert);
+/// the first failure of each rule is logged, the others only counted.
+fn rule_failed(
+    (telemetry, id): (&causeway_core::telemetry::Registry, &str),
+    logged: &mut std::collections::HashSet<String>,
+    (rule, error): (String, String),
+    kind: &str,
+) {
+    telemetry
+        .counter(
+            RULE_ERRORS,
+            "Root-cause and alert rules that failed at run time, by rule.",
+            &[("component", id), ("rule", &rule)],
+        )
+        .add(1);
+    if logged.insert(rule.clone()) {
+        tracing::warn!(processor = %id, %rule, %error, kind, "A rule failed; the other rules still ran.");
+    }
+}
 
 /// A part of the processor that runs on its own schedule.
 #[async_trait]
