@@ -13,29 +13,43 @@ pub use causeway_core::compress::Codec as Compression;
 /// `tls`: the client side of TLS (CA bundle, client certificate, `insecure` for plaintext).
 pub use causeway_core::tls::ClientTls as TlsConfig;
 
-causeway_core::exporter_config! {
+/// Declares an OTLP exporter's config: after its own fields (ending with a
+/// comma), the keys both OTLP exporters have — `compression`, `headers`,
+/// `tls`, `auth` — and the delivery keys every exporter has.
+macro_rules! otlp_config {
+    ($(#[$m:meta])* $vis:vis struct $name:ident { $($body:tt)* }) => {
+        causeway_core::exporter_config! {
+            $(#[$m])*
+            $vis struct $name {
+                $($body)*
+                /// `gzip` (default), `zstd`, `snappy` or `none` (levels: see BENCHMARKS.md).
+                #[serde(default)]
+                pub compression: Compression,
+                /// Headers sent with every request (gRPC metadata for `otlp`).
+                #[serde(default)]
+                pub headers: IndexMap<String, causeway_core::tls::Secret>,
+                /// Transport security: `ca_file` (and `cert_file`/`key_file` for mTLS) for
+                /// https endpoints; `insecure: true` for plaintext `host:port`.
+                #[serde(default)]
+                pub tls: TlsConfig,
+                /// `authenticator`: a `bearertokenauth` or `basicauth` extension whose
+                /// header every request carries.
+                #[serde(default)]
+                pub auth: Option<causeway_core::auth::AuthRef>,
+            }
+            timeout_default = "default_timeout"
+        }
+    };
+}
+
+otlp_config! {
     /// `exporters.otlp` (OTLP/gRPC).
     #[derive(Debug, Clone, Deserialize)]
     #[serde(deny_unknown_fields)]
     pub struct OtlpGrpcConfig {
         /// `host:port` or `http://host:port` of the OTLP/gRPC server (e.g. Jaeger's collector on 4317).
         pub endpoint: String,
-        /// `gzip` (default), `zstd`, `snappy` or `none` (levels: see BENCHMARKS.md).
-        #[serde(default)]
-        pub compression: Compression,
-        /// Headers (gRPC metadata) sent with every request.
-        #[serde(default)]
-        pub headers: IndexMap<String, causeway_core::tls::Secret>,
-        /// Transport security: `ca_file` (and `cert_file`/`key_file` for mTLS) for
-        /// https endpoints; `insecure: true` for plaintext `host:port`.
-        #[serde(default)]
-        pub tls: TlsConfig,
-        /// `authenticator`: a `bearertokenauth` or `basicauth` extension whose
-        /// header every request carries.
-        #[serde(default)]
-        pub auth: Option<causeway_core::auth::AuthRef>,
     }
-    timeout_default = "default_timeout"
 }
 
 /// `encoding` of `otlphttp`.
@@ -49,7 +63,7 @@ pub enum HttpEncoding {
     Json,
 }
 
-causeway_core::exporter_config! {
+otlp_config! {
     /// `exporters.otlphttp` (OTLP/HTTP).
     #[derive(Debug, Clone, Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -65,22 +79,7 @@ causeway_core::exporter_config! {
         /// `proto` (default) or `json`.
         #[serde(default)]
         pub encoding: HttpEncoding,
-        /// `gzip` (default), `zstd`, `snappy` or `none` (levels: see BENCHMARKS.md).
-        #[serde(default)]
-        pub compression: Compression,
-        /// Headers sent with every request.
-        #[serde(default)]
-        pub headers: IndexMap<String, causeway_core::tls::Secret>,
-        /// Transport security: `ca_file` (and `cert_file`/`key_file` for mTLS) for
-        /// https endpoints; `insecure: true` for plaintext `host:port`.
-        #[serde(default)]
-        pub tls: TlsConfig,
-        /// `authenticator`: a `bearertokenauth` or `basicauth` extension whose
-        /// header every request carries.
-        #[serde(default)]
-        pub auth: Option<causeway_core::auth::AuthRef>,
     }
-    timeout_default = "default_timeout"
 }
 
 fn default_timeout() -> Duration {

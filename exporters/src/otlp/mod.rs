@@ -20,6 +20,14 @@ use causeway_core::{BoxError, Signal, SignalSet};
 
 use config::{OtlpGrpcConfig, OtlpHttpConfig};
 
+/// The client authenticator an exporter's `auth` names, from its extension.
+fn authenticator(
+    ctx: &BuildContext,
+    auth: &Option<causeway_core::auth::AuthRef>,
+) -> Result<Option<std::sync::Arc<dyn causeway_core::auth::ClientAuth>>, BoxError> {
+    Ok(auth.as_ref().map(|a| a.resolve(&ctx.shared)).transpose()?)
+}
+
 /// Factory of the `otlp` exporter (OTLP/gRPC).
 pub struct OtlpGrpcExporterFactory;
 
@@ -40,15 +48,11 @@ impl ExporterFactory for OtlpGrpcExporterFactory {
         cfg: &serde_yaml::Value,
     ) -> Result<BuiltExporter, BoxError> {
         let cfg: OtlpGrpcConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
-        let auth = cfg
-            .auth
-            .as_ref()
-            .map(|a| a.resolve(&ctx.shared))
-            .transpose()?;
-        let delivery = cfg.delivery();
+        let auth = authenticator(&ctx, &cfg.auth)?;
+        let exporter = grpc::GrpcExporter::new(&cfg, auth)?;
         Ok(BuiltExporter {
-            exporter: std::sync::Arc::new(grpc::GrpcExporter::new(&cfg, auth)?),
-            delivery,
+            exporter: std::sync::Arc::new(exporter),
+            delivery: cfg.delivery(),
         })
     }
 }
@@ -84,15 +88,11 @@ impl ExporterFactory for OtlpHttpExporterFactory {
         cfg: &serde_yaml::Value,
     ) -> Result<BuiltExporter, BoxError> {
         let cfg: OtlpHttpConfig = decode(cfg).map_err(|e| format!("{e:?}"))?;
-        let auth = cfg
-            .auth
-            .as_ref()
-            .map(|a| a.resolve(&ctx.shared))
-            .transpose()?;
-        let delivery = cfg.delivery();
+        let auth = authenticator(&ctx, &cfg.auth)?;
+        let exporter = http::HttpExporter::new(&cfg, auth)?;
         Ok(BuiltExporter {
-            exporter: std::sync::Arc::new(http::HttpExporter::new(&cfg, auth)?),
-            delivery,
+            exporter: std::sync::Arc::new(exporter),
+            delivery: cfg.delivery(),
         })
     }
 }
