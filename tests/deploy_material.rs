@@ -617,12 +617,7 @@ fn dashboard_and_rule_files_query_metrics_the_daemon_exports() {
     let http = free_port();
     let am = AlertSink::start();
     let config = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-  kafka_lag:
+        r#"{receivers}  kafka_lag:
     brokers: ["{broker}"]
     interval: 300ms
     retry_topics: '.*-retry'
@@ -647,6 +642,7 @@ service:
     metrics: {{ receivers: [otlp, kafka_lag], processors: [correlate], exporters: [victoriametrics] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#,
+        receivers = causeway_scenarios::config::otlp_http(http),
         broker = broker.addr(),
         am = am.url
     );

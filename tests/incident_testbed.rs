@@ -161,12 +161,7 @@ receivers:
     // incidents are kept and one SLO (burn windows shrunk to seconds).
     let config = |run: u32| {
         format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{otlp_port}" }}
-  prometheus:
+            r#"{receivers}  prometheus:
     config:
       global: {{ scrape_interval: 1s, scrape_timeout: 900ms }}
       scrape_configs:
@@ -202,7 +197,8 @@ service:
     logs: {{ receivers: [otlp, gateway_log], processors: [correlate], exporters: [file/logs, alertmanager] }}
     metrics: {{ receivers: [prometheus], processors: [correlate], exporters: [nop] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+"#,
+            receivers = causeway_scenarios::config::otlp_http(otlp_port)
         )
     };
     std::fs::create_dir(d.join("gateway-checkpoints")).unwrap();

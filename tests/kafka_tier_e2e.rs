@@ -39,12 +39,7 @@ fn sidecar(dir: &Path, name: &str, broker: &str) -> (Daemon, String) {
 fn sidecar_with(dir: &Path, name: &str, broker: &str, extra: &str) -> (Daemon, String) {
     let http = free_port();
     let config = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-exporters:
+        r#"{receivers}exporters:
   kafka:
     brokers: ["{broker}"]
     partition_traces_by_id: true
@@ -56,7 +51,8 @@ service:
     logs: {{ receivers: [otlp], exporters: [kafka] }}
     metrics: {{ receivers: [otlp], exporters: [kafka] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+"#,
+        receivers = causeway_scenarios::config::otlp_http(http)
     );
     (
         Daemon::start(dir, name, &config),
@@ -981,12 +977,7 @@ fn the_collectors_kafka_exporter_and_receiver_speak_causeways_wire_format_both_w
         d,
         "otelcol-producer",
         &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-exporters:
+            r#"{receivers}exporters:
   kafka:
     brokers: ["{b}"]
     partition_traces_by_id: true
@@ -1000,7 +991,8 @@ service:
     traces: {{ receivers: [otlp], exporters: [kafka] }}
     logs: {{ receivers: [otlp], exporters: [kafka] }}
     metrics: {{ receivers: [otlp], exporters: [kafka] }}
-"#
+"#,
+            receivers = causeway_scenarios::config::otlp_http(http)
         ),
         &[http],
     );

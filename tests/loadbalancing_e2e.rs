@@ -230,12 +230,7 @@ fn traces_stay_whole_a_removed_backend_moves_only_its_share_and_an_outage_loses_
         dir.path(),
         "front",
         &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-exporters:
+            r#"{receivers}exporters:
   loadbalancing:
     routing_key: traceID
     protocol:
@@ -250,7 +245,8 @@ service:
     logs: {{ receivers: [otlp], exporters: [loadbalancing] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#,
-            list.display()
+            list.display(),
+            receivers = causeway_scenarios::config::otlp_http(http)
         ),
     );
     let url = format!("http://127.0.0.1:{http}");
@@ -419,12 +415,7 @@ fn the_collectors_loadbalancing_exporter_puts_each_trace_whole_where_causeways_r
         dir.path(),
         "otelcol-front",
         &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-exporters:
+            r#"{receivers}exporters:
   loadbalancing:
     routing_key: traceID
     protocol:
@@ -435,7 +426,8 @@ service:
   telemetry: {{ metrics: {{ level: none }} }}
   pipelines:
     traces: {{ receivers: [otlp], exporters: [loadbalancing] }}
-"#
+"#,
+            receivers = causeway_scenarios::config::otlp_http(http)
         ),
         &[http],
     );

@@ -186,12 +186,7 @@ fn messages_that_waited_for_a_stopped_jetstream_consumer_are_blamed_on_it_and_pr
         d,
         "nats-rca",
         &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{otlp}" }}
-  nats:
+            r#"{receivers}  nats:
     endpoint: http://127.0.0.1:{monitor}
     collection_interval: 500ms
 processors:
@@ -209,6 +204,7 @@ processors:
           expr: SELECT stream, consumer, pending AS value FROM nats_consumers WHERE pending >= 3
           for: 0s
 {tail}"#,
+            receivers = causeway_scenarios::config::otlp_http(otlp),
             tail = causeway_scenarios::config::analysed("otlp", "otlp", "nats"),
             monitor = server.monitor
         ),

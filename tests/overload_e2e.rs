@@ -310,12 +310,7 @@ fn two_hundred_slow_uploaders_are_refused_before_their_bodies_fill_memory() {
     let http = free_port();
     let limit_mib = 160;
     let config = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-exporters:
+        r#"{receivers}exporters:
   file: {{ path: "{{dir}}/out.jsonl" }}
 service:
   memory_limiter:
@@ -325,7 +320,8 @@ service:
   pipelines:
     traces: {{ receivers: [otlp], exporters: [file] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+"#,
+        receivers = causeway_scenarios::config::otlp_http(http)
     );
     let d = Daemon::start(dir.path(), "uploads", &config);
     let pid = d.child.id();

@@ -454,12 +454,7 @@ fn a_request_published_to_a_queue_whose_consumer_died_is_blamed_on_its_backlog_a
         d,
         "rabbitmq-rca",
         &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{otlp}" }}
-  rabbitmq:
+            r#"{receivers}  rabbitmq:
     endpoint: http://127.0.0.1:{http}
     username: guest
     password: guest
@@ -481,6 +476,7 @@ processors:
           expr: SELECT queue, vhost, status_name, depth AS value FROM rabbitmq_queues WHERE status = 4
           for: 0s
 {tail}"#,
+            receivers = causeway_scenarios::config::otlp_http(otlp),
             tail = causeway_scenarios::config::analysed("otlp", "otlp", "rabbitmq"),
             http = broker.http
         ),

@@ -323,12 +323,7 @@ fn signal_aware_sampling_keeps_a_fast_trace_whose_request_was_rate_limited() {
     let dir = tempfile::tempdir().expect("tempdir");
     let http = free_port();
     let config = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-processors:
+        r#"{receivers}processors:
   tail_sampling:
     decision_wait: 1s
     always_keep_errors: false
@@ -345,7 +340,8 @@ service:
     logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/other] }}
     metrics: {{ receivers: [otlp], processors: [correlate], exporters: [file/other] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+"#,
+        receivers = causeway_scenarios::config::otlp_http(http)
     );
     let d = Daemon::start(dir.path(), "sampling", &config);
     let now = SystemTime::now()

@@ -71,12 +71,7 @@ fn real_software_faults_get_the_right_cause_culprit_and_route() {
 
     // causeway: OTLP from the services, NGINX's access log tailed.
     let config = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{otlp_port}" }}
-  kafka_lag:
+        r#"{receivers}  kafka_lag:
     brokers: ["{kafka}"]
   prometheus:
     config:
@@ -101,6 +96,7 @@ processors:
     # set this to the scrape interval. Every threshold is the default.
     dependencies: {{ sample_interval: 1s }}
 {tail}"#,
+        receivers = causeway_scenarios::config::otlp_http(otlp_port),
         tail = causeway_scenarios::config::analysed(
             "otlp",
             "otlp, gateway_log",

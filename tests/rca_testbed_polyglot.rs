@@ -95,12 +95,7 @@ fn java_and_go_services_over_grpc_get_the_right_cause_and_culprit() {
     broker.create_topic("orders", 1);
 
     let config = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{otlp_port}" }}
-  kafka_lag:
+        r#"{receivers}  kafka_lag:
     brokers: ["{kafka}"]
   hostmetrics: {{}}
   prometheus:
@@ -130,6 +125,7 @@ processors:
     # set this to the scrape interval. Every threshold is the default.
     dependencies: {{ sample_interval: 1s }}
 {tail}"#,
+        receivers = causeway_scenarios::config::otlp_http(otlp_port),
         tail = causeway_scenarios::config::analysed(
             "otlp",
             "otlp, gateway_log/edge, gateway_log/inner",

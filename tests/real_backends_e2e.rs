@@ -363,12 +363,7 @@ fn metrics_arrive_in_victoriametrics_and_prometheus_as_their_query_apis_show() {
     let prom = Server::prometheus(d);
     let http = free_port();
     let cfg = format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-exporters:
+        r#"{receivers}exporters:
   victoriametrics/vm:
     endpoint: "http://{vm}/api/v1/write"
     retry_on_failure: {{ initial_interval: 100ms }}
@@ -384,6 +379,7 @@ service:
     metrics: {{ receivers: [otlp], exporters: [victoriametrics/vm, victoriametrics/vmz, victoriametrics/prometheus] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#,
+        receivers = causeway_scenarios::config::otlp_http(http),
         vm = vm.addr,
         vmz = vmz.addr,
         prom = prom.addr
@@ -680,12 +676,7 @@ fn collector_dashboard_queries_work_against_a_running_daemon() {
         d,
         "selfmetrics",
         &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-processors:
+            r#"{receivers}processors:
   batch:
     timeout: 50ms
 exporters:
@@ -702,7 +693,8 @@ service:
       receivers: [otlp]
       processors: [batch]
       exporters: [file, otlphttp/down]
-"#
+"#,
+            receivers = causeway_scenarios::config::otlp_http(http)
         ),
     );
     let prom = Server::prometheus_with(

@@ -254,12 +254,7 @@ service:
         d,
         "a",
         &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{ah}" }}
-exporters:
+            r#"{receivers}exporters:
   otlp/b:
     endpoint: "https://localhost:{bg}"
     tls: {client_tls}
@@ -274,7 +269,8 @@ service:
   telemetry:
     logs: {{ level: debug }}
     metrics: {{ address: "{{telemetry}}" }}
-"#
+"#,
+            receivers = causeway_scenarios::config::otlp_http(ah)
         ),
         &[("CW_TOKEN", TOKEN.to_string())],
     );
@@ -343,12 +339,7 @@ service:
             d,
             name,
             &format!(
-                r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{ah}" }}
-exporters:
+                r#"{receivers}exporters:
   otlp/b:
     endpoint: "https://localhost:{bg}"
     retry_on_failure: {{ enabled: false }}
@@ -359,7 +350,8 @@ service:
   pipelines:
     traces: {{ receivers: [otlp], exporters: [otlp/b, otlphttp/b] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+"#,
+                receivers = causeway_scenarios::config::otlp_http(ah)
             ),
             &[
                 ("SSL_CERT_FILE", store.display().to_string()),
@@ -469,12 +461,7 @@ service:
         d,
         "observed",
         &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{h}" }}
-exporters:
+            r#"{receivers}exporters:
   debug: {{ verbosity: basic }}
 service:
   pipelines:
@@ -490,7 +477,8 @@ service:
                 protocol: grpc
                 endpoint: "https://localhost:{bg}"
                 tls: {{ ca_file: "{ca}", cert_file: "{cli_c}", key_file: "{cli_k}" }}
-"#
+"#,
+            receivers = causeway_scenarios::config::otlp_http(h)
         ),
         &[],
     );

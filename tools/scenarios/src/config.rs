@@ -1,20 +1,29 @@
 //! Pieces of the daemon configs the test beds run, written once.
 
-/// The head of a test bed's config: an OTLP/HTTP receiver on `http` and a
-/// `tail_sampling` processor that keeps every trace after `decision_wait`;
-/// the bed's own processors follow, indented under `processors:`.
-pub fn keep_all(http: u16, decision_wait: &str) -> String {
+/// A config's `receivers:` section opening with an OTLP/HTTP receiver on
+/// `http` (more protocols or receivers may follow, indented as theirs).
+pub fn otlp_http(http: u16) -> String {
     format!(
         r#"
 receivers:
   otlp:
     protocols:
       http: {{ endpoint: "127.0.0.1:{http}" }}
-processors:
+"#
+    )
+}
+
+/// The head of a test bed's config: an OTLP/HTTP receiver on `http` and a
+/// `tail_sampling` processor that keeps every trace after `decision_wait`;
+/// the bed's own processors follow, indented under `processors:`.
+pub fn keep_all(http: u16, decision_wait: &str) -> String {
+    format!(
+        r#"{}processors:
   tail_sampling:
     decision_wait: {decision_wait}
     policies: [{{ name: all, type: always_sample }}]
-"#
+"#,
+        otlp_http(http)
     )
 }
 
