@@ -32,10 +32,17 @@ cd "$(dirname "$0")/.."
 SECS=${1:-30}; SPANS=${2:-100000}; LOGS=${3:-20000}; POINTS=${4:-5000}
 T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
 export CARGO_TARGET_DIR=$T
-# The `profiling` profile: release code generation with debug info, for perf.
-cargo build --profile profiling -q -p causeway -p causeway-loadgen
+# The `profiling` profile: release code generation with debug info, for
+# perf; or binaries built already (CAUSEWAY_DAEMON and CAUSEWAY_LOADGEN, to
+# compare two commits on one machine) and their config (CAUSEWAY_CONFIG).
+if [ -n "${CAUSEWAY_DAEMON:-}" ]; then
+  DAEMON=$CAUSEWAY_DAEMON; LG=${CAUSEWAY_LOADGEN:?set CAUSEWAY_LOADGEN with CAUSEWAY_DAEMON}
+else
+  cargo build --profile profiling -q -p causeway -p causeway-loadgen
+  DAEMON=$T/profiling/causeway; LG=$T/profiling/loadgen
+fi
+CONFIG=${CAUSEWAY_CONFIG:-examples/gateway.yaml}
 command -v inferno-flamegraph >/dev/null || cargo install -q inferno
-LG=$T/profiling/loadgen
 TCK=$(getconf CLK_TCK)
 OUT=$(mktemp -d)
 TOKEN=bench-token
@@ -78,7 +85,7 @@ rm -rf /var/lib/causeway/queue; mkdir -p /var/lib/causeway/queue
 CAUSEWAY_TLS_DIR=$OUT CAUSEWAY_OTLP_TOKEN=$TOKEN KAFKA_BROKERS=127.0.0.1:1 \
   JAEGER_ENDPOINT=127.0.0.1:15317 LOKI_ENDPOINT=http://127.0.0.1:13100 \
   VM_ENDPOINT=http://127.0.0.1:18428 ALERTMANAGER_URL=http://127.0.0.1:13100 \
-  taskset -c 0 "$T/profiling/causeway" --config examples/gateway.yaml > "$OUT/daemon.log" 2>&1 &
+  taskset -c 0 "$DAEMON" --config "$CONFIG" > "$OUT/daemon.log" 2>&1 &
 D=$!; PIDS+=($D)
 wait_port 4317
 perf record -F 99 --call-graph dwarf,16384 -p "$D" -o "$OUT/perf.data" > "$OUT/perf.log" 2>&1 & PERF=$!
