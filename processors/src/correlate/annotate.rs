@@ -4,7 +4,7 @@
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 
-use super::model::table::Column;
+use super::model::table::{Cells, Column};
 use super::model::{Hex16, Joined, TraceRow, Verdict};
 
 /// Values that become OTLP attribute values.
@@ -100,7 +100,7 @@ struct EvLog<'a> {
     /// The sources' `logs` columns that have a value (a gateway's line:
     /// `gateway`, `route`, `status`, `rate_limit_rule`, ...).
     #[serde(flatten)]
-    fields: serde_json::Map<String, serde_json::Value>,
+    fields: Cells<'a, TraceRow>,
     body: &'a str,
 }
 /// An alternative cause in `rca.evidence`.
@@ -118,7 +118,11 @@ struct EvAlt<'a> {
 /// joined, the route's statistics and up to 4 alternatives. A record tells
 /// when a source read it (a gateway's line), it is a warning or worse, or
 /// it names an error; `log_columns` are the sources' columns of `logs`.
-pub fn evidence_json(t: &TraceRow, v: &Verdict, log_columns: &[&Column<TraceRow>]) -> String {
+pub fn evidence_json<'a>(
+    t: &'a TraceRow,
+    v: &'a Verdict,
+    log_columns: &'a [&'a Column<TraceRow>],
+) -> String {
     let c = &t.spans[v.culprit];
     let culprit_id = Hex16::of(c.span_id);
     let cut = |b: &'_ str| -> usize { b.char_indices().nth(200).map_or(b.len(), |(i, _)| i) };
@@ -145,11 +149,11 @@ pub fn evidence_json(t: &TraceRow, v: &Verdict, log_columns: &[&Column<TraceRow>
             .map(|(i, l)| EvLog {
                 time_unix_nano: l.time_ns,
                 service: &l.service,
-                fields: log_columns
-                    .iter()
-                    .map(|c| (c.name.to_string(), (c.get)(t, i).json()))
-                    .filter(|(_, v)| !v.is_null())
-                    .collect(),
+                fields: Cells {
+                    row: t,
+                    i,
+                    cols: log_columns,
+                },
                 body: &l.body[..cut(&l.body)],
             })
             .collect(),

@@ -81,6 +81,7 @@ impl Cols {
         }
     }
     /// Append a row.
+    #[inline]
     pub fn row<'a>(&mut self, cells: impl IntoIterator<Item = V<'a>>) {
         for (c, v) in self.cols.iter_mut().zip(cells) {
             append(c, v);
@@ -126,6 +127,7 @@ impl Cols {
 }
 
 /// Append a cell to its column's builder (null when the kinds differ).
+#[inline(always)]
 fn append(c: &mut Col, v: V<'_>) {
     match (c, v) {
         (Col::S(x), V::S(v)) => x.append_option(v),
@@ -149,7 +151,49 @@ pub fn so(x: &Option<String>) -> V<'_> {
     V::S(x.as_deref())
 }
 
+impl serde::Serialize for V<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            V::S(Some(v)) => s.serialize_str(v),
+            V::Id(h) => s.serialize_str(h.as_str()),
+            V::F(Some(v)) => s.serialize_f64(*v),
+            V::I(Some(v)) => s.serialize_i64(*v),
+            V::B(Some(v)) => s.serialize_bool(*v),
+            _ => s.serialize_none(),
+        }
+    }
+}
+
+/// Row `i`'s cells of `cols` as a map, the empty ones left out; written
+/// as it is serialized, without a copy.
+pub struct Cells<'a, R: ?Sized> {
+    /// The row source.
+    pub row: &'a R,
+    /// The row.
+    pub i: usize,
+    /// The columns.
+    pub cols: &'a [&'a Column<R>],
+}
+
+impl<R: ?Sized> serde::Serialize for Cells<'_, R> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        for c in self.cols {
+            let v = (c.get)(self.row, self.i);
+            if !v.is_empty() {
+                m.serialize_entry(c.name, &v)?;
+            }
+        }
+        m.end()
+    }
+}
+
 impl V<'_> {
+    /// Whether the cell is empty (null).
+    pub fn is_empty(&self) -> bool {
+        matches!(self, V::S(None) | V::F(None) | V::I(None) | V::B(None))
+    }
     /// The cell as JSON (null when empty).
     pub fn json(&self) -> serde_json::Value {
         match self {
