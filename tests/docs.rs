@@ -83,7 +83,10 @@ fn config_keys(text: &str) -> BTreeSet<String> {
                     || t.starts_with("pub(crate) struct ")
                     || t.starts_with("struct "))
                     && t.ends_with('{');
-                if is_struct && attrs.contains("deny_unknown_fields") {
+                // A config struct a macro declares (`exporter_config!`,
+                // `poll_config!`): its callers give `deny_unknown_fields`.
+                let declared = t.starts_with("$vis struct $name") && t.ends_with('{');
+                if (is_struct && attrs.contains("deny_unknown_fields")) || declared {
                     in_struct = Some(indent);
                 }
                 attrs.clear();
@@ -193,13 +196,21 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// Fields of the config structs in `core/` that components embed (TLS,
-/// auth, the exporters' queue and retry, Kafka's client settings, …).
+/// Fields of the config structs that components embed: in `core/` (TLS,
+/// auth, the exporters' delivery keys, Kafka's client settings, …) and in
+/// a crate's files beside its component folders (the polling receivers'
+/// keys in `receivers/src/polling.rs`).
 fn shared_keys() -> BTreeSet<String> {
-    sources(&root().join("core/src"))
-        .iter()
-        .flat_map(|p| config_keys(&read(p)))
-        .collect()
+    let mut files = sources(&root().join("core/src"));
+    for kind in ["receivers", "processors", "exporters", "extensions"] {
+        let src = root().join(kind).join("src");
+        for e in std::fs::read_dir(&src).expect("crate src").flatten() {
+            if e.path().extension().is_some_and(|x| x == "rs") {
+                files.push(e.path());
+            }
+        }
+    }
+    files.iter().flat_map(|p| config_keys(&read(p))).collect()
 }
 
 #[test]
