@@ -63,46 +63,34 @@ pub static SPAN_ATTRIBUTES: &[SpanAttribute] = &[
     SpanAttribute::text("db_collection", &["db.collection.name", "db.sql.table"]),
 ];
 
-/// A declared attribute's value on one span.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    /// Text.
-    Text(String),
-    /// Integer.
-    Int(i64),
-    /// Float.
-    Float(f64),
-    /// Boolean.
-    Bool(bool),
+pub use super::trace::AttrValue as Value;
+
+/// The value of `v` as type `ty`, when it reads as one.
+fn value_of(v: &any_value::Value, ty: Ty) -> Option<Value> {
+    use any_value::Value as A;
+    Some(match (ty, v) {
+        (Ty::Text, A::StringValue(s)) => Value::Text(s.clone()),
+        (Ty::Text, A::IntValue(i)) => Value::Text(i.to_string()),
+        (Ty::Text, A::DoubleValue(d)) => Value::Text(d.to_string()),
+        (Ty::Text, A::BoolValue(b)) => Value::Text(b.to_string()),
+        (Ty::Int, A::IntValue(i)) => Value::Int(*i),
+        (Ty::Int, A::StringValue(s)) => Value::Int(s.trim().parse().ok()?),
+        (Ty::Float, A::DoubleValue(d)) => Value::Float(*d),
+        (Ty::Float, A::IntValue(i)) => Value::Float(*i as f64),
+        (Ty::Float, A::StringValue(s)) => Value::Float(s.trim().parse().ok()?),
+        (Ty::Bool, A::BoolValue(b)) => Value::Bool(*b),
+        (Ty::Bool, A::StringValue(s)) => Value::Bool(s.eq_ignore_ascii_case("true")),
+        _ => return None,
+    })
 }
 
-impl Value {
-    /// The value of `v` as type `ty`, when it reads as one.
-    fn of(v: &any_value::Value, ty: Ty) -> Option<Value> {
-        use any_value::Value as A;
-        Some(match (ty, v) {
-            (Ty::Text, A::StringValue(s)) => Value::Text(s.clone()),
-            (Ty::Text, A::IntValue(i)) => Value::Text(i.to_string()),
-            (Ty::Text, A::DoubleValue(d)) => Value::Text(d.to_string()),
-            (Ty::Text, A::BoolValue(b)) => Value::Text(b.to_string()),
-            (Ty::Int, A::IntValue(i)) => Value::Int(*i),
-            (Ty::Int, A::StringValue(s)) => Value::Int(s.trim().parse().ok()?),
-            (Ty::Float, A::DoubleValue(d)) => Value::Float(*d),
-            (Ty::Float, A::IntValue(i)) => Value::Float(*i as f64),
-            (Ty::Float, A::StringValue(s)) => Value::Float(s.trim().parse().ok()?),
-            (Ty::Bool, A::BoolValue(b)) => Value::Bool(*b),
-            (Ty::Bool, A::StringValue(s)) => Value::Bool(s.eq_ignore_ascii_case("true")),
-            _ => return None,
-        })
-    }
-
-    fn cell(&self) -> V<'_> {
-        match self {
-            Value::Text(s) => V::S(Some(s)),
-            Value::Int(i) => V::I(Some(*i)),
-            Value::Float(f) => V::F(Some(*f)),
-            Value::Bool(b) => V::B(Some(*b)),
-        }
+/// A value as a cell.
+fn cell(v: &Value) -> V<'_> {
+    match v {
+        Value::Text(s) => V::S(Some(s)),
+        Value::Int(i) => V::I(Some(*i)),
+        Value::Float(f) => V::F(Some(*f)),
+        Value::Bool(b) => V::B(Some(*b)),
     }
 }
 
@@ -118,7 +106,7 @@ pub fn read(attrs: &[KeyValue]) -> Vec<Option<Value>> {
                 .as_ref()?
                 .value
                 .as_ref()?;
-            Value::of(v, a.ty)
+            value_of(v, a.ty)
         })
     };
     if !SPAN_ATTRIBUTES
@@ -138,7 +126,7 @@ pub fn fill(c: &mut Cols, at: usize, rows: &[(&TraceRow, usize)]) {
                 .attributes
                 .get(k)
                 .and_then(Option::as_ref)
-                .map_or(V::S(None), Value::cell)
+                .map_or(V::S(None), cell)
         });
     }
 }
@@ -160,9 +148,9 @@ mod tests {
     fn an_attribute_is_read_by_its_first_present_key_and_nothing_allocates_without_one() {
         assert!(read(&[kv("http.route", any_value::Value::StringValue("/x".into()))]).is_empty());
         assert_eq!(
-            Value::of(&any_value::Value::StringValue("42".into()), Ty::Int),
+            value_of(&any_value::Value::StringValue("42".into()), Ty::Int),
             Some(Value::Int(42))
         );
-        assert_eq!(Value::of(&any_value::Value::BoolValue(true), Ty::Int), None);
+        assert_eq!(value_of(&any_value::Value::BoolValue(true), Ty::Int), None);
     }
 }

@@ -98,7 +98,7 @@ pub struct SpanRow {
     pub exception_message: Option<String>,
     /// The declared span attributes (`attributes::SPAN_ATTRIBUTES`), in
     /// their order; empty when the span has none.
-    pub attributes: Vec<Option<super::attributes::Value>>,
+    pub attributes: Vec<Option<AttrValue>>,
     /// `http.request.resend_count`.
     pub resend_count: Option<i64>,
     /// `rpc.system` (`grpc`, ...).
@@ -156,6 +156,19 @@ pub struct SpanRow {
     pub depth: usize,
     /// The evidence source that claims it (a messaging span's broker), if any.
     pub claimed: Option<&'static str>,
+}
+
+/// A declared span attribute's value (`attributes::SPAN_ATTRIBUTES`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue {
+    /// Text.
+    Text(String),
+    /// Integer.
+    Int(i64),
+    /// Float.
+    Float(f64),
+    /// Boolean.
+    Bool(bool),
 }
 
 /// One kept trace.
