@@ -50,7 +50,7 @@ wait_port() {
   for _ in $(seq 1 400); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done
   echo "port $1 never opened" >&2; return 1
 }
-metric() { curl -sk "https://127.0.0.1:8888/metrics" | awk -v s="$1" -v t="${2:-$1}" 'index($0, s) == 1 && index($0, t) {v += $NF} END {print v + 0}'; }
+metric() { curl -sk -H "Authorization: Bearer $TOKEN" "https://127.0.0.1:8888/metrics" | awk -v s="$1" -v t="${2:-$1}" 'index($0, s) == 1 && index($0, t) {v += $NF} END {print v + 0}'; }
 PIDS=()
 cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; }
 trap cleanup EXIT
@@ -82,7 +82,7 @@ taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 3 --seen-log "$OUT/
   > "$OUT/sink.json" & SINK=$!; PIDS+=($SINK)
 wait_port 13100; wait_port 18428; wait_port 15317
 rm -rf /var/lib/causeway/queue; mkdir -p /var/lib/causeway/queue
-CAUSEWAY_TLS_DIR=$OUT CAUSEWAY_OTLP_TOKEN=$TOKEN KAFKA_BROKERS=127.0.0.1:1 \
+CAUSEWAY_TLS_DIR=$OUT CAUSEWAY_OTLP_TOKEN=$TOKEN CAUSEWAY_TELEMETRY_TOKEN=$TOKEN KAFKA_BROKERS=127.0.0.1:1 \
   JAEGER_ENDPOINT=127.0.0.1:15317 LOKI_ENDPOINT=http://127.0.0.1:13100 \
   VM_ENDPOINT=http://127.0.0.1:18428 ALERTMANAGER_URL=http://127.0.0.1:13100 \
   taskset -c 0 "$DAEMON" --config "$CONFIG" > "$OUT/daemon.log" 2>&1 &
