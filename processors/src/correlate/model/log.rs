@@ -11,24 +11,37 @@ use std::sync::Arc;
 /// (read back by type: only the source that wrote a part knows it).
 #[derive(Clone, Default)]
 pub struct Parts {
-    list: Vec<Arc<dyn Any + Send + Sync>>,
+    /// The first part, kept inline (most records have one source's part).
+    first: Option<Arc<dyn Any + Send + Sync>>,
+    /// Any more.
+    more: Vec<Arc<dyn Any + Send + Sync>>,
     bytes: usize,
 }
 
 impl Parts {
     /// Keep `part`, counted at `bytes` (the record's memory).
     pub fn put<T: Any + Send + Sync>(&mut self, part: T, bytes: usize) {
-        self.list.retain(|p| !p.is::<T>());
-        self.list.push(Arc::new(part));
+        let part: Arc<dyn Any + Send + Sync> = Arc::new(part);
+        match &self.first {
+            None => self.first = Some(part),
+            Some(p) if p.is::<T>() => self.first = Some(part),
+            Some(_) => {
+                self.more.retain(|p| !p.is::<T>());
+                self.more.push(part);
+            }
+        }
         self.bytes += bytes;
     }
     /// The part of type `T`, if a source put one.
     pub fn get<T: Any>(&self) -> Option<&T> {
-        self.list.iter().find_map(|p| p.downcast_ref::<T>())
+        self.first
+            .iter()
+            .chain(self.more.iter())
+            .find_map(|p| p.downcast_ref::<T>())
     }
     /// Whether no source put a part.
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
+        self.first.is_none()
     }
     /// The bytes the parts were counted at.
     pub fn bytes(&self) -> usize {
@@ -38,7 +51,11 @@ impl Parts {
 
 impl std::fmt::Debug for Parts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Parts({})", self.list.len())
+        write!(
+            f,
+            "Parts({})",
+            usize::from(self.first.is_some()) + self.more.len()
+        )
     }
 }
 

@@ -108,17 +108,17 @@ pub struct BucketPoint {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Line {
     /// Route.
-    pub route: Option<String>,
+    pub route: Option<Box<str>>,
     /// HTTP status.
     pub status: Option<i64>,
     /// Rate-limit rule that answered.
-    pub rate_limit_rule: Option<String>,
+    pub rate_limit_rule: Option<Box<str>>,
     /// Circuit-breaker state (CLOSED, OPEN, HALF_OPEN).
-    pub circuit_state: Option<String>,
+    pub circuit_state: Option<Box<str>>,
     /// Envoy response flags (UT, UF, UO, UH, URX, RL, ...).
-    pub response_flags: Option<String>,
+    pub response_flags: Option<Box<str>>,
     /// Upstream (`server.address`).
-    pub upstream: Option<String>,
+    pub upstream: Option<Box<str>>,
     /// Request duration at the gateway (ms).
     pub duration_ms: Option<f64>,
 }
@@ -126,7 +126,7 @@ pub struct Line {
 impl Line {
     /// The line of a record's attributes, when they are a gateway's.
     pub fn read(a: &[KeyValue]) -> Option<Line> {
-        let text = |keys: &[&str]| present(find(a, keys).and_then(s));
+        let text = |keys: &[&str]| present(find(a, keys).and_then(s)).map(String::into_boxed_str);
         let status = find(a, &["http.response.status_code", "status_code", "status"])
             .and_then(num)
             .map(|x| x as i64);
@@ -161,7 +161,7 @@ impl Line {
             &self.upstream,
         ]
         .iter()
-        .map(|x| x.as_ref().map_or(0, String::len))
+        .map(|x| x.as_ref().map_or(0, |s| s.len()))
         .sum::<usize>()
             + std::mem::size_of::<Line>()
     }
@@ -196,19 +196,21 @@ static LOG_COLUMNS: &[Column<TraceRow>] = &[
                 .and_then(|h| h.0.get(i).copied().flatten()),
         )
     }),
-    Column::text("route", |t, i| cell(t, i, |l| so(&l.route), V::S(None))),
+    Column::text("route", |t, i| {
+        cell(t, i, |l| V::S(l.route.as_deref()), V::S(None))
+    }),
     Column::int("status", |t, i| cell(t, i, |l| V::I(l.status), V::I(None))),
     Column::text("rate_limit_rule", |t, i| {
-        cell(t, i, |l| so(&l.rate_limit_rule), V::S(None))
+        cell(t, i, |l| V::S(l.rate_limit_rule.as_deref()), V::S(None))
     }),
     Column::text("circuit_state", |t, i| {
-        cell(t, i, |l| so(&l.circuit_state), V::S(None))
+        cell(t, i, |l| V::S(l.circuit_state.as_deref()), V::S(None))
     }),
     Column::text("response_flags", |t, i| {
-        cell(t, i, |l| so(&l.response_flags), V::S(None))
+        cell(t, i, |l| V::S(l.response_flags.as_deref()), V::S(None))
     }),
     Column::text("upstream", |t, i| {
-        cell(t, i, |l| so(&l.upstream), V::S(None))
+        cell(t, i, |l| V::S(l.upstream.as_deref()), V::S(None))
     }),
     Column::float("duration_ms", |t, i| {
         cell(t, i, |l| V::F(l.duration_ms), V::F(None))
@@ -532,7 +534,9 @@ impl Source for Gateway {
             }
         }
         outer.sort_by_key(|(at, _)| *at);
-        let gw_route = outer.iter().find_map(|(_, l)| l.route.clone());
+        let gw_route = outer
+            .iter()
+            .find_map(|(_, l)| l.route.as_deref().map(str::to_string));
         t.route = match (gw_route, entry_route) {
             (Some(gw), Some(entry)) => {
                 self.learn_route(&entry, &gw);
@@ -853,7 +857,7 @@ fn add_route(
     }
     if let Some(r) = &ev.rate_limit_rule {
         if ev.status == Some(429) {
-            *b.rules.entry(r.clone()).or_default() += 1;
+            *b.rules.entry(r.to_string()).or_default() += 1;
         }
     }
     if let Some(d) = ev.duration_ms {
@@ -869,8 +873,8 @@ fn add_route(
         && ev
             .status
             .is_some_and(|st| (100..500).contains(&st) && st != 429);
-    let closed = answered.then(|| "CLOSED".to_string());
-    if let Some(cs) = ev.circuit_state.as_ref().or(closed.as_ref()) {
+    let closed = answered.then_some("CLOSED");
+    if let Some(cs) = ev.circuit_state.as_deref().or(closed) {
         let cs_up = cs.to_ascii_uppercase();
         if cs_up != "CLOSED" {
             b.not_closed += 1;
