@@ -126,29 +126,36 @@ pub struct Line {
 impl Line {
     /// The line of a record's attributes, when they are a gateway's.
     pub fn read(a: &[KeyValue]) -> Option<Line> {
-        let text = |keys: &[&str]| present(find(a, keys).and_then(s)).map(String::into_boxed_str);
+        const RULE: [&str; 2] = ["gateway.rate_limit_rule", "rate_limit_rule"];
+        const CIRCUIT: [&str; 2] = ["gateway.circuit_state", "circuit_state"];
+        const FLAGS: [&str; 2] = ["gateway.response_flags", "response_flags"];
+        let raw = |keys: &[&str]| find(a, keys).and_then(s);
         let status = find(a, &["http.response.status_code", "status_code", "status"])
             .and_then(num)
             .map(|x| x as i64);
-        let line = Line {
-            route: text(&ROUTE_KEYS),
+        let (rule, circuit, flags) = (raw(&RULE), raw(&CIRCUIT), raw(&FLAGS));
+        // A field written but saying "none" (`-`) still marks a gateway's
+        // line; an application's record is left before anything is copied.
+        let gateway = rule.is_some()
+            || circuit.is_some()
+            || flags.is_some()
+            || (status.is_some() && find(a, &ROUTE_KEYS).is_some());
+        if !gateway {
+            return None;
+        }
+        let boxed = |v: Option<String>| present(v).map(String::into_boxed_str);
+        Some(Line {
+            route: boxed(raw(&ROUTE_KEYS)),
             status,
-            rate_limit_rule: text(&["gateway.rate_limit_rule", "rate_limit_rule"]),
-            circuit_state: text(&["gateway.circuit_state", "circuit_state"]),
-            response_flags: text(&["gateway.response_flags", "response_flags"]),
-            upstream: text(&["server.address", "upstream"]),
+            rate_limit_rule: boxed(rule),
+            circuit_state: boxed(circuit),
+            response_flags: boxed(flags),
+            upstream: boxed(raw(&["server.address", "upstream"])),
             duration_ms: find(a, &["http.server.request.duration"])
                 .and_then(num)
                 .map(|sec| sec * 1000.0)
                 .or_else(|| find(a, &["duration_ms"]).and_then(num)),
-        };
-        // A field written but saying "none" (`-`) still marks a gateway's line.
-        let written = |keys: &[&str]| find(a, keys).and_then(s).is_some();
-        let gateway = written(&["gateway.rate_limit_rule", "rate_limit_rule"])
-            || written(&["gateway.circuit_state", "circuit_state"])
-            || written(&["gateway.response_flags", "response_flags"])
-            || (status.is_some() && find(a, &ROUTE_KEYS).is_some());
-        gateway.then_some(line)
+        })
     }
 
     /// The bytes it is counted at.
