@@ -758,28 +758,12 @@ fn a_sentinel_tells_a_trace_that_called_its_master_how_many_replicas_it_reaches(
         free_port(),
         free_port(),
     );
-    let redis = |name: &str, port: u16, more: &[String]| {
-        let mut args: Vec<String> = [
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--dir",
-            &d.display().to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend_from_slice(more);
-        start(d, name, "/usr/bin/redis-server", &args, port)
-    };
-    let _master = redis("master", master, &[]);
-    let replica_proc = redis(
+    let _master = common::testbed::redis_with(d, "master", master, &[]);
+    let replica_proc = common::testbed::redis_with(
+        d,
         "replica",
         replica,
-        &["--replicaof".into(), "127.0.0.1".into(), master.to_string()],
+        &["--replicaof", "127.0.0.1", &master.to_string()],
     );
     let conf = d.join("sentinel.conf");
     std::fs::write(

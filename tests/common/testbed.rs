@@ -114,21 +114,29 @@ pub fn postgres(d: &Path, port: u16, settings: &[&str]) -> Proc {
 
 /// A Redis server (Debian's) on `port`, without persistence.
 pub fn redis(d: &Path, port: u16) -> Proc {
+    redis_with(d, "redis", port, &[])
+}
+
+/// A Redis server (Debian's) named `name` on `port`, without persistence,
+/// with `more` arguments (`--replicaof host port`).
+pub fn redis_with(d: &Path, name: &'static str, port: u16, more: &[&str]) -> Proc {
     let mut p = spawn(
-        "redis",
-        Command::new(which(&["/usr/bin/redis-server"])).args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]),
+        name,
+        Command::new(which(&["/usr/bin/redis-server"]))
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(more),
         d,
     );
-    wait_port(port, "redis", &mut p, d);
+    wait_port(port, name, &mut p, d);
     p
 }
 

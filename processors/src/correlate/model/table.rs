@@ -89,11 +89,7 @@ impl Cols {
     }
     /// Fill column `at` with declared column `col` over `rows`.
     pub fn fill<R: ?Sized>(&mut self, at: usize, col: &Column<R>, rows: &[(&R, usize)]) {
-        if let Some(b) = self.cols.get_mut(at) {
-            for (r, i) in rows {
-                append(b, (col.get)(r, *i));
-            }
-        }
+        self.fill_with(at, rows, col.get);
     }
     /// Fill column `at` with `cell` over `rows`.
     pub fn fill_with<R: ?Sized>(
@@ -193,16 +189,6 @@ impl V<'_> {
     /// Whether the cell is empty (null).
     pub fn is_empty(&self) -> bool {
         matches!(self, V::S(None) | V::F(None) | V::I(None) | V::B(None))
-    }
-    /// The cell as JSON (null when empty).
-    pub fn json(&self) -> serde_json::Value {
-        match self {
-            V::S(v) => v.map_or(serde_json::Value::Null, Into::into),
-            V::Id(h) => h.as_str().into(),
-            V::F(v) => v.map_or(serde_json::Value::Null, Into::into),
-            V::I(v) => v.map_or(serde_json::Value::Null, Into::into),
-            V::B(v) => v.map_or(serde_json::Value::Null, Into::into),
-        }
     }
     /// The cell as text (`None` when empty).
     pub fn text(&self) -> Option<String> {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::table::Column;
+use super::table::{Cells, Column};
 use super::trace::{Hex16, TraceRow};
 use super::Verdict;
 
@@ -167,11 +167,14 @@ pub fn view(
             .map(|(i, l)| LogView {
                 at_ms: (l.time_ns as f64 - start_ns) / 1e6,
                 service: l.service.clone(),
-                fields: log_columns
-                    .iter()
-                    .map(|c| (c.name.to_string(), (c.get)(t, i).json()))
-                    .filter(|(_, v)| !v.is_null())
-                    .collect(),
+                fields: match serde_json::to_value(Cells {
+                    row: t,
+                    i,
+                    cols: log_columns,
+                }) {
+                    Ok(serde_json::Value::Object(m)) => m,
+                    _ => serde_json::Map::new(),
+                },
                 body: l.body.clone(),
             })
             .collect(),

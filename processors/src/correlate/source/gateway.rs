@@ -27,7 +27,7 @@ use crate::correlate::model::cause::{
 use crate::correlate::model::series::{find, num, s, Kept, Offer, PointKind, ROUTE_KEYS};
 use crate::correlate::model::table::{count, f64f, i64f, schema, so, utf8, Cols, Column, Table, V};
 use crate::correlate::model::{Joined, Key, LogEvidence, Rule, TraceRow, Trouble};
-use crate::correlate::store::Store;
+use crate::correlate::store::{lock, Store};
 use crate::sketch::Sketch;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 
@@ -280,10 +280,7 @@ impl Gateway {
 
     /// Remember the gateway route id of an entry route (at most `max_routes`).
     fn learn_route(&self, entry: &str, route_id: &str) {
-        let mut g = match self.learned.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut g = lock(&self.learned);
         if g.get(entry).map(String::as_str) == Some(route_id)
             || (g.len() >= self.max_routes && !g.contains_key(entry))
         {
@@ -294,17 +291,11 @@ impl Gateway {
 
     /// The gateway route id learned for an entry route.
     fn learned_route(&self, entry: &str) -> Option<String> {
-        match self.learned.lock() {
-            Ok(g) => g.get(entry).cloned(),
-            Err(p) => p.into_inner().get(entry).cloned(),
-        }
+        lock(&self.learned).get(entry).cloned()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RouteWindow>> {
-        match self.routes.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        lock(&self.routes)
     }
 
     /// A route's statistics over the window ending at `now_ns`.
