@@ -7,36 +7,42 @@
 use std::any::Any;
 use std::sync::Arc;
 
+type Part = Arc<dyn Any + Send + Sync>;
+
 /// What sources keep beside a record or a trace, one typed part each
 /// (read back by type: only the source that wrote a part knows it).
+/// 32 bytes when empty: it sits in every log record of the window.
 #[derive(Clone, Default)]
 pub struct Parts {
     /// The first part, kept inline (most records have one source's part).
-    first: Option<Arc<dyn Any + Send + Sync>>,
-    /// Any more.
-    more: Vec<Arc<dyn Any + Send + Sync>>,
-    bytes: usize,
+    first: Option<Part>,
+    /// Any more (rare: boxed, so a record without them pays one word).
+    more: Option<Box<Vec<Part>>>,
+    bytes: u32,
 }
 
 impl Parts {
     /// Keep `part`, counted at `bytes` (the record's memory).
     pub fn put<T: Any + Send + Sync>(&mut self, part: T, bytes: usize) {
-        let part: Arc<dyn Any + Send + Sync> = Arc::new(part);
+        let part: Part = Arc::new(part);
         match &self.first {
             None => self.first = Some(part),
             Some(p) if p.is::<T>() => self.first = Some(part),
             Some(_) => {
-                self.more.retain(|p| !p.is::<T>());
-                self.more.push(part);
+                let more = self.more.get_or_insert_with(Default::default);
+                more.retain(|p| !p.is::<T>());
+                more.push(part);
             }
         }
-        self.bytes += bytes;
+        self.bytes = self
+            .bytes
+            .saturating_add(u32::try_from(bytes).unwrap_or(u32::MAX));
     }
     /// The part of type `T`, if a source put one.
     pub fn get<T: Any>(&self) -> Option<&T> {
         self.first
             .iter()
-            .chain(self.more.iter())
+            .chain(self.more.iter().flat_map(|m| m.iter()))
             .find_map(|p| p.downcast_ref::<T>())
     }
     /// Whether no source put a part.
@@ -45,7 +51,7 @@ impl Parts {
     }
     /// The bytes the parts were counted at.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.bytes as usize
     }
 }
 
@@ -54,7 +60,7 @@ impl std::fmt::Debug for Parts {
         write!(
             f,
             "Parts({})",
-            usize::from(self.first.is_some()) + self.more.len()
+            usize::from(self.first.is_some()) + self.more.as_ref().map_or(0, |m| m.len())
         )
     }
 }
@@ -64,8 +70,9 @@ impl std::fmt::Debug for Parts {
 pub struct LogEvidence {
     /// Record time (ns).
     pub time_ns: u64,
-    /// `service.name` of the resource.
-    pub service: String,
+    /// `service.name` of the resource (one allocation shared by the
+    /// records of a resource).
+    pub service: Arc<str>,
     /// Severity number.
     pub severity: i32,
     /// `error.type` / `exception.type`.
@@ -107,5 +114,10 @@ mod tests {
         p.put(A(2), 0);
         assert_eq!(p.get::<A>(), Some(&A(2)));
         assert_eq!(p.bytes(), 15);
+    }
+
+    #[test]
+    fn parts_stay_small_in_every_record() {
+        assert_eq!(std::mem::size_of::<Parts>(), 32);
     }
 }

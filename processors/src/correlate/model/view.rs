@@ -166,7 +166,7 @@ pub fn view(
             .enumerate()
             .map(|(i, l)| LogView {
                 at_ms: (l.time_ns as f64 - start_ns) / 1e6,
-                service: l.service.clone(),
+                service: l.service.to_string(),
                 fields: match serde_json::to_value(Cells {
                     row: t,
                     i,

@@ -17,7 +17,7 @@
 //!   those statuses at `route_error_ratio`.
 
 use datafusion::arrow::datatypes::SchemaRef;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use super::{json, Join, Source, Tick, Values, View, JOIN_ATTRS};
@@ -108,24 +108,25 @@ pub struct BucketPoint {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Line {
     /// Route.
-    pub route: Option<Box<str>>,
+    pub route: Option<Arc<str>>,
     /// HTTP status.
     pub status: Option<i64>,
     /// Rate-limit rule that answered.
-    pub rate_limit_rule: Option<Box<str>>,
+    pub rate_limit_rule: Option<Arc<str>>,
     /// Circuit-breaker state (CLOSED, OPEN, HALF_OPEN).
-    pub circuit_state: Option<Box<str>>,
+    pub circuit_state: Option<Arc<str>>,
     /// Envoy response flags (UT, UF, UO, UH, URX, RL, ...).
-    pub response_flags: Option<Box<str>>,
+    pub response_flags: Option<Arc<str>>,
     /// Upstream (`server.address`).
-    pub upstream: Option<Box<str>>,
+    pub upstream: Option<Arc<str>>,
     /// Request duration at the gateway (ms).
     pub duration_ms: Option<f64>,
 }
 
 impl Line {
-    /// The line of a record's attributes, when they are a gateway's.
-    pub fn read(a: &[KeyValue]) -> Option<Line> {
+    /// The line of a record's attributes, when they are a gateway's, its
+    /// texts taken from `texts`.
+    fn read(a: &[KeyValue], texts: &Texts) -> Option<Line> {
         const RULE: [&str; 2] = ["gateway.rate_limit_rule", "rate_limit_rule"];
         const CIRCUIT: [&str; 2] = ["gateway.circuit_state", "circuit_state"];
         const FLAGS: [&str; 2] = ["gateway.response_flags", "response_flags"];
@@ -143,7 +144,7 @@ impl Line {
         if !gateway {
             return None;
         }
-        let boxed = |v: Option<String>| present(v).map(String::into_boxed_str);
+        let boxed = |v: Option<String>| present(v).map(|v| texts.get(v));
         Some(Line {
             route: boxed(raw(&ROUTE_KEYS)),
             status,
@@ -178,6 +179,30 @@ impl Line {
 /// (Envoy, NGINX) or nothing for a field with no value.
 fn present(v: Option<String>) -> Option<String> {
     v.filter(|x| !x.trim().is_empty() && x.trim() != "-")
+}
+
+/// The texts of gateway lines (routes, rules, circuit states, flags,
+/// upstreams: few distinct values), one allocation each shared by every
+/// line that has it, at most `MAX_TEXTS` of them; past that a line's text
+/// is its own.
+#[derive(Default)]
+struct Texts(Mutex<HashSet<Arc<str>>>);
+
+/// The most texts shared.
+const MAX_TEXTS: usize = 4096;
+
+impl Texts {
+    fn get(&self, v: String) -> Arc<str> {
+        let mut g = lock(&self.0);
+        if let Some(t) = g.get(v.as_str()) {
+            return Arc::clone(t);
+        }
+        let t: Arc<str> = v.into();
+        if g.len() < MAX_TEXTS {
+            g.insert(Arc::clone(&t));
+        }
+        t
+    }
 }
 
 /// The gateway's line of a record, if it is one.
@@ -242,7 +267,7 @@ pub fn hops(logs: &[Arc<LogEvidence>]) -> Vec<Option<i64>> {
     let mut firsts: Vec<(&str, (f64, f64))> = Vec::new();
     for (l, g) in logs.iter().filter_map(|l| Some((l, line(l)?))) {
         let s = start(l, g);
-        match firsts.iter_mut().find(|(svc, _)| *svc == l.service) {
+        match firsts.iter_mut().find(|(svc, _)| *svc == &*l.service) {
             Some((_, f)) if s.partial_cmp(f) == Some(std::cmp::Ordering::Less) => *f = s,
             Some(_) => {}
             None => firsts.push((&l.service, s)),
@@ -252,7 +277,7 @@ pub fn hops(logs: &[Arc<LogEvidence>]) -> Vec<Option<i64>> {
     logs.iter()
         .map(|l| {
             line(l)
-                .and_then(|_| firsts.iter().position(|(svc, _)| *svc == l.service))
+                .and_then(|_| firsts.iter().position(|(svc, _)| *svc == &*l.service))
                 .map(|i| i as i64)
         })
         .collect()
@@ -265,6 +290,7 @@ pub struct Gateway {
     routes: Mutex<HashMap<String, RouteWindow>>,
     /// Entry route → gateway route id, learned from traces that had both.
     learned: Mutex<HashMap<String, String>>,
+    texts: Texts,
 }
 
 impl Gateway {
@@ -275,6 +301,7 @@ impl Gateway {
             max_routes,
             routes: Mutex::new(HashMap::new()),
             learned: Mutex::new(HashMap::new()),
+            texts: Texts::default(),
         }
     }
 
@@ -492,7 +519,7 @@ impl Source for Gateway {
     }
 
     fn read_log(&self, attrs: &[KeyValue], record: &mut LogEvidence) {
-        if let Some(l) = Line::read(attrs) {
+        if let Some(l) = Line::read(attrs, &self.texts) {
             let bytes = l.bytes();
             record.parts.put(l, bytes);
         }

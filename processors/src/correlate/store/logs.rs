@@ -32,7 +32,7 @@ pub struct LogWindow {
 /// A log record's evidence as every record has it: its time (the
 /// observed time, or now, when it has none), its service, severity, error
 /// type, body (cut to 512 bytes) and span id.
-fn record(r: &LogRecord, service: &str, now_ns: u64) -> LogEvidence {
+fn record(r: &LogRecord, service: &Arc<str>, now_ns: u64) -> LogEvidence {
     let a = &r.attributes;
     let time_ns = if r.time_unix_nano > 0 {
         r.time_unix_nano
@@ -41,11 +41,7 @@ fn record(r: &LogRecord, service: &str, now_ns: u64) -> LogEvidence {
     } else {
         now_ns
     };
-    let mut body = r
-        .body
-        .as_ref()
-        .and_then(|b| s(&Some(b.clone())))
-        .unwrap_or_default();
+    let mut body = s(&r.body).unwrap_or_default();
     if body.len() > 512 {
         let mut cut = 512;
         while !body.is_char_boundary(cut) {
@@ -55,14 +51,14 @@ fn record(r: &LogRecord, service: &str, now_ns: u64) -> LogEvidence {
     }
     LogEvidence {
         time_ns,
-        service: service.to_string(),
+        service: Arc::clone(service),
         severity: r.severity_number,
         error_type: find(a, &["error.type", "exception.type"])
             .and_then(s)
             .filter(|x| !x.trim().is_empty() && x.trim() != "-"),
         body,
         span_id: (r.span_id.len() == 8 && r.span_id.iter().any(|b| *b != 0))
-            .then(|| r.span_id.iter().map(|b| format!("{b:02x}")).collect()),
+            .then(|| hex::encode(&r.span_id)),
         parts: Default::default(),
     }
 }
@@ -138,9 +134,10 @@ impl LogWindow {
                 .as_ref()
                 .map(|r| r.attributes.as_slice())
                 .unwrap_or(&[]);
-            let service = find(res_attrs, &["service.name"])
+            let service: Arc<str> = find(res_attrs, &["service.name"])
                 .and_then(s)
-                .unwrap_or_default();
+                .unwrap_or_default()
+                .into();
             for sl in &rl.scope_logs {
                 for r in &sl.log_records {
                     let mut ev = record(r, &service, now_ns);
