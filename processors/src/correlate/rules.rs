@@ -14,7 +14,7 @@
 //!   route, db_system, db_operation, messaging_system, destination, consumer_group,
 //!   routing_key, server_address, peer_service, callee, error_type, exception_type, exception_message, resend_count,
 //!   rpc_system, rpc_service, rpc_method, grpc_status,
-//!   cache_hit, wait_ms, path_ms, cache_inferred, pool_wait, client_error, attempt, attempts,
+//!   cache_hit, wait_ms, path_ms, cache_inferred, pool_wait, client_error, refused_target, attempt, attempts,
 //!   failed_attempts, retry_window_ms, retry_gap_ms, retry_trigger, recovered, queue_ms, async_wait_ms,
 //!   baseline_ms, excess_ms, server_port, gen_ai_model, input_tokens, output_tokens,
 //!   gen_ai_queue_ms, gen_ai_ttft_ms, gen_ai_prefill_ms, gen_ai_decode_ms, prompt_baseline`, then
@@ -122,25 +122,42 @@ pub struct RuleConfig {
 }
 
 /// `processors.correlate.retry_storm`: the thresholds of the diagnosis
-/// guides (the same request retried at least 5 times at intervals under a
-/// second). Fewer, or slower (backed-off) retries are the client doing the
-/// right thing: the cause is what they answered.
+/// guides (the same request retried at least 5 times, so 6 attempts, at
+/// intervals under a second). Fewer, or slower (backed-off) retries are the
+/// client doing the right thing: the cause is what they answered.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryStormConfig {
-    /// Attempts of one request, at least (default 5).
-    #[serde(default = "storm_attempts")]
-    pub min_attempts: i64,
+    /// Retries of one request, at least: attempts after the first
+    /// (default 5).
+    #[serde(default)]
+    pub min_retries: Option<i64>,
+    /// The older key, counting attempts (the first one included): read as
+    /// `min_retries: min_attempts - 1` when `min_retries` is not set.
+    #[serde(default)]
+    pub min_attempts: Option<i64>,
     /// The mean time between one attempt's end and the next one's start,
     /// below which the retries come too fast (default 1s).
     #[serde(default = "storm_interval")]
     pub max_interval: Duration,
 }
 
+impl RetryStormConfig {
+    /// Retries of one request, at least, for them to be a storm.
+    pub fn retries(&self) -> i64 {
+        self.min_retries
+            .or(self.min_attempts.map(|a| a - 1))
+            .unwrap_or(STORM_RETRIES)
+    }
+}
+
 impl Validate for RetryStormConfig {
     fn validate(&self) -> Vec<ConfigError> {
         let mut e = Vec::new();
-        if self.min_attempts < 2 {
+        if self.min_retries.is_some_and(|r| r < 1) {
+            e.push(ConfigError::new("min_retries", "must be at least 1"));
+        }
+        if self.min_attempts.is_some_and(|a| a < 2) {
             e.push(ConfigError::new("min_attempts", "must be at least 2"));
         }
         e
@@ -150,15 +167,15 @@ impl Validate for RetryStormConfig {
 impl Default for RetryStormConfig {
     fn default() -> Self {
         RetryStormConfig {
-            min_attempts: storm_attempts(),
+            min_retries: None,
+            min_attempts: None,
             max_interval: storm_interval(),
         }
     }
 }
 
-fn storm_attempts() -> i64 {
-    5
-}
+/// The guides' storm: 5 retries.
+const STORM_RETRIES: i64 = 5;
 fn storm_interval() -> Duration {
     Duration::secs(1)
 }
@@ -292,6 +309,22 @@ FROM b JOIN traces t ON t.trace_id = b.trace_id
 GROUP BY b.trace_id"#,
         ),
         r(
+            "client_refusal",
+            &CIRCUIT_OPEN,
+            r#"
+SELECT s.trace_id, 0.9 AS confidence,
+  concat(max(s.service), ' refused its own call to ', max(s.refused_target),
+         ' without reaching it, after its recent calls there failed: an open circuit breaker (',
+         coalesce(max(s.exception_type), max(s.error_type), nullif(max(s.status_message), ''), max(s.name)), ')') AS summary,
+  first_value(s.span_id ORDER BY s.start_ms DESC) AS culprit_span_id,
+  max(s.refused_target) AS culprit_service,
+  CASE WHEN bool_or(t.failed) THEN max(t.duration_ms) ELSE max(s.duration_ms) END AS explained_ms,
+  bool_or(t.failed) AS explains_failure
+FROM spans s JOIN traces t ON t.trace_id = s.trace_id
+WHERE s.refused_target IS NOT NULL
+GROUP BY s.trace_id"#,
+        ),
+        r(
             "db_refused",
             &DB_CONNECTION_SATURATION,
             r#"
@@ -366,7 +399,7 @@ GROUP BY s.trace_id"#,
 fn waits(storm: &RetryStormConfig, min_message_wait: Duration) -> Vec<Rule> {
     let min_wait_ms = min_message_wait.get().as_secs_f64() * 1000.0;
     let r = Rule::builtin;
-    let storm_attempts = storm.min_attempts.max(2);
+    let storm_attempts = storm.retries().max(1) + 1;
     let storm_gap_ms = storm.max_interval.get().as_secs_f64() * 1000.0;
     vec![
         r(

@@ -158,6 +158,7 @@ fn join_within(
     let mut traces = analysis::trace::traces(rs, Some(&c.store.baselines), &Default::default());
     c.sources.join_logs(&mut traces, &c.store);
     c.store.peers.learn_and_fill(&mut traces);
+    c.store.refusals.learn_and_mark(&mut traces);
     let tick = Tick {
         store: &c.store,
         now_ns: 1_000_000_000_000,
@@ -530,10 +531,10 @@ async fn a_stock_redis_cache_aside_miss_is_found_from_the_span_layout() {
 }
 
 #[tokio::test]
-async fn backed_off_retries_are_their_trigger_and_fast_ones_past_five_a_retry_storm() {
+async fn backed_off_retries_are_their_trigger_and_fast_ones_past_five_retries_a_retry_storm() {
     let st = store();
-    // An explicit retry loop against 503s: `n` attempts, `gap` ms apart.
-    let attempts = |trace: u8, n: u64, gap: u64| {
+    // An explicit retry loop: `n` attempts, `gap` ms apart, answered `status`.
+    let attempts_of = |trace: u8, n: u64, gap: u64, status: i64| {
         let mut spans = vec![failed(
             sp(1, None, "POST /checkout", Server, 0, 5 + n * (15 + gap)),
             "503",
@@ -545,7 +546,7 @@ async fn backed_off_retries_are_their_trigger_and_fast_ones_past_five_a_retry_st
                     sp(2 + k as u8, Some(1), "POST", Client, s, s + 15),
                     vec![
                         attr_s("server.address", "payments"),
-                        kv("http.response.status_code", 503i64),
+                        kv("http.response.status_code", status),
                     ],
                 ),
                 "",
@@ -553,6 +554,7 @@ async fn backed_off_retries_are_their_trigger_and_fast_ones_past_five_a_retry_st
         }
         vec![resource_spans("checkout", tid(trace, spans))]
     };
+    let attempts = |trace: u8, n: u64, gap: u64| attempts_of(trace, n, gap, 503);
     // Four attempts, backing off 285 ms: the client did the right thing;
     // the cause is what it retried (payments unavailable), the retries are
     // in the summary.
@@ -575,19 +577,50 @@ async fn backed_off_retries_are_their_trigger_and_fast_ones_past_five_a_retry_st
         v.alternatives.iter().all(|a| a.cause != "retry_storm"),
         "{v:?}"
     );
-    // Six attempts 100 ms apart: the retries are the problem.
+    // Six attempts 100 ms apart against an unavailable callee: the
+    // retries are a storm, and what they retried (payments unavailable)
+    // caused them; the storm is its alternative.
     let mut rs = attempts(46, 6, 100);
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
+    assert!(
+        v.reason.contains("retry_storm (the retries it caused)"),
+        "{}",
+        v.reason
+    );
+    assert!(
+        v.alternatives.iter().any(|a| a.cause == "retry_storm"),
+        "{v:?}"
+    );
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("payments", "callee")
+    );
+    // Six attempts 100 ms apart answered 500 (no trigger of their own):
+    // the retries are the problem.
+    let mut rs = attempts_of(48, 6, 100, 500);
     let out = analyse(&st, &mut rs).await;
     let v = &out[0].1;
     assert_eq!(v.best.cause, "retry_storm", "{v:?}");
     assert!(
-        v.best.summary.contains("6 attempts") && v.best.summary.contains("503"),
+        v.best.summary.contains("6 attempts") && v.best.summary.contains("500"),
         "{}",
         v.best.summary
     );
     assert_eq!(
         (v.culprit_service.as_str(), v.culprit_kind),
         ("payments", "callee")
+    );
+    // Five attempts (four retries), as fast: fewer than the guides' five
+    // retries, no storm.
+    let mut rs = attempts_of(49, 5, 100, 500);
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_ne!(v.best.cause, "retry_storm", "{v:?}");
+    assert!(
+        v.alternatives.iter().all(|a| a.cause != "retry_storm"),
+        "{v:?}"
     );
     // Six attempts backing off 1.5 s each: not a storm either.
     let mut rs = attempts(47, 6, 1500);
@@ -3132,4 +3165,146 @@ async fn the_table_a_call_waiting_on_a_lock_touched_is_named_in_its_verdict() {
         summary(91)
     );
     assert!(!summary(92).contains("(table"), "{}", summary(92));
+}
+
+/// An `exception` event on `x`.
+fn raised(mut x: Span, kind: &str, message: &str) -> Span {
+    x.events.push(span::Event {
+        name: "exception".into(),
+        attributes: vec![
+            attr_s("exception.type", kind),
+            attr_s("exception.message", message),
+        ],
+        ..Default::default()
+    });
+    x
+}
+
+#[tokio::test]
+async fn a_grpc_call_to_nothing_names_the_service_or_address_it_meant_to_reach() {
+    let st = store();
+    // grpcio's client span: no server.address; the target is in the
+    // exception's text and rpc.service.
+    let call = |t: u8, port: u16| {
+        let c = raised(
+            failed(
+                with(
+                    sp(2, Some(1), "/reservations.Book/Hold", Client, 5, 8),
+                    vec![
+                        attr_s("rpc.system", "grpc"),
+                        attr_s("rpc.service", "reservations.Book"),
+                        attr_s("rpc.method", "Hold"),
+                        kv("rpc.grpc.status_code", 14i64),
+                    ],
+                ),
+                "StatusCode.UNAVAILABLE",
+            ),
+            "grpc._channel._InactiveRpcError",
+            &format!("<_InactiveRpcError of RPC that terminated with:\n\tstatus = StatusCode.UNAVAILABLE\n\tdetails = \"failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:{port}: Failed to connect to remote host: Connection refused\"\n>"),
+        );
+        let root = failed(sp(1, None, "POST /hold", Server, 0, 10), "");
+        vec![resource_spans("api", tid(t, vec![root, c]))]
+    };
+    // Nothing ever served it: the address it meant to reach, never the caller.
+    let mut rs = call(120, 45123);
+    let v = &analyse(&st, &mut rs).await[0].1;
+    assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("127.0.0.1:45123", "callee"),
+        "{v:?}"
+    );
+    // Once a server span of `reservations` served the RPC service, a call
+    // to it that reached nothing names reservations.
+    let served = with(
+        sp(3, None, "reservations.Book/Hold", Server, 0, 2),
+        vec![
+            attr_s("rpc.system", "grpc"),
+            attr_s("rpc.service", "reservations.Book"),
+        ],
+    );
+    let mut rs = vec![resource_spans("reservations", tid(121, vec![served]))];
+    analyse(&st, &mut rs).await;
+    let mut rs = call(122, 45124);
+    let v = &analyse(&st, &mut rs).await[0].1;
+    assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("reservations", "callee"),
+        "{v:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_breaker_no_rule_knows_by_name_is_found_by_what_it_did() {
+    let st = store();
+    // api's calls to pricing fail: nothing listens at pricing's address,
+    // which a server span of pricing answered before.
+    let call = |t: u8, at: u64, status: i64| {
+        let c = with(
+            sp(2, Some(1), "GET", Client, at + 1, at + 3),
+            vec![
+                attr_s("server.address", "10.0.0.7"),
+                kv("server.port", 8080i64),
+                kv("http.response.status_code", status),
+            ],
+        );
+        let c = if status >= 500 { failed(c, "") } else { c };
+        let root = sp(1, None, "GET /quote", Server, at, at + 4);
+        let root = if status >= 500 {
+            failed(root, "")
+        } else {
+            root
+        };
+        resource_spans("api", tid(t, vec![root, c]))
+    };
+    let answered = with(
+        sp(3, Some(2), "GET /price", Server, 2, 3),
+        vec![kv("http.response.status_code", 200i64)],
+    );
+    let mut rs = vec![
+        call(130, 0, 200),
+        resource_spans("pricing", tid(130, vec![answered])),
+    ];
+    analyse(&st, &mut rs).await;
+    let mut rs = vec![call(131, 100, 503), call(132, 200, 503)];
+    analyse(&st, &mut rs).await;
+    // Then api fails in a millisecond with nothing under it: a Python
+    // breaker's exception, in words no rule lists.
+    let refused = |t: u8, at: u64, kind: &str| {
+        let root = raised(
+            failed(sp(1, None, "GET /quote", Server, at, at + 1), ""),
+            kind,
+            "Circuit \"get_price\" OPEN until 2026-12-05 05:20:00 (2 failures, 30 sec remaining)",
+        );
+        vec![resource_spans("api", tid(t, vec![root]))]
+    };
+    let mut rs = refused(133, 300, "circuitbreaker.CircuitBreakerError");
+    let v = &analyse(&st, &mut rs).await[0].1;
+    assert_eq!(v.best.cause, "circuit_open", "{v:?}");
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("pricing", "callee"),
+        "{v:?}"
+    );
+    assert!(
+        v.best.summary.contains("refused its own call to pricing"),
+        "{}",
+        v.best.summary
+    );
+    // The same fast failure in a service whose calls never failed is an
+    // error of its own.
+    let mut rs = vec![resource_spans(
+        "checkout",
+        tid(
+            134,
+            vec![raised(
+                failed(sp(1, None, "GET /quote", Server, 300, 301), ""),
+                "ValueError",
+                "bad sku",
+            )],
+        ),
+    )];
+    let v = &analyse(&st, &mut rs).await[0].1;
+    assert_eq!(v.best.cause, "error", "{v:?}");
 }

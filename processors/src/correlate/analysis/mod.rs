@@ -5,6 +5,8 @@ pub mod baseline;
 pub mod chain;
 pub mod critical;
 pub mod peers;
+pub mod refusal;
 pub mod shape;
+pub mod target;
 pub mod trace;
 pub mod verdict;

@@ -4,7 +4,9 @@
 //! address rather than as its caller.
 //!
 //! Learned from a client span whose server child is in the trace (the
-//! client's `server.address:server.port` → the child's `service.name`); not
+//! client's `server.address:server.port` → the child's `service.name`), and
+//! from a server span that serves an RPC service (its `rpc.service` → its
+//! `service.name`: a gRPC client span need carry no address); not
 //! from gateway lines, whose upstream may be the entry service (an edge
 //! gateway) or a callee (a sidecar's egress). Bounded: at most `max` addresses; when full, the address learned
 //! longest ago goes. It knows no evidence source.
@@ -25,6 +27,12 @@ struct Inner {
 pub struct Peers {
     inner: Mutex<Inner>,
     max: usize,
+}
+
+/// The RPC service a span calls or serves, as the key it is learned by.
+pub fn rpc_of(s: &SpanRow) -> Option<String> {
+    let r = s.rpc_service.as_deref().filter(|r| !r.is_empty())?;
+    Some(format!("rpc:{}", r.to_ascii_lowercase()))
 }
 
 /// The address a client span called, as `host:port` (or `host`), lowercased.
@@ -87,6 +95,11 @@ impl Peers {
         let mut g = self.lock();
         for t in traces.iter() {
             for s in &t.spans {
+                if s.kind == "server" {
+                    if let Some(rpc) = rpc_of(s) {
+                        Self::put(&mut g, self.max, rpc, &s.service);
+                    }
+                }
                 if let (Some(callee), Some(addr)) = (
                     s.callee.as_ref().filter(|_| s.kind == "client"),
                     address_of(s),
@@ -104,9 +117,11 @@ impl Peers {
                 if !matches!(s.kind, "client" | "producer") {
                     continue;
                 }
-                s.callee = address_of(s)
-                    .and_then(|a| g.map.get(&a).cloned())
-                    .filter(|x| !x.is_empty());
+                let known = |k: Option<String>| {
+                    k.and_then(|k| g.map.get(&k).cloned())
+                        .filter(|x| !x.is_empty())
+                };
+                s.callee = known(address_of(s)).or_else(|| known(rpc_of(s)));
             }
         }
     }
@@ -186,5 +201,32 @@ mod tests {
         }];
         p.learn_and_fill(&mut later);
         assert_eq!(later[0].spans[0].callee, None);
+    }
+
+    #[test]
+    fn a_server_span_names_the_rpc_service_it_serves() {
+        let p = Peers::new(8);
+        let mut seen = vec![TraceRow {
+            spans: vec![SpanRow {
+                kind: "server",
+                service: "reservations".into(),
+                rpc_service: Some("reservations.Book".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }];
+        p.learn_and_fill(&mut seen);
+        // A gRPC client span with no address, whose callee never answered.
+        let mut later = vec![TraceRow {
+            spans: vec![SpanRow {
+                kind: "client",
+                service: "api".into(),
+                rpc_service: Some("reservations.Book".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }];
+        p.learn_and_fill(&mut later);
+        assert_eq!(later[0].spans[0].callee.as_deref(), Some("reservations"));
     }
 }

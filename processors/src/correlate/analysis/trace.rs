@@ -13,6 +13,7 @@ use std::sync::Arc;
 use super::baseline::Baselines;
 use super::critical::{critical_path, root, Node};
 use super::shape;
+use super::target;
 use crate::correlate::model::series::{find as attr, host_key, s as attr_str, ROUTE_KEYS};
 use crate::correlate::model::trace::{id64, SpanRef, SpanRow, TraceRow, PROMPT_BASELINE};
 
@@ -177,6 +178,20 @@ fn op_identity(r: &SpanRow, a: &[opentelemetry_proto::tonic::common::v1::KeyValu
 
 fn span_row(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) -> SpanRow {
     let mut row = span_row_of(at, span, service, host);
+    if row.server_address.is_none() && row.kind == "client" {
+        // The target from the URL, else from the address the client's
+        // error names (a gRPC client that writes no `server.address`).
+        let url = || attr(&span.attributes, &["url.full", "http.url"]).and_then(attr_str);
+        let said = |x: &Option<String>| x.as_deref().and_then(target::of_error);
+        if let Some(t) = url()
+            .and_then(|u| target::of_url(&u))
+            .or_else(|| said(&row.exception_message))
+            .or_else(|| target::of_error(&row.status_message))
+        {
+            row.server_address = Some(t.host);
+            row.server_port = row.server_port.or(t.port);
+        }
+    }
     row.op = op_identity(&row, &span.attributes);
     row
 }
@@ -296,17 +311,53 @@ fn span_row_of(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) ->
             || a.iter().any(|kv| {
                 kv.key.starts_with("db.client.connection.")
                     || kv.key.starts_with("db.client.connections.")
-            }),
+            })
+            || pool_acquire(
+                attr(a, &["code.namespace"]).and_then(attr_str).as_deref(),
+                attr(a, &["code.function.name", "code.function"])
+                    .and_then(attr_str)
+                    .as_deref(),
+            ),
         ..Default::default()
     }
 }
 
 /// Span names that stock instrumentations give a wait for a pooled
-/// connection: Go's otelhttptrace (`http.getconn`), Node's
-/// instrumentation-pg (`pg-pool.connect`) and instrumentation-generic-pool
-/// (`generic-pool.acquire`). Java's agent reports its pools (HikariCP,
-/// c3p0, DBCP) as `db.client.connection(s).*` metrics, not spans.
+/// connection and that carry no code attributes: Go's otelhttptrace
+/// (`http.getconn`), Node's instrumentation-pg (`pg-pool.connect`) and
+/// instrumentation-generic-pool (`generic-pool.acquire`).
 const POOL_WAITS: [&str; 3] = ["http.getconn", "pg-pool.connect", "generic-pool.acquire"];
+
+/// Methods that hand out a pooled resource, by what they do (lowercased,
+/// `_` dropped): JDBC's `DataSource.getConnection`, commons-pool's
+/// `borrowObject`, SQLAlchemy's `Pool.connect`/`_checkout`, `acquire`.
+const ACQUIRE_METHODS: [&str; 5] = [
+    "getconnection",
+    "borrowobject",
+    "acquire",
+    "checkout",
+    "connect",
+];
+
+/// A span of code that took a connection from a pool, by its code
+/// attributes: a method that hands out pooled resources (`code.function`,
+/// or the last part of `code.function.name`) of a type that is a pool or a
+/// data source (`code.namespace`, or the rest of `code.function.name`). The
+/// Java agent's jdbc-datasource instrumentation writes
+/// `HikariDataSource.getConnection` with these, for every pool it wraps.
+fn pool_acquire(namespace: Option<&str>, function: Option<&str>) -> bool {
+    let Some(function) = function else {
+        return false;
+    };
+    let (owner, method) = match function.rsplit_once(['.', ':']) {
+        Some((owner, method)) => (namespace.unwrap_or(owner), method),
+        None => (namespace.unwrap_or(""), function),
+    };
+    let method = method.replace('_', "").to_ascii_lowercase();
+    let owner = owner.to_ascii_lowercase();
+    ACQUIRE_METHODS.contains(&method.as_str())
+        && (owner.contains("pool") || owner.contains("datasource"))
+}
 
 /// A fast hasher for ids that are random already (trace and span ids).
 type IdMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
@@ -695,5 +746,42 @@ impl RouteMap {
             .get(route)
             .cloned()
             .unwrap_or_else(|| route.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pool_acquire;
+
+    #[test]
+    fn a_pool_wait_is_known_by_its_code_attributes() {
+        // The Java agent's jdbc-datasource, old and new code conventions.
+        assert!(pool_acquire(
+            Some("com.zaxxer.hikari.HikariDataSource"),
+            Some("getConnection")
+        ));
+        assert!(pool_acquire(
+            None,
+            Some("com.zaxxer.hikari.HikariDataSource.getConnection")
+        ));
+        // commons-pool, a Python pool.
+        assert!(pool_acquire(
+            Some("org.apache.commons.pool2.impl.GenericObjectPool"),
+            Some("borrowObject")
+        ));
+        assert!(pool_acquire(
+            None,
+            Some("sqlalchemy.pool.base.Pool._checkout")
+        ));
+        // A method of the same name elsewhere, and a pool's other methods.
+        assert!(!pool_acquire(
+            Some("com.example.Repo"),
+            Some("getConnection")
+        ));
+        assert!(!pool_acquire(
+            Some("com.zaxxer.hikari.HikariDataSource"),
+            Some("close")
+        ));
+        assert!(!pool_acquire(None, None));
     }
 }

@@ -261,6 +261,38 @@ fn mark_shown(t: &TraceRow, placed: &mut [Placed], enough: &Enough) {
         });
         placed[i].shown = shown;
     }
+    // Retries of what a trigger answered at the same call (a limiter's
+    // 429, an open circuit, an unavailable callee) are its consequence:
+    // the trigger sits where the retries do and shows them.
+    for i in 0..placed.len() {
+        let (x, a) = match placed[i].span {
+            Some(a) if placed[i].cause.holds_retries => (&placed[i], a),
+            _ => continue,
+        };
+        let trigger = placed.iter().position(|z| {
+            z.cause.triggers_retries
+                && z.f.explains_failure == x.f.explains_failure
+                && z.span
+                    .is_some_and(|b| same_call(t, a, b) || same_parent_call(t, a, b))
+        });
+        if let Some(j) = trigger {
+            let step = placed[i].step.max(placed[j].step);
+            placed[j].step = step;
+            placed[j].shown = false;
+            placed[i].step = step;
+            placed[i].shown = true;
+        }
+    }
+}
+
+/// Whether spans `a` and `b` are attempts under one call (siblings of one
+/// retried call whose attempts the layout numbered in one of them only).
+fn same_parent_call(t: &TraceRow, a: usize, b: usize) -> bool {
+    let (x, y) = (&t.spans[a], &t.spans[b]);
+    x.parent.is_some()
+        && x.parent == y.parent
+        && (x.attempts.is_some() || y.attempts.is_some())
+        && x.service == y.service
 }
 
 /// Each finding's support: its evidence's strength × how much of the
@@ -484,6 +516,8 @@ fn reason(t: &TraceRow, chain: &Chain, placed: &[Placed]) -> String {
                 "closer to the response: a consequence".to_string()
             } else if best.cause.explains(p.cause) {
                 format!("how {} shows at the same call", best.f.cause)
+            } else if best.cause.triggers_retries && p.cause.holds_retries && p.shown {
+                "the retries it caused".to_string()
             } else if p.fallback && !best.fallback {
                 "at the same call, names no mechanism".to_string()
             } else {
@@ -617,6 +651,10 @@ fn callee_of(t: &TraceRow, c: usize, named: Option<&str>, peers: Option<&Peers>)
         }
         if let Some(a) = super::peers::address_of(x) {
             return a;
+        }
+        // An RPC no server answered, to no address: the service it called.
+        if let Some(r) = x.rpc_service.as_deref().filter(|_| x.kind == "client") {
+            return r.to_string();
         }
         at = x.parent;
         steps += 1;
@@ -860,6 +898,57 @@ mod tests {
         assert_ne!(
             with, "storm",
             "a retried call gets a note unless its cause holds the retries"
+        );
+    }
+
+    static TRIGGER: Cause = Cause::new("trigger", cause::limiter).triggers_retries();
+    static NOT_A_TRIGGER: Cause = Cause::new("trigger", cause::limiter);
+
+    #[test]
+    fn a_trigger_wins_over_the_retries_it_caused_at_the_same_call() {
+        // Three attempts of one call, each answered by a limit; the storm's
+        // finding names the first attempt, the limit's the last.
+        let mut t = failed_call("boom");
+        t.spans[1].attempt = Some(1);
+        t.spans[1].attempts = Some(3);
+        for (id, n) in [(3, 2), (4, 3)] {
+            let mut again = t.spans[1].clone();
+            again.span_id = id;
+            again.attempt = Some(n);
+            t.spans.push(again);
+        }
+        let f = vec![
+            finding(&HOLDS_RETRIES, 2, true, 1.0),
+            finding(&TRIGGER, 4, true, 1.0),
+        ];
+        let v = best(&t, f.clone(), &[&HOLDS_RETRIES, &TRIGGER]);
+        assert_eq!(v.best.cause, "trigger");
+        assert!(
+            v.reason.contains("storm (the retries it caused)"),
+            "{}",
+            v.reason
+        );
+        assert!(
+            v.best.summary.contains("retried"),
+            "the trigger's summary notes the retries: {}",
+            v.best.summary
+        );
+        // Not described as a trigger: the retries hold the failure.
+        assert_eq!(
+            best(&t, f.clone(), &[&HOLDS_RETRIES, &NOT_A_TRIGGER])
+                .best
+                .cause,
+            "storm"
+        );
+        // A request that recovered: the time is the trigger's too.
+        t.failed = false;
+        let mut healthy = f;
+        for x in &mut healthy {
+            x.explains_failure = false;
+        }
+        assert_eq!(
+            best(&t, healthy, &[&HOLDS_RETRIES, &TRIGGER]).best.cause,
+            "trigger"
         );
     }
 

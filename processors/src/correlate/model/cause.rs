@@ -51,6 +51,11 @@ pub struct Cause {
     /// placed at the failure's origin, and the trace's retries are its own
     /// story, not a note.
     pub holds_retries: bool,
+    /// A client retrying what it answered (a limiter's 429, an open
+    /// circuit, an unavailable callee) is its consequence: at the same
+    /// call, it sits where the retries do and wins over a cause that holds
+    /// them ([`Cause::holds_retries`]).
+    pub triggers_retries: bool,
     /// Evidence that would replace it may still arrive (gateway logs,
     /// metrics, a callee's spans): the trace is held for
     /// `evidence_wait` before its verdict is final.
@@ -68,6 +73,7 @@ impl Cause {
             face: None,
             shows_as: &[],
             holds_retries: false,
+            triggers_retries: false,
             waits: false,
         }
     }
@@ -94,6 +100,11 @@ impl Cause {
     /// It holds the failures inside its attempts.
     pub const fn holds_retries(mut self) -> Cause {
         self.holds_retries = true;
+        self
+    }
+    /// Retries of what it answered are its consequence.
+    pub const fn triggers_retries(mut self) -> Cause {
+        self.triggers_retries = true;
         self
     }
     /// Its trace is held for evidence that could replace it.
@@ -141,25 +152,25 @@ pub static UPSTREAM_TIMEOUT: Cause = Cause::new("upstream_timeout", callee)
     .waits();
 /// A callee that could not be reached or refused (a span's UNAVAILABLE, a
 /// gateway's 502/503, Envoy's connect failures).
-pub static UPSTREAM_UNAVAILABLE: Cause =
-    Cause::new("upstream_unavailable", callee).face(Face::Unavailable);
+pub static UPSTREAM_UNAVAILABLE: Cause = Cause::new("upstream_unavailable", callee)
+    .face(Face::Unavailable)
+    .triggers_retries();
 /// An open circuit breaker refused the call (an application's breaker, a
 /// gateway's, Envoy's).
-pub static CIRCUIT_OPEN: Cause =
-    Cause::new("circuit_open", callee).shows_as(&[Face::Unavailable, Face::Error]);
+pub static CIRCUIT_OPEN: Cause = Cause::new("circuit_open", callee)
+    .shows_as(&[Face::Unavailable, Face::Error])
+    .triggers_retries();
 /// A client retrying fast enough to add load (a span's attempts, a topic's
-/// or queue's redelivery).
+/// or queue's redelivery). Its attempts' timeouts, errors and lag are how
+/// it shows; a limit, an open circuit or an unavailable callee that its
+/// attempts met is what it retried, and wins ([`Cause::triggers_retries`]).
 pub static RETRY_STORM: Cause = Cause::new("retry_storm", callee)
-    .shows_as(&[
-        Face::Unavailable,
-        Face::Timeout,
-        Face::RateLimited,
-        Face::Error,
-        Face::Lag,
-    ])
+    .shows_as(&[Face::Timeout, Face::Error, Face::Lag])
     .holds_retries();
 /// A limiter answered (a gateway's rule, a callee's 429).
-pub static RATE_LIMITED: Cause = Cause::new("rate_limited", limiter).face(Face::RateLimited);
+pub static RATE_LIMITED: Cause = Cause::new("rate_limited", limiter)
+    .face(Face::RateLimited)
+    .triggers_retries();
 /// A message waited behind others (Kafka, RabbitMQ, NATS).
 pub static CONSUMER_LAG: Cause = Cause::new("consumer_lag", consumer).face(Face::Lag);
 /// The TLS handshake held the time (a client's phase, Envoy's TLS errors).

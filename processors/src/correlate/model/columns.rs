@@ -136,6 +136,9 @@ table!(
     }),
     bool("pool_wait", |t, i| V::B(Some(t.spans[i].pool_wait))),
     bool("client_error", |t, i| V::B(Some(t.spans[i].client_error))),
+    text("refused_target", |t, i| {
+        V::S(t.spans[i].refused_target.as_deref())
+    }),
     int("attempt", |t, i| V::I(t.spans[i].attempt)),
     int("attempts", |t, i| V::I(t.spans[i].attempts)),
     int("failed_attempts", |t, i| V::I(t.spans[i].failed_attempts)),

@@ -126,6 +126,9 @@ pub struct SpanRow {
     pub pool_wait: bool,
     /// A client span marked ERROR for a 4xx answer (the server's answer, not an error origin).
     pub client_error: bool,
+    /// A refusal by the service itself (see `analysis::refusal`): it failed
+    /// fast with nothing under it after its calls to this target failed.
+    pub refused_target: Option<Arc<str>>,
     /// Attempt number (1-based) when the span is one attempt of a retried call.
     pub attempt: Option<i64>,
     /// Attempts of the call it belongs to.

@@ -256,6 +256,7 @@ impl Analyse {
             .sources
             .join_logs(traces, &self.correlation.store);
         self.correlation.store.peers.learn_and_fill(traces);
+        self.correlation.store.refusals.learn_and_mark(traces);
         let tick = Tick {
             store: &self.correlation.store,
             now_ns: now,

@@ -25,6 +25,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::analysis::baseline::Baselines;
 use super::analysis::peers::Peers;
+use super::analysis::refusal::Refusals;
 
 pub use series::Classify;
 
@@ -62,6 +63,8 @@ pub struct Store {
     pub baselines: Baselines,
     /// The services seen serving each address (callees named by address).
     pub peers: Peers,
+    /// Each service's recent failed calls (its own refusals named by them).
+    pub refusals: Refusals,
     /// Log records by trace.
     pub logs: logs::LogWindow,
     /// Metric series by key.
@@ -94,6 +97,7 @@ impl Store {
                 limits.baseline_min_samples,
             ),
             peers: Peers::new(limits.baseline_max_operations),
+            refusals: Refusals::new(limits.baseline_max_operations),
             logs: logs::LogWindow::new(&limits),
             series: series::SeriesSet::new(&limits),
             traces: traces::TraceMemory::new(&limits),

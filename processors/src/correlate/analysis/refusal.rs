@@ -1,0 +1,288 @@
+//! Client-side refusals, by what happened rather than by what a library
+//! wrote: a span of a service that failed fast with nothing under it (no
+//! call, no connection phase) while that service's recent calls to one
+//! target failed. An open circuit breaker, whatever library raised it, does
+//! exactly this: it fails the call before any attempt, after the failures
+//! that opened it. The target (the service the breaker guards) is the one
+//! those failures went to; when the refusal's own text names one of the
+//! failed targets, that one.
+//!
+//! Learned from the traces analysed: each service's failed client calls
+//! (not a 4xx: that is the server's answer) with their end times, the last
+//! [`PER_SERVICE`] of each service kept, at most `max` services (the one
+//! that failed longest ago goes first). It knows no evidence source.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use super::peers::address_of;
+use super::shape;
+use crate::correlate::model::{SpanRow, TraceRow};
+
+/// A refusal takes at most this long (ms): a check of the breaker's state,
+/// with the framework around it; an attempt that reached the network has a
+/// client span of its own.
+pub const REFUSAL_MS: f64 = 50.0;
+
+/// How long a failed call keeps its caller's later refusals explained
+/// (ms): the open state of the common breakers (resilience4j and pybreaker
+/// 60 s, gobreaker 60 s, opossum 30 s) with room for the half-open probe
+/// that fails and opens it again.
+pub const WINDOW_MS: f64 = 120_000.0;
+
+/// Failed calls remembered per service.
+pub const PER_SERVICE: usize = 16;
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Per service: (end, unix ms; the target) of its failed calls.
+    failed: HashMap<Arc<str>, VecDeque<(f64, Arc<str>)>>,
+    order: VecDeque<Arc<str>>,
+}
+
+/// Each service's recent failed calls.
+#[derive(Debug)]
+pub struct Refusals {
+    inner: Mutex<Inner>,
+    max: usize,
+}
+
+/// The target a failed call went to: the service that answers it, else
+/// its address, else the RPC service it called.
+fn target_of(s: &SpanRow) -> Option<Arc<str>> {
+    s.callee
+        .clone()
+        .filter(|c| !c.is_empty())
+        .or_else(|| address_of(s).map(Arc::from))
+        .or_else(|| s.rpc_service.as_deref().map(Arc::from))
+}
+
+/// A span that could be a refusal: it failed, fast, with nothing under it,
+/// and it is no network attempt itself (a client span that names a
+/// target made one).
+fn refusal_shaped(s: &SpanRow, has_child: bool) -> bool {
+    let attempt = match s.kind {
+        "client" => target_of(s).is_some(),
+        "producer" | "consumer" => true,
+        _ => false,
+    };
+    shape::failed(s)
+        && !attempt
+        && !has_child
+        && !s.client_error
+        && s.duration_ms <= REFUSAL_MS
+        && !matches!(s.http_status, Some(400..=499))
+}
+
+impl Refusals {
+    /// Empty, remembering at most `max` services.
+    pub fn new(max: usize) -> Self {
+        Refusals {
+            inner: Mutex::new(Inner::default()),
+            max: max.max(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Learn the failed calls of `traces`, then mark each refusal-shaped
+    /// span whose service's calls to a target failed before it
+    /// (`refused_target`).
+    pub fn learn_and_mark(&self, traces: &mut [TraceRow]) {
+        let mut g = self.lock();
+        for t in traces.iter() {
+            let base = t.start_unix_ms;
+            for s in &t.spans {
+                if s.kind != "client" || !shape::failed(s) || s.client_error {
+                    continue;
+                }
+                if let Some(target) = target_of(s).filter(|x| **x != *s.service) {
+                    self.put(&mut g, &s.service, base + s.end_ms, target);
+                }
+            }
+        }
+        for t in traces.iter_mut() {
+            let mut has_child = vec![false; t.spans.len()];
+            for s in &t.spans {
+                if let Some(p) = s.parent {
+                    has_child[p] = true;
+                }
+            }
+            let base = t.start_unix_ms;
+            for (i, s) in t.spans.iter_mut().enumerate() {
+                if !refusal_shaped(s, has_child[i]) {
+                    continue;
+                }
+                let Some(failed) = g.failed.get(&s.service) else {
+                    continue;
+                };
+                let at = base + s.start_ms;
+                let before: Vec<&Arc<str>> = failed
+                    .iter()
+                    .filter(|(end, _)| *end <= at && at - *end <= WINDOW_MS)
+                    .map(|(_, x)| x)
+                    .collect();
+                // The target its own text names, else the latest one.
+                let text = format!(
+                    "{} {} {} {}",
+                    s.name,
+                    s.exception_message.as_deref().unwrap_or(""),
+                    s.status_message,
+                    s.error_type.as_deref().unwrap_or("")
+                )
+                .to_ascii_lowercase();
+                let named = before
+                    .iter()
+                    .find(|x| text.contains(&x.to_ascii_lowercase()));
+                s.refused_target = named.or(before.last()).map(|x| (*x).clone());
+            }
+        }
+    }
+
+    fn put(&self, g: &mut Inner, service: &Arc<str>, end: f64, target: Arc<str>) {
+        if !g.failed.contains_key(service) {
+            while g.failed.len() >= self.max {
+                match g.order.pop_front() {
+                    Some(old) => {
+                        g.failed.remove(&old);
+                    }
+                    None => break,
+                }
+            }
+            g.order.push_back(service.clone());
+        }
+        let q = g.failed.entry(service.clone()).or_default();
+        // Kept in end order: traces arrive roughly in time.
+        let at = q.iter().rposition(|(e, _)| *e <= end).map_or(0, |p| p + 1);
+        q.insert(at, (end, target));
+        while q.len() > PER_SERVICE {
+            q.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(kind: &'static str, status: &'static str, start: f64, dur: f64) -> SpanRow {
+        SpanRow {
+            kind,
+            status,
+            service: "api".into(),
+            start_ms: start,
+            end_ms: start + dur,
+            duration_ms: dur,
+            ..Default::default()
+        }
+    }
+
+    fn trace(at_unix_ms: f64, spans: Vec<SpanRow>) -> TraceRow {
+        TraceRow {
+            start_unix_ms: at_unix_ms,
+            spans,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_fast_failure_with_nothing_under_it_after_failed_calls_is_refused_by_the_caller() {
+        let r = Refusals::new(4);
+        // api's calls to pricing failed (nothing answered at the address).
+        let mut call = span("client", "error", 0.0, 30.0);
+        call.server_address = Some("10.0.0.7".into());
+        call.server_port = Some(8080);
+        call.callee = Some("pricing".into());
+        let mut first = vec![trace(
+            1_000.0,
+            vec![span("server", "error", 0.0, 31.0), call],
+        )];
+        first[0].spans[1].parent = Some(0);
+        r.learn_and_mark(&mut first);
+        assert_eq!(
+            first[0].spans[0].refused_target, None,
+            "it had a call under it"
+        );
+        // Later, api fails in a millisecond without calling anything.
+        let mut refused = span("server", "error", 0.0, 1.0);
+        refused.exception_type = Some("CircuitBreakerError".into());
+        let mut later = vec![trace(5_000.0, vec![refused.clone()])];
+        r.learn_and_mark(&mut later);
+        assert_eq!(later[0].spans[0].refused_target.as_deref(), Some("pricing"));
+        // Not a refusal: too slow to be one, a 4xx, another service, or
+        // long after the failures.
+        let mut slow = refused.clone();
+        slow.duration_ms = 200.0;
+        let mut bad_request = refused.clone();
+        bad_request.http_status = Some(400);
+        let mut other = refused.clone();
+        other.service = "checkout".into();
+        let mut not_failed = refused.clone();
+        not_failed.status = "ok";
+        not_failed.exception_type = None;
+        let mut none = vec![trace(5_000.0, vec![slow, bad_request, other, not_failed])];
+        r.learn_and_mark(&mut none);
+        assert!(none[0].spans.iter().all(|s| s.refused_target.is_none()));
+        let mut much_later = vec![trace(1_000.0 + WINDOW_MS + 100.0, vec![refused.clone()])];
+        r.learn_and_mark(&mut much_later);
+        assert_eq!(much_later[0].spans[0].refused_target, None);
+        // Before the failures: nothing had failed yet.
+        let mut earlier = vec![trace(500.0, vec![refused])];
+        r.learn_and_mark(&mut earlier);
+        assert_eq!(earlier[0].spans[0].refused_target, None);
+    }
+
+    #[test]
+    fn the_refusal_names_the_failed_target_its_text_names() {
+        let r = Refusals::new(4);
+        let failed = |callee: &str, end: f64| {
+            let mut c = span("client", "error", 0.0, 10.0);
+            c.callee = Some(callee.into());
+            trace(end, vec![c])
+        };
+        let mut seen = vec![failed("inventory", 1_000.0), failed("pricing", 2_000.0)];
+        r.learn_and_mark(&mut seen);
+        let mut refused = span("internal", "error", 0.0, 0.5);
+        refused.exception_message = Some("Circuit \"Inventory\" OPEN until 12:00".into());
+        let mut t = vec![trace(3_000.0, vec![refused.clone()])];
+        r.learn_and_mark(&mut t);
+        assert_eq!(t[0].spans[0].refused_target.as_deref(), Some("inventory"));
+        refused.exception_message = Some("open".into());
+        let mut t = vec![trace(3_000.0, vec![refused])];
+        r.learn_and_mark(&mut t);
+        assert_eq!(t[0].spans[0].refused_target.as_deref(), Some("pricing"));
+        // A client span with a target made an attempt: not a refusal.
+        let mut attempt = span("client", "error", 0.0, 1.0);
+        attempt.server_address = Some("10.0.0.9".into());
+        let mut t = vec![trace(3_000.0, vec![attempt])];
+        r.learn_and_mark(&mut t);
+        assert_eq!(t[0].spans[0].refused_target, None);
+    }
+
+    #[test]
+    fn services_and_failures_are_bounded() {
+        let r = Refusals::new(2);
+        for (i, svc) in ["a", "b", "c"].iter().enumerate() {
+            let mut c = span("client", "error", 0.0, 1.0);
+            c.service = (*svc).into();
+            c.callee = Some("x".into());
+            r.learn_and_mark(&mut [trace(i as f64, vec![c])]);
+        }
+        assert_eq!(r.lock().failed.len(), 2);
+        assert!(!r.lock().failed.contains_key("a"));
+        let mut many: Vec<TraceRow> = (0..40)
+            .map(|i| {
+                let mut c = span("client", "error", 0.0, 1.0);
+                c.callee = Some("x".into());
+                trace(f64::from(i), vec![c])
+            })
+            .collect();
+        r.learn_and_mark(&mut many);
+        assert_eq!(r.lock().failed["api"].len(), PER_SERVICE);
+    }
+}
