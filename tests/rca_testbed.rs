@@ -3,7 +3,10 @@
 //! PostgreSQL; Node.js services instrumented with the stock OpenTelemetry
 //! SDK and auto-instrumentations from npm (http, express, ioredis, pg). The
 //! faults are caused by real mechanisms: NGINX's `limit_req` (429),
-//! `proxy_read_timeout` (504) and a dead upstream (502), a cold Redis cache
+//! `proxy_read_timeout` (504) and a dead upstream (502), a draining server
+//! (503) retried by its client, npm's brakes breaker over calls to that
+//! server opening and refusing them, a client retrying every 50 ms the attempts
+//! it gave up on after 60 ms (a retry storm), a cold Redis cache
 //! falling back to a slow query, a one-connection pg pool under a burst,
 //! a thrown exception, a Kafka consumer (kafkajs, against an Apache Kafka broker,
 //! its lag read by the `kafka_lag` receiver) that stopped fetching. The ground truth is what the driver and the services
@@ -131,6 +134,8 @@ processors:
     location = /limited2 {{ set $route_id limited-retried; limit_req zone=perip2; proxy_pass http://shop/ok; }}
     location = /quote {{ set $route_id quote; proxy_pass http://shop; }}
     location = /busy {{ set $route_id busy; proxy_pass http://127.0.0.1:{pricing_port}/busy; }}
+    location = /guarded {{ set $route_id guarded; proxy_pass http://shop; }}
+    location = /hammer {{ set $route_id hammer; proxy_pass http://127.0.0.1:{pricing_port}/hammer; }}
     location = /dead {{ set $route_id dead; proxy_pass http://127.0.0.1:{dead_port}; }}
   }}"#,
             d = d.display()
@@ -203,6 +208,8 @@ processors:
     let mut served: BTreeMap<String, usize> = BTreeMap::new();
     let mut report_ms: BTreeMap<String, f64> = BTreeMap::new();
     let mut attempts: BTreeMap<String, usize> = BTreeMap::new();
+    // What a breaker did, by the shop's own record of it.
+    let mut observed: BTreeMap<String, String> = BTreeMap::new();
     for v in read_jsonl(&truth) {
         let id = v["trace_id"].as_str().unwrap().to_string();
         if let Some(w) = v["pool_wait_ms"].as_f64() {
@@ -215,6 +222,8 @@ processors:
             *served.entry(id).or_default() += 1;
         } else if let Some(ms) = v["report_ms"].as_f64() {
             report_ms.insert(id, ms);
+        } else if let Some(o) = v["observed"].as_str() {
+            observed.insert(id, o.to_string());
         } else {
             // The attempts the driver made (a retrying client's statuses).
             let n = v["statuses"].as_array().map_or(1, Vec::len);
@@ -239,6 +248,12 @@ processors:
                 "healthy"
             }
             .into();
+        }
+        if l == "observed" {
+            *l = observed
+                .get(id)
+                .cloned()
+                .unwrap_or_else(|| "unexpected-nothing-observed".into());
         }
         // The shop waited longer than NGINX's 1 s proxy_read_timeout.
         if l == "report" {
@@ -322,6 +337,12 @@ processors:
             // was hammered by retries.
             "upstream_timeout" | "retry_storm" => ("pricing", "callee"),
             "queueing" if path == "/quote" => ("pricing", "callee"),
+            // The draining server its client's retries met, the dead port.
+            "upstream_unavailable" if path == "/busy" || path == "/guarded" => {
+                ("pricing", "callee")
+            }
+            // The breaker's refusals: the service it guards.
+            "circuit_open" => ("pricing", "callee"),
             "upstream_unavailable" => (dead.as_str(), "callee"),
             // The limiter, not the client it limited.
             "rate_limited" => ("nginx-gateway", "limiter"),
@@ -369,6 +390,7 @@ processors:
             "consumer_lag",
             "db_lock_contention",
             "retry_storm",
+            "circuit_open",
         ],
         5,
     );
@@ -423,14 +445,18 @@ processors:
     );
     // The wait is the evidence: consumer lag is found from it whether or not
     // a lag sample (every 15 s by default) fell inside it.
-    let by_rule = |cause: &str, rule: &str| {
-        label
-            .iter()
-            .filter(|(id, (l, _))| l == cause && got[*id].root["rca.cause"] == cause)
-            .filter(|(id, _)| got[*id].root.get("rca.rule").map(String::as_str) == Some(rule))
-            .count()
-    };
-    let from_wait = by_rule("consumer_lag", "message_wait");
+    // Found by the wait: its rule won, or agreed with the lag's (which of
+    // the two ranks first depends on where the lag samples fell).
+    let from_wait = label
+        .iter()
+        .filter(|(id, (l, _))| l == "consumer_lag" && got[*id].root["rca.cause"] == "consumer_lag")
+        .filter(|(id, _)| {
+            let a = &got[*id].root;
+            a.get("rca.rule").map(String::as_str) == Some("message_wait")
+                || a.get("rca.evidence")
+                    .is_some_and(|e| e.contains("message_wait"))
+        })
+        .count();
     eprintln!("consumer_lag from the wait alone: {from_wait}");
     assert!(
         from_wait >= 3,

@@ -3,7 +3,7 @@
 //! agent from Maven Central on a JDK HTTP server with grpc-java, HikariCP
 //! and the PostgreSQL driver, Lettuce, the Kafka clients and resilience4j
 //! (`tests/testbed/java`); otelhttp, otelhttptrace and otelgrpc on Go
-//! services with go-retryablehttp (`tests/testbed/go`). Two NGINX in
+//! services with go-retryablehttp and failsafe-go (`tests/testbed/go`). Two NGINX in
 //! layers (an edge and an inner hop), PostgreSQL with Debian's exporter,
 //! Redis, Apache Kafka. causeway runs with its default `correlate` and
 //! `kafka_lag` settings.
@@ -15,9 +15,9 @@
 //! | cause | mechanism | ground truth from |
 //! |---|---|---|
 //! | upstream_timeout | a Java→Go gRPC call with a 300 ms deadline, a quote whose work outlives it | inventory (Go) saw its context's deadline expire |
-//! | upstream_unavailable | the Go reservations gRPC server stopped | orders (Java) got UNAVAILABLE from grpc-java |
-//! | circuit_open | resilience4j's breaker over those calls opened | orders (Java) caught `CallNotPermittedException` |
-//! | retry_storm | go-retryablehttp retrying a draining Java endpoint 20-80 ms apart | the client's own statuses: ≥ 5 attempts, 503s |
+//! | upstream_unavailable | the Go reservations gRPC server stopped; a Java endpoint draining (503) under go-retryablehttp's retries 20-80 ms apart (the drain caused them) | orders (Java) got UNAVAILABLE from grpc-java; the client's own statuses: ≥ 5 attempts, 503s |
+//! | circuit_open | resilience4j's breaker over those calls opened; failsafe-go's breaker (its defaults: one failure opens it for a minute) over inventory's (Go) calls to the same server | orders (Java) caught `CallNotPermittedException`; inventory got failsafe-go's `ErrOpen` (no call made) |
+//! | retry_storm | go-retryablehttp giving each attempt 60 ms against a supplier that takes 300, retrying 20-80 ms apart | the client's own count: ≥ 6 attempts, none answered |
 //! | rate_limited | the inner NGINX's `limit_req`, the client backing off after `Retry-After` | the client's own statuses: a 429 |
 //! | tls_handshake | a TLS server whose certificate callback waits | the driver asked for the slow name; the server counted each slow handshake |
 //! | db_lock_contention | a row lock (`SELECT … FOR UPDATE`) held by another transaction | the driver held it |
@@ -167,6 +167,8 @@ processors:
     location = /compute {{ set $route_id compute; proxy_pass http://orders; }}
     location = /restock {{ set $route_id restock; proxy_pass http://inventory; }}
     location = /restock-limited {{ set $route_id restock-limited; proxy_pass http://inventory; }}
+    location = /restock-slow {{ set $route_id restock-slow; proxy_pass http://inventory; }}
+    location = /hold {{ set $route_id hold; proxy_pass http://inventory; }}
     location = /catalog {{ set $route_id catalog; proxy_pass http://inventory; }}
   }}
 }}
@@ -267,6 +269,11 @@ processors:
                 format!("http://{}/supplier", addr(orders_port)),
             ),
             ("INNER_GATEWAY", format!("http://{}", addr(inner_port))),
+            (
+                "SLOW_URL",
+                format!("http://{}/slow", addr(reservations_port)),
+            ),
+            ("RESERVATIONS_ADDR", addr(reservations_grpc)),
             ("CERTS_ADDR", addr(certs_port)),
         ],
     );
@@ -396,14 +403,16 @@ processors:
     let got = read_annotated(&traces);
 
     // The service at fault, by what the mechanism was.
-    let culprit_of = |cause: &str, _id: &str| -> (String, &'static str) {
+    let culprit_of = |cause: &str, id: &str| -> (String, &'static str) {
+        let path = driver_labels.get(id).map_or("", |(_, p)| p.as_str());
         let (service, kind) = match cause {
             // The callee whose work outlived the deadline, the server that
-            // stopped (and the breaker guarding it), the endpoint hammered
-            // by retries, the TLS server.
+            // stopped (and the breaker guarding it), the draining endpoint,
+            // the slow supplier hammered by retries, the TLS server.
             "upstream_timeout" => ("inventory", "callee"),
+            "upstream_unavailable" if path == "/restock" => ("orders", "callee"),
             "upstream_unavailable" | "circuit_open" => ("reservations", "callee"),
-            "retry_storm" => ("orders", "callee"),
+            "retry_storm" => ("reservations", "callee"),
             "tls_handshake" => ("certs", "callee"),
             // The inner gateway's limit, not the edge.
             "rate_limited" => ("nginx-inner", "limiter"),

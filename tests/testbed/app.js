@@ -78,6 +78,31 @@ if (role === 'shop') {
       })
       .on('error', () => res.status(502).end());
   });
+  // A price through a breaker from npm's brakes, told to judge after 5
+  // calls (its default waits for 100). The truth is what the breaker did:
+  // its own CircuitBrokenError (no call made), or the call's failure.
+  const Brakes = require('brakes');
+  const CircuitBrokenError = require('brakes/lib/CircuitBrokenError');
+  const priceCall = () =>
+    new Promise((resolve, reject) => {
+      http
+        .get(`http://127.0.0.1:${env('PRICING_PORT')}/busy`, (r) => {
+          r.resume();
+          r.on('end', () => (r.statusCode === 200 ? resolve() : reject(new Error(`pricing answered ${r.statusCode}`))));
+        })
+        .on('error', reject);
+    });
+  const guarded = new Brakes(priceCall, { name: 'pricing', waitThreshold: 5 });
+  app.get('/guarded', async (req, res) => {
+    const traceId = trace.getActiveSpan().spanContext().traceId;
+    try {
+      await guarded.exec();
+      res.json({ ok: true });
+    } catch (e) {
+      record({ trace_id: traceId, observed: e instanceof CircuitBrokenError ? 'circuit_open' : 'upstream_unavailable' });
+      res.status(503).end();
+    }
+  });
   app.get('/fail', () => {
     throw new Error('order.customer is null');
   });
@@ -171,16 +196,24 @@ if (role === 'shop') {
     if (Date.now() < drainUntil) res.status(503).end();
     else res.json({ price: 42 });
   });
+  // A price that takes 400 ms: longer than the hammering client waits.
+  app.get('/hammer', async (req, res) => {
+    await sleep(400);
+    res.json({ price: 42 });
+  });
   app.listen(+env('PORT'), '127.0.0.1', () => console.log('ready'));
 } else if (role === 'driver') {
   const tracer = trace.getTracer('load-driver');
   const base = env('GATEWAY');
-  const get = (path) =>
+  // The status NGINX answered; 0 when the request failed or was given up
+  // after `timeout` ms.
+  const get = (path, timeout) =>
     new Promise((resolve) => {
       const req = http.get(`${base}${path}`, { agent: false }, (r) => {
         r.resume();
         r.on('end', () => resolve(r.statusCode));
       });
+      if (timeout) req.setTimeout(timeout, () => req.destroy(new Error(`attempt timed out after ${timeout} ms`)));
       req.on('error', () => resolve(0));
     });
   // One request in its own trace; the label is what the fault was, by what
@@ -193,13 +226,14 @@ if (role === 'shop') {
     });
   const many = (n, f) => Promise.all(Array.from({ length: n }, (_, i) => f(i)));
   // A client that retries until a 200, at most `tries` attempts, `backoff`
-  // ms apart; the label is what its attempts were answered.
-  const retrying = (path, tries, backoff, label) =>
+  // ms apart, each given up after `timeout` ms if set; the label is what
+  // its attempts were answered.
+  const retrying = (path, tries, backoff, label, timeout) =>
     tracer.startActiveSpan('request', async (span) => {
       const statuses = [];
       for (let i = 0; i < tries; i++) {
         if (i > 0) await sleep(backoff);
-        const s = await get(path);
+        const s = await get(path, timeout);
         statuses.push(s);
         if (s === 200) break;
       }
@@ -231,6 +265,7 @@ if (role === 'shop') {
       for (let i = 0; i < 5; i++) await one('/order', (s) => (s === 200 ? 'order' : `unexpected-${s}`));
       for (let i = 0; i < 20; i++) await one(`/item/warm-${run}-${i % 10}`, () => 'healthy');
       for (let i = 0; i < 15; i++) await one('/ok', () => 'healthy');
+      for (let i = 0; i < 5; i++) await one('/guarded', () => 'healthy');
       // A cold cache: keys never read before.
       await many(4, async (w) => {
         for (let i = 0; i < 5; i++) await one(`/item/cold-${run}-${round}-${w}-${i}`, () => 'cache_miss_fallback');
@@ -252,12 +287,27 @@ if (role === 'shop') {
         await many(6, () => retrying('/limited2', 3, 500, () => 'limited'));
         await sleep(1200);
       }
-      // A client hammering a draining server: 100 ms apart until it answers.
+      // A client hammering a draining server: 100 ms apart until it
+      // answers. The drain (unavailable) is what its retries answered.
       for (let b = 0; b < 6; b++) {
         await control('/drain?ms=700', env('PRICING_PORT'));
         await retrying('/busy', 12, 100, (st) =>
-          st.length >= 5 && st.includes(503) ? 'retry_storm' : st.includes(503) ? 'ambiguous' : 'healthy'
+          st.length >= 5 && st.includes(503) ? 'upstream_unavailable' : st.includes(503) ? 'ambiguous' : 'healthy'
         );
+      }
+      // A price through shop's breaker while pricing drains for 20 s: the
+      // calls fail until the breaker has seen enough of them, then it
+      // refuses them without calling (the shop records which).
+      await control('/drain?ms=20000', env('PRICING_PORT'));
+      for (let i = 0; i < 30; i++) {
+        await one('/guarded', () => 'observed');
+        await sleep(100);
+      }
+      // A client giving each attempt 60 ms against a price that takes 400,
+      // retrying 50 ms later: its own attempts are the truth (six or more,
+      // none answered), a retry storm.
+      for (let b = 0; b < 6; b++) {
+        await retrying('/hammer', 8, 50, (st) => (st.length >= 6 && st.every((s) => s === 0) ? 'retry_storm' : 'ambiguous'), 60);
       }
       // Bursts on pricing's busy event loop: the later requests of each
       // burst wait in its accept queue (the shop records each wait).

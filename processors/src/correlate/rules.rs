@@ -261,6 +261,8 @@ FROM spans s JOIN traces t ON t.trace_id = s.trace_id
 WHERE s.kind = 'client' AND (s.http_status IN (502, 503)
    OR lower(coalesce(s.error_type, '')) LIKE '%refused%' OR lower(coalesce(s.exception_type, '')) LIKE '%connect%'
    OR lower(coalesce(s.exception_message, '')) LIKE '%econnrefused%'
+   -- grpc-go's dial failure, in the span's status only
+   OR lower(s.status_message) LIKE '%connection refused%'
    OR lower(coalesce(s.error_type, '')) LIKE '%unavailable%' OR s.grpc_status = 'UNAVAILABLE'
    OR lower(coalesce(s.exception_message, '')) LIKE 'unavailable%'
    -- the connection closed under the call: the server went away

@@ -3308,3 +3308,42 @@ async fn a_breaker_no_rule_knows_by_name_is_found_by_what_it_did() {
     let v = &analyse(&st, &mut rs).await[0].1;
     assert_eq!(v.best.cause, "error", "{v:?}");
 }
+
+#[tokio::test]
+async fn retries_that_met_a_drain_and_recovered_are_the_drain() {
+    let st = store();
+    // A client (an internal span) retrying a draining server 100 ms apart:
+    // seven 503s, then a 200; each attempt answered by the server's span.
+    let mut client = vec![sp(1, None, "request", Internal, 0, 800)];
+    let mut server = Vec::new();
+    for k in 0..8u8 {
+        let s = u64::from(k) * 100;
+        let status = if k < 7 { 503i64 } else { 200 };
+        let call = with(
+            sp(2 + k, Some(1), "GET", Client, s, s + 4),
+            vec![kv("http.response.status_code", status)],
+        );
+        let answer = with(
+            sp(20 + k, Some(2 + k), "GET /busy", Server, s + 1, s + 3),
+            vec![kv("http.response.status_code", status)],
+        );
+        if status == 503 {
+            client.push(failed(call, ""));
+            server.push(failed(answer, ""));
+        } else {
+            client.push(call);
+            server.push(answer);
+        }
+    }
+    let mut rs = vec![
+        resource_spans("load-driver", tid(140, client)),
+        resource_spans("pricing", tid(140, server)),
+    ];
+    let v = &analyse(&st, &mut rs).await[0].1;
+    assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
+    assert_eq!(
+        (v.culprit_service.as_str(), v.culprit_kind),
+        ("pricing", "callee"),
+        "{v:?}"
+    );
+}

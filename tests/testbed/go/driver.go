@@ -89,6 +89,7 @@ func driver() {
 		one("/restock", "warmup", "")
 		one("/catalog", "warmup", "")
 		one("/reserve", "warmup", "")
+		one("/hold", "warmup", "")
 		one("/order", "warmup", "")
 		one("/report", "warmup", "")
 		one("/compute", "warmup", "")
@@ -101,6 +102,7 @@ func driver() {
 			one("/restock", "observed", "")
 			one("/catalog", "healthy", "")
 			one("/reserve", "observed", "")
+			one("/hold", "healthy", "")
 			one("/order", "observed", "")
 			one("/report", "healthy", "")
 			one("/compute", "observed", "")
@@ -111,10 +113,16 @@ func driver() {
 			one("/quote?items=20000000", "observed", "")
 		}
 		// A supplier draining for 300 ms: inventory's go-retryablehttp
-		// client retries it 20-80 ms apart (its statuses are the truth).
+		// client retries it 20-80 ms apart (its statuses are the truth: the
+		// drain, unavailable, caused the retries).
 		for i := 0; i < 6; i++ {
 			control(orders + "/admin/drain?ms=300")
 			one("/restock", "observed", "")
+		}
+		// A supplier slower than inventory's 60 ms per attempt: the client
+		// retries each timeout 20-80 ms later (its attempt count is the truth).
+		for i := 0; i < 6; i++ {
+			one("/restock-slow", "observed", "")
 		}
 		// Bursts through the inner NGINX's limit_req: the rejected calls are
 		// retried after its Retry-After.
@@ -173,6 +181,11 @@ func driver() {
 		control(reservations + "/stop")
 		for i := 0; i < 14; i++ {
 			one("/reserve", "observed", "")
+		}
+		// Inventory's failsafe-go breaker over the same server: its first
+		// call fails UNAVAILABLE and opens it; it refuses the rest.
+		for i := 0; i < 8; i++ {
+			one("/hold", "observed", "")
 		}
 		control(reservations + "/start")
 		time.Sleep(2500 * time.Millisecond)

@@ -26,6 +26,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -39,6 +40,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/hashicorp/go-retryablehttp"
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
@@ -182,8 +185,9 @@ func work(ctx context.Context, items int) error {
 }
 
 // What a client's attempts saw: five or more quick attempts answered 503
-// are a retry storm; a 429 among them, a rate limit it backed off from;
-// fewer 503s are too short a drain to call either way.
+// met an unavailable supplier (the retries are what its draining caused);
+// a 429 among them, a rate limit it backed off from; fewer 503s are too
+// short a drain to call either way.
 func attemptsSaw(statuses []int) string {
 	has := func(code int) bool {
 		for _, s := range statuses {
@@ -197,7 +201,7 @@ func attemptsSaw(statuses []int) string {
 	case has(429):
 		return "rate_limited"
 	case has(503) && len(statuses) >= 5:
-		return "retry_storm"
+		return "upstream_unavailable"
 	case has(503):
 		return "ambiguous"
 	case len(statuses) == 1 && statuses[0] == 200:
@@ -244,16 +248,27 @@ func inventory() {
 	// go-retryablehttp over otelhttp: one client span per attempt. A client
 	// per call, so its hook collects that call's statuses.
 	type policy struct {
-		max  int
-		wait time.Duration
+		max     int
+		wait    time.Duration
+		timeout time.Duration
 	}
-	storm, polite := policy{7, 20 * time.Millisecond}, policy{2, 500 * time.Millisecond}
+	storm, polite := policy{7, 20 * time.Millisecond, 5 * time.Second}, policy{2, 500 * time.Millisecond, 5 * time.Second}
+	// Each attempt given up after 60 ms, against a supplier that takes 300.
+	impatient := policy{7, 20 * time.Millisecond, 60 * time.Millisecond}
+	attempts := map[string]int{}
+	var attemptsMu sync.Mutex
 	call := func(ctx context.Context, p policy, url string) ([]int, error) {
 		var statuses []int
 		c := retryablehttp.NewClient()
-		c.HTTPClient = &http.Client{Transport: tracedTransport(plain), Timeout: 5 * time.Second}
+		c.HTTPClient = &http.Client{Transport: tracedTransport(plain), Timeout: p.timeout}
 		c.RetryMax, c.RetryWaitMin, c.RetryWaitMax = p.max, p.wait, 4*p.wait
 		c.Logger = nil
+		id := traceID(ctx)
+		c.RequestLogHook = func(_ retryablehttp.Logger, _ *http.Request, _ int) {
+			attemptsMu.Lock()
+			attempts[id]++
+			attemptsMu.Unlock()
+		}
 		c.ResponseLogHook = func(_ retryablehttp.Logger, r *http.Response) { statuses = append(statuses, r.StatusCode) }
 		req, _ := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := c.Do(req)
@@ -287,6 +302,54 @@ func inventory() {
 	}
 	mux.HandleFunc("GET /restock", restock(env("SUPPLIER_URL"), storm))
 	mux.HandleFunc("GET /restock-limited", restock(env("INNER_GATEWAY")+"/supplier", polite))
+	// A hold on stock, over gRPC to reservations through failsafe-go's
+	// breaker with its defaults (one failure opens it for a minute). The
+	// truth is what the call returned: UNAVAILABLE from grpc-go, or the
+	// breaker's own ErrOpen (no call made).
+	reservations := grpcClient(env("RESERVATIONS_ADDR"))
+	breaker := failsafe.With[any](circuitbreaker.NewWithDefaults[any]())
+	mux.HandleFunc("GET /hold", func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		err := breaker.Run(func() error {
+			var out []byte
+			in := []byte(`{"sku":"hold"}`)
+			return reservations.Invoke(ctx, "/inventory.Stock/Reserve", &in, &out)
+		})
+		if err != nil {
+			saw := "unexpected-" + err.Error()
+			switch {
+			case errors.Is(err, circuitbreaker.ErrOpen):
+				saw = "circuit_open"
+			case status.Code(err) == codes.Unavailable:
+				saw = "upstream_unavailable"
+			}
+			record(map[string]any{"trace_id": traceID(ctx), "observed": saw})
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "held")
+	})
+	// A supplier too slow for the client's 60 ms: every attempt gives up
+	// and is retried at once. The truth is the client's own count: six or
+	// more attempts, none answered.
+	mux.HandleFunc("GET /restock-slow", func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		statuses, err := call(ctx, impatient, env("SLOW_URL"))
+		attemptsMu.Lock()
+		n := attempts[traceID(ctx)]
+		delete(attempts, traceID(ctx))
+		attemptsMu.Unlock()
+		saw := "ambiguous"
+		if n >= 6 && len(statuses) == 0 {
+			saw = "retry_storm"
+		}
+		record(map[string]any{"trace_id": traceID(ctx), "observed": saw, "attempts": n, "supplier_statuses": statuses})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	// The catalog is fetched over TLS on a fresh connection each time.
 	certs := env("CERTS_ADDR")
 	catalog := &http.Client{Timeout: 5 * time.Second}
@@ -342,6 +405,11 @@ func reservations() {
 		start()
 		fmt.Fprintln(w, "started")
 	})
+	// A slow answer (300 ms), traced: the supplier of inventory's impatient client.
+	admin.Handle("GET /slow", otelhttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+		fmt.Fprintln(w, `{"supplied":true}`)
+	}), "GET /slow"))
 	log.Fatal(http.ListenAndServe("127.0.0.1:"+env("PORT"), admin))
 }
 
@@ -393,4 +461,3 @@ func main() {
 		log.Fatalf("unknown role %s", os.Args[1])
 	}
 }
-

@@ -1,16 +1,21 @@
 //! Client-side refusals, by what happened rather than by what a library
-//! wrote: a span of a service that failed fast with nothing under it (no
-//! call, no connection phase) while that service's recent calls to one
-//! target failed. An open circuit breaker, whatever library raised it, does
-//! exactly this: it fails the call before any attempt, after the failures
-//! that opened it. The target (the service the breaker guards) is the one
-//! those failures went to; when the refusal's own text names one of the
-//! failed targets, that one.
+//! wrote: a span of an operation that calls a target failed fast with no
+//! call under it (no client, server or messaging span below it, no pool
+//! wait), while that service's recent calls to the target failed. An open
+//! circuit breaker, whatever library raised it, does exactly this: it fails
+//! the operation before any attempt, after the failures that opened it. The
+//! target (the service the breaker guards) is one those failures went to
+//! and that the operation is seen calling; when the refusal's own text names
+//! one, that one, else the latest.
 //!
-//! Learned from the traces analysed: each service's failed client calls
-//! (not a 4xx: that is the server's answer) with their end times, the last
-//! [`PER_SERVICE`] of each service kept, at most `max` services (the one
-//! that failed longest ago goes first). It knows no evidence source.
+//! Learned from the traces analysed: which targets each operation calls
+//! (the operation of the service's topmost span in the trace, its local
+//! root), and each service's failed client calls (not a 4xx: that is the
+//! server's answer) with their end times, the last [`PER_SERVICE`] of each
+//! kept; at most `max` services and `max` operations (the ones seen longest
+//! ago go first). A fast failure of an operation never seen calling the
+//! failed target (a handler's own exception) is no refusal. It knows no
+//! evidence source.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -30,14 +35,20 @@ pub const REFUSAL_MS: f64 = 50.0;
 /// that fails and opens it again.
 pub const WINDOW_MS: f64 = 120_000.0;
 
-/// Failed calls remembered per service.
+/// Failed calls remembered per service, and targets per operation.
 pub const PER_SERVICE: usize = 16;
+
+/// A service and the operation of its local root.
+type Op = (Arc<str>, String);
 
 #[derive(Debug, Default)]
 struct Inner {
     /// Per service: (end, unix ms; the target) of its failed calls.
     failed: HashMap<Arc<str>, VecDeque<(f64, Arc<str>)>>,
     order: VecDeque<Arc<str>>,
+    /// Per operation: the targets it was seen calling.
+    calls: HashMap<Op, Vec<Arc<str>>>,
+    call_order: VecDeque<Op>,
 }
 
 /// Each service's recent failed calls.
@@ -57,10 +68,10 @@ fn target_of(s: &SpanRow) -> Option<Arc<str>> {
         .or_else(|| s.rpc_service.as_deref().map(Arc::from))
 }
 
-/// A span that could be a refusal: it failed, fast, with nothing under it,
-/// and it is no network attempt itself (a client span that names a
+/// A span that could be a refusal: it failed, fast, with no call under
+/// it, and it is no network attempt itself (a client span that names a
 /// target made one).
-fn refusal_shaped(s: &SpanRow, has_child: bool) -> bool {
+fn refusal_shaped(s: &SpanRow, calls_below: bool) -> bool {
     let attempt = match s.kind {
         "client" => target_of(s).is_some(),
         "producer" | "consumer" => true,
@@ -68,10 +79,48 @@ fn refusal_shaped(s: &SpanRow, has_child: bool) -> bool {
     };
     shape::failed(s)
         && !attempt
-        && !has_child
+        && !calls_below
         && !s.client_error
         && s.duration_ms <= REFUSAL_MS
         && !matches!(s.http_status, Some(400..=499))
+}
+
+/// Per span of `t`: whether a call (a client, server or messaging span, or
+/// a wait for a pooled connection) is below it.
+fn calls_below(t: &TraceRow) -> Vec<bool> {
+    let mut below = vec![false; t.spans.len()];
+    for s in &t.spans {
+        if s.kind == "internal" && !s.pool_wait {
+            continue;
+        }
+        let mut at = s.parent;
+        let mut steps = 0;
+        while let Some(p) = at.filter(|_| steps <= t.spans.len()) {
+            if below[p] {
+                break;
+            }
+            below[p] = true;
+            at = t.spans[p].parent;
+            steps += 1;
+        }
+    }
+    below
+}
+
+/// The operation of span `i`'s local root: its topmost ancestor in the
+/// same service (itself when its parent is another service's).
+fn local_op(t: &TraceRow, i: usize) -> Op {
+    let service = &t.spans[i].service;
+    let mut root = i;
+    let mut steps = 0;
+    while let Some(p) = t.spans[root].parent.filter(|_| steps <= t.spans.len()) {
+        if t.spans[p].service != *service {
+            break;
+        }
+        root = p;
+        steps += 1;
+    }
+    (service.clone(), t.spans[root].op.clone())
 }
 
 impl Refusals {
@@ -97,34 +146,36 @@ impl Refusals {
         let mut g = self.lock();
         for t in traces.iter() {
             let base = t.start_unix_ms;
-            for s in &t.spans {
-                if s.kind != "client" || !shape::failed(s) || s.client_error {
+            for (i, s) in t.spans.iter().enumerate() {
+                if s.kind != "client" {
                     continue;
                 }
-                if let Some(target) = target_of(s).filter(|x| **x != *s.service) {
+                let Some(target) = target_of(s).filter(|x| **x != *s.service) else {
+                    continue;
+                };
+                self.seen_calling(&mut g, local_op(t, i), &target);
+                if shape::failed(s) && !s.client_error {
                     self.put(&mut g, &s.service, base + s.end_ms, target);
                 }
             }
         }
         for t in traces.iter_mut() {
-            let mut has_child = vec![false; t.spans.len()];
-            for s in &t.spans {
-                if let Some(p) = s.parent {
-                    has_child[p] = true;
-                }
-            }
+            let below = calls_below(t);
             let base = t.start_unix_ms;
-            for (i, s) in t.spans.iter_mut().enumerate() {
-                if !refusal_shaped(s, has_child[i]) {
+            for i in 0..t.spans.len() {
+                let s = &t.spans[i];
+                if !refusal_shaped(s, below[i]) {
                     continue;
                 }
-                let Some(failed) = g.failed.get(&s.service) else {
+                let (Some(failed), Some(calls)) =
+                    (g.failed.get(&s.service), g.calls.get(&local_op(t, i)))
+                else {
                     continue;
                 };
                 let at = base + s.start_ms;
                 let before: Vec<&Arc<str>> = failed
                     .iter()
-                    .filter(|(end, _)| *end <= at && at - *end <= WINDOW_MS)
+                    .filter(|(end, x)| *end <= at && at - *end <= WINDOW_MS && calls.contains(x))
                     .map(|(_, x)| x)
                     .collect();
                 // The target its own text names, else the latest one.
@@ -139,9 +190,33 @@ impl Refusals {
                 let named = before
                     .iter()
                     .find(|x| text.contains(&x.to_ascii_lowercase()));
-                s.refused_target = named.or(before.last()).map(|x| (*x).clone());
+                let target = named.or(before.last()).map(|x| (*x).clone());
+                t.spans[i].refused_target = target;
             }
         }
+    }
+
+    /// Operation `op` was seen calling `target`.
+    fn seen_calling(&self, g: &mut Inner, op: Op, target: &Arc<str>) {
+        if let Some(targets) = g.calls.get_mut(&op) {
+            if !targets.contains(target) {
+                if targets.len() >= PER_SERVICE {
+                    targets.remove(0);
+                }
+                targets.push(target.clone());
+            }
+            return;
+        }
+        while g.calls.len() >= self.max {
+            match g.call_order.pop_front() {
+                Some(old) => {
+                    g.calls.remove(&old);
+                }
+                None => break,
+            }
+        }
+        g.call_order.push_back(op.clone());
+        g.calls.insert(op, vec![target.clone()]);
     }
 
     fn put(&self, g: &mut Inner, service: &Arc<str>, end: f64, target: Arc<str>) {
@@ -198,22 +273,32 @@ mod tests {
         call.server_address = Some("10.0.0.7".into());
         call.server_port = Some(8080);
         call.callee = Some("pricing".into());
-        let mut first = vec![trace(
-            1_000.0,
-            vec![span("server", "error", 0.0, 31.0), call],
-        )];
+        let mut quote = span("server", "error", 0.0, 31.0);
+        quote.op = "server GET /quote".into();
+        let mut first = vec![trace(1_000.0, vec![quote.clone(), call])];
         first[0].spans[1].parent = Some(0);
         r.learn_and_mark(&mut first);
         assert_eq!(
             first[0].spans[0].refused_target, None,
             "it had a call under it"
         );
-        // Later, api fails in a millisecond without calling anything.
+        // Later, api's quote fails in a millisecond without calling
+        // anything (its framework's own spans under it).
         let mut refused = span("server", "error", 0.0, 1.0);
+        refused.op = quote.op.clone();
         refused.exception_type = Some("CircuitBreakerError".into());
-        let mut later = vec![trace(5_000.0, vec![refused.clone()])];
+        let mut handler = span("internal", "unset", 0.0, 0.5);
+        handler.parent = Some(0);
+        let mut later = vec![trace(5_000.0, vec![refused.clone(), handler])];
         r.learn_and_mark(&mut later);
         assert_eq!(later[0].spans[0].refused_target.as_deref(), Some("pricing"));
+        // The same fast failure of an operation never seen calling pricing
+        // (a handler's own exception) is no refusal.
+        let mut own = refused.clone();
+        own.op = "server GET /fail".into();
+        let mut t = vec![trace(5_000.0, vec![own])];
+        r.learn_and_mark(&mut t);
+        assert_eq!(t[0].spans[0].refused_target, None);
         // Not a refusal: too slow to be one, a 4xx, another service, or
         // long after the failures.
         let mut slow = refused.clone();

@@ -263,20 +263,29 @@ fn mark_shown(t: &TraceRow, placed: &mut [Placed], enough: &Enough) {
     }
     // Retries of what a trigger answered at the same call (a limiter's
     // 429, an open circuit, an unavailable callee) are its consequence:
-    // the trigger sits where the retries do and shows them.
+    // the trigger sits where the retries do, explains what they explain
+    // (its own attempts may have recovered while the storm's request
+    // failed), and shows them.
     for i in 0..placed.len() {
-        let (x, a) = match placed[i].span {
-            Some(a) if placed[i].cause.holds_retries => (&placed[i], a),
+        let a = match placed[i].span {
+            Some(a) if placed[i].cause.holds_retries => a,
             _ => continue,
         };
         let trigger = placed.iter().position(|z| {
             z.cause.triggers_retries
-                && z.f.explains_failure == x.f.explains_failure
-                && z.span
-                    .is_some_and(|b| same_call(t, a, b) || same_parent_call(t, a, b))
+                && z.span.is_some_and(|b| {
+                    // One of the attempts, or what answered one.
+                    let of_attempts =
+                        |b: usize| super::chain::same_attempt(t, a, b) || same_parent_call(t, a, b);
+                    of_attempts(b) || t.spans[b].parent.is_some_and(of_attempts)
+                })
         });
         if let Some(j) = trigger {
             let step = placed[i].step.max(placed[j].step);
+            let failure = placed[i].f.explains_failure || placed[j].f.explains_failure;
+            let explained = placed[i].f.explained_ms.max(placed[j].f.explained_ms);
+            placed[j].f.explains_failure = failure;
+            placed[j].f.explained_ms = explained;
             placed[j].step = step;
             placed[j].shown = false;
             placed[i].step = step;

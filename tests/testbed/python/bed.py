@@ -1,0 +1,247 @@
+"""The Python test bed: Flask services instrumented by the stock OpenTelemetry
+SDK and instrumentations from PyPI (flask, requests, grpc), with libraries no
+causeway rule names: the `circuitbreaker` package's breaker (default settings)
+over the calls to pricing, and a grpcio client whose spans carry no
+`server.address`.
+
+Roles (argv[1]):
+- pricing: a Flask app; `/price` answers, `/flaky` answers 503 to every
+  other call; `/admin/exit` (untraced) ends the process: the server goes away.
+- reservations: a grpcio server of `reservations.Book/Hold` (raw bytes, no
+  generated code); an untraced admin HTTP port whose `/exit` ends it.
+- api: a Flask app; `/quote` calls pricing through `@circuit`, `/hold` calls
+  reservations over gRPC, `/quote-retry` retries pricing's `/flaky` once.
+  Each request writes what the mechanism did to TRUTH_FILE: the exception the
+  breaker or the client raised, or the statuses a retry saw.
+- driver: the load, in phases; each request in a trace of its own.
+
+Ground truth is what the libraries did: `CircuitBreakerError` raised by the
+breaker refusing the call (its own state), `requests.ConnectionError` from a
+call that went out and found nothing, grpcio's `StatusCode.UNAVAILABLE`.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+
+
+def env(name):
+    v = os.environ.get(name)
+    if v is None:
+        raise SystemExit(f"{name} is not set")
+    return v
+
+
+_truth_lock = threading.Lock()
+
+
+def record(**fields):
+    """One line of ground truth."""
+    with _truth_lock, open(env("TRUTH_FILE"), "a") as f:
+        f.write(json.dumps(fields) + "\n")
+
+
+def tracing():
+    """The stock SDK, exporting OTLP/HTTP to causeway."""
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": env("OTEL_SERVICE_NAME")}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(), schedule_delay_millis=200))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def trace_id():
+    from opentelemetry import trace
+
+    return format(trace.get_current_span().get_span_context().trace_id, "032x")
+
+
+def admin_exit():
+    """Answer, then end the process: the server goes away."""
+    threading.Timer(0.05, lambda: os._exit(0)).start()
+    return "exiting"
+
+
+def pricing():
+    tracing()
+    from flask import Flask
+    from opentelemetry.instrumentation.flask import FlaskInstrumentor
+
+    app = Flask("pricing")
+    FlaskInstrumentor().instrument_app(app, excluded_urls="admin")
+    calls = {"flaky": 0}
+    lock = threading.Lock()
+
+    @app.get("/price")
+    def price():
+        return {"price": 42}
+
+    @app.get("/flaky")
+    def flaky():
+        with lock:
+            calls["flaky"] += 1
+            n = calls["flaky"]
+        if n % 2 == 1:
+            return {"error": "try again"}, 503
+        return {"price": 42}
+
+    @app.get("/admin/exit")
+    def exit_():
+        return admin_exit()
+
+    app.run(host="127.0.0.1", port=int(env("PORT")), threaded=True)
+
+
+def reservations():
+    tracing()
+    from concurrent import futures
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    import grpc
+    from opentelemetry.instrumentation.grpc import GrpcInstrumentorServer
+
+    GrpcInstrumentorServer().instrument()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    handler = grpc.method_handlers_generic_handler(
+        "reservations.Book",
+        {"Hold": grpc.unary_unary_rpc_method_handler(lambda req, ctx: b'{"held":true}')},
+    )
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"127.0.0.1:{env('GRPC_PORT')}")
+    server.start()
+
+    class Admin(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(admin_exit().encode())
+
+        def log_message(self, *args):
+            pass
+
+    HTTPServer(("127.0.0.1", int(env("PORT"))), Admin).serve_forever()
+
+
+def api():
+    tracing()
+    import grpc
+    import requests
+    from circuitbreaker import CircuitBreakerError, circuit
+    from flask import Flask
+    from opentelemetry.instrumentation.flask import FlaskInstrumentor
+    from opentelemetry.instrumentation.grpc import GrpcInstrumentorClient
+    from opentelemetry.instrumentation.requests import RequestsInstrumentor
+
+    RequestsInstrumentor().instrument()
+    GrpcInstrumentorClient().instrument()
+    app = Flask("api")
+    FlaskInstrumentor().instrument_app(app)
+    pricing_url = env("PRICING_URL")
+    channel = grpc.insecure_channel(env("RESERVATIONS_ADDR"))
+    hold_rpc = channel.unary_unary("/reservations.Book/Hold")
+
+    # The breaker with the library's defaults (5 failures open it for 30 s).
+    @circuit
+    def fetch_price():
+        r = requests.get(f"{pricing_url}/price", timeout=5)
+        r.raise_for_status()
+        return r.json()
+
+    @app.get("/quote")
+    def quote():
+        try:
+            return fetch_price()
+        except CircuitBreakerError:
+            # The breaker refused: no request went out.
+            record(trace_id=trace_id(), observed="circuit_open")
+            raise
+        except requests.ConnectionError:
+            record(trace_id=trace_id(), observed="upstream_unavailable")
+            raise
+
+    @app.get("/hold")
+    def hold():
+        try:
+            hold_rpc(b'{"sku":"a"}', timeout=5)
+            return {"held": True}
+        except grpc.RpcError as e:
+            saw = "upstream_unavailable" if e.code() == grpc.StatusCode.UNAVAILABLE else f"unexpected-{e.code()}"
+            record(trace_id=trace_id(), observed=saw)
+            raise
+
+    @app.get("/quote-retry")
+    def quote_retry():
+        # One quick retry of a 503: the second answer is the request's.
+        statuses = []
+        for _ in range(2):
+            r = requests.get(f"{pricing_url}/flaky", timeout=5)
+            statuses.append(r.status_code)
+            if r.ok:
+                break
+        saw = "healthy" if statuses == [503, 200] else f"unexpected-{statuses}"
+        record(trace_id=trace_id(), observed=saw, statuses=statuses)
+        return {"statuses": statuses}
+
+    app.run(host="127.0.0.1", port=int(env("PORT")), threaded=True)
+
+
+def driver():
+    provider = tracing()
+    import requests
+    from opentelemetry import trace
+    from opentelemetry.instrumentation.requests import RequestsInstrumentor
+
+    RequestsInstrumentor().instrument()
+    tracer = trace.get_tracer("load-driver")
+    api_url = env("API_URL")
+
+    def one(path, label):
+        with tracer.start_as_current_span("request"):
+            try:
+                status = requests.get(f"{api_url}{path}", timeout=10).status_code
+            except requests.RequestException:
+                status = 0
+            record(trace_id=trace_id(), path=path, status=status, label=label)
+
+    def untraced(url):
+        try:
+            requests.get(url, timeout=5)
+        except requests.RequestException:
+            pass
+
+    scale = int(os.environ.get("SCALE", "1"))
+    for _ in range(scale):
+        # Warm-up: each callee seen answering (its address, its RPC service).
+        for _ in range(10):
+            one("/quote", "warmup")
+            one("/hold", "warmup")
+        for _ in range(15):
+            one("/quote", "healthy")
+            one("/hold", "healthy")
+        # A 503 retried once, at once, and answered: healthy.
+        for _ in range(15):
+            one("/quote-retry", "observed")
+    # Reservations goes away: every hold meets UNAVAILABLE.
+    untraced(env("RESERVATIONS_ADMIN") + "/exit")
+    time.sleep(0.5)
+    for _ in range(12):
+        one("/hold", "observed")
+    # Pricing goes away: the breaker's first five calls go out and fail,
+    # then it refuses every call for 30 s without calling.
+    untraced(env("PRICING_URL") + "/admin/exit")
+    time.sleep(0.5)
+    for _ in range(20):
+        one("/quote", "observed")
+        time.sleep(0.05)
+    provider.shutdown()
+
+
+if __name__ == "__main__":
+    {"pricing": pricing, "reservations": reservations, "api": api, "driver": driver}[sys.argv[1]]()
