@@ -1,7 +1,7 @@
 //! Root causes on telemetry from Java and Go services talking gRPC, each
 //! instrumented by its stock OpenTelemetry distribution only: the Java
 //! agent from Maven Central on a JDK HTTP server with grpc-java, HikariCP
-//! and the PostgreSQL driver, Lettuce, the Kafka clients and resilience4j
+//! and the PostgreSQL driver, Lettuce, the Kafka clients, resilience4j and Sentinel
 //! (`tests/testbed/java`); otelhttp, otelhttptrace and otelgrpc on Go
 //! services with go-retryablehttp and failsafe-go (`tests/testbed/go`). Two NGINX in
 //! layers (an edge and an inner hop), PostgreSQL with Debian's exporter,
@@ -16,7 +16,8 @@
 //! |---|---|---|
 //! | upstream_timeout | a Java→Go gRPC call with a 300 ms deadline, a quote whose work outlives it | inventory (Go) saw its context's deadline expire |
 //! | upstream_unavailable | the Go reservations gRPC server stopped; a Java endpoint draining (503) under go-retryablehttp's retries 20-80 ms apart (the drain caused them) | orders (Java) got UNAVAILABLE from grpc-java; the client's own statuses: ≥ 5 attempts, 503s |
-//! | circuit_open | resilience4j's breaker over those calls opened; failsafe-go's breaker (its defaults: one failure opens it for a minute) over inventory's (Go) calls to the same server | orders (Java) caught `CallNotPermittedException`; inventory got failsafe-go's `ErrOpen` (no call made) |
+//! | circuit_open | resilience4j's breaker over those calls opened; failsafe-go's breaker (its defaults: one failure opens it for a minute) over inventory's (Go) calls to the same server; Alibaba Sentinel's degrade rule (3 errors in 1 s open it for 10 s) over the orders service's holds there | orders (Java) caught `CallNotPermittedException`; inventory got failsafe-go's `ErrOpen` (no call made); orders got Sentinel's `BlockException` |
+//! | queueing | bursts of 16 tallies on the orders service's HikariCP pool of 8, each holding a connection 200 ms (the Java agent's jdbc-datasource instrumentation on: a `HikariDataSource.getConnection` span) | the handler's wait around `getConnection` (≥ 100 ms) |
 //! | retry_storm | go-retryablehttp giving each attempt 60 ms against a supplier that takes 300, retrying 20-80 ms apart | the client's own count: ≥ 6 attempts, none answered |
 //! | rate_limited | the inner NGINX's `limit_req`, the client backing off after `Retry-After` | the client's own statuses: a 429 |
 //! | tls_handshake | a TLS server whose certificate callback waits | the driver asked for the slow name; the server counted each slow handshake |
@@ -33,7 +34,6 @@
 
 mod common;
 
-use causeway_scenarios::send::read_annotated;
 use common::testbed::{nginx, postgres, spawn, wait_port};
 use common::*;
 use std::collections::{BTreeMap, HashMap};
@@ -169,6 +169,8 @@ processors:
     location = /restock-limited {{ set $route_id restock-limited; proxy_pass http://inventory; }}
     location = /restock-slow {{ set $route_id restock-slow; proxy_pass http://inventory; }}
     location = /hold {{ set $route_id hold; proxy_pass http://inventory; }}
+    location = /hold-order {{ set $route_id hold-order; proxy_pass http://orders/hold; }}
+    location = /tally {{ set $route_id tally; proxy_pass http://orders; }}
     location = /catalog {{ set $route_id catalog; proxy_pass http://inventory; }}
   }}
 }}
@@ -213,6 +215,9 @@ processors:
     let jvm = |role: &'static str, port: u16, extra: &[(&str, String)]| {
         let mut c = Command::new("java");
         c.arg("-Xmx256m")
+            // The agent's pool instrumentation (off by default): a span for
+            // each connection taken from HikariCP.
+            .arg("-Dotel.instrumentation.jdbc-datasource.enabled=true")
             .arg(format!(
                 "-javaagent:{}",
                 java.join("opentelemetry-javaagent.jar").display()
@@ -394,13 +399,7 @@ processors:
     );
 
     let traces = d.join("traces.jsonl");
-    wait_for(Duration::from_secs(90), "every trace analysed", || {
-        let a = read_annotated(&traces);
-        label
-            .keys()
-            .all(|id| a.get(id).is_some_and(|x| x.root.contains_key("rca.cause")))
-    });
-    let got = read_annotated(&traces);
+    let got = testbed::verdicts(&traces, label.keys());
 
     // The service at fault, by what the mechanism was.
     let culprit_of = |cause: &str, id: &str| -> (String, &'static str) {
@@ -413,6 +412,8 @@ processors:
             "upstream_unavailable" if path == "/restock" => ("orders", "callee"),
             "upstream_unavailable" | "circuit_open" => ("reservations", "callee"),
             "retry_storm" => ("reservations", "callee"),
+            // A wait for one of the orders service's own pooled connections.
+            "queueing" => ("orders", "service"),
             "tls_handshake" => ("certs", "callee"),
             // The inner gateway's limit, not the edge.
             "rate_limited" => ("nginx-inner", "limiter"),
@@ -452,6 +453,7 @@ processors:
             "db_connection_saturation",
             "consumer_lag",
             "host_cpu_saturation",
+            "queueing",
         ],
         5,
     );

@@ -16,13 +16,11 @@
 
 mod common;
 
-use causeway_scenarios::send::read_annotated;
 use common::testbed::{spawn, wait_port};
 use common::*;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 fn python() -> PathBuf {
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
@@ -138,13 +136,7 @@ fn python_services_with_unlisted_libraries_get_the_right_cause_and_culprit() {
     assert_eq!(count("circuit_open"), 15, "{label:?}");
 
     let traces = d.join("traces.jsonl");
-    wait_for(Duration::from_secs(90), "every trace analysed", || {
-        let a = read_annotated(&traces);
-        label
-            .keys()
-            .all(|id| a.get(id).is_some_and(|x| x.root.contains_key("rca.cause")))
-    });
-    let got = read_annotated(&traces);
+    let got = testbed::verdicts(&traces, label.keys());
     let culprit_of = |cause: &str, id: &str| -> (String, &'static str) {
         let path = driver_labels.get(id).map_or("", |(_, p)| p.as_str());
         let service = match (cause, path) {

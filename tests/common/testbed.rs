@@ -158,6 +158,20 @@ pub fn postgres_exporter(d: &Path, pg_port: u16, port: u16) -> Proc {
 }
 
 /// Wait for a load driver to finish; its log in the panic if it failed.
+/// The annotated traces of `traces` once every one of `ids` has its verdict
+/// (within 90 s).
+pub fn verdicts<'a>(
+    traces: &Path,
+    ids: impl Iterator<Item = &'a String> + Clone,
+) -> HashMap<String, causeway_scenarios::send::Annotated> {
+    super::wait_for(Duration::from_secs(90), "every trace analysed", || {
+        let a = causeway_scenarios::send::read_annotated(traces);
+        ids.clone()
+            .all(|id| a.get(id).is_some_and(|x| x.root.contains_key("rca.cause")))
+    });
+    causeway_scenarios::send::read_annotated(traces)
+}
+
 pub fn wait_driver(driver: &mut Proc, d: &Path) {
     let st = loop {
         if let Some(st) = driver.0.try_wait().expect("driver") {

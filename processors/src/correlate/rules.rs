@@ -251,9 +251,12 @@ GROUP BY s.trace_id"#,
             &UPSTREAM_UNAVAILABLE,
             r#"
 SELECT s.trace_id, 1.0 AS confidence,
-  concat(max(s.service), ' could not reach ', coalesce(max(s.callee), max(s.server_address), max(s.name)), ': ',
+  concat(first_value(s.service ORDER BY s.start_ms DESC), ' could not reach ',
+         first_value(coalesce(s.callee, s.server_address, s.name) ORDER BY s.start_ms DESC), ': ',
          coalesce(max(s.error_type), max(s.exception_type), max(s.grpc_status), CAST(max(s.http_status) AS VARCHAR), max(s.retry_trigger))) AS summary,
-  max(s.span_id) AS culprit_span_id,
+  -- The innermost of nested calls that failed so (it began last): the
+  -- one that met the callee, the outer ones passed its answer on.
+  first_value(s.span_id ORDER BY s.start_ms DESC) AS culprit_span_id,
   CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) AND max(s.attempts) IS NULL THEN max(t.duration_ms)
        ELSE coalesce(max(s.retry_window_ms), sum(s.duration_ms)) END AS explained_ms,
   bool_or(t.failed) AND bool_or(NOT s.recovered) AS explains_failure

@@ -90,6 +90,7 @@ func driver() {
 		one("/catalog", "warmup", "")
 		one("/reserve", "warmup", "")
 		one("/hold", "warmup", "")
+		one("/hold-order", "warmup", "")
 		one("/order", "warmup", "")
 		one("/report", "warmup", "")
 		one("/compute", "warmup", "")
@@ -103,6 +104,7 @@ func driver() {
 			one("/catalog", "healthy", "")
 			one("/reserve", "observed", "")
 			one("/hold", "healthy", "")
+			one("/hold-order", "healthy", "")
 			one("/order", "observed", "")
 			one("/report", "healthy", "")
 			one("/compute", "observed", "")
@@ -123,6 +125,13 @@ func driver() {
 		// retries each timeout 20-80 ms later (its attempt count is the truth).
 		for i := 0; i < 6; i++ {
 			one("/restock-slow", "observed", "")
+		}
+		// Bursts of tallies, each holding one of the orders service's 8
+		// pooled connections for 200 ms: the rest wait in HikariCP (the
+		// handler measures its wait).
+		for b := 0; b < 2; b++ {
+			many(16, func(int) { one("/tally", "observed", "") })
+			time.Sleep(500 * time.Millisecond)
 		}
 		// Bursts through the inner NGINX's limit_req: the rejected calls are
 		// retried after its Retry-After.
@@ -186,6 +195,11 @@ func driver() {
 		// call fails UNAVAILABLE and opens it; it refuses the rest.
 		for i := 0; i < 8; i++ {
 			one("/hold", "observed", "")
+		}
+		// The orders service's Sentinel rule over the same server: three
+		// calls fail UNAVAILABLE and open it; it refuses the rest for 10 s.
+		for i := 0; i < 10; i++ {
+			one("/hold-order", "observed", "")
 		}
 		control(reservations + "/start")
 		time.Sleep(2500 * time.Millisecond)

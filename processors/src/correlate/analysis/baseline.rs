@@ -63,10 +63,7 @@ impl Baselines {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::correlate::model::lock(&self.inner)
     }
 
     /// The normal duration (ms) of an operation, once it has enough samples.

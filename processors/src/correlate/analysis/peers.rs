@@ -56,10 +56,7 @@ impl Peers {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::correlate::model::lock(&self.inner)
     }
 
     fn put(g: &mut Inner, max: usize, addr: String, service: &Arc<str>) {

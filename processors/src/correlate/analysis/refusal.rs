@@ -133,10 +133,7 @@ impl Refusals {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::correlate::model::lock(&self.inner)
     }
 
     /// Learn the failed calls of `traces`, then mark each refusal-shaped
@@ -162,9 +159,9 @@ impl Refusals {
         for t in traces.iter_mut() {
             let below = calls_below(t);
             let base = t.start_unix_ms;
-            for i in 0..t.spans.len() {
+            for (i, &under) in below.iter().enumerate() {
                 let s = &t.spans[i];
-                if !refusal_shaped(s, below[i]) {
+                if !refusal_shaped(s, under) {
                     continue;
                 }
                 let (Some(failed), Some(calls)) =

@@ -180,10 +180,7 @@ impl Incidents {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Engine> {
-        match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::correlate::model::lock(&self.inner)
     }
 
     /// The threshold (ms) above which a request of a route with `normal` is slow.

@@ -13,6 +13,14 @@ pub mod trace;
 pub mod view;
 
 pub use crate::trouble::Trouble;
+
+/// Lock, whatever a panicking holder left.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
 pub use finding::{Finding, RcaEvent, Rule, Verdict};
 pub use log::{LogEvidence, Parts};
 pub use series::{Key, LatestPoint, Series};

@@ -21,7 +21,6 @@ pub mod traces;
 pub mod views;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use super::analysis::baseline::Baselines;
 use super::analysis::peers::Peers;
@@ -124,10 +123,4 @@ impl Store {
     }
 }
 
-/// Lock, whatever a panicking holder left.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
+pub(crate) use super::model::lock;

@@ -11,6 +11,12 @@
 // the mechanism observed, one JSON line per trace id appended to TRUTH_FILE
 // (the trace id read from the request's or the record's traceparent).
 
+import com.alibaba.csp.sentinel.Entry;
+import com.alibaba.csp.sentinel.SphU;
+import com.alibaba.csp.sentinel.slots.block.BlockException;
+import com.alibaba.csp.sentinel.slots.block.RuleConstant;
+import com.alibaba.csp.sentinel.slots.block.degrade.DegradeRule;
+import com.alibaba.csp.sentinel.slots.block.degrade.DegradeRuleManager;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import com.zaxxer.hikari.HikariConfig;
@@ -212,6 +218,17 @@ public final class Main {
                 .ignoreExceptions(CallNotPermittedException.class)
                 .build());
     AtomicLong drainUntil = new AtomicLong();
+    // Alibaba's Sentinel guarding holds on the same reservations server: a
+    // degrade rule (its circuit breaker) that opens after 3 errors in its
+    // 1 s window, for 10 s. Its logs go to a directory of their own.
+    System.setProperty("csp.sentinel.log.dir", System.getProperty("java.io.tmpdir") + "/sentinel-" + ProcessHandle.current().pid());
+    DegradeRuleManager.loadRules(
+        List.of(
+            new DegradeRule("reservations-hold")
+                .setGrade(RuleConstant.DEGRADE_GRADE_EXCEPTION_COUNT)
+                .setCount(3)
+                .setMinRequestAmount(3)
+                .setTimeWindow(10)));
 
     HttpServer s = HttpServer.create(new InetSocketAddress("127.0.0.1", Integer.parseInt(env("PORT"))), 128);
     s.setExecutor(Executors.newFixedThreadPool(16));
@@ -269,6 +286,50 @@ public final class Main {
                             ? "circuit_open"
                             : attempts.stream().anyMatch(a -> a.startsWith("unexpected")) ? "unexpected:" + String.join(",", attempts) : "ambiguous";
             record(traceId(ex), saw, ",\"attempts\":\"" + String.join(",", attempts) + "\"");
+          }
+        });
+    route(
+        s,
+        "/hold",
+        ex -> {
+          // What happened: Sentinel refused (its BlockException, no call
+          // made), or grpc-java met the stopped server (UNAVAILABLE).
+          Entry entry = null;
+          try {
+            entry = SphU.entry("reservations-hold");
+            byte[] out =
+                ClientCalls.blockingUnaryCall(
+                    reservations, reserve, CallOptions.DEFAULT.withDeadlineAfter(1, TimeUnit.SECONDS), "{}".getBytes(StandardCharsets.UTF_8));
+            return new String(out, StandardCharsets.UTF_8);
+          } catch (BlockException e) {
+            record(traceId(ex), "circuit_open", "");
+            throw e;
+          } catch (StatusRuntimeException e) {
+            com.alibaba.csp.sentinel.Tracer.traceEntry(e, entry);
+            Status.Code code = e.getStatus().getCode();
+            record(traceId(ex), code == Status.Code.UNAVAILABLE ? "upstream_unavailable" : "unexpected-" + code, "");
+            throw e;
+          } finally {
+            if (entry != null) entry.exit();
+          }
+        });
+    // A tally holds a pooled connection for 200 ms: a burst larger than the
+    // pool (8) waits in HikariCP for a connection. The wait is measured
+    // around getConnection, as the handler saw it.
+    route(
+        s,
+        "/tally",
+        ex -> {
+          long t0 = System.nanoTime();
+          try (Connection c = db.getConnection()) {
+            long waited = (System.nanoTime() - t0) / 1_000_000;
+            try (PreparedStatement st = c.prepareStatement("SELECT pg_sleep(0.2)")) {
+              st.executeQuery().close();
+            }
+            // One that got a connection at once spent its time in its own
+            // query: not scored.
+            record(traceId(ex), waited >= 100 ? "queueing" : "ambiguous", ",\"pool_wait_ms\":" + waited);
+            return "{\"tally\":true}";
           }
         });
     route(
