@@ -76,10 +76,12 @@ pub struct Case {
 /// Hard cases (kind, the cause expected): evidence as stock instrumentation
 /// and stock Collector receivers give it, and layouts that fool simple rules.
 pub const HARD: [(&str, &str); 16] = [
-    // Retries against a failing upstream (503s), each attempt its own client span, no resend_count.
-    ("retry_loop_503", "retry_storm"),
+    // Retries against a failing upstream (503s), each attempt its own client
+    // span, no resend_count: the 503s trigger them, so the cause is the
+    // callee's unavailability and the storm its consequence (#49).
+    ("retry_loop_503", "upstream_unavailable"),
     // urllib3 Retry: one client span, several server spans (503) under it.
-    ("retry_hidden_server_spans", "retry_storm"),
+    ("retry_hidden_server_spans", "upstream_unavailable"),
     // Failed once, retried, succeeded quickly: healthy for the user.
     ("retry_recovered_fast", "unknown"),
     // Lag only as kafkametrics' lag_sum (growing), old messaging names, no group on spans.
