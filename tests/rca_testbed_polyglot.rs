@@ -51,12 +51,7 @@ fn testbed_path(var: &str) -> PathBuf {
 fn java_and_go_services_over_grpc_get_the_right_cause_and_culprit() {
     let go_bin = testbed_path("CAUSEWAY_TESTBED_GO");
     let java = testbed_path("CAUSEWAY_TESTBED_JAVA");
-    let mut dir = tempfile::tempdir().unwrap();
-    // CAUSEWAY_TESTBED_KEEP keeps the directory (logs, truth, verdicts), pass or fail.
-    if std::env::var_os("CAUSEWAY_TESTBED_KEEP").is_some() {
-        dir.disable_cleanup(true);
-        eprintln!("test bed directory: {}", dir.path().display());
-    }
+    let dir = testbed::bed_dir();
     let d = dir.path();
     let p = free_port;
     let (pg_port, redis_port, otlp_port, edge_port, inner_port) = (p(), p(), p(), p(), p());

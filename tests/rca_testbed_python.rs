@@ -37,11 +37,7 @@ fn python() -> PathBuf {
 fn python_services_with_unlisted_libraries_get_the_right_cause_and_culprit() {
     let py = python();
     let bed = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testbed/python/bed.py");
-    let mut dir = tempfile::tempdir().unwrap();
-    if std::env::var_os("CAUSEWAY_TESTBED_KEEP").is_some() {
-        dir.disable_cleanup(true);
-        eprintln!("test bed directory: {}", dir.path().display());
-    }
+    let dir = testbed::bed_dir();
     let d = dir.path();
     let p = free_port;
     let (otlp_port, pricing_port, res_admin, res_grpc, api_port) = (p(), p(), p(), p(), p());

@@ -158,6 +158,17 @@ pub fn postgres_exporter(d: &Path, pg_port: u16, port: u16) -> Proc {
 }
 
 /// Wait for a load driver to finish; its log in the panic if it failed.
+/// A test bed's directory; `CAUSEWAY_TESTBED_KEEP` keeps it (logs, truth,
+/// verdicts), pass or fail.
+pub fn bed_dir() -> tempfile::TempDir {
+    let mut dir = tempfile::tempdir().expect("tempdir");
+    if std::env::var_os("CAUSEWAY_TESTBED_KEEP").is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("test bed directory: {}", dir.path().display());
+    }
+    dir
+}
+
 /// The annotated traces of `traces` once every one of `ids` has its verdict
 /// (within 90 s).
 pub fn verdicts<'a>(
