@@ -61,11 +61,11 @@ if [[ ! -x "$nats_venv/bin/python" ]] || ! "$nats_venv/bin/python" -c 'import na
     opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2 \
     opentelemetry-instrumentation==0.66b2 opentelemetry-semantic-conventions==0.66b2
 fi
-# The Python test bed (tests/testbed/python): Flask, requests, grpcio and the
-# circuitbreaker package with the stock OpenTelemetry SDK and instrumentations
+# The Python test bed (tests/testbed/python): Flask, requests, grpcio,
+# SQLAlchemy and the circuitbreaker package with the stock OpenTelemetry SDK and instrumentations
 # (once, by version).
-bed_venv="${HOME:-/root}/.cache/causeway-peers/pyvenv-bed-1"
-if [[ ! -x "$bed_venv/bin/python" ]] || ! "$bed_venv/bin/python" -c 'import flask, requests, grpc, circuitbreaker, opentelemetry.instrumentation.flask, opentelemetry.instrumentation.grpc, opentelemetry.instrumentation.requests, opentelemetry.exporter.otlp.proto.http' 2>/dev/null; then
+bed_venv="${HOME:-/root}/.cache/causeway-peers/pyvenv-bed-2"
+if [[ ! -x "$bed_venv/bin/python" ]] || ! "$bed_venv/bin/python" -c 'import flask, requests, grpc, circuitbreaker, sqlalchemy, opentelemetry.instrumentation.sqlalchemy, opentelemetry.instrumentation.flask, opentelemetry.instrumentation.grpc, opentelemetry.instrumentation.requests, opentelemetry.exporter.otlp.proto.http' 2>/dev/null; then
   echo "== pip install the Python test bed's modules into $bed_venv (once)"
   rm -rf "$bed_venv"
   python3 -m venv "$bed_venv"
@@ -74,7 +74,8 @@ if [[ ! -x "$bed_venv/bin/python" ]] || ! "$bed_venv/bin/python" -c 'import flas
     opentelemetry-exporter-otlp-proto-http==1.45.1 opentelemetry-instrumentation==0.66b1 \
     opentelemetry-semantic-conventions==0.66b1 opentelemetry-instrumentation-flask==0.66b1 \
     opentelemetry-instrumentation-wsgi==0.66b1 opentelemetry-instrumentation-requests==0.66b1 \
-    opentelemetry-instrumentation-grpc==0.66b1 opentelemetry-util-http==0.66b1
+    opentelemetry-instrumentation-grpc==0.66b1 opentelemetry-util-http==0.66b1 \
+    sqlalchemy==2.0.58 opentelemetry-instrumentation-sqlalchemy==0.66b1
 fi
 if [[ ! -d tests/testbed/node_modules/@opentelemetry/sdk-node || ! -d tests/testbed/node_modules/amqplib || ! -d tests/testbed/node_modules/brakes ]]; then
   echo "== npm ci in tests/testbed (the OpenTelemetry Node.js SDK, express, ioredis, pg, amqplib, brakes; once)"

@@ -1,8 +1,9 @@
 //! Root causes on Python services that use libraries no causeway rule
 //! names: Flask services instrumented by the stock OpenTelemetry SDK and
-//! instrumentations from PyPI (flask, requests, grpc), a breaker from the
-//! `circuitbreaker` package with its default settings, and a grpcio client,
-//! whose spans carry no `server.address` (`tests/testbed/python/bed.py`).
+//! instrumentations from PyPI (flask, requests, grpc, sqlalchemy), a breaker
+//! from the `circuitbreaker` package with its default settings, a grpcio
+//! client, whose spans carry no `server.address`, and SQLAlchemy's pool
+//! (`tests/testbed/python/bed.py`).
 //! causeway runs with its default `correlate` settings.
 //!
 //! | cause | mechanism | ground truth from |
@@ -10,6 +11,7 @@
 //! | upstream_unavailable | the grpcio server of `reservations` exited; pricing's HTTP server exited (the breaker's first five calls) | grpcio raised `StatusCode.UNAVAILABLE`; requests raised `ConnectionError` |
 //! | circuit_open | `@circuit` opened after five failures and refuses for 30 s | the breaker raised `CircuitBreakerError` (no request went out) |
 //! | healthy | a 503 retried once at once and answered | the client's own statuses: 503, then 200 |
+//! | queueing | six reports at once on a SQLAlchemy pool of two connections that two exports hold for 1.5 s (the stock instrumentation's `connect` span, a name no rule lists, is the checkout) | the pool's own `checkout` event: the report waited ≥ 100 ms for it |
 //!
 //! The bed's venv is built by `scripts/deps.sh` (cached by version).
 #![allow(clippy::unwrap_used)]
@@ -24,7 +26,7 @@ use std::process::Command;
 
 fn python() -> PathBuf {
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let p = PathBuf::from(home).join(".cache/causeway-peers/pyvenv-bed-1/bin/python");
+    let p = PathBuf::from(home).join(".cache/causeway-peers/pyvenv-bed-2/bin/python");
     assert!(
         p.exists(),
         "the Python test bed's venv: scripts/deps.sh makes {}",
@@ -78,6 +80,8 @@ fn python_services_with_unlisted_libraries_get_the_right_cause_and_culprit() {
         &[
             ("PRICING_URL", url(pricing_port)),
             ("RESERVATIONS_ADDR", format!("127.0.0.1:{res_grpc}")),
+            ("DB_FILE", d.join("api.db").display().to_string()),
+            ("HOLD_S", "1.5".into()),
         ],
     );
     wait_port(pricing_port, "pricing", &mut pricing, d);
@@ -123,13 +127,16 @@ fn python_services_with_unlisted_libraries_get_the_right_cause_and_culprit() {
             !l.starts_with("unexpected"),
             "the test bed misbehaved: {id} {path} {l}"
         );
-        if l != "warmup" {
+        // The warm-up and the exports holding the pool are not judged.
+        if l != "warmup" && l != "holder" {
             label.insert(id.clone(), l);
         }
     }
     let count = |c: &str| label.values().filter(|l| *l == c).count();
     // The breaker opened after its five failures, by its own count.
     assert_eq!(count("circuit_open"), 15, "{label:?}");
+    // Most reports waited for the pool, by its own checkout event.
+    assert!(count("queueing") >= 15, "{label:?}");
 
     let traces = d.join("traces.jsonl");
     let got = testbed::verdicts(&traces, label.keys());
@@ -140,10 +147,13 @@ fn python_services_with_unlisted_libraries_get_the_right_cause_and_culprit() {
             ("upstream_unavailable", "/hold") => "reservations",
             // The HTTP server that went away, and the breaker guarding it.
             ("upstream_unavailable" | "circuit_open", _) => "pricing",
+            // The api's own pool of connections.
+            ("queueing", _) => "api",
             (other, _) => panic!("no culprit for {other}"),
         };
-        (service.to_string(), "callee")
+        let kind = if cause == "queueing" { "service" } else { "callee" };
+        (service.to_string(), kind)
     };
     let score = testbed::score(&label, &got, &culprit_of, &traces);
-    score.assert_bounds(&["upstream_unavailable", "circuit_open"], 5);
+    score.assert_bounds(&["upstream_unavailable", "circuit_open", "queueing"], 5);
 }

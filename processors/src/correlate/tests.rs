@@ -385,6 +385,49 @@ async fn a_long_http_getconn_phase_is_queueing_for_a_pooled_connection() {
 }
 
 #[tokio::test]
+async fn a_database_span_without_a_statement_before_a_query_is_a_pool_checkout() {
+    // SQLAlchemy's instrumentation: `connect` (the system and the database
+    // only) around the pool's checkout, then the query on that connection.
+    let sqlite = |stmt: Option<&str>| {
+        let mut a = vec![attr_s("db.system", "sqlite"), attr_s("db.name", "app.db")];
+        a.extend(stmt.map(|q| attr_s("db.statement", q)));
+        a
+    };
+    let trace = |connect_then_query: bool| {
+        let (first, second) = if connect_then_query {
+            (sqlite(None), sqlite(Some("select 1")))
+        } else {
+            (sqlite(Some("select 1")), sqlite(None))
+        };
+        vec![resource_spans(
+            "api",
+            vec![
+                span(12, 1, None, "GET /report", 0, 1510, vec![]),
+                span(12, 2, Some(1), "connect", 2, 1500, first),
+                span(12, 3, Some(1), "select app.db", 1501, 1505, second),
+            ],
+        )]
+    };
+    let st = store();
+    let mut rs = trace(true);
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(v.best.cause, "queueing", "{v:?}");
+    assert!(
+        v.best.summary.contains("api waited 1498 ms in connect (a connection pool)"),
+        "{}",
+        v.best.summary
+    );
+    assert_eq!(out[0].0.spans[v.culprit].name, "connect");
+    // A statement-less span after the query got no connection for it: the
+    // layout says nothing, and the time is the span's own.
+    let st = store();
+    let mut rs = trace(false);
+    let out = analyse(&st, &mut rs).await;
+    assert_ne!(out[0].1.best.cause, "queueing", "{:?}", out[0].1);
+}
+
+#[tokio::test]
 async fn kafka_lag_trend_over_the_join_interval_is_a_column_rules_can_use() {
     use opentelemetry_proto::tonic::metrics::v1::{
         metric, number_data_point, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,

@@ -1,8 +1,9 @@
 """The Python test bed: Flask services instrumented by the stock OpenTelemetry
 SDK and instrumentations from PyPI (flask, requests, grpc), with libraries no
 causeway rule names: the `circuitbreaker` package's breaker (default settings)
-over the calls to pricing, and a grpcio client whose spans carry no
-`server.address`.
+over the calls to pricing, a grpcio client whose spans carry no
+`server.address`, and SQLAlchemy's connection pool under its stock
+instrumentation, which writes the pool's checkout as a span named `connect`.
 
 Roles (argv[1]):
 - pricing: a Flask app; `/price` answers, `/flaky` answers 503 to every
@@ -10,14 +11,18 @@ Roles (argv[1]):
 - reservations: a grpcio server of `reservations.Book/Hold` (raw bytes, no
   generated code); an untraced admin HTTP port whose `/exit` ends it.
 - api: a Flask app; `/quote` calls pricing through `@circuit`, `/hold` calls
-  reservations over gRPC, `/quote-retry` retries pricing's `/flaky` once.
+  reservations over gRPC, `/quote-retry` retries pricing's `/flaky` once;
+  `/export` holds one of the two connections of its SQLAlchemy pool (SQLite)
+  for HOLD_S seconds, `/report` takes one for a short query; `/admin/pool`
+  (untraced) answers how many connections are checked out.
   Each request writes what the mechanism did to TRUTH_FILE: the exception the
   breaker or the client raised, or the statuses a retry saw.
 - driver: the load, in phases; each request in a trace of its own.
 
 Ground truth is what the libraries did: `CircuitBreakerError` raised by the
 breaker refusing the call (its own state), `requests.ConnectionError` from a
-call that went out and found nothing, grpcio's `StatusCode.UNAVAILABLE`.
+call that went out and found nothing, grpcio's `StatusCode.UNAVAILABLE`,
+and the pool's own `checkout` event: how long `/report` waited for it.
 """
 
 import json
@@ -25,6 +30,7 @@ import os
 import sys
 import threading
 import time
+import urllib.request
 
 
 def env(name):
@@ -141,8 +147,21 @@ def api():
 
     RequestsInstrumentor().instrument()
     GrpcInstrumentorClient().instrument()
+    from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
+
+    # Before sqlalchemy's names are imported: the instrumentation wraps
+    # `create_engine` (the queries' spans) and `Engine.connect`.
+    SQLAlchemyInstrumentor().instrument()
+    from sqlalchemy import create_engine, event, text
+
     app = Flask("api")
-    FlaskInstrumentor().instrument_app(app)
+    FlaskInstrumentor().instrument_app(app, excluded_urls="admin")
+    # A pool of two connections (the application's sizing; the pool's other
+    # settings its defaults).
+    engine = create_engine(f"sqlite:///{env('DB_FILE')}", pool_size=2, max_overflow=0)
+    checked_out = threading.local()
+    event.listen(engine, "checkout", lambda *_: setattr(checked_out, "at", time.monotonic()))
+    hold_s = float(env("HOLD_S"))
     pricing_url = env("PRICING_URL")
     channel = grpc.insecure_channel(env("RESERVATIONS_ADDR"))
     hold_rpc = channel.unary_unary("/reservations.Book/Hold")
@@ -175,6 +194,28 @@ def api():
             saw = "upstream_unavailable" if e.code() == grpc.StatusCode.UNAVAILABLE else f"unexpected-{e.code()}"
             record(trace_id=trace_id(), observed=saw)
             raise
+
+    @app.get("/export")
+    def export():
+        with engine.connect() as c:
+            c.execute(text("select 1"))
+            time.sleep(hold_s)
+        return {"exported": True}
+
+    @app.get("/report")
+    def report():
+        asked = time.monotonic()
+        with engine.connect() as c:
+            waited = checked_out.at - asked
+            c.execute(text("select 1"))
+        # The pool's own callback says how long the checkout waited.
+        saw = "queueing" if waited >= 0.1 else "healthy"
+        record(trace_id=trace_id(), observed=saw, waited_ms=round(waited * 1000))
+        return {"waited_ms": round(waited * 1000)}
+
+    @app.get("/admin/pool")
+    def pool():
+        return {"checked_out": engine.pool.checkedout()}
 
     @app.get("/quote-retry")
     def quote_retry():
@@ -210,6 +251,24 @@ def driver():
                 status = 0
             record(trace_id=trace_id(), path=path, status=status, label=label)
 
+    def pool_checked_out():
+        # urllib, which nothing instruments: the poll is not traced.
+        with urllib.request.urlopen(f"{api_url}/admin/pool", timeout=5) as r:
+            return json.load(r)["checked_out"]
+
+    def pool_round():
+        # Two holders take both connections; six reports then wait for them.
+        holders = [threading.Thread(target=one, args=("/export", "holder")) for _ in range(2)]
+        for t in holders:
+            t.start()
+        while pool_checked_out() < 2:
+            time.sleep(0.01)
+        reports = [threading.Thread(target=one, args=("/report", "observed")) for _ in range(6)]
+        for t in reports:
+            t.start()
+        for t in holders + reports:
+            t.join()
+
     def untraced(url):
         try:
             requests.get(url, timeout=5)
@@ -228,6 +287,8 @@ def driver():
         # A 503 retried once, at once, and answered: healthy.
         for _ in range(15):
             one("/quote-retry", "observed")
+        for _ in range(3):
+            pool_round()
     # Reservations goes away: every hold meets UNAVAILABLE.
     untraced(env("RESERVATIONS_ADMIN") + "/exit")
     time.sleep(0.5)

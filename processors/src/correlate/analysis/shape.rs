@@ -18,6 +18,11 @@
 //!   loops), or several server spans under one client span (urllib3's
 //!   `Retry`, Envoy retries), whether or not `http.request.resend_count` is
 //!   set. A failed attempt followed by a successful one is *recovered*.
+//! - **Getting a connection**: a database span that sent no statement (no
+//!   operation, no query text) followed, under the same parent, by a
+//!   statement to the same database system spent its time getting the
+//!   connection that statement ran on: a pool's checkout. SQLAlchemy's
+//!   instrumentation writes the checkout so, as `connect`.
 //! - **Queueing in the callee**: a client span whose server child started
 //!   late: the request waited in the callee's accept queue or worker pool.
 //! - **Waiting on a consumer**: a consumer span that starts after its
@@ -287,6 +292,23 @@ pub fn infer(rows: &mut [SpanRow], nodes: &[Node], children: &[Vec<usize>]) {
                 rows[c].cache_hit = Some(false);
                 rows[c].cache_inferred = true;
             }
+        }
+        // Getting a connection: a statement-less database span, then a
+        // statement to the same system.
+        for (k, &c) in kids.iter().enumerate() {
+            let Some(sys) = rows[c].db_system.as_deref() else { continue };
+            if rows[c].db_operation.is_some() || rows[c].kind == "server" {
+                continue;
+            }
+            let then_queried = kids[k + 1..].iter().any(|&d| {
+                nodes[d].start + tol >= nodes[c].end
+                    && rows[d].db_operation.is_some()
+                    && rows[d]
+                        .db_system
+                        .as_deref()
+                        .is_some_and(|s| s.eq_ignore_ascii_case(sys))
+            });
+            rows[c].pool_wait |= then_queried;
         }
         // Retries: several server spans under one client span.
         if rows[p].kind == "client" {
