@@ -148,7 +148,10 @@ impl Daemon {
     pub fn spawn_unready(dir: &Path, name: &str, args: &[&str], env: &[(&str, String)]) -> Daemon {
         let stdout = std::fs::File::create(dir.join(format!("{name}.stdout"))).expect("stdout");
         let stderr = std::fs::File::create(dir.join(format!("{name}.stderr"))).expect("stderr");
-        let mut cmd = Command::new(BIN);
+        // `CAUSEWAY_TEST_BIN` runs the tests against another build (an older
+        // commit's binary, to show a test bed failing before a change).
+        let bin = std::env::var_os("CAUSEWAY_TEST_BIN").unwrap_or_else(|| BIN.into());
+        let mut cmd = Command::new(bin);
         cmd.args(args)
             .current_dir(dir)
             .stdout(stdout)
