@@ -38,7 +38,7 @@ fn real_software_faults_get_the_right_cause_culprit_and_route() {
             .exists(),
         "tests/testbed/node_modules is missing: scripts/test.sh runs `npm ci` there"
     );
-    let dir = tempfile::tempdir().unwrap();
+    let dir = testbed::bed_dir();
     let d = dir.path();
     if std::env::var_os("CAUSEWAY_TESTBED_KEEP").is_some() {
         eprintln!("test bed directory: {}", d.display());
@@ -462,6 +462,24 @@ processors:
         from_wait >= 3,
         "consumer_lag from the wait alone: {from_wait}"
     );
+    // #49's case on real software: a client whose five attempts, 650 ms
+    // apart, met the limit four times is rate-limited, not a retry storm.
+    let five: Vec<&String> = label
+        .iter()
+        .filter(|(id, (l, p))| l == "rate_limited" && p == "/limited2" && attempts[*id] == 5)
+        .map(|(id, _)| id)
+        .collect();
+    assert!(
+        !five.is_empty(),
+        "no client made five attempts against the limit"
+    );
+    for id in &five {
+        assert_eq!(
+            got[*id].root["rca.cause"], "rate_limited",
+            "{id}: {:?}",
+            got[*id].root
+        );
+    }
     // A client that backed off after 429s: rate-limited, and the summary
     // tells the retries.
     let retried: Vec<&String> = label

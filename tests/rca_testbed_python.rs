@@ -151,7 +151,11 @@ fn python_services_with_unlisted_libraries_get_the_right_cause_and_culprit() {
             ("queueing", _) => "api",
             (other, _) => panic!("no culprit for {other}"),
         };
-        let kind = if cause == "queueing" { "service" } else { "callee" };
+        let kind = if cause == "queueing" {
+            "service"
+        } else {
+            "callee"
+        };
         (service.to_string(), kind)
     };
     let score = testbed::score(&label, &got, &culprit_of, &traces);

@@ -414,7 +414,9 @@ async fn a_database_span_without_a_statement_before_a_query_is_a_pool_checkout()
     let v = &out[0].1;
     assert_eq!(v.best.cause, "queueing", "{v:?}");
     assert!(
-        v.best.summary.contains("api waited 1498 ms in connect (a connection pool)"),
+        v.best
+            .summary
+            .contains("api waited 1498 ms in connect (a connection pool)"),
         "{}",
         v.best.summary
     );

@@ -296,7 +296,9 @@ pub fn infer(rows: &mut [SpanRow], nodes: &[Node], children: &[Vec<usize>]) {
         // Getting a connection: a statement-less database span, then a
         // statement to the same system.
         for (k, &c) in kids.iter().enumerate() {
-            let Some(sys) = rows[c].db_system.as_deref() else { continue };
+            let Some(sys) = rows[c].db_system.as_deref() else {
+                continue;
+            };
             if rows[c].db_operation.is_some() || rows[c].kind == "server" {
                 continue;
             }
