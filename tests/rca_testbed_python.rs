@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | upstream_unavailable | the grpcio server of `reservations` exited; pricing's HTTP server exited (the breaker's first five calls) | grpcio raised `StatusCode.UNAVAILABLE`; requests raised `ConnectionError` |
 //! | circuit_open | `@circuit` opened after five failures and refuses for 30 s | the breaker raised `CircuitBreakerError` (no request went out) |
-//! | healthy | a 503 retried once at once and answered | the client's own statuses: 503, then 200 |
+//! | healthy | a 503 retried once at once and answered, by the handler's own loop and by urllib3's `Retry` inside requests (one client span, the attempts only as pricing's server spans) | the client's own statuses: 503, then 200; the adapter's final 200 |
 //! | queueing | six reports at once on a SQLAlchemy pool of two connections that two exports hold for 1.5 s (the stock instrumentation's `connect` span, a name no rule lists, is the checkout) | the pool's own `checkout` event: the report waited ≥ 100 ms for it |
 //!
 //! The bed's venv is built by `scripts/deps.sh` (cached by version).

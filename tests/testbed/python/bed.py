@@ -11,7 +11,8 @@ Roles (argv[1]):
 - reservations: a grpcio server of `reservations.Book/Hold` (raw bytes, no
   generated code); an untraced admin HTTP port whose `/exit` ends it.
 - api: a Flask app; `/quote` calls pricing through `@circuit`, `/hold` calls
-  reservations over gRPC, `/quote-retry` retries pricing's `/flaky` once;
+  reservations over gRPC, `/quote-retry` retries pricing's `/flaky` once,
+  `/quote-adapter-retry` has urllib3's `Retry` do it inside requests;
   `/export` holds one of the two connections of its SQLAlchemy pool (SQLite)
   for HOLD_S seconds, `/report` takes one for a short query; `/admin/pool`
   (untraced) answers how many connections are checked out.
@@ -217,6 +218,24 @@ def api():
     def pool():
         return {"checked_out": engine.pool.checkedout()}
 
+    # urllib3's Retry inside requests: one client span, the attempts are
+    # only the server spans under it (the library's defaults, but for one
+    # retry of a 503 at once).
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    retrying = requests.Session()
+    retrying.mount("http://", HTTPAdapter(max_retries=Retry(total=1, status_forcelist=[503], backoff_factor=0)))
+
+    @app.get("/quote-adapter-retry")
+    def quote_adapter_retry():
+        # The history the adapter kept is not the attempts; pricing counts
+        # them: its `/flaky` answers 503 to every other call.
+        r = retrying.get(f"{pricing_url}/flaky", timeout=5)
+        saw = "healthy" if r.status_code == 200 else f"unexpected-{r.status_code}"
+        record(trace_id=trace_id(), observed=saw)
+        return {"status": r.status_code}
+
     @app.get("/quote-retry")
     def quote_retry():
         # One quick retry of a 503: the second answer is the request's.
@@ -287,6 +306,8 @@ def driver():
         # A 503 retried once, at once, and answered: healthy.
         for _ in range(15):
             one("/quote-retry", "observed")
+        for _ in range(15):
+            one("/quote-adapter-retry", "observed")
         for _ in range(3):
             pool_round()
     # Reservations goes away: every hold meets UNAVAILABLE.
