@@ -57,6 +57,16 @@ if [[ ! -x "$otelcol_dir/otelcol" ]]; then
 fi
 export CAUSEWAY_OTELCOL="$otelcol_dir/otelcol"
 
+# The Collector whose profiles proto is causeway's (OTLP 1.10: core v0.148.0,
+# pdata v1.54.0): the OTLP components only, for tests/profiles_e2e.rs.
+otelcol_profiles_dir="$PEERS_CACHE/otelcol-profiles-v0.148.0-$(peer_key "$peers_root/otelcol-profiles/go.mod" "$peers_root/otelcol-profiles/go.sum" "$peers_root/otelcol-profiles/main.go")"
+if [[ ! -x "$otelcol_profiles_dir/otelcol" ]]; then
+  echo "== building the OpenTelemetry Collector v0.148.0 (tools/peers/otelcol-profiles) into $otelcol_profiles_dir (once; a few minutes)"
+  (cd "$peers_root/otelcol-profiles" && go build -trimpath -ldflags='-s -w' -o "$otelcol_profiles_dir/otelcol.tmp" .)
+  mv "$otelcol_profiles_dir/otelcol.tmp" "$otelcol_profiles_dir/otelcol"
+fi
+export CAUSEWAY_OTELCOL_PROFILES="$otelcol_profiles_dir/otelcol"
+
 testbed_root="$peers_root/../../tests/testbed"
 tb_go_dir="$PEERS_CACHE/testbed-go-$(peer_key "$testbed_root"/go/go.mod "$testbed_root"/go/go.sum "$testbed_root"/go/*.go)"
 if [[ ! -x "$tb_go_dir/testbed" ]]; then
@@ -81,4 +91,4 @@ if [[ ! -f "$tb_java_dir/classes/Main.class" ]]; then
 fi
 export CAUSEWAY_TESTBED_JAVA="$tb_java_dir"
 
-echo "== peers: kafka $KAFKA_VERSION ($CAUSEWAY_KAFKA_LIBS), jaeger $JAEGER_VERSION, otelcol $OTELCOL_VERSION"
+echo "== peers: kafka $KAFKA_VERSION ($CAUSEWAY_KAFKA_LIBS), jaeger $JAEGER_VERSION, otelcol $OTELCOL_VERSION, otelcol for profiles v0.148.0"

@@ -96,6 +96,8 @@ const COLLECTOR_SAYS: &[(&str, Option<&str>)] = &[
     ("kafkametrics.yaml", None),
     ("loadbalancing-tier1.yaml", None),
     ("otlphttp-backends.yaml", None),
+    // Without `--feature-gates=service.profilesSupport` (docs/collector.md).
+    ("profiles-pipeline.yaml", Some("service.profilesSupport")),
     ("sidecar-agent.yaml", None),
     ("spanmetrics.yaml", None),
     ("tail-sampling-readme.yaml", None),
@@ -327,7 +329,14 @@ service:
             .body(body)
             .send()
             .expect("post");
-        assert!(r.status().is_success(), "{}", r.status());
+        let st = r.status();
+        assert!(
+            st.is_success(),
+            "{} {} {}",
+            st,
+            r.text().unwrap_or_default(),
+            d.stderr("gateway")
+        );
     };
     post(spans(250, 0));
     let total = |g: &Got| g.lock().expect("lock").iter().map(|x| x.1).sum::<usize>();
@@ -636,7 +645,8 @@ fn every_shared_policy_keeps_the_same_traces_as_the_collector() {
                 .body(body.clone())
                 .send()
                 .expect("post");
-            assert!(r.status().is_success(), "{}", r.status());
+            let st = r.status();
+            assert!(st.is_success(), "{} {}", st, r.text().unwrap_or_default());
         }
     };
     // One pipeline per policy entry; `extra` goes into each tail_sampling.

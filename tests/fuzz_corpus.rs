@@ -180,6 +180,15 @@ fn nats_jsz_answers() {
 }
 
 #[test]
+fn pprof_profiles() {
+    run(
+        "pprof",
+        Duration::from_secs(3),
+        causeway_receivers::fuzzing::pprof_profile,
+    );
+}
+
+#[test]
 fn kafka_message_framing() {
     run(
         "kafka_message",

@@ -65,4 +65,8 @@ pub enum CoreError {
     /// Protobuf decoding failed.
     #[error("protobuf decode: {0}")]
     Decode(#[from] prost::DecodeError),
+    /// Two batches of a signal whose requests cannot be joined (profiles:
+    /// each request's samples index its own dictionary).
+    #[error("batches of {0} cannot be merged")]
+    Unmergeable(crate::signal::Signal),
 }

@@ -15,6 +15,7 @@ pub fn service_name(signal: Signal) -> &'static str {
         Signal::Traces => "opentelemetry.proto.collector.trace.v1.TraceService",
         Signal::Logs => "opentelemetry.proto.collector.logs.v1.LogsService",
         Signal::Metrics => "opentelemetry.proto.collector.metrics.v1.MetricsService",
+        Signal::Profiles => "opentelemetry.proto.collector.profiles.v1development.ProfilesService",
     }
 }
 
@@ -24,6 +25,9 @@ pub fn export_path(signal: Signal) -> &'static str {
         Signal::Traces => "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
         Signal::Logs => "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
         Signal::Metrics => "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+        Signal::Profiles => {
+            "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
+        }
     }
 }
 

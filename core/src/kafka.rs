@@ -48,6 +48,9 @@ impl Topics<'_> {
             Signal::Traces => (&self.traces.topic, "otlp_spans"),
             Signal::Logs => (&self.logs.topic, "otlp_logs"),
             Signal::Metrics => (&self.metrics.topic, "otlp_metrics"),
+            // Kafka carries no profiles (its components do not accept
+            // them); the Collector's name, should one ever be sent.
+            Signal::Profiles => return self.all.clone().unwrap_or_else(|| "otlp_profiles".into()),
         };
         own.clone()
             .or_else(|| self.all.clone())
@@ -83,6 +86,7 @@ pub fn signal_name(signal: Signal) -> &'static str {
         Signal::Traces => "traces",
         Signal::Logs => "logs",
         Signal::Metrics => "metrics",
+        Signal::Profiles => "profiles",
     }
 }
 

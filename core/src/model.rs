@@ -6,10 +6,16 @@
 //! prost types. A forwarding pipeline therefore never decodes a span: an
 //! `Export*ServiceRequest` is a single repeated field, so encoded requests
 //! concatenate into a valid request.
+//!
+//! Profiles are the exception: an `ExportProfilesServiceRequest` carries a
+//! dictionary its samples index into, so two requests do not concatenate.
+//! A profiles batch stays one encoded request, never appended or split, and
+//! is decoded only by whoever reads profiles (`to_profiles_request`).
 
 use bytes::{Bytes, BytesMut};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::logs::v1::ResourceLogs;
 use opentelemetry_proto::tonic::metrics::v1::{metric, ResourceMetrics};
@@ -334,6 +340,8 @@ impl Batch {
             return Ok(());
         };
         let data = match self.signal {
+            // No decoded form: profiles are read by `to_profiles_request`.
+            Signal::Profiles => return Ok(()),
             Signal::Traces => {
                 let mut all = Vec::new();
                 for p in parts {
@@ -413,7 +421,7 @@ impl Batch {
     /// metrics, whole resources), each holding the acknowledgements and
     /// holds of the whole: the source hears back once every part is done.
     pub fn split_max(self, max: usize) -> Result<Vec<Batch>, CoreError> {
-        if self.items <= max || max == 0 {
+        if self.items <= max || max == 0 || self.signal == Signal::Profiles {
             return Ok(vec![self]);
         }
         let parts = crate::partition::chunks(self.signal, &self.to_encoded(), max)?;
@@ -435,6 +443,10 @@ impl Batch {
     /// joined without decoding; otherwise both are decoded.
     pub fn append(&mut self, mut other: Batch) -> Result<(), CoreError> {
         debug_assert_eq!(self.signal, other.signal);
+        if self.signal == Signal::Profiles {
+            // Each request's samples index its own dictionary.
+            return Err(CoreError::Unmergeable(Signal::Profiles));
+        }
         self.compressed = Compressed::default();
         self.items += other.items;
         self.acks.append(&mut other.acks);
@@ -484,6 +496,16 @@ impl Batch {
             },
             _ => ExportLogsServiceRequest::decode(self.to_encoded())?,
         })
+    }
+
+    /// Decode into a full profiles request (`None` for another signal).
+    pub fn to_profiles_request(&self) -> Result<Option<ExportProfilesServiceRequest>, CoreError> {
+        if self.signal != Signal::Profiles {
+            return Ok(None);
+        }
+        Ok(Some(ExportProfilesServiceRequest::decode(
+            self.to_encoded(),
+        )?))
     }
 
     /// Decode into a full metrics request.

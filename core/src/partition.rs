@@ -90,7 +90,7 @@ fn layout(signal: Signal) -> Option<(u32, u32)> {
         Signal::Traces => Some((2, 1)),
         // ScopeLogs.log_records = 2; LogRecord.trace_id = 9.
         Signal::Logs => Some((2, 9)),
-        Signal::Metrics => None,
+        Signal::Metrics | Signal::Profiles => None,
     }
 }
 

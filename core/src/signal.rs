@@ -1,8 +1,8 @@
-//! The three signals, and sets of them.
+//! The signals (traces, logs, metrics and profiles), and sets of them.
 
 use std::fmt;
 
-/// One of the three OpenTelemetry signals.
+/// One of the OpenTelemetry signals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Signal {
     /// Spans.
@@ -11,27 +11,38 @@ pub enum Signal {
     Logs,
     /// Metric data points.
     Metrics,
+    /// Profiles (OTLP `v1development`): their samples are the items.
+    Profiles,
 }
 
 impl Signal {
     /// All signals, in a fixed order.
-    pub const ALL: [Signal; 3] = [Signal::Traces, Signal::Logs, Signal::Metrics];
+    pub const ALL: [Signal; 4] = [
+        Signal::Traces,
+        Signal::Logs,
+        Signal::Metrics,
+        Signal::Profiles,
+    ];
 
-    /// The lowercase name used in config and metrics (`traces`, `logs`, `metrics`).
+    /// The lowercase name used in config and metrics (`traces`, `logs`,
+    /// `metrics`, `profiles`).
     pub fn as_str(self) -> &'static str {
         match self {
             Signal::Traces => "traces",
             Signal::Logs => "logs",
             Signal::Metrics => "metrics",
+            Signal::Profiles => "profiles",
         }
     }
 
-    /// The name of one item of this signal (`spans`, `log_records`, `data_points`).
+    /// The name of one item of this signal (`spans`, `log_records`,
+    /// `data_points`, `samples`).
     pub fn item_name(self) -> &'static str {
         match self {
             Signal::Traces => "spans",
             Signal::Logs => "log_records",
             Signal::Metrics => "data_points",
+            Signal::Profiles => "samples",
         }
     }
 
@@ -40,6 +51,7 @@ impl Signal {
             Signal::Traces => 1,
             Signal::Logs => 2,
             Signal::Metrics => 4,
+            Signal::Profiles => 8,
         }
     }
 }
@@ -57,8 +69,11 @@ pub struct SignalSet(u8);
 impl SignalSet {
     /// No signal.
     pub const NONE: SignalSet = SignalSet(0);
-    /// Traces, logs and metrics.
+    /// Traces, logs and metrics: what every general component handles.
     pub const ALL: SignalSet = SignalSet(7);
+    /// Traces, logs, metrics and profiles: what `all` pipelines carry and
+    /// the components that pass profiles on accept.
+    pub const WITH_PROFILES: SignalSet = SignalSet(15);
 
     /// A set with one signal.
     pub fn only(signal: Signal) -> Self {

@@ -165,6 +165,9 @@ fn id_ok(id: Option<&[u8]>, len: usize, optional: bool) -> bool {
 /// Count the items of an encoded `Export{Trace,Logs,Metrics}ServiceRequest`
 /// and check its framing down to the items.
 pub fn scan(signal: Signal, buf: &[u8]) -> Result<ScanResult, WireError> {
+    if signal == Signal::Profiles {
+        return scan_profiles(buf);
+    }
     let mut res = ScanResult::default();
     // Request.1 = Resource*, Resource*.2 = Scope*, Scope*.2 = item.
     each(buf, 0, 1, |resource, off| {
@@ -185,6 +188,8 @@ pub fn scan(signal: Signal, buf: &[u8]) -> Result<ScanResult, WireError> {
                             res.invalid_ids += 1;
                         }
                     }
+                    // Scanned by `scan_profiles`.
+                    Signal::Profiles => {}
                     Signal::Metrics => {
                         let mut r = Reader::new(item, off);
                         while let Some((field, payload)) = r.next()? {
@@ -208,6 +213,95 @@ pub fn scan(signal: Signal, buf: &[u8]) -> Result<ScanResult, WireError> {
     check_strings(signal, buf)?;
     Ok(res)
 }
+
+/// Count the samples of an encoded `ExportProfilesServiceRequest` and check
+/// it whole: profiles are decoded at the door (they are few and large, and
+/// their samples index a dictionary, which a walk cannot check), every
+/// index into the dictionary must point into its table (0, "unset", always
+/// may), and a stack may hold at most [`MAX_STACK_DEPTH`] frames.
+fn scan_profiles(buf: &[u8]) -> Result<ScanResult, WireError> {
+    use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+    use prost::Message;
+    let bad = |reason| WireError { offset: 0, reason };
+    let req = ExportProfilesServiceRequest::decode(buf)
+        .map_err(|_| bad("not a valid ExportProfilesServiceRequest"))?;
+    let d = req.dictionary.unwrap_or_default();
+    let within = |i: i32, len: usize| i == 0 || usize::try_from(i).is_ok_and(|i| i < len);
+    let all = |v: &[i32], len: usize| v.iter().all(|&i| within(i, len));
+    let strings = d.string_table.len();
+    for st in &d.stack_table {
+        if st.location_indices.len() > MAX_STACK_DEPTH {
+            return Err(bad("a stack deeper than 4096 frames"));
+        }
+        if !all(&st.location_indices, d.location_table.len()) {
+            return Err(bad("a stack points past the location table"));
+        }
+    }
+    for l in &d.location_table {
+        if !within(l.mapping_index, d.mapping_table.len())
+            || !all(&l.attribute_indices, d.attribute_table.len())
+            || !l
+                .lines
+                .iter()
+                .all(|x| within(x.function_index, d.function_table.len()))
+        {
+            return Err(bad("a location points past the dictionary"));
+        }
+    }
+    for f in &d.function_table {
+        if ![f.name_strindex, f.system_name_strindex, f.filename_strindex]
+            .iter()
+            .all(|&i| within(i, strings))
+        {
+            return Err(bad("a function points past the string table"));
+        }
+    }
+    for m in &d.mapping_table {
+        if !within(m.filename_strindex, strings)
+            || !all(&m.attribute_indices, d.attribute_table.len())
+        {
+            return Err(bad("a mapping points past the dictionary"));
+        }
+    }
+    for a in &d.attribute_table {
+        if !within(a.key_strindex, strings) || !within(a.unit_strindex, strings) {
+            return Err(bad("an attribute points past the string table"));
+        }
+    }
+    let mut res = ScanResult::default();
+    for p in req
+        .resource_profiles
+        .iter()
+        .flat_map(|r| &r.scope_profiles)
+        .flat_map(|s| &s.profiles)
+    {
+        let types = p.sample_type.iter().chain(p.period_type.iter());
+        if !types
+            .into_iter()
+            .all(|t| within(t.type_strindex, strings) && within(t.unit_strindex, strings))
+            || !all(&p.attribute_indices, d.attribute_table.len())
+        {
+            return Err(bad("a profile points past the dictionary"));
+        }
+        for sm in &p.samples {
+            if !within(sm.stack_index, d.stack_table.len())
+                || !within(sm.link_index, d.link_table.len())
+                || !all(&sm.attribute_indices, d.attribute_table.len())
+            {
+                return Err(bad("a sample points past the dictionary"));
+            }
+        }
+        res.items += p.samples.len();
+    }
+    // A link with a malformed id joins no span: it is no reason to refuse
+    // the samples (`invalid_ids` stays 0).
+    Ok(res)
+}
+
+/// The deepest stack a profile may hold: a deeper one is refused (Go's
+/// runtime cuts stacks at 128 frames in pprof, async-profiler at 2048 by
+/// default).
+pub const MAX_STACK_DEPTH: usize = 4096;
 
 /// Messages of the OTLP schema whose string fields [`check_strings`] validates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -529,6 +623,84 @@ fn ids(item: &[u8], off: usize, trace_field: u32, span_field: u32) -> Result<Ids
         }
     }
     Ok((trace_id, span_id))
+}
+
+#[cfg(test)]
+mod profile_tests {
+    use super::*;
+    use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+    use opentelemetry_proto::tonic::profiles::v1development::{
+        Profile, ProfilesDictionary, ResourceProfiles, Sample, ScopeProfiles, Stack,
+    };
+    use prost::Message;
+
+    fn request(stack: Vec<i32>, stack_index: i32) -> Vec<u8> {
+        ExportProfilesServiceRequest {
+            resource_profiles: vec![ResourceProfiles {
+                scope_profiles: vec![ScopeProfiles {
+                    profiles: vec![Profile {
+                        samples: vec![
+                            Sample {
+                                stack_index,
+                                values: vec![1],
+                                ..Default::default()
+                            },
+                            Sample::default(),
+                        ],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            dictionary: Some(ProfilesDictionary {
+                location_table: vec![Default::default(); 3],
+                stack_table: vec![
+                    Stack::default(),
+                    Stack {
+                        location_indices: stack,
+                    },
+                ],
+                string_table: vec![String::new()],
+                ..Default::default()
+            }),
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn a_profiles_request_counts_its_samples_and_refuses_what_points_nowhere() {
+        let ok = scan(Signal::Profiles, &request(vec![1, 2], 1)).unwrap();
+        assert_eq!(ok.items, 2);
+        let e = scan(Signal::Profiles, &request(vec![1, 2], 2)).unwrap_err();
+        assert_eq!(e.reason, "a sample points past the dictionary");
+        let e = scan(Signal::Profiles, &request(vec![1, 3], 1)).unwrap_err();
+        assert_eq!(e.reason, "a stack points past the location table");
+        // A million frames: refused whole, at once.
+        let e = scan(Signal::Profiles, &request(vec![1; 1_000_000], 1)).unwrap_err();
+        assert_eq!(e.reason, "a stack deeper than 4096 frames");
+        let e = scan(Signal::Profiles, b"\x0a\xff").unwrap_err();
+        assert_eq!(e.reason, "not a valid ExportProfilesServiceRequest");
+    }
+
+    #[test]
+    fn a_profiles_batch_is_never_merged_nor_split() {
+        let one =
+            || crate::model::Batch::from_encoded(Signal::Profiles, request(vec![1], 1).into(), 2);
+        let mut a = one();
+        assert!(matches!(
+            a.append(one()),
+            Err(crate::error::CoreError::Unmergeable(Signal::Profiles))
+        ));
+        assert_eq!(one().split_max(1).unwrap().len(), 1);
+        let req = one().to_profiles_request().unwrap().unwrap();
+        assert_eq!(
+            req.resource_profiles[0].scope_profiles[0].profiles[0]
+                .samples
+                .len(),
+            2
+        );
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ fn signal_of(sel: u8) -> Signal {
     match sel & 3 {
         0 => Signal::Traces,
         1 => Signal::Logs,
-        _ => Signal::Metrics,
+        2 => Signal::Metrics,
+        _ => Signal::Profiles,
     }
 }
 
@@ -49,6 +50,8 @@ pub fn otlp_http_body(data: &[u8]) {
             }
             Signal::Metrics => serde_json::from_slice::<ExportMetricsServiceRequest>(&body)
                 .map(|r| r.encode_to_vec()),
+            // The receiver takes profiles as protobuf only.
+            Signal::Profiles => return,
         };
         match encoded {
             Ok(b) => Bytes::from(b),
@@ -67,6 +70,7 @@ pub fn otlp_http_body(data: &[u8]) {
             Signal::Traces => ExportTraceServiceRequest::decode(ok.as_ref()).map(drop),
             Signal::Logs => ExportLogsServiceRequest::decode(ok.as_ref()).map(drop),
             Signal::Metrics => ExportMetricsServiceRequest::decode(ok.as_ref()).map(drop),
+            Signal::Profiles => opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest::decode(ok.as_ref()).map(drop),
         };
         if let Err(e) = decoded {
             panic!(
@@ -241,9 +245,36 @@ pub fn kafka_message(data: &[u8]) {
             Signal::Traces => batch.to_traces_request().map(drop),
             Signal::Logs => batch.to_logs_request().map(drop),
             Signal::Metrics => batch.to_metrics_request().map(drop),
+            Signal::Profiles => batch.to_profiles_request().map(drop),
         };
         if let Err(e) = decoded {
             panic!("a message that passed the checks does not decode: {e}");
+        }
+    }
+}
+
+/// A pprof answer through the `pprof` receiver's conversion (gzipped or
+/// not, as servers send it), under small limits. What converts must pass
+/// the receivers' own check of an OTLP profiles request whole: the
+/// converter never writes an index past its dictionary.
+pub fn pprof_profile(data: &[u8]) {
+    let raw = if data.starts_with(&[0x1f, 0x8b]) {
+        match causeway_core::compress::Codec::Gzip.decompress(data, 1 << 20) {
+            Ok(b) => b,
+            Err(_) => return,
+        }
+    } else {
+        Bytes::copy_from_slice(data)
+    };
+    let limits = crate::pprof::convert::Limits {
+        max_samples: 10_000,
+        max_depth: 256,
+    };
+    if let Ok((req, samples)) = crate::pprof::convert::convert(&raw, Default::default(), limits) {
+        let bytes = req.encode_to_vec();
+        match causeway_core::wire::scan(Signal::Profiles, &bytes) {
+            Ok(scan) => assert_eq!(scan.items, samples, "the samples counted twice differ"),
+            Err(e) => panic!("a converted profile fails the receivers' check: {e}"),
         }
     }
 }

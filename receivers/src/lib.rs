@@ -10,6 +10,7 @@ pub mod metric_builder;
 pub mod nats;
 pub mod otlp;
 pub mod polling;
+pub mod pprof;
 pub mod prometheus;
 pub mod rabbitmq;
 
@@ -57,6 +58,7 @@ pub fn register(registry: &mut Registry) {
     registry.add_receiver(prometheus::PrometheusReceiverFactory);
     registry.add_receiver(rabbitmq::RabbitmqFactory);
     registry.add_receiver(nats::NatsFactory);
+    registry.add_receiver(pprof::PprofFactory);
     // Collector receivers this build lacks, and what to use instead.
     use causeway_core::registry::Kind::Receiver;
     registry.add_instead(Receiver, "kafkametrics", "use `kafka_lag`: consumer-group lag per partition with a Burrow-style status, from the same brokers");

@@ -142,14 +142,53 @@ impl Collector {
     /// Start the Collector on `config`; returns when every port in `ports`
     /// accepts connections.
     pub fn start(dir: &Path, name: &str, config: &str, ports: &[u16]) -> Collector {
+        Collector::start_with(dir, name, config, ports, &[])
+    }
+
+    /// The Collector whose OTLP profiles are causeway's (v0.148.0, OTLP
+    /// 1.10's profiles proto), with its profiles feature gate on.
+    pub fn start_profiles(dir: &Path, name: &str, config: &str, ports: &[u16]) -> Collector {
+        Collector::launch(
+            &peer(
+                "CAUSEWAY_OTELCOL_PROFILES",
+                "OpenTelemetry Collector v0.148.0 binary",
+            ),
+            dir,
+            name,
+            config,
+            ports,
+            &["--feature-gates=service.profilesSupport"],
+        )
+    }
+
+    /// [`Collector::start`] with more arguments (feature gates).
+    pub fn start_with(
+        dir: &Path,
+        name: &str,
+        config: &str,
+        ports: &[u16],
+        args: &[&str],
+    ) -> Collector {
+        Collector::launch(&otelcol_bin(), dir, name, config, ports, args)
+    }
+
+    fn launch(
+        bin: &Path,
+        dir: &Path,
+        name: &str,
+        config: &str,
+        ports: &[u16],
+        args: &[&str],
+    ) -> Collector {
         let cfg = dir.join(format!("{name}.yaml"));
         std::fs::write(&cfg, config.replace("{dir}", &dir.display().to_string()))
             .expect("collector config");
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).expect("collector log");
-        let child = Command::new(otelcol_bin())
+        let child = Command::new(bin)
             .arg("--config")
             .arg(&cfg)
+            .args(args)
             .current_dir(dir)
             .stdout(Stdio::from(out.try_clone().expect("log")))
             .stderr(Stdio::from(out))

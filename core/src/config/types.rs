@@ -61,8 +61,9 @@ impl fmt::Display for ComponentId {
     }
 }
 
-/// A pipeline id: `traces`, `logs`, `metrics` or `all`, optionally `/name`.
-/// `all` pipelines carry the three signals together (for joins).
+/// A pipeline id: `traces`, `logs`, `metrics`, `profiles` or `all`,
+/// optionally `/name`. `all` pipelines carry every signal together (for
+/// joins).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PipelineId {
     /// The signals this pipeline carries.
@@ -71,17 +72,19 @@ pub struct PipelineId {
 }
 
 impl PipelineId {
-    /// Parse `traces[/name]`, `logs[/name]`, `metrics[/name]`, `all[/name]`.
+    /// Parse `traces[/name]`, `logs[/name]`, `metrics[/name]`,
+    /// `profiles[/name]`, `all[/name]`.
     pub fn parse(s: &str) -> Result<Self, String> {
         let kind = s.split_once('/').map_or(s, |(k, _)| k);
         let signals = match kind {
             "traces" => SignalSet::only(Signal::Traces),
             "logs" => SignalSet::only(Signal::Logs),
             "metrics" => SignalSet::only(Signal::Metrics),
-            "all" => SignalSet::ALL,
+            "profiles" => SignalSet::only(Signal::Profiles),
+            "all" => SignalSet::WITH_PROFILES,
             other => {
                 return Err(format!(
-                    "unknown pipeline type {other:?} (valid: traces, logs, metrics, all; optionally followed by /name)"
+                    "unknown pipeline type {other:?} (valid: traces, logs, metrics, profiles, all; optionally followed by /name)"
                 ))
             }
         };

@@ -76,7 +76,7 @@ impl Gauge {
 
 /// One counter per signal.
 #[derive(Clone, Debug, Default)]
-pub struct SignalCounters([Counter; 3]);
+pub struct SignalCounters([Counter; 4]);
 
 impl SignalCounters {
     /// The counter of `signal`.

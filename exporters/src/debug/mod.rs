@@ -90,7 +90,7 @@ impl ExporterFactory for DebugExporterFactory {
         "debug"
     }
     fn signals(&self) -> SignalSet {
-        SignalSet::ALL
+        SignalSet::WITH_PROFILES
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<DebugExporterConfig>(cfg).map(|_| ())
@@ -176,6 +176,9 @@ fn summarize(
                 Signal::Traces => serde_json::to_string_pretty(&batch.to_traces_request()?),
                 Signal::Logs => serde_json::to_string_pretty(&batch.to_logs_request()?),
                 Signal::Metrics => serde_json::to_string_pretty(&batch.to_metrics_request()?),
+                Signal::Profiles => {
+                    serde_json::to_string_pretty(&crate::file::profiles_json(batch)?)
+                }
             };
             s.push_str(&json.unwrap_or_default());
             s.push('\n');
@@ -216,6 +219,35 @@ fn summarize(
                                 l.severity_text,
                                 hex(&l.trace_id),
                                 body
+                            ));
+                            s.push('\n');
+                        }
+                    }
+                }
+            }
+            Signal::Profiles => {
+                let req = batch.to_profiles_request()?.unwrap_or_default();
+                let strings = req
+                    .dictionary
+                    .as_ref()
+                    .map(|d| d.string_table.as_slice())
+                    .unwrap_or_default();
+                let name = |i: i32| {
+                    usize::try_from(i)
+                        .ok()
+                        .and_then(|i| strings.get(i))
+                        .map_or("", String::as_str)
+                };
+                for rp in &req.resource_profiles {
+                    for sp in &rp.scope_profiles {
+                        for p in &sp.profiles {
+                            let (kind, unit) = p.sample_type.as_ref().map_or(("", ""), |t| {
+                                (name(t.type_strindex), name(t.unit_strindex))
+                            });
+                            s.push_str(&format!(
+                                "  profile {kind}/{unit} samples={} duration={:.3}s",
+                                p.samples.len(),
+                                p.duration_nano as f64 / 1e9
                             ));
                             s.push('\n');
                         }

@@ -30,7 +30,7 @@ impl ExporterFactory for FileExporterFactory {
         "file"
     }
     fn signals(&self) -> SignalSet {
-        SignalSet::ALL
+        SignalSet::WITH_PROFILES
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<FileExporterConfig>(cfg).map(|_| ())
@@ -267,9 +267,39 @@ pub fn to_json_line(batch: &Batch) -> Result<Vec<u8>, ExporterError> {
         Signal::Metrics => {
             serde_json::to_vec(&batch.to_metrics_request().map_err(enc)?).map_err(json)
         }
+        Signal::Profiles => serde_json::to_vec(&profiles_json(batch).map_err(enc)?).map_err(json),
     }?;
     line.push(b'\n');
     Ok(line)
+}
+
+/// A profiles batch as OTLP JSON: the generated types write a link's ids
+/// as byte arrays, OTLP JSON as hex (as the traces' ids).
+pub fn profiles_json(batch: &Batch) -> Result<serde_json::Value, causeway_core::CoreError> {
+    let Some(req) = batch.to_profiles_request()? else {
+        return Ok(serde_json::Value::Null);
+    };
+    let mut v = serde_json::to_value(&req).unwrap_or_default();
+    if let Some(links) = v
+        .pointer_mut("/dictionary/linkTable")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        for link in links {
+            for key in ["traceId", "spanId"] {
+                let Some(id) = link.get_mut(key) else {
+                    continue;
+                };
+                if let Some(bytes) = id.as_array() {
+                    let b: Vec<u8> = bytes
+                        .iter()
+                        .filter_map(|x| x.as_u64().and_then(|x| u8::try_from(x).ok()))
+                        .collect();
+                    *id = serde_json::Value::String(hex::encode(b));
+                }
+            }
+        }
+    }
+    Ok(v)
 }
 
 #[async_trait]

@@ -138,6 +138,8 @@ impl KafkaExporter {
             Signal::Traces => self.cfg.partition_traces_by_id,
             Signal::Logs => self.cfg.partition_logs_by_trace_id,
             Signal::Metrics => self.cfg.partition_metrics_by_resource_attributes,
+            // Not accepted (the factory's signals): never keyed.
+            Signal::Profiles => false,
         }
     }
 
@@ -284,6 +286,7 @@ fn to_json(signal: Signal, proto: &[u8]) -> Result<Vec<u8>, ExportError> {
         Signal::Metrics => serde_json::to_vec(
             &ExportMetricsServiceRequest::decode(proto).map_err(|e| bad(e.to_string()))?,
         ),
+        Signal::Profiles => return Err(bad("profiles are not sent to Kafka".into())),
     }
     .map_err(|e| bad(e.to_string()))
 }

@@ -36,7 +36,7 @@ impl ExporterFactory for NopExporterFactory {
         "nop"
     }
     fn signals(&self) -> SignalSet {
-        SignalSet::ALL
+        SignalSet::WITH_PROFILES
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<NopConfig>(cfg).map(|_| ())

@@ -68,7 +68,8 @@ otlp_config! {
     #[derive(Debug, Clone, Deserialize)]
     #[serde(deny_unknown_fields)]
     pub struct OtlpHttpConfig {
-        /// Base URL; `/v1/traces`, `/v1/logs`, `/v1/metrics` are appended.
+        /// Base URL; `/v1/traces`, `/v1/logs`, `/v1/metrics`,
+        /// `/v1development/profiles` are appended.
         pub endpoint: Option<String>,
         /// Full URL for traces (overrides `endpoint`).
         pub traces_endpoint: Option<String>,
@@ -76,6 +77,8 @@ otlp_config! {
         pub logs_endpoint: Option<String>,
         /// Full URL for metrics (overrides `endpoint`).
         pub metrics_endpoint: Option<String>,
+        /// Full URL for profiles (overrides `endpoint`).
+        pub profiles_endpoint: Option<String>,
         /// `proto` (default) or `json`.
         #[serde(default)]
         pub encoding: HttpEncoding,
@@ -138,6 +141,7 @@ impl Validate for OtlpHttpConfig {
             ("traces_endpoint", &self.traces_endpoint),
             ("logs_endpoint", &self.logs_endpoint),
             ("metrics_endpoint", &self.metrics_endpoint),
+            ("profiles_endpoint", &self.profiles_endpoint),
         ] {
             if let Some(v) = v {
                 eps.push((k, v.as_str()));
@@ -156,7 +160,7 @@ impl Validate for OtlpHttpConfig {
         if eps.is_empty() {
             e.push(ConfigError::new(
                 "endpoint",
-                "set `endpoint`, or the traces_endpoint, logs_endpoint or metrics_endpoint of each signal the exporter sends",
+                "set `endpoint`, or the traces_endpoint, logs_endpoint, metrics_endpoint or profiles_endpoint of each signal the exporter sends",
             ));
         }
         for (k, v) in eps {

@@ -8,6 +8,7 @@ use causeway_core::rpc::RpcStatus;
 use causeway_core::{Batch, Signal};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
+use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
@@ -194,6 +195,12 @@ impl Exporter for GrpcExporter {
                 let r: ExportMetricsServiceResponse = self.call(Signal::Metrics, batch).await?;
                 r.partial_success
                     .map(|p| (p.rejected_data_points, p.error_message))
+                    .unwrap_or_default()
+            }
+            Signal::Profiles => {
+                let r: ExportProfilesServiceResponse = self.call(Signal::Profiles, batch).await?;
+                r.partial_success
+                    .map(|p| (p.rejected_profiles, p.error_message))
                     .unwrap_or_default()
             }
         };

@@ -8,6 +8,7 @@ use causeway_core::rpc::RpcStatus;
 use causeway_core::{Batch, Signal};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
+use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
 
@@ -16,7 +17,8 @@ use crate::ExporterError;
 
 pub(crate) struct HttpExporter {
     client: reqwest::Client,
-    urls: [String; 3],
+    /// By signal (`Signal as usize`).
+    urls: [String; 4],
     encoding: HttpEncoding,
     compression: Compression,
     headers: reqwest::header::HeaderMap,
@@ -38,6 +40,7 @@ impl HttpExporter {
             url(&cfg.traces_endpoint, "/v1/traces"),
             url(&cfg.logs_endpoint, "/v1/logs"),
             url(&cfg.metrics_endpoint, "/v1/metrics"),
+            url(&cfg.profiles_endpoint, "/v1development/profiles"),
         ];
         let mut headers = reqwest::header::HeaderMap::new();
         for (k, v) in &cfg.headers {
@@ -89,6 +92,10 @@ impl HttpExporter {
                 Signal::Metrics => {
                     serde_json::to_vec(&batch.to_metrics_request().map_err(enc)?).map_err(json)
                 }
+                // Refused by validation (`cannot_export`): protobuf only.
+                Signal::Profiles => Err(ExporterError::Encode(
+                    "profiles are sent as protobuf only".into(),
+                )),
             }?,
         };
         self.compression
@@ -116,6 +123,7 @@ fn rejected(signal: Signal, encoding: HttpEncoding, body: &[u8]) -> (i64, String
         Signal::Traces => parse!(ExportTraceServiceResponse, rejected_spans),
         Signal::Logs => parse!(ExportLogsServiceResponse, rejected_log_records),
         Signal::Metrics => parse!(ExportMetricsServiceResponse, rejected_data_points),
+        Signal::Profiles => parse!(ExportProfilesServiceResponse, rejected_profiles),
     }
 }
 

@@ -37,7 +37,7 @@ impl ExporterFactory for OtlpGrpcExporterFactory {
         "otlp"
     }
     fn signals(&self) -> SignalSet {
-        SignalSet::ALL
+        SignalSet::WITH_PROFILES
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<OtlpGrpcConfig>(cfg).map(|_| ())
@@ -66,7 +66,7 @@ impl ExporterFactory for OtlpHttpExporterFactory {
         "otlphttp"
     }
     fn signals(&self) -> SignalSet {
-        SignalSet::ALL
+        SignalSet::WITH_PROFILES
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<OtlpHttpConfig>(cfg).map(|_| ())
@@ -78,6 +78,14 @@ impl ExporterFactory for OtlpHttpExporterFactory {
             Signal::Traces => (&cfg.traces_endpoint, "traces_endpoint"),
             Signal::Logs => (&cfg.logs_endpoint, "logs_endpoint"),
             Signal::Metrics => (&cfg.metrics_endpoint, "metrics_endpoint"),
+            Signal::Profiles => {
+                if cfg.encoding == config::HttpEncoding::Json {
+                    return Some(
+                        "profiles are sent as protobuf only: set `encoding: proto`".into(),
+                    );
+                }
+                (&cfg.profiles_endpoint, "profiles_endpoint")
+            }
         };
         (cfg.endpoint.is_none() && own.is_none())
             .then(|| format!("it has no URL for them: set `endpoint` or `{key}`"))

@@ -90,7 +90,9 @@ impl ProcessorFactory for BatchProcessorFactory {
         "batch"
     }
     fn signals(&self) -> SignalSet {
-        SignalSet::ALL
+        // In a profiles pipeline too, passing them through unbatched (a
+        // request's samples index its own dictionary): see `accepts`.
+        SignalSet::WITH_PROFILES
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<BatchConfig>(cfg).map(|_| ())
@@ -113,7 +115,7 @@ struct Pending {
 /// Holds at most one pending batch per signal.
 pub struct BatchProcessor {
     cfg: BatchConfig,
-    pending: [Option<Pending>; 3],
+    pending: [Option<Pending>; 4],
 }
 
 impl BatchProcessor {
@@ -121,7 +123,7 @@ impl BatchProcessor {
     pub fn new(cfg: BatchConfig) -> Self {
         BatchProcessor {
             cfg,
-            pending: [None, None, None],
+            pending: [None, None, None, None],
         }
     }
 }

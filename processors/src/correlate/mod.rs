@@ -338,6 +338,8 @@ impl Processor for Correlate {
                     return Ok(());
                 }
             }
+            // Not accepted (`accepts`): the pipeline passes them by.
+            Signal::Profiles => {}
         }
         out.push(batch);
         Ok(())

@@ -30,7 +30,7 @@ impl ProcessorFactory for MemoryLimiterFactory {
         "memory_limiter"
     }
     fn signals(&self) -> SignalSet {
-        SignalSet::ALL
+        SignalSet::WITH_PROFILES
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         let c: MemoryLimiterProcessorConfig = decode(cfg)?;

@@ -452,6 +452,9 @@ pub fn decode_message(
                 Signal::Metrics => serde_json::from_slice::<ExportMetricsServiceRequest>(payload)
                     .map_err(bad)?
                     .encode_to_vec(),
+                Signal::Profiles => {
+                    return Err("profiles are not read from Kafka as OTLP/JSON".to_string())
+                }
             })
         }
     };

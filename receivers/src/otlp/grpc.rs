@@ -17,6 +17,9 @@ use opentelemetry_proto::tonic::collector::logs::v1::{
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
 };
+use opentelemetry_proto::tonic::collector::profiles::v1development::{
+    ExportProfilesPartialSuccess, ExportProfilesServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
 };
@@ -41,6 +44,8 @@ use crate::ReceiverError;
 pub(crate) trait Kind: Send + Sync + 'static {
     const SIGNAL: Signal;
     const NAME: &'static str;
+    /// Whether OTLP/HTTP takes this signal as JSON too.
+    const JSON: bool = true;
     type Response: Message + Default + Send + 'static;
     fn response(a: Accepted) -> Self::Response;
 }
@@ -48,6 +53,7 @@ pub(crate) trait Kind: Send + Sync + 'static {
 pub(crate) struct Traces;
 pub(crate) struct Logs;
 pub(crate) struct Metrics;
+pub(crate) struct Profiles;
 
 impl Kind for Traces {
     const SIGNAL: Signal = Signal::Traces;
@@ -85,6 +91,24 @@ impl Kind for Metrics {
         ExportMetricsServiceResponse {
             partial_success: (a.rejected > 0).then_some(ExportMetricsPartialSuccess {
                 rejected_data_points: a.rejected,
+                error_message: a.message,
+            }),
+        }
+    }
+}
+
+impl Kind for Profiles {
+    const SIGNAL: Signal = Signal::Profiles;
+    const NAME: &'static str =
+        "opentelemetry.proto.collector.profiles.v1development.ProfilesService";
+    // The JSON mapping of a profile's link ids (hex) is not what the
+    // generated types read (byte arrays): protobuf only, said so.
+    const JSON: bool = false;
+    type Response = ExportProfilesServiceResponse;
+    fn response(a: Accepted) -> Self::Response {
+        ExportProfilesServiceResponse {
+            partial_success: (a.rejected > 0).then_some(ExportProfilesPartialSuccess {
+                rejected_profiles: a.rejected,
                 error_message: a.message,
             }),
         }
@@ -347,6 +371,13 @@ pub(crate) async fn serve(
         .add_service(service::<Traces>(&shared))
         .add_service(service::<Logs>(&shared))
         .add_service(service::<Metrics>(&shared));
+    // Profiles only where a pipeline takes them, as the Collector: a client
+    // sending them elsewhere hears UNIMPLEMENTED, not a silent drop.
+    let router = if shared.out.accepts(Signal::Profiles) {
+        router.add_service(service::<Profiles>(&shared))
+    } else {
+        router
+    };
     drop(shared);
     let conns = causeway_core::conn::accept(
         &format!("{receiver}/grpc"),

@@ -1,5 +1,7 @@
 //! OTLP/HTTP: `POST /v1/{traces,logs,metrics}` with protobuf or JSON bodies,
-//! optionally compressed (gzip, zstd, snappy), answered in the request's encoding.
+//! and `POST /v1development/profiles` with protobuf bodies (the Collector's
+//! fixed path), optionally compressed (gzip, zstd, snappy), answered in the
+//! request's encoding.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -20,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::body::{drain, read_body, ReadError};
 use super::config::HttpConfig;
-use super::grpc::{Kind, Logs, Metrics, Traces};
+use super::grpc::{Kind, Logs, Metrics, Profiles, Traces};
 use super::{ingest, Admission, Refused};
 use crate::ReceiverError;
 use causeway_core::telemetry::Registry;
@@ -68,10 +70,16 @@ pub(crate) async fn serve(
         max_body: usize::try_from(cfg.max_request_body_size.0).unwrap_or(usize::MAX),
         auth,
     });
-    let app = Router::new()
+    let mut app = Router::new()
         .route(&cfg.traces_url_path, post(handle::<Traces, TraceReq>))
         .route(&cfg.logs_url_path, post(handle::<Logs, LogsReq>))
-        .route(&cfg.metrics_url_path, post(handle::<Metrics, MetricsReq>))
+        .route(&cfg.metrics_url_path, post(handle::<Metrics, MetricsReq>));
+    // Profiles only where a pipeline takes them (404 elsewhere, as the
+    // Collector).
+    if state.out.accepts(causeway_core::Signal::Profiles) {
+        app = app.route(PROFILES_PATH, post(handle::<Profiles, ProfilesReq>));
+    }
+    let app = app
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state);
     let limits = cfg.connections;
@@ -90,6 +98,12 @@ pub(crate) async fn serve(
 type TraceReq = opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 type LogsReq = opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 type MetricsReq = opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+type ProfilesReq =
+    opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+
+/// Where profiles are posted: the Collector's path, not configurable there
+/// either.
+pub(crate) const PROFILES_PATH: &str = "/v1development/profiles";
 
 async fn handle<K, Req>(
     State(st): State<Arc<HttpState>>,
@@ -129,8 +143,19 @@ where
         || content_type.starts_with("application/protobuf")
     {
         Encoding::Proto
-    } else if content_type.starts_with("application/json") {
+    } else if content_type.starts_with("application/json") && K::JSON {
         Encoding::Json
+    } else if content_type.starts_with("application/json") {
+        drain(body, st.max_body).await;
+        return error(
+            Encoding::Proto,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "{} are taken as protobuf only: use application/x-protobuf",
+                K::SIGNAL
+            ),
+            None,
+        );
     } else {
         return error(
             Encoding::Proto,

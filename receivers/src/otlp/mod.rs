@@ -44,7 +44,7 @@ impl ReceiverFactory for OtlpReceiverFactory {
         "otlp"
     }
     fn signals(&self) -> SignalSet {
-        SignalSet::ALL
+        SignalSet::WITH_PROFILES
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<OtlpReceiverConfig>(cfg).map(|_| ())
@@ -464,6 +464,8 @@ fn drop_invalid_ids(signal: Signal, body: &[u8]) -> Result<(Bytes, usize), prost
             kept = causeway_core::model::count_data_points(&req.resource_metrics);
             req.encode_to_vec()
         }
+        // Profiles are never refused for their links' ids (see `wire::scan`).
+        Signal::Profiles => return Ok((Bytes::copy_from_slice(body), 0)),
     };
     Ok((Bytes::from(bytes), kept))
 }

@@ -18,7 +18,7 @@
 //! target and reason.
 
 pub mod config;
-mod discovery;
+pub(crate) mod discovery;
 pub mod parse;
 pub mod relabel;
 #[cfg(test)]

@@ -1,0 +1,268 @@
+//! The `pprof` receiver against a real Go runtime's `net/http/pprof`
+//! (`tests/testbed/pprof/main.go`, the standard library only): the CPU
+//! profile names the function the process really spins in, with the span
+//! its pprof labels name as the sample's link; the mutex profile names the
+//! function that held the contended lock; a target that is down is counted
+//! and the other goes on. Truth: what the Go program was built to do.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const SPAN_ID: &str = "00f067aa0ba902b7";
+
+/// The Go program, built into `dir`.
+fn build(dir: &std::path::Path) -> std::path::PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testbed/pprof/main.go");
+    let bin = dir.join("pprof-target");
+    let out = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .env("GOFLAGS", "-mod=mod")
+        .env("GO111MODULE", "off")
+        .output()
+        .expect("go build (Go is installed by the machine)");
+    assert!(
+        out.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+fn text(v: &Value) -> Option<&str> {
+    v.as_str()
+}
+
+/// A number the JSON may write as a number or a string.
+fn num(v: &Value) -> i64 {
+    v.as_i64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// A sample: its function names (leaf first), value, link's span id and
+/// labels (`key=value`).
+type Sampled = (Vec<String>, i64, Option<String>, Vec<String>);
+
+/// One OTLP profile as the test reads it: its type, and per sample the
+/// function names of its stack (leaf first), its value and its link's
+/// span id.
+struct Read {
+    kind: String,
+    samples: Vec<Sampled>,
+    resource: Vec<(String, String)>,
+}
+
+fn read(line: &Value) -> Vec<Read> {
+    let d = &line["dictionary"];
+    let s = |i: &Value| {
+        text(&d["stringTable"][num(i) as usize])
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut out = Vec::new();
+    for rp in line["resourceProfiles"].as_array().unwrap() {
+        let resource: Vec<(String, String)> = rp["resource"]["attributes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|kv| {
+                        (
+                            kv["key"].as_str().unwrap_or("").to_string(),
+                            kv["value"]["stringValue"]
+                                .as_str()
+                                .unwrap_or("")
+                                .to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for sp in rp["scopeProfiles"].as_array().unwrap() {
+            for p in sp["profiles"].as_array().unwrap() {
+                let kind = s(&p["sampleType"]["typeStrindex"]);
+                let samples = p["samples"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| {
+                        let stack = &d["stackTable"][num(&x["stackIndex"]) as usize];
+                        // Every line of every location: a location's
+                        // inlined functions first, its caller last.
+                        let frames = stack["locationIndices"]
+                            .as_array()
+                            .map(|ls| {
+                                ls.iter()
+                                    .flat_map(|l| {
+                                        let loc = &d["locationTable"][num(l) as usize];
+                                        loc["lines"].as_array().cloned().unwrap_or_default()
+                                    })
+                                    .map(|line| {
+                                        let f = &d["functionTable"]
+                                            [num(&line["functionIndex"]) as usize];
+                                        s(&f["nameStrindex"])
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        let link = num(&x["linkIndex"]);
+                        let span = (link > 0)
+                            .then(|| {
+                                d["linkTable"][link as usize]["spanId"]
+                                    .as_str()
+                                    .map(String::from)
+                            })
+                            .flatten();
+                        let labels = x["attributeIndices"]
+                            .as_array()
+                            .map(|a| {
+                                a.iter()
+                                    .map(|i| {
+                                        let at = &d["attributeTable"][num(i) as usize];
+                                        format!(
+                                            "{}={}",
+                                            s(&at["keyStrindex"]),
+                                            at["value"]["stringValue"].as_str().unwrap_or("")
+                                        )
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        (frames, num(&x["values"][0]), span, labels)
+                    })
+                    .collect();
+                out.push(Read {
+                    kind,
+                    samples,
+                    resource: resource.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_go_runtimes_cpu_and_mutex_profiles_name_the_functions_and_the_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let bin = build(d);
+    let port = free_port();
+    let dead = free_port();
+    let log = std::fs::File::create(d.join("target.log")).unwrap();
+    let mut target = Command::new(&bin)
+        .env("PORT", port.to_string())
+        .env("SPAN_ID", SPAN_ID)
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(30), "the Go target listening", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let daemon = Daemon::start(
+        d,
+        "pprof",
+        &format!(
+            r#"
+receivers:
+  pprof:
+    targets:
+      - service: parser
+        static_configs:
+          - targets: ["127.0.0.1:{port}"]
+            labels: {{ deployment.environment: test }}
+      - service: gone
+        static_configs: [{{ targets: ["127.0.0.1:{dead}"] }}]
+    profiles: [cpu, mutex]
+    seconds: 2s
+    collection_interval: 2s
+exporters:
+  file: {{ path: "{{dir}}/profiles.jsonl" }}
+service:
+  pipelines:
+    profiles: {{ receivers: [pprof], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
+    let path = d.join("profiles.jsonl");
+    let profiles = |kind: &str| -> Vec<Read> {
+        read_jsonl(&path)
+            .iter()
+            .flat_map(read)
+            .filter(|p| p.kind == kind)
+            .collect()
+    };
+    wait_for(Duration::from_secs(60), "a CPU and a mutex profile", || {
+        !profiles("cpu").is_empty() && !profiles("delay").is_empty()
+    });
+    target.kill().ok();
+    target.wait().ok();
+
+    // On-CPU: the leaf that holds the most time is the function the Go
+    // program spins in, and its samples carry the span its labels name.
+    let cpu = &profiles("cpu")[0];
+    let mut by_leaf: std::collections::HashMap<&str, i64> = Default::default();
+    for (frames, v, _, _) in &cpu.samples {
+        // Below the hash the loop calls: the first frame of main's.
+        if let Some(f) = frames.iter().find(|f| f.starts_with("main.")) {
+            *by_leaf.entry(f.as_str()).or_default() += v;
+        }
+    }
+    let top = by_leaf.iter().max_by_key(|(_, v)| **v).map(|(f, _)| *f);
+    assert_eq!(top, Some("main.parseAST"), "{by_leaf:?}");
+    let linked: Vec<_> = cpu
+        .samples
+        .iter()
+        .filter(|(frames, ..)| frames.iter().any(|f| f == "main.parseAST"))
+        .collect();
+    assert!(!linked.is_empty());
+    for (_, _, span, labels) in &linked {
+        assert_eq!(span.as_deref(), Some(SPAN_ID));
+        assert!(
+            labels.contains(&"span_name=POST /parse".to_string()),
+            "{labels:?}"
+        );
+    }
+    for (k, v) in [
+        ("service.name", "parser"),
+        ("service.instance.id", format!("127.0.0.1:{port}").as_str()),
+        ("deployment.environment", "test"),
+    ] {
+        assert!(
+            cpu.resource.iter().any(|(a, b)| a == k && b == v),
+            "{k}={v} not in {:?}",
+            cpu.resource
+        );
+    }
+    // Mutex: the delay is charged to the function that held the lock.
+    let held: i64 = profiles("delay")
+        .iter()
+        .flat_map(|p| &p.samples)
+        .filter(|(frames, ..)| frames.iter().any(|f| f == "main.holdSymbols"))
+        .map(|(_, v, ..)| v)
+        .sum();
+    assert!(
+        held > 0,
+        "no delay under main.holdSymbols: {:?}",
+        profiles("delay")
+            .iter()
+            .flat_map(|p| &p.samples)
+            .map(|(f, v, ..)| (f.clone(), *v))
+            .collect::<Vec<_>>()
+    );
+    // The target that is down is counted; the live one went on meanwhile.
+    assert!(
+        daemon
+            .metric(r#"causeway_pprof_errors_total{receiver="pprof",reason="connect"}"#)
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+}
