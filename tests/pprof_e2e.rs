@@ -266,3 +266,134 @@ service:
             >= 1.0
     );
 }
+
+/// The span whose pprof label the Go program's CPU samples carry, kept
+/// and analysed: its trace names the function that spent its time, by the
+/// span's own samples (the runtime's CPU profile, its label the link).
+#[test]
+fn a_kept_trace_names_the_function_its_span_spent_its_time_in() {
+    use causeway_scenarios::send::read_annotated;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let bin = build(d);
+    let (port, http) = (free_port(), free_port());
+    let log = std::fs::File::create(d.join("target.log")).unwrap();
+    let mut target = Command::new(&bin)
+        .env("PORT", port.to_string())
+        .env("SPAN_ID", SPAN_ID)
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(30), "the Go target listening", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let _daemon = Daemon::start(
+        d,
+        "code",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+  pprof:
+    targets:
+      - service: parser
+        static_configs: [{{ targets: ["127.0.0.1:{port}"] }}]
+    profiles: [cpu]
+    seconds: 1s
+    collection_interval: 1s
+processors:
+  tail_sampling:
+    decision_wait: 1s
+    policies: [{{ name: all, type: always_sample }}]
+  correlate: {{}}
+exporters:
+  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  file/profiles: {{ path: "{{dir}}/profiles.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    profiles: {{ receivers: [pprof], processors: [correlate], exporters: [file/profiles] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
+    // The profile is in the correlation state once it has passed it.
+    let profiles = d.join("profiles.jsonl");
+    wait_for(
+        Duration::from_secs(60),
+        "a CPU profile through correlate",
+        || {
+            read_jsonl(&profiles)
+                .iter()
+                .flat_map(read)
+                .any(|p| p.kind == "cpu" && !p.samples.is_empty())
+        },
+    );
+    target.kill().ok();
+    target.wait().ok();
+    // The request the labelled goroutine served: its span, 300 ms ago.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let s = |v: &str| AnyValue {
+        value: Some(any_value::Value::StringValue(v.into())),
+    };
+    let req = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![KeyValue {
+                    key: "service.name".into(),
+                    value: Some(s("parser")),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans: vec![Span {
+                    trace_id: vec![0x3c; 16],
+                    span_id: hex::decode(SPAN_ID).unwrap(),
+                    name: "POST /parse".into(),
+                    kind: span::SpanKind::Server as i32,
+                    start_time_unix_nano: now - 300_000_000,
+                    end_time_unix_nano: now,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let r = http_client()
+        .post(format!("http://127.0.0.1:{http}/v1/traces"))
+        .header("content-type", "application/x-protobuf")
+        .body(req.encode_to_vec())
+        .send()
+        .unwrap();
+    assert!(r.status().is_success());
+    let traces = d.join("traces.jsonl");
+    wait_for(Duration::from_secs(60), "the trace analysed", || {
+        read_annotated(&traces)
+            .values()
+            .any(|a| a.root.contains_key("rca.cause"))
+    });
+    let got = read_annotated(&traces);
+    let a = got.values().next().unwrap();
+    assert_eq!(a.root["rca.code.function"], "main.parseAST", "{:?}", a.root);
+    assert_eq!(a.root["rca.code.join"], "span");
+    assert_eq!(a.root["rca.code.kind"], "cpu");
+    assert!(
+        a.root["rca.code.location"].contains("main.go:"),
+        "{:?}",
+        a.root
+    );
+}

@@ -124,6 +124,7 @@ pub fn evidence_json<'a>(
     log_columns: &'a [&'a Column<TraceRow>],
 ) -> String {
     let c = &t.spans[v.culprit];
+    let v_culprit = v.culprit;
     let culprit_id = Hex16::of(c.span_id);
     let cut = |b: &'_ str| -> usize { b.char_indices().nth(200).map_or(b.len(), |(i, _)| i) };
     let ev = Evidence {
@@ -162,7 +163,7 @@ pub fn evidence_json<'a>(
             .iter()
             .filter_map(|j| match j {
                 Joined::Metric(kind, row) => Some(Tagged { kind, row }),
-                Joined::Field(..) => None,
+                Joined::Field(..) | Joined::Span(..) => None,
             })
             .collect(),
         fields: t
@@ -170,7 +171,8 @@ pub fn evidence_json<'a>(
             .iter()
             .filter_map(|j| match j {
                 Joined::Field(k, v) => Some((*k, &**v)),
-                Joined::Metric(..) => None,
+                Joined::Span(i, k, v) if *i == v_culprit => Some((*k, &**v)),
+                Joined::Metric(..) | Joined::Span(..) => None,
             })
             .collect(),
         alternatives: v
@@ -275,6 +277,28 @@ fn root_attributes(a: &mut Vec<KeyValue>, t: &TraceRow, v: &Verdict, route: &str
             }
         }
         _ => {}
+    }
+    // What a source knows of the culprit span (its code): each plain value.
+    for j in &t.joined {
+        let Joined::Span(i, key, val) = j else {
+            continue;
+        };
+        if *i != v.culprit {
+            continue;
+        }
+        for (k, x) in val.as_object().into_iter().flatten() {
+            let value = match x {
+                serde_json::Value::String(s) => any_value::Value::StringValue(s.clone()),
+                serde_json::Value::Number(n) if n.is_i64() => {
+                    any_value::Value::IntValue(n.as_i64().unwrap_or(0))
+                }
+                serde_json::Value::Number(n) => {
+                    any_value::Value::DoubleValue(n.as_f64().unwrap_or(0.0))
+                }
+                _ => continue,
+            };
+            set_attr(a, &format!("rca.{key}.{k}"), value);
+        }
     }
     set_attr(
         a,

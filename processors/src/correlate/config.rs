@@ -90,6 +90,9 @@ pub struct CorrelateConfig {
     /// How NATS JetStream's consumers join the consumers that waited on them.
     #[serde(default)]
     pub nats: NatsConfig,
+    /// The window of profile samples the `profiles` source joins.
+    #[serde(default)]
+    pub profiles: super::source::profiles::ProfilesConfig,
     /// Per-operation latency baselines.
     #[serde(default)]
     pub baseline: BaselineConfig,

@@ -96,7 +96,7 @@ impl ProcessorFactory for CorrelateFactory {
         "correlate"
     }
     fn signals(&self) -> SignalSet {
-        SignalSet::ALL
+        SignalSet::WITH_PROFILES
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<CorrelateConfig>(cfg).map(|_| ())
@@ -296,7 +296,7 @@ struct Correlate {
 #[async_trait]
 impl Processor for Correlate {
     fn accepts(&self) -> SignalSet {
-        SignalSet::ALL
+        SignalSet::WITH_PROFILES
     }
 
     async fn process(
@@ -338,8 +338,17 @@ impl Processor for Correlate {
                     return Ok(());
                 }
             }
-            // Not accepted (`accepts`): the pipeline passes them by.
-            Signal::Profiles => {}
+            // The samples joined to the traces that follow; the request
+            // passes on as it came.
+            Signal::Profiles => match batch.to_profiles_request() {
+                Ok(Some(req)) => self
+                    .correlation
+                    .add_profiles(&req, batch.encoded_len(), now_ns()),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(processor = %self.id, error = %e, "Profiles not taken into the correlation state; passed on.")
+                }
+            },
         }
         out.push(batch);
         Ok(())

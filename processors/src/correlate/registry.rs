@@ -37,6 +37,11 @@ pub fn sources(cfg: &CorrelateConfig) -> Sources {
         Box::new(source::kafka::Kafka::new(&cfg.consumer_lag)),
         Box::new(source::host::Host),
         Box::new(source::gateway::Gateway::new(window, cfg.max_routes)),
+        Box::new(source::profiles::Profiles::new(
+            usize::try_from(cfg.profiles.max_bytes.0).unwrap_or(usize::MAX),
+            usize::try_from(cfg.profiles.max_profile_bytes.0).unwrap_or(usize::MAX),
+            window,
+        )),
     ])
 }
 
@@ -75,13 +80,14 @@ impl Validate for CorrelateConfig {
             ));
         }
         // Each section checks itself.
-        let sections: [(&str, Vec<ConfigError>); 6] = [
+        let sections: [(&str, Vec<ConfigError>); 7] = [
             ("baseline", self.baseline.validate()),
             ("dependencies", self.dependencies.validate()),
             ("retry_storm", self.retry_storm.validate()),
             ("consumer_lag", self.consumer_lag.validate()),
             ("rabbitmq", self.rabbitmq.validate()),
             ("nats", self.nats.validate()),
+            ("profiles", self.profiles.validate()),
         ];
         for (key, errors) in sections {
             e.extend(errors.into_iter().map(|x| x.under(key)));

@@ -3392,3 +3392,204 @@ async fn retries_that_met_a_drain_and_recovered_are_the_drain() {
         "{v:?}"
     );
 }
+
+/// A CPU profile of `api`: 80% in `main.parseAST` (under `main.handle`),
+/// 20% in `main.handle` itself, its samples linked to `span` (if any),
+/// covering the second from the spans' base time.
+fn cpu_profile_of_api(
+    span: Option<u8>,
+) -> opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest {
+    use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+    use opentelemetry_proto::tonic::profiles::v1development::{
+        Function, Line, Link, Location, Profile, ProfilesDictionary, ResourceProfiles, Sample,
+        ScopeProfiles, Stack, ValueType,
+    };
+    let strings = [
+        "",
+        "cpu",
+        "nanoseconds",
+        "main.parseAST",
+        "main.handle",
+        "parse.go",
+        "main.go",
+    ];
+    let loc = |f: i32, line: i64| Location {
+        lines: vec![Line {
+            function_index: f,
+            line,
+            column: 0,
+        }],
+        ..Default::default()
+    };
+    let link_index = i32::from(span.is_some());
+    let sample = |stack_index: i32, v: i64| Sample {
+        stack_index,
+        link_index,
+        values: vec![v],
+        ..Default::default()
+    };
+    ExportProfilesServiceRequest {
+        resource_profiles: vec![ResourceProfiles {
+            resource: Some(Resource {
+                attributes: vec![attr_s("service.name", "api")],
+                ..Default::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                profiles: vec![Profile {
+                    sample_type: Some(ValueType {
+                        type_strindex: 1,
+                        unit_strindex: 2,
+                    }),
+                    samples: vec![sample(1, 80_000_000), sample(2, 20_000_000)],
+                    time_unix_nano: 1_000_000_000_000,
+                    duration_nano: 1_000_000_000,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        dictionary: Some(ProfilesDictionary {
+            location_table: vec![Default::default(), loc(1, 42), loc(2, 20)],
+            function_table: vec![
+                Default::default(),
+                Function {
+                    name_strindex: 3,
+                    filename_strindex: 5,
+                    ..Default::default()
+                },
+                Function {
+                    name_strindex: 4,
+                    filename_strindex: 6,
+                    ..Default::default()
+                },
+            ],
+            link_table: vec![
+                Default::default(),
+                Link {
+                    trace_id: vec![31; 16],
+                    span_id: vec![span.unwrap_or(0); 8],
+                },
+            ],
+            stack_table: vec![
+                Default::default(),
+                Stack {
+                    location_indices: vec![1, 2],
+                },
+                Stack {
+                    location_indices: vec![2],
+                },
+            ],
+            string_table: strings.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The root span's `rca.code.*` attributes.
+fn code_attributes(rs: &[ResourceSpans]) -> std::collections::HashMap<String, String> {
+    let root = rs
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .find(|s| s.parent_span_id.is_empty())
+        .unwrap();
+    root.attributes
+        .iter()
+        .filter(|a| a.key.starts_with("rca.code."))
+        .map(|a| {
+            let v = match a.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(any_value::Value::StringValue(s)) => s.clone(),
+                Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+                Some(any_value::Value::IntValue(i)) => i.to_string(),
+                other => format!("{other:?}"),
+            };
+            (a.key.clone(), v)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_code_that_held_the_culprits_time_is_named_by_the_best_join() {
+    use prost::Message;
+    // (a) The samples linked to the culprit span itself.
+    let trace = |internal_child: bool| {
+        let mut spans = vec![span(31, 1, None, "POST /parse", 0, 500, vec![])];
+        if internal_child {
+            let mut s = span(31, 3, Some(1), "parse", 5, 495, vec![]);
+            s.kind = span::SpanKind::Internal as i32;
+            spans.push(s);
+        } else {
+            spans.push(span(
+                31,
+                2,
+                Some(1),
+                "GET db",
+                10,
+                20,
+                vec![attr_s("server.address", "db")],
+            ));
+        }
+        vec![resource_spans("api", spans)]
+    };
+    for (linked, internal_child, join) in [
+        (Some(1), false, "span"),
+        (Some(1), true, "local_root"),
+        (None, false, "time"),
+    ] {
+        let st = store();
+        let req = cpu_profile_of_api(linked);
+        st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+        let mut rs = trace(internal_child);
+        let out = analyse(&st, &mut rs).await;
+        let v = &out[0].1;
+        let culprit = &out[0].0.spans[v.culprit];
+        assert_eq!(
+            culprit.name,
+            if internal_child {
+                "parse"
+            } else {
+                "POST /parse"
+            }
+        );
+        let code = code_attributes(&rs);
+        assert_eq!(
+            code["rca.code.function"], "main.parseAST",
+            "{join}: {code:?}"
+        );
+        assert_eq!(code["rca.code.location"], "parse.go:42");
+        assert_eq!(code["rca.code.share"], "0.8");
+        assert_eq!(code["rca.code.kind"], "cpu");
+        assert_eq!(code["rca.code.join"], join);
+        // The top frames are the evidence's.
+        let root = rs[0].scope_spans[0]
+            .spans
+            .iter()
+            .find(|s| s.parent_span_id.is_empty())
+            .unwrap();
+        let ev = root
+            .attributes
+            .iter()
+            .find(|a| a.key == "rca.evidence")
+            .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+                any_value::Value::StringValue(s) => {
+                    serde_json::from_str::<serde_json::Value>(s).ok()
+                }
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            ev["code"]["top_inclusive"][0]["function"], "main.handle",
+            "{ev}"
+        );
+        assert_eq!(ev["code"]["top_inclusive"][0]["share"], 1.0);
+    }
+    // Samples of another service, or of another time, say nothing.
+    let st = store();
+    let mut req = cpu_profile_of_api(None);
+    req.resource_profiles[0].scope_profiles[0].profiles[0].time_unix_nano = 5_000_000_000_000;
+    st.add_profiles(&req, req.encoded_len(), 5_001_000_000_000);
+    let mut rs = trace(false);
+    analyse(&st, &mut rs).await;
+    assert!(code_attributes(&rs).is_empty());
+}

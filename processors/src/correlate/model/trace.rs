@@ -270,6 +270,10 @@ pub enum Joined {
     Metric(&'static str, serde_json::Value),
     /// A field of its own (`route_stats`), shared by the traces it joins.
     Field(&'static str, Arc<serde_json::Value>),
+    /// What a source knows of one span (by index; `code`): shown as the
+    /// field of that name, and as `rca.{name}.{key}` for each of its plain
+    /// values, when the span is the verdict's culprit.
+    Span(usize, &'static str, Arc<serde_json::Value>),
 }
 
 impl TraceRow {

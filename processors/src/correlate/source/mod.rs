@@ -23,6 +23,7 @@ pub mod gateway;
 pub mod host;
 pub mod kafka;
 pub mod nats;
+pub mod profiles;
 pub mod rabbit;
 
 use datafusion::arrow::datatypes::SchemaRef;
@@ -136,6 +137,16 @@ pub trait Source: Send + Sync {
 
     /// See a log record taken into the state (route statistics, say).
     fn observe(&self, _record: &LogEvidence, _clock_ns: u64) {}
+
+    /// Take in a profiles request (`encoded_len` bytes on the wire) that
+    /// passes through the processor.
+    fn take_profiles(
+        &self,
+        _req: &opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest,
+        _encoded_len: usize,
+        _now_ns: u64,
+    ) {
+    }
 
     /// Join a trace with its log records (`t.logs`, found already): it may
     /// set what its records say of the request (the route, the final
@@ -434,6 +445,18 @@ impl Sources {
         self.list.iter().find_map(|s| s.keep(offer))
     }
 
+    /// Every source sees a profiles request.
+    pub fn take_profiles(
+        &self,
+        req: &opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest,
+        encoded_len: usize,
+        now_ns: u64,
+    ) {
+        for s in &self.list {
+            s.take_profiles(req, encoded_len, now_ns);
+        }
+    }
+
     /// Every source sees a log record.
     pub fn observe(&self, record: &LogEvidence, clock_ns: u64) {
         for s in &self.list {
@@ -569,6 +592,17 @@ impl Correlation {
             &|attrs, r| self.sources.read_log(attrs, r),
             &|r, clock| self.sources.observe(r, clock),
         );
+    }
+
+    /// Take in a profiles request (the sources that read profiles keep
+    /// their samples).
+    pub fn add_profiles(
+        &self,
+        req: &opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest,
+        encoded_len: usize,
+        now_ns: u64,
+    ) {
+        self.sources.take_profiles(req, encoded_len, now_ns);
     }
 
     /// Take in the metric points a source keeps.
