@@ -3396,7 +3396,7 @@ async fn retries_that_met_a_drain_and_recovered_are_the_drain() {
 /// A CPU profile of `api`: 80% in `main.parseAST` (under `main.handle`),
 /// 20% in `main.handle` itself, its samples linked to `span` (if any),
 /// covering the second from the spans' base time.
-fn cpu_profile_of_api(
+pub(crate) fn cpu_profile_of_api(
     span: Option<u8>,
 ) -> opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest {
     use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;

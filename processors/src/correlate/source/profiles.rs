@@ -3,8 +3,8 @@
 //! eBPF profiler's).
 //!
 //! - state: a window of samples (its stack interned, counted in bytes, the
-//!   oldest first out; a profile over `max_profile_bytes` refused, counted
-//!   in `causeway_correlate_profiles_refused_total`), each with its
+//!   oldest first out; a request over `max_profile_bytes` not kept, logged
+//!   and counted by the source), each with its
 //!   service, time, kind (`cpu`, `lock`, `wall`, `alloc`) and the span its
 //!   link names;
 //! - join, best first, per critical span: (a) `span`: the samples linked to
@@ -87,6 +87,8 @@ impl causeway_core::config::Validate for ProfilesConfig {
 struct Frame {
     function: Arc<str>,
     location: Arc<str>,
+    /// The runtime's or the standard library's ([`is_runtime`]).
+    runtime: bool,
 }
 
 /// One sample kept.
@@ -210,10 +212,13 @@ fn intern_stack(
                 } else {
                     file.to_string()
                 };
-                bytes += 48 + location.len() + text(s, f.name_strindex).len();
+                let function = text(s, f.name_strindex);
+                bytes += 48 + location.len() + function.len();
+                let runtime = is_runtime(function, &location);
                 Arc::new(Frame {
-                    function: Arc::from(text(s, f.name_strindex)),
+                    function: Arc::from(function),
                     location: Arc::from(location),
+                    runtime,
                 })
             });
         out.push(frame.clone());
@@ -308,8 +313,7 @@ fn samples(req: &ExportProfilesServiceRequest) -> Vec<(Sample, usize)> {
 /// standard packages (an import path whose first element has no dot, but
 /// `main`), the JDK's, CPython's standard library, Node's internals, and
 /// native frames of shared libraries.
-fn is_runtime(f: &Frame) -> bool {
-    let (func, loc) = (&*f.function, &*f.location);
+fn is_runtime(func: &str, loc: &str) -> bool {
     // A Go function is `import/path.Name`: its package ends at the first
     // dot after the last slash.
     let slash = func.rfind('/').map_or(0, |i| i + 1);
@@ -350,7 +354,7 @@ impl Code {
         *self.kind.entry(s.kind).or_default() += v;
         if let Some(leaf) = s.stack.first() {
             *self.self_by.entry(leaf.clone()).or_default() += v;
-            let own = s.stack.iter().find(|f| !is_runtime(f)).unwrap_or(leaf);
+            let own = s.stack.iter().find(|f| !f.runtime).unwrap_or(leaf);
             *self.own_by.entry(own.clone()).or_default() += v;
         }
         let mut seen = HashSet::new();
@@ -458,6 +462,7 @@ impl Source for Profiles {
                 misses: 0,
             });
         }
+        let index = Index::of(&w.samples, traces);
         let mut misses = 0;
         for t in traces.iter_mut() {
             let mut any = false;
@@ -466,7 +471,7 @@ impl Source for Profiles {
                 if !s.critical {
                     continue;
                 }
-                let Some((join, code)) = span_code(t, i, &w.samples) else {
+                let Some((join, code)) = span_code(t, i, &index) else {
                     continue;
                 };
                 let Some(v) = code.json(join) else { continue };
@@ -496,17 +501,75 @@ impl Source for Profiles {
 }
 
 /// A span's code, by the best join that finds samples.
-fn span_code(
-    t: &TraceRow,
-    i: usize,
-    samples: &VecDeque<(Sample, usize)>,
-) -> Option<(&'static str, Code)> {
+/// The samples one tick's traces may join: by the span their link names
+/// (only the tick's spans), and the unlinked ones by service (only the
+/// tick's services), by start.
+struct Index<'a> {
+    by_span: HashMap<u64, Vec<&'a Sample>>,
+    by_service: HashMap<&'a str, (Vec<&'a Sample>, u64)>,
+}
+
+impl<'a> Index<'a> {
+    fn of(samples: &'a VecDeque<(Sample, usize)>, traces: &[TraceRow]) -> Index<'a> {
+        let critical = || {
+            traces
+                .iter()
+                .flat_map(|t| t.spans.iter().filter(|s| s.critical))
+        };
+        let spans: HashSet<u64> = traces
+            .iter()
+            .flat_map(|t| t.spans.iter().map(|s| s.span_id))
+            .collect();
+        let services: HashSet<&str> = critical().map(|s| &*s.service).collect();
+        let mut by_span: HashMap<u64, Vec<&Sample>> = HashMap::new();
+        let mut by_service: HashMap<&str, (Vec<&Sample>, u64)> = HashMap::new();
+        for (x, _) in samples {
+            match x.span {
+                Some(id) if spans.contains(&id) => by_span.entry(id).or_default().push(x),
+                Some(_) => {}
+                None if services.contains(&*x.service) => {
+                    let e = by_service.entry(&*x.service).or_default();
+                    e.0.push(x);
+                    // The longest a sample covers: how far before a span a
+                    // sample that overlaps it may start.
+                    e.1 = e.1.max(x.to_ns.saturating_sub(x.from_ns));
+                }
+                None => {}
+            }
+        }
+        for (v, _) in by_service.values_mut() {
+            v.sort_by_key(|x| x.from_ns);
+        }
+        Index {
+            by_span,
+            by_service,
+        }
+    }
+
+    /// The unlinked samples of `service` that overlap `[start, end]`.
+    fn during(&self, service: &str, start: u64, end: u64) -> impl Iterator<Item = &'a Sample> + '_ {
+        let (v, longest) = self
+            .by_service
+            .get(service)
+            .map_or((&[][..], 0), |(v, l)| (v.as_slice(), *l));
+        let from = v.partition_point(|x| x.from_ns < start.saturating_sub(longest));
+        let to = v.partition_point(|x| x.from_ns <= end);
+        v[from..to.max(from)]
+            .iter()
+            .copied()
+            .filter(move |x| x.to_ns >= start)
+    }
+}
+
+/// A span's code, by the best join that finds samples.
+fn span_code(t: &TraceRow, i: usize, index: &Index<'_>) -> Option<(&'static str, Code)> {
     let s = &t.spans[i];
     let start = t.start_ns.saturating_add((s.start_ms * 1e6) as u64);
     let end = start.saturating_add((s.duration_ms * 1e6) as u64);
+    let linked = |id: u64| index.by_span.get(&id).into_iter().flatten().copied();
     // (a) The very span.
     let mut code = Code::default();
-    for (x, _) in samples.iter().filter(|(x, _)| x.span == Some(s.span_id)) {
+    for x in linked(s.span_id) {
         code.add(x, 1.0);
     }
     if code.total > 0.0 {
@@ -516,7 +579,6 @@ fn span_code(
     // of the process's critical self time this span holds.
     let root = local_root(t, i);
     if root != i {
-        let root_id = t.spans[root].span_id;
         let own: f64 = t
             .spans
             .iter()
@@ -525,7 +587,7 @@ fn span_code(
             .map(|(_, x)| x.self_ms)
             .sum();
         let weight = if own > 0.0 { s.self_ms / own } else { 0.0 };
-        for (x, _) in samples.iter().filter(|(x, _)| x.span == Some(root_id)) {
+        for x in linked(t.spans[root].span_id) {
             code.add(x, weight);
         }
         if code.total > 0.0 {
@@ -533,9 +595,7 @@ fn span_code(
         }
     }
     // (c) Its service over its time, weighed by the overlap.
-    for (x, _) in samples.iter().filter(|(x, _)| {
-        x.span.is_none() && x.service == s.service && x.from_ns <= end && x.to_ns >= start
-    }) {
+    for x in index.during(&s.service, start, end) {
         let len = x.to_ns.saturating_sub(x.from_ns);
         let weight = if len == 0 {
             1.0
@@ -562,13 +622,32 @@ fn local_root(t: &TraceRow, mut i: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_runtime, Frame};
+    use super::is_runtime;
 
-    fn frame(function: &str, location: &str) -> Frame {
-        Frame {
-            function: function.into(),
-            location: location.into(),
+    #[test]
+    fn the_window_is_bounded_in_bytes_and_time_and_a_large_profile_is_refused() {
+        use super::{Profiles, Source};
+        use prost::Message;
+        let req = crate::correlate::tests::cpu_profile_of_api(Some(1));
+        let len = req.encoded_len();
+        let base = 1_001_000_000_000;
+        // Room for about two requests' samples.
+        let p = Profiles::new(700, 10_000, 600_000_000_000);
+        for k in 0..5 {
+            p.take_profiles(&req, len, base + k);
         }
+        let w = p.lock();
+        assert!(w.bytes <= 700 && !w.samples.is_empty(), "{}", w.bytes);
+        assert_eq!(w.bytes, w.samples.iter().map(|(_, b)| b).sum::<usize>());
+        drop(w);
+        // Ten minutes on, the samples are out of the window.
+        p.take_profiles(&super::ExportProfilesServiceRequest::default(), 0, base + 700_000_000_000);
+        assert!(p.lock().samples.is_empty());
+        // A request over max_profile_bytes is counted, not kept.
+        let p = Profiles::new(1 << 20, len - 1, 600_000_000_000);
+        p.take_profiles(&req, len, base);
+        assert!(p.lock().samples.is_empty());
+        assert_eq!(p.refused(), 1);
     }
 
     #[test]
@@ -596,7 +675,7 @@ mod tests {
                 "node:internal/process/task_queues:95",
             ),
         ] {
-            assert!(is_runtime(&frame(f, l)), "{f}");
+            assert!(is_runtime(f, l), "{f}");
         }
         for (f, l) in [
             ("main.parseAST", "/src/checkout/parse.go:42"),
@@ -607,7 +686,7 @@ mod tests {
             ("com.acme.shop.Orders.place", "Orders.java:40"),
             ("handle", "/srv/app/site-packages/shop/views.py:12"),
         ] {
-            assert!(!is_runtime(&frame(f, l)), "{f}");
+            assert!(!is_runtime(f, l), "{f}");
         }
     }
 }
