@@ -641,7 +641,11 @@ mod tests {
         assert_eq!(w.bytes, w.samples.iter().map(|(_, b)| b).sum::<usize>());
         drop(w);
         // Ten minutes on, the samples are out of the window.
-        p.take_profiles(&super::ExportProfilesServiceRequest::default(), 0, base + 700_000_000_000);
+        p.take_profiles(
+            &super::ExportProfilesServiceRequest::default(),
+            0,
+            base + 700_000_000_000,
+        );
         assert!(p.lock().samples.is_empty());
         // A request over max_profile_bytes is counted, not kept.
         let p = Profiles::new(1 << 20, len - 1, 600_000_000_000);
