@@ -35,6 +35,23 @@ fn build(dir: &std::path::Path) -> std::path::PathBuf {
     bin
 }
 
+/// The Go program on `port`, its goroutine labelled with [`SPAN_ID`];
+/// returns once it listens.
+fn start_target(dir: &std::path::Path, bin: &std::path::Path, port: u16) -> std::process::Child {
+    let log = std::fs::File::create(dir.join("target.log")).unwrap();
+    let target = Command::new(bin)
+        .env("PORT", port.to_string())
+        .env("SPAN_ID", SPAN_ID)
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(30), "the Go target listening", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    target
+}
+
 fn text(v: &Value) -> Option<&str> {
     v.as_str()
 }
@@ -155,17 +172,7 @@ fn a_go_runtimes_cpu_and_mutex_profiles_name_the_functions_and_the_span() {
     let bin = build(d);
     let port = free_port();
     let dead = free_port();
-    let log = std::fs::File::create(d.join("target.log")).unwrap();
-    let mut target = Command::new(&bin)
-        .env("PORT", port.to_string())
-        .env("SPAN_ID", SPAN_ID)
-        .stdout(Stdio::from(log.try_clone().unwrap()))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap();
-    wait_for(Duration::from_secs(30), "the Go target listening", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    let mut target = start_target(d, &bin, port);
     let daemon = Daemon::start(
         d,
         "pprof",
@@ -283,17 +290,7 @@ fn a_kept_trace_names_the_function_its_span_spent_its_time_in() {
     let d = dir.path();
     let bin = build(d);
     let (port, http) = (free_port(), free_port());
-    let log = std::fs::File::create(d.join("target.log")).unwrap();
-    let mut target = Command::new(&bin)
-        .env("PORT", port.to_string())
-        .env("SPAN_ID", SPAN_ID)
-        .stdout(Stdio::from(log.try_clone().unwrap()))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap();
-    wait_for(Duration::from_secs(30), "the Go target listening", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    let mut target = start_target(d, &bin, port);
     let _daemon = Daemon::start(
         d,
         "code",
