@@ -37,11 +37,7 @@ pub fn sources(cfg: &CorrelateConfig) -> Sources {
         Box::new(source::kafka::Kafka::new(&cfg.consumer_lag)),
         Box::new(source::host::Host),
         Box::new(source::gateway::Gateway::new(window, cfg.max_routes)),
-        Box::new(source::profiles::Profiles::new(
-            usize::try_from(cfg.profiles.max_bytes.0).unwrap_or(usize::MAX),
-            usize::try_from(cfg.profiles.max_profile_bytes.0).unwrap_or(usize::MAX),
-            window,
-        )),
+        Box::new(source::profiles::Profiles::new(&cfg.profiles, window)),
     ])
 }
 

@@ -3440,7 +3440,7 @@ pub(crate) fn cpu_profile_of_api(
                         type_strindex: 1,
                         unit_strindex: 2,
                     }),
-                    samples: vec![sample(1, 80_000_000), sample(2, 20_000_000)],
+                    samples: vec![sample(1, 640_000_000), sample(2, 160_000_000)],
                     time_unix_nano: 1_000_000_000_000,
                     duration_nano: 1_000_000_000,
                     ..Default::default()
@@ -3592,4 +3592,383 @@ async fn the_code_that_held_the_culprits_time_is_named_by_the_best_join() {
     let mut rs = trace(false);
     analyse(&st, &mut rs).await;
     assert!(code_attributes(&rs).is_empty());
+}
+
+/// A profiles request of `service`: per profile its sample type, unit and
+/// samples (function names leaf first, value, linked span's byte), over
+/// `[1000 s, 1000 s + 2 s]`.
+type ProfileSpec<'a> = (&'a str, &'a str, Vec<(Vec<&'a str>, i64, Option<u8>)>);
+pub(crate) fn profiles_of(
+    service: &str,
+    profiles: &[ProfileSpec<'_>],
+) -> opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest {
+    use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+    use opentelemetry_proto::tonic::profiles::v1development::{
+        Function, Line, Link, Location, Profile, ProfilesDictionary, ResourceProfiles, Sample,
+        ScopeProfiles, Stack, ValueType,
+    };
+    let mut d = ProfilesDictionary {
+        string_table: vec![String::new()],
+        location_table: vec![Default::default()],
+        function_table: vec![Default::default()],
+        link_table: vec![Default::default()],
+        stack_table: vec![Default::default()],
+        ..Default::default()
+    };
+    fn str_of(d: &mut ProfilesDictionary, x: &str) -> i32 {
+        match d.string_table.iter().position(|s| s == x) {
+            Some(i) => i as i32,
+            None => {
+                d.string_table.push(x.to_string());
+                d.string_table.len() as i32 - 1
+            }
+        }
+    }
+    let mut out = Vec::new();
+    // One stack per list of frames, shared by the profiles (as pprof's
+    // sample types share a sample).
+    let mut stacks: std::collections::HashMap<Vec<&str>, i32> = Default::default();
+    for (ty, unit, samples) in profiles {
+        let sample_type = Some(ValueType {
+            type_strindex: str_of(&mut d, ty),
+            unit_strindex: str_of(&mut d, unit),
+        });
+        let mut ss = Vec::new();
+        for (frames, v, link) in samples {
+            if let Some(&stack_index) = stacks.get(frames) {
+                ss.push(Sample {
+                    stack_index,
+                    values: vec![*v],
+                    ..Default::default()
+                });
+                continue;
+            }
+            let mut locs = Vec::new();
+            for f in frames {
+                let name = str_of(&mut d, f);
+                let file = str_of(
+                    &mut d,
+                    if f.starts_with("runtime.") || f.starts_with("sync.") {
+                        "/usr/lib/go/src/runtime/x.go"
+                    } else {
+                        "/src/shop/main.go"
+                    },
+                );
+                d.function_table.push(Function {
+                    name_strindex: name,
+                    filename_strindex: file,
+                    ..Default::default()
+                });
+                d.location_table.push(Location {
+                    lines: vec![Line {
+                        function_index: d.function_table.len() as i32 - 1,
+                        line: 10,
+                        column: 0,
+                    }],
+                    ..Default::default()
+                });
+                locs.push(d.location_table.len() as i32 - 1);
+            }
+            d.stack_table.push(Stack {
+                location_indices: locs,
+            });
+            stacks.insert(frames.clone(), d.stack_table.len() as i32 - 1);
+            let link_index = match link {
+                Some(b) => {
+                    d.link_table.push(Link {
+                        trace_id: vec![0; 16],
+                        span_id: vec![*b; 8],
+                    });
+                    d.link_table.len() as i32 - 1
+                }
+                None => 0,
+            };
+            ss.push(Sample {
+                stack_index: d.stack_table.len() as i32 - 1,
+                link_index,
+                values: vec![*v],
+                ..Default::default()
+            });
+        }
+        out.push(Profile {
+            sample_type,
+            samples: ss,
+            time_unix_nano: 1_000_000_000_000,
+            duration_nano: 2_000_000_000,
+            ..Default::default()
+        });
+    }
+    ExportProfilesServiceRequest {
+        resource_profiles: vec![ResourceProfiles {
+            resource: Some(Resource {
+                attributes: vec![attr_s("service.name", service)],
+                ..Default::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                profiles: out,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        dictionary: Some(d),
+    }
+}
+
+/// A front calling the shop's `GET /{op}`, the shop's server span (byte
+/// `tid + 1`) taking `ms`.
+fn front_and_shop(tid: u8, op: &str, ms: u64) -> Vec<ResourceSpans> {
+    let mut server = span(
+        tid,
+        tid.wrapping_add(1),
+        Some(tid.wrapping_add(2)),
+        &format!("GET /{op}"),
+        1,
+        1 + ms,
+        vec![],
+    );
+    server.kind = span::SpanKind::Server as i32;
+    vec![
+        resource_spans(
+            "front",
+            vec![
+                span(
+                    tid,
+                    tid.wrapping_add(3),
+                    None,
+                    &format!("GET /api/{op}"),
+                    0,
+                    ms + 2,
+                    vec![],
+                ),
+                span(
+                    tid,
+                    tid.wrapping_add(2),
+                    Some(tid.wrapping_add(3)),
+                    "GET",
+                    0,
+                    ms + 2,
+                    vec![attr_s("server.address", "shop")],
+                ),
+            ],
+        ),
+        resource_spans("shop", vec![server]),
+    ]
+}
+
+#[tokio::test]
+async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
+    use prost::Message;
+    let cpu = |frames: Vec<&'static str>, ms: i64, span: u8| {
+        (
+            "cpu",
+            "nanoseconds",
+            vec![(frames, ms * 1_000_000, Some(span))],
+        )
+    };
+    let normal = |st: &Correlation| {
+        st.store.baselines.feed(
+            1_000_000_000_000,
+            (0..30).flat_map(|_| {
+                [
+                    ("shop", "GET /parse", 2.0),
+                    ("shop", "GET /symbols", 2.0),
+                    ("shop", "GET /render", 2.0),
+                    ("front", "GET /api/parse", 4.0),
+                    ("front", "GET /api/symbols", 4.0),
+                    ("front", "GET /api/render", 4.0),
+                    ("front", "GET", 4.0),
+                ]
+            }),
+        );
+    };
+    let verdict_of = |out: &[(TraceRow, Verdict)]| {
+        let v = &out[0].1;
+        (
+            v.best.cause.clone(),
+            v.culprit_service.clone(),
+            v.culprit_kind,
+            v.best.summary.clone(),
+        )
+    };
+    // CPU in the service's own function, on the span's own samples.
+    let st = store();
+    normal(&st);
+    let req = profiles_of(
+        "shop",
+        &[cpu(
+            vec!["crypto/sha256.block", "main.parseAST", "main.handleParse"],
+            280,
+            11,
+        )],
+    );
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = front_and_shop(10, "parse", 300);
+    let out = analyse(&st, &mut rs).await;
+    let (cause, service, kind, summary) = verdict_of(&out);
+    assert_eq!(
+        (cause.as_str(), service.as_str(), kind),
+        ("cpu_hotspot", "shop", "code"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("main.parseAST") && summary.contains("span join"),
+        "{summary}"
+    );
+    assert_eq!(code_attributes(&rs)["rca.code.function"], "main.parseAST");
+    // The same span at its normal length: its code is no cause.
+    let st = store();
+    normal(&st);
+    let req = profiles_of("shop", &[cpu(vec!["main.parseAST"], 10, 21)]);
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = front_and_shop(20, "parse", 5);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(verdict_of(&out).0, "unknown", "{:?}", out[0].1);
+    // Too little time to say: 40 ms on CPU (four samples at 100 Hz) do not
+    // make a hotspot.
+    let st = store();
+    normal(&st);
+    let req = profiles_of("shop", &[cpu(vec!["main.parseAST"], 40, 31)]);
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = front_and_shop(30, "parse", 60);
+    let out = analyse(&st, &mut rs).await;
+    assert_ne!(verdict_of(&out).0, "cpu_hotspot", "{:?}", out[0].1);
+    // Allocation: the allocator and the collector hold the time, driven by
+    // the service's function.
+    let st = store();
+    normal(&st);
+    let req = profiles_of(
+        "shop",
+        &[(
+            "cpu",
+            "nanoseconds",
+            vec![
+                (
+                    vec![
+                        "runtime.memclrNoHeapPointers",
+                        "runtime.mallocgc",
+                        "main.renderPage",
+                    ],
+                    200_000_000,
+                    Some(41),
+                ),
+                (
+                    vec![
+                        "runtime.gcAssistAlloc",
+                        "runtime.mallocgc",
+                        "main.renderPage",
+                    ],
+                    60_000_000,
+                    Some(41),
+                ),
+                (vec!["main.renderPage"], 40_000_000, Some(41)),
+            ],
+        )],
+    );
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = front_and_shop(40, "render", 320);
+    let out = analyse(&st, &mut rs).await;
+    let (cause, service, kind, summary) = verdict_of(&out);
+    assert_eq!(
+        (cause.as_str(), service.as_str(), kind),
+        ("gc_pressure", "shop", "code"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("main.renderPage") && summary.contains("87% allocating"),
+        "{summary}"
+    );
+    // A lock: the span's process labels its CPU samples and the span has
+    // none (it was off CPU); the mutex profile (no labels, by time) says
+    // who held the lock and how long its contentions waited.
+    let st = store();
+    normal(&st);
+    let unlock = vec!["sync.(*Mutex).Unlock", "main.refreshSymbols", "main.loop"];
+    let req = profiles_of(
+        "shop",
+        &[
+            cpu(vec!["main.parseAST"], 30, 99),
+            ("contentions", "count", vec![(unlock.clone(), 8, None)]),
+            (
+                "delay",
+                "nanoseconds",
+                vec![(unlock.clone(), 1_600_000_000, None)],
+            ),
+        ],
+    );
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = front_and_shop(50, "symbols", 250);
+    let out = analyse(&st, &mut rs).await;
+    let (cause, service, kind, summary) = verdict_of(&out);
+    assert_eq!(
+        (cause.as_str(), service.as_str(), kind),
+        ("lock_contention", "shop", "code"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("main.refreshSymbols") && summary.contains("200 ms on average"),
+        "{summary}"
+    );
+    let code = code_attributes(&rs);
+    assert_eq!(code["rca.code.function"], "main.refreshSymbols");
+    assert_eq!(code["rca.code.kind"], "lock");
+    assert_eq!(code["rca.code.join"], "time");
+    // The same span with its own CPU samples covering it: not the lock.
+    let st = store();
+    normal(&st);
+    let req = profiles_of(
+        "shop",
+        &[
+            cpu(vec!["main.parseAST"], 240, 61),
+            ("contentions", "count", vec![(unlock.clone(), 8, None)]),
+            (
+                "delay",
+                "nanoseconds",
+                vec![(unlock.clone(), 1_600_000_000, None)],
+            ),
+        ],
+    );
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = front_and_shop(60, "symbols", 250);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(verdict_of(&out).0, "cpu_hotspot", "{:?}", out[0].1);
+    // No profile: the slow callee is named as before.
+    let st = store();
+    normal(&st);
+    let mut rs = front_and_shop(70, "parse", 300);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(verdict_of(&out).0, "slow_dependency", "{:?}", out[0].1);
+}
+
+#[tokio::test]
+async fn a_slow_dependencys_verdict_stays_and_gains_the_code_only_where_it_explains_the_time() {
+    use prost::Message;
+    let st = store();
+    st.store.baselines.feed(
+        1_000_000_000_000,
+        (0..30).flat_map(|_| {
+            [
+                ("shop", "GET /parse", 2.0),
+                ("front", "GET /api/parse", 4.0),
+                ("front", "GET", 4.0),
+            ]
+        }),
+    );
+    // 20 ms of CPU in a 300 ms span: the profile does not explain it.
+    let req = profiles_of(
+        "shop",
+        &[(
+            "cpu",
+            "nanoseconds",
+            vec![(vec!["main.parseAST"], 20_000_000, Some(11))],
+        )],
+    );
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = front_and_shop(10, "parse", 300);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(out[0].1.best.cause, "slow_dependency", "{:?}", out[0].1);
+    assert!(
+        code_attributes(&rs).is_empty(),
+        "{:?}",
+        code_attributes(&rs)
+    );
 }

@@ -79,12 +79,13 @@ pub struct PprofConfig {
     /// Which profiles are taken of each process (default `[cpu, mutex]`).
     #[serde(default = "kinds")]
     pub profiles: Vec<Kind>,
-    /// How often each profile is taken of each process (default 60s). At
-    /// least `seconds`.
+    /// How often each profile is taken of each process (default 15s). At
+    /// least `seconds`; equal to it (the default), profiling is continuous:
+    /// each window starts as the last one is answered.
     #[serde(default = "interval")]
     pub collection_interval: Duration,
     /// The window of a CPU profile and of a delta profile (mutex, block,
-    /// allocs): what happened in these seconds (default 10s).
+    /// allocs): what happened in these seconds (default 15s).
     #[serde(default = "seconds")]
     pub seconds: Duration,
     /// How long an answer may take beyond `seconds` (default 10s).
@@ -119,10 +120,10 @@ fn kinds() -> Vec<Kind> {
     vec![Kind::Cpu, Kind::Mutex]
 }
 fn interval() -> Duration {
-    Duration::secs(60)
+    Duration::secs(15)
 }
 fn seconds() -> Duration {
-    Duration::secs(10)
+    Duration::secs(15)
 }
 fn timeout() -> Duration {
     Duration::secs(10)

@@ -139,6 +139,10 @@ pub fn consumer(_: &SpanRow) -> &'static str {
 pub fn host(_: &SpanRow) -> &'static str {
     "host"
 }
+/// `code`: a function of the service's own code (from its profiles).
+pub fn code(_: &SpanRow) -> &'static str {
+    "code"
+}
 /// `dependency`: a database, cache, broker or model server.
 pub fn dependency(_: &SpanRow) -> &'static str {
     "dependency"

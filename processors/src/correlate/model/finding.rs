@@ -96,8 +96,10 @@ pub struct Verdict {
 /// - `limiter`: what rate-limited the request (the gateway or the callee);
 /// - `host`: the host (the service that ran on it is named);
 /// - `consumer`: the consumer a message waited for;
-/// - `gateway`: the gateway itself.
-pub const CULPRIT_KINDS: [&str; 7] = [
+/// - `gateway`: the gateway itself;
+/// - `code`: a function of the service's own code that held the time
+///   (named from the service's profiles).
+pub const CULPRIT_KINDS: [&str; 8] = [
     "service",
     "callee",
     "dependency",
@@ -105,6 +107,7 @@ pub const CULPRIT_KINDS: [&str; 7] = [
     "host",
     "consumer",
     "gateway",
+    "code",
 ];
 
 /// One analysed trace, for the RCA log record and counter.

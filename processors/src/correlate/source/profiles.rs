@@ -30,8 +30,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use super::{Join, Source, Tick};
+use crate::correlate::model::cause::{self, Cause};
 use crate::correlate::model::table::{f64f, i64f, schema, utf8, Cols, V};
-use crate::correlate::model::{Hex16, Joined, TraceRow};
+use crate::correlate::model::{Hex16, Joined, Rule, TraceRow};
 
 /// `processors.correlate.profiles`: the window of profile samples.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -45,6 +46,25 @@ pub struct ProfilesConfig {
     /// the state (counted; it passes on) (default 8MiB).
     #[serde(default = "max_profile_bytes")]
     pub max_profile_bytes: causeway_core::config::ByteSize,
+    /// A function holding at least this share of a span's samples is the
+    /// code at fault (default 0.5).
+    #[serde(default = "half")]
+    pub min_share: f64,
+    /// The profile's time joined to a span must cover at least this share
+    /// of its self time for the code to explain it (default 0.5).
+    #[serde(default = "half")]
+    pub min_coverage: f64,
+    /// Time on CPU a span's samples must add up to before its code is a
+    /// cause (default 50ms: five samples at Go's 100 Hz).
+    #[serde(default = "min_time")]
+    pub min_time: causeway_core::config::Duration,
+}
+
+fn half() -> f64 {
+    0.5
+}
+fn min_time() -> causeway_core::config::Duration {
+    causeway_core::config::Duration::millis(50)
 }
 
 fn max_bytes() -> causeway_core::config::ByteSize {
@@ -59,6 +79,9 @@ impl Default for ProfilesConfig {
         ProfilesConfig {
             max_bytes: max_bytes(),
             max_profile_bytes: max_profile_bytes(),
+            min_share: half(),
+            min_coverage: half(),
+            min_time: min_time(),
         }
     }
 }
@@ -78,9 +101,36 @@ impl causeway_core::config::Validate for ProfilesConfig {
                 "must be more than 0 and at most max_bytes",
             ));
         }
+        for (path, v) in [
+            ("min_share", self.min_share),
+            ("min_coverage", self.min_coverage),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                e.push(causeway_core::config::ConfigError::new(
+                    path,
+                    "must be more than 0 and at most 1",
+                ));
+            }
+        }
         e
     }
 }
+
+/// The service's own code spent the span's time on CPU, in one function.
+pub static CPU_HOTSPOT: Cause = Cause::new("cpu_hotspot", cause::code);
+
+/// The span waited, off CPU, for a lock of its own process that another
+/// function held.
+pub static LOCK_CONTENTION: Cause = Cause::new("lock_contention", cause::code);
+
+/// The span's time went to allocating and collecting garbage, driven by
+/// one function's allocations.
+pub static GC_PRESSURE: Cause = Cause::new("gc_pressure", cause::code);
+
+/// A lock explains a span's time off CPU when the contentions of its
+/// window waited on average at least this share of that time (a wait is
+/// anywhere from nothing to the hold: the mean is half the longest).
+const LOCK_WAIT_SHARE: f64 = 0.25;
 
 /// One frame: its function and where (`file:line`).
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -89,6 +139,8 @@ struct Frame {
     location: Arc<str>,
     /// The runtime's or the standard library's ([`is_runtime`]).
     runtime: bool,
+    /// The runtime allocating or collecting garbage ([`is_gc`]).
+    gc: bool,
 }
 
 /// One sample kept.
@@ -102,6 +154,9 @@ struct Sample {
     span: Option<u64>,
     kind: &'static str,
     value: f64,
+    /// The events it counts (a lock's contentions), when its profile has
+    /// them.
+    count: f64,
     /// Leaf first.
     stack: Frames,
 }
@@ -125,6 +180,10 @@ pub struct Profiles {
     max_profile_bytes: usize,
     /// Samples older than this go (ns).
     keep_ns: u64,
+    /// The thresholds of its rules.
+    min_share: f64,
+    min_coverage: f64,
+    min_time_ms: f64,
 }
 
 impl std::fmt::Debug for Profiles {
@@ -134,14 +193,16 @@ impl std::fmt::Debug for Profiles {
 }
 
 impl Profiles {
-    /// A window of `max_bytes`, refusing profiles over `max_profile_bytes`,
-    /// keeping samples `keep_ns`.
-    pub fn new(max_bytes: usize, max_profile_bytes: usize, keep_ns: u64) -> Self {
+    /// The source of `cfg`, keeping samples `keep_ns`.
+    pub fn new(cfg: &ProfilesConfig, keep_ns: u64) -> Self {
         Profiles {
             window: Mutex::new(Window::default()),
-            max_bytes,
-            max_profile_bytes,
+            max_bytes: usize::try_from(cfg.max_bytes.0).unwrap_or(usize::MAX),
+            max_profile_bytes: usize::try_from(cfg.max_profile_bytes.0).unwrap_or(usize::MAX),
             keep_ns,
+            min_share: cfg.min_share,
+            min_coverage: cfg.min_coverage,
+            min_time_ms: cfg.min_time.get().as_secs_f64() * 1e3,
         }
     }
 
@@ -219,6 +280,7 @@ fn intern_stack(
                     function: Arc::from(function),
                     location: Arc::from(location),
                     runtime,
+                    gc: is_gc(function),
                 })
             });
         out.push(frame.clone());
@@ -256,56 +318,99 @@ fn samples(req: &ExportProfilesServiceRequest) -> Vec<(Sample, usize)> {
     let mut out = Vec::new();
     for rp in &req.resource_profiles {
         let service = service_of(rp);
-        for p in rp.scope_profiles.iter().flat_map(|sp| &sp.profiles) {
-            let Some(t) = p.sample_type else { continue };
-            let Some(kind) = kind(text(s, t.type_strindex), text(s, t.unit_strindex)) else {
-                continue;
-            };
-            let (from, to) = (
-                p.time_unix_nano,
-                p.time_unix_nano.saturating_add(p.duration_nano),
-            );
-            for x in &p.samples {
-                let mut bytes = SAMPLE_BYTES;
-                let stack = match stacks.get(&x.stack_index) {
-                    Some(st) => st.clone(),
-                    None => {
-                        let (st, b) = intern_stack(d, x.stack_index, &mut frames);
-                        bytes += b;
-                        stacks.insert(x.stack_index, st.clone());
-                        st
+        for sp in &rp.scope_profiles {
+            // A lock profile's contentions, by stack: its delay samples' counts.
+            let mut counts: HashMap<i32, f64> = HashMap::new();
+            for p in &sp.profiles {
+                let Some(t) = p.sample_type else { continue };
+                if text(s, t.type_strindex) == "contentions" {
+                    for x in &p.samples {
+                        *counts.entry(x.stack_index).or_default() +=
+                            x.values.first().copied().unwrap_or(0) as f64;
                     }
-                };
-                let span = get(&d.link_table, x.link_index)
-                    .filter(|_| x.link_index > 0)
-                    .and_then(|l| <[u8; 8]>::try_from(l.span_id.as_slice()).ok())
-                    .map(u64::from_be_bytes)
-                    .filter(|&id| id != 0);
-                let value = x.values.first().copied().unwrap_or(0) as f64;
-                let sample = |from_ns, to_ns, value| Sample {
-                    service: service.clone(),
-                    from_ns,
-                    to_ns,
-                    span,
-                    kind,
-                    value,
-                    stack: stack.clone(),
-                };
-                if x.timestamps_unix_nano.is_empty() {
-                    out.push((sample(from, to, value), bytes));
-                    continue;
                 }
-                let each = value / x.timestamps_unix_nano.len() as f64;
-                for (k, &ts) in x.timestamps_unix_nano.iter().enumerate() {
-                    out.push((
-                        sample(ts, ts, each),
-                        if k == 0 { bytes } else { SAMPLE_BYTES },
-                    ));
+            }
+            for p in &sp.profiles {
+                let Some(t) = p.sample_type else { continue };
+                let Some(kind) = kind(text(s, t.type_strindex), text(s, t.unit_strindex)) else {
+                    continue;
+                };
+                let (from, to) = (
+                    p.time_unix_nano,
+                    p.time_unix_nano.saturating_add(p.duration_nano),
+                );
+                for x in &p.samples {
+                    let mut bytes = SAMPLE_BYTES;
+                    let stack = match stacks.get(&x.stack_index) {
+                        Some(st) => st.clone(),
+                        None => {
+                            let (st, b) = intern_stack(d, x.stack_index, &mut frames);
+                            bytes += b;
+                            stacks.insert(x.stack_index, st.clone());
+                            st
+                        }
+                    };
+                    let span = get(&d.link_table, x.link_index)
+                        .filter(|_| x.link_index > 0)
+                        .and_then(|l| <[u8; 8]>::try_from(l.span_id.as_slice()).ok())
+                        .map(u64::from_be_bytes)
+                        .filter(|&id| id != 0);
+                    let value = x.values.first().copied().unwrap_or(0) as f64;
+                    // A stack's contentions go with its first delay sample.
+                    let count = if kind == "lock" {
+                        counts.remove(&x.stack_index).unwrap_or(0.0)
+                    } else {
+                        0.0
+                    };
+                    let sample = |from_ns, to_ns, value, count| Sample {
+                        service: service.clone(),
+                        from_ns,
+                        to_ns,
+                        span,
+                        kind,
+                        value,
+                        count,
+                        stack: stack.clone(),
+                    };
+                    if x.timestamps_unix_nano.is_empty() {
+                        out.push((sample(from, to, value, count), bytes));
+                        continue;
+                    }
+                    let n = x.timestamps_unix_nano.len() as f64;
+                    for (k, &ts) in x.timestamps_unix_nano.iter().enumerate() {
+                        out.push((
+                            sample(ts, ts, value / n, count / n),
+                            if k == 0 { bytes } else { SAMPLE_BYTES },
+                        ));
+                    }
                 }
             }
         }
     }
     out
+}
+
+/// Whether a frame is the runtime allocating or collecting garbage: Go's
+/// allocator and collector, V8's `(garbage collector)`.
+fn is_gc(func: &str) -> bool {
+    [
+        "runtime.mallocgc",
+        "runtime.newobject",
+        "runtime.growslice",
+        "runtime.makeslice",
+        "runtime.makemap",
+        "runtime.gcAssist",
+        "runtime.gcDrain",
+        "runtime.gcBgMarkWorker",
+        "runtime.scanobject",
+        "runtime.markroot",
+        "runtime.(*mheap)",
+        "runtime.(*mcache)",
+        "runtime.(*mcentral)",
+        "(garbage collector)",
+    ]
+    .iter()
+    .any(|p| func.starts_with(p))
 }
 
 /// Whether a frame is the language's runtime or standard library rather
@@ -330,7 +435,7 @@ fn is_runtime(func: &str, loc: &str) -> bool {
         || func.is_empty()
 }
 
-/// What a span's joined samples say of its code.
+/// What a span's joined samples of one kind say of its code.
 #[derive(Debug, Default)]
 struct Code {
     /// By the sample's innermost frame of the service's code (its leaf when
@@ -338,9 +443,17 @@ struct Code {
     own_by: HashMap<Arc<Frame>, f64>,
     self_by: HashMap<Arc<Frame>, f64>,
     total_by: HashMap<Arc<Frame>, f64>,
+    /// The joined value (ns for a kind of time).
     total: f64,
-    kind: HashMap<&'static str, f64>,
+    /// Of it, samples with the allocator or the collector on their stack.
+    gc: f64,
+    /// The events the samples count (a lock's contentions), unweighed,
+    /// and their value unweighed: their mean.
+    count: f64,
+    count_value: f64,
     samples: usize,
+    /// The stacks, root first, with their value: the flame graph.
+    stacks: HashMap<Frames, f64>,
 }
 
 impl Code {
@@ -351,7 +464,14 @@ impl Code {
         }
         self.total += v;
         self.samples += 1;
-        *self.kind.entry(s.kind).or_default() += v;
+        if s.count > 0.0 {
+            self.count += s.count;
+            self.count_value += s.value;
+        }
+        if s.stack.iter().any(|f| f.gc) {
+            self.gc += v;
+        }
+        *self.stacks.entry(s.stack.clone()).or_default() += v;
         if let Some(leaf) = s.stack.first() {
             *self.self_by.entry(leaf.clone()).or_default() += v;
             let own = s.stack.iter().find(|f| !f.runtime).unwrap_or(leaf);
@@ -365,47 +485,129 @@ impl Code {
         }
     }
 
-    fn top(by: &HashMap<Arc<Frame>, f64>, total: f64) -> Vec<serde_json::Value> {
-        let mut v: Vec<(&Arc<Frame>, &f64)> = by.iter().collect();
+    /// The mean wait of a contention (ms), when the samples count them.
+    fn mean_wait_ms(&self) -> Option<f64> {
+        (self.count > 0.0).then(|| self.count_value / self.count / 1e6)
+    }
+
+    fn ranked(by: &HashMap<Arc<Frame>, f64>) -> Vec<(&Arc<Frame>, f64)> {
+        let mut v: Vec<(&Arc<Frame>, f64)> = by.iter().map(|(f, x)| (f, *x)).collect();
         v.sort_by(|a, b| {
-            b.1.total_cmp(a.1)
+            b.1.total_cmp(&a.1)
                 .then_with(|| a.0.function.cmp(&b.0.function))
         });
-        v.into_iter()
+        v
+    }
+
+    fn top(by: &HashMap<Arc<Frame>, f64>, total: f64) -> Vec<serde_json::Value> {
+        Code::ranked(by)
+            .into_iter()
             .take(5)
             .map(|(f, x)| {
                 serde_json::json!({
                     "function": &*f.function,
                     "location": &*f.location,
-                    "share": (x / total * 1000.0).round() / 1000.0,
+                    "share": round3(x / total),
                 })
             })
             .collect()
     }
 
-    /// The evidence: the top self function first.
-    fn json(&self, join: &str) -> Option<serde_json::Value> {
-        if self.total <= 0.0 {
-            return None;
+    /// The function of the service's code that holds the most, and its share.
+    fn first(&self) -> Option<(&Arc<Frame>, f64)> {
+        Code::ranked(&self.own_by)
+            .first()
+            .map(|(f, x)| (*f, x / self.total))
+    }
+
+    /// The flame graph of the joined samples: an icicle of frames from the
+    /// root, each `{f, v, c}` (function, value as a share of the total,
+    /// children), the smallest under 1% merged away, at most `MAX_DEPTH`
+    /// deep.
+    fn flame(&self) -> serde_json::Value {
+        const MAX_DEPTH: usize = 48;
+        #[derive(Default)]
+        struct Node {
+            v: f64,
+            c: Vec<(Arc<str>, Node)>,
         }
-        let top_own = Code::top(&self.own_by, self.total);
-        let first = top_own.first()?.clone();
-        let kind = self
-            .kind
-            .iter()
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .map_or("cpu", |(k, _)| *k);
-        Some(serde_json::json!({
-            "function": first["function"],
-            "location": first["location"],
-            "share": first["share"],
-            "kind": kind,
-            "join": join,
-            "samples": self.samples,
-            "top_own": top_own,
-            "top_self": Code::top(&self.self_by, self.total),
-            "top_inclusive": Code::top(&self.total_by, self.total),
-        }))
+        let mut root = Node::default();
+        for (stack, v) in &self.stacks {
+            root.v += v;
+            let mut n = &mut root;
+            for f in stack.iter().rev().take(MAX_DEPTH) {
+                let k = match n.c.iter().position(|(name, _)| *name == f.function) {
+                    Some(k) => k,
+                    None => {
+                        n.c.push((f.function.clone(), Node::default()));
+                        n.c.len() - 1
+                    }
+                };
+                n = &mut n.c[k].1;
+                n.v += v;
+            }
+        }
+        fn json(name: &str, n: &Node, total: f64) -> serde_json::Value {
+            let mut c: Vec<&(Arc<str>, Node)> =
+                n.c.iter().filter(|(_, x)| x.v >= total * 0.01).collect();
+            c.sort_by(|a, b| b.1.v.total_cmp(&a.1.v));
+            serde_json::json!({
+                "f": name,
+                "v": round3(n.v / total),
+                "c": c.into_iter().map(|(k, x)| json(k, x, total)).collect::<Vec<_>>(),
+            })
+        }
+        json("all", &root, self.total.max(f64::MIN_POSITIVE))
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The kinds of profile a span's code is told by.
+const KINDS: [&str; 4] = ["cpu", "lock", "wall", "alloc"];
+
+/// What one kind of profile says of a span.
+struct Told {
+    kind: &'static str,
+    join: &'static str,
+    code: Code,
+}
+
+impl Told {
+    /// The joined time (ms), for a kind of time.
+    fn time_ms(&self) -> f64 {
+        if self.kind == "alloc" {
+            0.0
+        } else {
+            self.code.total / 1e6
+        }
+    }
+
+    /// The evidence: the top function of the service's code first.
+    fn json(&self, explains: bool) -> Option<serde_json::Value> {
+        let (first, share) = self.code.first()?;
+        let mut v = serde_json::json!({
+            "function": &*first.function,
+            "location": &*first.location,
+            "share": round3(share),
+            "kind": self.kind,
+            "join": self.join,
+            "samples": self.code.samples,
+            "time_ms": round3(self.time_ms()),
+            "gc_share": round3(self.code.gc / self.code.total),
+            "top_own": Code::top(&self.code.own_by, self.code.total),
+            "top_self": Code::top(&self.code.self_by, self.code.total),
+            "top_inclusive": Code::top(&self.code.total_by, self.code.total),
+        });
+        if let Some(m) = self.code.mean_wait_ms() {
+            v["mean_wait_ms"] = serde_json::json!(round3(m));
+        }
+        if explains {
+            v["flame"] = self.code.flame();
+        }
+        Some(v)
     }
 }
 
@@ -413,13 +615,43 @@ fn code_schema() -> SchemaRef {
     schema(vec![
         utf8("trace_id"),
         utf8("span_id"),
+        utf8("kind"),
+        utf8("join"),
         utf8("function"),
         utf8("location"),
         f64f("share"),
-        utf8("kind"),
-        utf8("join"),
         i64f("samples"),
+        f64f("time_ms"),
+        f64f("gc_share"),
+        f64f("mean_wait_ms"),
     ])
+}
+
+impl Profiles {
+    /// Of what the profiles tell of span `i`, the kind that explains its
+    /// self time (the time the span spent on CPU covers it; else the
+    /// contentions of a lock while it was off CPU; else its wall-clock
+    /// samples), if any.
+    fn explaining<'a>(&self, t: &TraceRow, i: usize, told: &'a [Told]) -> Option<&'a Told> {
+        let s = &t.spans[i];
+        let of = |k: &str| told.iter().find(|x| x.kind == k);
+        let covers = |x: &&Told| x.time_ms() >= self.min_coverage * s.self_ms;
+        let cpu = of("cpu").filter(|x| x.join != "time" || s.kind != "client");
+        if let Some(c) = cpu.filter(covers) {
+            return Some(c);
+        }
+        // Its time off CPU, when the runtime says which samples are its.
+        let on = cpu.filter(|x| x.join != "time").map_or(0.0, Told::time_ms);
+        let off = (s.self_ms - on).max(0.0);
+        if let Some(l) = of("lock").filter(|l| {
+            l.code
+                .mean_wait_ms()
+                .is_some_and(|m| off > 0.0 && m >= LOCK_WAIT_SHARE * off)
+        }) {
+            return Some(l);
+        }
+        of("wall").filter(covers)
+    }
 }
 
 impl Source for Profiles {
@@ -467,27 +699,41 @@ impl Source for Profiles {
         for t in traces.iter_mut() {
             let mut any = false;
             for i in 0..t.spans.len() {
-                let s = &t.spans[i];
-                if !s.critical {
+                if !t.spans[i].critical {
                     continue;
                 }
-                let Some((join, code)) = span_code(t, i, &index) else {
+                let told: Vec<Told> = KINDS
+                    .iter()
+                    .filter_map(|k| span_code(t, i, &index, k))
+                    .collect();
+                if told.is_empty() {
                     continue;
-                };
-                let Some(v) = code.json(join) else { continue };
+                }
                 any = true;
-                let span_id = Hex16::of(s.span_id);
-                c.row([
-                    V::S(Some(&t.trace_id)),
-                    V::S(Some(span_id.as_str())),
-                    V::S(v["function"].as_str()),
-                    V::S(v["location"].as_str()),
-                    V::F(v["share"].as_f64()),
-                    V::S(v["kind"].as_str()),
-                    V::S(Some(join)),
-                    V::I(Some(code.samples as i64)),
-                ]);
-                t.joined.push(Joined::Span(i, "code", Arc::new(v)));
+                let span_id = Hex16::of(t.spans[i].span_id);
+                for x in &told {
+                    let Some((first, share)) = x.code.first() else {
+                        continue;
+                    };
+                    c.row([
+                        V::S(Some(&t.trace_id)),
+                        V::S(Some(span_id.as_str())),
+                        V::S(Some(x.kind)),
+                        V::S(Some(x.join)),
+                        V::S(Some(&first.function)),
+                        V::S(Some(&first.location)),
+                        V::F(Some(round3(share))),
+                        V::I(Some(x.code.samples as i64)),
+                        V::F(Some(x.time_ms())),
+                        V::F(Some(x.code.gc / x.code.total)),
+                        V::F(x.code.mean_wait_ms()),
+                    ]);
+                }
+                // The code is evidence of the span only where it explains
+                // its time.
+                if let Some(v) = self.explaining(t, i, &told).and_then(|x| x.json(true)) {
+                    t.joined.push(Joined::Span(i, "code", Arc::new(v)));
+                }
             }
             if !any {
                 misses += 1;
@@ -498,15 +744,72 @@ impl Source for Profiles {
             misses,
         })
     }
+
+    fn rules(&self) -> Vec<Rule> {
+        let r = Rule::builtin;
+        // A span slower than its normal (a baseline's excess), not a call
+        // waiting on another, whose own profile covers its self time.
+        // `what`: SQL text between the span's self time and the function.
+        let on_cpu = |gc: &str, what: &str| {
+            format!(
+                r#"
+SELECT c.trace_id, CASE WHEN c."join" = 'time' THEN 0.6 ELSE 0.8 END AS confidence,
+  concat(s.service, ' ', s.name, ' was on CPU ', CAST(CAST(c.time_ms AS BIGINT) AS VARCHAR), ' ms of its ',
+         CAST(CAST(s.self_ms AS BIGINT) AS VARCHAR), ' ms, '{what}, CAST(CAST(round(c.share * 100) AS BIGINT) AS VARCHAR),
+         '% in ', c.function, ' (', c.location, '; ', c."join", ' join)') AS summary,
+  c.span_id AS culprit_span_id,
+  least(c.time_ms, s.self_ms) AS explained_ms
+FROM code c JOIN spans s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
+WHERE c.kind = 'cpu' AND s.kind NOT IN ('client', 'producer') AND s.excess_ms > 0
+  AND c.time_ms >= {min_time_ms} AND c.share >= {min_share} AND c.time_ms >= {min_coverage} * s.self_ms
+  AND c.gc_share {gc} 0.5"#,
+                min_time_ms = self.min_time_ms,
+                min_share = self.min_share,
+                min_coverage = self.min_coverage,
+            )
+        };
+        let on_cpu_cpu = on_cpu("<", "");
+        let on_cpu_gc = on_cpu(
+            ">=",
+            ", CAST(CAST(round(c.gc_share * 100) AS BIGINT) AS VARCHAR), '% allocating and collecting garbage, driven by '",
+        );
+        vec![
+            r("cpu_hotspot", &CPU_HOTSPOT, &on_cpu_cpu),
+            r("gc_pressure", &GC_PRESSURE, &on_cpu_gc),
+            r(
+                "lock_contention",
+                &LOCK_CONTENTION,
+                &format!(
+                    r#"
+SELECT l.trace_id, CASE WHEN l."join" = 'time' THEN 0.7 ELSE 0.8 END AS confidence,
+  concat(s.service, ' ', s.name, ' was off CPU ', CAST(CAST(s.self_ms - coalesce(c.time_ms, 0) AS BIGINT) AS VARCHAR), ' ms of its ',
+         CAST(CAST(s.self_ms AS BIGINT) AS VARCHAR), ' ms while its lock''s contentions waited ', CAST(CAST(l.mean_wait_ms AS BIGINT) AS VARCHAR),
+         ' ms on average, ', CAST(CAST(round(l.share * 100) AS BIGINT) AS VARCHAR), '% of the delay held by ', l.function, ' (', l.location,
+         '; ', l."join", ' join)') AS summary,
+  l.span_id AS culprit_span_id,
+  s.self_ms - coalesce(c.time_ms, 0) AS explained_ms
+FROM code l JOIN spans s ON s.trace_id = l.trace_id AND s.span_id = l.span_id
+LEFT JOIN code c ON c.trace_id = l.trace_id AND c.span_id = l.span_id AND c.kind = 'cpu' AND c."join" <> 'time'
+WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND s.excess_ms > 0 AND l.share >= {min_share}
+  AND coalesce(c.time_ms, 0) < {min_coverage} * s.self_ms
+  AND l.mean_wait_ms >= {LOCK_WAIT_SHARE} * (s.self_ms - coalesce(c.time_ms, 0))"#,
+                    min_share = self.min_share,
+                    min_coverage = self.min_coverage,
+                ),
+            ),
+        ]
+    }
 }
 
-/// A span's code, by the best join that finds samples.
 /// The samples one tick's traces may join: by the span their link names
 /// (only the tick's spans), and the unlinked ones by service (only the
-/// tick's services), by start.
+/// tick's services), by start; and which services' samples of a kind carry
+/// links at all (their runtime says which samples are a span's: a span
+/// with none had none).
 struct Index<'a> {
     by_span: HashMap<u64, Vec<&'a Sample>>,
-    by_service: HashMap<&'a str, (Vec<&'a Sample>, u64)>,
+    by_service: HashMap<&'a str, HashMap<&'static str, (Vec<&'a Sample>, u64)>>,
+    linked: HashMap<&'a str, HashSet<&'static str>>,
 }
 
 impl<'a> Index<'a> {
@@ -522,35 +825,55 @@ impl<'a> Index<'a> {
             .collect();
         let services: HashSet<&str> = critical().map(|s| &*s.service).collect();
         let mut by_span: HashMap<u64, Vec<&Sample>> = HashMap::new();
-        let mut by_service: HashMap<&str, (Vec<&Sample>, u64)> = HashMap::new();
+        let mut by_service: HashMap<&str, HashMap<&'static str, (Vec<&Sample>, u64)>> =
+            HashMap::new();
+        let mut linked: HashMap<&str, HashSet<&'static str>> = HashMap::new();
         for (x, _) in samples {
+            if !services.contains(&*x.service) {
+                continue;
+            }
             match x.span {
-                Some(id) if spans.contains(&id) => by_span.entry(id).or_default().push(x),
-                Some(_) => {}
-                None if services.contains(&*x.service) => {
-                    let e = by_service.entry(&*x.service).or_default();
+                Some(id) => {
+                    linked.entry(&*x.service).or_default().insert(x.kind);
+                    if spans.contains(&id) {
+                        by_span.entry(id).or_default().push(x);
+                    }
+                }
+                None => {
+                    let e = by_service
+                        .entry(&*x.service)
+                        .or_default()
+                        .entry(x.kind)
+                        .or_default();
                     e.0.push(x);
                     // The longest a sample covers: how far before a span a
                     // sample that overlaps it may start.
                     e.1 = e.1.max(x.to_ns.saturating_sub(x.from_ns));
                 }
-                None => {}
             }
         }
-        for (v, _) in by_service.values_mut() {
+        for (v, _) in by_service.values_mut().flat_map(|m| m.values_mut()) {
             v.sort_by_key(|x| x.from_ns);
         }
         Index {
             by_span,
             by_service,
+            linked,
         }
     }
 
-    /// The unlinked samples of `service` that overlap `[start, end]`.
-    fn during(&self, service: &str, start: u64, end: u64) -> impl Iterator<Item = &'a Sample> + '_ {
+    /// The unlinked samples of `service` and `kind` that overlap `[start, end]`.
+    fn during(
+        &self,
+        service: &str,
+        kind: &'static str,
+        start: u64,
+        end: u64,
+    ) -> impl Iterator<Item = &'a Sample> + '_ {
         let (v, longest) = self
             .by_service
             .get(service)
+            .and_then(|m| m.get(kind))
             .map_or((&[][..], 0), |(v, l)| (v.as_slice(), *l));
         let from = v.partition_point(|x| x.from_ns < start.saturating_sub(longest));
         let to = v.partition_point(|x| x.from_ns <= end);
@@ -561,19 +884,29 @@ impl<'a> Index<'a> {
     }
 }
 
-/// A span's code, by the best join that finds samples.
-fn span_code(t: &TraceRow, i: usize, index: &Index<'_>) -> Option<(&'static str, Code)> {
+/// What the samples of `kind` say of span `i`, by the best join that finds
+/// some.
+fn span_code(t: &TraceRow, i: usize, index: &Index<'_>, kind: &'static str) -> Option<Told> {
     let s = &t.spans[i];
     let start = t.start_ns.saturating_add((s.start_ms * 1e6) as u64);
     let end = start.saturating_add((s.duration_ms * 1e6) as u64);
-    let linked = |id: u64| index.by_span.get(&id).into_iter().flatten().copied();
+    let linked = |id: u64| {
+        index
+            .by_span
+            .get(&id)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|x| x.kind == kind)
+    };
+    let told = |join, code: Code| (code.total > 0.0).then_some(Told { kind, join, code });
     // (a) The very span.
     let mut code = Code::default();
     for x in linked(s.span_id) {
         code.add(x, 1.0);
     }
     if code.total > 0.0 {
-        return Some(("span", code));
+        return told("span", code);
     }
     // (b) The local root of its process: its samples, weighed by the share
     // of the process's critical self time this span holds.
@@ -591,11 +924,20 @@ fn span_code(t: &TraceRow, i: usize, index: &Index<'_>) -> Option<(&'static str,
             code.add(x, weight);
         }
         if code.total > 0.0 {
-            return Some(("local_root", code));
+            return told("local_root", code);
         }
     }
-    // (c) Its service over its time, weighed by the overlap.
-    for x in index.during(&s.service, start, end) {
+    // (c) Its service over its time, weighed by the overlap: only where
+    // the service's samples of this kind name no span (where they do, this
+    // span had none).
+    if index
+        .linked
+        .get(&*s.service)
+        .is_some_and(|k| k.contains(kind))
+    {
+        return None;
+    }
+    for x in index.during(&s.service, kind, start, end) {
         let len = x.to_ns.saturating_sub(x.from_ns);
         let weight = if len == 0 {
             1.0
@@ -604,7 +946,7 @@ fn span_code(t: &TraceRow, i: usize, index: &Index<'_>) -> Option<(&'static str,
         };
         code.add(x, weight);
     }
-    (code.total > 0.0).then_some(("time", code))
+    told("time", code)
 }
 
 /// The span that began span `i`'s process's part of the trace: its
@@ -632,7 +974,12 @@ mod tests {
         let len = req.encoded_len();
         let base = 1_001_000_000_000;
         // Room for about two requests' samples.
-        let p = Profiles::new(700, 10_000, 600_000_000_000);
+        let cfg = |max_bytes, max_profile_bytes| super::ProfilesConfig {
+            max_bytes: causeway_core::config::ByteSize(max_bytes),
+            max_profile_bytes: causeway_core::config::ByteSize(max_profile_bytes),
+            ..Default::default()
+        };
+        let p = Profiles::new(&cfg(700, 10_000), 600_000_000_000);
         for k in 0..5 {
             p.take_profiles(&req, len, base + k);
         }
@@ -648,7 +995,7 @@ mod tests {
         );
         assert!(p.lock().samples.is_empty());
         // A request over max_profile_bytes is counted, not kept.
-        let p = Profiles::new(1 << 20, len - 1, 600_000_000_000);
+        let p = Profiles::new(&cfg(1 << 20, len as u64 - 1), 600_000_000_000);
         p.take_profiles(&req, len, base);
         assert!(p.lock().samples.is_empty());
         assert_eq!(p.refused(), 1);

@@ -1,0 +1,337 @@
+// The code-level test bed (tests/rca_testbed_code.rs): a Go service whose
+// requests are slow because of its own code, one role per process:
+//
+//	codeshop shop|front|driver
+//
+// `shop` serves three routes under otelhttp, its tracer provider wrapped by
+// github.com/grafana/otel-profiling-go (CPU samples carry the local root
+// span's id as the `span_id` pprof label), net/http/pprof on PPROF_PORT with
+// the runtime's mutex profiling on:
+//
+//	/parse?n=N    main.parseAST hashes N times (CPU in the service's code)
+//	/symbols      main.lookupSymbols takes the symbol table's lock, which
+//	              main.refreshSymbols holds for HOLD ms when the driver
+//	              sets it (POST /hold?ms= on the pprof port)
+//	/render?n=N   main.renderPage builds N small linked nodes (allocation
+//	              that drives the GC)
+//
+// `front` forwards /api/* to the shop through an otelhttp client, so every
+// trace has a caller. `driver` runs the phases. Ground truth is what the
+// mechanism did, measured by the shop for each request and appended to
+// TRUTH_FILE as one JSON line per trace id: the work the driver asked for,
+// the time the request waited for the lock, the GC cycles that ran while
+// it allocated.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	_ "net/http/pprof"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	otelpyroscope "github.com/grafana/otel-profiling-go"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+func tracing(ctx context.Context) func() {
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+	otel.SetTracerProvider(otelpyroscope.NewTracerProvider(tp))
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	return func() { _ = tp.Shutdown(context.Background()) }
+}
+
+var (
+	truthMu sync.Mutex
+	truthF  *os.File
+)
+
+func truth(v map[string]any) {
+	b, _ := json.Marshal(v)
+	truthMu.Lock()
+	defer truthMu.Unlock()
+	truthF.Write(append(b, '\n'))
+}
+
+var sink [32]byte
+
+//go:noinline
+func parseAST(n int) {
+	h := sha256.Sum256([]byte("causeway"))
+	for i := 0; i < n; i++ {
+		h = sha256.Sum256(h[:])
+	}
+	sink = h
+}
+
+var (
+	symtab  sync.Mutex
+	symbols = map[string]int{}
+	holdMs  atomic.Int64
+)
+
+//go:noinline
+func refreshSymbols() {
+	symtab.Lock()
+	if ms := holdMs.Load(); ms > 0 {
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+	}
+	symbols["refresh"]++
+	symtab.Unlock()
+}
+
+// lookupSymbols is the guides' parseASTWithLock: it parses under the
+// symbol table's lock. It returns how long it waited for the lock.
+//
+//go:noinline
+func lookupSymbols() time.Duration {
+	t := time.Now()
+	symtab.Lock()
+	waited := time.Since(t)
+	parseAST(200)
+	symbols["lookup"]++
+	symtab.Unlock()
+	return waited
+}
+
+type node struct {
+	next *node
+	buf  [6]uint64
+}
+
+var kept *node
+
+//go:noinline
+func renderPage(n int) int {
+	var head *node
+	for i := 0; i < n; i++ {
+		head = &node{next: head}
+		head.buf[0] = uint64(i)
+		// Every 64th node lives on (the page's cache): the heap grows and
+		// the marking has work to do.
+		if i%64 == 0 {
+			kept = &node{next: kept}
+		}
+	}
+	c := 0
+	for p := head; p != nil; p = p.next {
+		c++
+	}
+	return c
+}
+
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+func shop() {
+	defer tracing(context.Background())()
+	runtime.SetMutexProfileFraction(1)
+	go func() {
+		for {
+			refreshSymbols()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	// The pprof endpoints and the driver's lever, apart from the traffic.
+	http.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
+		ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
+		holdMs.Store(int64(ms))
+		// The kept nodes go with the phase.
+		if ms == 0 {
+			kept = nil
+		}
+	})
+	go func() { log.Fatal(http.ListenAndServe("127.0.0.1:"+os.Getenv("PPROF_PORT"), nil)) }()
+	mux := http.NewServeMux()
+	label := func(r *http.Request) string { return r.Header.Get("X-Label") }
+	tid := func(r *http.Request) string {
+		return trace.SpanContextFromContext(r.Context()).TraceID().String()
+	}
+	mux.HandleFunc("/parse", func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		t := time.Now()
+		parseAST(n)
+		truth(map[string]any{"trace_id": tid(r), "route": "/parse", "label": label(r),
+			"function": "main.parseAST", "work": n, "ms": time.Since(t).Milliseconds()})
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/symbols", func(w http.ResponseWriter, r *http.Request) {
+		t := time.Now()
+		waited := lookupSymbols()
+		total := time.Since(t)
+		truth(map[string]any{"trace_id": tid(r), "route": "/symbols", "label": label(r),
+			"function": "main.refreshSymbols", "waited_ms": waited.Milliseconds(), "ms": total.Milliseconds()})
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/render", func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		t, gc := time.Now(), gcCycles()
+		renderPage(n)
+		truth(map[string]any{"trace_id": tid(r), "route": "/render", "label": label(r),
+			"function": "main.renderPage", "work": n, "gc_cycles": gcCycles() - gc,
+			"ms": time.Since(t).Milliseconds()})
+		fmt.Fprintln(w, "ok")
+	})
+	serve(otelhttp.NewHandler(mux, "shop", otelhttp.WithSpanNameFormatter(
+		func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path })))
+}
+
+func serve(h http.Handler) {
+	ln, err := net.Listen("tcp", "127.0.0.1:"+os.Getenv("PORT"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(http.Serve(ln, h))
+}
+
+func front() {
+	defer tracing(context.Background())()
+	shopURL := os.Getenv("SHOP_URL")
+	client := &http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		req, _ := http.NewRequestWithContext(r.Context(), "GET",
+			shopURL+r.URL.Path[len("/api"):]+"?"+r.URL.RawQuery, nil)
+		req.Header.Set("X-Label", r.Header.Get("X-Label"))
+		resp, err := client.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), 502)
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+	})
+	serve(otelhttp.NewHandler(mux, "front", otelhttp.WithSpanNameFormatter(
+		func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path })))
+}
+
+// The driver: healthy traffic to learn each route's normal, then one fault
+// at a time beside healthy traffic.
+func driver() {
+	frontURL, pprofURL := os.Getenv("FRONT_URL"), os.Getenv("SHOP_PPROF_URL")
+	scale, _ := strconv.Atoi(os.Getenv("SCALE"))
+	if scale < 1 {
+		scale = 1
+	}
+	get := func(path, label string) {
+		req, _ := http.NewRequest("GET", frontURL+path, nil)
+		req.Header.Set("X-Label", label)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatalf("%s: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			log.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+	}
+	hold := func(ms int) {
+		resp, err := http.Post(fmt.Sprintf("%s/hold?ms=%d", pprofURL, ms), "", nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	healthy := map[string]string{
+		"parse": "/api/parse?n=2000", "symbols": "/api/symbols", "render": "/api/render?n=2000",
+	}
+	// In parallel: `n` requests of `path` labelled `label`, `conc` at a time.
+	run := func(path, label string, n, conc int) {
+		var wg sync.WaitGroup
+		work := make(chan struct{}, n)
+		for i := 0; i < n; i++ {
+			work <- struct{}{}
+		}
+		close(work)
+		for c := 0; c < conc; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range work {
+					get(path, label)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	beside := func(label string, n int, fault func()) {
+		done := make(chan struct{})
+		go func() { fault(); close(done) }()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for _, r := range []string{"parse", "symbols", "render"} {
+				if i < n {
+					get(healthy[r], label)
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// Each route's normal (baselines need 20 of each).
+	for i := 0; i < 30; i++ {
+		for _, r := range []string{"parse", "symbols", "render"} {
+			get(healthy[r], "warmup")
+		}
+	}
+	n := 15 * scale
+	// CPU: the parse of a big document.
+	beside("healthy", 4*scale, func() { run("/api/parse?n=400000", "cpu_hotspot", n, 2) })
+	// A lock: the refresh holds the symbol table for 300 ms at a time.
+	hold(300)
+	beside("healthy", 4*scale, func() { run("/api/symbols", "lock_contention", n, 3) })
+	hold(0)
+	// Allocation: a page of a million nodes.
+	beside("healthy", 4*scale, func() { run("/api/render?n=1500000", "gc_pressure", n, 2) })
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		log.Fatal("usage: codeshop shop|front|driver")
+	}
+	if f := os.Getenv("TRUTH_FILE"); f != "" {
+		var err error
+		truthF, err = os.OpenFile(f, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	switch os.Args[1] {
+	case "shop":
+		shop()
+	case "front":
+		front()
+	case "driver":
+		driver()
+	default:
+		log.Fatalf("unknown role %q", os.Args[1])
+	}
+}
