@@ -7,6 +7,7 @@
 #   the OpenTelemetry Collector (tools/peers/otelcol: core v0.140.0 and contrib
 #     v0.140.1, one release; v0.139.0, the one Jaeger v1.75.0 is built on, has
 #     a loadbalancing exporter that cannot create its backends, contrib #43950)
+#   the code test bed's Go service (tests/testbed/codeshop);
 #   the polyglot test bed's services (tests/testbed/go: a Go binary from the
 #     module proxy; tests/testbed/java: its jars from Maven Central, the
 #     OpenTelemetry Java agent beside them, its classes compiled by javac)
@@ -75,6 +76,14 @@ if [[ ! -x "$tb_go_dir/testbed" ]]; then
   mv "$tb_go_dir/testbed.tmp" "$tb_go_dir/testbed"
 fi
 export CAUSEWAY_TESTBED_GO="$tb_go_dir/testbed"
+
+tb_code_dir="$PEERS_CACHE/testbed-codeshop-$(peer_key "$testbed_root"/codeshop/go.mod "$testbed_root"/codeshop/go.sum "$testbed_root"/codeshop/*.go)"
+if [[ ! -x "$tb_code_dir/codeshop" ]]; then
+  echo "== building the code test bed's Go service (tests/testbed/codeshop, otel-profiling-go) into $tb_code_dir (once)"
+  (cd "$testbed_root/codeshop" && go build -o "$tb_code_dir/codeshop.tmp" .)
+  mv "$tb_code_dir/codeshop.tmp" "$tb_code_dir/codeshop"
+fi
+export CAUSEWAY_TESTBED_CODESHOP="$tb_code_dir/codeshop"
 
 OTEL_JAVAAGENT_VERSION=2.26.0
 tb_java_dir="$PEERS_CACHE/testbed-java-$OTEL_JAVAAGENT_VERSION-$(peer_key "$testbed_root"/java/pom.xml "$testbed_root"/java/src/main/java/*.java)"

@@ -37,6 +37,12 @@ impl Kind {
         }
     }
 
+    /// A delta over the window, stamped as Go's `net/http/pprof` stamps
+    /// one: its time is the window's end (a CPU profile's is its start).
+    pub fn is_delta(self) -> bool {
+        matches!(self, Kind::Mutex | Kind::Block | Kind::Allocs)
+    }
+
     /// Its name (the `profile` label of the receiver's counters).
     pub fn as_str(self) -> &'static str {
         match self {

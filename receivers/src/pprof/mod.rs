@@ -194,13 +194,24 @@ impl Pprof {
             max_samples: self.cfg.max_samples,
             max_depth: self.cfg.max_depth,
         };
-        let (req, samples) = convert::convert(&raw, self.resource(t), limits).map_err(|e| {
+        let (mut req, samples) = convert::convert(&raw, self.resource(t), limits).map_err(|e| {
             let reason = match e {
                 convert::ConvertError::TooLarge(_) => "too_large",
                 _ => "invalid",
             };
             Failure::new(reason, format!("{url}: {e}"))
         })?;
+        // OTLP's time is the window's start: a delta's stamp is its end.
+        if kind.is_delta() {
+            for p in req
+                .resource_profiles
+                .iter_mut()
+                .flat_map(|rp| &mut rp.scope_profiles)
+                .flat_map(|sp| &mut sp.profiles)
+            {
+                p.time_unix_nano = p.time_unix_nano.saturating_sub(p.duration_nano);
+            }
+        }
         Ok((req.encode_to_vec(), samples))
     }
 }

@@ -16,7 +16,8 @@
 //	              that drives the GC)
 //
 // `front` forwards /api/* to the shop through an otelhttp client, so every
-// trace has a caller. `driver` runs the phases. Ground truth is what the
+// trace has a caller. `driver` runs a phase: PHASE=warmup the routes'
+// normal traffic, else the faults, one at a time, beside healthy traffic. Ground truth is what the
 // mechanism did, measured by the shop for each request and appended to
 // TRUTH_FILE as one JSON line per trace id: the work the driver asked for,
 // the time the request waited for the lock, the GC cycles that ran while
@@ -119,23 +120,25 @@ type node struct {
 	buf  [6]uint64
 }
 
-var kept *node
-
+// renderPage builds a page of n nodes, the last 65536 of them alive at a
+// time (its window): the garbage is short-lived and the live heap small,
+// so the collector runs many times while a big page is built.
+//
 //go:noinline
 func renderPage(n int) int {
-	var head *node
+	ring := make([]*node, 1<<16)
 	for i := 0; i < n; i++ {
-		head = &node{next: head}
-		head.buf[0] = uint64(i)
-		// Every 64th node lives on (the page's cache): the heap grows and
-		// the marking has work to do.
-		if i%64 == 0 {
-			kept = &node{next: kept}
-		}
+		// No node points at an older one: nothing outside the window
+		// stays reachable.
+		p := &node{}
+		p.buf[0] = uint64(i)
+		ring[i%len(ring)] = p
 	}
 	c := 0
-	for p := head; p != nil; p = p.next {
-		c++
+	for _, p := range ring {
+		if p != nil {
+			c++
+		}
 	}
 	return c
 }
@@ -159,10 +162,6 @@ func shop() {
 	http.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
 		ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
 		holdMs.Store(int64(ms))
-		// The kept nodes go with the phase.
-		if ms == 0 {
-			kept = nil
-		}
 	})
 	go func() { log.Fatal(http.ListenAndServe("127.0.0.1:"+os.Getenv("PPROF_PORT"), nil)) }()
 	mux := http.NewServeMux()
@@ -260,8 +259,9 @@ func driver() {
 	healthy := map[string]string{
 		"parse": "/api/parse?n=2000", "symbols": "/api/symbols", "render": "/api/render?n=2000",
 	}
-	// In parallel: `n` requests of `path` labelled `label`, `conc` at a time.
-	run := func(path, label string, n, conc int) {
+	// In parallel: `n` requests of `path` labelled `label`, `conc` at a
+	// time, each client pausing `gap` after each answer.
+	run := func(path, label string, n, conc int, gap time.Duration) {
 		var wg sync.WaitGroup
 		work := make(chan struct{}, n)
 		for i := 0; i < n; i++ {
@@ -274,6 +274,7 @@ func driver() {
 				defer wg.Done()
 				for range work {
 					get(path, label)
+					time.Sleep(gap)
 				}
 			}()
 		}
@@ -296,21 +297,28 @@ func driver() {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	// Each route's normal (baselines need 20 of each).
-	for i := 0; i < 30; i++ {
-		for _, r := range []string{"parse", "symbols", "render"} {
-			get(healthy[r], "warmup")
+	// PHASE=warmup: each route's normal (baselines need 20 of each).
+	if os.Getenv("PHASE") == "warmup" {
+		for i := 0; i < 30; i++ {
+			for _, r := range []string{"parse", "symbols", "render"} {
+				get(healthy[r], "warmup")
+			}
 		}
+		return
 	}
 	n := 15 * scale
 	// CPU: the parse of a big document.
-	beside("healthy", 4*scale, func() { run("/api/parse?n=400000", "cpu_hotspot", n, 2) })
-	// A lock: the refresh holds the symbol table for 300 ms at a time.
+	beside("healthy", 4*scale, func() { run("/api/parse?n=4000000", "cpu_hotspot", n, 2, 0) })
+	// A lock: the refresh holds the symbol table for 300 ms at a time,
+	// lookups arriving at any moment (a lookup that comes in the 20 ms the
+	// lock is free does not wait).
 	hold(300)
-	beside("healthy", 4*scale, func() { run("/api/symbols", "lock_contention", n, 3) })
+	beside("healthy", 4*scale, func() {
+		run("/api/symbols", "lock_contention", n+n/2, 3, 70*time.Millisecond)
+	})
 	hold(0)
-	// Allocation: a page of a million nodes.
-	beside("healthy", 4*scale, func() { run("/api/render?n=1500000", "gc_pressure", n, 2) })
+	// Allocation: a page of three million nodes.
+	beside("healthy", 4*scale, func() { run("/api/render?n=3000000", "gc_pressure", n, 2, 0) })
 }
 
 func main() {

@@ -424,7 +424,10 @@ fn is_runtime(func: &str, loc: &str) -> bool {
     let slash = func.rfind('/').map_or(0, |i| i + 1);
     let package = &func[..func[slash..].find('.').map_or(func.len(), |i| slash + i)];
     let first = package.split('/').next().unwrap_or("");
-    let go_std = loc.ends_with(".go") || loc.contains(".go:");
+    // Go's own source and assembly (`memmove_amd64.s`).
+    let go_std = [".go", ".s"]
+        .iter()
+        .any(|x| loc.ends_with(x) || loc.contains(&format!("{x}:")));
     (go_std && !first.contains('.') && first != "main")
         || ["java.", "javax.", "jdk.", "sun.", "com.sun."]
             .iter()
@@ -438,7 +441,7 @@ fn is_runtime(func: &str, loc: &str) -> bool {
 /// What a span's joined samples of one kind say of its code.
 #[derive(Debug, Default)]
 struct Code {
-    /// By the sample's innermost frame of the service's code (its leaf when
+    /// By the sample's innermost frame of the service's code (none when
     /// every frame is the runtime's).
     own_by: HashMap<Arc<Frame>, f64>,
     self_by: HashMap<Arc<Frame>, f64>,
@@ -447,10 +450,13 @@ struct Code {
     total: f64,
     /// Of it, samples with the allocator or the collector on their stack.
     gc: f64,
-    /// The events the samples count (a lock's contentions), unweighed,
-    /// and their value unweighed: their mean.
-    count: f64,
-    count_value: f64,
+    /// Of it, samples with a frame of the service's code (the share of a
+    /// function is of these: a stack of the runtime's alone, Go's system
+    /// stack, names none).
+    own: f64,
+    /// By the function of the service's code, the events its samples count
+    /// (a lock's contentions) and their value, unweighed: their mean.
+    counted_by: HashMap<Arc<Frame>, (f64, f64)>,
     samples: usize,
     /// The stacks, root first, with their value: the flame graph.
     stacks: HashMap<Frames, f64>,
@@ -464,18 +470,21 @@ impl Code {
         }
         self.total += v;
         self.samples += 1;
-        if s.count > 0.0 {
-            self.count += s.count;
-            self.count_value += s.value;
-        }
         if s.stack.iter().any(|f| f.gc) {
             self.gc += v;
         }
         *self.stacks.entry(s.stack.clone()).or_default() += v;
         if let Some(leaf) = s.stack.first() {
             *self.self_by.entry(leaf.clone()).or_default() += v;
-            let own = s.stack.iter().find(|f| !f.runtime).unwrap_or(leaf);
+        }
+        if let Some(own) = s.stack.iter().find(|f| !f.runtime) {
             *self.own_by.entry(own.clone()).or_default() += v;
+            self.own += v;
+            if s.count > 0.0 {
+                let c = self.counted_by.entry(own.clone()).or_default();
+                c.0 += s.count;
+                c.1 += s.value;
+            }
         }
         let mut seen = HashSet::new();
         for f in s.stack.iter() {
@@ -485,9 +494,12 @@ impl Code {
         }
     }
 
-    /// The mean wait of a contention (ms), when the samples count them.
+    /// The mean wait of a contention charged to the top function (ms), when
+    /// the samples count them.
     fn mean_wait_ms(&self) -> Option<f64> {
-        (self.count > 0.0).then(|| self.count_value / self.count / 1e6)
+        let (f, _) = self.first()?;
+        let (count, value) = self.counted_by.get(f)?;
+        (*count > 0.0).then(|| value / count / 1e6)
     }
 
     fn ranked(by: &HashMap<Arc<Frame>, f64>) -> Vec<(&Arc<Frame>, f64)> {
@@ -513,11 +525,12 @@ impl Code {
             .collect()
     }
 
-    /// The function of the service's code that holds the most, and its share.
+    /// The function of the service's code that holds the most, and its
+    /// share of the samples that name one.
     fn first(&self) -> Option<(&Arc<Frame>, f64)> {
         Code::ranked(&self.own_by)
             .first()
-            .map(|(f, x)| (*f, x / self.total))
+            .map(|(f, x)| (*f, x / self.own))
     }
 
     /// The flame graph of the joined samples: an icicle of frames from the
@@ -597,7 +610,7 @@ impl Told {
             "samples": self.code.samples,
             "time_ms": round3(self.time_ms()),
             "gc_share": round3(self.code.gc / self.code.total),
-            "top_own": Code::top(&self.code.own_by, self.code.total),
+            "top_own": Code::top(&self.code.own_by, self.code.own),
             "top_self": Code::top(&self.code.self_by, self.code.total),
             "top_inclusive": Code::top(&self.code.total_by, self.code.total),
         });
@@ -1015,6 +1028,14 @@ mod tests {
             (
                 "sync.(*Mutex).Unlock",
                 "/usr/local/go/src/sync/mutex.go:223",
+            ),
+            (
+                "runtime.memmove",
+                "/usr/lib/go/src/runtime/memmove_amd64.s:104",
+            ),
+            (
+                "crypto/internal/fips140/sha256.blockSHANI",
+                "/usr/lib/go/src/crypto/internal/fips140/sha256/sha256block_amd64.s:10",
             ),
             ("java.util.HashMap.get", "HashMap.java:556"),
             (

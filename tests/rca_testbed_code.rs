@@ -1,0 +1,197 @@
+//! The code that held the time, on a real Go runtime: a shop instrumented by
+//! otelhttp whose tracer provider is wrapped by `otel-profiling-go` (its CPU
+//! samples carry the local root span's id), `net/http/pprof` scraped by
+//! causeway's `pprof` receiver with its default settings (CPU and mutex
+//! profiles, back to back), a front calling it (`tests/testbed/codeshop`).
+//! causeway runs with its default `correlate` and `pprof` settings and the
+//! tail sampler's default `decision_wait` (30 s: the profile of a span's
+//! window has arrived by then).
+//!
+//! | cause | mechanism | ground truth from |
+//! |---|---|---|
+//! | cpu_hotspot | `main.parseAST` hashes four million times | the work the driver asked for |
+//! | lock_contention | `main.refreshSymbols` holds the symbol table's `sync.Mutex` for 300 ms at a time while `/symbols` waits for it | the time the handler waited for `Lock()`, by its own clock |
+//! | gc_pressure | `main.renderPage` allocates three million nodes | the work asked for and the GC cycles that ran meanwhile (`runtime/metrics`) |
+//! | healthy | the same routes with little work, beside each fault | the work asked for and no wait for the lock |
+//!
+//! The bed's binary is built by `scripts/peers.sh` (cached by its sources).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::testbed::{spawn, wait_port};
+use common::*;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Command;
+
+const CODE_CAUSES: [&str; 3] = ["cpu_hotspot", "lock_contention", "gc_pressure"];
+
+#[test]
+fn a_go_services_own_code_is_named_as_the_cause_by_its_profiles() {
+    let bin = PathBuf::from(std::env::var("CAUSEWAY_TESTBED_CODESHOP").unwrap_or_else(|_| {
+        panic!("CAUSEWAY_TESTBED_CODESHOP is not set: run through scripts/test.sh (it sources scripts/peers.sh)")
+    }));
+    let dir = testbed::bed_dir();
+    let d = dir.path();
+    let p = free_port;
+    let (otlp_port, shop_port, pprof_port, front_port) = (p(), p(), p(), p());
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{otlp_port}" }}
+  pprof:
+    targets:
+      - service: shop
+        static_configs: [{{ targets: ["127.0.0.1:{pprof_port}"] }}]
+processors:
+  tail_sampling:
+    policies: [{{ name: all, type: always_sample }}]
+  correlate: {{}}
+exporters:
+  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  nop: {{}}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    profiles: {{ receivers: [pprof], processors: [correlate], exporters: [nop] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+    );
+    let truth = d.join("truth.jsonl");
+    let role = |name: &'static str, port: u16, extra: &[(&str, String)]| {
+        let mut c = Command::new(&bin);
+        c.arg(name)
+            .env("PORT", port.to_string())
+            .env("OTEL_SERVICE_NAME", name)
+            .env(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{otlp_port}"),
+            )
+            .env("TRUTH_FILE", &truth);
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        spawn(name, &mut c, d)
+    };
+    let url = |port: u16| format!("http://127.0.0.1:{port}");
+    // The shop first: the receiver's first profile starts with the daemon.
+    let mut shop = role("shop", shop_port, &[("PPROF_PORT", pprof_port.to_string())]);
+    let mut front = role("front", front_port, &[("SHOP_URL", url(shop_port))]);
+    wait_port(shop_port, "shop", &mut shop, d);
+    wait_port(pprof_port, "shop's pprof", &mut shop, d);
+    wait_port(front_port, "front", &mut front, d);
+    let _daemon = Daemon::start(d, "code", &config);
+    let driver = |phase: &str| {
+        let mut p = role(
+            "driver",
+            0,
+            &[
+                ("PHASE", phase.to_string()),
+                ("FRONT_URL", url(front_port)),
+                ("SHOP_PPROF_URL", url(pprof_port)),
+                (
+                    "SCALE",
+                    std::env::var("CAUSEWAY_TESTBED_SCALE").unwrap_or_else(|_| "1".into()),
+                ),
+            ],
+        );
+        testbed::wait_driver(&mut p, d);
+    };
+    // The routes' normal, learned (analysed) before the faults.
+    driver("warmup");
+    let traces = d.join("traces.jsonl");
+    let warmup: Vec<String> = read_jsonl(&truth)
+        .iter()
+        .map(|v| v["trace_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(warmup.len(), 90);
+    testbed::verdicts(&traces, warmup.iter());
+    driver("faults");
+
+    // The ground truth: what each request's mechanism did, by the shop.
+    let mut label: BTreeMap<String, String> = BTreeMap::new();
+    let mut function: HashMap<String, String> = HashMap::new();
+    for v in read_jsonl(&truth) {
+        let id = v["trace_id"].as_str().unwrap().to_string();
+        let asked = v["label"].as_str().unwrap();
+        if asked == "warmup" {
+            continue;
+        }
+        let ms = v["ms"].as_i64().unwrap();
+        let l = match v["route"].as_str().unwrap() {
+            // The lock: whatever the driver meant, the wait decides.
+            "/symbols" => {
+                let waited = v["waited_ms"].as_i64().unwrap();
+                if waited >= 20 && waited * 2 >= ms {
+                    "lock_contention"
+                } else if ms < 20 {
+                    "healthy"
+                } else {
+                    "unexpected: a slow lookup that did not wait for the lock"
+                }
+            }
+            "/render" if asked == "gc_pressure" => {
+                if v["gc_cycles"].as_u64().unwrap() >= 1 {
+                    "gc_pressure"
+                } else {
+                    "unexpected: no GC cycle while the page allocated"
+                }
+            }
+            _ => asked,
+        };
+        assert!(!l.starts_with("unexpected"), "the test bed misbehaved: {v}");
+        function.insert(id.clone(), v["function"].as_str().unwrap().to_string());
+        label.insert(id, l.to_string());
+    }
+    let count = |c: &str| label.values().filter(|l| *l == c).count();
+    for c in CODE_CAUSES {
+        assert!(count(c) >= 15, "{c}: {} traces ({label:?})", count(c));
+    }
+
+    let got = testbed::verdicts(&traces, label.keys());
+    let score = testbed::score(&label, &got, &|_, _| ("shop".into(), "code"), &traces);
+    score.assert_bounds(&CODE_CAUSES, 15);
+
+    // The function the mechanism ran, named on the kept trace, with the
+    // join that found it.
+    for c in CODE_CAUSES {
+        let (mut n, mut right) = (0, 0);
+        for (id, _) in label.iter().filter(|(_, l)| *l == c) {
+            let a = &got[id].root;
+            n += 1;
+            let named = a.get("rca.code.function") == function.get(id);
+            let join = a.get("rca.code.join").map(String::as_str);
+            let want_join = if c == "lock_contention" {
+                "time"
+            } else {
+                "span"
+            };
+            if named && join == Some(want_join) {
+                right += 1;
+            } else {
+                eprintln!(
+                    "  {c} {id}: code {:?} by {join:?} (want {:?} by {want_join}); {}",
+                    a.get("rca.code.function"),
+                    function.get(id),
+                    a.get("rca.summary").map_or("", String::as_str)
+                );
+            }
+        }
+        assert!(
+            right * 10 >= n * 9,
+            "{c}: the function named for {right} of {n}"
+        );
+    }
+    // No healthy trace is given a cause of its code.
+    for (id, _) in label.iter().filter(|(_, l)| *l == "healthy") {
+        let cause = got[id].root.get("rca.cause").map_or("", String::as_str);
+        assert!(
+            !CODE_CAUSES.contains(&cause),
+            "healthy {id} given {cause}: {:?}",
+            got[id].root.get("rca.summary")
+        );
+    }
+}
