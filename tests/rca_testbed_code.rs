@@ -52,10 +52,12 @@ processors:
   correlate: {{}}
 exporters:
   file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  file/logs: {{ path: "{{dir}}/logs.jsonl" }}
   nop: {{}}
 service:
   pipelines:
     traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/logs] }}
     profiles: {{ receivers: [pprof], processors: [correlate], exporters: [nop] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
 "#
@@ -83,7 +85,7 @@ service:
     wait_port(shop_port, "shop", &mut shop, d);
     wait_port(pprof_port, "shop's pprof", &mut shop, d);
     wait_port(front_port, "front", &mut front, d);
-    let _daemon = Daemon::start(d, "code", &config);
+    let daemon = Daemon::start(d, "code", &config);
     let driver = |phase: &str| {
         let mut p = role(
             "driver",
@@ -194,4 +196,34 @@ service:
             got[id].root.get("rca.summary")
         );
     }
+    // The page's trace view draws the culprit span's flame graph, the named
+    // function marked (a real browser).
+    let (id, _) = label.iter().find(|(_, l)| *l == "cpu_hotspot").unwrap();
+    let dom = chromium(
+        &format!("http://{}/#/trace/{id}", daemon.telemetry),
+        8000,
+        None,
+    );
+    let flame = &dom[dom.find(r#"id="flame""#).expect("the flame graph")..];
+    let named = &flame[flame
+        .find(r#"class="frame named""#)
+        .expect("the named frame")..];
+    assert!(
+        named[..named.find("</g>").unwrap()].contains("main.parseAST"),
+        "{named}"
+    );
+    assert!(dom.contains(r#"id="code-top""#), "{dom}");
+    // The RCA log record of the trace carries its top frames.
+    let record = read_jsonl(&d.join("logs.jsonl"))
+        .iter()
+        .flat_map(|l| l["resourceLogs"].as_array().cloned().unwrap_or_default())
+        .flat_map(|r| r["scopeLogs"].as_array().cloned().unwrap_or_default())
+        .flat_map(|s| s["logRecords"].as_array().cloned().unwrap_or_default())
+        .find(|r| r["traceId"].as_str().map(str::to_lowercase).as_deref() == Some(id.as_str()))
+        .expect("the trace's RCA log record");
+    let top = attr(&record["attributes"], "rca.code.top_own")
+        .and_then(|v| v["stringValue"].as_str())
+        .expect("rca.code.top_own on the record");
+    let top: serde_json::Value = serde_json::from_str(top).unwrap();
+    assert_eq!(top[0]["function"], "main.parseAST", "{top}");
 }

@@ -279,25 +279,9 @@ fn root_attributes(a: &mut Vec<KeyValue>, t: &TraceRow, v: &Verdict, route: &str
         _ => {}
     }
     // What a source knows of the culprit span (its code): each plain value.
-    for j in &t.joined {
-        let Joined::Span(i, key, val) = j else {
-            continue;
-        };
-        if *i != v.culprit {
-            continue;
-        }
-        for (k, x) in val.as_object().into_iter().flatten() {
-            let value = match x {
-                serde_json::Value::String(s) => any_value::Value::StringValue(s.clone()),
-                serde_json::Value::Number(n) if n.is_i64() => {
-                    any_value::Value::IntValue(n.as_i64().unwrap_or(0))
-                }
-                serde_json::Value::Number(n) => {
-                    any_value::Value::DoubleValue(n.as_f64().unwrap_or(0.0))
-                }
-                _ => continue,
-            };
-            set_attr(a, &format!("rca.{key}.{k}"), value);
+    for kv in culprit_attributes(t, v.culprit, false) {
+        if let Some(x) = kv.value.and_then(|x| x.value) {
+            set_attr(a, &kv.key, x);
         }
     }
     set_attr(
@@ -349,4 +333,40 @@ fn root_attributes(a: &mut Vec<KeyValue>, t: &TraceRow, v: &Verdict, route: &str
         "rca.alternatives",
         any_value::Value::StringValue(alts.join(",")),
     );
+}
+
+/// What the sources know of span `culprit` (its code): each plain value as
+/// `rca.{key}.{field}`; with `lists`, each list too, as JSON
+/// (`rca.code.top_own`: the top frames, for the RCA log record).
+pub fn culprit_attributes(t: &TraceRow, culprit: usize, lists: bool) -> Vec<KeyValue> {
+    let mut out = Vec::new();
+    for j in &t.joined {
+        let Joined::Span(i, key, val) = j else {
+            continue;
+        };
+        if *i != culprit {
+            continue;
+        }
+        for (k, x) in val.as_object().into_iter().flatten() {
+            let value = match x {
+                serde_json::Value::String(s) => any_value::Value::StringValue(s.clone()),
+                serde_json::Value::Number(n) if n.is_i64() => {
+                    any_value::Value::IntValue(n.as_i64().unwrap_or(0))
+                }
+                serde_json::Value::Number(n) => {
+                    any_value::Value::DoubleValue(n.as_f64().unwrap_or(0.0))
+                }
+                serde_json::Value::Array(_) if lists => {
+                    any_value::Value::StringValue(x.to_string())
+                }
+                _ => continue,
+            };
+            out.push(KeyValue {
+                key: format!("rca.{key}.{k}"),
+                value: Some(AnyValue { value: Some(value) }),
+                ..Default::default()
+            });
+        }
+    }
+    out
 }

@@ -311,6 +311,7 @@ async function traceView(id) {
       h('td', { class: 'wrap' }, fields.map(([k, v]) => h('span', { class: 'pill' }, k + '=' + (typeof v === 'number' ? fmt.n(v) : (typeof v === 'object' ? JSON.stringify(v) : v)))).flatMap((x) => [x, ' '])));
   });
   const links = (t.links || []).map((l) => h('a', { href: l.url, target: '_blank', rel: 'noopener', class: 'out' }, l.name));
+  const code = ev.code && ev.code.flame ? codeView(ev.code) : null;
   return h('div', { id: 'trace', 'data-trace': t.trace_id },
     h('h2', {}, 'Trace ', h('code', {}, t.trace_id), ' ', h('span', { class: 'muted' }, (t.route || '') + ' · ' + fmt.ms(t.duration_ms) + (t.final_status ? ' · ' + t.final_status : '') + ' · ' + fmt.time(t.start_unix_ms))),
     h('div', { class: 'verdict' },
@@ -323,9 +324,37 @@ async function traceView(id) {
     h('table', { class: 'waterfall', id: 'waterfall' },
       h('thead', {}, h('tr', {}, ['Service', 'Span', 'Kind', 'Status', 'Duration', 'Self (critical)', ''].map((x) => h('th', {}, x)))),
       h('tbody', {}, rows)),
+    code,
     h('div', { class: 'panel evidence', id: 'evidence' },
       h('div', {}, h('h3', {}, 'Log lines (time from the trace start)'), logs.length ? h('table', { id: 'logs' }, h('tbody', {}, logs)) : h('p', { class: 'muted' }, 'No log record of this trace.')),
       h('div', {}, h('h3', {}, 'Metrics joined (time of the point from the trace start)'), metricRows.length ? h('table', { id: 'metrics' }, h('tbody', {}, metricRows)) : h('p', { class: 'muted' }, 'No metric joined.'))));
+}
+
+// The code that held the culprit span's time: its top functions and the
+// flame graph of its joined samples (an icicle: the root on top, each
+// frame as wide as its share, the function named in orange).
+const FLAME_ROW = 18;
+function codeView(c) {
+  const W = 1200;
+  const rects = [];
+  let depth = 0;
+  const walk = (n, x, d) => {
+    depth = Math.max(depth, d + 1);
+    const w = n.v * W;
+    const named = n.f === c.function;
+    rects.push(s('g', { class: named ? 'frame named' : 'frame' },
+      s('title', {}, n.f + ' · ' + fmt.n(100 * n.v) + '%'),
+      s('rect', { x: x.toFixed(1), y: d * FLAME_ROW, width: Math.max(0.5, w - 1).toFixed(1), height: FLAME_ROW - 2, rx: 2 }),
+      w > 60 ? s('text', { x: (x + 4).toFixed(1), y: d * FLAME_ROW + 12 }, n.f.length * 6.5 > w - 8 ? n.f.slice(0, Math.max(1, Math.floor((w - 8) / 6.5) - 1)) + '…' : n.f) : null));
+    let cx = x;
+    for (const k of n.c || []) { walk(k, cx, d + 1); cx += k.v * W; }
+  };
+  walk(c.flame, 0, 0);
+  const top = (c.top_own || []).map((f) => h('tr', {}, h('td', {}, f.function), h('td', { class: 'muted' }, f.location), h('td', { class: 'num' }, fmt.n(100 * f.share) + '%')));
+  return h('div', { id: 'code' },
+    h('h3', {}, 'Code of the culprit span ', h('span', { class: 'muted' }, '(' + c.kind + ' profile, ' + c.join + ' join, ' + c.samples + ' samples' + (c.time_ms ? ', ' + fmt.ms(c.time_ms) : '') + (c.mean_wait_ms ? ', contentions waited ' + fmt.ms(c.mean_wait_ms) + ' on average' : '') + ')')),
+    h('table', { id: 'code-top' }, h('thead', {}, h('tr', {}, ['Function of the service\'s code', 'Location', 'Share'].map((x) => h('th', {}, x)))), h('tbody', {}, top)),
+    s('svg', { class: 'flame', id: 'flame', viewBox: `0 0 ${W} ${depth * FLAME_ROW}`, width: '100%' }, rects));
 }
 
 // Counters to rates between two polls.

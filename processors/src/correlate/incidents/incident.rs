@@ -373,7 +373,19 @@ impl Incident {
             .during
             .iter()
             .filter_map(|(k, (sum, n))| {
-                let (bs, bn) = self.before.get(k)?;
+                // A function the service's normal samples never had: none
+                // of its time then.
+                let absent = k
+                    .split_once(super::sample::FUNCTION)
+                    .and_then(|(family, _)| {
+                        let prefix = format!("{family}{}", super::sample::FUNCTION);
+                        self.before
+                            .keys()
+                            .any(|b| b.starts_with(&prefix))
+                            .then_some((0.0, 1.0))
+                    });
+                let (bs, bn) = self.before.get(k).copied().or(absent)?;
+                let (bs, bn) = (&bs, &bn);
                 if *n <= 0.0 || *bn <= 0.0 {
                     return None;
                 }

@@ -25,6 +25,9 @@ const IDENTITY: &[&str] = &[
     "system", "address", "host", "topic", "group", "queue", "vhost", "cluster", "stream",
     "consumer", "instance",
 ];
+/// Between a level's family (a service's code) and a function: a function
+/// the family's normal samples never had held no time then.
+pub const FUNCTION: &str = " fn ";
 /// Numeric fields of a joined row that are not levels.
 const NOT_LEVELS: &[&str] = &["time_unix_nano", "partitions", "port"];
 
@@ -225,6 +228,29 @@ pub fn attributes(rs: &[ResourceSpans], t: &TraceRow, wanted: &[Attr]) -> Vec<(S
 /// seen twice (two spans to one server) keeps its largest value.
 pub fn levels(t: &TraceRow) -> Vec<(String, f64)> {
     let mut out: Vec<(String, f64)> = Vec::new();
+    // What a source says of a span's code: the time each of its top
+    // functions held (`code checkout fn main.parseAST ms`).
+    for j in &t.joined {
+        let Joined::Span(i, key, v) = j else { continue };
+        let (Some(span), Some(ms), Some(top)) = (
+            t.spans.get(*i),
+            v["time_ms"].as_f64(),
+            v["top_own"].as_array(),
+        ) else {
+            continue;
+        };
+        for f in top {
+            let (Some(name), Some(share)) = (f["function"].as_str(), f["share"].as_f64()) else {
+                continue;
+            };
+            let k = format!("{key} {}{FUNCTION}{name} ms", span.service);
+            match out.iter().position(|(n, _)| *n == k) {
+                Some(at) => out[at].1 += ms * share,
+                None if out.len() < MAX_LEVELS => out.push((k, ms * share)),
+                None => {}
+            }
+        }
+    }
     for j in &t.joined {
         let Joined::Metric(kind, row) = j else {
             continue;

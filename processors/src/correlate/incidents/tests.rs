@@ -566,3 +566,50 @@ fn the_recent_window_kept_as_buckets_come_and_go_equals_its_buckets() {
         );
     }
 }
+
+#[test]
+fn the_functions_whose_time_moved_explain_an_incident_of_the_code() {
+    let inc = Incidents::new(&IncidentsConfig::default());
+    let code = |t: u64, k: usize, r: &str| {
+        let mut s = healthy(t, k, r);
+        s.levels.push(("code shop fn main.parseAST ms".into(), 2.0));
+        s
+    };
+    assert!(run(&inc, &["symbols"], 1000, 2200, &code).is_empty());
+    // The symbol table's lock, held by a function the normal never showed.
+    let fault = |t: u64, k: usize, r: &str| {
+        if k < 8 {
+            let mut s = sample(t, r, 2400.0);
+            s.cause = "lock_contention".into();
+            s.levels = vec![
+                ("code shop fn main.refreshSymbols ms".into(), 2300.0),
+                ("code shop fn main.parseAST ms".into(), 2.0),
+                // Another address, never seen in the normal.
+                ("dependency redis 10.0.0.9:6379 miss_ratio".into(), 0.5),
+            ];
+            s
+        } else {
+            code(t, k, r)
+        }
+    };
+    let during = run(&inc, &["symbols"], 2200, 2320, &fault);
+    let e = &during.last().unwrap().explanation;
+    assert_eq!(
+        e.moved[0].series, "code shop fn main.refreshSymbols ms",
+        "{e:?}"
+    );
+    assert_eq!(e.moved[0].before, 0.0);
+    assert_eq!(e.moved[0].during, 2300.0);
+    // The function that did not move is not listed; a level of another kind
+    // absent before is not taken for a zero.
+    assert!(
+        e.moved
+            .iter()
+            .all(|m| m.series != "code shop fn main.parseAST ms"),
+        "{e:?}"
+    );
+    assert!(
+        e.moved.iter().all(|m| !m.series.starts_with("dependency")),
+        "{e:?}"
+    );
+}

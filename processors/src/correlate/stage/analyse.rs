@@ -341,7 +341,10 @@ impl Analyse {
             (&v.best.cause, &v.culprit_service, v.culprit_kind, v.culprit),
             &self.sample_attrs,
         );
-        let extra = incidents::sample::record_attributes(&sample);
+        let mut extra = incidents::sample::record_attributes(&sample);
+        extra.extend(crate::correlate::annotate::culprit_attributes(
+            t, v.culprit, true,
+        ));
         let healthy = v.best.cause == UNKNOWN.name && !sample.failed;
         let evidence = annotate(rs, t, v, self.correlation.sources.log_columns());
         if self.correlation.store.views.keeps() {
