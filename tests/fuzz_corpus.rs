@@ -189,6 +189,15 @@ fn pprof_profiles() {
 }
 
 #[test]
+fn otlp_profiles_into_correlate() {
+    run(
+        "otlp_profiles",
+        Duration::from_secs(3),
+        causeway_processors::correlate::source::profiles::fuzz_otlp_profiles,
+    );
+}
+
+#[test]
 fn kafka_message_framing() {
     run(
         "kafka_message",

@@ -1,6 +1,8 @@
 //! Root-cause analysis cost: a decision tick of 1,000 kept traces of 50
 //! spans (critical path, join, the built-in rules in DataFusion, the
-//! annotations), and the correlation state taking in gateway log records.
+//! annotations), with the profiles source's samples joined and without,
+//! the correlation state taking in gateway log records, and the profiles
+//! source taking in OTLP profiles (samples per CPU-second).
 
 /// The daemon's allocator, so that the numbers are those of the binary.
 #[global_allocator]
@@ -151,6 +153,107 @@ fn gateway_logs(n: usize) -> Vec<ResourceLogs> {
     }]
 }
 
+/// A Go service's CPU profile of the 1,000 traces of [`traces`]: per trace
+/// 20 samples linked to its root (the local root, as otel-profiling-go
+/// labels it), their stacks 30 frames deep out of 200 distinct stacks of
+/// 300 functions; and a mutex profile of 50 unlinked samples.
+fn profiles(
+    n: usize,
+) -> opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest {
+    use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+    use opentelemetry_proto::tonic::profiles::v1development::{
+        Function, Line, Link, Location, Profile, ProfilesDictionary, ResourceProfiles, Sample,
+        ScopeProfiles, Stack, ValueType,
+    };
+    let mut d = ProfilesDictionary {
+        string_table: vec![
+            String::new(),
+            "cpu".into(),
+            "nanoseconds".into(),
+            "delay".into(),
+        ],
+        location_table: vec![Location::default()],
+        function_table: vec![Function::default()],
+        link_table: vec![Link::default()],
+        stack_table: vec![Stack::default()],
+        ..Default::default()
+    };
+    for f in 0..300i32 {
+        d.string_table
+            .push(format!("github.com/acme/orders/pkg{}.Handler{f}", f % 12));
+        d.string_table
+            .push(format!("/src/orders/pkg{}/handler.go", f % 12));
+        d.function_table.push(Function {
+            name_strindex: 4 + 2 * f,
+            filename_strindex: 5 + 2 * f,
+            ..Default::default()
+        });
+        d.location_table.push(Location {
+            lines: vec![Line {
+                function_index: 1 + f,
+                line: i64::from(10 + f),
+                column: 0,
+            }],
+            ..Default::default()
+        });
+    }
+    for st in 0..200i32 {
+        d.stack_table.push(Stack {
+            location_indices: (0..30).map(|k| 1 + (st * 7 + k * 13) % 300).collect(),
+        });
+    }
+    let mut cpu = Vec::new();
+    for t in 0..n {
+        d.link_table.push(Link {
+            trace_id: vec![0; 16],
+            span_id: ((t as u64) << 16 | 1).to_be_bytes().to_vec(),
+        });
+        let link_index = d.link_table.len() as i32 - 1;
+        for k in 0..20 {
+            cpu.push(Sample {
+                stack_index: 1 + ((t * 20 + k) % 200) as i32,
+                link_index,
+                values: vec![10_000_000],
+                ..Default::default()
+            });
+        }
+    }
+    let mutex = (0..50)
+        .map(|k| Sample {
+            stack_index: 1 + k,
+            values: vec![5_000_000],
+            ..Default::default()
+        })
+        .collect();
+    let profile = |type_strindex, samples| Profile {
+        sample_type: Some(ValueType {
+            type_strindex,
+            unit_strindex: 2,
+        }),
+        samples,
+        time_unix_nano: T0 - 1_000_000_000,
+        duration_nano: 15_000_000_000,
+        ..Default::default()
+    };
+    ExportProfilesServiceRequest {
+        resource_profiles: vec![ResourceProfiles {
+            resource: Some(Resource {
+                attributes: vec![kv(
+                    "service.name",
+                    any_value::Value::StringValue("orders".into()),
+                )],
+                ..Default::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                profiles: vec![profile(1, cpu), profile(3, mutex)],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        dictionary: Some(d),
+    }
+}
+
 fn store() -> Correlation {
     let cfg: CorrelateConfig = serde_yaml::from_str("{}").expect("defaults");
     let store = Store::new(Limits {
@@ -274,33 +377,54 @@ fn bench(c: &mut Criterion) {
         rules::Planner::with_physical_once(&tables, false),
         rules::Planner::with_physical_once(&tables, false),
     ]);
+    // The same state with the profiles of the batch's 1,000 traces.
+    let with_profiles = store();
+    with_profiles.add_logs(&gateway_logs(1000), T0);
+    {
+        use prost::Message;
+        let req = profiles(1000);
+        with_profiles.add_profiles(&req, req.encoded_len(), T0);
+    }
+    let tick_of =
+        |st: &Correlation, rt: &tokio::runtime::Runtime, which: usize, rs: Vec<ResourceSpans>| {
+            let mut rs = rs;
+            let mut rows = rows_of(&rs, Some(&st.store.baselines), &Default::default());
+            let joined = join(&st, &mut rows);
+            let (findings, errors) =
+                rt.block_on(planners.borrow_mut()[which].evaluate(&rules, &rows, joined));
+            assert!(errors.is_empty(), "{errors:?}");
+            for t in &rows {
+                let v = verdict(
+                    t,
+                    findings.get(&t.trace_id),
+                    &Enough {
+                        share: 0.2,
+                        ms: 50.0,
+                    },
+                    None,
+                    &causes,
+                );
+                annotate(&mut rs, t, &v, st.sources.log_columns());
+            }
+            rs
+        };
     let tick = |rt: &tokio::runtime::Runtime, which: usize, rs: Vec<ResourceSpans>| {
-        let mut rs = rs;
-        let mut rows = rows_of(&rs, Some(&st.store.baselines), &Default::default());
-        let joined = join(&st, &mut rows);
-        let (findings, errors) =
-            rt.block_on(planners.borrow_mut()[which].evaluate(&rules, &rows, joined));
-        assert!(errors.is_empty(), "{errors:?}");
-        for t in &rows {
-            let v = verdict(
-                t,
-                findings.get(&t.trace_id),
-                &Enough {
-                    share: 0.2,
-                    ms: 50.0,
-                },
-                None,
-                &causes,
-            );
-            annotate(&mut rs, t, &v, st.sources.log_columns());
-        }
-        rs
+        tick_of(&st, rt, which, rs)
     };
     // On one thread: the CPU a tick costs.
     g.bench_function("tick_1000_traces_x50_spans_one_thread", |b| {
         b.iter_batched(
             || batch.clone(),
             |rs| tick(&one, 0, rs),
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    // The profiles source on: each trace's spans joined with its samples
+    // (the code table, the code rules, the evidence with its flame graph).
+    g.bench_function("tick_1000_traces_x50_spans_one_thread_with_profiles", |b| {
+        b.iter_batched(
+            || batch.clone(),
+            |rs| tick_of(&with_profiles, &one, 0, rs),
             criterion::BatchSize::LargeInput,
         )
     });
@@ -327,6 +451,27 @@ fn bench(c: &mut Criterion) {
         b.iter_batched(
             || batch.clone(),
             |rs| tick(&rt, 1, rs),
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+    // Profiles taken in: a request decoded (it reaches the processor
+    // encoded) and its samples into the window, on one thread.
+    let mut g = c.benchmark_group("profiles");
+    let encoded = {
+        use prost::Message;
+        profiles(1000).encode_to_vec()
+    };
+    g.throughput(Throughput::Elements(20_050));
+    g.bench_function("take_20050_samples", |b| {
+        b.iter_batched(
+            store,
+            |st| {
+                use prost::Message;
+                let req = opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest::decode(encoded.as_slice()).expect("decodes");
+                st.add_profiles(&req, encoded.len(), T0);
+                st
+            },
             criterion::BatchSize::LargeInput,
         )
     });

@@ -975,6 +975,122 @@ fn local_root(t: &TraceRow, mut i: usize) -> usize {
     i
 }
 
+/// The fuzz target's body: bytes as an OTLP profiles request, through the
+/// receivers' check (`wire::scan`), then, if it passes, into the source and
+/// joined with a trace of a span of every link it holds (and one of each
+/// service, by time). Nothing may panic; the window stays within its bytes.
+#[doc(hidden)]
+pub fn fuzz_otlp_profiles(data: &[u8]) {
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use causeway_core::model::{Batch, Signal};
+    let Ok(scan) = causeway_core::wire::scan(Signal::Profiles, data) else {
+        return;
+    };
+    let batch = Batch::from_encoded(
+        Signal::Profiles,
+        bytes::Bytes::copy_from_slice(data),
+        scan.items,
+    );
+    let Ok(Some(req)) = batch.to_profiles_request() else {
+        panic!("a request the check passed does not decode");
+    };
+    let cfg = ProfilesConfig {
+        max_bytes: causeway_core::config::ByteSize(1 << 20),
+        ..Default::default()
+    };
+    let p = Profiles::new(&cfg, u64::MAX);
+    p.take_profiles(&req, data.len(), 0);
+    assert!(p.lock().bytes <= 1 << 20, "the window is over its bytes");
+    // A trace: a server span per link (the spans the samples name), under
+    // a root of each service.
+    let links: Vec<[u8; 8]> = req
+        .dictionary
+        .iter()
+        .flat_map(|d| &d.link_table)
+        .filter_map(|l| <[u8; 8]>::try_from(l.span_id.as_slice()).ok())
+        .take(64)
+        .collect();
+    let rs: Vec<ResourceSpans> = req
+        .resource_profiles
+        .iter()
+        .take(8)
+        .enumerate()
+        .map(|(k, rp)| {
+            let service = service_of(rp);
+            let from = rp
+                .scope_profiles
+                .iter()
+                .flat_map(|sp| &sp.profiles)
+                .map(|p| p.time_unix_nano)
+                .min()
+                .unwrap_or(0);
+            let span = |id: Vec<u8>, parent: Vec<u8>| Span {
+                trace_id: vec![7; 16],
+                span_id: id,
+                parent_span_id: parent,
+                name: "op".into(),
+                kind: 2,
+                start_time_unix_nano: from,
+                end_time_unix_nano: from.saturating_add(1_000_000_000),
+                ..Default::default()
+            };
+            let root = vec![0xee, k as u8, 0, 0, 0, 0, 0, 1];
+            let mut spans = vec![span(root.clone(), Vec::new())];
+            spans.extend(links.iter().map(|l| span(l.to_vec(), root.clone())));
+            ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![KeyValue {
+                        key: "service.name".into(),
+                        value: Some(AnyValue {
+                            value: Some(any_value::Value::StringValue(service.to_string())),
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }
+        })
+        .collect();
+    let mut traces = crate::correlate::analysis::trace::traces(&rs, None, &Default::default());
+    let store = crate::correlate::store::Store::new(crate::correlate::store::Limits {
+        window_ns: 600_000_000_000,
+        max_log_records: 1,
+        max_series: 1,
+        max_points: 1,
+        max_routes: 1,
+        max_events: 1,
+        max_log_bytes: 1,
+        max_analysed: 1,
+        baseline_window_ns: 1_000_000_000,
+        baseline_min_samples: 1,
+        baseline_max_operations: 1,
+    });
+    let tick = Tick {
+        store: &store,
+        now_ns: 0,
+        lookback_ns: 0,
+        lookahead_ns: 0,
+    };
+    if let Err(e) = p.join(&tick, &mut traces) {
+        panic!("the code table could not be made: {e}");
+    }
+    for t in &traces {
+        for j in &t.joined {
+            if let Joined::Span(_, _, v) = j {
+                let share = v["share"].as_f64().unwrap_or(0.0);
+                assert!((0.0..=1.0 + 1e-9).contains(&share), "a share of {share}");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_runtime;
