@@ -7,7 +7,8 @@
 #   the OpenTelemetry Collector (tools/peers/otelcol: core v0.140.0 and contrib
 #     v0.140.1, one release; v0.139.0, the one Jaeger v1.75.0 is built on, has
 #     a loadbalancing exporter that cannot create its backends, contrib #43950)
-#   the code test bed's Go service (tests/testbed/codeshop);
+#   the code test bed's Go service (tests/testbed/codeshop), async-profiler
+#     (Maven Central) and its Java service (tests/testbed/javacode);
 #   the polyglot test bed's services (tests/testbed/go: a Go binary from the
 #     module proxy; tests/testbed/java: its jars from Maven Central, the
 #     OpenTelemetry Java agent beside them, its classes compiled by javac)
@@ -99,5 +100,22 @@ if [[ ! -f "$tb_java_dir/classes/Main.class" ]]; then
   mv "$tb_java_dir.tmp" "$tb_java_dir"
 fi
 export CAUSEWAY_TESTBED_JAVA="$tb_java_dir"
+
+# async-profiler (its agent library, from Maven Central) and the Java
+# service it profiles in tests/rca_testbed_code.rs (the JDK only).
+ASYNC_PROFILER_VERSION=4.6
+ap_dir="$PEERS_CACHE/async-profiler-$ASYNC_PROFILER_VERSION-$(peer_key "$testbed_root"/javacode/Ledger.java)"
+if [[ ! -f "$ap_dir/linux-x64/libasyncProfiler.so" ]]; then
+  echo "== fetching async-profiler $ASYNC_PROFILER_VERSION and compiling tests/testbed/javacode into $ap_dir (once)"
+  rm -rf "$ap_dir.tmp"
+  mvn -q -B -f "$testbed_root/java/pom.xml" dependency:copy \
+    -Dartifact="tools.profiler:async-profiler:$ASYNC_PROFILER_VERSION" \
+    -Dmdep.stripVersion=true -DoutputDirectory="$ap_dir.tmp"
+  (cd "$ap_dir.tmp" && jar xf async-profiler.jar linux-x64/libasyncProfiler.so)
+  javac -d "$ap_dir.tmp/classes" "$testbed_root"/javacode/Ledger.java
+  mv "$ap_dir.tmp" "$ap_dir"
+fi
+export CAUSEWAY_ASYNC_PROFILER="$ap_dir/linux-x64/libasyncProfiler.so"
+export CAUSEWAY_TESTBED_LEDGER="$ap_dir/classes"
 
 echo "== peers: kafka $KAFKA_VERSION ($CAUSEWAY_KAFKA_LIBS), jaeger $JAEGER_VERSION, otelcol $OTELCOL_VERSION, otelcol for profiles v0.148.0"

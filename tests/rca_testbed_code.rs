@@ -227,3 +227,177 @@ service:
     let top: serde_json::Value = serde_json::from_str(top).unwrap();
     assert_eq!(top[0]["function"], "main.parseAST", "{top}");
 }
+
+/// A JVM's own code, by async-profiler's own OTLP profiles (its agent
+/// library from Maven Central, `event=cpu`, posting a profile every 2 s to
+/// causeway's `otlp` receiver): a Java service under the OpenTelemetry Java
+/// agent (`tests/testbed/javacode`, the JDK's HttpServer) behind the Go
+/// front. async-profiler's samples name no span: the join is by the
+/// service and the time, ≥ 90% of the parses named. Truth: the work the
+/// request asked for.
+#[test]
+fn a_jvms_own_code_is_named_by_async_profilers_profiles() {
+    let path = |var: &str| {
+        PathBuf::from(std::env::var(var).unwrap_or_else(|_| {
+            panic!("{var} is not set: run through scripts/test.sh (it sources scripts/peers.sh)")
+        }))
+    };
+    let (shop_bin, java, profiler, ledger) = (
+        path("CAUSEWAY_TESTBED_CODESHOP"),
+        path("CAUSEWAY_TESTBED_JAVA"),
+        path("CAUSEWAY_ASYNC_PROFILER"),
+        path("CAUSEWAY_TESTBED_LEDGER"),
+    );
+    let dir = testbed::bed_dir();
+    let d = dir.path();
+    let p = free_port;
+    let (otlp_port, ledger_port, admin_port, front_port) = (p(), p(), p(), p());
+    let daemon = Daemon::start(
+        d,
+        "java",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{otlp_port}" }}
+processors:
+  tail_sampling:
+    decision_wait: 10s
+    policies: [{{ name: all, type: always_sample }}]
+  correlate: {{}}
+exporters:
+  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  nop: {{}}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    profiles: {{ receivers: [otlp], processors: [correlate], exporters: [nop] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
+    let truth = d.join("truth.jsonl");
+    let otlp = format!("http://127.0.0.1:{otlp_port}");
+    let mut jvm = spawn(
+        "ledger",
+        Command::new("java")
+            .arg(format!(
+                "-javaagent:{}",
+                java.join("opentelemetry-javaagent.jar").display()
+            ))
+            .arg(format!(
+                "-agentpath:{}=start,event=cpu,interval=10ms,loop=2s,otlp,file={otlp}/v1development/profiles",
+                profiler.display()
+            ))
+            .args(["-cp", &ledger.display().to_string(), "Ledger"])
+            .env("OTEL_SERVICE_NAME", "ledger")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp)
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+            .env("OTEL_METRICS_EXPORTER", "none")
+            .env("OTEL_LOGS_EXPORTER", "none")
+            .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+            .env("PORT", ledger_port.to_string())
+            .env("ADMIN_PORT", admin_port.to_string())
+            .env("TRUTH_FILE", &truth),
+        d,
+    );
+    let mut front = spawn(
+        "front",
+        Command::new(&shop_bin)
+            .arg("front")
+            .env("PORT", front_port.to_string())
+            .env("OTEL_SERVICE_NAME", "front")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp)
+            .env("SHOP_URL", format!("http://127.0.0.1:{ledger_port}")),
+        d,
+    );
+    wait_port(ledger_port, "ledger", &mut jvm, d);
+    wait_port(front_port, "front", &mut front, d);
+    // The routes' normal, analysed, then five parses of a big document.
+    let mut warm = spawn(
+        "driver",
+        Command::new(&shop_bin)
+            .arg("driver")
+            .env("PHASE", "warmup")
+            .env("FRONT_URL", format!("http://127.0.0.1:{front_port}"))
+            .env("TRUTH_FILE", &truth),
+        d,
+    );
+    testbed::wait_driver(&mut warm, d);
+    let traces = d.join("traces.jsonl");
+    let ids = |label: &str| -> Vec<String> {
+        read_jsonl(&truth)
+            .iter()
+            .filter(|v| v["label"] == label)
+            .map(|v| v["trace_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let warmup = ids("warmup");
+    assert_eq!(warmup.len(), 90);
+    testbed::verdicts(&traces, warmup.iter());
+    // Two clients, eight parses each, back to back: the profile's windows
+    // (2 s) are the service's CPU, shared by the spans that overlap them.
+    std::thread::scope(|sc| {
+        for _ in 0..2 {
+            sc.spawn(|| {
+                let client = http_client();
+                for _ in 0..8 {
+                    let r = client
+                        .get(format!("http://127.0.0.1:{front_port}/api/parse?n=4000000"))
+                        .header("X-Label", "cpu_hotspot")
+                        .send()
+                        .unwrap();
+                    assert!(r.status().is_success());
+                }
+            });
+        }
+    });
+    let hot = ids("cpu_hotspot");
+    assert_eq!(hot.len(), 16);
+    let got = testbed::verdicts(&traces, hot.iter());
+    let mut right = 0;
+    for id in &hot {
+        let a = &got[id].root;
+        let ms = read_jsonl(&truth)
+            .iter()
+            .find(|v| v["trace_id"] == id.as_str())
+            .and_then(|v| v["ms"].as_i64())
+            .unwrap();
+        assert!(ms >= 100, "the parse took {ms} ms: too little to tell");
+        let verdict = (
+            a.get("rca.cause").map(String::as_str),
+            a.get("rca.culprit.service").map(String::as_str),
+            a.get("rca.culprit.kind").map(String::as_str),
+            a.get("rca.code.function").map(String::as_str),
+            a.get("rca.code.join").map(String::as_str),
+        );
+        if verdict
+            == (
+                Some("cpu_hotspot"),
+                Some("ledger"),
+                Some("code"),
+                Some("Ledger.parseAst"),
+                Some("time"),
+            )
+        {
+            right += 1;
+        } else {
+            eprintln!("  {id}: {verdict:?} {:?}", a.get("rca.summary"));
+        }
+    }
+    // A time join spreads a window's samples evenly over it: a span at the
+    // edge of the burst may be given too little of them.
+    assert!(
+        right * 10 >= hot.len() * 9,
+        "{right} of {} right",
+        hot.len()
+    );
+    // No warm-up request is given a cause of its code.
+    let all = testbed::verdicts(&traces, warmup.iter());
+    for id in &warmup {
+        let cause = all[id].root.get("rca.cause").map_or("", String::as_str);
+        assert!(!CODE_CAUSES.contains(&cause), "warm-up {id} given {cause}");
+    }
+    drop(daemon);
+}

@@ -314,8 +314,17 @@ fn bench(c: &mut Criterion) {
     let tables = st.sources.tables();
     st.add_logs(&gateway_logs(1000), T0);
     let batch = traces(1000);
-    // Where a tick's time goes, once.
+    // The same state with the profiles of the batch's 1,000 traces.
+    let with_profiles = store();
+    with_profiles.add_logs(&gateway_logs(1000), T0);
     {
+        use prost::Message;
+        let req = profiles(1000);
+        with_profiles.add_profiles(&req, req.encoded_len(), T0);
+    }
+    // Where a tick's time goes, once, without the profiles and with them.
+    for (st, what) in [(&st, "without profiles"), (&with_profiles, "with profiles")] {
+        eprintln!("{what}:");
         let rs = batch.clone();
         let t = std::time::Instant::now();
         let mut rows = rows_of(&rs, Some(&st.store.baselines), &Default::default());
@@ -351,8 +360,14 @@ fn bench(c: &mut Criterion) {
             t4 - t3,
             t5 - t4
         );
-        // Each rule alone, on one thread.
-        for r in &rules {
+        // Each rule alone, on one thread (its own tables' cost with it).
+        for r in rules.iter().filter(|r| {
+            what == "without profiles"
+                || matches!(
+                    r.cause.as_str(),
+                    "cpu_hotspot" | "gc_pressure" | "lock_contention"
+                )
+        }) {
             let t = std::time::Instant::now();
             let joined = join(&st, &mut rows);
             let (_, errors) = one.block_on(rules::Planner::new(&tables).evaluate(
@@ -377,14 +392,6 @@ fn bench(c: &mut Criterion) {
         rules::Planner::with_physical_once(&tables, false),
         rules::Planner::with_physical_once(&tables, false),
     ]);
-    // The same state with the profiles of the batch's 1,000 traces.
-    let with_profiles = store();
-    with_profiles.add_logs(&gateway_logs(1000), T0);
-    {
-        use prost::Message;
-        let req = profiles(1000);
-        with_profiles.add_profiles(&req, req.encoded_len(), T0);
-    }
     let tick_of =
         |st: &Correlation, rt: &tokio::runtime::Runtime, which: usize, rs: Vec<ResourceSpans>| {
             let mut rs = rs;

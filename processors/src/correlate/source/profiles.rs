@@ -218,13 +218,54 @@ impl Profiles {
 
 /// The kind of time a sample type measures, or `None` for what is no time
 /// of a request (a count of samples, goroutines, in-use memory).
+/// Go's pprof (`cpu`, `delay`), async-profiler's OTLP (its engine's name:
+/// `perf_events`, `itimer`, `ctimer`, `wall`, `lock_tracer`,
+/// `alloc_tracer`). A count of `samples` is of its period type's kind (the
+/// eBPF profiler's: `samples`/`count` every period of `cpu`/`nanoseconds`)
+/// where its scope has no profile of that kind already (Go's CPU profile
+/// has both).
 fn kind(type_: &str, unit: &str) -> Option<&'static str> {
     match (type_, unit) {
-        ("cpu", _) => Some("cpu"),
-        ("delay", _) | ("lock", _) | ("contentions", "nanoseconds") => Some("lock"),
+        ("cpu", _) | ("perf_events", _) | ("itimer", _) | ("ctimer", _) | ("cpu-clock", _) => {
+            Some("cpu")
+        }
+        ("delay", _)
+        | ("lock", _)
+        | ("lock_tracer", _)
+        | ("native_lock", _)
+        | ("contentions", "nanoseconds") => Some("lock"),
         ("wall", _) | ("off_cpu", _) => Some("wall"),
-        ("alloc_space", _) | ("alloc_objects", _) | ("alloc", _) => Some("alloc"),
+        ("alloc_space", _) | ("alloc_objects", _) | ("alloc", _) | ("alloc_tracer", _) => {
+            Some("alloc")
+        }
         _ => None,
+    }
+}
+
+/// What one unit of a profile's values is in nanoseconds (bytes, for an
+/// allocation's): a count of samples is as many periods of its period type
+/// (async-profiler's OTLP without `total`: `count` of `perf_events` every
+/// 10 ms); `None` when a count has no period in time to scale it by.
+fn scale(
+    s: &[String],
+    p: &opentelemetry_proto::tonic::profiles::v1development::Profile,
+    kind: &str,
+    unit: &str,
+) -> Option<f64> {
+    match unit {
+        "count" | "samples" => match p.period_type {
+            Some(pt)
+                if p.period > 0
+                    && matches!(text(s, pt.unit_strindex), "ns" | "nanoseconds" | "bytes") =>
+            {
+                Some(p.period as f64)
+            }
+            _ if kind == "alloc" => Some(1.0),
+            _ => None,
+        },
+        "ms" | "milliseconds" => Some(1e6),
+        "us" | "microseconds" => Some(1e3),
+        _ => Some(1.0),
     }
 }
 
@@ -330,9 +371,28 @@ fn samples(req: &ExportProfilesServiceRequest) -> Vec<(Sample, usize)> {
                     }
                 }
             }
+            let direct: HashSet<&str> = sp
+                .profiles
+                .iter()
+                .filter_map(|p| p.sample_type)
+                .filter_map(|t| kind(text(s, t.type_strindex), text(s, t.unit_strindex)))
+                .collect();
             for p in &sp.profiles {
                 let Some(t) = p.sample_type else { continue };
-                let Some(kind) = kind(text(s, t.type_strindex), text(s, t.unit_strindex)) else {
+                let unit = text(s, t.unit_strindex);
+                let of_period = || {
+                    let pt = p.period_type?;
+                    kind(text(s, pt.type_strindex), text(s, pt.unit_strindex))
+                        .filter(|k| !direct.contains(k))
+                };
+                let Some(kind) = kind(text(s, t.type_strindex), unit).or_else(|| {
+                    (text(s, t.type_strindex) == "samples")
+                        .then(of_period)
+                        .flatten()
+                }) else {
+                    continue;
+                };
+                let Some(scale) = scale(s, p, kind, unit) else {
                     continue;
                 };
                 let (from, to) = (
@@ -355,7 +415,7 @@ fn samples(req: &ExportProfilesServiceRequest) -> Vec<(Sample, usize)> {
                         .and_then(|l| <[u8; 8]>::try_from(l.span_id.as_slice()).ok())
                         .map(u64::from_be_bytes)
                         .filter(|&id| id != 0);
-                    let value = x.values.first().copied().unwrap_or(0) as f64;
+                    let value = x.values.first().copied().unwrap_or(0) as f64 * scale;
                     // A stack's contentions go with its first delay sample.
                     let count = if kind == "lock" {
                         counts.remove(&x.stack_index).unwrap_or(0.0)
@@ -494,6 +554,31 @@ impl Code {
         }
     }
 
+    /// Add `other`'s samples, their values weighed by `w` (their counts
+    /// and counted waits are not: a mean wait is the samples').
+    fn absorb(&mut self, other: &Code, w: f64) {
+        fn add(to: &mut HashMap<Arc<Frame>, f64>, from: &HashMap<Arc<Frame>, f64>, w: f64) {
+            for (f, x) in from {
+                *to.entry(f.clone()).or_default() += x * w;
+            }
+        }
+        add(&mut self.own_by, &other.own_by, w);
+        add(&mut self.self_by, &other.self_by, w);
+        add(&mut self.total_by, &other.total_by, w);
+        for (st, x) in &other.stacks {
+            *self.stacks.entry(st.clone()).or_default() += x * w;
+        }
+        for (f, (c, v)) in &other.counted_by {
+            let e = self.counted_by.entry(f.clone()).or_default();
+            e.0 += c;
+            e.1 += v;
+        }
+        self.total += other.total * w;
+        self.gc += other.gc * w;
+        self.own += other.own * w;
+        self.samples += other.samples;
+    }
+
     /// The mean wait of a contention charged to the top function (ms), when
     /// the samples count them.
     fn mean_wait_ms(&self) -> Option<f64> {
@@ -581,11 +666,15 @@ fn round3(x: f64) -> f64 {
 /// The kinds of profile a span's code is told by.
 const KINDS: [&str; 4] = ["cpu", "lock", "wall", "alloc"];
 
-/// What one kind of profile says of a span.
+/// What one kind of profile says of a span: samples aggregated once (a
+/// span's, a local root's, a profile window's) and the weight of their
+/// values for this span. Shares, a flame graph and a mean wait do not
+/// depend on the weight; the time does.
 struct Told {
     kind: &'static str,
     join: &'static str,
-    code: Code,
+    code: Arc<Code>,
+    weight: f64,
 }
 
 impl Told {
@@ -594,7 +683,7 @@ impl Told {
         if self.kind == "alloc" {
             0.0
         } else {
-            self.code.total / 1e6
+            self.code.total * self.weight / 1e6
         }
     }
 
@@ -609,7 +698,7 @@ impl Told {
             "join": self.join,
             "samples": self.code.samples,
             "time_ms": round3(self.time_ms()),
-            "gc_share": round3(self.code.gc / self.code.total),
+            "gc_share": round3(self.code.gc / self.code.total.max(f64::MIN_POSITIVE)),
             "top_own": Code::top(&self.code.own_by, self.code.own),
             "top_self": Code::top(&self.code.self_by, self.code.total),
             "top_inclusive": Code::top(&self.code.total_by, self.code.total),
@@ -711,13 +800,14 @@ impl Source for Profiles {
         let mut misses = 0;
         for t in traces.iter_mut() {
             let mut any = false;
+            let processes = Processes::of(t);
             for i in 0..t.spans.len() {
                 if !t.spans[i].critical {
                     continue;
                 }
                 let told: Vec<Told> = KINDS
                     .iter()
-                    .filter_map(|k| span_code(t, i, &index, k))
+                    .filter_map(|k| span_code(t, i, &processes, &index, k))
                     .collect();
                 if told.is_empty() {
                     continue;
@@ -738,7 +828,7 @@ impl Source for Profiles {
                         V::F(Some(round3(share))),
                         V::I(Some(x.code.samples as i64)),
                         V::F(Some(x.time_ms())),
-                        V::F(Some(x.code.gc / x.code.total)),
+                        V::F(Some(x.code.gc / x.code.total.max(f64::MIN_POSITIVE))),
                         V::F(x.code.mean_wait_ms()),
                     ]);
                 }
@@ -814,14 +904,17 @@ WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND s.excess_ms >
     }
 }
 
-/// The samples one tick's traces may join: by the span their link names
-/// (only the tick's spans), and the unlinked ones by service (only the
-/// tick's services), by start; and which services' samples of a kind carry
+/// The samples one tick's traces may join, aggregated once: those linked
+/// to each of the tick's spans, by kind; the unlinked ones of the tick's
+/// services by kind and profile window (the samples of one window overlap a
+/// span alike), by start; and which services' samples of a kind carry
 /// links at all (their runtime says which samples are a span's: a span
 /// with none had none).
 struct Index<'a> {
-    by_span: HashMap<u64, Vec<&'a Sample>>,
-    by_service: HashMap<&'a str, HashMap<&'static str, (Vec<&'a Sample>, u64)>>,
+    by_span: HashMap<(u64, &'static str), Arc<Code>>,
+    /// Per service and kind: the windows `(from, to, code)` by start, and
+    /// the longest window.
+    windows: HashMap<&'a str, HashMap<&'static str, (Vec<(u64, u64, Arc<Code>)>, u64)>>,
     linked: HashMap<&'a str, HashSet<&'static str>>,
 }
 
@@ -837,9 +930,8 @@ impl<'a> Index<'a> {
             .flat_map(|t| t.spans.iter().map(|s| s.span_id))
             .collect();
         let services: HashSet<&str> = critical().map(|s| &*s.service).collect();
-        let mut by_span: HashMap<u64, Vec<&Sample>> = HashMap::new();
-        let mut by_service: HashMap<&str, HashMap<&'static str, (Vec<&Sample>, u64)>> =
-            HashMap::new();
+        let mut by_span: HashMap<(u64, &'static str), Code> = HashMap::new();
+        let mut windows: HashMap<(&str, &'static str, u64, u64), Code> = HashMap::new();
         let mut linked: HashMap<&str, HashSet<&'static str>> = HashMap::new();
         for (x, _) in samples {
             if !services.contains(&*x.service) {
@@ -849,95 +941,125 @@ impl<'a> Index<'a> {
                 Some(id) => {
                     linked.entry(&*x.service).or_default().insert(x.kind);
                     if spans.contains(&id) {
-                        by_span.entry(id).or_default().push(x);
+                        by_span.entry((id, x.kind)).or_default().add(x, 1.0);
                     }
                 }
-                None => {
-                    let e = by_service
-                        .entry(&*x.service)
-                        .or_default()
-                        .entry(x.kind)
-                        .or_default();
-                    e.0.push(x);
-                    // The longest a sample covers: how far before a span a
-                    // sample that overlaps it may start.
-                    e.1 = e.1.max(x.to_ns.saturating_sub(x.from_ns));
-                }
+                None => windows
+                    .entry((&*x.service, x.kind, x.from_ns, x.to_ns))
+                    .or_default()
+                    .add(x, 1.0),
             }
         }
-        for (v, _) in by_service.values_mut().flat_map(|m| m.values_mut()) {
-            v.sort_by_key(|x| x.from_ns);
+        let mut by_window: HashMap<&str, HashMap<&'static str, (Vec<(u64, u64, Arc<Code>)>, u64)>> =
+            HashMap::new();
+        for ((service, kind, from, to), code) in windows {
+            let e = by_window
+                .entry(service)
+                .or_default()
+                .entry(kind)
+                .or_default();
+            e.0.push((from, to, Arc::new(code)));
+            // The longest window: how far before a span one that overlaps
+            // it may start.
+            e.1 = e.1.max(to.saturating_sub(from));
+        }
+        for (v, _) in by_window.values_mut().flat_map(|m| m.values_mut()) {
+            v.sort_by_key(|w| (w.0, w.1));
         }
         Index {
-            by_span,
-            by_service,
+            by_span: by_span
+                .into_iter()
+                .filter(|(_, c)| c.total > 0.0)
+                .map(|(k, c)| (k, Arc::new(c)))
+                .collect(),
+            windows: by_window,
             linked,
         }
     }
 
-    /// The unlinked samples of `service` and `kind` that overlap `[start, end]`.
+    /// The windows of unlinked samples of `service` and `kind` that overlap
+    /// `[start, end]`, each with the share of it the span covers.
     fn during(
         &self,
         service: &str,
         kind: &'static str,
         start: u64,
         end: u64,
-    ) -> impl Iterator<Item = &'a Sample> + '_ {
+    ) -> impl Iterator<Item = (&Arc<Code>, f64)> + '_ {
         let (v, longest) = self
-            .by_service
+            .windows
             .get(service)
             .and_then(|m| m.get(kind))
             .map_or((&[][..], 0), |(v, l)| (v.as_slice(), *l));
-        let from = v.partition_point(|x| x.from_ns < start.saturating_sub(longest));
-        let to = v.partition_point(|x| x.from_ns <= end);
+        let from = v.partition_point(|w| w.0 < start.saturating_sub(longest));
+        let to = v.partition_point(|w| w.0 <= end);
         v[from..to.max(from)]
             .iter()
-            .copied()
-            .filter(move |x| x.to_ns >= start)
+            .filter(move |w| w.1 >= start)
+            .map(move |(f, t, code)| {
+                let len = t.saturating_sub(*f);
+                let weight = if len == 0 {
+                    1.0
+                } else {
+                    (*t.min(&end)).saturating_sub(*f.max(&start)) as f64 / len as f64
+                };
+                (code, weight)
+            })
+    }
+}
+
+/// A trace's processes: each span's local root ([`local_root`]) and, per
+/// local root, the critical self time of its process's spans.
+struct Processes {
+    root: Vec<usize>,
+    own: HashMap<usize, f64>,
+}
+
+impl Processes {
+    fn of(t: &TraceRow) -> Processes {
+        let root: Vec<usize> = (0..t.spans.len()).map(|i| local_root(t, i)).collect();
+        let mut own: HashMap<usize, f64> = HashMap::new();
+        for (i, s) in t.spans.iter().enumerate().filter(|(_, s)| s.critical) {
+            *own.entry(root[i]).or_default() += s.self_ms;
+        }
+        Processes { root, own }
     }
 }
 
 /// What the samples of `kind` say of span `i`, by the best join that finds
 /// some.
-fn span_code(t: &TraceRow, i: usize, index: &Index<'_>, kind: &'static str) -> Option<Told> {
+fn span_code(
+    t: &TraceRow,
+    i: usize,
+    p: &Processes,
+    index: &Index<'_>,
+    kind: &'static str,
+) -> Option<Told> {
     let s = &t.spans[i];
     let start = t.start_ns.saturating_add((s.start_ms * 1e6) as u64);
     let end = start.saturating_add((s.duration_ms * 1e6) as u64);
-    let linked = |id: u64| {
-        index
-            .by_span
-            .get(&id)
-            .into_iter()
-            .flatten()
-            .copied()
-            .filter(|x| x.kind == kind)
+    let told = |join, code: &Arc<Code>, weight: f64| {
+        (code.total * weight > 0.0).then(|| Told {
+            kind,
+            join,
+            code: code.clone(),
+            weight,
+        })
     };
-    let told = |join, code: Code| (code.total > 0.0).then_some(Told { kind, join, code });
     // (a) The very span.
-    let mut code = Code::default();
-    for x in linked(s.span_id) {
-        code.add(x, 1.0);
-    }
-    if code.total > 0.0 {
-        return told("span", code);
+    if let Some(code) = index.by_span.get(&(s.span_id, kind)) {
+        return told("span", code, 1.0);
     }
     // (b) The local root of its process: its samples, weighed by the share
     // of the process's critical self time this span holds.
-    let root = local_root(t, i);
+    let root = p.root[i];
     if root != i {
-        let own: f64 = t
-            .spans
-            .iter()
-            .enumerate()
-            .filter(|(k, x)| x.critical && x.service == s.service && local_root(t, *k) == root)
-            .map(|(_, x)| x.self_ms)
-            .sum();
-        let weight = if own > 0.0 { s.self_ms / own } else { 0.0 };
-        for x in linked(t.spans[root].span_id) {
-            code.add(x, weight);
-        }
-        if code.total > 0.0 {
-            return told("local_root", code);
+        if let Some(code) = index.by_span.get(&(t.spans[root].span_id, kind)) {
+            let own = p.own.get(&root).copied().unwrap_or(0.0);
+            let weight = if own > 0.0 { s.self_ms / own } else { 0.0 };
+            if let Some(x) = told("local_root", code, weight) {
+                return Some(x);
+            }
         }
     }
     // (c) Its service over its time, weighed by the overlap: only where
@@ -950,16 +1072,17 @@ fn span_code(t: &TraceRow, i: usize, index: &Index<'_>, kind: &'static str) -> O
     {
         return None;
     }
-    for x in index.during(&s.service, kind, start, end) {
-        let len = x.to_ns.saturating_sub(x.from_ns);
-        let weight = if len == 0 {
-            1.0
-        } else {
-            (x.to_ns.min(end).saturating_sub(x.from_ns.max(start))) as f64 / len as f64
-        };
-        code.add(x, weight);
+    let mut windows = index.during(&s.service, kind, start, end);
+    let first = windows.next()?;
+    let Some(second) = windows.next() else {
+        // One window (the common case): its aggregate, weighed.
+        return told("time", first.0, first.1);
+    };
+    let mut code = Code::default();
+    for (c, w) in [first, second].into_iter().chain(windows) {
+        code.absorb(c, w);
     }
-    told("time", code)
+    told("time", &Arc::new(code), 1.0)
 }
 
 /// The span that began span `i`'s process's part of the trace: its
@@ -981,10 +1104,10 @@ fn local_root(t: &TraceRow, mut i: usize) -> usize {
 /// service, by time). Nothing may panic; the window stays within its bytes.
 #[doc(hidden)]
 pub fn fuzz_otlp_profiles(data: &[u8]) {
+    use causeway_core::model::{Batch, Signal};
     use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
     use opentelemetry_proto::tonic::resource::v1::Resource;
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
-    use causeway_core::model::{Batch, Signal};
     let Ok(scan) = causeway_core::wire::scan(Signal::Profiles, data) else {
         return;
     };
@@ -1128,6 +1251,69 @@ mod tests {
         p.take_profiles(&req, len, base);
         assert!(p.lock().samples.is_empty());
         assert_eq!(p.refused(), 1);
+    }
+
+    #[test]
+    fn counts_of_samples_are_as_many_periods_and_a_cpu_profile_is_counted_once() {
+        use opentelemetry_proto::tonic::profiles::v1development::ValueType;
+        let with_period = |ty: &'static str, unit: &'static str, period: (&str, &str, i64)| {
+            let mut req = crate::correlate::tests::profiles_of(
+                "ledger",
+                &[(ty, unit, vec![(vec!["Ledger.parseAst"], 30, None)])],
+            );
+            let d = req.dictionary.as_mut().unwrap();
+            let mut idx = |x: &str| {
+                d.string_table.push(x.to_string());
+                d.string_table.len() as i32 - 1
+            };
+            let pt = ValueType {
+                type_strindex: idx(period.0),
+                unit_strindex: idx(period.1),
+            };
+            let p = &mut req.resource_profiles[0].scope_profiles[0].profiles[0];
+            p.period_type = Some(pt);
+            p.period = period.2;
+            req
+        };
+        let total = |req: &super::ExportProfilesServiceRequest| -> Vec<(&'static str, f64)> {
+            super::samples(req)
+                .iter()
+                .map(|(x, _)| (x.kind, x.value))
+                .collect()
+        };
+        // async-profiler's OTLP: 30 samples of perf_events every 10 ms.
+        let req = with_period("perf_events", "count", ("perf_events", "ns", 10_000_000));
+        assert_eq!(total(&req), vec![("cpu", 300_000_000.0)]);
+        // The eBPF profiler's: samples of cpu every 50 ms.
+        let req = with_period("samples", "count", ("cpu", "nanoseconds", 50_000_000));
+        assert_eq!(total(&req), vec![("cpu", 1_500_000_000.0)]);
+        // A count with no period in time says no time.
+        let req = with_period("perf_events", "count", ("perf_events", "count", 1));
+        assert!(total(&req).is_empty());
+        // Go's CPU profile: samples/count beside cpu/nanoseconds, counted once.
+        let mut req = with_period("samples", "count", ("cpu", "nanoseconds", 10_000_000));
+        let go = crate::correlate::tests::profiles_of(
+            "ledger",
+            &[(
+                "cpu",
+                "nanoseconds",
+                vec![(vec!["Ledger.parseAst"], 300_000_000, None)],
+            )],
+        );
+        let mut cpu = go.resource_profiles[0].scope_profiles[0].profiles[0].clone();
+        let d = req.dictionary.as_mut().unwrap();
+        d.string_table.push("cpu".into());
+        d.string_table.push("nanoseconds".into());
+        let n = d.string_table.len() as i32;
+        cpu.sample_type = Some(ValueType {
+            type_strindex: n - 2,
+            unit_strindex: n - 1,
+        });
+        cpu.samples[0].stack_index = 1;
+        req.resource_profiles[0].scope_profiles[0]
+            .profiles
+            .push(cpu);
+        assert_eq!(total(&req), vec![("cpu", 300_000_000.0)]);
     }
 
     #[test]
