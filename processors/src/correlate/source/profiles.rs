@@ -55,7 +55,8 @@ pub struct ProfilesConfig {
     #[serde(default = "half")]
     pub min_coverage: f64,
     /// Time on CPU a span's samples must add up to before its code is a
-    /// cause (default 50ms: five samples at Go's 100 Hz).
+    /// cause, and the least self time a span is shown its code for
+    /// (default 50ms: five samples at Go's 100 Hz).
     #[serde(default = "min_time")]
     pub min_time: causeway_core::config::Duration,
 }
@@ -520,6 +521,9 @@ struct Code {
     samples: usize,
     /// The stacks, root first, with their value: the flame graph.
     stacks: HashMap<Frames, f64>,
+    /// [`Code::first`], found once (the code is shared by the spans that
+    /// join it, and complete before any of them asks).
+    first: std::sync::OnceLock<Option<(Arc<Frame>, f64)>>,
 }
 
 impl Code {
@@ -613,9 +617,14 @@ impl Code {
     /// The function of the service's code that holds the most, and its
     /// share of the samples that name one.
     fn first(&self) -> Option<(&Arc<Frame>, f64)> {
-        Code::ranked(&self.own_by)
-            .first()
-            .map(|(f, x)| (*f, x / self.own))
+        self.first
+            .get_or_init(|| {
+                Code::ranked(&self.own_by)
+                    .first()
+                    .map(|(f, x)| ((*f).clone(), x / self.own))
+            })
+            .as_ref()
+            .map(|(f, x)| (f, *x))
     }
 
     /// The flame graph of the joined samples: an icicle of frames from the
@@ -649,11 +658,16 @@ impl Code {
             let mut c: Vec<&(Arc<str>, Node)> =
                 n.c.iter().filter(|(_, x)| x.v >= total * 0.01).collect();
             c.sort_by(|a, b| b.1.v.total_cmp(&a.1.v));
-            serde_json::json!({
-                "f": name,
-                "v": round3(n.v / total),
-                "c": c.into_iter().map(|(k, x)| json(k, x, total)).collect::<Vec<_>>(),
-            })
+            // Built as values, not through `json!` (which serializes its
+            // arguments again: each level would copy its whole subtree).
+            let mut m = serde_json::Map::with_capacity(3);
+            m.insert("f".into(), serde_json::Value::from(name));
+            m.insert("v".into(), serde_json::Value::from(round3(n.v / total)));
+            m.insert(
+                "c".into(),
+                serde_json::Value::Array(c.into_iter().map(|(k, x)| json(k, x, total)).collect()),
+            );
+            serde_json::Value::Object(m)
         }
         json("all", &root, self.total.max(f64::MIN_POSITIVE))
     }
@@ -736,6 +750,10 @@ impl Profiles {
     /// samples), if any.
     fn explaining<'a>(&self, t: &TraceRow, i: usize, told: &'a [Told]) -> Option<&'a Told> {
         let s = &t.spans[i];
+        // Less time than a cause must hold is not worth the code's story.
+        if s.self_ms < self.min_time_ms {
+            return None;
+        }
         let of = |k: &str| told.iter().find(|x| x.kind == k);
         let covers = |x: &&Told| x.time_ms() >= self.min_coverage * s.self_ms;
         let cpu = of("cpu").filter(|x| x.join != "time" || s.kind != "client");
