@@ -329,7 +329,7 @@ fn bench(c: &mut Criterion) {
         let t = std::time::Instant::now();
         let mut rows = rows_of(&rs, Some(&st.store.baselines), &Default::default());
         let t1 = t.elapsed();
-        let joined = join(&st, &mut rows);
+        let joined = join(st, &mut rows);
         let t2 = t.elapsed();
         let core = rules::tables(&rows).expect("tables");
         let t3 = t.elapsed();
@@ -369,7 +369,7 @@ fn bench(c: &mut Criterion) {
                 )
         }) {
             let t = std::time::Instant::now();
-            let joined = join(&st, &mut rows);
+            let joined = join(st, &mut rows);
             let (_, errors) = one.block_on(rules::Planner::new(&tables).evaluate(
                 std::slice::from_ref(r),
                 &rows,
@@ -396,7 +396,7 @@ fn bench(c: &mut Criterion) {
         |st: &Correlation, rt: &tokio::runtime::Runtime, which: usize, rs: Vec<ResourceSpans>| {
             let mut rs = rs;
             let mut rows = rows_of(&rs, Some(&st.store.baselines), &Default::default());
-            let joined = join(&st, &mut rows);
+            let joined = join(st, &mut rows);
             let (findings, errors) =
                 rt.block_on(planners.borrow_mut()[which].evaluate(&rules, &rows, joined));
             assert!(errors.is_empty(), "{errors:?}");

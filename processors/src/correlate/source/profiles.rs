@@ -928,11 +928,15 @@ WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND s.excess_ms >
 /// span alike), by start; and which services' samples of a kind carry
 /// links at all (their runtime says which samples are a span's: a span
 /// with none had none).
+/// A service's profile windows of one kind, `(from, to, code)` by start,
+/// and the longest of them.
+type Windows = (Vec<(u64, u64, Arc<Code>)>, u64);
+
 struct Index<'a> {
     by_span: HashMap<(u64, &'static str), Arc<Code>>,
     /// Per service and kind: the windows `(from, to, code)` by start, and
     /// the longest window.
-    windows: HashMap<&'a str, HashMap<&'static str, (Vec<(u64, u64, Arc<Code>)>, u64)>>,
+    windows: HashMap<&'a str, HashMap<&'static str, Windows>>,
     linked: HashMap<&'a str, HashSet<&'static str>>,
 }
 
@@ -968,8 +972,7 @@ impl<'a> Index<'a> {
                     .add(x, 1.0),
             }
         }
-        let mut by_window: HashMap<&str, HashMap<&'static str, (Vec<(u64, u64, Arc<Code>)>, u64)>> =
-            HashMap::new();
+        let mut by_window: HashMap<&str, HashMap<&'static str, Windows>> = HashMap::new();
         for ((service, kind, from, to), code) in windows {
             let e = by_window
                 .entry(service)
