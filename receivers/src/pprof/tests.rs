@@ -26,7 +26,9 @@ fn a_service_with_one_target_takes_the_defaults() {
         c.profiles,
         vec![super::config::Kind::Cpu, super::config::Kind::Mutex]
     );
-    assert_eq!(c.seconds.get().as_secs(), 10);
+    // Continuous: each window as long as the interval, back to back.
+    assert_eq!(c.seconds.get().as_secs(), 15);
+    assert_eq!(c.collection_interval.get().as_secs(), 15);
     // The job reads as the prometheus receiver's discovery reads one.
     let job = super::scrape_job(&c.targets[0]).unwrap();
     let (specs, errs) = crate::prometheus::discovery::discover(&job, &[]);
