@@ -22,16 +22,13 @@ mod common;
 use common::testbed::{spawn, wait_port};
 use common::*;
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::process::Command;
 
 const CODE_CAUSES: [&str; 3] = ["cpu_hotspot", "lock_contention", "gc_pressure"];
 
 #[test]
 fn a_go_services_own_code_is_named_as_the_cause_by_its_profiles() {
-    let bin = PathBuf::from(std::env::var("CAUSEWAY_TESTBED_CODESHOP").unwrap_or_else(|_| {
-        panic!("CAUSEWAY_TESTBED_CODESHOP is not set: run through scripts/test.sh (it sources scripts/peers.sh)")
-    }));
+    let bin = testbed::peer("CAUSEWAY_TESTBED_CODESHOP");
     let dir = testbed::bed_dir();
     let d = dir.path();
     let p = free_port;
@@ -237,11 +234,7 @@ service:
 /// request asked for.
 #[test]
 fn a_jvms_own_code_is_named_by_async_profilers_profiles() {
-    let path = |var: &str| {
-        PathBuf::from(std::env::var(var).unwrap_or_else(|_| {
-            panic!("{var} is not set: run through scripts/test.sh (it sources scripts/peers.sh)")
-        }))
-    };
+    let path = testbed::peer;
     let (shop_bin, java, profiler, ledger) = (
         path("CAUSEWAY_TESTBED_CODESHOP"),
         path("CAUSEWAY_TESTBED_JAVA"),

@@ -37,20 +37,13 @@ mod common;
 use common::testbed::{nginx, postgres, spawn, wait_port};
 use common::*;
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-fn testbed_path(var: &str) -> PathBuf {
-    PathBuf::from(std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: run through scripts/test.sh (it sources scripts/peers.sh)")
-    }))
-}
-
 #[test]
 fn java_and_go_services_over_grpc_get_the_right_cause_and_culprit() {
-    let go_bin = testbed_path("CAUSEWAY_TESTBED_GO");
-    let java = testbed_path("CAUSEWAY_TESTBED_JAVA");
+    let go_bin = testbed::peer("CAUSEWAY_TESTBED_GO");
+    let java = testbed::peer("CAUSEWAY_TESTBED_JAVA");
     let dir = testbed::bed_dir();
     let d = dir.path();
     let p = free_port;

@@ -157,6 +157,13 @@ pub fn postgres_exporter(d: &Path, pg_port: u16, port: u16) -> Proc {
     p
 }
 
+/// A peer `scripts/peers.sh` built or fetched, by the variable it exports.
+pub fn peer(var: &str) -> PathBuf {
+    PathBuf::from(std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: run through scripts/test.sh (it sources scripts/peers.sh)")
+    }))
+}
+
 /// Wait for a load driver to finish; its log in the panic if it failed.
 /// A test bed's directory; `CAUSEWAY_TESTBED_KEEP` keeps it (logs, truth,
 /// verdicts), pass or fail.
