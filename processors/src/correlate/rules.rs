@@ -18,7 +18,7 @@
 //!   failed_attempts, retry_window_ms, retry_gap_ms, retry_trigger, recovered, queue_ms, async_wait_ms,
 //!   baseline_ms, excess_ms, server_port, gen_ai_model, input_tokens, output_tokens,
 //!   gen_ai_queue_ms, gen_ai_ttft_ms, gen_ai_prefill_ms, gen_ai_decode_ms, prompt_baseline`, then
-//!   the declared span attributes (`super::model::attributes`: `db_collection`)
+//!   the declared span attributes (`super::model::attributes`: `db_collection`, `thread_name`)
 //!   (see `super::analysis::shape` for the inferred ones)
 //! - `logs` (log record of the trace): `trace_id, time_ms, service, severity, error_type, body,
 //!   span_id`, and the columns each source reads of its records (the gateway's: `gateway, hop,

@@ -3650,6 +3650,9 @@ pub(crate) fn profiles_of(
                     &mut d,
                     if f.starts_with("runtime.") || f.starts_with("sync.") {
                         "/usr/lib/go/src/runtime/x.go"
+                    } else if f.starts_with(char::is_uppercase) {
+                        // A Java class's method.
+                        "Ledger.java"
                     } else {
                         "/src/shop/main.go"
                     },
@@ -3937,6 +3940,251 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
     let mut rs = front_and_shop(70, "parse", 300);
     let out = analyse(&st, &mut rs).await;
     assert_eq!(verdict_of(&out).0, "slow_dependency", "{:?}", out[0].1);
+}
+
+/// async-profiler's samples converted by its own converter (`jfrconv -o
+/// otlp`): no links; each sample names its thread (`[name tid=N]`) and has
+/// a timestamp per event, with no values (a count of 1 each, a CPU sample
+/// every period) or one per event (a lock's wait, ns). `spec`: per
+/// profile its type, unit, period (ns; 0 for none) and samples (frames leaf
+/// first, thread, event times in ms after 1000 s, values).
+type JfrSpec<'a> = (
+    &'a str,
+    &'a str,
+    i64,
+    Vec<(Vec<&'a str>, &'a str, Vec<u64>, Vec<i64>)>,
+);
+fn jfr_profiles(
+    service: &str,
+    spec: &[JfrSpec<'_>],
+) -> opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest {
+    use opentelemetry_proto::tonic::profiles::v1development::{KeyValueAndUnit, ValueType};
+    let shape: Vec<ProfileSpec<'_>> = spec
+        .iter()
+        .map(|(ty, unit, _, samples)| {
+            (
+                *ty,
+                *unit,
+                samples.iter().map(|(f, ..)| (f.clone(), 0, None)).collect(),
+            )
+        })
+        .collect();
+    let mut req = profiles_of(service, &shape);
+    let d = req.dictionary.as_mut().unwrap();
+    let idx = |d: &mut opentelemetry_proto::tonic::profiles::v1development::ProfilesDictionary,
+               x: &str| {
+        d.string_table.push(x.to_string());
+        d.string_table.len() as i32 - 1
+    };
+    d.attribute_table = vec![Default::default()];
+    let key = idx(d, "thread.name");
+    let (cpu, ns) = (idx(d, "cpu"), idx(d, "nanoseconds"));
+    for (p, (_, _, period, samples)) in req.resource_profiles[0].scope_profiles[0]
+        .profiles
+        .iter_mut()
+        .zip(spec)
+    {
+        if *period > 0 {
+            p.period = *period;
+            p.period_type = Some(ValueType {
+                type_strindex: cpu,
+                unit_strindex: ns,
+            });
+        }
+        for (x, (_, thread, at, values)) in p.samples.iter_mut().zip(samples) {
+            d.attribute_table.push(KeyValueAndUnit {
+                key_strindex: key,
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue(format!(
+                        "[{thread} tid=4242]"
+                    ))),
+                }),
+                ..Default::default()
+            });
+            x.attribute_indices = vec![d.attribute_table.len() as i32 - 1];
+            x.timestamps_unix_nano = at
+                .iter()
+                .map(|ms| 1_000_000_000_000 + ms * 1_000_000)
+                .collect();
+            x.values = values.clone();
+        }
+    }
+    req
+}
+
+#[tokio::test]
+async fn a_jvms_samples_join_a_span_by_its_thread_and_time() {
+    use prost::Message;
+    let st_of = || {
+        let st = store();
+        st.store.baselines.feed(
+            1_000_000_000_000,
+            (0..30).flat_map(|_| {
+                [
+                    ("ledger", "GET /parse", 2.0),
+                    ("ledger", "GET /symbols", 2.0),
+                    ("front", "GET /api/parse", 4.0),
+                    ("front", "GET /api/symbols", 4.0),
+                    ("front", "GET", 4.0),
+                ]
+            }),
+        );
+        st
+    };
+    // The ledger's server span on its pool's thread 3 (the Java agent's
+    // `thread.name`).
+    let on_thread = |tid: u8, op: &str, ms: u64| {
+        let mut rs = front_and_shop(tid, op, ms);
+        rs[1].resource.as_mut().unwrap().attributes = vec![attr_s("service.name", "ledger")];
+        rs[1].scope_spans[0].spans[0]
+            .attributes
+            .push(attr_s("thread.name", "pool-1-thread-3"));
+        rs
+    };
+    let every = |from: u64, to: u64, step: u64| (from..to).step_by(step as usize).collect();
+    // CPU: thread 3 in parseAst within the span (25 samples, 10 ms each);
+    // thread 4 rendering at the same time, and thread 3 after the span,
+    // are not its.
+    let st = st_of();
+    let req = jfr_profiles(
+        "ledger",
+        &[(
+            "cpu",
+            "count",
+            10_000_000,
+            vec![
+                (
+                    vec!["Ledger.parseAst", "Ledger.handle"],
+                    "pool-1-thread-3",
+                    every(20, 270, 10),
+                    vec![],
+                ),
+                (
+                    vec!["Ledger.renderPage", "Ledger.handle"],
+                    "pool-1-thread-4",
+                    every(5, 300, 5),
+                    vec![],
+                ),
+                (
+                    vec!["Ledger.renderPage", "Ledger.handle"],
+                    "pool-1-thread-3",
+                    every(320, 900, 5),
+                    vec![],
+                ),
+            ],
+        )],
+    );
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = on_thread(10, "parse", 300);
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(
+        (
+            v.best.cause.as_str(),
+            v.culprit_service.as_str(),
+            v.culprit_kind
+        ),
+        ("cpu_hotspot", "ledger", "code"),
+        "{}",
+        v.best.summary
+    );
+    assert!(
+        v.best.summary.contains("on CPU 250 ms of its 300 ms"),
+        "{}",
+        v.best.summary
+    );
+    let code = code_attributes(&rs);
+    assert_eq!(code["rca.code.function"], "Ledger.parseAst");
+    assert_eq!(code["rca.code.join"], "thread");
+    assert_eq!(code["rca.code.share"], "1");
+    // A lock: thread 3 waited 200 ms entering the monitor in lookupSymbols
+    // (one event, its wait as its value) and was on CPU 20 ms; thread 4's
+    // long waits at the same time are not its.
+    let st = st_of();
+    let req = jfr_profiles(
+        "ledger",
+        &[
+            (
+                "cpu",
+                "count",
+                10_000_000,
+                vec![(
+                    vec!["Ledger.parseAst", "Ledger.lookupSymbols"],
+                    "pool-1-thread-3",
+                    vec![230, 240],
+                    vec![],
+                )],
+            ),
+            (
+                "locks",
+                "nanoseconds",
+                0,
+                vec![
+                    (
+                        vec!["Ledger.lookupSymbols", "Ledger.handle"],
+                        "pool-1-thread-3",
+                        vec![25],
+                        vec![200_000_000],
+                    ),
+                    (
+                        vec!["Ledger.refreshSymbols", "Ledger.loop"],
+                        "pool-1-thread-4",
+                        vec![10, 30],
+                        vec![900_000_000, 900_000_000],
+                    ),
+                ],
+            ),
+        ],
+    );
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = on_thread(20, "symbols", 250);
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_eq!(
+        (
+            v.best.cause.as_str(),
+            v.culprit_service.as_str(),
+            v.culprit_kind
+        ),
+        ("lock_contention", "ledger", "code"),
+        "{}",
+        v.best.summary
+    );
+    assert!(
+        v.best.summary.contains("waited 200 ms on average")
+            && v.best.summary.contains("at Ledger.lookupSymbols"),
+        "{}",
+        v.best.summary
+    );
+    let code = code_attributes(&rs);
+    assert_eq!(code["rca.code.join"], "thread");
+    assert_eq!(code["rca.code.kind"], "lock");
+    // The span's thread had no samples in its time: it was off CPU, and no
+    // other thread's samples are its (no cause of its code).
+    let st = st_of();
+    let req = jfr_profiles(
+        "ledger",
+        &[(
+            "cpu",
+            "count",
+            10_000_000,
+            vec![(
+                vec!["Ledger.parseAst"],
+                "pool-1-thread-4",
+                every(5, 300, 5),
+                vec![],
+            )],
+        )],
+    );
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = on_thread(30, "parse", 300);
+    let out = analyse(&st, &mut rs).await;
+    assert_ne!(out[0].1.best.cause, "cpu_hotspot", "{:?}", out[0].1);
+    assert!(
+        code_attributes(&rs).is_empty(),
+        "{:?}",
+        code_attributes(&rs)
+    );
 }
 
 #[tokio::test]

@@ -61,7 +61,20 @@ impl SpanAttribute {
 pub static SPAN_ATTRIBUTES: &[SpanAttribute] = &[
     // The table a database call touched (and the name before semconv 1.25).
     SpanAttribute::text("db_collection", &["db.collection.name", "db.sql.table"]),
+    // The thread that ran the span (the Java agent's, by default), whose
+    // profile samples are the span's where a profiler names threads.
+    SpanAttribute::text("thread_name", &["thread.name"]),
 ];
+
+/// A span's declared text attribute `column` ([`SPAN_ATTRIBUTES`]), if it
+/// has one.
+pub fn text<'a>(span: &'a super::trace::SpanRow, column: &str) -> Option<&'a str> {
+    let k = SPAN_ATTRIBUTES.iter().position(|a| a.column == column)?;
+    match span.attributes.get(k)? {
+        Some(Value::Text(s)) => Some(s),
+        _ => None,
+    }
+}
 
 pub use super::trace::AttrValue as Value;
 

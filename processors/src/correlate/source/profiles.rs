@@ -10,8 +10,11 @@
 //! - join, best first, per critical span: (a) `span`: the samples linked to
 //!   the very span; (b) `local_root`: the samples linked to the span that
 //!   began its process's part of the trace, weighed by the share of that
-//!   process's critical self time the span holds; (c) `time`: the samples
-//!   of its service whose time overlaps the span, weighed by the overlap.
+//!   process's critical self time the span holds; (c) `thread`: the
+//!   samples of its thread (`thread.name` on the span and the sample, as the
+//!   Java agent and async-profiler write it) within its time, less its
+//!   children's on that thread; (d) `time`: the samples of its service
+//!   whose time overlaps the span, weighed by the overlap.
 //!   The join used is said (`rca.code.join`);
 //! - what it adds to a trace: for each critical span with samples, the
 //!   frames that hold its time — the function of the service's code whose
@@ -30,6 +33,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use super::{Join, Source, Tick};
+use crate::correlate::model::attributes;
 use crate::correlate::model::cause::{self, Cause};
 use crate::correlate::model::table::{f64f, i64f, schema, utf8, Cols, V};
 use crate::correlate::model::{Hex16, Joined, Rule, TraceRow};
@@ -153,6 +157,9 @@ struct Sample {
     to_ns: u64,
     /// The span its link names.
     span: Option<u64>,
+    /// The thread it was taken on (`thread.name`), when the profiler names
+    /// it.
+    thread: Option<Arc<str>>,
     kind: &'static str,
     value: f64,
     /// The events it counts (a lock's contentions), when its profile has
@@ -232,6 +239,7 @@ fn kind(type_: &str, unit: &str) -> Option<&'static str> {
         }
         ("delay", _)
         | ("lock", _)
+        | ("locks", _)
         | ("lock_tracer", _)
         | ("native_lock", _)
         | ("contentions", "nanoseconds") => Some("lock"),
@@ -331,6 +339,34 @@ fn intern_stack(
     (Arc::from(out), bytes)
 }
 
+/// The thread a sample's attributes name (`thread.name`), as a span's
+/// `thread.name` names it: async-profiler writes `[name tid=N]`.
+fn thread_of(d: &ProfilesDictionary, attrs: &[i32]) -> Option<Arc<str>> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    let s = &d.string_table;
+    let name = attrs.iter().find_map(|&i| {
+        let a = get(&d.attribute_table, i).filter(|_| i > 0)?;
+        if text(s, a.key_strindex) != "thread.name" {
+            return None;
+        }
+        match a.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(x) => Some(x.as_str()),
+            _ => None,
+        }
+    })?;
+    let name = name
+        .strip_prefix('[')
+        .and_then(|x| x.strip_suffix(']'))
+        .and_then(|x| x.rsplit_once("tid="))
+        .filter(|(n, tid)| {
+            (n.is_empty() || n.ends_with(' '))
+                && !tid.is_empty()
+                && tid.bytes().all(|b| b.is_ascii_digit())
+        })
+        .map_or(name, |(n, _)| n.trim_end());
+    (!name.is_empty()).then(|| Arc::from(name))
+}
+
 /// A resource's `service.name`.
 fn service_of(
     rp: &opentelemetry_proto::tonic::profiles::v1development::ResourceProfiles,
@@ -416,31 +452,54 @@ fn samples(req: &ExportProfilesServiceRequest) -> Vec<(Sample, usize)> {
                         .and_then(|l| <[u8; 8]>::try_from(l.span_id.as_slice()).ok())
                         .map(u64::from_be_bytes)
                         .filter(|&id| id != 0);
-                    let value = x.values.first().copied().unwrap_or(0) as f64 * scale;
+                    let thread = thread_of(d, &x.attribute_indices);
                     // A stack's contentions go with its first delay sample.
-                    let count = if kind == "lock" {
-                        counts.remove(&x.stack_index).unwrap_or(0.0)
+                    let counted = if kind == "lock" {
+                        counts.remove(&x.stack_index)
                     } else {
-                        0.0
+                        None
                     };
-                    let sample = |from_ns, to_ns, value, count| Sample {
+                    let sample = |from_ns, to_ns, value: f64, count| Sample {
                         service: service.clone(),
                         from_ns,
                         to_ns,
                         span,
+                        thread: thread.clone(),
                         kind,
-                        value,
+                        value: value * scale,
                         count,
                         stack: stack.clone(),
                     };
-                    if x.timestamps_unix_nano.is_empty() {
-                        out.push((sample(from, to, value, count), bytes));
+                    let (values, times) = (&x.values, &x.timestamps_unix_nano);
+                    if times.is_empty() {
+                        let value = values.iter().map(|&v| v as f64).sum();
+                        out.push((sample(from, to, value, counted.unwrap_or(0.0)), bytes));
                         continue;
                     }
-                    let n = x.timestamps_unix_nano.len() as f64;
-                    for (k, &ts) in x.timestamps_unix_nano.iter().enumerate() {
+                    // With timestamps, one event at each: its value at the
+                    // same index, or 1 where there are none (the proto's
+                    // shapes); an older single total is spread over them.
+                    // A lock event is one contention.
+                    let n = times.len() as f64;
+                    let count = |c: Option<f64>| {
+                        if kind != "lock" {
+                            0.0
+                        } else {
+                            c.map_or(1.0, |c| c / n)
+                        }
+                    };
+                    let value_at = |k: usize| match values.len() {
+                        0 => Some(1.0),
+                        1 if times.len() > 1 => Some(values[0] as f64 / n),
+                        l if l == times.len() => Some(values[k] as f64),
+                        _ => None,
+                    };
+                    for (k, &ts) in times.iter().enumerate() {
+                        // Values and timestamps of different lengths: the
+                        // sample says nothing it can be trusted for.
+                        let Some(v) = value_at(k) else { break };
                         out.push((
-                            sample(ts, ts, value / n, count / n),
+                            sample(ts, ts, v, count(counted)),
                             if k == 0 { bytes } else { SAMPLE_BYTES },
                         ));
                     }
@@ -905,7 +964,7 @@ WHERE c.kind = 'cpu' AND s.kind NOT IN ('client', 'producer') AND s.excess_ms > 
 SELECT l.trace_id, CASE WHEN l."join" = 'time' THEN 0.7 ELSE 0.8 END AS confidence,
   concat(s.service, ' ', s.name, ' was off CPU ', CAST(CAST(s.self_ms - coalesce(c.time_ms, 0) AS BIGINT) AS VARCHAR), ' ms of its ',
          CAST(CAST(s.self_ms AS BIGINT) AS VARCHAR), ' ms while its lock''s contentions waited ', CAST(CAST(l.mean_wait_ms AS BIGINT) AS VARCHAR),
-         ' ms on average, ', CAST(CAST(round(l.share * 100) AS BIGINT) AS VARCHAR), '% of the delay held by ', l.function, ' (', l.location,
+         ' ms on average, ', CAST(CAST(round(l.share * 100) AS BIGINT) AS VARCHAR), '% of the delay at ', l.function, ' (', l.location,
          '; ', l."join", ' join)') AS summary,
   l.span_id AS culprit_span_id,
   s.self_ms - coalesce(c.time_ms, 0) AS explained_ms
@@ -922,22 +981,28 @@ WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND s.excess_ms >
     }
 }
 
-/// The samples one tick's traces may join, aggregated once: those linked
-/// to each of the tick's spans, by kind; the unlinked ones of the tick's
-/// services by kind and profile window (the samples of one window overlap a
-/// span alike), by start; and which services' samples of a kind carry
-/// links at all (their runtime says which samples are a span's: a span
-/// with none had none).
 /// A service's profile windows of one kind, `(from, to, code)` by start,
 /// and the longest of them.
 type Windows = (Vec<(u64, u64, Arc<Code>)>, u64);
 
+/// A service, a kind of profile, and a thread (`""`: all of them).
+type Of<'a> = (&'a str, &'static str, &'a str);
+
+/// The samples one tick's traces may join, aggregated once: those linked
+/// to each of the tick's spans, by kind; the unlinked ones of the tick's
+/// services by kind (and by thread, where the profiler names it): those of
+/// a profile window by window (the samples of one window overlap a span
+/// alike), by start, those with a timestamp by time; and which services'
+/// samples of a kind carry links, or threads, at all (their runtime says
+/// which samples are a span's, or its thread's: a span with none had none).
 struct Index<'a> {
     by_span: HashMap<(u64, &'static str), Arc<Code>>,
-    /// Per service and kind: the windows `(from, to, code)` by start, and
-    /// the longest window.
-    windows: HashMap<&'a str, HashMap<&'static str, Windows>>,
+    /// The windows `(from, to, code)` by start, and the longest window.
+    windows: HashMap<Of<'a>, Windows>,
+    /// The samples taken at an instant, by time.
+    instants: HashMap<Of<'a>, Vec<&'a Sample>>,
     linked: HashMap<&'a str, HashSet<&'static str>>,
+    threaded: HashMap<&'a str, HashSet<&'static str>>,
 }
 
 impl<'a> Index<'a> {
@@ -953,39 +1018,51 @@ impl<'a> Index<'a> {
             .collect();
         let services: HashSet<&str> = critical().map(|s| &*s.service).collect();
         let mut by_span: HashMap<(u64, &'static str), Code> = HashMap::new();
-        let mut windows: HashMap<(&str, &'static str, u64, u64), Code> = HashMap::new();
+        let mut windows: HashMap<(Of<'a>, u64, u64), Code> = HashMap::new();
+        let mut instants: HashMap<Of<'a>, Vec<&'a Sample>> = HashMap::new();
         let mut linked: HashMap<&str, HashSet<&'static str>> = HashMap::new();
+        let mut threaded: HashMap<&str, HashSet<&'static str>> = HashMap::new();
         for (x, _) in samples {
             if !services.contains(&*x.service) {
                 continue;
             }
-            match x.span {
-                Some(id) => {
-                    linked.entry(&*x.service).or_default().insert(x.kind);
-                    if spans.contains(&id) {
-                        by_span.entry((id, x.kind)).or_default().add(x, 1.0);
-                    }
+            if let Some(id) = x.span {
+                linked.entry(&*x.service).or_default().insert(x.kind);
+                if spans.contains(&id) {
+                    by_span.entry((id, x.kind)).or_default().add(x, 1.0);
                 }
-                None => windows
-                    .entry((&*x.service, x.kind, x.from_ns, x.to_ns))
-                    .or_default()
-                    .add(x, 1.0),
+                continue;
+            }
+            let thread = x.thread.as_deref();
+            if thread.is_some() {
+                threaded.entry(&*x.service).or_default().insert(x.kind);
+            }
+            for of in std::iter::once((&*x.service, x.kind, ""))
+                .chain(thread.map(|th| (&*x.service, x.kind, th)))
+            {
+                if x.from_ns == x.to_ns {
+                    instants.entry(of).or_default().push(x);
+                } else {
+                    windows
+                        .entry((of, x.from_ns, x.to_ns))
+                        .or_default()
+                        .add(x, 1.0);
+                }
             }
         }
-        let mut by_window: HashMap<&str, HashMap<&'static str, Windows>> = HashMap::new();
-        for ((service, kind, from, to), code) in windows {
-            let e = by_window
-                .entry(service)
-                .or_default()
-                .entry(kind)
-                .or_default();
+        let mut by_window: HashMap<Of<'a>, Windows> = HashMap::new();
+        for ((of, from, to), code) in windows {
+            let e = by_window.entry(of).or_default();
             e.0.push((from, to, Arc::new(code)));
             // The longest window: how far before a span one that overlaps
             // it may start.
             e.1 = e.1.max(to.saturating_sub(from));
         }
-        for (v, _) in by_window.values_mut().flat_map(|m| m.values_mut()) {
+        for (v, _) in by_window.values_mut() {
             v.sort_by_key(|w| (w.0, w.1));
+        }
+        for v in instants.values_mut() {
+            v.sort_by_key(|x| x.from_ns);
         }
         Index {
             by_span: by_span
@@ -994,38 +1071,73 @@ impl<'a> Index<'a> {
                 .map(|(k, c)| (k, Arc::new(c)))
                 .collect(),
             windows: by_window,
+            instants,
             linked,
+            threaded,
         }
     }
 
-    /// The windows of unlinked samples of `service` and `kind` that overlap
-    /// `[start, end]`, each with the share of it the span covers.
-    fn during(
+    /// What the unlinked samples of `of` say of `[start, end]` less the
+    /// `holes` in it (a span's children on its thread): the windows that
+    /// overlap it, each weighed by the share of it the time covers, and the
+    /// samples taken within it. One window alone is its aggregate, weighed.
+    fn gather(
         &self,
-        service: &str,
-        kind: &'static str,
+        of: Of<'_>,
         start: u64,
         end: u64,
-    ) -> impl Iterator<Item = (&Arc<Code>, f64)> + '_ {
+        holes: &[(u64, u64)],
+    ) -> Option<(Arc<Code>, f64)> {
+        let overlap = |f: u64, t: u64| {
+            let within = |a: u64, b: u64| t.min(b).saturating_sub(f.max(a));
+            let holes: u64 = holes.iter().map(|&(a, b)| within(a, b)).sum();
+            within(start, end).saturating_sub(holes)
+        };
+        let inside =
+            |ts: u64| ts >= start && ts <= end && !holes.iter().any(|&(a, b)| ts >= a && ts <= b);
         let (v, longest) = self
             .windows
-            .get(service)
-            .and_then(|m| m.get(kind))
+            .get(&of)
             .map_or((&[][..], 0), |(v, l)| (v.as_slice(), *l));
         let from = v.partition_point(|w| w.0 < start.saturating_sub(longest));
         let to = v.partition_point(|w| w.0 <= end);
-        v[from..to.max(from)]
+        let mut windows = v[from..to.max(from)]
             .iter()
-            .filter(move |w| w.1 >= start)
-            .map(move |(f, t, code)| {
+            .filter(|w| w.1 >= start)
+            .map(|(f, t, code)| {
                 let len = t.saturating_sub(*f);
-                let weight = if len == 0 {
-                    1.0
-                } else {
-                    (*t.min(&end)).saturating_sub(*f.max(&start)) as f64 / len as f64
-                };
-                (code, weight)
+                (code, overlap(*f, *t) as f64 / len.max(1) as f64)
             })
+            .filter(|(_, w)| *w > 0.0);
+        let at = self.instants.get(&of).map_or(&[][..], Vec::as_slice);
+        let first_at = at.partition_point(|x| x.from_ns < start);
+        let last_at = at.partition_point(|x| x.from_ns <= end);
+        let mut at = at[first_at..last_at.max(first_at)]
+            .iter()
+            .filter(|x| inside(x.from_ns))
+            .peekable();
+        let first = windows.next();
+        if at.peek().is_none() {
+            match (first, windows.next()) {
+                (None, _) => return None,
+                (Some((c, w)), None) => return Some((c.clone(), w)),
+                (Some(a), Some(b)) => {
+                    let mut code = Code::default();
+                    for (c, w) in [a, b].into_iter().chain(windows) {
+                        code.absorb(c, w);
+                    }
+                    return Some((Arc::new(code), 1.0));
+                }
+            }
+        }
+        let mut code = Code::default();
+        for (c, w) in first.into_iter().chain(windows) {
+            code.absorb(c, w);
+        }
+        for x in at {
+            code.add(x, 1.0);
+        }
+        Some((Arc::new(code), 1.0))
     }
 }
 
@@ -1047,6 +1159,13 @@ impl Processes {
     }
 }
 
+/// Span `i`'s time (ns since the epoch).
+fn span_time(t: &TraceRow, i: usize) -> (u64, u64) {
+    let s = &t.spans[i];
+    let start = t.start_ns.saturating_add((s.start_ms * 1e6) as u64);
+    (start, start.saturating_add((s.duration_ms * 1e6) as u64))
+}
+
 /// What the samples of `kind` say of span `i`, by the best join that finds
 /// some.
 fn span_code(
@@ -1057,8 +1176,7 @@ fn span_code(
     kind: &'static str,
 ) -> Option<Told> {
     let s = &t.spans[i];
-    let start = t.start_ns.saturating_add((s.start_ms * 1e6) as u64);
-    let end = start.saturating_add((s.duration_ms * 1e6) as u64);
+    let (start, end) = span_time(t, i);
     let told = |join, code: &Arc<Code>, weight: f64| {
         (code.total * weight > 0.0).then(|| Told {
             kind,
@@ -1083,27 +1201,32 @@ fn span_code(
             }
         }
     }
-    // (c) Its service over its time, weighed by the overlap: only where
-    // the service's samples of this kind name no span (where they do, this
-    // span had none).
-    if index
-        .linked
-        .get(&*s.service)
-        .is_some_and(|k| k.contains(kind))
-    {
+    // Only where the service's samples of this kind name no span (where
+    // they do, this span had none).
+    let has = |m: &HashMap<&str, HashSet<&'static str>>| {
+        m.get(&*s.service).is_some_and(|k| k.contains(kind))
+    };
+    if has(&index.linked) {
         return None;
     }
-    let mut windows = index.during(&s.service, kind, start, end);
-    let first = windows.next()?;
-    let Some(second) = windows.next() else {
-        // One window (the common case): its aggregate, weighed.
-        return told("time", first.0, first.1);
-    };
-    let mut code = Code::default();
-    for (c, w) in [first, second].into_iter().chain(windows) {
-        code.absorb(c, w);
+    // (c) Its thread over its time, less its children's on the same thread:
+    // where the service's samples name threads, a span's thread with none
+    // had none.
+    if let Some(thread) = attributes::text(s, "thread_name").filter(|_| has(&index.threaded)) {
+        let holes: Vec<(u64, u64)> = (0..t.spans.len())
+            .filter(|&j| {
+                t.spans[j].parent == Some(i)
+                    && t.spans[j].service == s.service
+                    && attributes::text(&t.spans[j], "thread_name") == Some(thread)
+            })
+            .map(|j| span_time(t, j))
+            .collect();
+        let (code, w) = index.gather((&s.service, kind, thread), start, end, &holes)?;
+        return told("thread", &code, w);
     }
-    told("time", &Arc::new(code), 1.0)
+    // (d) Its service over its time, weighed by the overlap.
+    let (code, w) = index.gather((&s.service, kind, ""), start, end, &[])?;
+    told("time", &code, w)
 }
 
 /// The span that began span `i`'s process's part of the trace: its
@@ -1335,6 +1458,78 @@ mod tests {
             .profiles
             .push(cpu);
         assert_eq!(total(&req), vec![("cpu", 300_000_000.0)]);
+    }
+
+    #[test]
+    fn timestamped_samples_are_events_and_name_their_thread() {
+        use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
+        use opentelemetry_proto::tonic::profiles::v1development::KeyValueAndUnit;
+        let mut req = crate::correlate::tests::profiles_of(
+            "ledger",
+            &[(
+                "locks",
+                "nanoseconds",
+                vec![(vec!["Ledger.lookupSymbols"], 0, None)],
+            )],
+        );
+        let d = req.dictionary.as_mut().unwrap();
+        d.string_table.push("thread.name".into());
+        let key = d.string_table.len() as i32 - 1;
+        let thread = |name: &str| KeyValueAndUnit {
+            key_strindex: key,
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(name.into())),
+            }),
+            ..Default::default()
+        };
+        d.attribute_table = vec![
+            Default::default(),
+            thread("[pool-1-thread-3 tid=4242]"),
+            thread("[tid=77]"),
+        ];
+        let base = req.resource_profiles[0].scope_profiles[0].profiles[0].samples[0].clone();
+        let with = |attr: i32, values: Vec<i64>, at: Vec<u64>| {
+            let mut x = base.clone();
+            x.attribute_indices = vec![attr];
+            x.values = values;
+            x.timestamps_unix_nano = at;
+            x
+        };
+        let p = &mut req.resource_profiles[0].scope_profiles[0].profiles[0];
+        p.samples = vec![
+            // One value per event: two waits, each a contention.
+            with(
+                1,
+                vec![200, 300],
+                vec![1_000_000_000_010, 1_000_000_000_020],
+            ),
+            // No values: a count of one per event (no thread name: a
+            // thread async-profiler knows only by its id).
+            with(2, vec![], vec![1_000_000_000_030]),
+            // Values and timestamps of different lengths: not taken.
+            with(1, vec![1, 2, 3], vec![1_000_000_000_040, 1_000_000_000_050]),
+        ];
+        let got: Vec<(u64, f64, f64, Option<String>)> = super::samples(&req)
+            .into_iter()
+            .map(|(s, _)| {
+                assert_eq!((s.kind, s.from_ns), ("lock", s.to_ns));
+                (
+                    s.from_ns,
+                    s.value,
+                    s.count,
+                    s.thread.as_deref().map(String::from),
+                )
+            })
+            .collect();
+        let t3 = Some("pool-1-thread-3".to_string());
+        assert_eq!(
+            got,
+            vec![
+                (1_000_000_000_010, 200.0, 1.0, t3.clone()),
+                (1_000_000_000_020, 300.0, 1.0, t3),
+                (1_000_000_000_030, 1.0, 1.0, None),
+            ]
+        );
     }
 
     #[test]
