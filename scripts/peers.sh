@@ -104,18 +104,25 @@ export CAUSEWAY_TESTBED_JAVA="$tb_java_dir"
 # async-profiler (its agent library, from Maven Central) and the Java
 # service it profiles in tests/rca_testbed_code.rs (the JDK only).
 ASYNC_PROFILER_VERSION=4.6
-ap_dir="$PEERS_CACHE/async-profiler-$ASYNC_PROFILER_VERSION-$(peer_key "$testbed_root"/javacode/Ledger.java)"
+# async-profiler's converter (JFR to OTLP) is published up to 4.5; its JFR
+# reader reads 4.6's recordings.
+JFR_CONVERTER_VERSION=4.5
+ap_dir="$PEERS_CACHE/async-profiler-$ASYNC_PROFILER_VERSION-$(peer_key "$testbed_root"/javacode/Ledger.java "$testbed_root"/javacode/Ship.java)"
 if [[ ! -f "$ap_dir/linux-x64/libasyncProfiler.so" ]]; then
-  echo "== fetching async-profiler $ASYNC_PROFILER_VERSION and compiling tests/testbed/javacode into $ap_dir (once)"
+  echo "== fetching async-profiler $ASYNC_PROFILER_VERSION, its converter $JFR_CONVERTER_VERSION and compiling tests/testbed/javacode into $ap_dir (once)"
   rm -rf "$ap_dir.tmp"
-  mvn -q -B -f "$testbed_root/java/pom.xml" dependency:copy \
-    -Dartifact="tools.profiler:async-profiler:$ASYNC_PROFILER_VERSION" \
-    -Dmdep.stripVersion=true -DoutputDirectory="$ap_dir.tmp"
+  for artifact in "async-profiler:$ASYNC_PROFILER_VERSION" "jfr-converter:$JFR_CONVERTER_VERSION"; do
+    mvn -q -B -f "$testbed_root/java/pom.xml" dependency:copy \
+      -Dartifact="tools.profiler:$artifact" \
+      -Dmdep.stripVersion=true -DoutputDirectory="$ap_dir.tmp"
+  done
   (cd "$ap_dir.tmp" && jar xf async-profiler.jar linux-x64/libasyncProfiler.so)
-  javac -d "$ap_dir.tmp/classes" "$testbed_root"/javacode/Ledger.java
+  javac -d "$ap_dir.tmp/classes" -cp "$ap_dir.tmp/jfr-converter.jar" \
+    "$testbed_root"/javacode/Ledger.java "$testbed_root"/javacode/Ship.java
   mv "$ap_dir.tmp" "$ap_dir"
 fi
 export CAUSEWAY_ASYNC_PROFILER="$ap_dir/linux-x64/libasyncProfiler.so"
+export CAUSEWAY_JFR_CONVERTER="$ap_dir/jfr-converter.jar"
 export CAUSEWAY_TESTBED_LEDGER="$ap_dir/classes"
 
 echo "== peers: kafka $KAFKA_VERSION ($CAUSEWAY_KAFKA_LIBS), jaeger $JAEGER_VERSION, otelcol $OTELCOL_VERSION, otelcol for profiles v0.148.0"

@@ -225,26 +225,39 @@ service:
     assert_eq!(top[0]["function"], "main.parseAST", "{top}");
 }
 
-/// A JVM's own code, by async-profiler's own OTLP profiles (its agent
-/// library from Maven Central, `event=cpu`, posting a profile every 2 s to
-/// causeway's `otlp` receiver): a Java service under the OpenTelemetry Java
-/// agent (`tests/testbed/javacode`, the JDK's HttpServer) behind the Go
-/// front. async-profiler's samples name no span: the join is by the
-/// service and the time, ≥ 90% of the parses named. Truth: the work the
-/// request asked for.
+/// A JVM's own code, by async-profiler (its agent library from Maven
+/// Central) in a Java service under the OpenTelemetry Java agent
+/// (`tests/testbed/javacode`, the JDK's HttpServer) behind the Go front.
+/// The agent writes each span's `thread.name`, async-profiler each
+/// sample's: the join is by the thread and the time.
+///
+/// | mode | output | fault | truth |
+/// |---|---|---|---|
+/// | cpu and lock (`event=cpu,lock=1ms`) | JFR every 10 s, converted by its own converter (`jfr-converter`, a timestamp per event) and shipped (`Ship.java`) | parses (`Ledger.parseAst`); lookups waiting for the symbol table's monitor, which the refresher holds 300 ms at a time (`Ledger.lookupSymbols`, where they waited) | the work asked; the wait by the handler's clock |
+/// | wall (`event=wall,threads`) | its own OTLP every 2 s | reports waiting 400 ms off CPU in `Ledger.loadReport` | the time it was off CPU |
+///
+/// Each fault named right on ≥ 90% of its traces; no healthy request
+/// given a cause of its code. The wall-clock service runs beside the other
+/// as `ledger-wall` (its own baselines and threads). causeway runs its
+/// defaults (the tail sampler's 30 s `decision_wait`: a recording of 10 s
+/// has been shipped by then). async-profiler restarts at each loop and
+/// loses a lock wait in flight across the restart (its enter callback
+/// fired in the session before): the lookups come in one burst shorter than
+/// a loop, so at most one round of them (3 of 36) can be lost.
 #[test]
 fn a_jvms_own_code_is_named_by_async_profilers_profiles() {
     let path = testbed::peer;
-    let (shop_bin, java, profiler, ledger) = (
+    let (shop_bin, java, profiler, converter, ledger) = (
         path("CAUSEWAY_TESTBED_CODESHOP"),
         path("CAUSEWAY_TESTBED_JAVA"),
         path("CAUSEWAY_ASYNC_PROFILER"),
+        path("CAUSEWAY_JFR_CONVERTER"),
         path("CAUSEWAY_TESTBED_LEDGER"),
     );
     let dir = testbed::bed_dir();
     let d = dir.path();
     let p = free_port;
-    let (otlp_port, ledger_port, admin_port, front_port) = (p(), p(), p(), p());
+    let otlp_port = p();
     let daemon = Daemon::start(
         d,
         "java",
@@ -256,7 +269,6 @@ receivers:
       http: {{ endpoint: "127.0.0.1:{otlp_port}" }}
 processors:
   tail_sampling:
-    decision_wait: 10s
     policies: [{{ name: all, type: always_sample }}]
   correlate: {{}}
 exporters:
@@ -272,42 +284,143 @@ service:
     );
     let truth = d.join("truth.jsonl");
     let otlp = format!("http://127.0.0.1:{otlp_port}");
-    let mut jvm = spawn(
+    let traces = d.join("traces.jsonl");
+    // The service `name` under async-profiler's `options`, and a front
+    // before it.
+    let start = |name: &'static str, front_name: &'static str, options: &str| {
+        let (ledger_port, admin_port, front_port) = (p(), p(), p());
+        let mut jvm = spawn(
+            name,
+            Command::new("java")
+                .arg(format!(
+                    "-javaagent:{}",
+                    java.join("opentelemetry-javaagent.jar").display()
+                ))
+                .arg(format!("-agentpath:{}=start,{options}", profiler.display()))
+                .args(["-cp", &ledger.display().to_string(), "Ledger"])
+                .env("OTEL_SERVICE_NAME", name)
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp)
+                .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+                .env("OTEL_METRICS_EXPORTER", "none")
+                .env("OTEL_LOGS_EXPORTER", "none")
+                .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+                .env("PORT", ledger_port.to_string())
+                .env("ADMIN_PORT", admin_port.to_string())
+                .env("TRUTH_FILE", &truth),
+            d,
+        );
+        let mut front = spawn(
+            front_name,
+            Command::new(&shop_bin)
+                .arg("front")
+                .env("PORT", front_port.to_string())
+                .env("OTEL_SERVICE_NAME", "front")
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp)
+                .env("SHOP_URL", format!("http://127.0.0.1:{ledger_port}")),
+            d,
+        );
+        wait_port(ledger_port, "ledger", &mut jvm, d);
+        wait_port(front_port, "front", &mut front, d);
+        (jvm, front, front_port, admin_port)
+    };
+    let ids = |label: &str| -> Vec<String> {
+        read_jsonl(&truth)
+            .iter()
+            .filter(|v| v["label"] == label)
+            .map(|v| v["trace_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let truth_of = |id: &str| {
+        read_jsonl(&truth)
+            .into_iter()
+            .find(|v| v["trace_id"] == id)
+            .unwrap()
+    };
+    // `clients` clients, `n` requests each of `path` labelled `label`.
+    let load = |front_port: u16, path: &str, label: &str, clients: usize, n: usize, gap_ms: u64| {
+        std::thread::scope(|sc| {
+            for _ in 0..clients {
+                sc.spawn(|| {
+                    let client = http_client();
+                    for _ in 0..n {
+                        let r = client
+                            .get(format!("http://127.0.0.1:{front_port}/api/{path}"))
+                            .header("X-Label", label)
+                            .send()
+                            .unwrap();
+                        assert!(r.status().is_success());
+                        std::thread::sleep(std::time::Duration::from_millis(gap_ms));
+                    }
+                });
+            }
+        });
+    };
+    // What the verdict of each trace says, and how many are `want`
+    // (cause, service, function, profile kind).
+    let named = |ids: &[String], want: (&str, &str, &str, &str)| -> usize {
+        let got = testbed::verdicts(&traces, ids.iter());
+        let mut right = 0;
+        for id in ids {
+            let a = &got[id].root;
+            let verdict = (
+                a.get("rca.culprit.service").map(String::as_str),
+                a.get("rca.code.function").map(String::as_str),
+                a.get("rca.code.kind").map(String::as_str),
+                a.get("rca.code.join").map(String::as_str),
+            );
+            let cause = a.get("rca.cause").map_or("", String::as_str);
+            if verdict == (Some(want.1), Some(want.2), Some(want.3), Some("thread"))
+                && (want.0.is_empty() || cause == want.0)
+            {
+                right += 1;
+            } else {
+                eprintln!("  {id}: {cause} {verdict:?} {:?}", a.get("rca.summary"));
+            }
+        }
+        right
+    };
+    let no_code_cause = |ids: &[String]| {
+        let all = testbed::verdicts(&traces, ids.iter());
+        for id in ids {
+            let cause = all[id].root.get("rca.cause").map_or("", String::as_str);
+            assert!(!CODE_CAUSES.contains(&cause), "healthy {id} given {cause}");
+        }
+    };
+
+    // CPU and lock: JFR, converted and shipped as each recording ends.
+    let jfr = d.join("jfr");
+    std::fs::create_dir(&jfr).unwrap();
+    let (jvm, front, front_port, admin_port) = start(
         "ledger",
-        Command::new("java")
-            .arg(format!(
-                "-javaagent:{}",
-                java.join("opentelemetry-javaagent.jar").display()
-            ))
-            .arg(format!(
-                "-agentpath:{}=start,event=cpu,interval=10ms,loop=2s,otlp,file={otlp}/v1development/profiles",
-                profiler.display()
-            ))
-            .args(["-cp", &ledger.display().to_string(), "Ledger"])
-            .env("OTEL_SERVICE_NAME", "ledger")
-            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp)
-            .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-            .env("OTEL_METRICS_EXPORTER", "none")
-            .env("OTEL_LOGS_EXPORTER", "none")
-            .env("OTEL_BSP_SCHEDULE_DELAY", "200")
-            .env("PORT", ledger_port.to_string())
-            .env("ADMIN_PORT", admin_port.to_string())
-            .env("TRUTH_FILE", &truth),
-        d,
-    );
-    let mut front = spawn(
         "front",
-        Command::new(&shop_bin)
-            .arg("front")
-            .env("PORT", front_port.to_string())
-            .env("OTEL_SERVICE_NAME", "front")
-            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp)
-            .env("SHOP_URL", format!("http://127.0.0.1:{ledger_port}")),
+        &format!(
+            "event=cpu,interval=10ms,lock=1ms,loop=10s,jfr,file={}/ledger-%t.jfr",
+            jfr.display()
+        ),
+    );
+    let shipper = spawn(
+        "ship",
+        Command::new("java")
+            .args([
+                "-cp",
+                &format!("{}:{}", converter.display(), ledger.display()),
+            ])
+            .arg("Ship")
+            .arg(&jfr)
+            .arg(format!("{otlp}/v1development/profiles"))
+            .args(["ledger", "cpu", "lock"]),
         d,
     );
-    wait_port(ledger_port, "ledger", &mut jvm, d);
-    wait_port(front_port, "front", &mut front, d);
-    // The routes' normal, analysed, then five parses of a big document.
+    // Wall: async-profiler's own OTLP, every thread's stack every 10 ms
+    // whatever its state, each sample naming its thread.
+    let (wall_jvm, wall_front, wall_port, _) = start(
+        "ledger-wall",
+        "front-wall",
+        &format!(
+            "event=wall,interval=10ms,loop=2s,threads,otlp,file={otlp}/v1development/profiles"
+        ),
+    );
+    // The routes' normal (analysed before the faults: they come first).
     let mut warm = spawn(
         "driver",
         Command::new(&shop_bin)
@@ -317,80 +430,75 @@ service:
             .env("TRUTH_FILE", &truth),
         d,
     );
+    load(wall_port, "report?ms=5", "report-warmup", 1, 25, 0);
     testbed::wait_driver(&mut warm, d);
-    let traces = d.join("traces.jsonl");
-    let ids = |label: &str| -> Vec<String> {
-        read_jsonl(&truth)
-            .iter()
-            .filter(|v| v["label"] == label)
-            .map(|v| v["trace_id"].as_str().unwrap().to_string())
-            .collect()
-    };
     let warmup = ids("warmup");
     assert_eq!(warmup.len(), 90);
-    testbed::verdicts(&traces, warmup.iter());
-    // Two clients, eight parses each, back to back: the profile's windows
-    // (2 s) are the service's CPU, shared by the spans that overlap them.
+    // Two clients, eight parses of a big document each.
+    load(front_port, "parse?n=4000000", "cpu_hotspot", 2, 8, 0);
+    // Lookups while the refresher holds the symbol table 300 ms at a time
+    // (one that comes in the 20 ms it is free does not wait), and beside
+    // them reports off CPU in their own code.
+    let hold = |ms: u64| {
+        let r = http_client()
+            .post(format!("http://127.0.0.1:{admin_port}/hold?ms={ms}"))
+            .send()
+            .unwrap();
+        assert!(r.status().is_success());
+    };
+    // Lookups as usual first: the lookups that wait stay a minority of the
+    // route's (its normal is the median).
+    load(front_port, "symbols", "healthy", 1, 30, 0);
+    hold(300);
     std::thread::scope(|sc| {
-        for _ in 0..2 {
-            sc.spawn(|| {
-                let client = http_client();
-                for _ in 0..8 {
-                    let r = client
-                        .get(format!("http://127.0.0.1:{front_port}/api/parse?n=4000000"))
-                        .header("X-Label", "cpu_hotspot")
-                        .send()
-                        .unwrap();
-                    assert!(r.status().is_success());
-                }
-            });
-        }
+        sc.spawn(|| load(wall_port, "report?ms=400", "wall", 2, 6, 0));
+        load(front_port, "symbols", "lock_contention", 3, 12, 70);
     });
+    hold(0);
     let hot = ids("cpu_hotspot");
     assert_eq!(hot.len(), 16);
-    let got = testbed::verdicts(&traces, hot.iter());
-    let mut right = 0;
     for id in &hot {
-        let a = &got[id].root;
-        let ms = read_jsonl(&truth)
-            .iter()
-            .find(|v| v["trace_id"] == id.as_str())
-            .and_then(|v| v["ms"].as_i64())
-            .unwrap();
+        let ms = truth_of(id)["ms"].as_i64().unwrap();
         assert!(ms >= 100, "the parse took {ms} ms: too little to tell");
-        let verdict = (
-            a.get("rca.cause").map(String::as_str),
-            a.get("rca.culprit.service").map(String::as_str),
-            a.get("rca.culprit.kind").map(String::as_str),
-            a.get("rca.code.function").map(String::as_str),
-            a.get("rca.code.join").map(String::as_str),
-        );
-        if verdict
-            == (
-                Some("cpu_hotspot"),
-                Some("ledger"),
-                Some("code"),
-                Some("Ledger.parseAst"),
-                Some("time"),
-            )
-        {
-            right += 1;
-        } else {
-            eprintln!("  {id}: {verdict:?} {:?}", a.get("rca.summary"));
-        }
     }
-    // A time join spreads a window's samples evenly over it: a span at the
-    // edge of the burst may be given too little of them.
+    let right = named(&hot, ("cpu_hotspot", "ledger", "Ledger.parseAst", "cpu"));
     assert!(
         right * 10 >= hot.len() * 9,
-        "{right} of {} right",
+        "cpu: {right} of {} right",
         hot.len()
     );
-    // No warm-up request is given a cause of its code.
-    let all = testbed::verdicts(&traces, warmup.iter());
-    for id in &warmup {
-        let cause = all[id].root.get("rca.cause").map_or("", String::as_str);
-        assert!(!CODE_CAUSES.contains(&cause), "warm-up {id} given {cause}");
+    // The lookups that waited for the monitor (by the handler's clock).
+    let waited: Vec<String> = ids("lock_contention")
+        .into_iter()
+        .filter(|id| truth_of(id)["waited_ms"].as_i64().unwrap() >= 100)
+        .collect();
+    assert!(waited.len() >= 18, "{} of 36 lookups waited", waited.len());
+    let right = named(
+        &waited,
+        ("lock_contention", "ledger", "Ledger.lookupSymbols", "lock"),
+    );
+    assert!(
+        right * 10 >= waited.len() * 9,
+        "lock: {right} of {} right",
+        waited.len()
+    );
+    let off = ids("wall");
+    assert_eq!(off.len(), 12);
+    for id in &off {
+        let ms = truth_of(id)["off_cpu_ms"].as_i64().unwrap();
+        assert!(ms >= 400, "off CPU {ms} ms");
     }
-    drop(daemon);
+    // Off CPU in its own code: no cause of the code's (no CPU, no lock),
+    // but the code that held the time, by the wall clock.
+    let right = named(&off, ("", "ledger-wall", "Ledger.loadReport", "wall"));
+    assert!(
+        right * 10 >= off.len() * 9,
+        "wall: {right} of {} right",
+        off.len()
+    );
+    no_code_cause(&off);
+    no_code_cause(&warmup);
+    no_code_cause(&ids("healthy"));
+    no_code_cause(&ids("report-warmup"));
+    drop((jvm, front, shipper, wall_jvm, wall_front, daemon));
 }

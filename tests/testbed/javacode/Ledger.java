@@ -9,6 +9,8 @@
 //                 driver sets it (POST /hold?ms= on ADMIN_PORT)
 //   /render?n=N   Ledger.renderPage allocates N small objects (garbage that
 //                 drives the collector)
+//   /report?ms=M  Ledger.loadReport waits M ms off CPU in the service's own
+//                 code (a blocking read no instrumentation sees)
 //
 // Ground truth is what the mechanism did, measured here for each request
 // and appended to TRUTH_FILE, one JSON line per trace id (read from the
@@ -61,6 +63,13 @@ public class Ledger {
             symbols++;
             return waited;
         }
+    }
+
+    /** Off CPU for ms in the service's own code. Returns the time it took (ns). */
+    static long loadReport(int ms) throws InterruptedException {
+        long t = System.nanoTime();
+        Thread.sleep(ms);
+        return System.nanoTime() - t;
     }
 
     static final class Node {
@@ -170,6 +179,19 @@ public class Ledger {
             renderPage(n);
             record(String.format("{\"trace_id\":\"%s\",\"route\":\"/render\",\"label\":\"%s\",\"function\":\"Ledger.renderPage\",\"work\":%d,\"gc_cycles\":%d,\"ms\":%d}",
                     traceId(ex), label(ex), n, collections() - gc, (System.nanoTime() - t) / 1_000_000));
+            answer(ex, 200);
+        });
+        server.createContext("/report", ex -> {
+            int ms = query(ex, "ms");
+            long t = System.nanoTime(), off;
+            try {
+                off = loadReport(ms);
+            } catch (InterruptedException e) {
+                answer(ex, 500);
+                return;
+            }
+            record(String.format("{\"trace_id\":\"%s\",\"route\":\"/report\",\"label\":\"%s\",\"function\":\"Ledger.loadReport\",\"off_cpu_ms\":%d,\"ms\":%d}",
+                    traceId(ex), label(ex), off / 1_000_000, (System.nanoTime() - t) / 1_000_000));
             answer(ex, 200);
         });
         server.start();

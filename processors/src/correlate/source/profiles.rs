@@ -297,35 +297,46 @@ type Frames = Arc<[Arc<Frame>]>;
 fn intern_stack(
     d: &ProfilesDictionary,
     stack_index: i32,
-    frames: &mut HashMap<(i32, i64), Arc<Frame>>,
+    frames: &mut HashMap<(i32, i64, bool), Arc<Frame>>,
 ) -> (Frames, usize) {
     let s = &d.string_table;
     let mut bytes = 0;
     let locations = get(&d.stack_table, stack_index)
         .map(|st| st.location_indices.as_slice())
         .unwrap_or_default();
-    let mut out = Vec::with_capacity(locations.len());
     // A location's lines: its inlined functions first, its caller last.
-    for line in locations
-        .iter()
-        .filter_map(|&l| get(&d.location_table, l))
-        .flat_map(|loc| &loc.lines)
-    {
-        let Some(f) = get(&d.function_table, line.function_index) else {
-            continue;
-        };
+    let lines = || {
+        locations
+            .iter()
+            .filter_map(|&l| get(&d.location_table, l))
+            .flat_map(|loc| &loc.lines)
+            .filter_map(|line| Some((line, get(&d.function_table, line.function_index)?)))
+    };
+    let named = |f: &opentelemetry_proto::tonic::profiles::v1development::Function| {
+        (text(s, f.name_strindex), text(s, f.filename_strindex))
+    };
+    // A JVM's stack (async-profiler's, with the JVM's and the kernel's
+    // frames under the Java ones): its native frames are not the service's.
+    let jvm = lines().any(|(_, f)| {
+        let (function, file) = named(f);
+        is_java(function, file)
+    });
+    let mut out = Vec::with_capacity(locations.len());
+    for (line, f) in lines() {
         let frame = frames
-            .entry((line.function_index, line.line))
+            .entry((line.function_index, line.line, jvm))
             .or_insert_with(|| {
-                let file = text(s, f.filename_strindex);
-                let location = if line.line > 0 {
+                let (function, file) = named(f);
+                let location = if line.line > 0 && file.is_empty() {
+                    // async-profiler's converter names no file.
+                    format!("line {}", line.line)
+                } else if line.line > 0 {
                     format!("{file}:{}", line.line)
                 } else {
                     file.to_string()
                 };
-                let function = text(s, f.name_strindex);
                 bytes += 48 + location.len() + function.len();
-                let runtime = is_runtime(function, &location);
+                let runtime = is_runtime(function, &location) || (jvm && is_native(function, file));
                 Arc::new(Frame {
                     function: Arc::from(function),
                     location: Arc::from(location),
@@ -337,6 +348,25 @@ fn intern_stack(
     }
     bytes += 8 * out.len();
     (Arc::from(out), bytes)
+}
+
+/// Whether a frame is a Java method as a JVM profiler names it
+/// (`Ledger.parseAst`, `java.lang.Thread.run`, `java/lang/Thread.run`):
+/// a class and a method, its file a JVM language's or none.
+fn is_java(function: &str, file: &str) -> bool {
+    (file.is_empty()
+        || [".java", ".kt", ".scala", ".groovy"]
+            .iter()
+            .any(|x| file.ends_with(x)))
+        && function.contains('.')
+        && !function.contains("::")
+        && !function.contains(' ')
+}
+
+/// Whether a frame without a file is native code (C, C++, the kernel:
+/// `__futex_abstimed_wait_common`, `os::PlatformEvent::park`).
+fn is_native(function: &str, file: &str) -> bool {
+    file.is_empty() && (!function.contains('.') || function.contains("::"))
 }
 
 /// The thread a sample's attributes name (`thread.name`), as a span's
@@ -549,9 +579,12 @@ fn is_runtime(func: &str, loc: &str) -> bool {
         .iter()
         .any(|x| loc.ends_with(x) || loc.contains(&format!("{x}:")));
     (go_std && !first.contains('.') && first != "main")
-        || ["java.", "javax.", "jdk.", "sun.", "com.sun."]
-            .iter()
-            .any(|p| func.starts_with(p))
+        || [
+            "java.", "javax.", "jdk.", "sun.", "com.sun.", "java/", "javax/", "jdk/", "sun/",
+            "com/sun/",
+        ]
+        .iter()
+        .any(|p| func.starts_with(p))
         || (loc.contains("/lib/python3") && !loc.contains("-packages/"))
         || loc.starts_with("node:")
         || loc.contains(".so")
@@ -646,12 +679,26 @@ impl Code {
     /// the samples count them.
     fn mean_wait_ms(&self) -> Option<f64> {
         let (f, _) = self.first()?;
-        let (count, value) = self.counted_by.get(f)?;
-        (*count > 0.0).then(|| value / count / 1e6)
+        let (count, value) = self
+            .counted_by
+            .iter()
+            .filter(|(g, _)| g.function == f.function)
+            .fold((0.0, 0.0), |a, (_, (c, v))| (a.0 + c, a.1 + v));
+        (count > 0.0).then(|| value / count / 1e6)
     }
 
+    /// By function (its lines' values summed, shown at its heaviest line),
+    /// the most first.
     fn ranked(by: &HashMap<Arc<Frame>, f64>) -> Vec<(&Arc<Frame>, f64)> {
-        let mut v: Vec<(&Arc<Frame>, f64)> = by.iter().map(|(f, x)| (f, *x)).collect();
+        let mut of: HashMap<&str, (&Arc<Frame>, f64, f64)> = HashMap::with_capacity(by.len());
+        for (f, &x) in by {
+            let e = of.entry(&*f.function).or_insert((f, x, 0.0));
+            if x > e.1 || (x == e.1 && f.location < e.0.location) {
+                (e.0, e.1) = (f, x);
+            }
+            e.2 += x;
+        }
+        let mut v: Vec<(&Arc<Frame>, f64)> = of.into_values().map(|(f, _, x)| (f, x)).collect();
         v.sort_by(|a, b| {
             b.1.total_cmp(&a.1)
                 .then_with(|| a.0.function.cmp(&b.0.function))
@@ -1529,6 +1576,45 @@ mod tests {
                 (1_000_000_000_020, 300.0, 1.0, t3),
                 (1_000_000_000_030, 1.0, 1.0, None),
             ]
+        );
+    }
+
+    #[test]
+    fn a_jvms_native_frames_are_not_its_code_and_a_native_services_are() {
+        let own = |frames: Vec<&'static str>| {
+            let mut req = crate::correlate::tests::profiles_of(
+                "svc",
+                &[("cpu", "nanoseconds", vec![(frames, 10, None)])],
+            );
+            // No files, as async-profiler and an unsymbolized native
+            // profile name them.
+            for f in &mut req.dictionary.as_mut().unwrap().function_table {
+                f.filename_strindex = 0;
+            }
+            let (s, _) = super::samples(&req).into_iter().next().unwrap();
+            s.stack
+                .iter()
+                .find(|f| !f.runtime)
+                .map(|f| f.function.to_string())
+        };
+        assert_eq!(
+            own(vec![
+                "__futex_abstimed_wait_common",
+                "os::PlatformEvent::park",
+                "java.lang.Thread.sleep",
+                "Ledger.loadReport",
+                "java.lang.Thread.run",
+                "start_thread",
+            ]),
+            Some("Ledger.loadReport".into())
+        );
+        assert_eq!(
+            own(vec![
+                "parse_document",
+                "shop::handler::serve",
+                "start_thread"
+            ]),
+            Some("parse_document".into())
         );
     }
 
