@@ -3818,6 +3818,39 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
         "{summary}"
     );
     assert_eq!(code_attributes(&rs)["rca.code.function"], "main.parseAST");
+    // On a starved host: on CPU 100 ms of a 300 ms span (the rest in the
+    // run queue), 50 times the route's normal: the work grew.
+    let st = store();
+    normal(&st);
+    let req = profiles_of("shop", &[cpu(vec!["main.parseAST"], 100, 81)]);
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = front_and_shop(80, "parse", 300);
+    let out = analyse(&st, &mut rs).await;
+    let (cause, _, _, summary) = verdict_of(&out);
+    assert_eq!(cause, "cpu_hotspot", "{:?}", out[0].1);
+    assert!(
+        summary.contains("on CPU 100 ms of its 300 ms (50× the normal of the whole span"),
+        "{summary}"
+    );
+    assert_eq!(code_attributes(&rs)["rca.code.function"], "main.parseAST");
+    // The same third of a span whose normal is longer than its CPU: the
+    // work did not grow, its time went elsewhere.
+    let st = store();
+    st.store.baselines.feed(
+        1_000_000_000_000,
+        (0..30).flat_map(|_| {
+            [
+                ("shop", "GET /parse", 60.0),
+                ("front", "GET /api/parse", 62.0),
+                ("front", "GET", 62.0),
+            ]
+        }),
+    );
+    let req = profiles_of("shop", &[cpu(vec!["main.parseAST"], 100, 91)]);
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = front_and_shop(90, "parse", 300);
+    let out = analyse(&st, &mut rs).await;
+    assert_ne!(verdict_of(&out).0, "cpu_hotspot", "{:?}", out[0].1);
     // The same span at its normal length: its code is no cause.
     let st = store();
     normal(&st);
@@ -3934,10 +3967,46 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
     let mut rs = front_and_shop(60, "symbols", 250);
     let out = analyse(&st, &mut rs).await;
     assert_eq!(verdict_of(&out).0, "cpu_hotspot", "{:?}", out[0].1);
+    // Half off CPU while allocating, beside a lock's window: its own CPU
+    // is mostly the collector's, so its time off CPU is the collector's
+    // (an assist parks), not the lock's.
+    let st = store();
+    normal(&st);
+    let req = profiles_of(
+        "shop",
+        &[
+            (
+                "cpu",
+                "nanoseconds",
+                vec![
+                    (
+                        vec![
+                            "runtime.gcAssistAlloc",
+                            "runtime.mallocgc",
+                            "main.renderPage",
+                        ],
+                        100_000_000,
+                        Some(71),
+                    ),
+                    (vec!["main.renderPage"], 40_000_000, Some(71)),
+                ],
+            ),
+            ("contentions", "count", vec![(unlock.clone(), 8, None)]),
+            (
+                "delay",
+                "nanoseconds",
+                vec![(unlock.clone(), 1_600_000_000, None)],
+            ),
+        ],
+    );
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = front_and_shop(70, "render", 300);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(verdict_of(&out).0, "gc_pressure", "{:?}", out[0].1);
     // No profile: the slow callee is named as before.
     let st = store();
     normal(&st);
-    let mut rs = front_and_shop(70, "parse", 300);
+    let mut rs = front_and_shop(100, "parse", 300);
     let out = analyse(&st, &mut rs).await;
     assert_eq!(verdict_of(&out).0, "slow_dependency", "{:?}", out[0].1);
 }

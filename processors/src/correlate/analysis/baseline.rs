@@ -34,6 +34,9 @@ struct Inner {
     generation_start: u64,
 }
 
+/// A span is slow beyond this many times its operation's normal duration.
+pub const SLOW_FACTOR: f64 = 3.0;
+
 /// Baselines of every operation seen.
 #[derive(Debug)]
 pub struct Baselines {
@@ -58,7 +61,7 @@ impl Baselines {
             max_ops: max_ops.max(1),
             min_samples,
             quantile: 0.5,
-            factor: 3.0,
+            factor: SLOW_FACTOR,
         }
     }
 

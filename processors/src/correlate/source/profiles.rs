@@ -33,6 +33,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use super::{Join, Source, Tick};
+use crate::correlate::analysis::baseline::SLOW_FACTOR;
 use crate::correlate::model::attributes;
 use crate::correlate::model::cause::{self, Cause};
 use crate::correlate::model::table::{f64f, i64f, schema, utf8, Cols, V};
@@ -862,17 +863,27 @@ impl Profiles {
         }
         let of = |k: &str| told.iter().find(|x| x.kind == k);
         let covers = |x: &&Told| x.time_ms() >= self.min_coverage * s.self_ms;
+        // Or the work grew (the rule's second reading).
+        let grew = |x: &&Told| {
+            s.baseline_ms
+                .is_some_and(|b| x.time_ms() >= (SLOW_FACTOR * b).max(self.min_time_ms))
+        };
         let cpu = of("cpu").filter(|x| x.join != "time" || s.kind != "client");
-        if let Some(c) = cpu.filter(covers) {
+        if let Some(c) = cpu.filter(|x| covers(x) || grew(x)) {
             return Some(c);
         }
         // Its time off CPU, when the runtime says which samples are its.
         let on = cpu.filter(|x| x.join != "time").map_or(0.0, Told::time_ms);
         let off = (s.self_ms - on).max(0.0);
+        // Off CPU for the collector, not a lock (see the rule).
+        let collecting = cpu
+            .filter(|x| x.join != "time")
+            .is_some_and(|x| x.code.gc >= 0.5 * x.code.total);
         if let Some(l) = of("lock").filter(|l| {
-            l.code
-                .mean_wait_ms()
-                .is_some_and(|m| off > 0.0 && m >= LOCK_WAIT_SHARE * off)
+            !collecting
+                && l.code
+                    .mean_wait_ms()
+                    .is_some_and(|m| off > 0.0 && m >= LOCK_WAIT_SHARE * off)
         }) {
             return Some(l);
         }
@@ -980,15 +991,26 @@ impl Source for Profiles {
         let on_cpu = |gc: &str, what: &str| {
             format!(
                 r#"
-SELECT c.trace_id, CASE WHEN c."join" = 'time' THEN 0.6 ELSE 0.8 END AS confidence,
+SELECT c.trace_id,
+  CASE WHEN c."join" = 'time' THEN 0.6 ELSE 0.8 END * CASE WHEN covers THEN 1.0 ELSE 0.75 END AS confidence,
   concat(s.service, ' ', s.name, ' was on CPU ', CAST(CAST(c.time_ms AS BIGINT) AS VARCHAR), ' ms of its ',
-         CAST(CAST(s.self_ms AS BIGINT) AS VARCHAR), ' ms, '{what}, CAST(CAST(round(c.share * 100) AS BIGINT) AS VARCHAR),
+         CAST(CAST(s.self_ms AS BIGINT) AS VARCHAR), ' ms',
+         CASE WHEN covers THEN '' ELSE concat(' (', CAST(CAST(round(c.time_ms / s.baseline_ms) AS BIGINT) AS VARCHAR),
+           '× the normal of the whole span: the work grew; the rest waited, for the CPU or else)') END,
+         ', '{what}, CAST(CAST(round(c.share * 100) AS BIGINT) AS VARCHAR),
          '% in ', c.function, ' (', c.location, '; ', c."join", ' join)') AS summary,
   c.span_id AS culprit_span_id,
-  least(c.time_ms, s.self_ms) AS explained_ms
-FROM code c JOIN spans s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
+  CASE WHEN covers THEN least(c.time_ms, s.self_ms) ELSE s.self_ms END AS explained_ms
+FROM (SELECT *, time_ms >= {min_coverage} * self_ms AS covers
+      FROM (SELECT c.*, s.self_ms FROM code c JOIN spans s ON s.trace_id = c.trace_id AND s.span_id = c.span_id)) c
+  JOIN spans s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
 WHERE c.kind = 'cpu' AND s.kind NOT IN ('client', 'producer') AND s.excess_ms > 0
-  AND c.time_ms >= {min_time_ms} AND c.share >= {min_share} AND c.time_ms >= {min_coverage} * s.self_ms
+  AND c.time_ms >= {min_time_ms} AND c.share >= {min_share}
+  -- Its CPU covers its time, or the work itself grew: its CPU alone is
+  -- slow by the baseline's measure, whatever else the span waited for (a
+  -- starved host's run queue, which no CPU profile records): then it holds
+  -- the span's self time, with less confidence.
+  AND (covers OR c.time_ms >= {SLOW_FACTOR} * s.baseline_ms)
   AND c.gc_share {gc} 0.5"#,
                 min_time_ms = self.min_time_ms,
                 min_share = self.min_share,
@@ -1019,6 +1041,10 @@ FROM code l JOIN spans s ON s.trace_id = l.trace_id AND s.span_id = l.span_id
 LEFT JOIN code c ON c.trace_id = l.trace_id AND c.span_id = l.span_id AND c.kind = 'cpu' AND c."join" <> 'time'
 WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND s.excess_ms > 0 AND l.share >= {min_share}
   AND coalesce(c.time_ms, 0) < {min_coverage} * s.self_ms
+  -- Not a span whose own CPU is mostly the collector's: its time off CPU
+  -- is the collector's too (an assist parks until the background marking
+  -- catches up), whatever a lock did in the same window.
+  AND coalesce(c.gc_share, 0) < 0.5
   AND l.mean_wait_ms >= {LOCK_WAIT_SHARE} * (s.self_ms - coalesce(c.time_ms, 0))"#,
                     min_share = self.min_share,
                     min_coverage = self.min_coverage,
