@@ -4003,6 +4003,27 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
     let mut rs = front_and_shop(70, "render", 300);
     let out = analyse(&st, &mut rs).await;
     assert_eq!(verdict_of(&out).0, "gc_pressure", "{:?}", out[0].1);
+    // On a starved host, the parse's own CPU grew fifty-fold and it was
+    // off CPU (in the run queue) more than half its time, beside a lock's
+    // window: its work, not the lock.
+    let st = store();
+    normal(&st);
+    let req = profiles_of(
+        "shop",
+        &[
+            cpu(vec!["main.parseAST"], 100, 111),
+            ("contentions", "count", vec![(unlock.clone(), 8, None)]),
+            (
+                "delay",
+                "nanoseconds",
+                vec![(unlock.clone(), 1_600_000_000, None)],
+            ),
+        ],
+    );
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = front_and_shop(110, "parse", 300);
+    let out = analyse(&st, &mut rs).await;
+    assert_eq!(verdict_of(&out).0, "cpu_hotspot", "{:?}", out[0].1);
     // No profile: the slow callee is named as before.
     let st = store();
     normal(&st);

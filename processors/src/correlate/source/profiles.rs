@@ -1045,9 +1045,14 @@ WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND s.excess_ms >
   -- is the collector's too (an assist parks until the background marking
   -- catches up), whatever a lock did in the same window.
   AND coalesce(c.gc_share, 0) < 0.5
+  -- Nor one whose own CPU grew past its normal (the `cpu_hotspot` rule's
+  -- second reading): its work explains it, off CPU in the run queue of a
+  -- starved host, which a lock's window does not tell apart.
+  AND NOT coalesce(c.time_ms >= greatest({SLOW_FACTOR} * s.baseline_ms, {min_time_ms}), false)
   AND l.mean_wait_ms >= {LOCK_WAIT_SHARE} * (s.self_ms - coalesce(c.time_ms, 0))"#,
                     min_share = self.min_share,
                     min_coverage = self.min_coverage,
+                    min_time_ms = self.min_time_ms,
                 ),
             ),
         ]
