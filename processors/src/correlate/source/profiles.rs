@@ -592,14 +592,43 @@ fn is_runtime(func: &str, loc: &str) -> bool {
         || func.is_empty()
 }
 
+/// A shared value keyed by its address: frames and stacks are interned
+/// (per request), so aggregates hash a pointer, not a frame's text; what
+/// is read out groups by function ([`Code::ranked`], the flame graph).
+#[derive(Debug)]
+struct Ptr<T: ?Sized>(Arc<T>);
+
+impl<T: ?Sized> Clone for Ptr<T> {
+    fn clone(&self) -> Self {
+        Ptr(self.0.clone())
+    }
+}
+
+impl<T: ?Sized> PartialEq for Ptr<T> {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl<T: ?Sized> Eq for Ptr<T> {}
+
+impl<T: ?Sized> std::hash::Hash for Ptr<T> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        (Arc::as_ptr(&self.0) as *const () as usize).hash(h);
+    }
+}
+
+/// By frame.
+type ByFrame<V> = HashMap<Ptr<Frame>, V>;
+
 /// What a span's joined samples of one kind say of its code.
 #[derive(Debug, Default)]
 struct Code {
     /// By the sample's innermost frame of the service's code (none when
     /// every frame is the runtime's).
-    own_by: HashMap<Arc<Frame>, f64>,
-    self_by: HashMap<Arc<Frame>, f64>,
-    total_by: HashMap<Arc<Frame>, f64>,
+    own_by: ByFrame<f64>,
+    self_by: ByFrame<f64>,
+    total_by: ByFrame<f64>,
     /// The joined value (ns for a kind of time).
     total: f64,
     /// Of it, samples with the allocator or the collector on their stack.
@@ -610,10 +639,10 @@ struct Code {
     own: f64,
     /// By the function of the service's code, the events its samples count
     /// (a lock's contentions) and their value, unweighed: their mean.
-    counted_by: HashMap<Arc<Frame>, (f64, f64)>,
+    counted_by: ByFrame<(f64, f64)>,
     samples: usize,
-    /// The stacks, root first, with their value: the flame graph.
-    stacks: HashMap<Frames, f64>,
+    /// The stacks, leaf first, with their value: the flame graph.
+    stacks: HashMap<Ptr<[Arc<Frame>]>, f64>,
     /// [`Code::first`], found once (the code is shared by the spans that
     /// join it, and complete before any of them asks).
     first: std::sync::OnceLock<Option<(Arc<Frame>, f64)>>,
@@ -630,23 +659,28 @@ impl Code {
         if s.stack.iter().any(|f| f.gc) {
             self.gc += v;
         }
-        *self.stacks.entry(s.stack.clone()).or_default() += v;
+        *self.stacks.entry(Ptr(s.stack.clone())).or_default() += v;
         if let Some(leaf) = s.stack.first() {
-            *self.self_by.entry(leaf.clone()).or_default() += v;
+            *self.self_by.entry(Ptr(leaf.clone())).or_default() += v;
         }
         if let Some(own) = s.stack.iter().find(|f| !f.runtime) {
-            *self.own_by.entry(own.clone()).or_default() += v;
+            *self.own_by.entry(Ptr(own.clone())).or_default() += v;
             self.own += v;
             if s.count > 0.0 {
-                let c = self.counted_by.entry(own.clone()).or_default();
+                let c = self.counted_by.entry(Ptr(own.clone())).or_default();
                 c.0 += s.count;
                 c.1 += s.value;
             }
         }
-        let mut seen = HashSet::new();
-        for f in s.stack.iter() {
-            if seen.insert(Arc::as_ptr(f)) {
-                *self.total_by.entry(f.clone()).or_default() += v;
+        // Once per sample (a recursive frame is on its stack twice).
+        let mut seen = (s.stack.len() > 64).then(HashSet::new);
+        for (k, f) in s.stack.iter().enumerate() {
+            let first = match &mut seen {
+                Some(seen) => seen.insert(Arc::as_ptr(f)),
+                None => !s.stack[..k].iter().any(|g| Arc::ptr_eq(g, f)),
+            };
+            if first {
+                *self.total_by.entry(Ptr(f.clone())).or_default() += v;
             }
         }
     }
@@ -654,7 +688,7 @@ impl Code {
     /// Add `other`'s samples, their values weighed by `w` (their counts
     /// and counted waits are not: a mean wait is the samples').
     fn absorb(&mut self, other: &Code, w: f64) {
-        fn add(to: &mut HashMap<Arc<Frame>, f64>, from: &HashMap<Arc<Frame>, f64>, w: f64) {
+        fn add(to: &mut ByFrame<f64>, from: &ByFrame<f64>, w: f64) {
             for (f, x) in from {
                 *to.entry(f.clone()).or_default() += x * w;
             }
@@ -683,16 +717,16 @@ impl Code {
         let (count, value) = self
             .counted_by
             .iter()
-            .filter(|(g, _)| g.function == f.function)
+            .filter(|(g, _)| g.0.function == f.function)
             .fold((0.0, 0.0), |a, (_, (c, v))| (a.0 + c, a.1 + v));
         (count > 0.0).then(|| value / count / 1e6)
     }
 
     /// By function (its lines' values summed, shown at its heaviest line),
     /// the most first.
-    fn ranked(by: &HashMap<Arc<Frame>, f64>) -> Vec<(&Arc<Frame>, f64)> {
+    fn ranked(by: &ByFrame<f64>) -> Vec<(&Arc<Frame>, f64)> {
         let mut of: HashMap<&str, (&Arc<Frame>, f64, f64)> = HashMap::with_capacity(by.len());
-        for (f, &x) in by {
+        for (Ptr(f), &x) in by {
             let e = of.entry(&*f.function).or_insert((f, x, 0.0));
             if x > e.1 || (x == e.1 && f.location < e.0.location) {
                 (e.0, e.1) = (f, x);
@@ -707,7 +741,7 @@ impl Code {
         v
     }
 
-    fn top(by: &HashMap<Arc<Frame>, f64>, total: f64) -> Vec<serde_json::Value> {
+    fn top(by: &ByFrame<f64>, total: f64) -> Vec<serde_json::Value> {
         Code::ranked(by)
             .into_iter()
             .take(5)
@@ -746,7 +780,7 @@ impl Code {
             c: Vec<(Arc<str>, Node)>,
         }
         let mut root = Node::default();
-        for (stack, v) in &self.stacks {
+        for (Ptr(stack), v) in &self.stacks {
             root.v += v;
             let mut n = &mut root;
             for f in stack.iter().rev().take(MAX_DEPTH) {
