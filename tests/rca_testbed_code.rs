@@ -355,9 +355,9 @@ service:
             }
         });
     };
-    // What the verdict of each trace says, and how many are `want`
-    // (cause, service, function, profile kind).
-    let named = |ids: &[String], want: (&str, &str, &str, &str)| -> usize {
+    // At least 90% of `ids` (the traces of fault `what`) are `want` (cause,
+    // service, function, profile kind) by the thread join.
+    let named = |what: &str, ids: &[String], want: (&str, &str, &str, &str)| {
         let got = testbed::verdicts(&traces, ids.iter());
         let mut right = 0;
         for id in ids {
@@ -377,7 +377,11 @@ service:
                 eprintln!("  {id}: {cause} {verdict:?} {:?}", a.get("rca.summary"));
             }
         }
-        right
+        assert!(
+            right * 10 >= ids.len() * 9,
+            "{what}: {right} of {} right",
+            ids.len()
+        );
     };
     let no_code_cause = |ids: &[String]| {
         let all = testbed::verdicts(&traces, ids.iter());
@@ -461,11 +465,10 @@ service:
         let ms = truth_of(id)["ms"].as_i64().unwrap();
         assert!(ms >= 100, "the parse took {ms} ms: too little to tell");
     }
-    let right = named(&hot, ("cpu_hotspot", "ledger", "Ledger.parseAst", "cpu"));
-    assert!(
-        right * 10 >= hot.len() * 9,
-        "cpu: {right} of {} right",
-        hot.len()
+    named(
+        "cpu",
+        &hot,
+        ("cpu_hotspot", "ledger", "Ledger.parseAst", "cpu"),
     );
     // The lookups that waited for the monitor (by the handler's clock).
     let waited: Vec<String> = ids("lock_contention")
@@ -473,14 +476,10 @@ service:
         .filter(|id| truth_of(id)["waited_ms"].as_i64().unwrap() >= 100)
         .collect();
     assert!(waited.len() >= 18, "{} of 36 lookups waited", waited.len());
-    let right = named(
+    named(
+        "lock",
         &waited,
         ("lock_contention", "ledger", "Ledger.lookupSymbols", "lock"),
-    );
-    assert!(
-        right * 10 >= waited.len() * 9,
-        "lock: {right} of {} right",
-        waited.len()
     );
     let off = ids("wall");
     assert_eq!(off.len(), 12);
@@ -490,11 +489,10 @@ service:
     }
     // Off CPU in its own code: no cause of the code's (no CPU, no lock),
     // but the code that held the time, by the wall clock.
-    let right = named(&off, ("", "ledger-wall", "Ledger.loadReport", "wall"));
-    assert!(
-        right * 10 >= off.len() * 9,
-        "wall: {right} of {} right",
-        off.len()
+    named(
+        "wall",
+        &off,
+        ("", "ledger-wall", "Ledger.loadReport", "wall"),
     );
     no_code_cause(&off);
     no_code_cause(&warmup);

@@ -3758,6 +3758,38 @@ fn front_and_shop(tid: u8, op: &str, ms: u64) -> Vec<ResourceSpans> {
     ]
 }
 
+/// A front calling the shop's `GET /{op}` (trace `tid`, the shop's span
+/// `ms` long), analysed after the shop's `profiles`, on the routes'
+/// normals (2 ms at the shop): its verdict and its spans, annotated.
+async fn shop_with(
+    profiles: &[ProfileSpec<'_>],
+    tid: u8,
+    op: &str,
+    ms: u64,
+) -> (Verdict, Vec<ResourceSpans>) {
+    use prost::Message;
+    let st = store();
+    st.store.baselines.feed(
+        1_000_000_000_000,
+        (0..30).flat_map(|_| {
+            [
+                ("shop", "GET /parse", 2.0),
+                ("shop", "GET /symbols", 2.0),
+                ("shop", "GET /render", 2.0),
+                ("front", "GET /api/parse", 4.0),
+                ("front", "GET /api/symbols", 4.0),
+                ("front", "GET /api/render", 4.0),
+                ("front", "GET", 4.0),
+            ]
+        }),
+    );
+    let req = profiles_of("shop", profiles);
+    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+    let mut rs = front_and_shop(tid, op, ms);
+    let v = analyse(&st, &mut rs).await.remove(0).1;
+    (v, rs)
+}
+
 #[tokio::test]
 async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
     use prost::Message;
@@ -3768,24 +3800,7 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
             vec![(frames, ms * 1_000_000, Some(span))],
         )
     };
-    let normal = |st: &Correlation| {
-        st.store.baselines.feed(
-            1_000_000_000_000,
-            (0..30).flat_map(|_| {
-                [
-                    ("shop", "GET /parse", 2.0),
-                    ("shop", "GET /symbols", 2.0),
-                    ("shop", "GET /render", 2.0),
-                    ("front", "GET /api/parse", 4.0),
-                    ("front", "GET /api/symbols", 4.0),
-                    ("front", "GET /api/render", 4.0),
-                    ("front", "GET", 4.0),
-                ]
-            }),
-        );
-    };
-    let verdict_of = |out: &[(TraceRow, Verdict)]| {
-        let v = &out[0].1;
+    let verdict_of = |v: &Verdict| {
         (
             v.best.cause.clone(),
             v.culprit_service.clone(),
@@ -3794,20 +3809,18 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
         )
     };
     // CPU in the service's own function, on the span's own samples.
-    let st = store();
-    normal(&st);
-    let req = profiles_of(
-        "shop",
+    let (v, rs) = shop_with(
         &[cpu(
             vec!["crypto/sha256.block", "main.parseAST", "main.handleParse"],
             280,
             11,
         )],
-    );
-    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
-    let mut rs = front_and_shop(10, "parse", 300);
-    let out = analyse(&st, &mut rs).await;
-    let (cause, service, kind, summary) = verdict_of(&out);
+        10,
+        "parse",
+        300,
+    )
+    .await;
+    let (cause, service, kind, summary) = verdict_of(&v);
     assert_eq!(
         (cause.as_str(), service.as_str(), kind),
         ("cpu_hotspot", "shop", "code"),
@@ -3820,14 +3833,9 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
     assert_eq!(code_attributes(&rs)["rca.code.function"], "main.parseAST");
     // On a starved host: on CPU 100 ms of a 300 ms span (the rest in the
     // run queue), 50 times the route's normal: the work grew.
-    let st = store();
-    normal(&st);
-    let req = profiles_of("shop", &[cpu(vec!["main.parseAST"], 100, 81)]);
-    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
-    let mut rs = front_and_shop(80, "parse", 300);
-    let out = analyse(&st, &mut rs).await;
-    let (cause, _, _, summary) = verdict_of(&out);
-    assert_eq!(cause, "cpu_hotspot", "{:?}", out[0].1);
+    let (v, rs) = shop_with(&[cpu(vec!["main.parseAST"], 100, 81)], 80, "parse", 300).await;
+    let (cause, _, _, summary) = verdict_of(&v);
+    assert_eq!(cause, "cpu_hotspot", "{:?}", v);
     assert!(
         summary.contains("on CPU 100 ms of its 300 ms (50× the normal of the whole span"),
         "{summary}"
@@ -3849,31 +3857,18 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
     let req = profiles_of("shop", &[cpu(vec!["main.parseAST"], 100, 91)]);
     st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
     let mut rs = front_and_shop(90, "parse", 300);
-    let out = analyse(&st, &mut rs).await;
-    assert_ne!(verdict_of(&out).0, "cpu_hotspot", "{:?}", out[0].1);
+    let v = analyse(&st, &mut rs).await.remove(0).1;
+    assert_ne!(verdict_of(&v).0, "cpu_hotspot", "{:?}", v);
     // The same span at its normal length: its code is no cause.
-    let st = store();
-    normal(&st);
-    let req = profiles_of("shop", &[cpu(vec!["main.parseAST"], 10, 21)]);
-    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
-    let mut rs = front_and_shop(20, "parse", 5);
-    let out = analyse(&st, &mut rs).await;
-    assert_eq!(verdict_of(&out).0, "unknown", "{:?}", out[0].1);
+    let (v, _) = shop_with(&[cpu(vec!["main.parseAST"], 10, 21)], 20, "parse", 5).await;
+    assert_eq!(verdict_of(&v).0, "unknown", "{:?}", v);
     // Too little time to say: 40 ms on CPU (four samples at 100 Hz) do not
     // make a hotspot.
-    let st = store();
-    normal(&st);
-    let req = profiles_of("shop", &[cpu(vec!["main.parseAST"], 40, 31)]);
-    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
-    let mut rs = front_and_shop(30, "parse", 60);
-    let out = analyse(&st, &mut rs).await;
-    assert_ne!(verdict_of(&out).0, "cpu_hotspot", "{:?}", out[0].1);
+    let (v, _) = shop_with(&[cpu(vec!["main.parseAST"], 40, 31)], 30, "parse", 60).await;
+    assert_ne!(verdict_of(&v).0, "cpu_hotspot", "{:?}", v);
     // Allocation: the allocator and the collector hold the time, driven by
     // the service's function.
-    let st = store();
-    normal(&st);
-    let req = profiles_of(
-        "shop",
+    let (v, _) = shop_with(
         &[(
             "cpu",
             "nanoseconds",
@@ -3899,11 +3894,12 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
                 (vec!["main.renderPage"], 40_000_000, Some(41)),
             ],
         )],
-    );
-    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
-    let mut rs = front_and_shop(40, "render", 320);
-    let out = analyse(&st, &mut rs).await;
-    let (cause, service, kind, summary) = verdict_of(&out);
+        40,
+        "render",
+        320,
+    )
+    .await;
+    let (cause, service, kind, summary) = verdict_of(&v);
     assert_eq!(
         (cause.as_str(), service.as_str(), kind),
         ("gc_pressure", "shop", "code"),
@@ -3916,25 +3912,25 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
     // A lock: the span's process labels its CPU samples and the span has
     // none (it was off CPU); the mutex profile (no labels, by time) says
     // who held the lock and how long its contentions waited.
-    let st = store();
-    normal(&st);
     let unlock = vec!["sync.(*Mutex).Unlock", "main.refreshSymbols", "main.loop"];
-    let req = profiles_of(
-        "shop",
+    let contentions = ("contentions", "count", vec![(unlock.clone(), 8, None)]);
+    let delay = (
+        "delay",
+        "nanoseconds",
+        vec![(unlock.clone(), 1_600_000_000, None)],
+    );
+    let (v, rs) = shop_with(
         &[
             cpu(vec!["main.parseAST"], 30, 99),
-            ("contentions", "count", vec![(unlock.clone(), 8, None)]),
-            (
-                "delay",
-                "nanoseconds",
-                vec![(unlock.clone(), 1_600_000_000, None)],
-            ),
+            contentions.clone(),
+            delay.clone(),
         ],
-    );
-    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
-    let mut rs = front_and_shop(50, "symbols", 250);
-    let out = analyse(&st, &mut rs).await;
-    let (cause, service, kind, summary) = verdict_of(&out);
+        50,
+        "symbols",
+        250,
+    )
+    .await;
+    let (cause, service, kind, summary) = verdict_of(&v);
     assert_eq!(
         (cause.as_str(), service.as_str(), kind),
         ("lock_contention", "shop", "code"),
@@ -3949,31 +3945,22 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
     assert_eq!(code["rca.code.kind"], "lock");
     assert_eq!(code["rca.code.join"], "time");
     // The same span with its own CPU samples covering it: not the lock.
-    let st = store();
-    normal(&st);
-    let req = profiles_of(
-        "shop",
+    let (v, _) = shop_with(
         &[
             cpu(vec!["main.parseAST"], 240, 61),
-            ("contentions", "count", vec![(unlock.clone(), 8, None)]),
-            (
-                "delay",
-                "nanoseconds",
-                vec![(unlock.clone(), 1_600_000_000, None)],
-            ),
+            contentions.clone(),
+            delay.clone(),
         ],
-    );
-    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
-    let mut rs = front_and_shop(60, "symbols", 250);
-    let out = analyse(&st, &mut rs).await;
-    assert_eq!(verdict_of(&out).0, "cpu_hotspot", "{:?}", out[0].1);
+        60,
+        "symbols",
+        250,
+    )
+    .await;
+    assert_eq!(verdict_of(&v).0, "cpu_hotspot", "{:?}", v);
     // Half off CPU while allocating, beside a lock's window: its own CPU
     // is mostly the collector's, so its time off CPU is the collector's
     // (an assist parks), not the lock's.
-    let st = store();
-    normal(&st);
-    let req = profiles_of(
-        "shop",
+    let (v, _) = shop_with(
         &[
             (
                 "cpu",
@@ -3991,45 +3978,33 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
                     (vec!["main.renderPage"], 40_000_000, Some(71)),
                 ],
             ),
-            ("contentions", "count", vec![(unlock.clone(), 8, None)]),
-            (
-                "delay",
-                "nanoseconds",
-                vec![(unlock.clone(), 1_600_000_000, None)],
-            ),
+            contentions.clone(),
+            delay.clone(),
         ],
-    );
-    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
-    let mut rs = front_and_shop(70, "render", 300);
-    let out = analyse(&st, &mut rs).await;
-    assert_eq!(verdict_of(&out).0, "gc_pressure", "{:?}", out[0].1);
+        70,
+        "render",
+        300,
+    )
+    .await;
+    assert_eq!(verdict_of(&v).0, "gc_pressure", "{:?}", v);
     // On a starved host, the parse's own CPU grew fifty-fold and it was
     // off CPU (in the run queue) more than half its time, beside a lock's
     // window: its work, not the lock.
-    let st = store();
-    normal(&st);
-    let req = profiles_of(
-        "shop",
+    let (v, _) = shop_with(
         &[
             cpu(vec!["main.parseAST"], 100, 111),
-            ("contentions", "count", vec![(unlock.clone(), 8, None)]),
-            (
-                "delay",
-                "nanoseconds",
-                vec![(unlock.clone(), 1_600_000_000, None)],
-            ),
+            contentions.clone(),
+            delay.clone(),
         ],
-    );
-    st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
-    let mut rs = front_and_shop(110, "parse", 300);
-    let out = analyse(&st, &mut rs).await;
-    assert_eq!(verdict_of(&out).0, "cpu_hotspot", "{:?}", out[0].1);
+        110,
+        "parse",
+        300,
+    )
+    .await;
+    assert_eq!(verdict_of(&v).0, "cpu_hotspot", "{:?}", v);
     // No profile: the slow callee is named as before.
-    let st = store();
-    normal(&st);
-    let mut rs = front_and_shop(100, "parse", 300);
-    let out = analyse(&st, &mut rs).await;
-    assert_eq!(verdict_of(&out).0, "slow_dependency", "{:?}", out[0].1);
+    let (v, _) = shop_with(&[], 100, "parse", 300).await;
+    assert_eq!(verdict_of(&v).0, "slow_dependency", "{:?}", v);
 }
 
 /// async-profiler's samples converted by its own converter (`jfrconv -o

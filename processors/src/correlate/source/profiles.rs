@@ -1253,11 +1253,13 @@ impl<'a> Index<'a> {
     }
 }
 
-/// A trace's processes: each span's local root ([`local_root`]) and, per
-/// local root, the critical self time of its process's spans.
+/// A trace's processes: each span's local root ([`local_root`]), per
+/// local root the critical self time of its process's spans, and per span
+/// the times of its children on its own thread (`thread.name`).
 struct Processes {
     root: Vec<usize>,
     own: HashMap<usize, f64>,
+    on_thread: Vec<Vec<(u64, u64)>>,
 }
 
 impl Processes {
@@ -1267,7 +1269,22 @@ impl Processes {
         for (i, s) in t.spans.iter().enumerate().filter(|(_, s)| s.critical) {
             *own.entry(root[i]).or_default() += s.self_ms;
         }
-        Processes { root, own }
+        let mut on_thread = vec![Vec::new(); t.spans.len()];
+        for (j, s) in t.spans.iter().enumerate() {
+            let Some(p) = s.parent else { continue };
+            let thread = attributes::text(s, "thread_name");
+            if thread.is_some()
+                && t.spans[p].service == s.service
+                && attributes::text(&t.spans[p], "thread_name") == thread
+            {
+                on_thread[p].push(span_time(t, j));
+            }
+        }
+        Processes {
+            root,
+            own,
+            on_thread,
+        }
     }
 }
 
@@ -1325,15 +1342,8 @@ fn span_code(
     // where the service's samples name threads, a span's thread with none
     // had none.
     if let Some(thread) = attributes::text(s, "thread_name").filter(|_| has(&index.threaded)) {
-        let holes: Vec<(u64, u64)> = (0..t.spans.len())
-            .filter(|&j| {
-                t.spans[j].parent == Some(i)
-                    && t.spans[j].service == s.service
-                    && attributes::text(&t.spans[j], "thread_name") == Some(thread)
-            })
-            .map(|j| span_time(t, j))
-            .collect();
-        let (code, w) = index.gather((&s.service, kind, thread), start, end, &holes)?;
+        let holes = &p.on_thread[i];
+        let (code, w) = index.gather((&s.service, kind, thread), start, end, holes)?;
         return told("thread", &code, w);
     }
     // (d) Its service over its time, weighed by the overlap.
