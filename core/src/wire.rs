@@ -290,6 +290,12 @@ fn scan_profiles(buf: &[u8]) -> Result<ScanResult, WireError> {
             {
                 return Err(bad("a sample points past the dictionary"));
             }
+            // Values and timestamps MUST pair up (one total spread over
+            // the timestamps is an older draft's shape, still read).
+            let (v, t) = (sm.values.len(), sm.timestamps_unix_nano.len());
+            if v > 1 && t > 0 && v != t {
+                return Err(bad("a sample's values and timestamps differ in number"));
+            }
         }
         res.items += p.samples.len();
     }
@@ -681,6 +687,22 @@ mod profile_tests {
         assert_eq!(e.reason, "a stack deeper than 4096 frames");
         let e = scan(Signal::Profiles, b"\x0a\xff").unwrap_err();
         assert_eq!(e.reason, "not a valid ExportProfilesServiceRequest");
+        // Three values for two timestamps: which value is whose is unknown.
+        let mut req = ExportProfilesServiceRequest::decode(&request(vec![1], 1)[..]).unwrap();
+        let sm = &mut req.resource_profiles[0].scope_profiles[0].profiles[0].samples[0];
+        sm.values = vec![1, 2, 3];
+        sm.timestamps_unix_nano = vec![10, 20];
+        let e = scan(Signal::Profiles, &req.encode_to_vec()).unwrap_err();
+        assert_eq!(
+            e.reason,
+            "a sample's values and timestamps differ in number"
+        );
+        // As many values as timestamps, none, or one total: taken.
+        for values in [vec![1, 2], vec![], vec![3]] {
+            let sm = &mut req.resource_profiles[0].scope_profiles[0].profiles[0].samples[0];
+            sm.values = values;
+            assert!(scan(Signal::Profiles, &req.encode_to_vec()).is_ok());
+        }
     }
 
     #[test]

@@ -526,8 +526,8 @@ fn samples(req: &ExportProfilesServiceRequest) -> Vec<(Sample, usize)> {
                         _ => None,
                     };
                     for (k, &ts) in times.iter().enumerate() {
-                        // Values and timestamps of different lengths: the
-                        // sample says nothing it can be trusted for.
+                        // Values and timestamps of different lengths are
+                        // refused at the door (`wire::scan`); nothing to trust.
                         let Some(v) = value_at(k) else { break };
                         out.push((
                             sample(ts, ts, v, count(counted)),
