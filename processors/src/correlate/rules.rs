@@ -16,7 +16,7 @@
 //!   rpc_system, rpc_service, rpc_method, grpc_status,
 //!   cache_hit, wait_ms, path_ms, cache_inferred, pool_wait, client_error, refused_target, attempt, attempts,
 //!   failed_attempts, retry_window_ms, retry_gap_ms, retry_trigger, recovered, queue_ms, async_wait_ms,
-//!   baseline_ms, excess_ms, server_port, gen_ai_model, input_tokens, output_tokens,
+//!   baseline_ms, excess_ms, server_port, gen_ai_model, input_tokens, output_tokens, cache_read_tokens,
 //!   gen_ai_queue_ms, gen_ai_ttft_ms, gen_ai_prefill_ms, gen_ai_decode_ms, prompt_baseline`, then
 //!   the declared span attributes (`super::model::attributes`: `db_collection`, `thread_name`)
 //!   (see `super::analysis::shape` for the inferred ones)
@@ -61,17 +61,14 @@ use std::sync::Arc;
 use super::analysis::verdict::dependency_name;
 use super::model::attributes::{self, SPAN_ATTRIBUTES};
 use super::model::cause::{
-    self, Cause, Face, CIRCUIT_OPEN, CONSUMER_LAG, DB_CONNECTION_SATURATION, RATE_LIMITED,
-    RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
+    self, Cause, Face, CIRCUIT_OPEN, CONSUMER_LAG, DB_CONNECTION_SATURATION, LONG_PROMPT,
+    RATE_LIMITED, RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
 };
 use super::model::columns::{fill_spans, fill_traces, SPAN_COLUMNS, TRACE_COLUMNS};
 use super::model::table::{schema_of, Cols, Table};
 use super::model::SpanRow;
 use super::model::{Finding, Rule, TraceRow};
 use std::sync::LazyLock;
-
-/// A prompt far longer than the model's usual held the prefill.
-pub static LONG_PROMPT: Cause = Cause::new("long_prompt", cause::service);
 
 /// Time waiting before work began: a callee's accept queue, a pool or lock
 /// of the service's own.

@@ -4285,3 +4285,156 @@ async fn a_slow_dependencys_verdict_stays_and_gains_the_code_only_where_it_expla
         code_attributes(&rs)
     );
 }
+
+/// llama.cpp's `/metrics` (counters and gauges as the `prometheus`
+/// receiver keeps them) of one server at `instance`: `(t_ms, prompt tokens
+/// processed, cached, prompt seconds, tokens predicted, predict seconds,
+/// deferred)` per scrape.
+fn llama_scrapes(
+    instance: &str,
+    points: &[(u64, f64, f64, f64, f64, f64, f64)],
+) -> Vec<ResourceMetrics> {
+    let mut rms = Vec::new();
+    for &(t, prompt, cached, prompt_s, predicted, predicted_s, deferred) in points {
+        for (name, v) in [
+            ("llamacpp:prompt_tokens_total", prompt),
+            ("llamacpp:prompt_tokens_cached_total", cached),
+            ("llamacpp:prompt_seconds_total", prompt_s),
+            ("llamacpp:tokens_predicted_total", predicted),
+            ("llamacpp:tokens_predicted_seconds_total", predicted_s),
+            ("llamacpp:requests_deferred", deferred),
+            ("llamacpp:requests_processing", 2.0),
+        ] {
+            rms.push(scraped("llama-server", instance, name, &[], v, t));
+        }
+    }
+    rms
+}
+
+/// A chat call through the OpenAI instrumentation to llama.cpp at `port`,
+/// inside `POST /assist`: its tokens as the instrumentation writes them.
+fn llama_call(id: u8, port: i64, (input, output): (i64, i64), ms: u64) -> ResourceSpans {
+    resource_spans(
+        "assistant",
+        tid(
+            id,
+            vec![
+                sp(1, None, "POST /assist", Server, 0, ms + 20),
+                with(
+                    sp(2, Some(1), "chat tiny", Client, 10, 10 + ms),
+                    vec![
+                        attr_s("gen_ai.operation.name", "chat"),
+                        attr_s("gen_ai.request.model", "tiny"),
+                        attr_s("gen_ai.provider.name", "openai"),
+                        attr_s("server.address", "127.0.0.1"),
+                        kv("server.port", port),
+                        kv("gen_ai.usage.input_tokens", input),
+                        kv("gen_ai.usage.output_tokens", output),
+                    ],
+                ),
+            ],
+        ),
+    )
+}
+
+/// llama.cpp writes no spans: a call's wait for a slot, its prefill and its
+/// decode are read from the client's tokens against the server's own rates
+/// over the call, and each names its cause with the numbers.
+#[tokio::test]
+async fn a_llama_cpp_calls_wait_prefill_and_decode_come_from_its_counters_and_the_tokens() {
+    let st = store();
+    let mut rms = Vec::new();
+    // :8080, slots full: 100 of 2000 prompt tokens processed at 0.1 ms,
+    // 64 generated at 4 ms, four requests deferred.
+    rms.extend(llama_scrapes(
+        "127.0.0.1:8080",
+        &[
+            (0, 5000.0, 9000.0, 0.5, 400.0, 1.6, 0.0),
+            (500, 5050.0, 9950.0, 0.505, 432.0, 1.728, 4.0),
+            (1000, 5100.0, 10900.0, 0.51, 464.0, 1.856, 0.0),
+        ],
+    ));
+    // :8081, the prefix broken: 2000 tokens processed, none cached.
+    rms.extend(llama_scrapes(
+        "127.0.0.1:8081",
+        &[
+            (0, 5000.0, 9000.0, 0.5, 400.0, 1.6, 0.0),
+            (1000, 7000.0, 9000.0, 0.7, 416.0, 1.664, 0.0),
+        ],
+    ));
+    // :8082, one long prompt: 9000 tokens in 3 s.
+    rms.extend(llama_scrapes(
+        "127.0.0.1:8082",
+        &[
+            (0, 5000.0, 9000.0, 0.5, 400.0, 1.6, 0.0),
+            (3500, 14000.0, 9001.0, 3.5, 416.0, 1.664, 0.0),
+        ],
+    ));
+    // :8083, healthy: 95% of the prompt cached.
+    rms.extend(llama_scrapes(
+        "127.0.0.1:8083",
+        &[
+            (0, 5000.0, 9000.0, 0.5, 400.0, 1.6, 0.0),
+            (1000, 5100.0, 10900.0, 0.51, 416.0, 1.664, 0.0),
+        ],
+    ));
+    st.add_metrics(&rms, 1_000_000_000_000 + 4_000_000_000);
+    let mut rs = vec![
+        llama_call(101, 8080, (2000, 64), 900),
+        llama_call(102, 8081, (2000, 16), 300),
+        llama_call(103, 8082, (9000, 16), 3300),
+        llama_call(104, 8083, (2000, 16), 100),
+    ];
+    let out = analyse(&st, &mut rs).await;
+    let v = |id: u8| {
+        out.iter()
+            .find(|(t, _)| t.id == [id; 16])
+            .map(|(_, v)| v.clone())
+            .expect("analysed")
+    };
+    let queued = v(101);
+    assert_eq!(queued.best.cause, "inference_queueing", "{queued:?}");
+    assert_eq!(queued.culprit_service, "llama-server", "{queued:?}");
+    assert_eq!(queued.culprit_kind, "dependency", "{queued:?}");
+    for part in [
+        "waited ~634 ms of 900 ms for a slot",
+        "llamacpp:requests_deferred 4",
+        "prefill ~10 ms (100 of 2000 prompt tokens not cached, 0.1 ms each)",
+        "decode ~256 ms (64 tokens, 4.0 ms each)",
+    ] {
+        assert!(
+            queued.best.summary.contains(part),
+            "{part}: {}",
+            queued.best.summary
+        );
+    }
+    let missed = v(102);
+    assert_eq!(missed.best.cause, "cache_miss_fallback", "{missed:?}");
+    assert_eq!(missed.culprit_service, "llama-server", "{missed:?}");
+    assert!(
+        missed
+            .best
+            .summary
+            .contains("served 0 of 2000 prompt tokens (0% of all prompt tokens meanwhile")
+            && missed
+                .best
+                .summary
+                .contains("recomputed them in ~200 ms of 300 ms"),
+        "{}",
+        missed.best.summary
+    );
+    let long = v(103);
+    assert_eq!(long.best.cause, "long_prompt", "{long:?}");
+    assert_eq!(long.culprit_service, "assistant", "{long:?}");
+    assert!(
+        long.best.summary.contains(
+            "a prompt of 9000 tokens to tiny (over 8192): prefill took ~3000 ms of 3300 ms"
+        ),
+        "{}",
+        long.best.summary
+    );
+    // Healthy: no llama.cpp cause (no baseline yet here: the fallback).
+    let healthy = v(104);
+    assert_eq!(healthy.best.cause, "slow_dependency", "{healthy:?}");
+    assert!(healthy.alternatives.is_empty(), "{healthy:?}");
+}

@@ -303,7 +303,15 @@ fn span_row_of(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) ->
         )
         .and_then(any_int),
         gen_ai_queue_ms: attr(a, &["gen_ai.latency.time_in_queue"]).and_then(seconds_ms),
-        gen_ai_ttft_ms: attr(a, &["gen_ai.latency.time_to_first_token"]).and_then(seconds_ms),
+        cache_read_tokens: attr(a, &["gen_ai.usage.cache_read.input_tokens"]).and_then(any_int),
+        gen_ai_ttft_ms: attr(
+            a,
+            &[
+                "gen_ai.latency.time_to_first_token",
+                "gen_ai.response.time_to_first_chunk",
+            ],
+        )
+        .and_then(seconds_ms),
         gen_ai_prefill_ms: attr(a, &["gen_ai.latency.time_in_model_prefill"]).and_then(seconds_ms),
         gen_ai_decode_ms: attr(a, &["gen_ai.latency.time_in_model_decode"]).and_then(seconds_ms),
         cache_hit,

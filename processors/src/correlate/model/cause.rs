@@ -148,6 +148,10 @@ pub fn dependency(_: &SpanRow) -> &'static str {
     "dependency"
 }
 
+/// A prompt far longer than the model's usual held the prefill (a server's
+/// own prefill span, or llama.cpp's rate against the client's tokens).
+pub static LONG_PROMPT: Cause = Cause::new("long_prompt", service);
+
 /// No rule found a cause: the verdict's own answer.
 pub static UNKNOWN: Cause = Cause::new("unknown", service).waits();
 /// A callee that did not answer in time (a span's deadline, a gateway's 504).

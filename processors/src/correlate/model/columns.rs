@@ -154,6 +154,7 @@ table!(
     text("gen_ai_model", |t, i| so(&t.spans[i].gen_ai_model)),
     int("input_tokens", |t, i| V::I(t.spans[i].input_tokens)),
     int("output_tokens", |t, i| V::I(t.spans[i].output_tokens)),
+    int("cache_read_tokens", |t, i| V::I(t.spans[i].cache_read_tokens)),
     float("gen_ai_queue_ms", |t, i| V::F(t.spans[i].gen_ai_queue_ms)),
     float("gen_ai_ttft_ms", |t, i| V::F(t.spans[i].gen_ai_ttft_ms)),
     float("gen_ai_prefill_ms", |t, i| {

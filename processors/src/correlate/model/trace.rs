@@ -80,9 +80,14 @@ pub struct SpanRow {
     pub input_tokens: Option<i64>,
     /// `gen_ai.usage.output_tokens` (or `gen_ai.usage.completion_tokens`).
     pub output_tokens: Option<i64>,
+    /// `gen_ai.usage.cache_read.input_tokens`: the input tokens the server
+    /// took from its prompt cache (the OpenAI instrumentation writes it for
+    /// the Responses API, not for chat completions).
+    pub cache_read_tokens: Option<i64>,
     /// vLLM's `gen_ai.latency.time_in_queue` (ms).
     pub gen_ai_queue_ms: Option<f64>,
-    /// vLLM's `gen_ai.latency.time_to_first_token` (ms).
+    /// vLLM's `gen_ai.latency.time_to_first_token`, or the conventions'
+    /// `gen_ai.response.time_to_first_chunk` a streaming client measured (ms).
     pub gen_ai_ttft_ms: Option<f64>,
     /// vLLM's `gen_ai.latency.time_in_model_prefill` (ms).
     pub gen_ai_prefill_ms: Option<f64>,

@@ -1,12 +1,19 @@
 //! The LLM inference family: vLLM's queue, running requests, KV cache and
 //! preemptions; the OpenTelemetry GenAI server metrics (time to first
 //! token, request duration; pushed over OTLP or scraped); NVIDIA Triton's
-//! queue time per request and GPU use.
+//! queue time per request and GPU use; llama.cpp's `llama-server`
+//! (`--metrics`): its deferred and processing requests, and from its
+//! counters the time per prompt token and per generated token and the share
+//! of prompt tokens its cache served, over the span. llama.cpp writes no
+//! spans: a call's wait, prefill and decode are read from the client's
+//! GenAI span (its input, cached and output tokens, its time to first
+//! chunk when the instrumentation writes it) against those rates.
 
 use std::collections::BTreeMap;
 
+use super::redis::CACHE_MISS_FALLBACK;
 use super::{add, maxed, mean, DepRow, Family, Points, Window};
-use crate::correlate::model::cause::{self, Cause};
+use crate::correlate::model::cause::{self, Cause, LONG_PROMPT};
 use crate::correlate::model::table::{Column, V};
 use crate::correlate::model::Rule;
 
@@ -16,17 +23,62 @@ pub static INFERENCE_QUEUEING: Cause = Cause::new("inference_queueing", cause::d
 /// The server's KV cache was full: requests were preempted or waited.
 pub static KV_CACHE_PRESSURE: Cause = Cause::new("kv_cache_pressure", cause::dependency);
 
-/// vLLM, Triton and the GenAI server metrics.
+/// A call to llama.cpp with its parts estimated: the span's uncached
+/// prompt tokens (its `cache_read_tokens`, else its input tokens less the
+/// server's cached share meanwhile) at the server's ms per prompt token is
+/// its prefill; its output tokens at the ms per generated token its decode;
+/// what is left of its time to first chunk (when the client measured it),
+/// else of its duration, is the wait for a slot.
+const LLAMA_CALLS: &str = r#"
+SELECT e.*, e.uncached * e.prompt_ms_per_token AS prefill_ms, e.output_tokens * e.decode_ms_per_token AS decode_ms,
+  CASE WHEN e.ttft_ms IS NOT NULL THEN e.ttft_ms - e.uncached * e.prompt_ms_per_token
+       ELSE e.duration_ms - e.uncached * e.prompt_ms_per_token - e.output_tokens * e.decode_ms_per_token END AS wait_ms
+FROM (
+  SELECT s.trace_id, s.span_id, s.service, s.gen_ai_model, s.duration_ms, s.path_ms, s.input_tokens, s.prompt_baseline,
+    coalesce(s.output_tokens, 0) AS output_tokens, s.gen_ai_ttft_ms AS ttft_ms, r.address,
+    CASE WHEN r.job = '' THEN r.address ELSE r.job END AS server, r.requests_waiting, r.requests_running,
+    r.prompt_ms_per_token, r.decode_ms_per_token, r.prompt_cached_ratio,
+    CASE WHEN s.cache_read_tokens IS NOT NULL THEN s.cache_read_tokens
+         ELSE CAST(round(s.input_tokens * coalesce(r.prompt_cached_ratio, 0.0)) AS BIGINT) END AS cached,
+    greatest(s.input_tokens - CASE WHEN s.cache_read_tokens IS NOT NULL THEN s.cache_read_tokens
+         ELSE CAST(round(s.input_tokens * coalesce(r.prompt_cached_ratio, 0.0)) AS BIGINT) END, 0) AS uncached
+  FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+  WHERE r.system = 'llamacpp' AND s.input_tokens IS NOT NULL
+    AND r.prompt_ms_per_token IS NOT NULL AND r.decode_ms_per_token IS NOT NULL
+) e"#;
+
+/// Where a llama.cpp call's time went, with the numbers: wait, prefill
+/// (uncached of all prompt tokens, ms each), decode (tokens, ms each).
+const LLAMA_PARTS: &str = r#"concat(
+  CASE WHEN ttft_ms IS NULL THEN '' ELSE concat('first token after ', CAST(CAST(round(ttft_ms) AS BIGINT) AS VARCHAR), ' ms; ') END,
+  'waited ~', CAST(CAST(round(greatest(wait_ms, 0)) AS BIGINT) AS VARCHAR), ' ms, prefill ~', CAST(CAST(round(prefill_ms) AS BIGINT) AS VARCHAR),
+  ' ms (', CAST(uncached AS VARCHAR), ' of ', CAST(input_tokens AS VARCHAR), ' prompt tokens not cached, ',
+  CAST(round(prompt_ms_per_token * 1000) / 1000 AS VARCHAR), ' ms each), decode ~', CAST(CAST(round(decode_ms) AS BIGINT) AS VARCHAR),
+  ' ms (', CAST(output_tokens AS VARCHAR), ' tokens, ', CAST(round(decode_ms_per_token * 100) / 100 AS VARCHAR), ' ms each)')"#;
+
+/// The numbers behind a llama.cpp verdict, for `rca.evidence`.
+const LLAMA_EVIDENCE: &str = r#"concat('wait_ms=', CAST(round(wait_ms) AS VARCHAR), ' prefill_ms=', CAST(round(prefill_ms) AS VARCHAR),
+  ' decode_ms=', CAST(round(decode_ms) AS VARCHAR), ' input_tokens=', CAST(input_tokens AS VARCHAR),
+  ' uncached_tokens=', CAST(uncached AS VARCHAR), ' output_tokens=', CAST(output_tokens AS VARCHAR),
+  ' prompt_ms_per_token=', CAST(prompt_ms_per_token AS VARCHAR), ' decode_ms_per_token=', CAST(decode_ms_per_token AS VARCHAR),
+  ' prompt_cached_ratio=', coalesce(CAST(prompt_cached_ratio AS VARCHAR), ''),
+  ' requests_deferred=', coalesce(CAST(requests_waiting AS VARCHAR), ''), ' server=', server)"#;
+
+/// A prompt long against the model's usual (or over 8K tokens before the
+/// usual is known).
+const LONG: &str = "((prompt_baseline IS NOT NULL AND input_tokens >= 4 * prompt_baseline) OR (prompt_baseline IS NULL AND input_tokens > 8192))";
+
+/// vLLM, Triton, llama.cpp and the GenAI server metrics.
 #[derive(Debug, Default)]
 pub struct Llm;
 
 /// An inference server's measurements.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct LlmRow {
-    /// `vllm:num_requests_waiting`.
+    /// `vllm:num_requests_waiting`, llama.cpp's `llamacpp:requests_deferred`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requests_waiting: Option<f64>,
-    /// `vllm:num_requests_running`.
+    /// `vllm:num_requests_running`, llama.cpp's `llamacpp:requests_processing`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requests_running: Option<f64>,
     /// `vllm:kv_cache_usage_perc` (or the older `gpu_cache_usage_perc`), 0..1.
@@ -53,6 +105,20 @@ pub struct LlmRow {
     /// Triton `nv_gpu_memory_used_bytes ÷ nv_gpu_memory_total_bytes`: the largest.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_mem_used: Option<f64>,
+    /// llama.cpp: ms per prompt token it processed (not cached) over the
+    /// window (`llamacpp:prompt_seconds_total ÷ prompt_tokens_total`);
+    /// the server's lifetime mean when it processed none meanwhile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_ms_per_token: Option<f64>,
+    /// llama.cpp: ms per generated token over the window
+    /// (`llamacpp:tokens_predicted_seconds_total ÷ tokens_predicted_total`;
+    /// the lifetime mean likewise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_ms_per_token: Option<f64>,
+    /// llama.cpp: the share of prompt tokens its cache served over the window
+    /// (`prompt_tokens_cached_total` of it and `prompt_tokens_total`), 0..1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_cached_ratio: Option<f64>,
 }
 
 /// The columns LlmRow adds to the `dependency` and `dependencies` tables.
@@ -67,7 +133,39 @@ static LLM: &[Column<LlmRow>] = &[
     Column::float("queue_ms_per_request", |r, _| V::F(r.queue_ms_per_request)),
     Column::float("gpu_util", |r, _| V::F(r.gpu_util)),
     Column::float("gpu_mem_used", |r, _| V::F(r.gpu_mem_used)),
+    Column::float("prompt_ms_per_token", |r, _| V::F(r.prompt_ms_per_token)),
+    Column::float("decode_ms_per_token", |r, _| V::F(r.decode_ms_per_token)),
+    Column::float("prompt_cached_ratio", |r, _| V::F(r.prompt_cached_ratio)),
 ];
+
+/// llama.cpp's rates from its counters: over the window where it did work
+/// of that kind meanwhile, else its lifetime means (the latest values).
+fn llama_rates(m: &mut LlmRow, c: &BTreeMap<&str, (Option<f64>, Option<f64>)>) {
+    let get = |k: &str| c.get(k).copied().unwrap_or_default();
+    let per = |time: &str, count: &str| {
+        let ((dt, t), (dn, n)) = (get(time), get(count));
+        match (dt, dn) {
+            (Some(dt), Some(dn)) if dn > 0.0 => Some(dt * 1000.0 / dn),
+            _ => match (t, n) {
+                (Some(t), Some(n)) if n > 0.0 => Some(t * 1000.0 / n),
+                _ => None,
+            },
+        }
+    };
+    m.prompt_ms_per_token = per("llamacpp:prompt_seconds", "llamacpp:prompt_tokens");
+    m.decode_ms_per_token = per(
+        "llamacpp:tokens_predicted_seconds",
+        "llamacpp:tokens_predicted",
+    );
+    if let (Some(cached), Some(done)) = (
+        get("llamacpp:prompt_tokens_cached").0,
+        get("llamacpp:prompt_tokens").0,
+    ) {
+        if cached + done > 0.0 {
+            m.prompt_cached_ratio = Some(cached / (cached + done));
+        }
+    }
+}
 
 impl Family for Llm {
     type Row = LlmRow;
@@ -99,6 +197,13 @@ impl Family for Llm {
             | "nv_gpu_utilization"
             | "nv_gpu_memory_used_bytes"
             | "nv_gpu_memory_total_bytes" => "triton",
+            "llamacpp:prompt_tokens"
+            | "llamacpp:prompt_tokens_cached"
+            | "llamacpp:prompt_seconds"
+            | "llamacpp:tokens_predicted"
+            | "llamacpp:tokens_predicted_seconds"
+            | "llamacpp:requests_processing"
+            | "llamacpp:requests_deferred" => "llamacpp",
             _ => return None,
         })
     }
@@ -116,16 +221,31 @@ impl Family for Llm {
 
     fn fill(&self, r: &mut DepRow<LlmRow>, points: &[Points<'_>], w: &Window) {
         let (mut triton_queue, mut triton_ok) = (None, None);
+        // llama.cpp's counters, by base name: (increase, latest value).
+        let mut llama: BTreeMap<&str, (Option<f64>, Option<f64>)> = BTreeMap::new();
         let (mut mem_used, mut mem_total): (BTreeMap<String, f64>, BTreeMap<String, f64>) =
             Default::default();
         for p in points {
             let name = p.name();
             match name {
-                "vllm:num_requests_waiting" => p
+                "llamacpp:prompt_tokens"
+                | "llamacpp:prompt_tokens_cached"
+                | "llamacpp:prompt_seconds"
+                | "llamacpp:tokens_predicted"
+                | "llamacpp:tokens_predicted_seconds" => {
+                    let e = llama.entry(name).or_default();
+                    if let Some(v) = p.increase() {
+                        add(&mut e.0, v);
+                    }
+                    if let Some(&(_, v)) = p.pts.last() {
+                        e.1 = Some(v);
+                    }
+                }
+                "vllm:num_requests_waiting" | "llamacpp:requests_deferred" => p
                     .inside(w)
                     .into_iter()
                     .for_each(|v| maxed(&mut r.m.requests_waiting, v)),
-                "vllm:num_requests_running" => p
+                "vllm:num_requests_running" | "llamacpp:requests_processing" => p
                     .inside(w)
                     .into_iter()
                     .for_each(|v| maxed(&mut r.m.requests_running, v)),
@@ -172,6 +292,9 @@ impl Family for Llm {
             if n > 0.0 {
                 r.m.queue_ms_per_request = Some(q / n / 1000.0);
             }
+        }
+        if !llama.is_empty() {
+            llama_rates(&mut r.m, &llama);
         }
         for (gpu, used) in &mem_used {
             if let Some(total) = mem_total.get(gpu).filter(|t| **t > 0.0) {
@@ -226,6 +349,67 @@ SELECT s.trace_id, 0.8 AS confidence,
 FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
 WHERE r.system = 'vllm' AND (r.kv_cache_usage >= 0.95 OR r.preemptions > 0)
 GROUP BY s.trace_id"#,
+            ),
+            r(
+                "llama_slot_wait",
+                &INFERENCE_QUEUEING,
+                &format!(
+                    r#"
+SELECT trace_id, 0.8 AS confidence,
+  first_value(concat(coalesce(gen_ai_model, service), ' request to llama.cpp ', server, ' waited ~', CAST(CAST(round(wait_ms) AS BIGINT) AS VARCHAR),
+         ' ms of ', CAST(CAST(round(duration_ms) AS BIGINT) AS VARCHAR), ' ms for a slot',
+         CASE WHEN requests_waiting > 0 THEN concat(' (llamacpp:requests_deferred ', CAST(CAST(requests_waiting AS BIGINT) AS VARCHAR),
+                                                   ', requests_processing ', coalesce(CAST(CAST(requests_running AS BIGINT) AS VARCHAR), '?'), ')')
+              ELSE '' END, ': ', {LLAMA_PARTS}) ORDER BY wait_ms DESC) AS summary,
+  first_value({LLAMA_EVIDENCE} ORDER BY wait_ms DESC) AS evidence,
+  first_value(span_id ORDER BY wait_ms DESC) AS culprit_span_id,
+  first_value(server ORDER BY wait_ms DESC) AS culprit_service,
+  max(wait_ms) AS explained_ms
+FROM ({LLAMA_CALLS}) c
+WHERE wait_ms >= 100 AND wait_ms >= 0.3 * duration_ms
+GROUP BY trace_id"#
+                ),
+            ),
+            r(
+                "llama_long_prompt",
+                &LONG_PROMPT,
+                &format!(
+                    r#"
+SELECT trace_id, 1.0 AS confidence,
+  first_value(concat('a prompt of ', CAST(input_tokens AS VARCHAR), ' tokens to ', coalesce(gen_ai_model, server),
+         CASE WHEN prompt_baseline IS NULL THEN ' (over 8192)'
+              ELSE concat(' (', CAST(CAST(input_tokens / prompt_baseline AS BIGINT) AS VARCHAR), 'x its usual ',
+                          CAST(CAST(prompt_baseline AS BIGINT) AS VARCHAR), ')') END,
+         ': prefill took ~', CAST(CAST(round(prefill_ms) AS BIGINT) AS VARCHAR), ' ms of ', CAST(CAST(round(duration_ms) AS BIGINT) AS VARCHAR),
+         ' ms on llama.cpp ', server, ' (', {LLAMA_PARTS}, ')') ORDER BY prefill_ms DESC) AS summary,
+  first_value({LLAMA_EVIDENCE} ORDER BY prefill_ms DESC) AS evidence,
+  first_value(span_id ORDER BY prefill_ms DESC) AS culprit_span_id,
+  max(prefill_ms) AS explained_ms
+FROM ({LLAMA_CALLS}) c
+WHERE prefill_ms >= 100 AND prefill_ms >= 0.5 * duration_ms AND {LONG}
+GROUP BY trace_id"#
+                ),
+            ),
+            r(
+                "llama_prompt_cache_miss",
+                &CACHE_MISS_FALLBACK,
+                &format!(
+                    r#"
+SELECT trace_id, 0.8 AS confidence,
+  first_value(concat('the prompt cache of llama.cpp ', server, ' served ', CAST(cached AS VARCHAR), ' of ', CAST(input_tokens AS VARCHAR),
+         ' prompt tokens', CASE WHEN prompt_cached_ratio IS NULL THEN ''
+              ELSE concat(' (', CAST(CAST(round(prompt_cached_ratio * 100) AS BIGINT) AS VARCHAR),
+                          '% of all prompt tokens meanwhile, llamacpp:prompt_tokens_cached_total)') END,
+         ': the prefill recomputed them in ~', CAST(CAST(round(prefill_ms) AS BIGINT) AS VARCHAR), ' ms of ',
+         CAST(CAST(round(duration_ms) AS BIGINT) AS VARCHAR), ' ms (', {LLAMA_PARTS}, ')') ORDER BY prefill_ms DESC) AS summary,
+  first_value({LLAMA_EVIDENCE} ORDER BY prefill_ms DESC) AS evidence,
+  first_value(span_id ORDER BY prefill_ms DESC) AS culprit_span_id,
+  first_value(server ORDER BY prefill_ms DESC) AS culprit_service,
+  max(prefill_ms) AS explained_ms
+FROM ({LLAMA_CALLS}) c
+WHERE prefill_ms >= 100 AND prefill_ms >= 0.5 * duration_ms AND uncached >= 0.5 * input_tokens AND NOT {LONG}
+GROUP BY trace_id"#
+                ),
             ),
         ]
     }
