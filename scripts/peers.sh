@@ -125,4 +125,50 @@ export CAUSEWAY_ASYNC_PROFILER="$ap_dir/linux-x64/libasyncProfiler.so"
 export CAUSEWAY_JFR_CONVERTER="$ap_dir/jfr-converter.jar"
 export CAUSEWAY_TESTBED_LEDGER="$ap_dir/classes"
 
+# The LLM test bed (tests/rca_testbed_llm.rs): llama.cpp's own server
+# (`llama-server`, with `--metrics`), built from the llama.cpp that PyPI's
+# llama-cpp-python source distribution vendors; a tiny llama-architecture
+# model with random weights and llama.cpp's own vocabulary
+# (tests/testbed/llm/make_model.py, PyPI's gguf); and the bed's venv: the
+# OpenAI client with the official GenAI instrumentation
+# (opentelemetry-instrumentation-openai-v2 2.4b0 works with
+# opentelemetry-util-genai up to 1.1b0 and openai 2.x, whose client is on
+# httpx), Flask, redis-py and the stock SDK. Several minutes, once.
+LLAMA_CPP_PYTHON_VERSION=0.3.36
+# (r1: the build recipe below; bump it when the recipe changes)
+llm_dir="$PEERS_CACHE/llm-$LLAMA_CPP_PYTHON_VERSION-r1-$(peer_key "$testbed_root"/llm/make_model.py)"
+if [[ ! -f "$llm_dir/tiny.gguf" ]]; then
+  echo "== building llama.cpp's llama-server (llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's vendored tree), the LLM bed's venv and its model into $llm_dir (once; ~5 min)"
+  rm -rf "$llm_dir.tmp"
+  mkdir -p "$llm_dir.tmp"
+  python3 -m venv "$llm_dir.tmp/venv"
+  "$llm_dir.tmp/venv/bin/pip" install -q --disable-pip-version-check gguf==0.19.0 numpy==2.4.6
+  "$llm_dir.tmp/venv/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary :all: \
+    "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$llm_dir.tmp/sdist"
+  tar -xzf "$llm_dir.tmp/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz" -C "$llm_dir.tmp/sdist"
+  src="$llm_dir.tmp/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
+  cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
+  cmake --build "$src/build" --target llama-server -j2 >/dev/null
+  cp "$src/build/bin/llama-server" "$llm_dir.tmp/llama-server"
+  # Two layers of 128: a 9K-token prompt prefills in seconds on one core.
+  "$llm_dir.tmp/venv/bin/python" "$testbed_root/llm/make_model.py" "$src/models/ggml-vocab-llama-spm.gguf" \
+    "$llm_dir.tmp/tiny.gguf" 128 2 16384 >/dev/null
+  rm -rf "$llm_dir.tmp/sdist" "$llm_dir.tmp/venv"
+  mv "$llm_dir.tmp" "$llm_dir"
+fi
+llm_venv="$PEERS_CACHE/pyvenv-llm-1"
+if [[ ! -x "$llm_venv/bin/python" ]] || ! "$llm_venv/bin/python" -c 'import flask, redis, openai, opentelemetry.instrumentation.openai_v2, opentelemetry.instrumentation.flask, opentelemetry.instrumentation.redis, opentelemetry.exporter.otlp.proto.http' 2>/dev/null; then
+  echo "== pip install the LLM bed's modules into $llm_venv (once)"
+  rm -rf "$llm_venv"
+  python3 -m venv "$llm_venv"
+  "$llm_venv/bin/pip" install -q --disable-pip-version-check \
+    openai==2.54.0 httpx==0.28.1 opentelemetry-instrumentation-openai-v2==2.4b0 opentelemetry-util-genai==1.1b0 \
+    flask==3.1.3 redis==8.1.0 opentelemetry-api==1.45.1 opentelemetry-sdk==1.45.1 \
+    opentelemetry-exporter-otlp-proto-http==1.45.1 opentelemetry-instrumentation==0.66b1 \
+    opentelemetry-semantic-conventions==0.66b1 opentelemetry-instrumentation-flask==0.66b1 \
+    opentelemetry-instrumentation-redis==0.66b1
+fi
+export CAUSEWAY_LLAMA_SERVER="$llm_dir/llama-server" CAUSEWAY_LLM_MODEL="$llm_dir/tiny.gguf" CAUSEWAY_LLM_PYTHON="$llm_venv/bin/python"
+
 echo "== peers: kafka $KAFKA_VERSION ($CAUSEWAY_KAFKA_LIBS), jaeger $JAEGER_VERSION, otelcol $OTELCOL_VERSION, otelcol for profiles v0.148.0"

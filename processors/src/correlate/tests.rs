@@ -4303,7 +4303,8 @@ fn llama_scrapes(
             ("llamacpp:tokens_predicted_total", predicted),
             ("llamacpp:tokens_predicted_seconds_total", predicted_s),
             ("llamacpp:requests_deferred", deferred),
-            ("llamacpp:requests_processing", 2.0),
+            // Two slots busy while some wait, one otherwise.
+            ("llamacpp:requests_processing", if deferred > 0.0 { 2.0 } else { 1.0 }),
         ] {
             rms.push(scraped("llama-server", instance, name, &[], v, t));
         }
@@ -4378,12 +4379,22 @@ async fn a_llama_cpp_calls_wait_prefill_and_decode_come_from_its_counters_and_th
             (1000, 5100.0, 10900.0, 0.51, 416.0, 1.664, 0.0),
         ],
     ));
+    // :8084, a neighbour's miss around a quick call: what the server
+    // processed meanwhile is more than the call's time could have.
+    rms.extend(llama_scrapes(
+        "127.0.0.1:8084",
+        &[
+            (0, 5000.0, 9000.0, 0.5, 400.0, 1.6, 0.0),
+            (1000, 7000.0, 9000.0, 0.7, 432.0, 1.728, 0.0),
+        ],
+    ));
     st.add_metrics(&rms, 1_000_000_000_000 + 4_000_000_000);
     let mut rs = vec![
         llama_call(101, 8080, (2000, 64), 900),
         llama_call(102, 8081, (2000, 16), 300),
         llama_call(103, 8082, (9000, 16), 3300),
         llama_call(104, 8083, (2000, 16), 100),
+        llama_call(105, 8084, (2000, 16), 110),
     ];
     let out = analyse(&st, &mut rs).await;
     let v = |id: u8| {
@@ -4434,7 +4445,9 @@ async fn a_llama_cpp_calls_wait_prefill_and_decode_come_from_its_counters_and_th
         long.best.summary
     );
     // Healthy: no llama.cpp cause (no baseline yet here: the fallback).
-    let healthy = v(104);
-    assert_eq!(healthy.best.cause, "slow_dependency", "{healthy:?}");
-    assert!(healthy.alternatives.is_empty(), "{healthy:?}");
+    for id in [104, 105] {
+        let healthy = v(id);
+        assert_eq!(healthy.best.cause, "slow_dependency", "{healthy:?}");
+        assert!(healthy.alternatives.is_empty(), "{healthy:?}");
+    }
 }

@@ -374,7 +374,11 @@ SELECT h.trace_id, 0.8 AS confidence,
          max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
   coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
 FROM host h JOIN traces t ON h.trace_id = t.trace_id
-WHERE h.culprit AND (h.cpu_busy >= 0.9 OR h.psi_cpu >= 40)
+WHERE h.culprit
+  -- PSI alone is no saturation: on two cores, one single-threaded server
+  -- and a few busy threads beside it make tasks wait 40% of the time at
+  -- 60% busy (llama.cpp's bed), and the request's time went elsewhere.
+  AND (h.cpu_busy >= 0.9 OR (h.psi_cpu >= 40 AND coalesce(h.cpu_busy, 1.0) >= 0.8))
   -- not a wait on a database: its time is the database's, which the
   -- caller's host does not slow (a query's own scan makes a shared host busy)
   AND t.culprit_db_system IS NULL

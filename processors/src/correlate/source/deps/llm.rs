@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::redis::CACHE_MISS_FALLBACK;
-use super::{add, maxed, mean, DepRow, Family, Points, Window};
+use super::{add, bracket, increase, maxed, mean, DepRow, Family, Points, Window};
 use crate::correlate::model::cause::{self, Cause, LONG_PROMPT};
 use crate::correlate::model::table::{Column, V};
 use crate::correlate::model::Rule;
@@ -23,29 +23,38 @@ pub static INFERENCE_QUEUEING: Cause = Cause::new("inference_queueing", cause::d
 /// The server's KV cache was full: requests were preempted or waited.
 pub static KV_CACHE_PRESSURE: Cause = Cause::new("kv_cache_pressure", cause::dependency);
 
-/// A call to llama.cpp with its parts estimated: the span's uncached
-/// prompt tokens (its `cache_read_tokens`, else its input tokens less the
-/// server's cached share meanwhile) at the server's ms per prompt token is
-/// its prefill; its output tokens at the ms per generated token its decode;
-/// what is left of its time to first chunk (when the client measured it),
-/// else of its duration, is the wait for a slot.
+/// A call to llama.cpp with its parts estimated. Its output tokens at the
+/// server's ms per generated token are its decode. Its uncached prompt
+/// tokens: its input less its `cache_read_tokens` when the client wrote
+/// them; else, when the server ran requests side by side or deferred some
+/// meanwhile (many alike around it), its input less the server's cached
+/// share; else (one at a time) its input, but no more than the server
+/// processed between the scrapes around it. Never more than what the rest
+/// of its time could have prefilled. Those at the server's ms per prompt
+/// token are its prefill; what is left of its time to first chunk (when
+/// the client measured it), else of its duration, is the wait for a slot.
 const LLAMA_CALLS: &str = r#"
-SELECT e.*, e.uncached * e.prompt_ms_per_token AS prefill_ms, e.output_tokens * e.decode_ms_per_token AS decode_ms,
-  CASE WHEN e.ttft_ms IS NOT NULL THEN e.ttft_ms - e.uncached * e.prompt_ms_per_token
-       ELSE e.duration_ms - e.uncached * e.prompt_ms_per_token - e.output_tokens * e.decode_ms_per_token END AS wait_ms
+SELECT u.*, u.uncached * u.prompt_ms_per_token AS prefill_ms,
+  CASE WHEN u.ttft_ms IS NOT NULL THEN u.ttft_ms - u.uncached * u.prompt_ms_per_token
+       ELSE u.duration_ms - u.uncached * u.prompt_ms_per_token - u.decode_ms END AS wait_ms
 FROM (
-  SELECT s.trace_id, s.span_id, s.service, s.gen_ai_model, s.duration_ms, s.path_ms, s.input_tokens, s.prompt_baseline,
-    coalesce(s.output_tokens, 0) AS output_tokens, s.gen_ai_ttft_ms AS ttft_ms, r.address,
-    CASE WHEN r.job = '' THEN r.address ELSE r.job END AS server, r.requests_waiting, r.requests_running,
-    r.prompt_ms_per_token, r.decode_ms_per_token, r.prompt_cached_ratio,
-    CASE WHEN s.cache_read_tokens IS NOT NULL THEN s.cache_read_tokens
-         ELSE CAST(round(s.input_tokens * coalesce(r.prompt_cached_ratio, 0.0)) AS BIGINT) END AS cached,
-    greatest(s.input_tokens - CASE WHEN s.cache_read_tokens IS NOT NULL THEN s.cache_read_tokens
-         ELSE CAST(round(s.input_tokens * coalesce(r.prompt_cached_ratio, 0.0)) AS BIGINT) END, 0) AS uncached
-  FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
-  WHERE r.system = 'llamacpp' AND s.input_tokens IS NOT NULL
-    AND r.prompt_ms_per_token IS NOT NULL AND r.decode_ms_per_token IS NOT NULL
-) e"#;
+  SELECT e.*, CAST(least(e.raw_uncached, greatest(floor(
+      (coalesce(e.ttft_ms, e.duration_ms - e.decode_ms)) / e.prompt_ms_per_token), 0)) AS BIGINT) AS uncached
+  FROM (
+    SELECT s.trace_id, s.span_id, s.service, s.gen_ai_model, s.duration_ms, s.path_ms, s.input_tokens, s.prompt_baseline,
+      coalesce(s.output_tokens, 0) AS output_tokens, s.gen_ai_ttft_ms AS ttft_ms, r.address,
+      CASE WHEN r.job = '' THEN r.address ELSE r.job END AS server, r.requests_waiting, r.requests_running,
+      r.prompt_ms_per_token, r.decode_ms_per_token, r.prompt_cached_ratio,
+      coalesce(s.output_tokens, 0) * r.decode_ms_per_token AS decode_ms,
+      CASE WHEN s.cache_read_tokens IS NOT NULL THEN greatest(s.input_tokens - s.cache_read_tokens, 0)
+           WHEN coalesce(r.requests_running, 0) >= 2 OR coalesce(r.requests_waiting, 0) > 0
+             THEN CAST(round(s.input_tokens * (1.0 - coalesce(r.prompt_cached_ratio, 0.0))) AS BIGINT)
+           ELSE least(s.input_tokens, CAST(round(coalesce(r.prompt_tokens_processed, s.input_tokens)) AS BIGINT)) END AS raw_uncached
+    FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+    WHERE r.system = 'llamacpp' AND s.input_tokens IS NOT NULL
+      AND r.prompt_ms_per_token > 0 AND r.decode_ms_per_token IS NOT NULL
+  ) e
+) u"#;
 
 /// Where a llama.cpp call's time went, with the numbers: wait, prefill
 /// (uncached of all prompt tokens, ms each), decode (tokens, ms each).
@@ -119,6 +128,11 @@ pub struct LlmRow {
     /// (`prompt_tokens_cached_total` of it and `prompt_tokens_total`), 0..1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_cached_ratio: Option<f64>,
+    /// llama.cpp: the prompt tokens it processed (not cached) between the
+    /// scrapes around the span (`llamacpp:prompt_tokens_total`): at most
+    /// this many of the span's own prompt were not cached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_processed: Option<f64>,
 }
 
 /// The columns LlmRow adds to the `dependency` and `dependencies` tables.
@@ -136,6 +150,9 @@ static LLM: &[Column<LlmRow>] = &[
     Column::float("prompt_ms_per_token", |r, _| V::F(r.prompt_ms_per_token)),
     Column::float("decode_ms_per_token", |r, _| V::F(r.decode_ms_per_token)),
     Column::float("prompt_cached_ratio", |r, _| V::F(r.prompt_cached_ratio)),
+    Column::float("prompt_tokens_processed", |r, _| {
+        V::F(r.prompt_tokens_processed)
+    }),
 ];
 
 /// llama.cpp's rates from its counters: over the window where it did work
@@ -157,6 +174,7 @@ fn llama_rates(m: &mut LlmRow, c: &BTreeMap<&str, (Option<f64>, Option<f64>)>) {
         "llamacpp:tokens_predicted_seconds",
         "llamacpp:tokens_predicted",
     );
+    m.prompt_tokens_processed = get("llamacpp:prompt_tokens").0;
     if let (Some(cached), Some(done)) = (
         get("llamacpp:prompt_tokens_cached").0,
         get("llamacpp:prompt_tokens").0,
@@ -233,8 +251,10 @@ impl Family for Llm {
                 | "llamacpp:prompt_seconds"
                 | "llamacpp:tokens_predicted"
                 | "llamacpp:tokens_predicted_seconds" => {
+                    // Between the scrapes around the span itself, not the
+                    // widened window: the fewest other requests.
                     let e = llama.entry(name).or_default();
-                    if let Some(v) = p.increase() {
+                    if let Some(v) = increase(&bracket(p.series, w.start, w.end)) {
                         add(&mut e.0, v);
                     }
                     if let Some(&(_, v)) = p.pts.last() {
@@ -396,7 +416,7 @@ GROUP BY trace_id"#
                 &format!(
                     r#"
 SELECT trace_id, 0.8 AS confidence,
-  first_value(concat('the prompt cache of llama.cpp ', server, ' served ', CAST(cached AS VARCHAR), ' of ', CAST(input_tokens AS VARCHAR),
+  first_value(concat('the prompt cache of llama.cpp ', server, ' served ', CAST(input_tokens - uncached AS VARCHAR), ' of ', CAST(input_tokens AS VARCHAR),
          ' prompt tokens', CASE WHEN prompt_cached_ratio IS NULL THEN ''
               ELSE concat(' (', CAST(CAST(round(prompt_cached_ratio * 100) AS BIGINT) AS VARCHAR),
                           '% of all prompt tokens meanwhile, llamacpp:prompt_tokens_cached_total)') END,

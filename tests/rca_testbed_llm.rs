@@ -1,0 +1,273 @@
+//! Root causes on an LLM service served by real serving software: a coding
+//! assistant (Flask, redis-py, the OpenAI client; the stock OpenTelemetry
+//! SDK with PyPI's flask, redis and official GenAI instrumentations) in
+//! front of llama.cpp's own server (`llama-server`, CPU, two slots, its
+//! prompt cache, `--metrics` scraped by causeway's `prometheus` receiver)
+//! behind NGINX (`tests/testbed/llm/assistant.py`). The model is tiny and
+//! random (its answers are nonsense); its timings are real. causeway runs
+//! with its default `correlate` settings.
+//!
+//! Every fault is a real mechanism; the ground truth is what llama.cpp
+//! reported for the request (the `timings` of its last chunk: prompt tokens
+//! processed and taken from its cache, prompt and generation times) and
+//! what the service and the driver saw, never the field a rule reads:
+//!
+//! | cause | mechanism | ground truth from |
+//! |---|---|---|
+//! | long_prompt | sessions that send the whole repository (~9,000 tokens) instead of one file (~2,000) | llama.cpp's prompt tokens ≥ 4× the usual, and its prompt time ≥ half the call |
+//! | cache_miss_fallback | client 2.0 puts the time at the head of the system prompt: llama.cpp's prompt cache stops matching | llama.cpp took < half the prompt from its cache, and its prompt time was ≥ half the call |
+//! | inference_queueing | eight requests at once on two slots | the time to the first chunk the service saw less llama.cpp's prompt time: ≥ 100 ms and ≥ 30% of the call |
+//! | host_cpu_saturation | busy loops on every core while the usual requests go on (the server runs one thread) | /proc/stat ≥ 90% busy over the hog; llama.cpp's own compute ≥ 2× its usual |
+//! | rate_limited | one client over NGINX's `limit_req` on the same route | the request never reached the assistant |
+//! | upstream_timeout | answers of 2,200 tokens, one at a time, longer than NGINX's 6 s `proxy_read_timeout` on the same route | the assistant's call outlasted 6 s |
+//!
+//! `scripts/peers.sh` builds llama-server and the model, and makes the
+//! bed's venv (cached by version).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::testbed::{nginx, spawn, wait_port};
+use common::*;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+#[test]
+fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
+    let server = testbed::peer("CAUSEWAY_LLAMA_SERVER");
+    let model = testbed::peer("CAUSEWAY_LLM_MODEL");
+    let py = testbed::peer("CAUSEWAY_LLM_PYTHON");
+    let bed = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testbed/llm/assistant.py");
+    let dir = testbed::bed_dir();
+    let d = dir.path();
+    let p = free_port;
+    let (redis_port, llm_port, otlp_port, nginx_port, assistant_port) = (p(), p(), p(), p(), p());
+    let _redis = testbed::redis(d, redis_port);
+
+    // llama.cpp: two slots of 12,288 tokens, one thread, its metrics on.
+    let mut llm = spawn(
+        "llama-server",
+        Command::new(&server).args([
+            "-m",
+            &model.display().to_string(),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &llm_port.to_string(),
+            "-np",
+            "2",
+            "-c",
+            "24576",
+            "-t",
+            "1",
+            "--metrics",
+        ]),
+        d,
+    );
+    wait_port(llm_port, "llama-server", &mut llm, d);
+    wait_for(Duration::from_secs(60), "llama-server loaded the model", || {
+        http_get(&format!("127.0.0.1:{llm_port}"), "/health").is_some_and(|(s, _)| s == 200)
+    });
+
+    let config = format!(
+        r#"{receivers}  prometheus:
+    config:
+      global: {{ scrape_interval: 1s, scrape_timeout: 900ms }}
+      scrape_configs:
+        - job_name: llama-server
+          static_configs: [{{ targets: ["127.0.0.1:{llm_port}"] }}]
+  hostmetrics: {{}}
+  gateway_log:
+    include: ["{{dir}}/access.log*"]
+    start_at: beginning
+    format: nginx
+    poll_interval: 50ms
+    resource: {{ service.name: nginx-gateway }}
+processors:
+  tail_sampling:
+    decision_wait: 15s
+    policies: [{{ name: all, type: always_sample }}]
+  correlate:
+    # llama-server is scraped every second (above); the README says to
+    # set this to the scrape interval. Every threshold is the default.
+    dependencies: {{ sample_interval: 1s }}
+{tail}"#,
+        receivers = causeway_scenarios::config::otlp_http(otlp_port),
+        tail = causeway_scenarios::config::analysed("otlp", "otlp, gateway_log", "prometheus, hostmetrics"),
+    );
+    let _daemon = Daemon::start(d, "llm", &config);
+
+    // NGINX as the gateway of the one route: a per-client rate limit (a
+    // request without the header is not counted) and a 6 s read timeout.
+    let nginx_conf = testbed::nginx_gateway_conf(
+        d,
+        256,
+        &format!(
+            r#"  limit_req_zone $http_x_client_id zone=perclient:1m rate=2r/s;
+  limit_req_status 429;
+  map $limit_req_status $rate_limit_rule {{ REJECTED "per-client-2rps"; default ""; }}
+  server {{
+    listen 127.0.0.1:{nginx_port};
+    access_log {d}/access.log gateway;
+    set $route_id "";
+    location = /assist {{
+      set $route_id assist;
+      limit_req zone=perclient;
+      proxy_read_timeout 6s;
+      proxy_pass http://127.0.0.1:{assistant_port};
+    }}
+  }}"#,
+            d = d.display()
+        ),
+    );
+    let _nginx = nginx("nginx", d, &nginx_conf, nginx_port);
+
+    let truth = d.join("truth.jsonl");
+    let service = |role: &'static str, name: &str, port: u16| {
+        let mut c = Command::new(&py);
+        c.arg(&bed)
+            .arg(role)
+            .env("PORT", port.to_string())
+            .env("OTEL_SERVICE_NAME", name)
+            .env("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS", "otel,host")
+            .env(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{otlp_port}"),
+            )
+            .env("TRUTH_FILE", &truth)
+            .env("REDIS_PORT", redis_port.to_string())
+            .env("LLM_URL", format!("http://127.0.0.1:{llm_port}"))
+            .env("GATEWAY", format!("http://127.0.0.1:{nginx_port}"))
+            .env(
+                "SCALE",
+                std::env::var("CAUSEWAY_TESTBED_SCALE").unwrap_or_else(|_| "1".into()),
+            );
+        spawn(role, &mut c, d)
+    };
+    let mut assistant = service("assistant", "assistant", assistant_port);
+    wait_port(assistant_port, "assistant", &mut assistant, d);
+    let mut driver = service("driver", "client", 0);
+    testbed::wait_driver(&mut driver, d);
+
+    // What the driver sent, and what llama.cpp did for each request that
+    // reached the assistant.
+    let mut phase: BTreeMap<String, String> = BTreeMap::new();
+    let mut call: HashMap<String, serde_json::Value> = HashMap::new();
+    let mut hog_busy = None;
+    for v in read_jsonl(&truth) {
+        if v["phase"] == "hog" && v["busy"].is_number() {
+            hog_busy = v["busy"].as_f64();
+            continue;
+        }
+        let id = v["trace_id"].as_str().unwrap().to_string();
+        if let Some(ph) = v["phase"].as_str() {
+            phase.insert(id, ph.to_string());
+        } else {
+            call.insert(id, v);
+        }
+    }
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    let median = |mut xs: Vec<f64>| {
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    let usual: Vec<&serde_json::Value> = phase
+        .iter()
+        .filter(|(_, p)| *p == "warmup")
+        .filter_map(|(id, _)| call.get(id))
+        .collect();
+    assert!(usual.len() >= 20, "the warm-up reached llama.cpp: {}", usual.len());
+    let usual_prompt = median(usual.iter().map(|v| f(v, "prompt_tokens")).collect());
+    let usual_compute = median(
+        usual
+            .iter()
+            .map(|v| f(v, "prompt_ms") + f(v, "predicted_ms"))
+            .collect(),
+    );
+    // The hog's effect on the host, as /proc/stat counted it.
+    let busy = hog_busy.expect("the hog's /proc/stat share");
+    assert!(busy >= 0.9, "the CPU hog kept the host {busy:.2} busy");
+
+    let mut label: BTreeMap<String, String> = BTreeMap::new();
+    for (id, ph) in &phase {
+        if ph == "warmup" {
+            continue;
+        }
+        let Some(c) = call.get(id) else {
+            // Never reached the assistant: the gateway's limit turned it away.
+            assert_eq!(ph, "limited", "{id}: a {ph} request never reached the assistant");
+            label.insert(id.clone(), "rate_limited".into());
+            continue;
+        };
+        let (call_ms, ttft, prompt_ms) = (f(c, "call_ms"), f(c, "ttft_ms"), f(c, "prompt_ms"));
+        let (prompt, cached) = (f(c, "prompt_tokens"), f(c, "cache_n"));
+        let wait = ttft - prompt_ms;
+        let l = if call_ms >= 6000.0 {
+            "upstream_timeout"
+        } else if ph == "hog" {
+            if f(c, "prompt_ms") + f(c, "predicted_ms") >= 2.0 * usual_compute {
+                "host_cpu_saturation"
+            } else {
+                "unjudged"
+            }
+        } else if wait >= 100.0 && wait >= 0.3 * call_ms {
+            "inference_queueing"
+        } else if prompt >= 4.0 * usual_prompt && prompt_ms >= 0.5 * call_ms {
+            "long_prompt"
+        } else if cached < 0.5 * prompt && prompt_ms >= 100.0 && prompt_ms >= 0.5 * call_ms {
+            "cache_miss_fallback"
+        } else if ph == "healthy" || ph == "limited" {
+            "healthy"
+        } else {
+            // A burst request that found a free slot, say: nothing happened to it.
+            "unjudged"
+        };
+        if l != "unjudged" {
+            label.insert(id.clone(), l.to_string());
+        }
+    }
+    // The mechanisms did what they are for, by their own measure.
+    let count = |c: &str| label.values().filter(|l| *l == c).count();
+    for (cause, phase_name) in [
+        ("long_prompt", "long"),
+        ("cache_miss_fallback", "miss"),
+        ("upstream_timeout", "timeout"),
+        ("rate_limited", "limited"),
+    ] {
+        let sent = phase.values().filter(|p| *p == phase_name).count();
+        assert!(
+            count(cause) * 10 >= sent * 8,
+            "{cause}: {} of {sent} {phase_name} requests ({label:?})",
+            count(cause)
+        );
+    }
+
+    let traces = d.join("traces.jsonl");
+    let got = testbed::verdicts(&traces, label.keys());
+    let culprit_of = |cause: &str, _: &str| -> (String, &'static str) {
+        match cause {
+            // The model server whose slots were full, whose cache missed.
+            "inference_queueing" | "cache_miss_fallback" => ("llama-server".into(), "dependency"),
+            // The service that sent the prompt.
+            "long_prompt" => ("assistant".into(), "service"),
+            "host_cpu_saturation" => ("assistant".into(), "host"),
+            "upstream_timeout" => ("assistant".into(), "callee"),
+            "rate_limited" => ("nginx-gateway".into(), "limiter"),
+            other => panic!("no culprit for {other}"),
+        }
+    };
+    let score = testbed::score(&label, &got, &culprit_of, &traces);
+    score.assert_bounds(
+        &[
+            "long_prompt",
+            "cache_miss_fallback",
+            "inference_queueing",
+            "host_cpu_saturation",
+            "rate_limited",
+            "upstream_timeout",
+        ],
+        5,
+    );
+}
