@@ -67,9 +67,11 @@ fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
         d,
     );
     wait_port(llm_port, "llama-server", &mut llm, d);
-    wait_for(Duration::from_secs(60), "llama-server loaded the model", || {
-        http_get(&format!("127.0.0.1:{llm_port}"), "/health").is_some_and(|(s, _)| s == 200)
-    });
+    wait_for(
+        Duration::from_secs(60),
+        "llama-server loaded the model",
+        || http_get(&format!("127.0.0.1:{llm_port}"), "/health").is_some_and(|(s, _)| s == 200),
+    );
 
     let config = format!(
         r#"{receivers}  prometheus:
@@ -95,7 +97,11 @@ processors:
     dependencies: {{ sample_interval: 1s }}
 {tail}"#,
         receivers = causeway_scenarios::config::otlp_http(otlp_port),
-        tail = causeway_scenarios::config::analysed("otlp", "otlp, gateway_log", "prometheus, hostmetrics"),
+        tail = causeway_scenarios::config::analysed(
+            "otlp",
+            "otlp, gateway_log",
+            "prometheus, hostmetrics"
+        ),
     );
     let _daemon = Daemon::start(d, "llm", &config);
 
@@ -178,7 +184,11 @@ processors:
         .filter(|(_, p)| *p == "warmup")
         .filter_map(|(id, _)| call.get(id))
         .collect();
-    assert!(usual.len() >= 20, "the warm-up reached llama.cpp: {}", usual.len());
+    assert!(
+        usual.len() >= 20,
+        "the warm-up reached llama.cpp: {}",
+        usual.len()
+    );
     let usual_prompt = median(usual.iter().map(|v| f(v, "prompt_tokens")).collect());
     let usual_compute = median(
         usual
@@ -197,7 +207,10 @@ processors:
         }
         let Some(c) = call.get(id) else {
             // Never reached the assistant: the gateway's limit turned it away.
-            assert_eq!(ph, "limited", "{id}: a {ph} request never reached the assistant");
+            assert_eq!(
+                ph, "limited",
+                "{id}: a {ph} request never reached the assistant"
+            );
             label.insert(id.clone(), "rate_limited".into());
             continue;
         };

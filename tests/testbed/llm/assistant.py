@@ -250,12 +250,12 @@ def cpu_times():
 
 
 def hog(send):
-    """Four busy loops per core (the server's one thread gets a fifth of a
+    """Six busy loops per core (the server's one thread gets a seventh of a
     core) for 36 s; usual requests meanwhile, from 11 s to 25 s: a whole
     `hostmetrics` interval (10 s) of hog before the first and after the
     last, so the host's readings around each are of the hog alone;
     /proc/stat's busy share over the hog recorded."""
-    procs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(4 * os.cpu_count())]
+    procs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(6 * os.cpu_count())]
     total0, idle0 = cpu_times()
     t0 = time.monotonic()
     try:

@@ -24,28 +24,32 @@ pub static INFERENCE_QUEUEING: Cause = Cause::new("inference_queueing", cause::d
 pub static KV_CACHE_PRESSURE: Cause = Cause::new("kv_cache_pressure", cause::dependency);
 
 /// A call to llama.cpp with its parts estimated. Its output tokens at the
-/// server's ms per generated token are its decode. Its uncached prompt
-/// tokens: its input less its `cache_read_tokens` when the client wrote
-/// them; else, when the server ran requests side by side or deferred some
-/// meanwhile (many alike around it), its input less the server's cached
-/// share; else (one at a time) its input, but no more than the server
-/// processed between the scrapes around it. Never more than what the rest
-/// of its time could have prefilled. Those at the server's ms per prompt
-/// token are its prefill; what is left of its time to first chunk (when
-/// the client measured it), else of its duration, is the wait for a slot.
+/// server's ms per generated token are its decode; the rest of its time
+/// (its time to first chunk when the client measured it) came before its
+/// first token. When the server ran one request at a time around it, none
+/// waited for a slot: that time was its prefill, of no more prompt tokens
+/// than the server processed between the scrapes around it nor than that
+/// time could prefill at the fastest rate the server showed meanwhile (a
+/// quick call next to a neighbour's long prefill recomputed little). When
+/// it ran requests side by side or deferred some (many alike around it),
+/// its uncached tokens are its input less the server's cached share, at
+/// the server's ms per prompt token its prefill, and what is left a wait
+/// for a slot. A client's `cache_read_tokens` says the uncached tokens.
 const LLAMA_CALLS: &str = r#"
-SELECT u.*, u.uncached * u.prompt_ms_per_token AS prefill_ms,
-  CASE WHEN u.ttft_ms IS NOT NULL THEN u.ttft_ms - u.uncached * u.prompt_ms_per_token
-       ELSE u.duration_ms - u.uncached * u.prompt_ms_per_token - u.decode_ms END AS wait_ms
+SELECT u.*, u.before_ms - u.prefill_ms AS wait_ms
 FROM (
-  SELECT e.*, CAST(least(e.raw_uncached, greatest(floor(
-      (coalesce(e.ttft_ms, e.duration_ms - e.decode_ms)) / e.prompt_ms_per_token), 0)) AS BIGINT) AS uncached
+  SELECT e.*,
+    CASE WHEN e.side_by_side THEN least(e.raw_uncached * e.prompt_ms_per_token, e.before_ms) ELSE e.before_ms END AS prefill_ms,
+    CASE WHEN e.side_by_side OR e.cache_read_tokens IS NOT NULL THEN e.raw_uncached
+         ELSE CAST(least(e.raw_uncached, floor(e.before_ms / coalesce(e.prompt_ms_per_token_min, e.prompt_ms_per_token))) AS BIGINT) END AS uncached
   FROM (
     SELECT s.trace_id, s.span_id, s.service, s.gen_ai_model, s.duration_ms, s.path_ms, s.input_tokens, s.prompt_baseline,
-      coalesce(s.output_tokens, 0) AS output_tokens, s.gen_ai_ttft_ms AS ttft_ms, r.address,
+      s.cache_read_tokens, coalesce(s.output_tokens, 0) AS output_tokens, s.gen_ai_ttft_ms AS ttft_ms, r.address,
       CASE WHEN r.job = '' THEN r.address ELSE r.job END AS server, r.requests_waiting, r.requests_running,
-      r.prompt_ms_per_token, r.decode_ms_per_token, r.prompt_cached_ratio,
+      r.prompt_ms_per_token, r.prompt_ms_per_token_min, r.decode_ms_per_token, r.prompt_cached_ratio,
       coalesce(s.output_tokens, 0) * r.decode_ms_per_token AS decode_ms,
+      coalesce(s.gen_ai_ttft_ms, greatest(s.duration_ms - coalesce(s.output_tokens, 0) * r.decode_ms_per_token, 0)) AS before_ms,
+      coalesce(r.requests_running, 0) >= 2 OR coalesce(r.requests_waiting, 0) > 0 AS side_by_side,
       CASE WHEN s.cache_read_tokens IS NOT NULL THEN greatest(s.input_tokens - s.cache_read_tokens, 0)
            WHEN coalesce(r.requests_running, 0) >= 2 OR coalesce(r.requests_waiting, 0) > 0
              THEN CAST(round(s.input_tokens * (1.0 - coalesce(r.prompt_cached_ratio, 0.0))) AS BIGINT)
@@ -57,13 +61,13 @@ FROM (
 ) u"#;
 
 /// Where a llama.cpp call's time went, with the numbers: wait, prefill
-/// (uncached of all prompt tokens, ms each), decode (tokens, ms each).
+/// (uncached of all prompt tokens), decode (tokens, ms each).
 const LLAMA_PARTS: &str = r#"concat(
   CASE WHEN ttft_ms IS NULL THEN '' ELSE concat('first token after ', CAST(CAST(round(ttft_ms) AS BIGINT) AS VARCHAR), ' ms; ') END,
   'waited ~', CAST(CAST(round(greatest(wait_ms, 0)) AS BIGINT) AS VARCHAR), ' ms, prefill ~', CAST(CAST(round(prefill_ms) AS BIGINT) AS VARCHAR),
-  ' ms (', CAST(uncached AS VARCHAR), ' of ', CAST(input_tokens AS VARCHAR), ' prompt tokens not cached, ',
-  CAST(round(prompt_ms_per_token * 1000) / 1000 AS VARCHAR), ' ms each), decode ~', CAST(CAST(round(decode_ms) AS BIGINT) AS VARCHAR),
-  ' ms (', CAST(output_tokens AS VARCHAR), ' tokens, ', CAST(round(decode_ms_per_token * 100) / 100 AS VARCHAR), ' ms each)')"#;
+  ' ms (~', CAST(uncached AS VARCHAR), ' of ', CAST(input_tokens AS VARCHAR), ' prompt tokens not cached), decode ~',
+  CAST(CAST(round(decode_ms) AS BIGINT) AS VARCHAR), ' ms (', CAST(output_tokens AS VARCHAR), ' tokens, ',
+  CAST(round(decode_ms_per_token * 100) / 100 AS VARCHAR), ' ms each)')"#;
 
 /// The numbers behind a llama.cpp verdict, for `rca.evidence`.
 const LLAMA_EVIDENCE: &str = r#"concat('wait_ms=', CAST(round(wait_ms) AS VARCHAR), ' prefill_ms=', CAST(round(prefill_ms) AS VARCHAR),
@@ -119,6 +123,11 @@ pub struct LlmRow {
     /// the server's lifetime mean when it processed none meanwhile.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_ms_per_token: Option<f64>,
+    /// llama.cpp: the fastest ms per prompt token between any two scrapes
+    /// around the span (prefill per token varies with the context: a long
+    /// prompt's tokens cost more).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_ms_per_token_min: Option<f64>,
     /// llama.cpp: ms per generated token over the window
     /// (`llamacpp:tokens_predicted_seconds_total ÷ tokens_predicted_total`;
     /// the lifetime mean likewise).
@@ -148,6 +157,9 @@ static LLM: &[Column<LlmRow>] = &[
     Column::float("gpu_util", |r, _| V::F(r.gpu_util)),
     Column::float("gpu_mem_used", |r, _| V::F(r.gpu_mem_used)),
     Column::float("prompt_ms_per_token", |r, _| V::F(r.prompt_ms_per_token)),
+    Column::float("prompt_ms_per_token_min", |r, _| {
+        V::F(r.prompt_ms_per_token_min)
+    }),
     Column::float("decode_ms_per_token", |r, _| V::F(r.decode_ms_per_token)),
     Column::float("prompt_cached_ratio", |r, _| V::F(r.prompt_cached_ratio)),
     Column::float("prompt_tokens_processed", |r, _| {
@@ -155,10 +167,33 @@ static LLM: &[Column<LlmRow>] = &[
     }),
 ];
 
+/// One llama.cpp counter around a span.
+#[derive(Default)]
+struct Counter {
+    /// Its increase between the scrapes around the span.
+    increase: Option<f64>,
+    /// Its latest value (the server's lifetime total).
+    latest: Option<f64>,
+    /// Its points over the widened window.
+    points: Vec<(u64, f64)>,
+}
+
+/// The fastest ms per unit of `time` over `count` between two consecutive
+/// scrapes that both have (a counter reset skipped).
+fn fastest(time: &[(u64, f64)], count: &[(u64, f64)]) -> Option<f64> {
+    let at = |pts: &[(u64, f64)], t: u64| pts.iter().find(|p| p.0 == t).map(|p| p.1);
+    time.windows(2)
+        .filter_map(|w| {
+            let (dt, dn) = (w[1].1 - w[0].1, at(count, w[1].0)? - at(count, w[0].0)?);
+            (dt >= 0.0 && dn > 0.0).then(|| dt * 1000.0 / dn)
+        })
+        .reduce(f64::min)
+}
+
 /// llama.cpp's rates from its counters: over the window where it did work
 /// of that kind meanwhile, else its lifetime means (the latest values).
-fn llama_rates(m: &mut LlmRow, c: &BTreeMap<&str, (Option<f64>, Option<f64>)>) {
-    let get = |k: &str| c.get(k).copied().unwrap_or_default();
+fn llama_rates(m: &mut LlmRow, c: &BTreeMap<&str, Counter>) {
+    let get = |k: &str| c.get(k).map_or((None, None), |x| (x.increase, x.latest));
     let per = |time: &str, count: &str| {
         let ((dt, t), (dn, n)) = (get(time), get(count));
         match (dt, dn) {
@@ -170,6 +205,12 @@ fn llama_rates(m: &mut LlmRow, c: &BTreeMap<&str, (Option<f64>, Option<f64>)>) {
         }
     };
     m.prompt_ms_per_token = per("llamacpp:prompt_seconds", "llamacpp:prompt_tokens");
+    if let (Some(t), Some(n)) = (
+        c.get("llamacpp:prompt_seconds"),
+        c.get("llamacpp:prompt_tokens"),
+    ) {
+        m.prompt_ms_per_token_min = fastest(&t.points, &n.points);
+    }
     m.decode_ms_per_token = per(
         "llamacpp:tokens_predicted_seconds",
         "llamacpp:tokens_predicted",
@@ -239,8 +280,8 @@ impl Family for Llm {
 
     fn fill(&self, r: &mut DepRow<LlmRow>, points: &[Points<'_>], w: &Window) {
         let (mut triton_queue, mut triton_ok) = (None, None);
-        // llama.cpp's counters, by base name: (increase, latest value).
-        let mut llama: BTreeMap<&str, (Option<f64>, Option<f64>)> = BTreeMap::new();
+        // llama.cpp's counters, by base name.
+        let mut llama: BTreeMap<&str, Counter> = BTreeMap::new();
         let (mut mem_used, mut mem_total): (BTreeMap<String, f64>, BTreeMap<String, f64>) =
             Default::default();
         for p in points {
@@ -255,11 +296,12 @@ impl Family for Llm {
                     // widened window: the fewest other requests.
                     let e = llama.entry(name).or_default();
                     if let Some(v) = increase(&bracket(p.series, w.start, w.end)) {
-                        add(&mut e.0, v);
+                        add(&mut e.increase, v);
                     }
                     if let Some(&(_, v)) = p.pts.last() {
-                        e.1 = Some(v);
+                        e.latest = Some(v);
                     }
+                    e.points.clone_from(&p.pts);
                 }
                 "vllm:num_requests_waiting" | "llamacpp:requests_deferred" => p
                     .inside(w)
