@@ -36,41 +36,6 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The incident records of a logs file: (state, attributes by key as text).
-fn incidents(path: &Path) -> Vec<BTreeMap<String, Value>> {
-    log_records(&read_jsonl(path))
-        .into_iter()
-        .filter(|(_, _, r)| {
-            attr(&r["attributes"], "event.name").and_then(|v| v["stringValue"].as_str())
-                == Some("causeway.incident")
-        })
-        .map(|(_, _, r)| {
-            r["attributes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|kv| {
-                    let v = &kv["value"];
-                    let v =
-                        v.get("stringValue")
-                            .cloned()
-                            .or_else(|| v.get("doubleValue").cloned())
-                            .or_else(|| {
-                                v.get("intValue").map(|i| {
-                                    Value::from(i.as_str().map_or_else(
-                                        || i.as_i64().unwrap(),
-                                        |s| s.parse().unwrap(),
-                                    ))
-                                })
-                            })
-                            .unwrap_or(Value::Null);
-                    (kv["key"].as_str().unwrap().to_string(), v)
-                })
-                .collect()
-        })
-        .collect()
-}
-
 fn s<'a>(r: &'a BTreeMap<String, Value>, k: &str) -> &'a str {
     r.get(k).and_then(Value::as_str).unwrap_or("")
 }
@@ -342,7 +307,7 @@ service:
             .collect::<Vec<_>>()
             .join("\n");
         out += "incident records:\n";
-        for r in incidents(logs) {
+        for r in incident_records(logs) {
             out += &format!(
                 "  {} {} {:?} {}\n",
                 s(&r, "incident.state"),
@@ -355,7 +320,7 @@ service:
     };
     // Both faulty routes have a record in `state` in `logs`.
     let both = |logs: &Path, state: &str| {
-        let routes: BTreeSet<String> = incidents(logs)
+        let routes: BTreeSet<String> = incident_records(logs)
             .iter()
             .filter(|r| s(r, "incident.state") == state)
             .map(|r| s(r, "incident.route").to_string())
@@ -469,9 +434,9 @@ service:
     );
 
     // The incidents, over both runs of causeway.
-    let all: Vec<BTreeMap<String, Value>> = incidents(&logs1)
+    let all: Vec<BTreeMap<String, Value>> = incident_records(&logs1)
         .into_iter()
-        .chain(incidents(&logs2))
+        .chain(incident_records(&logs2))
         .collect();
     for r in &all {
         eprintln!(

@@ -34,47 +34,61 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-#[test]
-fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
-    let server = testbed::peer("CAUSEWAY_LLAMA_SERVER");
-    let model = testbed::peer("CAUSEWAY_LLM_MODEL");
-    let py = testbed::peer("CAUSEWAY_LLM_PYTHON");
-    let bed = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testbed/llm/assistant.py");
-    let dir = testbed::bed_dir();
-    let d = dir.path();
-    let p = free_port;
-    let (redis_port, llm_port, otlp_port, nginx_port, assistant_port) = (p(), p(), p(), p(), p());
-    let _redis = testbed::redis(d, redis_port);
+/// The bed's parts, running: Redis, llama-server, causeway, NGINX, the assistant.
+struct Bed {
+    dir: tempfile::TempDir,
+    truth: std::path::PathBuf,
+    run: Box<dyn Fn(&'static str) -> Proc>,
+    _procs: Vec<Proc>,
+    _daemon: Daemon,
+}
 
-    // llama.cpp: two slots of 12,288 tokens, one thread, its metrics on.
-    let mut llm = spawn(
-        "llama-server",
-        Command::new(&server).args([
-            "-m",
-            &model.display().to_string(),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &llm_port.to_string(),
-            "-np",
-            "2",
-            "-c",
-            "24576",
-            "-t",
-            "1",
-            "--metrics",
-        ]),
-        d,
-    );
-    wait_port(llm_port, "llama-server", &mut llm, d);
-    wait_for(
-        Duration::from_secs(60),
-        "llama-server loaded the model",
-        || http_get(&format!("127.0.0.1:{llm_port}"), "/health").is_some_and(|(s, _)| s == 200),
-    );
+/// The two tests share the machine's CPU (the hog, llama.cpp's one
+/// thread): one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    let config = format!(
-        r#"{receivers}  prometheus:
+impl Bed {
+    fn start() -> Bed {
+        let server = testbed::peer("CAUSEWAY_LLAMA_SERVER");
+        let model = testbed::peer("CAUSEWAY_LLM_MODEL");
+        let py = testbed::peer("CAUSEWAY_LLM_PYTHON");
+        let bed = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testbed/llm/assistant.py");
+        let dir = testbed::bed_dir();
+        let d = dir.path();
+        let p = free_port;
+        let (redis_port, llm_port, otlp_port, nginx_port, assistant_port) =
+            (p(), p(), p(), p(), p());
+        let redis = testbed::redis(d, redis_port);
+
+        // llama.cpp: two slots of 12,288 tokens, one thread, its metrics on.
+        let mut llm = spawn(
+            "llama-server",
+            Command::new(&server).args([
+                "-m",
+                &model.display().to_string(),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &llm_port.to_string(),
+                "-np",
+                "2",
+                "-c",
+                "24576",
+                "-t",
+                "1",
+                "--metrics",
+            ]),
+            d,
+        );
+        wait_port(llm_port, "llama-server", &mut llm, d);
+        wait_for(
+            Duration::from_secs(60),
+            "llama-server loaded the model",
+            || http_get(&format!("127.0.0.1:{llm_port}"), "/health").is_some_and(|(s, _)| s == 200),
+        );
+
+        let config = format!(
+            r#"{receivers}  prometheus:
     config:
       global: {{ scrape_interval: 1s, scrape_timeout: 900ms }}
       scrape_configs:
@@ -96,22 +110,22 @@ processors:
     # set this to the scrape interval. Every threshold is the default.
     dependencies: {{ sample_interval: 1s }}
 {tail}"#,
-        receivers = causeway_scenarios::config::otlp_http(otlp_port),
-        tail = causeway_scenarios::config::analysed(
-            "otlp",
-            "otlp, gateway_log",
-            "prometheus, hostmetrics"
-        ),
-    );
-    let _daemon = Daemon::start(d, "llm", &config);
+            receivers = causeway_scenarios::config::otlp_http(otlp_port),
+            tail = causeway_scenarios::config::analysed(
+                "otlp",
+                "otlp, gateway_log",
+                "prometheus, hostmetrics"
+            ),
+        );
+        let daemon = Daemon::start(d, "llm", &config);
 
-    // NGINX as the gateway of the one route: a per-client rate limit (a
-    // request without the header is not counted) and a 6 s read timeout.
-    let nginx_conf = testbed::nginx_gateway_conf(
-        d,
-        256,
-        &format!(
-            r#"  limit_req_zone $http_x_client_id zone=perclient:1m rate=2r/s;
+        // NGINX as the gateway of the one route: a per-client rate limit (a
+        // request without the header is not counted) and a 6 s read timeout.
+        let nginx_conf = testbed::nginx_gateway_conf(
+            d,
+            256,
+            &format!(
+                r#"  limit_req_zone $http_x_client_id zone=perclient:1m rate=2r/s;
   limit_req_status 429;
   map $limit_req_status $rate_limit_rule {{ REJECTED "per-client-2rps"; default ""; }}
   server {{
@@ -125,37 +139,59 @@ processors:
       proxy_pass http://127.0.0.1:{assistant_port};
     }}
   }}"#,
-            d = d.display()
-        ),
-    );
-    let _nginx = nginx("nginx", d, &nginx_conf, nginx_port);
+                d = d.display()
+            ),
+        );
+        let gateway = nginx("nginx", d, &nginx_conf, nginx_port);
 
-    let truth = d.join("truth.jsonl");
-    let service = |role: &'static str, name: &str, port: u16| {
-        let mut c = Command::new(&py);
-        c.arg(&bed)
-            .arg(role)
-            .env("PORT", port.to_string())
-            .env("OTEL_SERVICE_NAME", name)
-            .env("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS", "otel,host")
-            .env(
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                format!("http://127.0.0.1:{otlp_port}"),
-            )
-            .env("TRUTH_FILE", &truth)
-            .env("REDIS_PORT", redis_port.to_string())
-            .env("LLM_URL", format!("http://127.0.0.1:{llm_port}"))
-            .env("GATEWAY", format!("http://127.0.0.1:{nginx_port}"))
-            .env(
-                "SCALE",
-                std::env::var("CAUSEWAY_TESTBED_SCALE").unwrap_or_else(|_| "1".into()),
-            );
-        spawn(role, &mut c, d)
-    };
-    let mut assistant = service("assistant", "assistant", assistant_port);
-    wait_port(assistant_port, "assistant", &mut assistant, d);
-    let mut driver = service("driver", "client", 0);
-    testbed::wait_driver(&mut driver, d);
+        let truth = d.join("truth.jsonl");
+        let service = move |role: &'static str, name: &str, port: u16, d: &Path| {
+            let mut c = Command::new(&py);
+            c.arg(&bed)
+                .arg(role)
+                .env("PORT", port.to_string())
+                .env("OTEL_SERVICE_NAME", name)
+                .env("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS", "otel,host")
+                .env(
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                    format!("http://127.0.0.1:{otlp_port}"),
+                )
+                .env("TRUTH_FILE", d.join("truth.jsonl"))
+                .env("STOP_FILE", d.join("stop"))
+                .env("REDIS_PORT", redis_port.to_string())
+                .env("LLM_URL", format!("http://127.0.0.1:{llm_port}"))
+                .env("GATEWAY", format!("http://127.0.0.1:{nginx_port}"))
+                .env(
+                    "SCALE",
+                    std::env::var("CAUSEWAY_TESTBED_SCALE").unwrap_or_else(|_| "1".into()),
+                );
+            spawn(role, &mut c, d)
+        };
+        let mut assistant = service("assistant", "assistant", assistant_port, d);
+        wait_port(assistant_port, "assistant", &mut assistant, d);
+        let dir_path = d.to_path_buf();
+        Bed {
+            truth,
+            run: Box::new(move |mode| service(mode, "client", 0, &dir_path)),
+            _procs: vec![redis, llm, gateway, assistant],
+            _daemon: daemon,
+            dir,
+        }
+    }
+
+    /// Run the driver in `mode` (`driver` or `pulse`) to its end.
+    fn drive(&self, mode: &'static str) {
+        let mut driver = (self.run)(mode);
+        testbed::wait_driver(&mut driver, self.dir.path());
+    }
+}
+
+#[test]
+fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::start();
+    bed.drive("driver");
+    let (d, truth) = (bed.dir.path(), &bed.truth);
 
     // What the driver sent, and what llama.cpp did for each request that
     // reached the assistant.
@@ -283,4 +319,106 @@ processors:
         ],
         5,
     );
+}
+
+/// A pulse of long contexts on the route opens one incident, explained by
+/// `long_prompt` in the assistant, whose strongest discriminator is the
+/// prompt-size bucket and whose "what moved" names llama.cpp's own levels,
+/// and which resolves once the pulse is over (default incident settings).
+#[test]
+fn a_pulse_of_long_contexts_opens_one_incident_explained_by_the_prompt_size() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Bed::start();
+    let d = bed.dir.path();
+    let mut driver = (bed.run)("pulse");
+    let logs = d.join("logs.jsonl");
+    let on_route = || -> Vec<BTreeMap<String, serde_json::Value>> {
+        incident_records(&logs)
+            .into_iter()
+            .filter(|r| r["incident.route"] == "assist")
+            .collect()
+    };
+    wait_for_or(
+        Duration::from_secs(300),
+        "the route's incident opened and resolved",
+        || on_route().iter().any(|r| r["incident.state"] == "resolved"),
+        || format!("{:?}", on_route()),
+    );
+    std::fs::write(d.join("stop"), "").unwrap();
+    testbed::wait_driver(&mut driver, d);
+
+    let records = on_route();
+    let ids: std::collections::BTreeSet<&str> = records
+        .iter()
+        .map(|r| r["incident.id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1, "one incident on the route: {records:?}");
+    // Its explanation, as its last record before it resolved says it.
+    let resolved = records
+        .iter()
+        .position(|r| r["incident.state"] == "resolved")
+        .unwrap();
+    assert!(resolved >= 1, "{records:?}");
+    let e = &records[resolved - 1];
+    let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+    assert_eq!(s("incident.cause"), "long_prompt", "{e:?}");
+    assert_eq!(s("incident.culprit.at_service"), "assistant", "{e:?}");
+    assert!(e["incident.cause_share"].as_f64().unwrap() >= 0.8, "{e:?}");
+    let disc: serde_json::Value = serde_json::from_str(&s("incident.discriminators")).unwrap();
+    assert_eq!(
+        disc[0]["attribute"], "span.gen_ai.usage.input_tokens",
+        "{disc}"
+    );
+    assert_eq!(disc[0]["value"], "8192-16383", "{disc}");
+    assert!(
+        disc[0]["share_in"].as_f64().unwrap() >= 0.8
+            && disc[0]["share_out"].as_f64().unwrap() < 0.05,
+        "{disc}"
+    );
+    let moved: serde_json::Value = serde_json::from_str(&s("incident.moved")).unwrap();
+    eprintln!("moved: {moved}");
+    let cached = moved
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            let n = m["series"].as_str().unwrap();
+            n.contains("llamacpp") && n.ends_with(" prompt_cached_ratio")
+        })
+        .unwrap_or_else(|| panic!("no llama.cpp cached share among what moved: {moved}"));
+    assert!(
+        cached["during"].as_f64().unwrap() < cached["before"].as_f64().unwrap(),
+        "{cached}"
+    );
+    let summary = s("incident.summary");
+    assert!(summary.contains("long_prompt in assistant"), "{summary}");
+    assert!(
+        summary.contains(
+            "of the slow or failed requests come from span.gen_ai.usage.input_tokens=8192-16383"
+        ),
+        "{summary}"
+    );
+    // The exemplars are the pulse's long contexts, by llama.cpp's own count.
+    let mut phase: HashMap<String, String> = HashMap::new();
+    let mut prompt: HashMap<String, f64> = HashMap::new();
+    for v in read_jsonl(&bed.truth) {
+        let id = v["trace_id"].as_str().unwrap_or_default().to_string();
+        if let Some(p) = v["phase"].as_str() {
+            phase.insert(id, p.to_string());
+        } else if let Some(t) = v["prompt_tokens"].as_f64() {
+            prompt.insert(id, t);
+        }
+    }
+    for t in s("incident.exemplars").split(',') {
+        assert_eq!(
+            phase.get(t).map(String::as_str),
+            Some("pulse-long"),
+            "exemplar {t}"
+        );
+        assert!(
+            prompt[t] >= 8192.0,
+            "exemplar {t}: {} prompt tokens",
+            prompt[t]
+        );
+    }
 }

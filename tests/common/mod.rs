@@ -558,3 +558,38 @@ service:
 "#
     )
 }
+
+/// The incident records of a logs file: (state, attributes by key as text).
+pub fn incident_records(path: &Path) -> Vec<std::collections::BTreeMap<String, Value>> {
+    log_records(&read_jsonl(path))
+        .into_iter()
+        .filter(|(_, _, r)| {
+            attr(&r["attributes"], "event.name").and_then(|v| v["stringValue"].as_str())
+                == Some("causeway.incident")
+        })
+        .map(|(_, _, r)| {
+            r["attributes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|kv| {
+                    let v = &kv["value"];
+                    let v =
+                        v.get("stringValue")
+                            .cloned()
+                            .or_else(|| v.get("doubleValue").cloned())
+                            .or_else(|| {
+                                v.get("intValue").map(|i| {
+                                    Value::from(i.as_str().map_or_else(
+                                        || i.as_i64().unwrap(),
+                                        |s| s.parse().unwrap(),
+                                    ))
+                                })
+                            })
+                            .unwrap_or(Value::Null);
+                    (kv["key"].as_str().unwrap().to_string(), v)
+                })
+                .collect()
+        })
+        .collect()
+}

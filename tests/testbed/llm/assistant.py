@@ -18,6 +18,7 @@ Roles (argv[1]):
   service saw.
 - driver: the load, in phases (see `driver`), each request in a trace of its
   own, sent through the gateway with its `traceparent`.
+- pulse: a pulse of long contexts on the route, for its incident (see `pulse`).
 """
 
 import json
@@ -243,6 +244,50 @@ def driver():
     provider.shutdown()
 
 
+def pulse():
+    """A pulse of long contexts on the route, at a steady rate of about 2.5
+    requests a second: 110 usual requests (the route's normal), then for
+    40 s one request in five sends a whole repository (sequentially: the
+    rate drops to one a second meanwhile, as a client waiting on its long
+    answers does), then usual requests until STOP_FILE exists (the test saw
+    the incident resolve; at most 5 minutes)."""
+    from opentelemetry import propagate, trace
+
+    provider = tracing()
+    tracer = trace.get_tracer("driver")
+    gateway = env("GATEWAY")
+    n = [0]
+
+    def one(phase, body):
+        n[0] += 1
+        t0 = time.monotonic()
+        body = {"session": n[0] % 3, "question": f"Write a test for helper_0_{n[0] % 50}.", **body}
+        with tracer.start_as_current_span("POST /assist", kind=trace.SpanKind.CLIENT) as span:
+            h = {"Content-Type": "application/json"}
+            propagate.inject(h)
+            trace_id = format(span.get_span_context().trace_id, "032x")
+            req = urllib.request.Request(gateway + "/assist", data=json.dumps(body).encode(), headers=h)
+            with urllib.request.urlopen(req, timeout=120) as r:
+                status = r.status
+                r.read()
+        record(trace_id=trace_id, phase=phase, status=status)
+        # The pace: one request every 0.4 s at most.
+        time.sleep(max(0.4 - (time.monotonic() - t0), 0))
+
+    for _ in range(110):
+        one("normal", {})
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 40:
+        one("pulse-long", {"repo": n[0]})
+        for _ in range(4):
+            one("pulse", {})
+    stop = env("STOP_FILE")
+    t0 = time.monotonic()
+    while not os.path.exists(stop) and time.monotonic() - t0 < 300:
+        one("after", {})
+    provider.shutdown()
+
+
 def cpu_times():
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:]]
@@ -278,5 +323,7 @@ if __name__ == "__main__":
         assistant()
     elif role == "driver":
         driver()
+    elif role == "pulse":
+        pulse()
     else:
         raise SystemExit(f"unknown role {role}")

@@ -462,7 +462,7 @@ impl Incident {
         }
         if let Some(d) = e.discriminators.first() {
             out.push_str(&format!(
-                "; {}% of slow or failed requests on {}={} ({}% of normal)",
+                "; {}% of the slow or failed requests come from {}={} ({}% of normal traffic)",
                 pct(d.share_in),
                 d.attribute,
                 d.value,

@@ -213,10 +213,15 @@ impl Incidents {
                 i.add(&s, self.cfg.max_values, self.cfg.exemplars);
                 continue;
             }
-            let slow = r
-                .normal
-                .as_ref()
-                .is_some_and(|n| s.duration_ms >= self.slow_ms(n.q_ms));
+            // A route with no normal yet keeps every request as a candidate:
+            // its normal may be made (from older buckets) only after a
+            // fault's slow requests came in, and an incident opening then
+            // is explained by them (the incident counts only those slow by
+            // the normal it opens against).
+            let slow = match &r.normal {
+                Some(n) => s.duration_ms >= self.slow_ms(n.q_ms),
+                None => !r.established,
+            };
             if s.failed || slow || slo_bad {
                 e.candidates.push_back(Arc::new(s));
                 if e.candidates.len() > MAX_CANDIDATES {

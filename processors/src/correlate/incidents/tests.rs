@@ -111,7 +111,9 @@ fn a_twentyfold_p95_opens_one_incident_explained_and_resolved() {
         "{summary}"
     );
     assert!(
-        summary.contains("on service.version=2.4.1 (0% of normal)"),
+        summary.contains(
+            "100% of the slow or failed requests come from service.version=2.4.1 (0% of normal traffic)"
+        ),
         "{summary}"
     );
     assert!(summary.contains("miss_ratio 0.03 → 0.89"), "{summary}");
@@ -612,4 +614,29 @@ fn the_functions_whose_time_moved_explain_an_incident_of_the_code() {
         e.moved.iter().all(|m| !m.series.starts_with("dependency")),
         "{e:?}"
     );
+}
+
+/// A route's normal is made from buckets that left the recent window; a
+/// fault that comes before it exists (a new route, a pulse soon after
+/// start) opens an incident once it does, explained by the fault's own
+/// slow requests.
+#[test]
+fn a_fault_before_the_routes_normal_exists_is_explained_when_it_opens() {
+    let inc = Incidents::new(&IncidentsConfig::default());
+    // Twenty seconds of normal traffic (200 requests, still in the recent
+    // window: no normal yet), then twenty of the fault, ticks every 10 s.
+    assert!(run(&inc, &["checkout"], 1000, 1020, &healthy).is_empty());
+    let fault = |t: u64, k: usize, r: &str| if k < 3 { cold(t, r) } else { healthy(t, k, r) };
+    let mut changes = run(&inc, &["checkout"], 1020, 1040, &fault);
+    // Then healthy traffic: the normal is made as the first buckets age out.
+    changes.extend(run(&inc, &["checkout"], 1040, 1080, &healthy));
+    let opened: Vec<&Change> = changes.iter().filter(|c| c.state == "open").collect();
+    assert_eq!(opened.len(), 1, "{changes:?}");
+    let e = &opened[0].explanation;
+    assert_eq!(
+        e.causes.first().map(|c| c.cause.as_str()),
+        Some("cache_miss_fallback"),
+        "{e:?}"
+    );
+    assert_eq!(e.discriminators[0].value, "2.4.1", "{e:?}");
 }
