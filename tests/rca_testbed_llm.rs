@@ -365,10 +365,7 @@ fn a_pulse_of_long_contexts_opens_one_incident_explained_by_the_prompt_size() {
     assert_eq!(s("incident.culprit.at_service"), "assistant", "{e:?}");
     assert!(e["incident.cause_share"].as_f64().unwrap() >= 0.8, "{e:?}");
     let disc: serde_json::Value = serde_json::from_str(&s("incident.discriminators")).unwrap();
-    assert_eq!(
-        disc[0]["attribute"], "span.gen_ai.usage.input_tokens",
-        "{disc}"
-    );
+    assert_eq!(disc[0]["attribute"], "gen_ai.usage.input_tokens", "{disc}");
     assert_eq!(disc[0]["value"], "8192-16383", "{disc}");
     assert!(
         disc[0]["share_in"].as_f64().unwrap() >= 0.8
@@ -377,24 +374,29 @@ fn a_pulse_of_long_contexts_opens_one_incident_explained_by_the_prompt_size() {
     );
     let moved: serde_json::Value = serde_json::from_str(&s("incident.moved")).unwrap();
     eprintln!("moved: {moved}");
-    let cached = moved
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| {
-            let n = m["series"].as_str().unwrap();
-            n.contains("llamacpp") && n.ends_with(" prompt_cached_ratio")
-        })
-        .unwrap_or_else(|| panic!("no llama.cpp cached share among what moved: {moved}"));
+    // What moved is llama.cpp's own prompt work: its cached share fell or
+    // the uncached prompt tokens it processed per request grew.
+    let moved = moved.as_array().unwrap();
     assert!(
-        cached["during"].as_f64().unwrap() < cached["before"].as_f64().unwrap(),
-        "{cached}"
+        moved
+            .iter()
+            .all(|m| m["series"].as_str().unwrap().contains("llamacpp")),
+        "{moved:?}"
     );
+    let level = |name: &str| {
+        moved
+            .iter()
+            .find(|m| m["series"].as_str().unwrap().ends_with(name))
+            .map(|m| (m["before"].as_f64().unwrap(), m["during"].as_f64().unwrap()))
+    };
+    let cached_fell = level(" prompt_cached_ratio").is_some_and(|(b, d)| d < b);
+    let uncached_grew = level(" prompt_tokens_processed").is_some_and(|(b, d)| d > 10.0 * b);
+    assert!(cached_fell || uncached_grew, "{moved:?}");
     let summary = s("incident.summary");
     assert!(summary.contains("long_prompt in assistant"), "{summary}");
     assert!(
         summary.contains(
-            "of the slow or failed requests come from span.gen_ai.usage.input_tokens=8192-16383"
+            "of the slow or failed requests come from gen_ai.usage.input_tokens=8192-16383"
         ),
         "{summary}"
     );
