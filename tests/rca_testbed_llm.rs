@@ -21,8 +21,24 @@
 //! | rate_limited | one client over NGINX's `limit_req` on the same route | the request never reached the assistant |
 //! | upstream_timeout | answers of 2,200 tokens, one at a time, longer than NGINX's 6 s `proxy_read_timeout` on the same route | the assistant's call outlasted 6 s |
 //!
+//! Every verdict on a llama.cpp call says where its time went — the wait
+//! for a slot, the prefill (uncached of all prompt tokens) and the decode
+//! (tokens, ms each) — estimated from the call's tokens against llama.cpp's
+//! own counters: the official OpenAI instrumentation of these versions
+//! writes no time to first chunk on the span (the service streams every
+//! answer; the instrumentation records that time only as the
+//! `gen_ai.client.operation.time_to_first_chunk` histogram), and llama.cpp
+//! writes no spans.
+//!
+//! The second test is a pulse of long contexts on the route, at a steady
+//! rate: it opens one incident (default incident settings) whose cause is
+//! `long_prompt` in the assistant, whose strongest discriminator is the
+//! prompt-size bucket, whose "what moved" is llama.cpp's own prompt work,
+//! and which resolves after the pulse.
+//!
 //! `scripts/peers.sh` builds llama-server and the model, and makes the
-//! bed's venv (cached by version).
+//! bed's venv (cached by version). `bench/rca_testbed.sh` (`BED=llm`) runs
+//! it longer.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -198,7 +214,7 @@ fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
     let mut phase: BTreeMap<String, String> = BTreeMap::new();
     let mut call: HashMap<String, serde_json::Value> = HashMap::new();
     let mut hog_busy = None;
-    for v in read_jsonl(&truth) {
+    for v in read_jsonl(truth) {
         if v["phase"] == "hog" && v["busy"].is_number() {
             hog_busy = v["busy"].as_f64();
             continue;

@@ -570,24 +570,24 @@ pub fn incident_records(path: &Path) -> Vec<std::collections::BTreeMap<String, V
         .map(|(_, _, r)| {
             r["attributes"]
                 .as_array()
-                .unwrap()
+                .expect("a record's attributes")
                 .iter()
                 .map(|kv| {
                     let v = &kv["value"];
-                    let v =
-                        v.get("stringValue")
-                            .cloned()
-                            .or_else(|| v.get("doubleValue").cloned())
-                            .or_else(|| {
-                                v.get("intValue").map(|i| {
-                                    Value::from(i.as_str().map_or_else(
-                                        || i.as_i64().unwrap(),
-                                        |s| s.parse().unwrap(),
-                                    ))
-                                })
+                    let v = v
+                        .get("stringValue")
+                        .cloned()
+                        .or_else(|| v.get("doubleValue").cloned())
+                        .or_else(|| {
+                            v.get("intValue").map(|i| {
+                                Value::from(i.as_str().map_or_else(
+                                    || i.as_i64().expect("an integer"),
+                                    |s| s.parse().expect("an integer"),
+                                ))
                             })
-                            .unwrap_or(Value::Null);
-                    (kv["key"].as_str().unwrap().to_string(), v)
+                        })
+                        .unwrap_or(Value::Null);
+                    (kv["key"].as_str().expect("a key").to_string(), v)
                 })
                 .collect()
         })
