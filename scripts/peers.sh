@@ -147,7 +147,9 @@ if [[ ! -f "$llm_dir/tiny.gguf" ]]; then
     "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$llm_dir.tmp/sdist"
   tar -xzf "$llm_dir.tmp/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz" -C "$llm_dir.tmp/sdist"
   src="$llm_dir.tmp/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
-  cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF \
+  # Ninja when there is one, else make.
+  generator=(); if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+  cmake -S "$src" -B "$src/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
   cmake --build "$src/build" --target llama-server -j2 >/dev/null
   cp "$src/build/bin/llama-server" "$llm_dir.tmp/llama-server"
