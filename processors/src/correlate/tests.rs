@@ -4398,6 +4398,16 @@ async fn a_llama_cpp_calls_wait_prefill_and_decode_come_from_its_counters_and_th
         llama_call(103, 8082, (9000, 16), 3300),
         llama_call(104, 8083, (2000, 16), 100),
         llama_call(105, 8084, (2000, 16), 110),
+        // A streaming client that measured its time to first chunk (the
+        // conventions' attribute): that, not the estimate, is what came
+        // before the first token.
+        {
+            let mut r = llama_call(106, 8080, (2000, 64), 900);
+            r.scope_spans[0].spans[1]
+                .attributes
+                .push(kv("gen_ai.response.time_to_first_chunk", 0.7f64));
+            r
+        },
     ];
     let out = analyse(&st, &mut rs).await;
     let v = |id: u8| {
@@ -4422,6 +4432,16 @@ async fn a_llama_cpp_calls_wait_prefill_and_decode_come_from_its_counters_and_th
             queued.best.summary
         );
     }
+    let streamed = v(106);
+    assert_eq!(streamed.best.cause, "inference_queueing", "{streamed:?}");
+    assert!(
+        streamed
+            .best
+            .summary
+            .contains("first token after 700 ms; waited ~690 ms, prefill ~10 ms"),
+        "{}",
+        streamed.best.summary
+    );
     let missed = v(102);
     assert_eq!(missed.best.cause, "cache_miss_fallback", "{missed:?}");
     assert_eq!(missed.culprit_service, "llama-server", "{missed:?}");
@@ -4453,4 +4473,82 @@ async fn a_llama_cpp_calls_wait_prefill_and_decode_come_from_its_counters_and_th
         assert_eq!(healthy.best.cause, "slow_dependency", "{healthy:?}");
         assert!(healthy.alternatives.is_empty(), "{healthy:?}");
     }
+}
+
+/// A host's CPU readings at `(t_ns, idle)`.
+fn cpu_idle(host: &str, points: &[(u64, f64)]) -> ResourceMetrics {
+    ResourceMetrics {
+        resource: Some(Resource {
+            attributes: vec![attr_s("host.name", host)],
+            ..Default::default()
+        }),
+        scope_metrics: vec![ScopeMetrics {
+            metrics: vec![Metric {
+                name: "system.cpu.utilization".into(),
+                data: Some(metric::Data::Gauge(
+                    opentelemetry_proto::tonic::metrics::v1::Gauge {
+                        data_points: points
+                            .iter()
+                            .map(|&(t, v)| NumberDataPoint {
+                                attributes: vec![attr_s("cpu.mode", "idle")],
+                                time_unix_nano: t,
+                                value: Some(number_data_point::Value::AsDouble(v)),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    },
+                )),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// A host's pressure is read over the trace (the readings during it and
+/// the first after it): a hog that ended a minute before a request did not
+/// slow it, one that ran through it did (found by the LLM bed's long run,
+/// where a slot queue after a hog was called the host's saturation).
+#[tokio::test]
+async fn a_hosts_cpu_is_read_over_the_trace_not_the_minute_before() {
+    let st = store();
+    let t0 = 1_000_000_000_000u64;
+    let s = 1_000_000_000u64;
+    st.add_metrics(
+        &[
+            // Saturated until 50 s before the trace, calm over it.
+            cpu_idle(
+                "node-8",
+                &[(t0 - 60 * s, 0.0), (t0 - 50 * s, 0.0), (t0 + 5 * s, 0.6)],
+            ),
+            // Calm before, saturated over it.
+            cpu_idle(
+                "node-9",
+                &[(t0 - 60 * s, 0.6), (t0 - 50 * s, 0.6), (t0 + 5 * s, 0.0)],
+            ),
+        ],
+        t0 + 5 * s,
+    );
+    let on = |host: &str, id: u8| ResourceSpans {
+        resource: Some(Resource {
+            attributes: vec![attr_s("service.name", "pricing"), attr_s("host.name", host)],
+            ..Default::default()
+        }),
+        scope_spans: vec![ScopeSpans {
+            spans: tid(id, vec![sp(1, None, "GET /price", Server, 0, 900)]),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut rs = vec![on("node-8", 65), on("node-9", 66)];
+    let out = analyse(&st, &mut rs).await;
+    let cause = |id: u8| {
+        out.iter()
+            .find(|(t, _)| t.id == [id; 16])
+            .map(|(_, v)| v.best.cause.clone())
+            .expect("analysed")
+    };
+    assert_ne!(cause(65), "host_cpu_saturation");
+    assert_eq!(cause(66), "host_cpu_saturation");
 }

@@ -78,7 +78,12 @@ pub struct HostRow {
     pub time_ns: u64,
 }
 
-fn host_row(series: &[Series], host: &str, from: u64, to: u64) -> HostRow {
+/// A host's pressure over a trace `(start, end)`: the readings whose
+/// intervals cover it — those taken during it and the first one after it
+/// (a utilization or PSI reading at `t` is over the interval before `t`),
+/// waiting no longer than `limit`. Not the readings before it: a hog that
+/// ended a minute before a request did not slow it.
+fn host_row(series: &[Series], host: &str, (start, end): (u64, u64), limit: u64) -> HostRow {
     let mut row = HostRow {
         host: host.to_string(),
         ..Default::default()
@@ -89,6 +94,13 @@ fn host_row(series: &[Series], host: &str, from: u64, to: u64) -> HostRow {
     let mut mem_avail = None;
     let mut fb: BTreeMap<String, (Option<f64>, Option<f64>)> = BTreeMap::new();
     for s in series.iter().filter(|s| s.key.get("host") == Some(host)) {
+        let from = start;
+        let to = s
+            .points
+            .iter()
+            .map(|p| p.0)
+            .find(|t| *t >= end && *t <= limit)
+            .unwrap_or(end);
         let mode = s
             .attr("cpu.mode")
             .or_else(|| s.attr("state"))
@@ -138,10 +150,21 @@ fn host_row(series: &[Series], host: &str, from: u64, to: u64) -> HostRow {
                 row.disk_util = max(row.disk_util, v);
                 t
             }),
-            "system.disk.io_time" => s.rate_in(from, to).map(|v| {
-                row.disk_util = max(row.disk_util, v.min(1.0));
-                s.points.back().map_or(0, |p| p.0)
-            }),
+            // A counter's rate from the reading before the trace on.
+            "system.disk.io_time" => s
+                .rate_in(
+                    s.points
+                        .iter()
+                        .map(|p| p.0)
+                        .filter(|t| *t <= from)
+                        .last()
+                        .unwrap_or(from),
+                    to,
+                )
+                .map(|v| {
+                    row.disk_util = max(row.disk_util, v.min(1.0));
+                    s.points.back().map_or(0, |p| p.0)
+                }),
             "DCGM_FI_DEV_GPU_UTIL" => s.max_in(from, to).map(|(t, v)| {
                 row.gpu_util = max(row.gpu_util, v / 100.0);
                 t
@@ -258,7 +281,7 @@ impl Source for Host {
         }
         let mut misses = 0;
         for t in traces.iter_mut() {
-            let (from, to) = tick.interval(t);
+            let (_, limit) = tick.interval(t);
             let culprit_host = t.spans[t.culprit].host.clone();
             let span_hosts: BTreeSet<std::sync::Arc<str>> = t
                 .spans
@@ -268,7 +291,7 @@ impl Source for Host {
                 .collect();
             let mut joined = false;
             for h in span_hosts {
-                let mut row = host_row(&series, &h, from, to);
+                let mut row = host_row(&series, &h, (t.start_ns, t.end_ns), limit);
                 if row.time_ns == 0 {
                     continue;
                 }
