@@ -155,9 +155,9 @@ fn host_row(series: &[Series], host: &str, (start, end): (u64, u64), limit: u64)
                 .rate_in(
                     s.points
                         .iter()
+                        .rev()
                         .map(|p| p.0)
-                        .filter(|t| *t <= from)
-                        .last()
+                        .find(|t| *t <= from)
                         .unwrap_or(from),
                     to,
                 )
