@@ -4517,10 +4517,19 @@ async fn a_hosts_cpu_is_read_over_the_trace_not_the_minute_before() {
     let s = 1_000_000_000u64;
     st.add_metrics(
         &[
-            // Saturated until 50 s before the trace, calm over it.
+            // Read every 10 s: saturated until 50 s before the trace, calm
+            // since.
             cpu_idle(
                 "node-8",
-                &[(t0 - 60 * s, 0.0), (t0 - 50 * s, 0.0), (t0 + 5 * s, 0.6)],
+                &[
+                    (t0 - 60 * s, 0.0),
+                    (t0 - 50 * s, 0.0),
+                    (t0 - 40 * s, 0.6),
+                    (t0 - 30 * s, 0.6),
+                    (t0 - 20 * s, 0.6),
+                    (t0 - 10 * s, 0.6),
+                    (t0 + 5 * s, 0.6),
+                ],
             ),
             // Calm before, saturated over it.
             cpu_idle(

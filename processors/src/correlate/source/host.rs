@@ -78,11 +78,12 @@ pub struct HostRow {
     pub time_ns: u64,
 }
 
-/// A host's pressure over a trace `(start, end)`: the readings whose
-/// intervals cover it — those taken during it and the first one after it
-/// (a utilization or PSI reading at `t` is over the interval before `t`),
-/// waiting no longer than `limit`. Not the readings before it: a hog that
-/// ended a minute before a request did not slow it.
+/// A host's pressure over a trace `(start, end)`: the readings nearest it —
+/// the last one at or before its start, those during it and the first one
+/// after it (a utilization or PSI reading at `t` is over the interval
+/// before `t`), waiting no longer than `limit`. Not the busiest reading of
+/// the minutes around it: a hog that ended a minute before a request did
+/// not slow it.
 fn host_row(series: &[Series], host: &str, (start, end): (u64, u64), limit: u64) -> HostRow {
     let mut row = HostRow {
         host: host.to_string(),
@@ -94,7 +95,15 @@ fn host_row(series: &[Series], host: &str, (start, end): (u64, u64), limit: u64)
     let mut mem_avail = None;
     let mut fb: BTreeMap<String, (Option<f64>, Option<f64>)> = BTreeMap::new();
     for s in series.iter().filter(|s| s.key.get("host") == Some(host)) {
-        let from = start;
+        // From the last reading at or before the trace (its interval ends
+        // where the trace begins), not the busiest of the minutes before.
+        let from = s
+            .points
+            .iter()
+            .rev()
+            .map(|p| p.0)
+            .find(|t| *t <= start)
+            .unwrap_or(start);
         let to = s
             .points
             .iter()
@@ -150,21 +159,10 @@ fn host_row(series: &[Series], host: &str, (start, end): (u64, u64), limit: u64)
                 row.disk_util = max(row.disk_util, v);
                 t
             }),
-            // A counter's rate from the reading before the trace on.
-            "system.disk.io_time" => s
-                .rate_in(
-                    s.points
-                        .iter()
-                        .rev()
-                        .map(|p| p.0)
-                        .find(|t| *t <= from)
-                        .unwrap_or(from),
-                    to,
-                )
-                .map(|v| {
-                    row.disk_util = max(row.disk_util, v.min(1.0));
-                    s.points.back().map_or(0, |p| p.0)
-                }),
+            "system.disk.io_time" => s.rate_in(from, to).map(|v| {
+                row.disk_util = max(row.disk_util, v.min(1.0));
+                s.points.back().map_or(0, |p| p.0)
+            }),
             "DCGM_FI_DEV_GPU_UTIL" => s.max_in(from, to).map(|(t, v)| {
                 row.gpu_util = max(row.gpu_util, v / 100.0);
                 t
