@@ -4391,8 +4391,18 @@ async fn a_llama_cpp_calls_wait_prefill_and_decode_come_from_its_counters_and_th
             (1000, 7000.0, 9000.0, 0.7, 432.0, 1.728, 0.0),
         ],
     ));
+    // :8085, a miss that ended as a burst of cached prompts began: the
+    // scrape after it shows the burst's queue, none while it ran.
+    rms.extend(llama_scrapes(
+        "127.0.0.1:8085",
+        &[
+            (0, 5000.0, 9000.0, 0.5, 400.0, 1.6, 0.0),
+            (1000, 7200.0, 12800.0, 0.72, 432.0, 1.728, 4.0),
+        ],
+    ));
     st.add_metrics(&rms, 1_000_000_000_000 + 4_000_000_000);
     let mut rs = vec![
+        llama_call(107, 8085, (2000, 16), 300),
         llama_call(101, 8080, (2000, 64), 900),
         llama_call(102, 8081, (2000, 16), 300),
         llama_call(103, 8082, (9000, 16), 3300),
@@ -4456,6 +4466,11 @@ async fn a_llama_cpp_calls_wait_prefill_and_decode_come_from_its_counters_and_th
                 .contains("recomputed them in ~236 ms of 300 ms"),
         "{}",
         missed.best.summary
+    );
+    let before_burst = v(107);
+    assert_eq!(
+        before_burst.best.cause, "cache_miss_fallback",
+        "{before_burst:?}"
     );
     let long = v(103);
     assert_eq!(long.best.cause, "long_prompt", "{long:?}");

@@ -43,20 +43,22 @@ FROM (
     CASE WHEN e.side_by_side OR e.cache_read_tokens IS NOT NULL THEN e.raw_uncached
          ELSE CAST(least(e.raw_uncached, floor(e.before_ms / coalesce(e.prompt_ms_per_token_min, e.prompt_ms_per_token))) AS BIGINT) END AS uncached
   FROM (
-    SELECT s.trace_id, s.span_id, s.service, s.gen_ai_model, s.duration_ms, s.path_ms, s.input_tokens, s.prompt_baseline,
-      s.cache_read_tokens, coalesce(s.output_tokens, 0) AS output_tokens, s.gen_ai_ttft_ms AS ttft_ms, r.address,
-      CASE WHEN r.job = '' THEN r.address ELSE r.job END AS server, r.requests_waiting, r.requests_running,
-      r.prompt_ms_per_token, r.prompt_ms_per_token_min, r.decode_ms_per_token, r.prompt_cached_ratio,
-      coalesce(s.output_tokens, 0) * r.decode_ms_per_token AS decode_ms,
-      coalesce(s.gen_ai_ttft_ms, greatest(s.duration_ms - coalesce(s.output_tokens, 0) * r.decode_ms_per_token, 0)) AS before_ms,
-      coalesce(r.requests_running, 0) >= 2 OR coalesce(r.requests_waiting, 0) > 0 AS side_by_side,
-      CASE WHEN s.cache_read_tokens IS NOT NULL THEN greatest(s.input_tokens - s.cache_read_tokens, 0)
-           WHEN coalesce(r.requests_running, 0) >= 2 OR coalesce(r.requests_waiting, 0) > 0
-             THEN CAST(round(s.input_tokens * (1.0 - coalesce(r.prompt_cached_ratio, 0.0))) AS BIGINT)
-           ELSE least(s.input_tokens, CAST(round(coalesce(r.prompt_tokens_processed, s.input_tokens)) AS BIGINT)) END AS raw_uncached
-    FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
-    WHERE r.system = 'llamacpp' AND s.input_tokens IS NOT NULL
-      AND r.prompt_ms_per_token > 0 AND r.decode_ms_per_token IS NOT NULL
+    SELECT c.*,
+      CASE WHEN c.cache_read_tokens IS NOT NULL THEN greatest(c.input_tokens - c.cache_read_tokens, 0)
+           WHEN c.side_by_side THEN CAST(round(c.input_tokens * (1.0 - coalesce(c.prompt_cached_ratio, 0.0))) AS BIGINT)
+           ELSE least(c.input_tokens, CAST(round(coalesce(c.prompt_tokens_processed, c.input_tokens)) AS BIGINT)) END AS raw_uncached
+    FROM (
+      SELECT s.trace_id, s.span_id, s.service, s.gen_ai_model, s.duration_ms, s.path_ms, s.input_tokens, s.prompt_baseline,
+        s.cache_read_tokens, coalesce(s.output_tokens, 0) AS output_tokens, s.gen_ai_ttft_ms AS ttft_ms, r.address,
+        CASE WHEN r.job = '' THEN r.address ELSE r.job END AS server, r.requests_waiting, r.requests_running,
+        r.prompt_ms_per_token, r.prompt_ms_per_token_min, r.decode_ms_per_token, r.prompt_cached_ratio, r.prompt_tokens_processed,
+        coalesce(s.output_tokens, 0) * r.decode_ms_per_token AS decode_ms,
+        coalesce(s.gen_ai_ttft_ms, greatest(s.duration_ms - coalesce(s.output_tokens, 0) * r.decode_ms_per_token, 0)) AS before_ms,
+        coalesce(r.requests_running, 0) >= 2 OR coalesce(r.requests_waiting, 0) > 0 AS side_by_side
+      FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+      WHERE r.system = 'llamacpp' AND s.input_tokens IS NOT NULL
+        AND r.prompt_ms_per_token > 0 AND r.decode_ms_per_token IS NOT NULL
+    ) c
   ) e
 ) u"#;
 
@@ -303,12 +305,14 @@ impl Family for Llm {
                     }
                     e.points.clone_from(&p.pts);
                 }
+                // Over the call itself: a burst that began as it ended
+                // did not wait beside it.
                 "vllm:num_requests_waiting" | "llamacpp:requests_deferred" => p
-                    .inside(w)
+                    .during(w)
                     .into_iter()
                     .for_each(|v| maxed(&mut r.m.requests_waiting, v)),
                 "vllm:num_requests_running" | "llamacpp:requests_processing" => p
-                    .inside(w)
+                    .during(w)
                     .into_iter()
                     .for_each(|v| maxed(&mut r.m.requests_running, v)),
                 "vllm:kv_cache_usage_perc" | "vllm:gpu_cache_usage_perc" => p

@@ -159,6 +159,28 @@ impl Points<'_> {
             .reduce(f64::max)
             .or_else(|| self.pts.iter().map(|p| p.1).reduce(f64::max))
     }
+    /// A gauge over the span itself: the largest reading taken while it
+    /// ran; when none was, the smaller of the last before it and the first
+    /// after it (what both sides agree on, so that a burst that began just
+    /// after a short call is not read as its neighbours).
+    pub fn during(&self, w: &Window) -> Option<f64> {
+        let inside = self
+            .series
+            .points
+            .iter()
+            .filter(|(t, _)| *t >= w.start && *t <= w.end)
+            .map(|p| p.1)
+            .reduce(f64::max);
+        inside.or_else(|| {
+            let before = self.series.points.iter().rfind(|(t, _)| *t < w.start);
+            let after = self.series.points.iter().find(|(t, _)| *t > w.end);
+            match (before, after) {
+                (Some(b), Some(a)) => Some(b.1.min(a.1)),
+                (Some(p), None) | (None, Some(p)) => Some(p.1),
+                (None, None) => None,
+            }
+        })
+    }
     /// A counter's increase over the window.
     pub fn increase(&self) -> Option<f64> {
         increase(&self.pts)
