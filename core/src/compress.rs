@@ -133,17 +133,18 @@ impl Codec {
                 enc.finish().map(Bytes::from).map_err(io)
             }
             Codec::Zstd => {
-                let mut enc = zstd::stream::write::Encoder::new(
-                    Vec::with_capacity(total / 6 + 64),
-                    ZSTD_LEVEL,
-                )
-                .map_err(io)?;
-                enc.set_pledged_src_size(Some(total as u64)).map_err(io)?;
-                enc.include_contentsize(true).map_err(io)?;
-                for p in parts {
-                    enc.write_all(p).map_err(io)?;
-                }
-                enc.finish().map(Bytes::from).map_err(io)
+                let joined;
+                let input: &[u8] = match parts {
+                    [one] => one,
+                    _ => {
+                        joined = parts.concat();
+                        &joined
+                    }
+                };
+                zstd_ctx::compress(input).map_err(|message| CompressError::Invalid {
+                    codec: "zstd",
+                    message,
+                })
             }
             Codec::Snappy => match transport {
                 Transport::Http => {
@@ -214,11 +215,13 @@ impl Codec {
                 Ok(Bytes::copy_from_slice(input))
             }
             Codec::Gzip => read_all(&mut flate2::read::MultiGzDecoder::new(input)),
-            Codec::Zstd => {
-                let mut dec =
-                    zstd::stream::read::Decoder::with_buffer(input).map_err(|e| invalid(&e))?;
-                read_all(&mut dec)
-            }
+            Codec::Zstd => zstd_ctx::decompress(input, limit, guess).map_err(|e| match e {
+                None => too_large,
+                Some(message) => CompressError::Invalid {
+                    codec: "zstd",
+                    message,
+                },
+            }),
             Codec::Snappy if input.starts_with(SNAPPY_FRAMED_MAGIC) => {
                 read_all(&mut snap::read::FrameDecoder::new(input))
             }
@@ -234,6 +237,99 @@ impl Codec {
                 Ok(Bytes::from(out))
             }
         }
+    }
+}
+
+/// zstd with one context per thread each way, reused: making a context
+/// allocates and clears its tables (about a megabyte at level 1), as much
+/// work as compressing a small batch. The compressed bytes are written into
+/// a reused scratch buffer and copied out at their size, so a batch held
+/// compressed holds no slack.
+mod zstd_ctx {
+    use bytes::Bytes;
+    use std::cell::RefCell;
+    use zstd::zstd_safe::{self, CCtx, CParameter, DCtx, InBuffer, OutBuffer, ResetDirective};
+
+    thread_local! {
+        static COMPRESS: RefCell<Option<(CCtx<'static>, Vec<u8>)>> = const { RefCell::new(None) };
+        static DECOMPRESS: RefCell<Option<DCtx<'static>>> = const { RefCell::new(None) };
+    }
+
+    fn code(e: zstd_safe::ErrorCode) -> String {
+        zstd_safe::get_error_name(e).to_string()
+    }
+
+    /// One frame of `input` at [`super::ZSTD_LEVEL`], its size in the header.
+    pub fn compress(input: &[u8]) -> Result<Bytes, String> {
+        COMPRESS.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            let (cctx, scratch) = match &mut *cell {
+                Some(c) => c,
+                none => {
+                    let mut cctx = CCtx::create();
+                    cctx.set_parameter(CParameter::CompressionLevel(super::ZSTD_LEVEL))
+                        .map_err(code)?;
+                    none.insert((cctx, Vec::new()))
+                }
+            };
+            cctx.reset(ResetDirective::SessionOnly).map_err(code)?;
+            scratch.clear();
+            scratch.reserve(zstd_safe::compress_bound(input.len()));
+            cctx.compress2(scratch, input).map_err(code)?;
+            let out = Bytes::copy_from_slice(scratch);
+            // A rare huge batch does not keep its buffer for the thread's life.
+            if scratch.capacity() > 8 << 20 {
+                *scratch = Vec::new();
+            }
+            Ok(out)
+        })
+    }
+
+    /// Every frame of `input`, at most `limit` bytes (`Err(None)` past it).
+    /// A frame that states its size is inflated into a buffer of that size.
+    pub fn decompress(input: &[u8], limit: usize, guess: usize) -> Result<Bytes, Option<String>> {
+        if input.is_empty() {
+            return Ok(Bytes::new());
+        }
+        DECOMPRESS.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            let dctx = cell.get_or_insert_with(DCtx::create);
+            dctx.reset(ResetDirective::SessionOnly)
+                .map_err(|e| Some(code(e)))?;
+            let first = match zstd_safe::get_frame_content_size(input) {
+                Ok(Some(n)) if n <= limit as u64 => n as usize,
+                Ok(Some(_)) => return Err(None),
+                _ => guess,
+            };
+            let mut out: Vec<u8> = Vec::with_capacity(first.max(64));
+            let mut src = InBuffer::around(input);
+            loop {
+                if out.len() == out.capacity() {
+                    if out.len() > limit {
+                        return Err(None);
+                    }
+                    let more = out.len().clamp(64, 4 << 20).min(limit + 1 - out.len());
+                    out.reserve_exact(more);
+                }
+                let len = out.len();
+                let hint = {
+                    let mut dst = OutBuffer::around_pos(&mut out, len);
+                    dctx.decompress_stream(&mut dst, &mut src)
+                        .map_err(|e| Some(code(e)))?
+                };
+                let consumed = src.pos() == input.len();
+                if hint == 0 && consumed {
+                    break;
+                }
+                if consumed && out.len() < out.capacity() {
+                    return Err(Some("the input ends inside a frame".into()));
+                }
+            }
+            if out.len() > limit {
+                return Err(None);
+            }
+            Ok(Bytes::from(out))
+        })
     }
 }
 
@@ -285,6 +381,49 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// What other encoders send: frames that do not state their size (a
+    /// streaming writer's, as Go's zstd writes), several frames one after
+    /// another, and a frame cut short, which is an error, not a short payload.
+    #[test]
+    fn zstd_reads_unsized_and_concatenated_frames_and_refuses_a_cut_one() {
+        let p = payload();
+        let unsized_frame = |data: &[u8]| {
+            let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).expect("encoder");
+            enc.include_contentsize(false).expect("flag");
+            enc.write_all(data).expect("write");
+            enc.finish().expect("finish")
+        };
+        let one = unsized_frame(&p);
+        assert_eq!(
+            zstd::zstd_safe::get_frame_content_size(&one).ok(),
+            Some(None)
+        );
+        assert_eq!(
+            &Codec::Zstd.decompress(&one, p.len()).expect("inflate")[..],
+            &p[..]
+        );
+        let mut two = unsized_frame(&p[..7000]);
+        two.extend_from_slice(
+            &Codec::Zstd
+                .compress(Transport::Grpc, &[Bytes::copy_from_slice(&p[7000..])])
+                .expect("compress"),
+        );
+        assert_eq!(
+            &Codec::Zstd.decompress(&two, p.len()).expect("inflate")[..],
+            &p[..]
+        );
+        assert!(matches!(
+            Codec::Zstd.decompress(&two, p.len() - 1),
+            Err(CompressError::TooLarge { .. })
+        ));
+        let cut = &one[..one.len() - 3];
+        assert!(matches!(
+            Codec::Zstd.decompress(cut, p.len()),
+            Err(CompressError::Invalid { codec: "zstd", .. })
+        ));
+        assert!(Codec::Zstd.decompress(&[], 10).expect("empty").is_empty());
     }
 
     #[test]

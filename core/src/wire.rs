@@ -467,8 +467,17 @@ fn wrong_wire(offset: usize) -> WireError {
     }
 }
 
+/// Whether `p` is UTF-8. Telemetry's strings are nearly all ASCII and
+/// short (keys, routes, addresses): the word-at-a-time ASCII check, inlined,
+/// settles them; `from_utf8`'s byte-wise path for short inputs cost a
+/// quarter of a forwarding gateway's CPU (BENCHMARKS.md, issue #48).
+#[inline]
+fn is_utf8(p: &[u8]) -> bool {
+    p.is_ascii() || std::str::from_utf8(p).is_ok()
+}
+
 fn utf8(p: &[u8], offset: usize) -> Result<(), WireError> {
-    if std::str::from_utf8(p).is_ok() {
+    if is_utf8(p) {
         Ok(())
     } else {
         Err(WireError {
@@ -577,7 +586,7 @@ pub fn check_strings(signal: Signal, buf: &[u8]) -> Result<(), WireError> {
             }
             let Some((p, poff)) = payload else { continue };
             match kind {
-                F::Str if std::str::from_utf8(p).is_err() => {
+                F::Str if !is_utf8(p) => {
                     return Err(WireError {
                         offset: poff,
                         reason: "a string field is not valid UTF-8",

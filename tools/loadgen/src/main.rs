@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{
     span, status, ResourceSpans, ScopeSpans, Span, Status,
@@ -52,6 +52,11 @@ enum Cmd {
         /// was first received: `set ms` lines (decodes every request).
         #[arg(long)]
         seen_log: Option<std::path::PathBuf>,
+        /// Write every trace id received, once, with `1` when a span of it
+        /// is an error or lasts 1 s or more (what deterministic policies
+        /// keep), else `0`: `hex flag` lines (decodes every request).
+        #[arg(long)]
+        kept_log: Option<std::path::PathBuf>,
         /// A backend that flaps: `UP,DOWN` seconds, answering UNAVAILABLE
         /// (retryable) while down, starting up.
         #[arg(long)]
@@ -72,6 +77,44 @@ fn mix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A span's 10 attributes, varied by `r` as real traffic's are (order ids
+/// in paths, client addresses, user agents).
+fn attributes(r: u64, err: bool) -> Vec<KeyValue> {
+    let s = |x: &str| any_value::Value::StringValue(x.into());
+    const AGENTS: [&str; 4] = [
+        "okhttp/4.12.0",
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X)",
+        "python-requests/2.31.0",
+        "Go-http-client/2.0",
+    ];
+    vec![
+        kv("http.request.method", s("GET")),
+        kv("http.route", s("/api/v1/orders/{id}")),
+        kv(
+            "http.response.status_code",
+            any_value::Value::IntValue(if err { 500 } else { 200 }),
+        ),
+        kv("url.path", s(&format!("/api/v1/orders/{}", r % 1_000_000))),
+        kv("server.address", s("orders.shop.svc")),
+        kv("server.port", any_value::Value::IntValue(8080)),
+        kv(
+            "client.address",
+            s(&format!(
+                "10.{}.{}.{}",
+                (r >> 20) % 4,
+                (r >> 28) % 256,
+                (r >> 36) % 256
+            )),
+        ),
+        kv(
+            "user_agent.original",
+            s(AGENTS[(r >> 44) as usize % AGENTS.len()]),
+        ),
+        kv("route_id", s("orders-v2")),
+        kv("net.proto", s("1.1")),
+    ]
+}
+
 /// A request of `n` spans with 10 attributes each; ids derived from `seed`.
 /// Ids are random-looking and attribute values vary (order ids in paths,
 /// client addresses, user agents, durations) as in real traffic, so that
@@ -84,12 +127,6 @@ fn request(
     slow_every: usize,
 ) -> ExportTraceServiceRequest {
     let s = |x: &str| any_value::Value::StringValue(x.into());
-    const AGENTS: [&str; 4] = [
-        "okhttp/4.12.0",
-        "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X)",
-        "python-requests/2.31.0",
-        "Go-http-client/2.0",
-    ];
     let spans = (0..n)
         .map(|i| {
             let id = seed.wrapping_mul(1_000_003).wrapping_add(i as u64 + 1);
@@ -119,32 +156,7 @@ fn request(
                 kind: span::SpanKind::Server as i32,
                 start_time_unix_nano: start,
                 end_time_unix_nano: start + dur,
-                attributes: vec![
-                    kv("http.request.method", s("GET")),
-                    kv("http.route", s("/api/v1/orders/{id}")),
-                    kv(
-                        "http.response.status_code",
-                        any_value::Value::IntValue(if err { 500 } else { 200 }),
-                    ),
-                    kv("url.path", s(&format!("/api/v1/orders/{}", r % 1_000_000))),
-                    kv("server.address", s("orders.shop.svc")),
-                    kv("server.port", any_value::Value::IntValue(8080)),
-                    kv(
-                        "client.address",
-                        s(&format!(
-                            "10.{}.{}.{}",
-                            (r >> 20) % 4,
-                            (r >> 28) % 256,
-                            (r >> 36) % 256
-                        )),
-                    ),
-                    kv(
-                        "user_agent.original",
-                        s(AGENTS[(r >> 44) as usize % AGENTS.len()]),
-                    ),
-                    kv("route_id", s("orders-v2")),
-                    kv("net.proto", s("1.1")),
-                ],
+                attributes: attributes(r, err),
                 status: Some(Status {
                     code: if err {
                         status::StatusCode::Error as i32
@@ -179,22 +191,107 @@ fn request(
     }
 }
 
-/// Span `k` of each of `n` traces (trace set renumbered per request; span
-/// k's parent is span k-1, span 0 is the root).
-fn slice(k: u64, n: usize, error_every: usize, slow_every: usize) -> ExportTraceServiceRequest {
-    let mut req = request(0, n * 5, error_every, slow_every);
-    for rs in &mut req.resource_spans {
-        for ss in &mut rs.scope_spans {
-            let all = std::mem::take(&mut ss.spans);
-            ss.spans = all
+/// The `parts` requests of one trace set: whole traces of `min..=max`
+/// spans, about `n` spans a request. Span j of a trace is in request
+/// `j % parts`, comes from service `j % services` (a resource each) and is
+/// a child of span `(j - 1) / 2`: a trace's spans arrive over `parts`
+/// requests from several services, interleaved with the set's other
+/// traces, as SDK batch exporters send them to a gateway. Every
+/// `slow_every`-th trace's root lasts 3 s; every `error_every`-th span is
+/// an error.
+fn split_traces(
+    n: usize,
+    parts: usize,
+    (min, max): (usize, usize),
+    services: usize,
+    error_every: usize,
+    slow_every: usize,
+) -> Vec<ExportTraceServiceRequest> {
+    let (parts, services) = (parts.max(1), services.max(1));
+    let mut out: Vec<Vec<Vec<Span>>> = vec![vec![Vec::new(); services]; parts];
+    let (mut total, mut t, mut id) = (0usize, 0u64, 0u64);
+    while total < n * parts {
+        let len = min + (mix(t ^ 0xA5A5) % (max.saturating_sub(min) + 1) as u64) as usize;
+        let mut trace_id = vec![0xC0, 0xFF, 0xEE, 0x42];
+        trace_id.extend_from_slice(&(t as u32).to_be_bytes());
+        trace_id.extend_from_slice(&mix(t).to_be_bytes());
+        let slow = slow_every > 0 && t.is_multiple_of(slow_every as u64);
+        let t0 = 1_764_000_000_000_000_000u64 + t * 1_000_000;
+        for j in 0..len as u64 {
+            id += 1;
+            let r = mix(id ^ 0x5bd1_e995);
+            let start = t0 + j * 1_000_000 + r % 1_000_000;
+            let dur = if slow && j == 0 {
+                3_000_000_000
+            } else {
+                2_000_000 + r % 40_000_000
+            };
+            let err = error_every > 0 && id.is_multiple_of(error_every as u64);
+            let span = Span {
+                trace_id: trace_id.clone(),
+                span_id: mix((t << 16) | j).to_be_bytes().to_vec(),
+                parent_span_id: if j == 0 {
+                    vec![]
+                } else {
+                    mix((t << 16) | ((j - 1) / 2)).to_be_bytes().to_vec()
+                },
+                name: "GET /api/v1/orders/{id}".into(),
+                kind: if j == 0 {
+                    span::SpanKind::Server
+                } else {
+                    span::SpanKind::Client
+                } as i32,
+                start_time_unix_nano: start,
+                end_time_unix_nano: start + dur,
+                attributes: attributes(r, err),
+                status: Some(Status {
+                    code: if err {
+                        status::StatusCode::Error as i32
+                    } else {
+                        status::StatusCode::Unset as i32
+                    },
+                    message: String::new(),
+                }),
+                ..Default::default()
+            };
+            out[j as usize % parts][j as usize % services].push(span);
+        }
+        total += len;
+        t += 1;
+    }
+    out.into_iter()
+        .map(|by_service| ExportTraceServiceRequest {
+            resource_spans: by_service
                 .into_iter()
                 .enumerate()
-                .filter(|(i, _)| (*i as u64 + 1) % 5 == k)
-                .map(|(_, s)| s)
-                .collect();
-        }
-    }
-    req
+                .filter(|(_, spans)| !spans.is_empty())
+                .map(|(k, spans)| ResourceSpans {
+                    resource: Some(Resource {
+                        attributes: vec![
+                            kv(
+                                "service.name",
+                                any_value::Value::StringValue(format!("service-{k}")),
+                            ),
+                            kv(
+                                "host.name",
+                                any_value::Value::StringValue(format!("node-{k}")),
+                            ),
+                        ],
+                        ..Default::default()
+                    }),
+                    scope_spans: vec![ScopeSpans {
+                        scope: Some(InstrumentationScope {
+                            name: "loadgen".into(),
+                            ..Default::default()
+                        }),
+                        spans,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 /// Send `per_sec` items of `signal` a second over `ch`, in requests of
@@ -231,12 +328,13 @@ async fn paced(
 }
 
 /// 100 gateway access-log records as OTLP logs, carrying the trace ids of
-/// trace set `set` (the spans' renumbered ids): route, method, status,
-/// duration, upstream, client, and on some a 429 with its rate-limit rule or
-/// a 503 with an open circuit.
+/// trace set `set` of `traces_per_set` traces (the spans' renumbered ids):
+/// route, method, status, duration, upstream, client, and on some a 429
+/// with its rate-limit rule or a 503 with an open circuit.
 fn gateway_logs(
     i: u64,
     set: u64,
+    traces_per_set: u64,
 ) -> opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest {
     use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
     let s = |x: &str| any_value::Value::StringValue(x.into());
@@ -246,7 +344,7 @@ fn gateway_logs(
         .unwrap_or(0);
     let records = (0..100u64)
         .map(|k| {
-            let trace = 1 + mix(i * 100 + k) % 500;
+            let trace = mix(i * 100 + k) % traces_per_set;
             let mut trace_id = vec![0xC0, 0xFF, 0xEE, 0x42];
             trace_id.extend_from_slice(&(set as u32).to_be_bytes());
             trace_id.extend_from_slice(&mix(trace).to_be_bytes());
@@ -406,12 +504,23 @@ struct Load {
     /// up front, and sent without renumbering their trace ids.
     #[arg(long, default_value = "none")]
     compression: String,
-    /// Spread each trace over 5 requests, `spread` requests apart (as SDK
-    /// batch processors send a trace's spans in several exports): each
-    /// request carries one span of each of 500 traces. 0: a request
-    /// holds 100 whole traces.
+    /// Spread each trace over `parts` requests, `spread` requests apart
+    /// (as SDK batch processors send a trace's spans in several exports):
+    /// by default each request carries one span of each of 500 traces.
+    /// 0: a request holds 100 whole traces of 5 spans.
     #[arg(long, default_value = "0")]
     spread: u64,
+    /// With `--spread`: how many requests a trace's spans are split over.
+    #[arg(long, default_value = "5")]
+    parts: usize,
+    /// With `--spread`: spans a trace, `N` or `MIN-MAX` (default: `parts`,
+    /// one span in each request).
+    #[arg(long)]
+    trace_spans: Option<String>,
+    /// With `--spread`: services a trace's spans come from (a resource
+    /// each in a request).
+    #[arg(long, default_value = "1")]
+    services: usize,
     /// Spans a second at most (0: as fast as accepted).
     #[arg(long, default_value = "0")]
     rate: u64,
@@ -450,6 +559,9 @@ async fn send(load: Load) -> anyhow::Result<()> {
         total_spans,
         compression,
         spread,
+        parts,
+        trace_spans,
+        services,
         rate,
         logs_per_sec,
         points_per_sec,
@@ -472,16 +584,31 @@ async fn send(load: Load) -> anyhow::Result<()> {
     let last_set = Arc::new(AtomicU64::new(0));
     // Request templates; every send renumbers the trace ids, so each request
     // carries new traces (as real traffic does) at the cost of one copy.
-    // Spread: 5 templates, template k holding span k of each of `spans` traces.
-    let templates = if spread > 0 { 5 } else { 64 };
+    // Spread: `parts` templates, template k holding part k of each trace.
+    let trace_len = match trace_spans.as_deref() {
+        None => (parts, parts),
+        Some(t) => {
+            let (a, b) = t.split_once('-').unwrap_or((t, t));
+            let (a, b) = (a.parse()?, b.parse()?);
+            anyhow::ensure!(
+                0 < a && a <= b,
+                "--trace-spans {t}: MIN-MAX with 0 < MIN <= MAX"
+            );
+            (a, b)
+        }
+    };
+    let templates: Vec<ExportTraceServiceRequest> = if spread > 0 {
+        split_traces(spans, parts, trace_len, services, error_every, slow_every)
+    } else {
+        (0..64)
+            .map(|i| request(i, spans, error_every, slow_every))
+            .collect()
+    };
+    let parts = parts.max(1) as u64;
     let reqs: Arc<Vec<(Bytes, Vec<usize>)>> = Arc::new(
-        (0..templates)
-            .map(|i| {
-                let req = if spread > 0 {
-                    slice(i, spans, error_every, slow_every)
-                } else {
-                    request(i, spans, error_every, slow_every)
-                };
+        templates
+            .iter()
+            .map(|req| {
                 let b = req.encode_to_vec();
                 let offsets = b
                     .windows(6)
@@ -499,7 +626,28 @@ async fn send(load: Load) -> anyhow::Result<()> {
             })
             .collect(),
     );
-    let wire_bytes_per_span = reqs[0].0.len() as f64 / spans as f64;
+    let spans_per_template: Vec<u64> = templates
+        .iter()
+        .map(|r| {
+            r.resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .map(|s| s.spans.len() as u64)
+                .sum()
+        })
+        .collect();
+    let spans_per_template = Arc::new(spans_per_template);
+    // The log records carry trace ids of the last set sent.
+    let traces_per_set = templates[0]
+        .resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .map(|s| &s.trace_id)
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+        .max(1) as u64;
+    let wire_bytes_per_span = reqs[0].0.len() as f64 / spans_per_template[0].max(1) as f64;
     let seq = Arc::new(AtomicU64::new(1));
     let span_bytes = request(0, spans, error_every, slow_every).encoded_len() as f64 / spans as f64;
     let mut channels = Vec::new();
@@ -529,8 +677,10 @@ async fn send(load: Load) -> anyhow::Result<()> {
         let ch = channels[t % channels.len()].clone();
         let (reqs, sent, refused, seq) = (reqs.clone(), sent.clone(), refused.clone(), seq.clone());
         let (headers, sent_sets, last_set) = (headers.clone(), sent_sets.clone(), last_set.clone());
+        let spans_per_template = spans_per_template.clone();
         tasks.push(tokio::spawn(async move {
             let mut body = Bytes::new();
+            let mut in_body = 0u64;
             let mut resend = false;
             while Instant::now() < deadline {
                 if total_spans > 0 && sent.load(Ordering::Relaxed) >= total_spans {
@@ -544,15 +694,17 @@ async fn send(load: Load) -> anyhow::Result<()> {
                             start + Duration::from_secs_f64(n as f64 * spans as f64 / rate as f64);
                         tokio::time::sleep_until(due.into()).await;
                     }
-                    // Spread: request n carries slice k of trace set r; the
-                    // 5 slices of a set go `spread` requests apart.
+                    // Spread: request n carries part k of trace set r; the
+                    // parts of a set go `spread` requests apart.
                     let (template, number) = if spread > 0 {
-                        let (block, pos) = (n / (5 * spread), n % (5 * spread));
+                        let (block, pos) = (n / (parts * spread), n % (parts * spread));
                         ((pos / spread) as usize, block * spread + pos % spread)
                     } else {
                         ((n as usize + t) % reqs.len(), n)
                     };
-                    if spread > 0 && (template == 0 || template == 4) {
+                    in_body = spans_per_template[template];
+                    let last_part = parts as usize - 1;
+                    if spread > 0 && (template == 0 || template == last_part) {
                         let ms = now_ms();
                         let mut g = sent_sets.lock().unwrap_or_else(|p| p.into_inner());
                         if template == 0 {
@@ -584,7 +736,7 @@ async fn send(load: Load) -> anyhow::Result<()> {
                 .await;
                 match r {
                     Ok(_) => {
-                        sent.fetch_add(spans as u64, Ordering::Relaxed);
+                        sent.fetch_add(in_body, Ordering::Relaxed);
                     }
                     Err(_) => {
                         refused.fetch_add(1, Ordering::Relaxed);
@@ -613,7 +765,7 @@ async fn send(load: Load) -> anyhow::Result<()> {
                 Signal::Logs,
                 |i| {
                     let set = last_set.load(Ordering::Relaxed);
-                    Bytes::from(gateway_logs(i * 4 + part, set).encode_to_vec())
+                    Bytes::from(gateway_logs(i * 4 + part, set, traces_per_set).encode_to_vec())
                 },
             )
             .await;
@@ -665,7 +817,12 @@ struct SinkSvc<const LOGS: bool> {
     flap: Option<(u64, u64, Instant)>,
     /// With `--seen-log`: trace set -> when a span of it first arrived.
     seen: Option<Arc<std::sync::Mutex<std::collections::HashMap<u32, u64>>>>,
+    /// With `--kept-log`: trace id -> whether an error or slow span of it came.
+    kept: Option<Kept>,
 }
+
+/// Trace ids received, with whether a deterministic policy's span came.
+type Kept = Arc<std::sync::Mutex<std::collections::HashMap<[u8; 16], bool>>>;
 
 impl NamedService for SinkSvc<false> {
     const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
@@ -693,6 +850,30 @@ impl<const LOGS: bool> UnaryService<Bytes> for SinkSvc<LOGS> {
         self.spans.fetch_add(n as u64, Ordering::Relaxed);
         let now = now_ms();
         self.last.store(now, Ordering::Relaxed);
+        if let (Some(kept), false) = (&self.kept, LOGS) {
+            if let Ok(req) = ExportTraceServiceRequest::decode(req.get_ref().clone()) {
+                let mut g = kept.lock().unwrap_or_else(|p| p.into_inner());
+                for sp in req
+                    .resource_spans
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .flat_map(|s| &s.spans)
+                {
+                    let Ok(id) = <[u8; 16]>::try_from(sp.trace_id.as_slice()) else {
+                        continue;
+                    };
+                    let error = sp
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| s.code == status::StatusCode::Error as i32);
+                    let slow = sp
+                        .end_time_unix_nano
+                        .saturating_sub(sp.start_time_unix_nano)
+                        >= 1_000_000_000;
+                    *g.entry(id).or_insert(false) |= error || slow;
+                }
+            }
+        }
         if let (Some(seen), false) = (&self.seen, LOGS) {
             if let Ok(req) = ExportTraceServiceRequest::decode(req.get_ref().clone()) {
                 let mut g = seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -753,6 +934,7 @@ async fn sink(
     listen: String,
     idle_exit: u64,
     seen_log: Option<std::path::PathBuf>,
+    kept_log: Option<std::path::PathBuf>,
     flap: Option<String>,
     count_file: Option<std::path::PathBuf>,
 ) -> anyhow::Result<()> {
@@ -764,11 +946,13 @@ async fn sink(
         None => None,
     };
     let seen = seen_log.as_ref().map(|_| Arc::default());
+    let kept: Option<Kept> = kept_log.as_ref().map(|_| Arc::default());
     let svc = SinkSvc::<false> {
         spans: Arc::new(AtomicU64::new(0)),
         last: Arc::new(AtomicU64::new(0)),
         flap,
         seen: seen.clone(),
+        kept: kept.clone(),
     };
     // Log records are counted apart (the response types are wire-compatible: both empty).
     let logs = SinkSvc::<true> {
@@ -776,6 +960,7 @@ async fn sink(
         last: svc.last.clone(),
         flap,
         seen: None,
+        kept: None,
     };
     if let Some(path) = count_file {
         let (s, l) = (svc.spans.clone(), logs.spans.clone());
@@ -820,6 +1005,18 @@ async fn sink(
         let lines: String = g.iter().map(|(s, t)| format!("{s} {t}\n")).collect();
         std::fs::write(&path, lines).with_context(|| format!("{}", path.display()))?;
     }
+    if let (Some(path), Some(kept)) = (kept_log, kept) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let g = kept.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lines = Vec::with_capacity(g.len() * 35);
+        for (id, flag) in g.iter() {
+            for b in id {
+                lines.extend([HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+            }
+            lines.extend_from_slice(if *flag { b" 1\n" } else { b" 0\n" });
+        }
+        std::fs::write(&path, lines).with_context(|| format!("{}", path.display()))?;
+    }
     println!(
         "{{\"role\":\"sink\",\"spans_received\":{},\"log_records_received\":{}}}",
         spans.load(Ordering::Relaxed),
@@ -840,8 +1037,11 @@ fn main() -> anyhow::Result<()> {
             listen,
             idle_exit,
             seen_log,
+            kept_log,
             flap,
             count_file,
-        } => rt.block_on(sink(listen, idle_exit, seen_log, flap, count_file)),
+        } => rt.block_on(sink(
+            listen, idle_exit, seen_log, kept_log, flap, count_file,
+        )),
     }
 }
