@@ -19,7 +19,14 @@
 //! | inference_queueing | eight requests at once on two slots | the time to the first chunk the service saw less llama.cpp's prompt time: ≥ 100 ms and ≥ 30% of the call |
 //! | host_cpu_saturation | busy loops on every core while the usual requests go on (the server runs one thread) | /proc/stat ≥ 90% busy over the hog; llama.cpp's own compute ≥ 2× its usual |
 //! | rate_limited | one client over NGINX's `limit_req` on the same route | the request never reached the assistant |
-//! | upstream_timeout | answers of 2,200 tokens, one at a time, longer than NGINX's 6 s `proxy_read_timeout` on the same route | the assistant's call outlasted 6 s |
+//! | upstream_timeout | answers longer than NGINX's `proxy_read_timeout` on the same route, one at a time | the assistant's call outlasted the timeout |
+//!
+//! The machine's speed sets the timeout: before the load, llama.cpp's own
+//! timings of an uncached prompt of the long shape and of a usual decode
+//! set NGINX's read timeout (1.6 times that prefill, 6 s at least) and the
+//! length of the timeout phase's answers (1.4 times the timeout to
+//! decode), so that on a busy machine the long prompts still finish and the
+//! timeouts still time out.
 //!
 //! Every verdict on a llama.cpp call says where its time went — the wait
 //! for a slot, the prefill (uncached of all prompt tokens) and the decode
@@ -55,6 +62,8 @@ struct Bed {
     dir: tempfile::TempDir,
     truth: std::path::PathBuf,
     run: Box<dyn Fn(&'static str) -> Proc>,
+    /// NGINX's read timeout, set from llama.cpp's speed on this machine.
+    timeout_ms: f64,
     _procs: Vec<Proc>,
     _daemon: Daemon,
 }
@@ -103,6 +112,40 @@ impl Bed {
             || http_get(&format!("127.0.0.1:{llm_port}"), "/health").is_some_and(|(s, _)| s == 200),
         );
 
+        // How fast llama.cpp is here and now, by its own timings: the
+        // gateway waits 1.6 times the longest prompt's prefill (6 s at
+        // least), and the timeout phase's answers take 1.4 times that to
+        // decode, so that a busy machine's long prompts are not cut off and
+        // its timeouts still time out.
+        let out = Command::new(&py)
+            .arg(&bed)
+            .arg("calibrate")
+            .env("LLM_URL", format!("http://127.0.0.1:{llm_port}"))
+            .output()
+            .expect("run the calibration");
+        assert!(
+            out.status.success(),
+            "calibration: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cal: serde_json::Value = serde_json::from_slice(&out.stdout).expect("calibration JSON");
+        let (long_ms, decode_ms) = (
+            cal["long_prompt_ms"].as_f64().unwrap(),
+            cal["decode_ms_per_token"].as_f64().unwrap(),
+        );
+        let timeout_s = (1.6 * long_ms / 1000.0).ceil().max(6.0);
+        // At most what a slot holds beside the usual prompt.
+        let timeout_tokens = (1.4 * timeout_s * 1000.0 / decode_ms)
+            .ceil()
+            .clamp(2200.0, 9000.0);
+        // The assistant goes on decoding after the gateway gave up: its
+        // span must arrive before the trace is decided.
+        let decision_wait = (2.0 * timeout_s + 5.0).max(15.0);
+        eprintln!(
+            "calibration: long prompt {long_ms:.0} ms, decode {decode_ms:.2} ms/token: \
+             gateway timeout {timeout_s} s, timeout answers of {timeout_tokens} tokens"
+        );
+
         let config = format!(
             r#"{receivers}  prometheus:
     config:
@@ -119,7 +162,7 @@ impl Bed {
     resource: {{ service.name: nginx-gateway }}
 processors:
   tail_sampling:
-    decision_wait: 15s
+    decision_wait: {decision_wait}s
     policies: [{{ name: all, type: always_sample }}]
   correlate:
     # llama-server is scraped every second (above); the README says to
@@ -136,7 +179,7 @@ processors:
         let daemon = Daemon::start(d, "llm", &config);
 
         // NGINX as the gateway of the one route: a per-client rate limit (a
-        // request without the header is not counted) and a 6 s read timeout.
+        // request without the header is not counted) and the read timeout.
         let nginx_conf = testbed::nginx_gateway_conf(
             d,
             256,
@@ -151,7 +194,7 @@ processors:
     location = /assist {{
       set $route_id assist;
       limit_req zone=perclient;
-      proxy_read_timeout 6s;
+      proxy_read_timeout {timeout_s}s;
       proxy_pass http://127.0.0.1:{assistant_port};
     }}
   }}"#,
@@ -177,6 +220,7 @@ processors:
                 .env("REDIS_PORT", redis_port.to_string())
                 .env("LLM_URL", format!("http://127.0.0.1:{llm_port}"))
                 .env("GATEWAY", format!("http://127.0.0.1:{nginx_port}"))
+                .env("TIMEOUT_TOKENS", timeout_tokens.to_string())
                 .env(
                     "SCALE",
                     std::env::var("CAUSEWAY_TESTBED_SCALE").unwrap_or_else(|_| "1".into()),
@@ -189,6 +233,7 @@ processors:
         Bed {
             truth,
             run: Box::new(move |mode| service(mode, "client", 0, &dir_path)),
+            timeout_ms: timeout_s * 1000.0,
             _procs: vec![redis, llm, gateway, assistant],
             _daemon: daemon,
             dir,
@@ -269,7 +314,7 @@ fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
         let (call_ms, ttft, prompt_ms) = (f(c, "call_ms"), f(c, "ttft_ms"), f(c, "prompt_ms"));
         let (prompt, cached) = (f(c, "prompt_tokens"), f(c, "cache_n"));
         let wait = ttft - prompt_ms;
-        let l = if call_ms >= 6000.0 {
+        let l = if call_ms >= bed.timeout_ms {
             "upstream_timeout"
         } else if ph == "hog" {
             if f(c, "prompt_ms") + f(c, "predicted_ms") >= 2.0 * usual_compute {

@@ -19,6 +19,7 @@ Roles (argv[1]):
 - driver: the load, in phases (see `driver`), each request in a trace of its
   own, sent through the gateway with its `traceparent`.
 - pulse: a pulse of long contexts on the route, for its incident (see `pulse`).
+- calibrate: llama.cpp's speed on this machine now (see `calibrate`).
 """
 
 import json
@@ -155,31 +156,17 @@ def assistant():
     app.run(host="127.0.0.1", port=int(env("PORT")), threaded=True)
 
 
-def driver():
-    """The load, in phases; every request through the gateway.
-
-    - warmup: sequential requests of the usual shape (the slots' caches,
-      the baselines);
-    - healthy: the same, judged;
-    - long: sessions that send the whole repository (about 9,000 tokens);
-    - miss: client 2.0, whose system prompt starts with the time;
-    - burst: eight requests at once on two slots, 64 tokens each;
-    - limited: one client over its rate limit at the gateway;
-    - timeout: answers of 2,200 tokens, longer than the gateway waits (one
-      at a time, each until llama.cpp is idle again);
-    - hog: CPU hogs on every core while usual requests go on.
-    """
+def sender(tracer, gateway, pace=0.0):
+    """`one(phase, body, headers)`: a request through the gateway in a trace
+    of its own (its `traceparent` sent), its phase and status recorded; at
+    most one every `pace` seconds. `one.sent` counts them."""
     from opentelemetry import propagate, trace
 
-    provider = tracing()
-    tracer = trace.get_tracer("driver")
-    gateway = env("GATEWAY")
-    scale = int(os.environ.get("SCALE", "1"))
-    n = [0]
-
     def one(phase, body, headers=None):
-        n[0] += 1
-        body = {"session": n[0] % 3, "question": f"Write a test for helper_0_{n[0] % 50}.", **body}
+        one.sent += 1
+        t0 = time.monotonic()
+        n = one.sent
+        body = {"session": n % 3, "question": f"Write a test for helper_0_{n % 50}.", **body}
         with tracer.start_as_current_span("POST /assist", kind=trace.SpanKind.CLIENT) as span:
             h = {"Content-Type": "application/json", **(headers or {})}
             propagate.inject(h)
@@ -193,7 +180,58 @@ def driver():
                 status = e.code
             span.set_attribute("http.response.status_code", status)
         record(trace_id=trace_id, phase=phase, status=status)
+        time.sleep(max(pace - (time.monotonic() - t0), 0))
         return status
+
+    one.sent = 0
+    return one
+
+
+def calibrate():
+    """How fast llama.cpp is on this machine now, by its own timings: a
+    prompt of the long shape (the system prompt, a file and a whole
+    repository) none of which is cached, and 64 tokens after a prompt of the
+    usual shape. Prints `{"long_prompt_ms", "decode_ms_per_token"}`: the
+    test sets the gateway's read timeout above the first and the timeout
+    phase's answers past it by the second, so that a busy machine's long
+    prompts stay long prompts and its timeouts stay timeouts."""
+
+    def complete(prompt, n_predict):
+        req = urllib.request.Request(
+            env("LLM_URL") + "/completion",
+            data=json.dumps({"prompt": prompt, "n_predict": n_predict, "cache_prompt": False}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return json.load(r)["timings"]
+
+    long = complete(SYSTEM + "\n\n" + module(900) + repository(900), 1)
+    usual = complete(SYSTEM + "\n\n" + module(990), 64)
+    print(json.dumps({"long_prompt_ms": long["prompt_ms"], "decode_ms_per_token": usual["predicted_per_token_ms"]}))
+
+
+def driver():
+    """The load, in phases; every request through the gateway.
+
+    - warmup: sequential requests of the usual shape (the slots' caches,
+      the baselines);
+    - healthy: the same, judged;
+    - long: sessions that send the whole repository (about 9,000 tokens);
+    - miss: client 2.0, whose system prompt starts with the time;
+    - burst: eight requests at once on two slots, 64 tokens each;
+    - limited: one client over its rate limit at the gateway;
+    - timeout: answers of TIMEOUT_TOKENS tokens (the test sets it from
+      `calibrate`), longer than the gateway waits (one at a time, each
+      until llama.cpp is idle again);
+    - hog: CPU hogs on every core while usual requests go on.
+    """
+    from opentelemetry import trace
+
+    provider = tracing()
+    tracer = trace.get_tracer("driver")
+    gateway = env("GATEWAY")
+    scale = int(os.environ.get("SCALE", "1"))
+    one = sender(tracer, gateway)
 
     def idle():
         """Until llama.cpp has no request in a slot or waiting for one
@@ -220,7 +258,7 @@ def driver():
         for _ in range(24):
             one("healthy", {})
         for _ in range(6):
-            one("long", {"repo": n[0]})
+            one("long", {"repo": one.sent})
         for _ in range(4):
             one("healthy", {})
         for _ in range(7):
@@ -234,7 +272,7 @@ def driver():
         for _ in range(12):
             one("limited", {}, {"X-Client-Id": "batch-importer"})
         for _ in range(5):
-            one("timeout", {"max_tokens": 2200})
+            one("timeout", {"max_tokens": int(env("TIMEOUT_TOKENS"))})
             # The assistant goes on after the gateway gave up: wait for it.
             idle()
         for _ in range(4):
@@ -251,34 +289,18 @@ def pulse():
     rate drops to one a second meanwhile, as a client waiting on its long
     answers does), then usual requests until STOP_FILE exists (the test saw
     the incident resolve; at most 5 minutes)."""
-    from opentelemetry import propagate, trace
+    from opentelemetry import trace
 
     provider = tracing()
     tracer = trace.get_tracer("driver")
     gateway = env("GATEWAY")
-    n = [0]
-
-    def one(phase, body):
-        n[0] += 1
-        t0 = time.monotonic()
-        body = {"session": n[0] % 3, "question": f"Write a test for helper_0_{n[0] % 50}.", **body}
-        with tracer.start_as_current_span("POST /assist", kind=trace.SpanKind.CLIENT) as span:
-            h = {"Content-Type": "application/json"}
-            propagate.inject(h)
-            trace_id = format(span.get_span_context().trace_id, "032x")
-            req = urllib.request.Request(gateway + "/assist", data=json.dumps(body).encode(), headers=h)
-            with urllib.request.urlopen(req, timeout=120) as r:
-                status = r.status
-                r.read()
-        record(trace_id=trace_id, phase=phase, status=status)
-        # The pace: one request every 0.4 s at most.
-        time.sleep(max(0.4 - (time.monotonic() - t0), 0))
+    one = sender(tracer, gateway, pace=0.4)
 
     for _ in range(110):
         one("normal", {})
     t0 = time.monotonic()
     while time.monotonic() - t0 < 40:
-        one("pulse-long", {"repo": n[0]})
+        one("pulse-long", {"repo": one.sent})
         for _ in range(4):
             one("pulse", {})
     stop = env("STOP_FILE")
@@ -325,5 +347,7 @@ if __name__ == "__main__":
         driver()
     elif role == "pulse":
         pulse()
+    elif role == "calibrate":
+        calibrate()
     else:
         raise SystemExit(f"unknown role {role}")
