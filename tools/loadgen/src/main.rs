@@ -77,6 +77,18 @@ fn mix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// An error span's status, or an unset one.
+fn span_status(err: bool) -> Option<Status> {
+    Some(Status {
+        code: if err {
+            status::StatusCode::Error as i32
+        } else {
+            status::StatusCode::Unset as i32
+        },
+        message: String::new(),
+    })
+}
+
 /// A span's 10 attributes, varied by `r` as real traffic's are (order ids
 /// in paths, client addresses, user agents).
 fn attributes(r: u64, err: bool) -> Vec<KeyValue> {
@@ -157,14 +169,7 @@ fn request(
                 start_time_unix_nano: start,
                 end_time_unix_nano: start + dur,
                 attributes: attributes(r, err),
-                status: Some(Status {
-                    code: if err {
-                        status::StatusCode::Error as i32
-                    } else {
-                        status::StatusCode::Unset as i32
-                    },
-                    message: String::new(),
-                }),
+                status: span_status(err),
                 ..Default::default()
             }
         })
@@ -244,14 +249,7 @@ fn split_traces(
                 start_time_unix_nano: start,
                 end_time_unix_nano: start + dur,
                 attributes: attributes(r, err),
-                status: Some(Status {
-                    code: if err {
-                        status::StatusCode::Error as i32
-                    } else {
-                        status::StatusCode::Unset as i32
-                    },
-                    message: String::new(),
-                }),
+                status: span_status(err),
                 ..Default::default()
             };
             out[j as usize % parts][j as usize % services].push(span);
