@@ -55,32 +55,11 @@ PIDS=()
 cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; }
 trap cleanup EXIT
 
-# A throwaway CA and a server certificate it signed (webpki refuses a
-# self-signed certificate as the server's own).
-openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=bench-ca \
-  -keyout "$OUT/ca.key" -out "$OUT/ca.crt" >/dev/null 2>&1
-openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout "$OUT/tls.key" -out "$OUT/tls.csr" >/dev/null 2>&1
-printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > "$OUT/san.ext"
-openssl x509 -req -in "$OUT/tls.csr" -CA "$OUT/ca.crt" -CAkey "$OUT/ca.key" -CAcreateserial \
-  -days 1 -extfile "$OUT/san.ext" -out "$OUT/tls.crt" >/dev/null 2>&1
-cat > "$OUT/nginx.conf" <<EOF
-daemon off; worker_processes 1; pid $OUT/nginx.pid; error_log $OUT/nginx-error.log;
-events {}
-http {
-  access_log off; client_body_temp_path $OUT/body; client_max_body_size 64m;
-  server {
-    listen 127.0.0.1:13100;
-    location /loki/api/v1/push { return 204; }
-    location / { return 200 '[]'; }
-  }
-}
-EOF
-taskset -c 1 nginx -p "$OUT" -c "$OUT/nginx.conf" & PIDS+=($!)
-taskset -c 1 victoria-metrics -storageDataPath "$OUT/vm" -httpListenAddr 127.0.0.1:18428 \
-  -loggerLevel ERROR > "$OUT/vm.log" 2>&1 & PIDS+=($!)
+. bench/gateway_peers.sh
+gateway_peers '[]' || { echo "the gateway's peers did not start (scripts/deps.sh installs NGINX and VictoriaMetrics)" >&2; exit 1; }
 taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 3 --seen-log "$OUT/seen.txt" \
   > "$OUT/sink.json" & SINK=$!; PIDS+=($SINK)
-wait_port 13100; wait_port 18428; wait_port 15317
+wait_port 15317
 rm -rf /var/lib/causeway/queue; mkdir -p /var/lib/causeway/queue
 CAUSEWAY_TLS_DIR=$OUT CAUSEWAY_OTLP_TOKEN=$TOKEN CAUSEWAY_TELEMETRY_TOKEN=$TOKEN KAFKA_BROKERS=127.0.0.1:1 \
   JAEGER_ENDPOINT=127.0.0.1:15317 LOKI_ENDPOINT=http://127.0.0.1:13100 \

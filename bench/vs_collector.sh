@@ -5,10 +5,12 @@
 #
 #   [CAUSEWAY_DAEMON=binary] [PERF=1] bench/vs_collector.sh [seconds] [rounds] [rows]
 #
-# PERF=1 records each daemon with `perf record` and prints its top
+# PERF=1 records each daemon with `perf record` (PERF_RECORD: more of its
+# options, e.g. "--call-graph dwarf") and prints its top
 # functions by self time (to stderr).
 # rows: a comma list of forward-gzip, forward-zstd, forward-none, tail and
-# gateway (default: all five). Each round runs every row's daemons one
+# gateway, each as fast as the daemon takes it or, as ROW@RATE, at RATE
+# spans/s (default: all, with forward-zstd@100000 and tail@50000). Each round runs every row's daemons one
 # after another; the table gives each figure's median over the rounds, and
 # every round's figure below it.
 #
@@ -23,6 +25,10 @@
 #    kept). The sink records every trace id it receives: the kept sets of the
 #    two daemons are compared on the trace sets both were sent (the policies
 #    are deterministic, the Collector's hash and salt included).
+#  - ROW@RATE: the row's load at RATE spans/s, below what either daemon
+#    takes: memory compared at the same load (as fast as each takes it, a
+#    sampler holds for decision_wait what it took in, and a forwarder that
+#    outruns its sink fills its sending queue, so the faster holds more).
 #  - gateway: examples/gateway.yaml as shipped (TLS and a bearer token, tail
 #    sampling with 5 policies, correlate with RCA and alert rules, persistent
 #    queues; Jaeger, Loki, VictoriaMetrics, Alertmanager) against the
@@ -42,7 +48,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
 ROUNDS=${2:-3}
-ROWS=${3:-forward-gzip,forward-zstd,forward-none,tail,gateway}
+ROWS=${3:-forward-gzip,forward-zstd,forward-none,tail,forward-zstd@100000,tail@50000,gateway}
 if [[ -n ${CAUSEWAY_DAEMON:-} ]]; then # a daemon built already (another commit's)
   T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
   export CARGO_TARGET_DIR=$T
@@ -85,7 +91,7 @@ measure() {
   if ! wait_port "$port"; then tail -5 "$o.log" >&2; kill $sink; return 1; fi
   local perf=
   if [[ ${PERF:-0} == 1 ]]; then # where the daemon's time goes (self time by function)
-    perf record -F 999 -p "$d" -o "$o.perf" > /dev/null 2>&1 & perf=$!
+    perf record -F 999 ${PERF_RECORD:-} -p "$d" -o "$o.perf" > /dev/null 2>&1 & perf=$!
   fi
   local before; before=$(awk '{print $14+$15}' "/proc/$d/stat")
   taskset -c 1 "$LG" send --target "127.0.0.1:$port" --seconds "$SECS" "${LOAD[@]}" > "$o-send.json"
@@ -117,19 +123,19 @@ PY
 
 forward() { # forward ROUND COMPRESSION
   local r=$1 c=$2
-  SINK_ARGS=(); ENVS=(); LOAD=(--spans 500 --concurrency 8 --compression "$c")
+  SINK_ARGS=(); ENVS=(); LOAD=(--spans 500 --concurrency 8 --compression "$c" "${RATE[@]}")
   sed "s/compression: none/compression: $c/" bench/forward.yaml > "$OUT/forward-$c.yaml"
   RUN=("$DAEMON" --config "$OUT/forward-$c.yaml" --log-level warn)
-  measure "forward-$c" causeway "$r" 14317 2
+  measure "$ROW" causeway "$r" 14317 2
   sed -e "s/compression: none/compression: $c/" -e '/^  telemetry:/,$d' bench/forward.yaml |
     sed 's/^    sending_queue:/    tls: { insecure: true }\n    sending_queue:/' > "$OUT/otelcol-$c.yaml"
   printf '  telemetry:\n    metrics: { level: none }\n' >> "$OUT/otelcol-$c.yaml"
   RUN=("$OTELCOL" --config "$OUT/otelcol-$c.yaml")
-  measure "forward-$c" otelcol "$r" 14317 2
+  measure "$ROW" otelcol "$r" 14317 2
   if [[ -n $ROTEL && $c != zstd ]]; then # rotel's exporter takes gzip or none
     RUN=("$ROTEL" start --otlp-grpc-endpoint 127.0.0.1:14317 --otlp-http-endpoint 127.0.0.1:14318
       --exporter otlp --otlp-exporter-endpoint http://127.0.0.1:15317 --otlp-exporter-compression "$c")
-    measure "forward-$c" rotel "$r" 14317 2
+    measure "$ROW" rotel "$r" 14317 2
   fi
 }
 
@@ -137,41 +143,17 @@ SPLIT=(--spans 500 --concurrency 8 --spread 40 --parts 3 --trace-spans 10-20 --s
   --error-every 1000 --slow-every 500)
 tail_row() { # tail ROUND
   local r=$1
-  ENVS=(); LOAD=("${SPLIT[@]}")
-  SINK_ARGS=(--kept-log "$OUT/tail-causeway-$r-kept.txt")
+  ENVS=(); LOAD=("${SPLIT[@]}" "${RATE[@]}")
+  SINK_ARGS=(--kept-log "$OUT/$ROW-causeway-$r-kept.txt")
   RUN=("$DAEMON" --config bench/tail_split.yaml --log-level warn)
-  measure tail causeway "$r" 14317 3
-  SINK_ARGS=(--kept-log "$OUT/tail-otelcol-$r-kept.txt")
+  measure "$ROW" causeway "$r" 14317 3
+  SINK_ARGS=(--kept-log "$OUT/$ROW-otelcol-$r-kept.txt")
   RUN=("$OTELCOL" --config bench/tail_split_otelcol.yaml)
-  measure tail otelcol "$r" 14317 3
+  measure "$ROW" otelcol "$r" 14317 3
 }
 
-gateway_up() {
-  # A throwaway CA and a server certificate it signed; NGINX answering
-  # Loki's push API, OTLP/HTTP and Alertmanager's; VictoriaMetrics.
-  openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=bench-ca \
-    -keyout "$OUT/ca.key" -out "$OUT/ca.crt" >/dev/null 2>&1
-  openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout "$OUT/tls.key" -out "$OUT/tls.csr" >/dev/null 2>&1
-  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > "$OUT/san.ext"
-  openssl x509 -req -in "$OUT/tls.csr" -CA "$OUT/ca.crt" -CAkey "$OUT/ca.key" -CAcreateserial \
-    -days 1 -extfile "$OUT/san.ext" -out "$OUT/tls.crt" >/dev/null 2>&1
-  cat > "$OUT/nginx.conf" <<EOF
-daemon off; worker_processes 1; pid $OUT/nginx.pid; error_log $OUT/nginx-error.log;
-events {}
-http {
-  access_log off; client_body_temp_path $OUT/body; client_max_body_size 64m;
-  server {
-    listen 127.0.0.1:13100;
-    location /loki/api/v1/push { return 204; }
-    location / { return 200 '{}'; }
-  }
-}
-EOF
-  taskset -c 1 nginx -p "$OUT" -c "$OUT/nginx.conf" & PIDS+=($!)
-  taskset -c 1 victoria-metrics -storageDataPath "$OUT/vm" -httpListenAddr 127.0.0.1:18428 \
-    -loggerLevel ERROR > "$OUT/vm.log" 2>&1 & PIDS+=($!)
-  wait_port 13100 && wait_port 18428
-}
+. bench/gateway_peers.sh
+gateway_up() { gateway_peers '{}'; }
 gateway_row() { # gateway ROUND
   local r=$1
   SINK_ARGS=()
@@ -186,9 +168,14 @@ gateway_row() { # gateway ROUND
   measure gateway otelcol "$r" 4317 5
 }
 
-[[ ,$ROWS, == *,gateway,* ]] && gateway_up
+if [[ ,$ROWS, == *,gateway,* ]] && ! gateway_up; then
+  echo "the gateway's peers did not start (scripts/deps.sh installs NGINX and VictoriaMetrics)" >&2
+  exit 1
+fi
 for r in $(seq 1 "$ROUNDS"); do
-  for row in ${ROWS//,/ }; do
+  for ROW in ${ROWS//,/ }; do
+    row=${ROW%@*} RATE=()
+    [[ $ROW == *@* ]] && RATE=(--rate "${ROW#*@}")
     case $row in
       forward-*) forward "$r" "${row#forward-}" ;;
       tail) tail_row "$r" ;;
@@ -209,6 +196,10 @@ names = {"forward-gzip": "forwarding gzip → gzip", "forward-zstd": "forwarding
          "forward-none": "forwarding, no compression",
          "tail": "tail sampling, traces split over 3 requests (~11% kept)",
          "gateway": "the gateway pipeline (causeway: + correlate; the Collector: without)"}
+for row in sorted({r for r, _ in by if "@" in r}):
+    base, rate = row.split("@")
+    names[row] = f"{names[base]}, at {int(rate):,} spans/s (both keep up: memory at the same load)"
+names["gateway"] = names.pop("gateway")
 med = lambda rs, k: statistics.median(r[k] for r in rs if r[k] is not None)
 print("| configuration | causeway spans/CPU-s | the Collector | ratio | rotel | causeway RSS | the Collector RSS | RSS ratio |")
 print("|---|---|---|---|---|---|---|---|")
@@ -234,15 +225,15 @@ def kept(path):
     except OSError:
         return None
     return {bytes.fromhex(h): f == "1" for h, f in rows}
-for r in range(1, rounds + 1):
-    c, o = kept(f"{out}/tail-causeway-{r}-kept.txt"), kept(f"{out}/tail-otelcol-{r}-kept.txt")
+for row, r in [(row, r) for row in names if row.split("@")[0] == "tail" for r in range(1, rounds + 1)]:
+    c, o = kept(f"{out}/{row}-causeway-{r}-kept.txt"), kept(f"{out}/{row}-otelcol-{r}-kept.txt")
     if c is None or o is None:
         continue
     s = lambda k: int.from_bytes(k[4:8], "big")
     last = (min(max(map(s, c)), max(map(s, o))) - 1) // 40 * 40
     cc = {k for k in c if s(k) < last}; oo = {k for k in o if s(k) < last}
     det_c = {k for k in cc if c[k]}; det_o = {k for k in oo if o[k]}
-    print(f"tail round {r}: kept on sets below {last}: causeway {len(cc):,}, the Collector {len(oo):,}, "
+    print(f"{row} round {r}: kept on sets below {last}: causeway {len(cc):,}, the Collector {len(oo):,}, "
           f"both {len(cc & oo):,}, only causeway {len(cc - oo):,}, only the Collector {len(oo - cc):,}; "
           f"with an error or slow span: causeway {len(det_c):,}, the Collector {len(det_o):,}, both {len(det_c & det_o):,}")
 PY

@@ -764,3 +764,129 @@ fn every_shared_policy_keeps_the_same_traces_as_the_collector() {
 fn spans_root(spans: &[Span]) -> Vec<u8> {
     spans.first().map(|s| s.span_id.clone()).unwrap_or_default()
 }
+
+/// A forwarding hop sends zstd requests on as their senders compressed them:
+/// no processor changed the spans, so the batch's body is the senders'
+/// frames joined, byte for byte (zstd data is one or more frames, RFC 8878).
+/// The Collector, behind causeway over gRPC, reads every span of the joined
+/// frames; the in-test backend behind the Collector counts them.
+#[test]
+fn senders_zstd_frames_go_on_unchanged_and_the_collector_reads_every_span() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (sink, got) = backend();
+    // What causeway sends over OTLP/HTTP, as received.
+    let raw: Arc<Mutex<Vec<axum::body::Bytes>>> = Arc::default();
+    let r = raw.clone();
+    let recorder = common::serve_in_thread(axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| async move {
+            r.lock().expect("lock").push(body);
+            axum::http::StatusCode::OK
+        }),
+    ));
+    let col_grpc = free_port();
+    let _collector = common::peers::Collector::start(
+        dir.path(),
+        "otelcol",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:{col_grpc}
+exporters:
+  otlphttp:
+    traces_endpoint: {sink}/v1/traces
+    compression: none
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [otlphttp]
+"#
+        ),
+        &[col_grpc],
+    );
+    let http = free_port();
+    let _d = Daemon::start(
+        dir.path(),
+        "forward",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: 127.0.0.1:{http}
+processors:
+  batch:
+    send_batch_size: 300
+    timeout: 30s
+exporters:
+  otlp/collector:
+    endpoint: 127.0.0.1:{col_grpc}
+    tls: {{ insecure: true }}
+    compression: zstd
+  otlphttp/raw:
+    traces_endpoint: {recorder}/v1/traces
+    compression: zstd
+service:
+  telemetry:
+    metrics:
+      address: "{{telemetry}}"
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [otlp/collector, otlphttp/raw]
+"#
+        ),
+    );
+    // Three requests of 100 spans, compressed as a sender would (a level
+    // causeway does not use), make one batch of 300.
+    let frames: Vec<Vec<u8>> = (0..3)
+        .map(|i| zstd::bulk::compress(&spans(100, i * 100), 7).expect("zstd"))
+        .collect();
+    let client = common::http_client();
+    for f in &frames {
+        let r = client
+            .post(format!("http://127.0.0.1:{http}/v1/traces"))
+            .header("content-type", "application/x-protobuf")
+            .header("content-encoding", "zstd")
+            .body(f.clone())
+            .send()
+            .expect("post");
+        assert_eq!(r.status(), 200);
+    }
+    wait_for(Duration::from_secs(60), "the batch at the recorder", || {
+        !raw.lock().expect("lock").is_empty()
+    });
+    let bodies = raw.lock().expect("lock").clone();
+    assert_eq!(bodies.len(), 1, "one batch");
+    assert_eq!(
+        bodies[0].as_ref(),
+        frames.concat().as_slice(),
+        "the body is the senders' frames, joined"
+    );
+    wait_for(
+        Duration::from_secs(60),
+        "300 spans through the Collector",
+        || {
+            got.lock()
+                .expect("lock")
+                .iter()
+                .map(|(_, n)| n)
+                .sum::<usize>()
+                >= 300
+        },
+    );
+    let total: usize = got.lock().expect("lock").iter().map(|(_, n)| n).sum();
+    assert_eq!(
+        total, 300,
+        "the Collector read every span of the joined frames"
+    );
+}

@@ -136,6 +136,30 @@ pub struct Batch {
     acks: Vec<Ack>,
     holds: Vec<Hold>,
     compressed: Compressed,
+    sent_zstd: SentZstd,
+}
+
+/// The zstd frames the senders compressed this batch's encoded parts into,
+/// in order, while nothing has changed them: zstd data is one or more
+/// frames (RFC 8878), so their concatenation is the batch compressed, and a
+/// forwarding hop sends it without compressing again. `None` once any part
+/// came without its frame or the data changed.
+#[derive(Debug, Clone, Default)]
+struct SentZstd(Option<Vec<Bytes>>);
+
+impl SentZstd {
+    fn join(&self) -> Option<Bytes> {
+        match self.0.as_deref()? {
+            [one] => Some(one.clone()),
+            frames => {
+                let mut buf = BytesMut::with_capacity(frames.iter().map(Bytes::len).sum());
+                for f in frames {
+                    buf.extend_from_slice(f);
+                }
+                Some(buf.freeze())
+            }
+        }
+    }
 }
 
 /// The batch's encoded request compressed, per codec, shared by every copy
@@ -177,6 +201,7 @@ impl Batch {
             acks: Vec::new(),
             holds: Vec::new(),
             compressed: Compressed::default(),
+            sent_zstd: SentZstd::default(),
         }
     }
 
@@ -190,6 +215,7 @@ impl Batch {
             acks: Vec::new(),
             holds: Vec::new(),
             compressed: Compressed::default(),
+            sent_zstd: SentZstd::default(),
         }
     }
 
@@ -203,6 +229,7 @@ impl Batch {
             acks: Vec::new(),
             holds: Vec::new(),
             compressed: Compressed::default(),
+            sent_zstd: SentZstd::default(),
         }
     }
 
@@ -216,7 +243,19 @@ impl Batch {
             acks: Vec::new(),
             holds: Vec::new(),
             compressed: Compressed::default(),
+            sent_zstd: SentZstd::default(),
         }
+    }
+
+    /// The zstd frame(s) the sender compressed this batch's one encoded
+    /// request into, exactly as received (nothing repaired or changed since):
+    /// an exporter sending zstd sends them instead of compressing again.
+    pub fn with_sent_zstd(mut self, frames: Bytes) -> Self {
+        self.sent_zstd = match &self.data {
+            Data::Encoded(parts) if parts.len() == 1 => SentZstd(Some(vec![frames])),
+            _ => SentZstd(None),
+        };
+        self
     }
 
     /// Attach an acknowledgement: it fires when every copy of this batch
@@ -325,17 +364,19 @@ impl Batch {
         codec: crate::compress::Codec,
         transport: crate::compress::Transport,
     ) -> Result<Bytes, crate::compress::CompressError> {
+        let make = || match self.sent_zstd.join() {
+            Some(sent) if codec == crate::compress::Codec::Zstd => Ok(sent),
+            _ => codec.compress(transport, &self.encoded_parts()),
+        };
         match self.compressed.slot(codec, transport) {
-            None => codec.compress(transport, &self.encoded_parts()),
-            Some(cell) => cell
-                .get_or_try_init(|| async { codec.compress(transport, &self.encoded_parts()) })
-                .await
-                .cloned(),
+            None => make(),
+            Some(cell) => cell.get_or_try_init(|| async { make() }).await.cloned(),
         }
     }
 
     fn decode_in_place(&mut self) -> Result<(), CoreError> {
         self.compressed = Compressed::default();
+        self.sent_zstd = SentZstd::default();
         let Data::Encoded(parts) = &self.data else {
             return Ok(());
         };
@@ -409,6 +450,7 @@ impl Batch {
     /// Recount items after a component changed decoded data.
     pub fn recount(&mut self) {
         self.compressed = Compressed::default();
+        self.sent_zstd = SentZstd::default();
         self.items = match &self.data {
             Data::Encoded(_) => self.items,
             Data::Traces(v) => count_spans(v),
@@ -448,6 +490,13 @@ impl Batch {
             return Err(CoreError::Unmergeable(Signal::Profiles));
         }
         self.compressed = Compressed::default();
+        self.sent_zstd = match (self.sent_zstd.0.take(), other.sent_zstd.0.take()) {
+            (Some(mut a), Some(b)) => {
+                a.extend(b);
+                SentZstd(Some(a))
+            }
+            _ => SentZstd(None),
+        };
         self.items += other.items;
         self.acks.append(&mut other.acks);
         self.holds.append(&mut other.holds);
@@ -464,6 +513,7 @@ impl Batch {
                     acks: Vec::new(),
                     holds: Vec::new(),
                     compressed: Compressed::default(),
+                    sent_zstd: SentZstd::default(),
                 };
                 self.decode_in_place()?;
                 other.decode_in_place()?;
@@ -661,6 +711,72 @@ mod compressed_tests {
             ga.as_ptr(),
             "the unchanged copies still share"
         );
+    }
+
+    /// Requests that came zstd-compressed leave as the senders' frames,
+    /// joined, while nothing changes them; gzip is still compressed here.
+    #[tokio::test]
+    async fn the_senders_zstd_frames_are_the_batch_compressed_until_a_change() {
+        let spans = |first: u64| {
+            traces_request(
+                (first..first + 50)
+                    .map(|i| opentelemetry_proto::tonic::trace::v1::Span {
+                        trace_id: (u128::from(i) + 1).to_be_bytes().to_vec(),
+                        span_id: (i + 1).to_be_bytes().to_vec(),
+                        name: format!("op-{i}"),
+                        ..Default::default()
+                    })
+                    .collect(),
+            )
+        };
+        let (p1, p2) = (spans(0), spans(50));
+        // As a sender compresses: another level than causeway's own.
+        let f1 = Bytes::from(zstd::bulk::compress(&p1, 5).expect("zstd"));
+        let f2 = Bytes::from(zstd::bulk::compress(&p2, 5).expect("zstd"));
+        let mut b = Batch::from_encoded(Signal::Traces, p1.clone(), 50).with_sent_zstd(f1.clone());
+        b.append(Batch::from_encoded(Signal::Traces, p2.clone(), 50).with_sent_zstd(f2.clone()))
+            .expect("append");
+        let z = b
+            .compressed(Codec::Zstd, Transport::Http)
+            .await
+            .expect("zstd");
+        assert_eq!(z, [f1.clone(), f2.clone()].concat(), "the frames, joined");
+        let whole = [p1.clone(), p2.clone()].concat();
+        assert_eq!(Codec::Zstd.decompress(&z, 1 << 20).expect("inflate"), whole);
+        // Other codecs compress the encoded parts.
+        let g = b
+            .compressed(Codec::Gzip, Transport::Grpc)
+            .await
+            .expect("gzip");
+        assert_eq!(Codec::Gzip.decompress(&g, 1 << 20).expect("inflate"), whole);
+
+        // A part without its frame: compressed here.
+        let mut mixed = Batch::from_encoded(Signal::Traces, p1.clone(), 50).with_sent_zstd(f1);
+        mixed
+            .append(Batch::from_encoded(Signal::Traces, p2.clone(), 50))
+            .expect("append");
+        let z = mixed
+            .compressed(Codec::Zstd, Transport::Grpc)
+            .await
+            .expect("zstd");
+        assert!(!z.windows(f2.len()).any(|w| w == &f2[..]));
+        assert_eq!(Codec::Zstd.decompress(&z, 1 << 20).expect("inflate"), whole);
+
+        // A change to the spans: compressed here, with the change.
+        let mut changed = b.clone();
+        changed.traces_mut().expect("decode").expect("traces")[0].scope_spans[0].spans[0].name =
+            "renamed".into();
+        let z = changed
+            .compressed(Codec::Zstd, Transport::Grpc)
+            .await
+            .expect("zstd");
+        let inflated = Codec::Zstd.decompress(&z, 1 << 20).expect("inflate");
+        let req = ExportTraceServiceRequest::decode(inflated).expect("decode");
+        assert_eq!(
+            req.resource_spans[0].scope_spans[0].spans[0].name,
+            "renamed"
+        );
+        assert_eq!(count_spans(&req.resource_spans), 100);
     }
 }
 

@@ -208,6 +208,8 @@ where
         (true, codec) => codec,
     };
     let wire = msg.len();
+    // zstd frames travel on as sent when nothing changes the spans.
+    let sent_zstd = (codec == Codec::Zstd).then(|| msg.clone());
     let msg = match codec {
         Codec::None => msg,
         codec => codec.decompress(&msg, max).map_err(|e| match e {
@@ -217,9 +219,16 @@ where
     };
     shared
         .adm
-        .inflated(Transport::Grpc, codec, wire, msg.len(), &mut reading)
+        .inflated(
+            Transport::Grpc,
+            codec,
+            wire,
+            sent_zstd.is_some(),
+            msg.len(),
+            &mut reading,
+        )
         .map_err(|after| refused_status(Refused::Memory(after)))?;
-    let accepted = ingest(&shared.out, &shared.adm, K::SIGNAL, msg, reading)
+    let accepted = ingest(&shared.out, &shared.adm, K::SIGNAL, msg, reading, sent_zstd)
         .await
         .map_err(refused_status)?;
     let resp = K::response(accepted).encode_to_vec();

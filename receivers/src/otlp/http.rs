@@ -248,6 +248,8 @@ where
         }
     };
     let raw_len = raw.len();
+    // zstd frames of a protobuf body travel on as sent when nothing changes the spans.
+    let sent_zstd = (codec == Codec::Zstd && encoding == Encoding::Proto).then(|| raw.clone());
     let body = match codec {
         Codec::None => raw,
         codec => match inflate(codec, &raw, st.max_body) {
@@ -258,10 +260,14 @@ where
             }
         },
     };
-    if let Err(after) = st
-        .adm
-        .inflated(Transport::Http, codec, raw_len, body.len(), &mut reading)
-    {
+    if let Err(after) = st.adm.inflated(
+        Transport::Http,
+        codec,
+        raw_len,
+        sent_zstd.is_some(),
+        body.len(),
+        &mut reading,
+    ) {
         return over_memory(after);
     }
     let body = match encoding {
@@ -279,7 +285,7 @@ where
             }
         },
     };
-    match ingest(&st.out, &st.adm, K::SIGNAL, body, reading).await {
+    match ingest(&st.out, &st.adm, K::SIGNAL, body, reading, sent_zstd).await {
         Ok(accepted) => {
             let resp = K::response(accepted);
             match encoding {

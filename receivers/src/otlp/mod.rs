@@ -292,20 +292,28 @@ impl Admission {
     /// A message of `wire` bytes as received, `inflated` once decompressed
     /// with `codec`: counted, and what inflation added admitted into the
     /// memory budget (a 1 MiB gzip body can be 20 MiB), held in `reading`.
-    /// Over the budget: the retry hint.
+    /// When the message as received is `kept` too (zstd frames forwarded
+    /// as sent), all of `inflated` is admitted beside it. Over the budget:
+    /// the retry hint.
     pub(crate) fn inflated(
         &self,
         transport: Transport,
         codec: Codec,
         wire: usize,
+        kept: bool,
         inflated: usize,
         reading: &mut Vec<Permit>,
     ) -> Result<(), Duration> {
         self.wire.count(transport, codec, wire, inflated);
-        if inflated <= wire {
+        let more = if kept {
+            inflated
+        } else {
+            inflated.saturating_sub(wire)
+        };
+        if more == 0 {
             return Ok(());
         }
-        match self.admit(inflated - wire) {
+        match self.admit(more) {
             Ok(p) => reading.extend(p),
             Err(Refused::Memory(after)) => return Err(after),
             Err(_) => {}
@@ -322,6 +330,7 @@ pub(crate) async fn ingest(
     signal: Signal,
     body: Bytes,
     counted: Vec<Permit>,
+    sent_zstd: Option<Bytes>,
 ) -> Result<Accepted, Refused> {
     // Counted in the memory budget until the data is exported or on disk:
     // by the permits the body was read under (HTTP counts a body as it
@@ -338,6 +347,10 @@ pub(crate) async fn ingest(
         return Ok(accepted);
     }
     let mut batch = Batch::from_encoded(signal, body, items);
+    if let Some(frames) = sent_zstd.filter(|_| accepted.rejected == 0) {
+        // Nothing was repaired: the sender's frames are the request compressed.
+        batch = batch.with_sent_zstd(frames);
+    }
     if let Some(p) = permit {
         batch = batch.with_hold(std::sync::Arc::from(p));
     }
