@@ -149,15 +149,20 @@ struct SentZstd(Option<Vec<Bytes>>);
 
 impl SentZstd {
     fn join(&self) -> Option<Bytes> {
-        match self.0.as_deref()? {
-            [one] => Some(one.clone()),
-            frames => {
-                let mut buf = BytesMut::with_capacity(frames.iter().map(Bytes::len).sum());
-                for f in frames {
-                    buf.extend_from_slice(f);
-                }
-                Some(buf.freeze())
+        self.0.as_deref().map(join)
+    }
+}
+
+/// `parts` one after another: one part as it is, several in one copy.
+fn join(parts: &[Bytes]) -> Bytes {
+    match parts {
+        [one] => one.clone(),
+        _ => {
+            let mut buf = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
+            for p in parts {
+                buf.extend_from_slice(p);
             }
+            buf.freeze()
         }
     }
 }
@@ -332,14 +337,7 @@ impl Batch {
     /// concatenated (one copy, no decode); decoded data is encoded.
     pub fn to_encoded(&self) -> Bytes {
         match &self.data {
-            Data::Encoded(parts) if parts.len() == 1 => parts[0].clone(),
-            Data::Encoded(parts) => {
-                let mut buf = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
-                for p in parts {
-                    buf.extend_from_slice(p);
-                }
-                buf.freeze()
-            }
+            Data::Encoded(parts) => join(parts),
             Data::Traces(v) => encode_traces(v),
             Data::Logs(v) => encode_logs(v),
             Data::Metrics(v) => encode_metrics(v),
