@@ -146,7 +146,7 @@ impl ProcessorFactory for CorrelateFactory {
         }
         let (rules, causes) = rules_of(&cfg, &correlation, &ctx, &id, emit_logs);
         let shared = || (id.clone(), ctx.telemetry.clone(), correlation.clone());
-        let analyse = stage::analyse::Analyse {
+        let mut analyse = stage::analyse::Analyse {
             id: id.clone(),
             telemetry: ctx.telemetry.clone(),
             correlation: correlation.clone(),
@@ -181,6 +181,11 @@ impl ProcessorFactory for CorrelateFactory {
                 &[("component", &id)],
             ),
         };
+        // Only the instance in a traces pipeline analyses: its rules are
+        // planned now, not when the first kept traces arrive.
+        if ctx.pipeline_signals.contains(Signal::Traces) {
+            analyse.planner.prepare(&analyse.rules).await;
+        }
         let mut stages: Vec<Box<dyn stage::Stage>> = vec![Box::new(stage::emit::Emit::new(
             shared(),
             emit_logs,

@@ -899,6 +899,27 @@ impl Planner {
         reset_plan_states(made)
     }
 
+    /// Plan every rule now, before any trace (at startup): the first
+    /// traces analysed then do not wait while ~30 rules are parsed,
+    /// optimized and planned. The plans read no rows until they run (see
+    /// [`SlotExec`]), so planning them over empty tables changes nothing. A
+    /// rule that fails to plan here fails again, and is reported, when it
+    /// is first evaluated; one whose plan depends on the time is planned at
+    /// every evaluation.
+    pub async fn prepare(&mut self, rules: &[Rule]) {
+        let state = self.ctx.state();
+        for rule in rules {
+            if self.physical_once && !self.physical.contains_key(&rule.sql) {
+                let _ = self.physical(&state, &rule.sql).await;
+            }
+        }
+    }
+
+    /// Rules whose physical plan is made and kept.
+    pub fn planned(&self) -> usize {
+        self.physical.len()
+    }
+
     /// Run every rule over the traces and the sources' tables of them
     /// (`joined`); findings per trace id, and the errors of rules that failed.
     pub async fn evaluate(
@@ -927,9 +948,12 @@ impl Planner {
         // queries then run concurrently: on the daemon's multi-threaded
         // runtime a tick's queries spread over the cores.
         let mut runs = Vec::with_capacity(rules.len());
+        // One task context for all of them (making one copies the session's
+        // configuration).
+        let task_ctx = state.task_ctx();
         for rule in rules {
             let physical = self.physical(&state, &rule.sql).await;
-            let task = state.task_ctx();
+            let task = task_ctx.clone();
             runs.push(tokio::spawn(async move {
                 datafusion::physical_plan::collect(physical?, task).await
             }));

@@ -178,9 +178,11 @@ fn join_all(c: &Correlation, rs: &[ResourceSpans]) -> (Vec<TraceRow>, Vec<Table>
 async fn analyse(c: &Correlation, rs: &mut [ResourceSpans]) -> Vec<(TraceRow, Verdict)> {
     let (traces, tables) = join_all(c, rs);
     let rules = all_rules(c);
-    let (findings, errors) = rules::Planner::new(&c.sources.tables())
-        .evaluate(&rules, &traces, tables)
-        .await;
+    // Planned before any row exists, as the processor does at startup.
+    let mut planner = rules::Planner::new(&c.sources.tables());
+    planner.prepare(&rules).await;
+    assert_eq!(planner.planned(), rules.len(), "every rule planned at once");
+    let (findings, errors) = planner.evaluate(&rules, &traces, tables).await;
     assert!(errors.is_empty(), "{errors:?}");
     let causes = Rule::causes(&rules);
     traces

@@ -64,9 +64,12 @@ const TRACE_OVERHEAD: usize = std::mem::size_of::<Trace>() + std::mem::size_of::
 const MAX_ATTRS: usize = 64;
 /// Kept spans leave in releases at least this far apart: every trace is
 /// decided on time and freed at once, but the traces kept within this time
-/// leave in one batch, so that what follows (the root-cause rules) runs once
-/// for all of them. (The Collector's processor decides once a second.)
-const RELEASE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+/// leave in one batch, so that what follows (the root-cause rules, ~30 SQL
+/// queries whatever the number of traces) runs once for all of them. The
+/// Collector's processor decides once a second, so its kept spans wait as
+/// long. At 100 ms the rules' fixed cost per run was a sixth of the gateway
+/// pipeline's CPU (BENCHMARKS.md, issue #48).
+const RELEASE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// Output requests are cut at this size.
 const MAX_OUTPUT_BYTES: usize = 2 << 20;
 

@@ -520,8 +520,11 @@ async fn kept_traces_leave_together_while_every_trace_is_decided_on_time() {
         assert_eq!(p.traces.len(), pending);
         assert!(out.is_empty(), "kept spans wait in the outbox");
     }
-    // 100 ms after the first was kept, all three leave in one batch.
-    assert_eq!(p.next_deadline(), Some(start + Duration::from_millis(1100)));
+    // A second after the first was kept, all three leave in one batch.
+    assert_eq!(p.next_deadline(), Some(start + Duration::from_millis(2000)));
+    tokio::time::advance(Duration::from_millis(900)).await;
+    p.on_tick(Instant::now(), &mut out).await.expect("tick");
+    assert!(out.is_empty(), "not due before the second has passed");
     tokio::time::advance(Duration::from_millis(40)).await;
     p.on_tick(Instant::now(), &mut out).await.expect("tick");
     assert_eq!(out.len(), 1, "one batch for the three traces");
