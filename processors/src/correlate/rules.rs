@@ -910,7 +910,9 @@ impl Planner {
         let state = self.ctx.state();
         for rule in rules {
             if self.physical_once && !self.physical.contains_key(&rule.sql) {
-                let _ = self.physical(&state, &rule.sql).await;
+                if let Err(e) = self.physical(&state, &rule.sql).await {
+                    tracing::debug!(rule = %rule.name, error = %e, "A rule did not plan at startup; it is reported when first evaluated.");
+                }
             }
         }
     }
