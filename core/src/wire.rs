@@ -959,7 +959,20 @@ impl<'a> Fields<'a> {
         }
     }
 
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64, WireError> {
+        // Most keys and lengths fit one byte.
+        if let Some(&b) = self.buf.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
+        self.varint_slow()
+    }
+
+    #[cold]
+    fn varint_slow(&mut self) -> Result<u64, WireError> {
         let mut value: u64 = 0;
         for i in 0..10 {
             let Some(&b) = self.buf.get(self.pos) else {
@@ -974,6 +987,7 @@ impl<'a> Fields<'a> {
         Err(self.err("varint longer than 10 bytes"))
     }
 
+    #[cold]
     fn err(&self, reason: &'static str) -> WireError {
         WireError {
             offset: self.pos,
@@ -981,6 +995,7 @@ impl<'a> Fields<'a> {
         }
     }
 
+    #[inline(always)]
     fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         if self.buf.len() - self.pos < n {
             return Err(self.err("field runs past the end of its message"));
@@ -990,6 +1005,7 @@ impl<'a> Fields<'a> {
         Ok(s)
     }
 
+    #[inline(always)]
     fn read(&mut self) -> Result<Field<'a>, WireError> {
         let start = self.pos;
         let key = self.varint()?;

@@ -94,12 +94,14 @@ fn bench(c: &mut Criterion) {
     let loki: LokiConfig =
         decode(&serde_yaml::from_str("endpoint: http://127.0.0.1:9").expect("yaml")).expect("cfg");
     let loki = LokiExporter::new(loki, "loki", Registry::new()).expect("loki");
-    let batch = logs(1000);
+    // As the exporter gets it from its queue: encoded.
+    let batch = Batch::from_encoded(Signal::Logs, logs(1000).to_encoded(), 1000);
     let mut g = c.benchmark_group("loki_1000_records");
     g.throughput(Throughput::Elements(1000));
     g.bench_function("streams_protobuf_snappy", |b| {
         b.iter(|| {
-            let streams = loki.streams(black_box(&batch)).expect("streams");
+            let parts = black_box(&batch).encoded_parts();
+            let streams = loki.streams(&parts).expect("streams");
             loki.body(streams).expect("body").0.len()
         })
     });

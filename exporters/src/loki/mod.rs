@@ -18,14 +18,19 @@ pub mod config;
 mod tests;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use causeway_core::component::{
     BuildContext, BuiltExporter, Delivered, ExportError, Exporter, ExporterFactory,
 };
 use causeway_core::config::{decode, ConfigError};
 use causeway_core::telemetry::Registry;
+use causeway_core::wire::{
+    len_field_size, put_len_prefix, put_varint, varint_len, Field, Fields, Value, WireError,
+};
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 use prost::Message;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::sync::Mutex;
@@ -35,63 +40,6 @@ use config::{LokiConfig, LokiEncoding};
 
 /// Labels moved to structured metadata by the cardinality guard.
 pub const LABELS_DEMOTED: &str = "causeway_loki_labels_demoted_total";
-
-/// `logproto` messages of Loki's push API.
-pub mod proto {
-    /// `logproto.PushRequest`.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct PushRequest {
-        /// Streams.
-        #[prost(message, repeated, tag = "1")]
-        pub streams: Vec<StreamAdapter>,
-    }
-    /// `logproto.StreamAdapter`.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct StreamAdapter {
-        /// `{name="value", …}`.
-        #[prost(string, tag = "1")]
-        pub labels: String,
-        /// Entries.
-        #[prost(message, repeated, tag = "2")]
-        pub entries: Vec<EntryAdapter>,
-        /// Unused by clients.
-        #[prost(uint64, tag = "3")]
-        pub hash: u64,
-    }
-    /// `logproto.EntryAdapter`.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct EntryAdapter {
-        /// Timestamp.
-        #[prost(message, optional, tag = "1")]
-        pub timestamp: Option<Timestamp>,
-        /// The line.
-        #[prost(string, tag = "2")]
-        pub line: String,
-        /// Structured metadata.
-        #[prost(message, repeated, tag = "3")]
-        pub structured_metadata: Vec<LabelPairAdapter>,
-    }
-    /// `logproto.LabelPairAdapter`.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LabelPairAdapter {
-        /// Name.
-        #[prost(string, tag = "1")]
-        pub name: String,
-        /// Value.
-        #[prost(string, tag = "2")]
-        pub value: String,
-    }
-    /// `google.protobuf.Timestamp`.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Timestamp {
-        /// Seconds.
-        #[prost(int64, tag = "1")]
-        pub seconds: i64,
-        /// Nanoseconds.
-        #[prost(int32, tag = "2")]
-        pub nanos: i32,
-    }
-}
 
 /// Factory of the `loki` exporter.
 pub struct LokiExporterFactory;
@@ -125,30 +73,35 @@ impl ExporterFactory for LokiExporterFactory {
     }
 }
 
+/// Maps hashed with foldhash (per-process random seeds): SipHash was a
+/// tenth of the exporter's time.
+type Hasher = foldhash::fast::RandomState;
+
 #[derive(Default)]
 struct Guard {
-    values: HashMap<String, HashSet<String>>,
-    demoted: HashSet<String>,
+    values: HashMap<String, HashSet<String, Hasher>, Hasher>,
+    demoted: HashSet<String, Hasher>,
 }
 
 #[derive(Default)]
 struct LastTs {
-    by_stream: HashMap<String, u64>,
+    by_stream: HashMap<String, u64, Hasher>,
     order: VecDeque<String>,
 }
 
 /// Streams by label string: their labels and entries.
-pub type Streams = BTreeMap<String, (BTreeMap<String, String>, Vec<Entry>)>;
+pub type Streams<'a> = BTreeMap<String, (BTreeMap<String, String>, Vec<Entry<'a>>)>;
 
-/// One entry before encoding.
+/// One entry before encoding (its strings borrowed from the batch where
+/// they can be).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Entry {
+pub struct Entry<'a> {
     /// Nanoseconds since the epoch.
     pub ts: u64,
     /// The line.
-    pub line: String,
+    pub line: Cow<'a, str>,
     /// Structured metadata.
-    pub meta: Vec<(String, String)>,
+    pub meta: Vec<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
 /// The exporter.
@@ -174,11 +127,220 @@ fn any_to_string(v: &AnyValue) -> String {
     }
 }
 
-fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a AnyValue> {
-    attrs
+/// An attribute as encoded: its key, and its `AnyValue`'s payload (none
+/// when the `KeyValue` has no value).
+#[derive(Debug, Clone, Copy)]
+struct Attr<'a> {
+    key: &'a str,
+    value: Option<&'a [u8]>,
+}
+
+/// The value of the first attribute named `key` (as `attr` of a decoded
+/// record finds it).
+fn find<'a>(attrs: &[Attr<'a>], key: &str) -> Option<&'a [u8]> {
+    attrs.iter().find(|a| a.key == key).and_then(|a| a.value)
+}
+
+/// A string field (checked UTF-8 by the receiver: the check here is the
+/// fast one, the lossy copy only for what was never checked).
+fn utf8(b: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(b) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(b),
+    }
+}
+
+/// Bytes (an id) in lowercase hex.
+fn hex_string(b: &[u8]) -> String {
+    let mut out = vec![0u8; b.len() * 2];
+    match hex::encode_to_slice(b, &mut out) {
+        Ok(()) => String::from_utf8(out).unwrap_or_default(),
+        Err(_) => hex::encode(b),
+    }
+}
+
+/// The payloads of the length-delimited fields numbered `want`.
+fn fields_of(buf: &[u8], want: u32) -> impl Iterator<Item = Result<&[u8], WireError>> {
+    Fields::new(buf).filter_map(move |f| match f {
+        Ok(f) if f.number == want => f.value.bytes().map(Ok),
+        Ok(_) => None,
+        Err(e) => Some(Err(e)),
+    })
+}
+
+/// A `KeyValue` payload (the last of a repeated field wins, as in a decoder).
+fn key_value(kv: &[u8]) -> Result<Attr<'_>, WireError> {
+    let mut a = Attr {
+        key: "",
+        value: None,
+    };
+    for f in Fields::new(kv) {
+        match f? {
+            Field {
+                number: 1,
+                value: Value::Bytes(k),
+                ..
+            } => {
+                a.key = std::str::from_utf8(k).map_err(|_| WireError {
+                    offset: 0,
+                    reason: "an attribute key is not UTF-8",
+                })?
+            }
+            Field {
+                number: 2,
+                value: Value::Bytes(v),
+                ..
+            } => a.value = Some(v),
+            _ => {}
+        }
+    }
+    Ok(a)
+}
+
+/// An `AnyValue` payload as the line or a label's value: a string as it is
+/// (borrowed), a number or a boolean as Rust writes it, bytes in hex, an
+/// array or a key-value list as JSON; empty when unset.
+fn any_str(v: &[u8]) -> Result<Cow<'_, str>, WireError> {
+    let mut out = Cow::Borrowed("");
+    for f in Fields::new(v) {
+        let f = f?;
+        out = match (f.number, f.value) {
+            (1, Value::Bytes(s)) => utf8(s),
+            (2, Value::Varint(b)) => Cow::Borrowed(if b != 0 { "true" } else { "false" }),
+            (3, Value::Varint(i)) => Cow::Owned((i as i64).to_string()),
+            (4, Value::Fixed64(d)) => Cow::Owned(f64::from_bits(d).to_string()),
+            (7, Value::Bytes(b)) => Cow::Owned(hex_string(b)),
+            // An array or a key-value list: written as its JSON.
+            (5 | 6, Value::Bytes(_)) => {
+                let any = AnyValue::decode(v).map_err(|_| WireError {
+                    offset: 0,
+                    reason: "an array or key-value list does not decode",
+                })?;
+                Cow::Owned(any_to_string(&any))
+            }
+            _ => continue,
+        };
+    }
+    Ok(out)
+}
+
+/// What a log record gives an entry (its attributes read into a buffer).
+struct Record<'a> {
+    time: u64,
+    observed_time: u64,
+    severity_number: i32,
+    severity_text: &'a str,
+    body: Option<&'a [u8]>,
+    trace_id: &'a [u8],
+    span_id: &'a [u8],
+}
+
+impl<'a> Record<'a> {
+    /// A `LogRecord` payload; its attributes into `attrs`.
+    fn read(r: &'a [u8], attrs: &mut Vec<Attr<'a>>) -> Result<Self, WireError> {
+        attrs.clear();
+        let mut rec = Record {
+            time: 0,
+            observed_time: 0,
+            severity_number: 0,
+            severity_text: "",
+            body: None,
+            trace_id: &[],
+            span_id: &[],
+        };
+        for f in Fields::new(r) {
+            let f = f?;
+            match (f.number, f.value) {
+                (1, Value::Fixed64(t)) => rec.time = t,
+                (11, Value::Fixed64(t)) => rec.observed_time = t,
+                (2, Value::Varint(n)) => rec.severity_number = n as i32,
+                (3, Value::Bytes(t)) => {
+                    rec.severity_text = std::str::from_utf8(t).unwrap_or_default()
+                }
+                (5, Value::Bytes(b)) => rec.body = Some(b),
+                (6, Value::Bytes(kv)) => attrs.push(key_value(kv)?),
+                (9, Value::Bytes(t)) => rec.trace_id = t,
+                (10, Value::Bytes(s)) => rec.span_id = s,
+                _ => {}
+            }
+        }
+        Ok(rec)
+    }
+}
+
+/// `logproto.PushRequest` of the streams, written directly.
+fn push_request(streams: &Streams<'_>) -> Vec<u8> {
+    // Empty strings are left out, as a protobuf encoder leaves them.
+    fn str_len(s: &str) -> usize {
+        if s.is_empty() {
+            0
+        } else {
+            len_field_size(s.len())
+        }
+    }
+    fn pair_len(name: &str, value: &str) -> usize {
+        str_len(name) + str_len(value)
+    }
+    fn timestamp_len(ts: u64) -> usize {
+        let (secs, nanos) = (ts / 1_000_000_000, ts % 1_000_000_000);
+        (if secs > 0 { 1 + varint_len(secs) } else { 0 })
+            + if nanos > 0 { 1 + varint_len(nanos) } else { 0 }
+    }
+    fn entry_len(e: &Entry<'_>) -> usize {
+        len_field_size(timestamp_len(e.ts))
+            + str_len(&e.line)
+            + e.meta
+                .iter()
+                .map(|(k, v)| len_field_size(pair_len(k, v)))
+                .sum::<usize>()
+    }
+    fn stream_len(labels: &str, entries: &[Entry<'_>]) -> usize {
+        str_len(labels)
+            + entries
+                .iter()
+                .map(|e| len_field_size(entry_len(e)))
+                .sum::<usize>()
+    }
+    fn put_str(out: &mut Vec<u8>, field: u32, s: &str) {
+        if !s.is_empty() {
+            put_len_prefix(out, field, s.len());
+            out.extend_from_slice(s.as_bytes());
+        }
+    }
+    let total: usize = streams
         .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| kv.value.as_ref())
+        .map(|(labels, (_, entries))| len_field_size(stream_len(labels, entries)))
+        .sum();
+    let mut out = Vec::with_capacity(total);
+    for (labels, (_, entries)) in streams {
+        // PushRequest.streams = 1
+        put_len_prefix(&mut out, 1, stream_len(labels, entries));
+        // StreamAdapter.labels = 1, entries = 2
+        put_str(&mut out, 1, labels);
+        for e in entries {
+            put_len_prefix(&mut out, 2, entry_len(e));
+            // EntryAdapter.timestamp = 1 {seconds = 1, nanos = 2}
+            let (secs, nanos) = (e.ts / 1_000_000_000, e.ts % 1_000_000_000);
+            put_len_prefix(&mut out, 1, timestamp_len(e.ts));
+            if secs > 0 {
+                out.push(0x08);
+                put_varint(&mut out, secs);
+            }
+            if nanos > 0 {
+                out.push(0x10);
+                put_varint(&mut out, nanos);
+            }
+            // EntryAdapter.line = 2
+            put_str(&mut out, 2, &e.line);
+            // EntryAdapter.structured_metadata = 3 {name = 1, value = 2}
+            for (k, v) in &e.meta {
+                put_len_prefix(&mut out, 3, pair_len(k, v));
+                put_str(&mut out, 1, k);
+                put_str(&mut out, 2, v);
+            }
+        }
+    }
+    out
 }
 
 /// The `level` label of a record.
@@ -263,103 +425,131 @@ impl LokiExporter {
         })
     }
 
-    /// Group a batch's records into streams (label string → labels, entries),
-    /// applying the cardinality guard and making timestamps unique per stream.
-    pub fn streams(&self, batch: &Batch) -> Result<Streams, causeway_core::CoreError> {
-        let req = batch.to_logs_request()?;
+    /// Group the records of a batch's encoded parts
+    /// ([`Batch::encoded_parts`]) into streams (label string → labels,
+    /// entries), applying the cardinality guard and making timestamps unique
+    /// per stream. The records are read where they lie: lines, metadata
+    /// names and string values borrow from `parts` (a name with a dot, a
+    /// number or bytes are written out).
+    pub fn streams<'a>(&self, parts: &'a [Bytes]) -> Result<Streams<'a>, WireError> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
-        let mut out: Streams = BTreeMap::new();
+        let mut out: Streams<'a> = BTreeMap::new();
         let mut guard = match self.guard.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        for rl in &req.resource_logs {
-            let res_attrs: &[KeyValue] = rl
-                .resource
-                .as_ref()
-                .map(|r| r.attributes.as_slice())
-                .unwrap_or(&[]);
-            // Labels from the resource: once for all its records.
-            let resource_candidates: Vec<(&str, String)> = self
-                .cfg
-                .labels
-                .resource
-                .iter()
-                .filter_map(|(attr_key, label)| {
-                    attr(res_attrs, attr_key).map(|v| (label.as_str(), any_to_string(v)))
-                })
-                .collect();
-            for sl in &rl.scope_logs {
-                for r in &sl.log_records {
-                    let mut labels: Vec<(String, String)> = Vec::new();
-                    let mut meta = Vec::new();
-                    let mut used: Vec<&str> = Vec::new();
-                    let mut candidates: Vec<(&str, String)> = resource_candidates.clone();
-                    for (attr_key, label) in &self.cfg.labels.attributes {
-                        if let Some(v) = attr(&r.attributes, attr_key) {
-                            candidates.push((label.as_str(), any_to_string(v)));
-                            used.push(attr_key.as_str());
+        let mut res_attrs: Vec<Attr<'a>> = Vec::new();
+        let mut attrs: Vec<Attr<'a>> = Vec::new();
+        for part in parts {
+            // ExportLogsServiceRequest.resource_logs = 1
+            for rl in fields_of(part, 1) {
+                let rl = rl?;
+                res_attrs.clear();
+                let mut scopes = Vec::new();
+                for f in Fields::new(rl) {
+                    let f = f?;
+                    match (f.number, f.value) {
+                        // ResourceLogs.resource = 1, Resource.attributes = 1
+                        (1, Value::Bytes(r)) => {
+                            res_attrs.clear();
+                            for kv in fields_of(r, 1) {
+                                res_attrs.push(key_value(kv?)?);
+                            }
                         }
+                        // ResourceLogs.scope_logs = 2
+                        (2, Value::Bytes(sl)) => scopes.push(sl),
+                        _ => {}
                     }
-                    let level_label = self
-                        .cfg
-                        .labels
-                        .level
-                        .then(|| level(&r.severity_text, r.severity_number));
-                    if let Some(l) = level_label {
-                        candidates.push(("level", l));
-                    }
-                    for (label, value) in candidates {
-                        if guard.demoted.contains(label) {
-                            meta.push((label.to_string(), value));
-                            continue;
+                }
+                // Labels from the resource: once for all its records.
+                let resource_candidates: Vec<(&str, Cow<'a, str>)> = self
+                    .cfg
+                    .labels
+                    .resource
+                    .iter()
+                    .filter_map(|(attr_key, label)| {
+                        find(&res_attrs, attr_key).map(|v| Ok((label.as_str(), any_str(v)?)))
+                    })
+                    .collect::<Result<_, WireError>>()?;
+                for sl in scopes {
+                    // ScopeLogs.log_records = 2
+                    for r in fields_of(sl, 2) {
+                        let r = Record::read(r?, &mut attrs)?;
+                        let mut labels: Vec<(String, String)> = Vec::new();
+                        let mut meta: Vec<(Cow<'a, str>, Cow<'a, str>)> = Vec::new();
+                        let mut used: Vec<&str> = Vec::new();
+                        let mut candidates = resource_candidates.clone();
+                        for (attr_key, label) in &self.cfg.labels.attributes {
+                            if let Some(v) = find(&attrs, attr_key) {
+                                candidates.push((label.as_str(), any_str(v)?));
+                                used.push(attr_key.as_str());
+                            }
                         }
-                        let seen = match guard.values.get_mut(label) {
-                            Some(seen) => seen,
-                            None => guard.values.entry(label.to_string()).or_default(),
-                        };
-                        if !seen.contains(&value) {
-                            if seen.len() >= self.cfg.max_label_values {
-                                guard.demoted.insert(label.to_string());
-                                guard.values.remove(label);
-                                self.telemetry
-                                    .counter(LABELS_DEMOTED, "Loki labels moved to structured metadata by the cardinality guard.", &[("component", &self.id), ("label", label)])
-                                    .add(1);
-                                tracing::warn!(exporter = %self.id, label = %label, max = self.cfg.max_label_values, "Label has too many values; sending it as structured metadata from now on.");
-                                meta.push((label.to_string(), value));
+                        if self.cfg.labels.level {
+                            candidates
+                                .push(("level", level(r.severity_text, r.severity_number).into()));
+                        }
+                        for (label, value) in candidates {
+                            if guard.demoted.contains(label) {
+                                meta.push((Cow::Owned(label.to_string()), value));
                                 continue;
                             }
-                            seen.insert(value.clone());
+                            let seen = match guard.values.get_mut(label) {
+                                Some(seen) => seen,
+                                None => guard.values.entry(label.to_string()).or_default(),
+                            };
+                            if !seen.contains(value.as_ref()) {
+                                if seen.len() >= self.cfg.max_label_values {
+                                    guard.demoted.insert(label.to_string());
+                                    guard.values.remove(label);
+                                    self.telemetry
+                                        .counter(LABELS_DEMOTED, "Loki labels moved to structured metadata by the cardinality guard.", &[("component", &self.id), ("label", label)])
+                                        .add(1);
+                                    tracing::warn!(exporter = %self.id, label = %label, max = self.cfg.max_label_values, "Label has too many values; sending it as structured metadata from now on.");
+                                    meta.push((Cow::Owned(label.to_string()), value));
+                                    continue;
+                                }
+                                seen.insert(value.to_string());
+                            }
+                            set_label(&mut labels, label, value.into_owned());
                         }
-                        set_label(&mut labels, label, value);
-                    }
-                    if !r.trace_id.is_empty() {
-                        meta.push(("trace_id".into(), hex::encode(&r.trace_id)));
-                    }
-                    if !r.span_id.is_empty() {
-                        meta.push(("span_id".into(), hex::encode(&r.span_id)));
-                    }
-                    for kv in &r.attributes {
-                        if used.contains(&kv.key.as_str()) {
-                            continue;
+                        if !r.trace_id.is_empty() {
+                            meta.push(("trace_id".into(), hex_string(r.trace_id).into()));
                         }
-                        if let Some(v) = &kv.value {
-                            meta.push((kv.key.replace('.', "_"), any_to_string(v)));
+                        if !r.span_id.is_empty() {
+                            meta.push(("span_id".into(), hex_string(r.span_id).into()));
                         }
+                        for a in &attrs {
+                            if used.contains(&a.key) {
+                                continue;
+                            }
+                            if let Some(v) = a.value {
+                                let name = if a.key.contains('.') {
+                                    Cow::Owned(a.key.replace('.', "_"))
+                                } else {
+                                    Cow::Borrowed(a.key)
+                                };
+                                meta.push((name, any_str(v)?));
+                            }
+                        }
+                        let ts = [r.time, r.observed_time, now]
+                            .into_iter()
+                            .find(|t| *t > 0)
+                            .unwrap_or(now);
+                        let line = match r.body {
+                            Some(b) => any_str(b)?,
+                            None => Cow::Borrowed(""),
+                        };
+                        let key =
+                            write_labels(labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                        out.entry(key)
+                            .or_insert_with(|| (labels.into_iter().collect(), Vec::new()))
+                            .1
+                            .push(Entry { ts, line, meta });
                     }
-                    let ts = [r.time_unix_nano, r.observed_time_unix_nano, now]
-                        .into_iter()
-                        .find(|t| *t > 0)
-                        .unwrap_or(now);
-                    let line = r.body.as_ref().map(any_to_string).unwrap_or_default();
-                    let key = write_labels(labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-                    out.entry(key)
-                        .or_insert_with(|| (labels.into_iter().collect(), Vec::new()))
-                        .1
-                        .push(Entry { ts, line, meta });
                 }
             }
         }
@@ -391,37 +581,13 @@ impl LokiExporter {
     }
 
     /// The encoded request body and its `Content-Encoding`.
-    pub fn body(&self, streams: Streams) -> Result<(Vec<u8>, Option<&'static str>), ExporterError> {
+    pub fn body(
+        &self,
+        streams: Streams<'_>,
+    ) -> Result<(Vec<u8>, Option<&'static str>), ExporterError> {
         match self.cfg.encoding {
             LokiEncoding::Protobuf => {
-                let req = proto::PushRequest {
-                    streams: streams
-                        .into_iter()
-                        .map(|(labels, (_, entries))| proto::StreamAdapter {
-                            labels,
-                            entries: entries
-                                .into_iter()
-                                .map(|e| proto::EntryAdapter {
-                                    timestamp: Some(proto::Timestamp {
-                                        seconds: (e.ts / 1_000_000_000) as i64,
-                                        nanos: (e.ts % 1_000_000_000) as i32,
-                                    }),
-                                    line: e.line,
-                                    structured_metadata: e
-                                        .meta
-                                        .into_iter()
-                                        .map(|(name, value)| proto::LabelPairAdapter {
-                                            name,
-                                            value,
-                                        })
-                                        .collect(),
-                                })
-                                .collect(),
-                            hash: 0,
-                        })
-                        .collect(),
-                };
-                let raw = req.encode_to_vec();
+                let raw = push_request(&streams);
                 let compressed = snap::raw::Encoder::new()
                     .compress_vec(&raw)
                     .map_err(|e| ExporterError::Encode(e.to_string()))?;
@@ -437,7 +603,9 @@ impl LokiExporter {
                                 let meta: serde_json::Map<String, serde_json::Value> = e
                                     .meta
                                     .into_iter()
-                                    .map(|(k, v)| (k, serde_json::Value::String(v)))
+                                    .map(|(k, v)| {
+                                        (k.into_owned(), serde_json::Value::String(v.into_owned()))
+                                    })
                                     .collect();
                                 serde_json::json!([e.ts.to_string(), e.line, meta])
                             })
@@ -481,8 +649,9 @@ impl Exporter for LokiExporter {
         let permanent = |e: ExporterError| ExportError::Permanent {
             source: Box::new(e),
         };
+        let parts = batch.encoded_parts();
         let streams = self
-            .streams(batch)
+            .streams(&parts)
             .map_err(|e| permanent(ExporterError::Encode(e.to_string())))?;
         if streams.is_empty() {
             return Ok(Delivered::default());

@@ -336,3 +336,54 @@ fn stream_keys_are_loki_label_sets_in_name_order_with_escapes() {
     let map: std::collections::BTreeMap<String, String> = labels.into_iter().collect();
     assert_eq!(super::label_string(&map), key);
 }
+
+/// Records are read where they lie: every kind of value is written as the
+/// decoded record's was (strings as they are, numbers, hex, JSON).
+#[test]
+fn every_kind_of_value_reads_as_the_decoded_one() {
+    use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValue, KeyValueList};
+    let kv = |k: &str, v: any_value::Value| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue { value: Some(v) }),
+        ..Default::default()
+    };
+    let cases = [
+        (Some(s("tail é")), "tail é"),
+        (Some(any_value::Value::BoolValue(true)), "true"),
+        (Some(any_value::Value::IntValue(-42)), "-42"),
+        (Some(any_value::Value::DoubleValue(1.5)), "1.5"),
+        (Some(any_value::Value::BytesValue(vec![0xab, 0x01])), "ab01"),
+        (None, ""),
+    ];
+    for (v, want) in cases {
+        let any = AnyValue { value: v };
+        let enc = any.encode_to_vec();
+        assert_eq!(super::any_str(&enc).expect("reads"), want);
+        assert_eq!(
+            super::any_to_string(&any),
+            want,
+            "the decoded record's text"
+        );
+    }
+    // Arrays and key-value lists: the decoded value's JSON.
+    for v in [
+        any_value::Value::ArrayValue(ArrayValue {
+            values: vec![AnyValue {
+                value: Some(s("a")),
+            }],
+        }),
+        any_value::Value::KvlistValue(KeyValueList {
+            values: vec![kv("k", any_value::Value::IntValue(1))],
+        }),
+    ] {
+        let any = AnyValue { value: Some(v) };
+        let enc = any.encode_to_vec();
+        let text = super::any_str(&enc).expect("reads");
+        assert!(text.contains('a') || text.contains('k'), "{text}");
+        assert_eq!(text, super::any_to_string(&any));
+    }
+    assert!(
+        super::any_str(&[0x0a, 0x05, b'a']).is_err(),
+        "a cut value is an error"
+    );
+}
