@@ -135,25 +135,6 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Walk `buf`, calling `f` for every length-delimited field numbered `want`.
-fn each<'a>(
-    buf: &'a [u8],
-    base: usize,
-    want: u32,
-    mut f: impl FnMut(&'a [u8], usize) -> Result<(), WireError>,
-) -> Result<(), WireError> {
-    let mut r = Reader::new(buf, base);
-    while let Some((field, payload)) = r.next()? {
-        if field == want {
-            match payload {
-                Some((p, off)) => f(p, off)?,
-                None => return Err(r.err("expected a length-delimited field")),
-            }
-        }
-    }
-    Ok(())
-}
-
 fn id_ok(id: Option<&[u8]>, len: usize, optional: bool) -> bool {
     match id {
         None => optional,
@@ -163,55 +144,13 @@ fn id_ok(id: Option<&[u8]>, len: usize, optional: bool) -> bool {
 }
 
 /// Count the items of an encoded `Export{Trace,Logs,Metrics}ServiceRequest`
-/// and check its framing down to the items.
+/// and their invalid ids, and check it against the schema
+/// ([`check_strings`]), in one walk.
 pub fn scan(signal: Signal, buf: &[u8]) -> Result<ScanResult, WireError> {
     if signal == Signal::Profiles {
         return scan_profiles(buf);
     }
-    let mut res = ScanResult::default();
-    // Request.1 = Resource*, Resource*.2 = Scope*, Scope*.2 = item.
-    each(buf, 0, 1, |resource, off| {
-        each(resource, off, 2, |scope, off| {
-            each(scope, off, 2, |item, off| {
-                match signal {
-                    Signal::Traces => {
-                        res.items += 1;
-                        let (trace_id, span_id) = ids(item, off, 1, 2)?;
-                        if !id_ok(trace_id, 16, false) || !id_ok(span_id, 8, false) {
-                            res.invalid_ids += 1;
-                        }
-                    }
-                    Signal::Logs => {
-                        res.items += 1;
-                        let (trace_id, span_id) = ids(item, off, 9, 10)?;
-                        if !id_ok(trace_id, 16, true) || !id_ok(span_id, 8, true) {
-                            res.invalid_ids += 1;
-                        }
-                    }
-                    // Scanned by `scan_profiles`.
-                    Signal::Profiles => {}
-                    Signal::Metrics => {
-                        let mut r = Reader::new(item, off);
-                        while let Some((field, payload)) = r.next()? {
-                            // gauge, sum, histogram, exponential_histogram, summary
-                            if matches!(field, 5 | 7 | 9 | 10 | 11) {
-                                let Some((data, off)) = payload else {
-                                    return Err(r.err("expected a length-delimited field"));
-                                };
-                                each(data, off, 1, |_, _| {
-                                    res.items += 1;
-                                    Ok(())
-                                })?;
-                            }
-                        }
-                    }
-                }
-                Ok(())
-            })
-        })
-    })?;
-    check_strings(signal, buf)?;
-    Ok(res)
+    check(signal, buf)
 }
 
 /// Count the samples of an encoded `ExportProfilesServiceRequest` and check
@@ -560,14 +499,36 @@ pub const MAX_DEPTH: usize = 64;
 /// fields are UTF-8, packed fields are whole, and messages nest at most
 /// [`MAX_DEPTH`] deep. What passes decodes.
 pub fn check_strings(signal: Signal, buf: &[u8]) -> Result<(), WireError> {
+    check(signal, buf).map(drop)
+}
+
+/// [`check_strings`], counting the items and their invalid ids on the way
+/// (one walk of the request: a second walk for the counts was a fifth of
+/// the receiver's check).
+fn check(signal: Signal, buf: &[u8]) -> Result<ScanResult, WireError> {
+    let mut res = ScanResult::default();
     // An explicit stack: hostile nesting cannot exhaust the thread's stack.
     let mut stack: Vec<(M, &[u8], usize, usize)> = vec![(M::Request(signal), buf, 0, 1)];
     while let Some((m, b, off, depth)) = stack.pop() {
         let mut r = Reader::new(b, off);
         let mut attributes = 0usize;
+        // A span's or a log record's ids: (trace id, span id) fields.
+        let id_fields = match m {
+            M::Span => Some((1, 2)),
+            M::LogRecord => Some((9, 10)),
+            _ => None,
+        };
+        let (mut trace_id, mut span_id) = (None, None);
         while let Some((n, payload)) = r.next()? {
             let wire = r.wire;
             let kind = field_kind(m, n);
+            if let (Some((t, sp)), Some((p, _))) = (id_fields, payload) {
+                if n == t {
+                    trace_id = Some(p);
+                } else if n == sp {
+                    span_id = Some(p);
+                }
+            }
             let ok = match (&kind, wire, payload) {
                 (F::Unknown, _, _) => true,
                 (F::Varint | F::PackedVarint, 0, _) => true,
@@ -605,6 +566,10 @@ pub fn check_strings(signal: Signal, buf: &[u8]) -> Result<(), WireError> {
                 }
                 F::Msg(M::AnyValue) => check_any(p, poff, depth + 1)?,
                 F::Msg(inner) => {
+                    // A data point of a metric's gauge, sum, histogram, ...
+                    if matches!(m, M::Points(_)) && n == 1 {
+                        res.items += 1;
+                    }
                     if depth >= MAX_DEPTH {
                         return Err(WireError {
                             offset: poff,
@@ -616,28 +581,23 @@ pub fn check_strings(signal: Signal, buf: &[u8]) -> Result<(), WireError> {
                 _ => {}
             }
         }
-    }
-    Ok(())
-}
-
-type Ids<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
-
-fn ids(item: &[u8], off: usize, trace_field: u32, span_field: u32) -> Result<Ids<'_>, WireError> {
-    let mut r = Reader::new(item, off);
-    let (mut trace_id, mut span_id) = (None, None);
-    while let Some((field, payload)) = r.next()? {
-        if field == trace_field || field == span_field {
-            let Some((b, _)) = payload else {
-                return Err(r.err("id is not a bytes field"));
-            };
-            if field == trace_field {
-                trace_id = Some(b);
-            } else {
-                span_id = Some(b);
+        match m {
+            M::Span => {
+                res.items += 1;
+                if !id_ok(trace_id, 16, false) || !id_ok(span_id, 8, false) {
+                    res.invalid_ids += 1;
+                }
             }
+            M::LogRecord => {
+                res.items += 1;
+                if !id_ok(trace_id, 16, true) || !id_ok(span_id, 8, true) {
+                    res.invalid_ids += 1;
+                }
+            }
+            _ => {}
         }
     }
-    Ok((trace_id, span_id))
+    Ok(res)
 }
 
 #[cfg(test)]
@@ -832,6 +792,33 @@ mod tests {
         let r = scan(Signal::Traces, &buf).expect("valid");
         assert_eq!(r.items, 3);
         assert_eq!(r.invalid_ids, 2);
+    }
+
+    #[test]
+    fn counts_log_records_whose_ids_are_optional() {
+        use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+        use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+        let rec = |trace_id: Vec<u8>, span_id: Vec<u8>| LogRecord {
+            trace_id,
+            span_id,
+            ..Default::default()
+        };
+        let req = ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                scope_logs: vec![ScopeLogs {
+                    log_records: vec![
+                        rec(vec![], vec![]),          // no ids: valid
+                        rec(vec![1; 16], vec![2; 8]), // valid
+                        rec(vec![1; 15], vec![]),     // a short trace id
+                        rec(vec![1; 16], vec![0; 8]), // an all-zero span id
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let r = scan(Signal::Logs, &req.encode_to_vec()).expect("valid");
+        assert_eq!((r.items, r.invalid_ids), (4, 2));
     }
 
     #[test]
