@@ -77,12 +77,20 @@ pub fn alerts_of(batch: &Batch) -> Result<(Vec<Alert>, Vec<String>), ExporterErr
             return Ok((Vec::new(), Vec::new()));
         }
     }
-    let req = batch
-        .to_logs_request()
-        .map_err(|e| ExporterError::Encode(e.to_string()))?;
+    // Decoded records (correlate's own, with the alerts) are read in place.
+    let decoded;
+    let resource_logs = match batch.data() {
+        causeway_core::model::Data::Logs(v) => v.as_slice(),
+        _ => {
+            decoded = batch
+                .to_logs_request()
+                .map_err(|e| ExporterError::Encode(e.to_string()))?;
+            decoded.resource_logs.as_slice()
+        }
+    };
     let mut out = Vec::new();
     let mut bad = Vec::new();
-    for (ri, rl) in req.resource_logs.iter().enumerate() {
+    for (ri, rl) in resource_logs.iter().enumerate() {
         for (si, sl) in rl.scope_logs.iter().enumerate() {
             for (li, r) in sl.log_records.iter().enumerate() {
                 let a = &r.attributes;

@@ -197,6 +197,15 @@ fn key_value<'a>(
     keys: &Keys,
     out: &mut Vec<(u16, AttrRef<'a>)>,
 ) -> Result<(), WireError> {
+    // Encoders write the key first, and most keys are not wanted: such an
+    // attribute is passed over without a walk (as the walk below would, at
+    // its first key).
+    if let [0x0a, len, rest @ ..] = buf {
+        let len = usize::from(*len);
+        if len < 0x80 && rest.len() >= len && keys.get(&rest[..len]).is_none() {
+            return Ok(());
+        }
+    }
     let mut key = None;
     let mut value = None;
     for f in Fields::new(buf) {
