@@ -31,6 +31,17 @@ pub struct ScanResult {
 /// A field: its number and, for length-delimited fields, its payload and offset.
 type RawField<'a> = (u32, Option<(&'a [u8], usize)>);
 
+/// A varint of one byte at `pos` (most keys and lengths), stepping over
+/// it; none when the byte is absent or the varint is longer.
+#[inline(always)]
+fn one_byte_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
+    let b = *buf.get(*pos)?;
+    (b < 0x80).then(|| {
+        *pos += 1;
+        u64::from(b)
+    })
+}
+
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -59,14 +70,10 @@ impl<'a> Reader<'a> {
 
     #[inline(always)]
     fn varint(&mut self) -> Result<u64, WireError> {
-        // Most keys and lengths fit one byte.
-        if let Some(&b) = self.buf.get(self.pos) {
-            if b < 0x80 {
-                self.pos += 1;
-                return Ok(u64::from(b));
-            }
+        match one_byte_varint(self.buf, &mut self.pos) {
+            Some(v) => Ok(v),
+            None => self.varint_slow(),
         }
-        self.varint_slow()
     }
 
     #[cold]
@@ -948,14 +955,10 @@ impl<'a> Fields<'a> {
 
     #[inline(always)]
     fn varint(&mut self) -> Result<u64, WireError> {
-        // Most keys and lengths fit one byte.
-        if let Some(&b) = self.buf.get(self.pos) {
-            if b < 0x80 {
-                self.pos += 1;
-                return Ok(u64::from(b));
-            }
+        match one_byte_varint(self.buf, &mut self.pos) {
+            Some(v) => Ok(v),
+            None => self.varint_slow(),
         }
-        self.varint_slow()
     }
 
     #[cold]
