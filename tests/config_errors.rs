@@ -356,3 +356,40 @@ service:
         "{out}"
     );
 }
+
+/// A `correlate` that waits less for profiles than the `pprof` receiver
+/// of its profiles pipeline takes to deliver them (a 15 s window answered
+/// within a 10 s timeout) is warned about; the defaults are not.
+#[test]
+fn profiles_that_arrive_after_correlate_stops_waiting_are_warned_about() {
+    let config = |wait: &str| {
+        format!(
+            r#"receivers:
+  otlp:
+    protocols: {{ grpc: {{ endpoint: 127.0.0.1:4317 }} }}
+  pprof:
+    targets: [{{ service: shop, static_configs: [{{ targets: ["127.0.0.1:6060"] }}] }}]
+processors:
+  tail_sampling:
+    decision_wait: 10s
+    policies: [{{ name: slow, type: latency, latency: {{ threshold_ms: 1000 }} }}]
+  correlate: {{ {wait} }}
+exporters:
+  debug: {{}}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [debug] }}
+    profiles: {{ receivers: [pprof], processors: [correlate], exporters: [debug] }}
+"#
+        )
+    };
+    let (ok, out) = validate(&config("profiles: { wait: 5s }"));
+    assert!(ok, "a warning, not an error:\n{out}");
+    assert!(
+        out.contains("receiver pprof delivers what it covers up to 25s after it; processor correlate waits at most 5s for it (`profiles.wait`)"),
+        "{out}"
+    );
+    let (ok, out) = validate(&config(""));
+    assert!(ok, "{out}");
+    assert!(!out.contains("profiles.wait"), "{out}");
+}

@@ -346,7 +346,13 @@ service:
 fn on_disk(dir: &Path) -> std::collections::HashMap<u64, String> {
     use std::io::Read;
     let mut out = std::collections::HashMap::new();
-    for e in std::fs::read_dir(dir).expect("dir").filter_map(Result::ok) {
+    let old = dir.join("old");
+    let olddir = std::fs::read_dir(&old).into_iter().flatten();
+    for e in std::fs::read_dir(dir)
+        .expect("dir")
+        .chain(olddir)
+        .filter_map(Result::ok)
+    {
         let name = e.file_name().to_string_lossy().into_owned();
         if !name.starts_with("access.log") {
             continue;
@@ -409,6 +415,13 @@ fn rotations() -> usize {
 /// Nothing here is timed: the wait for the last line lasts as long as
 /// delivery makes progress.
 fn logrotate_stress(modes: &[&str], rotations: usize) {
+    logrotate_stress_with(modes, rotations, "access.log*", 25);
+}
+
+/// [`logrotate_stress`] with the include (`access.log*`, or the live
+/// `access.log` alone) and the CPU quota (percent of a core) as given.
+/// Backups rotated into logrotate's `olddir` (`old/`) are on disk too.
+fn logrotate_stress_with(modes: &[&str], rotations: usize, include: &str, percent: u32) {
     // One at a time: each is a whole-machine stress test (a writer, the
     // real logrotate, a starved daemon), and two at once on two cores
     // measure the machine more than the reader.
@@ -426,7 +439,19 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
     // rotates while the daemon gets no CPU at all, compressed backups are
     // read (the include matches them: `access.log*`).
     const MAX_HELD: usize = 64;
-    let mut cfg = config(d, &format!("    max_held_files: {MAX_HELD}"));
+    std::fs::create_dir(d.join("old")).expect("olddir");
+    let confs: Vec<std::path::PathBuf> = (0..modes.len())
+        .map(|i| d.join(format!("logrotate-{i}.conf")))
+        .collect();
+    let confs_yaml: Vec<String> = confs.iter().map(|c| format!("{:?}", c.display().to_string())).collect();
+    let mut cfg = config(
+        d,
+        &format!(
+            "    max_held_files: {MAX_HELD}\n    logrotate_configs: [{}]",
+            confs_yaml.join(", ")
+        ),
+    )
+    .replace("access.log*", include);
     // CAUSEWAY_GW_DEBUG=<dir>: the receiver's debug log (every file it
     // follows, every backup it finds), kept in <dir> when the test fails.
     let debug = std::env::var("CAUSEWAY_GW_DEBUG").ok();
@@ -445,24 +470,18 @@ fn logrotate_stress(modes: &[&str], rotations: usize) {
     };
     let daemon = Daemon::start(d, "gw", &cfg);
     let pid = daemon.child.id();
-    let starved = common::starve::Starved::start(pid, 25);
+    let starved = common::starve::Starved::start(pid, percent);
     eprintln!("the daemon is starved by {}", starved.how);
-    let confs: Vec<std::path::PathBuf> = modes
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let p = d.join(format!("logrotate-{i}.conf"));
-            std::fs::write(
-                &p,
-                format!(
-                    "{} {{\n  rotate 100000\n  missingok\n  nomail\n{m}\n}}\n",
-                    log.display()
-                ),
-            )
-            .expect("conf");
-            p
-        })
-        .collect();
+    for (p, m) in confs.iter().zip(modes) {
+        std::fs::write(
+            p,
+            format!(
+                "{} {{\n  rotate 100000\n  missingok\n  nomail\n{m}\n}}\n",
+                log.display()
+            ),
+        )
+        .expect("conf");
+    }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let (log, stop) = (log.clone(), stop.clone());
@@ -645,5 +664,20 @@ fn real_logrotate_with_a_zstd_compresscmd_loses_and_repeats_nothing() {
     logrotate_stress(
         &["  create\n  compress\n  compresscmd /usr/bin/zstd\n  compressext .zst\n  compressoptions -q"],
         rotations(),
+    );
+}
+
+/// The include of the live file alone (`access.log`, how most configs name
+/// a log) under a tenth of a core, `create` + `compress`, every other
+/// rotation into logrotate's `olddir`: the backups are found beside the
+/// log and in the olddir (read from the logrotate configuration), every
+/// line on disk arrives once.
+#[test]
+fn real_logrotate_compress_with_the_live_file_alone_included_at_a_tenth_of_a_core() {
+    logrotate_stress_with(
+        &["  create\n  compress", "  create\n  compress\n  olddir old"],
+        rotations(),
+        "access.log",
+        10,
     );
 }

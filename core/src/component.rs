@@ -125,6 +125,12 @@ pub trait ReceiverFactory: Send + Sync {
     fn signals(&self) -> SignalSet;
     /// Decode and check a section; paths relative to the section.
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>>;
+    /// How long after the time it covers what this section produces
+    /// arrives, at most (a profile window is answered at its end, within a
+    /// timeout); `None` for data that arrives as it happens.
+    fn delivery_lag(&self, _cfg: &serde_yaml::Value) -> Option<Duration> {
+        None
+    }
     /// Build (binding sockets); `cfg` has been validated.
     async fn build(
         &self,
@@ -148,6 +154,13 @@ pub trait ProcessorFactory: Send + Sync {
     /// before requests are decoded: the loader takes the lowest asked for by
     /// the processors in use and `service.memory_limiter`.
     fn admission(&self, _cfg: &serde_yaml::Value) -> Option<crate::memory::MemoryLimiterConfig> {
+        None
+    }
+    /// How long this section waits for data that arrives after the time
+    /// it covers (see [`ReceiverFactory::delivery_lag`]), and the key that
+    /// sets it; `None` when it does not use such data. The loader warns
+    /// when a receiver in one of its pipelines delivers later than that.
+    fn late_data_wait(&self, _cfg: &serde_yaml::Value) -> Option<(Duration, &'static str)> {
         None
     }
     /// Build one instance (one per pipeline).

@@ -6,6 +6,7 @@ pub mod memory_limiter;
 pub mod sketch;
 pub mod tail_sampling;
 pub mod trouble;
+pub mod unkept;
 
 use causeway_core::registry::Registry;
 

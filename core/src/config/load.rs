@@ -119,6 +119,11 @@ pub fn load_str(
         &pipelines,
         registry,
     ));
+    warnings.extend(late_data_warnings(
+        (&receivers, &processors),
+        &pipelines,
+        registry,
+    ));
 
     Ok(Config {
         file,
@@ -472,6 +477,47 @@ fn authenticators(v: &Value, path: &str, out: &mut Vec<(String, String)>) {
             authenticators(child, &p, out);
         }
     }
+}
+
+/// A processor that waits for late data (profiles, say) less long than a
+/// receiver of one of its pipelines takes to deliver it: what arrives
+/// after the wait explains nothing.
+fn late_data_warnings(
+    (receivers, processors): (&IndexMap<ComponentId, Value>, &IndexMap<ComponentId, Value>),
+    pipelines: &[Pipeline],
+    registry: &Registry,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for p in pipelines {
+        for pid in &p.processors {
+            let Some((wait, key)) = processors
+                .get(pid)
+                .and_then(|cfg| registry.processor(pid.kind())?.late_data_wait(cfg))
+            else {
+                continue;
+            };
+            for rid in &p.receivers {
+                let Some(lag) = receivers
+                    .get(rid)
+                    .and_then(|cfg| registry.receiver(rid.kind())?.delivery_lag(cfg))
+                else {
+                    continue;
+                };
+                if lag > wait {
+                    let w = format!(
+                        "receiver {rid} delivers what it covers up to {} after it; processor {pid} waits at most {} for it (`{key}`): traces analysed before it arrives are not explained by it. Set `{key}` to at least {}",
+                        humantime::format_duration(lag),
+                        humantime::format_duration(wait),
+                        humantime::format_duration(lag)
+                    );
+                    if !warnings.contains(&w) {
+                        warnings.push(w);
+                    }
+                }
+            }
+        }
+    }
+    warnings
 }
 
 /// The one memory budget of the process: the lowest limit asked for by

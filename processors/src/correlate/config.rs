@@ -137,6 +137,12 @@ pub struct BaselineConfig {
     /// Operations (service, span name) with a baseline at most (default 10000).
     #[serde(default = "max_operations")]
     pub max_operations: usize,
+    /// Spans a second, at most, of the traces a `tail_sampling` before
+    /// this processor did not keep that the baselines (and the calls each
+    /// operation makes) learn from (default 20000; 0: none, baselines then
+    /// learn from the kept traces alone).
+    #[serde(default = "unkept_spans_per_second")]
+    pub unkept_spans_per_second: usize,
 }
 
 impl Validate for BaselineConfig {
@@ -155,8 +161,13 @@ impl Default for BaselineConfig {
             window: baseline_window(),
             min_samples: min_samples(),
             max_operations: max_operations(),
+            unkept_spans_per_second: unkept_spans_per_second(),
         }
     }
+}
+
+fn unkept_spans_per_second() -> usize {
+    20_000
 }
 
 fn min_message_wait() -> Duration {

@@ -101,6 +101,11 @@ impl ProcessorFactory for CorrelateFactory {
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<CorrelateConfig>(cfg).map(|_| ())
     }
+    /// Kept traces wait for the profile windows that cover them.
+    fn late_data_wait(&self, cfg: &serde_yaml::Value) -> Option<(Duration, &'static str)> {
+        let c = decode::<CorrelateConfig>(cfg).ok()?;
+        Some((c.profiles.wait.get(), "profiles.wait"))
+    }
     async fn build(
         &self,
         ctx: BuildContext,
@@ -115,6 +120,19 @@ impl ProcessorFactory for CorrelateFactory {
         // The `correlated` sampling policy reads it through the narrow interface.
         ctx.shared
             .get_or_init::<crate::trouble::Published>(&id, || Box::new(correlation.clone()));
+        // A sampler before it hands on the traces it did not keep.
+        if cfg.baseline.unkept_spans_per_second > 0 {
+            ctx.shared.get_or_init::<crate::unkept::Published>(&id, || {
+                Box::new(stage::unkept::Learn::new(
+                    correlation.clone(),
+                    RouteMap {
+                        fixed: cfg.route_map.clone().into_iter().collect(),
+                    },
+                    cfg.baseline.unkept_spans_per_second,
+                    (&ctx.telemetry, &id),
+                ))
+            });
+        }
         let incidents = cfg.incidents.enabled.then(|| {
             ctx.shared
                 .get_or_init(&id, || incidents::Incidents::new(&cfg.incidents))
@@ -337,7 +355,9 @@ impl Processor for Correlate {
                 }
             },
             Signal::Traces => {
-                self.analyse.analyse(&mut batch, false).await?;
+                self.analyse
+                    .analyse(&mut batch, stage::analyse::Pass::New)
+                    .await?;
                 if batch.is_empty() {
                     // Every trace of it is held by `evidence_wait`.
                     return Ok(());

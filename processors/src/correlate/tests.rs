@@ -3792,6 +3792,64 @@ async fn shop_with(
     (v, rs)
 }
 
+/// Before the shop's operations have a baseline, the code is named by
+/// absolute evidence: a function holding the span's own CPU time, a lock
+/// whose contentions waited as long as the span was off CPU; with less
+/// confidence than once the baseline says the span was slow, and saying so.
+#[tokio::test]
+async fn before_a_baseline_the_code_is_named_by_absolute_evidence_with_less_confidence() {
+    use prost::Message;
+    let analysed = |profiles: Vec<ProfileSpec<'static>>, tid: u8, op: &'static str, ms: u64| async move {
+        let st = store();
+        let req = profiles_of("shop", &profiles);
+        st.add_profiles(&req, req.encoded_len(), 1_001_000_000_000);
+        let mut rs = front_and_shop(tid, op, ms);
+        analyse(&st, &mut rs).await.remove(0).1
+    };
+    let hot = vec![(
+        "cpu",
+        "nanoseconds",
+        vec![(vec!["main.parseAST", "main.handleParse"], 280_000_000, Some(11))],
+    )];
+    let v = analysed(hot.clone(), 10, "parse", 300).await;
+    assert_eq!(v.best.cause, "cpu_hotspot", "{v:?}");
+    assert_eq!(v.culprit_service, "shop");
+    assert!(
+        v.best.summary.contains("main.parseAST") && v.best.summary.contains("no baseline yet"),
+        "{}",
+        v.best.summary
+    );
+    let (learned, _) = shop_with(&hot, 10, "parse", 300).await;
+    assert_eq!(learned.best.cause, "cpu_hotspot");
+    assert!(!learned.best.summary.contains("no baseline yet"));
+    assert!(
+        v.best.confidence < learned.best.confidence,
+        "{} < {}",
+        v.best.confidence,
+        learned.best.confidence
+    );
+    // The lock, by the length of the wait (eight contentions of 200 ms
+    // for a span 250 ms off CPU).
+    let unlock = vec!["sync.(*Mutex).Unlock", "main.refreshSymbols", "main.loop"];
+    let lock = vec![
+        ("cpu", "nanoseconds", vec![(vec!["main.parseAST"], 30_000_000, Some(99))]),
+        ("contentions", "count", vec![(unlock.clone(), 8, None)]),
+        ("delay", "nanoseconds", vec![(unlock.clone(), 1_600_000_000, None)]),
+    ];
+    let v = analysed(lock.clone(), 50, "symbols", 250).await;
+    assert_eq!(v.best.cause, "lock_contention", "{v:?}");
+    assert!(v.best.summary.contains("main.refreshSymbols"), "{}", v.best.summary);
+    // A short span is no cause without a baseline: 40 ms of CPU in a 45 ms
+    // span is under `profiles.min_time`.
+    let short = vec![(
+        "cpu",
+        "nanoseconds",
+        vec![(vec!["main.parseAST"], 40_000_000, Some(31))],
+    )];
+    let v = analysed(short, 30, "parse", 45).await;
+    assert_ne!(v.best.cause, "cpu_hotspot", "{v:?}");
+}
+
 #[tokio::test]
 async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
     use prost::Message;
@@ -4577,4 +4635,215 @@ async fn a_hosts_cpu_is_read_over_the_trace_not_the_minute_before() {
     };
     assert_ne!(cause(65), "host_cpu_saturation");
     assert_eq!(cause(66), "host_cpu_saturation");
+}
+
+/// The README's wiring: `tail_sampling` keeping the slow (latency over
+/// 1 s), then `correlate`. Thirty ordinary requests (a 100 ms report) are
+/// not kept; the one slow request (1.5 s) is. The baseline of the report
+/// comes from the requests that were not kept: the slow one is measured
+/// against its normal. With the learning off, the kept share alone has no
+/// baseline to offer.
+#[tokio::test]
+async fn behind_a_sampler_the_baselines_learn_from_the_traces_it_did_not_keep() {
+    use crate::tail_sampling::{config::TailSamplingConfig, TailSampling};
+    use causeway_core::component::{PipelineInfo, Processor, ProcessorFactory, ServiceInfo};
+    let trace = |id: u8, report_ms: u64| {
+        vec![
+            resource_spans(
+                "front",
+                tid(
+                    id,
+                    vec![
+                        sp(1, None, "GET /r", Server, 0, report_ms + 10),
+                        with(
+                            sp(2, Some(1), "GET", Client, 5, report_ms + 5),
+                            vec![attr_s("server.address", "reports")],
+                        ),
+                    ],
+                ),
+            ),
+            resource_spans(
+                "reports",
+                tid(
+                    id,
+                    vec![sp(3, Some(2), "GET /report", Server, 6, report_ms + 4)],
+                ),
+            ),
+        ]
+    };
+    for (per_second, learned) in [(20_000usize, true), (0, false)] {
+        let shared = causeway_core::shared::Shared::default();
+        shared.get_or_init(causeway_core::component::SERVICE_KEY, || ServiceInfo {
+            pipelines: vec![PipelineInfo {
+                id: "traces".into(),
+                processors: vec!["tail_sampling".into(), "correlate".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let telemetry = causeway_core::telemetry::Registry::new();
+        let ctx = BuildContext {
+            id: "correlate".parse().unwrap(),
+            telemetry: telemetry.clone(),
+            shared: shared.clone(),
+            pipeline_signals: SignalSet::ALL,
+        };
+        let cfg: serde_yaml::Value = serde_yaml::from_str(&format!(
+            "evidence_wait: 0s\nbaseline: {{ unkept_spans_per_second: {per_second} }}"
+        ))
+        .unwrap();
+        let mut correlate = CorrelateFactory.build(ctx, &cfg).await.unwrap();
+        let sampling: TailSamplingConfig = decode(
+            &serde_yaml::from_str(
+                "decision_wait: 1s\npolicies: [{ name: slow, type: latency, latency: { threshold_ms: 1000 } }]",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let mut sampler =
+            TailSampling::with_shared(sampling, "tail_sampling", &telemetry, shared.clone())
+                .unwrap();
+        let mut input: Vec<ResourceSpans> = (1..=30u8).flat_map(|id| trace(id, 100)).collect();
+        input.extend(trace(99, 1500));
+        let mut kept = Vec::new();
+        sampler
+            .process(Batch::from_traces(input), &mut kept)
+            .await
+            .unwrap();
+        let later = Instant::now() + Duration::from_secs(5);
+        sampler.on_tick(later, &mut kept).await.unwrap();
+        sampler
+            .on_tick(later + Duration::from_secs(5), &mut kept)
+            .await
+            .unwrap();
+        let mut analysed = Vec::new();
+        for b in kept {
+            correlate.process(b, &mut analysed).await.unwrap();
+        }
+        let verdicts: Vec<_> = analysed
+            .iter_mut()
+            .flat_map(root_attrs)
+            .filter(|a| a.contains_key("rca.cause"))
+            .collect();
+        assert_eq!(verdicts.len(), 1, "the slow trace alone is kept: {verdicts:?}");
+        let v = &verdicts[0];
+        assert_eq!(v["rca.cause"], "slow_dependency", "{v:?}");
+        assert_eq!(v["rca.culprit.service"], "reports", "{v:?}");
+        let summary = &v["rca.summary"];
+        assert_eq!(summary.contains("normally"), learned, "{summary}");
+        assert_eq!(summary.contains("no baseline yet"), !learned, "{summary}");
+    }
+}
+
+/// Profiles flow for the shop, but the window covering a kept trace's
+/// spans ends after them: the trace waits for it (out of the batch), and
+/// is analysed with it once it arrives; a window that never comes holds
+/// it no longer than `profiles.wait`.
+#[tokio::test]
+async fn a_kept_trace_waits_for_the_profile_window_that_covers_its_spans() {
+    use causeway_core::component::ProcessorFactory;
+    use prost::Message;
+    let build = |wait: &str| {
+        let shared = causeway_core::shared::Shared::default();
+        let ctx = BuildContext {
+            id: "correlate".parse().unwrap(),
+            telemetry: causeway_core::telemetry::Registry::new(),
+            shared: shared.clone(),
+            pipeline_signals: SignalSet::ALL,
+        };
+        let cfg: serde_yaml::Value =
+            serde_yaml::from_str(&format!("profiles: {{ wait: {wait} }}")).unwrap();
+        async move {
+            let p = CorrelateFactory.build(ctx, &cfg).await.unwrap();
+            let c = shared
+                .slot::<Correlation>("correlate")
+                .get()
+                .cloned()
+                .unwrap();
+            (p, c)
+        }
+    };
+    // The request ran five seconds ago (its spans moved to now).
+    let t0 = now_ns() - 5_000_000_000;
+    let trace = |tid: u8, t0: u64| {
+        let mut rs = front_and_shop(tid, "parse", 300);
+        for sp in rs
+            .iter_mut()
+            .flat_map(|r| r.scope_spans.iter_mut())
+            .flat_map(|s| s.spans.iter_mut())
+        {
+            sp.start_time_unix_nano += t0 - 1_000_000_000_000;
+            sp.end_time_unix_nano += t0 - 1_000_000_000_000;
+        }
+        Batch::from_traces(rs)
+    };
+    let window = |from: u64, samples: Vec<(Vec<&'static str>, i64, Option<u8>)>| {
+        let mut req = profiles_of("shop", &[("cpu", "nanoseconds", samples)]);
+        for p in req
+            .resource_profiles
+            .iter_mut()
+            .flat_map(|r| r.scope_profiles.iter_mut())
+            .flat_map(|s| s.profiles.iter_mut())
+        {
+            p.time_unix_nano = from;
+            p.duration_nano = 15_000_000_000;
+        }
+        req
+    };
+    let second = Duration::from_secs(1);
+    let (mut p, c) = build("20s").await;
+    // The window before the request: the shop's profiles flow.
+    let before = window(t0 - 20 * 1_000_000_000, vec![(vec!["main.idle"], 10_000_000, None)]);
+    c.add_profiles(&before, before.encoded_len(), now_ns());
+    let mut out = Vec::new();
+    let traces_of = |out: &mut Vec<Batch>| -> Vec<Batch> {
+        let (t, _): (Vec<Batch>, Vec<Batch>) = std::mem::take(out)
+            .into_iter()
+            .partition(|b| b.signal() == Signal::Traces);
+        t
+    };
+    p.process(trace(10, t0), &mut out).await.unwrap();
+    assert!(traces_of(&mut out).is_empty(), "held for the window that covers it");
+    p.on_tick(Instant::now() + second + second / 2, &mut out)
+        .await
+        .unwrap();
+    assert!(traces_of(&mut out).is_empty(), "still waiting");
+    // The window covering it arrives.
+    let covering = window(
+        t0 - 1_000_000_000,
+        vec![(vec!["main.parseAST", "main.handleParse"], 280_000_000, Some(11))],
+    );
+    c.add_profiles(&covering, covering.encoded_len(), now_ns());
+    p.on_tick(Instant::now() + 3 * second, &mut out).await.unwrap();
+    let mut out = traces_of(&mut out);
+    assert_eq!(out.len(), 1, "analysed once its window arrived");
+    let rs = out[0].traces_mut().unwrap().unwrap().clone();
+    let attrs = root_attrs(&mut out[0]);
+    let root = attrs.iter().find(|a| a.contains_key("rca.cause")).unwrap();
+    assert_eq!(root["rca.cause"], "cpu_hotspot", "{root:?}");
+    assert_eq!(code_attributes(&rs)["rca.code.function"], "main.parseAST");
+    // A window that never comes: held no longer than `profiles.wait` (a
+    // request a second ago, the shop's last window ending as it began).
+    let (mut p, c) = build("4s").await;
+    let t1 = now_ns() - 1_000_000_000;
+    let before = window(t1 - 15 * 1_000_000_000, vec![(vec!["main.idle"], 10_000_000, None)]);
+    c.add_profiles(&before, before.encoded_len(), now_ns());
+    let mut out = Vec::new();
+    p.process(trace(20, t1), &mut out).await.unwrap();
+    assert!(traces_of(&mut out).is_empty());
+    p.on_tick(Instant::now() + second + second / 2, &mut out)
+        .await
+        .unwrap();
+    assert!(traces_of(&mut out).is_empty(), "within the bound");
+    p.on_tick(Instant::now() + 5 * second, &mut out).await.unwrap();
+    let mut out = traces_of(&mut out);
+    assert_eq!(out.len(), 1, "the bound passed");
+    let attrs = root_attrs(&mut out[0]);
+    let root = attrs.iter().find(|a| a.contains_key("rca.cause")).unwrap();
+    assert_ne!(root["rca.cause"], "cpu_hotspot", "{root:?}");
+    // Without profiles flowing, nothing waits.
+    let (mut p, _) = build("20s").await;
+    let mut out = Vec::new();
+    p.process(trace(30, t0), &mut out).await.unwrap();
+    assert_eq!(traces_of(&mut out).len(), 1);
 }

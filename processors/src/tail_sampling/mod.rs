@@ -403,6 +403,11 @@ pub struct TailSampling {
     /// partition moving meanwhile gives the new owner the whole trace (a
     /// duplicate decision), never its late part alone (a split trace).
     late_hold: VecDeque<(Instant, Vec<Ack>)>,
+    /// The learners of the processors after this one (`crate::unkept`),
+    /// and the spans of traces not kept that they asked for, handed on
+    /// once a tick.
+    learners: Vec<causeway_core::shared::Slot<crate::unkept::Published>>,
+    unkept: Vec<u8>,
     metrics: Metrics,
 }
 
@@ -420,6 +425,7 @@ impl TailSampling {
         telemetry: &Registry,
         shared: causeway_core::shared::Shared,
     ) -> Result<Self, String> {
+        let learners = crate::unkept::after(&shared, id);
         let mut keys = Keys::default();
         keys.shared = shared;
         let policies: Vec<Policy> = cfg
@@ -528,6 +534,8 @@ impl TailSampling {
             outbox_due: None,
             release_every: RELEASE_EVERY,
             late_hold: VecDeque::new(),
+            learners,
+            unkept: Vec::new(),
             metrics,
             cfg,
         })
@@ -550,6 +558,31 @@ impl TailSampling {
             self.outbox_due = None;
         } else {
             self.outbox = emit;
+        }
+    }
+
+    /// Keep a trace not kept for the learners after this processor, when
+    /// one wants it (its budget).
+    fn collect_unkept(&mut self, spans: &[Held]) {
+        let wanted = self
+            .learners
+            .iter()
+            .filter_map(|s| s.get())
+            .any(|l| l.wants(spans.len()));
+        if wanted {
+            extract::encode(spans.iter().map(|h| (h, &[][..])), &mut self.unkept);
+        }
+    }
+
+    /// Hand the traces not kept to the learners (after the decisions that
+    /// dropped them: no decision depends on what they learn).
+    fn learn_unkept(&mut self) {
+        if self.unkept.is_empty() {
+            return;
+        }
+        let request = bytes::Bytes::from(std::mem::take(&mut self.unkept));
+        for l in self.learners.iter().filter_map(|s| s.get()) {
+            l.learn(request.clone());
         }
     }
 
@@ -712,6 +745,7 @@ impl TailSampling {
             _ => {
                 self.not_sampled.insert(id, ());
                 self.metrics.dropped.add(1);
+                self.collect_unkept(&t.spans);
             }
         }
         if !t.acks.is_empty() {
@@ -884,6 +918,7 @@ impl Processor for TailSampling {
             }
         }
         self.release(now, emit, false, out);
+        self.learn_unkept();
         self.update_gauges();
         Ok(())
     }
@@ -905,6 +940,7 @@ impl Processor for TailSampling {
         self.roots.clear();
         self.late_hold.clear();
         self.release(now, emit, true, out);
+        self.learn_unkept();
         self.update_gauges();
         Ok(())
     }

@@ -52,12 +52,21 @@ pub enum FormatName {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayLogConfig {
-    /// Glob patterns of files to tail. Include the rotated names (`access.log*`)
-    /// so that lines written just before a copy-truncate rotation are read from the copy.
+    /// Glob patterns of files to tail: the live file (`access.log`) is
+    /// enough. The rotated backups of what they name are found whatever
+    /// the include says (the name plus a rotation suffix, compressed or
+    /// not, in its directory or the `olddir` of `logrotate_configs`): they
+    /// carry what a copy-truncate copied or a compression took before the
+    /// end was read. Backups found at startup are history, not read.
     pub include: Vec<String>,
-    /// Glob patterns to leave out.
+    /// Glob patterns to leave out (of the files and of their backups).
     #[serde(default)]
     pub exclude: Vec<String>,
+    /// logrotate configuration files (or directories of them) read at
+    /// startup for the `olddir` of the included files (default
+    /// `[/etc/logrotate.conf, /etc/logrotate.d]`; a missing one is skipped).
+    #[serde(default = "logrotate_configs")]
+    pub logrotate_configs: Vec<String>,
     /// `end` (default) or `beginning`, for files found at startup without a checkpoint.
     /// Files that appear later are always read from their beginning.
     #[serde(default)]
@@ -215,4 +224,8 @@ impl Validate for GatewayLogConfig {
         }
         e
     }
+}
+
+fn logrotate_configs() -> Vec<String> {
+    vec!["/etc/logrotate.conf".into(), "/etc/logrotate.d".into()]
 }

@@ -17,6 +17,7 @@
 //! decompressed as a stream.
 
 pub mod config;
+mod backups;
 mod packed;
 pub mod parse;
 #[cfg(test)]
@@ -93,6 +94,7 @@ impl ReceiverFactory for GatewayLogFactory {
         let format = build_format(&cfg)?;
         let tail_cfg = TailConfig {
             include: cfg.include.clone(),
+            backups: backups::patterns(&cfg.include, &cfg.logrotate_configs),
             exclude: cfg
                 .exclude
                 .iter()

@@ -159,6 +159,11 @@ pub struct Checkpoint {
 pub struct TailConfig {
     /// Include globs.
     pub include: Vec<String>,
+    /// Globs of where the rotated backups of the included files may be
+    /// (`backups::patterns`): a backup found there only continues a content
+    /// followed before (or one rotated between two looks); what it holds
+    /// at startup is history, not read.
+    pub backups: Vec<String>,
     /// Exclude globs.
     pub exclude: Vec<glob::Pattern>,
     /// Start files found at startup at their end.
@@ -200,6 +205,8 @@ pub struct Tailer {
     /// Called between the truncation check and the read of each file (tests
     /// put a rotation exactly there).
     pub before_read: Option<ReadHook>,
+    /// Files found this poll by the backup patterns alone (not the include).
+    backup_only: std::collections::HashSet<(u64, u64)>,
     /// Files the holder opened, not taken yet.
     held: std::sync::Arc<std::sync::Mutex<HeldSet>>,
     /// Files taken from the holder that could not be followed yet (empty, or
@@ -457,6 +464,7 @@ impl Tailer {
                 .filter_map(|c| Some((hex::decode(&c.fingerprint).ok()?, c.offset)))
                 .collect(),
             first_poll: true,
+            backup_only: std::collections::HashSet::new(),
             next_id: 1,
             deferred: std::collections::HashMap::new(),
             more: false,
@@ -652,10 +660,23 @@ impl Tailer {
         };
         held.extend(self.pending.drain());
         let mut candidates: Vec<Candidate> = Vec::new();
-        for path in discover(&self.cfg.include, &self.cfg.exclude) {
+        let found = discover(&self.cfg.include, &self.cfg.exclude);
+        let backups: Vec<PathBuf> = discover(&self.cfg.backups, &self.cfg.exclude)
+            .into_iter()
+            .filter(|p| !found.contains(p))
+            .collect();
+        self.backup_only.clear();
+        for (path, backup) in found
+            .into_iter()
+            .map(|p| (p, false))
+            .chain(backups.into_iter().map(|p| (p, true)))
+        {
             let Ok(meta) = std::fs::metadata(&path) else {
                 continue;
             };
+            if backup {
+                self.backup_only.insert((meta.dev(), meta.ino()));
+            }
             let file = held.remove(&(meta.dev(), meta.ino())).map(|h| h.file);
             candidates.push((path, meta, file, true));
         }
@@ -762,7 +783,7 @@ impl Tailer {
             return;
         }
         self.deferred.remove(&dev_ino);
-        let start = self.start_offset(&fp, len);
+        let start = self.start_offset(&fp, len, self.backup_only.contains(&dev_ino));
         self.files.push(Tracked::at(
             self.next_id,
             fp,
@@ -814,7 +835,7 @@ impl Tailer {
     /// Where a newly found content starts: where its copy-truncated
     /// original, its closed original, a file gone since or the checkpoint
     /// left it; else its start (its end on the first poll with `start_at: end`).
-    fn start_offset(&mut self, fp: &[u8], len: u64) -> u64 {
+    fn start_offset(&mut self, fp: &[u8], len: u64, backup_only: bool) -> u64 {
         if let Some(i) = self
             .ghosts
             .iter()
@@ -838,7 +859,7 @@ impl Tailer {
             } else {
                 0
             }
-        } else if self.first_poll && self.cfg.start_at_end {
+        } else if self.first_poll && (self.cfg.start_at_end || backup_only) {
             len
         } else {
             0
@@ -1194,7 +1215,7 @@ impl Tailer {
             .position(|(r, _)| starts_with(&head, r))
         {
             (self.restored.remove(i).1, "resumed")
-        } else if self.first_poll && self.cfg.start_at_end {
+        } else if self.first_poll && (self.cfg.start_at_end || self.backup_only.contains(&dev_ino)) {
             self.events.backups.push(("skipped", name, kind.name()));
             self.done(dev_ino, meta.len(), head, ALL);
             return;
@@ -1827,6 +1848,77 @@ mod tests {
         }
     }
 
+    /// An include naming the live file alone: the backups found beside it
+    /// and in logrotate's `olddir` continue what it followed (the end of a
+    /// log compressed before it was read, a log rotated between two
+    /// looks); backups there at startup are history, not read.
+    #[test]
+    fn the_live_file_alone_included_its_backups_are_found_in_its_directory_and_olddir() {
+        let dir = tempfile::tempdir().expect("dir");
+        let d = dir.path();
+        std::fs::create_dir(d.join("old")).expect("olddir");
+        let conf = d.join("logrotate.conf");
+        let log = d.join("x.log");
+        std::fs::write(&conf, format!("{} {{\n  compress\n  olddir old\n}}\n", log.display()))
+            .expect("conf");
+        let include = vec![log.display().to_string()];
+        let backups = super::super::backups::patterns(&include, &[conf.display().to_string()]);
+        // History: a backup from before the start.
+        std::fs::write(d.join("x.log.tmp"), text(900..950)).expect("write");
+        compress("gzip", &d.join("x.log.tmp"), &d.join("old/x.log.9.gz"));
+        std::fs::write(&log, text(0..100)).expect("write");
+        let mut t = Tailer::new(
+            TailConfig {
+                include,
+                backups,
+                ..cfg(d)
+            },
+            vec![],
+        );
+        let mut all = Vec::new();
+        let events = drain(&mut t, &mut all);
+        assert_eq!(all, (0..100).collect::<Vec<u64>>(), "the live file, not the history");
+        assert!(events.lost.is_empty(), "{:?}", events.lost);
+        // The log grows, is rotated to the olddir and compressed there
+        // before the reader gets to its end (read to its end and idle, it
+        // was closed: `close_idle`); a next log is written, rotated beside
+        // it and compressed too, all between two looks.
+        assert!(t.files.is_empty(), "closed while idle");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text(100..150).as_bytes()))
+            .expect("append");
+        compress("gzip", &log, &d.join("old/x.log.1.gz"));
+        std::fs::write(d.join("x.log.tmp"), text(150..200)).expect("write");
+        compress("zstd", &d.join("x.log.tmp"), &d.join("x.log-20261206.zst"));
+        std::fs::write(&log, text(200..210)).expect("new log");
+        let events = drain(&mut t, &mut all);
+        all.sort_unstable();
+        assert_eq!(all, (0..210).collect::<Vec<u64>>(), "{:?}", events.backups);
+        assert_eq!(events.packed_lines, 100, "{:?}", events.backups);
+        assert!(events.lost.is_empty(), "{:?}", events.lost);
+        // Without the backup patterns (the include alone), the same
+        // rotation loses what the backups hold.
+        let dir2 = tempfile::tempdir().expect("dir");
+        let log2 = dir2.path().join("x.log");
+        std::fs::write(&log2, text(0..10)).expect("write");
+        let mut t = Tailer::new(
+            TailConfig {
+                include: vec![log2.display().to_string()],
+                ..cfg(dir2.path())
+            },
+            vec![],
+        );
+        let mut all = Vec::new();
+        drain(&mut t, &mut all);
+        std::fs::write(dir2.path().join("x.log.tmp"), text(10..20)).expect("write");
+        compress("gzip", &dir2.path().join("x.log.tmp"), &dir2.path().join("x.log.1.gz"));
+        std::fs::write(&log2, text(20..30)).expect("new log");
+        drain(&mut t, &mut all);
+        assert_eq!(all.len(), 20, "the backup is not seen: {all:?}");
+    }
+
     /// After a restart, a log that was read to line 100 and compressed
     /// since (with more lines) continues in its backup at the checkpoint:
     /// nothing before it again, nothing after it lost.
@@ -2022,6 +2114,7 @@ mod tests {
     fn cfg(dir: &Path) -> TailConfig {
         TailConfig {
             include: vec![format!("{}/x.log*", dir.display())],
+            backups: vec![],
             exclude: vec![],
             start_at_end: false,
             max_line: 1 << 20,

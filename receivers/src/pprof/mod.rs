@@ -59,6 +59,11 @@ impl ReceiverFactory for PprofFactory {
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<PprofConfig>(cfg).map(|_| ())
     }
+    /// A window is answered at its end, within the timeout.
+    fn delivery_lag(&self, cfg: &serde_yaml::Value) -> Option<std::time::Duration> {
+        let c = decode::<PprofConfig>(cfg).ok()?;
+        Some(c.seconds.get() + c.timeout.get())
+    }
     async fn build(
         &self,
         ctx: BuildContext,

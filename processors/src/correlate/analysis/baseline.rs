@@ -11,13 +11,33 @@
 //! self time on the critical path: faults stay outliers
 //! while they are a minority of an operation's spans; a slowness that
 //! lasts becomes the normal within a window. Baselines learn from the
-//! traces correlate analyses: keep a baseline sample (a `probabilistic`
-//! policy) in tail sampling so that they see normal traffic too.
+//! traces correlate analyses and, behind a `tail_sampling` processor, from
+//! the traces it did not keep (`crate::unkept`, within
+//! `baseline.unkept_spans_per_second`): the normal is learned from all the
+//! traffic, not from the slow and failed share that is kept.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::correlate::model::trace::{TraceRow, NOT_IN_BATCH, PROMPT_BASELINE};
 use crate::sketch::Sketch;
+
+/// What a trace's spans teach the baselines, into `fed`: each span's
+/// duration under its operation and, when the operation is not the name,
+/// under its name (the coarser baseline used until the operation's own has
+/// enough samples); a GenAI call's prompt tokens under its model.
+pub fn samples_of<'a>(t: &'a TraceRow, fed: &mut Vec<(&'a str, &'a str, f64)>) {
+    for s in t.spans.iter().filter(|s| s.at != NOT_IN_BATCH) {
+        fed.push((&s.service, &s.op, s.duration_ms));
+        if s.op != s.name {
+            fed.push((&s.service, &s.name, s.duration_ms));
+        }
+        if let Some(tokens) = s.input_tokens {
+            let model = s.gen_ai_model.as_deref().unwrap_or("");
+            fed.push((PROMPT_BASELINE, model, tokens as f64));
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 struct Op {

@@ -8,14 +8,18 @@
 //! and that the operation is seen calling; when the refusal's own text names
 //! one, that one, else the latest.
 //!
-//! Learned from the traces analysed: which targets each operation calls
-//! (the operation of the service's topmost span in the trace, its local
-//! root), and each service's failed client calls (not a 4xx: that is the
-//! server's answer) with their end times, the last [`PER_SERVICE`] of each
-//! kept; at most `max` services and `max` operations (the ones seen longest
-//! ago go first). A fast failure of an operation never seen calling the
-//! failed target (a handler's own exception) is no refusal. It knows no
-//! evidence source.
+//! Learned from the traces analysed and from those a sampler did not keep:
+//! which targets each operation calls (the operation of the service's
+//! topmost span in the trace, its local root), and each service's client
+//! calls, failed (not a 4xx: that is the server's answer) or answered, with
+//! their end times, the last [`PER_SERVICE`] of each kept; at most `max`
+//! services and `max` operations (the ones seen longest ago go first). A
+//! fast failure of an operation never seen calling the failed target (a
+//! handler's own exception) is no refusal; nor is one after a call of the
+//! service reached the target and was answered since its last failure: an
+//! open breaker lets nothing through, so calls that still reach the
+//! target say the breaker is closed, and the fast failure is the
+//! application's own. It knows no evidence source.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -36,15 +40,15 @@ pub const REFUSAL_MS: f64 = 50.0;
 pub const WINDOW_MS: f64 = 120_000.0;
 
 /// Failed calls remembered per service, and targets per operation.
-pub const PER_SERVICE: usize = 16;
+pub const PER_SERVICE: usize = 32;
 
 /// A service and the operation of its local root.
 type Op = (Arc<str>, String);
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Per service: (end, unix ms; the target) of its failed calls.
-    failed: HashMap<Arc<str>, VecDeque<(f64, Arc<str>)>>,
+    /// Per service: (end, unix ms; the target; whether it failed) of its calls.
+    failed: HashMap<Arc<str>, VecDeque<(f64, Arc<str>, bool)>>,
     order: VecDeque<Arc<str>>,
     /// Per operation: the targets it was seen calling.
     calls: HashMap<Op, Vec<Arc<str>>>,
@@ -140,8 +144,15 @@ impl Refusals {
     /// span whose service's calls to a target failed before it
     /// (`refused_target`).
     pub fn learn_and_mark(&self, traces: &mut [TraceRow]) {
+        self.learn(traces);
+        self.mark(traces);
+    }
+
+    /// Learn the calls of `traces`: the targets each operation calls, and
+    /// each service's calls, failed or answered.
+    pub fn learn(&self, traces: &[TraceRow]) {
         let mut g = self.lock();
-        for t in traces.iter() {
+        for t in traces {
             let base = t.start_unix_ms;
             for (i, s) in t.spans.iter().enumerate() {
                 if s.kind != "client" {
@@ -151,11 +162,19 @@ impl Refusals {
                     continue;
                 };
                 self.seen_calling(&mut g, local_op(t, i), &target);
-                if shape::failed(s) && !s.client_error {
-                    self.put(&mut g, &s.service, base + s.end_ms, target);
+                if !s.client_error {
+                    let failed = shape::failed(s);
+                    self.put(&mut g, &s.service, base + s.end_ms, target, failed);
                 }
             }
         }
+    }
+
+    /// Mark each refusal-shaped span whose service's last call to a target
+    /// its operation calls failed, within [`WINDOW_MS`] before it, with
+    /// no answered call to that target since (`refused_target`).
+    fn mark(&self, traces: &mut [TraceRow]) {
+        let g = self.lock();
         for t in traces.iter_mut() {
             let below = calls_below(t);
             let base = t.start_unix_ms;
@@ -170,10 +189,16 @@ impl Refusals {
                     continue;
                 };
                 let at = base + s.start_ms;
-                let before: Vec<&Arc<str>> = failed
-                    .iter()
-                    .filter(|(end, x)| *end <= at && at - *end <= WINDOW_MS && calls.contains(x))
-                    .map(|(_, x)| x)
+                // Each target's last call before the span, in end order.
+                let mut last: Vec<(&Arc<str>, f64, bool)> = Vec::new();
+                for (end, x, failed) in failed.iter().filter(|(end, ..)| *end <= at) {
+                    last.retain(|(y, ..)| *y != x);
+                    last.push((x, *end, *failed));
+                }
+                let before: Vec<&Arc<str>> = last
+                    .into_iter()
+                    .filter(|(x, end, failed)| *failed && at - end <= WINDOW_MS && calls.contains(x))
+                    .map(|(x, ..)| x)
                     .collect();
                 // The target its own text names, else the latest one.
                 let text = format!(
@@ -216,7 +241,7 @@ impl Refusals {
         g.calls.insert(op, vec![target.clone()]);
     }
 
-    fn put(&self, g: &mut Inner, service: &Arc<str>, end: f64, target: Arc<str>) {
+    fn put(&self, g: &mut Inner, service: &Arc<str>, end: f64, target: Arc<str>, failed: bool) {
         if !g.failed.contains_key(service) {
             while g.failed.len() >= self.max {
                 match g.order.pop_front() {
@@ -230,8 +255,8 @@ impl Refusals {
         }
         let q = g.failed.entry(service.clone()).or_default();
         // Kept in end order: traces arrive roughly in time.
-        let at = q.iter().rposition(|(e, _)| *e <= end).map_or(0, |p| p + 1);
-        q.insert(at, (end, target));
+        let at = q.iter().rposition(|(e, ..)| *e <= end).map_or(0, |p| p + 1);
+        q.insert(at, (end, target, failed));
         while q.len() > PER_SERVICE {
             q.pop_front();
         }
@@ -317,6 +342,39 @@ mod tests {
         let mut earlier = vec![trace(500.0, vec![refused])];
         r.learn_and_mark(&mut earlier);
         assert_eq!(earlier[0].spans[0].refused_target, None);
+    }
+
+    #[test]
+    fn a_fast_failure_after_the_target_answered_again_is_the_applications_own() {
+        let r = Refusals::new(4);
+        let call = |status: &'static str| {
+            let mut c = span("client", status, 0.0, 30.0);
+            c.callee = Some("pricing".into());
+            c.parent = Some(0);
+            c
+        };
+        let mut quote = span("server", "error", 0.0, 31.0);
+        quote.op = "server GET /quote".into();
+        // A failed call, then (in a trace a sampler did not keep) one that
+        // reached pricing and was answered: no breaker is open.
+        r.learn(&[trace(1_000.0, vec![quote.clone(), call("error")])]);
+        r.learn(&[trace(2_000.0, vec![quote.clone(), call("unset")])]);
+        let mut exception = span("internal", "error", 0.0, 2.0);
+        exception.exception_type = Some("java.lang.IllegalStateException".into());
+        let mut root = quote.clone();
+        root.duration_ms = 3.0;
+        exception.parent = Some(0);
+        let mut t = vec![trace(3_000.0, vec![root.clone(), exception.clone()])];
+        r.learn_and_mark(&mut t);
+        assert!(
+            t[0].spans.iter().all(|s| s.refused_target.is_none()),
+            "pricing answered after its failure: an application exception"
+        );
+        // Failing again, with nothing answered since: a refusal.
+        r.learn(&[trace(4_000.0, vec![quote.clone(), call("error")])]);
+        let mut t = vec![trace(5_000.0, vec![root, exception])];
+        r.learn_and_mark(&mut t);
+        assert_eq!(t[0].spans[1].refused_target.as_deref(), Some("pricing"));
     }
 
     #[test]

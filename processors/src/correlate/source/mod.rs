@@ -148,6 +148,14 @@ pub trait Source: Send + Sync {
     ) {
     }
 
+    /// Whether a kept trace should wait for evidence of this source that
+    /// arrives after the spans it covers (a profile window ends after
+    /// them), having waited `waited` already. `false` once it has arrived,
+    /// or there is nothing to wait for, or the source's bound has passed.
+    fn awaits(&self, _t: &TraceRow, _now_ns: u64, _waited: std::time::Duration) -> bool {
+        false
+    }
+
     /// Join a trace with its log records (`t.logs`, found already): it may
     /// set what its records say of the request (the route, the final
     /// status) and keep its part of the trace for its log columns.
@@ -355,6 +363,11 @@ impl std::fmt::Debug for Sources {
 }
 
 impl Sources {
+    /// Whether any source asks the trace to wait (see [`Source::awaits`]).
+    pub fn awaits(&self, t: &TraceRow, now_ns: u64, waited: std::time::Duration) -> bool {
+        self.list.iter().any(|s| s.awaits(t, now_ns, waited))
+    }
+
     /// These sources.
     pub fn new(sources: Vec<Box<dyn Source>>) -> Self {
         let mut log_columns: Vec<&'static Column<TraceRow>> = Vec::new();

@@ -37,6 +37,7 @@ use crate::correlate::analysis::baseline::SLOW_FACTOR;
 use crate::correlate::model::attributes;
 use crate::correlate::model::cause::{self, Cause};
 use crate::correlate::model::table::{f64f, i64f, schema, utf8, Cols, V};
+use crate::correlate::model::trace::NOT_IN_BATCH;
 use crate::correlate::model::{Hex16, Joined, Rule, TraceRow};
 
 /// `processors.correlate.profiles`: the window of profile samples.
@@ -64,6 +65,18 @@ pub struct ProfilesConfig {
     /// (default 50ms: five samples at Go's 100 Hz).
     #[serde(default = "min_time")]
     pub min_time: causeway_core::config::Duration,
+    /// A kept trace with a span of a service whose profiles flow (one
+    /// arrived within this long) waits until the profile windows covering
+    /// its spans have arrived, at most this long after it reached
+    /// `correlate` (default 30s: the `pprof` receiver's 15 s window and
+    /// 10 s timeout, and room to deliver). `0s`: no trace waits; a profile
+    /// that arrives after its trace was analysed then explains nothing.
+    #[serde(default = "wait")]
+    pub wait: causeway_core::config::Duration,
+}
+
+fn wait() -> causeway_core::config::Duration {
+    causeway_core::config::Duration::secs(30)
 }
 
 fn half() -> f64 {
@@ -88,6 +101,7 @@ impl Default for ProfilesConfig {
             min_share: half(),
             min_coverage: half(),
             min_time: min_time(),
+            wait: wait(),
         }
     }
 }
@@ -178,7 +192,13 @@ struct Window {
     samples: VecDeque<(Sample, usize)>,
     bytes: usize,
     refused: u64,
+    /// Per service, where its latest profile window ends (ns): what has
+    /// arrived of it (at most [`MAX_FLOWS`] services, the stalest out).
+    latest: HashMap<Arc<str>, u64>,
 }
+
+/// Services whose latest profile window is remembered, at most.
+const MAX_FLOWS: usize = 10_000;
 
 /// The source.
 pub struct Profiles {
@@ -193,6 +213,8 @@ pub struct Profiles {
     min_share: f64,
     min_coverage: f64,
     min_time_ms: f64,
+    /// How long a kept trace may wait for its profile windows (ns; 0: not at all).
+    wait_ns: u64,
 }
 
 impl std::fmt::Debug for Profiles {
@@ -212,6 +234,7 @@ impl Profiles {
             min_share: cfg.min_share,
             min_coverage: cfg.min_coverage,
             min_time_ms: cfg.min_time.get().as_secs_f64() * 1e3,
+            wait_ns: u64::try_from(cfg.wait.get().as_nanos()).unwrap_or(u64::MAX),
         }
     }
 
@@ -884,6 +907,11 @@ fn code_schema() -> SchemaRef {
     ])
 }
 
+/// The confidence of a code cause before the operation has a baseline
+/// (its evidence then is absolute: the share of the span's own time its
+/// profile covers, the length of its wait), as a factor.
+const UNLEARNED: f64 = 0.75;
+
 impl Profiles {
     /// Of what the profiles tell of span `i`, the kind that explains its
     /// self time (the time the span spent on CPU covers it; else the
@@ -939,7 +967,16 @@ impl Source for Profiles {
         }
         for (s, bytes) in samples(req) {
             w.bytes += bytes;
+            let end = w.latest.entry(s.service.clone()).or_insert(0);
+            *end = (*end).max(s.to_ns);
             w.samples.push_back((s, bytes));
+        }
+        if w.latest.len() > MAX_FLOWS {
+            let stale = now_ns.saturating_sub(self.wait_ns);
+            w.latest.retain(|_, end| *end >= stale);
+            if w.latest.len() > MAX_FLOWS {
+                w.latest.clear();
+            }
         }
         // The oldest first: over the bytes, or older than the window.
         let oldest = now_ns.saturating_sub(self.keep_ns);
@@ -953,6 +990,31 @@ impl Source for Profiles {
 
     fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
         vec![("code", code_schema())]
+    }
+
+    /// A span that could be given a code cause (its self time at least
+    /// `min_time`, not a call), of a service whose profiles flow (a window
+    /// ended within `wait` of now), ended after that service's latest
+    /// window: the window that covers it has not arrived yet.
+    fn awaits(&self, t: &TraceRow, now_ns: u64, waited: std::time::Duration) -> bool {
+        let waited = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        if waited >= self.wait_ns {
+            return false;
+        }
+        let w = self.lock();
+        if w.latest.is_empty() {
+            return false;
+        }
+        let base = t.start_unix_ms * 1e6;
+        t.spans.iter().any(|s| {
+            s.at != NOT_IN_BATCH
+                && s.self_ms >= self.min_time_ms
+                && !matches!(s.kind, "client" | "producer")
+                && w.latest.get(&s.service).is_some_and(|&end| {
+                    let span_end = (base + s.end_ms * 1e6).max(0.0) as u64;
+                    end < span_end && now_ns.saturating_sub(end) <= self.wait_ns
+                })
+        })
     }
 
     fn join(&self, _tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
@@ -1019,26 +1081,31 @@ impl Source for Profiles {
 
     fn rules(&self) -> Vec<Rule> {
         let r = Rule::builtin;
-        // A span slower than its normal (a baseline's excess), not a call
-        // waiting on another, whose own profile covers its self time.
+        // A span slower than its normal (a baseline's excess; before its
+        // operation has a baseline, its whole self time counts, with less
+        // confidence), not a call waiting on another, whose own profile
+        // covers its self time.
         // `what`: SQL text between the span's self time and the function.
         let on_cpu = |gc: &str, what: &str| {
             format!(
                 r#"
 SELECT c.trace_id,
-  CASE WHEN c."join" = 'time' THEN 0.6 ELSE 0.8 END * CASE WHEN covers THEN 1.0 ELSE 0.75 END AS confidence,
+  CASE WHEN c."join" = 'time' THEN 0.6 ELSE 0.8 END * CASE WHEN covers THEN 1.0 ELSE 0.75 END
+    * CASE WHEN s.baseline_ms IS NULL THEN {UNLEARNED} ELSE 1.0 END AS confidence,
   concat(s.service, ' ', s.name, ' was on CPU ', CAST(CAST(c.time_ms AS BIGINT) AS VARCHAR), ' ms of its ',
          CAST(CAST(s.self_ms AS BIGINT) AS VARCHAR), ' ms',
          CASE WHEN covers THEN '' ELSE concat(' (', CAST(CAST(round(c.time_ms / s.baseline_ms) AS BIGINT) AS VARCHAR),
            '× the normal of the whole span: the work grew; the rest waited, for the CPU or else)') END,
          ', '{what}, CAST(CAST(round(c.share * 100) AS BIGINT) AS VARCHAR),
-         '% in ', c.function, ' (', c.location, '; ', c."join", ' join)') AS summary,
+         '% in ', c.function, ' (', c.location, '; ', c."join", ' join',
+         CASE WHEN s.baseline_ms IS NULL THEN '; no baseline yet: by its share of the span''s own time' ELSE '' END,
+         ')') AS summary,
   c.span_id AS culprit_span_id,
   CASE WHEN covers THEN least(c.time_ms, s.self_ms) ELSE s.self_ms END AS explained_ms
 FROM (SELECT *, time_ms >= {min_coverage} * self_ms AS covers
       FROM (SELECT c.*, s.self_ms FROM code c JOIN spans s ON s.trace_id = c.trace_id AND s.span_id = c.span_id)) c
   JOIN spans s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
-WHERE c.kind = 'cpu' AND s.kind NOT IN ('client', 'producer') AND s.excess_ms > 0
+WHERE c.kind = 'cpu' AND s.kind NOT IN ('client', 'producer') AND coalesce(s.excess_ms, s.self_ms) > 0
   AND c.time_ms >= {min_time_ms} AND c.share >= {min_share}
   -- Its CPU covers its time, or the work itself grew: its CPU alone is
   -- slow by the baseline's measure, whatever else the span waited for (a
@@ -1064,16 +1131,22 @@ WHERE c.kind = 'cpu' AND s.kind NOT IN ('client', 'producer') AND s.excess_ms > 
                 &LOCK_CONTENTION,
                 &format!(
                     r#"
-SELECT l.trace_id, CASE WHEN l."join" = 'time' THEN 0.7 ELSE 0.8 END AS confidence,
+SELECT l.trace_id, CASE WHEN l."join" = 'time' THEN 0.7 ELSE 0.8 END
+    * CASE WHEN s.baseline_ms IS NULL THEN {UNLEARNED} ELSE 1.0 END AS confidence,
   concat(s.service, ' ', s.name, ' was off CPU ', CAST(CAST(s.self_ms - coalesce(c.time_ms, 0) AS BIGINT) AS VARCHAR), ' ms of its ',
          CAST(CAST(s.self_ms AS BIGINT) AS VARCHAR), ' ms while its lock''s contentions waited ', CAST(CAST(l.mean_wait_ms AS BIGINT) AS VARCHAR),
          ' ms on average, ', CAST(CAST(round(l.share * 100) AS BIGINT) AS VARCHAR), '% of the delay at ', l.function, ' (', l.location,
-         '; ', l."join", ' join)') AS summary,
+         '; ', l."join", ' join',
+         CASE WHEN s.baseline_ms IS NULL THEN '; no baseline yet: by the length of its wait' ELSE '' END,
+         ')') AS summary,
   l.span_id AS culprit_span_id,
   s.self_ms - coalesce(c.time_ms, 0) AS explained_ms
 FROM code l JOIN spans s ON s.trace_id = l.trace_id AND s.span_id = l.span_id
 LEFT JOIN code c ON c.trace_id = l.trace_id AND c.span_id = l.span_id AND c.kind = 'cpu' AND c."join" <> 'time'
-WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND s.excess_ms > 0 AND l.share >= {min_share}
+WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND coalesce(s.excess_ms, s.self_ms) > 0
+  AND l.share >= {min_share}
+  -- Before a baseline, the wait itself must be long enough to be a cause.
+  AND (s.baseline_ms IS NOT NULL OR s.self_ms - coalesce(c.time_ms, 0) >= {min_time_ms})
   AND coalesce(c.time_ms, 0) < {min_coverage} * s.self_ms
   -- Not a span whose own CPU is mostly the collector's: its time off CPU
   -- is the collector's too (an assist parks until the background marking

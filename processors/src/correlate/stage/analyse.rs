@@ -19,17 +19,38 @@ use crate::correlate::analysis::verdict::{verdict, Enough};
 use crate::correlate::annotate::annotate;
 use crate::correlate::incidents;
 use crate::correlate::model::cause::{Causes, UNKNOWN};
-use crate::correlate::model::trace::{SpanRef, SpanRow, NOT_IN_BATCH, PROMPT_BASELINE};
+use crate::correlate::model::trace::{SpanRef, SpanRow, NOT_IN_BATCH};
 use crate::correlate::model::{self, Finding, Hex16, RcaEvent, Rule, TraceRow, Verdict};
 use crate::correlate::source::{Correlation, Tick};
 use crate::correlate::{analysis, now_ns, rules, HELD_TRACES, JOIN_MISSES, LATE_SPANS};
 
-/// Traces held by `evidence_wait`, analysed again when it has passed.
+/// Traces held by `evidence_wait`, analysed again when it has passed; or
+/// held before their analysis for evidence a source says they await
+/// (`awaiting`: their rows, asked again once a second), analysed when it
+/// has arrived or the source's bound has passed.
 pub(crate) struct Held {
     due: Instant,
     batch: Batch,
     traces: usize,
     ids: std::collections::HashSet<[u8; 16]>,
+    since: Instant,
+    awaiting: Vec<TraceRow>,
+}
+
+/// How often traces held for awaited evidence are looked at again.
+const AWAIT_CHECK: Duration = Duration::from_secs(1);
+
+/// Which analysis of a batch this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// Kept traces as they arrive: they may be held for awaited evidence
+    /// or, unexplained, for `evidence_wait`.
+    New,
+    /// Traces that were held for awaited evidence: they may still be held
+    /// for `evidence_wait`.
+    Awaited,
+    /// Traces held by `evidence_wait`: analysed whatever they find.
+    Again,
 }
 
 /// The span at `at` of `rs` alone in a resource (its resource and scope kept).
@@ -111,16 +132,16 @@ pub struct Analyse {
 }
 
 impl Analyse {
-    /// Analyse the kept traces of a batch and annotate them. With `again`,
-    /// the batch is one held by `evidence_wait`: analysed whatever it finds.
-    pub async fn analyse(&mut self, batch: &mut Batch, again: bool) -> Result<(), ProcessError> {
-        let r = self.analyse_spans(batch, again).await;
+    /// Analyse the kept traces of a batch and annotate them (see [`Pass`]).
+    pub async fn analyse(&mut self, batch: &mut Batch, pass: Pass) -> Result<(), ProcessError> {
+        let r = self.analyse_spans(batch, pass).await;
         // Held spans may have left it.
         batch.recount();
         r
     }
 
-    async fn analyse_spans(&mut self, batch: &mut Batch, again: bool) -> Result<(), ProcessError> {
+    async fn analyse_spans(&mut self, batch: &mut Batch, pass: Pass) -> Result<(), ProcessError> {
+        let again = pass == Pass::Again;
         let now = now_ns();
         let rs = match batch.traces_mut() {
             Ok(Some(rs)) => rs,
@@ -132,6 +153,20 @@ impl Analyse {
         }
         let mut traces =
             analysis::trace::traces(rs, Some(&self.correlation.store.baselines), &self.route_map);
+        if pass == Pass::New && self.hold_awaiting(batch, &mut traces, now) {
+            // The rows point into the batch, which the held traces left.
+            let Ok(Some(rs)) = batch.traces_mut() else {
+                return Ok(());
+            };
+            traces = analysis::trace::traces(
+                rs,
+                Some(&self.correlation.store.baselines),
+                &self.route_map,
+            );
+        }
+        let Ok(Some(rs)) = batch.traces_mut() else {
+            return Ok(());
+        };
         if traces.is_empty() {
             return Ok(());
         }
@@ -302,16 +337,8 @@ impl Analyse {
         now: u64,
         fed: &mut Vec<(&'a str, &'a str, f64)>,
     ) {
+        analysis::baseline::samples_of(t, fed);
         for s in t.spans.iter().filter(|s| s.at != NOT_IN_BATCH) {
-            fed.push((&s.service, &s.op, s.duration_ms));
-            if s.op != s.name {
-                // The coarser baseline by name, used until the operation's own has enough samples.
-                fed.push((&s.service, &s.name, s.duration_ms));
-            }
-            if let Some(tokens) = s.input_tokens {
-                let model = s.gen_ai_model.as_deref().unwrap_or("");
-                fed.push((PROMPT_BASELINE, model, tokens as f64));
-            }
             if s.kind == "producer"
                 || (s.destination.is_some() && matches!(s.kind, "client" | "internal"))
             {
@@ -380,13 +407,55 @@ impl Analyse {
     /// Hold traces (`held`, a batch of their own that shares the
     /// acknowledgements of the one they left) for `evidence_wait`.
     fn hold(&mut self, held: Batch, hold: std::collections::HashSet<[u8; 16]>) {
+        let now = Instant::now();
         self.held.push(Held {
-            due: Instant::now() + self.evidence_wait,
+            due: now + self.evidence_wait,
             batch: held,
             traces: hold.len(),
             ids: hold,
+            since: now,
+            awaiting: Vec::new(),
         });
         self.set_held_gauge();
+    }
+
+    /// Hold, before their analysis, the traces that await evidence a
+    /// source says is still to come (a profile window covering their
+    /// spans), within `max_held_traces`; they leave the batch. Returns
+    /// whether any was held.
+    fn hold_awaiting(&mut self, batch: &mut Batch, traces: &mut Vec<TraceRow>, now: u64) -> bool {
+        let held_now: usize = self.held.iter().map(|h| h.traces).sum();
+        let room = self.max_held.saturating_sub(held_now);
+        let mut awaiting = Vec::new();
+        let mut ids = std::collections::HashSet::new();
+        traces.retain(|t| {
+            let waits = ids.len() < room
+                && !t.continuation
+                && self.correlation.sources.awaits(t, now, Duration::ZERO);
+            if waits {
+                ids.insert(t.id);
+                awaiting.push(t.clone());
+            }
+            !waits
+        });
+        if ids.is_empty() {
+            return false;
+        }
+        let Ok(Some(rs)) = batch.traces_mut() else {
+            return false;
+        };
+        let held_rs = split_traces(rs, &ids);
+        let at = Instant::now();
+        self.held.push(Held {
+            due: at + AWAIT_CHECK,
+            batch: batch.sibling_traces(held_rs),
+            traces: ids.len(),
+            ids,
+            since: at,
+            awaiting,
+        });
+        self.set_held_gauge();
+        true
     }
 
     /// The late spans `t` of an analysed trace as a trace of their own, when
@@ -462,20 +531,37 @@ impl Analyse {
         self.telemetry
             .gauge(
                 HELD_TRACES,
-                "Traces held by evidence_wait.",
+                "Traces held by evidence_wait, or for the profile windows that cover them.",
                 &[("component", &self.id)],
             )
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    /// Analyse again, and pass on, the held traces that are due (all at a flush).
+    /// Analyse again, and pass on, the held traces that are due (all at a
+    /// flush); those held for awaited evidence once it has arrived, or
+    /// their source's bound has passed.
     async fn release_held(&mut self, now: Instant, all: bool, out: &mut Vec<Batch>) {
-        let (due, keep): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|h| all || h.due <= now);
+        let clock = now_ns();
+        let sources = &self.correlation.sources;
+        let (due, mut keep): (Vec<Held>, Vec<Held>) =
+            std::mem::take(&mut self.held).into_iter().partition(|h| {
+                all || (h.due <= now
+                    && (h.awaiting.is_empty()
+                        || !h.awaiting.iter().any(|t| {
+                            sources.awaits(t, clock, now.saturating_duration_since(h.since))
+                        })))
+            });
+        for h in keep.iter_mut().filter(|h| h.due <= now) {
+            h.due = now + AWAIT_CHECK;
+        }
         self.held = keep;
         for mut h in due {
-            if let Err(e) = self.analyse(&mut h.batch, true).await {
+            let pass = if h.awaiting.is_empty() {
+                Pass::Again
+            } else {
+                Pass::Awaited
+            };
+            if let Err(e) = self.analyse(&mut h.batch, pass).await {
                 tracing::warn!(processor = %self.id, error = %e.0, "Held traces could not be analysed again; passed on.");
             }
             out.push(h.batch);

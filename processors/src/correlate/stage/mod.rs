@@ -7,6 +7,7 @@ pub mod alert;
 pub mod analyse;
 pub mod emit;
 pub mod incident;
+pub mod unkept;
 
 use async_trait::async_trait;
 use causeway_core::Batch;
