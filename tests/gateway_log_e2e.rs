@@ -443,7 +443,10 @@ fn logrotate_stress_with(modes: &[&str], rotations: usize, include: &str, percen
     let confs: Vec<std::path::PathBuf> = (0..modes.len())
         .map(|i| d.join(format!("logrotate-{i}.conf")))
         .collect();
-    let confs_yaml: Vec<String> = confs.iter().map(|c| format!("{:?}", c.display().to_string())).collect();
+    let confs_yaml: Vec<String> = confs
+        .iter()
+        .map(|c| format!("{:?}", c.display().to_string()))
+        .collect();
     let mut cfg = config(
         d,
         &format!(

@@ -31,11 +31,7 @@ pub fn after(shared: &Shared, id: &str) -> Vec<Slot<Published>> {
         return Vec::new();
     };
     let mut ids: Vec<&str> = Vec::new();
-    for p in info
-        .pipelines
-        .iter()
-        .filter(|p| carries_traces(&p.id))
-    {
+    for p in info.pipelines.iter().filter(|p| carries_traces(&p.id)) {
         if let Some(at) = p.processors.iter().position(|x| x == id) {
             for next in &p.processors[at + 1..] {
                 if !ids.contains(&next.as_str()) {
@@ -80,7 +76,10 @@ mod tests {
         };
         shared.get_or_init(SERVICE_KEY, || ServiceInfo {
             pipelines: vec![
-                pipeline("traces", &["correlate/before", "tail_sampling", "correlate"]),
+                pipeline(
+                    "traces",
+                    &["correlate/before", "tail_sampling", "correlate"],
+                ),
                 pipeline("traces/b", &["tail_sampling", "correlate", "batch"]),
                 pipeline("logs", &["tail_sampling", "correlate/logs"]),
             ],
@@ -94,7 +93,11 @@ mod tests {
         assert!(slots[1].get().is_none(), "batch publishes none");
         assert!(Arc::ptr_eq(
             slots[0].get().expect("filled"),
-            &shared.slot::<Published>("correlate").get().cloned().expect("x")
+            &shared
+                .slot::<Published>("correlate")
+                .get()
+                .cloned()
+                .expect("x")
         ));
     }
 }

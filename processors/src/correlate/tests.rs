@@ -3809,7 +3809,11 @@ async fn before_a_baseline_the_code_is_named_by_absolute_evidence_with_less_conf
     let hot = vec![(
         "cpu",
         "nanoseconds",
-        vec![(vec!["main.parseAST", "main.handleParse"], 280_000_000, Some(11))],
+        vec![(
+            vec!["main.parseAST", "main.handleParse"],
+            280_000_000,
+            Some(11),
+        )],
     )];
     let v = analysed(hot.clone(), 10, "parse", 300).await;
     assert_eq!(v.best.cause, "cpu_hotspot", "{v:?}");
@@ -3832,13 +3836,25 @@ async fn before_a_baseline_the_code_is_named_by_absolute_evidence_with_less_conf
     // for a span 250 ms off CPU).
     let unlock = vec!["sync.(*Mutex).Unlock", "main.refreshSymbols", "main.loop"];
     let lock = vec![
-        ("cpu", "nanoseconds", vec![(vec!["main.parseAST"], 30_000_000, Some(99))]),
+        (
+            "cpu",
+            "nanoseconds",
+            vec![(vec!["main.parseAST"], 30_000_000, Some(99))],
+        ),
         ("contentions", "count", vec![(unlock.clone(), 8, None)]),
-        ("delay", "nanoseconds", vec![(unlock.clone(), 1_600_000_000, None)]),
+        (
+            "delay",
+            "nanoseconds",
+            vec![(unlock.clone(), 1_600_000_000, None)],
+        ),
     ];
     let v = analysed(lock.clone(), 50, "symbols", 250).await;
     assert_eq!(v.best.cause, "lock_contention", "{v:?}");
-    assert!(v.best.summary.contains("main.refreshSymbols"), "{}", v.best.summary);
+    assert!(
+        v.best.summary.contains("main.refreshSymbols"),
+        "{}",
+        v.best.summary
+    );
     // A short span is no cause without a baseline: 40 ms of CPU in a 45 ms
     // span is under `profiles.min_time`.
     let short = vec![(
@@ -4725,7 +4741,11 @@ async fn behind_a_sampler_the_baselines_learn_from_the_traces_it_did_not_keep() 
             .flat_map(root_attrs)
             .filter(|a| a.contains_key("rca.cause"))
             .collect();
-        assert_eq!(verdicts.len(), 1, "the slow trace alone is kept: {verdicts:?}");
+        assert_eq!(
+            verdicts.len(),
+            1,
+            "the slow trace alone is kept: {verdicts:?}"
+        );
         let v = &verdicts[0];
         assert_eq!(v["rca.cause"], "slow_dependency", "{v:?}");
         assert_eq!(v["rca.culprit.service"], "reports", "{v:?}");
@@ -4793,7 +4813,10 @@ async fn a_kept_trace_waits_for_the_profile_window_that_covers_its_spans() {
     let second = Duration::from_secs(1);
     let (mut p, c) = build("20s").await;
     // The window before the request: the shop's profiles flow.
-    let before = window(t0 - 20 * 1_000_000_000, vec![(vec!["main.idle"], 10_000_000, None)]);
+    let before = window(
+        t0 - 20 * 1_000_000_000,
+        vec![(vec!["main.idle"], 10_000_000, None)],
+    );
     c.add_profiles(&before, before.encoded_len(), now_ns());
     let mut out = Vec::new();
     let traces_of = |out: &mut Vec<Batch>| -> Vec<Batch> {
@@ -4803,7 +4826,10 @@ async fn a_kept_trace_waits_for_the_profile_window_that_covers_its_spans() {
         t
     };
     p.process(trace(10, t0), &mut out).await.unwrap();
-    assert!(traces_of(&mut out).is_empty(), "held for the window that covers it");
+    assert!(
+        traces_of(&mut out).is_empty(),
+        "held for the window that covers it"
+    );
     p.on_tick(Instant::now() + second + second / 2, &mut out)
         .await
         .unwrap();
@@ -4811,10 +4837,16 @@ async fn a_kept_trace_waits_for_the_profile_window_that_covers_its_spans() {
     // The window covering it arrives.
     let covering = window(
         t0 - 1_000_000_000,
-        vec![(vec!["main.parseAST", "main.handleParse"], 280_000_000, Some(11))],
+        vec![(
+            vec!["main.parseAST", "main.handleParse"],
+            280_000_000,
+            Some(11),
+        )],
     );
     c.add_profiles(&covering, covering.encoded_len(), now_ns());
-    p.on_tick(Instant::now() + 3 * second, &mut out).await.unwrap();
+    p.on_tick(Instant::now() + 3 * second, &mut out)
+        .await
+        .unwrap();
     let mut out = traces_of(&mut out);
     assert_eq!(out.len(), 1, "analysed once its window arrived");
     let rs = out[0].traces_mut().unwrap().unwrap().clone();
@@ -4826,7 +4858,10 @@ async fn a_kept_trace_waits_for_the_profile_window_that_covers_its_spans() {
     // request a second ago, the shop's last window ending as it began).
     let (mut p, c) = build("4s").await;
     let t1 = now_ns() - 1_000_000_000;
-    let before = window(t1 - 15 * 1_000_000_000, vec![(vec!["main.idle"], 10_000_000, None)]);
+    let before = window(
+        t1 - 15 * 1_000_000_000,
+        vec![(vec!["main.idle"], 10_000_000, None)],
+    );
     c.add_profiles(&before, before.encoded_len(), now_ns());
     let mut out = Vec::new();
     p.process(trace(20, t1), &mut out).await.unwrap();
@@ -4835,7 +4870,9 @@ async fn a_kept_trace_waits_for_the_profile_window_that_covers_its_spans() {
         .await
         .unwrap();
     assert!(traces_of(&mut out).is_empty(), "within the bound");
-    p.on_tick(Instant::now() + 5 * second, &mut out).await.unwrap();
+    p.on_tick(Instant::now() + 5 * second, &mut out)
+        .await
+        .unwrap();
     let mut out = traces_of(&mut out);
     assert_eq!(out.len(), 1, "the bound passed");
     let attrs = root_attrs(&mut out[0]);

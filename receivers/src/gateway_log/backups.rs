@@ -31,7 +31,11 @@ pub fn patterns(include: &[String], configs: &[String]) -> Vec<String> {
         let mut dirs = vec![dir.to_path_buf()];
         for s in stanzas.iter().filter(|s| s.covers(pat)) {
             if let Some(o) = &s.olddir {
-                let o = if o.is_absolute() { o.clone() } else { dir.join(o) };
+                let o = if o.is_absolute() {
+                    o.clone()
+                } else {
+                    dir.join(o)
+                };
                 if !dirs.contains(&o) {
                     dirs.push(o);
                 }
@@ -53,7 +57,12 @@ pub fn patterns(include: &[String], configs: &[String]) -> Vec<String> {
 fn config_files(path: &Path) -> Vec<PathBuf> {
     if path.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-            .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect())
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_file())
+                    .collect()
+            })
             .unwrap_or_default();
         files.sort();
         files
@@ -182,7 +191,10 @@ olddir /var/log/old   # for all below
         assert_eq!(s.len(), 3, "{s:?}");
         assert_eq!(s[0].logs, vec!["/var/log/nginx/*.log"]);
         assert_eq!(s[0].olddir, Some(PathBuf::from("/var/log/old")));
-        assert_eq!(s[1].logs, vec!["/var/log/app/access.log", "/var/log/app/error.log"]);
+        assert_eq!(
+            s[1].logs,
+            vec!["/var/log/app/access.log", "/var/log/app/error.log"]
+        );
         assert_eq!(s[1].olddir, Some(PathBuf::from("archive")));
         assert_eq!(s[2].olddir, None, "noolddir after the global one");
         assert!(s[0].covers("/var/log/nginx/access.log"));
@@ -200,7 +212,11 @@ olddir /var/log/old   # for all below
         .expect("conf");
         let configs = vec![dir.path().display().to_string(), "/nonexistent".into()];
         let p = patterns(
-            &["/var/log/nginx/access.log".into(), "/srv/x.log".into(), "y.log".into()],
+            &[
+                "/var/log/nginx/access.log".into(),
+                "/srv/x.log".into(),
+                "y.log".into(),
+            ],
             &configs,
         );
         assert_eq!(

@@ -16,8 +16,8 @@
 //! bzip2, told by their magic) is read from where its content was left,
 //! decompressed as a stream.
 
-pub mod config;
 mod backups;
+pub mod config;
 mod packed;
 pub mod parse;
 #[cfg(test)]

@@ -1215,7 +1215,8 @@ impl Tailer {
             .position(|(r, _)| starts_with(&head, r))
         {
             (self.restored.remove(i).1, "resumed")
-        } else if self.first_poll && (self.cfg.start_at_end || self.backup_only.contains(&dev_ino)) {
+        } else if self.first_poll && (self.cfg.start_at_end || self.backup_only.contains(&dev_ino))
+        {
             self.events.backups.push(("skipped", name, kind.name()));
             self.done(dev_ino, meta.len(), head, ALL);
             return;
@@ -1859,8 +1860,11 @@ mod tests {
         std::fs::create_dir(d.join("old")).expect("olddir");
         let conf = d.join("logrotate.conf");
         let log = d.join("x.log");
-        std::fs::write(&conf, format!("{} {{\n  compress\n  olddir old\n}}\n", log.display()))
-            .expect("conf");
+        std::fs::write(
+            &conf,
+            format!("{} {{\n  compress\n  olddir old\n}}\n", log.display()),
+        )
+        .expect("conf");
         let include = vec![log.display().to_string()];
         let backups = super::super::backups::patterns(&include, &[conf.display().to_string()]);
         // History: a backup from before the start.
@@ -1877,7 +1881,11 @@ mod tests {
         );
         let mut all = Vec::new();
         let events = drain(&mut t, &mut all);
-        assert_eq!(all, (0..100).collect::<Vec<u64>>(), "the live file, not the history");
+        assert_eq!(
+            all,
+            (0..100).collect::<Vec<u64>>(),
+            "the live file, not the history"
+        );
         assert!(events.lost.is_empty(), "{:?}", events.lost);
         // The log grows, is rotated to the olddir and compressed there
         // before the reader gets to its end (read to its end and idle, it
@@ -1913,7 +1921,11 @@ mod tests {
         let mut all = Vec::new();
         drain(&mut t, &mut all);
         std::fs::write(dir2.path().join("x.log.tmp"), text(10..20)).expect("write");
-        compress("gzip", &dir2.path().join("x.log.tmp"), &dir2.path().join("x.log.1.gz"));
+        compress(
+            "gzip",
+            &dir2.path().join("x.log.tmp"),
+            &dir2.path().join("x.log.1.gz"),
+        );
         std::fs::write(&log2, text(20..30)).expect("new log");
         drain(&mut t, &mut all);
         assert_eq!(all.len(), 20, "the backup is not seen: {all:?}");

@@ -197,7 +197,9 @@ impl Refusals {
                 }
                 let before: Vec<&Arc<str>> = last
                     .into_iter()
-                    .filter(|(x, end, failed)| *failed && at - end <= WINDOW_MS && calls.contains(x))
+                    .filter(|(x, end, failed)| {
+                        *failed && at - end <= WINDOW_MS && calls.contains(x)
+                    })
                     .map(|(x, ..)| x)
                     .collect();
                 // The target its own text names, else the latest one.

@@ -88,7 +88,9 @@ impl crate::unkept::Learner for Learn {
         for t in &traces {
             analysis::baseline::samples_of(t, &mut fed);
         }
-        store.baselines.feed(crate::correlate::now_ns(), fed.into_iter());
+        store
+            .baselines
+            .feed(crate::correlate::now_ns(), fed.into_iter());
         let spans: usize = traces.iter().map(|t| t.spans.len()).sum();
         self.learned.add(spans as u64);
     }
