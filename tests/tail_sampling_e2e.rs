@@ -243,3 +243,175 @@ service:
         );
     }
 }
+
+/// One span of `service` in trace `t` (`kind` 2 server, 3 client), from
+/// `start` to `end` (unix ns).
+fn service_span(
+    t: u64,
+    (id, parent): (u64, u64),
+    (name, kind): (&str, i32),
+    (start, end): (u64, u64),
+    attributes: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+) -> Span {
+    Span {
+        trace_id: [t.to_be_bytes(), [9; 8]].concat(),
+        span_id: id.to_be_bytes().to_vec(),
+        parent_span_id: if parent == 0 {
+            vec![]
+        } else {
+            parent.to_be_bytes().to_vec()
+        },
+        name: name.into(),
+        kind,
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
+        attributes,
+        ..Default::default()
+    }
+}
+
+/// A front's `GET /r` calling the reports service's `GET /report`, which
+/// takes `report_ms`, as two resources.
+fn front_and_reports(t: u64, start: u64, report_ms: u64) -> Bytes {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+    use prost::Message;
+    let kv = |k: &str, v: &str| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    };
+    let ms = 1_000_000;
+    let resource = |service: &str, spans: Vec<Span>| ResourceSpans {
+        resource: Some(Resource {
+            attributes: vec![kv("service.name", service)],
+            ..Default::default()
+        }),
+        scope_spans: vec![ScopeSpans {
+            spans,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let front = vec![
+        service_span(
+            t,
+            (1, 0),
+            ("GET /r", 2),
+            (start, start + (report_ms + 10) * ms),
+            vec![],
+        ),
+        service_span(
+            t,
+            (2, 1),
+            ("GET", 3),
+            (start + 5 * ms, start + (report_ms + 5) * ms),
+            vec![kv("server.address", "reports")],
+        ),
+    ];
+    let reports = vec![service_span(
+        t,
+        (3, 2),
+        ("GET /report", 2),
+        (start + 6 * ms, start + (report_ms + 4) * ms),
+        vec![],
+    )];
+    Bytes::from(
+        ExportTraceServiceRequest {
+            resource_spans: vec![resource("front", front), resource("reports", reports)],
+        }
+        .encode_to_vec(),
+    )
+}
+
+/// The README's wiring (`tail_sampling` keeping errors and traces over 1 s
+/// with its 10 s `decision_wait`, then `correlate` with its defaults):
+/// forty ordinary requests are not kept, yet they teach `correlate` the
+/// reports service's normal, so the one slow request kept is measured
+/// against it ("normally"), not against nothing ("no baseline yet").
+#[tokio::test(flavor = "multi_thread")]
+async fn behind_the_readmes_sampler_correlate_learns_the_normal_from_the_traces_not_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let g = free_port();
+    let d = Daemon::start(
+        dir.path(),
+        "learn",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: "127.0.0.1:{g}" }}
+processors:
+  tail_sampling:
+    decision_wait: 10s
+    policies:
+      - {{ name: errors, type: status_code, status_code: {{ status_codes: [ERROR] }} }}
+      - {{ name: slow, type: latency, latency: {{ threshold_ms: 1000 }} }}
+  correlate: {{}}
+exporters:
+  file: {{ path: "{{dir}}/kept.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
+    let mut c = Client::connect(&format!("127.0.0.1:{g}")).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    for t in 1..=40u64 {
+        c.send(front_and_reports(
+            t,
+            now - 60_000_000_000 + t * 1_000_000_000,
+            100,
+        ))
+        .await;
+    }
+    c.send(front_and_reports(99, now, 1500)).await;
+    let learned =
+        "causeway_correlate_unkept_spans_total{component=\"correlate\",outcome=\"learned\"}";
+    wait_for(
+        Duration::from_secs(60),
+        "the requests not kept learned from",
+        || d.metric(learned).is_some_and(|n| n >= 120.0),
+    );
+    let path = dir.path().join("kept.jsonl");
+    let verdict = || {
+        spans(&read_jsonl(&path))
+            .into_iter()
+            .map(|(_, _, s)| s)
+            .find(|s| attr(&s["attributes"], "rca.summary").is_some())
+    };
+    wait_for(Duration::from_secs(60), "the slow request analysed", || {
+        verdict().is_some()
+    });
+    let s = verdict().expect("analysed");
+    let text = |k: &str| {
+        attr(&s["attributes"], k)
+            .and_then(|v| v["stringValue"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(text("rca.cause"), "slow_dependency", "{s}");
+    assert_eq!(text("rca.culprit.service"), "reports", "{s}");
+    assert!(text("rca.summary").contains("normally"), "{s}");
+    let kept: BTreeSet<String> = spans(&read_jsonl(&path))
+        .into_iter()
+        .map(|(_, _, s)| s["traceId"].as_str().unwrap_or_default()[..16].to_string())
+        .collect();
+    assert_eq!(kept.len(), 1, "the slow request alone is kept: {kept:?}");
+    assert_eq!(
+        d.metric(learned),
+        Some(120.0),
+        "the 40 ordinary requests, 3 spans each"
+    );
+    assert!(d.terminate().success());
+}

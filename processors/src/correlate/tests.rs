@@ -1011,33 +1011,37 @@ async fn the_route_is_the_gateways_else_the_entry_spans_never_a_downstream_templ
     );
 }
 
+/// Trace `id`: a front's `GET /r` calling the reports service's
+/// `GET /report`, which takes `report_ms`.
+fn front_and_reports(id: u8, report_ms: u64) -> Vec<ResourceSpans> {
+    vec![
+        resource_spans(
+            "front",
+            tid(
+                id,
+                vec![
+                    sp(1, None, "GET /r", Server, 0, report_ms + 10),
+                    with(
+                        sp(2, Some(1), "GET", Client, 5, report_ms + 5),
+                        vec![attr_s("server.address", "reports")],
+                    ),
+                ],
+            ),
+        ),
+        resource_spans(
+            "reports",
+            tid(
+                id,
+                vec![sp(3, Some(2), "GET /report", Server, 6, report_ms + 4)],
+            ),
+        ),
+    ]
+}
+
 #[tokio::test]
 async fn a_dependency_slow_by_nature_is_not_a_cause_but_one_slower_than_its_normal_is() {
     let st = store();
-    let trace = |id: u8, report_ms: u64| {
-        vec![
-            resource_spans(
-                "front",
-                tid(
-                    id,
-                    vec![
-                        sp(1, None, "GET /r", Server, 0, report_ms + 10),
-                        with(
-                            sp(2, Some(1), "GET", Client, 5, report_ms + 5),
-                            vec![attr_s("server.address", "reports")],
-                        ),
-                    ],
-                ),
-            ),
-            resource_spans(
-                "reports",
-                tid(
-                    id,
-                    vec![sp(3, Some(2), "GET /report", Server, 6, report_ms + 4)],
-                ),
-            ),
-        ]
-    };
+    let trace = front_and_reports;
     // Before a baseline exists, a downstream span with most of the time is slow_dependency.
     let mut rs = trace(60, 1500);
     let out = analyse(&st, &mut rs).await;
@@ -4663,30 +4667,7 @@ async fn a_hosts_cpu_is_read_over_the_trace_not_the_minute_before() {
 async fn behind_a_sampler_the_baselines_learn_from_the_traces_it_did_not_keep() {
     use crate::tail_sampling::{config::TailSamplingConfig, TailSampling};
     use causeway_core::component::{PipelineInfo, Processor, ProcessorFactory, ServiceInfo};
-    let trace = |id: u8, report_ms: u64| {
-        vec![
-            resource_spans(
-                "front",
-                tid(
-                    id,
-                    vec![
-                        sp(1, None, "GET /r", Server, 0, report_ms + 10),
-                        with(
-                            sp(2, Some(1), "GET", Client, 5, report_ms + 5),
-                            vec![attr_s("server.address", "reports")],
-                        ),
-                    ],
-                ),
-            ),
-            resource_spans(
-                "reports",
-                tid(
-                    id,
-                    vec![sp(3, Some(2), "GET /report", Server, 6, report_ms + 4)],
-                ),
-            ),
-        ]
-    };
+    let trace = front_and_reports;
     for (per_second, learned) in [(20_000usize, true), (0, false)] {
         let shared = causeway_core::shared::Shared::default();
         shared.get_or_init(causeway_core::component::SERVICE_KEY, || ServiceInfo {
