@@ -45,10 +45,13 @@ pub const PER_SERVICE: usize = 32;
 /// A service and the operation of its local root.
 type Op = (Arc<str>, String);
 
+/// A client call: its end (unix ms), its target, whether it failed.
+type Call = (f64, Arc<str>, bool);
+
 #[derive(Debug, Default)]
 struct Inner {
     /// Per service: (end, unix ms; the target; whether it failed) of its calls.
-    failed: HashMap<Arc<str>, VecDeque<(f64, Arc<str>, bool)>>,
+    failed: HashMap<Arc<str>, VecDeque<Call>>,
     order: VecDeque<Arc<str>>,
     /// Per operation: the targets it was seen calling.
     calls: HashMap<Op, Vec<Arc<str>>>,
