@@ -471,10 +471,8 @@ fn logrotate_stress_with(modes: &[&str], rotations: usize, include: &str, percen
             eprintln!("{why}: the daemon's log is in {}", to.display());
         }
     };
-    let daemon = Daemon::start(d, "gw", &cfg);
-    let pid = daemon.child.id();
-    let starved = common::starve::Starved::start(pid, percent);
-    eprintln!("the daemon is starved by {}", starved.how);
+    // logrotate is configured before the daemon starts, as on a host: the
+    // receiver reads the `olddir` of the stanzas that rotate its log.
     for (p, m) in confs.iter().zip(modes) {
         std::fs::write(
             p,
@@ -485,6 +483,11 @@ fn logrotate_stress_with(modes: &[&str], rotations: usize, include: &str, percen
         )
         .expect("conf");
     }
+    let daemon = Daemon::start(d, "gw", &cfg);
+    let pid = daemon.child.id();
+    let starved = common::starve::Starved::start(pid, percent);
+    eprintln!("the daemon is starved by {}", starved.how);
+
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let (log, stop) = (log.clone(), stop.clone());

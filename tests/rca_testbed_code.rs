@@ -23,11 +23,65 @@ use common::testbed::{spawn, wait_port};
 use common::*;
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
+use std::time::Duration;
 
 const CODE_CAUSES: [&str; 3] = ["cpu_hotspot", "lock_contention", "gc_pressure"];
 
+/// How the bed's kept traces are chosen.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Wiring {
+    /// Every trace kept (`always_sample`): every request is scored.
+    KeepAll,
+    /// `examples/gateway.yaml`'s `tail_sampling` section as shipped (its
+    /// 10 s `decision_wait`, errors, over 2 s, each route's p99 after 100
+    /// requests, trouble, 1%): what it keeps is scored (a fault it drops
+    /// was the sampler's choice, counted and printed, not the analysis's).
+    Shipped,
+}
+
+impl Wiring {
+    /// The `tail_sampling` section, as flow YAML.
+    fn sampler(self) -> String {
+        match self {
+            Wiring::KeepAll => "{ policies: [{ name: all, type: always_sample }] }".into(),
+            Wiring::Shipped => {
+                let path =
+                    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gateway.yaml");
+                let text = std::fs::read_to_string(&path).unwrap();
+                let gateway: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+                let section = &gateway["processors"]["tail_sampling"];
+                assert!(section.is_mapping(), "{}: no tail_sampling", path.display());
+                serde_json::to_string(section).unwrap()
+            }
+        }
+    }
+
+    /// Requests of each route before the faults: the baselines' 20; and
+    /// behind the shipped sampler, enough that each fault (15 to 22 of
+    /// each route) is a tail past the route's p99 as in production, where
+    /// faults are rare, rather than the route's new normal.
+    fn warmup(self) -> usize {
+        match self {
+            Wiring::KeepAll => 30,
+            Wiring::Shipped => 1500,
+        }
+    }
+}
+
 #[test]
 fn a_go_services_own_code_is_named_as_the_cause_by_its_profiles() {
+    go_code_bed(Wiring::KeepAll);
+}
+
+/// The same bed behind the shipped gateway's sampler: the normal comes
+/// from the requests it does not keep, the profiles of a kept trace are
+/// waited for past its 10 s `decision_wait`.
+#[test]
+fn behind_the_shipped_sampler_a_go_services_own_code_is_named_by_its_profiles() {
+    go_code_bed(Wiring::Shipped);
+}
+
+fn go_code_bed(wiring: Wiring) {
     let bin = testbed::peer("CAUSEWAY_TESTBED_CODESHOP");
     let dir = testbed::bed_dir();
     let d = dir.path();
@@ -44,8 +98,7 @@ receivers:
       - service: shop
         static_configs: [{{ targets: ["127.0.0.1:{pprof_port}"] }}]
 processors:
-  tail_sampling:
-    policies: [{{ name: all, type: always_sample }}]
+  tail_sampling: {sampler}
   correlate: {{}}
 exporters:
   file/traces: {{ path: "{{dir}}/traces.jsonl" }}
@@ -57,7 +110,8 @@ service:
     logs: {{ receivers: [otlp], processors: [correlate], exporters: [file/logs] }}
     profiles: {{ receivers: [pprof], processors: [correlate], exporters: [nop] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+"#,
+        sampler = wiring.sampler()
     );
     let truth = d.join("truth.jsonl");
     let role = |name: &'static str, port: u16, extra: &[(&str, String)]| {
@@ -95,19 +149,30 @@ service:
                     "SCALE",
                     std::env::var("CAUSEWAY_TESTBED_SCALE").unwrap_or_else(|_| "1".into()),
                 ),
+                ("WARMUP", wiring.warmup().to_string()),
             ],
         );
         testbed::wait_driver(&mut p, d);
     };
-    // The routes' normal, learned (analysed) before the faults.
+    // The routes' normal, learned before the faults: from the analysed
+    // traces, or from those the sampler decided not to keep.
     driver("warmup");
     let traces = d.join("traces.jsonl");
     let warmup: Vec<String> = read_jsonl(&truth)
         .iter()
         .map(|v| v["trace_id"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(warmup.len(), 90);
-    testbed::verdicts(&traces, warmup.iter());
+    assert_eq!(warmup.len(), 3 * wiring.warmup());
+    match wiring {
+        Wiring::KeepAll => {
+            testbed::verdicts(&traces, warmup.iter());
+        }
+        Wiring::Shipped => {
+            wait_for(Duration::from_secs(120), "the warmup decided", || {
+                decided(&daemon) >= warmup.len() as f64
+            });
+        }
+    }
     driver("faults");
 
     // The ground truth: what each request's mechanism did, by the shop.
@@ -150,9 +215,15 @@ service:
         assert!(count(c) >= 15, "{c}: {} traces ({label:?})", count(c));
     }
 
-    let got = testbed::verdicts(&traces, label.keys());
-    let score = testbed::score(&label, &got, &|_, _| ("shop".into(), "code"), &traces);
-    score.assert_bounds(&CODE_CAUSES, 15);
+    let (label, got) = match wiring {
+        Wiring::KeepAll => {
+            let got = testbed::verdicts(&traces, label.keys());
+            let score = testbed::score(&label, &got, &|_, _| ("shop".into(), "code"), &traces);
+            score.assert_bounds(&CODE_CAUSES, 15);
+            (label, got)
+        }
+        Wiring::Shipped => shipped_score(&daemon, &traces, label, warmup.len()),
+    };
 
     // The function the mechanism ran, named on the kept trace, with the
     // join that found it.
@@ -193,6 +264,9 @@ service:
             got[id].root.get("rca.summary")
         );
     }
+    if wiring == Wiring::Shipped {
+        return;
+    }
     // The page's trace view draws the culprit span's flame graph, the named
     // function marked (a real browser).
     let (id, _) = label.iter().find(|(_, l)| *l == "cpu_hotspot").unwrap();
@@ -223,6 +297,86 @@ service:
         .expect("rca.code.top_own on the record");
     let top: serde_json::Value = serde_json::from_str(top).unwrap();
     assert_eq!(top[0]["function"], "main.parseAST", "{top}");
+}
+
+/// Traces the sampler decided (kept or not).
+fn decided(d: &Daemon) -> f64 {
+    ["sampled", "not_sampled"]
+        .iter()
+        .filter_map(|x| {
+            d.metric(&format!(
+                "causeway_tail_sampling_traces_total{{component=\"tail_sampling\",decision=\"{x}\"}}"
+            ))
+        })
+        .sum()
+}
+
+/// Behind a sampler: once every request is decided and every kept trace
+/// analysed, the kept ones are scored (the faults it dropped are its
+/// choice, printed). Each code cause kept at least 8 times, `cpu_hotspot`
+/// right on ≥ 95% of its kept faults, the lock and the allocation on ≥ 90%,
+/// the function named on ≥ 90% (by the caller), no kept healthy request
+/// given a code cause.
+fn shipped_score(
+    daemon: &Daemon,
+    traces: &std::path::Path,
+    label: BTreeMap<String, String>,
+    warmup: usize,
+) -> (
+    BTreeMap<String, String>,
+    HashMap<String, causeway_scenarios::send::Annotated>,
+) {
+    let sent = (warmup + label.len()) as f64;
+    let analysed = || {
+        causeway_scenarios::send::read_annotated(traces)
+            .values()
+            .filter(|a| a.root.contains_key("rca.cause"))
+            .count() as f64
+    };
+    let kept = || {
+        daemon
+            .metric("causeway_tail_sampling_traces_total{component=\"tail_sampling\",decision=\"sampled\"}")
+            .unwrap_or(0.0)
+    };
+    wait_for(
+        Duration::from_secs(180),
+        "every request decided and every kept one analysed",
+        || decided(daemon) >= sent && analysed() >= kept(),
+    );
+    let got = causeway_scenarios::send::read_annotated(traces);
+    let mut scored = BTreeMap::new();
+    let mut dropped: BTreeMap<String, usize> = BTreeMap::new();
+    for (id, l) in label {
+        if got
+            .get(&id)
+            .is_some_and(|a| a.root.contains_key("rca.cause"))
+        {
+            scored.insert(id, l);
+        } else {
+            *dropped.entry(l).or_default() += 1;
+        }
+    }
+    eprintln!("not kept by the sampler: {dropped:?}");
+    let faults: BTreeMap<String, String> = scored
+        .iter()
+        .filter(|(_, l)| *l != "healthy")
+        .map(|(i, l)| (i.clone(), l.clone()))
+        .collect();
+    let score = testbed::score(&faults, &got, &|_, _| ("shop".into(), "code"), traces);
+    for (c, min_percent) in [
+        ("cpu_hotspot", 95),
+        ("lock_contention", 90),
+        ("gc_pressure", 90),
+    ] {
+        let (n, r, cu) = score.per.get(c).copied().unwrap_or_default();
+        assert!(n >= 8, "{c}: {n} faults kept (not kept: {dropped:?})");
+        assert!(
+            r * 100 >= n * min_percent,
+            "{c}: {r} of {n} right (≥ {min_percent}%)"
+        );
+        assert!(cu * 100 >= r * 95, "{c}: culprit right for {cu} of {r}");
+    }
+    (scored, got)
 }
 
 /// A JVM's own code, by async-profiler (its agent library from Maven

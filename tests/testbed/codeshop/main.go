@@ -297,9 +297,15 @@ func driver() {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	// PHASE=warmup: each route's normal (baselines need 20 of each).
+	// PHASE=warmup: each route's normal (baselines need 20 of each; a
+	// sampler's adaptive latency policy 100), WARMUP requests of each
+	// route (default 30).
 	if os.Getenv("PHASE") == "warmup" {
-		for i := 0; i < 30; i++ {
+		warmup, _ := strconv.Atoi(os.Getenv("WARMUP"))
+		if warmup < 1 {
+			warmup = 30
+		}
+		for i := 0; i < warmup; i++ {
 			for _, r := range []string{"parse", "symbols", "render"} {
 				get(healthy[r], "warmup")
 			}
