@@ -356,7 +356,10 @@ fn shipped_score(
             *dropped.entry(l).or_default() += 1;
         }
     }
-    eprintln!("not kept by the sampler: {dropped:?}");
+    eprintln!(
+        "not kept by the sampler: {dropped:?}; spans after their trace's analysis: {:?}",
+        daemon.metric("causeway_correlate_late_spans_total{component=\"correlate\"}")
+    );
     let faults: BTreeMap<String, String> = scored
         .iter()
         .filter(|(_, l)| *l != "healthy")

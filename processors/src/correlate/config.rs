@@ -73,6 +73,15 @@ pub struct CorrelateConfig {
     /// (`/api/traces/{id}`; default 2000, 0 keeps none).
     #[serde(default = "recent_traces")]
     pub recent_traces: usize,
+    /// A kept trace with a call to an instrumented service (its address
+    /// seen served by one) whose spans are not in it yet waits for them,
+    /// before its analysis, at most this long (default 6s: the
+    /// OpenTelemetry SDKs export a batch every 5 s, `OTEL_BSP_SCHEDULE_DELAY`,
+    /// so a callee's span may come seconds after its caller's root, past a
+    /// sampler's `decision_wait_after_root_received`). `0s`: no wait; a
+    /// callee's span that comes after the analysis is passed on unanalysed.
+    #[serde(default = "callee_wait")]
+    pub callee_wait: Duration,
     /// Traces held by `evidence_wait` at most; beyond, they leave at once (default 10000).
     #[serde(default = "max_held")]
     pub max_held_traces: usize,
@@ -190,6 +199,9 @@ fn min_explained() -> Duration {
 }
 fn min_share() -> f64 {
     0.2
+}
+fn callee_wait() -> Duration {
+    Duration::secs(6)
 }
 fn max_held() -> usize {
     10_000

@@ -179,6 +179,7 @@ impl ProcessorFactory for CorrelateFactory {
                 fixed: cfg.route_map.clone().into_iter().collect(),
             },
             evidence_wait: cfg.evidence_wait.get(),
+            callee_wait: cfg.callee_wait.get(),
             max_held: cfg.max_held_traces,
             held: Vec::new(),
             sample_attrs: cfg

@@ -4865,3 +4865,69 @@ async fn a_kept_trace_waits_for_the_profile_window_that_covers_its_spans() {
     p.process(trace(30, t0), &mut out).await.unwrap();
     assert_eq!(traces_of(&mut out).len(), 1);
 }
+
+/// A callee's SDK exports its spans seconds after the caller's root (a
+/// batch every 5 s): a kept trace whose call to an instrumented service
+/// has no span of that service yet waits for it (`callee_wait`), is
+/// analysed whole once it comes, and no longer than the bound when it
+/// never does.
+#[tokio::test]
+async fn a_kept_trace_waits_for_the_spans_of_an_instrumented_callee() {
+    use causeway_core::component::ProcessorFactory;
+    let ctx = BuildContext {
+        id: "correlate".parse().unwrap(),
+        telemetry: causeway_core::telemetry::Registry::new(),
+        shared: Default::default(),
+        pipeline_signals: SignalSet::only(Signal::Traces),
+    };
+    let mut p = CorrelateFactory
+        .build(ctx, &serde_yaml::Value::Null)
+        .await
+        .unwrap();
+    let traces_of = |out: &mut Vec<Batch>| -> Vec<Batch> {
+        std::mem::take(out)
+            .into_iter()
+            .filter(|b| b.signal() == Signal::Traces)
+            .collect()
+    };
+    let mut out = Vec::new();
+    // A whole trace: the reports service is seen answering at `reports`.
+    p.process(Batch::from_traces(front_and_reports(1, 10)), &mut out)
+        .await
+        .unwrap();
+    assert_eq!(traces_of(&mut out).len(), 1, "complete: analysed at once");
+    // The caller's spans first; the callee's come later.
+    let mut slow = front_and_reports(2, 1500);
+    let callee = slow.pop().unwrap();
+    p.process(Batch::from_traces(slow), &mut out).await.unwrap();
+    assert!(
+        traces_of(&mut out).is_empty(),
+        "waiting for the callee's spans"
+    );
+    p.process(Batch::from_traces(vec![callee]), &mut out)
+        .await
+        .unwrap();
+    assert!(traces_of(&mut out).is_empty(), "joined to the held trace");
+    p.on_tick(Instant::now() + Duration::from_secs(2), &mut out)
+        .await
+        .unwrap();
+    let mut got = traces_of(&mut out);
+    assert_eq!(got.len(), 1);
+    let attrs = root_attrs(&mut got[0]);
+    let root = attrs.iter().find(|a| a.contains_key("rca.cause")).unwrap();
+    assert_eq!(root["rca.cause"], "slow_dependency", "{root:?}");
+    assert_eq!(root["rca.culprit.service"], "reports", "{root:?}");
+    // A callee whose spans never come: analysed once the bound passed.
+    let mut lone = front_and_reports(3, 1500);
+    lone.pop();
+    p.process(Batch::from_traces(lone), &mut out).await.unwrap();
+    assert!(traces_of(&mut out).is_empty());
+    p.on_tick(Instant::now() + Duration::from_secs(2), &mut out)
+        .await
+        .unwrap();
+    assert!(traces_of(&mut out).is_empty(), "within callee_wait");
+    p.on_tick(Instant::now() + Duration::from_secs(7), &mut out)
+        .await
+        .unwrap();
+    assert_eq!(traces_of(&mut out).len(), 1, "the bound passed");
+}

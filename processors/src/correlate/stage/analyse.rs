@@ -25,16 +25,16 @@ use crate::correlate::source::{Correlation, Tick};
 use crate::correlate::{analysis, now_ns, rules, HELD_TRACES, JOIN_MISSES, LATE_SPANS};
 
 /// Traces held by `evidence_wait`, analysed again when it has passed; or
-/// held before their analysis for evidence a source says they await
-/// (`awaiting`: their rows, asked again once a second), analysed when it
-/// has arrived or the source's bound has passed.
+/// (`awaiting`) held before their analysis for what is still to come (a
+/// profile window a source awaits, an instrumented callee's spans), asked
+/// again once a second, analysed when it has come or the bound has passed.
 pub(crate) struct Held {
     due: Instant,
     batch: Batch,
     traces: usize,
     ids: std::collections::HashSet<[u8; 16]>,
     since: Instant,
-    awaiting: Vec<TraceRow>,
+    awaiting: bool,
 }
 
 /// How often traces held for awaited evidence are looked at again.
@@ -120,6 +120,8 @@ pub struct Analyse {
     pub(crate) enough: Enough,
     pub(crate) route_map: RouteMap,
     pub(crate) evidence_wait: Duration,
+    /// How long a kept trace waits for an instrumented callee's spans.
+    pub(crate) callee_wait: Duration,
     pub(crate) max_held: usize,
     pub(crate) held: Vec<Held>,
     pub(crate) rules: Vec<Rule>,
@@ -414,30 +416,54 @@ impl Analyse {
             traces: hold.len(),
             ids: hold,
             since: now,
-            awaiting: Vec::new(),
+            awaiting: false,
         });
         self.set_held_gauge();
     }
 
-    /// Hold, before their analysis, the traces that await evidence a
-    /// source says is still to come (a profile window covering their
-    /// spans), within `max_held_traces`; they leave the batch. Returns
-    /// whether any was held.
+    /// Whether a trace, held `waited` so far, awaits what is still to
+    /// come: a profile window a source awaits, or the spans of an
+    /// instrumented callee (a client span with no server span under it,
+    /// whose address a service was seen serving at), within `callee_wait`.
+    fn awaits(&self, t: &TraceRow, now: u64, waited: Duration) -> bool {
+        if t.continuation {
+            return false;
+        }
+        if self.correlation.sources.awaits(t, now, waited) {
+            return true;
+        }
+        if waited >= self.callee_wait {
+            return false;
+        }
+        let mut answered = vec![false; t.spans.len()];
+        for s in t.spans.iter().filter(|s| s.kind == "server") {
+            if let Some(p) = s.parent {
+                answered[p] = true;
+            }
+        }
+        let peers = &self.correlation.store.peers;
+        t.spans.iter().enumerate().any(|(i, s)| {
+            s.kind == "client"
+                && s.at != NOT_IN_BATCH
+                && !answered[i]
+                && analysis::peers::address_of(s)
+                    .and_then(|a| peers.resolve(&a))
+                    .is_some_and(|callee| callee != s.service)
+        })
+    }
+
+    /// Hold, before their analysis, the traces that await what is still
+    /// to come ([`Analyse::awaits`]), within `max_held_traces`; they leave
+    /// the batch. Returns whether any was held.
     fn hold_awaiting(&mut self, batch: &mut Batch, traces: &mut Vec<TraceRow>, now: u64) -> bool {
         let held_now: usize = self.held.iter().map(|h| h.traces).sum();
         let room = self.max_held.saturating_sub(held_now);
-        let mut awaiting = Vec::new();
         let mut ids = std::collections::HashSet::new();
-        traces.retain(|t| {
-            let waits = ids.len() < room
-                && !t.continuation
-                && self.correlation.sources.awaits(t, now, Duration::ZERO);
-            if waits {
+        for t in traces.iter() {
+            if ids.len() < room && self.awaits(t, now, Duration::ZERO) {
                 ids.insert(t.id);
-                awaiting.push(t.clone());
             }
-            !waits
-        });
+        }
         if ids.is_empty() {
             return false;
         }
@@ -452,7 +478,7 @@ impl Analyse {
             traces: ids.len(),
             ids,
             since: at,
-            awaiting,
+            awaiting: true,
         });
         self.set_held_gauge();
         true
@@ -537,29 +563,42 @@ impl Analyse {
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
+    /// Whether traces held for what is still to come still await it (their
+    /// rows made again: late spans may have joined them).
+    fn still_awaits(&self, h: &mut Held, now: Instant, clock: u64) -> bool {
+        let Ok(Some(rs)) = h.batch.traces_mut() else {
+            return false;
+        };
+        let waited = now.saturating_duration_since(h.since);
+        analysis::trace::traces(rs, None, &self.route_map)
+            .iter()
+            .any(|t| self.awaits(t, clock, waited))
+    }
+
     /// Analyse again, and pass on, the held traces that are due (all at a
     /// flush); those held for awaited evidence once it has arrived, or
     /// their source's bound has passed.
     async fn release_held(&mut self, now: Instant, all: bool, out: &mut Vec<Batch>) {
         let clock = now_ns();
-        let sources = &self.correlation.sources;
-        let (due, mut keep): (Vec<Held>, Vec<Held>) =
-            std::mem::take(&mut self.held).into_iter().partition(|h| {
-                all || (h.due <= now
-                    && (h.awaiting.is_empty()
-                        || !h.awaiting.iter().any(|t| {
-                            sources.awaits(t, clock, now.saturating_duration_since(h.since))
-                        })))
-            });
+        let (mut due, mut keep) = (Vec::new(), Vec::new());
+        for mut h in std::mem::take(&mut self.held) {
+            let leaves =
+                all || (h.due <= now && !(h.awaiting && self.still_awaits(&mut h, now, clock)));
+            if leaves {
+                due.push(h);
+            } else {
+                keep.push(h);
+            }
+        }
         for h in keep.iter_mut().filter(|h| h.due <= now) {
             h.due = now + AWAIT_CHECK;
         }
         self.held = keep;
         for mut h in due {
-            let pass = if h.awaiting.is_empty() {
-                Pass::Again
-            } else {
+            let pass = if h.awaiting {
                 Pass::Awaited
+            } else {
+                Pass::Again
             };
             if let Err(e) = self.analyse(&mut h.batch, pass).await {
                 tracing::warn!(processor = %self.id, error = %e.0, "Held traces could not be analysed again; passed on.");
