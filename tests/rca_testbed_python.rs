@@ -11,6 +11,7 @@
 //! | upstream_unavailable | the grpcio server of `reservations` exited; pricing's HTTP server exited (the breaker's first five calls) | grpcio raised `StatusCode.UNAVAILABLE`; requests raised `ConnectionError` |
 //! | circuit_open | `@circuit` opened after five failures and refuses for 30 s | the breaker raised `CircuitBreakerError` (no request went out) |
 //! | healthy | a 503 retried once at once and answered, by the handler's own loop and by urllib3's `Retry` inside requests (one client span, the attempts only as pricing's server spans) | the client's own statuses: 503, then 200; the adapter's final 200 |
+//! | error | `/order`'s own validation raises `ValueError` in an internal span before any call, after the api's calls to pricing failed (the 503s) and were answered again: an application exception, never `circuit_open` | the handler raised it (no breaker on that path) |
 //! | queueing | six reports at once on a SQLAlchemy pool of two connections that two exports hold for 1.5 s (the stock instrumentation's `connect` span, a name no rule lists, is the checkout) | the pool's own `checkout` event: the report waited ≥ 100 ms for it |
 //!
 //! The bed's venv is built by `scripts/deps.sh` (cached by version).
@@ -147,11 +148,11 @@ fn python_services_with_unlisted_libraries_get_the_right_cause_and_culprit() {
             ("upstream_unavailable", "/hold") => "reservations",
             // The HTTP server that went away, and the breaker guarding it.
             ("upstream_unavailable" | "circuit_open", _) => "pricing",
-            // The api's own pool of connections.
-            ("queueing", _) => "api",
+            // The api's own pool of connections, and its own exception.
+            ("queueing" | "error", _) => "api",
             (other, _) => panic!("no culprit for {other}"),
         };
-        let kind = if cause == "queueing" {
+        let kind = if cause == "queueing" || cause == "error" {
             "service"
         } else {
             "callee"
@@ -159,5 +160,9 @@ fn python_services_with_unlisted_libraries_get_the_right_cause_and_culprit() {
         (service.to_string(), kind)
     };
     let score = testbed::score(&label, &got, &culprit_of, &traces);
-    score.assert_bounds(&["upstream_unavailable", "circuit_open", "queueing"], 5);
+    assert_eq!(count("error"), 10, "{label:?}");
+    score.assert_bounds(
+        &["upstream_unavailable", "circuit_open", "queueing", "error"],
+        5,
+    );
 }

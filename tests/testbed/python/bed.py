@@ -13,6 +13,8 @@ Roles (argv[1]):
 - api: a Flask app; `/quote` calls pricing through `@circuit`, `/hold` calls
   reservations over gRPC, `/quote-retry` retries pricing's `/flaky` once,
   `/quote-adapter-retry` has urllib3's `Retry` do it inside requests;
+  `/order` calls pricing's `/price` (no breaker) unless `?bad=1`, when its
+  own validation raises `ValueError` in an internal span before any call;
   `/export` holds one of the two connections of its SQLAlchemy pool (SQLite)
   for HOLD_S seconds, `/report` takes one for a short query; `/admin/pool`
   (untraced) answers how many connections are checked out.
@@ -23,7 +25,8 @@ Roles (argv[1]):
 Ground truth is what the libraries did: `CircuitBreakerError` raised by the
 breaker refusing the call (its own state), `requests.ConnectionError` from a
 call that went out and found nothing, grpcio's `StatusCode.UNAVAILABLE`,
-and the pool's own `checkout` event: how long `/report` waited for it.
+the pool's own `checkout` event: how long `/report` waited for it, and the
+application's own `ValueError` (no breaker library on that path).
 """
 
 import json
@@ -236,6 +239,23 @@ def api():
         record(trace_id=trace_id(), observed=saw)
         return {"status": r.status_code}
 
+    from flask import request
+    from opentelemetry import trace
+
+    tracer = trace.get_tracer("api")
+
+    @app.get("/order")
+    def order():
+        # The application's own check fails fast, in a span of its own,
+        # before any call: an exception, no breaker.
+        with tracer.start_as_current_span("validate order"):
+            if request.args.get("bad") == "1":
+                record(trace_id=trace_id(), observed="error")
+                raise ValueError("quantity must be positive")
+        r = requests.get(f"{pricing_url}/price", timeout=5)
+        r.raise_for_status()
+        return r.json()
+
     @app.get("/quote-retry")
     def quote_retry():
         # One quick retry of a 503: the second answer is the request's.
@@ -310,6 +330,13 @@ def driver():
             one("/quote-adapter-retry", "observed")
         for _ in range(3):
             pool_round()
+        # The api's calls to pricing failed (the 503s above) and were answered
+        # since: an exception of its own, failing fast before any call, is
+        # no breaker's refusal.
+        for _ in range(10):
+            one("/order", "warmup")
+        for _ in range(10):
+            one("/order?bad=1", "observed")
     # Reservations goes away: every hold meets UNAVAILABLE.
     untraced(env("RESERVATIONS_ADMIN") + "/exit")
     time.sleep(0.5)

@@ -40,18 +40,25 @@ pub const REFUSAL_MS: f64 = 50.0;
 pub const WINDOW_MS: f64 = 120_000.0;
 
 /// Failed calls remembered per service, and targets per operation.
-pub const PER_SERVICE: usize = 32;
+pub const PER_SERVICE: usize = 16;
+
+/// Answered calls remembered per service and target (their end times).
+pub const ANSWERED: usize = 8;
 
 /// A service and the operation of its local root.
 type Op = (Arc<str>, String);
 
-/// A client call: its end (unix ms), its target, whether it failed.
-type Call = (f64, Arc<str>, bool);
+/// A service and a target it calls.
+type Pair = (Arc<str>, Arc<str>);
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Per service: (end, unix ms; the target; whether it failed) of its calls.
-    failed: HashMap<Arc<str>, VecDeque<Call>>,
+    /// Per service: (end, unix ms; the target) of its failed calls.
+    failed: HashMap<Arc<str>, VecDeque<(f64, Arc<str>)>>,
+    /// Per service and target: the ends (unix ms) of its latest answered
+    /// calls, in end order; at most `max` pairs, the first seen out first.
+    answered: HashMap<Pair, VecDeque<f64>>,
+    answered_order: VecDeque<Pair>,
     order: VecDeque<Arc<str>>,
     /// Per operation: the targets it was seen calling.
     calls: HashMap<Op, Vec<Arc<str>>>,
@@ -165,9 +172,13 @@ impl Refusals {
                     continue;
                 };
                 self.seen_calling(&mut g, local_op(t, i), &target);
-                if !s.client_error {
-                    let failed = shape::failed(s);
-                    self.put(&mut g, &s.service, base + s.end_ms, target, failed);
+                if s.client_error {
+                    continue;
+                }
+                if shape::failed(s) {
+                    self.put(&mut g, &s.service, base + s.end_ms, target);
+                } else {
+                    self.answered(&mut g, (s.service.clone(), target), base + s.end_ms);
                 }
             }
         }
@@ -176,7 +187,7 @@ impl Refusals {
     /// Mark each refusal-shaped span whose service's last call to a target
     /// its operation calls failed, within [`WINDOW_MS`] before it, with
     /// no answered call to that target since (`refused_target`).
-    fn mark(&self, traces: &mut [TraceRow]) {
+    pub fn mark(&self, traces: &mut [TraceRow]) {
         let g = self.lock();
         for t in traces.iter_mut() {
             let below = calls_below(t);
@@ -192,18 +203,23 @@ impl Refusals {
                     continue;
                 };
                 let at = base + s.start_ms;
-                // Each target's last call before the span, in end order.
-                let mut last: Vec<(&Arc<str>, f64, bool)> = Vec::new();
-                for (end, x, failed) in failed.iter().filter(|(end, ..)| *end <= at) {
-                    last.retain(|(y, ..)| *y != x);
-                    last.push((x, *end, *failed));
-                }
-                let before: Vec<&Arc<str>> = last
-                    .into_iter()
-                    .filter(|(x, end, failed)| {
-                        *failed && at - end <= WINDOW_MS && calls.contains(x)
+                // A call of the service that reached the target and was
+                // answered after the failure (and before the span) says
+                // the breaker let calls through: no refusal.
+                let answered_since = |x: &Arc<str>, failed_at: f64| {
+                    g.answered
+                        .get(&(s.service.clone(), x.clone()))
+                        .is_some_and(|q| q.iter().any(|a| *a > failed_at && *a <= at))
+                };
+                let before: Vec<&Arc<str>> = failed
+                    .iter()
+                    .filter(|(end, x)| {
+                        *end <= at
+                            && at - *end <= WINDOW_MS
+                            && calls.contains(x)
+                            && !answered_since(x, *end)
                     })
-                    .map(|(x, ..)| x)
+                    .map(|(_, x)| x)
                     .collect();
                 // The target its own text names, else the latest one.
                 let text = format!(
@@ -246,7 +262,28 @@ impl Refusals {
         g.calls.insert(op, vec![target.clone()]);
     }
 
-    fn put(&self, g: &mut Inner, service: &Arc<str>, end: f64, target: Arc<str>, failed: bool) {
+    /// A call of `pair.0` to `pair.1` answered at `end`.
+    fn answered(&self, g: &mut Inner, pair: Pair, end: f64) {
+        if !g.answered.contains_key(&pair) {
+            while g.answered.len() >= self.max {
+                match g.answered_order.pop_front() {
+                    Some(old) => {
+                        g.answered.remove(&old);
+                    }
+                    None => break,
+                }
+            }
+            g.answered_order.push_back(pair.clone());
+        }
+        let q = g.answered.entry(pair).or_default();
+        let at = q.iter().rposition(|e| *e <= end).map_or(0, |p| p + 1);
+        q.insert(at, end);
+        while q.len() > ANSWERED {
+            q.pop_front();
+        }
+    }
+
+    fn put(&self, g: &mut Inner, service: &Arc<str>, end: f64, target: Arc<str>) {
         if !g.failed.contains_key(service) {
             while g.failed.len() >= self.max {
                 match g.order.pop_front() {
@@ -260,8 +297,8 @@ impl Refusals {
         }
         let q = g.failed.entry(service.clone()).or_default();
         // Kept in end order: traces arrive roughly in time.
-        let at = q.iter().rposition(|(e, ..)| *e <= end).map_or(0, |p| p + 1);
-        q.insert(at, (end, target, failed));
+        let at = q.iter().rposition(|(e, _)| *e <= end).map_or(0, |p| p + 1);
+        q.insert(at, (end, target));
         while q.len() > PER_SERVICE {
             q.pop_front();
         }
@@ -375,8 +412,18 @@ mod tests {
             t[0].spans.iter().all(|s| s.refused_target.is_none()),
             "pricing answered after its failure: an application exception"
         );
-        // Failing again, with nothing answered since: a refusal.
+        // Failing again, with nothing answered since: a refusal, however
+        // many calls of the service to other targets were answered
+        // meanwhile (a busy service).
         r.learn(&[trace(4_000.0, vec![quote.clone(), call("error")])]);
+        let other: Vec<TraceRow> = (0..200)
+            .map(|i| {
+                let mut c = call("unset");
+                c.callee = Some("reservations".into());
+                trace(4_001.0 + f64::from(i), vec![quote.clone(), c])
+            })
+            .collect();
+        r.learn(&other);
         let mut t = vec![trace(5_000.0, vec![root, exception])];
         r.learn_and_mark(&mut t);
         assert_eq!(t[0].spans[1].refused_target.as_deref(), Some("pricing"));

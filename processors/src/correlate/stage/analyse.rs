@@ -155,6 +155,15 @@ impl Analyse {
         }
         let mut traces =
             analysis::trace::traces(rs, Some(&self.correlation.store.baselines), &self.route_map);
+        if pass == Pass::New {
+            // What the calls teach (the addresses services answer at, the
+            // calls answered or failed) is learned as the spans arrive,
+            // whether the trace is analysed now or held: a refusal analysed
+            // now is judged on the failures of a trace held meanwhile.
+            let store = &self.correlation.store;
+            store.peers.learn_and_fill(&mut traces);
+            store.refusals.learn(&traces);
+        }
         if pass == Pass::New && self.hold_awaiting(batch, &mut traces, now) {
             // The rows point into the batch, which the held traces left.
             let Ok(Some(rs)) = batch.traces_mut() else {
@@ -293,7 +302,8 @@ impl Analyse {
             .sources
             .join_logs(traces, &self.correlation.store);
         self.correlation.store.peers.learn_and_fill(traces);
-        self.correlation.store.refusals.learn_and_mark(traces);
+        // Learned as the spans arrived (`analyse_spans`).
+        self.correlation.store.refusals.mark(traces);
         let tick = Tick {
             store: &self.correlation.store,
             now_ns: now,
