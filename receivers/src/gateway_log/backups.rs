@@ -41,7 +41,11 @@ pub fn patterns(include: &[String], configs: &[String]) -> Vec<String> {
                 }
             }
         }
-        for d in dirs {
+        for (i, d) in dirs.into_iter().enumerate() {
+            if i == 0 && name.ends_with('*') {
+                // `access.log*` matches its own backups already.
+                continue;
+            }
             for suffix in [".*", "-*"] {
                 let p = format!("{}/{name}{suffix}", d.display());
                 if !out.contains(&p) {
@@ -216,6 +220,7 @@ olddir /var/log/old   # for all below
                 "/var/log/nginx/access.log".into(),
                 "/srv/x.log".into(),
                 "y.log".into(),
+                "/var/log/z.log*".into(),
             ],
             &configs,
         );
