@@ -137,6 +137,28 @@ fn local_op(t: &TraceRow, i: usize) -> Op {
     (service.clone(), t.spans[root].op.clone())
 }
 
+/// Before `key` joins `map` (first seen, in `order`): the first seen go
+/// while `max` are held.
+fn make_room<K: Clone + Eq + std::hash::Hash, V>(
+    map: &mut HashMap<K, V>,
+    order: &mut VecDeque<K>,
+    max: usize,
+    key: &K,
+) {
+    if map.contains_key(key) {
+        return;
+    }
+    while map.len() >= max {
+        match order.pop_front() {
+            Some(old) => {
+                map.remove(&old);
+            }
+            None => break,
+        }
+    }
+    order.push_back(key.clone());
+}
+
 impl Refusals {
     /// Empty, remembering at most `max` services.
     pub fn new(max: usize) -> Self {
@@ -250,31 +272,13 @@ impl Refusals {
             }
             return;
         }
-        while g.calls.len() >= self.max {
-            match g.call_order.pop_front() {
-                Some(old) => {
-                    g.calls.remove(&old);
-                }
-                None => break,
-            }
-        }
-        g.call_order.push_back(op.clone());
+        make_room(&mut g.calls, &mut g.call_order, self.max, &op);
         g.calls.insert(op, vec![target.clone()]);
     }
 
     /// A call of `pair.0` to `pair.1` answered at `end`.
     fn answered(&self, g: &mut Inner, pair: Pair, end: f64) {
-        if !g.answered.contains_key(&pair) {
-            while g.answered.len() >= self.max {
-                match g.answered_order.pop_front() {
-                    Some(old) => {
-                        g.answered.remove(&old);
-                    }
-                    None => break,
-                }
-            }
-            g.answered_order.push_back(pair.clone());
-        }
+        make_room(&mut g.answered, &mut g.answered_order, self.max, &pair);
         let q = g.answered.entry(pair).or_default();
         let at = q.iter().rposition(|e| *e <= end).map_or(0, |p| p + 1);
         q.insert(at, end);
@@ -284,17 +288,7 @@ impl Refusals {
     }
 
     fn put(&self, g: &mut Inner, service: &Arc<str>, end: f64, target: Arc<str>) {
-        if !g.failed.contains_key(service) {
-            while g.failed.len() >= self.max {
-                match g.order.pop_front() {
-                    Some(old) => {
-                        g.failed.remove(&old);
-                    }
-                    None => break,
-                }
-            }
-            g.order.push_back(service.clone());
-        }
+        make_room(&mut g.failed, &mut g.order, self.max, service);
         let q = g.failed.entry(service.clone()).or_default();
         // Kept in end order: traces arrive roughly in time.
         let at = q.iter().rposition(|(e, _)| *e <= end).map_or(0, |p| p + 1);
