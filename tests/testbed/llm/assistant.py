@@ -214,7 +214,8 @@ def driver():
     """The load, in phases; every request through the gateway.
 
     - warmup: sequential requests of the usual shape (the slots' caches,
-      the baselines);
+      the baselines: 20 samples each, fed as each second's kept traces are
+      analysed, so twice that leaves no healthy request at the edge);
     - healthy: the same, judged;
     - long: sessions that send the whole repository (about 9,000 tokens);
     - miss: client 2.0, whose system prompt starts with the time;
@@ -252,7 +253,7 @@ def driver():
         for t in threads:
             t.join()
 
-    for _ in range(25):
+    for _ in range(40):
         one("warmup", {})
     for _ in range(scale):
         for _ in range(24):

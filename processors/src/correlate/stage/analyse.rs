@@ -164,7 +164,7 @@ impl Analyse {
             store.peers.learn_and_fill(&mut traces);
             store.refusals.learn(&traces);
         }
-        if pass == Pass::New && self.hold_awaiting(batch, &mut traces, now) {
+        if pass == Pass::New && self.hold_awaiting(batch, &traces, now) {
             // The rows point into the batch, which the held traces left.
             let Ok(Some(rs)) = batch.traces_mut() else {
                 return Ok(());
@@ -465,7 +465,7 @@ impl Analyse {
     /// Hold, before their analysis, the traces that await what is still
     /// to come ([`Analyse::awaits`]), within `max_held_traces`; they leave
     /// the batch. Returns whether any was held.
-    fn hold_awaiting(&mut self, batch: &mut Batch, traces: &mut Vec<TraceRow>, now: u64) -> bool {
+    fn hold_awaiting(&mut self, batch: &mut Batch, traces: &[TraceRow], now: u64) -> bool {
         let held_now: usize = self.held.iter().map(|h| h.traces).sum();
         let room = self.max_held.saturating_sub(held_now);
         let mut ids = std::collections::HashSet::new();
