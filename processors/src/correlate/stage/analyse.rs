@@ -156,13 +156,10 @@ impl Analyse {
         let mut traces =
             analysis::trace::traces(rs, Some(&self.correlation.store.baselines), &self.route_map);
         if pass == Pass::New {
-            // What the calls teach (the addresses services answer at, the
-            // calls answered or failed) is learned as the spans arrive,
-            // whether the trace is analysed now or held: a refusal analysed
-            // now is judged on the failures of a trace held meanwhile.
-            let store = &self.correlation.store;
-            store.peers.learn_and_fill(&mut traces);
-            store.refusals.learn(&traces);
+            // Learned as the spans arrive, whether the trace is analysed
+            // now or held: a refusal analysed now is judged on the failures
+            // of a trace held meanwhile.
+            self.correlation.store.learn_calls(&mut traces);
         }
         if pass == Pass::New && self.hold_awaiting(batch, &traces, now) {
             // The rows point into the batch, which the held traces left.
@@ -245,6 +242,10 @@ impl Analyse {
                 continue;
             }
             let moved = split_traces(rs, &mine);
+            // Late spans joining a held trace are learned as they arrive,
+            // like the rest of the batch (see `analyse_spans`).
+            let mut late = analysis::trace::traces(&moved, None, &self.route_map);
+            self.correlation.store.learn_calls(&mut late);
             if let Ok(Some(held_rs)) = h.batch.traces_mut() {
                 held_rs.extend(moved);
             }
@@ -419,14 +420,25 @@ impl Analyse {
     /// Hold traces (`held`, a batch of their own that shares the
     /// acknowledgements of the one they left) for `evidence_wait`.
     fn hold(&mut self, held: Batch, hold: std::collections::HashSet<[u8; 16]>) {
+        self.push_held(held, hold, self.evidence_wait, false);
+    }
+
+    /// Hold the traces `ids` of `batch`, due `after` from now.
+    fn push_held(
+        &mut self,
+        batch: Batch,
+        ids: std::collections::HashSet<[u8; 16]>,
+        after: Duration,
+        awaiting: bool,
+    ) {
         let now = Instant::now();
         self.held.push(Held {
-            due: now + self.evidence_wait,
-            batch: held,
-            traces: hold.len(),
-            ids: hold,
+            due: now + after,
+            batch,
+            traces: ids.len(),
+            ids,
             since: now,
-            awaiting: false,
+            awaiting,
         });
         self.set_held_gauge();
     }
@@ -481,16 +493,8 @@ impl Analyse {
             return false;
         };
         let held_rs = split_traces(rs, &ids);
-        let at = Instant::now();
-        self.held.push(Held {
-            due: at + AWAIT_CHECK,
-            batch: batch.sibling_traces(held_rs),
-            traces: ids.len(),
-            ids,
-            since: at,
-            awaiting: true,
-        });
-        self.set_held_gauge();
+        let held = batch.sibling_traces(held_rs);
+        self.push_held(held, ids, AWAIT_CHECK, true);
         true
     }
 

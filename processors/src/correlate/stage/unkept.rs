@@ -82,8 +82,7 @@ impl crate::unkept::Learner for Learn {
         };
         let mut traces = analysis::trace::traces(&req.resource_spans, None, &self.route_map);
         let store = &self.correlation.store;
-        store.peers.learn_and_fill(&mut traces);
-        store.refusals.learn(&traces);
+        store.learn_calls(&mut traces);
         let mut fed = Vec::new();
         for t in &traces {
             analysis::baseline::samples_of(t, &mut fed);

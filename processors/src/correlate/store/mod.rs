@@ -87,6 +87,15 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
+    /// Learn what the calls of `traces` teach, and fill in what was
+    /// learned: the addresses services answer at (each client span's
+    /// callee), and the calls failed or answered (`Refusals`). Done as the
+    /// spans arrive, whether their trace is analysed now, held or not kept.
+    pub fn learn_calls(&self, traces: &mut [super::model::TraceRow]) {
+        self.peers.learn_and_fill(traces);
+        self.refusals.learn(traces);
+    }
+
     /// An empty store.
     pub fn new(limits: Limits) -> Self {
         Store {
