@@ -4931,3 +4931,47 @@ async fn a_kept_trace_waits_for_the_spans_of_an_instrumented_callee() {
         .unwrap();
     assert_eq!(traces_of(&mut out).len(), 1, "the bound passed");
 }
+
+/// What a sampler hands on is bounded and checked: a learner takes spans
+/// up to its budget a second (the rest counted, not learned), and a request
+/// that does not decode is counted and learned from not at all, the
+/// learner going on with the next.
+#[test]
+fn the_unkept_learner_keeps_to_its_budget_and_counts_bad_input() {
+    use crate::correlate::stage::unkept::{Learn, UNKEPT_SPANS};
+    use crate::unkept::Learner;
+    use prost::Message;
+    let st = store();
+    let reg = causeway_core::telemetry::Registry::new();
+    let learn = Learn::new(st.clone(), RouteMap::default(), 5, (&reg, "c"));
+    let count = |outcome: &str| {
+        reg.counter(
+            UNKEPT_SPANS,
+            "x",
+            &[("component", "c"), ("outcome", outcome)],
+        )
+        .get()
+    };
+    // Within one second (tried again if a second began in between).
+    let second = || now_ns() / 1_000_000_000;
+    loop {
+        let at = second();
+        let fresh = Learn::new(st.clone(), RouteMap::default(), 5, (&reg, "c"));
+        let (first, again) = (fresh.wants(3), fresh.wants(3));
+        if second() != at {
+            continue;
+        }
+        assert!(first && !again, "3 + 3 spans over a budget of 5");
+        break;
+    }
+    assert!(count("over_budget") >= 3);
+    learn.learn(bytes::Bytes::from_static(b"\xff\xff not a request"));
+    assert_eq!(count("bad_input"), 1);
+    assert_eq!(count("learned"), 0);
+    let good = opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest {
+        resource_spans: front_and_reports(7, 100),
+    };
+    learn.learn(bytes::Bytes::from(good.encode_to_vec()));
+    assert_eq!(count("learned"), 3);
+    assert_eq!(count("bad_input"), 1);
+}
