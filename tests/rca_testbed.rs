@@ -6,7 +6,8 @@
 //! `proxy_read_timeout` (504) and a dead upstream (502), a draining server
 //! (503) retried by its client, npm's brakes breaker over calls to that
 //! server opening and refusing them, a client retrying every 50 ms the attempts
-//! it gave up on after 60 ms (a retry storm), a cold Redis cache
+//! it gave up on after 60 ms (one request's retries: its timeouts are the
+//! cause), a cold Redis cache
 //! falling back to a slow query, a one-connection pg pool under a burst,
 //! a thrown exception, a Kafka consumer (kafkajs, against an Apache Kafka broker,
 //! its lag read by the `kafka_lag` receiver) that stopped fetching. The ground truth is what the driver and the services
@@ -333,9 +334,9 @@ processors:
     let culprit_of = |cause: &str, id: &str| -> (String, &'static str) {
         let path = label[id].1.as_str();
         let (service, kind) = match cause {
-            // The callee that timed out, was dead, queued the request or
-            // was hammered by retries.
-            "upstream_timeout" | "retry_storm" => ("pricing", "callee"),
+            // The callee that timed out (one client's retries met its
+            // timeouts), was dead or queued the request.
+            "upstream_timeout" => ("pricing", "callee"),
             "queueing" if path == "/quote" => ("pricing", "callee"),
             // The draining server its client's retries met, the dead port.
             "upstream_unavailable" if path == "/busy" || path == "/guarded" => {
@@ -389,7 +390,6 @@ processors:
             "queueing",
             "consumer_lag",
             "db_lock_contention",
-            "retry_storm",
             "circuit_open",
         ],
         5,

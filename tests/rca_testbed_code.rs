@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::testbed::{spawn, wait_port};
+use common::testbed::{spawn, wait_port, Wiring};
 use common::*;
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
@@ -27,44 +27,14 @@ use std::time::Duration;
 
 const CODE_CAUSES: [&str; 3] = ["cpu_hotspot", "lock_contention", "gc_pressure"];
 
-/// How the bed's kept traces are chosen.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Wiring {
-    /// Every trace kept (`always_sample`): every request is scored.
-    KeepAll,
-    /// `examples/gateway.yaml`'s `tail_sampling` section as shipped (its
-    /// 10 s `decision_wait`, errors, over 2 s, each route's p99 after 100
-    /// requests, trouble, 1%): what it keeps is scored (a fault it drops
-    /// was the sampler's choice, counted and printed, not the analysis's).
-    Shipped,
-}
-
-impl Wiring {
-    /// The `tail_sampling` section, as flow YAML.
-    fn sampler(self) -> String {
-        match self {
-            Wiring::KeepAll => "{ policies: [{ name: all, type: always_sample }] }".into(),
-            Wiring::Shipped => {
-                let path =
-                    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gateway.yaml");
-                let text = std::fs::read_to_string(&path).unwrap();
-                let gateway: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
-                let section = &gateway["processors"]["tail_sampling"];
-                assert!(section.is_mapping(), "{}: no tail_sampling", path.display());
-                serde_json::to_string(section).unwrap()
-            }
-        }
-    }
-
-    /// Requests of each route before the faults: the baselines' 20; and
-    /// behind the shipped sampler, enough that each fault (15 to 22 of
-    /// each route) is a tail past the route's p99 as in production, where
-    /// faults are rare, rather than the route's new normal.
-    fn warmup(self) -> usize {
-        match self {
-            Wiring::KeepAll => 30,
-            Wiring::Shipped => 1500,
-        }
+/// Requests of each route before the faults: the baselines' 20; and
+/// behind the shipped sampler, enough that each fault (15 to 22 of each
+/// route) is a tail past the route's p99 as in production, where faults
+/// are rare, rather than the route's new normal.
+fn warmup_requests(wiring: Wiring) -> usize {
+    match wiring {
+        Wiring::KeepAll => 30,
+        Wiring::Shipped => 1500,
     }
 }
 
@@ -149,7 +119,7 @@ service:
                     "SCALE",
                     std::env::var("CAUSEWAY_TESTBED_SCALE").unwrap_or_else(|_| "1".into()),
                 ),
-                ("WARMUP", wiring.warmup().to_string()),
+                ("WARMUP", warmup_requests(wiring).to_string()),
             ],
         );
         testbed::wait_driver(&mut p, d);
@@ -162,14 +132,14 @@ service:
         .iter()
         .map(|v| v["trace_id"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(warmup.len(), 3 * wiring.warmup());
+    assert_eq!(warmup.len(), 3 * warmup_requests(wiring));
     match wiring {
         Wiring::KeepAll => {
             testbed::verdicts(&traces, warmup.iter());
         }
         Wiring::Shipped => {
             wait_for(Duration::from_secs(120), "the warmup decided", || {
-                decided(&daemon) >= warmup.len() as f64
+                testbed::decided(&daemon) >= warmup.len() as f64
             });
         }
     }
@@ -299,18 +269,6 @@ service:
     assert_eq!(top[0]["function"], "main.parseAST", "{top}");
 }
 
-/// Traces the sampler decided (kept or not).
-fn decided(d: &Daemon) -> f64 {
-    ["sampled", "not_sampled"]
-        .iter()
-        .filter_map(|x| {
-            d.metric(&format!(
-                "causeway_tail_sampling_traces_total{{component=\"tail_sampling\",decision=\"{x}\"}}"
-            ))
-        })
-        .sum()
-}
-
 /// Behind a sampler: once every request is decided and every kept trace
 /// analysed, the kept ones are scored (the faults it dropped are its
 /// choice, printed). Each code cause kept at least 8 times, `cpu_hotspot`
@@ -326,40 +284,8 @@ fn shipped_score(
     BTreeMap<String, String>,
     HashMap<String, causeway_scenarios::send::Annotated>,
 ) {
-    let sent = (warmup + label.len()) as f64;
-    let analysed = || {
-        causeway_scenarios::send::read_annotated(traces)
-            .values()
-            .filter(|a| a.root.contains_key("rca.cause"))
-            .count() as f64
-    };
-    let kept = || {
-        daemon
-            .metric("causeway_tail_sampling_traces_total{component=\"tail_sampling\",decision=\"sampled\"}")
-            .unwrap_or(0.0)
-    };
-    wait_for(
-        Duration::from_secs(180),
-        "every request decided and every kept one analysed",
-        || decided(daemon) >= sent && analysed() >= kept(),
-    );
-    let got = causeway_scenarios::send::read_annotated(traces);
-    let mut scored = BTreeMap::new();
-    let mut dropped: BTreeMap<String, usize> = BTreeMap::new();
-    for (id, l) in label {
-        if got
-            .get(&id)
-            .is_some_and(|a| a.root.contains_key("rca.cause"))
-        {
-            scored.insert(id, l);
-        } else {
-            *dropped.entry(l).or_default() += 1;
-        }
-    }
-    eprintln!(
-        "not kept by the sampler: {dropped:?}; spans after their trace's analysis: {:?}",
-        daemon.metric("causeway_correlate_late_spans_total{component=\"correlate\"}")
-    );
+    let sent = warmup + label.len();
+    let (scored, dropped, got) = testbed::kept_labels(daemon, traces, label, sent);
     let faults: BTreeMap<String, String> = scored
         .iter()
         .filter(|(_, l)| *l != "healthy")

@@ -14,11 +14,10 @@
 //!
 //! | cause | mechanism | ground truth from |
 //! |---|---|---|
-//! | upstream_timeout | a Java→Go gRPC call with a 300 ms deadline, a quote whose work outlives it | inventory (Go) saw its context's deadline expire |
+//! | upstream_timeout | a Java→Go gRPC call with a 300 ms deadline, a quote whose work outlives it; go-retryablehttp giving each attempt 60 ms against a supplier that takes 300, retrying 20-80 ms apart (one request's retries: its timeouts are the cause) | inventory (Go) saw its context's deadline expire; the client's own count: ≥ 6 attempts, none answered |
 //! | upstream_unavailable | the Go reservations gRPC server stopped; a Java endpoint draining (503) under go-retryablehttp's retries 20-80 ms apart (the drain caused them) | orders (Java) got UNAVAILABLE from grpc-java; the client's own statuses: ≥ 5 attempts, 503s |
 //! | circuit_open | resilience4j's breaker over those calls opened; failsafe-go's breaker (its defaults: one failure opens it for a minute) over inventory's (Go) calls to the same server; Alibaba Sentinel's degrade rule (3 errors in 1 s open it for 10 s) over the orders service's holds there | orders (Java) caught `CallNotPermittedException`; inventory got failsafe-go's `ErrOpen` (no call made); orders got Sentinel's `BlockException` |
 //! | queueing | bursts of 16 tallies on the orders service's HikariCP pool of 8, each holding a connection 200 ms (the Java agent's jdbc-datasource instrumentation on: a `HikariDataSource.getConnection` span) | the handler's wait around `getConnection` (≥ 100 ms) |
-//! | retry_storm | go-retryablehttp giving each attempt 60 ms against a supplier that takes 300, retrying 20-80 ms apart | the client's own count: ≥ 6 attempts, none answered |
 //! | rate_limited | the inner NGINX's `limit_req`, the client backing off after `Retry-After` | the client's own statuses: a 429 |
 //! | tls_handshake | a TLS server whose certificate callback waits | the driver asked for the slow name; the server counted each slow handshake |
 //! | db_lock_contention | a row lock (`SELECT … FOR UPDATE`) held by another transaction | the driver held it |
@@ -396,10 +395,10 @@ processors:
             // The callee whose work outlived the deadline, the server that
             // stopped (and the breaker guarding it), the draining endpoint,
             // the slow supplier hammered by retries, the TLS server.
+            "upstream_timeout" if path == "/restock-slow" => ("reservations", "callee"),
             "upstream_timeout" => ("inventory", "callee"),
             "upstream_unavailable" if path == "/restock" => ("orders", "callee"),
             "upstream_unavailable" | "circuit_open" => ("reservations", "callee"),
-            "retry_storm" => ("reservations", "callee"),
             // A wait for one of the orders service's own pooled connections.
             "queueing" => ("orders", "service"),
             "tls_handshake" => ("certs", "callee"),
@@ -433,7 +432,6 @@ processors:
             "upstream_timeout",
             "upstream_unavailable",
             "circuit_open",
-            "retry_storm",
             "rate_limited",
             "tls_handshake",
             "db_lock_contention",

@@ -433,3 +433,98 @@ impl Score {
         );
     }
 }
+
+/// How a bed's kept traces are chosen.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Wiring {
+    /// Every trace kept (`always_sample`): every request is scored.
+    KeepAll,
+    /// `examples/gateway.yaml`'s `tail_sampling` section as shipped (its
+    /// 10 s `decision_wait`, errors, over 2 s, each route's p99 after 100
+    /// requests, trouble, 1%): what it keeps is scored (a fault it drops
+    /// was the sampler's choice, counted and printed, not the analysis's).
+    Shipped,
+}
+
+impl Wiring {
+    /// The `tail_sampling` section, as flow YAML.
+    pub fn sampler(self) -> String {
+        match self {
+            Wiring::KeepAll => "{ policies: [{ name: all, type: always_sample }] }".into(),
+            Wiring::Shipped => {
+                let path =
+                    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gateway.yaml");
+                let text = std::fs::read_to_string(&path).expect("examples/gateway.yaml");
+                let gateway: serde_yaml::Value =
+                    serde_yaml::from_str(&text).expect("examples/gateway.yaml is YAML");
+                let section = &gateway["processors"]["tail_sampling"];
+                assert!(section.is_mapping(), "{}: no tail_sampling", path.display());
+                serde_json::to_string(section).expect("the section as JSON")
+            }
+        }
+    }
+}
+
+/// Traces the `tail_sampling` processor decided (kept or not).
+pub fn decided(d: &super::Daemon) -> f64 {
+    ["sampled", "not_sampled"]
+        .iter()
+        .filter_map(|x| {
+            d.metric(&format!(
+                "causeway_tail_sampling_traces_total{{component=\"tail_sampling\",decision=\"{x}\"}}"
+            ))
+        })
+        .sum()
+}
+
+/// Traces the `tail_sampling` processor kept.
+pub fn kept(d: &super::Daemon) -> f64 {
+    d.metric(
+        "causeway_tail_sampling_traces_total{component=\"tail_sampling\",decision=\"sampled\"}",
+    )
+    .unwrap_or(0.0)
+}
+
+/// Behind a sampler: once `sent` requests are decided and every kept trace
+/// analysed, the labelled traces it kept (analysed) and, per label, how
+/// many it did not keep.
+pub fn kept_labels(
+    daemon: &super::Daemon,
+    traces: &Path,
+    label: BTreeMap<String, String>,
+    sent: usize,
+) -> (
+    BTreeMap<String, String>,
+    BTreeMap<String, usize>,
+    HashMap<String, causeway_scenarios::send::Annotated>,
+) {
+    let analysed = || {
+        causeway_scenarios::send::read_annotated(traces)
+            .values()
+            .filter(|a| a.root.contains_key("rca.cause"))
+            .count() as f64
+    };
+    super::wait_for(
+        Duration::from_secs(180),
+        "every request decided and every kept one analysed",
+        || decided(daemon) >= sent as f64 && analysed() >= kept(daemon),
+    );
+    let got = causeway_scenarios::send::read_annotated(traces);
+    let mut scored = BTreeMap::new();
+    let mut dropped: BTreeMap<String, usize> = BTreeMap::new();
+    for (id, l) in label {
+        if got
+            .get(&id)
+            .is_some_and(|a| a.root.contains_key("rca.cause"))
+        {
+            scored.insert(id, l);
+        } else {
+            *dropped.entry(l).or_default() += 1;
+        }
+    }
+    eprintln!(
+        "not kept by the sampler: {dropped:?}; spans after their trace's analysis: {:?}",
+        daemon.metric("causeway_correlate_late_spans_total{component=\"correlate\"}")
+    );
+    (scored, dropped, got)
+}

@@ -315,11 +315,12 @@ if (role === 'shop') {
         await one('/guarded', () => 'observed');
         await sleep(100);
       }
-      // A client giving each attempt 60 ms against a price that takes 400,
-      // retrying 50 ms later: its own attempts are the truth (six or more,
-      // none answered), a retry storm.
+      // One client giving each attempt 60 ms against a price that takes
+      // 400, retrying 50 ms later: its own attempts are the truth (six or
+      // more, each given up). One request's retries, however fast, are a
+      // transient failure retried: the timeout is the cause.
       for (let b = 0; b < 6; b++) {
-        await retrying('/hammer', 8, 50, (st) => (st.length >= 6 && st.every((s) => s === 0) ? 'retry_storm' : 'ambiguous'), 60);
+        await retrying('/hammer', 8, 50, (st) => (st.length >= 6 && st.every((s) => s === 0) ? 'upstream_timeout' : 'ambiguous'), 60);
       }
       // Bursts on pricing's busy event loop: the later requests of each
       // burst wait in its accept queue (the shop records each wait).

@@ -15,7 +15,7 @@
 //!   routing_key, server_address, peer_service, callee, error_type, exception_type, exception_message, resend_count,
 //!   rpc_system, rpc_service, rpc_method, grpc_status,
 //!   cache_hit, wait_ms, path_ms, cache_inferred, pool_wait, client_error, refused_target, attempt, attempts,
-//!   failed_attempts, retry_window_ms, retry_gap_ms, retry_trigger, recovered, queue_ms, async_wait_ms,
+//!   failed_attempts, retry_window_ms, retry_gap_ms, retry_trigger, recovered, target_retries_per_s, queue_ms, async_wait_ms,
 //!   baseline_ms, excess_ms, server_port, gen_ai_model, input_tokens, output_tokens, cache_read_tokens,
 //!   gen_ai_queue_ms, gen_ai_ttft_ms, gen_ai_prefill_ms, gen_ai_decode_ms, prompt_baseline`, then
 //!   the declared span attributes (`super::model::attributes`: `db_collection`, `thread_name`)
@@ -61,8 +61,8 @@ use std::sync::Arc;
 use super::analysis::verdict::dependency_name;
 use super::model::attributes::{self, SPAN_ATTRIBUTES};
 use super::model::cause::{
-    self, Cause, Face, CIRCUIT_OPEN, CONSUMER_LAG, DB_CONNECTION_SATURATION, LONG_PROMPT,
-    RATE_LIMITED, RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
+    Cause, Face, CIRCUIT_OPEN, CONSUMER_LAG, DB_CONNECTION_SATURATION, LONG_PROMPT, RATE_LIMITED,
+    RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
 };
 use super::model::columns::{fill_spans, fill_traces, SPAN_COLUMNS, TRACE_COLUMNS};
 use super::model::table::{schema_of, Cols, Table};
@@ -83,13 +83,24 @@ fn queue_kind(c: &SpanRow) -> &'static str {
 }
 
 /// An error with no mechanism found: it names the span where it began.
-pub static ERROR: Cause = Cause::new("error", cause::service)
+pub static ERROR: Cause = Cause::new("error", error_kind)
     .fallback()
     .status_only_at_response()
     .face(Face::Error);
 
 /// A span slower than its baseline, no mechanism found: it names the span.
 pub static SLOW_DEPENDENCY: Cause = Cause::new("slow_dependency", slow_kind).fallback().waits();
+
+/// An error answered by a callee that left no span of its own (an HTTP
+/// 5xx on the client span, nothing traced below) is the callee's; any
+/// other error is the service's where it began.
+fn error_kind(c: &SpanRow) -> &'static str {
+    if c.kind == "client" && c.http_status.is_some_and(|s| s >= 500) {
+        "callee"
+    } else {
+        "service"
+    }
+}
 
 fn slow_kind(c: &SpanRow) -> &'static str {
     if dependency_name(c).is_some() {
@@ -118,44 +129,49 @@ pub struct RuleConfig {
     pub sql: String,
 }
 
-/// `processors.correlate.retry_storm`: the thresholds of the diagnosis
-/// guides (the same request retried at least 5 times, so 6 attempts, at
-/// intervals under a second). Fewer, or slower (backed-off) retries are the
-/// client doing the right thing: the cause is what they answered.
+/// `processors.correlate.retry_storm`: when retries are a storm. The
+/// diagnosis guides' storm is retries in aggregate: many requests retrying
+/// into one target at a rate that multiplies its load (more than 200
+/// retries a second on one target). One request's retries, however many
+/// and however fast, are its client handling a transient failure: the
+/// cause is what the attempts met, and the retries are its evidence.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryStormConfig {
-    /// Retries of one request, at least: attempts after the first
-    /// (default 5).
+    /// Retries a second into one target, counted over every trace the
+    /// daemon sees (kept or not), from which the requests retrying into it
+    /// are caught in a `retry_storm` (default 200).
+    #[serde(default = "storm_rate")]
+    pub min_rate: f64,
+    /// Removed: one request's retries are never a storm by themselves
+    /// (see `min_rate`). Reported as an error when set.
     #[serde(default)]
-    pub min_retries: Option<i64>,
-    /// The older key, counting attempts (the first one included): read as
-    /// `min_retries: min_attempts - 1` when `min_retries` is not set.
+    pub min_retries: Option<serde_yaml::Value>,
+    /// Removed, as `min_retries`.
     #[serde(default)]
-    pub min_attempts: Option<i64>,
-    /// The mean time between one attempt's end and the next one's start,
-    /// below which the retries come too fast (default 1s).
-    #[serde(default = "storm_interval")]
-    pub max_interval: Duration,
-}
-
-impl RetryStormConfig {
-    /// Retries of one request, at least, for them to be a storm.
-    pub fn retries(&self) -> i64 {
-        self.min_retries
-            .or(self.min_attempts.map(|a| a - 1))
-            .unwrap_or(STORM_RETRIES)
-    }
+    pub min_attempts: Option<serde_yaml::Value>,
+    /// Removed, as `min_retries`.
+    #[serde(default)]
+    pub max_interval: Option<serde_yaml::Value>,
 }
 
 impl Validate for RetryStormConfig {
     fn validate(&self) -> Vec<ConfigError> {
         let mut e = Vec::new();
-        if self.min_retries.is_some_and(|r| r < 1) {
-            e.push(ConfigError::new("min_retries", "must be at least 1"));
+        if !(self.min_rate.is_finite() && self.min_rate > 0.0) {
+            e.push(ConfigError::new("min_rate", "must be a number above 0"));
         }
-        if self.min_attempts.is_some_and(|a| a < 2) {
-            e.push(ConfigError::new("min_attempts", "must be at least 2"));
+        for (key, set) in [
+            ("min_retries", self.min_retries.is_some()),
+            ("min_attempts", self.min_attempts.is_some()),
+            ("max_interval", self.max_interval.is_some()),
+        ] {
+            if set {
+                e.push(ConfigError::new(
+                    key,
+                    "was removed: one request's retries are evidence on what they met, never a storm by themselves; a storm is retries in aggregate into one target, set by `min_rate` (retries a second)",
+                ));
+            }
         }
         e
     }
@@ -164,17 +180,17 @@ impl Validate for RetryStormConfig {
 impl Default for RetryStormConfig {
     fn default() -> Self {
         RetryStormConfig {
+            min_rate: storm_rate(),
             min_retries: None,
             min_attempts: None,
-            max_interval: storm_interval(),
+            max_interval: None,
         }
     }
 }
 
-/// The guides' storm: 5 retries.
-const STORM_RETRIES: i64 = 5;
-fn storm_interval() -> Duration {
-    Duration::secs(1)
+/// The guides' storm: over 200 retries a second on one target.
+fn storm_rate() -> f64 {
+    200.0
 }
 
 /// Columns every rule must return.
@@ -240,7 +256,11 @@ WHERE s.kind IN ('client', 'internal')
   AND (lower(coalesce(s.error_type, '')) LIKE '%timeout%' OR lower(coalesce(s.exception_type, '')) LIKE '%timeout%'
        OR lower(coalesce(s.error_type, '')) LIKE '%deadline%' OR lower(coalesce(s.exception_message, '')) LIKE '%timed out%'
        OR s.http_status = 504 OR s.grpc_status = 'DEADLINE_EXCEEDED'
-       OR lower(coalesce(s.exception_message, '')) LIKE 'deadline_exceeded%')
+       OR lower(coalesce(s.exception_message, '')) LIKE 'deadline_exceeded%'
+       -- Go's http.Client and context: "context deadline exceeded",
+       -- "(Client.Timeout exceeded while awaiting headers)".
+       OR lower(coalesce(s.exception_message, s.status_message, '')) LIKE '%deadline exceeded%'
+       OR lower(coalesce(s.exception_message, s.status_message, '')) LIKE '%timeout exceeded%')
 GROUP BY s.trace_id"#,
         ),
         r(
@@ -401,28 +421,25 @@ GROUP BY s.trace_id"#,
 fn waits(storm: &RetryStormConfig, min_message_wait: Duration) -> Vec<Rule> {
     let min_wait_ms = min_message_wait.get().as_secs_f64() * 1000.0;
     let r = Rule::builtin;
-    let storm_attempts = storm.retries().max(1) + 1;
-    let storm_gap_ms = storm.max_interval.get().as_secs_f64() * 1000.0;
     vec![
         r(
-            "client_retries",
+            "retry_storm",
             &RETRY_STORM,
             &format!(
                 r#"
 SELECT s.trace_id, 1.0 AS confidence,
-  concat(max(s.service), ' retried ', coalesce(max(s.callee), max(s.server_address), max(s.name)), ': ',
-         CAST(coalesce(max(s.attempts), max(s.resend_count) + 1) AS VARCHAR), ' attempts in ',
-         CAST(CAST(coalesce(max(s.retry_window_ms), max(s.duration_ms)) AS BIGINT) AS VARCHAR), ' ms',
-         CASE WHEN max(s.retry_gap_ms) IS NULL THEN '' ELSE concat(', ', CAST(CAST(max(s.retry_gap_ms) AS BIGINT) AS VARCHAR), ' ms apart') END,
-         CASE WHEN max(s.retry_trigger) IS NULL THEN '' ELSE concat(', ', CAST(max(s.failed_attempts) AS VARCHAR), ' failed with ', max(s.retry_trigger)) END) AS summary,
-  first_value(s.span_id ORDER BY CASE WHEN s.kind = 'client' THEN 0 ELSE 1 END, s.start_ms) AS culprit_span_id,
-  max(s.retry_window_ms) AS explained_ms,
-  bool_or(t.failed) AS explains_failure
+  concat(coalesce(max(s.callee), max(s.server_address), max(s.rpc_service), max(s.name)), ' took ',
+         CAST(CAST(max(s.target_retries_per_s) AS BIGINT) AS VARCHAR), ' retries a second (a retry storm); ',
+         max(s.service), ' retried it ', CAST(coalesce(max(s.attempts) - 1, count(*)) AS VARCHAR), ' times in this request',
+         CASE WHEN max(s.retry_window_ms) IS NULL THEN '' ELSE concat(' over ', CAST(CAST(max(s.retry_window_ms) AS BIGINT) AS VARCHAR), ' ms') END,
+         CASE WHEN max(s.retry_trigger) IS NULL THEN '' ELSE concat(', ', CAST(max(s.failed_attempts) AS VARCHAR), ' attempts failed with ', max(s.retry_trigger)) END) AS summary,
+  first_value(s.span_id ORDER BY s.start_ms) AS culprit_span_id,
+  coalesce(max(s.retry_window_ms), sum(s.duration_ms)) AS explained_ms,
+  bool_or(t.failed) AND bool_or(NOT s.recovered) AS explains_failure
 FROM spans s JOIN traces t ON t.trace_id = s.trace_id
-WHERE (s.attempts >= {storm_attempts} AND coalesce(s.retry_gap_ms, 0.0) < {storm_gap_ms:.1})
-   OR s.resend_count >= {resends}
+WHERE s.target_retries_per_s >= {rate:.1}
 GROUP BY s.trace_id"#,
-                resends = storm_attempts - 1
+                rate = storm.min_rate
             ),
         ),
         r(
@@ -481,8 +498,8 @@ SELECT t.trace_id, 1.0 AS confidence,
   concat('error in ', coalesce(t.error_service, t.culprit_service), ': ',
          coalesce(s.exception_type, s.error_type, nullif(s.status_message, ''), s.name)) AS summary,
   t.error_span_id AS culprit_span_id,
-  CASE WHEN t.failed AND s.attempts IS NULL THEN t.duration_ms ELSE s.path_ms END AS explained_ms,
-  t.failed AND s.attempts IS NULL AS explains_failure
+  CASE WHEN t.failed THEN t.duration_ms ELSE s.path_ms END AS explained_ms,
+  t.failed AS explains_failure
 FROM traces t JOIN spans s ON s.trace_id = t.trace_id AND s.span_id = t.error_span_id
 WHERE t.error"#,
         ),

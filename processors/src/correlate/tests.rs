@@ -159,6 +159,8 @@ fn join_within(
     c.sources.join_logs(&mut traces, &c.store);
     c.store.peers.learn_and_fill(&mut traces);
     c.store.refusals.learn_and_mark(&mut traces);
+    c.store.retries.learn(&traces);
+    c.store.retries.mark(&mut traces);
     let tick = Tick {
         store: &c.store,
         now_ns: 1_000_000_000_000,
@@ -578,7 +580,7 @@ async fn a_stock_redis_cache_aside_miss_is_found_from_the_span_layout() {
 }
 
 #[tokio::test]
-async fn backed_off_retries_are_their_trigger_and_fast_ones_past_five_retries_a_retry_storm() {
+async fn one_requests_retries_are_evidence_on_their_trigger_and_a_storm_is_retries_in_aggregate() {
     let st = store();
     // An explicit retry loop: `n` attempts, `gap` ms apart, answered `status`.
     let attempts_of = |trace: u8, n: u64, gap: u64, status: i64| {
@@ -624,51 +626,28 @@ async fn backed_off_retries_are_their_trigger_and_fast_ones_past_five_retries_a_
         v.alternatives.iter().all(|a| a.cause != "retry_storm"),
         "{v:?}"
     );
-    // Six attempts 100 ms apart against an unavailable callee: the
-    // retries are a storm, and what they retried (payments unavailable)
-    // caused them; the storm is its alternative.
-    let mut rs = attempts(46, 6, 100);
+    // Eight attempts 100 ms apart, one request alone: past the guides'
+    // five retries in under a second, still a transient failure being
+    // retried: the trigger is the cause, the retries its evidence.
+    let mut rs = attempts(46, 8, 100);
     let out = analyse(&st, &mut rs).await;
     let v = &out[0].1;
     assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
     assert!(
-        v.reason.contains("retry_storm (the retries it caused)"),
-        "{}",
-        v.reason
-    );
-    assert!(
-        v.alternatives.iter().any(|a| a.cause == "retry_storm"),
-        "{v:?}"
-    );
-    assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
-        ("payments", "callee")
-    );
-    // Six attempts 100 ms apart answered 500 (no trigger of their own):
-    // the retries are the problem.
-    let mut rs = attempts_of(48, 6, 100, 500);
-    let out = analyse(&st, &mut rs).await;
-    let v = &out[0].1;
-    assert_eq!(v.best.cause, "retry_storm", "{v:?}");
-    assert!(
-        v.best.summary.contains("6 attempts") && v.best.summary.contains("500"),
+        v.best.summary.contains("retried 7 times"),
         "{}",
         v.best.summary
     );
-    assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
-        ("payments", "callee")
-    );
-    // Five attempts (four retries), as fast: fewer than the guides' five
-    // retries, no storm.
-    let mut rs = attempts_of(49, 5, 100, 500);
-    let out = analyse(&st, &mut rs).await;
-    let v = &out[0].1;
-    assert_ne!(v.best.cause, "retry_storm", "{v:?}");
     assert!(
         v.alternatives.iter().all(|a| a.cause != "retry_storm"),
         "{v:?}"
     );
+    // Answered 500 (no trigger of its own): the callee's error, not a storm.
+    let mut rs = attempts_of(48, 8, 100, 500);
+    let out = analyse(&st, &mut rs).await;
+    let v = &out[0].1;
+    assert_ne!(v.best.cause, "retry_storm", "{v:?}");
+    assert_eq!(v.culprit_service, "payments", "{v:?}");
     // Six attempts backing off 1.5 s each: not a storm either.
     let mut rs = attempts(47, 6, 1500);
     let out = analyse(&st, &mut rs).await;
@@ -734,6 +713,52 @@ async fn backed_off_retries_are_their_trigger_and_fast_ones_past_five_retries_a_
         (v.culprit_service.as_str(), v.culprit_kind),
         ("payments", "callee")
     );
+    // Sixty requests retrying into payments at once: 300 retries in one
+    // second, more than the guides' 200. Each slow request caught in it is
+    // the storm's, with what its attempts met in the evidence.
+    let mut storm: Vec<_> = (0..60u8).flat_map(|k| attempts(150 + k, 6, 100)).collect();
+    let out = analyse(&st, &mut storm).await;
+    assert_eq!(out.len(), 60);
+    for (_, v) in &out {
+        assert_eq!(v.best.cause, "retry_storm", "{v:?}");
+        // The 300 and the single requests' retries before, in that second.
+        let rate: u64 = v.best.summary["payments took ".len()..]
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(
+            (300..=330).contains(&rate)
+                && v.best.summary.contains("retries a second (a retry storm)"),
+            "{}",
+            v.best.summary
+        );
+        assert!(
+            v.reason
+                .contains("upstream_unavailable (what the storm's attempts met)"),
+            "{}",
+            v.reason
+        );
+        assert_eq!(
+            (v.culprit_service.as_str(), v.culprit_kind),
+            ("payments", "callee")
+        );
+    }
+    // The same storm with a higher bar set: each request is its trigger's.
+    let mut strict = rules::builtin_with(
+        &rules::RetryStormConfig {
+            min_rate: 400.0,
+            ..Default::default()
+        },
+        causeway_core::config::Duration::millis(500),
+    );
+    assert!(strict.iter().any(|r| r.name == "retry_storm"));
+    strict.retain(|r| r.name == "retry_storm");
+    let (traces, tables) = join_all(&st, &attempts(149, 6, 100));
+    let mut planner = rules::Planner::new(&st.sources.tables());
+    planner.prepare(&strict).await;
+    let (findings, _) = planner.evaluate(&strict, &traces, tables).await;
+    assert!(findings.is_empty(), "{findings:?}");
 }
 
 #[tokio::test]

@@ -2,6 +2,7 @@
 // one role per process:
 //
 //	testbed inventory|reservations|certs|driver
+//	testbed storm-shop|storm-supplier (the retry bed, storm.go)
 //
 // Each role is instrumented by the stock OpenTelemetry Go libraries only
 // (otelhttp with otelhttptrace, otelgrpc), exporting OTLP/HTTP where
@@ -331,7 +332,7 @@ func inventory() {
 	})
 	// A supplier too slow for the client's 60 ms: every attempt gives up
 	// and is retried at once. The truth is the client's own count: six or
-	// more attempts, none answered.
+	// more attempts, none answered: its timeouts are the cause.
 	mux.HandleFunc("GET /restock-slow", func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		statuses, err := call(ctx, impatient, env("SLOW_URL"))
@@ -341,7 +342,8 @@ func inventory() {
 		attemptsMu.Unlock()
 		saw := "ambiguous"
 		if n >= 6 && len(statuses) == 0 {
-			saw = "retry_storm"
+			// One request's retries: a transient failure retried.
+			saw = "upstream_timeout"
 		}
 		record(map[string]any{"trace_id": traceID(ctx), "observed": saw, "attempts": n, "supplier_statuses": statuses})
 		if err != nil {
@@ -444,7 +446,7 @@ func main() {
 	}
 	truthFile = f
 	if len(os.Args) < 2 {
-		log.Fatal("usage: testbed inventory|reservations|certs|driver")
+		log.Fatal("usage: testbed inventory|reservations|certs|driver|storm-shop|storm-supplier")
 	}
 	shutdown := setupTracing(context.Background())
 	defer shutdown()
@@ -457,6 +459,10 @@ func main() {
 		certs()
 	case "driver":
 		driver()
+	case "storm-shop":
+		stormShop()
+	case "storm-supplier":
+		stormSupplier()
 	default:
 		log.Fatalf("unknown role %s", os.Args[1])
 	}

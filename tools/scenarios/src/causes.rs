@@ -322,92 +322,72 @@ fn kafka_consumer(cx: &mut Ctx<'_>) {
     let t0_ns = cx.t0_ns;
     let srv = cx.srv;
     let storm = cause == "retry_storm";
-    if storm && cx.rng.f() < 0.5 {
-        // Client-side retries: the same call re-sent.
-        let d = cx.rng.latency(200.0);
-        let c = cx.t.add(
-            Some(srv),
-            &front,
-            &front_host,
-            &format!("POST {owner}"),
-            span::SpanKind::Client,
-            cx.at,
-            cx.at + d * 4.0,
-            vec![
-                ks("server.address", &owner),
-                // The guides' storm: five retries or more.
-                ki("http.request.resend_count", cx.rng.range(5, 8) as i64),
-            ],
-        );
-        cx.at += d * 4.0;
-        cx.culprit = c;
-        cx.culprit_service = owner.clone(); // the upstream the retries hammer (#31)
+    // A retry topic in a storm: retries in aggregate (one request's
+    // retries are evidence on what they met, never a storm by themselves).
+    let topic = if storm {
+        format!("{owner}-events-retry")
     } else {
-        let topic = if storm {
-            format!("{owner}-events-retry")
-        } else {
-            format!("{owner}-events")
-        };
-        let group = format!("{owner}-workers");
-        let p = cx.t.add(
-            Some(srv),
-            &front,
-            &front_host,
-            &format!("{topic} publish"),
-            span::SpanKind::Producer,
-            cx.at,
-            cx.at + 2.0,
-            vec![
-                ks("messaging.system", "kafka"),
-                ks("messaging.destination.name", &topic),
-            ],
-        );
-        let wait = cx.rng.between(800.0, 4000.0);
-        let d = cx.rng.latency(20.0);
-        let c = cx.t.add(
-            Some(p),
-            &owner,
-            &owner_host,
-            &format!("{topic} process"),
-            span::SpanKind::Consumer,
-            cx.at + 2.0 + wait,
-            cx.at + 2.0 + wait + d,
-            vec![
-                ks("messaging.system", "kafka"),
-                ks("messaging.destination.name", &topic),
-                ks("messaging.consumer.group.name", &group),
-            ],
-        );
-        cx.at += 2.0 + wait + d;
-        cx.culprit = c;
-        cx.culprit_service = owner.clone();
-        let tm = t0_ns.saturating_sub(cx.rng.range(0, 30) * 1_000_000_000);
-        cx.metrics.push(if storm {
-            kafka_metrics(
-                &group,
-                &topic,
-                tm,
-                cx.rng.between(10.0, 500.0),
-                cx.rng.between(0.0, 3.0),
-                1.0,
-                false,
-                true,
-                cx.rng.between(400.0, 3000.0),
-            )
-        } else {
-            kafka_metrics(
-                &group,
-                &topic,
-                tm,
-                cx.rng.between(20_000.0, 200_000.0),
-                cx.rng.between(30.0, 600.0),
-                *cx.rng.pick(&[2.0, 4.0]),
-                true,
-                false,
-                cx.rng.between(50.0, 150.0),
-            )
-        });
-    }
+        format!("{owner}-events")
+    };
+    let group = format!("{owner}-workers");
+    let p = cx.t.add(
+        Some(srv),
+        &front,
+        &front_host,
+        &format!("{topic} publish"),
+        span::SpanKind::Producer,
+        cx.at,
+        cx.at + 2.0,
+        vec![
+            ks("messaging.system", "kafka"),
+            ks("messaging.destination.name", &topic),
+        ],
+    );
+    let wait = cx.rng.between(800.0, 4000.0);
+    let d = cx.rng.latency(20.0);
+    let c = cx.t.add(
+        Some(p),
+        &owner,
+        &owner_host,
+        &format!("{topic} process"),
+        span::SpanKind::Consumer,
+        cx.at + 2.0 + wait,
+        cx.at + 2.0 + wait + d,
+        vec![
+            ks("messaging.system", "kafka"),
+            ks("messaging.destination.name", &topic),
+            ks("messaging.consumer.group.name", &group),
+        ],
+    );
+    cx.at += 2.0 + wait + d;
+    cx.culprit = c;
+    cx.culprit_service = owner.clone();
+    let tm = t0_ns.saturating_sub(cx.rng.range(0, 30) * 1_000_000_000);
+    cx.metrics.push(if storm {
+        kafka_metrics(
+            &group,
+            &topic,
+            tm,
+            cx.rng.between(10.0, 500.0),
+            cx.rng.between(0.0, 3.0),
+            1.0,
+            false,
+            true,
+            cx.rng.between(400.0, 3000.0),
+        )
+    } else {
+        kafka_metrics(
+            &group,
+            &topic,
+            tm,
+            cx.rng.between(20_000.0, 200_000.0),
+            cx.rng.between(30.0, 600.0),
+            *cx.rng.pick(&[2.0, 4.0]),
+            true,
+            false,
+            cx.rng.between(50.0, 150.0),
+        )
+    });
 }
 
 /// `cache_miss_fallback`.

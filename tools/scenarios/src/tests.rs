@@ -17,11 +17,12 @@ fn fnv(bytes: &[u8], mut h: u64) -> u64 {
     h
 }
 
-/// (Changed on purpose twice since the split: #31 names the service at
+/// (Changed on purpose three times since the split: #31 names the service at
 /// fault as the culprit, and a retry storm needs 5 attempts; #49 counts a
 /// storm as 5 retries (6 attempts) and calls retries of 503s the callee's
 /// unavailability: `retry_storm`, `retry_loop_503` and
-/// `retry_hidden_server_spans` got new digests.)
+/// `retry_hidden_server_spans` got new digests; #66 makes a storm retries
+/// in aggregate, so `retry_storm` is a retry topic in a storm only.)
 /// What every kind generates for a few seeds, digested: the builders are
 /// reorganised without changing one span, record or point they write (the
 /// evaluation's numbers and the tests' expectations rest on them).

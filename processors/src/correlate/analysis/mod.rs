@@ -6,6 +6,7 @@ pub mod chain;
 pub mod critical;
 pub mod peers;
 pub mod refusal;
+pub mod retries;
 pub mod shape;
 pub mod target;
 pub mod trace;

@@ -139,7 +139,7 @@ fn local_op(t: &TraceRow, i: usize) -> Op {
 
 /// Before `key` joins `map` (first seen, in `order`): the first seen go
 /// while `max` are held.
-fn make_room<K: Clone + Eq + std::hash::Hash, V>(
+pub(super) fn make_room<K: Clone + Eq + std::hash::Hash, V>(
     map: &mut HashMap<K, V>,
     order: &mut VecDeque<K>,
     max: usize,

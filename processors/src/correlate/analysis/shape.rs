@@ -376,6 +376,24 @@ pub fn infer(rows: &mut [SpanRow], nodes: &[Node], children: &[Vec<usize>]) {
             }
         }
     }
+    recovered_answers(rows, children);
+}
+
+/// The spans under a recovered attempt (the server that answered it 503,
+/// its own failed calls) failed in an attempt the client recovered from:
+/// recovered too, so that none of them is taken for where the request's
+/// failure began.
+fn recovered_answers(rows: &mut [SpanRow], children: &[Vec<usize>]) {
+    let mut stack: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].recovered).collect();
+    let mut seen = vec![false; rows.len()];
+    while let Some(p) = stack.pop() {
+        for &c in children.get(p).map_or(&[][..], Vec::as_slice) {
+            if !std::mem::replace(&mut seen[c], true) {
+                rows[c].recovered |= failed(&rows[c]);
+                stack.push(c);
+            }
+        }
+    }
 }
 
 /// Mark spans as attempts of one call when one of them failed before the last.

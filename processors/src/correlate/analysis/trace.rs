@@ -550,8 +550,10 @@ fn trace_row(
     let status_of = |r: &SpanRow| r.http_status;
     let final_status = status_of(&spans[entry]).or(status_of(&spans[root_i]));
     let failed = [root_i, entry].iter().any(|&i| {
-        (spans[i].status == "error" && !spans[i].recovered && !spans[i].client_error)
-            || spans[i].http_status.is_some_and(|s| s >= 500 || s == 429)
+        let s = &spans[i];
+        !s.recovered
+            && ((s.status == "error" && !s.client_error)
+                || s.http_status.is_some_and(|x| x >= 500 || x == 429))
     });
     Some(TraceRow {
         id,

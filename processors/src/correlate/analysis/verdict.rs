@@ -261,11 +261,13 @@ fn mark_shown(t: &TraceRow, placed: &mut [Placed], enough: &Enough) {
         });
         placed[i].shown = shown;
     }
-    // Retries of what a trigger answered at the same call (a limiter's
-    // 429, an open circuit, an unavailable callee) are its consequence:
-    // the trigger sits where the retries do, explains what they explain
-    // (its own attempts may have recovered while the storm's request
-    // failed), and shows them.
+    // A retry storm (many requests retrying into one target) and what its
+    // attempts met at the same call (a limiter's 429, an open circuit, an
+    // unavailable callee) are one cause and how it shows: the storm's load
+    // is what the target answered so. The storm sits where the trigger
+    // does, explains what it explains (the trigger's attempt may be the
+    // one that failed the request), and shows it, in the evidence and the
+    // chain.
     for i in 0..placed.len() {
         let a = match placed[i].span {
             Some(a) if placed[i].cause.holds_retries => a,
@@ -284,12 +286,12 @@ fn mark_shown(t: &TraceRow, placed: &mut [Placed], enough: &Enough) {
             let step = placed[i].step.max(placed[j].step);
             let failure = placed[i].f.explains_failure || placed[j].f.explains_failure;
             let explained = placed[i].f.explained_ms.max(placed[j].f.explained_ms);
-            placed[j].f.explains_failure = failure;
-            placed[j].f.explained_ms = explained;
-            placed[j].step = step;
-            placed[j].shown = false;
+            placed[i].f.explains_failure = failure;
+            placed[i].f.explained_ms = explained;
             placed[i].step = step;
-            placed[i].shown = true;
+            placed[i].shown = false;
+            placed[j].step = step;
+            placed[j].shown = true;
         }
     }
 }
@@ -525,8 +527,8 @@ fn reason(t: &TraceRow, chain: &Chain, placed: &[Placed]) -> String {
                 "closer to the response: a consequence".to_string()
             } else if best.cause.explains(p.cause) {
                 format!("how {} shows at the same call", best.f.cause)
-            } else if best.cause.triggers_retries && p.cause.holds_retries && p.shown {
-                "the retries it caused".to_string()
+            } else if best.cause.holds_retries && p.cause.triggers_retries && p.shown {
+                "what the storm's attempts met".to_string()
             } else if p.fallback && !best.fallback {
                 "at the same call, names no mechanism".to_string()
             } else {
@@ -914,7 +916,7 @@ mod tests {
     static NOT_A_TRIGGER: Cause = Cause::new("trigger", cause::limiter);
 
     #[test]
-    fn a_trigger_wins_over_the_retries_it_caused_at_the_same_call() {
+    fn a_storm_wins_over_what_its_attempts_met_at_the_same_call() {
         // Three attempts of one call, each answered by a limit; the storm's
         // finding names the first attempt, the limit's the last.
         let mut t = failed_call("boom");
@@ -927,29 +929,33 @@ mod tests {
             t.spans.push(again);
         }
         let f = vec![
-            finding(&HOLDS_RETRIES, 2, true, 1.0),
+            finding(&HOLDS_RETRIES, 2, false, 1.0),
             finding(&TRIGGER, 4, true, 1.0),
         ];
         let v = best(&t, f.clone(), &[&HOLDS_RETRIES, &TRIGGER]);
-        assert_eq!(v.best.cause, "trigger");
+        assert_eq!(v.best.cause, "storm");
         assert!(
-            v.reason.contains("storm (the retries it caused)"),
+            v.best.explains_failure,
+            "the storm explains the failure its attempt met: {v:?}"
+        );
+        assert!(
+            v.reason.contains("trigger (what the storm's attempts met)"),
             "{}",
             v.reason
         );
         assert!(
-            v.best.summary.contains("retried"),
-            "the trigger's summary notes the retries: {}",
-            v.best.summary
+            v.alternatives.iter().any(|a| a.cause == "trigger"),
+            "the trigger is in the evidence: {v:?}"
         );
-        // Not described as a trigger: the retries hold the failure.
+        // Not described as a trigger: the limit that failed the request
+        // wins, the storm explains time only.
         assert_eq!(
             best(&t, f.clone(), &[&HOLDS_RETRIES, &NOT_A_TRIGGER])
                 .best
                 .cause,
-            "storm"
+            "trigger"
         );
-        // A request that recovered: the time is the trigger's too.
+        // A request that recovered: the time is the storm's too.
         t.failed = false;
         let mut healthy = f;
         for x in &mut healthy {
@@ -957,7 +963,7 @@ mod tests {
         }
         assert_eq!(
             best(&t, healthy, &[&HOLDS_RETRIES, &TRIGGER]).best.cause,
-            "trigger"
+            "storm"
         );
     }
 

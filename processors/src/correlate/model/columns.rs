@@ -146,6 +146,9 @@ table!(
     float("retry_gap_ms", |t, i| V::F(t.spans[i].retry_gap_ms)),
     text("retry_trigger", |t, i| so(&t.spans[i].retry_trigger)),
     bool("recovered", |t, i| V::B(Some(t.spans[i].recovered))),
+    float("target_retries_per_s", |t, i| {
+        V::F(t.spans[i].target_retries_per_s)
+    }),
     float("queue_ms", |t, i| V::F(t.spans[i].queue_ms)),
     float("async_wait_ms", |t, i| V::F(t.spans[i].async_wait_ms)),
     float("baseline_ms", |t, i| V::F(t.spans[i].baseline_ms)),

@@ -149,6 +149,9 @@ pub struct SpanRow {
     pub retry_trigger: Option<String>,
     /// A failed attempt whose call succeeded on a later attempt.
     pub recovered: bool,
+    /// For a retry (a later attempt): the most retries its target received
+    /// in one second around it, from every trace seen (`analysis::retries`).
+    pub target_retries_per_s: Option<f64>,
     /// For a client span: how long its server child waited to start (ms).
     pub queue_ms: Option<f64>,
     /// For a consumer span: how long the message waited after it was produced (ms).

@@ -305,6 +305,7 @@ impl Analyse {
         self.correlation.store.peers.learn_and_fill(traces);
         // Learned as the spans arrived (`analyse_spans`).
         self.correlation.store.refusals.mark(traces);
+        self.correlation.store.retries.mark(traces);
         let tick = Tick {
             store: &self.correlation.store,
             now_ns: now,

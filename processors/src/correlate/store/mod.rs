@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::analysis::baseline::Baselines;
 use super::analysis::peers::Peers;
 use super::analysis::refusal::Refusals;
+use super::analysis::retries::RetryRates;
 
 pub use series::Classify;
 
@@ -64,6 +65,8 @@ pub struct Store {
     pub peers: Peers,
     /// Each service's recent failed calls (its own refusals named by them).
     pub refusals: Refusals,
+    /// Each target's retries a second (a retry storm is many requests' retries).
+    pub retries: RetryRates,
     /// Log records by trace.
     pub logs: logs::LogWindow,
     /// Metric series by key.
@@ -89,11 +92,13 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Learn what the calls of `traces` teach, and fill in what was
     /// learned: the addresses services answer at (each client span's
-    /// callee), and the calls failed or answered (`Refusals`). Done as the
+    /// callee), the calls failed or answered (`Refusals`), and the retries
+    /// each target received (`RetryRates`). Done as the
     /// spans arrive, whether their trace is analysed now, held or not kept.
     pub fn learn_calls(&self, traces: &mut [super::model::TraceRow]) {
         self.peers.learn_and_fill(traces);
         self.refusals.learn(traces);
+        self.retries.learn(traces);
     }
 
     /// An empty store.
@@ -106,6 +111,7 @@ impl Store {
             ),
             peers: Peers::new(limits.baseline_max_operations),
             refusals: Refusals::new(limits.baseline_max_operations),
+            retries: RetryRates::new(limits.baseline_max_operations),
             logs: logs::LogWindow::new(&limits),
             series: series::SeriesSet::new(&limits),
             traces: traces::TraceMemory::new(&limits),
