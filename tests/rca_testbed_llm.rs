@@ -50,7 +50,7 @@
 
 mod common;
 
-use common::testbed::{nginx, spawn, wait_port};
+use common::testbed::{nginx, spawn, wait_port, Wiring};
 use common::*;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -65,7 +65,7 @@ struct Bed {
     /// NGINX's read timeout, set from llama.cpp's speed on this machine.
     timeout_ms: f64,
     _procs: Vec<Proc>,
-    _daemon: Daemon,
+    daemon: Daemon,
 }
 
 /// The two tests share the machine's CPU (the hog, llama.cpp's one
@@ -141,6 +141,12 @@ impl Bed {
         // The assistant goes on decoding after the gateway gave up: its
         // span must arrive before the trace is decided.
         let decision_wait = (2.0 * timeout_s + 5.0).max(15.0);
+        let sampler = match testbed::wiring() {
+            Wiring::KeepAll => format!(
+                "{{ decision_wait: {decision_wait}s, policies: [{{ name: all, type: always_sample }}] }}"
+            ),
+            Wiring::Shipped => Wiring::Shipped.sampler(),
+        };
         eprintln!(
             "calibration: long prompt {long_ms:.0} ms, decode {decode_ms:.2} ms/token: \
              gateway timeout {timeout_s} s, timeout answers of {timeout_tokens} tokens"
@@ -161,9 +167,7 @@ impl Bed {
     poll_interval: 50ms
     resource: {{ service.name: nginx-gateway }}
 processors:
-  tail_sampling:
-    decision_wait: {decision_wait}s
-    policies: [{{ name: all, type: always_sample }}]
+  tail_sampling: {sampler}
   correlate:
     # llama-server is scraped every second (above); the README says to
     # set this to the scrape interval. Every threshold is the default.
@@ -235,7 +239,7 @@ processors:
             run: Box::new(move |mode| service(mode, "client", 0, &dir_path)),
             timeout_ms: timeout_s * 1000.0,
             _procs: vec![redis, llm, gateway, assistant],
-            _daemon: daemon,
+            daemon,
             dir,
         }
     }
@@ -359,7 +363,13 @@ fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
     }
 
     let traces = d.join("traces.jsonl");
-    let got = testbed::verdicts(&traces, label.keys());
+    let wiring = testbed::wiring();
+    let sent = read_jsonl(truth)
+        .iter()
+        .filter_map(|v| v["trace_id"].as_str().map(str::to_string))
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    let (label, got) = testbed::judged(wiring, &bed.daemon, &traces, label, sent);
     let culprit_of = |cause: &str, _: &str| -> (String, &'static str) {
         match cause {
             // The model server whose slots were full, whose cache missed.
@@ -373,7 +383,8 @@ fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
         }
     };
     let score = testbed::score(&label, &got, &culprit_of, &traces);
-    score.assert_bounds(
+    score.assert_bounds_for(
+        wiring,
         &[
             "long_prompt",
             "cache_miss_fallback",

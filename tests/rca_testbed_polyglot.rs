@@ -33,7 +33,7 @@
 
 mod common;
 
-use common::testbed::{nginx, postgres, spawn, wait_port};
+use common::testbed::{nginx, postgres, spawn, wait_port, Wiring};
 use common::*;
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
@@ -41,6 +41,7 @@ use std::time::Duration;
 
 #[test]
 fn java_and_go_services_over_grpc_get_the_right_cause_and_culprit() {
+    let wiring = testbed::wiring();
     let go_bin = testbed::peer("CAUSEWAY_TESTBED_GO");
     let java = testbed::peer("CAUSEWAY_TESTBED_JAVA");
     let dir = testbed::bed_dir();
@@ -104,9 +105,7 @@ fn java_and_go_services_over_grpc_get_the_right_cause_and_culprit() {
     poll_interval: 50ms
     resource: {{ service.name: nginx-inner }}
 processors:
-  tail_sampling:
-    decision_wait: 8s
-    policies: [{{ name: all, type: always_sample }}]
+  tail_sampling: {sampler}
   correlate:
     # The exporter is scraped every second (above); the README says to
     # set this to the scrape interval. Every threshold is the default.
@@ -118,9 +117,14 @@ processors:
             "otlp, gateway_log/edge, gateway_log/inner",
             "kafka_lag, hostmetrics, prometheus"
         ),
-        kafka = broker.addr()
+        kafka = broker.addr(),
+        sampler = match wiring {
+            Wiring::KeepAll =>
+                "{ decision_wait: 8s, policies: [{ name: all, type: always_sample }] }".into(),
+            Wiring::Shipped => wiring.sampler(),
+        }
     );
-    let _daemon = Daemon::start(d, "polyglot", &config);
+    let daemon = Daemon::start(d, "polyglot", &config);
 
     // Two NGINX in layers: the edge in front of both services, and an inner
     // hop with a rate limit between inventory and the orders service's supplier endpoint.
@@ -386,7 +390,7 @@ processors:
     );
 
     let traces = d.join("traces.jsonl");
-    let got = testbed::verdicts(&traces, label.keys());
+    let (label, got) = testbed::judged(wiring, &daemon, &traces, label, driver_labels.len());
 
     // The service at fault, by what the mechanism was.
     let culprit_of = |cause: &str, id: &str| -> (String, &'static str) {
@@ -427,7 +431,8 @@ processors:
             );
         }
     }
-    score.assert_bounds(
+    score.assert_bounds_for(
+        wiring,
         &[
             "upstream_timeout",
             "upstream_unavailable",

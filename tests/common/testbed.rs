@@ -528,3 +528,79 @@ pub fn kept_labels(
     );
     (scored, dropped, got)
 }
+
+/// The wiring a bed runs, from `CAUSEWAY_TESTBED_WIRING`: `keep_all` (the
+/// default: every request scored) or `shipped` (`examples/gateway.yaml`'s
+/// sampler: what it keeps scored).
+pub fn wiring() -> Wiring {
+    match std::env::var("CAUSEWAY_TESTBED_WIRING").as_deref() {
+        Ok("shipped") => Wiring::Shipped,
+        _ => Wiring::KeepAll,
+    }
+}
+
+/// The labelled traces to score and their verdicts: behind `always_sample`
+/// every one (once each is analysed); behind the shipped sampler, once
+/// `sent` requests are decided, those it kept.
+pub fn judged(
+    wiring: Wiring,
+    daemon: &super::Daemon,
+    traces: &Path,
+    label: BTreeMap<String, String>,
+    sent: usize,
+) -> (
+    BTreeMap<String, String>,
+    HashMap<String, causeway_scenarios::send::Annotated>,
+) {
+    match wiring {
+        Wiring::KeepAll => {
+            let got = verdicts(traces, label.keys());
+            (label, got)
+        }
+        Wiring::Shipped => {
+            let (kept, _, got) = kept_labels(daemon, traces, label, sent);
+            (kept, got)
+        }
+    }
+}
+
+impl Score {
+    /// [`Score::assert_bounds`] behind `always_sample`; behind the shipped
+    /// sampler the same bounds on what it kept: each listed cause kept at
+    /// least `min` times ≥ 90% right (one kept fewer times is printed),
+    /// ≥ 95% right overall, the culprit right for ≥ 95% of the right
+    /// verdicts, and ≤ 2% of the healthy traces it kept given a cause.
+    pub fn assert_bounds_for(&self, wiring: Wiring, causes: &[&str], min: u64) {
+        if wiring == Wiring::KeepAll {
+            return self.assert_bounds(causes, min);
+        }
+        for cause in causes {
+            let (n, r, _) = self.per.get(*cause).copied().unwrap_or_default();
+            if n < min {
+                eprintln!("{cause}: {n} kept by the shipped sampler (not bounded)");
+                continue;
+            }
+            assert!(
+                r * 10 >= n * 9,
+                "{cause}: {r} of {n} right (≥ 90% required)"
+            );
+        }
+        let (n, r, cu) = self
+            .per
+            .iter()
+            .filter(|(c, _)| *c != "healthy")
+            .fold((0, 0, 0), |a, (_, x)| (a.0 + x.0, a.1 + x.1, a.2 + x.2));
+        assert!(n > 0, "no fault kept");
+        assert!(r * 100 >= n * 95, "top-1: {r} of {n} (≥ 95% required)");
+        assert!(
+            cu * 100 >= r * 95,
+            "culprit (service and kind): {cu} of {r} (≥ 95% required)"
+        );
+        let (hn, hr, _) = self.per.get("healthy").copied().unwrap_or_default();
+        assert!(
+            (hn - hr) * 100 <= hn * 2,
+            "healthy given a cause: {} of {hn} (≤ 2%)",
+            hn - hr
+        );
+    }
+}

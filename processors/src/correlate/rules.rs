@@ -249,7 +249,10 @@ SELECT s.trace_id, 1.0 AS confidence,
   concat(max(s.service), ' timed out calling ', coalesce(max(s.callee), max(s.server_address), max(s.name)), ' after ',
          CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
   first_value(s.span_id ORDER BY s.duration_ms DESC) AS culprit_span_id,
-  CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) THEN max(t.duration_ms) ELSE max(s.duration_ms) END AS explained_ms,
+  -- Retried timeouts hold the retries' window (the attempts and the
+  -- waits between them).
+  CASE WHEN bool_or(t.failed) AND bool_or(NOT s.recovered) THEN max(t.duration_ms)
+       ELSE coalesce(max(s.retry_window_ms), max(s.duration_ms)) END AS explained_ms,
   bool_or(t.failed) AND bool_or(NOT s.recovered) AS explains_failure
 FROM spans s JOIN traces t ON t.trace_id = s.trace_id
 WHERE s.kind IN ('client', 'internal')
@@ -260,7 +263,12 @@ WHERE s.kind IN ('client', 'internal')
        -- Go's http.Client and context: "context deadline exceeded",
        -- "(Client.Timeout exceeded while awaiting headers)".
        OR lower(coalesce(s.exception_message, s.status_message, '')) LIKE '%deadline exceeded%'
-       OR lower(coalesce(s.exception_message, s.status_message, '')) LIKE '%timeout exceeded%')
+       OR lower(coalesce(s.exception_message, s.status_message, '')) LIKE '%timeout exceeded%'
+       -- An attempt the client itself cancelled and then retried: its
+       -- own deadline passed (Go's "net/http: request canceled" when
+       -- http.Client's Timeout fires), not its caller's.
+       OR (s.attempts >= 2 AND s.kind = 'client'
+           AND lower(coalesce(s.exception_message, s.status_message, '')) LIKE '%request canceled%'))
 GROUP BY s.trace_id"#,
         ),
         r(

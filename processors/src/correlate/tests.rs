@@ -3895,6 +3895,44 @@ async fn before_a_baseline_the_code_is_named_by_absolute_evidence_with_less_conf
     assert_ne!(v.best.cause, "cpu_hotspot", "{v:?}");
 }
 
+/// Another request's lock, held at random: its contentions in the window
+/// are many short waits and a few long ones, so their mean is far below a
+/// long waiter's wait. The delay of all of them covering the wait names the
+/// holder (one sample can be the span's wait); a delay short of it names
+/// nothing.
+#[tokio::test]
+async fn a_long_wait_among_many_short_ones_is_named_by_the_delay_that_covers_it() {
+    let unlock = vec!["sync.(*Mutex).Unlock", "main.repriceTariffs", "main.serve"];
+    let contended = |count: i64, delay_ms: i64| {
+        vec![
+            (
+                "cpu",
+                "nanoseconds",
+                vec![(vec!["main.parseAST"], 5_000_000, Some(99))],
+            ),
+            ("contentions", "count", vec![(unlock.clone(), count, None)]),
+            (
+                "delay",
+                "nanoseconds",
+                vec![(unlock.clone(), delay_ms * 1_000_000, None)],
+            ),
+        ]
+    };
+    // Fifty contentions, 1.2 s in all (24 ms on average), a span 400 ms
+    // off CPU.
+    let (v, _) = shop_with(&contended(50, 1200), 60, "symbols", 400).await;
+    assert_eq!(v.best.cause, "lock_contention", "{v:?}");
+    assert!(
+        v.best.summary.contains("main.repriceTariffs")
+            && v.best.summary.contains("(1200 ms in all)"),
+        "{}",
+        v.best.summary
+    );
+    // Their delay, 300 ms in all, cannot hold a 400 ms wait.
+    let (v, _) = shop_with(&contended(50, 300), 61, "symbols", 400).await;
+    assert_ne!(v.best.cause, "lock_contention", "{v:?}");
+}
+
 #[tokio::test]
 async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
     use prost::Message;

@@ -14,6 +14,9 @@
 //	              sets it (POST /hold?ms= on the pprof port)
 //	/render?n=N   main.renderPage builds N small linked nodes (allocation
 //	              that drives the GC)
+//	/tariffs      main.lookupTariffs takes the tariff table's lock; with
+//	              ?reprice=MS the request is the holder: main.repriceTariffs
+//	              holds that lock MS ms (another request's lock)
 //
 // `front` forwards /api/* to the shop through an otelhttp client, so every
 // trace has a caller. `driver` runs a phase: PHASE=warmup the routes'
@@ -31,13 +34,16 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math/rand"
 	"net"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,6 +121,31 @@ func lookupSymbols() time.Duration {
 	return waited
 }
 
+var tariffs sync.Mutex
+
+// repriceTariffs holds the tariff table's lock for `ms` (a request that
+// reprices while others read).
+//
+//go:noinline
+func repriceTariffs(ms int) {
+	tariffs.Lock()
+	time.Sleep(time.Duration(ms) * time.Millisecond)
+	tariffs.Unlock()
+}
+
+// lookupTariffs reads under the tariff table's lock; it returns how long
+// it waited for it.
+//
+//go:noinline
+func lookupTariffs() time.Duration {
+	t := time.Now()
+	tariffs.Lock()
+	waited := time.Since(t)
+	parseAST(200)
+	tariffs.Unlock()
+	return waited
+}
+
 type node struct {
 	next *node
 	buf  [6]uint64
@@ -183,6 +214,21 @@ func shop() {
 		total := time.Since(t)
 		truth(map[string]any{"trace_id": tid(r), "route": "/symbols", "label": label(r),
 			"function": "main.refreshSymbols", "waited_ms": waited.Milliseconds(), "ms": total.Milliseconds()})
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/tariffs", func(w http.ResponseWriter, r *http.Request) {
+		t := time.Now()
+		if ms, err := strconv.Atoi(r.URL.Query().Get("reprice")); err == nil {
+			repriceTariffs(ms)
+			truth(map[string]any{"trace_id": tid(r), "route": "/tariffs", "label": "holder",
+				"function": "main.repriceTariffs", "held_ms": ms, "ms": time.Since(t).Milliseconds()})
+			fmt.Fprintln(w, "ok")
+			return
+		}
+		waited := lookupTariffs()
+		truth(map[string]any{"trace_id": tid(r), "route": "/tariffs", "label": label(r),
+			"function": "main.repriceTariffs", "waited_ms": waited.Milliseconds(),
+			"ms": time.Since(t).Milliseconds()})
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/render", func(w http.ResponseWriter, r *http.Request) {
@@ -258,6 +304,13 @@ func driver() {
 	}
 	healthy := map[string]string{
 		"parse": "/api/parse?n=2000", "symbols": "/api/symbols", "render": "/api/render?n=2000",
+		"tariffs": "/api/tariffs",
+	}
+	// The routes driven (ROUTES, default parse,symbols,render: the Java
+	// bed's front serves those).
+	routes := []string{"parse", "symbols", "render"}
+	if r := os.Getenv("ROUTES"); r != "" {
+		routes = strings.Split(r, ",")
 	}
 	// In parallel: `n` requests of `path` labelled `label`, `conc` at a
 	// time, each client pausing `gap` after each answer.
@@ -289,7 +342,7 @@ func driver() {
 				return
 			default:
 			}
-			for _, r := range []string{"parse", "symbols", "render"} {
+			for _, r := range routes {
 				if i < n {
 					get(healthy[r], label)
 				}
@@ -306,7 +359,7 @@ func driver() {
 			warmup = 30
 		}
 		for i := 0; i < warmup; i++ {
-			for _, r := range []string{"parse", "symbols", "render"} {
+			for _, r := range routes {
 				get(healthy[r], "warmup")
 			}
 		}
@@ -323,6 +376,44 @@ func driver() {
 		run("/api/symbols", "lock_contention", n+n/2, 3, 70*time.Millisecond)
 	})
 	hold(0)
+	// Another request's lock, at random: a reprice holds the tariff table
+	// 100 to 400 ms, at random moments; lookups come at random gaps and
+	// wait whatever is left of the hold they meet (the shop measures it).
+	rng := rand.New(rand.NewSource(int64(66 * scale)))
+	tariffFault := func() {
+		var wg sync.WaitGroup
+		for i := 0; i < 3; i++ {
+			wg.Add(1)
+			go func(seed int64) {
+				defer wg.Done()
+				r := rand.New(rand.NewSource(seed))
+				for k := 0; k < 2*n; k++ {
+					get("/api/tariffs", "lock_contention")
+					time.Sleep(time.Duration(30+r.Intn(120)) * time.Millisecond)
+				}
+			}(int64(i + 1))
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			get(fmt.Sprintf("/api/tariffs?reprice=%d", 100+rng.Intn(300)), "holder")
+			time.Sleep(time.Duration(100+rng.Intn(500)) * time.Millisecond)
+		}
+	}
+	if slices.Contains(routes, "tariffs") {
+		// Apart from the symbol table's contention by more than a mutex
+		// profile's window (the pprof receiver's 15 s): a delta profile
+		// has no time within its window, and two locks contended in one
+		// window cannot be told apart by time (the correlate README says so).
+		time.Sleep(16 * time.Second)
+		beside("healthy", 4*scale, tariffFault)
+		time.Sleep(16 * time.Second)
+	}
 	// Allocation: a page of three million nodes.
 	beside("healthy", 4*scale, func() { run("/api/render?n=3000000", "gc_pressure", n, 2, 0) })
 }

@@ -23,8 +23,8 @@
 //!   share, the profile's kind, the join, and the top five by that, by the
 //!   leaf and inclusive — as evidence of that span; the verdict shows the
 //!   culprit's (`rca.code.*`);
-//! - rules' table `code`: `trace_id, span_id, function, location, share,
-//!   kind, join, samples`.
+//! - rules' table `code`: `trace_id, span_id, kind, join, function,
+//!   location, share, samples, time_ms, gc_share, mean_wait_ms, delay_ms`.
 
 use datafusion::arrow::datatypes::SchemaRef;
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
@@ -733,16 +733,41 @@ impl Code {
         self.samples += other.samples;
     }
 
-    /// The mean wait of a contention charged to the top function (ms), when
-    /// the samples count them.
-    fn mean_wait_ms(&self) -> Option<f64> {
+    /// The contentions charged to the top function, when the samples count
+    /// them: (their count, their delay in all, ns), unweighed.
+    fn contentions(&self) -> Option<(f64, f64)> {
         let (f, _) = self.first()?;
         let (count, value) = self
             .counted_by
             .iter()
             .filter(|(g, _)| g.0.function == f.function)
             .fold((0.0, 0.0), |a, (_, (c, v))| (a.0 + c, a.1 + v));
-        (count > 0.0).then(|| value / count / 1e6)
+        (count > 0.0).then_some((count, value))
+    }
+
+    /// The mean wait of a contention charged to the top function (ms), when
+    /// the samples count them.
+    fn mean_wait_ms(&self) -> Option<f64> {
+        self.contentions().map(|(c, v)| v / c / 1e6)
+    }
+
+    /// The delay of all the contentions charged to the top function in the
+    /// windows joined (ms), when the samples count them: a wait of a span
+    /// no longer than it may be one of them, whatever their mean.
+    fn delay_ms(&self) -> Option<f64> {
+        self.contentions().map(|(_, v)| v / 1e6)
+    }
+
+    /// Whether the contentions charged to the top function can hold a
+    /// wait of `off_ms` off CPU: their mean is at least
+    /// [`LOCK_WAIT_SHARE`] of it (a wait is anywhere from nothing to the
+    /// hold), or they are few and their delay covers it (a function named
+    /// from one sample: its delay is the span's wait).
+    fn holds_wait(&self, off_ms: f64) -> bool {
+        let (Some(mean), Some(delay)) = (self.mean_wait_ms(), self.delay_ms()) else {
+            return false;
+        };
+        off_ms > 0.0 && (mean >= LOCK_WAIT_SHARE * off_ms || delay >= off_ms)
     }
 
     /// By function (its lines' values summed, shown at its heaviest line),
@@ -884,6 +909,9 @@ impl Told {
         if let Some(m) = self.code.mean_wait_ms() {
             v["mean_wait_ms"] = serde_json::json!(round3(m));
         }
+        if let Some(d) = self.code.delay_ms() {
+            v["delay_ms"] = serde_json::json!(round3(d));
+        }
         if explains {
             v["flame"] = self.code.flame();
         }
@@ -904,6 +932,7 @@ fn code_schema() -> SchemaRef {
         f64f("time_ms"),
         f64f("gc_share"),
         f64f("mean_wait_ms"),
+        f64f("delay_ms"),
     ])
 }
 
@@ -941,12 +970,7 @@ impl Profiles {
         let collecting = cpu
             .filter(|x| x.join != "time")
             .is_some_and(|x| x.code.gc >= 0.5 * x.code.total);
-        if let Some(l) = of("lock").filter(|l| {
-            !collecting
-                && l.code
-                    .mean_wait_ms()
-                    .is_some_and(|m| off > 0.0 && m >= LOCK_WAIT_SHARE * off)
-        }) {
+        if let Some(l) = of("lock").filter(|l| !collecting && l.code.holds_wait(off)) {
             return Some(l);
         }
         of("wall").filter(covers)
@@ -1061,6 +1085,7 @@ impl Source for Profiles {
                         V::F(Some(x.time_ms())),
                         V::F(Some(x.code.gc / x.code.total.max(f64::MIN_POSITIVE))),
                         V::F(x.code.mean_wait_ms()),
+                        V::F(x.code.delay_ms()),
                     ]);
                 }
                 // The code is evidence of the span only where it explains
@@ -1135,7 +1160,7 @@ SELECT l.trace_id, CASE WHEN l."join" = 'time' THEN 0.7 ELSE 0.8 END
     * CASE WHEN s.baseline_ms IS NULL THEN {UNLEARNED} ELSE 1.0 END AS confidence,
   concat(s.service, ' ', s.name, ' was off CPU ', CAST(CAST(s.self_ms - coalesce(c.time_ms, 0) AS BIGINT) AS VARCHAR), ' ms of its ',
          CAST(CAST(s.self_ms AS BIGINT) AS VARCHAR), ' ms while its lock''s contentions waited ', CAST(CAST(l.mean_wait_ms AS BIGINT) AS VARCHAR),
-         ' ms on average, ', CAST(CAST(round(l.share * 100) AS BIGINT) AS VARCHAR), '% of the delay at ', l.function, ' (', l.location,
+         ' ms on average (', CAST(CAST(l.delay_ms AS BIGINT) AS VARCHAR), ' ms in all), ', CAST(CAST(round(l.share * 100) AS BIGINT) AS VARCHAR), '% of the delay at ', l.function, ' (', l.location,
          '; ', l."join", ' join',
          CASE WHEN s.baseline_ms IS NULL THEN '; no baseline yet: by the length of its wait' ELSE '' END,
          ')') AS summary,
@@ -1156,7 +1181,10 @@ WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND coalesce(s.ex
   -- second reading): its work explains it, off CPU in the run queue of a
   -- starved host, which a lock's window does not tell apart.
   AND NOT coalesce(c.time_ms >= greatest({SLOW_FACTOR} * s.baseline_ms, {min_time_ms}), false)
-  AND l.mean_wait_ms >= {LOCK_WAIT_SHARE} * (s.self_ms - coalesce(c.time_ms, 0))"#,
+  -- Its contentions can hold the span's wait: their mean is a share of
+  -- it, or their delay covers it (few, long ones: one sample names it).
+  AND (l.mean_wait_ms >= {LOCK_WAIT_SHARE} * (s.self_ms - coalesce(c.time_ms, 0))
+       OR l.delay_ms >= s.self_ms - coalesce(c.time_ms, 0))"#,
                     min_share = self.min_share,
                     min_coverage = self.min_coverage,
                     min_time_ms = self.min_time_ms,
