@@ -6,7 +6,8 @@
 # cached by version and by the files that define it) and the
 # Debian packages and npm modules the end-to-end tests start
 # (scripts/deps.sh), then runs
-# `cargo test --workspace --no-fail-fast` (extra args go to cargo), and
+# `cargo test --workspace --no-fail-fast` (extra args go to cargo), then
+# the Node.js and Python root-cause beds behind the shipped sampler, and
 # ends with the list of failed tests. Each test starts its own servers on
 # free 127.0.0.1 ports.
 set -euo pipefail
@@ -40,6 +41,18 @@ cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 took tests
+
+# The Node.js and Python beds again, as users wire causeway: behind
+# examples/gateway.yaml's tail_sampling instead of always_sample (what it
+# keeps is scored). The Java/Go and llama.cpp beds run so with
+# `WIRING=shipped bench/rca_testbed.sh`; the code and retry beds always do.
+phase "tests behind the shipped sampler: rca_testbed, rca_testbed_python"
+set +e
+CAUSEWAY_TESTBED_WIRING=shipped cargo test --no-fail-fast "$@" --test rca_testbed --test rca_testbed_python 2>&1 | tee -a "$log"
+shipped_status=${PIPESTATUS[0]}
+set -e
+if [[ $shipped_status -ne 0 ]]; then status=$shipped_status; fi
+took "tests behind the shipped sampler"
 echo "== all phases took $((SECONDS - t0)) s"
 failed=$(grep -E '^test .* \.\.\. FAILED$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/' || true)
 binaries=$(grep -E '^error: .*test failed, to rerun pass' "$log" | sed -E 's/.*pass `(.*)`.*/\1/' || true)

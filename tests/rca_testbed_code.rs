@@ -156,32 +156,28 @@ service:
             continue;
         }
         let ms = v["ms"].as_i64().unwrap();
+        // A lock: whatever the driver meant, the wait decides.
+        let lock = || {
+            let waited = v["waited_ms"].as_i64().unwrap();
+            if waited >= 20 && waited * 2 >= ms {
+                Some("lock_contention")
+            } else if ms < 20 {
+                Some("healthy")
+            } else {
+                None
+            }
+        };
         let l = match v["route"].as_str().unwrap() {
-            // The lock: whatever the driver meant, the wait decides.
             "/symbols" => {
-                let waited = v["waited_ms"].as_i64().unwrap();
-                if waited >= 20 && waited * 2 >= ms {
-                    "lock_contention"
-                } else if ms < 20 {
-                    "healthy"
-                } else {
-                    "unexpected: a slow lookup that did not wait for the lock"
-                }
+                lock().unwrap_or("unexpected: a slow lookup that did not wait for the lock")
             }
-            // Another request's lock, met at random: the wait decides;
-            // the holders and the few slowed by something else are not
-            // scored.
+            // Another request's lock, met at random: the holders and the
+            // few slowed by something else are not scored.
             "/tariffs" if asked == "holder" => continue,
-            "/tariffs" => {
-                let waited = v["waited_ms"].as_i64().unwrap();
-                if waited >= 20 && waited * 2 >= ms {
-                    "lock_contention"
-                } else if ms < 20 {
-                    "healthy"
-                } else {
-                    continue;
-                }
-            }
+            "/tariffs" => match lock() {
+                Some(l) => l,
+                None => continue,
+            },
             "/render" if asked == "gc_pressure" => {
                 if v["gc_cycles"].as_u64().unwrap() >= 1 {
                     "gc_pressure"

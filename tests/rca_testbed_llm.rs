@@ -73,7 +73,7 @@ struct Bed {
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Bed {
-    fn start() -> Bed {
+    fn start(wiring: Wiring) -> Bed {
         let server = testbed::peer("CAUSEWAY_LLAMA_SERVER");
         let model = testbed::peer("CAUSEWAY_LLM_MODEL");
         let py = testbed::peer("CAUSEWAY_LLM_PYTHON");
@@ -141,12 +141,9 @@ impl Bed {
         // The assistant goes on decoding after the gateway gave up: its
         // span must arrive before the trace is decided.
         let decision_wait = (2.0 * timeout_s + 5.0).max(15.0);
-        let sampler = match testbed::wiring() {
-            Wiring::KeepAll => format!(
-                "{{ decision_wait: {decision_wait}s, policies: [{{ name: all, type: always_sample }}] }}"
-            ),
-            Wiring::Shipped => Wiring::Shipped.sampler(),
-        };
+        let sampler = wiring.sampler_or(&format!(
+            "{{ decision_wait: {decision_wait}s, policies: [{{ name: all, type: always_sample }}] }}"
+        ));
         eprintln!(
             "calibration: long prompt {long_ms:.0} ms, decode {decode_ms:.2} ms/token: \
              gateway timeout {timeout_s} s, timeout answers of {timeout_tokens} tokens"
@@ -254,7 +251,8 @@ processors:
 #[test]
 fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let bed = Bed::start();
+    let wiring = testbed::wiring();
+    let bed = Bed::start(wiring);
     bed.drive("driver");
     let (d, truth) = (bed.dir.path(), &bed.truth);
 
@@ -363,7 +361,6 @@ fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
     }
 
     let traces = d.join("traces.jsonl");
-    let wiring = testbed::wiring();
     let sent = read_jsonl(truth)
         .iter()
         .filter_map(|v| v["trace_id"].as_str().map(str::to_string))
@@ -404,7 +401,7 @@ fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
 #[test]
 fn a_pulse_of_long_contexts_opens_one_incident_explained_by_the_prompt_size() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let bed = Bed::start();
+    let bed = Bed::start(Wiring::KeepAll);
     let d = bed.dir.path();
     let mut driver = (bed.run)("pulse");
     let logs = d.join("logs.jsonl");

@@ -118,11 +118,8 @@ processors:
             "kafka_lag, hostmetrics, prometheus"
         ),
         kafka = broker.addr(),
-        sampler = match wiring {
-            Wiring::KeepAll =>
-                "{ decision_wait: 8s, policies: [{ name: all, type: always_sample }] }".into(),
-            Wiring::Shipped => wiring.sampler(),
-        }
+        sampler = wiring
+            .sampler_or("{ decision_wait: 8s, policies: [{ name: all, type: always_sample }] }"),
     );
     let daemon = Daemon::start(d, "polyglot", &config);
 
@@ -304,6 +301,17 @@ processors:
                 format!("http://{}", addr(reservations_port)),
             ),
             ("BILLING_ADMIN", format!("http://{}", addr(billing_port))),
+            // Behind the shipped sampler, the routes of slow requests have
+            // their normal traffic first: their p99 is then the faults'.
+            (
+                "WARMUP",
+                if wiring == Wiring::Shipped {
+                    "1500"
+                } else {
+                    "0"
+                }
+                .to_string(),
+            ),
             (
                 "SCALE",
                 std::env::var("CAUSEWAY_TESTBED_SCALE").unwrap_or_else(|_| "1".into()),

@@ -108,7 +108,12 @@ fn python_services_with_unlisted_libraries_get_the_right_cause_and_culprit() {
             // production where they are rare.
             (
                 "WARMUP",
-                if wiring == Wiring::Shipped { "1900" } else { "0" }.to_string(),
+                if wiring == Wiring::Shipped {
+                    "1900"
+                } else {
+                    "0"
+                }
+                .to_string(),
             ),
             (
                 "SCALE",

@@ -414,18 +414,26 @@ impl Score {
                 "{cause}: {r} of {n} right (≥ 90% required)"
             );
         }
+        self.assert_overall(20);
+    }
+
+    /// ≥ 95% right overall, the culprit right for ≥ 95% of the right
+    /// verdicts, ≤ 2% of (at least `min_healthy`) healthy traces given a
+    /// cause.
+    fn assert_overall(&self, min_healthy: u64) {
         let (n, r, cu) = self
             .per
             .iter()
             .filter(|(c, _)| *c != "healthy")
             .fold((0, 0, 0), |a, (_, x)| (a.0 + x.0, a.1 + x.1, a.2 + x.2));
+        assert!(n > 0, "no fault scored");
         assert!(r * 100 >= n * 95, "top-1: {r} of {n} (≥ 95% required)");
         assert!(
             cu * 100 >= r * 95,
             "culprit (service and kind): {cu} of {r} (≥ 95% required)"
         );
         let (hn, hr, _) = self.per.get("healthy").copied().unwrap_or_default();
-        assert!(hn >= 20, "healthy traces: {hn}");
+        assert!(hn >= min_healthy, "healthy traces: {hn}");
         assert!(
             (hn - hr) * 100 <= hn * 2,
             "healthy given a cause: {} of {hn} (≤ 2%)",
@@ -465,6 +473,17 @@ impl Wiring {
     }
 }
 
+impl Wiring {
+    /// The `tail_sampling` section: `keep_all` (a bed's own `always_sample`
+    /// with its `decision_wait`) or the shipped one.
+    pub fn sampler_or(self, keep_all: &str) -> String {
+        match self {
+            Wiring::KeepAll => keep_all.to_string(),
+            Wiring::Shipped => self.sampler(),
+        }
+    }
+}
+
 /// Traces the `tail_sampling` processor decided (kept or not).
 pub fn decided(d: &super::Daemon) -> f64 {
     ["sampled", "not_sampled"]
@@ -485,19 +504,21 @@ pub fn kept(d: &super::Daemon) -> f64 {
     .unwrap_or(0.0)
 }
 
+/// Labels by trace id.
+pub type Labels = BTreeMap<String, String>;
+
+/// The annotated traces by trace id.
+pub type Verdicts = HashMap<String, causeway_scenarios::send::Annotated>;
+
 /// Behind a sampler: once `sent` requests are decided and every kept trace
 /// analysed, the labelled traces it kept (analysed) and, per label, how
 /// many it did not keep.
 pub fn kept_labels(
     daemon: &super::Daemon,
     traces: &Path,
-    label: BTreeMap<String, String>,
+    label: Labels,
     sent: usize,
-) -> (
-    BTreeMap<String, String>,
-    BTreeMap<String, usize>,
-    HashMap<String, causeway_scenarios::send::Annotated>,
-) {
+) -> (Labels, BTreeMap<String, usize>, Verdicts) {
     let analysed = || {
         causeway_scenarios::send::read_annotated(traces)
             .values()
@@ -546,12 +567,9 @@ pub fn judged(
     wiring: Wiring,
     daemon: &super::Daemon,
     traces: &Path,
-    label: BTreeMap<String, String>,
+    label: Labels,
     sent: usize,
-) -> (
-    BTreeMap<String, String>,
-    HashMap<String, causeway_scenarios::send::Annotated>,
-) {
+) -> (Labels, Verdicts) {
     match wiring {
         Wiring::KeepAll => {
             let got = verdicts(traces, label.keys());
@@ -585,22 +603,6 @@ impl Score {
                 "{cause}: {r} of {n} right (≥ 90% required)"
             );
         }
-        let (n, r, cu) = self
-            .per
-            .iter()
-            .filter(|(c, _)| *c != "healthy")
-            .fold((0, 0, 0), |a, (_, x)| (a.0 + x.0, a.1 + x.1, a.2 + x.2));
-        assert!(n > 0, "no fault kept");
-        assert!(r * 100 >= n * 95, "top-1: {r} of {n} (≥ 95% required)");
-        assert!(
-            cu * 100 >= r * 95,
-            "culprit (service and kind): {cu} of {r} (≥ 95% required)"
-        );
-        let (hn, hr, _) = self.per.get("healthy").copied().unwrap_or_default();
-        assert!(
-            (hn - hr) * 100 <= hn * 2,
-            "healthy given a cause: {} of {hn} (≤ 2%)",
-            hn - hr
-        );
+        self.assert_overall(0);
     }
 }

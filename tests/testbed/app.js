@@ -269,6 +269,10 @@ if (role === 'shop') {
     // bursts: its span name (`pg.query:SELECT postgres`) is every SELECT's,
     // whose 1 ms is no normal for a 100 ms query.
     for (let i = 0; i < 20; i++) await one('/orders', () => 'warmup');
+    // The item route's normal traffic, as production has it (WARMUP,
+    // default none): behind a sampler that keeps each route's p99, the
+    // cold reads below are its tail.
+    for (let i = 0; i < +(process.env.WARMUP || 0); i++) await one(`/item/warm-${run}-${i % 10}`, () => 'warmup');
     for (let round = 0; round < scale; round++) {
       // Orders while billing consumes (first: its group commits an offset
       // before the pause below, so its lag is known).
