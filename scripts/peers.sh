@@ -4,6 +4,8 @@
 #
 #   Apache Kafka (broker jars from Maven Central, KRaft combined mode, Java 17)
 #   Jaeger v2 (github.com/jaegertracing/jaeger/cmd/jaeger, from the Go module proxy)
+#   VictoriaLogs (tools/peers/victorialogs, from the Go module proxy: the loki
+#     exporter's real server, its Loki push API and LogsQL queries)
 #   the OpenTelemetry Collector (tools/peers/otelcol: core v0.140.0 and contrib
 #     v0.140.1, one release; v0.139.0, the one Jaeger v1.75.0 is built on, has
 #     a loadbalancing exporter that cannot create its backends, contrib #43950)
@@ -13,8 +15,8 @@
 #     module proxy; tests/testbed/java: its jars from Maven Central, the
 #     OpenTelemetry Java agent beside them, its classes compiled by javac)
 #
-# Source it (`. scripts/peers.sh`) to get CAUSEWAY_KAFKA_LIBS, CAUSEWAY_JAEGER
-# and CAUSEWAY_OTELCOL exported; run it to only fetch and build. Nothing is
+# Source it (`. scripts/peers.sh`) to get CAUSEWAY_KAFKA_LIBS, CAUSEWAY_JAEGER,
+# CAUSEWAY_VICTORIALOGS and CAUSEWAY_OTELCOL exported; run it to only fetch and build. Nothing is
 # done when the cache already holds a peer; each step says what it does.
 set -euo pipefail
 
@@ -22,6 +24,7 @@ peers_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tools/peers"
 PEERS_CACHE="${CAUSEWAY_PEERS:-${HOME:-/root}/.cache/causeway-peers}"
 KAFKA_VERSION=4.1.1
 JAEGER_VERSION=v1.75.0
+VICTORIALOGS_VERSION=v1.52.2
 OTELCOL_VERSION=v0.140.1
 mkdir -p "$PEERS_CACHE"
 
@@ -50,6 +53,15 @@ if [[ ! -x "$jaeger_dir/jaeger" ]]; then
   mv "$jaeger_dir/jaeger.tmp" "$jaeger_dir/jaeger"
 fi
 export CAUSEWAY_JAEGER="$jaeger_dir/jaeger"
+
+victorialogs_dir="$PEERS_CACHE/victorialogs-$VICTORIALOGS_VERSION-$(peer_key "$peers_root/victorialogs/go.mod" "$peers_root/victorialogs/go.sum")"
+if [[ ! -x "$victorialogs_dir/victoria-logs" ]]; then
+  echo "== building VictoriaLogs $VICTORIALOGS_VERSION from the Go module proxy into $victorialogs_dir (once; a few minutes)"
+  (cd "$peers_root/victorialogs" && go build -trimpath -ldflags='-s -w' -o "$victorialogs_dir/victoria-logs.tmp" \
+    github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs)
+  mv "$victorialogs_dir/victoria-logs.tmp" "$victorialogs_dir/victoria-logs"
+fi
+export CAUSEWAY_VICTORIALOGS="$victorialogs_dir/victoria-logs"
 
 otelcol_dir="$PEERS_CACHE/otelcol-$OTELCOL_VERSION-$(peer_key "$peers_root/otelcol/go.mod" "$peers_root/otelcol/go.sum" "$peers_root/otelcol/main.go")"
 if [[ ! -x "$otelcol_dir/otelcol" ]]; then
@@ -173,4 +185,4 @@ if [[ ! -x "$llm_venv/bin/python" ]] || ! "$llm_venv/bin/python" -c 'import flas
 fi
 export CAUSEWAY_LLAMA_SERVER="$llm_dir/llama-server" CAUSEWAY_LLM_MODEL="$llm_dir/tiny.gguf" CAUSEWAY_LLM_PYTHON="$llm_venv/bin/python"
 
-echo "== peers: kafka $KAFKA_VERSION ($CAUSEWAY_KAFKA_LIBS), jaeger $JAEGER_VERSION, otelcol $OTELCOL_VERSION, otelcol for profiles v0.148.0"
+echo "== peers: kafka $KAFKA_VERSION ($CAUSEWAY_KAFKA_LIBS), jaeger $JAEGER_VERSION, victorialogs $VICTORIALOGS_VERSION, otelcol $OTELCOL_VERSION, otelcol for profiles v0.148.0"

@@ -280,11 +280,6 @@ service:
 #[test]
 fn a_kept_trace_names_the_function_its_span_spent_its_time_in() {
     use causeway_scenarios::send::read_annotated;
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-    use opentelemetry_proto::tonic::resource::v1::Resource;
-    use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans, ScopeSpans, Span};
-    use prost::Message;
 
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -338,6 +333,33 @@ service:
     target.kill().ok();
     target.wait().ok();
     // The request the labelled goroutine served: its span, 300 ms ago.
+    send_span(http, 0x3c, SPAN_ID, 300);
+    let traces = d.join("traces.jsonl");
+    wait_for(Duration::from_secs(60), "the trace analysed", || {
+        read_annotated(&traces)
+            .values()
+            .any(|a| a.root.contains_key("rca.cause"))
+    });
+    let got = read_annotated(&traces);
+    let a = got.values().next().unwrap();
+    assert_eq!(a.root["rca.code.function"], "main.parseAST", "{:?}", a.root);
+    assert_eq!(a.root["rca.code.join"], "span");
+    assert_eq!(a.root["rca.code.kind"], "cpu");
+    assert!(
+        a.root["rca.code.location"].contains("main.go:"),
+        "{:?}",
+        a.root
+    );
+}
+
+/// A server span of the `parser` service (trace of bytes `trace`, span
+/// `span_id`) that ended now after `ms`, sent by OTLP/HTTP to port `http`.
+fn send_span(http: u16, trace: u8, span_id: &str, ms: u64) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -357,11 +379,11 @@ service:
             }),
             scope_spans: vec![ScopeSpans {
                 spans: vec![Span {
-                    trace_id: vec![0x3c; 16],
-                    span_id: hex::decode(SPAN_ID).unwrap(),
+                    trace_id: vec![trace; 16],
+                    span_id: hex::decode(span_id).unwrap(),
                     name: "POST /parse".into(),
                     kind: span::SpanKind::Server as i32,
-                    start_time_unix_nano: now - 300_000_000,
+                    start_time_unix_nano: now - ms * 1_000_000,
                     end_time_unix_nano: now,
                     ..Default::default()
                 }],
@@ -377,20 +399,90 @@ service:
         .send()
         .unwrap();
     assert!(r.status().is_success());
+}
+
+/// Go's mutex and block profiles taken together: a request of the process
+/// off CPU while `main.holdSymbols` held the lock `main.lookupSymbol`
+/// waited for is `lock_contention` naming the holder (the mutex profile's)
+/// with the waiter beside it (the block profile's); the workers' waits on
+/// their channel, longer in all than the lock's, are no lock.
+#[test]
+fn go_mutex_and_block_profiles_name_the_holder_and_the_waiter_of_a_lock() {
+    use causeway_scenarios::send::read_annotated;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let bin = build(d);
+    let (port, http) = (free_port(), free_port());
+    let mut target = start_target(d, &bin, port);
+    let _daemon = Daemon::start(
+        d,
+        "locks",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+  pprof:
+    targets:
+      - service: parser
+        static_configs: [{{ targets: ["127.0.0.1:{port}"] }}]
+    profiles: [cpu, mutex, block]
+    seconds: 1s
+    collection_interval: 1s
+processors:
+  tail_sampling:
+    decision_wait: 1s
+    policies: [{{ name: all, type: always_sample }}]
+  correlate: {{}}
+exporters:
+  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  file/profiles: {{ path: "{{dir}}/profiles.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    profiles: {{ receivers: [pprof], processors: [correlate], exporters: [file/profiles] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    );
+    // The block profile's waits, the lock's and the channel's, have passed
+    // the correlation state.
+    let profiles = d.join("profiles.jsonl");
+    let waited = |f: &str| {
+        read_jsonl(&profiles).iter().flat_map(read).any(|p| {
+            p.kind == "delay"
+                && p.samples
+                    .iter()
+                    .any(|(frames, ..)| frames.iter().any(|x| x == f))
+        })
+    };
+    wait_for(Duration::from_secs(60), "the block profile's waits", || {
+        waited("main.awaitJob") && waited("main.lookupSymbol")
+    });
+    // A request of the process, off CPU (its own goroutine has no CPU
+    // samples: the labelled one's are linked to another span), 400 ms.
+    send_span(http, 0x4d, "00f067aa0ba902b8", 400);
     let traces = d.join("traces.jsonl");
-    wait_for(Duration::from_secs(60), "the trace analysed", || {
+    wait_for(Duration::from_secs(90), "the trace analysed", || {
         read_annotated(&traces)
             .values()
             .any(|a| a.root.contains_key("rca.cause"))
     });
+    target.kill().ok();
+    target.wait().ok();
     let got = read_annotated(&traces);
     let a = got.values().next().unwrap();
-    assert_eq!(a.root["rca.code.function"], "main.parseAST", "{:?}", a.root);
-    assert_eq!(a.root["rca.code.join"], "span");
-    assert_eq!(a.root["rca.code.kind"], "cpu");
-    assert!(
-        a.root["rca.code.location"].contains("main.go:"),
+    assert_eq!(a.root["rca.cause"], "lock_contention", "{:?}", a.root);
+    assert_eq!(
+        a.root["rca.code.function"], "main.holdSymbols",
         "{:?}",
         a.root
     );
+    assert_eq!(
+        a.root["rca.code.waiter_function"], "main.lookupSymbol",
+        "{:?}",
+        a.root
+    );
+    assert_eq!(a.root["rca.code.join"], "time");
 }

@@ -1,8 +1,10 @@
-//! The metrics and alert exporters against the real servers Debian ships
-//! (`victoria-metrics`, `prometheus` with its remote-write receiver,
-//! `prometheus-alertmanager`), read back through each server's own query
-//! API: what an SRE's dashboards and alert routes will see. `scripts/test.sh`
-//! installs the packages.
+//! The metrics, log and alert exporters against real servers: the ones
+//! Debian ships (`victoria-metrics`, `prometheus` with its remote-write
+//! receiver, `prometheus-alertmanager`) and VictoriaLogs (its Loki push
+//! API; built from the Go module proxy by `scripts/peers.sh`), read back
+//! through each server's own query API: what an SRE's dashboards, log
+//! searches and alert routes will see. `scripts/test.sh` installs the
+//! packages.
 
 mod common;
 
@@ -88,6 +90,43 @@ impl Server {
             name,
             log,
         }
+    }
+
+    /// VictoriaLogs (`CAUSEWAY_VICTORIALOGS`, from `scripts/peers.sh`) on
+    /// `port`, its data in `dir/victoria-logs` (kept across restarts).
+    fn victoria_logs(dir: &Path, port: u16) -> Server {
+        let bin = std::env::var("CAUSEWAY_VICTORIALOGS")
+            .expect("CAUSEWAY_VICTORIALOGS (scripts/peers.sh builds VictoriaLogs)");
+        Server::start(
+            "victoria-logs",
+            dir,
+            &bin,
+            &[
+                format!("-httpListenAddr=127.0.0.1:{port}"),
+                format!("-storageDataPath={}", dir.join("victoria-logs").display()),
+            ],
+            |a| matches!(http_get(a, "/health"), Some((200, _))),
+        )
+    }
+
+    /// The records a LogsQL query finds in tenant `0:project`, each a JSON
+    /// object of its fields.
+    fn logsql(&self, project: &str, query: &str) -> Vec<Value> {
+        http_client()
+            .get(format!(
+                "http://{}/select/logsql/query?query={}",
+                self.addr,
+                enc(query)
+            ))
+            .header("ProjectID", project)
+            .send()
+            .and_then(|r| r.text())
+            .map(|body| {
+                body.lines()
+                    .filter_map(|l| serde_json::from_str(l).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn victoria_metrics(dir: &Path, name: &'static str) -> Server {
@@ -1065,5 +1104,156 @@ receivers:
             up_zero && stale
         },
     );
+    assert!(daemon.terminate().success());
+}
+
+/// OTLP/JSON log records of the `gateway` service, one per `(route, trace
+/// id, body)`, each with the root cause causeway writes on a kept trace's
+/// RCA record.
+fn gateway_logs(records: &[(&str, &str, &str)]) -> Value {
+    let t = now_ns();
+    let recs: Vec<Value> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (route, trace, body))| {
+            json!({"timeUnixNano": (t + i as u64).to_string(), "severityNumber": 17, "severityText": "ERROR",
+                   "traceId": trace, "spanId": "eee19b7ec3c1b174", "body": {"stringValue": body},
+                   "attributes": [kv("route_id", route), kv("rca.cause", "upstream_timeout"),
+                                  kv("rca.culprit.service", "pricing")]})
+        })
+        .collect();
+    json!({"resourceLogs": [{
+        "resource": {"attributes": [kv("service.name", "gateway")]},
+        "scopeLogs": [{"logRecords": recs}]
+    }]})
+}
+
+fn post_logs(http: u16, body: &Value) {
+    let r = http_client()
+        .post(format!("http://127.0.0.1:{http}/v1/logs"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 200, "{:?}", r.text());
+}
+
+/// The loki exporter into VictoriaLogs' Loki push API, both encodings
+/// (protobuf + snappy; JSON + gzip): each record is found by a LogsQL query
+/// with its stream labels (`service_name`, `route_id`, `level`) and its
+/// structured metadata (`trace_id`, the `rca_*` fields); records sent while
+/// VictoriaLogs is down arrive once it is back; a push it answers 400 (a
+/// tenant header it cannot parse) is counted as failed, never resent, and
+/// the other exporters go on.
+#[test]
+fn logs_arrive_in_victorialogs_through_its_loki_api_as_logsql_shows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let port = free_port();
+    let vl = Server::victoria_logs(d, port);
+    let http = free_port();
+    let push = format!("http://127.0.0.1:{port}/insert/loki/api/v1/push");
+    let cfg = format!(
+        r#"{receivers}exporters:
+  loki/protobuf:
+    endpoint: "{push}"
+    headers: {{ ProjectID: "1" }}
+    retry_on_failure: {{ initial_interval: 100ms, max_interval: 500ms }}
+  loki/json:
+    endpoint: "{push}"
+    encoding: json
+    compression: gzip
+    headers: {{ ProjectID: "2" }}
+    retry_on_failure: {{ initial_interval: 100ms, max_interval: 500ms }}
+  loki/refused:
+    endpoint: "{push}"
+    headers: {{ AccountID: "not-a-number" }}
+    retry_on_failure: {{ initial_interval: 100ms, max_interval: 500ms }}
+service:
+  pipelines:
+    logs: {{ receivers: [otlp], exporters: [loki/protobuf, loki/json, loki/refused] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#,
+        receivers = causeway_scenarios::config::otlp_http(http),
+    );
+    let daemon = Daemon::start(d, "causeway", &cfg);
+    let trace = "5b8efff798038103d269b633813fc60c";
+    post_logs(
+        http,
+        &gateway_logs(&[("checkout", trace, "upstream timed out")]),
+    );
+    // Each encoding's records, by tenant (VictoriaLogs' ProjectID header).
+    let found = |project: &str, query: &str| vl.logsql(project, query);
+    for project in ["1", "2"] {
+        wait_for(
+            Duration::from_secs(30),
+            "the record in VictoriaLogs",
+            || !found(project, &format!("trace_id:{trace}")).is_empty(),
+        );
+        let r = &found(project, &format!("trace_id:{trace}"))[0];
+        assert_eq!(r["_msg"], "upstream timed out", "{r}");
+        let stream = r["_stream"].as_str().unwrap_or_default();
+        for label in [
+            r#"service_name="gateway""#,
+            r#"route_id="checkout""#,
+            r#"level="error""#,
+        ] {
+            assert!(
+                stream.contains(label),
+                "{label} not in the stream {stream}: {r}"
+            );
+        }
+        assert_eq!(r["rca_cause"], "upstream_timeout", "{r}");
+        assert_eq!(r["rca_culprit_service"], "pricing", "{r}");
+        assert_eq!(r["span_id"], "eee19b7ec3c1b174", "{r}");
+        // Found by its labels as a dashboard's stream selector would.
+        assert_eq!(
+            found(
+                project,
+                r#"{service_name="gateway",route_id="checkout"} rca_cause:upstream_timeout"#
+            )
+            .len(),
+            1
+        );
+    }
+    // Nothing lands in the default tenant the refused exporter aimed at,
+    // and its pushes are counted as failed.
+    assert!(vl.logsql("0", "*").is_empty());
+    wait_for(Duration::from_secs(30), "the refused push counted", || {
+        daemon
+            .metric(r#"causeway_exporter_send_failed_items_total{component="loki/refused",signal="logs"}"#)
+            .unwrap_or(0.0)
+            >= 1.0
+    });
+
+    // An outage: what is sent while VictoriaLogs is down arrives once it is
+    // back, in both encodings.
+    drop(vl);
+    let late = "6c9f0000000000000000000000000001";
+    post_logs(
+        http,
+        &gateway_logs(&[("search", late, "sent during the outage")]),
+    );
+    let vl = Server::victoria_logs(d, port);
+    for project in ["1", "2"] {
+        wait_for(Duration::from_secs(60), "the outage's record", || {
+            vl.logsql(project, &format!("trace_id:{late}"))
+                .iter()
+                .any(|r| r["_msg"] == "sent during the outage")
+        });
+    }
+    // A 400 is not retried (it fails at once, where a retried push would
+    // count nothing until its retries ran out), and each record fails once.
+    let failed = || {
+        daemon
+            .metric(r#"causeway_exporter_send_failed_items_total{component="loki/refused",signal="logs"}"#)
+            .unwrap_or(0.0)
+    };
+    wait_for(
+        Duration::from_secs(60),
+        "the second refused push counted",
+        || failed() >= 2.0,
+    );
+    assert_eq!(failed(), 2.0, "each refused record counted once");
     assert!(daemon.terminate().success());
 }

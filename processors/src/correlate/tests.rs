@@ -3933,6 +3933,89 @@ async fn a_long_wait_among_many_short_ones_is_named_by_the_delay_that_covers_it(
     assert_ne!(v.best.cause, "lock_contention", "{v:?}");
 }
 
+/// Go's block profile read with its mutex profile: its waits to take a
+/// `sync.Mutex` are the waiter's side of the lock the mutex profile charges
+/// to the holder (the holder named, the waiter beside it), its waits on a
+/// channel are no lock; with the block profile alone, the waiter is named.
+#[tokio::test]
+async fn the_block_profile_is_the_waiters_side_of_the_mutex_profiles_lock() {
+    let unlock = vec!["sync.(*Mutex).Unlock", "main.repriceTariffs", "main.serve"];
+    let lock = vec![
+        "sync.runtime_SemacquireMutex",
+        "internal/sync.(*Mutex).lockSlow",
+        "sync.(*Mutex).Lock",
+        "main.lookupTariffs",
+        "main.serve",
+    ];
+    let chan = vec!["runtime.chanrecv1", "main.awaitJob", "main.worker"];
+    // (stack, contentions, delay in ms) of the contention profiles.
+    let contended = |stacks: &[(&Vec<&'static str>, i64, i64)]| {
+        vec![
+            (
+                "cpu",
+                "nanoseconds",
+                vec![(vec!["main.parseAST"], 5_000_000, Some(99))],
+            ),
+            (
+                "contentions",
+                "count",
+                stacks
+                    .iter()
+                    .map(|(f, c, _)| ((*f).clone(), *c, None))
+                    .collect(),
+            ),
+            (
+                "delay",
+                "nanoseconds",
+                stacks
+                    .iter()
+                    .map(|(f, _, ms)| ((*f).clone(), ms * 1_000_000, None))
+                    .collect(),
+            ),
+        ]
+    };
+    // Both profiles, and the workers' long waits on their channel: the
+    // holder is named, the waiter beside it, the channel nowhere.
+    let (v, rs) = shop_with(
+        &contended(&[(&unlock, 50, 1200), (&lock, 50, 1200), (&chan, 400, 60_000)]),
+        70,
+        "symbols",
+        400,
+    )
+    .await;
+    assert_eq!(v.best.cause, "lock_contention", "{v:?}");
+    assert!(
+        v.best.summary.contains("main.repriceTariffs")
+            && v.best.summary.contains("it waited in main.lookupTariffs"),
+        "{}",
+        v.best.summary
+    );
+    let code = code_attributes(&rs);
+    assert_eq!(code["rca.code.function"], "main.repriceTariffs", "{code:?}");
+    assert_eq!(
+        code["rca.code.waiter_function"], "main.lookupTariffs",
+        "{code:?}"
+    );
+    assert_eq!(code["rca.code.waiter_delay_ms"], "1200", "{code:?}");
+    // The block profile alone: the function that waited is named...
+    let (v, _) = shop_with(
+        &contended(&[(&lock, 50, 1200), (&chan, 400, 60_000)]),
+        71,
+        "symbols",
+        400,
+    )
+    .await;
+    assert_eq!(v.best.cause, "lock_contention", "{v:?}");
+    assert!(
+        v.best.summary.contains("main.lookupTariffs"),
+        "{}",
+        v.best.summary
+    );
+    // ...and waits on a channel alone are no lock.
+    let (v, _) = shop_with(&contended(&[(&chan, 400, 60_000)]), 72, "symbols", 400).await;
+    assert_ne!(v.best.cause, "lock_contention", "{v:?}");
+}
+
 #[tokio::test]
 async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
     use prost::Message;

@@ -6,10 +6,12 @@
 //! Learned from a client span whose server child is in the trace (the
 //! client's `server.address:server.port` → the child's `service.name`), and
 //! from a server span that serves an RPC service (its `rpc.service` → its
-//! `service.name`: a gRPC client span need carry no address); not
-//! from gateway lines, whose upstream may be the entry service (an edge
-//! gateway) or a callee (a sidecar's egress). Bounded: at most `max` addresses; when full, the address learned
-//! longest ago goes. It knows no evidence source.
+//! `service.name`: a gRPC client span need carry no address), and from
+//! the calls a proxy forwarded (`TraceRow::proxied`: a gateway's upstream
+//! address → the service of the server span that answered the line's
+//! span; whether the gateway is an edge or a sidecar's egress, the span
+//! below it is the upstream's). Bounded: at most `max` addresses; when
+//! full, the address learned longest ago goes. It knows no evidence source.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -106,6 +108,16 @@ impl Peers {
                     if s.peer_service.is_none() && *callee != s.service {
                         Self::put(&mut g, self.max, addr, callee);
                     }
+                }
+            }
+            for (span, addr) in &t.proxied {
+                let answered = t
+                    .spans
+                    .iter()
+                    .find(|s| s.kind == "server" && s.parent_id == *span && *span != 0);
+                if let Some(server) = answered {
+                    let addr = addr.trim().to_ascii_lowercase();
+                    Self::put(&mut g, self.max, addr, &server.service);
                 }
             }
         }
@@ -225,5 +237,37 @@ mod tests {
         }];
         p.learn_and_fill(&mut later);
         assert_eq!(later[0].spans[0].callee.as_deref(), Some("reservations"));
+    }
+
+    #[test]
+    fn a_proxied_call_names_its_upstream_after_the_server_span_that_answered_it() {
+        let p = Peers::new(8);
+        let span = |kind, service: &str, span_id, parent_id| SpanRow {
+            kind,
+            service: service.into(),
+            span_id,
+            parent_id,
+            ..Default::default()
+        };
+        // The client's call went through a gateway to 127.0.0.1:9000,
+        // where the assistant answered it.
+        let mut seen = vec![TraceRow {
+            spans: vec![
+                span("client", "driver", 7, 0),
+                span("server", "assistant", 8, 7),
+            ],
+            proxied: vec![(7, "127.0.0.1:9000".into())],
+            ..Default::default()
+        }];
+        p.learn_and_fill(&mut seen);
+        assert_eq!(p.resolve("127.0.0.1:9000").as_deref(), Some("assistant"));
+        // A line whose call nothing answered in the trace teaches nothing.
+        let mut unanswered = vec![TraceRow {
+            spans: vec![span("client", "driver", 9, 0)],
+            proxied: vec![(9, "127.0.0.1:9001".into())],
+            ..Default::default()
+        }];
+        p.learn_and_fill(&mut unanswered);
+        assert_eq!(p.resolve("127.0.0.1:9001"), None);
     }
 }

@@ -222,6 +222,12 @@ pub struct TraceRow {
     pub parts: Parts,
     /// What the evidence sources joined to it, as its evidence shows it.
     pub joined: Vec<Joined>,
+    /// Calls a proxy on the path forwarded, as a source's log join found
+    /// them (a gateway's access-log line): the span that sent the call
+    /// through the proxy and the upstream address the proxy sent it to.
+    /// `Peers` learns each address as the service of the server span that
+    /// answered below that span.
+    pub proxied: Vec<(u64, Arc<str>)>,
     /// Spans that arrived after the trace was analysed, with the remembered
     /// producer span their message came from (not in the batch: its
     /// `at` is [`NOT_IN_BATCH`]).

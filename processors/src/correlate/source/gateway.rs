@@ -574,6 +574,16 @@ impl Source for Gateway {
         if hop.iter().any(Option::is_some) {
             t.parts.put(Hops(hop), 0);
         }
+        // Where each line forwarded its caller's call: `Peers` names the
+        // upstream address after the server span that answered it.
+        t.proxied = t
+            .logs
+            .iter()
+            .filter_map(|l| {
+                let span = u64::from_str_radix(l.span_id.as_deref()?, 16).ok()?;
+                Some((span, line(l)?.upstream.clone()?))
+            })
+            .collect();
     }
 
     fn log_columns(&self) -> &'static [Column<TraceRow>] {
@@ -690,6 +700,9 @@ SELECT l.trace_id, 1.0 AS confidence,
          CAST(count(*) AS VARCHAR), ' gateway attempts answered 504 after ',
          CAST(CAST(max(l.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
   max(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN l.span_id END) AS at_span_id,
+  -- The upstream that did not answer in time (the service seen serving
+  -- its address): named even when its own span ends after the decision.
+  max(CASE WHEN l.status = 504 OR l.response_flags LIKE '%UT%' THEN l.upstream END) AS culprit_service,
   CASE WHEN max(t.final_status) = 504 THEN max(t.duration_ms) ELSE coalesce(max(l.duration_ms), 0.0) END AS explained_ms,
   coalesce(max(t.final_status) = 504, false) AS explains_failure
 FROM logs l JOIN traces t ON t.trace_id = l.trace_id WHERE l.gateway

@@ -5,7 +5,8 @@
 //! - state: a window of samples (its stack interned, counted in bytes, the
 //!   oldest first out; a request over `max_profile_bytes` not kept, logged
 //!   and counted by the source), each with its
-//!   service, time, kind (`cpu`, `lock`, `wall`, `alloc`) and the span its
+//!   service, time, kind (`cpu`, `lock` — the holder's side, `lock_wait`
+//!   — Go's block profile's waiter, `wall`, `alloc`) and the span its
 //!   link names;
 //! - join, best first, per critical span: (a) `span`: the samples linked to
 //!   the very span; (b) `local_root`: the samples linked to the span that
@@ -507,8 +508,17 @@ fn samples(req: &ExportProfilesServiceRequest) -> Vec<(Sample, usize)> {
                         .map(u64::from_be_bytes)
                         .filter(|&id| id != 0);
                     let thread = thread_of(d, &x.attribute_indices);
+                    // Go's block profile beside its mutex profile: the
+                    // waiter's side of a lock apart, a channel's wait out.
+                    let kind = match kind {
+                        "lock" => match lock_side(&stack) {
+                            Some(side) => side,
+                            None => continue,
+                        },
+                        k => k,
+                    };
                     // A stack's contentions go with its first delay sample.
-                    let counted = if kind == "lock" {
+                    let counted = if is_lock(kind) {
                         counts.remove(&x.stack_index)
                     } else {
                         None
@@ -536,7 +546,7 @@ fn samples(req: &ExportProfilesServiceRequest) -> Vec<(Sample, usize)> {
                     // A lock event is one contention.
                     let n = times.len() as f64;
                     let count = |c: Option<f64>| {
-                        if kind != "lock" {
+                        if !is_lock(kind) {
                             0.0
                         } else {
                             c.map_or(1.0, |c| c / n)
@@ -562,6 +572,61 @@ fn samples(req: &ExportProfilesServiceRequest) -> Vec<(Sample, usize)> {
         }
     }
     out
+}
+
+/// Whether samples of `kind` count a lock's contentions (either side).
+fn is_lock(kind: &str) -> bool {
+    kind == "lock" || kind == LOCK_WAIT
+}
+
+/// The kind of Go's block-profile samples that waited to take a lock: the
+/// waiter's side of what the mutex profile charges to the holder.
+const LOCK_WAIT: &str = "lock_wait";
+
+/// The side of a lock a contention sample shows, by the Go runtime's
+/// frames on its stack: Go's mutex profile charges the holder at its
+/// `Unlock` (`lock`); its block profile charges the waiter at its `Lock`
+/// ([`LOCK_WAIT`]), and also records waits that are no lock's (a channel,
+/// a `select`, a `sync.Cond`, a `sync.WaitGroup`): `None`, not a lock. A
+/// stack of another runtime (a JVM's lock events) is `lock`.
+fn lock_side(stack: &[Arc<Frame>]) -> Option<&'static str> {
+    let has = |names: &[&str]| {
+        stack
+            .iter()
+            .any(|f| names.iter().any(|n| f.function.contains(n)))
+    };
+    if has(&[
+        "sync.(*Mutex).Unlock",
+        "sync.(*RWMutex).Unlock",
+        "sync.(*RWMutex).RUnlock",
+    ]) || stack
+        .first()
+        .is_some_and(|f| &*f.function == "runtime.unlock")
+    {
+        return Some("lock");
+    }
+    if has(&[
+        "sync.(*Mutex).Lock",
+        "sync.(*Mutex).lockSlow",
+        "sync.(*RWMutex).Lock",
+        "sync.(*RWMutex).RLock",
+        "sync.runtime_SemacquireMutex",
+        "sync.runtime_SemacquireRWMutex",
+    ]) {
+        return Some(LOCK_WAIT);
+    }
+    if has(&[
+        "runtime.chanrecv",
+        "runtime.chansend",
+        "runtime.selectgo",
+        "sync.(*Cond).Wait",
+        "sync.(*WaitGroup).Wait",
+        "sync.runtime_Semacquire",
+        "sync.runtime_notifyListWait",
+    ]) {
+        return None;
+    }
+    Some("lock")
 }
 
 /// Whether a frame is the runtime allocating or collecting garbage: Go's
@@ -867,7 +932,7 @@ fn round3(x: f64) -> f64 {
 }
 
 /// The kinds of profile a span's code is told by.
-const KINDS: [&str; 4] = ["cpu", "lock", "wall", "alloc"];
+const KINDS: [&str; 5] = ["cpu", "lock", LOCK_WAIT, "wall", "alloc"];
 
 /// What one kind of profile says of a span: samples aggregated once (a
 /// span's, a local root's, a profile window's) and the weight of their
@@ -970,10 +1035,48 @@ impl Profiles {
         let collecting = cpu
             .filter(|x| x.join != "time")
             .is_some_and(|x| x.code.gc >= 0.5 * x.code.total);
-        if let Some(l) = of("lock").filter(|l| !collecting && l.code.holds_wait(off)) {
+        // The holder's contentions, or the waiter's (the same waits, seen
+        // from the side that waited), can hold the wait.
+        let waited = of(LOCK_WAIT).is_some_and(|w| w.code.holds_wait(off));
+        if let Some(l) = of("lock").filter(|l| !collecting && (l.code.holds_wait(off) || waited)) {
             return Some(l);
         }
         of("wall").filter(covers)
+    }
+}
+
+/// The function that waited for the lock (Go's block profile), beside the
+/// one that held it, in a lock's evidence: `waiter_function`,
+/// `waiter_location`, `waiter_delay_ms` (`rca.code.waiter_*`).
+fn waited_in(v: &mut serde_json::Value, told: &[Told]) {
+    let Some(w) = told.iter().find(|x| x.kind == LOCK_WAIT) else {
+        return;
+    };
+    let Some((f, _)) = w.code.first() else {
+        return;
+    };
+    v["waiter_function"] = serde_json::json!(&*f.function);
+    v["waiter_location"] = serde_json::json!(&*f.location);
+    if let Some(d) = w.code.delay_ms() {
+        v["waiter_delay_ms"] = serde_json::json!(round3(d));
+    }
+}
+
+/// Where only the waiter's side of a lock is profiled (Go's block profile
+/// without its mutex profile), the function that waited is the lock's
+/// code, as the holder's would be.
+fn waiters_alone_are_the_lock(told: &mut Vec<Told>) {
+    if told.iter().any(|x| x.kind == "lock") {
+        return;
+    }
+    if let Some(w) = told.iter().find(|x| x.kind == LOCK_WAIT) {
+        let lock = Told {
+            kind: "lock",
+            join: w.join,
+            code: w.code.clone(),
+            weight: w.weight,
+        };
+        told.push(lock);
     }
 }
 
@@ -1060,10 +1163,11 @@ impl Source for Profiles {
                 if !t.spans[i].critical {
                     continue;
                 }
-                let told: Vec<Told> = KINDS
+                let mut told: Vec<Told> = KINDS
                     .iter()
                     .filter_map(|k| span_code(t, i, &processes, &index, k))
                     .collect();
+                waiters_alone_are_the_lock(&mut told);
                 if told.is_empty() {
                     continue;
                 }
@@ -1090,8 +1194,13 @@ impl Source for Profiles {
                 }
                 // The code is evidence of the span only where it explains
                 // its time.
-                if let Some(v) = self.explaining(t, i, &told).and_then(|x| x.json(true)) {
-                    t.joined.push(Joined::Span(i, "code", Arc::new(v)));
+                if let Some(x) = self.explaining(t, i, &told) {
+                    if let Some(mut v) = x.json(true) {
+                        if x.kind == "lock" {
+                            waited_in(&mut v, &told);
+                        }
+                        t.joined.push(Joined::Span(i, "code", Arc::new(v)));
+                    }
                 }
             }
             if !any {
@@ -1163,11 +1272,15 @@ SELECT l.trace_id, CASE WHEN l."join" = 'time' THEN 0.7 ELSE 0.8 END
          ' ms on average (', CAST(CAST(l.delay_ms AS BIGINT) AS VARCHAR), ' ms in all), ', CAST(CAST(round(l.share * 100) AS BIGINT) AS VARCHAR), '% of the delay at ', l.function, ' (', l.location,
          '; ', l."join", ' join',
          CASE WHEN s.baseline_ms IS NULL THEN '; no baseline yet: by the length of its wait' ELSE '' END,
-         ')') AS summary,
+         ')',
+         CASE WHEN w.function IS NULL OR w.function = l.function THEN ''
+              ELSE concat('; it waited in ', w.function, ' (', w.location, ')') END) AS summary,
   l.span_id AS culprit_span_id,
   s.self_ms - coalesce(c.time_ms, 0) AS explained_ms
 FROM code l JOIN spans s ON s.trace_id = l.trace_id AND s.span_id = l.span_id
 LEFT JOIN code c ON c.trace_id = l.trace_id AND c.span_id = l.span_id AND c.kind = 'cpu' AND c."join" <> 'time'
+-- The waiter's side (Go's block profile), when it is profiled.
+LEFT JOIN code w ON w.trace_id = l.trace_id AND w.span_id = l.span_id AND w.kind = '{LOCK_WAIT}'
 WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND coalesce(s.excess_ms, s.self_ms) > 0
   AND l.share >= {min_share}
   -- Before a baseline, the wait itself must be long enough to be a cause.
@@ -1184,7 +1297,10 @@ WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND coalesce(s.ex
   -- Its contentions can hold the span's wait: their mean is a share of
   -- it, or their delay covers it (few, long ones: one sample names it).
   AND (l.mean_wait_ms >= {LOCK_WAIT_SHARE} * (s.self_ms - coalesce(c.time_ms, 0))
-       OR l.delay_ms >= s.self_ms - coalesce(c.time_ms, 0))"#,
+       OR l.delay_ms >= s.self_ms - coalesce(c.time_ms, 0)
+       -- or the waiter's side's: the same waits, seen from the span's side.
+       OR w.mean_wait_ms >= {LOCK_WAIT_SHARE} * (s.self_ms - coalesce(c.time_ms, 0))
+       OR w.delay_ms >= s.self_ms - coalesce(c.time_ms, 0))"#,
                     min_share = self.min_share,
                     min_coverage = self.min_coverage,
                     min_time_ms = self.min_time_ms,
