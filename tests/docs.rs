@@ -330,9 +330,9 @@ fn the_landing_readme_is_a_landing_page_that_links_every_component() {
     }
 }
 
-/// The YAML blocks of the landing README, each a whole config.
-fn readme_yaml_blocks() -> Vec<String> {
-    let md = read(&root().join("README.md"));
+/// The YAML blocks of a Markdown file of the repository, each a whole config.
+fn yaml_blocks(file: &str) -> Vec<String> {
+    let md = read(&root().join(file));
     let mut blocks = Vec::new();
     let mut current: Option<String> = None;
     for line in md.lines() {
@@ -352,15 +352,9 @@ fn readme_yaml_blocks() -> Vec<String> {
     blocks
 }
 
-#[test]
-fn every_yaml_block_of_the_landing_readme_validates_as_written() {
-    let blocks = readme_yaml_blocks();
-    assert!(
-        blocks
-            .iter()
-            .any(|b| b.contains("gateway_log") && b.contains("correlate")),
-        "the wiring block is gone from README.md"
-    );
+/// What `causeway validate` says against each of `blocks` of `file` that
+/// it refuses.
+fn invalid_blocks(file: &str, blocks: &[String]) -> Vec<String> {
     let dir = tempfile::tempdir().expect("dir");
     let mut problems = Vec::new();
     for (i, block) in blocks.iter().enumerate() {
@@ -373,11 +367,39 @@ fn every_yaml_block_of_the_landing_readme_validates_as_written() {
             .expect("run causeway validate");
         if !out.status.success() {
             problems.push(format!(
-                "README.md yaml block {i}:\n{block}\n{}{}",
+                "{file} yaml block {i}:\n{block}\n{}{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
     }
+    problems
+}
+
+#[test]
+fn every_yaml_block_of_the_landing_readme_validates_as_written() {
+    let blocks = yaml_blocks("README.md");
+    assert!(
+        blocks
+            .iter()
+            .any(|b| b.contains("gateway_log") && b.contains("correlate")),
+        "the wiring block is gone from README.md"
+    );
+    let problems = invalid_blocks("README.md", &blocks);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The configuration reference's profiles pipeline into `correlate` is a
+/// config that validates as written.
+#[test]
+fn the_configuration_references_profiles_pipeline_validates_as_written() {
+    let file = "docs/configuration.md";
+    let blocks = yaml_blocks(file);
+    assert!(
+        blocks.iter().any(|b| b.contains("profiles: { receivers: [pprof")
+            && b.contains("correlate")),
+        "the profiles → correlate example is gone from {file}"
+    );
+    let problems = invalid_blocks(file, &blocks);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

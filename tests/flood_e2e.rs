@@ -32,7 +32,7 @@ struct Bed {
 /// `connections:` block (empty: the defaults). `CAUSEWAY_FLOOD_LIMITS`, when
 /// set, replaces every listener's limits: how each test was checked to
 /// fail with its limit removed (e.g. `{ max: 1000000 }`,
-/// `{ handshake_timeout: 1h }`), see docs/status.md.
+/// `{ handshake_timeout: 1h }`).
 fn bed(plain_limits: &str) -> Bed {
     let (plain_limits, limits) = match std::env::var("CAUSEWAY_FLOOD_LIMITS") {
         Ok(l) => (format!("connections: {l}"), format!("connections: {l}")),
