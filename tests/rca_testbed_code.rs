@@ -337,9 +337,22 @@ fn shipped_score(
 /// has been shipped by then). async-profiler restarts at each loop and
 /// loses a lock wait in flight across the restart (its enter callback
 /// fired in the session before): the lookups come in one burst shorter than
-/// a loop, so at most one round of them (3 of 36) can be lost.
+/// a loop, so at most one round of them (3 of 36) can be lost. Behind the
+/// shipped sampler (decided 2 s after the root, well before a 10 s
+/// recording is shipped), a kept trace waits for the profiles that cover
+/// it (`profiles.wait`); what the sampler keeps is scored, at least 8 of
+/// each fault.
 #[test]
 fn a_jvms_own_code_is_named_by_async_profilers_profiles() {
+    jvm_code_bed(Wiring::KeepAll);
+}
+
+#[test]
+fn behind_the_shipped_sampler_a_jvms_own_code_is_named_by_async_profilers_profiles() {
+    jvm_code_bed(Wiring::Shipped);
+}
+
+fn jvm_code_bed(wiring: Wiring) {
     let path = testbed::peer;
     let (shop_bin, java, profiler, converter, ledger) = (
         path("CAUSEWAY_TESTBED_CODESHOP"),
@@ -362,8 +375,7 @@ receivers:
     protocols:
       http: {{ endpoint: "127.0.0.1:{otlp_port}" }}
 processors:
-  tail_sampling:
-    policies: [{{ name: all, type: always_sample }}]
+  tail_sampling: {sampler}
   correlate: {{}}
 exporters:
   file/traces: {{ path: "{{dir}}/traces.jsonl" }}
@@ -373,7 +385,8 @@ service:
     traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
     profiles: {{ receivers: [otlp], processors: [correlate], exporters: [nop] }}
   telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
+"#,
+            sampler = wiring.sampler()
         ),
     );
     let truth = d.join("truth.jsonl");
@@ -518,20 +531,33 @@ service:
             "event=wall,interval=10ms,loop=2s,threads,otlp,file={otlp}/v1development/profiles"
         ),
     );
-    // The routes' normal (analysed before the faults: they come first).
+    // The routes' normal, before the faults: analysed, or decided by the
+    // sampler (its adaptive latency policy learns a route's p99 from 100
+    // of its requests).
     let mut warm = spawn(
         "driver",
         Command::new(&shop_bin)
             .arg("driver")
             .env("PHASE", "warmup")
+            .env("WARMUP", warmup_requests(wiring).to_string())
             .env("FRONT_URL", format!("http://127.0.0.1:{front_port}"))
             .env("TRUTH_FILE", &truth),
         d,
     );
-    load(wall_port, "report?ms=5", "report-warmup", 1, 25, 0);
+    let reports = match wiring {
+        Wiring::KeepAll => 25,
+        Wiring::Shipped => 150,
+    };
+    load(wall_port, "report?ms=5", "report-warmup", 1, reports, 0);
     testbed::wait_driver(&mut warm, d);
     let warmup = ids("warmup");
-    assert_eq!(warmup.len(), 90);
+    assert_eq!(warmup.len(), 3 * warmup_requests(wiring));
+    if wiring == Wiring::Shipped {
+        let n = (warmup.len() + reports) as f64;
+        wait_for(Duration::from_secs(120), "the warmup decided", || {
+            testbed::decided(&daemon) >= n
+        });
+    }
     // Two clients, eight parses of a big document each.
     load(front_port, "parse?n=4000000", "cpu_hotspot", 2, 8, 0);
     // Lookups while the refresher holds the symbol table 300 ms at a time
@@ -553,6 +579,28 @@ service:
         load(front_port, "symbols", "lock_contention", 3, 12, 70);
     });
     hold(0);
+    // What is scored: every request, or behind the sampler those it kept
+    // (once every request is decided), at least 8 of each fault.
+    let scored: Box<dyn Fn(Vec<String>) -> Vec<String>> = match wiring {
+        Wiring::KeepAll => Box::new(|ids| ids),
+        Wiring::Shipped => {
+            let label: BTreeMap<String, String> = read_jsonl(&truth)
+                .iter()
+                .map(|v| {
+                    let id = v["trace_id"].as_str().unwrap().to_string();
+                    (id, v["label"].as_str().unwrap_or("").to_string())
+                })
+                .collect();
+            let sent = label.len();
+            let (kept, _, _) = testbed::kept_labels(&daemon, &traces, label, sent);
+            Box::new(move |ids| ids.into_iter().filter(|i| kept.contains_key(i)).collect())
+        }
+    };
+    let at_least_8 = |what: &str, ids: Vec<String>| {
+        let kept = scored(ids);
+        assert!(kept.len() >= 8, "{what}: {} kept", kept.len());
+        kept
+    };
     let hot = ids("cpu_hotspot");
     assert_eq!(hot.len(), 16);
     for id in &hot {
@@ -561,7 +609,7 @@ service:
     }
     named(
         "cpu",
-        &hot,
+        &at_least_8("cpu", hot),
         ("cpu_hotspot", "ledger", "Ledger.parseAst", "cpu"),
     );
     // The lookups that waited for the monitor (by the handler's clock).
@@ -572,7 +620,7 @@ service:
     assert!(waited.len() >= 18, "{} of 36 lookups waited", waited.len());
     named(
         "lock",
-        &waited,
+        &at_least_8("lock", waited),
         ("lock_contention", "ledger", "Ledger.lookupSymbols", "lock"),
     );
     let off = ids("wall");
@@ -583,14 +631,15 @@ service:
     }
     // Off CPU in its own code: no cause of the code's (no CPU, no lock),
     // but the code that held the time, by the wall clock.
+    let off = at_least_8("wall", off);
     named(
         "wall",
         &off,
         ("", "ledger-wall", "Ledger.loadReport", "wall"),
     );
     no_code_cause(&off);
-    no_code_cause(&warmup);
-    no_code_cause(&ids("healthy"));
-    no_code_cause(&ids("report-warmup"));
+    no_code_cause(&scored(warmup));
+    no_code_cause(&scored(ids("healthy")));
+    no_code_cause(&scored(ids("report-warmup")));
     drop((jvm, front, shipper, wall_jvm, wall_front, daemon));
 }
