@@ -286,38 +286,7 @@ fn a_kept_trace_names_the_function_its_span_spent_its_time_in() {
     let bin = build(d);
     let (port, http) = (free_port(), free_port());
     let mut target = start_target(d, &bin, port);
-    let _daemon = Daemon::start(
-        d,
-        "code",
-        &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-  pprof:
-    targets:
-      - service: parser
-        static_configs: [{{ targets: ["127.0.0.1:{port}"] }}]
-    profiles: [cpu]
-    seconds: 1s
-    collection_interval: 1s
-processors:
-  tail_sampling:
-    decision_wait: 1s
-    policies: [{{ name: all, type: always_sample }}]
-  correlate: {{}}
-exporters:
-  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
-  file/profiles: {{ path: "{{dir}}/profiles.jsonl" }}
-service:
-  pipelines:
-    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
-    profiles: {{ receivers: [pprof], processors: [correlate], exporters: [file/profiles] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
-        ),
-    );
+    let _daemon = analysing_daemon(d, http, port, "[cpu]");
     // The profile is in the correlation state once it has passed it.
     let profiles = d.join("profiles.jsonl");
     wait_for(
@@ -350,6 +319,44 @@ service:
         "{:?}",
         a.root
     );
+}
+
+/// The daemon that keeps every trace it receives on OTLP/HTTP port `http`
+/// and analyses it with the profiles (`profiles`, every second) its `pprof`
+/// receiver takes of the Go program on `port` as `parser`.
+fn analysing_daemon(d: &std::path::Path, http: u16, port: u16, profiles: &str) -> Daemon {
+    Daemon::start(
+        d,
+        "code",
+        &format!(
+            r#"
+receivers:
+  otlp:
+    protocols:
+      http: {{ endpoint: "127.0.0.1:{http}" }}
+  pprof:
+    targets:
+      - service: parser
+        static_configs: [{{ targets: ["127.0.0.1:{port}"] }}]
+    profiles: {profiles}
+    seconds: 1s
+    collection_interval: 1s
+processors:
+  tail_sampling:
+    decision_wait: 1s
+    policies: [{{ name: all, type: always_sample }}]
+  correlate: {{}}
+exporters:
+  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
+  file/profiles: {{ path: "{{dir}}/profiles.jsonl" }}
+service:
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
+    profiles: {{ receivers: [pprof], processors: [correlate], exporters: [file/profiles] }}
+  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
+"#
+        ),
+    )
 }
 
 /// A server span of the `parser` service (trace of bytes `trace`, span
@@ -414,38 +421,7 @@ fn go_mutex_and_block_profiles_name_the_holder_and_the_waiter_of_a_lock() {
     let bin = build(d);
     let (port, http) = (free_port(), free_port());
     let mut target = start_target(d, &bin, port);
-    let _daemon = Daemon::start(
-        d,
-        "locks",
-        &format!(
-            r#"
-receivers:
-  otlp:
-    protocols:
-      http: {{ endpoint: "127.0.0.1:{http}" }}
-  pprof:
-    targets:
-      - service: parser
-        static_configs: [{{ targets: ["127.0.0.1:{port}"] }}]
-    profiles: [cpu, mutex, block]
-    seconds: 1s
-    collection_interval: 1s
-processors:
-  tail_sampling:
-    decision_wait: 1s
-    policies: [{{ name: all, type: always_sample }}]
-  correlate: {{}}
-exporters:
-  file/traces: {{ path: "{{dir}}/traces.jsonl" }}
-  file/profiles: {{ path: "{{dir}}/profiles.jsonl" }}
-service:
-  pipelines:
-    traces: {{ receivers: [otlp], processors: [tail_sampling, correlate], exporters: [file/traces] }}
-    profiles: {{ receivers: [pprof], processors: [correlate], exporters: [file/profiles] }}
-  telemetry: {{ metrics: {{ address: "{{telemetry}}" }} }}
-"#
-        ),
-    );
+    let _daemon = analysing_daemon(d, http, port, "[cpu, mutex, block]");
     // The block profile's waits, the lock's and the channel's, have passed
     // the correlation state.
     let profiles = d.join("profiles.jsonl");
