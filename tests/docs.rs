@@ -396,10 +396,47 @@ fn the_configuration_references_profiles_pipeline_validates_as_written() {
     let file = "docs/configuration.md";
     let blocks = yaml_blocks(file);
     assert!(
-        blocks.iter().any(|b| b.contains("profiles: { receivers: [pprof")
-            && b.contains("correlate")),
+        blocks
+            .iter()
+            .any(|b| b.contains("profiles: { receivers: [pprof") && b.contains("correlate")),
         "the profiles → correlate example is gone from {file}"
     );
     let problems = invalid_blocks(file, &blocks);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Every component README has a whole configuration with the component in
+/// it (a YAML block with a `service:` section), and every such block
+/// validates as written; a block without `service:` shows a few keys.
+#[test]
+fn every_component_readme_has_a_whole_example_that_validates() {
+    let mut problems = Vec::new();
+    for dir in components() {
+        let Ok(rel) = dir
+            .join("README.md")
+            .strip_prefix(root())
+            .map(Path::to_path_buf)
+        else {
+            continue;
+        };
+        let file = rel.display().to_string();
+        let whole: Vec<String> = yaml_blocks(&file)
+            .into_iter()
+            .filter(|b| b.lines().any(|l| l.starts_with("service:")))
+            .collect();
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        if !whole
+            .iter()
+            .any(|b| b.contains(&format!("  {name}")) || b.contains(&format!("{name}/")))
+        {
+            problems.push(format!(
+                "{file}: no whole configuration with `{name}` in it"
+            ));
+        }
+        problems.extend(invalid_blocks(&file, &whole));
+    }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
