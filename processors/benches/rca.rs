@@ -1,8 +1,9 @@
 //! Root-cause analysis cost: a decision tick of 1,000 kept traces of 50
 //! spans (critical path, join, the built-in rules in DataFusion, the
 //! annotations), with the profiles source's samples joined and without,
-//! the correlation state taking in gateway log records, and the profiles
-//! source taking in OTLP profiles (samples per CPU-second).
+//! the correlation state taking in gateway log records, the profiles
+//! source taking in OTLP profiles (samples per CPU-second), and what the
+//! traces a sampler did not keep cost `correlate` to learn from.
 
 /// The daemon's allocator, so that the numbers are those of the binary.
 #[global_allocator]
@@ -584,5 +585,32 @@ fn incidents(c: &mut Criterion, st: &Correlation, batch: &[ResourceSpans]) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// What the traces a sampler did not keep cost `correlate`: the request
+/// decoded, its rows, the calls, retries and baselines learned (its unkept
+/// learner, as the sampler hands it a request), per span.
+fn unkept(c: &mut Criterion) {
+    use causeway_processors::unkept::Learner;
+    use prost::Message;
+    let learner = causeway_processors::correlate::stage::unkept::Learn::new(
+        std::sync::Arc::new(store()),
+        Default::default(),
+        usize::MAX,
+        (&causeway_core::telemetry::Registry::new(), "correlate"),
+    );
+    let encoded = bytes::Bytes::from(
+        opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest {
+            resource_spans: traces(1000),
+        }
+        .encode_to_vec(),
+    );
+    let mut g = c.benchmark_group("unkept");
+    g.sample_size(20);
+    g.throughput(Throughput::Elements(50_000));
+    g.bench_function("learn_1000_traces_x50_spans", |b| {
+        b.iter(|| learner.learn(encoded.clone()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench, unkept);
 criterion_main!(benches);
