@@ -32,6 +32,12 @@ crate::polling::poll_config! {
         /// Collections in the status evaluation window (default 6: one minute at 10s).
         #[serde(default = "window")]
         pub window: usize,
+        /// How often the broker refreshes the queues' counters and depths
+        /// (RabbitMQ's `collect_statistics_interval`, default 5s): the
+        /// window is kept at least this long, since a counter that did not
+        /// move over less says nothing of deliveries.
+        #[serde(default = "stats_interval")]
+        pub stats_interval: causeway_core::config::Duration,
         /// Queues that carry retries or dead letters (regex over the whole name).
         #[serde(default = "retry_queues")]
         pub retry_queues: String,
@@ -56,6 +62,9 @@ fn endpoint() -> String {
 }
 fn window() -> usize {
     6
+}
+fn stats_interval() -> causeway_core::config::Duration {
+    causeway_core::config::Duration::secs(5)
 }
 fn retry_queues() -> String {
     r"(?i).*[.\-_](retry|dlq|dlx|dead[.\-_]?letter)(s)?([.\-_].*)?".into()

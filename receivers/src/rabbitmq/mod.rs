@@ -228,8 +228,10 @@ pub struct History {
 }
 
 impl History {
-    /// Record a collection at `t` (s) and judge the queue over the last `window`.
-    pub fn judge(&mut self, t: f64, q: &Queue, window: usize) -> Status {
+    /// Record a collection at `t` (s) and judge the queue over the last
+    /// `window` collections, kept at least `stats_s` long (the broker's
+    /// statistics interval: its counters and depths move no more often).
+    pub fn judge(&mut self, t: f64, q: &Queue, window: usize, stats_s: f64) -> Status {
         let depth = q.messages;
         match self.points.back() {
             Some(&(_, prev, _)) if depth < prev => self.rising_since = None,
@@ -242,7 +244,7 @@ impl History {
             self.rising_since = None;
         }
         self.points.push_back((t, depth, q.delivered));
-        while self.points.len() > window {
+        while self.points.len() > window && self.points.get(1).is_some_and(|p| t - p.0 >= stats_s) {
             self.points.pop_front();
         }
         if depth == 0.0 {
@@ -255,8 +257,11 @@ impl History {
             (Some(f), Some(l)) if self.points.len() >= 2 => (*f, *l),
             _ => return Status::Ok,
         };
-        // A backlog the whole window long, and nothing delivered across it.
-        if self.points.iter().all(|p| p.1 > 0.0) && last.2 <= first.2 {
+        // A backlog the whole window long, and nothing delivered across it:
+        // a window shorter than the broker's statistics interval cannot
+        // tell (its delivery counter may not have moved yet).
+        if last.0 - first.0 >= stats_s && self.points.iter().all(|p| p.1 > 0.0) && last.2 <= first.2
+        {
             return Status::Stall;
         }
         // As Burrow judges lag: never empty across the window (an empty
@@ -433,7 +438,7 @@ pub fn collect(
             let key = (q.vhost.clone(), q.name.clone());
             seen.insert(key.clone());
             let h = history.entry(key).or_default();
-            let status = h.judge(t, q, cfg.window);
+            let status = h.judge(t, q, cfg.window, cfg.stats_interval.get().as_secs_f64());
             let alarm = q.messages >= cfg.backlog_threshold
                 || h.rising_for(t, cfg.growth_window.get().as_secs_f64());
             let mut b = Builder::new(time_ns, start_ns);

@@ -59,19 +59,19 @@ fn q(messages: f64, consumers: f64, delivered: f64) -> Queue {
 fn status_stop_stall_warn_and_ok_as_burrow_judges_a_group() {
     // No consumer with a backlog: STOP at once.
     let mut h = History::default();
-    assert_eq!(h.judge(0.0, &q(5.0, 0.0, 0.0), 6), Status::Stop);
+    assert_eq!(h.judge(0.0, &q(5.0, 0.0, 0.0), 6, 5.0), Status::Stop);
     // Consumers, a backlog, and no delivery across the window: STALL.
     let mut h = History::default();
     assert_eq!(
-        h.judge(0.0, &q(50.0, 1.0, 100.0), 6),
+        h.judge(0.0, &q(50.0, 1.0, 100.0), 6, 5.0),
         Status::Ok,
         "one point: too early"
     );
-    assert_eq!(h.judge(10.0, &q(60.0, 1.0, 100.0), 6), Status::Stall);
+    assert_eq!(h.judge(10.0, &q(60.0, 1.0, 100.0), 6, 5.0), Status::Stall);
     // A slow consumer: deliveries, and the depth rising point after point: WARN.
     let mut h = History::default();
     for (i, d) in [10.0, 20.0, 35.0].iter().enumerate() {
-        let s = h.judge(i as f64 * 10.0, &q(*d, 1.0, i as f64 * 5.0), 6);
+        let s = h.judge(i as f64 * 10.0, &q(*d, 1.0, i as f64 * 5.0), 6, 5.0);
         assert_eq!(s, if i < 2 { Status::Ok } else { Status::Warn }, "{i}");
     }
     assert!(!h.rising_for(20.0, 300.0));
@@ -80,18 +80,40 @@ fn status_stop_stall_warn_and_ok_as_burrow_judges_a_group() {
     // 1 (the message in work), never piling up: OK, not WARN.
     let mut h = History::default();
     for (i, d) in [0.0, 1.0, 1.0, 1.0].iter().enumerate() {
-        let s = h.judge(i as f64, &q(*d, 1.0, i as f64), 4);
+        let s = h.judge(i as f64, &q(*d, 1.0, i as f64), 4, 5.0);
         assert_eq!(s, Status::Ok, "{i}");
     }
     let mut h = History::default();
     for (i, d) in [10.0, 20.0, 35.0].iter().enumerate() {
-        h.judge(i as f64 * 10.0, &q(*d, 1.0, i as f64 * 5.0), 6);
+        h.judge(i as f64 * 10.0, &q(*d, 1.0, i as f64 * 5.0), 6, 5.0);
     }
     // Draining: OK, and the rise forgotten.
-    assert_eq!(h.judge(30.0, &q(5.0, 1.0, 60.0), 6), Status::Ok);
+    assert_eq!(h.judge(30.0, &q(5.0, 1.0, 60.0), 6, 5.0), Status::Ok);
     assert!(!h.rising_for(1000.0, 300.0));
     // Empty is OK whatever the consumers.
-    assert_eq!(h.judge(40.0, &q(0.0, 0.0, 60.0), 6), Status::Ok);
+    assert_eq!(h.judge(40.0, &q(0.0, 0.0, 60.0), 6, 5.0), Status::Ok);
+}
+
+/// RabbitMQ refreshes a queue's counters every `collect_statistics_interval`
+/// (5 s): collected every 500 ms, a delivery counter that has not moved for
+/// 2 s says nothing (a slow consumer's deliveries not counted yet), and
+/// the window is kept 5 s long before a backlog with nothing delivered is
+/// STALL.
+#[test]
+fn no_delivery_is_stall_only_over_the_brokers_statistics_interval() {
+    let mut h = History::default();
+    for i in 0..4 {
+        let s = h.judge(i as f64 * 0.5, &q(1.0, 1.0, 100.0), 4, 5.0);
+        assert_eq!(s, Status::Ok, "{i}: 2 s of an unrefreshed counter");
+    }
+    let mut stalled = None;
+    for i in 4..14 {
+        if h.judge(i as f64 * 0.5, &q(1.0, 1.0, 100.0), 4, 5.0) == Status::Stall {
+            stalled = Some(i as f64 * 0.5);
+            break;
+        }
+    }
+    assert_eq!(stalled, Some(5.0), "nothing delivered for 5 s: STALL");
 }
 
 #[test]
