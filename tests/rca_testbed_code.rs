@@ -484,6 +484,7 @@ service:
                 eprintln!("  {id}: {cause} {verdict:?} {:?}", a.get("rca.summary"));
             }
         }
+        eprintln!("{what}: {right} of {} right", ids.len());
         assert!(
             right * 10 >= ids.len() * 9,
             "{what}: {right} of {} right",
