@@ -118,11 +118,13 @@ pub fn redis(d: &Path, port: u16) -> Proc {
 }
 
 /// A Redis server (Debian's) named `name` on `port`, without persistence,
-/// with `more` arguments (`--replicaof host port`).
+/// with `more` arguments (`--replicaof host port`), working in `d` (a
+/// replica writes the snapshot it syncs from there).
 pub fn redis_with(d: &Path, name: &'static str, port: u16, more: &[&str]) -> Proc {
     let mut p = spawn(
         name,
         Command::new(which(&["/usr/bin/redis-server"]))
+            .current_dir(d)
             .args([
                 "--port",
                 &port.to_string(),
