@@ -3895,6 +3895,35 @@ async fn before_a_baseline_the_code_is_named_by_absolute_evidence_with_less_conf
     assert_ne!(v.best.cause, "cpu_hotspot", "{v:?}");
 }
 
+/// The shop's profiles with a span's own little CPU and the contention
+/// profiles (contentions, delay) of `stacks`: (stack, contentions, delay
+/// in ms), as Go's mutex and block profiles carry them.
+fn contended(stacks: &[(&Vec<&'static str>, i64, i64)]) -> Vec<ProfileSpec<'static>> {
+    vec![
+        (
+            "cpu",
+            "nanoseconds",
+            vec![(vec!["main.parseAST"], 5_000_000, Some(99))],
+        ),
+        (
+            "contentions",
+            "count",
+            stacks
+                .iter()
+                .map(|(f, c, _)| ((*f).clone(), *c, None))
+                .collect(),
+        ),
+        (
+            "delay",
+            "nanoseconds",
+            stacks
+                .iter()
+                .map(|(f, _, ms)| ((*f).clone(), ms * 1_000_000, None))
+                .collect(),
+        ),
+    ]
+}
+
 /// Another request's lock, held at random: its contentions in the window
 /// are many short waits and a few long ones, so their mean is far below a
 /// long waiter's wait. The delay of all of them covering the wait names the
@@ -3903,24 +3932,9 @@ async fn before_a_baseline_the_code_is_named_by_absolute_evidence_with_less_conf
 #[tokio::test]
 async fn a_long_wait_among_many_short_ones_is_named_by_the_delay_that_covers_it() {
     let unlock = vec!["sync.(*Mutex).Unlock", "main.repriceTariffs", "main.serve"];
-    let contended = |count: i64, delay_ms: i64| {
-        vec![
-            (
-                "cpu",
-                "nanoseconds",
-                vec![(vec!["main.parseAST"], 5_000_000, Some(99))],
-            ),
-            ("contentions", "count", vec![(unlock.clone(), count, None)]),
-            (
-                "delay",
-                "nanoseconds",
-                vec![(unlock.clone(), delay_ms * 1_000_000, None)],
-            ),
-        ]
-    };
     // Fifty contentions, 1.2 s in all (24 ms on average), a span 400 ms
     // off CPU.
-    let (v, _) = shop_with(&contended(50, 1200), 60, "symbols", 400).await;
+    let (v, _) = shop_with(&contended(&[(&unlock, 50, 1200)]), 60, "symbols", 400).await;
     assert_eq!(v.best.cause, "lock_contention", "{v:?}");
     assert!(
         v.best.summary.contains("main.repriceTariffs")
@@ -3929,7 +3943,7 @@ async fn a_long_wait_among_many_short_ones_is_named_by_the_delay_that_covers_it(
         v.best.summary
     );
     // Their delay, 300 ms in all, cannot hold a 400 ms wait.
-    let (v, _) = shop_with(&contended(50, 300), 61, "symbols", 400).await;
+    let (v, _) = shop_with(&contended(&[(&unlock, 50, 300)]), 61, "symbols", 400).await;
     assert_ne!(v.best.cause, "lock_contention", "{v:?}");
 }
 
@@ -3948,32 +3962,6 @@ async fn the_block_profile_is_the_waiters_side_of_the_mutex_profiles_lock() {
         "main.serve",
     ];
     let chan = vec!["runtime.chanrecv1", "main.awaitJob", "main.worker"];
-    // (stack, contentions, delay in ms) of the contention profiles.
-    let contended = |stacks: &[(&Vec<&'static str>, i64, i64)]| {
-        vec![
-            (
-                "cpu",
-                "nanoseconds",
-                vec![(vec!["main.parseAST"], 5_000_000, Some(99))],
-            ),
-            (
-                "contentions",
-                "count",
-                stacks
-                    .iter()
-                    .map(|(f, c, _)| ((*f).clone(), *c, None))
-                    .collect(),
-            ),
-            (
-                "delay",
-                "nanoseconds",
-                stacks
-                    .iter()
-                    .map(|(f, _, ms)| ((*f).clone(), ms * 1_000_000, None))
-                    .collect(),
-            ),
-        ]
-    };
     // Both profiles, and the workers' long waits on their channel: the
     // holder is named, the waiter beside it, the channel nowhere.
     let (v, rs) = shop_with(
