@@ -425,10 +425,7 @@ fn logrotate_stress_with(modes: &[&str], rotations: usize, include: &str, percen
     // One at a time: each is a whole-machine stress test (a writer, the
     // real logrotate, a starved daemon), and two at once on two cores
     // measure the machine more than the reader.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _turn = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = common::alone();
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let log = d.join("access.log");

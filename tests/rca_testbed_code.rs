@@ -52,6 +52,7 @@ fn behind_the_shipped_sampler_a_go_services_own_code_is_named_by_its_profiles() 
 }
 
 fn go_code_bed(wiring: Wiring) {
+    let _turn = common::alone();
     let bin = testbed::peer("CAUSEWAY_TESTBED_CODESHOP");
     let dir = testbed::bed_dir();
     let d = dir.path();
@@ -353,6 +354,7 @@ fn behind_the_shipped_sampler_a_jvms_own_code_is_named_by_async_profilers_profil
 }
 
 fn jvm_code_bed(wiring: Wiring) {
+    let _turn = common::alone();
     let path = testbed::peer;
     let (shop_bin, java, profiler, converter, ledger) = (
         path("CAUSEWAY_TESTBED_CODESHOP"),

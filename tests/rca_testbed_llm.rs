@@ -68,10 +68,6 @@ struct Bed {
     daemon: Daemon,
 }
 
-/// The two tests share the machine's CPU (the hog, llama.cpp's one
-/// thread): one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 impl Bed {
     fn start(wiring: Wiring) -> Bed {
         let server = testbed::peer("CAUSEWAY_LLAMA_SERVER");
@@ -250,7 +246,7 @@ processors:
 
 #[test]
 fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::alone();
     let wiring = testbed::wiring();
     let bed = Bed::start(wiring);
     bed.drive("driver");
@@ -400,7 +396,7 @@ fn an_llm_service_on_llama_cpp_gets_the_right_cause_and_culprit() {
 /// and which resolves once the pulse is over (default incident settings).
 #[test]
 fn a_pulse_of_long_contexts_opens_one_incident_explained_by_the_prompt_size() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::alone();
     let bed = Bed::start(Wiring::KeepAll);
     let d = bed.dir.path();
     let mut driver = (bed.run)("pulse");

@@ -100,6 +100,17 @@ impl Drop for Proc {
     }
 }
 
+/// The caller's turn to run alone among the tests of its binary that ask:
+/// a test bed or a stress test is a whole-machine workload (services under
+/// load, a daemon analysing them), and two at once on two cores make the
+/// machine the fault (healthy requests really queue, profiles ship late).
+pub fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A running daemon.
 pub struct Daemon {
     pub child: Child,

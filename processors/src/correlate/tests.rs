@@ -4998,6 +4998,19 @@ async fn a_kept_trace_waits_for_the_profile_window_that_covers_its_spans() {
     let mut out = Vec::new();
     p.process(trace(30, t0), &mut out).await.unwrap();
     assert_eq!(traces_of(&mut out).len(), 1);
+    // An idle service's recording (no sample in it, as async-profiler's
+    // JFR of a JVM doing nothing) still says its profiles flow and how
+    // far: a trace after it waits for the next.
+    let (mut p, c) = build("20s").await;
+    let t2 = now_ns() - 1_000_000_000;
+    let idle = window(t2 - 16 * 1_000_000_000, vec![]);
+    c.add_profiles(&idle, idle.encoded_len(), now_ns());
+    let mut out = Vec::new();
+    p.process(trace(40, t2), &mut out).await.unwrap();
+    assert!(
+        traces_of(&mut out).is_empty(),
+        "held after an idle window"
+    );
 }
 
 /// A callee's SDK exports its spans seconds after the caller's root (a

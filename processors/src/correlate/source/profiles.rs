@@ -438,6 +438,27 @@ fn service_of(
         .unwrap_or_else(|| Arc::from(""))
 }
 
+/// Each profile's service and the end of its time range (ns), samples or
+/// none: what a service has covered, though nothing ran in it. A
+/// converter that stamps each event (async-profiler's `JfrToOtlp`) keeps
+/// the recording's range on the profile, so an idle stretch still
+/// counts as covered.
+fn window_ends(req: &ExportProfilesServiceRequest) -> Vec<(Arc<str>, u64)> {
+    let mut out = Vec::new();
+    for rp in &req.resource_profiles {
+        let service = service_of(rp);
+        for p in rp.scope_profiles.iter().flat_map(|sp| &sp.profiles) {
+            if p.time_unix_nano > 0 {
+                out.push((
+                    service.clone(),
+                    p.time_unix_nano.saturating_add(p.duration_nano),
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// The samples of a request (already checked at the door: every index
 /// within its table), each with the bytes it adds to the window (a
 /// stack's own bytes counted with its first sample).
@@ -1092,11 +1113,18 @@ impl Source for Profiles {
             tracing::warn!(bytes = encoded_len, max_profile_bytes = self.max_profile_bytes, "A profile over max_profile_bytes was not taken into the correlation state; it passes on.");
             return;
         }
+        // Where each service's profiles have got to: the end of each
+        // profile's time range, with samples or not (an idle JVM's
+        // recording has none), else of its samples.
+        let mut ended = window_ends(req);
         for (s, bytes) in samples(req) {
             w.bytes += bytes;
-            let end = w.latest.entry(s.service.clone()).or_insert(0);
-            *end = (*end).max(s.to_ns);
+            ended.push((s.service.clone(), s.to_ns));
             w.samples.push_back((s, bytes));
+        }
+        for (service, to_ns) in ended {
+            let end = w.latest.entry(service).or_insert(0);
+            *end = (*end).max(to_ns);
         }
         if w.latest.len() > MAX_FLOWS {
             let stale = now_ns.saturating_sub(self.wait_ns);
