@@ -5007,10 +5007,7 @@ async fn a_kept_trace_waits_for_the_profile_window_that_covers_its_spans() {
     c.add_profiles(&idle, idle.encoded_len(), now_ns());
     let mut out = Vec::new();
     p.process(trace(40, t2), &mut out).await.unwrap();
-    assert!(
-        traces_of(&mut out).is_empty(),
-        "held after an idle window"
-    );
+    assert!(traces_of(&mut out).is_empty(), "held after an idle window");
 }
 
 /// A callee's SDK exports its spans seconds after the caller's root (a
