@@ -395,12 +395,13 @@ fn on_disk(dir: &Path) -> std::collections::HashMap<u64, String> {
 /// 5,000 lines a second).
 const LINES_PER_MS: u64 = 5;
 
-/// Rotations per run: 200, or `CAUSEWAY_ROTATIONS`.
+/// Rotations per run: 120 (three stops of the daemon), or
+/// `CAUSEWAY_ROTATIONS`.
 fn rotations() -> usize {
     std::env::var("CAUSEWAY_ROTATIONS")
         .ok()
         .and_then(|x| x.parse().ok())
-        .unwrap_or(200)
+        .unwrap_or(120)
 }
 
 /// The real logrotate (Debian), run `rotations` times back to back (one
@@ -654,11 +655,6 @@ fn real_logrotate_create_and_copytruncate_with_delaycompress_lose_and_repeat_not
         ],
         rotations(),
     );
-}
-
-#[test]
-fn real_logrotate_create_with_compress_loses_and_repeats_nothing() {
-    logrotate_stress(&["  create\n  compress"], rotations());
 }
 
 /// `compresscmd` zstd instead of gzip: the backups are told by their magic.
