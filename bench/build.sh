@@ -14,3 +14,15 @@ cargo build --release -q -p causeway-loadgen
 cargo build --profile "$PROFILE" -q -p causeway
 DAEMON=$T/$PROFILE/causeway
 LG=$T/release/loadgen
+
+# A process's CPU time so far (user + system, in clock ticks).
+cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+
+# Wait (10 s at most) until 127.0.0.1:$1 accepts.
+wait_port() {
+  for _ in $(seq 1 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "port $1 never opened" >&2; return 1
+}

@@ -23,16 +23,6 @@ COMP_OUT=${4:-$COMP}
 TCK=$(getconf CLK_TCK)
 OUT=$(mktemp -d)
 
-cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
-
-wait_port() {
-  for _ in $(seq 1 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "port $1 never opened" >&2; return 1
-}
-
 run_one() {
   local name=$1; shift
   taskset -c 1 "$LG" sink --listen 127.0.0.1:15317 --idle-exit 2 > "$OUT/$name-sink.json" &

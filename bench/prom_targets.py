@@ -51,17 +51,7 @@ async def main():
 
     async def handle(reader, writer, port):
         try:
-            await reader.readuntil(b"\r\n\r\n")
-            k = scrapes.get(port, 0)
-            scrapes[port] = k + 1
-            b = body(port, k)
-            writer.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                + f"Content-Length: {len(b)}\r\nConnection: keep-alive\r\n\r\n".encode()
-                + b
-            )
-            await writer.drain()
-            # Keep-alive: serve the next request on the same connection.
+            # Keep-alive: every request on the connection is served.
             while True:
                 await reader.readuntil(b"\r\n\r\n")
                 k = scrapes.get(port, 0)
@@ -69,7 +59,7 @@ async def main():
                 b = body(port, k)
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                    + f"Content-Length: {len(b)}\r\n\r\n".encode()
+                    + f"Content-Length: {len(b)}\r\nConnection: keep-alive\r\n\r\n".encode()
                     + b
                 )
                 await writer.drain()

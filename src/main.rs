@@ -174,9 +174,62 @@ async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyh
     let metrics = telemetry::Registry::new();
     metrics.set_collector_names(tcfg.metrics.collector_names);
     let stop_telemetry = CancellationToken::new();
-    let address = telemetry_address(&config);
+    let (page, server) = serve_telemetry(&config, &metrics, &stop_telemetry).await?;
+
+    let running = causeway_core::topology::start(&config, &registry, &metrics)
+        .await
+        .context("cannot start the pipelines")?;
+    providers.start_metrics(tcfg, &metrics)?;
+    metrics.set_ready(true);
+    tracing::info!(
+        config = %path.display(),
+        pipelines = config.pipelines.len(),
+        version = env!("CARGO_PKG_VERSION"),
+        "causeway started."
+    );
+
+    match demo {
+        None => wait_for_signal().await?,
+        Some((length, (http, logs))) => run_demo(length, http, &logs, page, path).await?,
+    }
+    metrics.set_ready(false);
+    let timeout = config.file.service.shutdown_timeout.get();
+    tracing::info!(
+        timeout_ms = timeout.as_millis() as u64,
+        "Shutting down: draining pipelines and flushing exporters."
+    );
+    if running.shutdown(timeout).await {
+        tracing::info!("Shutdown complete; everything accepted was delivered or counted.");
+    } else {
+        tracing::error!(
+            timeout_ms = timeout.as_millis() as u64,
+            "Shutdown timeout reached; undelivered items were dropped (see causeway_exporter_send_failed_items_total)."
+        );
+    }
+    stop_telemetry.cancel();
+    if let Some(h) = server {
+        if let Err(error) = h.await {
+            tracing::warn!(%error, "Telemetry server task failed.");
+        }
+    }
+    providers.shutdown();
+    Ok(())
+}
+
+/// The telemetry server (`/metrics`, health, and the page when `ui` is
+/// on), if the configuration serves one: the page's address and the
+/// server's task.
+async fn serve_telemetry(
+    config: &Config,
+    metrics: &telemetry::Registry,
+    stop_telemetry: &CancellationToken,
+) -> anyhow::Result<(
+    Option<std::net::SocketAddr>,
+    Option<tokio::task::JoinHandle<()>>,
+)> {
+    let tcfg = &config.file.service.telemetry;
     let mut page = None;
-    let server = match &address {
+    let server = match &telemetry_address(config) {
         Some(addr) => {
             let auth = match &tcfg.metrics.auth {
                 Some(a) => a
@@ -206,83 +259,56 @@ async fn run(cli: &Cli, path: &Path, config: Config, registry: Registry) -> anyh
         }
         None => None,
     };
+    Ok((page, server))
+}
 
-    let running = causeway_core::topology::start(&config, &registry, &metrics)
-        .await
-        .context("cannot start the pipelines")?;
-    providers.start_metrics(tcfg, &metrics)?;
-    metrics.set_ready(true);
-    tracing::info!(
-        config = %path.display(),
-        pipelines = config.pipelines.len(),
-        version = env!("CARGO_PKG_VERSION"),
-        "causeway started."
+/// The demo: `length` of generated traffic into `http`, the root causes
+/// printed from `logs` as they are found, then a table of them.
+async fn run_demo(
+    length: Duration,
+    http: String,
+    logs: &Path,
+    page: Option<std::net::SocketAddr>,
+    path: &Path,
+) -> anyhow::Result<()> {
+    println!(
+        "causeway demo: {}s of traffic with injected faults (rate limiting, open circuits, timeouts, consumer lag, cache misses, CPU saturation, slow TLS, queueing) through {path}.\nRoot causes as they are found:\n",
+        length.as_secs(),
+        path = path.display()
     );
-
-    match demo {
-        None => wait_for_signal().await?,
-        Some((length, (http, logs))) => {
-            println!(
-                "causeway demo: {}s of traffic with injected faults (rate limiting, open circuits, timeouts, consumer lag, cache misses, CPU saturation, slow TLS, queueing) through {path}.\nRoot causes as they are found:\n",
-                length.as_secs(),
-                path = path.display()
-            );
-            if let Some(local) = page {
-                println!("Watch it on the page: http://{local}/\n");
-            }
-            let stop = CancellationToken::new();
-            let stop_traffic = CancellationToken::new();
-            let generator = {
-                let stop = stop_traffic.clone();
-                tokio::task::spawn_blocking(move || demo::generate(http, stop))
-            };
-            let printer = tokio::spawn(demo::print(logs.clone(), stop.clone()));
-            tokio::select! {
-                r = wait_for_signal() => r?,
-                _ = tokio::time::sleep(length) => {}
-            }
-            // Traces still held for their decision are analysed within
-            // decision_wait: give the last ones that long before stopping.
-            stop_traffic.cancel();
-            let (sent, faulty) = generator.await.unwrap_or((0, 0));
-            tokio::time::sleep(Duration::from_secs(4)).await;
-            stop.cancel();
-            let found = printer.await.unwrap_or_default();
-            let dir = logs
-                .parent()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default();
-            println!(
-                "\n{sent} traces sent, {faulty} with an injected fault; {} root causes found:\n\n{}",
-                found.total(),
-                found.table()
-            );
-            println!(
-                "Where the data went ({dir}):\n  traces.jsonl   every kept trace as OTLP JSON, rca.* attributes on its root span\n  logs.jsonl     one RCA log record per analysed trace (cause, culprit, evidence)\n  metrics.jsonl  causeway.rca.traces by cause and route, and the host's metrics"
-            );
-        }
+    if let Some(local) = page {
+        println!("Watch it on the page: http://{local}/\n");
     }
-    metrics.set_ready(false);
-    let timeout = config.file.service.shutdown_timeout.get();
-    tracing::info!(
-        timeout_ms = timeout.as_millis() as u64,
-        "Shutting down: draining pipelines and flushing exporters."
+    let stop = CancellationToken::new();
+    let stop_traffic = CancellationToken::new();
+    let generator = {
+        let stop = stop_traffic.clone();
+        tokio::task::spawn_blocking(move || demo::generate(http, stop))
+    };
+    let printer = tokio::spawn(demo::print(logs.to_path_buf(), stop.clone()));
+    tokio::select! {
+        r = wait_for_signal() => r?,
+        _ = tokio::time::sleep(length) => {}
+    }
+    // Traces still held for their decision are analysed within
+    // decision_wait: give the last ones that long before stopping.
+    stop_traffic.cancel();
+    let (sent, faulty) = generator.await.unwrap_or((0, 0));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop.cancel();
+    let found = printer.await.unwrap_or_default();
+    let dir = logs
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    println!(
+        "\n{sent} traces sent, {faulty} with an injected fault; {} root causes found:\n\n{}",
+        found.total(),
+        found.table()
     );
-    if running.shutdown(timeout).await {
-        tracing::info!("Shutdown complete; everything accepted was delivered or counted.");
-    } else {
-        tracing::error!(
-            timeout_ms = timeout.as_millis() as u64,
-            "Shutdown timeout reached; undelivered items were dropped (see causeway_exporter_send_failed_items_total)."
-        );
-    }
-    stop_telemetry.cancel();
-    if let Some(h) = server {
-        if let Err(error) = h.await {
-            tracing::warn!(%error, "Telemetry server task failed.");
-        }
-    }
-    providers.shutdown();
+    println!(
+        "Where the data went ({dir}):\n  traces.jsonl   every kept trace as OTLP JSON, rca.* attributes on its root span\n  logs.jsonl     one RCA log record per analysed trace (cause, culprit, evidence)\n  metrics.jsonl  causeway.rca.traces by cause and route, and the host's metrics"
+    );
     Ok(())
 }
 

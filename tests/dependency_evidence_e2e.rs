@@ -276,13 +276,7 @@ fn cpu(otlp: &str, host: &str, idle: f64) {
         "scopeMetrics": [{"scope": {"name": "github.com/open-telemetry/opentelemetry-collector-contrib/receiver/hostmetricsreceiver/internal/scraper/cpuscraper"},
             "metrics": [{"name": "system.cpu.utilization", "unit": "1",
                 "gauge": {"dataPoints": [point("idle", idle), point("user", 1.0 - idle)]}}]}]}]});
-    let r = http_client()
-        .post(format!("http://{otlp}/v1/metrics"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.status());
+    post_metrics(otlp, &body);
 }
 
 /// The GenAI semantic conventions' server histograms, as an inference
@@ -310,6 +304,11 @@ fn genai_metrics(otlp: &str, port: u16, ago_ms: u64, ttft: (u64, f64), duration:
         "scopeMetrics": [{"scope": {"name": "tgi"}, "metrics": [
             hist("gen_ai.server.time_to_first_token", ttft),
             hist("gen_ai.server.request.duration", duration)]}]}]});
+    post_metrics(otlp, &body);
+}
+
+/// OTLP/JSON metrics posted to the daemon's OTLP/HTTP receiver at `otlp`.
+fn post_metrics(otlp: &str, body: &serde_json::Value) {
     let r = http_client()
         .post(format!("http://{otlp}/v1/metrics"))
         .header("content-type", "application/json")

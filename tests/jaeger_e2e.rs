@@ -15,7 +15,7 @@ use common::peers::{jaeger_get_until, Jaeger};
 use common::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// A causeway whose traces go to Jaeger through `exporter` (YAML of one
 /// exporter named `jaeger`'s body under its type), and to a file.
@@ -153,10 +153,7 @@ fn kept_traces_in_jaeger_carry_every_rca_attribute_on_its_span_over_grpc_and_htt
         ),
         &jaeger,
     );
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as u64;
+    let now = now_ns();
     let mut rng = Rng::new(7);
     let client = http_client();
     let mut sent: Vec<(&str, String)> = Vec::new();

@@ -19,7 +19,7 @@ use causeway_scenarios::send::post;
 use common::*;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
@@ -46,13 +46,7 @@ fn backend(dir: &Path, name: &str) -> (Daemon, String) {
 
 fn resource(name: &str) -> Option<Resource> {
     Some(Resource {
-        attributes: vec![KeyValue {
-            key: "service.name".into(),
-            value: Some(AnyValue {
-                value: Some(any_value::Value::StringValue(name.into())),
-            }),
-            ..Default::default()
-        }],
+        attributes: vec![causeway_core::model::text_attribute("service.name", name)],
         ..Default::default()
     })
 }

@@ -159,15 +159,11 @@ fn debian_exporters_scraped_with_types_up_and_staleness() {
         node_exp,
     );
 
-    let daemon = Daemon::start(
+    let daemon = scraper(
         d,
         "scraper",
         &format!(
-            r#"
-receivers:
-  prometheus:
-    config:
-      global: {{ scrape_interval: 500ms }}
+            r#"      global: {{ scrape_interval: 500ms }}
       scrape_configs:
         - job_name: redis
           static_configs: [{{ targets: ["127.0.0.1:{redis_exp}"] }}]
@@ -175,8 +171,7 @@ receivers:
           static_configs: [{{ targets: ["127.0.0.1:{nginx_exp}"] }}]
         - job_name: node
           static_configs: [{{ targets: ["127.0.0.1:{node_exp}"] }}]
-{tail}"#,
-            tail = causeway_scenarios::config::metrics_to_file("prometheus")
+"#
         ),
     );
     let out = d.join("metrics.jsonl");
@@ -302,15 +297,11 @@ fn misbehaving_targets_are_bounded_counted_and_the_rest_flows() {
         }),
     ));
     let host = |url: &str| url.trim_start_matches("http://").to_string();
-    let daemon = Daemon::start(
+    let daemon = scraper(
         d,
         "scraper",
         &format!(
-            r#"
-receivers:
-  prometheus:
-    config:
-      global: {{ scrape_interval: 500ms, scrape_timeout: 400ms }}
+            r#"      global: {{ scrape_interval: 500ms, scrape_timeout: 400ms }}
       scrape_configs:
         - job_name: endless
           body_size_limit: 1MiB
@@ -327,8 +318,7 @@ receivers:
           static_configs: [{{ targets: ["{many_labels}"] }}]
         - job_name: odd
           static_configs: [{{ targets: ["{odd}"] }}]
-{tail}"#,
-            tail = causeway_scenarios::config::metrics_to_file("prometheus"),
+"#,
             endless = host(&endless),
             hang = host(&hang),
             million = host(&million),
@@ -419,20 +409,15 @@ fn the_postgres_exporter_in_front_of_a_real_postgresql() {
         }
         std::net::TcpStream::connect(("127.0.0.1", exp)).is_ok()
     });
-    let _daemon = Daemon::start(
+    let _daemon = scraper(
         d,
         "scraper",
         &format!(
-            r#"
-receivers:
-  prometheus:
-    config:
-      global: {{ scrape_interval: 500ms, scrape_timeout: 5s }}
+            r#"      global: {{ scrape_interval: 500ms, scrape_timeout: 5s }}
       scrape_configs:
         - job_name: postgres
           static_configs: [{{ targets: ["127.0.0.1:{exp}"] }}]
-{tail}"#,
-            tail = causeway_scenarios::config::metrics_to_file("prometheus")
+"#
         ),
     );
     let out = d.join("metrics.jsonl");
@@ -554,25 +539,16 @@ receivers:
         for line in read_jsonl(&out) {
             for rm in line["resourceMetrics"].as_array().into_iter().flatten() {
                 let inst = instance_of(rm);
-                for sm in rm["scopeMetrics"].as_array().into_iter().flatten() {
-                    for m in sm["metrics"].as_array().into_iter().flatten() {
-                        let data = m.get("gauge").or_else(|| m.get("sum"));
-                        for p in data
-                            .and_then(|x| x["dataPoints"].as_array())
-                            .into_iter()
-                            .flatten()
-                        {
-                            let stale = p["flags"] == 1;
-                            let val = p["asDouble"].as_f64().filter(|_| !stale);
-                            v.push((
-                                inst.clone(),
-                                m["name"].as_str().unwrap_or("").to_string(),
-                                val,
-                                p.clone(),
-                            ));
-                        }
-                    }
-                }
+                each_number_point(rm, |m, p| {
+                    let stale = p["flags"] == 1;
+                    let val = p["asDouble"].as_f64().filter(|_| !stale);
+                    v.push((
+                        inst.clone(),
+                        m["name"].as_str().unwrap_or("").to_string(),
+                        val,
+                        p.clone(),
+                    ));
+                });
             }
         }
         v

@@ -135,37 +135,28 @@ fn last_values(path: &Path) -> std::collections::BTreeMap<(String, String, Strin
                 .and_then(|v| v["stringValue"].as_str())
                 .unwrap_or("")
                 .to_string();
-            for sm in rm["scopeMetrics"].as_array().into_iter().flatten() {
-                for m in sm["metrics"].as_array().into_iter().flatten() {
-                    let data = m.get("gauge").or_else(|| m.get("sum"));
-                    for p in data
-                        .and_then(|x| x["dataPoints"].as_array())
-                        .into_iter()
-                        .flatten()
-                    {
-                        let a = p["attributes"]
-                            .as_array()
-                            .and_then(|a| a.first())
-                            .and_then(|kv| kv["value"]["stringValue"].as_str())
-                            .unwrap_or("")
-                            .to_string();
-                        let v = p["asInt"]
-                            .as_str()
-                            .and_then(|s| s.parse().ok())
-                            .or_else(|| p["asInt"].as_f64())
-                            .or_else(|| p["asDouble"].as_f64())
-                            .unwrap_or(f64::NAN);
-                        let name = m["name"].as_str().unwrap_or("").to_string();
-                        // The status carries its name as the attribute: one key per metric.
-                        let a = if name == "rabbitmq.queue.status" {
-                            String::new()
-                        } else {
-                            a
-                        };
-                        out.insert((queue.clone(), name, a), v);
-                    }
-                }
-            }
+            each_number_point(rm, |m, p| {
+                let a = p["attributes"]
+                    .as_array()
+                    .and_then(|a| a.first())
+                    .and_then(|kv| kv["value"]["stringValue"].as_str())
+                    .unwrap_or("")
+                    .to_string();
+                let v = p["asInt"]
+                    .as_str()
+                    .and_then(|s| s.parse().ok())
+                    .or_else(|| p["asInt"].as_f64())
+                    .or_else(|| p["asDouble"].as_f64())
+                    .unwrap_or(f64::NAN);
+                let name = m["name"].as_str().unwrap_or("").to_string();
+                // The status carries its name as the attribute: one key per metric.
+                let a = if name == "rabbitmq.queue.status" {
+                    String::new()
+                } else {
+                    a
+                };
+                out.insert((queue.clone(), name, a), v);
+            });
         }
     }
     out

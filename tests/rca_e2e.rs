@@ -10,7 +10,7 @@ mod common;
 use causeway_scenarios::send::{read_annotated, send, Order};
 use causeway_scenarios::{case, Rng, CAUSES, HARD};
 use common::*;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 const USER_RULE: &str = r#"
         - name: table_lock
@@ -25,6 +25,16 @@ const USER_RULE: &str = r#"
             GROUP BY s.trace_id
 "#;
 
+/// `c` sent alone, in `order`.
+fn send_one(
+    client: &reqwest::blocking::Client,
+    base: &str,
+    c: &causeway_scenarios::Case,
+    order: Order,
+) {
+    send(client, base, std::slice::from_ref(c), order).expect("send");
+}
+
 #[test]
 fn every_cause_is_found_in_every_arrival_order_and_a_user_rule_adds_one() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -38,10 +48,7 @@ fn every_cause_is_found_in_every_arrival_order_and_a_user_rule_adds_one() {
         head = causeway_scenarios::config::keep_all(http, "1s")
     );
     let d = Daemon::start(dir.path(), "rca", &config);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as u64;
+    let now = now_ns();
     let mut rng = Rng::new(42);
     let client = http_client();
     let base = format!("http://127.0.0.1:{http}");
@@ -68,13 +75,7 @@ fn every_cause_is_found_in_every_arrival_order_and_a_user_rule_adds_one() {
         if c.late_metrics {
             late.append(&mut sent.metrics);
         }
-        send(
-            &client,
-            &base,
-            std::slice::from_ref(&sent),
-            Order::SpansFirst,
-        )
-        .expect("send");
+        send_one(&client, &base, &sent, Order::SpansFirst);
         c.metrics.clear();
         hard.push(c);
     }
@@ -108,21 +109,9 @@ fn every_cause_is_found_in_every_arrival_order_and_a_user_rule_adds_one() {
             }
         }
     }
-    send(
-        &client,
-        &base,
-        std::slice::from_ref(&lock),
-        Order::SpansFirst,
-    )
-    .expect("send");
+    send_one(&client, &base, &lock, Order::SpansFirst);
     let healthy = case(&mut rng, "healthy", n + 1, now);
-    send(
-        &client,
-        &base,
-        std::slice::from_ref(&healthy),
-        Order::LogsFirst,
-    )
-    .expect("send");
+    send_one(&client, &base, &healthy, Order::LogsFirst);
 
     late_sender
         .join()
@@ -344,10 +333,7 @@ service:
         receivers = causeway_scenarios::config::otlp_http(http)
     );
     let d = Daemon::start(dir.path(), "sampling", &config);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as u64;
+    let now = now_ns();
     let mut rng = Rng::new(7);
     let client = http_client();
     let base = format!("http://127.0.0.1:{http}");
@@ -364,20 +350,8 @@ service:
             }
         }
     }
-    send(
-        &client,
-        &base,
-        std::slice::from_ref(&limited),
-        Order::LogsFirst,
-    )
-    .expect("send");
-    send(
-        &client,
-        &base,
-        std::slice::from_ref(&healthy),
-        Order::LogsFirst,
-    )
-    .expect("send");
+    send_one(&client, &base, &limited, Order::LogsFirst);
+    send_one(&client, &base, &healthy, Order::LogsFirst);
     let path = dir.path().join("traces.jsonl");
     wait_for(
         Duration::from_secs(30),

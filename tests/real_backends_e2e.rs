@@ -12,7 +12,7 @@ use common::*;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 /// A server process, killed when dropped.
 struct Server {
@@ -229,13 +229,6 @@ fn enc(s: &str) -> String {
             }
         })
         .collect()
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as u64
 }
 
 fn kv(k: &str, v: &str) -> Value {

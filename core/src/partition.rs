@@ -443,9 +443,7 @@ mod tests {
     use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use opentelemetry_proto::tonic::common::v1::{
-        any_value, AnyValue, InstrumentationScope, KeyValue,
-    };
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope};
     use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
     use opentelemetry_proto::tonic::metrics::v1::{Metric, ResourceMetrics, ScopeMetrics};
     use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -454,13 +452,7 @@ mod tests {
 
     fn resource(name: &str) -> Option<Resource> {
         Some(Resource {
-            attributes: vec![KeyValue {
-                key: "service.name".into(),
-                value: Some(AnyValue {
-                    value: Some(any_value::Value::StringValue(name.into())),
-                }),
-                ..Default::default()
-            }],
+            attributes: vec![crate::model::text_attribute("service.name", name)],
             ..Default::default()
         })
     }

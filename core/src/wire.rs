@@ -42,6 +42,36 @@ fn one_byte_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
     })
 }
 
+/// A varint at `pos`, stepping over it; why it is none otherwise (cut
+/// short, longer than 10 bytes, or over 64 bits: decoders refuse a 10th
+/// byte above 1).
+#[inline(always)]
+fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, &'static str> {
+    match one_byte_varint(buf, pos) {
+        Some(v) => Ok(v),
+        None => varint_slow(buf, pos),
+    }
+}
+
+#[cold]
+fn varint_slow(buf: &[u8], pos: &mut usize) -> Result<u64, &'static str> {
+    let mut value: u64 = 0;
+    for i in 0..10 {
+        let Some(&b) = buf.get(*pos) else {
+            return Err("truncated varint");
+        };
+        *pos += 1;
+        if i == 9 && b > 1 {
+            return Err("varint overflows 64 bits");
+        }
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            return Ok(value);
+        }
+    }
+    Err("varint longer than 10 bytes")
+}
+
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -70,30 +100,7 @@ impl<'a> Reader<'a> {
 
     #[inline(always)]
     fn varint(&mut self) -> Result<u64, WireError> {
-        match one_byte_varint(self.buf, &mut self.pos) {
-            Some(v) => Ok(v),
-            None => self.varint_slow(),
-        }
-    }
-
-    #[cold]
-    fn varint_slow(&mut self) -> Result<u64, WireError> {
-        let mut value: u64 = 0;
-        for i in 0..10 {
-            let Some(&b) = self.buf.get(self.pos) else {
-                return Err(self.err("truncated varint"));
-            };
-            self.pos += 1;
-            if i == 9 && b > 1 {
-                // A 10th byte above 1 overflows 64 bits (decoders refuse it).
-                return Err(self.err("varint overflows 64 bits"));
-            }
-            value |= u64::from(b & 0x7f) << (7 * i);
-            if b < 0x80 {
-                return Ok(value);
-            }
-        }
-        Err(self.err("varint longer than 10 bytes"))
+        varint(self.buf, &mut self.pos).map_err(|reason| self.err(reason))
     }
 
     /// The next field: (number, wire type, payload for length-delimited fields).
@@ -433,12 +440,19 @@ fn utf8(p: &[u8], offset: usize) -> Result<(), WireError> {
     }
 }
 
-/// `KeyValue` (key, value, key_strindex), as [`field_kind`] describes it.
-fn check_kv(b: &[u8], off: usize, depth: usize) -> Result<(), WireError> {
+/// A reader of the message `b` at `off`, `depth` levels down (refused
+/// past [`MAX_DEPTH`]).
+#[inline]
+fn nested(b: &[u8], off: usize, depth: usize) -> Result<Reader<'_>, WireError> {
     if depth > MAX_DEPTH {
         return Err(too_deep(off));
     }
-    let mut r = Reader::new(b, off);
+    Ok(Reader::new(b, off))
+}
+
+/// `KeyValue` (key, value, key_strindex), as [`field_kind`] describes it.
+fn check_kv(b: &[u8], off: usize, depth: usize) -> Result<(), WireError> {
+    let mut r = nested(b, off, depth)?;
     while let Some((n, payload)) = r.next()? {
         match (n, r.wire, payload) {
             (1, 2, Some((p, po))) => utf8(p, po)?,
@@ -453,10 +467,7 @@ fn check_kv(b: &[u8], off: usize, depth: usize) -> Result<(), WireError> {
 
 /// `AnyValue` and the arrays and lists inside it.
 fn check_any(b: &[u8], off: usize, depth: usize) -> Result<(), WireError> {
-    if depth > MAX_DEPTH {
-        return Err(too_deep(off));
-    }
-    let mut r = Reader::new(b, off);
+    let mut r = nested(b, off, depth)?;
     while let Some((n, payload)) = r.next()? {
         match (n, r.wire, payload) {
             (1, 2, Some((p, po))) => utf8(p, po)?,
@@ -955,26 +966,7 @@ impl<'a> Fields<'a> {
 
     #[inline(always)]
     fn varint(&mut self) -> Result<u64, WireError> {
-        match one_byte_varint(self.buf, &mut self.pos) {
-            Some(v) => Ok(v),
-            None => self.varint_slow(),
-        }
-    }
-
-    #[cold]
-    fn varint_slow(&mut self) -> Result<u64, WireError> {
-        let mut value: u64 = 0;
-        for i in 0..10 {
-            let Some(&b) = self.buf.get(self.pos) else {
-                return Err(self.err("truncated varint"));
-            };
-            self.pos += 1;
-            value |= u64::from(b & 0x7f) << (7 * i);
-            if b < 0x80 {
-                return Ok(value);
-            }
-        }
-        Err(self.err("varint longer than 10 bytes"))
+        varint(self.buf, &mut self.pos).map_err(|reason| self.err(reason))
     }
 
     #[cold]

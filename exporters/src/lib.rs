@@ -92,6 +92,20 @@ pub fn register(registry: &mut Registry) {
     );
 }
 
+/// What the exporters' tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// Serve `app` on a free port of 127.0.0.1; its base URL.
+    pub(crate) async fn serve(app: axum::Router) -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = l.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(l, app).await });
+        format!("http://{addr}")
+    }
+}
+
 #[cfg(test)]
 mod secret_tests {
     use causeway_core::config::decode;

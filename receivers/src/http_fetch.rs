@@ -160,3 +160,14 @@ pub fn client(
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?)
 }
+
+/// The error of `endpoint` when it is no http:// or https:// URL; `what`
+/// says what it should point at.
+pub fn endpoint_error(endpoint: &str, what: &str) -> Option<causeway_core::config::ConfigError> {
+    (!(endpoint.starts_with("http://") || endpoint.starts_with("https://"))).then(|| {
+        causeway_core::config::ConfigError::new(
+            "endpoint",
+            format!("{endpoint:?}: an http:// or https:// URL of {what}"),
+        )
+    })
+}

@@ -77,6 +77,14 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// Now, in nanoseconds since the Unix epoch.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64
+}
+
 /// A blocking HTTP client (with the process's rustls provider installed).
 pub fn http_client() -> reqwest::blocking::Client {
     causeway_core::tls::install_crypto_provider();
@@ -122,19 +130,7 @@ impl Daemon {
     /// Write `config` (with `{dir}` and `{telemetry}` replaced) and start the
     /// daemon on it; returns once `/readyz` answers 200.
     pub fn start(dir: &Path, name: &str, config: &str) -> Daemon {
-        let telemetry = format!("127.0.0.1:{}", free_port());
-        let config = config
-            .replace("{dir}", &dir.display().to_string())
-            .replace("{telemetry}", &telemetry);
-        let path = dir.join(format!("{name}.yaml"));
-        std::fs::write(&path, config).expect("write config");
-        Self::spawn(
-            dir,
-            name,
-            &["--config", &path.display().to_string()],
-            &[],
-            telemetry,
-        )
+        Self::spawn_config(dir, name, config, &[])
     }
 
     /// Like [`Daemon::start`], with environment variables.
@@ -603,4 +599,38 @@ pub fn incident_records(path: &Path) -> Vec<std::collections::BTreeMap<String, V
                 .collect()
         })
         .collect()
+}
+
+/// Every number point (of a gauge or a sum) of the OTLP/JSON resource
+/// metrics `rm`, with its metric: `f(metric, point)`.
+pub fn each_number_point(
+    rm: &serde_json::Value,
+    mut f: impl FnMut(&serde_json::Value, &serde_json::Value),
+) {
+    for sm in rm["scopeMetrics"].as_array().into_iter().flatten() {
+        for m in sm["metrics"].as_array().into_iter().flatten() {
+            let data = m.get("gauge").or_else(|| m.get("sum"));
+            for p in data
+                .and_then(|x| x["dataPoints"].as_array())
+                .into_iter()
+                .flatten()
+            {
+                f(m, p);
+            }
+        }
+    }
+}
+
+/// A daemon `name` in `dir` whose prometheus receiver scrapes as `config`
+/// says (the receiver's `config:` body, indented six spaces) and writes
+/// what it scrapes to `{dir}/metrics.jsonl`.
+pub fn scraper(dir: &Path, name: &str, config: &str) -> Daemon {
+    Daemon::start(
+        dir,
+        name,
+        &format!(
+            "receivers:\n  prometheus:\n    config:\n{config}{}",
+            causeway_scenarios::config::metrics_to_file("prometheus")
+        ),
+    )
 }

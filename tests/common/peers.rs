@@ -153,11 +153,11 @@ impl Collector {
                 "CAUSEWAY_OTELCOL_PROFILES",
                 "OpenTelemetry Collector v0.148.0 binary",
             ),
+            &["--feature-gates=service.profilesSupport"],
             dir,
             name,
             config,
             ports,
-            &["--feature-gates=service.profilesSupport"],
         )
     }
 
@@ -169,16 +169,18 @@ impl Collector {
         ports: &[u16],
         args: &[&str],
     ) -> Collector {
-        Collector::launch(&otelcol_bin(), dir, name, config, ports, args)
+        Collector::launch(&otelcol_bin(), args, dir, name, config, ports)
     }
 
+    /// `bin` on `config` (`{dir}` replaced) in `dir`, once it listens on
+    /// `ports`; `args` after the config's.
     fn launch(
         bin: &Path,
+        args: &[&str],
         dir: &Path,
         name: &str,
         config: &str,
         ports: &[u16],
-        args: &[&str],
     ) -> Collector {
         let cfg = dir.join(format!("{name}.yaml"));
         std::fs::write(&cfg, config.replace("{dir}", &dir.display().to_string()))

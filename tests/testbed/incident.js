@@ -12,18 +12,9 @@
 'use strict';
 const sdk = require('./tracing.js');
 const http = require('http');
-const fs = require('fs');
 const { trace } = require('@opentelemetry/api');
 
-const role = process.argv[2];
-const env = (k) => {
-  const v = process.env[k];
-  if (!v) throw new Error(`${k} is not set`);
-  return v;
-};
-const truth = fs.createWriteStream(env('TRUTH_FILE'), { flags: 'a' });
-const record = (o) => truth.write(JSON.stringify(o) + '\n');
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const { role, env, record, sleep, finish } = require('./bed.js');
 const traceId = () => trace.getActiveSpan().spanContext().traceId;
 
 if (role === 'catalog') {
@@ -132,7 +123,7 @@ if (role === 'catalog') {
     ]);
     clearInterval(ticker);
     await sdk.shutdown();
-    truth.end(() => process.exit(0));
+    finish();
   })();
 } else {
   throw new Error(`unknown role ${role}`);

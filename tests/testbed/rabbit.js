@@ -17,12 +17,7 @@ const amqp = require('amqplib');
 const fs = require('fs');
 const { trace } = require('@opentelemetry/api');
 
-const role = process.argv[2];
-const env = (k) => {
-  const v = process.env[k];
-  if (!v) throw new Error(`${k} is not set`);
-  return v;
-};
+const { role, env } = require('./bed.js');
 
 async function topology(ch) {
   await ch.assertExchange('orders', 'topic', { durable: false });

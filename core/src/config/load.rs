@@ -278,81 +278,15 @@ fn resolve_pipelines(
                 continue;
             }
         };
-        let mut resolve = |kind: Kind,
-                           list: &[String],
-                           known: &IndexMap<ComponentId, Value>,
-                           required: bool| {
-            let field = kind.section();
-            if required && list.is_empty() {
-                errors.push(ConfigError::new(
-                    format!("{base}.{field}"),
-                    format!("a pipeline needs at least one {}", kind.singular()),
-                ));
-            }
-            let mut out = Vec::new();
-            for (i, name) in list.iter().enumerate() {
-                let path = format!("{base}.{field}[{i}]");
-                let Ok(cid) = name.parse::<ComponentId>() else {
-                    errors.push(ConfigError::new(
-                        path,
-                        format!("invalid component id {name:?}"),
-                    ));
-                    continue;
-                };
-                if !known.contains_key(&cid) {
-                    let defined: Vec<String> = known.keys().map(ToString::to_string).collect();
-                    errors.push(ConfigError::new(
-                        path,
-                        format!(
-                            "{} {name:?} is not defined under `{field}` (defined: [{}])",
-                            kind.singular(),
-                            defined.join(", ")
-                        ),
-                    ));
-                    continue;
-                }
-                if out.contains(&cid) {
-                    errors.push(ConfigError::new(path, format!("{name:?} is listed twice")));
-                    continue;
-                }
-                let signals = match kind {
-                    Kind::Receiver => registry.receiver(cid.kind()).map(|f| f.signals()),
-                    Kind::Processor => registry.processor(cid.kind()).map(|f| f.signals()),
-                    Kind::Exporter => registry.exporter(cid.kind()).map(|f| f.signals()),
-                    _ => None,
-                };
-                if let Some(signals) = signals {
-                    if signals.intersect(id.signals).is_empty() {
-                        errors.push(ConfigError::new(
-                            path,
-                            format!(
-                                "{} {name:?} accepts {signals} but pipeline {pid:?} carries {}",
-                                kind.singular(),
-                                id.signals
-                            ),
-                        ));
-                        continue;
-                    }
-                }
-                if let (Kind::Exporter, Some(f)) = (kind, registry.exporter(cid.kind())) {
-                    for signal in id.signals.iter() {
-                        if let Some(why) = f.cannot_export(&known[&cid], signal) {
-                            errors.push(ConfigError::new(
-                                    path.clone(),
-                                    format!(
-                                        "exporter {name:?} cannot export the {signal} of pipeline {pid:?}: {why}"
-                                    ),
-                                ));
-                        }
-                    }
-                }
-                out.push(cid);
-            }
-            out
+        let l = Listing {
+            base: &base,
+            pid,
+            id: &id,
+            registry,
         };
-        let r = resolve(Kind::Receiver, &p.receivers, receivers, true);
-        let pr = resolve(Kind::Processor, &p.processors, processors, false);
-        let ex = resolve(Kind::Exporter, &p.exporters, exporters, true);
+        let r = l.resolve(Kind::Receiver, &p.receivers, receivers, true, errors);
+        let pr = l.resolve(Kind::Processor, &p.processors, processors, false, errors);
+        let ex = l.resolve(Kind::Exporter, &p.exporters, exporters, true, errors);
         pipelines.push(Pipeline {
             id,
             receivers: r,
@@ -362,6 +296,98 @@ fn resolve_pipelines(
     }
 
     pipelines
+}
+
+/// One pipeline's lists, resolved against the defined components.
+struct Listing<'a> {
+    /// `service.pipelines.<id>`.
+    base: &'a str,
+    pid: &'a str,
+    id: &'a PipelineId,
+    registry: &'a Registry,
+}
+
+impl Listing<'_> {
+    /// A list of `kind` (its section's names) as component ids: each
+    /// defined, listed once, taking the pipeline's signals (an exporter
+    /// able to export each); every problem in `errors` at its path.
+    fn resolve(
+        &self,
+        kind: Kind,
+        list: &[String],
+        known: &IndexMap<ComponentId, Value>,
+        required: bool,
+        errors: &mut Vec<ConfigError>,
+    ) -> Vec<ComponentId> {
+        let (base, pid, id, registry) = (self.base, self.pid, self.id, self.registry);
+        let field = kind.section();
+        if required && list.is_empty() {
+            errors.push(ConfigError::new(
+                format!("{base}.{field}"),
+                format!("a pipeline needs at least one {}", kind.singular()),
+            ));
+        }
+        let mut out = Vec::new();
+        for (i, name) in list.iter().enumerate() {
+            let path = format!("{base}.{field}[{i}]");
+            let Ok(cid) = name.parse::<ComponentId>() else {
+                errors.push(ConfigError::new(
+                    path,
+                    format!("invalid component id {name:?}"),
+                ));
+                continue;
+            };
+            if !known.contains_key(&cid) {
+                let defined: Vec<String> = known.keys().map(ToString::to_string).collect();
+                errors.push(ConfigError::new(
+                    path,
+                    format!(
+                        "{} {name:?} is not defined under `{field}` (defined: [{}])",
+                        kind.singular(),
+                        defined.join(", ")
+                    ),
+                ));
+                continue;
+            }
+            if out.contains(&cid) {
+                errors.push(ConfigError::new(path, format!("{name:?} is listed twice")));
+                continue;
+            }
+            let signals = match kind {
+                Kind::Receiver => registry.receiver(cid.kind()).map(|f| f.signals()),
+                Kind::Processor => registry.processor(cid.kind()).map(|f| f.signals()),
+                Kind::Exporter => registry.exporter(cid.kind()).map(|f| f.signals()),
+                _ => None,
+            };
+            if let Some(signals) = signals {
+                if signals.intersect(id.signals).is_empty() {
+                    errors.push(ConfigError::new(
+                        path,
+                        format!(
+                            "{} {name:?} accepts {signals} but pipeline {pid:?} carries {}",
+                            kind.singular(),
+                            id.signals
+                        ),
+                    ));
+                    continue;
+                }
+            }
+            if let (Kind::Exporter, Some(f)) = (kind, registry.exporter(cid.kind())) {
+                for signal in id.signals.iter() {
+                    if let Some(why) = f.cannot_export(&known[&cid], signal) {
+                        errors.push(ConfigError::new(
+                                path.clone(),
+                                format!(
+                                    "exporter {name:?} cannot export the {signal} of pipeline {pid:?}: {why}"
+                                ),
+                            ));
+                    }
+                }
+            }
+            out.push(cid);
+        }
+        out
+    }
 }
 
 /// Listeners that serve data beyond loopback need TLS and credentials:

@@ -300,38 +300,6 @@ impl Registry {
     /// `otelcol_process_uptime`, `otelcol_process_memory_rss`, … A
     /// processor in several pipelines is summed, as the Collector counts it.
     pub fn collector_view(&self) -> Vec<NamedSample> {
-        let per_signal: &[(&str, &str, &str, &'static str)] = &[
-            (
-                RECEIVER_ACCEPTED,
-                "otelcol_receiver_accepted_",
-                "receiver",
-                "Items successfully pushed into the pipeline.",
-            ),
-            (
-                RECEIVER_REFUSED,
-                "otelcol_receiver_refused_",
-                "receiver",
-                "Items that could not be pushed into the pipeline.",
-            ),
-            (
-                EXPORTER_SENT,
-                "otelcol_exporter_sent_",
-                "exporter",
-                "Items successfully sent to destination.",
-            ),
-            (
-                EXPORTER_SEND_FAILED,
-                "otelcol_exporter_send_failed_",
-                "exporter",
-                "Items in failed attempts to send to destination.",
-            ),
-            (
-                EXPORTER_ENQUEUE_FAILED,
-                "otelcol_exporter_enqueue_failed_",
-                "exporter",
-                "Items failed to be added to the sending queue.",
-            ),
-        ];
         let mut out: BTreeMap<(String, Labels), (&'static str, Kind, f64)> = BTreeMap::new();
         let mut add = |name: String,
                        help: &'static str,
@@ -340,74 +308,9 @@ impl Registry {
                        v: f64| {
             out.entry((name, labels)).or_insert((help, kind, 0.0)).2 += v;
         };
-        let label = |s: &Sample, k: &str| {
-            s.labels
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.clone())
-        };
         for s in self.snapshot() {
-            let signal = label(&s, "signal");
-            if let Some((_, prefix, key, help)) = per_signal.iter().find(|(n, ..)| *n == s.name) {
-                let (Some(c), Some(sig)) = (label(&s, "component"), signal) else {
-                    continue;
-                };
-                let suffix = match sig.as_str() {
-                    "traces" => "spans",
-                    "logs" => "log_records",
-                    _ => "metric_points",
-                };
-                add(
-                    format!("{prefix}{suffix}"),
-                    help,
-                    Kind::Counter,
-                    vec![(*key, c)],
-                    s.value,
-                );
-            } else if s.name == PROCESSOR_RECEIVED || s.name == PROCESSOR_SENT {
-                let (Some(p), Some(sig)) = (label(&s, "processor"), signal) else {
-                    continue;
-                };
-                let (name, help) = if s.name == PROCESSOR_RECEIVED {
-                    (
-                        "otelcol_processor_incoming_items",
-                        "Number of items passed to the processor.",
-                    )
-                } else {
-                    (
-                        "otelcol_processor_outgoing_items",
-                        "Number of items emitted from the processor.",
-                    )
-                };
-                add(
-                    name.into(),
-                    help,
-                    Kind::Counter,
-                    vec![("otel_signal", sig), ("processor", p)],
-                    s.value,
-                );
-            } else if s.name == EXPORTER_QUEUE_SIZE || s.name == EXPORTER_QUEUE_CAPACITY {
-                let Some(e) = label(&s, "component") else {
-                    continue;
-                };
-                let (name, help) = if s.name == EXPORTER_QUEUE_SIZE {
-                    (
-                        "otelcol_exporter_queue_size",
-                        "Current size of the retry queue (in batches).",
-                    )
-                } else {
-                    (
-                        "otelcol_exporter_queue_capacity",
-                        "Fixed capacity of the retry queue (in batches).",
-                    )
-                };
-                add(
-                    name.into(),
-                    help,
-                    Kind::Gauge,
-                    vec![("exporter", e)],
-                    s.value,
-                );
+            if let Some((name, help, kind, labels)) = collector_series(&s) {
+                add(name, help, kind, labels, s.value);
             }
         }
         add(
@@ -562,6 +465,99 @@ fn escape_label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// causeway's per-signal counters and the Collector's names for them: the
+/// series, the Collector's prefix (the signal's item name follows), the
+/// component's label, the help.
+const PER_SIGNAL: &[(&str, &str, &str, &str)] = &[
+    (
+        RECEIVER_ACCEPTED,
+        "otelcol_receiver_accepted_",
+        "receiver",
+        "Items successfully pushed into the pipeline.",
+    ),
+    (
+        RECEIVER_REFUSED,
+        "otelcol_receiver_refused_",
+        "receiver",
+        "Items that could not be pushed into the pipeline.",
+    ),
+    (
+        EXPORTER_SENT,
+        "otelcol_exporter_sent_",
+        "exporter",
+        "Items successfully sent to destination.",
+    ),
+    (
+        EXPORTER_SEND_FAILED,
+        "otelcol_exporter_send_failed_",
+        "exporter",
+        "Items in failed attempts to send to destination.",
+    ),
+    (
+        EXPORTER_ENQUEUE_FAILED,
+        "otelcol_exporter_enqueue_failed_",
+        "exporter",
+        "Items failed to be added to the sending queue.",
+    ),
+];
+
+/// The Collector's series (name, help, kind, labels) of one of causeway's
+/// samples, if it has one.
+fn collector_series(s: &Sample) -> Option<(String, &'static str, Kind, Labels)> {
+    let label = |k: &str| {
+        s.labels
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.clone())
+    };
+    if let Some((_, prefix, key, help)) = PER_SIGNAL.iter().find(|(n, ..)| *n == s.name) {
+        let (c, sig) = (label("component")?, label("signal")?);
+        let suffix = match sig.as_str() {
+            "traces" => "spans",
+            "logs" => "log_records",
+            _ => "metric_points",
+        };
+        return Some((
+            format!("{prefix}{suffix}"),
+            *help,
+            Kind::Counter,
+            vec![(*key, c)],
+        ));
+    }
+    if s.name == PROCESSOR_RECEIVED || s.name == PROCESSOR_SENT {
+        let (p, sig) = (label("processor")?, label("signal")?);
+        let (name, help) = if s.name == PROCESSOR_RECEIVED {
+            (
+                "otelcol_processor_incoming_items",
+                "Number of items passed to the processor.",
+            )
+        } else {
+            (
+                "otelcol_processor_outgoing_items",
+                "Number of items emitted from the processor.",
+            )
+        };
+        let labels = vec![("otel_signal", sig), ("processor", p)];
+        return Some((name.into(), help, Kind::Counter, labels));
+    }
+    if s.name == EXPORTER_QUEUE_SIZE || s.name == EXPORTER_QUEUE_CAPACITY {
+        let e = label("component")?;
+        let (name, help) = if s.name == EXPORTER_QUEUE_SIZE {
+            (
+                "otelcol_exporter_queue_size",
+                "Current size of the retry queue (in batches).",
+            )
+        } else {
+            (
+                "otelcol_exporter_queue_capacity",
+                "Fixed capacity of the retry queue (in batches).",
+            )
+        };
+        return Some((name.into(), help, Kind::Gauge, vec![("exporter", e)]));
+    }
+    None
 }
 
 #[cfg(test)]

@@ -499,6 +499,17 @@ impl DiskQueue {
 mod tests {
     use super::*;
 
+    /// The queue's segment files in `dir`, in order.
+    fn segments(dir: &std::path::Path) -> Vec<PathBuf> {
+        let mut segs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .expect("dir")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+            .collect();
+        segs.sort();
+        segs
+    }
+
     fn open(
         dir: &Path,
         max: u64,
@@ -549,12 +560,7 @@ mod tests {
                     .expect("push");
             }
         }
-        let mut segs: Vec<PathBuf> = std::fs::read_dir(dir.path())
-            .expect("dir")
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-            .collect();
-        segs.sort();
+        let segs = segments(dir.path());
         assert!(segs.len() >= 2, "{segs:?}");
         // Flip a byte inside the first record of the first segment.
         let mut bytes = std::fs::read(&segs[0]).expect("read");
@@ -588,11 +594,7 @@ mod tests {
                     q.push(Signal::Logs, 2, &[i; 100]).await.expect("push");
                 }
             }
-            let seg = std::fs::read_dir(dir.path())
-                .expect("dir")
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .find(|p| p.extension().is_some_and(|x| x == "seg"))
-                .expect("a segment");
+            let seg = segments(dir.path()).remove(0);
             let len = std::fs::metadata(&seg).expect("meta").len();
             let record = (HEADER + 100) as u64;
             assert_eq!(len, 5 * record);

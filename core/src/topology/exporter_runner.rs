@@ -137,64 +137,8 @@ pub(crate) fn spawn(
     hard_stop: CancellationToken,
     memory_limit: Option<u64>,
 ) -> (ExporterQueue, tokio::task::JoinHandle<()>) {
-    let disk = delivery.queue.storage.as_ref().and_then(|dir| {
-        let path = std::path::Path::new(dir).join(id.replace(['/', '\\'], "_"));
-        let dropped = telemetry.counter(
-            telemetry::EXPORTER_ENQUEUE_FAILED,
-            "Items dropped because the sending queue was full.",
-            &[("component", &id), ("signal", "any")],
-        );
-        let corrupt = telemetry.counter(
-            telemetry::QUEUE_CORRUPT,
-            "Corrupt persistent-queue records skipped.",
-            &[("component", &id)],
-        );
-        let opened = DiskQueue::open(
-            &path,
-            delivery.queue.max_size.0,
-            delivery.queue.when_full,
-            delivery.queue.fsync,
-            dropped,
-            corrupt,
-        );
-        match opened {
-            Ok((q, problems)) => {
-                for problem in problems {
-                    tracing::error!(exporter = %id, queue = %path.display(), %problem, "Persistent queue damaged; skipped what could not be read.");
-                }
-                tracing::info!(exporter = %id, queue = %path.display(), bytes = q.size_bytes(), "Persistent queue open.");
-                Some(Arc::new(q))
-            }
-            Err(error) => {
-                tracing::error!(exporter = %id, queue = %path.display(), %error, "Cannot open the persistent queue; using memory.");
-                None
-            }
-        }
-    });
-    let sizer = delivery.queue.sizer;
-    let budget = (delivery.queue.enabled && sizer != crate::config::Sizer::Requests).then(|| {
-        let capacity = delivery.queue.queue_size.clamp(1, Semaphore::MAX_PERMITS);
-        Budget {
-            sem: Arc::new(Semaphore::new(capacity)),
-            capacity,
-            bytes: sizer == crate::config::Sizer::Bytes,
-        }
-    });
-    // A second bound in bytes when the sizer counts batches or items: a
-    // thousand batches can otherwise be gigabytes.
-    let bytes = (delivery.queue.enabled && disk.is_none() && sizer != crate::config::Sizer::Bytes)
-        .then(|| {
-            let max_bytes = delivery.queue.max_bytes.map_or_else(
-                || crate::config::default_queue_max_bytes(memory_limit),
-                |b| b.0,
-            );
-            let capacity = (max_bytes as usize).clamp(1, Semaphore::MAX_PERMITS);
-            Budget {
-                sem: Arc::new(Semaphore::new(capacity)),
-                capacity,
-                bytes: true,
-            }
-        });
+    let disk = open_disk(&id, &delivery, telemetry);
+    let (budget, bytes) = budgets(&delivery, disk.is_none(), memory_limit);
     // With an items or bytes budget the channel only needs to hold the
     // batches the budget lets in; it stays bounded either way.
     let capacity = match (&budget, delivery.queue.enabled) {
@@ -202,12 +146,7 @@ pub(crate) fn spawn(
         (None, true) => delivery.queue.queue_size,
         (Some(b), true) => b.capacity.min(1 << 16),
     };
-    let consumers = if delivery.queue.enabled {
-        delivery.queue.num_consumers
-    } else {
-        1
-    };
-    let (tx, mut rx) = mpsc::channel::<Queued>(capacity);
+    let (tx, rx) = mpsc::channel::<Queued>(capacity);
     let size = telemetry.gauge(
         telemetry::EXPORTER_QUEUE_SIZE,
         "Batches in an exporter's sending queue.",
@@ -234,31 +173,14 @@ pub(crate) fn spawn(
         ),
         size: size.clone(),
     };
-    let counters = Arc::new(Counters {
-        sent: telemetry.signal_counters(
-            telemetry::EXPORTER_SENT,
-            "Items delivered by an exporter.",
-            &id,
-        ),
-        failed: telemetry.signal_counters(
-            telemetry::EXPORTER_SEND_FAILED,
-            "Items an exporter gave up on.",
-            &id,
-        ),
-        rejected: telemetry.signal_counters(
-            telemetry::EXPORTER_REJECTED,
-            "Items the backend rejected (partial success).",
-            &id,
-        ),
-        retries: telemetry.counter(
-            telemetry::EXPORTER_RETRIES,
-            "Retried export attempts.",
-            &[("component", &id)],
-        ),
-    });
+    let counters = Arc::new(Counters::new(telemetry, &id));
+    let consumers = if delivery.queue.enabled {
+        delivery.queue.num_consumers
+    } else {
+        1
+    };
+    let slots = Arc::new(Semaphore::new(consumers));
     let handle = tokio::spawn(async move {
-        let slots = Arc::new(Semaphore::new(consumers));
-        let mut tasks = JoinSet::new();
         if let Some(disk) = disk {
             run_disk(
                 id, exporter, delivery, disk, rx, counters, size, hard_stop, slots,
@@ -266,6 +188,145 @@ pub(crate) fn spawn(
             .await;
             return;
         }
+        let runner = Runner {
+            id,
+            exporter,
+            delivery,
+            counters,
+            hard_stop,
+        };
+        runner.run_memory(rx, budget, size, slots).await;
+    });
+    (queue, handle)
+}
+
+/// The persistent queue of `sending_queue.storage`, if it opens (else the
+/// queue is in memory, said in the log).
+fn open_disk(id: &str, delivery: &DeliveryConfig, telemetry: &Registry) -> Option<Arc<DiskQueue>> {
+    delivery.queue.storage.as_ref().and_then(|dir| {
+        let path = std::path::Path::new(dir).join(id.replace(['/', '\\'], "_"));
+        let dropped = telemetry.counter(
+            telemetry::EXPORTER_ENQUEUE_FAILED,
+            "Items dropped because the sending queue was full.",
+            &[("component", id), ("signal", "any")],
+        );
+        let corrupt = telemetry.counter(
+            telemetry::QUEUE_CORRUPT,
+            "Corrupt persistent-queue records skipped.",
+            &[("component", id)],
+        );
+        let opened = DiskQueue::open(
+            &path,
+            delivery.queue.max_size.0,
+            delivery.queue.when_full,
+            delivery.queue.fsync,
+            dropped,
+            corrupt,
+        );
+        match opened {
+            Ok((q, problems)) => {
+                for problem in problems {
+                    tracing::error!(exporter = %id, queue = %path.display(), %problem, "Persistent queue damaged; skipped what could not be read.");
+                }
+                tracing::info!(exporter = %id, queue = %path.display(), bytes = q.size_bytes(), "Persistent queue open.");
+                Some(Arc::new(q))
+            }
+            Err(error) => {
+                tracing::error!(exporter = %id, queue = %path.display(), %error, "Cannot open the persistent queue; using memory.");
+                None
+            }
+        }
+    })
+}
+
+/// The queue's budget in its sizer's units, and a second bound in bytes
+/// when the sizer counts batches or items: a thousand batches can
+/// otherwise be gigabytes.
+fn budgets(
+    delivery: &DeliveryConfig,
+    in_memory: bool,
+    memory_limit: Option<u64>,
+) -> (Option<Budget>, Option<Budget>) {
+    let sizer = delivery.queue.sizer;
+    let budget = (delivery.queue.enabled && sizer != crate::config::Sizer::Requests).then(|| {
+        let capacity = delivery.queue.queue_size.clamp(1, Semaphore::MAX_PERMITS);
+        Budget {
+            sem: Arc::new(Semaphore::new(capacity)),
+            capacity,
+            bytes: sizer == crate::config::Sizer::Bytes,
+        }
+    });
+    let bytes =
+        (delivery.queue.enabled && in_memory && sizer != crate::config::Sizer::Bytes).then(|| {
+            let max_bytes = delivery.queue.max_bytes.map_or_else(
+                || crate::config::default_queue_max_bytes(memory_limit),
+                |b| b.0,
+            );
+            let capacity = (max_bytes as usize).clamp(1, Semaphore::MAX_PERMITS);
+            Budget {
+                sem: Arc::new(Semaphore::new(capacity)),
+                capacity,
+                bytes: true,
+            }
+        });
+    (budget, bytes)
+}
+
+impl Counters {
+    fn new(telemetry: &Registry, id: &str) -> Self {
+        Counters {
+            sent: telemetry.signal_counters(
+                telemetry::EXPORTER_SENT,
+                "Items delivered by an exporter.",
+                id,
+            ),
+            failed: telemetry.signal_counters(
+                telemetry::EXPORTER_SEND_FAILED,
+                "Items an exporter gave up on.",
+                id,
+            ),
+            rejected: telemetry.signal_counters(
+                telemetry::EXPORTER_REJECTED,
+                "Items the backend rejected (partial success).",
+                id,
+            ),
+            retries: telemetry.counter(
+                telemetry::EXPORTER_RETRIES,
+                "Retried export attempts.",
+                &[("component", id)],
+            ),
+        }
+    }
+}
+
+/// What the in-memory queue's runner delivers with.
+struct Runner {
+    id: String,
+    exporter: Arc<dyn Exporter>,
+    delivery: DeliveryConfig,
+    counters: Arc<Counters>,
+    hard_stop: CancellationToken,
+}
+
+impl Runner {
+    /// Deliver what the in-memory queue holds, `slots` batches at a time,
+    /// until it closes or the hard stop; what is left then is counted as
+    /// failed.
+    async fn run_memory(
+        self,
+        mut rx: mpsc::Receiver<Queued>,
+        budget: Option<Budget>,
+        size: Gauge,
+        slots: Arc<Semaphore>,
+    ) {
+        let Runner {
+            id,
+            exporter,
+            delivery,
+            counters,
+            hard_stop,
+        } = self;
+        let mut tasks = JoinSet::new();
         loop {
             let batch = tokio::select! {
                 b = rx.recv() => b,
@@ -311,8 +372,7 @@ pub(crate) fn spawn(
         if let Err(error) = exporter.shutdown().await {
             tracing::error!(exporter = %id, %error, "Exporter shutdown failed.");
         }
-    });
-    (queue, handle)
+    }
 }
 
 /// The runner of a persistent queue: records are read back from disk and

@@ -61,202 +61,20 @@ pub async fn start(
         tracing::info!(limit, soft_limit = soft, "Memory limiter on.");
         tokio::spawn(limiter.run(hard_stop.clone()));
     }
-    let ctx_in = |id: &ComponentId, pipeline_signals: crate::SignalSet| BuildContext {
-        id: id.clone(),
-        telemetry: telemetry.clone(),
-        shared: shared.clone(),
-        pipeline_signals,
+    let b = Build {
+        config,
+        registry,
+        telemetry,
+        shared,
     };
-    let ctx = |id: &ComponentId| ctx_in(id, crate::SignalSet::ALL);
-    let build_err = |kind: &'static str, id: &ComponentId, source| CoreError::Build {
-        kind,
-        id: id.to_string(),
-        source,
-    };
-
     // Extensions first, as in the Collector: a health check answers (not
     // ready) while the pipelines are built, and stays until they drain.
-    shared.get_or_init(crate::component::SERVICE_KEY, || {
-        crate::component::ServiceInfo {
-            pipelines: config
-                .pipelines
-                .iter()
-                .map(|p| {
-                    let ids = |v: &[ComponentId]| v.iter().map(ToString::to_string).collect();
-                    crate::component::PipelineInfo {
-                        id: p.id.to_string(),
-                        receivers: ids(&p.receivers),
-                        processors: ids(&p.processors),
-                        exporters: ids(&p.exporters),
-                    }
-                })
-                .collect(),
-            extensions: config.extensions.keys().map(ToString::to_string).collect(),
-            started: Some(std::time::SystemTime::now()),
-        }
-    });
+    b.service_info();
     let extensions_stop = CancellationToken::new();
-    let mut extensions = Vec::new();
-    for (id, cfg) in &config.extensions {
-        let factory = registry
-            .extension(id.kind())
-            .ok_or_else(|| build_err("extension", id, "unknown type".into()))?;
-        let ext = factory
-            .build(ctx(id), cfg)
-            .await
-            .map_err(|e| build_err("extension", id, e))?;
-        let stop = extensions_stop.clone();
-        let name = id.to_string();
-        let handle = tokio::spawn(async move {
-            if let Err(error) = ext.run(stop).await {
-                tracing::error!(extension = %name, %error, "Extension failed.");
-            }
-        });
-        extensions.push((id.to_string(), handle));
-    }
-
-    // Exporters: one instance and one queue each, shared by the pipelines using it.
-    let mut queues: HashMap<ComponentId, ExporterQueue> = HashMap::new();
-    let mut exporters = Vec::new();
-    // Sets each in-memory queue's byte bound when its config does not.
-    let memory_limit = crate::memory::MemoryLimiter::shared(&shared).map(|l| l.limits().0);
-    for p in &config.pipelines {
-        for id in &p.exporters {
-            if queues.contains_key(id) {
-                continue;
-            }
-            let factory = registry
-                .exporter(id.kind())
-                .ok_or_else(|| build_err("exporter", id, "unknown type".into()))?;
-            let built = factory
-                .build(ctx(id), &config.exporters[id])
-                .await
-                .map_err(|e| build_err("exporter", id, e))?;
-            let (queue, handle) = exporter_runner::spawn(
-                id.to_string(),
-                built.exporter,
-                built.delivery,
-                telemetry,
-                hard_stop.clone(),
-                memory_limit,
-            );
-            queues.insert(id.clone(), queue);
-            exporters.push(handle);
-        }
-    }
-
-    // Pipelines: their own processor instances.
-    let mut routes: HashMap<ComponentId, Vec<(crate::SignalSet, mpsc::Sender<Batch>)>> =
-        HashMap::new();
-    let mut pipelines = Vec::new();
-    for p in &config.pipelines {
-        let pid = p.id.to_string();
-        let mut stages = Vec::new();
-        for id in &p.processors {
-            let factory = registry
-                .processor(id.kind())
-                .ok_or_else(|| build_err("processor", id, "unknown type".into()))?;
-            let processor = factory
-                .build(ctx_in(id, p.id.signals), &config.processors[id])
-                .await
-                .map_err(|e| build_err("processor", id, e))?;
-            stages.push(Stage {
-                id: id.to_string(),
-                accepts: processor.accepts().intersect(p.id.signals),
-                processor,
-                received: telemetry.processor_counters(
-                    telemetry::PROCESSOR_RECEIVED,
-                    "Items that entered a processor.",
-                    &pid,
-                    &id.to_string(),
-                ),
-                sent: telemetry.processor_counters(
-                    telemetry::PROCESSOR_SENT,
-                    "Items a processor passed on.",
-                    &pid,
-                    &id.to_string(),
-                ),
-                dropped: telemetry.processor_counters(
-                    telemetry::PROCESSOR_DROPPED,
-                    "Items a processor dropped.",
-                    &pid,
-                    &id.to_string(),
-                ),
-            });
-        }
-        let sinks = p
-            .exporters
-            .iter()
-            .filter_map(|id| {
-                let accepts = registry
-                    .exporter(id.kind())?
-                    .signals()
-                    .intersect(p.id.signals);
-                Some(Sink {
-                    accepts,
-                    queue: queues.get(id)?.clone(),
-                })
-            })
-            .collect();
-        let (tx, rx) = mpsc::channel(PIPELINE_QUEUE);
-        for r in &p.receivers {
-            let signals = registry
-                .receiver(r.kind())
-                .map_or(crate::SignalSet::NONE, |f| f.signals())
-                .intersect(p.id.signals);
-            routes
-                .entry(r.clone())
-                .or_default()
-                .push((signals, tx.clone()));
-        }
-        drop(tx);
-        let task = PipelineTask {
-            queue_size: telemetry.gauge(
-                telemetry::PIPELINE_QUEUE_SIZE,
-                "Batches waiting at a pipeline's entry.",
-                &[("pipeline", &pid)],
-            ),
-            id: pid,
-            rx,
-            stages,
-            sinks,
-        };
-        pipelines.push(tokio::spawn(task.run()));
-    }
-    drop(queues);
-
-    // Receivers last, so nothing arrives before its path exists. All are
-    // built (sockets bound) before any runs.
-    let mut built = Vec::new();
-    for (id, cfg) in &config.receivers {
-        let Some(r) = routes.remove(id) else { continue };
-        let factory = registry
-            .receiver(id.kind())
-            .ok_or_else(|| build_err("receiver", id, "unknown type".into()))?;
-        let receiver = factory
-            .build(ctx(id), cfg)
-            .await
-            .map_err(|e| build_err("receiver", id, e))?;
-        built.push((
-            id.to_string(),
-            receiver,
-            Output::new(&id.to_string(), r, telemetry),
-        ));
-    }
-    let receivers = built
-        .into_iter()
-        .map(|(id, receiver, out)| {
-            let stop = receivers_stop.clone();
-            let name = id.clone();
-            let handle = tokio::spawn(async move {
-                if let Err(error) = receiver.run(out, stop).await {
-                    tracing::error!(receiver = %name, %error, "Receiver failed.");
-                }
-            });
-            (id, handle)
-        })
-        .collect();
-
+    let extensions = b.extensions(&extensions_stop).await?;
+    let (queues, exporters) = b.exporters(&hard_stop).await?;
+    let (routes, pipelines) = b.pipelines(queues).await?;
+    let receivers = b.receivers(routes, &receivers_stop).await?;
     Ok(Running {
         receivers_stop,
         hard_stop,
@@ -266,6 +84,252 @@ pub async fn start(
         pipelines,
         exporters,
     })
+}
+
+/// Where each receiver's batches go: per pipeline, the signals it takes
+/// from that receiver and its entry queue.
+type Routes = HashMap<ComponentId, Vec<(crate::SignalSet, mpsc::Sender<Batch>)>>;
+
+/// What building the components shares.
+struct Build<'a> {
+    config: &'a Config,
+    registry: &'a Registry,
+    telemetry: &'a Telemetry,
+    shared: crate::shared::Shared,
+}
+
+impl Build<'_> {
+    fn ctx(&self, id: &ComponentId, pipeline_signals: crate::SignalSet) -> BuildContext {
+        BuildContext {
+            id: id.clone(),
+            telemetry: self.telemetry.clone(),
+            shared: self.shared.clone(),
+            pipeline_signals,
+        }
+    }
+
+    /// The service's pipelines and extensions, for the extensions to show.
+    fn service_info(&self) {
+        let config = self.config;
+        self.shared.get_or_init(crate::component::SERVICE_KEY, || {
+            crate::component::ServiceInfo {
+                pipelines: config
+                    .pipelines
+                    .iter()
+                    .map(|p| {
+                        let ids = |v: &[ComponentId]| v.iter().map(ToString::to_string).collect();
+                        crate::component::PipelineInfo {
+                            id: p.id.to_string(),
+                            receivers: ids(&p.receivers),
+                            processors: ids(&p.processors),
+                            exporters: ids(&p.exporters),
+                        }
+                    })
+                    .collect(),
+                extensions: config.extensions.keys().map(ToString::to_string).collect(),
+                started: Some(std::time::SystemTime::now()),
+            }
+        });
+    }
+
+    async fn extensions(
+        &self,
+        stop: &CancellationToken,
+    ) -> Result<Vec<(String, JoinHandle<()>)>, CoreError> {
+        let mut extensions = Vec::new();
+        for (id, cfg) in &self.config.extensions {
+            let factory = self
+                .registry
+                .extension(id.kind())
+                .ok_or_else(|| build_err("extension", id, "unknown type".into()))?;
+            let ext = factory
+                .build(self.ctx(id, crate::SignalSet::ALL), cfg)
+                .await
+                .map_err(|e| build_err("extension", id, e))?;
+            let stop = stop.clone();
+            let name = id.to_string();
+            let handle = tokio::spawn(async move {
+                if let Err(error) = ext.run(stop).await {
+                    tracing::error!(extension = %name, %error, "Extension failed.");
+                }
+            });
+            extensions.push((id.to_string(), handle));
+        }
+        Ok(extensions)
+    }
+
+    /// Exporters: one instance and one queue each, shared by the pipelines using it.
+    async fn exporters(
+        &self,
+        hard_stop: &CancellationToken,
+    ) -> Result<(HashMap<ComponentId, ExporterQueue>, Vec<JoinHandle<()>>), CoreError> {
+        let mut queues: HashMap<ComponentId, ExporterQueue> = HashMap::new();
+        let mut exporters = Vec::new();
+        // Sets each in-memory queue's byte bound when its config does not.
+        let memory_limit = crate::memory::MemoryLimiter::shared(&self.shared).map(|l| l.limits().0);
+        for id in self.config.pipelines.iter().flat_map(|p| &p.exporters) {
+            if queues.contains_key(id) {
+                continue;
+            }
+            let factory = self
+                .registry
+                .exporter(id.kind())
+                .ok_or_else(|| build_err("exporter", id, "unknown type".into()))?;
+            let built = factory
+                .build(
+                    self.ctx(id, crate::SignalSet::ALL),
+                    &self.config.exporters[id],
+                )
+                .await
+                .map_err(|e| build_err("exporter", id, e))?;
+            let (queue, handle) = exporter_runner::spawn(
+                id.to_string(),
+                built.exporter,
+                built.delivery,
+                self.telemetry,
+                hard_stop.clone(),
+                memory_limit,
+            );
+            queues.insert(id.clone(), queue);
+            exporters.push(handle);
+        }
+        Ok((queues, exporters))
+    }
+
+    /// Pipelines: their own processor instances, fanning out to the
+    /// exporters' queues; the routes of the receivers into them.
+    async fn pipelines(
+        &self,
+        queues: HashMap<ComponentId, ExporterQueue>,
+    ) -> Result<(Routes, Vec<JoinHandle<()>>), CoreError> {
+        let mut routes = Routes::new();
+        let mut pipelines = Vec::new();
+        for p in &self.config.pipelines {
+            let pid = p.id.to_string();
+            let mut stages = Vec::new();
+            for id in &p.processors {
+                stages.push(self.stage(p.id.signals, &pid, id).await?);
+            }
+            let sinks = p
+                .exporters
+                .iter()
+                .filter_map(|id| {
+                    let accepts = self
+                        .registry
+                        .exporter(id.kind())?
+                        .signals()
+                        .intersect(p.id.signals);
+                    Some(Sink {
+                        accepts,
+                        queue: queues.get(id)?.clone(),
+                    })
+                })
+                .collect();
+            let (tx, rx) = mpsc::channel(PIPELINE_QUEUE);
+            for r in &p.receivers {
+                let signals = self
+                    .registry
+                    .receiver(r.kind())
+                    .map_or(crate::SignalSet::NONE, |f| f.signals())
+                    .intersect(p.id.signals);
+                routes
+                    .entry(r.clone())
+                    .or_default()
+                    .push((signals, tx.clone()));
+            }
+            drop(tx);
+            let task = PipelineTask {
+                queue_size: self.telemetry.gauge(
+                    telemetry::PIPELINE_QUEUE_SIZE,
+                    "Batches waiting at a pipeline's entry.",
+                    &[("pipeline", &pid)],
+                ),
+                id: pid,
+                rx,
+                stages,
+                sinks,
+            };
+            pipelines.push(tokio::spawn(task.run()));
+        }
+        Ok((routes, pipelines))
+    }
+
+    /// Processor `id` of pipeline `pid` (of `signals`), built, with its counters.
+    async fn stage(
+        &self,
+        signals: crate::SignalSet,
+        pid: &str,
+        id: &ComponentId,
+    ) -> Result<Stage, CoreError> {
+        let factory = self
+            .registry
+            .processor(id.kind())
+            .ok_or_else(|| build_err("processor", id, "unknown type".into()))?;
+        let processor = factory
+            .build(self.ctx(id, signals), &self.config.processors[id])
+            .await
+            .map_err(|e| build_err("processor", id, e))?;
+        let name = id.to_string();
+        let counters = |metric, help| self.telemetry.processor_counters(metric, help, pid, &name);
+        Ok(Stage {
+            id: id.to_string(),
+            accepts: processor.accepts().intersect(signals),
+            processor,
+            received: counters(
+                telemetry::PROCESSOR_RECEIVED,
+                "Items that entered a processor.",
+            ),
+            sent: counters(telemetry::PROCESSOR_SENT, "Items a processor passed on."),
+            dropped: counters(telemetry::PROCESSOR_DROPPED, "Items a processor dropped."),
+        })
+    }
+
+    /// Receivers last, so nothing arrives before its path exists. All are
+    /// built (sockets bound) before any runs.
+    async fn receivers(
+        &self,
+        mut routes: Routes,
+        stop: &CancellationToken,
+    ) -> Result<Vec<(String, JoinHandle<()>)>, CoreError> {
+        let mut built = Vec::new();
+        for (id, cfg) in &self.config.receivers {
+            let Some(r) = routes.remove(id) else { continue };
+            let factory = self
+                .registry
+                .receiver(id.kind())
+                .ok_or_else(|| build_err("receiver", id, "unknown type".into()))?;
+            let receiver = factory
+                .build(self.ctx(id, crate::SignalSet::ALL), cfg)
+                .await
+                .map_err(|e| build_err("receiver", id, e))?;
+            built.push((
+                id.to_string(),
+                receiver,
+                Output::new(&id.to_string(), r, self.telemetry),
+            ));
+        }
+        Ok(built
+            .into_iter()
+            .map(|(id, receiver, out)| {
+                let stop = stop.clone();
+                let name = id.clone();
+                let handle = tokio::spawn(async move {
+                    if let Err(error) = receiver.run(out, stop).await {
+                        tracing::error!(receiver = %name, %error, "Receiver failed.");
+                    }
+                });
+                (id, handle)
+            })
+            .collect())
+    }
+}
+
+fn build_err(kind: &'static str, id: &ComponentId, source: crate::BoxError) -> CoreError {
+    CoreError::Build {
+        kind,
+        id: id.to_string(),
+        source,
+    }
 }
 
 impl Running {

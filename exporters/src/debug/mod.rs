@@ -183,90 +183,101 @@ fn summarize(
             s.push_str(&json.unwrap_or_default());
             s.push('\n');
         }
-        Verbosity::Normal => match batch.signal() {
-            Signal::Traces => {
-                for rs in batch.to_traces_request()?.resource_spans {
-                    for ss in rs.scope_spans {
-                        for sp in ss.spans {
-                            let dur_ms = sp
-                                .end_time_unix_nano
-                                .saturating_sub(sp.start_time_unix_nano)
-                                as f64
-                                / 1e6;
-                            let code = sp.status.map(|st| st.code).unwrap_or(0);
-                            s.push_str(&format!(
-                                "  span {} trace={} id={} parent={} {:.3}ms status={} attrs={}",
-                                sp.name,
-                                hex(&sp.trace_id),
-                                hex(&sp.span_id),
-                                hex(&sp.parent_span_id),
-                                dur_ms,
-                                code,
-                                sp.attributes.len()
-                            ));
-                            s.push('\n');
-                        }
-                    }
-                }
-            }
-            Signal::Logs => {
-                for rl in batch.to_logs_request()?.resource_logs {
-                    for sl in rl.scope_logs {
-                        for l in sl.log_records {
-                            let body = l.body.map(|b| format!("{:?}", b.value)).unwrap_or_default();
-                            s.push_str(&format!(
-                                "  log severity={} trace={} {}",
-                                l.severity_text,
-                                hex(&l.trace_id),
-                                body
-                            ));
-                            s.push('\n');
-                        }
-                    }
-                }
-            }
-            Signal::Profiles => {
-                let req = batch.to_profiles_request()?.unwrap_or_default();
-                let strings = req
-                    .dictionary
-                    .as_ref()
-                    .map(|d| d.string_table.as_slice())
-                    .unwrap_or_default();
-                let name = |i: i32| {
-                    usize::try_from(i)
-                        .ok()
-                        .and_then(|i| strings.get(i))
-                        .map_or("", String::as_str)
-                };
-                for rp in &req.resource_profiles {
-                    for sp in &rp.scope_profiles {
-                        for p in &sp.profiles {
-                            let (kind, unit) = p.sample_type.as_ref().map_or(("", ""), |t| {
-                                (name(t.type_strindex), name(t.unit_strindex))
-                            });
-                            s.push_str(&format!(
-                                "  profile {kind}/{unit} samples={} duration={:.3}s",
-                                p.samples.len(),
-                                p.duration_nano as f64 / 1e9
-                            ));
-                            s.push('\n');
-                        }
-                    }
-                }
-            }
-            Signal::Metrics => {
-                for rm in batch.to_metrics_request()?.resource_metrics {
-                    for sm in rm.scope_metrics {
-                        for m in sm.metrics {
-                            s.push_str(&format!("  metric {} unit={:?}", m.name, m.unit));
-                            s.push('\n');
-                        }
-                    }
-                }
-            }
-        },
+        Verbosity::Normal => normal(&mut s, batch)?,
     }
     Ok(s)
+}
+
+/// A line per span, log record, profile or metric.
+fn normal(s: &mut String, batch: &Batch) -> Result<(), causeway_core::CoreError> {
+    match batch.signal() {
+        Signal::Traces => {
+            for rs in batch.to_traces_request()?.resource_spans {
+                for ss in rs.scope_spans {
+                    for sp in ss.spans {
+                        let dur_ms = sp
+                            .end_time_unix_nano
+                            .saturating_sub(sp.start_time_unix_nano)
+                            as f64
+                            / 1e6;
+                        let code = sp.status.map(|st| st.code).unwrap_or(0);
+                        s.push_str(&format!(
+                            "  span {} trace={} id={} parent={} {:.3}ms status={} attrs={}",
+                            sp.name,
+                            hex(&sp.trace_id),
+                            hex(&sp.span_id),
+                            hex(&sp.parent_span_id),
+                            dur_ms,
+                            code,
+                            sp.attributes.len()
+                        ));
+                        s.push('\n');
+                    }
+                }
+            }
+        }
+        Signal::Logs => {
+            for rl in batch.to_logs_request()?.resource_logs {
+                for sl in rl.scope_logs {
+                    for l in sl.log_records {
+                        let body = l.body.map(|b| format!("{:?}", b.value)).unwrap_or_default();
+                        s.push_str(&format!(
+                            "  log severity={} trace={} {}",
+                            l.severity_text,
+                            hex(&l.trace_id),
+                            body
+                        ));
+                        s.push('\n');
+                    }
+                }
+            }
+        }
+        Signal::Profiles => profiles(s, batch)?,
+        Signal::Metrics => {
+            for rm in batch.to_metrics_request()?.resource_metrics {
+                for sm in rm.scope_metrics {
+                    for m in sm.metrics {
+                        s.push_str(&format!("  metric {} unit={:?}", m.name, m.unit));
+                        s.push('\n');
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A line per profile: its sample type, samples and duration.
+fn profiles(s: &mut String, batch: &Batch) -> Result<(), causeway_core::CoreError> {
+    let req = batch.to_profiles_request()?.unwrap_or_default();
+    let strings = req
+        .dictionary
+        .as_ref()
+        .map(|d| d.string_table.as_slice())
+        .unwrap_or_default();
+    let name = |i: i32| {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| strings.get(i))
+            .map_or("", String::as_str)
+    };
+    for rp in &req.resource_profiles {
+        for sp in &rp.scope_profiles {
+            for p in &sp.profiles {
+                let (kind, unit) = p
+                    .sample_type
+                    .as_ref()
+                    .map_or(("", ""), |t| (name(t.type_strindex), name(t.unit_strindex)));
+                s.push_str(&format!(
+                    "  profile {kind}/{unit} samples={} duration={:.3}s",
+                    p.samples.len(),
+                    p.duration_nano as f64 / 1e9
+                ));
+                s.push('\n');
+            }
+        }
+    }
+    Ok(())
 }
 
 #[async_trait]

@@ -492,30 +492,7 @@ impl LokiExporter {
                             candidates
                                 .push(("level", level(r.severity_text, r.severity_number).into()));
                         }
-                        for (label, value) in candidates {
-                            if guard.demoted.contains(label) {
-                                meta.push((Cow::Owned(label.to_string()), value));
-                                continue;
-                            }
-                            let seen = match guard.values.get_mut(label) {
-                                Some(seen) => seen,
-                                None => guard.values.entry(label.to_string()).or_default(),
-                            };
-                            if !seen.contains(value.as_ref()) {
-                                if seen.len() >= self.cfg.max_label_values {
-                                    guard.demoted.insert(label.to_string());
-                                    guard.values.remove(label);
-                                    self.telemetry
-                                        .counter(LABELS_DEMOTED, "Loki labels moved to structured metadata by the cardinality guard.", &[("component", &self.id), ("label", label)])
-                                        .add(1);
-                                    tracing::warn!(exporter = %self.id, label = %label, max = self.cfg.max_label_values, "Label has too many values; sending it as structured metadata from now on.");
-                                    meta.push((Cow::Owned(label.to_string()), value));
-                                    continue;
-                                }
-                                seen.insert(value.to_string());
-                            }
-                            set_label(&mut labels, label, value.into_owned());
-                        }
+                        self.guarded(&mut guard, candidates, &mut labels, &mut meta);
                         if !r.trace_id.is_empty() {
                             meta.push(("trace_id".into(), hex_string(r.trace_id).into()));
                         }
@@ -554,6 +531,53 @@ impl LokiExporter {
             }
         }
         drop(guard);
+        self.make_unique(&mut out);
+        Ok(out)
+    }
+
+    /// The labels of a record from its candidates, through the cardinality
+    /// guard: a label past `max_label_values` values is demoted to
+    /// structured metadata from then on.
+    fn guarded<'a>(
+        &self,
+        guard: &mut Guard,
+        candidates: Vec<(&str, Cow<'a, str>)>,
+        labels: &mut Vec<(String, String)>,
+        meta: &mut Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    ) {
+        for (label, value) in candidates {
+            if guard.demoted.contains(label) {
+                meta.push((Cow::Owned(label.to_string()), value));
+                continue;
+            }
+            let seen = match guard.values.get_mut(label) {
+                Some(seen) => seen,
+                None => guard.values.entry(label.to_string()).or_default(),
+            };
+            if !seen.contains(value.as_ref()) {
+                if seen.len() >= self.cfg.max_label_values {
+                    guard.demoted.insert(label.to_string());
+                    guard.values.remove(label);
+                    self.telemetry
+                        .counter(
+                            LABELS_DEMOTED,
+                            "Loki labels moved to structured metadata by the cardinality guard.",
+                            &[("component", &self.id), ("label", label)],
+                        )
+                        .add(1);
+                    tracing::warn!(exporter = %self.id, label = %label, max = self.cfg.max_label_values, "Label has too many values; sending it as structured metadata from now on.");
+                    meta.push((Cow::Owned(label.to_string()), value));
+                    continue;
+                }
+                seen.insert(value.to_string());
+            }
+            set_label(labels, label, value.into_owned());
+        }
+    }
+
+    /// Each stream's entries in order with timestamps unique (and after
+    /// the last one sent on the stream).
+    fn make_unique(&self, out: &mut Streams<'_>) {
         let mut last = match self.last.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -577,7 +601,6 @@ impl LokiExporter {
                 }
             }
         }
-        Ok(out)
     }
 
     /// The encoded request body and its `Content-Encoding`.

@@ -76,12 +76,7 @@ async fn server(status: StatusCode, reply: &'static str) -> (String, Arc<Mutex<V
             }
         }),
     );
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = l.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(l, app).await });
-    (format!("http://{addr}"), seen)
+    (crate::testing::serve(app).await, seen)
 }
 
 fn exporter(url: &str, extra: &str) -> (LokiExporter, Registry) {

@@ -52,12 +52,7 @@ async fn server(
             }
         }),
     );
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = l.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(l, app).await });
-    (format!("http://{addr}"), seen)
+    (crate::testing::serve(app).await, seen)
 }
 
 fn http_exporter(endpoint: &str, extra: &str) -> HttpExporter {

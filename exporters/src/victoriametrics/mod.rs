@@ -21,7 +21,9 @@ use causeway_core::component::{
 use causeway_core::config::{decode, ConfigError, Duration, Validate};
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
 use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
-use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, AggregationTemporality};
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric, number_data_point, AggregationTemporality, HistogramDataPoint, Metric, Sum,
+};
 use prost::Message;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -548,7 +550,6 @@ impl VictoriaMetricsExporter {
     ) -> Result<proto::WriteRequest, causeway_core::CoreError> {
         let req = batch.to_metrics_request()?;
         let mut series = Series::default();
-        let add_units = self.cfg.add_unit_suffixes;
         for rm in &req.resource_metrics {
             let res: &[KeyValue] = rm
                 .resource
@@ -566,173 +567,18 @@ impl VictoriaMetricsExporter {
                 _ => None,
             };
             let instance = get("service.instance.id");
-            let mut base = BTreeMap::new();
+            let mut base = Base::default();
             if let Some(j) = &job {
-                base.insert("job".to_string(), j.clone());
+                base.labels.insert("job".to_string(), j.clone());
             }
             if let Some(i) = &instance {
-                base.insert("instance".to_string(), i.clone());
+                base.labels.insert("instance".to_string(), i.clone());
             }
-            let mut latest_ms = 0i64;
-            for sm in &rm.scope_metrics {
-                for m in &sm.metrics {
-                    let Some(data) = &m.data else { continue };
-                    let labels_of = |attrs: &[KeyValue]| {
-                        let mut l = base.clone();
-                        add_labels(&mut l, attrs.iter());
-                        l
-                    };
-                    let key_of = |name: &str, l: &BTreeMap<String, String>, extra: &str| {
-                        format!("{name}{l:?}{extra}")
-                    };
-                    match data {
-                        metric::Data::Gauge(g) => {
-                            let name = prom_name(&m.name, &m.unit, false, true, add_units);
-                            for p in &g.data_points {
-                                let v = match p.value {
-                                    _ if no_recorded_value(p.flags) => STALE_NAN,
-                                    Some(number_data_point::Value::AsDouble(d)) => d,
-                                    Some(number_data_point::Value::AsInt(i)) => i as f64,
-                                    None => continue,
-                                };
-                                latest_ms = latest_ms.max(ms(p.time_unix_nano));
-                                series.push(
-                                    &name,
-                                    &labels_of(&p.attributes),
-                                    &[],
-                                    v,
-                                    ms(p.time_unix_nano),
-                                );
-                            }
-                        }
-                        metric::Data::Sum(s) => {
-                            let delta =
-                                s.aggregation_temporality == AggregationTemporality::Delta as i32;
-                            let name = prom_name(
-                                &m.name,
-                                &m.unit,
-                                s.is_monotonic,
-                                // An up-down counter is no gauge: unit `1` gives it no `_ratio`.
-                                false,
-                                add_units,
-                            );
-                            for p in &s.data_points {
-                                let stale = no_recorded_value(p.flags);
-                                let v = match p.value {
-                                    _ if stale => STALE_NAN,
-                                    Some(number_data_point::Value::AsDouble(d)) => d,
-                                    Some(number_data_point::Value::AsInt(i)) => i as f64,
-                                    None => continue,
-                                };
-                                let l = labels_of(&p.attributes);
-                                let v = if delta && !stale {
-                                    self.cumulative(key_of(&name, &l, ""), v)
-                                } else {
-                                    v
-                                };
-                                latest_ms = latest_ms.max(ms(p.time_unix_nano));
-                                series.push(&name, &l, &[], v, ms(p.time_unix_nano));
-                                if s.is_monotonic && self.cfg.send_exemplars {
-                                    for e in p.exemplars.iter().filter_map(exemplar) {
-                                        series.exemplar(&name, &l, &[], e);
-                                    }
-                                }
-                            }
-                        }
-                        metric::Data::Histogram(h) => {
-                            let delta =
-                                h.aggregation_temporality == AggregationTemporality::Delta as i32;
-                            let name = prom_name(&m.name, &m.unit, false, false, add_units);
-                            for p in &h.data_points {
-                                let l = labels_of(&p.attributes);
-                                let ts = ms(p.time_unix_nano);
-                                latest_ms = latest_ms.max(ts);
-                                let acc = |extra: &str, v: f64| {
-                                    if delta {
-                                        self.cumulative(key_of(&name, &l, extra), v)
-                                    } else {
-                                        v
-                                    }
-                                };
-                                let mut cum = 0u64;
-                                for (i, c) in p.bucket_counts.iter().enumerate() {
-                                    cum += c;
-                                    let le = p
-                                        .explicit_bounds
-                                        .get(i)
-                                        .map(|b| b.to_string())
-                                        .unwrap_or_else(|| "+Inf".into());
-                                    let v = acc(&le, cum as f64);
-                                    series.push(
-                                        &format!("{name}_bucket"),
-                                        &l,
-                                        &[("le", le)],
-                                        v,
-                                        ts,
-                                    );
-                                }
-                                if p.bucket_counts.is_empty() {
-                                    let v = acc("+Inf", p.count as f64);
-                                    series.push(
-                                        &format!("{name}_bucket"),
-                                        &l,
-                                        &[("le", "+Inf".into())],
-                                        v,
-                                        ts,
-                                    );
-                                }
-                                // Each exemplar on the bucket its value falls in.
-                                if self.cfg.send_exemplars {
-                                    for e in p.exemplars.iter().filter_map(exemplar) {
-                                        let le = p
-                                            .explicit_bounds
-                                            .iter()
-                                            .find(|b| e.value <= **b)
-                                            .map(|b| b.to_string())
-                                            .unwrap_or_else(|| "+Inf".into());
-                                        series.exemplar(
-                                            &format!("{name}_bucket"),
-                                            &l,
-                                            &[("le", le)],
-                                            e,
-                                        );
-                                    }
-                                }
-                                if let Some(sum) = p.sum {
-                                    let v = acc("_sum", sum);
-                                    series.push(&format!("{name}_sum"), &l, &[], v, ts);
-                                }
-                                let v = acc("_count", p.count as f64);
-                                series.push(&format!("{name}_count"), &l, &[], v, ts);
-                            }
-                        }
-                        metric::Data::Summary(s) => {
-                            let name = prom_name(&m.name, &m.unit, false, false, add_units);
-                            for p in &s.data_points {
-                                let l = labels_of(&p.attributes);
-                                let ts = ms(p.time_unix_nano);
-                                latest_ms = latest_ms.max(ts);
-                                for q in &p.quantile_values {
-                                    series.push(
-                                        &name,
-                                        &l,
-                                        &[("quantile", q.quantile.to_string())],
-                                        q.value,
-                                        ts,
-                                    );
-                                }
-                                series.push(&format!("{name}_sum"), &l, &[], p.sum, ts);
-                                series.push(&format!("{name}_count"), &l, &[], p.count as f64, ts);
-                            }
-                        }
-                        metric::Data::ExponentialHistogram(_) => {
-                            tracing::debug!(metric = %m.name, "Exponential histograms are not sent by remote write 1.0; skipped.");
-                        }
-                    }
-                }
+            for m in rm.scope_metrics.iter().flat_map(|sm| &sm.metrics) {
+                self.add_metric(m, &mut base, &mut series);
             }
             if self.cfg.target_info && (job.is_some() || instance.is_some()) {
-                let mut l = base.clone();
+                let mut l = base.labels.clone();
                 add_labels(
                     &mut l,
                     res.iter().filter(|kv| {
@@ -742,7 +588,7 @@ impl VictoriaMetricsExporter {
                         )
                     }),
                 );
-                series.push("target_info", &l, &[], 1.0, latest_ms);
+                series.push("target_info", &l, &[], 1.0, base.latest_ms);
             }
         }
         Ok(proto::WriteRequest {
@@ -763,6 +609,167 @@ impl VictoriaMetricsExporter {
                 .collect(),
         })
     }
+
+    /// One metric's series.
+    fn add_metric(&self, m: &Metric, base: &mut Base, series: &mut Series) {
+        let Some(data) = &m.data else { return };
+        let add_units = self.cfg.add_unit_suffixes;
+        match data {
+            metric::Data::Gauge(g) => {
+                let name = prom_name(&m.name, &m.unit, false, true, add_units);
+                for p in &g.data_points {
+                    let v = match p.value {
+                        _ if no_recorded_value(p.flags) => STALE_NAN,
+                        Some(number_data_point::Value::AsDouble(d)) => d,
+                        Some(number_data_point::Value::AsInt(i)) => i as f64,
+                        None => continue,
+                    };
+                    let ts = base.seen(p.time_unix_nano);
+                    series.push(&name, &base.labels_of(&p.attributes), &[], v, ts);
+                }
+            }
+            metric::Data::Sum(s) => {
+                // An up-down counter is no gauge: unit `1` gives it no `_ratio`.
+                let name = prom_name(&m.name, &m.unit, s.is_monotonic, false, add_units);
+                self.sum(&name, s, base, series);
+            }
+            metric::Data::Histogram(h) => {
+                let name = prom_name(&m.name, &m.unit, false, false, add_units);
+                for p in &h.data_points {
+                    self.histogram_point(&name, h.aggregation_temporality, p, base, series);
+                }
+            }
+            metric::Data::Summary(s) => {
+                let name = prom_name(&m.name, &m.unit, false, false, add_units);
+                for p in &s.data_points {
+                    let l = base.labels_of(&p.attributes);
+                    let ts = base.seen(p.time_unix_nano);
+                    for q in &p.quantile_values {
+                        let quantile = [("quantile", q.quantile.to_string())];
+                        series.push(&name, &l, &quantile, q.value, ts);
+                    }
+                    series.push(&format!("{name}_sum"), &l, &[], p.sum, ts);
+                    series.push(&format!("{name}_count"), &l, &[], p.count as f64, ts);
+                }
+            }
+            metric::Data::ExponentialHistogram(_) => {
+                tracing::debug!(metric = %m.name, "Exponential histograms are not sent by remote write 1.0; skipped.");
+            }
+        }
+    }
+
+    /// A sum's series: a delta's points accumulated into running totals.
+    fn sum(&self, name: &str, s: &Sum, base: &mut Base, series: &mut Series) {
+        let delta = s.aggregation_temporality == AggregationTemporality::Delta as i32;
+        for p in &s.data_points {
+            let stale = no_recorded_value(p.flags);
+            let v = match p.value {
+                _ if stale => STALE_NAN,
+                Some(number_data_point::Value::AsDouble(d)) => d,
+                Some(number_data_point::Value::AsInt(i)) => i as f64,
+                None => continue,
+            };
+            let l = base.labels_of(&p.attributes);
+            let v = if delta && !stale {
+                self.cumulative(key_of(name, &l, ""), v)
+            } else {
+                v
+            };
+            let ts = base.seen(p.time_unix_nano);
+            series.push(name, &l, &[], v, ts);
+            if s.is_monotonic && self.cfg.send_exemplars {
+                for e in p.exemplars.iter().filter_map(exemplar) {
+                    series.exemplar(name, &l, &[], e);
+                }
+            }
+        }
+    }
+
+    /// A histogram point's series: cumulative buckets by `le`, each
+    /// exemplar on the bucket its value falls in, `_sum` and `_count`; a
+    /// delta's accumulated.
+    fn histogram_point(
+        &self,
+        name: &str,
+        temporality: i32,
+        p: &HistogramDataPoint,
+        base: &mut Base,
+        series: &mut Series,
+    ) {
+        let delta = temporality == AggregationTemporality::Delta as i32;
+        let l = base.labels_of(&p.attributes);
+        let ts = base.seen(p.time_unix_nano);
+        let acc = |extra: &str, v: f64| {
+            if delta {
+                self.cumulative(key_of(name, &l, extra), v)
+            } else {
+                v
+            }
+        };
+        let bucket = format!("{name}_bucket");
+        let mut cum = 0u64;
+        for (i, c) in p.bucket_counts.iter().enumerate() {
+            cum += c;
+            let le = p
+                .explicit_bounds
+                .get(i)
+                .map(|b| b.to_string())
+                .unwrap_or_else(|| "+Inf".into());
+            let v = acc(&le, cum as f64);
+            series.push(&bucket, &l, &[("le", le)], v, ts);
+        }
+        if p.bucket_counts.is_empty() {
+            let v = acc("+Inf", p.count as f64);
+            series.push(&bucket, &l, &[("le", "+Inf".into())], v, ts);
+        }
+        if self.cfg.send_exemplars {
+            for e in p.exemplars.iter().filter_map(exemplar) {
+                let le = p
+                    .explicit_bounds
+                    .iter()
+                    .find(|b| e.value <= **b)
+                    .map(|b| b.to_string())
+                    .unwrap_or_else(|| "+Inf".into());
+                series.exemplar(&bucket, &l, &[("le", le)], e);
+            }
+        }
+        if let Some(sum) = p.sum {
+            let v = acc("_sum", sum);
+            series.push(&format!("{name}_sum"), &l, &[], v, ts);
+        }
+        let v = acc("_count", p.count as f64);
+        series.push(&format!("{name}_count"), &l, &[], v, ts);
+    }
+}
+
+/// One resource's labels (`job`, `instance`) and the latest time of its
+/// points (`target_info`'s).
+#[derive(Default)]
+struct Base {
+    labels: BTreeMap<String, String>,
+    latest_ms: i64,
+}
+
+impl Base {
+    /// The resource's labels with a point's attributes.
+    fn labels_of(&self, attrs: &[KeyValue]) -> BTreeMap<String, String> {
+        let mut l = self.labels.clone();
+        add_labels(&mut l, attrs.iter());
+        l
+    }
+
+    /// A point's time (ms), remembered as the latest if it is.
+    fn seen(&mut self, time_unix_nano: u64) -> i64 {
+        let t = ms(time_unix_nano);
+        self.latest_ms = self.latest_ms.max(t);
+        t
+    }
+}
+
+/// The running total's key of a delta series (name, labels, and the
+/// bucket's or part's suffix).
+fn key_of(name: &str, l: &BTreeMap<String, String>, extra: &str) -> String {
+    format!("{name}{l:?}{extra}")
 }
 
 #[async_trait]

@@ -234,31 +234,15 @@ fn root_attributes(a: &mut Vec<KeyValue>, t: &TraceRow, v: &Verdict, route: &str
         // supersedes the one on the trace's root.
         set_attr(a, "rca.continuation", any_value::Value::BoolValue(true));
     }
-    set_attr(
-        a,
-        "rca.cause",
-        any_value::Value::StringValue(v.best.cause.clone()),
-    );
-    set_attr(
-        a,
-        "rca.summary",
-        any_value::Value::StringValue(v.best.summary.clone()),
-    );
+    set_str(a, "rca.cause", v.best.cause.clone());
+    set_str(a, "rca.summary", v.best.summary.clone());
     set_attr(
         a,
         "rca.confidence",
         any_value::Value::DoubleValue(v.best.confidence),
     );
-    set_attr(
-        a,
-        "rca.culprit.service",
-        any_value::Value::StringValue(v.culprit_service.clone()),
-    );
-    set_attr(
-        a,
-        "rca.culprit.kind",
-        any_value::Value::StringValue(v.culprit_kind.to_string()),
-    );
+    set_str(a, "rca.culprit.service", v.culprit_service.clone());
+    set_str(a, "rca.culprit.kind", v.culprit_kind.to_string());
     match v.culprit_kind {
         "host" if !culprit.host.is_empty() => set_attr(
             a,
@@ -284,21 +268,13 @@ fn root_attributes(a: &mut Vec<KeyValue>, t: &TraceRow, v: &Verdict, route: &str
             set_attr(a, &kv.key, x);
         }
     }
-    set_attr(
+    set_str(
         a,
         "rca.culprit.span_id",
-        any_value::Value::StringValue(Hex16::of(culprit.span_id).as_str().to_string()),
+        Hex16::of(culprit.span_id).as_str().to_string(),
     );
-    set_attr(
-        a,
-        "rca.rule",
-        any_value::Value::StringValue(v.best.rule.clone()),
-    );
-    set_attr(
-        a,
-        "rca.reason",
-        any_value::Value::StringValue(v.reason.clone()),
-    );
+    set_str(a, "rca.rule", v.best.rule.clone());
+    set_str(a, "rca.reason", v.reason.clone());
     set_attr(
         a,
         "rca.explained_share",
@@ -306,16 +282,8 @@ fn root_attributes(a: &mut Vec<KeyValue>, t: &TraceRow, v: &Verdict, route: &str
             (v.best.explained_ms / t.duration_ms.max(1e-6) * 1000.0).round() / 1000.0,
         ),
     );
-    set_attr(
-        a,
-        "rca.route_id",
-        any_value::Value::StringValue(route.to_string()),
-    );
-    set_attr(
-        a,
-        "rca.evidence",
-        any_value::Value::StringValue(evidence.to_string()),
-    );
+    set_str(a, "rca.route_id", route.to_string());
+    set_str(a, "rca.evidence", evidence.to_string());
     let alts: Vec<String> = v
         .alternatives
         .iter()
@@ -328,11 +296,12 @@ fn root_attributes(a: &mut Vec<KeyValue>, t: &TraceRow, v: &Verdict, route: &str
             )
         })
         .collect();
-    set_attr(
-        a,
-        "rca.alternatives",
-        any_value::Value::StringValue(alts.join(",")),
-    );
+    set_str(a, "rca.alternatives", alts.join(","));
+}
+
+/// Set string attribute `key` to `value`.
+fn set_str(a: &mut Vec<KeyValue>, key: &str, value: String) {
+    set_attr(a, key, any_value::Value::StringValue(value));
 }
 
 /// What the sources know of span `culprit` (its code): each plain value as

@@ -47,7 +47,7 @@ use causeway_core::component::{BuildContext, ProcessError, Processor, ProcessorF
 use causeway_core::config::{decode, ConfigError};
 use causeway_core::{Batch, BoxError, Signal, SignalSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::time::Instant;
 
 use analysis::trace::RouteMap;
@@ -55,37 +55,12 @@ use analysis::verdict::Enough;
 use config::CorrelateConfig;
 use model::cause::Causes;
 use model::Rule;
+use model::{nanos, now_ns};
 use source::Correlation;
+use stage::analyse::ANALYSED;
 use stage::Stage;
+use stage::RULE_ERRORS;
 use store::{Limits, Store};
-
-/// Traces analysed, by cause.
-pub const ANALYSED: &str = "causeway_correlate_analysed_traces_total";
-/// Rule failures at run time, by rule.
-pub const RULE_ERRORS: &str = "causeway_rca_rule_errors_total";
-/// Log records evicted before the window ended, by the limit that forced it.
-pub const EVICTED_LOGS: &str = "causeway_correlate_evicted_log_records_total";
-/// Age of the oldest log record held (how far back gateway evidence reaches).
-pub const LOG_RETENTION: &str = "causeway_correlate_log_retention_seconds";
-/// Spans of traces analysed already (late), passed on without a second analysis.
-pub const LATE_SPANS: &str = "causeway_correlate_late_spans_total";
-/// Traces whose join with host, Kafka or RabbitMQ metrics found nothing while such metrics flow.
-pub const JOIN_MISSES: &str = "causeway_correlate_join_misses_total";
-/// Traces held by `evidence_wait`.
-pub const HELD_TRACES: &str = "causeway_correlate_held_traces";
-/// Alert instances firing, by alert.
-pub const ALERTS_FIRING: &str = "causeway_alerts_firing";
-/// Alert notifications emitted, by alert and status.
-pub const ALERTS_SENT: &str = "causeway_alerts_sent_total";
-
-/// Open incidents.
-pub const INCIDENTS_OPEN: &str = "causeway_correlate_incidents_open";
-/// Incident records written, by state.
-pub const INCIDENTS_WRITTEN: &str = "causeway_correlate_incident_records_total";
-/// Routes with incident statistics.
-pub const INCIDENT_ROUTES: &str = "causeway_correlate_incident_routes";
-/// Routes dropped from the incident statistics, by reason (`evicted`, `refused`).
-pub const INCIDENT_ROUTES_DROPPED: &str = "causeway_correlate_incident_routes_dropped_total";
 
 /// Factory of the `correlate` processor.
 pub struct CorrelateFactory;
@@ -162,44 +137,9 @@ impl ProcessorFactory for CorrelateFactory {
         if !cfg.alerts.rules.is_empty() && !ctx.pipeline_signals.contains(Signal::Logs) {
             tracing::debug!(processor = %id, "Alert rules are evaluated by this processor's instance in a logs pipeline.");
         }
-        let (rules, causes) = rules_of(&cfg, &correlation, &ctx, &id, emit_logs);
         let shared = || (id.clone(), ctx.telemetry.clone(), correlation.clone());
-        let mut analyse = stage::analyse::Analyse {
-            id: id.clone(),
-            telemetry: ctx.telemetry.clone(),
-            correlation: correlation.clone(),
-            causes,
-            lookback_ns: nanos(cfg.metric_lookback.get()),
-            lookahead_ns: nanos(cfg.metric_lookahead.get()),
-            enough: Enough {
-                share: cfg.min_explained_share,
-                ms: nanos(cfg.min_explained.get()) as f64 / 1e6,
-            },
-            route_map: RouteMap {
-                fixed: cfg.route_map.clone().into_iter().collect(),
-            },
-            evidence_wait: cfg.evidence_wait.get(),
-            callee_wait: cfg.callee_wait.get(),
-            max_held: cfg.max_held_traces,
-            held: Vec::new(),
-            sample_attrs: cfg
-                .incidents
-                .attributes
-                .iter()
-                .filter_map(|a| {
-                    incidents::sample::Attr::parse(a, |n| correlation.sources.log_column(n))
-                })
-                .collect(),
-            feed_incidents: incidents.clone().filter(|_| !cfg.incidents.from_records),
-            rules,
-            planner: rules::Planner::new(&correlation.sources.tables()),
-            rule_errors_logged: std::collections::HashSet::new(),
-            analysed: ctx.telemetry.counter(
-                ANALYSED,
-                "Kept traces analysed by correlate.",
-                &[("component", &id)],
-            ),
-        };
+        let mut analyse =
+            analyse_stage(&cfg, &ctx, &id, &correlation, incidents.clone(), emit_logs);
         // Only the instance in a traces pipeline analyses: its rules are
         // planned now, not when the first kept traces arrive.
         if ctx.pipeline_signals.contains(Signal::Traces) {
@@ -239,6 +179,54 @@ impl ProcessorFactory for CorrelateFactory {
             correlation,
             id,
         }))
+    }
+}
+
+/// The stage that analyses kept traces, as `cfg` sets it.
+fn analyse_stage(
+    cfg: &CorrelateConfig,
+    ctx: &BuildContext,
+    id: &str,
+    correlation: &Arc<Correlation>,
+    incidents: Option<Arc<incidents::Incidents>>,
+    emit_logs: bool,
+) -> stage::analyse::Analyse {
+    let (rules, causes) = rules_of(cfg, correlation, ctx, id, emit_logs);
+    stage::analyse::Analyse {
+        id: id.to_string(),
+        telemetry: ctx.telemetry.clone(),
+        correlation: correlation.clone(),
+        causes,
+        lookback_ns: nanos(cfg.metric_lookback.get()),
+        lookahead_ns: nanos(cfg.metric_lookahead.get()),
+        enough: Enough {
+            share: cfg.min_explained_share,
+            ms: nanos(cfg.min_explained.get()) as f64 / 1e6,
+        },
+        route_map: RouteMap {
+            fixed: cfg.route_map.clone().into_iter().collect(),
+        },
+        evidence_wait: cfg.evidence_wait.get(),
+        callee_wait: cfg.callee_wait.get(),
+        max_held: cfg.max_held_traces,
+        held: Vec::new(),
+        sample_attrs: cfg
+            .incidents
+            .attributes
+            .iter()
+            .filter_map(|a| {
+                incidents::sample::Attr::parse(a, |n| correlation.sources.log_column(n))
+            })
+            .collect(),
+        feed_incidents: incidents.filter(|_| !cfg.incidents.from_records),
+        rules,
+        planner: rules::Planner::new(&correlation.sources.tables()),
+        rule_errors_logged: std::collections::HashSet::new(),
+        analysed: ctx.telemetry.counter(
+            ANALYSED,
+            "Kept traces analysed by correlate.",
+            &[("component", id)],
+        ),
     }
 }
 
@@ -293,17 +281,6 @@ pub fn limits(cfg: &CorrelateConfig) -> Limits {
         max_routes: cfg.max_routes,
         max_events: 100_000,
     }
-}
-
-pub(crate) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-pub(crate) fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(nanos)
-        .unwrap_or(0)
 }
 
 struct Correlate {

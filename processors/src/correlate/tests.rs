@@ -1,3 +1,4 @@
+use super::stage::analyse::HELD_TRACES;
 use super::*;
 use crate::correlate::analysis::verdict::verdict;
 use crate::correlate::analysis::verdict::Enough;

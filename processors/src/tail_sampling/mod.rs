@@ -411,45 +411,16 @@ pub struct TailSampling {
     metrics: Metrics,
 }
 
-impl TailSampling {
-    /// Build from a validated config.
-    pub fn new(cfg: TailSamplingConfig, id: &str, telemetry: &Registry) -> Result<Self, String> {
-        Self::with_shared(cfg, id, telemetry, causeway_core::shared::Shared::default())
-    }
-
-    /// Build from a validated config, with the topology's shared state
-    /// (for `correlated` policies).
-    pub fn with_shared(
-        cfg: TailSamplingConfig,
-        id: &str,
-        telemetry: &Registry,
-        shared: causeway_core::shared::Shared,
-    ) -> Result<Self, String> {
-        let learners = crate::unkept::after(&shared, id);
-        let mut keys = Keys::default();
-        keys.shared = shared;
-        let policies: Vec<Policy> = cfg
-            .policies
-            .iter()
-            .map(|p| Policy::build(p, &mut keys))
-            .collect::<Result<_, _>>()?;
-        let route_attributes = keys
-            .route_attributes()
-            .map(<[String]>::to_vec)
-            .unwrap_or_else(default_route_attributes);
-        let route_keys = route_attributes.iter().map(|k| keys.add(k)).collect();
-        let errors = cfg.always_keep_errors.then(Policy::errors);
+impl Metrics {
+    /// The sampler's metrics, with a decision counter per policy `names`.
+    fn new(telemetry: &Registry, id: &str, names: &[&str]) -> Metrics {
         let c = |name: &'static str, help: &'static str, extra: &[(&'static str, &str)]| {
             let mut labels = vec![("component", id)];
             labels.extend_from_slice(extra);
             telemetry.counter(name, help, &labels)
         };
         let mut policy_counters = Vec::new();
-        for name in policies
-            .iter()
-            .map(|p| p.name.as_str())
-            .chain(errors.iter().map(|p| p.name.as_str()))
-        {
+        for &name in names {
             policy_counters.push(["sampled", "not_sampled", "dropped"].map(|d| {
                 c(
                     POLICY_DECISIONS,
@@ -461,7 +432,7 @@ impl TailSampling {
         let g = |name: &'static str, help: &'static str| {
             telemetry.gauge(name, help, &[("component", id)])
         };
-        let metrics = Metrics {
+        Metrics {
             pending_traces: g(PENDING_TRACES, "Traces waiting for a sampling decision."),
             pending_spans: g(PENDING_SPANS, "Spans waiting for a sampling decision."),
             pending_bytes: g(
@@ -511,7 +482,44 @@ impl TailSampling {
                 "How late after its deadline the last tick decided (milliseconds).",
             ),
             policy: policy_counters,
-        };
+        }
+    }
+}
+
+impl TailSampling {
+    /// Build from a validated config.
+    pub fn new(cfg: TailSamplingConfig, id: &str, telemetry: &Registry) -> Result<Self, String> {
+        Self::with_shared(cfg, id, telemetry, causeway_core::shared::Shared::default())
+    }
+
+    /// Build from a validated config, with the topology's shared state
+    /// (for `correlated` policies).
+    pub fn with_shared(
+        cfg: TailSamplingConfig,
+        id: &str,
+        telemetry: &Registry,
+        shared: causeway_core::shared::Shared,
+    ) -> Result<Self, String> {
+        let learners = crate::unkept::after(&shared, id);
+        let mut keys = Keys::default();
+        keys.shared = shared;
+        let policies: Vec<Policy> = cfg
+            .policies
+            .iter()
+            .map(|p| Policy::build(p, &mut keys))
+            .collect::<Result<_, _>>()?;
+        let route_attributes = keys
+            .route_attributes()
+            .map(<[String]>::to_vec)
+            .unwrap_or_else(default_route_attributes);
+        let route_keys = route_attributes.iter().map(|k| keys.add(k)).collect();
+        let errors = cfg.always_keep_errors.then(Policy::errors);
+        let names: Vec<&str> = policies
+            .iter()
+            .chain(errors.iter())
+            .map(|p| p.name.as_str())
+            .collect();
+        let metrics = Metrics::new(telemetry, id, &names);
         Ok(TailSampling {
             keys,
             route_keys,

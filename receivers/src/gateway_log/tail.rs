@@ -1146,26 +1146,14 @@ impl Tailer {
                     *polls += 1;
                     if *polls > 5 && now.duration_since(*since) >= STALL {
                         self.unripe.remove(&dev_ino);
-                        self.events
-                            .backups
-                            .push(("corrupt", name.clone(), kind.name()));
-                        self.events
-                            .lost
-                            .push(("backup_corrupt", name, format!("{e}")));
-                        self.done(dev_ino, meta.len(), Vec::new(), 0);
+                        self.corrupt(dev_ino, meta.len(), name, kind, &e);
                     } else {
                         keep(&mut self.pending, dev_ino, path, file, meta);
                     }
                     return;
                 }
                 Err(e) => {
-                    self.events
-                        .backups
-                        .push(("corrupt", name.clone(), kind.name()));
-                    self.events
-                        .lost
-                        .push(("backup_corrupt", name, format!("{e}")));
-                    self.done(dev_ino, meta.len(), Vec::new(), 0);
+                    self.corrupt(dev_ino, meta.len(), name, kind, &e);
                     return;
                 }
             },
@@ -1236,6 +1224,25 @@ impl Tailer {
             ..Tracked::at(self.next_id, head, file, dev_ino, path, start, now)
         });
         self.next_id += 1;
+    }
+
+    /// A compressed backup that cannot be read (`error`): reported, counted
+    /// as lost, and not looked at again unless it changes.
+    fn corrupt(
+        &mut self,
+        dev_ino: (u64, u64),
+        len: u64,
+        name: String,
+        kind: Packing,
+        error: &std::io::Error,
+    ) {
+        self.events
+            .backups
+            .push(("corrupt", name.clone(), kind.name()));
+        self.events
+            .lost
+            .push(("backup_corrupt", name, format!("{error}")));
+        self.done(dev_ino, len, Vec::new(), 0);
     }
 
     /// A compressed backup with nothing to read: remembered by its inode
@@ -1787,6 +1794,18 @@ mod tests {
     }
 
     /// Poll until nothing more comes, delivering every line.
+    /// A tailer on `x.log` (lines 0..100), drained: the directory, the
+    /// log, the tailer and the lines it read.
+    fn tailing_100() -> (tempfile::TempDir, PathBuf, Tailer, Vec<u64>) {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = dir.path().join("x.log");
+        std::fs::write(&log, text(0..100)).expect("write");
+        let mut t = Tailer::new(cfg(dir.path()), vec![]);
+        let mut all = Vec::new();
+        drain(&mut t, &mut all);
+        (dir, log, t, all)
+    }
+
     fn drain(t: &mut Tailer, all: &mut Vec<u64>) -> Events {
         let mut events = Events::default();
         for _ in 0..8 {
@@ -1815,12 +1834,7 @@ mod tests {
             ("xz", "xz", "xz"),
             ("bzip2", "bz2", "bzip2"),
         ] {
-            let dir = tempfile::tempdir().expect("dir");
-            let log = dir.path().join("x.log");
-            std::fs::write(&log, text(0..100)).expect("write");
-            let mut t = Tailer::new(cfg(dir.path()), vec![]);
-            let mut all = Vec::new();
-            drain(&mut t, &mut all);
+            let (dir, log, mut t, mut all) = tailing_100();
             // Rotation: the log renamed and compressed, a new one written,
             // renamed and compressed too, all before the next poll.
             for (i, range) in [(1, 100..200), (2, 200..300)] {
@@ -1936,12 +1950,7 @@ mod tests {
     /// nothing before it again, nothing after it lost.
     #[test]
     fn a_restart_resumes_a_log_compressed_since_at_its_checkpoint() {
-        let dir = tempfile::tempdir().expect("dir");
-        let log = dir.path().join("x.log");
-        std::fs::write(&log, text(0..100)).expect("write");
-        let mut t = Tailer::new(cfg(dir.path()), vec![]);
-        let mut all = Vec::new();
-        drain(&mut t, &mut all);
+        let (dir, log, t, all) = tailing_100();
         assert_eq!(all.len(), 100);
         drop(t);
         // The checkpoint it left: delivered to the end of line 99.

@@ -99,6 +99,19 @@ pub fn to_metrics(
     start_ns: u64,
 ) -> ResourceMetrics {
     let mut b = Builder::new(time_ns, start_ns);
+    cpu(&mut b, cur, prev);
+    memory(&mut b, cur);
+    disk(&mut b, cur, prev);
+    network(&mut b, cur);
+    paging_and_pressure(&mut b, cur);
+    b.finish(
+        vec![kv("host.name", host), kv("os.type", "linux")],
+        "causeway.hostmetrics",
+    )
+}
+
+/// CPU time by mode, its utilization over the last interval, logical CPUs, load averages.
+fn cpu(b: &mut Builder, cur: &Reading, prev: Option<(&Reading, f64)>) {
     if let Some(cpu) = cur.cpu {
         for (i, mode) in CPU_MODES.iter().enumerate() {
             b.point(
@@ -155,6 +168,10 @@ pub fn to_metrics(
             Value::Double(l15),
         );
     }
+}
+
+/// Memory by state, available and anonymous.
+fn memory(b: &mut Builder, cur: &Reading) {
     let m = |k: &str| cur.mem.get(k).copied();
     if let (Some(total), Some(free)) = (m("MemTotal"), m("MemFree")) {
         let buffers = m("Buffers").unwrap_or(0);
@@ -205,6 +222,10 @@ pub fn to_metrics(
             Value::Int(i64::try_from(anon).unwrap_or(i64::MAX)),
         );
     }
+}
+
+/// Disk IO time, and utilization over the last interval.
+fn disk(b: &mut Builder, cur: &Reading, prev: Option<(&Reading, f64)>) {
     for (dev, secs) in &cur.disk_io_time {
         b.point(
             "system.disk.io_time",
@@ -226,6 +247,10 @@ pub fn to_metrics(
             );
         }
     }
+}
+
+/// Network bytes, packets, errors and drops by device and direction.
+fn network(b: &mut Builder, cur: &Reading) {
     for (dev, c) in &cur.network {
         for (name, unit, desc, v) in [
             (
@@ -265,6 +290,10 @@ pub fn to_metrics(
             }
         }
     }
+}
+
+/// Paging operations and faults, swap usage, pressure stall information.
+fn paging_and_pressure(b: &mut Builder, cur: &Reading) {
     let vm = |k: &str| cur.vmstat.get(k).copied();
     for (dir, minor, major) in [
         ("page_in", "pgpgin", "pswpin"),
@@ -316,10 +345,6 @@ pub fn to_metrics(
             Value::Double(*v),
         );
     }
-    b.finish(
-        vec![kv("host.name", host), kv("os.type", "linux")],
-        "causeway.hostmetrics",
-    )
 }
 
 #[async_trait]

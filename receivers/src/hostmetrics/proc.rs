@@ -59,152 +59,31 @@ pub struct NetCounters {
 /// Problems met reading; each names its file.
 pub type Problems = Vec<String>;
 
+/// A file of `/proc` and what reads it into the reading.
+type Parse = fn(&str, &mut Reading, &Path, &mut Problems);
+
+/// The files read, each by its parser.
+const FILES: [(&str, Parse); 7] = [
+    ("stat", stat),
+    ("loadavg", loadavg),
+    ("meminfo", meminfo),
+    ("diskstats", diskstats),
+    ("net/dev", net_dev),
+    ("vmstat", vmstat),
+    ("swaps", swaps),
+];
+
 /// Read `<root>/proc`.
 pub fn read(root: &Path) -> (Reading, Problems) {
     let proc = root.join("proc");
     let mut r = Reading::default();
     let mut problems = Vec::new();
-    match std::fs::read_to_string(proc.join("stat")) {
-        Ok(s) => {
-            for line in s.lines() {
-                let mut f = line.split_whitespace();
-                match f.next() {
-                    Some("cpu") => {
-                        let v: Vec<f64> = f.take(8).filter_map(|x| x.parse().ok()).collect();
-                        if v.len() >= 4 {
-                            let mut modes = [0.0; 8];
-                            for (i, x) in v.iter().enumerate() {
-                                modes[i] = x / USER_HZ;
-                            }
-                            r.cpu = Some(modes);
-                        } else {
-                            problems.push(format!(
-                                "{}: malformed cpu line",
-                                proc.join("stat").display()
-                            ));
-                        }
-                    }
-                    Some(k) if k.starts_with("cpu") => r.cpus += 1,
-                    _ => {}
-                }
-            }
+    for (name, parse) in FILES {
+        let file = proc.join(name);
+        match std::fs::read_to_string(&file) {
+            Ok(s) => parse(&s, &mut r, &file, &mut problems),
+            Err(e) => problems.push(format!("{}: {e}", file.display())),
         }
-        Err(e) => problems.push(format!("{}: {e}", proc.join("stat").display())),
-    }
-    match std::fs::read_to_string(proc.join("loadavg")) {
-        Ok(s) => {
-            let v: Vec<f64> = s
-                .split_whitespace()
-                .take(3)
-                .filter_map(|x| x.parse().ok())
-                .collect();
-            if let [a, b, c] = v[..] {
-                r.load = Some([a, b, c]);
-            }
-        }
-        Err(e) => problems.push(format!("{}: {e}", proc.join("loadavg").display())),
-    }
-    match std::fs::read_to_string(proc.join("meminfo")) {
-        Ok(s) => {
-            for line in s.lines() {
-                let Some((k, rest)) = line.split_once(':') else {
-                    continue;
-                };
-                let mut f = rest.split_whitespace();
-                let Some(v) = f.next().and_then(|x| x.parse::<u64>().ok()) else {
-                    continue;
-                };
-                let bytes = if f.next() == Some("kB") {
-                    v.saturating_mul(1024)
-                } else {
-                    v
-                };
-                r.mem.insert(k.trim().to_string(), bytes);
-            }
-        }
-        Err(e) => problems.push(format!("{}: {e}", proc.join("meminfo").display())),
-    }
-    match std::fs::read_to_string(proc.join("diskstats")) {
-        Ok(s) => {
-            for line in s.lines() {
-                let f: Vec<&str> = line.split_whitespace().collect();
-                // major minor name reads ... io_ticks is the 10th stat field (index 12).
-                if f.len() < 13 {
-                    continue;
-                }
-                let name = f[2];
-                if name.starts_with("loop") || name.starts_with("ram") {
-                    continue;
-                }
-                if let Ok(ms) = f[12].parse::<f64>() {
-                    r.disk_io_time.insert(name.to_string(), ms / 1000.0);
-                }
-            }
-        }
-        Err(e) => problems.push(format!("{}: {e}", proc.join("diskstats").display())),
-    }
-    match std::fs::read_to_string(proc.join("net/dev")) {
-        // "  eth0: rx_bytes rx_packets rx_errs rx_drop rx_fifo rx_frame rx_compressed
-        //  rx_multicast tx_bytes tx_packets tx_errs tx_drop ..." after two header lines.
-        Ok(s) => {
-            for line in s.lines().skip(2) {
-                let Some((dev, rest)) = line.split_once(':') else {
-                    continue;
-                };
-                let v: Vec<u64> = rest
-                    .split_whitespace()
-                    .filter_map(|x| x.parse().ok())
-                    .collect();
-                if v.len() < 12 {
-                    problems.push(format!(
-                        "{}: malformed line for {}",
-                        proc.join("net/dev").display(),
-                        dev.trim()
-                    ));
-                    continue;
-                }
-                r.network.insert(
-                    dev.trim().to_string(),
-                    NetCounters {
-                        bytes: [v[0], v[8]],
-                        packets: [v[1], v[9]],
-                        errors: [v[2], v[10]],
-                        dropped: [v[3], v[11]],
-                    },
-                );
-            }
-        }
-        Err(e) => problems.push(format!("{}: {e}", proc.join("net/dev").display())),
-    }
-    match std::fs::read_to_string(proc.join("vmstat")) {
-        Ok(s) => {
-            for line in s.lines() {
-                let mut f = line.split_whitespace();
-                if let (Some(k), Some(Ok(v))) = (f.next(), f.next().map(str::parse::<u64>)) {
-                    if matches!(
-                        k,
-                        "pgpgin" | "pgpgout" | "pswpin" | "pswpout" | "pgfault" | "pgmajfault"
-                    ) {
-                        r.vmstat.insert(k.to_string(), v);
-                    }
-                }
-            }
-        }
-        Err(e) => problems.push(format!("{}: {e}", proc.join("vmstat").display())),
-    }
-    match std::fs::read_to_string(proc.join("swaps")) {
-        // "Filename Type Size Used Priority", sizes in KiB.
-        Ok(s) => {
-            for line in s.lines().skip(1) {
-                let f: Vec<&str> = line.split_whitespace().collect();
-                if let [name, _, size, used, ..] = f[..] {
-                    if let (Ok(size), Ok(used)) = (size.parse::<u64>(), used.parse::<u64>()) {
-                        r.swaps.insert(name.to_string(), (size * 1024, used * 1024));
-                    }
-                }
-            }
-        }
-        Err(e) => problems.push(format!("{}: {e}", proc.join("swaps").display())),
     }
     for res in ["cpu", "memory", "io"] {
         // Absent on kernels without PSI: not a problem.
@@ -223,6 +102,138 @@ pub fn read(root: &Path) -> (Reading, Problems) {
         }
     }
     (r, problems)
+}
+
+/// `stat`: the CPUs' time by mode (in all) and how many there are.
+fn stat(s: &str, r: &mut Reading, file: &Path, problems: &mut Problems) {
+    for line in s.lines() {
+        let mut f = line.split_whitespace();
+        match f.next() {
+            Some("cpu") => {
+                let v: Vec<f64> = f.take(8).filter_map(|x| x.parse().ok()).collect();
+                if v.len() >= 4 {
+                    let mut modes = [0.0; 8];
+                    for (i, x) in v.iter().enumerate() {
+                        modes[i] = x / USER_HZ;
+                    }
+                    r.cpu = Some(modes);
+                } else {
+                    problems.push(format!("{}: malformed cpu line", file.display()));
+                }
+            }
+            Some(k) if k.starts_with("cpu") => r.cpus += 1,
+            _ => {}
+        }
+    }
+}
+
+/// `loadavg`: the load averages.
+fn loadavg(s: &str, r: &mut Reading, _file: &Path, _problems: &mut Problems) {
+    let v: Vec<f64> = s
+        .split_whitespace()
+        .take(3)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if let [a, b, c] = v[..] {
+        r.load = Some([a, b, c]);
+    }
+}
+
+/// `meminfo`: memory by field, in bytes.
+fn meminfo(s: &str, r: &mut Reading, _file: &Path, _problems: &mut Problems) {
+    for line in s.lines() {
+        let Some((k, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let Some(v) = f.next().and_then(|x| x.parse::<u64>().ok()) else {
+            continue;
+        };
+        let bytes = if f.next() == Some("kB") {
+            v.saturating_mul(1024)
+        } else {
+            v
+        };
+        r.mem.insert(k.trim().to_string(), bytes);
+    }
+}
+
+/// `diskstats`: each disk's time doing IO (loop and RAM disks aside).
+fn diskstats(s: &str, r: &mut Reading, _file: &Path, _problems: &mut Problems) {
+    for line in s.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // major minor name reads ... io_ticks is the 10th stat field (index 12).
+        if f.len() < 13 {
+            continue;
+        }
+        let name = f[2];
+        if name.starts_with("loop") || name.starts_with("ram") {
+            continue;
+        }
+        if let Ok(ms) = f[12].parse::<f64>() {
+            r.disk_io_time.insert(name.to_string(), ms / 1000.0);
+        }
+    }
+}
+
+/// `net/dev`: each interface's counters.
+// "  eth0: rx_bytes rx_packets rx_errs rx_drop rx_fifo rx_frame rx_compressed
+//  rx_multicast tx_bytes tx_packets tx_errs tx_drop ..." after two header lines.
+fn net_dev(s: &str, r: &mut Reading, file: &Path, problems: &mut Problems) {
+    for line in s.lines().skip(2) {
+        let Some((dev, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let v: Vec<u64> = rest
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if v.len() < 12 {
+            problems.push(format!(
+                "{}: malformed line for {}",
+                file.display(),
+                dev.trim()
+            ));
+            continue;
+        }
+        r.network.insert(
+            dev.trim().to_string(),
+            NetCounters {
+                bytes: [v[0], v[8]],
+                packets: [v[1], v[9]],
+                errors: [v[2], v[10]],
+                dropped: [v[3], v[11]],
+            },
+        );
+    }
+}
+
+/// `vmstat`: paging and faults.
+fn vmstat(s: &str, r: &mut Reading, _file: &Path, _problems: &mut Problems) {
+    for line in s.lines() {
+        let mut f = line.split_whitespace();
+        if let (Some(k), Some(Ok(v))) = (f.next(), f.next().map(str::parse::<u64>)) {
+            if matches!(
+                k,
+                "pgpgin" | "pgpgout" | "pswpin" | "pswpout" | "pgfault" | "pgmajfault"
+            ) {
+                r.vmstat.insert(k.to_string(), v);
+            }
+        }
+    }
+}
+
+/// `swaps`: each swap device's size and use.
+// "Filename Type Size Used Priority", sizes in KiB.
+fn swaps(s: &str, r: &mut Reading, _file: &Path, _problems: &mut Problems) {
+    for line in s.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if let [name, _, size, used, ..] = f[..] {
+            if let (Ok(size), Ok(used)) = (size.parse::<u64>(), used.parse::<u64>()) {
+                r.swaps.insert(name.to_string(), (size * 1024, used * 1024));
+            }
+        }
+    }
 }
 
 /// CPU utilization by mode between two readings (fractions of all CPUs' time, summing to 1).

@@ -465,17 +465,31 @@ pub fn decode_message(
     Ok(Batch::from_encoded(signal, body, items))
 }
 
-type Done =
-    std::pin::Pin<Box<dyn std::future::Future<Output = ((Arc<str>, i32), u64, i64, bool)> + Send>>;
+/// The signal a message carries: its header's, else its topic's only one.
+fn signal_of(
+    m: &rdkafka::message::BorrowedMessage<'_>,
+    signals: &[Signal],
+) -> Result<Signal, String> {
+    let header = m.headers().and_then(|h| {
+        h.iter()
+            .find(|x| x.key == SIGNAL_HEADER)
+            .and_then(|x| x.value)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    });
+    match header.as_deref() {
+        Some(name) => causeway_core::kafka::signal_of(name)
+            .ok_or_else(|| format!("unknown {SIGNAL_HEADER} header {name:?}")),
+        None if signals.len() == 1 => Ok(signals[0]),
+        None => Err(format!(
+            "no {SIGNAL_HEADER} header on a topic that carries several signals"
+        )),
+    }
+}
 
-#[async_trait]
-impl Receiver for KafkaReceiver {
-    async fn run(
-        self: Box<Self>,
-        out: Output,
-        shutdown: CancellationToken,
-    ) -> Result<(), BoxError> {
-        // Topics of the signals the pipelines take, and which signal each carries.
+impl KafkaReceiver {
+    /// Subscribe to the topics of the signals the pipelines take; which
+    /// signals each carries.
+    fn subscribe(&self, out: &Output) -> Result<BTreeMap<String, Vec<Signal>>, BoxError> {
         let mut topics: BTreeMap<String, Vec<Signal>> = BTreeMap::new();
         for s in [Signal::Traces, Signal::Logs, Signal::Metrics] {
             if out.accepts(s) {
@@ -487,6 +501,32 @@ impl Receiver for KafkaReceiver {
             .subscribe(&names)
             .map_err(|e| format!("kafka receiver {}: subscribe to {names:?}: {e}", self.id))?;
         tracing::info!(receiver = %self.id, topics = ?names, group = %self.cfg.group_id, "Consuming.");
+        Ok(topics)
+    }
+
+    /// Stopping: commit what is safe, give up the rest (the group's next
+    /// owner of each partition reads it again); then the group is left.
+    fn stop(&self) {
+        self.commit(CommitMode::Sync);
+        if let Ok(mut st) = self.state.lock() {
+            st.stopped = true;
+            let given_up: usize = st.owned.values().map(|o| o.give_up().0).sum();
+            tracing::info!(receiver = %self.id, given_up, "Stopped; messages not yet safe are read again by the partitions' next owner.");
+        }
+    }
+}
+
+type Done =
+    std::pin::Pin<Box<dyn std::future::Future<Output = ((Arc<str>, i32), u64, i64, bool)> + Send>>;
+
+#[async_trait]
+impl Receiver for KafkaReceiver {
+    async fn run(
+        self: Box<Self>,
+        out: Output,
+        shutdown: CancellationToken,
+    ) -> Result<(), BoxError> {
+        let topics = self.subscribe(&out)?;
         let mut done: FuturesUnordered<Done> = FuturesUnordered::new();
         let mut tick = tokio::time::interval(self.cfg.commit_interval.get());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -530,19 +570,8 @@ impl Receiver for KafkaReceiver {
                     };
                     let topic: Arc<str> = Arc::from(m.topic());
                     let (partition, offset) = (m.partition(), m.offset());
-                    let header = m.headers().and_then(|h| {
-                        h.iter()
-                            .find(|x| x.key == SIGNAL_HEADER)
-                            .and_then(|x| x.value)
-                            .map(|v| String::from_utf8_lossy(v).into_owned())
-                    });
                     let signals = topics.get(&*topic).map(Vec::as_slice).unwrap_or(&[]);
-                    let signal = match header.as_deref() {
-                        Some(name) => causeway_core::kafka::signal_of(name)
-                            .ok_or_else(|| format!("unknown {SIGNAL_HEADER} header {name:?}")),
-                        None if signals.len() == 1 => Ok(signals[0]),
-                        None => Err(format!("no {SIGNAL_HEADER} header on a topic that carries several signals")),
-                    };
+                    let signal = signal_of(&m, signals);
                     let payload = m.payload().unwrap_or(&[]);
                     let bytes = payload.len() as u64;
                     let held = self.limiter.as_ref().map(|l| l.hold(bytes));
@@ -584,14 +613,7 @@ impl Receiver for KafkaReceiver {
                 }
             }
         }
-        // Stopping: commit what is safe, give up the rest (the group's next
-        // owner of each partition reads it again), then leave the group.
-        self.commit(CommitMode::Sync);
-        if let Ok(mut st) = self.state.lock() {
-            st.stopped = true;
-            let given_up: usize = st.owned.values().map(|o| o.give_up().0).sum();
-            tracing::info!(receiver = %self.id, given_up, "Stopped; messages not yet safe are read again by the partitions' next owner.");
-        }
+        self.stop();
         drop(out);
         self.consumer.unsubscribe();
         Ok(())

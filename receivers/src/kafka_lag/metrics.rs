@@ -62,6 +62,24 @@ pub struct Snapshot {
 /// no lag point at all (never a huge false lag); their offset point is -1.
 pub fn to_metrics(snap: &Snapshot, cluster: &str) -> ResourceMetrics {
     let mut b = Builder::new(snap.time_ns, 0);
+    topics(&mut b, snap);
+    for (group, g) in &snap.groups {
+        members(&mut b, group, g);
+        for (topic, parts) in &g.partitions {
+            group_topic(&mut b, snap, group, g, topic, parts);
+        }
+    }
+    b.finish(
+        vec![
+            kv("kafka.cluster.alias", cluster),
+            kv("service.name", "kafka"),
+        ],
+        "causeway.kafka_lag",
+    )
+}
+
+/// Each topic's partitions and their offsets, and its produce rate.
+fn topics(b: &mut Builder, snap: &Snapshot) {
     for (topic, parts) in &snap.topics {
         b.gauge(
             "kafka.topic.partitions",
@@ -104,138 +122,143 @@ pub fn to_metrics(snap: &Snapshot, cluster: &str) -> ResourceMetrics {
             );
         }
     }
-    for (group, g) in &snap.groups {
-        if let Some(m) = g.members {
-            b.gauge(
-                "kafka.consumer_group.members",
-                "{members}",
-                "Members of a consumer group.",
-                vec![kv("group", group)],
-                Value::Int(m),
-            );
-        }
-        // Partitions assigned to each member (of the topics the group commits on).
-        let mut per_member: BTreeMap<(&str, &str), i64> = BTreeMap::new();
-        for gp in g.partitions.values().flat_map(|p| p.values()) {
-            if let Some(o) = &gp.owner {
-                *per_member.entry((&o.client_id, &o.host)).or_default() += 1;
-            }
-        }
-        for ((client_id, host), n) in per_member {
-            b.gauge(
-                "kafka.consumer_group.member.partitions",
-                "{partitions}",
-                "Partitions assigned to a member of a consumer group.",
-                vec![
-                    kv("group", group),
-                    kv("client_id", client_id),
-                    kv("owner", host),
-                ],
-                Value::Int(n),
-            );
-        }
-        if let Some(s) = g.status {
-            b.gauge(
-                "kafka.consumer_group.status",
-                "1",
-                "Burrow status: 0 NOTFOUND, 1 OK, 2 WARN, 3 ERR, 4 STOP, 5 STALL, 6 REWIND.",
-                vec![kv("group", group), kv("status", s.name())],
-                Value::Int(s as i64),
-            );
-        }
-        for (topic, parts) in &g.partitions {
-            let (mut lag_sum, mut off_sum, mut any) = (0i64, 0i64, false);
-            for (p, gp) in parts {
-                let attrs = || {
-                    vec![
-                        kv("group", group),
-                        kv("topic", topic),
-                        kv_int("partition", i64::from(*p)),
-                    ]
-                };
-                let latest = snap
-                    .topics
-                    .get(topic)
-                    .and_then(|t| t.get(p))
-                    .map(|o| o.latest);
-                b.gauge(
-                    "kafka.consumer_group.offset",
-                    "1",
-                    "Committed offset of a group on a partition (-1: none).",
-                    attrs(),
-                    Value::Int(gp.committed.unwrap_or(-1)),
-                );
-                if let (Some(c), Some(l)) = (gp.committed, latest) {
-                    let lag = (l - c).max(0);
-                    b.gauge(
-                        "kafka.consumer_group.lag",
-                        "{messages}",
-                        "Messages a group has not consumed on a partition.",
-                        attrs(),
-                        Value::Int(lag),
-                    );
-                    lag_sum += lag;
-                    off_sum += c;
-                    any = true;
-                }
-                if let Some(ls) = gp.lag_seconds {
-                    b.gauge(
-                        "kafka.consumer_group.lag_seconds",
-                        "s",
-                        "Age of the oldest unconsumed message, interpolated.",
-                        attrs(),
-                        Value::Double(ls),
-                    );
-                }
-                let mut with_status = attrs();
-                with_status.push(kv("status", gp.status.name()));
-                // Burrow's `owner` and `client_id` of the partition.
-                if let Some(o) = &gp.owner {
-                    with_status.push(kv("owner", &o.host));
-                    with_status.push(kv("client_id", &o.client_id));
-                }
-                b.gauge(
-                    "kafka.consumer_group.partition_status",
-                    "1",
-                    "Burrow status of a partition (codes as kafka.consumer_group.status).",
-                    with_status,
-                    Value::Int(gp.status as i64),
-                );
-            }
-            if any {
-                b.gauge(
-                    "kafka.consumer_group.lag_sum",
-                    "{messages}",
-                    "Lag of a group summed over a topic's partitions.",
-                    vec![kv("group", group), kv("topic", topic)],
-                    Value::Int(lag_sum),
-                );
-                b.gauge(
-                    "kafka.consumer_group.offset_sum",
-                    "1",
-                    "Committed offsets of a group summed over a topic.",
-                    vec![kv("group", group), kv("topic", topic)],
-                    Value::Int(off_sum),
-                );
-            }
-            if let Some(on) = g.alarm.get(topic) {
-                b.gauge(
-                    "kafka.consumer_group.lag_alarm",
-                    "1",
-                    "1 when lag is above lag_threshold or has grown for growth_window.",
-                    vec![kv("group", group), kv("topic", topic)],
-                    Value::Int(i64::from(*on)),
-                );
-            }
+}
+
+/// A group's members, the partitions each is assigned, and its status.
+fn members(b: &mut Builder, group: &str, g: &GroupSnapshot) {
+    if let Some(m) = g.members {
+        b.gauge(
+            "kafka.consumer_group.members",
+            "{members}",
+            "Members of a consumer group.",
+            vec![kv("group", group)],
+            Value::Int(m),
+        );
+    }
+    // Partitions assigned to each member (of the topics the group commits on).
+    let mut per_member: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+    for gp in g.partitions.values().flat_map(|p| p.values()) {
+        if let Some(o) = &gp.owner {
+            *per_member.entry((&o.client_id, &o.host)).or_default() += 1;
         }
     }
-    b.finish(
-        vec![
-            kv("kafka.cluster.alias", cluster),
-            kv("service.name", "kafka"),
-        ],
-        "causeway.kafka_lag",
-    )
+    for ((client_id, host), n) in per_member {
+        b.gauge(
+            "kafka.consumer_group.member.partitions",
+            "{partitions}",
+            "Partitions assigned to a member of a consumer group.",
+            vec![
+                kv("group", group),
+                kv("client_id", client_id),
+                kv("owner", host),
+            ],
+            Value::Int(n),
+        );
+    }
+    if let Some(s) = g.status {
+        b.gauge(
+            "kafka.consumer_group.status",
+            "1",
+            "Burrow status: 0 NOTFOUND, 1 OK, 2 WARN, 3 ERR, 4 STOP, 5 STALL, 6 REWIND.",
+            vec![kv("group", group), kv("status", s.name())],
+            Value::Int(s as i64),
+        );
+    }
+}
+
+/// A group on one topic: per partition its offset, lag, lag in seconds and
+/// status; the sums over the topic and the alarm.
+fn group_topic(
+    b: &mut Builder,
+    snap: &Snapshot,
+    group: &str,
+    g: &GroupSnapshot,
+    topic: &str,
+    parts: &BTreeMap<i32, GroupPartition>,
+) {
+    let (mut lag_sum, mut off_sum, mut any) = (0i64, 0i64, false);
+    for (p, gp) in parts {
+        let attrs = || {
+            vec![
+                kv("group", group),
+                kv("topic", topic),
+                kv_int("partition", i64::from(*p)),
+            ]
+        };
+        let latest = snap
+            .topics
+            .get(topic)
+            .and_then(|t| t.get(p))
+            .map(|o| o.latest);
+        b.gauge(
+            "kafka.consumer_group.offset",
+            "1",
+            "Committed offset of a group on a partition (-1: none).",
+            attrs(),
+            Value::Int(gp.committed.unwrap_or(-1)),
+        );
+        if let (Some(c), Some(l)) = (gp.committed, latest) {
+            let lag = (l - c).max(0);
+            b.gauge(
+                "kafka.consumer_group.lag",
+                "{messages}",
+                "Messages a group has not consumed on a partition.",
+                attrs(),
+                Value::Int(lag),
+            );
+            lag_sum += lag;
+            off_sum += c;
+            any = true;
+        }
+        if let Some(ls) = gp.lag_seconds {
+            b.gauge(
+                "kafka.consumer_group.lag_seconds",
+                "s",
+                "Age of the oldest unconsumed message, interpolated.",
+                attrs(),
+                Value::Double(ls),
+            );
+        }
+        let mut with_status = attrs();
+        with_status.push(kv("status", gp.status.name()));
+        // Burrow's `owner` and `client_id` of the partition.
+        if let Some(o) = &gp.owner {
+            with_status.push(kv("owner", &o.host));
+            with_status.push(kv("client_id", &o.client_id));
+        }
+        b.gauge(
+            "kafka.consumer_group.partition_status",
+            "1",
+            "Burrow status of a partition (codes as kafka.consumer_group.status).",
+            with_status,
+            Value::Int(gp.status as i64),
+        );
+    }
+    if any {
+        b.gauge(
+            "kafka.consumer_group.lag_sum",
+            "{messages}",
+            "Lag of a group summed over a topic's partitions.",
+            vec![kv("group", group), kv("topic", topic)],
+            Value::Int(lag_sum),
+        );
+        b.gauge(
+            "kafka.consumer_group.offset_sum",
+            "1",
+            "Committed offsets of a group summed over a topic.",
+            vec![kv("group", group), kv("topic", topic)],
+            Value::Int(off_sum),
+        );
+    }
+    if let Some(on) = g.alarm.get(topic) {
+        b.gauge(
+            "kafka.consumer_group.lag_alarm",
+            "1",
+            "1 when lag is above lag_threshold or has grown for growth_window.",
+            vec![kv("group", group), kv("topic", topic)],
+            Value::Int(i64::from(*on)),
+        );
+    }
 }
 
 #[cfg(test)]

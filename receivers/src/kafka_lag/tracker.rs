@@ -55,6 +55,13 @@ pub struct Tracker {
     rates: HashMap<String, ProduceRate>,
 }
 
+/// The windows and alarms a round saw (the others are forgotten).
+#[derive(Default)]
+struct Seen {
+    windows: HashSet<GroupKey>,
+    alarms: HashSet<(String, String)>,
+}
+
 impl Tracker {
     /// An empty tracker.
     pub fn new(settings: Settings) -> Self {
@@ -73,6 +80,22 @@ impl Tracker {
             time_ns: (t * 1e9) as u64,
             ..Default::default()
         };
+        self.offsets(round, t, &mut snap);
+        let mut seen = Seen::default();
+        for listing in &round.groups {
+            let Some(committed) = round.committed.get(&listing.id) else {
+                continue;
+            };
+            let g = self.group(round, listing, committed, t, &snap, &mut seen);
+            snap.groups.insert(listing.id.clone(), g);
+        }
+        self.windows.retain(|k, _| seen.windows.contains(k));
+        self.alarms.retain(|k, _| seen.alarms.contains(k));
+        snap
+    }
+
+    /// The partitions' offsets and each topic's produce rate.
+    fn offsets(&mut self, round: &Round, t: f64, snap: &mut Snapshot) {
         let mut seen_parts: HashSet<Key> = HashSet::new();
         for (topic, parts) in &round.topics {
             let mut offsets = BTreeMap::new();
@@ -106,87 +129,87 @@ impl Tracker {
         }
         self.timelines.retain(|k, _| seen_parts.contains(k));
         self.rates.retain(|k, _| round.topics.contains_key(k));
+    }
 
-        let mut seen_windows: HashSet<GroupKey> = HashSet::new();
-        let mut seen_alarms: HashSet<(String, String)> = HashSet::new();
-        for listing in &round.groups {
-            let Some(committed) = round.committed.get(&listing.id) else {
-                continue;
+    /// A group's view of the topics it consumes: those it committed on;
+    /// every partition of them is reported, without a commit as offset -1.
+    fn group(
+        &mut self,
+        round: &Round,
+        listing: &GroupListing,
+        committed: &PerPartition<i64>,
+        t: f64,
+        snap: &Snapshot,
+        seen: &mut Seen,
+    ) -> GroupSnapshot {
+        let described = round.members.as_ref().and_then(|m| m.get(&listing.id));
+        let members = described.map(|m| m.count);
+        let has_members = match members {
+            Some(n) => Some(n > 0),
+            None => match listing.state.as_str() {
+                "Empty" | "Dead" => Some(false),
+                "Stable" | "PreparingRebalance" | "CompletingRebalance" => Some(true),
+                _ => None,
+            },
+        };
+        let mut g = GroupSnapshot {
+            members,
+            ..Default::default()
+        };
+        let topics: std::collections::BTreeSet<&String> =
+            committed.keys().map(|(topic, _)| topic).collect();
+        let mut statuses = Vec::new();
+        for topic in topics {
+            let Some(parts) = snap.topics.get(topic) else {
+                continue; // filtered out, or deleted
             };
-            let described = round.members.as_ref().and_then(|m| m.get(&listing.id));
-            let members = described.map(|m| m.count);
-            let has_members = match members {
-                Some(n) => Some(n > 0),
-                None => match listing.state.as_str() {
-                    "Empty" | "Dead" => Some(false),
-                    "Stable" | "PreparingRebalance" | "CompletingRebalance" => Some(true),
-                    _ => None,
-                },
-            };
-            let mut g = GroupSnapshot {
-                members,
-                ..Default::default()
-            };
-            // The topics a group consumes are those it committed on; every
-            // partition of them is reported, without a commit as offset -1.
-            let topics: std::collections::BTreeSet<&String> =
-                committed.keys().map(|(topic, _)| topic).collect();
-            let mut statuses = Vec::new();
-            for topic in topics {
-                let Some(parts) = snap.topics.get(topic) else {
-                    continue; // filtered out, or deleted
+            let mut views = BTreeMap::new();
+            let mut lag_sum = 0i64;
+            for (p, o) in parts {
+                let c = committed.get(&(topic.clone(), *p)).copied();
+                let mut view = GroupPartition {
+                    committed: c,
+                    lag_seconds: None,
+                    status: super::analysis::Status::NotFound,
+                    owner: described.and_then(|m| m.owners.get(&(topic.clone(), *p)).cloned()),
                 };
-                let mut views = BTreeMap::new();
-                let mut lag_sum = 0i64;
-                for (p, o) in parts {
-                    let c = committed.get(&(topic.clone(), *p)).copied();
-                    let mut view = GroupPartition {
+                if let Some(c) = c {
+                    let lag = (o.latest - c).max(0);
+                    lag_sum = lag_sum.saturating_add(lag);
+                    let key = (listing.id.clone(), topic.clone(), *p);
+                    let w = self
+                        .windows
+                        .entry(key.clone())
+                        .or_insert_with(|| Window::new(self.settings.window));
+                    w.add(Sample {
+                        t,
                         committed: c,
-                        lag_seconds: None,
-                        status: super::analysis::Status::NotFound,
-                        owner: described.and_then(|m| m.owners.get(&(topic.clone(), *p)).cloned()),
-                    };
-                    if let Some(c) = c {
-                        let lag = (o.latest - c).max(0);
-                        lag_sum = lag_sum.saturating_add(lag);
-                        let key = (listing.id.clone(), topic.clone(), *p);
-                        let w = self
-                            .windows
-                            .entry(key.clone())
-                            .or_insert_with(|| Window::new(self.settings.window));
-                        w.add(Sample {
-                            t,
-                            committed: c,
-                            lag,
-                        });
-                        view.status = w.status(t, self.settings.allowed_lag, has_members);
-                        view.lag_seconds = self
-                            .timelines
-                            .get(&(topic.clone(), *p))
-                            .and_then(|tl| tl.lag_seconds(c, t));
-                        seen_windows.insert(key);
-                        statuses.push(view.status);
-                    }
-                    views.insert(*p, view);
+                        lag,
+                    });
+                    view.status = w.status(t, self.settings.allowed_lag, has_members);
+                    view.lag_seconds = self
+                        .timelines
+                        .get(&(topic.clone(), *p))
+                        .and_then(|tl| tl.lag_seconds(c, t));
+                    seen.windows.insert(key);
+                    statuses.push(view.status);
                 }
-                let akey = (listing.id.clone(), topic.clone());
-                let on = self
-                    .alarms
-                    .entry(akey.clone())
-                    .or_insert_with(|| {
-                        LagAlarm::new(self.settings.lag_threshold, self.settings.growth_window)
-                    })
-                    .update(lag_sum, t);
-                seen_alarms.insert(akey);
-                g.alarm.insert(topic.clone(), on);
-                g.partitions.insert(topic.clone(), views);
+                views.insert(*p, view);
             }
-            g.status = Some(group_status(statuses));
-            snap.groups.insert(listing.id.clone(), g);
+            let akey = (listing.id.clone(), topic.clone());
+            let on = self
+                .alarms
+                .entry(akey.clone())
+                .or_insert_with(|| {
+                    LagAlarm::new(self.settings.lag_threshold, self.settings.growth_window)
+                })
+                .update(lag_sum, t);
+            seen.alarms.insert(akey);
+            g.alarm.insert(topic.clone(), on);
+            g.partitions.insert(topic.clone(), views);
         }
-        self.windows.retain(|k, _| seen_windows.contains(k));
-        self.alarms.retain(|k, _| seen_alarms.contains(k));
-        snap
+        g.status = Some(group_status(statuses));
+        g
     }
 }
 

@@ -30,15 +30,10 @@ fn endpoint() -> String {
 impl Validate for NatsConfig {
     fn validate(&self) -> Vec<ConfigError> {
         let mut e = Vec::new();
-        if !(self.endpoint.starts_with("http://") || self.endpoint.starts_with("https://")) {
-            e.push(ConfigError::new(
-                "endpoint",
-                format!(
-                    "{:?}: an http:// or https:// URL of the server's monitoring endpoint",
-                    self.endpoint
-                ),
-            ));
-        }
+        e.extend(crate::http_fetch::endpoint_error(
+            &self.endpoint,
+            "the server's monitoring endpoint",
+        ));
         e.extend(self.streams.errors("streams"));
         e.extend(self.consumers.errors("consumers"));
         e.extend(self.poll_errors());

@@ -5,7 +5,6 @@ use bytes::Bytes;
 use causeway_core::compress::{Codec, CompressError, Transport};
 use causeway_core::grpc::{export_path, frame_header, parse_unary};
 use causeway_core::rpc::{code, RpcStatus};
-use causeway_core::telemetry::Registry;
 use causeway_core::tls::Authenticator;
 use causeway_core::topology::Output;
 use causeway_core::Signal;
@@ -31,7 +30,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
@@ -231,11 +229,15 @@ where
     let accepted = ingest(&shared.out, &shared.adm, K::SIGNAL, msg, reading, sent_zstd)
         .await
         .map_err(refused_status)?;
-    let resp = K::response(accepted).encode_to_vec();
+    answer(&K::response(accepted).encode_to_vec())
+}
+
+/// The unary answer: `resp` framed, `grpc-status` 0 in the trailers.
+fn answer(resp: &[u8]) -> Result<http::Response<tonic::body::Body>, Status> {
     let header = frame_header(false, resp.len())?;
     let mut data = Vec::with_capacity(5 + resp.len());
     data.extend_from_slice(&header);
-    data.extend_from_slice(&resp);
+    data.extend_from_slice(resp);
     let mut trailers = http::HeaderMap::new();
     trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
     let frames = [
@@ -343,28 +345,22 @@ fn service<K: Kind>(shared: &Arc<Shared>) -> Service<K> {
 pub(crate) async fn serve(
     listener: TcpListener,
     cfg: GrpcConfig,
-    out: Output,
-    adm: Admission,
-    telemetry: Registry,
-    shutdown: CancellationToken,
+    serving: super::Serving,
 ) -> Result<(), ReceiverError> {
-    let serve_err = |message: String| ReceiverError::Serve {
-        protocol: "grpc",
-        message,
-    };
+    let serve_err = super::serve_error("grpc");
     let (tls, auth) = super::security(
         &listener,
-        &adm,
+        &serving.adm,
         "grpc",
         cfg.tls.as_ref(),
         cfg.auth.as_ref(),
         &[b"h2"],
     )
     .map_err(serve_err)?;
-    let receiver = adm.receiver.clone();
+    let receiver = serving.adm.receiver.clone();
     let shared = Arc::new(Shared {
-        out,
-        adm,
+        out: serving.out,
+        adm: serving.adm,
         auth,
         max_message: usize::try_from(cfg.max_recv_msg_size_mib.saturating_mul(1 << 20))
             .unwrap_or(usize::MAX),
@@ -393,8 +389,8 @@ pub(crate) async fn serve(
         listener,
         tls,
         limits,
-        &telemetry,
-        shutdown.clone(),
+        &serving.telemetry,
+        serving.shutdown.clone(),
     );
     let incoming = futures::stream::unfold(conns, |mut c| async move {
         c.recv()
@@ -402,7 +398,7 @@ pub(crate) async fn serve(
             .map(|(stream, _)| (Ok::<_, std::io::Error>(stream), c))
     });
     router
-        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+        .serve_with_incoming_shutdown(incoming, serving.shutdown.cancelled_owned())
         .await
         .map_err(|e| serve_err(e.to_string()))
 }

@@ -18,14 +18,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 use super::body::{drain, read_body, ReadError};
 use super::config::HttpConfig;
 use super::grpc::{Kind, Logs, Metrics, Profiles, Traces};
 use super::{ingest, Admission, Refused};
 use crate::ReceiverError;
-use causeway_core::telemetry::Registry;
 use causeway_core::tls::Authenticator;
 
 struct HttpState {
@@ -45,28 +43,22 @@ enum Encoding {
 pub(crate) async fn serve(
     listener: TcpListener,
     cfg: HttpConfig,
-    out: Output,
-    adm: Admission,
-    telemetry: Registry,
-    shutdown: CancellationToken,
+    serving: super::Serving,
 ) -> Result<(), ReceiverError> {
-    let serve_err = |message: String| ReceiverError::Serve {
-        protocol: "http",
-        message,
-    };
+    let serve_err = super::serve_error("http");
     let (tls, auth) = super::security(
         &listener,
-        &adm,
+        &serving.adm,
         "http",
         cfg.tls.as_ref(),
         cfg.auth.as_ref(),
         &[b"h2", b"http/1.1"],
     )
     .map_err(serve_err)?;
-    let receiver = adm.receiver.clone();
+    let receiver = serving.adm.receiver.clone();
     let state = Arc::new(HttpState {
-        out,
-        adm,
+        out: serving.out,
+        adm: serving.adm,
         max_body: usize::try_from(cfg.max_request_body_size.0).unwrap_or(usize::MAX),
         auth,
     });
@@ -88,10 +80,10 @@ pub(crate) async fn serve(
         listener,
         tls,
         limits,
-        &telemetry,
-        shutdown.clone(),
+        &serving.telemetry,
+        serving.shutdown.clone(),
     );
-    causeway_core::conn::serve_http(conns, app, limits, shutdown).await;
+    causeway_core::conn::serve_http(conns, app, limits, serving.shutdown).await;
     Ok(())
 }
 
@@ -115,79 +107,137 @@ where
     K::Response: Serialize,
     Req: Message + DeserializeOwned,
 {
-    if let Some(a) = &st.auth {
-        if !a.check(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes())) {
-            tracing::debug!(receiver = %st.adm.receiver, "Request refused: missing or wrong credentials.");
-            // Read (and throw away) what the client is still sending, so that
-            // it reads the 401 and its reason: answered with the body unread,
-            // HTTP/2 resets the stream and clients (curl: exit 92) report
-            // that instead. Bounded like any body, and 10 s at most.
-            drain(body, st.max_body).await;
-            return (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, a.scheme())],
-                format!(
-                    "missing or wrong credentials: send an `Authorization: {} …` header with the credentials of the receiver's `auth`",
-                    a.scheme()
-                ),
-            )
-                .into_response();
-        }
+    match take::<K, Req>(&st, &headers, body).await {
+        Ok(r) | Err(r) => r,
     }
+}
+
+/// A request through each step: credentials, content type, the body read
+/// within the memory budget, inflated and decoded, then into the pipeline.
+/// Each step answers the client itself when it refuses.
+async fn take<K, Req>(st: &HttpState, headers: &HeaderMap, body: Body) -> Result<Response, Response>
+where
+    K: Kind,
+    K::Response: Serialize,
+    Req: Message + DeserializeOwned,
+{
+    let body = authorize(st, headers, body).await?;
+    let (encoding, body) = encoding_of::<K>(st, headers, body).await?;
+    let (raw, mut reading) = read::<K>(st, headers, body, encoding).await?;
+    let (body, sent_zstd) = decode::<K, Req>(st, headers, encoding, raw, &mut reading)?;
+    let accepted = ingest(&st.out, &st.adm, K::SIGNAL, body, reading, sent_zstd)
+        .await
+        .map_err(|r| refused(encoding, r))?;
+    let resp = K::response(accepted);
+    let (content_type, bytes) = match encoding {
+        Encoding::Proto => ("application/x-protobuf", resp.encode_to_vec()),
+        Encoding::Json => (
+            "application/json",
+            serde_json::to_vec(&resp).unwrap_or_else(|_| b"{}".to_vec()),
+        ),
+    };
+    Ok((
+        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
+        bytes,
+    )
+        .into_response())
+}
+
+/// The body back when the credentials are right (or none are asked), else
+/// a 401 naming the scheme.
+async fn authorize(st: &HttpState, headers: &HeaderMap, body: Body) -> Result<Body, Response> {
+    let Some(a) = &st.auth else { return Ok(body) };
+    if a.check(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes())) {
+        return Ok(body);
+    }
+    tracing::debug!(receiver = %st.adm.receiver, "Request refused: missing or wrong credentials.");
+    // Read (and throw away) what the client is still sending, so that
+    // it reads the 401 and its reason: answered with the body unread,
+    // HTTP/2 resets the stream and clients (curl: exit 92) report
+    // that instead. Bounded like any body, and 10 s at most.
+    drain(body, st.max_body).await;
+    Err((
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, a.scheme())],
+        format!(
+            "missing or wrong credentials: send an `Authorization: {} …` header with the credentials of the receiver's `auth`",
+            a.scheme()
+        ),
+    )
+        .into_response())
+}
+
+/// The request's encoding by its content type (415 for any other; JSON
+/// only for the signals that take it).
+async fn encoding_of<K: Kind>(
+    st: &HttpState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Encoding, Body), Response> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
-    let encoding = if content_type.starts_with("application/x-protobuf")
+    if content_type.starts_with("application/x-protobuf")
         || content_type.starts_with("application/protobuf")
     {
-        Encoding::Proto
-    } else if content_type.starts_with("application/json") && K::JSON {
-        Encoding::Json
-    } else if content_type.starts_with("application/json") {
+        return Ok((Encoding::Proto, body));
+    }
+    if content_type.starts_with("application/json") && K::JSON {
+        return Ok((Encoding::Json, body));
+    }
+    let message = if content_type.starts_with("application/json") {
         drain(body, st.max_body).await;
-        return error(
-            Encoding::Proto,
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!(
-                "{} are taken as protobuf only: use application/x-protobuf",
-                K::SIGNAL
-            ),
-            None,
-        );
+        format!(
+            "{} are taken as protobuf only: use application/x-protobuf",
+            K::SIGNAL
+        )
     } else {
-        return error(
-            Encoding::Proto,
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("unsupported content type {content_type:?}: use application/x-protobuf or application/json"),
-            None,
-        );
+        format!("unsupported content type {content_type:?}: use application/x-protobuf or application/json")
     };
-    // The two refusals this handler gives in several places.
-    let max_body = st.max_body;
-    let over_memory = |after| {
-        error(
-            encoding,
-            StatusCode::TOO_MANY_REQUESTS,
-            "memory limit reached; retry later".into(),
-            Some(after),
-        )
-    };
-    let too_large = || {
-        error(
-            encoding,
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("request body exceeds max_request_body_size ({max_body} bytes)"),
-            None,
-        )
-    };
+    Err(error(
+        Encoding::Proto,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        message,
+        None,
+    ))
+}
+
+/// 429: over the memory limit, retry after `after`.
+fn over_memory(encoding: Encoding, after: std::time::Duration) -> Response {
+    error(
+        encoding,
+        StatusCode::TOO_MANY_REQUESTS,
+        "memory limit reached; retry later".into(),
+        Some(after),
+    )
+}
+
+/// 413: over `max_request_body_size`.
+fn too_large(encoding: Encoding, max_body: usize) -> Response {
+    error(
+        encoding,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("request body exceeds max_request_body_size ({max_body} bytes)"),
+        None,
+    )
+}
+
+/// The body as sent, read within `max_request_body_size` and counted in
+/// the memory budget as it arrives (its permits with it).
+async fn read<K: Kind>(
+    st: &HttpState,
+    headers: &HeaderMap,
+    body: Body,
+    encoding: Encoding,
+) -> Result<(Bytes, Vec<causeway_core::memory::Permit>), Response> {
     // Over the hard memory limit: refused before the body is read.
     if let Err(Refused::Memory(after)) = st.adm.admit_unread() {
         // Not read (memory is what is short): answered at once, the
         // connection closed. A client still sending may see the close
         // before the 429; both are retried.
-        return over_memory(after);
+        return Err(over_memory(encoding, after));
     }
     // The body is counted in the memory budget as it is read: its declared
     // length up front, then whatever arrives beyond it. So many slow
@@ -203,7 +253,7 @@ where
         // client that is still sending reads the 413 instead of a broken
         // pipe. Anything larger is cut off at twice the limit.
         drain(body, declared.min(st.max_body.saturating_mul(2))).await;
-        return too_large();
+        return Err(too_large(encoding, st.max_body));
     }
     let mut reading: Vec<causeway_core::memory::Permit> = Vec::new();
     let mut reservation = match st.adm.reserve(declared) {
@@ -212,116 +262,109 @@ where
             // Over the soft limit: the body is read and thrown away (a
             // client still sending then reads the 429, not a broken pipe).
             drain(body, st.max_body).await;
-            return over_memory(after);
+            return Err(over_memory(encoding, after));
         }
         Err(_) => None,
     };
-    let raw = match read_body(body, st.max_body, &mut reservation, &st.adm, &mut reading).await {
-        Ok(b) => b,
+    match read_body(body, st.max_body, &mut reservation, &st.adm, &mut reading).await {
+        Ok(b) => Ok((b, reading)),
         Err(ReadError::TooLarge) => {
             st.out.refused(K::SIGNAL, 1);
-            return too_large();
+            Err(too_large(encoding, st.max_body))
         }
-        Err(ReadError::Memory(after)) => return over_memory(after),
-        Err(ReadError::Broken(e)) => {
-            return error(
-                encoding,
-                StatusCode::BAD_REQUEST,
-                format!("reading the request body failed: {e}"),
-                None,
-            )
-        }
-    };
+        Err(ReadError::Memory(after)) => Err(over_memory(encoding, after)),
+        Err(ReadError::Broken(e)) => Err(error(
+            encoding,
+            StatusCode::BAD_REQUEST,
+            format!("reading the request body failed: {e}"),
+            None,
+        )),
+    }
+}
+
+/// The body inflated (by its `Content-Encoding`, within the limit) and as
+/// protobuf, with the zstd frames as sent when they can travel on. The
+/// error is the client's answer, made once for a refused request.
+#[allow(clippy::result_large_err)]
+fn decode<K, Req>(
+    st: &HttpState,
+    headers: &HeaderMap,
+    encoding: Encoding,
+    raw: Bytes,
+    reading: &mut Vec<causeway_core::memory::Permit>,
+) -> Result<(Bytes, Option<Bytes>), Response>
+where
+    K: Kind,
+    Req: Message + DeserializeOwned,
+{
     let content_encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("identity");
-    let codec = match Codec::from_encoding(content_encoding) {
-        Ok(c) => c,
-        Err(e) => {
-            return error(
-                encoding,
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                e.to_string(),
-                None,
-            )
-        }
-    };
+    let codec = Codec::from_encoding(content_encoding).map_err(|e| {
+        error(
+            encoding,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            e.to_string(),
+            None,
+        )
+    })?;
     let raw_len = raw.len();
     // zstd frames of a protobuf body travel on as sent when nothing changes the spans.
     let sent_zstd = (codec == Codec::Zstd && encoding == Encoding::Proto).then(|| raw.clone());
     let body = match codec {
         Codec::None => raw,
-        codec => match inflate(codec, &raw, st.max_body) {
-            Ok(b) => b,
-            Err((status, msg)) => {
-                st.out.refused(K::SIGNAL, 1);
-                return error(encoding, status, msg, None);
-            }
-        },
+        codec => inflate(codec, &raw, st.max_body).map_err(|(status, msg)| {
+            st.out.refused(K::SIGNAL, 1);
+            error(encoding, status, msg, None)
+        })?,
     };
-    if let Err(after) = st.adm.inflated(
-        Transport::Http,
-        codec,
-        raw_len,
-        sent_zstd.is_some(),
-        body.len(),
-        &mut reading,
-    ) {
-        return over_memory(after);
-    }
+    st.adm
+        .inflated(
+            Transport::Http,
+            codec,
+            raw_len,
+            sent_zstd.is_some(),
+            body.len(),
+            reading,
+        )
+        .map_err(|after| over_memory(encoding, after))?;
     let body = match encoding {
         Encoding::Proto => body,
         Encoding::Json => match serde_json::from_slice::<Req>(&body) {
             Ok(req) => Bytes::from(req.encode_to_vec()),
             Err(e) => {
                 st.out.refused(K::SIGNAL, 1);
-                return error(
+                return Err(error(
                     encoding,
                     StatusCode::BAD_REQUEST,
                     format!("invalid OTLP/JSON {} request: {e}", K::SIGNAL),
                     None,
-                );
+                ));
             }
         },
     };
-    match ingest(&st.out, &st.adm, K::SIGNAL, body, reading, sent_zstd).await {
-        Ok(accepted) => {
-            let resp = K::response(accepted);
-            match encoding {
-                Encoding::Proto => (
-                    [(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/x-protobuf"),
-                    )],
-                    resp.encode_to_vec(),
-                )
-                    .into_response(),
-                Encoding::Json => (
-                    [(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/json"),
-                    )],
-                    serde_json::to_vec(&resp).unwrap_or_else(|_| b"{}".to_vec()),
-                )
-                    .into_response(),
-            }
-        }
-        Err(Refused::Invalid(msg)) => error(encoding, StatusCode::BAD_REQUEST, msg, None),
-        Err(Refused::Full(after)) => error(
+    Ok((body, sent_zstd))
+}
+
+/// The pipeline's refusal as the client is told it.
+fn refused(encoding: Encoding, r: Refused) -> Response {
+    match r {
+        Refused::Invalid(msg) => error(encoding, StatusCode::BAD_REQUEST, msg, None),
+        Refused::Full(after) => error(
             encoding,
             StatusCode::SERVICE_UNAVAILABLE,
             "pipeline is full; retry later".into(),
             Some(after),
         ),
-        Err(Refused::ShuttingDown) => error(
+        Refused::ShuttingDown => error(
             encoding,
             StatusCode::SERVICE_UNAVAILABLE,
             "receiver is shutting down".into(),
             Some(std::time::Duration::from_secs(1)),
         ),
-        Err(Refused::Memory(after)) => over_memory(after),
-        Err(Refused::NotDelivered) => error(
+        Refused::Memory(after) => over_memory(encoding, after),
+        Refused::NotDelivered => error(
             encoding,
             StatusCode::SERVICE_UNAVAILABLE,
             "accepted but not delivered: an exporter gave up; retry".into(),

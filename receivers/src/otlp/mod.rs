@@ -99,6 +99,22 @@ impl ReceiverFactory for OtlpReceiverFactory {
     }
 }
 
+/// What a transport's server runs with: the pipelines, the admission of
+/// requests, the telemetry, the stop.
+pub(crate) struct Serving {
+    pub(crate) out: Output,
+    pub(crate) adm: Admission,
+    pub(crate) telemetry: causeway_core::telemetry::Registry,
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// The error of a transport's server (`protocol`) that could not serve.
+pub(crate) fn serve_error(
+    protocol: &'static str,
+) -> impl Fn(String) -> crate::ReceiverError + Copy {
+    move |message| crate::ReceiverError::Serve { protocol, message }
+}
+
 struct OtlpReceiver {
     grpc: Option<(TcpListener, config::GrpcConfig)>,
     http: Option<(TcpListener, config::HttpConfig)>,
@@ -114,25 +130,23 @@ impl Receiver for OtlpReceiver {
         shutdown: CancellationToken,
     ) -> Result<(), BoxError> {
         let mut tasks = tokio::task::JoinSet::new();
-        if let Some((listener, cfg)) = self.grpc {
-            tasks.spawn(grpc::serve(
-                listener,
-                cfg,
-                out.clone(),
-                self.adm.clone(),
-                self.telemetry.clone(),
-                shutdown.clone(),
-            ));
+        let OtlpReceiver {
+            grpc,
+            http,
+            adm,
+            telemetry,
+        } = *self;
+        let serving = || Serving {
+            out: out.clone(),
+            adm: adm.clone(),
+            telemetry: telemetry.clone(),
+            shutdown: shutdown.clone(),
+        };
+        if let Some((listener, cfg)) = grpc {
+            tasks.spawn(grpc::serve(listener, cfg, serving()));
         }
-        if let Some((listener, cfg)) = self.http {
-            tasks.spawn(http::serve(
-                listener,
-                cfg,
-                out.clone(),
-                self.adm.clone(),
-                self.telemetry.clone(),
-                shutdown.clone(),
-            ));
+        if let Some((listener, cfg)) = http {
+            tasks.spawn(http::serve(listener, cfg, serving()));
         }
         drop(out);
         let mut result: Result<(), BoxError> = Ok(());

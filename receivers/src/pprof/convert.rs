@@ -296,15 +296,42 @@ pub fn convert(
     if p.sample.len().saturating_mul(p.sample_type.len().max(1)) > limits.max_samples {
         return Err(ConvertError::TooLarge("more samples than max_samples"));
     }
-    let text = |i: i64| -> Result<&str, ConvertError> {
-        usize::try_from(i)
-            .ok()
-            .and_then(|i| p.string_table.get(i))
-            .map(String::as_str)
-            .ok_or(ConvertError::Dangling("string"))
-    };
     let mut d = Dict::new();
-    // Functions, mappings and locations by their pprof ids.
+    let locations = locations(&p, &mut d)?;
+    let rows = rows(&p, &mut d, &locations, limits)?;
+    let (profiles, total) = profiles(&p, &mut d, &rows)?;
+    let req = ExportProfilesServiceRequest {
+        resource_profiles: vec![otlp::ResourceProfiles {
+            resource: Some(resource),
+            scope_profiles: vec![otlp::ScopeProfiles {
+                scope: Some(InstrumentationScope {
+                    name: "causeway/pprof".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    ..Default::default()
+                }),
+                profiles,
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        }],
+        dictionary: Some(d.d),
+    };
+    Ok((req, total))
+}
+
+/// String `i` of the profile's table.
+fn text(p: &pb::Profile, i: i64) -> Result<&str, ConvertError> {
+    usize::try_from(i)
+        .ok()
+        .and_then(|i| p.string_table.get(i))
+        .map(String::as_str)
+        .ok_or(ConvertError::Dangling("string"))
+}
+
+/// Functions, mappings and locations into the dictionary; the locations'
+/// indices there by their pprof ids.
+fn locations(p: &pb::Profile, d: &mut Dict) -> Result<HashMap<u64, i32>, ConvertError> {
+    let text = |i| text(p, i);
     let mut functions: HashMap<u64, i32> = HashMap::with_capacity(p.function.len());
     for f in &p.function {
         let (name, system, file) = (
@@ -360,13 +387,25 @@ pub fn convert(
             attribute_indices: Vec::new(),
         });
     }
-    // Samples: their stacks, links and attributes, once for every type.
-    struct Row {
-        stack: i32,
-        link: i32,
-        attributes: Vec<i32>,
-        values: Vec<i64>,
-    }
+    Ok(locations)
+}
+
+/// A sample's stack, link and attributes, and its values (one per type).
+struct Row {
+    stack: i32,
+    link: i32,
+    attributes: Vec<i32>,
+    values: Vec<i64>,
+}
+
+/// Samples: their stacks, links and attributes, once for every type.
+fn rows(
+    p: &pb::Profile,
+    d: &mut Dict,
+    locations: &HashMap<u64, i32>,
+    limits: Limits,
+) -> Result<Vec<Row>, ConvertError> {
+    let text = |i| text(p, i);
     let mut rows = Vec::with_capacity(p.sample.len());
     for s in &p.sample {
         if s.location_id.len() > limits.max_depth {
@@ -412,6 +451,16 @@ pub fn convert(
             values: s.value.clone(),
         });
     }
+    Ok(rows)
+}
+
+/// One OTLP profile per sample type, and the samples in all.
+fn profiles(
+    p: &pb::Profile,
+    d: &mut Dict,
+    rows: &[Row],
+) -> Result<(Vec<otlp::Profile>, usize), ConvertError> {
+    let text = |i| text(p, i);
     let period_type = match p.period_type {
         Some(t) => Some(otlp::ValueType {
             type_strindex: d.string(text(t.r#type)?),
@@ -451,23 +500,7 @@ pub fn convert(
             ..Default::default()
         });
     }
-    let req = ExportProfilesServiceRequest {
-        resource_profiles: vec![otlp::ResourceProfiles {
-            resource: Some(resource),
-            scope_profiles: vec![otlp::ScopeProfiles {
-                scope: Some(InstrumentationScope {
-                    name: "causeway/pprof".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    ..Default::default()
-                }),
-                profiles,
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
-        }],
-        dictionary: Some(d.d),
-    };
-    Ok((req, total))
+    Ok((profiles, total))
 }
 
 /// A string attribute.

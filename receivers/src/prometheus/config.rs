@@ -384,142 +384,158 @@ impl Validate for PrometheusReceiverConfig {
                     format!("duplicate job {:?}", j.job_name),
                 ));
             }
-            if j.scheme != "http" && j.scheme != "https" {
+            j.errors(&at, &self.config.global, &mut e);
+        }
+        e
+    }
+}
+
+impl ScrapeConfig {
+    /// A job's errors, each at its path (`at` of the key).
+    fn errors(&self, at: &dyn Fn(&str) -> String, global: &GlobalConfig, e: &mut Vec<ConfigError>) {
+        if self.scheme != "http" && self.scheme != "https" {
+            e.push(ConfigError::new(
+                at("scheme"),
+                format!("{:?}: `http` or `https`", self.scheme),
+            ));
+        }
+        if let Some(t) = &self.tls_config {
+            if t.insecure_skip_verify {
                 e.push(ConfigError::new(
-                    at("scheme"),
-                    format!("{:?}: `http` or `https`", j.scheme),
-                ));
+                at("tls_config.insecure_skip_verify"),
+                "not supported: causeway always verifies certificates; give the target's CA in ca_file",
+            ));
             }
-            if let Some(t) = &j.tls_config {
-                if t.insecure_skip_verify {
+            e.extend(t.client().errors(&at("tls_config")));
+        }
+        if self.basic_auth.is_some() && self.authorization.is_some() {
+            e.push(ConfigError::new(
+                at("authorization"),
+                "set basic_auth or authorization, not both",
+            ));
+        }
+        if let Err(m) = self.authorization() {
+            e.push(ConfigError::new(at("basic_auth"), m));
+        }
+        self.relabel_errors(at, e);
+        if !self.metrics_path.starts_with('/') {
+            e.push(ConfigError::new(at("metrics_path"), "must start with `/`"));
+        }
+        let (interval, _) = self.timing(global);
+        if interval < std::time::Duration::from_millis(100) {
+            e.push(ConfigError::new(
+                at("scrape_interval"),
+                "must be at least 100ms",
+            ));
+        }
+        if self.static_configs.iter().all(|s| s.targets.is_empty())
+            && self.file_sd_configs.is_empty()
+        {
+            e.push(ConfigError::new(
+                at("static_configs"),
+                "no target (and no file_sd_configs)",
+            ));
+        }
+        self.file_sd_errors(at, e);
+        for (k, s) in self.static_configs.iter().enumerate() {
+            for (t, target) in s.targets.iter().enumerate() {
+                if target.contains('/') || !target.contains(':') {
                     e.push(ConfigError::new(
-                        at("tls_config.insecure_skip_verify"),
-                        "not supported: causeway always verifies certificates; give the target's CA in ca_file",
+                        at(&format!("static_configs[{k}].targets[{t}]")),
+                        format!("{target:?}: write host:port"),
                     ));
                 }
-                e.extend(t.client().errors(&at("tls_config")));
             }
-            if j.basic_auth.is_some() && j.authorization.is_some() {
+        }
+        for (k, p) in self.scrape_protocols.iter().enumerate() {
+            if !PROTOCOLS.iter().any(|(n, _)| n == p) {
                 e.push(ConfigError::new(
-                    at("authorization"),
-                    "set basic_auth or authorization, not both",
+                    at(&format!("scrape_protocols[{k}]")),
+                    format!(
+                        "{p:?}: causeway reads {} (not PrometheusProto)",
+                        PROTOCOLS.map(|(n, _)| n).join(", ")
+                    ),
                 ));
             }
-            if let Err(m) = j.authorization() {
-                e.push(ConfigError::new(at("basic_auth"), m));
+        }
+        if self.scrape_protocols.is_empty() {
+            e.push(ConfigError::new(
+                at("scrape_protocols"),
+                "must not be empty",
+            ));
+        }
+        if self.label_limit == 0 {
+            e.push(ConfigError::new(at("label_limit"), "must be at least 1"));
+        }
+        if self.sample_limit == 0 {
+            e.push(ConfigError::new(at("sample_limit"), "must be at least 1"));
+        }
+    }
+
+    /// The relabelling rules' errors.
+    fn relabel_errors(&self, at: &dyn Fn(&str) -> String, e: &mut Vec<ConfigError>) {
+        for (r, rule) in self
+            .metric_relabel_configs
+            .iter()
+            .enumerate()
+            .map(|(r, x)| (format!("metric_relabel_configs[{r}]"), x))
+            .chain(
+                self.relabel_configs
+                    .iter()
+                    .enumerate()
+                    .map(|(r, x)| (format!("relabel_configs[{r}]"), x)),
+            )
+        {
+            let p = |k: &str| at(&format!("{r}.{k}"));
+            if let Err(x) = regex::Regex::new(&format!("^(?:{})$", rule.regex)) {
+                e.push(ConfigError::new(p("regex"), format!("invalid regex: {x}")));
             }
-            for (r, rule) in j
-                .metric_relabel_configs
-                .iter()
-                .enumerate()
-                .map(|(r, x)| (format!("metric_relabel_configs[{r}]"), x))
-                .chain(
-                    j.relabel_configs
-                        .iter()
-                        .enumerate()
-                        .map(|(r, x)| (format!("relabel_configs[{r}]"), x)),
-                )
+            if rule.action == RelabelAction::Replace && rule.target_label.is_none() {
+                e.push(ConfigError::new(
+                    p("target_label"),
+                    "required with action: replace",
+                ));
+            }
+            // `replace` without source labels sets a constant, as in Prometheus.
+            if matches!(rule.action, RelabelAction::Keep | RelabelAction::Drop)
+                && rule.source_labels.is_empty()
             {
-                let p = |k: &str| at(&format!("{r}.{k}"));
-                if let Err(x) = regex::Regex::new(&format!("^(?:{})$", rule.regex)) {
-                    e.push(ConfigError::new(p("regex"), format!("invalid regex: {x}")));
-                }
-                if rule.action == RelabelAction::Replace && rule.target_label.is_none() {
-                    e.push(ConfigError::new(
-                        p("target_label"),
-                        "required with action: replace",
-                    ));
-                }
-                // `replace` without source labels sets a constant, as in Prometheus.
-                if matches!(rule.action, RelabelAction::Keep | RelabelAction::Drop)
-                    && rule.source_labels.is_empty()
-                {
-                    e.push(ConfigError::new(
-                        p("source_labels"),
-                        "required with this action",
-                    ));
-                }
-            }
-            if !j.metrics_path.starts_with('/') {
-                e.push(ConfigError::new(at("metrics_path"), "must start with `/`"));
-            }
-            let (interval, _) = j.timing(&self.config.global);
-            if interval < std::time::Duration::from_millis(100) {
                 e.push(ConfigError::new(
-                    at("scrape_interval"),
-                    "must be at least 100ms",
+                    p("source_labels"),
+                    "required with this action",
                 ));
             }
-            if j.static_configs.iter().all(|s| s.targets.is_empty()) && j.file_sd_configs.is_empty()
-            {
+        }
+    }
+
+    /// The file discovery's errors.
+    fn file_sd_errors(&self, at: &dyn Fn(&str) -> String, e: &mut Vec<ConfigError>) {
+        for (k, f) in self.file_sd_configs.iter().enumerate() {
+            if f.files.is_empty() {
                 e.push(ConfigError::new(
-                    at("static_configs"),
-                    "no target (and no file_sd_configs)",
-                ));
-            }
-            for (k, f) in j.file_sd_configs.iter().enumerate() {
-                if f.files.is_empty() {
-                    e.push(ConfigError::new(
-                        at(&format!("file_sd_configs[{k}].files")),
-                        "must not be empty",
-                    ));
-                }
-                for (n, path) in f.files.iter().enumerate() {
-                    let text = path.to_string_lossy();
-                    let dir_glob = path
-                        .parent()
-                        .is_some_and(|p| p.to_string_lossy().contains(['*', '?', '[']));
-                    let ext_ok = [".json", ".yml", ".yaml"].iter().any(|x| text.ends_with(x));
-                    if dir_glob || !ext_ok {
-                        e.push(ConfigError::new(
-                            at(&format!("file_sd_configs[{k}].files[{n}]")),
-                            format!(
-                                "{text:?}: a .json, .yml or .yaml file; `*` only in the file name"
-                            ),
-                        ));
-                    }
-                }
-                if f.refresh_interval.get() < std::time::Duration::from_secs(1) {
-                    e.push(ConfigError::new(
-                        at(&format!("file_sd_configs[{k}].refresh_interval")),
-                        "must be at least 1s",
-                    ));
-                }
-            }
-            for (k, s) in j.static_configs.iter().enumerate() {
-                for (t, target) in s.targets.iter().enumerate() {
-                    if target.contains('/') || !target.contains(':') {
-                        e.push(ConfigError::new(
-                            at(&format!("static_configs[{k}].targets[{t}]")),
-                            format!("{target:?}: write host:port"),
-                        ));
-                    }
-                }
-            }
-            for (k, p) in j.scrape_protocols.iter().enumerate() {
-                if !PROTOCOLS.iter().any(|(n, _)| n == p) {
-                    e.push(ConfigError::new(
-                        at(&format!("scrape_protocols[{k}]")),
-                        format!(
-                            "{p:?}: causeway reads {} (not PrometheusProto)",
-                            PROTOCOLS.map(|(n, _)| n).join(", ")
-                        ),
-                    ));
-                }
-            }
-            if j.scrape_protocols.is_empty() {
-                e.push(ConfigError::new(
-                    at("scrape_protocols"),
+                    at(&format!("file_sd_configs[{k}].files")),
                     "must not be empty",
                 ));
             }
-            if j.label_limit == 0 {
-                e.push(ConfigError::new(at("label_limit"), "must be at least 1"));
+            for (n, path) in f.files.iter().enumerate() {
+                let text = path.to_string_lossy();
+                let dir_glob = path
+                    .parent()
+                    .is_some_and(|p| p.to_string_lossy().contains(['*', '?', '[']));
+                let ext_ok = [".json", ".yml", ".yaml"].iter().any(|x| text.ends_with(x));
+                if dir_glob || !ext_ok {
+                    e.push(ConfigError::new(
+                        at(&format!("file_sd_configs[{k}].files[{n}]")),
+                        format!("{text:?}: a .json, .yml or .yaml file; `*` only in the file name"),
+                    ));
+                }
             }
-            if j.sample_limit == 0 {
-                e.push(ConfigError::new(at("sample_limit"), "must be at least 1"));
+            if f.refresh_interval.get() < std::time::Duration::from_secs(1) {
+                e.push(ConfigError::new(
+                    at(&format!("file_sd_configs[{k}].refresh_interval")),
+                    "must be at least 1s",
+                ));
             }
         }
-        e
     }
 }

@@ -306,37 +306,14 @@ impl Target {
         let start_ns = now_ns();
         let mut previous: BTreeSet<SeriesKey> = BTreeSet::new();
         let mut reported: HashSet<&'static str> = HashSet::new();
-        // Targets spread over the interval by a hash of their identity, as
-        // Prometheus spreads them, so that a job's scrapes (and their memory)
-        // do not all land at once; a target keeps its offset.
-        let offset = {
-            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-            for b in self.spec.key().bytes() {
-                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-            }
-            let n = self.interval.as_nanos().max(1) as u64;
-            Duration::from_nanos(h % n)
-        };
         let mut tick =
-            tokio::time::interval_at(tokio::time::Instant::now() + offset, self.interval);
+            tokio::time::interval_at(tokio::time::Instant::now() + self.offset(), self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => {
                     if !shutdown_all.is_cancelled() {
-                        let scrape = self.scrape(now_ns(), start_ns);
-                        let (mut rm, _) = scrape.to_metrics(&[], &previous, None);
-                        for m in rm.scope_metrics.iter_mut().flat_map(|s| s.metrics.iter_mut()) {
-                            if m.name == "up" {
-                                if let Some(metric::Data::Gauge(g)) = &mut m.data {
-                                    for p in &mut g.data_points {
-                                        p.flags = NO_RECORDED_VALUE;
-                                        p.value = Some(number_data_point::Value::AsDouble(0.0));
-                                    }
-                                }
-                            }
-                        }
-                        tracing::info!(receiver = %self.receiver, job = %self.job.job_name, target = %self.spec.address, "Target gone from discovery; its series are marked stale.");
+                        let rm = self.gone(&previous, start_ns);
                         out.send_until_stopped(Batch::from_metrics(vec![rm]), &shutdown_all).await;
                     }
                     return;
@@ -345,102 +322,16 @@ impl Target {
             }
             let began = std::time::Instant::now();
             let time_ns = now_ns();
-            let scraped = async {
-                let (text, openmetrics) = self.fetch().await?;
-                let families = parse::parse(&text, self.job.sample_limit, openmetrics).map_err(|e| Failure {
-                    reason: if e.message.contains("sample_limit") {
-                        "sample_limit"
-                    } else {
-                        "parse"
-                    },
-                    detail: e.to_string(),
-                })?;
-                let most = self.job.label_limit;
-                if let Some(s) = families
-                    .iter()
-                    .flat_map(|f| &f.samples)
-                    .find(|s| s.labels.len() > most)
-                {
-                    return Err(Failure {
-                        reason: "label_limit",
-                        detail: format!(
-                            "{}: a series has {} labels, more than label_limit ({most})",
-                            s.name,
-                            s.labels.len()
-                        ),
-                    });
-                }
-                let limit = self.job.label_value_length_limit;
-                if let Some(s) = families
-                    .iter()
-                    .flat_map(|f| &f.samples)
-                    .find(|s| s.labels.iter().any(|(_, v)| v.len() > limit))
-                {
-                    return Err(Failure {
-                        reason: "label_value_length_limit",
-                        detail: format!(
-                            "{}: a label value is longer than label_value_length_limit ({limit} bytes)",
-                            s.name
-                        ),
-                    });
-                }
-                Ok(families)
-            }
-            .await;
+            let scraped = self.families().await;
             let scrape = self.scrape(time_ns, start_ns);
             let (rm, now) = match scraped {
                 Ok(mut families) => {
-                    // A series written twice: the first is kept, as Prometheus does.
-                    let mut dups = 0u64;
-                    for f in &mut families {
-                        let mut seen = HashSet::new();
-                        f.samples.retain(|s| {
-                            let new = seen.insert((s.name.clone(), s.labels.clone()));
-                            dups += u64::from(!new);
-                            new
-                        });
-                    }
-                    if dups > 0 {
-                        self.telemetry
-                            .counter(
-                                SCRAPE_ERRORS,
-                                "Failed scrapes of Prometheus targets, by job and reason.",
-                                &[("job", &self.job.job_name), ("reason", "duplicate_series")],
-                            )
-                            .add(dups);
-                        if reported.insert("duplicate_series") {
-                            tracing::warn!(receiver = %self.receiver, job = %self.job.job_name, target = %self.spec.address, duplicates = dups, "Series written twice in one scrape; the first of each is kept.");
-                        }
-                    }
-                    if !self.rules.is_empty() {
-                        for f in &mut families {
-                            f.samples = std::mem::take(&mut f.samples)
-                                .into_iter()
-                                .filter_map(|mut s| {
-                                    let (name, labels) =
-                                        relabel::apply(&self.rules, &s.name, &s.labels)?;
-                                    s.name = name;
-                                    s.labels = labels;
-                                    Some(s)
-                                })
-                                .collect();
-                        }
-                        families.retain(|f| !f.samples.is_empty());
-                    }
+                    self.keep(&mut families, &mut reported);
                     let samples = families.iter().map(|f| f.samples.len()).sum::<usize>();
                     scrape.to_metrics(&families, &previous, Some((began.elapsed(), samples)))
                 }
                 Err(f) => {
-                    self.telemetry
-                        .counter(
-                            SCRAPE_ERRORS,
-                            "Failed scrapes of Prometheus targets, by job and reason.",
-                            &[("job", &self.job.job_name), ("reason", f.reason)],
-                        )
-                        .add(1);
-                    if reported.insert(f.reason) {
-                        tracing::warn!(receiver = %self.receiver, job = %self.job.job_name, target = %self.spec.address, reason = f.reason, error = %f.detail, "Scrape failed; up=0, and the next round tries again.");
-                    }
+                    self.failed(&f, &mut reported);
                     scrape.to_metrics(&[], &previous, None)
                 }
             };
@@ -451,6 +342,140 @@ impl Target {
             {
                 return;
             }
+        }
+    }
+
+    /// Where in the interval the target is scraped: targets spread over
+    /// the interval by a hash of their identity, as Prometheus spreads
+    /// them, so that a job's scrapes (and their memory) do not all land at
+    /// once; a target keeps its offset.
+    fn offset(&self) -> Duration {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.spec.key().bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        let n = self.interval.as_nanos().max(1) as u64;
+        Duration::from_nanos(h % n)
+    }
+
+    /// The target gone from discovery: every series it had, `up` included,
+    /// marked stale.
+    fn gone(&self, previous: &BTreeSet<SeriesKey>, start_ns: u64) -> ResourceMetrics {
+        let scrape = self.scrape(now_ns(), start_ns);
+        let (mut rm, _) = scrape.to_metrics(&[], previous, None);
+        for m in rm
+            .scope_metrics
+            .iter_mut()
+            .flat_map(|s| s.metrics.iter_mut())
+        {
+            if m.name == "up" {
+                if let Some(metric::Data::Gauge(g)) = &mut m.data {
+                    for p in &mut g.data_points {
+                        p.flags = NO_RECORDED_VALUE;
+                        p.value = Some(number_data_point::Value::AsDouble(0.0));
+                    }
+                }
+            }
+        }
+        tracing::info!(receiver = %self.receiver, job = %self.job.job_name, target = %self.spec.address, "Target gone from discovery; its series are marked stale.");
+        rm
+    }
+
+    /// One scrape's families, within the job's sample and label limits.
+    async fn families(&self) -> Result<Vec<Family>, Failure> {
+        let (text, openmetrics) = self.fetch().await?;
+        let families =
+            parse::parse(&text, self.job.sample_limit, openmetrics).map_err(|e| Failure {
+                reason: if e.message.contains("sample_limit") {
+                    "sample_limit"
+                } else {
+                    "parse"
+                },
+                detail: e.to_string(),
+            })?;
+        let most = self.job.label_limit;
+        if let Some(s) = families
+            .iter()
+            .flat_map(|f| &f.samples)
+            .find(|s| s.labels.len() > most)
+        {
+            return Err(Failure {
+                reason: "label_limit",
+                detail: format!(
+                    "{}: a series has {} labels, more than label_limit ({most})",
+                    s.name,
+                    s.labels.len()
+                ),
+            });
+        }
+        let limit = self.job.label_value_length_limit;
+        if let Some(s) = families
+            .iter()
+            .flat_map(|f| &f.samples)
+            .find(|s| s.labels.iter().any(|(_, v)| v.len() > limit))
+        {
+            return Err(Failure {
+                reason: "label_value_length_limit",
+                detail: format!(
+                    "{}: a label value is longer than label_value_length_limit ({limit} bytes)",
+                    s.name
+                ),
+            });
+        }
+        Ok(families)
+    }
+
+    /// A series written twice: the first is kept, as Prometheus does; then
+    /// the job's relabelling.
+    fn keep(&self, families: &mut Vec<Family>, reported: &mut HashSet<&'static str>) {
+        let mut dups = 0u64;
+        for f in families.iter_mut() {
+            let mut seen = HashSet::new();
+            f.samples.retain(|s| {
+                let new = seen.insert((s.name.clone(), s.labels.clone()));
+                dups += u64::from(!new);
+                new
+            });
+        }
+        if dups > 0 {
+            self.telemetry
+                .counter(
+                    SCRAPE_ERRORS,
+                    "Failed scrapes of Prometheus targets, by job and reason.",
+                    &[("job", &self.job.job_name), ("reason", "duplicate_series")],
+                )
+                .add(dups);
+            if reported.insert("duplicate_series") {
+                tracing::warn!(receiver = %self.receiver, job = %self.job.job_name, target = %self.spec.address, duplicates = dups, "Series written twice in one scrape; the first of each is kept.");
+            }
+        }
+        if !self.rules.is_empty() {
+            for f in families.iter_mut() {
+                f.samples = std::mem::take(&mut f.samples)
+                    .into_iter()
+                    .filter_map(|mut s| {
+                        let (name, labels) = relabel::apply(&self.rules, &s.name, &s.labels)?;
+                        s.name = name;
+                        s.labels = labels;
+                        Some(s)
+                    })
+                    .collect();
+            }
+            families.retain(|f| !f.samples.is_empty());
+        }
+    }
+
+    /// A failed scrape counted by its reason, and said once per reason.
+    fn failed(&self, f: &Failure, reported: &mut HashSet<&'static str>) {
+        self.telemetry
+            .counter(
+                SCRAPE_ERRORS,
+                "Failed scrapes of Prometheus targets, by job and reason.",
+                &[("job", &self.job.job_name), ("reason", f.reason)],
+            )
+            .add(1);
+        if reported.insert(f.reason) {
+            tracing::warn!(receiver = %self.receiver, job = %self.job.job_name, target = %self.spec.address, reason = f.reason, error = %f.detail, "Scrape failed; up=0, and the next round tries again.");
         }
     }
 }
@@ -530,154 +555,10 @@ impl Scrape<'_> {
         for f in families {
             match f.kind {
                 Type::Counter | Type::Gauge | Type::Untyped => {
-                    // `_created` samples are start times, not series.
-                    let created: BTreeMap<Vec<(String, String)>, u64> = f
-                        .samples
-                        .iter()
-                        .filter(|s| s.name.ends_with("_created"))
-                        .map(|s| (self.attrs(&s.labels, ""), seconds_ns(s.value)))
-                        .collect();
-                    let mut points = Vec::new();
-                    for s in f.samples.iter().filter(|s| !s.name.ends_with("_created")) {
-                        let attrs = self.attrs(&s.labels, "");
-                        let start = created.get(&attrs).copied().unwrap_or(self.start_ns);
-                        now.insert((s.name.clone(), attrs.clone()));
-                        points.push((s.name.clone(), self.number(&attrs, s.value, start, 0)));
-                    }
-                    // A counter's samples may carry `_total`; one metric per sample name.
-                    let mut by_name: BTreeMap<String, Vec<NumberDataPoint>> = BTreeMap::new();
-                    for (n, p) in points {
-                        by_name.entry(n).or_default().push(p);
-                    }
-                    for (name, data_points) in by_name {
-                        metrics.push(Metric {
-                            name,
-                            description: f.help.clone(),
-                            unit: f.unit.clone(),
-                            data: Some(if f.kind == Type::Counter {
-                                metric::Data::Sum(Sum {
-                                    data_points,
-                                    aggregation_temporality: AggregationTemporality::Cumulative
-                                        as i32,
-                                    is_monotonic: true,
-                                })
-                            } else {
-                                metric::Data::Gauge(Gauge { data_points })
-                            }),
-                            ..Default::default()
-                        });
-                    }
+                    self.numbers(f, &mut now, &mut metrics);
                 }
-                Type::Histogram => {
-                    let mut groups: BTreeMap<parse::Labels, Group> = BTreeMap::new();
-                    for s in &f.samples {
-                        let attrs = self.attrs(&s.labels, "le");
-                        let g = groups.entry(attrs).or_default();
-                        if s.name.ends_with("_bucket") {
-                            let le =
-                                s.labels
-                                    .iter()
-                                    .find(|(k, _)| k == "le")
-                                    .and_then(|(_, v)| match v.as_str() {
-                                        "+Inf" => Some(f64::INFINITY),
-                                        v => v.parse().ok(),
-                                    });
-                            if let Some(le) = le {
-                                g.0.push((le, s.value));
-                            }
-                        } else if s.name.ends_with("_sum") {
-                            g.1 = s.value;
-                        } else if s.name.ends_with("_count") {
-                            g.2 = s.value;
-                        }
-                    }
-                    let mut data_points = Vec::new();
-                    for (attrs, (mut buckets, sum, count)) in groups {
-                        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-                        let bounds: Vec<f64> = buckets
-                            .iter()
-                            .map(|b| b.0)
-                            .filter(|b| b.is_finite())
-                            .collect();
-                        let mut counts = Vec::with_capacity(bounds.len() + 1);
-                        let mut prev = 0.0;
-                        for (le, c) in &buckets {
-                            if le.is_finite() {
-                                counts.push((c - prev).max(0.0) as u64);
-                                prev = *c;
-                            }
-                        }
-                        counts.push((count - prev).max(0.0) as u64);
-                        now.insert((f.name.clone(), attrs.clone()));
-                        data_points.push(HistogramDataPoint {
-                            attributes: attrs.iter().map(|(k, v)| kv(k, v)).collect(),
-                            start_time_unix_nano: self.start_ns,
-                            time_unix_nano: self.time_ns,
-                            count: count as u64,
-                            sum: Some(sum),
-                            bucket_counts: counts,
-                            explicit_bounds: bounds,
-                            ..Default::default()
-                        });
-                    }
-                    metrics.push(Metric {
-                        name: f.name.clone(),
-                        description: f.help.clone(),
-                        unit: f.unit.clone(),
-                        data: Some(metric::Data::Histogram(Histogram {
-                            data_points,
-                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
-                        })),
-                        ..Default::default()
-                    });
-                }
-                Type::Summary => {
-                    let mut groups: BTreeMap<parse::Labels, Group> = BTreeMap::new();
-                    for s in &f.samples {
-                        let attrs = self.attrs(&s.labels, "quantile");
-                        let g = groups.entry(attrs).or_default();
-                        if s.name.ends_with("_sum") {
-                            g.1 = s.value;
-                        } else if s.name.ends_with("_count") {
-                            g.2 = s.value;
-                        } else if let Some(q) = s
-                            .labels
-                            .iter()
-                            .find(|(k, _)| k == "quantile")
-                            .and_then(|(_, v)| v.parse::<f64>().ok())
-                        {
-                            g.0.push((q, s.value));
-                        }
-                    }
-                    let data_points = groups
-                        .into_iter()
-                        .map(|(attrs, (qs, sum, count))| {
-                            now.insert((f.name.clone(), attrs.clone()));
-                            SummaryDataPoint {
-                                attributes: attrs.iter().map(|(k, v)| kv(k, v)).collect(),
-                                start_time_unix_nano: self.start_ns,
-                                time_unix_nano: self.time_ns,
-                                count: count as u64,
-                                sum,
-                                quantile_values: qs
-                                    .into_iter()
-                                    .map(|(quantile, value)| summary_data_point::ValueAtQuantile {
-                                        quantile,
-                                        value,
-                                    })
-                                    .collect(),
-                                ..Default::default()
-                            }
-                        })
-                        .collect();
-                    metrics.push(Metric {
-                        name: f.name.clone(),
-                        description: f.help.clone(),
-                        unit: f.unit.clone(),
-                        data: Some(metric::Data::Summary(Summary { data_points })),
-                        ..Default::default()
-                    });
-                }
+                Type::Histogram => metrics.push(self.histogram(f, &mut now)),
+                Type::Summary => metrics.push(self.summary(f, &mut now)),
             }
         }
         // Staleness: what was there last time and is not now.
@@ -741,5 +622,159 @@ impl Scrape<'_> {
             },
             now,
         )
+    }
+
+    /// A counter's, gauge's or untyped family's metrics: one per sample name.
+    fn numbers(&self, f: &Family, now: &mut BTreeSet<SeriesKey>, metrics: &mut Vec<Metric>) {
+        // `_created` samples are start times, not series.
+        let created: BTreeMap<Vec<(String, String)>, u64> = f
+            .samples
+            .iter()
+            .filter(|s| s.name.ends_with("_created"))
+            .map(|s| (self.attrs(&s.labels, ""), seconds_ns(s.value)))
+            .collect();
+        let mut points = Vec::new();
+        for s in f.samples.iter().filter(|s| !s.name.ends_with("_created")) {
+            let attrs = self.attrs(&s.labels, "");
+            let start = created.get(&attrs).copied().unwrap_or(self.start_ns);
+            now.insert((s.name.clone(), attrs.clone()));
+            points.push((s.name.clone(), self.number(&attrs, s.value, start, 0)));
+        }
+        // A counter's samples may carry `_total`; one metric per sample name.
+        let mut by_name: BTreeMap<String, Vec<NumberDataPoint>> = BTreeMap::new();
+        for (n, p) in points {
+            by_name.entry(n).or_default().push(p);
+        }
+        for (name, data_points) in by_name {
+            metrics.push(Metric {
+                name,
+                description: f.help.clone(),
+                unit: f.unit.clone(),
+                data: Some(if f.kind == Type::Counter {
+                    metric::Data::Sum(Sum {
+                        data_points,
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                        is_monotonic: true,
+                    })
+                } else {
+                    metric::Data::Gauge(Gauge { data_points })
+                }),
+                ..Default::default()
+            });
+        }
+    }
+
+    /// A histogram family's metric (cumulative buckets made per bucket).
+    fn histogram(&self, f: &Family, now: &mut BTreeSet<SeriesKey>) -> Metric {
+        let mut groups: BTreeMap<parse::Labels, Group> = BTreeMap::new();
+        for s in &f.samples {
+            let attrs = self.attrs(&s.labels, "le");
+            let g = groups.entry(attrs).or_default();
+            if s.name.ends_with("_bucket") {
+                let le =
+                    s.labels
+                        .iter()
+                        .find(|(k, _)| k == "le")
+                        .and_then(|(_, v)| match v.as_str() {
+                            "+Inf" => Some(f64::INFINITY),
+                            v => v.parse().ok(),
+                        });
+                if let Some(le) = le {
+                    g.0.push((le, s.value));
+                }
+            } else if s.name.ends_with("_sum") {
+                g.1 = s.value;
+            } else if s.name.ends_with("_count") {
+                g.2 = s.value;
+            }
+        }
+        let mut data_points = Vec::new();
+        for (attrs, (mut buckets, sum, count)) in groups {
+            buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let bounds: Vec<f64> = buckets
+                .iter()
+                .map(|b| b.0)
+                .filter(|b| b.is_finite())
+                .collect();
+            let mut counts = Vec::with_capacity(bounds.len() + 1);
+            let mut prev = 0.0;
+            for (le, c) in &buckets {
+                if le.is_finite() {
+                    counts.push((c - prev).max(0.0) as u64);
+                    prev = *c;
+                }
+            }
+            counts.push((count - prev).max(0.0) as u64);
+            now.insert((f.name.clone(), attrs.clone()));
+            data_points.push(HistogramDataPoint {
+                attributes: attrs.iter().map(|(k, v)| kv(k, v)).collect(),
+                start_time_unix_nano: self.start_ns,
+                time_unix_nano: self.time_ns,
+                count: count as u64,
+                sum: Some(sum),
+                bucket_counts: counts,
+                explicit_bounds: bounds,
+                ..Default::default()
+            });
+        }
+        Metric {
+            name: f.name.clone(),
+            description: f.help.clone(),
+            unit: f.unit.clone(),
+            data: Some(metric::Data::Histogram(Histogram {
+                data_points,
+                aggregation_temporality: AggregationTemporality::Cumulative as i32,
+            })),
+            ..Default::default()
+        }
+    }
+
+    /// A summary family's metric.
+    fn summary(&self, f: &Family, now: &mut BTreeSet<SeriesKey>) -> Metric {
+        let mut groups: BTreeMap<parse::Labels, Group> = BTreeMap::new();
+        for s in &f.samples {
+            let attrs = self.attrs(&s.labels, "quantile");
+            let g = groups.entry(attrs).or_default();
+            if s.name.ends_with("_sum") {
+                g.1 = s.value;
+            } else if s.name.ends_with("_count") {
+                g.2 = s.value;
+            } else if let Some(q) = s
+                .labels
+                .iter()
+                .find(|(k, _)| k == "quantile")
+                .and_then(|(_, v)| v.parse::<f64>().ok())
+            {
+                g.0.push((q, s.value));
+            }
+        }
+        let data_points = groups
+            .into_iter()
+            .map(|(attrs, (qs, sum, count))| {
+                now.insert((f.name.clone(), attrs.clone()));
+                SummaryDataPoint {
+                    attributes: attrs.iter().map(|(k, v)| kv(k, v)).collect(),
+                    start_time_unix_nano: self.start_ns,
+                    time_unix_nano: self.time_ns,
+                    count: count as u64,
+                    sum,
+                    quantile_values: qs
+                        .into_iter()
+                        .map(|(quantile, value)| summary_data_point::ValueAtQuantile {
+                            quantile,
+                            value,
+                        })
+                        .collect(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        Metric {
+            name: f.name.clone(),
+            description: f.help.clone(),
+            unit: f.unit.clone(),
+            data: Some(metric::Data::Summary(Summary { data_points })),
+            ..Default::default()
+        }
     }
 }

@@ -147,9 +147,7 @@ fn family_of<'a>(name: &'a str, types: &BTreeMap<String, Type>) -> &'a str {
 /// an error, so that a target over its limit is reported, not cut silently).
 /// `openmetrics`: the body is OpenMetrics text (see the module doc).
 pub fn parse(text: &str, max_samples: usize, openmetrics: bool) -> Result<Vec<Family>, ParseError> {
-    let mut types: BTreeMap<String, Type> = BTreeMap::new();
-    let mut helps: BTreeMap<String, String> = BTreeMap::new();
-    let mut units: BTreeMap<String, String> = BTreeMap::new();
+    let mut meta = Meta::default();
     let mut eof = false;
     let mut lines = 0usize;
     let mut order: Vec<String> = Vec::new();
@@ -169,93 +167,21 @@ pub fn parse(text: &str, max_samples: usize, openmetrics: bool) -> Result<Vec<Fa
             return Err(err("text after `# EOF`".into()));
         }
         if let Some(c) = line.strip_prefix('#') {
-            let mut w = c.trim_start().splitn(3, ' ');
-            match (w.next(), w.next(), w.next()) {
-                (Some("EOF"), None, None) if openmetrics => eof = true,
-                (Some("TYPE"), Some(name), Some(t)) => {
-                    let t = match t.trim() {
-                        "counter" => Type::Counter,
-                        "gauge" | "info" | "stateset" | "gaugehistogram" if openmetrics => {
-                            Type::Gauge
-                        }
-                        "gauge" => Type::Gauge,
-                        "histogram" => Type::Histogram,
-                        "summary" => Type::Summary,
-                        "untyped" | "unknown" => Type::Untyped,
-                        other => return Err(err(format!("unknown type {other:?}"))),
-                    };
-                    types.insert(name.to_string(), t);
-                }
-                (Some("HELP"), Some(name), help) => {
-                    helps.insert(name.to_string(), help.unwrap_or("").to_string());
-                }
-                (Some("UNIT"), Some(name), Some(unit)) => {
-                    units.insert(name.to_string(), unit.trim().to_string());
-                }
-                _ => {}
-            }
+            eof = meta.comment(c, openmetrics).map_err(err)?;
             continue;
         }
-        let name_end = line
-            .find(|c: char| c == '{' || c.is_whitespace())
-            .ok_or_else(|| err("a sample without a value".into()))?;
-        let name = &line[..name_end];
-        if !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-            || name.starts_with(|c: char| c.is_ascii_digit())
-        {
-            return Err(err(format!("invalid metric name {name:?}")));
-        }
-        let (labels, rest) = if line[name_end..].starts_with('{') {
-            labels(&line[name_end..]).map_err(err)?
-        } else {
-            (Vec::new(), &line[name_end..])
-        };
-        // An OpenMetrics exemplar follows ` # `: not part of the sample.
-        let rest = match rest.find(" # ") {
-            Some(i) if openmetrics => &rest[..i],
-            _ => rest,
-        };
-        let mut w = rest.split_whitespace();
-        let v = w
-            .next()
-            .and_then(value)
-            .ok_or_else(|| err(format!("{name}: the value is not a number")))?;
-        let ts = match w.next() {
-            // OpenMetrics writes seconds (maybe fractional); 0.0.4 milliseconds.
-            Some(t) if openmetrics => Some(
-                t.parse::<f64>()
-                    .ok()
-                    .filter(|s| s.is_finite())
-                    .map(|s| (s * 1000.0).round() as i64)
-                    .ok_or_else(|| err(format!("{name}: invalid timestamp {t:?}")))?,
-            ),
-            Some(t) => Some(
-                t.parse::<i64>()
-                    .map_err(|_| err(format!("{name}: invalid timestamp {t:?}")))?,
-            ),
-            None => None,
-        };
-        if w.next().is_some() {
-            return Err(err(format!("{name}: more than a value and a timestamp")));
-        }
+        let sample = sample(line, openmetrics).map_err(err)?;
         count += 1;
         if count > max_samples {
             return Err(err(format!(
                 "more than {max_samples} samples (sample_limit)"
             )));
         }
-        let fam = family_of(name, &types).to_string();
+        let fam = family_of(&sample.name, &meta.types).to_string();
         if !by_name.contains_key(&fam) {
             order.push(fam.clone());
         }
-        by_name.entry(fam).or_default().push(Sample {
-            name: name.to_string(),
-            labels,
-            value: v,
-            timestamp_ms: ts,
-        });
+        by_name.entry(fam).or_default().push(sample);
     }
     if openmetrics && !eof {
         return Err(ParseError {
@@ -266,11 +192,106 @@ pub fn parse(text: &str, max_samples: usize, openmetrics: bool) -> Result<Vec<Fa
     Ok(order
         .into_iter()
         .map(|name| Family {
-            kind: types.get(&name).copied().unwrap_or(Type::Untyped),
-            help: helps.get(&name).cloned().unwrap_or_default(),
-            unit: units.get(&name).cloned().unwrap_or_default(),
+            kind: meta.types.get(&name).copied().unwrap_or(Type::Untyped),
+            help: meta.helps.get(&name).cloned().unwrap_or_default(),
+            unit: meta.units.get(&name).cloned().unwrap_or_default(),
             samples: by_name.remove(&name).unwrap_or_default(),
             name,
         })
         .collect())
+}
+
+/// The `# TYPE`, `# HELP` and `# UNIT` of each family, as read so far.
+#[derive(Default)]
+struct Meta {
+    types: BTreeMap<String, Type>,
+    helps: BTreeMap<String, String>,
+    units: BTreeMap<String, String>,
+}
+
+impl Meta {
+    /// A comment line (after its `#`): its metadata kept; whether it is
+    /// OpenMetrics' `# EOF`.
+    fn comment(&mut self, c: &str, openmetrics: bool) -> Result<bool, String> {
+        let mut w = c.trim_start().splitn(3, ' ');
+        match (w.next(), w.next(), w.next()) {
+            (Some("EOF"), None, None) if openmetrics => return Ok(true),
+            (Some("TYPE"), Some(name), Some(t)) => {
+                let t = match t.trim() {
+                    "counter" => Type::Counter,
+                    "gauge" | "info" | "stateset" | "gaugehistogram" if openmetrics => Type::Gauge,
+                    "gauge" => Type::Gauge,
+                    "histogram" => Type::Histogram,
+                    "summary" => Type::Summary,
+                    "untyped" | "unknown" => Type::Untyped,
+                    other => return Err(format!("unknown type {other:?}")),
+                };
+                self.types.insert(name.to_string(), t);
+            }
+            (Some("HELP"), Some(name), help) => {
+                self.helps
+                    .insert(name.to_string(), help.unwrap_or("").to_string());
+            }
+            (Some("UNIT"), Some(name), Some(unit)) => {
+                self.units.insert(name.to_string(), unit.trim().to_string());
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
+}
+
+/// A sample line: name, labels, value and timestamp (an OpenMetrics
+/// exemplar after it left out).
+fn sample(line: &str, openmetrics: bool) -> Result<Sample, String> {
+    let name_end = line
+        .find(|c: char| c == '{' || c.is_whitespace())
+        .ok_or_else(|| "a sample without a value".to_string())?;
+    let name = &line[..name_end];
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        || name.starts_with(|c: char| c.is_ascii_digit())
+    {
+        return Err(format!("invalid metric name {name:?}"));
+    }
+    let (labels, rest) = if line[name_end..].starts_with('{') {
+        labels(&line[name_end..])?
+    } else {
+        (Vec::new(), &line[name_end..])
+    };
+    // An OpenMetrics exemplar follows ` # `: not part of the sample.
+    let rest = match rest.find(" # ") {
+        Some(i) if openmetrics => &rest[..i],
+        _ => rest,
+    };
+    let mut w = rest.split_whitespace();
+    let v = w
+        .next()
+        .and_then(value)
+        .ok_or_else(|| format!("{name}: the value is not a number"))?;
+    let ts = match w.next() {
+        // OpenMetrics writes seconds (maybe fractional); 0.0.4 milliseconds.
+        Some(t) if openmetrics => Some(
+            t.parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite())
+                .map(|s| (s * 1000.0).round() as i64)
+                .ok_or_else(|| format!("{name}: invalid timestamp {t:?}"))?,
+        ),
+        Some(t) => Some(
+            t.parse::<i64>()
+                .map_err(|_| format!("{name}: invalid timestamp {t:?}"))?,
+        ),
+        None => None,
+    };
+    if w.next().is_some() {
+        return Err(format!("{name}: more than a value and a timestamp"));
+    }
+    Ok(Sample {
+        name: name.to_string(),
+        labels,
+        value: v,
+        timestamp_ms: ts,
+    })
 }

@@ -89,15 +89,10 @@ impl RabbitmqConfig {
 impl Validate for RabbitmqConfig {
     fn validate(&self) -> Vec<ConfigError> {
         let mut e = Vec::new();
-        if !(self.endpoint.starts_with("http://") || self.endpoint.starts_with("https://")) {
-            e.push(ConfigError::new(
-                "endpoint",
-                format!(
-                    "{:?}: an http:// or https:// URL of the management API",
-                    self.endpoint
-                ),
-            ));
-        }
+        e.extend(crate::http_fetch::endpoint_error(
+            &self.endpoint,
+            "the management API",
+        ));
         if self.username.trim().is_empty() {
             e.push(ConfigError::new("username", "must not be empty"));
         }

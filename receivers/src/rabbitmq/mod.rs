@@ -420,150 +420,166 @@ pub fn collect(
     t: f64,
     start_ns: u64,
 ) -> Vec<ResourceMetrics> {
+    let time_ns = (t * 1e9) as u64;
+    let mut bound: HashMap<(&str, &str), Vec<&Binding>> = HashMap::new();
+    for b in bindings {
+        bound
+            .entry((b.vhost.as_str(), b.queue.as_str()))
+            .or_default()
+            .push(b);
+    }
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for q in queues
+        .iter()
+        .filter(|q| vhosts.matches(&q.vhost) && queues_filter.matches(&q.name))
     {
-        let time_ns = (t * 1e9) as u64;
-        let mut bound: HashMap<(&str, &str), Vec<&Binding>> = HashMap::new();
-        for b in bindings {
-            bound
-                .entry((b.vhost.as_str(), b.queue.as_str()))
-                .or_default()
-                .push(b);
-        }
-        let mut out = Vec::new();
-        let mut seen = HashSet::new();
-        for q in queues
-            .iter()
-            .filter(|q| vhosts.matches(&q.vhost) && queues_filter.matches(&q.name))
+        let key = (q.vhost.clone(), q.name.clone());
+        seen.insert(key.clone());
+        let h = history.entry(key).or_default();
+        let status = h.judge(t, q, cfg.window, cfg.stats_interval.get().as_secs_f64());
+        let alarm = q.messages >= cfg.backlog_threshold
+            || h.rising_for(t, cfg.growth_window.get().as_secs_f64());
+        let storm = retry.is_match(&q.name)
+            && q.publish_rate
+                .is_some_and(|r| r >= cfg.retry_rate_threshold);
+        let mut b = Builder::new(time_ns, start_ns);
+        counts(&mut b, q);
+        judged(&mut b, q, t, status, alarm, storm);
+        for x in bound
+            .get(&(q.vhost.as_str(), q.name.as_str()))
+            .into_iter()
+            .flatten()
         {
-            let key = (q.vhost.clone(), q.name.clone());
-            seen.insert(key.clone());
-            let h = history.entry(key).or_default();
-            let status = h.judge(t, q, cfg.window, cfg.stats_interval.get().as_secs_f64());
-            let alarm = q.messages >= cfg.backlog_threshold
-                || h.rising_for(t, cfg.growth_window.get().as_secs_f64());
-            let mut b = Builder::new(time_ns, start_ns);
-            let msgs = "{messages}";
-            let sum = Kind::Sum { monotonic: false };
-            let counter = Kind::Sum { monotonic: true };
-            b.point(
-                "rabbitmq.consumer.count",
-                sum,
-                "{consumers}",
-                "The number of consumers currently reading from the queue.",
-                vec![],
-                Value::Int(q.consumers as i64),
-            );
-            for (state, v) in [("ready", q.ready), ("unacknowledged", q.unacked)] {
-                b.point(
-                    "rabbitmq.message.current",
-                    sum,
-                    msgs,
-                    "The total number of messages currently in the queue.",
-                    vec![kv("state", state)],
-                    Value::Int(v as i64),
-                );
-            }
-            b.point(
-                "rabbitmq.message.published",
-                counter,
-                msgs,
-                "The number of messages published to a queue.",
-                vec![],
-                Value::Int(q.published as i64),
-            );
-            b.point(
-                "rabbitmq.message.delivered",
-                counter,
-                msgs,
-                "The number of messages delivered to consumers.",
-                vec![],
-                Value::Int(q.delivered as i64),
-            );
-            b.point(
-                "rabbitmq.message.acknowledged",
-                counter,
-                msgs,
-                "The number of messages acknowledged by consumers.",
-                vec![],
-                Value::Int(q.acknowledged as i64),
-            );
-            b.point(
-                "rabbitmq.message.dropped",
-                counter,
-                msgs,
-                "The number of messages dropped as unroutable.",
-                vec![],
-                Value::Int(q.dropped as i64),
-            );
-            let age = match (q.head_timestamp, q.deliver_rate) {
-                _ if q.messages == 0.0 => Some(0.0),
-                (Some(ts), _) if ts > 0.0 => Some((t - ts).max(0.0)),
-                (_, Some(r)) if r > 0.0 => Some(q.messages / r),
-                _ => None,
-            };
-            if let Some(a) = age {
-                b.gauge("rabbitmq.queue.backlog_age", "s", "How long the oldest message has waited: now − head_message_timestamp, else depth ÷ delivery rate.", vec![], Value::Double(a));
-            }
-            b.gauge("rabbitmq.queue.status", "1", "Burrow-like status of the queue: 1 OK, 2 WARN (depth rising), 4 STOP (backlog, no consumer), 5 STALL (consumers, backlog, no delivery).", vec![kv("status", status.name())], Value::Int(status as i64));
             b.gauge(
-                "rabbitmq.queue.backlog_alarm",
+                "rabbitmq.queue.binding",
                 "1",
-                "1 when the depth is at or above backlog_threshold or has risen for growth_window.",
-                vec![],
-                Value::Int(i64::from(alarm)),
-            );
-            let storm = retry.is_match(&q.name)
-                && q.publish_rate
-                    .is_some_and(|r| r >= cfg.retry_rate_threshold);
-            b.gauge("rabbitmq.queue.retry_storm", "1", "1 when a retry or dead-letter queue is published to faster than retry_rate_threshold.", vec![], Value::Int(i64::from(storm)));
-            if let Some(r) = q.publish_rate {
-                b.gauge(
-                    "rabbitmq.queue.publish_rate",
-                    "{messages}/s",
-                    "Messages published per second (the broker's rate).",
-                    vec![],
-                    Value::Double(r),
-                );
-            }
-            if let Some(r) = q.deliver_rate {
-                b.gauge(
-                    "rabbitmq.queue.deliver_rate",
-                    "{messages}/s",
-                    "Messages delivered per second (the broker's rate).",
-                    vec![],
-                    Value::Double(r),
-                );
-            }
-            for x in bound
-                .get(&(q.vhost.as_str(), q.name.as_str()))
-                .into_iter()
-                .flatten()
-            {
-                b.gauge(
-                    "rabbitmq.queue.binding",
-                    "1",
-                    "1 per binding of an exchange to the queue: a message published to the exchange with a matching routing key goes to the queue.",
-                    vec![
-                        kv("rabbitmq.exchange.name", &x.exchange),
-                        kv("rabbitmq.exchange.type", &x.exchange_type),
-                        kv("rabbitmq.binding.routing_key", &x.key),
-                    ],
-                    Value::Int(1),
-                );
-            }
-            out.push(b.finish(
+                "1 per binding of an exchange to the queue: a message published to the exchange with a matching routing key goes to the queue.",
                 vec![
-                    kv("rabbitmq.queue.name", &q.name),
-                    kv("rabbitmq.vhost.name", &q.vhost),
-                    kv("rabbitmq.node.name", &q.node),
-                    kv("messaging.system", "rabbitmq"),
+                    kv("rabbitmq.exchange.name", &x.exchange),
+                    kv("rabbitmq.exchange.type", &x.exchange_type),
+                    kv("rabbitmq.binding.routing_key", &x.key),
                 ],
-                "causeway.rabbitmq",
-            ));
+                Value::Int(1),
+            );
         }
-        // Queues deleted (or filtered out): forget them.
-        history.retain(|k, _| seen.contains(k));
-        out
+        out.push(b.finish(
+            vec![
+                kv("rabbitmq.queue.name", &q.name),
+                kv("rabbitmq.vhost.name", &q.vhost),
+                kv("rabbitmq.node.name", &q.node),
+                kv("messaging.system", "rabbitmq"),
+            ],
+            "causeway.rabbitmq",
+        ));
+    }
+    // Queues deleted (or filtered out): forget them.
+    history.retain(|k, _| seen.contains(k));
+    out
+}
+
+/// A queue's consumers and messages as the broker counts them (the
+/// Collector's rabbitmq receiver's names).
+fn counts(b: &mut Builder, q: &Queue) {
+    let msgs = "{messages}";
+    let sum = Kind::Sum { monotonic: false };
+    let counter = Kind::Sum { monotonic: true };
+    b.point(
+        "rabbitmq.consumer.count",
+        sum,
+        "{consumers}",
+        "The number of consumers currently reading from the queue.",
+        vec![],
+        Value::Int(q.consumers as i64),
+    );
+    for (state, v) in [("ready", q.ready), ("unacknowledged", q.unacked)] {
+        b.point(
+            "rabbitmq.message.current",
+            sum,
+            msgs,
+            "The total number of messages currently in the queue.",
+            vec![kv("state", state)],
+            Value::Int(v as i64),
+        );
+    }
+    b.point(
+        "rabbitmq.message.published",
+        counter,
+        msgs,
+        "The number of messages published to a queue.",
+        vec![],
+        Value::Int(q.published as i64),
+    );
+    b.point(
+        "rabbitmq.message.delivered",
+        counter,
+        msgs,
+        "The number of messages delivered to consumers.",
+        vec![],
+        Value::Int(q.delivered as i64),
+    );
+    b.point(
+        "rabbitmq.message.acknowledged",
+        counter,
+        msgs,
+        "The number of messages acknowledged by consumers.",
+        vec![],
+        Value::Int(q.acknowledged as i64),
+    );
+    b.point(
+        "rabbitmq.message.dropped",
+        counter,
+        msgs,
+        "The number of messages dropped as unroutable.",
+        vec![],
+        Value::Int(q.dropped as i64),
+    );
+}
+
+/// What causeway judges of a queue: the backlog's age, its status, the
+/// alarm and the retry storm, and the broker's rates.
+fn judged(b: &mut Builder, q: &Queue, t: f64, status: Status, alarm: bool, storm: bool) {
+    let age = match (q.head_timestamp, q.deliver_rate) {
+        _ if q.messages == 0.0 => Some(0.0),
+        (Some(ts), _) if ts > 0.0 => Some((t - ts).max(0.0)),
+        (_, Some(r)) if r > 0.0 => Some(q.messages / r),
+        _ => None,
+    };
+    if let Some(a) = age {
+        b.gauge("rabbitmq.queue.backlog_age", "s", "How long the oldest message has waited: now − head_message_timestamp, else depth ÷ delivery rate.", vec![], Value::Double(a));
+    }
+    b.gauge("rabbitmq.queue.status", "1", "Burrow-like status of the queue: 1 OK, 2 WARN (depth rising), 4 STOP (backlog, no consumer), 5 STALL (consumers, backlog, no delivery).", vec![kv("status", status.name())], Value::Int(status as i64));
+    b.gauge(
+        "rabbitmq.queue.backlog_alarm",
+        "1",
+        "1 when the depth is at or above backlog_threshold or has risen for growth_window.",
+        vec![],
+        Value::Int(i64::from(alarm)),
+    );
+    b.gauge(
+        "rabbitmq.queue.retry_storm",
+        "1",
+        "1 when a retry or dead-letter queue is published to faster than retry_rate_threshold.",
+        vec![],
+        Value::Int(i64::from(storm)),
+    );
+    if let Some(r) = q.publish_rate {
+        b.gauge(
+            "rabbitmq.queue.publish_rate",
+            "{messages}/s",
+            "Messages published per second (the broker's rate).",
+            vec![],
+            Value::Double(r),
+        );
+    }
+    if let Some(r) = q.deliver_rate {
+        b.gauge(
+            "rabbitmq.queue.deliver_rate",
+            "{messages}/s",
+            "Messages delivered per second (the broker's rate).",
+            vec![],
+            Value::Double(r),
+        );
     }
 }
 

@@ -109,15 +109,7 @@ fn attributes(r: u64, err: bool) -> Vec<KeyValue> {
         kv("url.path", s(&format!("/api/v1/orders/{}", r % 1_000_000))),
         kv("server.address", s("orders.shop.svc")),
         kv("server.port", any_value::Value::IntValue(8080)),
-        kv(
-            "client.address",
-            s(&format!(
-                "10.{}.{}.{}",
-                (r >> 20) % 4,
-                (r >> 28) % 256,
-                (r >> 36) % 256
-            )),
-        ),
+        kv("client.address", s(&client_address(r))),
         kv(
             "user_agent.original",
             s(AGENTS[(r >> 44) as usize % AGENTS.len()]),
@@ -125,6 +117,16 @@ fn attributes(r: u64, err: bool) -> Vec<KeyValue> {
         kv("route_id", s("orders-v2")),
         kv("net.proto", s("1.1")),
     ]
+}
+
+/// A client address (10.0.0.0/14) drawn from `r`.
+fn client_address(r: u64) -> String {
+    format!(
+        "10.{}.{}.{}",
+        (r >> 20) % 4,
+        (r >> 28) % 256,
+        (r >> 36) % 256
+    )
 }
 
 /// A request of `n` spans with 10 attributes each; ids derived from `seed`.
@@ -368,15 +370,7 @@ fn gateway_logs(
                     any_value::Value::IntValue(((r >> 16) % 400) as i64),
                 ),
                 kv("upstream", s("10.0.3.7:8080")),
-                kv(
-                    "client.address",
-                    s(&format!(
-                        "10.{}.{}.{}",
-                        (r >> 20) % 4,
-                        (r >> 28) % 256,
-                        (r >> 36) % 256
-                    )),
-                ),
+                kv("client.address", s(&client_address(r))),
             ];
             if status == 429 {
                 attributes.push(kv("rate_limit_rule", s("qps-100-per-ip")));
@@ -544,87 +538,52 @@ struct Load {
     sent_log: Option<std::path::PathBuf>,
 }
 
-async fn send(load: Load) -> anyhow::Result<()> {
-    use causeway_core::compress::{Codec, Transport};
-    let Load {
-        target,
-        seconds,
-        spans,
-        concurrency,
-        connections,
-        error_every,
-        slow_every,
-        total_spans,
-        compression,
-        spread,
-        parts,
-        trace_spans,
-        services,
-        rate,
-        logs_per_sec,
-        points_per_sec,
-        tls_ca,
-        token,
-        sent_log,
-    } = load;
-    let codec =
-        Codec::from_encoding(&compression).map_err(|e| anyhow::anyhow!("--compression: {e}"))?;
-    let scheme = if tls_ca.is_some() { "https" } else { "http" };
-    let mut extra = http::HeaderMap::new();
-    if let Some(t) = &token {
-        extra.insert(
-            http::header::AUTHORIZATION,
-            http::HeaderValue::from_str(&format!("Bearer {t}"))?,
-        );
-    }
-    let headers = causeway_core::grpc::unary_headers(extra);
-    let sent_sets: Arc<std::sync::Mutex<Vec<(u64, u64, u64)>>> = Arc::default();
-    let last_set = Arc::new(AtomicU64::new(0));
-    // Request templates; every send renumbers the trace ids, so each request
-    // carries new traces (as real traffic does) at the cost of one copy.
-    // Spread: `parts` templates, template k holding part k of each trace.
-    let trace_len = match trace_spans.as_deref() {
-        None => (parts, parts),
-        Some(t) => {
-            let (a, b) = t.split_once('-').unwrap_or((t, t));
-            let (a, b) = (a.parse()?, b.parse()?);
-            anyhow::ensure!(
-                0 < a && a <= b,
-                "--trace-spans {t}: MIN-MAX with 0 < MIN <= MAX"
-            );
-            (a, b)
-        }
+/// `--trace-spans MIN-MAX` (or `N`), else every trace in `parts` parts.
+fn trace_len(trace_spans: Option<&str>, parts: usize) -> anyhow::Result<(usize, usize)> {
+    let Some(t) = trace_spans else {
+        return Ok((parts, parts));
     };
-    let templates: Vec<ExportTraceServiceRequest> = if spread > 0 {
-        split_traces(spans, parts, trace_len, services, error_every, slow_every)
-    } else {
-        (0..64)
-            .map(|i| request(i, spans, error_every, slow_every))
-            .collect()
-    };
-    let parts = parts.max(1) as u64;
-    let reqs: Arc<Vec<(Bytes, Vec<usize>)>> = Arc::new(
-        templates
-            .iter()
-            .map(|req| {
-                let b = req.encode_to_vec();
-                let offsets = b
-                    .windows(6)
-                    .enumerate()
-                    .filter(|(_, w)| w == &[0x0a, 0x10, 0xC0, 0xFF, 0xEE, 0x42])
-                    .map(|(o, _)| o + 2)
-                    .collect();
-                if codec != Codec::None {
-                    let z = codec
-                        .compress(Transport::Grpc, &[Bytes::from(b)])
-                        .unwrap_or_default();
-                    return (z, Vec::new());
-                }
-                (Bytes::from(b), offsets)
-            })
-            .collect(),
+    let (a, b) = t.split_once('-').unwrap_or((t, t));
+    let (a, b) = (a.parse()?, b.parse()?);
+    anyhow::ensure!(
+        0 < a && a <= b,
+        "--trace-spans {t}: MIN-MAX with 0 < MIN <= MAX"
     );
-    let spans_per_template: Vec<u64> = templates
+    Ok((a, b))
+}
+
+/// Each template encoded, with the offsets of its trace ids' marker (where
+/// a send writes its number), or compressed once by `codec` (and never
+/// renumbered).
+fn encode(
+    templates: &[ExportTraceServiceRequest],
+    codec: causeway_core::compress::Codec,
+) -> Vec<(Bytes, Vec<usize>)> {
+    use causeway_core::compress::{Codec, Transport};
+    templates
+        .iter()
+        .map(|req| {
+            let b = req.encode_to_vec();
+            let offsets = b
+                .windows(6)
+                .enumerate()
+                .filter(|(_, w)| w == &[0x0a, 0x10, 0xC0, 0xFF, 0xEE, 0x42])
+                .map(|(o, _)| o + 2)
+                .collect();
+            if codec != Codec::None {
+                let z = codec
+                    .compress(Transport::Grpc, &[Bytes::from(b)])
+                    .unwrap_or_default();
+                return (z, Vec::new());
+            }
+            (Bytes::from(b), offsets)
+        })
+        .collect()
+}
+
+/// The spans in each template.
+fn spans_in(templates: &[ExportTraceServiceRequest]) -> Vec<u64> {
+    templates
         .iter()
         .map(|r| {
             r.resource_spans
@@ -633,26 +592,21 @@ async fn send(load: Load) -> anyhow::Result<()> {
                 .map(|s| s.spans.len() as u64)
                 .sum()
         })
-        .collect();
-    let spans_per_template = Arc::new(spans_per_template);
-    // The log records carry trace ids of the last set sent.
-    let traces_per_set = templates[0]
-        .resource_spans
-        .iter()
-        .flat_map(|r| &r.scope_spans)
-        .flat_map(|s| &s.spans)
-        .map(|s| &s.trace_id)
-        .collect::<std::collections::HashSet<_>>()
-        .len()
-        .max(1) as u64;
-    let wire_bytes_per_span = reqs[0].0.len() as f64 / spans_per_template[0].max(1) as f64;
-    let seq = Arc::new(AtomicU64::new(1));
-    let span_bytes = request(0, spans, error_every, slow_every).encoded_len() as f64 / spans as f64;
+        .collect()
+}
+
+/// `connections` channels to `target`, over TLS trusting `tls_ca` if given.
+async fn connect(
+    target: &str,
+    tls_ca: Option<&std::path::Path>,
+    connections: usize,
+) -> anyhow::Result<Vec<tonic::transport::Channel>> {
+    let scheme = if tls_ca.is_some() { "https" } else { "http" };
     let mut channels = Vec::new();
     for _ in 0..connections.max(1) {
         let mut ep = tonic::transport::Endpoint::from_shared(format!("{scheme}://{target}"))?
             .tcp_nodelay(true);
-        if let Some(ca) = &tls_ca {
+        if let Some(ca) = tls_ca {
             let pem = std::fs::read(ca).with_context(|| format!("{}", ca.display()))?;
             ep = ep.tls_config(
                 tonic::transport::ClientTlsConfig::new()
@@ -666,85 +620,124 @@ async fn send(load: Load) -> anyhow::Result<()> {
             .with_context(|| format!("connect {target}"))?;
         channels.push(ch);
     }
-    let sent = Arc::new(AtomicU64::new(0));
-    let refused = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..concurrency {
-        let ch = channels[t % channels.len()].clone();
-        let (reqs, sent, refused, seq) = (reqs.clone(), sent.clone(), refused.clone(), seq.clone());
-        let (headers, sent_sets, last_set) = (headers.clone(), sent_sets.clone(), last_set.clone());
-        let spans_per_template = spans_per_template.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut body = Bytes::new();
-            let mut in_body = 0u64;
-            let mut resend = false;
-            while Instant::now() < deadline {
-                if total_spans > 0 && sent.load(Ordering::Relaxed) >= total_spans {
-                    break;
+    Ok(channels)
+}
+
+/// What the span senders share: the encoded templates and the counts.
+struct Senders {
+    reqs: Vec<(Bytes, Vec<usize>)>,
+    spans_per_template: Vec<u64>,
+    codec: causeway_core::compress::Codec,
+    headers: http::HeaderMap,
+    /// Spans per request, and the rate asked (spans a second, 0: as fast as accepted).
+    spans: usize,
+    rate: u64,
+    total_spans: u64,
+    /// Spread mode: parts of a trace set `spread` requests apart (0: off).
+    spread: u64,
+    parts: u64,
+    start: Instant,
+    deadline: Instant,
+    /// The next request's number.
+    seq: AtomicU64,
+    sent: AtomicU64,
+    refused: AtomicU64,
+    /// Per trace set (spread mode): number, first and last part's send (ms).
+    sent_sets: std::sync::Mutex<Vec<(u64, u64, u64)>>,
+    last_set: Arc<AtomicU64>,
+}
+
+impl Senders {
+    /// Sender `t` on `ch` until the deadline or the total; a refused
+    /// request is sent again.
+    async fn run(self: Arc<Self>, ch: tonic::transport::Channel, t: usize) {
+        let mut body = Bytes::new();
+        let mut in_body = 0u64;
+        let mut resend = false;
+        while Instant::now() < self.deadline {
+            if self.total_spans > 0 && self.sent.load(Ordering::Relaxed) >= self.total_spans {
+                break;
+            }
+            if !resend {
+                (body, in_body) = self.next(t).await;
+            }
+            resend = false;
+            let r = causeway_core::grpc::unary(
+                &ch,
+                export_path(Signal::Traces),
+                &self.headers,
+                self.codec,
+                vec![body.clone()],
+            )
+            .await;
+            match r {
+                Ok(_) => {
+                    self.sent.fetch_add(in_body, Ordering::Relaxed);
                 }
-                if !resend {
-                    let n = seq.fetch_add(1, Ordering::Relaxed);
-                    if rate > 0 {
-                        // Request n is due n × spans / rate seconds after the start.
-                        let due =
-                            start + Duration::from_secs_f64(n as f64 * spans as f64 / rate as f64);
-                        tokio::time::sleep_until(due.into()).await;
-                    }
-                    // Spread: request n carries part k of trace set r; the
-                    // parts of a set go `spread` requests apart.
-                    let (template, number) = if spread > 0 {
-                        let (block, pos) = (n / (parts * spread), n % (parts * spread));
-                        ((pos / spread) as usize, block * spread + pos % spread)
-                    } else {
-                        ((n as usize + t) % reqs.len(), n)
-                    };
-                    in_body = spans_per_template[template];
-                    let last_part = parts as usize - 1;
-                    if spread > 0 && (template == 0 || template == last_part) {
-                        let ms = now_ms();
-                        let mut g = sent_sets.lock().unwrap_or_else(|p| p.into_inner());
-                        if template == 0 {
-                            g.push((number + 1, ms, 0));
-                            last_set.store(number + 1, Ordering::Relaxed);
-                        } else if let Some(e) = g.iter_mut().rev().find(|e| e.0 == number + 1) {
-                            e.2 = ms;
-                        }
-                    }
-                    let (template, offsets) = &reqs[template];
-                    body = if offsets.is_empty() {
-                        template.clone()
-                    } else {
-                        let mut b = template.to_vec();
-                        for o in offsets {
-                            b[o + 4..o + 8].copy_from_slice(&(number as u32 + 1).to_be_bytes());
-                        }
-                        Bytes::from(b)
-                    };
-                }
-                resend = false;
-                let r = causeway_core::grpc::unary(
-                    &ch,
-                    export_path(Signal::Traces),
-                    &headers,
-                    codec,
-                    vec![body.clone()],
-                )
-                .await;
-                match r {
-                    Ok(_) => {
-                        sent.fetch_add(in_body, Ordering::Relaxed);
-                    }
-                    Err(_) => {
-                        refused.fetch_add(1, Ordering::Relaxed);
-                        resend = true; // send the refused request again
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
+                Err(_) => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    resend = true; // send the refused request again
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             }
-        }));
+        }
     }
+
+    /// The next request of sender `t` (when due at the rate) and its spans.
+    async fn next(&self, t: usize) -> (Bytes, u64) {
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        if self.rate > 0 {
+            // Request n is due n × spans / rate seconds after the start.
+            let due = self.start
+                + Duration::from_secs_f64(n as f64 * self.spans as f64 / self.rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        // Spread: request n carries part k of trace set r; the parts of a
+        // set go `spread` requests apart.
+        let (spread, parts) = (self.spread, self.parts);
+        let (template, number) = if spread > 0 {
+            let (block, pos) = (n / (parts * spread), n % (parts * spread));
+            ((pos / spread) as usize, block * spread + pos % spread)
+        } else {
+            ((n as usize + t) % self.reqs.len(), n)
+        };
+        let in_body = self.spans_per_template[template];
+        let last_part = parts as usize - 1;
+        if spread > 0 && (template == 0 || template == last_part) {
+            let ms = now_ms();
+            let mut g = self.sent_sets.lock().unwrap_or_else(|p| p.into_inner());
+            if template == 0 {
+                g.push((number + 1, ms, 0));
+                self.last_set.store(number + 1, Ordering::Relaxed);
+            } else if let Some(e) = g.iter_mut().rev().find(|e| e.0 == number + 1) {
+                e.2 = ms;
+            }
+        }
+        let (template, offsets) = &self.reqs[template];
+        let body = if offsets.is_empty() {
+            template.clone()
+        } else {
+            let mut b = template.to_vec();
+            for o in offsets {
+                b[o + 4..o + 8].copy_from_slice(&(number as u32 + 1).to_be_bytes());
+            }
+            Bytes::from(b)
+        };
+        (body, in_body)
+    }
+}
+
+/// The gateway-log and host-metric senders beside the spans: `logs` and
+/// `points` a second (0: none), the log records carrying trace ids of the
+/// last trace set sent.
+fn side_senders(
+    channels: &[tonic::transport::Channel],
+    headers: &http::HeaderMap,
+    deadline: Instant,
+    (logs_per_sec, points_per_sec): (u64, u64),
+    (last_set, traces_per_set): (Arc<AtomicU64>, u64),
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
     // Four senders, each a quarter of the rate: one request in flight
     // cannot keep 200 requests a second against a busy daemon.
     for part in 0..4u64 {
@@ -784,13 +777,22 @@ async fn send(load: Load) -> anyhow::Result<()> {
             .await;
         }));
     }
-    for t in tasks {
-        t.await?;
-    }
+    tasks
+}
+
+/// Print what was sent (one JSON line), and write the trace sets' send
+/// times to `sent_log` if asked.
+fn report(
+    senders: &Senders,
+    start: Instant,
+    sent_log: Option<std::path::PathBuf>,
+    (span_bytes, wire_bytes_per_span): (f64, f64),
+) -> anyhow::Result<()> {
+    let spans = senders.spans;
     let secs = start.elapsed().as_secs_f64();
-    let n = sent.load(Ordering::Relaxed);
+    let n = senders.sent.load(Ordering::Relaxed);
     if let Some(path) = sent_log {
-        let g = sent_sets.lock().unwrap_or_else(|p| p.into_inner());
+        let g = senders.sent_sets.lock().unwrap_or_else(|p| p.into_inner());
         let lines: String = g
             .iter()
             .filter(|e| e.2 > 0)
@@ -801,9 +803,105 @@ async fn send(load: Load) -> anyhow::Result<()> {
     println!(
         "{{\"role\":\"send\",\"spans_accepted\":{n},\"seconds\":{secs:.3},\"spans_per_sec\":{:.0},\"refused_requests\":{},\"bytes_per_span\":{span_bytes:.1},\"wire_bytes_per_span\":{wire_bytes_per_span:.1},\"spans_per_request\":{spans}}}",
         n as f64 / secs,
-        refused.load(Ordering::Relaxed)
+        senders.refused.load(Ordering::Relaxed)
     );
     Ok(())
+}
+
+async fn send(load: Load) -> anyhow::Result<()> {
+    use causeway_core::compress::Codec;
+    let Load {
+        target,
+        seconds,
+        spans,
+        concurrency,
+        connections,
+        error_every,
+        slow_every,
+        total_spans,
+        compression,
+        spread,
+        parts,
+        trace_spans,
+        services,
+        rate,
+        logs_per_sec,
+        points_per_sec,
+        tls_ca,
+        token,
+        sent_log,
+    } = load;
+    let codec =
+        Codec::from_encoding(&compression).map_err(|e| anyhow::anyhow!("--compression: {e}"))?;
+    let mut extra = http::HeaderMap::new();
+    if let Some(t) = &token {
+        extra.insert(
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_str(&format!("Bearer {t}"))?,
+        );
+    }
+    let headers = causeway_core::grpc::unary_headers(extra);
+    // Request templates; every send renumbers the trace ids, so each request
+    // carries new traces (as real traffic does) at the cost of one copy.
+    // Spread: `parts` templates, template k holding part k of each trace.
+    let trace_len = trace_len(trace_spans.as_deref(), parts)?;
+    let templates: Vec<ExportTraceServiceRequest> = if spread > 0 {
+        split_traces(spans, parts, trace_len, services, error_every, slow_every)
+    } else {
+        (0..64)
+            .map(|i| request(i, spans, error_every, slow_every))
+            .collect()
+    };
+    // The log records carry trace ids of the last set sent.
+    let traces_per_set = templates[0]
+        .resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .map(|s| &s.trace_id)
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+        .max(1) as u64;
+    let channels = connect(&target, tls_ca.as_deref(), connections).await?;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(seconds);
+    let senders = Arc::new(Senders {
+        reqs: encode(&templates, codec),
+        spans_per_template: spans_in(&templates),
+        codec,
+        headers: headers.clone(),
+        spans,
+        rate,
+        total_spans,
+        spread,
+        parts: parts.max(1) as u64,
+        start,
+        deadline,
+        seq: AtomicU64::new(1),
+        sent: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
+        sent_sets: std::sync::Mutex::default(),
+        last_set: Arc::new(AtomicU64::new(0)),
+    });
+    let wire_bytes_per_span =
+        senders.reqs[0].0.len() as f64 / senders.spans_per_template[0].max(1) as f64;
+    let span_bytes = request(0, spans, error_every, slow_every).encoded_len() as f64 / spans as f64;
+    let mut tasks = Vec::new();
+    for t in 0..concurrency {
+        let ch = channels[t % channels.len()].clone();
+        tasks.push(tokio::spawn(senders.clone().run(ch, t)));
+    }
+    tasks.extend(side_senders(
+        &channels,
+        &headers,
+        deadline,
+        (logs_per_sec, points_per_sec),
+        (senders.last_set.clone(), traces_per_set),
+    ));
+    for t in tasks {
+        t.await?;
+    }
+    report(&senders, start, sent_log, (span_bytes, wire_bytes_per_span))
 }
 
 /// Counts the items of one signal.

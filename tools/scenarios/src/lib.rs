@@ -10,7 +10,7 @@
 //! noisy) and carries the fault at one place. Faults of different classes
 //! use different routes, hosts and topics, as concurrent incidents would.
 
-use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::metrics::v1::ResourceMetrics;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans};
@@ -115,6 +115,18 @@ pub const HARD: [(&str, &str); 16] = [
 
 /// Generate one case of `cause` (or `healthy`, `healthy_slow`), number `n`, starting at `t0_ns`.
 pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
+    let (mut cx, up) = enter(rng, cause, n, t0_ns);
+    if let Some((_, build)) = causes::BUILDERS.iter().find(|(k, _)| *k == cause) {
+        build(&mut cx);
+    }
+    confounders(&mut cx);
+    finish(cx, up)
+}
+
+/// The start every case shares: the edge gateway's server span, its call
+/// to a frontend and the frontend's server span, then the frontend's normal
+/// work before the fault. The context, and the gateway's call.
+fn enter<'r>(rng: &'r mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> (Ctx<'r>, [u8; 8]) {
     let mut tid = [0u8; 16];
     tid[..8].copy_from_slice(&rng.next_u64().to_be_bytes());
     tid[8..].copy_from_slice(&(n + 1).to_be_bytes());
@@ -132,8 +144,6 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
     let gw_host = format!("gateway-{}", rng.range(1, 2));
     let front = format!("frontend-{}", rng.range(1, 2));
     let front_host = format!("{front}-host");
-    let logs = Vec::new();
-    let metrics = Vec::new();
     let root = t.add(
         None,
         "edge-gateway",
@@ -170,10 +180,6 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
         let callee = *rng.pick(&SERVICES);
         at = normal_call(&mut t, rng, srv, &front, &front_host, callee, at, 1) + rng.latency(0.3);
     }
-    let culprit = srv;
-    let culprit_service = front.clone();
-    let gw_status = 200;
-    let gw_extra: Vec<LogRecord> = Vec::new();
     let hard = HARD.iter().any(|(k, _)| *k == cause);
     let owner = format!(
         "{}-svc",
@@ -184,8 +190,8 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
         }
     );
     let owner_host = format!("{owner}-host");
-    let t_ns = |ms: f64| t0_ns + (ms * 1e6) as u64;
-    let mut cx = Ctx {
+    let culprit_service = front.clone();
+    let cx = Ctx {
         rng,
         cause,
         n,
@@ -200,39 +206,27 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
         root,
         srv,
         at,
-        culprit,
+        culprit: srv,
         culprit_service,
-        gw_status,
-        gw_extra,
-        logs,
-        metrics,
+        gw_status: 200,
+        gw_extra: Vec::new(),
+        logs: Vec::new(),
+        metrics: Vec::new(),
     };
-    if let Some((_, build)) = causes::BUILDERS.iter().find(|(k, _)| *k == cause) {
-        build(&mut cx);
-    }
-    let Ctx {
-        rng,
-        route,
-        mut t,
-        front,
-        front_host,
-        mut at,
-        culprit,
-        culprit_service,
-        gw_status,
-        gw_extra,
-        mut logs,
-        mut metrics,
-        ..
-    } = cx;
-    // Confounders any trace may carry, healthy or not: a cache miss served
-    // fast, a call re-sent once, a publish to a topic whose consumers keep up.
+    (cx, up)
+}
+
+/// Confounders any trace may carry, healthy or not: a cache miss served
+/// fast, a call re-sent once, a publish to a topic whose consumers keep up.
+fn confounders(cx: &mut Ctx<'_>) {
+    let (srv, front, front_host) = (cx.srv, cx.front.as_str(), cx.front_host.as_str());
+    let (rng, t) = (&mut *cx.rng, &mut cx.t);
     if rng.f() < 0.3 {
-        let c0 = at;
+        let c0 = cx.at;
         t.add(
             Some(srv),
-            &front,
-            &front_host,
+            front,
+            front_host,
             "GET",
             span::SpanKind::Client,
             c0,
@@ -246,8 +240,8 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
         let d = rng.latency(4.0);
         t.add(
             Some(srv),
-            &front,
-            &front_host,
+            front,
+            front_host,
             "SELECT profile",
             span::SpanKind::Client,
             c0 + 0.8,
@@ -257,15 +251,16 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
                 ks("db.operation.name", "SELECT"),
             ],
         );
-        at = c0 + 0.8 + d + rng.latency(0.3);
+        cx.at = c0 + 0.8 + d + rng.latency(0.3);
     }
     if rng.f() < 0.2 {
         let callee = *rng.pick(&SERVICES);
         let d = rng.latency(6.0);
+        let at = cx.at;
         t.add(
             Some(srv),
-            &front,
-            &front_host,
+            front,
+            front_host,
             &format!("GET {callee}"),
             span::SpanKind::Client,
             at,
@@ -275,14 +270,15 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
                 ki("http.request.resend_count", 1),
             ],
         );
-        at += d + rng.latency(0.3);
+        cx.at += d + rng.latency(0.3);
     }
     if rng.f() < 0.2 {
         let topic = "audit-events";
+        let at = cx.at;
         t.add(
             Some(srv),
-            &front,
-            &front_host,
+            front,
+            front_host,
             &format!("{topic} publish"),
             span::SpanKind::Producer,
             at,
@@ -292,9 +288,9 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
                 ks("messaging.destination.name", topic),
             ],
         );
-        at += 1.5;
-        let tm = t0_ns.saturating_sub(rng.range(0, 30) * 1_000_000_000);
-        metrics.push(kafka_metrics(
+        cx.at += 1.5;
+        let tm = cx.t0_ns.saturating_sub(rng.range(0, 30) * 1_000_000_000);
+        cx.metrics.push(kafka_metrics(
             "audit-sink",
             topic,
             tm,
@@ -306,7 +302,33 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
             rng.between(20.0, 120.0),
         ));
     }
-    // Normal work after the fault, then the responses.
+}
+
+/// The end every case shares: normal work after the fault, the responses
+/// (the gateway's status on its span and in its access log), the
+/// frontend host's pressure; the case with its ground truth.
+fn finish(cx: Ctx<'_>, up: [u8; 8]) -> Case {
+    let Ctx {
+        rng,
+        cause,
+        t0_ns,
+        tid,
+        route,
+        mut t,
+        front,
+        front_host,
+        mut at,
+        root,
+        srv,
+        culprit,
+        culprit_service,
+        gw_status,
+        gw_extra,
+        mut logs,
+        mut metrics,
+        ..
+    } = cx;
+    let t_ns = |ms: f64| t0_ns + (ms * 1e6) as u64;
     if rng.f() < 0.5 {
         let callee = *rng.pick(&SERVICES);
         at = normal_call(&mut t, rng, srv, &front, &front_host, callee, at, 1) + rng.latency(0.3);
@@ -356,7 +378,6 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
         rng.between(0.3, 0.85),
         rng.between(0.0, 0.6),
     ));
-    let culprit_span_id = culprit;
     let hard_label = HARD.iter().find(|(k, _)| *k == cause).map(|(_, l)| *l);
     Case {
         trace_id: tid,
@@ -369,7 +390,7 @@ pub fn case(rng: &mut Rng, cause: &'static str, n: u64, t0_ns: u64) -> Case {
             hard_label.unwrap_or(cause)
         },
         healthy_slow: cause == "healthy_slow",
-        culprit_span_id,
+        culprit_span_id: culprit,
         culprit_service,
         route,
         spans: t.finish(),

@@ -264,119 +264,143 @@ pub fn infer(rows: &mut [SpanRow], nodes: &[Node], children: &[Vec<usize>]) {
             && r.error_type.is_none()
             && r.exception_type.is_none();
     }
-    let ms = |ns: u64| ns as f64 / 1e6;
-    let tol = 1_000_000u64; // 1 ms: instrumentations' timestamps are coarse
     for (p, kids) in children.iter().enumerate() {
-        // Cache-aside: read, then a non-cache read, then a write, under one parent.
-        for (k, &c) in kids.iter().enumerate() {
-            if !is_cache_read(&rows[c]) || rows[c].cache_hit.is_some() {
-                continue;
-            }
-            let sys = cache_system(&rows[c]);
-            let fallback = kids[k + 1..].iter().copied().find(|&d| {
-                nodes[d].start + tol >= nodes[c].end
-                    && cache_system(&rows[d]).is_none()
-                    && (rows[d].kind == "client"
-                        || rows[d].db_system.is_some()
-                        || !children[d].is_empty())
-            });
-            let Some(d) = fallback else { continue };
-            let write = kids.iter().copied().any(|w| {
-                nodes[w].start + tol >= nodes[d].end
-                    && is_cache_write(&rows[w])
-                    && cache_system(&rows[w])
-                        .zip(sys)
-                        .is_some_and(|(a, b)| a.eq_ignore_ascii_case(b))
-            });
-            if write {
-                rows[c].cache_hit = Some(false);
-                rows[c].cache_inferred = true;
-            }
+        cache_aside(rows, nodes, children, kids);
+        pool_waits(rows, nodes, kids);
+        attempts_and_queueing(rows, nodes, p, kids);
+        sequential_retries(rows, nodes, kids);
+        consumer_waits(rows, nodes, p, kids);
+    }
+    recovered_answers(rows, children);
+}
+
+/// 1 ms: instrumentations' timestamps are coarse.
+const TOL: u64 = 1_000_000;
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Cache-aside: read, then a non-cache read, then a write, under one parent.
+fn cache_aside(rows: &mut [SpanRow], nodes: &[Node], children: &[Vec<usize>], kids: &[usize]) {
+    for (k, &c) in kids.iter().enumerate() {
+        if !is_cache_read(&rows[c]) || rows[c].cache_hit.is_some() {
+            continue;
         }
-        // Getting a connection: a statement-less database span, then a
-        // statement to the same system.
-        for (k, &c) in kids.iter().enumerate() {
-            let Some(sys) = rows[c].db_system.as_deref() else {
-                continue;
-            };
-            if rows[c].db_operation.is_some() || rows[c].kind == "server" {
-                continue;
-            }
-            let then_queried = kids[k + 1..].iter().any(|&d| {
-                nodes[d].start + tol >= nodes[c].end
-                    && rows[d].db_operation.is_some()
-                    && rows[d]
-                        .db_system
-                        .as_deref()
-                        .is_some_and(|s| s.eq_ignore_ascii_case(sys))
-            });
-            rows[c].pool_wait |= then_queried;
+        let sys = cache_system(&rows[c]);
+        let fallback = kids[k + 1..].iter().copied().find(|&d| {
+            nodes[d].start + TOL >= nodes[c].end
+                && cache_system(&rows[d]).is_none()
+                && (rows[d].kind == "client"
+                    || rows[d].db_system.is_some()
+                    || !children[d].is_empty())
+        });
+        let Some(d) = fallback else { continue };
+        let write = kids.iter().copied().any(|w| {
+            nodes[w].start + TOL >= nodes[d].end
+                && is_cache_write(&rows[w])
+                && cache_system(&rows[w])
+                    .zip(sys)
+                    .is_some_and(|(a, b)| a.eq_ignore_ascii_case(b))
+        });
+        if write {
+            rows[c].cache_hit = Some(false);
+            rows[c].cache_inferred = true;
         }
-        // Retries: several server spans under one client span.
-        if rows[p].kind == "client" {
-            let servers: Vec<usize> = kids
+    }
+}
+
+/// Getting a connection: a statement-less database span, then a statement
+/// to the same system.
+fn pool_waits(rows: &mut [SpanRow], nodes: &[Node], kids: &[usize]) {
+    for (k, &c) in kids.iter().enumerate() {
+        let Some(sys) = rows[c].db_system.as_deref() else {
+            continue;
+        };
+        if rows[c].db_operation.is_some() || rows[c].kind == "server" {
+            continue;
+        }
+        let then_queried = kids[k + 1..].iter().any(|&d| {
+            nodes[d].start + TOL >= nodes[c].end
+                && rows[d].db_operation.is_some()
+                && rows[d]
+                    .db_system
+                    .as_deref()
+                    .is_some_and(|s| s.eq_ignore_ascii_case(sys))
+        });
+        rows[c].pool_wait |= then_queried;
+    }
+}
+
+/// Retries: several server spans under one client span; and queueing in
+/// the callee: the (single) server child began late.
+fn attempts_and_queueing(rows: &mut [SpanRow], nodes: &[Node], p: usize, kids: &[usize]) {
+    if rows[p].kind == "client" {
+        let servers: Vec<usize> = kids
+            .iter()
+            .copied()
+            .filter(|&c| rows[c].kind == "server")
+            .collect();
+        if servers.len() >= 2 {
+            mark_attempts(rows, nodes, &servers, Some(p));
+        }
+        if let [s] = servers.as_slice() {
+            let pre = kids
                 .iter()
-                .copied()
-                .filter(|&c| rows[c].kind == "server")
-                .collect();
-            if servers.len() >= 2 {
-                mark_attempts(rows, nodes, &servers, Some(p));
-            }
-            // Queueing in the callee: the (single) server child began late.
-            if let [s] = servers.as_slice() {
-                let pre = kids
-                    .iter()
-                    .filter(|&&c| c != *s && nodes[c].end <= nodes[*s].start)
-                    .map(|&c| nodes[c].end)
-                    .max()
-                    .unwrap_or(nodes[p].start)
-                    .max(nodes[p].start);
-                let q = nodes[*s].start.saturating_sub(pre);
-                if q > tol {
-                    rows[p].queue_ms = Some(ms(q));
-                }
-            }
-        }
-        // Retries: sequential calls to the same peer and operation.
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        for &c in kids {
-            if rows[c].kind != "client" {
-                continue;
-            }
-            let same =
-                |a: &SpanRow, b: &SpanRow| a.server_address == b.server_address && a.name == b.name;
-            match groups.iter_mut().find(|g| {
-                g.last().is_some_and(|&l| {
-                    same(&rows[l], &rows[c]) && nodes[c].start + tol >= nodes[l].end
-                })
-            }) {
-                Some(g) => g.push(c),
-                None => groups.push(vec![c]),
-            }
-        }
-        for g in groups {
-            if g.len() >= 2 {
-                mark_attempts(rows, nodes, &g, None);
-            }
-        }
-        // Waiting on a consumer.
-        for &c in kids {
-            let consumer = rows[c].kind == "consumer"
-                || (rows[c].destination.is_some()
-                    && ["process", "receive", "consume"]
-                        .iter()
-                        .any(|w| rows[c].name.to_ascii_lowercase().contains(w)));
-            if consumer && matches!(rows[p].kind, "producer" | "client" | "internal") {
-                let from = if nodes[p].end <= nodes[c].start {
-                    nodes[p].end
-                } else {
-                    nodes[p].start
-                };
-                rows[c].async_wait_ms = Some(ms(nodes[c].start.saturating_sub(from)));
+                .filter(|&&c| c != *s && nodes[c].end <= nodes[*s].start)
+                .map(|&c| nodes[c].end)
+                .max()
+                .unwrap_or(nodes[p].start)
+                .max(nodes[p].start);
+            let q = nodes[*s].start.saturating_sub(pre);
+            if q > TOL {
+                rows[p].queue_ms = Some(ms(q));
             }
         }
     }
-    recovered_answers(rows, children);
+}
+
+/// Retries: sequential calls to the same peer and operation.
+fn sequential_retries(rows: &mut [SpanRow], nodes: &[Node], kids: &[usize]) {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for &c in kids {
+        if rows[c].kind != "client" {
+            continue;
+        }
+        let same =
+            |a: &SpanRow, b: &SpanRow| a.server_address == b.server_address && a.name == b.name;
+        match groups.iter_mut().find(|g| {
+            g.last()
+                .is_some_and(|&l| same(&rows[l], &rows[c]) && nodes[c].start + TOL >= nodes[l].end)
+        }) {
+            Some(g) => g.push(c),
+            None => groups.push(vec![c]),
+        }
+    }
+    for g in groups {
+        if g.len() >= 2 {
+            mark_attempts(rows, nodes, &g, None);
+        }
+    }
+}
+
+/// Waiting on a consumer.
+fn consumer_waits(rows: &mut [SpanRow], nodes: &[Node], p: usize, kids: &[usize]) {
+    for &c in kids {
+        let consumer = rows[c].kind == "consumer"
+            || (rows[c].destination.is_some()
+                && ["process", "receive", "consume"]
+                    .iter()
+                    .any(|w| rows[c].name.to_ascii_lowercase().contains(w)));
+        if consumer && matches!(rows[p].kind, "producer" | "client" | "internal") {
+            let from = if nodes[p].end <= nodes[c].start {
+                nodes[p].end
+            } else {
+                nodes[p].start
+            };
+            rows[c].async_wait_ms = Some(ms(nodes[c].start.saturating_sub(from)));
+        }
+    }
 }
 
 /// The spans under a recovered attempt (the server that answered it 503,

@@ -212,7 +212,7 @@ fn span_row_of(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) ->
                 .and_then(attr_str)
                 .map(|x| x == "hit"),
         };
-    SpanRow {
+    let mut row = SpanRow {
         at,
         span_id: id64(&span.span_id),
         parent_id: id64(&span.parent_span_id),
@@ -237,32 +237,6 @@ fn span_row_of(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) ->
                     .and_then(attr_str)
                     .and_then(|q| q.split_whitespace().next().map(str::to_ascii_uppercase))
             }),
-        messaging_system: attr(a, &["messaging.system"]).and_then(attr_str),
-        destination: attr(
-            a,
-            &[
-                "messaging.destination.name",
-                "messaging.destination",
-                "messaging.kafka.destination",
-            ],
-        )
-        .and_then(attr_str),
-        consumer_group: attr(
-            a,
-            &[
-                "messaging.consumer.group.name",
-                "messaging.kafka.consumer.group",
-            ],
-        )
-        .and_then(attr_str),
-        routing_key: attr(
-            a,
-            &[
-                "messaging.rabbitmq.destination.routing_key",
-                "messaging.rabbitmq.routing_key",
-            ],
-        )
-        .and_then(attr_str),
         server_address: attr(
             a,
             &[
@@ -287,33 +261,6 @@ fn span_row_of(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) ->
             .and_then(grpc_status),
         server_port: attr(a, &["server.port", "net.peer.port"]).and_then(any_int),
         peer_service: attr(a, &["peer.service"]).and_then(attr_str),
-        gen_ai_model: attr(a, &["gen_ai.request.model", "gen_ai.response.model"])
-            .and_then(attr_str),
-        input_tokens: attr(
-            a,
-            &["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"],
-        )
-        .and_then(any_int),
-        output_tokens: attr(
-            a,
-            &[
-                "gen_ai.usage.output_tokens",
-                "gen_ai.usage.completion_tokens",
-            ],
-        )
-        .and_then(any_int),
-        gen_ai_queue_ms: attr(a, &["gen_ai.latency.time_in_queue"]).and_then(seconds_ms),
-        cache_read_tokens: attr(a, &["gen_ai.usage.cache_read.input_tokens"]).and_then(any_int),
-        gen_ai_ttft_ms: attr(
-            a,
-            &[
-                "gen_ai.latency.time_to_first_token",
-                "gen_ai.response.time_to_first_chunk",
-            ],
-        )
-        .and_then(seconds_ms),
-        gen_ai_prefill_ms: attr(a, &["gen_ai.latency.time_in_model_prefill"]).and_then(seconds_ms),
-        gen_ai_decode_ms: attr(a, &["gen_ai.latency.time_in_model_decode"]).and_then(seconds_ms),
         cache_hit,
         pool_wait: POOL_WAITS.contains(&span.name.as_str())
             || a.iter().any(|kv| {
@@ -327,7 +274,73 @@ fn span_row_of(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) ->
                     .as_deref(),
             ),
         ..Default::default()
-    }
+    };
+    messaging(&mut row, a);
+    gen_ai(&mut row, a);
+    row
+}
+
+/// The messaging attributes of a span (system, destination, consumer
+/// group, RabbitMQ's routing key).
+fn messaging(row: &mut SpanRow, a: &[opentelemetry_proto::tonic::common::v1::KeyValue]) {
+    row.messaging_system = attr(a, &["messaging.system"]).and_then(attr_str);
+    row.destination = attr(
+        a,
+        &[
+            "messaging.destination.name",
+            "messaging.destination",
+            "messaging.kafka.destination",
+        ],
+    )
+    .and_then(attr_str);
+    row.consumer_group = attr(
+        a,
+        &[
+            "messaging.consumer.group.name",
+            "messaging.kafka.consumer.group",
+        ],
+    )
+    .and_then(attr_str);
+    row.routing_key = attr(
+        a,
+        &[
+            "messaging.rabbitmq.destination.routing_key",
+            "messaging.rabbitmq.routing_key",
+        ],
+    )
+    .and_then(attr_str);
+}
+
+/// The GenAI attributes of a span (model, tokens, the server's queue,
+/// first-token, prefill and decode times).
+fn gen_ai(row: &mut SpanRow, a: &[opentelemetry_proto::tonic::common::v1::KeyValue]) {
+    row.gen_ai_model =
+        attr(a, &["gen_ai.request.model", "gen_ai.response.model"]).and_then(attr_str);
+    row.input_tokens = attr(
+        a,
+        &["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"],
+    )
+    .and_then(any_int);
+    row.output_tokens = attr(
+        a,
+        &[
+            "gen_ai.usage.output_tokens",
+            "gen_ai.usage.completion_tokens",
+        ],
+    )
+    .and_then(any_int);
+    row.gen_ai_queue_ms = attr(a, &["gen_ai.latency.time_in_queue"]).and_then(seconds_ms);
+    row.cache_read_tokens = attr(a, &["gen_ai.usage.cache_read.input_tokens"]).and_then(any_int);
+    row.gen_ai_ttft_ms = attr(
+        a,
+        &[
+            "gen_ai.latency.time_to_first_token",
+            "gen_ai.response.time_to_first_chunk",
+        ],
+    )
+    .and_then(seconds_ms);
+    row.gen_ai_prefill_ms = attr(a, &["gen_ai.latency.time_in_model_prefill"]).and_then(seconds_ms);
+    row.gen_ai_decode_ms = attr(a, &["gen_ai.latency.time_in_model_decode"]).and_then(seconds_ms);
 }
 
 /// Span names that stock instrumentations give a wait for a pooled

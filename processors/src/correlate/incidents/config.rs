@@ -197,6 +197,14 @@ impl IncidentsConfig {
         if matches!(&self.state_file, Some(p) if p.trim().is_empty()) {
             e.push(ConfigError::new(at("state_file"), "must be a file path"));
         }
+        self.slo_errors(&mut e);
+        e
+    }
+}
+
+impl IncidentsConfig {
+    /// The SLOs' errors.
+    fn slo_errors(&self, e: &mut Vec<ConfigError>) {
         let mut names = std::collections::HashSet::new();
         for (i, s) in self.slos.iter().enumerate() {
             let at = |k: &str| format!("incidents.slos[{i}].{k}");
@@ -242,7 +250,6 @@ impl IncidentsConfig {
                 }
             }
         }
-        e
     }
 }
 

@@ -25,3 +25,16 @@ pub use finding::{Finding, RcaEvent, Rule, Verdict};
 pub use log::{LogEvidence, Parts};
 pub use series::{Key, LatestPoint, Series};
 pub use trace::{Hex16, Joined, SpanRef, SpanRow, TraceRow};
+
+/// `d` in nanoseconds (saturating).
+pub(crate) fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Now, in nanoseconds since the Unix epoch.
+pub(crate) fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(nanos)
+        .unwrap_or(0)
+}

@@ -20,14 +20,14 @@ use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use super::{json, Join, Source, Tick, Values, View, JOIN_ATTRS};
+use super::{json, Asked, Join, Source, Tick, View, JOIN_ATTRS};
 use crate::correlate::model::cause::{
     CIRCUIT_OPEN, RATE_LIMITED, UNKNOWN, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
 };
 use crate::correlate::model::series::{find, num, s, Kept, Offer, PointKind, ROUTE_KEYS};
 use crate::correlate::model::table::{count, f64f, i64f, schema, so, utf8, Cols, Column, Table, V};
-use crate::correlate::model::{Joined, Key, LogEvidence, Rule, TraceRow, Trouble};
-use crate::correlate::store::{lock, Store};
+use crate::correlate::model::{Joined, Key, LogEvidence, Rule, TraceRow};
+use crate::correlate::store::lock;
 use crate::sketch::Sketch;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 
@@ -770,13 +770,13 @@ HAVING sum(CASE WHEN (l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR 
         &["http.route", "route_id"]
     }
 
-    fn in_trouble(
-        &self,
-        store: &Store,
-        trace_id: &[u8; 16],
-        values: Values<'_>,
-        tr: &Trouble,
-    ) -> bool {
+    fn in_trouble(&self, asked: &Asked<'_, '_>) -> bool {
+        let Asked {
+            store,
+            values,
+            trace_id,
+            trouble: tr,
+        } = *asked;
         let bad = store
             .logs
             .of(trace_id)

@@ -17,12 +17,11 @@
 use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{json, row_time, Join, Source, Tick, Values, JOIN_ATTRS};
+use super::{json, row_time, Asked, Join, Source, Tick, JOIN_ATTRS};
 use crate::correlate::model::cause::{self, Cause};
 use crate::correlate::model::series::{find, machine, s, Kept, Offer, PointKind, ROUTE_KEYS};
 use crate::correlate::model::table::{boolf, f64f, schema, utf8, Cols, V};
-use crate::correlate::model::{Joined, Key, Rule, Series, TraceRow, Trouble};
-use crate::correlate::store::Store;
+use crate::correlate::model::{Joined, Key, Rule, Series, TraceRow};
 
 /// The GPU was busy.
 pub static GPU_SATURATION: Cause = Cause::new("gpu_saturation", cause::host);
@@ -85,15 +84,13 @@ pub struct HostRow {
 /// the minutes around it: a hog that ended a minute before a request did
 /// not slow it.
 fn host_row(series: &[Series], host: &str, (start, end): (u64, u64), limit: u64) -> HostRow {
-    let mut row = HostRow {
-        host: host.to_string(),
+    let mut reads = Reads {
+        row: HostRow {
+            host: host.to_string(),
+            ..Default::default()
+        },
         ..Default::default()
     };
-    let max = |a: Option<f64>, b: f64| Some(a.map_or(b, |x| x.max(b)));
-    let min = |a: Option<f64>, b: f64| Some(a.map_or(b, |x| x.min(b)));
-    let mut mem_total = None;
-    let mut mem_avail = None;
-    let mut fb: BTreeMap<String, (Option<f64>, Option<f64>)> = BTreeMap::new();
     for s in series.iter().filter(|s| s.key.get("host") == Some(host)) {
         // From the last reading at or before the trace (its interval ends
         // where the trace begins), not the busiest of the minutes before.
@@ -110,11 +107,40 @@ fn host_row(series: &[Series], host: &str, (start, end): (u64, u64), limit: u64)
             .map(|p| p.0)
             .find(|t| *t >= end && *t <= limit)
             .unwrap_or(end);
+        if let Some(t) = reads.take(s, from, to) {
+            row_time(&mut reads.row.time_ns, t);
+        }
+    }
+    reads.finish()
+}
+
+fn max(a: Option<f64>, b: f64) -> Option<f64> {
+    Some(a.map_or(b, |x| x.max(b)))
+}
+
+fn min(a: Option<f64>, b: f64) -> Option<f64> {
+    Some(a.map_or(b, |x| x.min(b)))
+}
+
+/// A host's readings over a trace, as they are taken: the row, and what
+/// makes the memory available ratio and the GPUs' memory in use.
+#[derive(Default)]
+struct Reads {
+    row: HostRow,
+    mem_total: Option<f64>,
+    mem_avail: Option<f64>,
+    /// By GPU: its memory used and free.
+    fb: BTreeMap<String, (Option<f64>, Option<f64>)>,
+}
+
+impl Reads {
+    /// Series `s` read over `from..=to`; the time of the reading taken.
+    fn take(&mut self, s: &Series, from: u64, to: u64) -> Option<u64> {
         let mode = s
             .attr("cpu.mode")
             .or_else(|| s.attr("state"))
             .or_else(|| s.attr("system.memory.state"));
-        let pick = match s.name.as_str() {
+        match s.name.as_str() {
             "system.cpu.utilization" if mode == Some("idle") => {
                 // The least idle in the interval: the busiest moment.
                 s.points
@@ -125,19 +151,19 @@ fn host_row(series: &[Series], host: &str, (start, end): (u64, u64), limit: u64)
                         _ => Some(*p),
                     })
                     .map(|(t, v)| {
-                        row.cpu_busy = max(row.cpu_busy, 1.0 - v);
+                        self.row.cpu_busy = max(self.row.cpu_busy, 1.0 - v);
                         t
                     })
             }
             "system.cpu.utilization" if mode == Some("iowait") || mode == Some("wait") => {
                 s.max_in(from, to).map(|(t, v)| {
-                    row.iowait = max(row.iowait, v);
+                    self.row.iowait = max(self.row.iowait, v);
                     t
                 })
             }
             "system.memory.utilization" if mode == Some("used") => {
                 s.max_in(from, to).map(|(t, v)| {
-                    row.mem_used = max(row.mem_used, v);
+                    self.row.mem_used = max(self.row.mem_used, v);
                     t
                 })
             }
@@ -148,28 +174,28 @@ fn host_row(series: &[Series], host: &str, (start, end): (u64, u64), limit: u64)
                 .map(|p| p.1)
                 .reduce(f64::min)
                 .map(|v| {
-                    mem_avail = min(mem_avail, v);
+                    self.mem_avail = min(self.mem_avail, v);
                     s.points.back().map_or(0, |p| p.0)
                 }),
             "system.memory.usage" => s.max_in(from, to).map(|(t, v)| {
-                mem_total = Some(mem_total.unwrap_or(0.0) + v);
+                self.mem_total = Some(self.mem_total.unwrap_or(0.0) + v);
                 t
             }),
             "system.disk.utilization" => s.max_in(from, to).map(|(t, v)| {
-                row.disk_util = max(row.disk_util, v);
+                self.row.disk_util = max(self.row.disk_util, v);
                 t
             }),
             "system.disk.io_time" => s.rate_in(from, to).map(|v| {
-                row.disk_util = max(row.disk_util, v.min(1.0));
+                self.row.disk_util = max(self.row.disk_util, v.min(1.0));
                 s.points.back().map_or(0, |p| p.0)
             }),
             "DCGM_FI_DEV_GPU_UTIL" => s.max_in(from, to).map(|(t, v)| {
-                row.gpu_util = max(row.gpu_util, v / 100.0);
+                self.row.gpu_util = max(self.row.gpu_util, v / 100.0);
                 t
             }),
             "DCGM_FI_DEV_FB_USED" | "DCGM_FI_DEV_FB_FREE" => s.max_in(from, to).map(|(t, v)| {
                 let gpu = s.attr("gpu").or_else(|| s.attr("UUID")).unwrap_or("");
-                let e = fb.entry(gpu.to_string()).or_default();
+                let e = self.fb.entry(gpu.to_string()).or_default();
                 if s.name == "DCGM_FI_DEV_FB_USED" {
                     e.0 = Some(v);
                 } else {
@@ -179,32 +205,32 @@ fn host_row(series: &[Series], host: &str, (start, end): (u64, u64), limit: u64)
             }),
             "system.linux.pressure" => s.max_in(from, to).map(|(t, v)| {
                 match s.attr("resource") {
-                    Some("cpu") => row.psi_cpu = max(row.psi_cpu, v),
-                    Some("memory") => row.psi_memory = max(row.psi_memory, v),
-                    Some("io") => row.psi_io = max(row.psi_io, v),
+                    Some("cpu") => self.row.psi_cpu = max(self.row.psi_cpu, v),
+                    Some("memory") => self.row.psi_memory = max(self.row.psi_memory, v),
+                    Some("io") => self.row.psi_io = max(self.row.psi_io, v),
                     _ => {}
                 }
                 t
             }),
             _ => None,
-        };
-        if let Some(t) = pick {
-            row_time(&mut row.time_ns, t);
         }
     }
-    for (used, free) in fb.values() {
-        if let (Some(u), Some(f)) = (used, free) {
-            if u + f > 0.0 {
-                row.gpu_mem_used = max(row.gpu_mem_used, u / (u + f));
+
+    fn finish(mut self) -> HostRow {
+        for (used, free) in self.fb.values() {
+            if let (Some(u), Some(f)) = (used, free) {
+                if u + f > 0.0 {
+                    self.row.gpu_mem_used = max(self.row.gpu_mem_used, u / (u + f));
+                }
             }
         }
-    }
-    if let (Some(a), Some(total)) = (mem_avail, mem_total) {
-        if total > 0.0 {
-            row.mem_available_ratio = Some(a / total);
+        if let (Some(a), Some(total)) = (self.mem_avail, self.mem_total) {
+            if total > 0.0 {
+                self.row.mem_available_ratio = Some(a / total);
+            }
         }
+        self.row
     }
-    row
 }
 
 fn host_schema() -> SchemaRef {
@@ -225,6 +251,105 @@ fn host_schema() -> SchemaRef {
         f64f("gpu_mem_used"),
     ])
 }
+
+/// The `gpu_busy` rule.
+const GPU_BUSY_SQL: &str = r#"
+SELECT s.trace_id, 0.8 AS confidence,
+  concat('GPU of ', max(h.host), ' ', CAST(CAST(round(max(h.gpu_util) * 100) AS BIGINT) AS VARCHAR),
+         '% busy (DCGM_FI_DEV_GPU_UTIL) while ', max(s.service), ' ran ', coalesce(max(s.gen_ai_model), max(s.name)), ' for ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+  first_value(s.span_id ORDER BY s.path_ms DESC) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
+WHERE (s.gen_ai_prefill_ms IS NOT NULL OR s.gen_ai_model IS NOT NULL) AND h.gpu_util >= 0.95
+GROUP BY s.trace_id
+UNION ALL
+SELECT s.trace_id, 0.8 AS confidence,
+  concat('GPU behind triton ', max(r.address), ' ', CAST(CAST(round(max(r.gpu_util) * 100) AS BIGINT) AS VARCHAR),
+         '% busy (nv_gpu_utilization) while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'triton' AND r.gpu_util >= 0.95
+GROUP BY s.trace_id"#;
+
+/// The `gpu_memory` rule.
+const GPU_MEMORY_SQL: &str = r#"
+SELECT s.trace_id, 0.8 AS confidence,
+  concat('GPU memory of ', max(h.host), ' ', CAST(CAST(round(max(h.gpu_mem_used) * 100) AS BIGINT) AS VARCHAR),
+         '% used (DCGM_FI_DEV_FB_USED of FB_USED + FB_FREE) while ', max(s.service), ' ran ', coalesce(max(s.gen_ai_model), max(s.name)), ' for ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
+  first_value(s.span_id ORDER BY s.path_ms DESC) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
+WHERE (s.gen_ai_prefill_ms IS NOT NULL OR s.gen_ai_model IS NOT NULL) AND h.gpu_mem_used >= 0.95
+GROUP BY s.trace_id
+UNION ALL
+SELECT s.trace_id, 0.8 AS confidence,
+  concat('GPU memory behind triton ', max(r.address), ' ', CAST(CAST(round(max(r.gpu_mem_used) * 100) AS BIGINT) AS VARCHAR),
+         '% used (nv_gpu_memory_used_bytes of total) while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'triton' AND r.gpu_mem_used >= 0.95
+GROUP BY s.trace_id"#;
+
+/// The `tokenizer_cpu` rule.
+const TOKENIZER_CPU_SQL: &str = r#"
+SELECT s.trace_id, 0.8 AS confidence,
+  concat(max(s.service), ' spent ', CAST(CAST(max(s.self_ms) AS BIGINT) AS VARCHAR), ' ms in ', max(s.name), ' on ', max(h.host),
+         ', its CPU ', CAST(CAST(round(max(h.cpu_busy) * 100) AS BIGINT) AS VARCHAR), '% busy') AS summary,
+  first_value(s.span_id ORDER BY s.self_ms DESC) AS culprit_span_id,
+  max(s.self_ms) AS explained_ms
+FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
+WHERE s.critical AND regexp_like(lower(s.name), '(tokeni[sz]|detokeni[sz]|preprocess|pre-process|pre_process)')
+  AND (h.cpu_busy >= 0.85 OR h.psi_cpu >= 40)
+GROUP BY s.trace_id"#;
+
+/// The `host_cpu` rule.
+const HOST_CPU_SQL: &str = r#"
+SELECT h.trace_id, 0.8 AS confidence,
+  concat('host ', max(h.host), ' CPU saturated (', CAST(CAST(max(h.cpu_busy) * 100 AS BIGINT) AS VARCHAR), '% busy) while ',
+         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
+  coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
+FROM host h JOIN traces t ON h.trace_id = t.trace_id
+WHERE h.culprit
+  -- PSI alone is no saturation: on two cores, one single-threaded server
+  -- and a few busy threads beside it make tasks wait 40% of the time at
+  -- 60% busy (llama.cpp's bed), and the request's time went elsewhere.
+  AND (h.cpu_busy >= 0.9 OR (h.psi_cpu >= 40 AND coalesce(h.cpu_busy, 1.0) >= 0.8))
+  -- not a wait on a database: its time is the database's, which the
+  -- caller's host does not slow (a query's own scan makes a shared host busy)
+  AND t.culprit_db_system IS NULL
+GROUP BY h.trace_id"#;
+
+/// The `host_iowait` rule.
+const HOST_IOWAIT_SQL: &str = r#"
+SELECT h.trace_id, 0.8 AS confidence,
+  concat('host ', max(h.host), ' waiting on disk IO (iowait ', CAST(CAST(coalesce(max(h.iowait), 0) * 100 AS BIGINT) AS VARCHAR),
+         '%, disk busy ', CAST(CAST(coalesce(max(h.disk_util), 0) * 100 AS BIGINT) AS VARCHAR), '%) while ',
+         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
+  coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
+FROM host h JOIN traces t ON h.trace_id = t.trace_id
+WHERE h.culprit AND (h.iowait >= 0.2 OR h.disk_util >= 0.9 OR h.psi_io >= 30)
+  -- not a wait on a database: its time is the database's, which the
+  -- caller's host does not slow (a query's own scan makes a shared host busy)
+  AND t.culprit_db_system IS NULL
+GROUP BY h.trace_id"#;
+
+/// The `host_memory` rule.
+const HOST_MEMORY_SQL: &str = r#"
+SELECT h.trace_id, 0.8 AS confidence,
+  concat('host ', max(h.host), ' under memory pressure (',
+         CAST(CAST(coalesce(max(h.mem_used), 1 - min(h.mem_available_ratio)) * 100 AS BIGINT) AS VARCHAR), '% used) while ',
+         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
+  coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
+FROM host h JOIN traces t ON h.trace_id = t.trace_id
+WHERE h.culprit AND (h.mem_used >= 0.95 OR h.mem_available_ratio <= 0.05 OR h.psi_memory >= 20)
+  -- not a wait on a database: its time is the database's, which the
+  -- caller's host does not slow (a query's own scan makes a shared host busy)
+  AND t.culprit_db_system IS NULL
+GROUP BY h.trace_id"#;
 
 impl Source for Host {
     fn name(&self) -> &'static str {
@@ -326,117 +451,12 @@ impl Source for Host {
     fn rules(&self) -> Vec<Rule> {
         let r = Rule::builtin;
         vec![
-            r(
-                "gpu_busy",
-                &GPU_SATURATION,
-                r#"
-SELECT s.trace_id, 0.8 AS confidence,
-  concat('GPU of ', max(h.host), ' ', CAST(CAST(round(max(h.gpu_util) * 100) AS BIGINT) AS VARCHAR),
-         '% busy (DCGM_FI_DEV_GPU_UTIL) while ', max(s.service), ' ran ', coalesce(max(s.gen_ai_model), max(s.name)), ' for ',
-         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
-  first_value(s.span_id ORDER BY s.path_ms DESC) AS culprit_span_id,
-  max(s.path_ms) AS explained_ms
-FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
-WHERE (s.gen_ai_prefill_ms IS NOT NULL OR s.gen_ai_model IS NOT NULL) AND h.gpu_util >= 0.95
-GROUP BY s.trace_id
-UNION ALL
-SELECT s.trace_id, 0.8 AS confidence,
-  concat('GPU behind triton ', max(r.address), ' ', CAST(CAST(round(max(r.gpu_util) * 100) AS BIGINT) AS VARCHAR),
-         '% busy (nv_gpu_utilization) while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it') AS summary,
-  max(s.span_id) AS culprit_span_id,
-  max(s.path_ms) AS explained_ms
-FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
-WHERE r.system = 'triton' AND r.gpu_util >= 0.95
-GROUP BY s.trace_id"#,
-            ),
-            r(
-                "gpu_memory",
-                &GPU_MEMORY_PRESSURE,
-                r#"
-SELECT s.trace_id, 0.8 AS confidence,
-  concat('GPU memory of ', max(h.host), ' ', CAST(CAST(round(max(h.gpu_mem_used) * 100) AS BIGINT) AS VARCHAR),
-         '% used (DCGM_FI_DEV_FB_USED of FB_USED + FB_FREE) while ', max(s.service), ' ran ', coalesce(max(s.gen_ai_model), max(s.name)), ' for ',
-         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms') AS summary,
-  first_value(s.span_id ORDER BY s.path_ms DESC) AS culprit_span_id,
-  max(s.path_ms) AS explained_ms
-FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
-WHERE (s.gen_ai_prefill_ms IS NOT NULL OR s.gen_ai_model IS NOT NULL) AND h.gpu_mem_used >= 0.95
-GROUP BY s.trace_id
-UNION ALL
-SELECT s.trace_id, 0.8 AS confidence,
-  concat('GPU memory behind triton ', max(r.address), ' ', CAST(CAST(round(max(r.gpu_mem_used) * 100) AS BIGINT) AS VARCHAR),
-         '% used (nv_gpu_memory_used_bytes of total) while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it') AS summary,
-  max(s.span_id) AS culprit_span_id,
-  max(s.path_ms) AS explained_ms
-FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
-WHERE r.system = 'triton' AND r.gpu_mem_used >= 0.95
-GROUP BY s.trace_id"#,
-            ),
-            r(
-                "tokenizer_cpu",
-                &TOKENIZER_CPU,
-                r#"
-SELECT s.trace_id, 0.8 AS confidence,
-  concat(max(s.service), ' spent ', CAST(CAST(max(s.self_ms) AS BIGINT) AS VARCHAR), ' ms in ', max(s.name), ' on ', max(h.host),
-         ', its CPU ', CAST(CAST(round(max(h.cpu_busy) * 100) AS BIGINT) AS VARCHAR), '% busy') AS summary,
-  first_value(s.span_id ORDER BY s.self_ms DESC) AS culprit_span_id,
-  max(s.self_ms) AS explained_ms
-FROM spans s JOIN host h ON h.trace_id = s.trace_id AND h.host = s.host
-WHERE s.critical AND regexp_like(lower(s.name), '(tokeni[sz]|detokeni[sz]|preprocess|pre-process|pre_process)')
-  AND (h.cpu_busy >= 0.85 OR h.psi_cpu >= 40)
-GROUP BY s.trace_id"#,
-            ),
-            r(
-                "host_cpu",
-                &HOST_CPU_SATURATION,
-                r#"
-SELECT h.trace_id, 0.8 AS confidence,
-  concat('host ', max(h.host), ' CPU saturated (', CAST(CAST(max(h.cpu_busy) * 100 AS BIGINT) AS VARCHAR), '% busy) while ',
-         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
-  coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
-FROM host h JOIN traces t ON h.trace_id = t.trace_id
-WHERE h.culprit
-  -- PSI alone is no saturation: on two cores, one single-threaded server
-  -- and a few busy threads beside it make tasks wait 40% of the time at
-  -- 60% busy (llama.cpp's bed), and the request's time went elsewhere.
-  AND (h.cpu_busy >= 0.9 OR (h.psi_cpu >= 40 AND coalesce(h.cpu_busy, 1.0) >= 0.8))
-  -- not a wait on a database: its time is the database's, which the
-  -- caller's host does not slow (a query's own scan makes a shared host busy)
-  AND t.culprit_db_system IS NULL
-GROUP BY h.trace_id"#,
-            ),
-            r(
-                "host_iowait",
-                &HOST_IO_WAIT,
-                r#"
-SELECT h.trace_id, 0.8 AS confidence,
-  concat('host ', max(h.host), ' waiting on disk IO (iowait ', CAST(CAST(coalesce(max(h.iowait), 0) * 100 AS BIGINT) AS VARCHAR),
-         '%, disk busy ', CAST(CAST(coalesce(max(h.disk_util), 0) * 100 AS BIGINT) AS VARCHAR), '%) while ',
-         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
-  coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
-FROM host h JOIN traces t ON h.trace_id = t.trace_id
-WHERE h.culprit AND (h.iowait >= 0.2 OR h.disk_util >= 0.9 OR h.psi_io >= 30)
-  -- not a wait on a database: its time is the database's, which the
-  -- caller's host does not slow (a query's own scan makes a shared host busy)
-  AND t.culprit_db_system IS NULL
-GROUP BY h.trace_id"#,
-            ),
-            r(
-                "host_memory",
-                &HOST_MEMORY_PRESSURE,
-                r#"
-SELECT h.trace_id, 0.8 AS confidence,
-  concat('host ', max(h.host), ' under memory pressure (',
-         CAST(CAST(coalesce(max(h.mem_used), 1 - min(h.mem_available_ratio)) * 100 AS BIGINT) AS VARCHAR), '% used) while ',
-         max(t.culprit_service), ' ran ', max(t.culprit_name)) AS summary,
-  coalesce(max(t.culprit_excess_ms), max(t.culprit_self_ms)) AS explained_ms
-FROM host h JOIN traces t ON h.trace_id = t.trace_id
-WHERE h.culprit AND (h.mem_used >= 0.95 OR h.mem_available_ratio <= 0.05 OR h.psi_memory >= 20)
-  -- not a wait on a database: its time is the database's, which the
-  -- caller's host does not slow (a query's own scan makes a shared host busy)
-  AND t.culprit_db_system IS NULL
-GROUP BY h.trace_id"#,
-            ),
+            r("gpu_busy", &GPU_SATURATION, GPU_BUSY_SQL),
+            r("gpu_memory", &GPU_MEMORY_PRESSURE, GPU_MEMORY_SQL),
+            r("tokenizer_cpu", &TOKENIZER_CPU, TOKENIZER_CPU_SQL),
+            r("host_cpu", &HOST_CPU_SATURATION, HOST_CPU_SQL),
+            r("host_iowait", &HOST_IO_WAIT, HOST_IOWAIT_SQL),
+            r("host_memory", &HOST_MEMORY_PRESSURE, HOST_MEMORY_SQL),
         ]
     }
 
@@ -444,13 +464,13 @@ GROUP BY h.trace_id"#,
         &["host.name"]
     }
 
-    fn in_trouble(
-        &self,
-        store: &Store,
-        _trace_id: &[u8; 16],
-        values: Values<'_>,
-        tr: &Trouble,
-    ) -> bool {
+    fn in_trouble(&self, asked: &Asked<'_, '_>) -> bool {
+        let Asked {
+            store,
+            values,
+            trouble: tr,
+            ..
+        } = *asked;
         let hosts = values("host.name");
         if hosts.is_empty() {
             return false;

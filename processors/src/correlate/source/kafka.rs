@@ -23,13 +23,13 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    json, mine, row_time, wait_window, Join, PageColumn, PageTable, Source, Tick, Values, View,
+    json, mine, row_time, wait_window, Asked, Join, PageColumn, PageTable, Source, Tick, View,
     JOIN_ATTRS,
 };
 use crate::correlate::model::cause::{CONSUMER_LAG, RETRY_STORM};
 use crate::correlate::model::series::{find, machine, s, Kept, Offer, PointKind, ROUTE_KEYS};
 use crate::correlate::model::table::{boolf, f64f, i64f, schema, utf8, Cols, Table, V};
-use crate::correlate::model::{Joined, Key, Rule, Series, SpanRow, TraceRow, Trouble};
+use crate::correlate::model::{Joined, Key, Rule, Series, SpanRow, TraceRow};
 use crate::correlate::store::Store;
 
 /// `processors.correlate.consumer_lag`: when plain consumer-group lag (the
@@ -464,33 +464,15 @@ GROUP BY k.trace_id"#,
             path: "kafka",
             title: "Kafka consumer groups",
             empty: "None reported (kafka_lag receiver).",
-            columns: &[
-                PageColumn {
-                    key: "consumer_group",
-                    label: "Consumer group",
-                    kind: "text",
-                },
-                PageColumn {
-                    key: "status_name",
-                    label: "Burrow status",
-                    kind: "status",
-                },
-                PageColumn {
-                    key: "lag",
-                    label: "Lag",
-                    kind: "num",
-                },
-                PageColumn {
-                    key: "lag_seconds",
-                    label: "Lag (s)",
-                    kind: "num",
-                },
-                PageColumn {
-                    key: "alarm",
-                    label: "Alarm",
-                    kind: "flag",
-                },
-            ],
+            columns: &const {
+                [
+                    PageColumn::new("consumer_group", "Consumer group", "text"),
+                    PageColumn::new("status_name", "Burrow status", "status"),
+                    PageColumn::new("lag", "Lag", "num"),
+                    PageColumn::new("lag_seconds", "Lag (s)", "num"),
+                    PageColumn::new("alarm", "Alarm", "flag"),
+                ]
+            },
         })
     }
 
@@ -498,13 +480,8 @@ GROUP BY k.trace_id"#,
         &["messaging.destination.name", "messaging.destination"]
     }
 
-    fn in_trouble(
-        &self,
-        store: &Store,
-        _trace_id: &[u8; 16],
-        values: Values<'_>,
-        _tr: &Trouble,
-    ) -> bool {
+    fn in_trouble(&self, asked: &Asked<'_, '_>) -> bool {
+        let Asked { store, values, .. } = *asked;
         let topics: Vec<&str> = self.trouble_keys().iter().flat_map(|k| values(k)).collect();
         if topics.is_empty() {
             return false;

@@ -91,6 +91,13 @@ pub struct PageColumn {
     pub kind: &'static str,
 }
 
+impl PageColumn {
+    /// The column of `key`, headed `label`, drawn as `kind`.
+    pub const fn new(key: &'static str, label: &'static str, kind: &'static str) -> Self {
+        PageColumn { key, label, kind }
+    }
+}
+
 /// A table the page draws from a source's API (listed by `/api/sources`).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct PageTable {
@@ -202,15 +209,19 @@ pub trait Source: Send + Sync {
     }
 
     /// Whether what it knows of the trace shows trouble.
-    fn in_trouble(
-        &self,
-        _store: &Store,
-        _trace_id: &[u8; 16],
-        _values: Values<'_>,
-        _trouble: &Trouble,
-    ) -> bool {
+    fn in_trouble(&self, _asked: &Asked<'_, '_>) -> bool {
         false
     }
+}
+
+/// What the `correlated` sampling policy asks a source of a trace: the
+/// state, the trace's id, its span and resource attributes' values (of
+/// the source's `trouble_keys`), the policy's thresholds.
+pub struct Asked<'a, 'v> {
+    pub store: &'a Store,
+    pub trace_id: &'a [u8; 16],
+    pub values: Values<'v>,
+    pub trouble: &'a Trouble,
 }
 
 /// For a consumer span, the interval (ns) whose lag or backlog explains its
@@ -633,8 +644,13 @@ impl Correlation {
 /// What any source knows of the trace (for the `correlated` sampling policy).
 impl crate::trouble::TroubleState for Correlation {
     fn in_trouble(&self, trace_id: &[u8; 16], values: Values<'_>, tr: &Trouble) -> bool {
-        self.sources
-            .iter()
-            .any(|s| s.in_trouble(&self.store, trace_id, values, tr))
+        self.sources.iter().any(|s| {
+            s.in_trouble(&Asked {
+                store: &self.store,
+                trace_id,
+                values,
+                trouble: tr,
+            })
+        })
     }
 }

@@ -30,12 +30,12 @@ use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::BTreeMap;
 
 use super::{
-    json, wait_window, Join, PageColumn, PageTable, Source, Tick, Values, View, JOIN_ATTRS,
+    json, wait_window, Asked, Join, PageColumn, PageTable, Source, Tick, View, JOIN_ATTRS,
 };
 use crate::correlate::model::cause::CONSUMER_LAG;
 use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
 use crate::correlate::model::table::{boolf, f64f, s, schema, utf8, Cols, Table, V};
-use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, SpanRow, TraceRow, Trouble};
+use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, SpanRow, TraceRow};
 use crate::correlate::store::Store;
 
 const SUBJECTS: &str = "nats.stream.subjects";
@@ -457,38 +457,16 @@ GROUP BY n.trace_id"#,
             path: "nats",
             title: "NATS JetStream consumers",
             empty: "None reported (nats receiver).",
-            columns: &[
-                PageColumn {
-                    key: "stream",
-                    label: "Stream",
-                    kind: "text",
-                },
-                PageColumn {
-                    key: "consumer",
-                    label: "Consumer",
-                    kind: "text",
-                },
-                PageColumn {
-                    key: "backlog",
-                    label: "Backlog",
-                    kind: "num",
-                },
-                PageColumn {
-                    key: "pending",
-                    label: "Not delivered",
-                    kind: "num",
-                },
-                PageColumn {
-                    key: "redelivered",
-                    label: "Redelivered",
-                    kind: "num",
-                },
-                PageColumn {
-                    key: "alarm",
-                    label: "Alarm",
-                    kind: "flag",
-                },
-            ],
+            columns: &const {
+                [
+                    PageColumn::new("stream", "Stream", "text"),
+                    PageColumn::new("consumer", "Consumer", "text"),
+                    PageColumn::new("backlog", "Backlog", "num"),
+                    PageColumn::new("pending", "Not delivered", "num"),
+                    PageColumn::new("redelivered", "Redelivered", "num"),
+                    PageColumn::new("alarm", "Alarm", "flag"),
+                ]
+            },
         })
     }
 
@@ -496,13 +474,8 @@ GROUP BY n.trace_id"#,
         &["messaging.destination.name"]
     }
 
-    fn in_trouble(
-        &self,
-        store: &Store,
-        _trace_id: &[u8; 16],
-        values: Values<'_>,
-        _tr: &Trouble,
-    ) -> bool {
+    fn in_trouble(&self, asked: &Asked<'_, '_>) -> bool {
+        let Asked { store, values, .. } = *asked;
         let subjects = values("messaging.destination.name");
         if subjects.is_empty() {
             return false;
@@ -522,6 +495,7 @@ GROUP BY n.trace_id"#,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trouble::Trouble;
     use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
     use opentelemetry_proto::tonic::metrics::v1::{
         metric, number_data_point, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
@@ -633,7 +607,12 @@ mod tests {
                     Vec::new()
                 }
             };
-            nats.in_trouble(&st, &[1; 16], &values, &tr)
+            nats.in_trouble(&Asked {
+                store: &st,
+                trace_id: &[1; 16],
+                values: &values,
+                trouble: &tr,
+            })
         };
         assert!(troubled("orders.created"), "billing is in alarm");
         assert!(!troubled("orders.refunded"), "refunds is not");

@@ -42,12 +42,12 @@ use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    json, wait_window, Join, PageColumn, PageTable, Source, Tick, Values, View, JOIN_ATTRS,
+    json, wait_window, Asked, Join, PageColumn, PageTable, Source, Tick, View, JOIN_ATTRS,
 };
 use crate::correlate::model::cause::{CONSUMER_LAG, RETRY_STORM};
 use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
 use crate::correlate::model::table::{boolf, f64f, i64f, s, schema, utf8, Cols, Table, V};
-use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, SpanRow, TraceRow, Trouble};
+use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, SpanRow, TraceRow};
 use crate::correlate::store::Store;
 
 /// The binding series the receiver writes.
@@ -712,38 +712,16 @@ GROUP BY q.trace_id"#,
             path: "queues",
             title: "RabbitMQ queues",
             empty: "None reported (rabbitmq receiver).",
-            columns: &[
-                PageColumn {
-                    key: "queue",
-                    label: "Queue",
-                    kind: "text",
-                },
-                PageColumn {
-                    key: "vhost",
-                    label: "Vhost",
-                    kind: "text",
-                },
-                PageColumn {
-                    key: "status_name",
-                    label: "Status",
-                    kind: "status",
-                },
-                PageColumn {
-                    key: "depth",
-                    label: "Depth",
-                    kind: "num",
-                },
-                PageColumn {
-                    key: "consumers",
-                    label: "Consumers",
-                    kind: "num",
-                },
-                PageColumn {
-                    key: "backlog_age_s",
-                    label: "Oldest (s)",
-                    kind: "num",
-                },
-            ],
+            columns: &const {
+                [
+                    PageColumn::new("queue", "Queue", "text"),
+                    PageColumn::new("vhost", "Vhost", "text"),
+                    PageColumn::new("status_name", "Status", "status"),
+                    PageColumn::new("depth", "Depth", "num"),
+                    PageColumn::new("consumers", "Consumers", "num"),
+                    PageColumn::new("backlog_age_s", "Oldest (s)", "num"),
+                ]
+            },
         })
     }
 
@@ -756,13 +734,8 @@ GROUP BY q.trace_id"#,
         ]
     }
 
-    fn in_trouble(
-        &self,
-        store: &Store,
-        _trace_id: &[u8; 16],
-        values: Values<'_>,
-        _tr: &Trouble,
-    ) -> bool {
+    fn in_trouble(&self, asked: &Asked<'_, '_>) -> bool {
+        let Asked { store, values, .. } = *asked;
         let topics: Vec<&str> = ["messaging.destination.name", "messaging.destination"]
             .iter()
             .flat_map(|k| values(k))

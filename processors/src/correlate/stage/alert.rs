@@ -12,7 +12,11 @@ use tokio::time::Instant;
 use super::{own_logs, Stage};
 use crate::correlate::alerts;
 use crate::correlate::source::Correlation;
-use crate::correlate::{ALERTS_FIRING, ALERTS_SENT};
+
+/// Alert instances firing, by alert.
+pub const ALERTS_FIRING: &str = "causeway_alerts_firing";
+/// Alert notifications emitted, by alert and status.
+pub const ALERTS_SENT: &str = "causeway_alerts_sent_total";
 
 /// The alert rules' evaluation.
 pub struct Alert {

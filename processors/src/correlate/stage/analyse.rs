@@ -14,15 +14,26 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Stage;
+use crate::correlate::analysis;
 use crate::correlate::analysis::trace::RouteMap;
 use crate::correlate::analysis::verdict::{verdict, Enough};
 use crate::correlate::annotate::annotate;
 use crate::correlate::incidents;
 use crate::correlate::model::cause::{Causes, UNKNOWN};
+use crate::correlate::model::now_ns;
 use crate::correlate::model::trace::{SpanRef, SpanRow, NOT_IN_BATCH};
 use crate::correlate::model::{self, Finding, Hex16, RcaEvent, Rule, TraceRow, Verdict};
+use crate::correlate::rules;
 use crate::correlate::source::{Correlation, Tick};
-use crate::correlate::{analysis, now_ns, rules, HELD_TRACES, JOIN_MISSES, LATE_SPANS};
+
+/// Traces analysed, by cause.
+pub const ANALYSED: &str = "causeway_correlate_analysed_traces_total";
+/// Spans of traces analysed already (late), passed on without a second analysis.
+pub const LATE_SPANS: &str = "causeway_correlate_late_spans_total";
+/// Traces whose join with host, Kafka or RabbitMQ metrics found nothing while such metrics flow.
+pub const JOIN_MISSES: &str = "causeway_correlate_join_misses_total";
+/// Traces held by `evidence_wait`.
+pub const HELD_TRACES: &str = "causeway_correlate_held_traces";
 
 /// Traces held by `evidence_wait`, analysed again when it has passed; or
 /// (`awaiting`) held before their analysis for what is still to come (a

@@ -18,8 +18,13 @@ use tokio::time::Instant;
 
 use super::Stage;
 use crate::correlate::annotate::kv;
+use crate::correlate::model::now_ns;
 use crate::correlate::source::Correlation;
-use crate::correlate::{now_ns, EVICTED_LOGS, LOG_RETENTION};
+
+/// Log records evicted before the window ended, by the limit that forced it.
+pub const EVICTED_LOGS: &str = "causeway_correlate_evicted_log_records_total";
+/// Age of the oldest log record held (how far back gateway evidence reaches).
+pub const LOG_RETENTION: &str = "causeway_correlate_log_retention_seconds";
 
 /// How often RCA events are emitted.
 const EMIT_EVERY: Duration = Duration::from_secs(1);

@@ -10,10 +10,18 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{own_logs, Stage};
-use crate::correlate::{alerts, incidents, nanos};
-use crate::correlate::{
-    INCIDENTS_OPEN, INCIDENTS_WRITTEN, INCIDENT_ROUTES, INCIDENT_ROUTES_DROPPED,
-};
+use crate::correlate::alerts;
+use crate::correlate::incidents;
+use crate::correlate::model::nanos;
+
+/// Open incidents.
+pub const INCIDENTS_OPEN: &str = "causeway_correlate_incidents_open";
+/// Incident records written, by state.
+pub const INCIDENTS_WRITTEN: &str = "causeway_correlate_incident_records_total";
+/// Routes with incident statistics.
+pub const INCIDENT_ROUTES: &str = "causeway_correlate_incident_routes";
+/// Routes dropped from the incident statistics, by reason (`evicted`, `refused`).
+pub const INCIDENT_ROUTES_DROPPED: &str = "causeway_correlate_incident_routes_dropped_total";
 
 /// The incident evaluation of the instance that writes the records.
 pub struct IncidentTicks {

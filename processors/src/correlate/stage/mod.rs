@@ -17,7 +17,9 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use tokio::time::Instant;
 
 use crate::correlate::annotate::kv;
-use crate::correlate::RULE_ERRORS;
+
+/// Rule failures at run time, by rule.
+pub const RULE_ERRORS: &str = "causeway_rca_rule_errors_total";
 
 /// Count a rule that failed at run time (`kind`: root-cause or alert);
 /// the first failure of each rule is logged, the others only counted.

@@ -58,7 +58,7 @@ impl Learn {
 
 impl crate::unkept::Learner for Learn {
     fn wants(&self, spans: usize) -> bool {
-        let second = crate::correlate::now_ns() / 1_000_000_000;
+        let second = crate::correlate::model::now_ns() / 1_000_000_000;
         let mut b = crate::correlate::model::lock(&self.budget);
         if b.0 != second {
             *b = (second, 0);
@@ -89,7 +89,7 @@ impl crate::unkept::Learner for Learn {
         }
         store
             .baselines
-            .feed(crate::correlate::now_ns(), fed.into_iter());
+            .feed(crate::correlate::model::now_ns(), fed.into_iter());
         let spans: usize = traces.iter().map(|t| t.spans.len()).sum();
         self.learned.add(spans as u64);
     }

@@ -4,7 +4,7 @@
 
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
-    metric, number_data_point, Gauge, ResourceMetrics, Sum,
+    metric, number_data_point, Gauge, Metric, ResourceMetrics, Sum,
 };
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -89,105 +89,22 @@ impl SeriesSet {
     ) {
         store.tick(now_ns);
         let mut g = lock(&self.series);
-        let number = |p: &opentelemetry_proto::tonic::metrics::v1::NumberDataPoint| match p.value {
-            Some(number_data_point::Value::AsDouble(d)) => Some(d),
-            Some(number_data_point::Value::AsInt(i)) => Some(i as f64),
-            None => None,
-        };
         for rm in resource_metrics {
             let resource = rm
                 .resource
                 .as_ref()
                 .map(|r| r.attributes.as_slice())
                 .unwrap_or(&[]);
-            for sm in &rm.scope_metrics {
-                for m in &sm.metrics {
-                    let offer = |kind, attrs| Offer {
+            for m in rm.scope_metrics.iter().flat_map(|sm| &sm.metrics) {
+                let classify = |kind: PointKind, attrs: &[KeyValue]| {
+                    classify(&Offer {
                         metric: &m.name,
                         kind,
                         resource,
                         attrs,
-                    };
-                    match &m.data {
-                        Some(metric::Data::Gauge(Gauge { data_points }))
-                        | Some(metric::Data::Sum(Sum { data_points, .. })) => {
-                            for p in data_points {
-                                if let (Some(v), Some(k)) = (
-                                    number(p),
-                                    classify(&offer(PointKind::Number, &p.attributes)),
-                                ) {
-                                    self.keep(
-                                        &mut g,
-                                        &m.name,
-                                        &p.attributes,
-                                        k,
-                                        (p.time_unix_nano, v, p.flags),
-                                        now_ns,
-                                    );
-                                }
-                            }
-                        }
-                        // A histogram: its sum and count, for a mean over an interval.
-                        Some(metric::Data::Histogram(x)) => {
-                            for p in &x.data_points {
-                                let Some(k) = classify(&offer(PointKind::Histogram, &p.attributes))
-                                else {
-                                    continue;
-                                };
-                                let t = p.time_unix_nano;
-                                let sum = format!("{}_sum", m.name);
-                                let count = format!("{}_count", m.name);
-                                self.keep(
-                                    &mut g,
-                                    &sum,
-                                    &p.attributes,
-                                    k.clone(),
-                                    (t, p.sum.unwrap_or(0.0), p.flags),
-                                    now_ns,
-                                );
-                                self.keep(
-                                    &mut g,
-                                    &count,
-                                    &p.attributes,
-                                    k,
-                                    (t, p.count as f64, p.flags),
-                                    now_ns,
-                                );
-                            }
-                        }
-                        // A summary (redis_exporter's latency percentiles): each quantile as a point.
-                        Some(metric::Data::Summary(x)) => {
-                            for p in &x.data_points {
-                                let Some(k) = classify(&offer(PointKind::Summary, &p.attributes))
-                                else {
-                                    continue;
-                                };
-                                for q in &p.quantile_values {
-                                    let mut a = p.attributes.clone();
-                                    a.push(KeyValue {
-                                        key: "quantile".into(),
-                                        value: Some(AnyValue {
-                                            value: Some(any_value::Value::StringValue(format!(
-                                                "{}",
-                                                q.quantile
-                                            ))),
-                                        }),
-                                        ..Default::default()
-                                    });
-                                    self.keep(
-                                        &mut g,
-                                        &m.name,
-                                        &a,
-                                        k.clone(),
-                                        (p.time_unix_nano, q.value, p.flags),
-                                        now_ns,
-                                    );
-                                }
-                            }
-                        }
-                        _ => continue,
-                    }
-                }
+                    })
+                };
+                self.add_metric(&mut g, m, &classify, now_ns);
             }
         }
         let horizon = now_ns.saturating_sub(self.window_ns);
@@ -197,6 +114,91 @@ impl SeriesSet {
             ages.sort_unstable();
             let cut = ages[g.len() - self.max_series];
             g.retain(|_, s| s.updated > cut);
+        }
+    }
+
+    /// One metric's points the source keeps. A histogram: its sum and
+    /// count, for a mean over an interval. A summary (redis_exporter's
+    /// latency percentiles): each quantile as a point.
+    fn add_metric(
+        &self,
+        g: &mut HashMap<SeriesKey, Series>,
+        m: &Metric,
+        classify: &dyn Fn(PointKind, &[KeyValue]) -> Option<Kept>,
+        now_ns: u64,
+    ) {
+        let number = |p: &opentelemetry_proto::tonic::metrics::v1::NumberDataPoint| match p.value {
+            Some(number_data_point::Value::AsDouble(d)) => Some(d),
+            Some(number_data_point::Value::AsInt(i)) => Some(i as f64),
+            None => None,
+        };
+        match &m.data {
+            Some(metric::Data::Gauge(Gauge { data_points }))
+            | Some(metric::Data::Sum(Sum { data_points, .. })) => {
+                for p in data_points {
+                    if let (Some(v), Some(k)) =
+                        (number(p), classify(PointKind::Number, &p.attributes))
+                    {
+                        let point = (p.time_unix_nano, v, p.flags);
+                        self.keep(g, &m.name, &p.attributes, k, point, now_ns);
+                    }
+                }
+            }
+            Some(metric::Data::Histogram(x)) => {
+                for p in &x.data_points {
+                    let Some(k) = classify(PointKind::Histogram, &p.attributes) else {
+                        continue;
+                    };
+                    let t = p.time_unix_nano;
+                    let sum = format!("{}_sum", m.name);
+                    let count = format!("{}_count", m.name);
+                    self.keep(
+                        g,
+                        &sum,
+                        &p.attributes,
+                        k.clone(),
+                        (t, p.sum.unwrap_or(0.0), p.flags),
+                        now_ns,
+                    );
+                    self.keep(
+                        g,
+                        &count,
+                        &p.attributes,
+                        k,
+                        (t, p.count as f64, p.flags),
+                        now_ns,
+                    );
+                }
+            }
+            Some(metric::Data::Summary(x)) => {
+                for p in &x.data_points {
+                    let Some(k) = classify(PointKind::Summary, &p.attributes) else {
+                        continue;
+                    };
+                    for q in &p.quantile_values {
+                        let mut a = p.attributes.clone();
+                        a.push(KeyValue {
+                            key: "quantile".into(),
+                            value: Some(AnyValue {
+                                value: Some(any_value::Value::StringValue(format!(
+                                    "{}",
+                                    q.quantile
+                                ))),
+                            }),
+                            ..Default::default()
+                        });
+                        self.keep(
+                            g,
+                            &m.name,
+                            &a,
+                            k.clone(),
+                            (p.time_unix_nano, q.value, p.flags),
+                            now_ns,
+                        );
+                    }
+                }
+            }
+            _ => {}
         }
     }
 

@@ -43,15 +43,9 @@ fn get(addr: &str, path: &str) -> Option<u16> {
     b.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let bin = arg(&args, "--bin", &format!("{target}/release/causeway"));
-    let per_cause: u64 = arg(&args, "--per-cause", "150").parse().unwrap();
-    let healthy: u64 = arg(&args, "--healthy", "400").parse().unwrap();
-    let seed: u64 = arg(&args, "--seed", "1").parse().unwrap();
-    let dir = std::env::temp_dir().join(format!("rcaeval-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// The daemon under evaluation, started on `dir`'s configuration: the
+/// child, its OTLP/HTTP port.
+fn start_daemon(bin: &str, dir: &std::path::Path) -> (std::process::Child, u16) {
     let (http, tel) = (free_port(), free_port());
     let config = format!(
         r#"{head}  correlate: {{ evidence_wait: 3s }}
@@ -69,7 +63,7 @@ service:
         d = dir.display()
     );
     std::fs::write(dir.join("eval.yaml"), config).unwrap();
-    let mut child = Command::new(&bin)
+    let child = Command::new(bin)
         .args([
             "--config",
             &dir.join("eval.yaml").display().to_string(),
@@ -85,101 +79,84 @@ service:
         assert!(t0.elapsed() < Duration::from_secs(30), "daemon not ready");
         std::thread::sleep(Duration::from_millis(50));
     }
+    (child, http)
+}
 
-    let client = {
-        rustls::crypto::ring::default_provider()
-            .install_default()
-            .ok();
-        reqwest::blocking::Client::new()
-    };
-    let base = format!("http://127.0.0.1:{http}");
-    let path = dir.join("traces.jsonl");
-    let mut rng = Rng::new(seed);
-    let now = || {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64
-    };
-    let wait_for = |ids: &[[u8; 16]], secs: u64| {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let a = read_annotated(&path);
-            let done = ids
-                .iter()
-                .filter(|id| {
-                    a.get(&hex(*id))
-                        .is_some_and(|x| x.root.contains_key("rca.cause"))
-                })
-                .count();
-            if done == ids.len() || Instant::now() > deadline {
-                return a;
-            }
-            std::thread::sleep(Duration::from_millis(200));
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// The annotated traces of `path` once every one of `ids` has a cause, or
+/// `secs` have passed.
+fn wait_for(path: &std::path::Path, ids: &[[u8; 16]], secs: u64) -> Annotations {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let a = read_annotated(path);
+        let done = ids
+            .iter()
+            .filter(|id| {
+                a.get(&hex(*id))
+                    .is_some_and(|x| x.root.contains_key("rca.cause"))
+            })
+            .count();
+        if done == ids.len() || Instant::now() > deadline {
+            return a;
         }
-    };
-
-    // Warm-up: the normal traffic every operation's baseline learns from
-    // (a running daemon has seen it), more of it than faults of any class.
-    let mut n = 0;
-    let kinds = (8 + OWNER_OPS.len()) as u64;
-    let warm: Vec<Case> = (0..kinds * (per_cause * 2 + 40))
-        .map(|_| {
-            n += 1;
-            case(&mut rng, "warmup", n - 1, now())
-        })
-        .collect();
-    for chunk in warm.chunks(50) {
-        send(&client, &base, chunk, random_order(&mut rng)).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
     }
-    let ids: Vec<[u8; 16]> = warm.iter().map(|c| c.trace_id).collect();
-    wait_for(&ids, 120);
-    eprintln!("warm-up: {} traces", warm.len());
+}
 
-    // Scenarios: every class, the hard cases, healthy fast and healthy slow, shuffled.
+type Annotations = std::collections::HashMap<String, causeway_scenarios::send::Annotated>;
+
+/// The scenarios: every class, the hard cases, healthy fast and healthy
+/// slow, shuffled; numbered from `n`.
+fn scenarios(rng: &mut Rng, per_cause: u64, healthy: u64, mut n: u64) -> Vec<Case> {
     let t_now = now();
     let mut cases: Vec<Case> = Vec::new();
     for c in CAUSES {
         for _ in 0..per_cause {
-            cases.push(case(&mut rng, c, n, t_now));
+            cases.push(case(rng, c, n, t_now));
             n += 1;
         }
     }
     for (kind, _) in HARD {
         for _ in 0..per_cause / 2 {
-            cases.push(case(&mut rng, kind, n, t_now));
+            cases.push(case(rng, kind, n, t_now));
             n += 1;
         }
     }
     for i in 0..healthy {
-        cases.push(case(
-            &mut rng,
-            if i % 2 == 0 {
-                "healthy"
-            } else {
-                "healthy_slow"
-            },
-            n,
-            t_now,
-        ));
+        let kind = if i % 2 == 0 {
+            "healthy"
+        } else {
+            "healthy_slow"
+        };
+        cases.push(case(rng, kind, n, t_now));
         n += 1;
     }
     for i in (1..cases.len()).rev() {
         let j = (rng.next_u64() % (i as u64 + 1)) as usize;
         cases.swap(i, j);
     }
-    let sent = Instant::now();
+    cases
+}
+
+/// Send `cases` 20 at a time; metrics scraped late arrive 3 s after their
+/// trace (after its decision).
+fn send_all(client: &reqwest::blocking::Client, base: &str, rng: &mut Rng, cases: &[Case]) {
     let mut late_senders = Vec::new();
     for chunk in cases.chunks(20) {
-        // Metrics scraped late arrive 3 s after their trace (after its decision).
         let mut chunk = chunk.to_vec();
         let mut late = Vec::new();
         for c in chunk.iter_mut().filter(|c| c.late_metrics) {
             late.append(&mut c.metrics);
         }
-        send(&client, &base, &chunk, random_order(&mut rng)).unwrap();
+        send(client, base, &chunk, random_order(rng)).unwrap();
         if !late.is_empty() {
-            let (client, base) = (client.clone(), base.clone());
+            let (client, base) = (client.clone(), base.to_string());
             late_senders.push(std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_secs(3));
                 let body = prost::Message::encode_to_vec(
@@ -194,54 +171,177 @@ service:
     for h in late_senders {
         h.join().unwrap();
     }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let bin = arg(&args, "--bin", &format!("{target}/release/causeway"));
+    let per_cause: u64 = arg(&args, "--per-cause", "150").parse().unwrap();
+    let healthy: u64 = arg(&args, "--healthy", "400").parse().unwrap();
+    let seed: u64 = arg(&args, "--seed", "1").parse().unwrap();
+    let dir = std::env::temp_dir().join(format!("rcaeval-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut child, http) = start_daemon(&bin, &dir);
+    let client = {
+        rustls::crypto::ring::default_provider()
+            .install_default()
+            .ok();
+        reqwest::blocking::Client::new()
+    };
+    let base = format!("http://127.0.0.1:{http}");
+    let path = dir.join("traces.jsonl");
+    let mut rng = Rng::new(seed);
+
+    // Warm-up: the normal traffic every operation's baseline learns from
+    // (a running daemon has seen it), more of it than faults of any class.
+    let kinds = (8 + OWNER_OPS.len()) as u64;
+    let warm: Vec<Case> = (0..kinds * (per_cause * 2 + 40))
+        .map(|n| case(&mut rng, "warmup", n, now()))
+        .collect();
+    for chunk in warm.chunks(50) {
+        send(&client, &base, chunk, random_order(&mut rng)).unwrap();
+    }
+    let ids: Vec<[u8; 16]> = warm.iter().map(|c| c.trace_id).collect();
+    wait_for(&path, &ids, 120);
+    eprintln!("warm-up: {} traces", warm.len());
+
+    let cases = scenarios(&mut rng, per_cause, healthy, warm.len() as u64);
+    let sent = Instant::now();
+    send_all(&client, &base, &mut rng, &cases);
     eprintln!("sent {} traces in {:?}", cases.len(), sent.elapsed());
     let ids: Vec<[u8; 16]> = cases.iter().map(|c| c.trace_id).collect();
-    let annotated = wait_for(&ids, 180);
+    let annotated = wait_for(&path, &ids, 180);
     child.kill().ok();
     child.wait().ok();
 
-    // Score. A healthy trace given any cause but `unknown` is a false cause
-    // (slow_dependency included); precision counts those against the cause.
-    let mut tp: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut fp: BTreeMap<String, u64> = BTreeMap::new();
-    let mut total: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut culprit_ok: BTreeMap<&str, u64> = BTreeMap::new();
-    let (mut faulty, mut correct, mut missing, mut culprit_all) = (0u64, 0u64, 0u64, 0u64);
-    let (mut hs, mut hs_false, mut hf, mut hf_false) = (0u64, 0u64, 0u64, 0u64);
-    let (mut second_total, mut second_found) = (0u64, 0u64);
-    let mut confusion: BTreeMap<(String, String), u64> = BTreeMap::new();
-    let mut examples: BTreeMap<String, String> = BTreeMap::new();
-    // The first wrong verdict of each (generator kind, stated cause).
-    let mut miss_examples: BTreeMap<(String, String), String> = BTreeMap::new();
-    // Calibration: (bin, findings, right).
-    let mut calib: BTreeMap<u64, (u64, u64, f64)> = BTreeMap::new();
-    let mut by_kind: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    let mut score = Score::default();
     for c in &cases {
-        let Some(a) = annotated.get(&hex(&c.trace_id)) else {
-            missing += 1;
-            continue;
+        score.add(c, annotated.get(&hex(&c.trace_id)));
+    }
+    score.print();
+    if std::env::var_os("RCAEVAL_KEEP").is_some() {
+        eprintln!("kept {}", dir.display());
+    } else {
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
+/// The score. A healthy trace given any cause but `unknown` is a false
+/// cause (slow_dependency included); precision counts those against the
+/// cause.
+#[derive(Default)]
+struct Score {
+    tp: BTreeMap<&'static str, u64>,
+    fp: BTreeMap<String, u64>,
+    total: BTreeMap<&'static str, u64>,
+    culprit_ok: BTreeMap<&'static str, u64>,
+    faulty: u64,
+    correct: u64,
+    missing: u64,
+    culprit_all: u64,
+    /// Healthy-but-slow traces, and those given a cause.
+    hs: (u64, u64),
+    /// Healthy fast traces, and those given a cause.
+    hf: (u64, u64),
+    /// Concurrent faults, and those whose second is among the alternatives.
+    second: (u64, u64),
+    confusion: BTreeMap<(String, String), u64>,
+    examples: BTreeMap<String, String>,
+    /// The first wrong verdict of each (generator kind, stated cause).
+    miss_examples: BTreeMap<(String, String), String>,
+    /// Calibration by tenth of stated confidence: findings, right, sum stated.
+    calib: BTreeMap<u64, (u64, u64, f64)>,
+    /// By generator kind: traces, right.
+    by_kind: BTreeMap<&'static str, (u64, u64)>,
+}
+
+impl Score {
+    fn add(&mut self, c: &Case, a: Option<&causeway_scenarios::send::Annotated>) {
+        let Some(a) = a else {
+            self.missing += 1;
+            return;
         };
         let got = a.root.get("rca.cause").cloned().unwrap_or_default();
-        let conf: f64 = a
-            .root
-            .get("rca.confidence")
-            .and_then(|x| x.parse().ok())
-            .unwrap_or(0.0);
         let right = got == c.cause;
-        // Every finding stated, the verdict's and the alternatives', against
-        // the faults the trace really had (a concurrent fault's second too).
+        self.calibrate(c, a, &got);
+        let k = self.by_kind.entry(c.kind).or_default();
+        k.0 += 1;
+        k.1 += u64::from(right);
+        let summary = || a.root.get("rca.summary").cloned().unwrap_or_default();
+        if c.cause == "healthy" {
+            let false_cause = got != "unknown";
+            let h = if c.healthy_slow {
+                &mut self.hs
+            } else {
+                &mut self.hf
+            };
+            h.0 += 1;
+            h.1 += u64::from(false_cause);
+            if false_cause {
+                self.miss(("healthy".to_string(), got), summary());
+            }
+            return;
+        }
+        self.faulty += 1;
+        *self.total.entry(c.cause).or_default() += 1;
+        if let Some(second) = c.second {
+            self.second.0 += 1;
+            self.second.1 += u64::from(
+                a.root
+                    .get("rca.alternatives")
+                    .is_some_and(|x| x.contains(&format!("{second}:"))),
+            );
+        }
+        if !right {
+            self.miss_examples
+                .entry((c.kind.to_string(), got.clone()))
+                .or_insert_with(summary);
+            *self.fp.entry(got.clone()).or_default() += 1;
+            *self
+                .confusion
+                .entry((c.cause.to_string(), got))
+                .or_default() += 1;
+            return;
+        }
+        self.correct += 1;
+        *self.tp.entry(c.cause).or_default() += 1;
+        if a.root.get("rca.culprit.service") == Some(&c.culprit_service) {
+            *self.culprit_ok.entry(c.cause).or_default() += 1;
+            self.culprit_all += u64::from(c.cause != "unknown");
+        }
+        if let Some(s) = a.root.get("rca.summary") {
+            self.examples
+                .entry(c.cause.to_string())
+                .or_insert_with(|| s.clone());
+        }
+    }
+
+    /// A healthy trace given `(healthy, got)`: a false cause.
+    fn miss(&mut self, key: (String, String), summary: String) {
+        let got = key.1.clone();
+        self.miss_examples.entry(key).or_insert(summary);
+        *self.fp.entry(got.clone()).or_default() += 1;
+        *self.confusion.entry(("healthy".into(), got)).or_default() += 1;
+    }
+
+    /// Every finding stated, the verdict's and the alternatives', against
+    /// the faults the trace really had (a concurrent fault's second too).
+    fn calibrate(&mut self, c: &Case, a: &causeway_scenarios::send::Annotated, got: &str) {
         let is_fault = |cause: &str| cause == c.cause || c.second == Some(cause);
         let stated = causeway_scenarios::send::stated_findings(&a.root);
+        let detail = std::env::var_os("RCAEVAL_CALIB_DETAIL").is_some();
         for (n, (cause, p)) in stated.into_iter().enumerate() {
             let bin = ((p * 10.0).floor() as u64).min(9);
-            if std::env::var_os("RCAEVAL_CALIB_DETAIL").is_some() {
+            if detail {
+                let conf = a.root.get("rca.confidence").map_or("0", String::as_str);
+                let best = if n == 0 && got != "unknown" {
+                    "best"
+                } else {
+                    "alt"
+                };
                 eprintln!(
-                    "CALIB {bin} {} {} {cause} {} {} | {conf} {:?} {:?}",
-                    if n == 0 && got != "unknown" {
-                        "best"
-                    } else {
-                        "alt"
-                    },
+                    "CALIB {bin} {best} {} {cause} {} {} | {conf} {:?} {:?}",
                     u64::from(is_fault(&cause)),
                     c.kind,
                     c.cause,
@@ -249,131 +349,86 @@ service:
                     a.root.get("rca.reason")
                 );
             }
-            let e = calib.entry(bin).or_default();
+            let e = self.calib.entry(bin).or_default();
             e.0 += 1;
             e.1 += u64::from(is_fault(&cause));
             e.2 += p;
         }
-        let k = by_kind.entry(c.kind).or_default();
-        k.0 += 1;
-        k.1 += u64::from(right);
-        if c.cause == "healthy" {
-            let false_cause = got != "unknown";
-            if c.healthy_slow {
-                hs += 1;
-                hs_false += u64::from(false_cause);
-            } else {
-                hf += 1;
-                hf_false += u64::from(false_cause);
-            }
-            if false_cause {
-                miss_examples
-                    .entry(("healthy".to_string(), got.clone()))
-                    .or_insert_with(|| a.root.get("rca.summary").cloned().unwrap_or_default());
-                *fp.entry(got.clone()).or_default() += 1;
-                *confusion.entry(("healthy".into(), got)).or_default() += 1;
-            }
-            continue;
-        }
-        faulty += 1;
-        *total.entry(c.cause).or_default() += 1;
-        if let Some(second) = c.second {
-            second_total += 1;
-            second_found += u64::from(
-                a.root
-                    .get("rca.alternatives")
-                    .is_some_and(|x| x.contains(&format!("{second}:"))),
+    }
+
+    fn print(&self) {
+        let mut labels: Vec<&str> = CAUSES.to_vec();
+        labels.push("unknown");
+        let of = |m: &BTreeMap<&'static str, u64>, c: &str| m.get(c).copied().unwrap_or(0);
+        println!("| cause | traces | recall | precision | culprit service right |");
+        println!("|---|---|---|---|---|");
+        for c in labels {
+            let (t, p, cu) = (of(&self.total, c), of(&self.tp, c), of(&self.culprit_ok, c));
+            let f = self.fp.get(c).copied().unwrap_or(0);
+            println!(
+                "| {c} | {t} | {:.1}% | {:.1}% | {:.1}% |",
+                pct(p, t),
+                pct(p, p + f),
+                pct(cu, p)
             );
         }
-        if right {
-            correct += 1;
-            *tp.entry(c.cause).or_default() += 1;
-            if a.root.get("rca.culprit.service") == Some(&c.culprit_service) {
-                *culprit_ok.entry(c.cause).or_default() += 1;
-                culprit_all += u64::from(c.cause != "unknown");
-            }
-            if let Some(s) = a.root.get("rca.summary") {
-                examples
-                    .entry(c.cause.to_string())
-                    .or_insert_with(|| s.clone());
-            }
-        } else {
-            miss_examples
-                .entry((c.kind.to_string(), got.clone()))
-                .or_insert_with(|| a.root.get("rca.summary").cloned().unwrap_or_default());
-            *fp.entry(got.clone()).or_default() += 1;
-            *confusion.entry((c.cause.to_string(), got)).or_default() += 1;
+        println!();
+        println!("| generator kind | traces | right |");
+        println!("|---|---|---|");
+        for (k, (n, r)) in &self.by_kind {
+            println!("| {k} | {n} | {:.1}% |", pct(*r, *n));
         }
-    }
-    let mut labels: Vec<&str> = CAUSES.to_vec();
-    labels.push("unknown");
-    println!("| cause | traces | recall | precision | culprit service right |");
-    println!("|---|---|---|---|---|");
-    for c in labels {
-        let t = total.get(c).copied().unwrap_or(0);
-        let p = tp.get(c).copied().unwrap_or(0);
-        let f = fp.get(c).copied().unwrap_or(0);
-        let cu = culprit_ok.get(c).copied().unwrap_or(0);
-        println!(
-            "| {c} | {t} | {:.1}% | {:.1}% | {:.1}% |",
-            pct(p, t),
-            pct(p, p + f),
-            pct(cu, p)
-        );
-    }
-    println!();
-    println!("| generator kind | traces | right |");
-    println!("|---|---|---|");
-    for (k, (n, r)) in &by_kind {
-        println!("| {k} | {n} | {:.1}% |", pct(*r, *n));
-    }
-    println!();
-    println!("| confidence | findings | mean stated | right |");
-    println!("|---|---|---|---|");
-    for (bin, (n, r, sum)) in &calib {
-        println!(
-            "| {:.1}–{:.1} | {n} | {:.2} | {:.1}% |",
-            *bin as f64 / 10.0,
-            (*bin + 1) as f64 / 10.0,
-            sum / *n as f64,
-            pct(*r, *n)
-        );
-    }
-    println!();
-    println!(
-        "faulty traces: {faulty}, top-1 accuracy {:.2}%, culprit service right for {:.2}% of correct causes (unknown excepted)",
-        pct(correct, faulty),
-        pct(culprit_all, correct - tp.get("unknown").copied().unwrap_or(0))
-    );
-    println!(
-        "concurrent faults: the second among the alternatives in {second_found} of {second_total}"
-    );
-    println!(
-        "healthy-but-slow: {hs}, given a cause (unknown excepted): {hs_false} ({:.2}%)",
-        pct(hs_false, hs)
-    );
-    println!(
-        "healthy fast: {hf}, given a cause: {hf_false} ({:.2}%)",
-        pct(hf_false, hf)
-    );
-    println!("not annotated (missing): {missing}");
-    for ((kind, got), summary) in &miss_examples {
-        println!("  first {kind} stated {got}: {summary}");
-    }
-    if !confusion.is_empty() {
-        println!("confusions (planted → stated: count):");
-        for ((a, b), n) in &confusion {
-            println!("  {a} → {b}: {n}");
+        println!();
+        println!("| confidence | findings | mean stated | right |");
+        println!("|---|---|---|---|");
+        for (bin, (n, r, sum)) in &self.calib {
+            println!(
+                "| {:.1}–{:.1} | {n} | {:.2} | {:.1}% |",
+                *bin as f64 / 10.0,
+                (*bin + 1) as f64 / 10.0,
+                sum / *n as f64,
+                pct(*r, *n)
+            );
         }
+        println!();
+        self.print_totals();
     }
-    println!("examples of rca.summary:");
-    for (c, s) in &examples {
-        println!("  {c}: {s}");
-    }
-    if std::env::var_os("RCAEVAL_KEEP").is_some() {
-        eprintln!("kept {}", dir.display());
-    } else {
-        std::fs::remove_dir_all(&dir).ok();
+
+    fn print_totals(&self) {
+        let unknown = self.tp.get("unknown").copied().unwrap_or(0);
+        println!(
+            "faulty traces: {}, top-1 accuracy {:.2}%, culprit service right for {:.2}% of correct causes (unknown excepted)",
+            self.faulty,
+            pct(self.correct, self.faulty),
+            pct(self.culprit_all, self.correct - unknown)
+        );
+        let (second_total, second_found) = self.second;
+        println!(
+            "concurrent faults: the second among the alternatives in {second_found} of {second_total}"
+        );
+        let ((hs, hs_false), (hf, hf_false)) = (self.hs, self.hf);
+        println!(
+            "healthy-but-slow: {hs}, given a cause (unknown excepted): {hs_false} ({:.2}%)",
+            pct(hs_false, hs)
+        );
+        println!(
+            "healthy fast: {hf}, given a cause: {hf_false} ({:.2}%)",
+            pct(hf_false, hf)
+        );
+        println!("not annotated (missing): {}", self.missing);
+        for ((kind, got), summary) in &self.miss_examples {
+            println!("  first {kind} stated {got}: {summary}");
+        }
+        if !self.confusion.is_empty() {
+            println!("confusions (planted → stated: count):");
+            for ((a, b), n) in &self.confusion {
+                println!("  {a} → {b}: {n}");
+            }
+        }
+        println!("examples of rca.summary:");
+        for (c, s) in &self.examples {
+            println!("  {c}: {s}");
+        }
     }
 }
 

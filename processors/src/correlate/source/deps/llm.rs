@@ -228,6 +228,46 @@ fn llama_rates(m: &mut LlmRow, c: &BTreeMap<&str, Counter>) {
     }
 }
 
+/// The `inference_queue` rule.
+const INFERENCE_QUEUE_SQL: &str = r#"
+SELECT s.trace_id, 0.8 AS confidence,
+  concat(coalesce(max(s.gen_ai_model), max(s.service)), ' request waited ', CAST(CAST(max(s.gen_ai_queue_ms) AS BIGINT) AS VARCHAR),
+         ' ms of ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms in the queue of ', max(s.service), ' before it was scheduled',
+         CASE WHEN max(r.requests_waiting) IS NULL THEN ''
+              ELSE concat(' (vllm:num_requests_waiting ', CAST(CAST(max(r.requests_waiting) AS BIGINT) AS VARCHAR),
+                          ', num_requests_running ', coalesce(CAST(CAST(max(r.requests_running) AS BIGINT) AS VARCHAR), '?'), ')') END) AS summary,
+  first_value(s.span_id ORDER BY s.gen_ai_queue_ms DESC) AS culprit_span_id,
+  max(s.gen_ai_queue_ms) AS explained_ms
+FROM spans s LEFT JOIN dependency r ON r.trace_id = s.trace_id AND r.system = 'vllm'
+WHERE s.gen_ai_queue_ms >= 100 AND s.gen_ai_queue_ms >= 0.3 * s.duration_ms
+GROUP BY s.trace_id
+UNION ALL
+SELECT s.trace_id, 0.8 AS confidence,
+  concat(max(r.system), ' ', max(r.address), ' queued requests for ',
+         CAST(CAST(max(coalesce(r.queue_ms_per_request, r.queue_time_s * 1000)) AS BIGINT) AS VARCHAR),
+         ' ms on average while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it (',
+         CASE WHEN max(r.system) = 'triton' THEN 'nv_inference_queue_duration_us / nv_inference_request_success'
+              ELSE 'vllm:request_queue_time_seconds' END, ')') AS summary,
+  max(s.span_id) AS culprit_span_id,
+  least(max(s.path_ms), max(coalesce(r.queue_ms_per_request, r.queue_time_s * 1000))) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system IN ('vllm', 'triton') AND coalesce(r.queue_ms_per_request, r.queue_time_s * 1000) >= 100
+GROUP BY s.trace_id"#;
+
+/// The `kv_cache` rule.
+const KV_CACHE_SQL: &str = r#"
+SELECT s.trace_id, 0.8 AS confidence,
+  concat('vLLM ', max(r.address), ' KV cache ', CAST(CAST(round(max(r.kv_cache_usage) * 100) AS BIGINT) AS VARCHAR), '% full',
+         CASE WHEN max(r.preemptions) > 0 THEN concat(', ', CAST(CAST(max(r.preemptions) AS BIGINT) AS VARCHAR), ' requests preempted') ELSE '' END,
+         ' (vllm:kv_cache_usage_perc, vllm:num_preemptions_total) while ', max(s.service), ' waited ',
+         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms for ', coalesce(max(s.gen_ai_model), 'the model')) AS summary,
+  concat('kv_cache_usage=', coalesce(CAST(max(r.kv_cache_usage) AS VARCHAR), ''), ' preemptions=', coalesce(CAST(max(r.preemptions) AS VARCHAR), '')) AS evidence,
+  max(s.span_id) AS culprit_span_id,
+  max(s.path_ms) AS explained_ms
+FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
+WHERE r.system = 'vllm' AND (r.kv_cache_usage >= 0.95 OR r.preemptions > 0)
+GROUP BY s.trace_id"#;
+
 impl Family for Llm {
     type Row = LlmRow;
 
@@ -372,50 +412,8 @@ impl Family for Llm {
     fn rules(&self) -> Vec<Rule> {
         let r = Rule::builtin;
         vec![
-            r(
-                "inference_queue",
-                &INFERENCE_QUEUEING,
-                r#"
-SELECT s.trace_id, 0.8 AS confidence,
-  concat(coalesce(max(s.gen_ai_model), max(s.service)), ' request waited ', CAST(CAST(max(s.gen_ai_queue_ms) AS BIGINT) AS VARCHAR),
-         ' ms of ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms in the queue of ', max(s.service), ' before it was scheduled',
-         CASE WHEN max(r.requests_waiting) IS NULL THEN ''
-              ELSE concat(' (vllm:num_requests_waiting ', CAST(CAST(max(r.requests_waiting) AS BIGINT) AS VARCHAR),
-                          ', num_requests_running ', coalesce(CAST(CAST(max(r.requests_running) AS BIGINT) AS VARCHAR), '?'), ')') END) AS summary,
-  first_value(s.span_id ORDER BY s.gen_ai_queue_ms DESC) AS culprit_span_id,
-  max(s.gen_ai_queue_ms) AS explained_ms
-FROM spans s LEFT JOIN dependency r ON r.trace_id = s.trace_id AND r.system = 'vllm'
-WHERE s.gen_ai_queue_ms >= 100 AND s.gen_ai_queue_ms >= 0.3 * s.duration_ms
-GROUP BY s.trace_id
-UNION ALL
-SELECT s.trace_id, 0.8 AS confidence,
-  concat(max(r.system), ' ', max(r.address), ' queued requests for ',
-         CAST(CAST(max(coalesce(r.queue_ms_per_request, r.queue_time_s * 1000)) AS BIGINT) AS VARCHAR),
-         ' ms on average while ', max(s.service), ' waited ', CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms on it (',
-         CASE WHEN max(r.system) = 'triton' THEN 'nv_inference_queue_duration_us / nv_inference_request_success'
-              ELSE 'vllm:request_queue_time_seconds' END, ')') AS summary,
-  max(s.span_id) AS culprit_span_id,
-  least(max(s.path_ms), max(coalesce(r.queue_ms_per_request, r.queue_time_s * 1000))) AS explained_ms
-FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
-WHERE r.system IN ('vllm', 'triton') AND coalesce(r.queue_ms_per_request, r.queue_time_s * 1000) >= 100
-GROUP BY s.trace_id"#,
-            ),
-            r(
-                "kv_cache",
-                &KV_CACHE_PRESSURE,
-                r#"
-SELECT s.trace_id, 0.8 AS confidence,
-  concat('vLLM ', max(r.address), ' KV cache ', CAST(CAST(round(max(r.kv_cache_usage) * 100) AS BIGINT) AS VARCHAR), '% full',
-         CASE WHEN max(r.preemptions) > 0 THEN concat(', ', CAST(CAST(max(r.preemptions) AS BIGINT) AS VARCHAR), ' requests preempted') ELSE '' END,
-         ' (vllm:kv_cache_usage_perc, vllm:num_preemptions_total) while ', max(s.service), ' waited ',
-         CAST(CAST(max(s.duration_ms) AS BIGINT) AS VARCHAR), ' ms for ', coalesce(max(s.gen_ai_model), 'the model')) AS summary,
-  concat('kv_cache_usage=', coalesce(CAST(max(r.kv_cache_usage) AS VARCHAR), ''), ' preemptions=', coalesce(CAST(max(r.preemptions) AS VARCHAR), '')) AS evidence,
-  max(s.span_id) AS culprit_span_id,
-  max(s.path_ms) AS explained_ms
-FROM dependency r JOIN spans s ON s.trace_id = r.trace_id AND s.span_id = r.span_id
-WHERE r.system = 'vllm' AND (r.kv_cache_usage >= 0.95 OR r.preemptions > 0)
-GROUP BY s.trace_id"#,
-            ),
+            r("inference_queue", &INFERENCE_QUEUEING, INFERENCE_QUEUE_SQL),
+            r("kv_cache", &KV_CACHE_PRESSURE, KV_CACHE_SQL),
             r(
                 "llama_slot_wait",
                 &INFERENCE_QUEUEING,
