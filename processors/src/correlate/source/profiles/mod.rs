@@ -619,7 +619,6 @@ pub fn fuzz_otlp_profiles(data: &[u8]) {
 fn fuzz_trace(
     req: &ExportProfilesServiceRequest,
 ) -> Vec<opentelemetry_proto::tonic::trace::v1::ResourceSpans> {
-    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
     use opentelemetry_proto::tonic::resource::v1::Resource;
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
     let links: Vec<[u8; 8]> = req
@@ -657,13 +656,10 @@ fn fuzz_trace(
             spans.extend(links.iter().map(|l| span(l.to_vec(), root.clone())));
             ResourceSpans {
                 resource: Some(Resource {
-                    attributes: vec![KeyValue {
-                        key: "service.name".into(),
-                        value: Some(AnyValue {
-                            value: Some(any_value::Value::StringValue(service.to_string())),
-                        }),
-                        ..Default::default()
-                    }],
+                    attributes: vec![causeway_core::model::text_attribute(
+                        "service.name",
+                        &service,
+                    )],
                     ..Default::default()
                 }),
                 scope_spans: vec![ScopeSpans {
