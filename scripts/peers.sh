@@ -13,7 +13,9 @@
 #     (Maven Central) and its Java service (tests/testbed/javacode);
 #   the polyglot test bed's services (tests/testbed/go: a Go binary from the
 #     module proxy; tests/testbed/java: its jars from Maven Central, the
-#     OpenTelemetry Java agent beside them, its classes compiled by javac)
+#     OpenTelemetry Java agent beside them, its classes compiled by javac);
+#   python-jsonschema (PyPI, in a venv: CAUSEWAY_SCHEMA_PYTHON checks
+#     `causeway schema` as an editor would)
 #
 # Source it (`. scripts/peers.sh`) to get CAUSEWAY_KAFKA_LIBS, CAUSEWAY_JAEGER,
 # CAUSEWAY_VICTORIALOGS and CAUSEWAY_OTELCOL exported; run it to only fetch and build. Nothing is
@@ -184,5 +186,16 @@ if [[ ! -x "$llm_venv/bin/python" ]] || ! "$llm_venv/bin/python" -c 'import flas
     opentelemetry-instrumentation-redis==0.66b1
 fi
 export CAUSEWAY_LLAMA_SERVER="$llm_dir/llama-server" CAUSEWAY_LLM_MODEL="$llm_dir/tiny.gguf" CAUSEWAY_LLM_PYTHON="$llm_venv/bin/python"
+
+# python-jsonschema, the reference validator `tests/docs.rs` checks
+# `causeway schema` with against the shipped configs (as an editor would).
+schema_venv="$PEERS_CACHE/pyvenv-jsonschema-4.26.0"
+if [[ ! -x "$schema_venv/bin/python" ]] || ! "$schema_venv/bin/python" -c 'import jsonschema' 2>/dev/null; then
+  echo "== pip install jsonschema 4.26.0 into $schema_venv (once)"
+  rm -rf "$schema_venv"
+  python3 -m venv "$schema_venv"
+  "$schema_venv/bin/pip" install -q --disable-pip-version-check jsonschema==4.26.0
+fi
+export CAUSEWAY_SCHEMA_PYTHON="$schema_venv/bin/python"
 
 echo "== peers: kafka $KAFKA_VERSION ($CAUSEWAY_KAFKA_LIBS), jaeger $JAEGER_VERSION, victorialogs $VICTORIALOGS_VERSION, otelcol $OTELCOL_VERSION, otelcol for profiles v0.148.0"

@@ -49,6 +49,14 @@ enum Command {
     Run,
     /// Check a pipeline file: exit 0 when valid, 1 with every error listed.
     Validate,
+    /// Print the JSON Schema (draft-07) of the pipeline file, for editors'
+    /// YAML language servers; with `--keys`, one component's key table.
+    Schema {
+        /// A component type's Markdown key table instead
+        /// (`receivers/otlp`, `processors/correlate`, …).
+        #[arg(long, value_name = "SECTION/TYPE")]
+        keys: Option<String>,
+    },
     /// Run the pipeline with a built-in traffic generator that injects faults,
     /// and print the root-cause summaries; everything stays in the file sink.
     Demo {
@@ -71,11 +79,46 @@ fn registry() -> Registry {
     r
 }
 
+/// `causeway schema`: the whole file's schema, or one component's key table.
+fn schema(registry: &Registry, keys: Option<&str>) -> ExitCode {
+    use causeway_core::registry::Kind;
+    let Some(keys) = keys else {
+        let schema = config::schema::pipeline_file(registry);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&schema).unwrap_or_default()
+        );
+        return ExitCode::SUCCESS;
+    };
+    let kind = match keys.split_once('/') {
+        Some(("receivers", ty)) => Some((Kind::Receiver, ty)),
+        Some(("processors", ty)) => Some((Kind::Processor, ty)),
+        Some(("exporters", ty)) => Some((Kind::Exporter, ty)),
+        Some(("extensions", ty)) => Some((Kind::Extension, ty)),
+        _ => None,
+    };
+    match kind.and_then(|(kind, ty)| config::schema::key_table(registry, kind, ty)) {
+        Some(table) => {
+            print!("{table}");
+            ExitCode::SUCCESS
+        }
+        None => {
+            eprintln!(
+                "causeway schema --keys {keys}: no such component (write e.g. `receivers/otlp`)"
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // rustls' provider for every HTTP client (exporters, the daemon's own OTLP telemetry).
     causeway_core::tls::install_crypto_provider();
     let mut cli = Cli::parse();
     let registry = registry();
+    if let Some(Command::Schema { keys }) = &cli.command {
+        return schema(&registry, keys.as_deref());
+    }
     // `demo` without --config runs its own pipeline, from any directory.
     let builtin = match (&mut cli.command, &cli.config) {
         (Some(Command::Demo { data, .. }), None) => {
@@ -123,6 +166,7 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::Schema { .. } => ExitCode::SUCCESS,
         Command::Run | Command::Demo { .. } => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -1,10 +1,9 @@
 //! The configuration reference lives beside the code: every component folder
-//! has a README.md, and its config structs and its README agree. A key that
-//! a config struct accepts (a field of a `deny_unknown_fields` struct, by its
-//! serde name) must be named in the component's README (or the README its
-//! crate keeps for keys shared by all its components); a key a README's key
-//! table lists must be a field of one of the component's structs (or of
-//! the shared ones in `core/`). The landing README stays a landing page.
+//! has a README.md whose key table is generated from its config structs
+//! (`causeway schema --keys`) and current; the JSON Schema of `causeway
+//! schema` accepts every shipped configuration; the keys `core/` shares are
+//! named in the READMEs; every example validates; the landing README stays
+//! a landing page.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -157,41 +156,6 @@ fn code_words(md: &str) -> BTreeSet<String> {
     words
 }
 
-/// The last segment of each key in a README's key tables (`| key | default | … |`).
-fn table_keys(md: &str) -> BTreeSet<String> {
-    let mut keys = BTreeSet::new();
-    let mut in_table = false;
-    for line in md.lines() {
-        if line.starts_with("| key |") {
-            in_table = true;
-            continue;
-        }
-        if !line.starts_with('|') {
-            in_table = false;
-            continue;
-        }
-        if !in_table || line.starts_with("|---") {
-            continue;
-        }
-        let cell = line.split('|').nth(1).unwrap_or("");
-        for (i, span) in cell.split('`').enumerate() {
-            if i % 2 == 0 {
-                continue;
-            }
-            for key in span.split(" / ").flat_map(expand) {
-                if let Some(last) = key.trim().rsplit('.').next() {
-                    if !last.is_empty()
-                        && last.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                    {
-                        keys.insert(last.to_string());
-                    }
-                }
-            }
-        }
-    }
-    keys
-}
-
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -211,53 +175,6 @@ fn shared_keys() -> BTreeSet<String> {
         }
     }
     files.iter().flat_map(|p| config_keys(&read(p))).collect()
-}
-
-#[test]
-fn every_component_folder_has_a_readme_that_names_every_key_of_its_config() {
-    let mut problems = Vec::new();
-    for dir in components() {
-        let readme = dir.join("README.md");
-        if !readme.exists() {
-            problems.push(format!("{}: no README.md", dir.display()));
-            continue;
-        }
-        let mut md = read(&readme);
-        // Keys every component of a crate shares are documented once, in the crate's README.
-        if let Some(crate_readme) = dir
-            .parent()
-            .and_then(Path::parent)
-            .map(|c| c.join("README.md"))
-        {
-            if crate_readme.exists() {
-                md.push_str(&read(&crate_readme));
-            }
-        }
-        let words = code_words(&md);
-        let keys: BTreeSet<String> = sources(&dir)
-            .iter()
-            .flat_map(|p| config_keys(&read(p)))
-            .collect();
-        let missing: Vec<&String> = keys.iter().filter(|k| !words.contains(*k)).collect();
-        if !missing.is_empty() {
-            problems.push(format!(
-                "{}: config keys named in no README: {missing:?}",
-                dir.display()
-            ));
-        }
-        let shared = shared_keys();
-        let unknown: Vec<String> = table_keys(&read(&readme))
-            .into_iter()
-            .filter(|k| !keys.contains(k) && !shared.contains(k))
-            .collect();
-        if !unknown.is_empty() {
-            problems.push(format!(
-                "{}: README keys no config struct has: {unknown:?}",
-                readme.display()
-            ));
-        }
-    }
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]
@@ -283,7 +200,7 @@ fn the_shared_keys_in_core_are_documented() {
 }
 
 #[test]
-fn the_checks_see_a_missing_key_and_an_unknown_one() {
+fn the_key_reader_sees_serde_names_and_expanded_words() {
     let src = "#[derive(Deserialize)]\n#[serde(deny_unknown_fields)]\npub struct C {\n    /// Doc.\n    #[serde(default)]\n    pub endpoint: String,\n    #[serde(rename = \"type\")]\n    pub kind: String,\n    #[serde(skip)]\n    pub hidden: u8,\n}\n#[derive(Deserialize)]\npub struct Answer {\n    pub queues: Vec<String>,\n}\n";
     let keys = config_keys(src);
     assert_eq!(
@@ -292,15 +209,6 @@ fn the_checks_see_a_missing_key_and_an_unknown_one() {
     );
     let words = code_words("`protocols.{grpc,http}.endpoint` and `max_{a,b}_size`");
     assert!(words.contains("endpoint") && words.contains("max_a_size") && !words.contains("type"));
-    let table =
-        "| key | default |\n|---|---|\n| `retry.initial_interval` / `max_interval` | 1s |\n";
-    assert_eq!(
-        table_keys(table),
-        ["initial_interval", "max_interval"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    );
 }
 
 #[test]
@@ -439,4 +347,258 @@ fn every_component_readme_has_a_whole_example_that_validates() {
         problems.extend(invalid_blocks(&file, &whole));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// `causeway schema` with `args`.
+fn causeway_schema(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_causeway"))
+        .arg("schema")
+        .args(args)
+        .output()
+        .expect("run causeway schema");
+    assert!(
+        out.status.success(),
+        "causeway schema {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// The component types of the JSON Schema, as `section/type`.
+fn schema_types(schema: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for section in ["receivers", "processors", "exporters", "extensions"] {
+        let by_type = schema["properties"][section]["patternProperties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("no {section} in the schema"));
+        for pattern in by_type.keys() {
+            let ty = pattern
+                .trim_start_matches('^')
+                .split('(')
+                .next()
+                .unwrap_or("");
+            out.push(format!("{section}/{ty}"));
+        }
+    }
+    out
+}
+
+/// Every `(key, default, description)` of the schema.
+fn described_defaults(v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if let (Some(d), Some(text)) = (m.get("default"), m.get("description")) {
+                let d = match d {
+                    serde_json::Value::String(s) => s.clone(),
+                    d => d.to_string(),
+                };
+                out.push((d, text.as_str().unwrap_or_default().to_string()));
+            }
+            m.values().for_each(|v| described_defaults(v, out));
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| described_defaults(v, out)),
+        _ => {}
+    }
+}
+
+/// Every component type has its key table in its folder's README, each
+/// exactly what `causeway schema --keys` makes of the config structs now
+/// (`scripts/readme-keys.py` rewrites them); no doc comment writes its
+/// field's default again.
+#[test]
+fn every_component_readmes_key_table_is_generated_from_its_config_structs() {
+    let schema: serde_json::Value =
+        serde_json::from_str(&causeway_schema(&[])).expect("schema JSON");
+    let mut problems = Vec::new();
+    let mut tabled = BTreeSet::new();
+    for dir in components() {
+        let readme = dir.join("README.md");
+        let md = read(&readme);
+        for block in md.split("<!-- keys: ").skip(1) {
+            let Some((id, rest)) = block.split_once(" -->\n") else {
+                problems.push(format!(
+                    "{}: a keys marker without its end",
+                    readme.display()
+                ));
+                continue;
+            };
+            let table = rest.split("<!-- /keys -->").next().unwrap_or_default();
+            if table != causeway_schema(&["--keys", id]) {
+                problems.push(format!(
+                    "{}: the key table of {id} is stale: run scripts/readme-keys.py",
+                    readme.display()
+                ));
+            }
+            tabled.insert(id.to_string());
+        }
+    }
+    for ty in schema_types(&schema) {
+        if !tabled.contains(&ty) {
+            problems.push(format!("{ty}: no key table in any component README"));
+        }
+    }
+    let mut defaults = Vec::new();
+    described_defaults(&schema, &mut defaults);
+    for (d, text) in defaults {
+        if [format!("(default {d})"), format!("(default `{d}`)")]
+            .iter()
+            .any(|w| text.contains(w.as_str()))
+        {
+            problems.push(format!("the default {d} is written again in: {text}"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// What python-jsonschema (draft-07, as YAML language servers read it)
+/// says of each named instance against `schema`: `name: path: message`.
+fn schema_errors(schema: &str, instances: &[(String, serde_json::Value)]) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("schema.json"), schema).expect("write");
+    let list: Vec<serde_json::Value> = instances
+        .iter()
+        .map(|(n, v)| serde_json::json!({"name": n, "instance": v}))
+        .collect();
+    std::fs::write(
+        dir.path().join("instances.json"),
+        serde_json::to_string(&list).expect("json"),
+    )
+    .expect("write");
+    let python = std::env::var("CAUSEWAY_SCHEMA_PYTHON")
+        .expect("CAUSEWAY_SCHEMA_PYTHON (python with jsonschema): source scripts/peers.sh");
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(
+            "import json, sys, jsonschema\n\
+             schema = json.load(open(sys.argv[1]))\n\
+             jsonschema.Draft7Validator.check_schema(schema)\n\
+             v = jsonschema.Draft7Validator(schema)\n\
+             for i in json.load(open(sys.argv[2])):\n\
+             \x20   for e in v.iter_errors(i['instance']):\n\
+             \x20       e = jsonschema.exceptions.best_match([e])\n\
+             \x20       print(i['name'] + ': ' + '.'.join(map(str, e.absolute_path)) + ': ' + e.message)\n",
+        )
+        .arg(dir.path().join("schema.json"))
+        .arg(dir.path().join("instances.json"))
+        .output()
+        .expect("run python-jsonschema");
+    assert!(
+        out.status.success(),
+        "python-jsonschema: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The shipped configurations and every whole example of the docs.
+fn shipped_configs() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut files = vec![
+        root().join("pipeline.yaml"),
+        root().join("deploy/docker/pipeline.yaml"),
+    ];
+    let mut examples: Vec<PathBuf> = std::fs::read_dir(root().join("examples"))
+        .expect("examples")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    examples.sort();
+    files.extend(examples);
+    for f in files {
+        out.push((f.display().to_string(), read(&f)));
+    }
+    let mut docs = vec!["README.md".to_string(), "docs/configuration.md".to_string()];
+    for dir in components() {
+        if let Ok(rel) = dir.join("README.md").strip_prefix(root()) {
+            docs.push(rel.display().to_string());
+        }
+    }
+    for file in docs {
+        for (i, b) in yaml_blocks(&file).into_iter().enumerate() {
+            if b.lines().any(|l| l.starts_with("service:")) {
+                out.push((format!("{file} yaml block {i}"), b));
+            }
+        }
+    }
+    out
+}
+
+/// `text` with each `${env:NAME:-default}` replaced by its default.
+fn env_defaults(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("${env:") {
+        out.push_str(&rest[..at]);
+        let Some(end) = rest[at..].find('}') else {
+            break;
+        };
+        let inner = &rest[at + 6..at + end];
+        out.push_str(inner.split_once(":-").map_or("", |(_, d)| d));
+        rest = &rest[at + end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `causeway schema` is a valid draft-07 schema that accepts every shipped
+/// configuration and every whole example of the docs, and refuses the
+/// mistakes an editor should underline: a misspelt key, a duration written
+/// as a number, an unknown component type, a policy without its settings.
+#[test]
+fn the_json_schema_accepts_every_shipped_config_and_refuses_mistakes() {
+    let schema = causeway_schema(&[]);
+    let configs = shipped_configs();
+    assert!(configs.len() > 30, "{} configs", configs.len());
+    let instances: Vec<(String, serde_json::Value)> = configs
+        .iter()
+        .map(|(name, text)| {
+            // As the loader reads it with no variable set.
+            let text = env_defaults(text);
+            let v: serde_json::Value =
+                serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{name}: not YAML: {e}"));
+            (name.clone(), v)
+        })
+        .collect();
+    let errors = schema_errors(&schema, &instances);
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+
+    let wrong = [
+        (
+            "misspelt",
+            "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpiont: 127.0.0.1:4317\n",
+            "protocols.grpc",
+        ),
+        (
+            "number",
+            "processors:\n  batch/fast:\n    timeout: 10\n",
+            "timeout",
+        ),
+        (
+            "unknown type",
+            "exporters:\n  jaeger_thrift: {}\n",
+            "jaeger_thrift",
+        ),
+        (
+            "policy",
+            "processors:\n  tail_sampling:\n    policies:\n      - { name: slow, type: latency }\n",
+            "policies.0",
+        ),
+    ];
+    let instances: Vec<(String, serde_json::Value)> = wrong
+        .iter()
+        .map(|(n, t, _)| (n.to_string(), serde_yaml::from_str(t).expect("YAML")))
+        .collect();
+    let errors = schema_errors(&schema, &instances);
+    for (name, _, at) in wrong {
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with(&format!("{name}: ")) && e.contains(at)),
+            "{name} not refused at {at}: {errors:?}"
+        );
+    }
 }

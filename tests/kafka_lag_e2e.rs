@@ -242,8 +242,8 @@ fn member(
     c
 }
 
-/// Poll every consumer until each owns `each` partitions and has read to
-/// the end of them; then commit.
+/// Poll every consumer until each owns `each` partitions; then commit the
+/// end of each partition it owns.
 fn settle(cs: &[&rdkafka::consumer::BaseConsumer], each: usize) {
     use rdkafka::consumer::{CommitMode, Consumer};
     wait_for(Duration::from_secs(60), "the group's assignment", || {
@@ -255,11 +255,19 @@ fn settle(cs: &[&rdkafka::consumer::BaseConsumer], each: usize) {
         cs.iter()
             .all(|c| c.assignment().map(|a| a.count()).unwrap_or(0) == each)
     });
+    // Commit the end of each assigned partition explicitly: committing
+    // "what was consumed" fails with NoOffset when a partition's messages
+    // were all read before a rebalance handed it over.
     for c in cs {
-        while let Some(m) = c.poll(Duration::from_millis(200)) {
-            m.expect("poll");
+        let mut ends = rdkafka::TopicPartitionList::new();
+        for e in c.assignment().expect("assignment").elements() {
+            let (_, high) = c
+                .fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(10))
+                .expect("watermarks");
+            ends.add_partition_offset(e.topic(), e.partition(), rdkafka::Offset::Offset(high))
+                .expect("offset");
         }
-        c.commit_consumer_state(CommitMode::Sync).expect("commit");
+        c.commit(&ends, CommitMode::Sync).expect("commit");
     }
 }
 

@@ -33,7 +33,7 @@ pub fn shared_key(id: &str) -> String {
 }
 
 /// `auth` of an exporter, in the Collector's shape.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuthRef {
     /// The id of an authenticator extension listed in `service.extensions`

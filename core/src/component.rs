@@ -125,6 +125,9 @@ pub trait ReceiverFactory: Send + Sync {
     fn signals(&self) -> SignalSet;
     /// Decode and check a section; paths relative to the section.
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>>;
+    /// The JSON Schema of a section, from the config struct `validate`
+    /// decodes (`causeway schema`, the README key tables).
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema;
     /// How long after the time it covers what this section produces
     /// arrives, at most (a profile window is answered at its end, within a
     /// timeout); `None` for data that arrives as it happens.
@@ -148,6 +151,9 @@ pub trait ProcessorFactory: Send + Sync {
     fn signals(&self) -> SignalSet;
     /// Decode and check a section.
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>>;
+    /// The JSON Schema of a section, from the config struct `validate`
+    /// decodes (`causeway schema`, the README key tables).
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema;
     /// The memory budget this section asks admission control to enforce (the
     /// Collector's `memory_limiter` processor), `None` for most processors.
     /// causeway enforces one budget for the whole process, at the receivers,
@@ -187,6 +193,9 @@ pub trait ExtensionFactory: Send + Sync {
     fn kind(&self) -> &'static str;
     /// Decode and check a section.
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>>;
+    /// The JSON Schema of a section, from the config struct `validate`
+    /// decodes (`causeway schema`, the README key tables).
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema;
     /// Whether it authenticates exporters' requests (`auth.authenticator`
     /// may name it); such an extension fills [`crate::auth::shared_key`].
     fn authenticates(&self) -> bool {
@@ -248,6 +257,9 @@ pub trait ExporterFactory: Send + Sync {
     fn signals(&self) -> SignalSet;
     /// Decode and check a section.
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>>;
+    /// The JSON Schema of a section, from the config struct `validate`
+    /// decodes (`causeway schema`, the README key tables).
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema;
     /// Why this section cannot export `signal` although the type can (an
     /// `otlphttp` exporter with a `traces_endpoint` only, in a logs
     /// pipeline); `None` when it can. Asked for every pipeline the exporter

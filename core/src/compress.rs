@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
 /// A payload codec, named as in `Content-Encoding` and `grpc-encoding`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Codec {
     /// gzip (the Collector's default for its OTLP exporters).

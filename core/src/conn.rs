@@ -49,25 +49,25 @@ pub const CLOSED: &str = "causeway_server_connections_closed_total";
 const OPENING_BYTES: u64 = 24;
 
 /// `connections:` of a server: its limits under a connection flood.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionLimits {
     /// Connections open at once at most, TLS handshakes in progress
-    /// included (default 4096). At the limit, a new connection closes the
+    /// included. At the limit, a new connection closes the
     /// one that has been quiet longest, counted as `reason="evicted"`.
     pub max: usize,
-    /// Deadline of a TLS handshake (default 5s).
+    /// Deadline of a TLS handshake.
     pub handshake_timeout: Duration,
     /// Deadline of a connection's first bytes once it is ready (after its
-    /// TLS handshake), and of each HTTP/1 request's headers (default 10s).
+    /// TLS handshake), and of each HTTP/1 request's headers.
     pub header_read_timeout: Duration,
     /// A connection that sends nothing for this long is closed (default
     /// 5m; HTTP/2 clients that answer pings are never idle that long).
     pub idle_timeout: Duration,
-    /// HTTP/2 pings to each connection this often (default 30s)...
+    /// HTTP/2 pings to each connection this often...
     pub keepalive_interval: Duration,
     /// ...and a connection that does not answer within this is closed
-    /// (default 20s).
+    ///.
     pub keepalive_timeout: Duration,
 }
 

@@ -9,7 +9,9 @@ use serde::Deserialize;
 pub const SIGNAL_HEADER: &str = "causeway.signal";
 
 /// How messages are encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Encoding {
     /// An `Export*ServiceRequest` in protobuf (default).
@@ -20,7 +22,7 @@ pub enum Encoding {
 }
 
 /// One signal's topic.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SignalTopic {
     /// The topic (defaults: `otlp_spans`, `otlp_logs`, `otlp_metrics`, or `topic`).

@@ -84,7 +84,7 @@ pub fn default_budget(available: u64) -> Option<MemoryLimiterConfig> {
 }
 
 /// `service.memory_limiter`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryLimiterConfig {
     /// Hard limit: above it nothing is admitted. Set it below the container's limit.
@@ -93,10 +93,10 @@ pub struct MemoryLimiterConfig {
     /// requests are refused with a retry hint (default 20% of `limit`).
     #[serde(default)]
     pub spike_limit: Option<ByteSize>,
-    /// How often resident memory is sampled (default 100ms).
+    /// How often resident memory is sampled.
     #[serde(default = "check_interval")]
     pub check_interval: CfgDuration,
-    /// The retry hint given with refusals (default 1s).
+    /// The retry hint given with refusals.
     #[serde(default = "retry_after")]
     pub retry_after: CfgDuration,
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use crate::config::ConfigError;
 
 /// A secret: never printed.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct Secret(String);
 
@@ -44,7 +44,9 @@ impl std::fmt::Display for Secret {
 }
 
 /// The lowest TLS version accepted.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, serde::Serialize, schemars::JsonSchema,
+)]
 pub enum TlsVersion {
     /// TLS 1.2 (default).
     #[default]
@@ -68,7 +70,7 @@ impl TlsVersion {
 }
 
 /// `tls` of a listener.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerTls {
     /// PEM certificate chain served.
@@ -84,10 +86,10 @@ pub struct ServerTls {
 }
 
 /// `tls` of a client (exporter).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClientTls {
-    /// Plaintext (no TLS) for `host:port` endpoints of gRPC exporters (default false).
+    /// Plaintext (no TLS) for `host:port` endpoints of gRPC exporters.
     #[serde(default)]
     pub insecure: bool,
     /// PEM CA bundle that signs the server's certificate. Without it the
@@ -95,7 +97,7 @@ pub struct ClientTls {
     /// `SSL_CERT_DIR`), as the Collector does.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
-    /// Trust the system's roots as well as `ca_file` (default false; the
+    /// Trust the system's roots as well as `ca_file` (the
     /// system's roots are always used when `ca_file` is not set).
     #[serde(default)]
     pub include_system_ca_certs_pool: bool,
@@ -273,7 +275,7 @@ impl ClientTls {
 }
 
 /// `auth` of a listener: one of a bearer token or a user and password.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerAuth {
     /// Requests must carry `Authorization: Bearer <token>`.
@@ -288,7 +290,7 @@ pub struct ServerAuth {
 }
 
 /// `auth.basic`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BasicAuth {
     /// User name.

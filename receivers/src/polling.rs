@@ -86,7 +86,7 @@ macro_rules! poll_config {
             /// How often the API is read (default 10s, the Collector's).
             #[serde(default = "crate::polling::interval")]
             pub collection_interval: causeway_core::config::Duration,
-            /// How long a request may take (default 10s).
+            /// How long a request may take.
             #[serde(default = "crate::polling::timeout")]
             pub timeout: causeway_core::config::Duration,
             /// The largest answer read (default 64MiB; a bigger one is an error, counted).
@@ -98,7 +98,7 @@ macro_rules! poll_config {
             /// the 5,000–10,000 operators alarm at).
             #[serde(default = "crate::polling::backlog_threshold")]
             pub backlog_threshold: f64,
-            /// A backlog rising without a decrease for this long fires the alarm too (default 5m).
+            /// A backlog rising without a decrease for this long fires the alarm too.
             #[serde(default = "crate::polling::growth_window")]
             pub growth_window: causeway_core::config::Duration,
         }

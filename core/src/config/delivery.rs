@@ -11,7 +11,7 @@
 /// ```ignore
 /// causeway_core::exporter_config! {
 ///     /// `exporters.example`.
-///     #[derive(Debug, Clone, serde::Deserialize)]
+///     #[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
 ///     #[serde(deny_unknown_fields)]
 ///     pub struct ExampleConfig {
 ///         /// Where to send.

@@ -661,6 +661,9 @@ mod tests {
     struct MetricsOnly;
     #[async_trait]
     impl ReceiverFactory for MetricsOnly {
+        fn schema(&self, _: &mut schemars::SchemaGenerator) -> schemars::Schema {
+            schemars::json_schema!(true)
+        }
         fn kind(&self) -> &'static str {
             "scraper"
         }
@@ -678,6 +681,9 @@ mod tests {
     struct LogsOnly;
     #[async_trait]
     impl ExporterFactory for LogsOnly {
+        fn schema(&self, _: &mut schemars::SchemaGenerator) -> schemars::Schema {
+            schemars::json_schema!(true)
+        }
         fn kind(&self) -> &'static str {
             "logsink"
         }

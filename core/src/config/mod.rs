@@ -11,6 +11,7 @@ mod delivery;
 mod env;
 mod load;
 mod locate;
+pub mod schema;
 mod types;
 
 pub use load::{load_file, load_str, Config};

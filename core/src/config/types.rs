@@ -142,6 +142,51 @@ impl<'de> Deserialize<'de> for Duration {
     }
 }
 
+impl fmt::Display for Duration {
+    /// As it is written in a config: `30s`, `1m30s`, `250ms`, `0s`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(&str, u128); 6] = [
+            ("h", 3_600_000_000_000),
+            ("m", 60_000_000_000),
+            ("s", 1_000_000_000),
+            ("ms", 1_000_000),
+            ("us", 1_000),
+            ("ns", 1),
+        ];
+        let mut left = self.0.as_nanos();
+        if left == 0 {
+            return f.write_str("0s");
+        }
+        for (unit, size) in UNITS {
+            if left >= size {
+                write!(f, "{}{unit}", left / size)?;
+                left %= size;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Written back as in a config, so that the JSON Schema carries defaults.
+impl serde::Serialize for Duration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl schemars::JsonSchema for Duration {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^([0-9]+(\\.[0-9]+)?[a-zµ]+)+$",
+            "description": "A duration: a number and a unit (ns, us, ms, s, m, h), repeated without spaces: `10s`, `500ms`, `1m30s`."
+        })
+    }
+}
+
 /// A size in bytes written as `64MiB`, `1GB`, `512KiB` or a plain number of bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct ByteSize(pub u64);
@@ -230,6 +275,28 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
+/// Written back as in a config, so that the JSON Schema carries defaults.
+impl serde::Serialize for ByteSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl schemars::JsonSchema for ByteSize {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ByteSize".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)? ?(B|KB|kB|MB|GB|KiB|MiB|GiB)?$"}
+            ],
+            "description": "A size: a number of bytes, or a number and a unit (B, KB, MB, GB, KiB, MiB, GiB): `64MiB`, `512KiB`."
+        })
+    }
+}
+
 /// Deserialize a present-but-null section (`grpc:`) as its defaults, as the
 /// Collector does; use with `#[serde(default, deserialize_with = ...)]`.
 pub fn null_as_default<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
@@ -240,7 +307,8 @@ where
     Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
 }
 
-/// The top level of the pipeline file.
+/// The top level of the pipeline file (its JSON Schema is composed by
+/// [`crate::registry::Registry::schema`], one entry per component type).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineFile {
@@ -265,7 +333,7 @@ pub struct PipelineFile {
 }
 
 /// The `service` section.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceConfig {
     /// Extensions to start.
@@ -310,7 +378,7 @@ fn default_shutdown_timeout() -> Duration {
 }
 
 /// One pipeline.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineConfig {
     /// Receiver ids feeding this pipeline.
@@ -325,7 +393,7 @@ pub struct PipelineConfig {
 }
 
 /// `service.telemetry`, in the Collector's shape.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// The daemon's logs.
@@ -341,7 +409,7 @@ pub struct TelemetryConfig {
     #[serde(default)]
     pub resource: IndexMap<String, String>,
     /// Serve the built-in page (`/`) and its JSON API (`/api/…`) on the
-    /// telemetry server, with its TLS and `auth` (default true). A causeway key.
+    /// telemetry server, with its TLS and `auth`. A causeway key.
     #[serde(default = "yes")]
     pub ui: bool,
 }
@@ -359,7 +427,7 @@ impl Default for TelemetryConfig {
 }
 
 /// `service.telemetry.logs`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryLogs {
     /// `debug`, `info`, `warn`, `error` (the `--log-level` flag wins).
@@ -369,13 +437,13 @@ pub struct TelemetryLogs {
 }
 
 /// `service.telemetry.metrics`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryMetrics {
     /// `none` disables the metrics server; anything else enables it.
     pub level: Option<String>,
     /// Legacy form of the pull reader: `host:port` of `/metrics`, `/healthz`, `/readyz`
-    /// (default `127.0.0.1:8888`).
+    ///.
     pub address: Option<String>,
     /// Readers: `pull` (Prometheus) and `periodic` (OTLP push).
     #[serde(default)]
@@ -386,7 +454,7 @@ pub struct TelemetryMetrics {
     /// Also serve the OpenTelemetry Collector's names of the same counts
     /// (`otelcol_receiver_accepted_spans`, `otelcol_exporter_sent_spans`,
     /// `otelcol_exporter_queue_size`, …) so that its dashboards and alerts
-    /// work unchanged (default true). A causeway key.
+    /// work unchanged. A causeway key.
     #[serde(default = "yes")]
     pub collector_names: bool,
     /// Require a bearer token or a user and password on the telemetry
@@ -416,7 +484,7 @@ impl Default for TelemetryMetrics {
 }
 
 /// One metric reader.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetricReader {
     /// Serve `/metrics` for scraping.
@@ -426,7 +494,7 @@ pub struct MetricReader {
 }
 
 /// `pull: {exporter: {prometheus: {host, port}}}`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PullReader {
     /// The exporter.
@@ -434,7 +502,7 @@ pub struct PullReader {
 }
 
 /// `exporter: {prometheus: …}`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PullExporter {
     /// Host and port of the scrape endpoint.
@@ -442,13 +510,13 @@ pub struct PullExporter {
 }
 
 /// Host and port.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrometheusEndpoint {
-    /// Host (default 127.0.0.1).
+    /// Host.
     #[serde(default = "default_host")]
     pub host: String,
-    /// Port (default 8888).
+    /// Port.
     #[serde(default = "default_port")]
     pub port: u16,
 }
@@ -471,17 +539,17 @@ fn default_port() -> u16 {
 }
 
 /// `periodic: {interval, exporter: {otlp: …}}`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PeriodicReader {
-    /// Export interval in milliseconds (default 60000), as in the Collector.
+    /// Export interval in milliseconds, as in the Collector.
     pub interval: Option<u64>,
     /// The OTLP exporter.
     pub exporter: OtlpTelemetryExporter,
 }
 
 /// `exporter: {otlp: {protocol, endpoint}}`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpTelemetryExporter {
     /// Where to send.
@@ -489,7 +557,7 @@ pub struct OtlpTelemetryExporter {
 }
 
 /// An OTLP destination for the daemon's own telemetry.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpTelemetryEndpoint {
     /// `grpc` (default) or `http/protobuf`.
@@ -502,7 +570,7 @@ pub struct OtlpTelemetryEndpoint {
 }
 
 /// `service.telemetry.traces`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryTraces {
     /// Span processors: `- batch: {exporter: {otlp: …}}`.
@@ -511,7 +579,7 @@ pub struct TelemetryTraces {
 }
 
 /// One span processor of the daemon's own traces.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TraceProcessorConfig {
     /// Batch span processor.
@@ -519,7 +587,7 @@ pub struct TraceProcessorConfig {
 }
 
 /// `batch: {exporter: {otlp: …}}`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchSpanProcessorConfig {
     /// The exporter.
@@ -527,7 +595,7 @@ pub struct BatchSpanProcessorConfig {
 }
 
 /// `retry_on_failure`, as in the Collector's exporterhelper.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryConfig {
     /// Retry retryable failures at all.
@@ -611,7 +679,7 @@ impl Validate for RetryConfig {
 }
 
 /// `sending_queue`, as in the Collector's exporterhelper.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueueConfig {
     /// Queue at all (off: the pipeline waits for each export).
@@ -643,7 +711,7 @@ pub struct QueueConfig {
     /// What is queued survives a crash or kill -9 and is sent after a restart.
     #[serde(default)]
     pub storage: Option<String>,
-    /// Largest size of the persistent queue (default 1GiB).
+    /// Largest size of the persistent queue.
     #[serde(default = "queue_max_size")]
     pub max_size: ByteSize,
     /// Persistent queue full: `block` (default: backpressure) or `drop_oldest` (counted).
@@ -655,7 +723,9 @@ pub struct QueueConfig {
 }
 
 /// What a sending queue's `queue_size` counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Sizer {
     /// Batches.

@@ -27,7 +27,17 @@ use crate::telemetry::registry::Counter;
 const HEADER: usize = 13;
 
 /// What to do when the queue is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    Default,
+    serde::Serialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum WhenFull {
     /// Writers wait: backpressure to receivers and clients.
@@ -38,7 +48,17 @@ pub enum WhenFull {
 }
 
 /// When to fsync.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    Default,
+    serde::Serialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Fsync {
     /// After every record and cursor write: nothing acknowledged is lost in a power cut.

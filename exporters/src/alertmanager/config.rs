@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 causeway_core::exporter_config! {
     /// `exporters.alertmanager` and `exporters.webhook`.
-    #[derive(Debug, Clone, Deserialize)]
+    #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     pub struct AlertHttpConfig {
         /// For `alertmanager`: its base URL (`http://alertmanager:9093`; `/api/v2/alerts` is

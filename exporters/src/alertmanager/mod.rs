@@ -300,6 +300,9 @@ impl ExporterFactory for AlertmanagerExporterFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::only(Signal::Logs)
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<AlertHttpConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<AlertHttpConfig>(cfg).map(|_| ())
     }

@@ -11,7 +11,7 @@ use std::io::Write as _;
 use std::sync::Arc;
 
 /// `exporters.debug`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DebugExporterConfig {
     /// `basic` (one line a batch, the default), `normal` (one line an item)
@@ -26,7 +26,7 @@ pub struct DebugExporterConfig {
     )]
     pub sampling_initial: u64,
     /// After those, every this-many-th batch of the second is printed
-    /// (default 1: all of them).
+    /// (1: all of them).
     #[serde(
         default = "default_thereafter",
         deserialize_with = "causeway_core::config::lenient_int"
@@ -56,7 +56,9 @@ impl Default for DebugExporterConfig {
 }
 
 /// How much to print.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Verbosity {
     /// One line a batch.
@@ -91,6 +93,9 @@ impl ExporterFactory for DebugExporterFactory {
     }
     fn signals(&self) -> SignalSet {
         SignalSet::WITH_PROFILES
+    }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<DebugExporterConfig>()
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<DebugExporterConfig>(cfg).map(|_| ())

@@ -4,7 +4,7 @@ use causeway_core::config::{ConfigError, Validate};
 use serde::Deserialize;
 
 /// `exporters.file`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileExporterConfig {
     /// File to write. With `{signal}` in it (e.g. `out/{signal}.jsonl`) each
@@ -23,13 +23,13 @@ fn json() -> String {
 }
 
 /// `rotation`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RotationConfig {
-    /// Rotate when the file would exceed this many megabytes (MiB; default 100).
+    /// Rotate when the file would exceed this many megabytes (MiB).
     #[serde(default = "max_mb")]
     pub max_megabytes: u64,
-    /// Rotated files to keep (default 100; 0 keeps all).
+    /// Rotated files to keep (0 keeps all).
     #[serde(default = "max_backups")]
     pub max_backups: usize,
 }

@@ -32,6 +32,9 @@ impl ExporterFactory for FileExporterFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::WITH_PROFILES
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<FileExporterConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<FileExporterConfig>(cfg).map(|_| ())
     }

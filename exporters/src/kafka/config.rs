@@ -8,13 +8,13 @@ use serde::Deserialize;
 pub use causeway_core::kafka::{Encoding as KafkaEncoding, SignalTopic};
 
 /// `producer`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProducerConfig {
     /// Compression of message batches: `none` (default), `gzip`, `snappy`, `lz4`, `zstd`.
     #[serde(default = "none")]
     pub compression: String,
-    /// Largest message, in bytes (default 1000000, the broker's default).
+    /// Largest message, in bytes (the broker's default).
     /// Batches are split by key below it; a single trace above it is refused.
     #[serde(default = "max_message_bytes")]
     pub max_message_bytes: usize,
@@ -23,7 +23,7 @@ pub struct ProducerConfig {
     /// the Collector) or `0` (none: loss is possible and not seen).
     #[serde(default = "one")]
     pub required_acks: i32,
-    /// Time librdkafka waits to fill a message batch (default 5ms).
+    /// Time librdkafka waits to fill a message batch.
     #[serde(default = "linger")]
     pub linger: Duration,
 }
@@ -54,7 +54,7 @@ fn linger() -> Duration {
 
 causeway_core::exporter_config! {
     /// `exporters.kafka`.
-    #[derive(Debug, Clone, Deserialize)]
+    #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     pub struct KafkaExporterConfig {
         /// Bootstrap brokers, `host:port`.
@@ -62,31 +62,31 @@ causeway_core::exporter_config! {
         /// One topic for every signal (each message then says its signal in the
         /// `causeway.signal` header); per-signal topics below win over it.
         pub topic: Option<String>,
-        /// Spans' topic (default `otlp_spans`).
+        /// Spans' topic.
         #[serde(default)]
         pub traces: SignalTopic,
-        /// Log records' topic (default `otlp_logs`).
+        /// Log records' topic.
         #[serde(default)]
         pub logs: SignalTopic,
-        /// Metrics' topic (default `otlp_metrics`).
+        /// Metrics' topic.
         #[serde(default)]
         pub metrics: SignalTopic,
         /// `otlp_proto` (default) or `otlp_json`.
         #[serde(default)]
         pub encoding: KafkaEncoding,
         /// Spans keyed by trace id (32 hex characters): every span of a trace
-        /// lands on one partition (default false, as the Collector; a tier that
+        /// lands on one partition (as the Collector; a tier that
         /// samples behind Kafka needs it true).
         #[serde(default)]
         pub partition_traces_by_id: bool,
         /// Log records keyed by trace id, on the partition number its spans
-        /// take; records without one by their resource (default false).
+        /// take; records without one by their resource.
         #[serde(default)]
         pub partition_logs_by_trace_id: bool,
-        /// Metrics keyed by their resource (default false).
+        /// Metrics keyed by their resource.
         #[serde(default)]
         pub partition_metrics_by_resource_attributes: bool,
-        /// The client id the broker sees (default `causeway`).
+        /// The client id the broker sees.
         #[serde(default = "client_id")]
         pub client_id: String,
         /// Producer settings.

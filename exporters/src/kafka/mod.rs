@@ -53,6 +53,9 @@ impl ExporterFactory for KafkaExporterFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::ALL
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<KafkaExporterConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<KafkaExporterConfig>(cfg).map(|_| ())
     }

@@ -9,7 +9,9 @@ use serde::Deserialize;
 use crate::otlp::config::OtlpGrpcConfig;
 
 /// What routes an item to a backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize, schemars::JsonSchema,
+)]
 pub enum RoutingKey {
     /// The trace id (default): every span of a trace, and every log record
     /// carrying that trace id, reaches the same backend.
@@ -22,16 +24,17 @@ pub enum RoutingKey {
 }
 
 /// `protocol`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Protocol {
     /// The OTLP/gRPC exporter settings for every backend (`compression`,
     /// `headers`, `tls`, `timeout`); `endpoint` is each backend's.
+    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub otlp: serde_yaml::Value,
 }
 
 /// `resolver.static`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StaticResolver {
     /// Backends, `host:port`.
@@ -39,18 +42,18 @@ pub struct StaticResolver {
 }
 
 /// `resolver.dns`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DnsResolver {
     /// A name whose addresses are the backends (a headless Service).
     pub hostname: String,
-    /// The backends' port (default 4317).
+    /// The backends' port.
     #[serde(default = "port")]
     pub port: u16,
-    /// How often the name is resolved again (default 5s).
+    /// How often the name is resolved again.
     #[serde(default = "five_seconds")]
     pub interval: Duration,
-    /// Bound of one resolution (default 1s).
+    /// Bound of one resolution.
     #[serde(default = "one_second")]
     pub timeout: Duration,
 }
@@ -58,18 +61,18 @@ pub struct DnsResolver {
 /// `resolver.file`: backends listed in a file, one `host:port` a line
 /// (`#` comments), read again every `interval` (as Prometheus' file service
 /// discovery; for sites that render the list from their inventory).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileResolver {
     /// The file.
     pub path: String,
-    /// How often it is read again (default 5s).
+    /// How often it is read again.
     #[serde(default = "five_seconds")]
     pub interval: Duration,
 }
 
 /// `resolver`: exactly one of them.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Resolver {
     /// A fixed list.
@@ -95,7 +98,7 @@ fn timeout() -> Duration {
 }
 
 /// `exporters.loadbalancing`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoadBalancingConfig {
     /// `traceID` (default) or `service`.
@@ -105,7 +108,7 @@ pub struct LoadBalancingConfig {
     pub protocol: Protocol,
     /// Where the backends come from.
     pub resolver: Resolver,
-    /// Per-attempt timeout of one backend's part of a batch (default 5s).
+    /// Per-attempt timeout of one backend's part of a batch.
     #[serde(default = "timeout")]
     pub timeout: Duration,
     /// Retries, re-routed: a part a backend failed is split again on the

@@ -56,6 +56,9 @@ impl ExporterFactory for LoadBalancingExporterFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::ALL
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<LoadBalancingConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<LoadBalancingConfig>(cfg).map(|_| ())
     }

@@ -5,7 +5,9 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 
 /// Body encoding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum LokiEncoding {
     /// Snappy-compressed `logproto.PushRequest` (Loki's default).
@@ -16,16 +18,16 @@ pub enum LokiEncoding {
 }
 
 /// Which attributes become stream labels.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LabelsConfig {
-    /// Resource attribute → label name (default `service.name: service_name`).
+    /// Resource attribute → label name; setting the map replaces the default.
     #[serde(default = "default_resource_labels")]
     pub resource: IndexMap<String, String>,
-    /// Record attribute → label name (default `route_id: route_id`).
+    /// Record attribute → label name; setting the map replaces the default.
     #[serde(default = "default_record_labels")]
     pub attributes: IndexMap<String, String>,
-    /// Add `level` from the record's severity (default true).
+    /// Add `level` from the record's severity.
     #[serde(default = "yes")]
     pub level: bool,
 }
@@ -52,7 +54,7 @@ fn default_record_labels() -> IndexMap<String, String> {
 
 causeway_core::exporter_config! {
     /// `exporters.loki`.
-    #[derive(Debug, Clone, Deserialize)]
+    #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     pub struct LokiConfig {
         /// The push URL, e.g. `http://loki:3100/loki/api/v1/push` (a bare `http://host:3100` gets the path appended).
@@ -69,7 +71,7 @@ causeway_core::exporter_config! {
         /// Stream labels.
         #[serde(default)]
         pub labels: LabelsConfig,
-        /// A label with more distinct values than this becomes structured metadata (default 1000).
+        /// A label with more distinct values than this becomes structured metadata.
         #[serde(default = "max_values")]
         pub max_label_values: usize,
     }

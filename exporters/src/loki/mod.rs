@@ -52,6 +52,9 @@ impl ExporterFactory for LokiExporterFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::only(Signal::Logs)
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<LokiConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<LokiConfig>(cfg).map(|_| ())
     }

@@ -12,7 +12,7 @@ use causeway_core::{Batch, BoxError, SignalSet};
 use serde::Deserialize;
 
 /// `exporters.nop`: no settings.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NopConfig {}
 
@@ -37,6 +37,9 @@ impl ExporterFactory for NopExporterFactory {
     }
     fn signals(&self) -> SignalSet {
         SignalSet::WITH_PROFILES
+    }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<NopConfig>()
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<NopConfig>(cfg).map(|_| ())

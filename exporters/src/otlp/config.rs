@@ -44,7 +44,7 @@ macro_rules! otlp_config {
 
 otlp_config! {
     /// `exporters.otlp` (OTLP/gRPC).
-    #[derive(Debug, Clone, Deserialize)]
+    #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     pub struct OtlpGrpcConfig {
         /// `host:port` or `http://host:port` of the OTLP/gRPC server (e.g. Jaeger's collector on 4317).
@@ -53,7 +53,9 @@ otlp_config! {
 }
 
 /// `encoding` of `otlphttp`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum HttpEncoding {
     /// `application/x-protobuf` (default).
@@ -65,7 +67,7 @@ pub enum HttpEncoding {
 
 otlp_config! {
     /// `exporters.otlphttp` (OTLP/HTTP).
-    #[derive(Debug, Clone, Deserialize)]
+    #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     pub struct OtlpHttpConfig {
         /// Base URL; `/v1/traces`, `/v1/logs`, `/v1/metrics`,

@@ -39,6 +39,9 @@ impl ExporterFactory for OtlpGrpcExporterFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::WITH_PROFILES
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<OtlpGrpcConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<OtlpGrpcConfig>(cfg).map(|_| ())
     }
@@ -67,6 +70,9 @@ impl ExporterFactory for OtlpHttpExporterFactory {
     }
     fn signals(&self) -> SignalSet {
         SignalSet::WITH_PROFILES
+    }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<OtlpHttpConfig>()
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<OtlpHttpConfig>(cfg).map(|_| ())

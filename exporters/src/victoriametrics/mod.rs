@@ -90,7 +90,9 @@ pub mod proto {
 }
 
 /// `compression`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum RwCompression {
     /// Prometheus remote write (snappy block).
@@ -102,7 +104,7 @@ pub enum RwCompression {
 
 causeway_core::exporter_config! {
     /// `exporters.victoriametrics`.
-    #[derive(Debug, Clone, Deserialize)]
+    #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     pub struct VictoriaMetricsConfig {
         /// The write URL, e.g. `http://victoriametrics:8428/api/v1/write` (a bare host gets the path appended).
@@ -110,15 +112,15 @@ causeway_core::exporter_config! {
         /// `snappy` (default) or `zstd`.
         #[serde(default)]
         pub compression: RwCompression,
-        /// Add unit suffixes to names (default true).
+        /// Add unit suffixes to names.
         #[serde(default = "yes")]
         pub add_unit_suffixes: bool,
         /// Send exemplars (a histogram's on the bucket its value falls in, a
         /// counter's on the counter), as Prometheus' OTLP translator does
-        /// (default true; Prometheus keeps them with `--enable-feature=exemplar-storage`).
+        /// (Prometheus keeps them with `--enable-feature=exemplar-storage`).
         #[serde(default = "yes")]
         pub send_exemplars: bool,
-        /// Send a `target_info` series with the resource attributes (default true).
+        /// Send a `target_info` series with the resource attributes.
         #[serde(default = "yes")]
         pub target_info: bool,
     }
@@ -150,6 +152,9 @@ impl ExporterFactory for VictoriaMetricsExporterFactory {
     }
     fn signals(&self) -> SignalSet {
         SignalSet::only(Signal::Metrics)
+    }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<VictoriaMetricsConfig>()
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<VictoriaMetricsConfig>(cfg).map(|_| ())

@@ -27,6 +27,9 @@ impl ExporterFactory for WebhookExporterFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::only(Signal::Logs)
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<WebhookConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<WebhookConfig>(cfg).map(|_| ())
     }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use std::sync::Arc;
 
 /// `extensions.basicauth`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BasicAuthConfig {
     /// The user and password sent by exporters.
@@ -20,11 +20,12 @@ pub struct BasicAuthConfig {
     pub client_auth: Option<ClientCredentials>,
     /// The Collector's server side: not supported here.
     #[serde(default)]
+    #[schemars(with = "Option<serde_json::Value>")]
     pub htpasswd: Option<serde_yaml::Value>,
 }
 
 /// `client_auth`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClientCredentials {
     /// User name.
@@ -70,6 +71,9 @@ impl ExtensionFactory for BasicAuthFactory {
     }
     fn authenticates(&self) -> bool {
         true
+    }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<BasicAuthConfig>()
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<BasicAuthConfig>(cfg).map(|_| ())

@@ -16,13 +16,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// `extensions.bearertokenauth`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BearerTokenConfig {
-    /// The header carrying the token (default `Authorization`).
+    /// The header carrying the token.
     #[serde(default = "default_header")]
     pub header: String,
-    /// Written before the token (default `Bearer`; empty: the token alone).
+    /// Written before the token (empty: the token alone).
     #[serde(default = "default_scheme")]
     pub scheme: String,
     /// The token.
@@ -179,6 +179,9 @@ impl ExtensionFactory for BearerTokenFactory {
     }
     fn authenticates(&self) -> bool {
         true
+    }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<BearerTokenConfig>()
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<BearerTokenConfig>(cfg).map(|_| ())

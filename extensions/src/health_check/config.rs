@@ -4,7 +4,7 @@ use causeway_core::config::{ConfigError, Duration, Validate};
 use serde::Deserialize;
 
 /// `extensions.health_check`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HealthCheckConfig {
     /// Where to listen (default `localhost:13133`, as in the Collector).
@@ -13,7 +13,7 @@ pub struct HealthCheckConfig {
     /// Serve over TLS (`cert_file`, `key_file`, optional `client_ca_file`).
     #[serde(default)]
     pub tls: Option<causeway_core::tls::ServerTls>,
-    /// The path answering (default `/`).
+    /// The path answering.
     #[serde(default = "default_path")]
     pub path: String,
     /// Fixed bodies instead of the JSON status.
@@ -45,7 +45,7 @@ fn default_path() -> String {
 }
 
 /// `response_body`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResponseBody {
     /// Body while healthy (200).
@@ -57,7 +57,7 @@ pub struct ResponseBody {
 }
 
 /// `check_collector_pipeline` (accepted, not used).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckPipeline {
     /// Whether it is on.

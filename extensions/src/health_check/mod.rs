@@ -31,6 +31,9 @@ impl ExtensionFactory for HealthCheckFactory {
     fn kind(&self) -> &'static str {
         "health_check"
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<HealthCheckConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<HealthCheckConfig>(cfg).map(|_| ())
     }

@@ -17,7 +17,7 @@ use serde::Deserialize;
 pub const HOW_TO_PROFILE: &str = "causeway is not a Go program: it serves no Go pprof profiles. Profile it with Linux perf instead, e.g. `perf record -F 999 -g -p $(pidof causeway) -- sleep 30` then `perf script | inferno-collapse-perf | inferno-flamegraph > causeway.svg` (BENCHMARKS.md shows the flame graphs made this way).";
 
 /// `extensions.pprof`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PprofConfig {
     /// Where to listen (default `localhost:1777`, as in the Collector).
@@ -66,6 +66,9 @@ pub struct PprofFactory;
 impl ExtensionFactory for PprofFactory {
     fn kind(&self) -> &'static str {
         "pprof"
+    }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<PprofConfig>()
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<PprofConfig>(cfg).map(|_| ())

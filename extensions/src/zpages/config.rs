@@ -4,7 +4,7 @@ use causeway_core::config::{ConfigError, Validate};
 use serde::Deserialize;
 
 /// `extensions.zpages`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ZPagesConfig {
     /// Where to listen (default `localhost:55679`, as in the Collector).
@@ -26,7 +26,7 @@ pub struct ZPagesConfig {
 }
 
 /// `expvar`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Expvar {
     /// Whether it is on.

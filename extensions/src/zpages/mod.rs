@@ -37,6 +37,9 @@ impl ExtensionFactory for ZPagesFactory {
     fn kind(&self) -> &'static str {
         "zpages"
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<ZPagesConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<ZPagesConfig>(cfg).map(|_| ())
     }

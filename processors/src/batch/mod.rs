@@ -14,16 +14,16 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 /// `processors.batch`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchConfig {
-    /// Send as soon as this many items are held (a trigger, not a cap; default 8192).
+    /// Send as soon as this many items are held (a trigger, not a cap).
     #[serde(default = "default_size")]
     pub send_batch_size: usize,
-    /// Send what is held this long after its first item arrived (default 200ms).
+    /// Send what is held this long after its first item arrived.
     #[serde(default = "default_timeout")]
     pub timeout: Duration,
-    /// Largest batch sent: bigger ones are split (0: no limit; default 0).
+    /// Largest batch sent: bigger ones are split (0: no limit).
     /// Spans and log records are counted; metrics are split between
     /// resources, never inside one.
     #[serde(default, deserialize_with = "causeway_core::config::lenient_int")]
@@ -93,6 +93,9 @@ impl ProcessorFactory for BatchProcessorFactory {
         // In a profiles pipeline too, passing them through unbatched (a
         // request's samples index its own dictionary): see `accepts`.
         SignalSet::WITH_PROFILES
+    }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<BatchConfig>()
     }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<BatchConfig>(cfg).map(|_| ())

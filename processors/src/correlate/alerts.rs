@@ -50,16 +50,16 @@ use super::store::Store;
 pub const ALERT_EVENT: &str = "causeway.alert";
 
 /// `correlate.alerts`.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AlertsConfig {
-    /// How often the rules are evaluated (default 15s).
+    /// How often the rules are evaluated.
     #[serde(default = "interval")]
     pub interval: Duration,
-    /// The stretch of time the `routes` and `rca` tables cover (default 1m).
+    /// The stretch of time the `routes` and `rca` tables cover.
     #[serde(default = "window")]
     pub window: Duration,
-    /// How often a firing alert is sent again (default 1m, Prometheus's `resend_delay`).
+    /// How often a firing alert is sent again (Prometheus's `resend_delay`).
     #[serde(default = "resend")]
     pub resend: Duration,
     /// Links added to every alert as annotations `<name>_url` (the first is
@@ -73,7 +73,7 @@ pub struct AlertsConfig {
 }
 
 /// One alert rule, shaped like a Prometheus alerting rule.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AlertRuleConfig {
     /// The alert's name (`alertname` label).
@@ -81,7 +81,7 @@ pub struct AlertRuleConfig {
     /// A SELECT over `routes`, `rca`, `kafka_groups` and `metrics`: one row
     /// per alert instance; columns become labels except `value` and `trace_id`.
     pub expr: String,
-    /// How long an instance must be returned before it fires (default 0: at once).
+    /// How long an instance must be returned before it fires (0: at once).
     #[serde(default, rename = "for")]
     pub for_: Option<Duration>,
     /// Labels added to every instance.

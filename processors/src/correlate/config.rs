@@ -14,24 +14,24 @@ use super::source::nats::NatsConfig;
 use super::source::rabbit::RabbitmqConfig;
 
 /// `processors.correlate`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CorrelateConfig {
-    /// How long logs, route statistics and metrics are kept (default 10m).
+    /// How long logs, route statistics and metrics are kept.
     #[serde(default = "window")]
     pub window: Duration,
     /// Log records kept at most; the oldest go first, counted in
-    /// `causeway_correlate_evicted_log_records_total{reason="count"}` (default 1000000).
+    /// `causeway_correlate_evicted_log_records_total{reason="count"}`.
     #[serde(default = "max_logs")]
     pub max_log_records: usize,
     /// Bytes of log records kept at most (body + 256 bytes each); the oldest
-    /// go first, counted with `reason="bytes"` (default 256MiB).
+    /// go first, counted with `reason="bytes"`.
     #[serde(default = "max_log_bytes")]
     pub max_log_bytes: ByteSize,
-    /// Metric series kept at most (default 50000).
+    /// Metric series kept at most.
     #[serde(default = "max_series")]
     pub max_series: usize,
-    /// Routes with statistics at most (default 10000).
+    /// Routes with statistics at most.
     #[serde(default = "max_routes")]
     pub max_routes: usize,
     /// Metric points with a time in [trace start − lookback, trace end +
@@ -42,7 +42,7 @@ pub struct CorrelateConfig {
     /// See `metric_lookback`.
     #[serde(default = "lookahead")]
     pub metric_lookahead: Duration,
-    /// Use the built-in rules (default true).
+    /// Use the built-in rules.
     #[serde(default = "yes")]
     pub builtin_rules: bool,
     /// User rules. They run with the built-in ones; one with a built-in's name replaces it.
@@ -50,15 +50,15 @@ pub struct CorrelateConfig {
     pub rules: Vec<RuleConfig>,
     /// Emit an RCA log record per analysed trace (into the logs pipelines this
     /// processor is in) and the `causeway.rca.traces` counter (into its
-    /// metrics pipelines) (default true).
+    /// metrics pipelines).
     #[serde(default = "yes")]
     pub events: bool,
     /// A finding must account for at least this share of the trace's
     /// duration to be its cause, unless it explains why the request failed
-    /// (default 0.2). Below it, it stays an alternative.
+    ///. Below it, it stays an alternative.
     #[serde(default = "min_share")]
     pub min_explained_share: f64,
-    /// And at least this long (default 50ms): a 20 ms fallback read in a
+    /// And at least this long: a 20 ms fallback read in a
     /// 30 ms trace is not why anyone was paged.
     #[serde(default = "min_explained")]
     pub min_explained: Duration,
@@ -75,14 +75,14 @@ pub struct CorrelateConfig {
     pub recent_traces: usize,
     /// A kept trace with a call to an instrumented service (its address
     /// seen served by one) whose spans are not in it yet waits for them,
-    /// before its analysis, at most this long (default 6s: the
+    /// before its analysis, at most this long (6s: the
     /// OpenTelemetry SDKs export a batch every 5 s, `OTEL_BSP_SCHEDULE_DELAY`,
     /// so a callee's span may come seconds after its caller's root, past a
     /// sampler's `decision_wait_after_root_received`). `0s`: no wait; a
     /// callee's span that comes after the analysis is passed on unanalysed.
     #[serde(default = "callee_wait")]
     pub callee_wait: Duration,
-    /// Traces held by `evidence_wait` at most; beyond, they leave at once (default 10000).
+    /// Traces held by `evidence_wait` at most; beyond, they leave at once.
     #[serde(default = "max_held")]
     pub max_held_traces: usize,
     /// Service route → gateway route id, for sites whose gateway route ids
@@ -107,7 +107,7 @@ pub struct CorrelateConfig {
     pub baseline: BaselineConfig,
     /// A message that waited at least this long between its producer span's
     /// end and its consumer span's start is `consumer_lag` by its wait
-    /// alone, whatever the lag metrics say (default 500ms: a consumer that
+    /// alone, whatever the lag metrics say (500ms: a consumer that
     /// keeps up still waits up to its fetch wait, Kafka's
     /// `fetch.max.wait.ms`, 500 ms by default).
     #[serde(default = "min_message_wait")]
@@ -133,22 +133,22 @@ pub struct CorrelateConfig {
 }
 
 /// `processors.correlate.baseline`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BaselineConfig {
-    /// The window a baseline covers (two generations of half of it; default 1h).
+    /// The window a baseline covers (two generations of half of it).
     #[serde(default = "baseline_window")]
     pub window: Duration,
-    /// Samples an operation needs before its baseline is used (default 20).
+    /// Samples an operation needs before its baseline is used.
     /// Before, a span's whole self time counts as its deviation.
     #[serde(default = "min_samples")]
     pub min_samples: u64,
-    /// Operations (service, span name) with a baseline at most (default 10000).
+    /// Operations (service, span name) with a baseline at most.
     #[serde(default = "max_operations")]
     pub max_operations: usize,
     /// Spans a second, at most, of the traces a `tail_sampling` before
     /// this processor did not keep that the baselines (and the calls each
-    /// operation makes) learn from (default 20000; 0: none, baselines then
+    /// operation makes) learn from (0: none, baselines then
     /// learn from the kept traces alone).
     #[serde(default = "unkept_spans_per_second")]
     pub unkept_spans_per_second: usize,

@@ -73,6 +73,9 @@ impl ProcessorFactory for CorrelateFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::WITH_PROFILES
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<CorrelateConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<CorrelateConfig>(cfg).map(|_| ())
     }

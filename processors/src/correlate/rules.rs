@@ -113,7 +113,7 @@ fn slow_kind(c: &SpanRow) -> &'static str {
 }
 
 /// A root-cause rule: SQL over the joined evidence.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// The rule's name, written to `rca.rule`. A user rule named like a
@@ -135,23 +135,26 @@ pub struct RuleConfig {
 /// retries a second on one target). One request's retries, however many
 /// and however fast, are its client handling a transient failure: the
 /// cause is what the attempts met, and the retries are its evidence.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryStormConfig {
     /// Retries a second into one target, counted over every trace the
     /// daemon sees (kept or not), from which the requests retrying into it
-    /// are caught in a `retry_storm` (default 200).
+    /// are caught in a `retry_storm`.
     #[serde(default = "storm_rate")]
     pub min_rate: f64,
     /// Removed: one request's retries are never a storm by themselves
     /// (see `min_rate`). Reported as an error when set.
     #[serde(default)]
+    #[schemars(skip)]
     pub min_retries: Option<serde_yaml::Value>,
     /// Removed, as `min_retries`.
     #[serde(default)]
+    #[schemars(skip)]
     pub min_attempts: Option<serde_yaml::Value>,
     /// Removed, as `min_retries`.
     #[serde(default)]
+    #[schemars(skip)]
     pub max_interval: Option<serde_yaml::Value>,
 }
 

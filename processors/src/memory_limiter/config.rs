@@ -4,7 +4,7 @@ use causeway_core::config::{lenient_int, ConfigError, Duration, Validate};
 use serde::Deserialize;
 
 /// `processors.memory_limiter`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryLimiterProcessorConfig {
     /// How often memory is measured. Required, as in the Collector (which

@@ -32,6 +32,9 @@ impl ProcessorFactory for MemoryLimiterFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::WITH_PROFILES
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<MemoryLimiterProcessorConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         let c: MemoryLimiterProcessorConfig = decode(cfg)?;
         let m = limiter_config(&c, available_memory());

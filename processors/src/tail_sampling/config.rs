@@ -9,17 +9,17 @@ use causeway_core::config::{ByteSize, ConfigError, Duration, Validate};
 use serde::Deserialize;
 
 /// `processors.tail_sampling`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TailSamplingConfig {
-    /// How long after a trace's first span to decide (default 30s).
+    /// How long after a trace's first span to decide.
     #[serde(default = "default_wait")]
     pub decision_wait: Duration,
     /// Decide this long after the root span (no parent) arrived, when that is
-    /// sooner than `decision_wait` (default 0s: off).
+    /// sooner than `decision_wait` (0s: off).
     #[serde(default)]
     pub decision_wait_after_root_received: Duration,
-    /// Most traces held at once; beyond it the oldest are decided early (default 50000).
+    /// Most traces held at once; beyond it the oldest are decided early.
     #[serde(default = "default_num_traces")]
     #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub num_traces: usize,
@@ -28,13 +28,13 @@ pub struct TailSamplingConfig {
     #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub expected_new_traces_per_sec: u64,
     /// Most bytes of pending spans (measured: encoded spans plus bookkeeping);
-    /// beyond it the oldest traces are decided early (default 256MiB).
+    /// beyond it the oldest traces are decided early.
     #[serde(default = "default_max_memory")]
     pub max_memory: ByteSize,
-    /// A trace bigger than this is decided at once (0: off; default 0).
+    /// A trace bigger than this is decided at once (0: off).
     #[serde(default, alias = "max_trace_size_bytes")]
     pub maximum_trace_size_bytes: ByteSize,
-    /// A trace with more spans than this is decided at once (0: off; default 10000).
+    /// A trace with more spans than this is decided at once (0: off).
     #[serde(default = "default_max_spans")]
     #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub max_spans_per_trace: usize,
@@ -44,11 +44,11 @@ pub struct TailSamplingConfig {
     /// Stop evaluating at the first policy that samples.
     #[serde(default)]
     pub sample_on_first_match: bool,
-    /// At shutdown, drop pending traces instead of deciding them (default false).
+    /// At shutdown, drop pending traces instead of deciding them.
     #[serde(default)]
     pub drop_pending_traces_on_shutdown: bool,
     /// Keep every trace with an ERROR span, whatever the policies say,
-    /// unless a `drop` policy drops it (default true).
+    /// unless a `drop` policy drops it.
     #[serde(default = "yes")]
     pub always_keep_errors: bool,
     /// The policies, evaluated in order.
@@ -73,14 +73,14 @@ fn default_max_spans() -> usize {
 }
 
 /// `decision_cache`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecisionCacheConfig {
-    /// Trace ids of kept traces to remember (default 100000).
+    /// Trace ids of kept traces to remember.
     #[serde(default = "default_cache")]
     #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub sampled_cache_size: usize,
-    /// Trace ids of dropped traces to remember (default 100000).
+    /// Trace ids of dropped traces to remember.
     #[serde(default = "default_cache")]
     #[serde(deserialize_with = "causeway_core::config::lenient_int")]
     pub non_sampled_cache_size: usize,

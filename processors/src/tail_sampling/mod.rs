@@ -84,6 +84,9 @@ impl ProcessorFactory for TailSamplingFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::only(Signal::Traces)
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<TailSamplingConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<TailSamplingConfig>(cfg).map(|_| ())
     }

@@ -7,7 +7,9 @@ use serde::Deserialize;
 use super::parse::Canon;
 
 /// Where to start in files found at startup without a checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum StartAt {
     /// From the first byte.
@@ -18,7 +20,9 @@ pub enum StartAt {
 }
 
 /// Line formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum FormatName {
     /// One JSON object a line.
@@ -49,7 +53,7 @@ pub enum FormatName {
 }
 
 /// `receivers.gateway_log`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayLogConfig {
     /// Glob patterns of files to tail: the live file (`access.log`) is
@@ -71,7 +75,7 @@ pub struct GatewayLogConfig {
     /// Files that appear later are always read from their beginning.
     #[serde(default)]
     pub start_at: StartAt,
-    /// How often to look for new files and new lines (default 200ms).
+    /// How often to look for new files and new lines.
     #[serde(default = "poll")]
     pub poll_interval: Duration,
     /// `json` (default), `envoy`, `nginx` or `regex`.
@@ -83,29 +87,29 @@ pub struct GatewayLogConfig {
     /// Which key holds which field, e.g. `{trace_id: x_trace, duration_ms: took}`.
     #[serde(default)]
     pub fields: IndexMap<String, String>,
-    /// Longer lines are cut: skipped to the next newline, counted and reported (default 1MiB).
+    /// Longer lines are cut: skipped to the next newline, counted and reported.
     #[serde(default = "max_line")]
     pub max_line_bytes: ByteSize,
-    /// Bytes of a file's beginning that identify it across renames (default 1KiB).
+    /// Bytes of a file's beginning that identify it across renames.
     #[serde(default = "fingerprint")]
     pub fingerprint_size: ByteSize,
     /// Directory for read checkpoints; without it a restart starts over by `start_at`.
     #[serde(default)]
     pub storage: Option<String>,
-    /// Lines per batch sent into the pipeline (default 1000).
+    /// Lines per batch sent into the pipeline.
     #[serde(default = "batch_lines")]
     pub max_batch_lines: usize,
     /// Batches sent but not yet delivered; reading pauses beyond it. This
-    /// bounds what a crash can repeat (default 16).
+    /// bounds what a crash can repeat.
     #[serde(default = "inflight")]
     pub max_inflight_batches: usize,
     /// After an exporter gave up on lines (its `max_elapsed_time` passed),
     /// the checkpoint stays before them and the files are read again from
-    /// it after this pause (default 5s): a file can always be read again.
+    /// it after this pause: a file can always be read again.
     #[serde(default = "redeliver")]
     pub redeliver_delay: Duration,
     /// Files open at most, counting those opened ahead of the reader
-    /// (default 1024): a new file is opened within one `poll_interval` of
+    ///: a new file is opened within one `poll_interval` of
     /// appearing, even while the lines read before are still being
     /// delivered, so a rotation that compresses it away before it is read
     /// loses nothing. With this many open, a new file is opened only when

@@ -71,6 +71,9 @@ impl ReceiverFactory for GatewayLogFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::only(Signal::Logs)
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<GatewayLogConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<GatewayLogConfig>(cfg).map(|_| ())
     }

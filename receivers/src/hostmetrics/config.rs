@@ -4,14 +4,14 @@ use causeway_core::config::{ConfigError, Duration, Validate};
 use serde::Deserialize;
 
 /// `receivers.hostmetrics`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HostMetricsConfig {
-    /// How often to read /proc (default 10s). Utilizations are over this interval.
+    /// How often to read /proc. Utilizations are over this interval.
     #[serde(default = "interval")]
     pub collection_interval: Duration,
     /// Where the host's `/proc` is mounted, for a container reading its
-    /// host's (`/hostfs` → `/hostfs/proc`; default `/`).
+    /// host's (`/hostfs` → `/hostfs/proc`).
     #[serde(default = "root")]
     pub root_path: String,
     /// `host.name` on the resource (default: the kernel's hostname under `root_path`).
@@ -27,7 +27,7 @@ pub struct HostMetricsConfig {
 }
 
 /// One scraper's settings.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScraperConfig {
     /// Per-metric switches.
@@ -36,7 +36,7 @@ pub struct ScraperConfig {
 }
 
 /// `{enabled: bool}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetricSwitch {
     /// Whether the metric is reported.

@@ -42,6 +42,9 @@ impl ReceiverFactory for HostMetricsFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::only(Signal::Metrics)
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<HostMetricsConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<HostMetricsConfig>(cfg).map(|_| ())
     }

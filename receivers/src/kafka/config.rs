@@ -8,7 +8,9 @@ use serde::Deserialize;
 pub use causeway_core::kafka::{Encoding as KafkaEncoding, SignalTopic};
 
 /// Where a group without a committed offset starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum InitialOffset {
     /// New messages only (default, as the Collector).
@@ -19,7 +21,9 @@ pub enum InitialOffset {
 }
 
 /// How partitions are shared among the group's members.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum RebalanceStrategy {
     /// Kafka's range assignor (default): partition N of every subscribed
@@ -33,7 +37,7 @@ pub enum RebalanceStrategy {
 }
 
 /// `receivers.kafka`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaReceiverConfig {
     /// Bootstrap brokers, `host:port`.
@@ -42,24 +46,24 @@ pub struct KafkaReceiverConfig {
     /// says which (messages without it are taken as the signal of the
     /// pipeline, when the receiver feeds only one). Per-signal topics win.
     pub topic: Option<String>,
-    /// Spans' topic (default `otlp_spans`).
+    /// Spans' topic.
     #[serde(default)]
     pub traces: SignalTopic,
-    /// Log records' topic (default `otlp_logs`).
+    /// Log records' topic.
     #[serde(default)]
     pub logs: SignalTopic,
-    /// Metrics' topic (default `otlp_metrics`).
+    /// Metrics' topic.
     #[serde(default)]
     pub metrics: SignalTopic,
     /// `otlp_proto` (default) or `otlp_json`.
     #[serde(default)]
     pub encoding: KafkaEncoding,
-    /// The consumer group (default `causeway`). Instances of one tier share
+    /// The consumer group. Instances of one tier share
     /// it; a receiver that every instance must read whole (metrics for the
     /// join) needs one group per instance, e.g. `causeway-${env:HOSTNAME}`.
     #[serde(default = "group_id")]
     pub group_id: String,
-    /// The client id the broker sees (default `causeway`).
+    /// The client id the broker sees.
     #[serde(default = "client_id")]
     pub client_id: String,
     /// Static membership (`group.instance.id`, as the Collector's key): a
@@ -75,11 +79,11 @@ pub struct KafkaReceiverConfig {
     /// `range` (default; keeps the spans and logs topics co-partitioned) or `roundrobin`.
     #[serde(default)]
     pub group_rebalance_strategy: RebalanceStrategy,
-    /// How often the offsets that became safe are committed (default 1s).
+    /// How often the offsets that became safe are committed.
     #[serde(default = "commit_interval")]
     pub commit_interval: Duration,
     /// Messages read and not yet safe (delivered, on disk, or decided by
-    /// tail sampling) at most; reading pauses above it (default 100000).
+    /// tail sampling) at most; reading pauses above it.
     #[serde(default = "max_in_flight")]
     pub max_in_flight_messages: usize,
     /// librdkafka properties passed through as they are (TLS and SASL,

@@ -86,6 +86,9 @@ impl ReceiverFactory for KafkaReceiverFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::ALL
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<KafkaReceiverConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<KafkaReceiverConfig>(cfg).map(|_| ())
     }

@@ -5,7 +5,7 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 
 /// Include / exclude regular expressions over names.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Match {
     /// Names matching this regex are read (default: all).
@@ -80,21 +80,21 @@ impl Filter {
 }
 
 /// `receivers.kafka_lag`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaLagConfig {
     /// Bootstrap brokers, `host:port`.
     pub brokers: Vec<String>,
-    /// The name of the cluster on the metrics' resource (`kafka.cluster.alias`; default `kafka`).
+    /// The name of the cluster on the metrics' resource (`kafka.cluster.alias`).
     #[serde(default = "alias")]
     pub cluster_alias: String,
-    /// The client id the broker sees (default `causeway-kafka-lag`).
+    /// The client id the broker sees.
     #[serde(default = "client_id")]
     pub client_id: String,
-    /// How often to read the cluster (default 15s).
+    /// How often to read the cluster.
     #[serde(default = "interval")]
     pub interval: Duration,
-    /// Bound of each request to the cluster (default 10s); a round is given up after it.
+    /// Bound of each request to the cluster; a round is given up after it.
     #[serde(default = "timeout")]
     pub timeout: Duration,
     /// Consumer groups to read (regexes over group ids, matching the whole id).
@@ -103,27 +103,27 @@ pub struct KafkaLagConfig {
     /// Topics to read (regexes over topic names, matching the whole name).
     #[serde(default)]
     pub topics: Match,
-    /// Lag (messages) above which the lag alarm fires (default 10000).
+    /// Lag (messages) above which the lag alarm fires.
     #[serde(default = "lag_threshold")]
     pub lag_threshold: i64,
-    /// Lag growing without a decrease for this long fires the lag alarm too (default 5m).
+    /// Lag growing without a decrease for this long fires the lag alarm too.
     #[serde(default = "growth_window")]
     pub growth_window: Duration,
-    /// Samples in Burrow's evaluation window (default 10: 2.5 minutes at 15s).
+    /// Samples in Burrow's evaluation window (10: 2.5 minutes at 15s).
     #[serde(default = "window")]
     pub window: usize,
-    /// Lag at or below this counts as caught up in the status evaluation (default 0).
+    /// Lag at or below this counts as caught up in the status evaluation.
     #[serde(default)]
     pub allowed_lag: i64,
     /// Topics that carry retries or dead letters (regex over the whole name;
     /// default `.*-retry|.*\.DLQ|.*-dlq`).
     #[serde(default = "retry_topics")]
     pub retry_topics: String,
-    /// Produce rate (messages/s) above which a retry topic is in a retry storm (default 200).
+    /// Produce rate (messages/s) above which a retry topic is in a retry storm.
     #[serde(default = "retry_rate")]
     pub retry_rate_threshold: f64,
     /// Ask for member counts (DescribeGroups). Brokers that do not serve it
-    /// make it fail; that is reported and the counts are left out (default true).
+    /// make it fail; that is reported and the counts are left out.
     #[serde(default = "yes")]
     pub describe_groups: bool,
     /// librdkafka properties passed through as they are: `security.protocol`,

@@ -61,6 +61,9 @@ impl ReceiverFactory for KafkaLagFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::only(Signal::Metrics)
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<KafkaLagConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<KafkaLagConfig>(cfg).map(|_| ())
     }

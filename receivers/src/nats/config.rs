@@ -7,17 +7,17 @@ pub use crate::kafka_lag::config::{Filter, Match};
 
 crate::polling::poll_config! {
     /// `receivers.nats`: the monitoring endpoint of a NATS server with JetStream.
-    #[derive(Debug, Clone, Deserialize)]
+    #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     pub struct NatsConfig {
         /// The server's monitoring endpoint (`-m`/`http_port`; default
         /// `http://localhost:8222`).
         #[serde(default = "endpoint")]
         pub endpoint: String,
-        /// Streams to read (regexes over the whole name; default all).
+        /// Streams to read (regexes over the whole name).
         #[serde(default)]
         pub streams: Match,
-        /// Consumers to read (regexes over the whole name; default all).
+        /// Consumers to read (regexes over the whole name).
         #[serde(default)]
         pub consumers: Match,
     }

@@ -64,6 +64,9 @@ impl ReceiverFactory for NatsFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::only(Signal::Metrics)
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<NatsConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<NatsConfig>(cfg).map(|_| ())
     }

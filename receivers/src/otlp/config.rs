@@ -6,13 +6,13 @@ use causeway_core::tls::{ServerAuth, ServerTls};
 use serde::Deserialize;
 
 /// `receivers.otlp`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpReceiverConfig {
     /// The protocols to serve; at least one.
     #[serde(default)]
     pub protocols: Protocols,
-    /// End-to-end acknowledgements (default false): answer a request only
+    /// End-to-end acknowledgements: answer a request only
     /// once every exporter of its pipelines has it on disk (a persistent
     /// `sending_queue`) or has delivered it; if an exporter gives up, the
     /// client gets a retryable error. With a persistent queue, a crash then
@@ -24,7 +24,7 @@ pub struct OtlpReceiverConfig {
 }
 
 /// `protocols`: a present key (even empty, `grpc:`) enables the protocol with its defaults.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Protocols {
     /// OTLP/gRPC.
@@ -36,17 +36,17 @@ pub struct Protocols {
 }
 
 /// `protocols.grpc`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrpcConfig {
-    /// `host:port` to listen on (default `127.0.0.1:4317`).
+    /// `host:port` to listen on.
     #[serde(default = "grpc_endpoint")]
     pub endpoint: String,
-    /// Largest accepted message, in MiB, after decompression (default 4).
+    /// Largest accepted message, in MiB, after decompression.
     #[serde(default = "max_recv")]
     pub max_recv_msg_size_mib: u64,
-    /// Largest number of concurrent streams per connection (default 100, the
-    /// minimum HTTP/2 recommends; streams beyond it are refused with
+    /// Largest number of concurrent streams per connection (the default is
+    /// the minimum HTTP/2 recommends; streams beyond it are refused with
     /// REFUSED_STREAM, which gRPC clients retry).
     #[serde(default = "max_streams")]
     pub max_concurrent_streams: Option<u32>,
@@ -84,22 +84,22 @@ fn max_recv() -> u64 {
 }
 
 /// `protocols.http`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
-    /// `host:port` to listen on (default `127.0.0.1:4318`).
+    /// `host:port` to listen on.
     #[serde(default = "http_endpoint")]
     pub endpoint: String,
-    /// Largest accepted body, before and after decompression (default 20MiB).
+    /// Largest accepted body, before and after decompression.
     #[serde(default = "max_body")]
     pub max_request_body_size: ByteSize,
-    /// Path of trace exports (default `/v1/traces`).
+    /// Path of trace exports.
     #[serde(default = "traces_path")]
     pub traces_url_path: String,
-    /// Path of log exports (default `/v1/logs`).
+    /// Path of log exports.
     #[serde(default = "logs_path")]
     pub logs_url_path: String,
-    /// Path of metric exports (default `/v1/metrics`).
+    /// Path of metric exports.
     #[serde(default = "metrics_path")]
     pub metrics_url_path: String,
     /// TLS (default: plaintext).

@@ -46,6 +46,9 @@ impl ReceiverFactory for OtlpReceiverFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::WITH_PROFILES
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<OtlpReceiverConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<OtlpReceiverConfig>(cfg).map(|_| ())
     }

@@ -7,7 +7,9 @@ use serde::Deserialize;
 use crate::prometheus::config::{FileSdConfig, StaticConfig};
 
 /// A profile a Go runtime serves under `/debug/pprof/`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// On-CPU time: `profile?seconds=N`, N seconds sampled.
@@ -56,7 +58,7 @@ impl Kind {
 }
 
 /// The processes of one service.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Job {
     /// `service.name` of their profiles.
@@ -71,41 +73,41 @@ pub struct Job {
     /// `http` (default) or `https`.
     #[serde(default = "http")]
     pub scheme: String,
-    /// Where the runtime serves its profiles (default `/debug/pprof/`).
+    /// Where the runtime serves its profiles.
     #[serde(default = "prefix")]
     pub path_prefix: String,
 }
 
 /// `receivers.pprof`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PprofConfig {
     /// The services whose processes are profiled.
     pub targets: Vec<Job>,
-    /// Which profiles are taken of each process (default `[cpu, mutex]`).
+    /// Which profiles are taken of each process.
     #[serde(default = "kinds")]
     pub profiles: Vec<Kind>,
-    /// How often each profile is taken of each process (default 15s). At
+    /// How often each profile is taken of each process. At
     /// least `seconds`; equal to it (the default), profiling is continuous:
     /// each window starts as the last one is answered.
     #[serde(default = "interval")]
     pub collection_interval: Duration,
     /// The window of a CPU profile and of a delta profile (mutex, block,
-    /// allocs): what happened in these seconds (default 15s).
+    /// allocs): what happened in these seconds.
     #[serde(default = "seconds")]
     pub seconds: Duration,
-    /// How long an answer may take beyond `seconds` (default 10s).
+    /// How long an answer may take beyond `seconds`.
     #[serde(default = "timeout")]
     pub timeout: Duration,
-    /// The largest answer, inflated (default 16MiB): beyond, it is refused
+    /// The largest answer, inflated: beyond, it is refused
     /// and counted (`reason="body_size_limit"`).
     #[serde(default = "body_limit")]
     pub body_size_limit: ByteSize,
-    /// Samples in one profile, over every sample type (default 200000):
+    /// Samples in one profile, over every sample type:
     /// beyond, it is refused and counted (`reason="too_large"`).
     #[serde(default = "max_samples")]
     pub max_samples: usize,
-    /// Frames in one stack (default 1024; Go cuts stacks at 128).
+    /// Frames in one stack (Go cuts stacks at 128).
     #[serde(default = "max_depth")]
     pub max_depth: usize,
     /// Client TLS for `https` targets.

@@ -56,6 +56,9 @@ impl ReceiverFactory for PprofFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::only(Signal::Profiles)
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<PprofConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<PprofConfig>(cfg).map(|_| ())
     }

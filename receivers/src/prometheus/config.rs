@@ -6,7 +6,7 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 
 /// `receivers.prometheus`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrometheusReceiverConfig {
     /// Prometheus' configuration: `global` and `scrape_configs`.
@@ -14,7 +14,7 @@ pub struct PrometheusReceiverConfig {
 }
 
 /// `config`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PromConfig {
     /// Defaults for every job.
@@ -25,7 +25,7 @@ pub struct PromConfig {
 }
 
 /// `global`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GlobalConfig {
     /// Default scrape interval (Prometheus' default: 1m).
@@ -37,7 +37,7 @@ pub struct GlobalConfig {
 }
 
 /// One job.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScrapeConfig {
     /// The job name (`service.name` of what it scrapes).
@@ -48,7 +48,7 @@ pub struct ScrapeConfig {
     /// How long a scrape may take (default: `global.scrape_timeout`, else 10s).
     #[serde(default)]
     pub scrape_timeout: Option<Duration>,
-    /// Path (default `/metrics`).
+    /// Path.
     #[serde(default = "default_path")]
     pub metrics_path: String,
     /// `http` (default) or `https`.
@@ -63,10 +63,10 @@ pub struct ScrapeConfig {
     /// Keep the scraped `job`/`instance` labels instead of renaming them `exported_*`.
     #[serde(default)]
     pub honor_labels: bool,
-    /// Largest body read from a target (default 16MiB); a bigger one fails the scrape.
+    /// Largest body read from a target; a bigger one fails the scrape.
     #[serde(default = "default_body_limit")]
     pub body_size_limit: ByteSize,
-    /// Most samples taken from one scrape (default 200000); more fail the scrape.
+    /// Most samples taken from one scrape; more fail the scrape.
     #[serde(
         default = "default_sample_limit",
         deserialize_with = "causeway_core::config::lenient_int"
@@ -78,7 +78,7 @@ pub struct ScrapeConfig {
         deserialize_with = "causeway_core::config::lenient_int"
     )]
     pub label_value_length_limit: usize,
-    /// Most labels on one series, `__name__` not counted (default 64); a series
+    /// Most labels on one series, `__name__` not counted; a series
     /// with more fails the scrape (Prometheus' `label_limit`, which it leaves unbounded).
     #[serde(
         default = "default_label_limit",
@@ -120,7 +120,7 @@ pub struct ScrapeConfig {
 }
 
 /// `tls_config`, Prometheus' keys.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// CA bundle (default: the system's roots).
@@ -154,7 +154,7 @@ impl TlsConfig {
 }
 
 /// `basic_auth`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BasicAuth {
     /// User name.
@@ -168,10 +168,10 @@ pub struct BasicAuth {
 }
 
 /// `authorization`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Authorization {
-    /// The scheme (default `Bearer`).
+    /// The scheme.
     #[serde(default = "bearer", rename = "type")]
     pub kind: String,
     /// The credentials.
@@ -187,7 +187,7 @@ fn bearer() -> String {
 }
 
 /// One `metric_relabel_configs` rule.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RelabelConfig {
     /// Labels whose values, joined by `separator`, are matched.
@@ -196,13 +196,13 @@ pub struct RelabelConfig {
     /// Default `;`.
     #[serde(default = "semicolon")]
     pub separator: String,
-    /// Anchored regular expression (default `(.*)`).
+    /// Anchored regular expression.
     #[serde(default = "any")]
     pub regex: String,
     /// The label `replace` writes.
     #[serde(default)]
     pub target_label: Option<String>,
-    /// What `replace` writes, with `$1`-style references (default `$1`).
+    /// What `replace` writes, with `$1`-style references.
     #[serde(default = "dollar_one")]
     pub replacement: String,
     /// `replace` (default), `keep`, `drop`, `labelmap`, `labeldrop` or `labelkeep`.
@@ -211,7 +211,9 @@ pub struct RelabelConfig {
 }
 
 /// A relabeling action.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum RelabelAction {
     /// Set `target_label` from the match.
@@ -271,12 +273,12 @@ impl ScrapeConfig {
 }
 
 /// `file_sd_configs[]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileSdConfig {
     /// Files; the last path component may hold `*` (e.g. `targets/*.json`).
     pub files: Vec<std::path::PathBuf>,
-    /// Re-read at least this often (default 5m).
+    /// Re-read at least this often.
     #[serde(default = "default_refresh")]
     pub refresh_interval: Duration,
 }
@@ -286,7 +288,7 @@ fn default_refresh() -> Duration {
 }
 
 /// `static_configs[]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StaticConfig {
     /// `host:port` of each target.

@@ -53,7 +53,7 @@ impl Spec {
 }
 
 /// One group of a file: targets and their labels.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Group {
     targets: Vec<String>,

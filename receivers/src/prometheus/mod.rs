@@ -62,6 +62,9 @@ impl ReceiverFactory for PrometheusReceiverFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::only(Signal::Metrics)
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<PrometheusReceiverConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<PrometheusReceiverConfig>(cfg).map(|_| ())
     }

@@ -8,7 +8,7 @@ pub use crate::kafka_lag::config::{Filter, Match};
 
 crate::polling::poll_config! {
     /// `receivers.rabbitmq`: the management HTTP API of a RabbitMQ node or cluster.
-    #[derive(Debug, Clone, Deserialize)]
+    #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]
     pub struct RabbitmqConfig {
         /// The management API (default `http://localhost:15672`, the Collector's).
@@ -23,17 +23,17 @@ crate::polling::poll_config! {
         /// secret is picked up).
         #[serde(default)]
         pub password_file: Option<std::path::PathBuf>,
-        /// Virtual hosts to read (regexes over the whole name; default all).
+        /// Virtual hosts to read (regexes over the whole name).
         #[serde(default)]
         pub vhosts: Match,
-        /// Queues to read (regexes over the whole name; default all).
+        /// Queues to read (regexes over the whole name).
         #[serde(default)]
         pub queues: Match,
-        /// Collections in the status evaluation window (default 6: one minute at 10s).
+        /// Collections in the status evaluation window (6: one minute at 10s).
         #[serde(default = "window")]
         pub window: usize,
         /// How often the broker refreshes the queues' counters and depths
-        /// (RabbitMQ's `collect_statistics_interval`, default 5s): the
+        /// (RabbitMQ's `collect_statistics_interval`): the
         /// window is kept at least this long, since a counter that did not
         /// move over less says nothing of deliveries.
         #[serde(default = "stats_interval")]
@@ -41,13 +41,13 @@ crate::polling::poll_config! {
         /// Queues that carry retries or dead letters (regex over the whole name).
         #[serde(default = "retry_queues")]
         pub retry_queues: String,
-        /// Publish rate (messages/s) above which a retry queue is in a retry storm (default 200).
+        /// Publish rate (messages/s) above which a retry queue is in a retry storm.
         #[serde(default = "retry_rate")]
         pub retry_rate_threshold: f64,
         /// Also read `GET /api/bindings` and `GET /api/exchanges` at every
         /// collection and write each exchange → queue binding as
         /// `rabbitmq.queue.binding`, so that a trace publishing to an exchange
-        /// finds the queues its message went to (default true).
+        /// finds the queues its message went to.
         #[serde(default = "yes")]
         pub bindings: bool,
     }

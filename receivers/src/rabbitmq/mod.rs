@@ -69,6 +69,9 @@ impl ReceiverFactory for RabbitmqFactory {
     fn signals(&self) -> SignalSet {
         SignalSet::only(Signal::Metrics)
     }
+    fn schema(&self, g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        g.subschema_for::<RabbitmqConfig>()
+    }
     fn validate(&self, cfg: &serde_yaml::Value) -> Result<(), Vec<ConfigError>> {
         decode::<RabbitmqConfig>(cfg).map(|_| ())
     }

@@ -5,51 +5,51 @@ use causeway_core::config::{ConfigError, Duration};
 use serde::Deserialize;
 
 /// `correlate.incidents`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IncidentsConfig {
-    /// Detect incidents at all (default true).
+    /// Detect incidents at all.
     #[serde(default = "yes")]
     pub enabled: bool,
-    /// The time step of a route's statistics and of the evaluation (default 10s).
+    /// The time step of a route's statistics and of the evaluation.
     #[serde(default = "bucket")]
     pub interval: Duration,
-    /// The recent window compared with the route's normal (default 1m). An
+    /// The recent window compared with the route's normal. An
     /// open incident resolves when this window is within normal again.
     #[serde(default = "recent_window")]
     pub recent_window: Duration,
-    /// How much history a route's normal covers (two halves; default 1h).
+    /// How much history a route's normal covers (two halves).
     /// Traffic during an open incident never enters the normal.
     #[serde(default = "normal_window")]
     pub normal_window: Duration,
-    /// The latency quantile compared (default 0.95).
+    /// The latency quantile compared.
     #[serde(default = "quantile")]
     pub quantile: f64,
     /// An incident opens when the recent quantile is above this multiple of
-    /// the normal one (default 5: a twenty-fold p95 opens one) ...
+    /// the normal one (5: a twenty-fold p95 opens one) ...
     #[serde(default = "latency_factor")]
     pub latency_factor: f64,
-    /// ... and at least this much above it (default 100ms: a 2 ms route at
+    /// ... and at least this much above it (100ms: a 2 ms route at
     /// 12 ms pages nobody).
     #[serde(default = "min_latency_increase")]
     pub min_latency_increase: Duration,
     /// Or when the recent error share (5xx, 429, failed root or entry span)
-    /// is above the normal one by this margin (default 0.1).
+    /// is above the normal one by this margin.
     #[serde(default = "error_margin")]
     pub error_margin: f64,
     /// Requests (weighted by `sampling.adjusted_count`) the recent window
-    /// needs before it is compared (default 20).
+    /// needs before it is compared.
     #[serde(default = "min_requests")]
     pub min_requests: f64,
     /// Requests the normal needs before the route is compared with it
-    /// (default 100). A new route has no normal until then: only its SLOs
+    ///. A new route has no normal until then: only its SLOs
     /// can open an incident on it.
     #[serde(default = "min_normal_requests")]
     pub min_normal_requests: f64,
-    /// An open incident is written again (`update`) this often (default 30s).
+    /// An open incident is written again (`update`) this often.
     #[serde(default = "update_every")]
     pub update_every: Duration,
-    /// Routes with statistics at most (default 10000). Past it, routes that
+    /// Routes with statistics at most. Past it, routes that
     /// never had a normal and have no incident are evicted oldest first;
     /// when there are none, a new route is refused; both are counted.
     #[serde(default = "max_routes")]
@@ -62,11 +62,11 @@ pub struct IncidentsConfig {
     /// `span.gen_ai.usage.input_tokens` is bucketed by powers of two.
     #[serde(default = "attributes")]
     pub attributes: Vec<String>,
-    /// Distinct values per attribute and route at most (default 32; the
+    /// Distinct values per attribute and route at most (the
     /// rest count as `(other)`).
     #[serde(default = "max_values")]
     pub max_values: usize,
-    /// Exemplar traces per incident, worst first (default 5).
+    /// Exemplar traces per incident, worst first.
     #[serde(default = "exemplars")]
     pub exemplars: usize,
     /// Where open incidents are kept across restarts (a JSON file written
@@ -75,10 +75,10 @@ pub struct IncidentsConfig {
     pub state_file: Option<String>,
     /// Take the samples from the `causeway.rca` log records of other
     /// instances (a scaled-out tier's alerts instance, which holds no
-    /// traces) instead of from the traces analysed here (default false).
+    /// traces) instead of from the traces analysed here.
     #[serde(default)]
     pub from_records: bool,
-    /// Severity label of an incident opened by detection (default `warning`);
+    /// Severity label of an incident opened by detection;
     /// one opened by an SLO burn takes the burn window's.
     #[serde(default = "severity")]
     pub severity: String,
@@ -88,19 +88,19 @@ pub struct IncidentsConfig {
 }
 
 /// One SLO: good = not failed and faster than `latency`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SloConfig {
     /// Its name (`incident.slo`).
     pub name: String,
     /// The route it covers (as `rca.route_id` names it).
     pub route: String,
-    /// A request slower than this is bad (default none: only failures are).
+    /// A request slower than this is bad (none: only failures are).
     #[serde(default)]
     pub latency: Option<Duration>,
     /// The objective, in percent of good requests (e.g. 99.5).
     pub objective: f64,
-    /// The period the error budget covers (default 30d).
+    /// The period the error budget covers.
     #[serde(default = "period")]
     pub period: Duration,
     /// Multi-window, multi-burn-rate alerts (default the Google SRE
@@ -111,7 +111,7 @@ pub struct SloConfig {
 }
 
 /// A burn alert: the burn rate over both windows at least `burn_rate`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BurnWindow {
     /// `severity` label (`page`, `ticket`).

@@ -173,6 +173,8 @@ pub struct Explanation {
 
 /// Discriminators and levels reported at most.
 const TOP: usize = 5;
+/// Levels of one thing listed as moved before other things' are.
+const PER_THING: usize = 2;
 /// A discriminator covers at least this share of the slow or failed requests.
 const MIN_SHARE_IN: f64 = 0.25;
 /// And is at least this much more frequent among them than in normal traffic.
@@ -408,12 +410,29 @@ impl Incident {
                 })
             })
             .collect();
-        moved.sort_by(|a, b| {
+        let by_score = |a: &(f64, Moved), b: &(f64, Moved)| {
             b.0.partial_cmp(&a.0)
                 .unwrap_or(std::cmp::Ordering::Equal)
                 .then_with(|| a.1.series.cmp(&b.1.series))
+        };
+        moved.sort_by(by_score);
+        // At most `PER_THING` levels of one thing (a host, a dependency's
+        // address, a function) until every thing that moved is listed:
+        // five of a host's near-idle levels falling to zero must not hide
+        // a dependency that moved with the incident.
+        let mut listed: HashMap<&str, usize> = HashMap::new();
+        let (first, rest): (Vec<_>, Vec<_>) = moved.iter().partition(|(_, m)| {
+            let thing = m
+                .series
+                .rsplit_once(' ')
+                .map_or(m.series.as_str(), |(t, _)| t);
+            let n = listed.entry(thing).or_default();
+            *n += 1;
+            *n <= PER_THING
         });
-        moved.into_iter().take(TOP).map(|(_, m)| m).collect()
+        let mut top: Vec<(f64, Moved)> = first.into_iter().chain(rest).take(TOP).cloned().collect();
+        top.sort_by(by_score);
+        top.into_iter().map(|(_, m)| m).collect()
     }
 
     /// The one-line summary.

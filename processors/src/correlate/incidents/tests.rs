@@ -616,6 +616,59 @@ fn the_functions_whose_time_moved_explain_an_incident_of_the_code() {
     );
 }
 
+/// A host's near-idle levels that fall to zero during an incident do not
+/// crowd out the dependency that moved with it.
+#[test]
+fn what_moved_lists_each_thing_that_moved_before_more_levels_of_one() {
+    let inc = Incidents::new(&IncidentsConfig::default());
+    const HOST: [&str; 5] = ["iowait", "disk_util", "psi_io", "steal", "psi_memory"];
+    let levels = |host: f64, prompt: f64| {
+        let mut l: Vec<(String, f64)> = HOST
+            .iter()
+            .map(|k| (format!("host vm {k}"), host))
+            .collect();
+        l.push((
+            "dependency llamacpp 10.0.0.7:8080 prompt_tokens".into(),
+            prompt,
+        ));
+        l
+    };
+    let normal = |t: u64, k: usize, r: &str| {
+        let mut s = healthy(t, k, r);
+        s.levels = levels(0.01, 110.0);
+        s
+    };
+    assert!(run(&inc, &["assist"], 1000, 2200, &normal).is_empty());
+    let fault = |t: u64, k: usize, r: &str| {
+        if k < 8 {
+            let mut s = sample(t, r, 2400.0);
+            s.cause = "long_prompt".into();
+            s.levels = levels(0.0, 8500.0);
+            s
+        } else {
+            normal(t, k, r)
+        }
+    };
+    let during = run(&inc, &["assist"], 2200, 2320, &fault);
+    let e = &during.last().unwrap().explanation;
+    assert_eq!(e.moved.len(), 5, "{e:?}");
+    assert!(
+        e.moved.iter().any(
+            |m| m.series == "dependency llamacpp 10.0.0.7:8080 prompt_tokens"
+                && m.during > 10.0 * m.before
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.moved
+            .iter()
+            .filter(|m| m.series.starts_with("host vm"))
+            .count(),
+        4,
+        "the host fills what the dependency leaves: {e:?}"
+    );
+}
+
 /// A route's normal is made from buckets that left the recent window; a
 /// fault that comes before it exists (a new route, a pulse soon after
 /// start) opens an incident once it does, explained by the fault's own

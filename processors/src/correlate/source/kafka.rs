@@ -34,20 +34,20 @@ use crate::correlate::store::Store;
 
 /// `processors.correlate.consumer_lag`: when plain consumer-group lag (the
 /// Collector's `kafka.consumer_group.lag` / `lag_sum`) counts as lag.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConsumerLagConfig {
-    /// Lag in messages at or above which the group lags (default 5000, the
-    /// low end of the 5,000–10,000 operators alarm at).
+    /// Lag in messages at or above which the group lags (the default is
+    /// the low end of the 5,000–10,000 operators alarm at).
     #[serde(default = "lag_threshold")]
     pub lag_threshold: f64,
     /// Growth in messages, point after point over the join interval, at
-    /// which the group lags whatever its level (default 1000).
+    /// which the group lags whatever its level.
     #[serde(default = "lag_growth")]
     pub lag_growth: f64,
     /// How often the lag is sampled: kafkametrics' `collection_interval`
-    /// (default 1m) or kafka_lag's `interval`. A consumer's wait joins the
-    /// lag sampled within this of it (default 1m).
+    /// or kafka_lag's `interval`. A consumer's wait joins the
+    /// lag sampled within this of it.
     #[serde(default = "lag_sample_interval")]
     pub sample_interval: Duration,
 }

@@ -252,7 +252,7 @@ pub const JOIN_ATTRS: &[&str] = &[
 
 /// The section of a source whose receiver collects on an interval
 /// (`processors.correlate.rabbitmq`, `.nats`).
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SampleInterval {
     /// How often the receiver collects (its `collection_interval`): a

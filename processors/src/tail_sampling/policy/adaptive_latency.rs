@@ -11,26 +11,26 @@ use std::collections::HashMap;
 pub struct AdaptiveLatency;
 
 /// `adaptive_latency`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdaptiveLatencyConfig {
-    /// Keep traces slower than this quantile of their route (default 0.99).
+    /// Keep traces slower than this quantile of their route.
     #[serde(default = "default_quantile")]
     pub quantile: f64,
-    /// The rolling window (default 5m).
+    /// The rolling window.
     #[serde(default = "default_window")]
     pub window: Duration,
-    /// Never keep a trace faster than this, whatever its route's quantile (default 0).
+    /// Never keep a trace faster than this, whatever its route's quantile.
     #[serde(default)]
     pub min_threshold_ms: u64,
-    /// Traces a route must have seen in the window before the policy keeps any (default 100).
+    /// Traces a route must have seen in the window before the policy keeps any.
     #[serde(default = "default_warmup")]
     pub warmup_count: u64,
-    /// Span attributes naming the route, first found wins (default `http.route`, `route_id`);
-    /// without one the root span's name is the route.
+    /// Span attributes naming the route, first found wins; without one the
+    /// root span's name is the route.
     #[serde(default = "default_route_attributes")]
     pub route_attributes: Vec<String>,
-    /// Routes tracked; further routes share one bucket (default 1000).
+    /// Routes tracked; further routes share one bucket.
     #[serde(default = "default_max_routes")]
     pub max_routes: usize,
 }

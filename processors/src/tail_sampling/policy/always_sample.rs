@@ -7,7 +7,7 @@ use serde::Deserialize;
 pub struct AlwaysSample;
 
 /// It takes no settings.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoSettings {}
 

@@ -10,7 +10,7 @@ use serde::Deserialize;
 pub struct And;
 
 /// `and`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AndConfig {
     /// Sub-policies that must all keep.

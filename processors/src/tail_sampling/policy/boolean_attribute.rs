@@ -9,7 +9,7 @@ use serde::Deserialize;
 pub struct BooleanAttribute;
 
 /// `boolean_attribute`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BooleanAttributeConfig {
     /// Attribute key.

@@ -12,7 +12,7 @@ use serde::Deserialize;
 pub struct BytesLimiting;
 
 /// `bytes_limiting`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BytesLimitingConfig {
     /// Bytes of kept spans per second.

@@ -14,7 +14,7 @@ use serde::Deserialize;
 pub struct Composite;
 
 /// `composite`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompositeConfig {
     /// The budget shared by the sub-policies.
@@ -31,7 +31,7 @@ pub struct CompositeConfig {
 }
 
 /// `{policy, percent}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateAllocation {
     /// Sub-policy name.

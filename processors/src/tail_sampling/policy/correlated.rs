@@ -13,26 +13,26 @@ use serde::Deserialize;
 pub struct Correlated;
 
 /// `correlated`: signal-aware sampling.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CorrelatedConfig {
-    /// The id of the `correlate` processor whose state is read (default `correlate`).
+    /// The id of the `correlate` processor whose state is read.
     #[serde(default = "default_correlate")]
     pub processor: String,
-    /// Gateway answers that mark a trace's own request as in trouble (default 429, 503, 504).
+    /// Gateway answers that mark a trace's own request as in trouble.
     #[serde(default = "default_trouble_statuses")]
     pub statuses: Vec<i64>,
     /// A route is in trouble when this share of its gateway requests in the
-    /// window answered one of `statuses`, or its circuit is not CLOSED (default 0.05).
+    /// window answered one of `statuses`, or its circuit is not CLOSED.
     #[serde(default = "default_route_ratio")]
     pub route_error_ratio: f64,
-    /// A host is in trouble above this CPU busy share (default 0.9)…
+    /// A host is in trouble above this CPU busy share…
     #[serde(default = "default_cpu_busy")]
     pub cpu_busy: f64,
-    /// …or this iowait share (default 0.2)…
+    /// …or this iowait share…
     #[serde(default = "default_iowait")]
     pub iowait: f64,
-    /// …or this memory used share (default 0.95).
+    /// …or this memory used share.
     #[serde(default = "default_memory_used")]
     pub memory_used: f64,
 }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 pub struct Drop;
 
 /// `drop`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DropConfig {
     /// Sub-policies that must all match for the trace to be dropped.

@@ -10,7 +10,7 @@ use serde::Deserialize;
 pub struct Latency;
 
 /// `latency`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LatencyConfig {
     /// Keep traces lasting at least this (earliest start to latest end).

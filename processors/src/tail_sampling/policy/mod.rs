@@ -67,6 +67,45 @@ pub struct PolicyConfig {
     pub settings: BTreeMap<String, serde_yaml::Value>,
 }
 
+/// One policy's schema per type: `type` names it, its settings under that
+/// name (required, optional or absent as the type takes them).
+impl schemars::JsonSchema for PolicyConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TailSamplingPolicy".into()
+    }
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let one_of: Vec<serde_json::Value> = TYPES
+            .iter()
+            .filter(|t| t.supported)
+            .map(|t| {
+                let mut properties = serde_json::Map::new();
+                properties.insert(
+                    "name".into(),
+                    serde_json::json!({"type": "string", "description": "Name, used in `sampling.policy` and metrics."}),
+                );
+                properties.insert("type".into(), serde_json::json!({"const": t.name}));
+                let mut required = vec!["name", "type"];
+                if t.settings != Takes::Nothing {
+                    properties.insert(t.name.into(), (t.schema)(g).to_value());
+                }
+                if t.settings == Takes::Required {
+                    required.push(t.name);
+                }
+                serde_json::json!({
+                    "type": "object",
+                    "properties": properties,
+                    "required": required,
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        schemars::json_schema!({
+            "description": "A policy: `name`, `type` and the type's settings under its own name.",
+            "oneOf": one_of,
+        })
+    }
+}
+
 /// What a policy says about a trace. As in the Collector, a policy with
 /// `invert_match` answers with the inverted pair: a trace any such policy
 /// turns away is not kept whatever the others say, and one it accepts is
@@ -167,8 +206,11 @@ pub trait Kind: 'static {
     const NAME: &'static str;
     /// Whether it takes `<NAME>: {…}` settings.
     const SETTINGS: Takes = Takes::Required;
+    /// Whether it is supported (the JSON Schema leaves out the Collector's
+    /// types that are only refused with what to write instead).
+    const SUPPORTED: bool = true;
     /// Its settings (`deny_unknown_fields`).
-    type Settings: DeserializeOwned;
+    type Settings: DeserializeOwned + schemars::JsonSchema;
     /// Every problem of its settings, reported through `c`.
     fn check(_settings: &Self::Settings, _c: &mut Check<'_>) {}
     /// The evaluator, registering the attribute keys it reads.
@@ -196,6 +238,8 @@ pub struct Type {
     settings: Takes,
     check: fn(&serde_yaml::Value, &mut Check<'_>),
     build: Build,
+    schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
+    supported: bool,
 }
 
 impl Type {
@@ -206,6 +250,8 @@ impl Type {
             settings: K::SETTINGS,
             check: check_of::<K>,
             build: build_of::<K>,
+            schema: |g| g.subschema_for::<K::Settings>(),
+            supported: K::SUPPORTED,
         }
     }
 

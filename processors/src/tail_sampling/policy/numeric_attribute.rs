@@ -11,7 +11,7 @@ use serde::Deserialize;
 pub struct NumericAttribute;
 
 /// `numeric_attribute`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NumericAttributeConfig {
     /// Attribute key.

@@ -14,12 +14,13 @@ const REFUSAL: &str = "the `ottl_condition` policy is not supported: causeway ha
 impl Kind for OttlCondition {
     const NAME: &'static str = "ottl_condition";
     const SETTINGS: Takes = Takes::Optional;
+    const SUPPORTED: bool = false;
     /// Read only to report them unsupported.
-    type Settings = serde_yaml::Value;
-    fn check(_: &serde_yaml::Value, c: &mut Check<'_>) {
+    type Settings = serde_json::Value;
+    fn check(_: &serde_json::Value, c: &mut Check<'_>) {
         c.policy_error("type", REFUSAL);
     }
-    fn build(_: serde_yaml::Value, _: &mut Keys) -> Result<Box<dyn Evaluator>, String> {
+    fn build(_: serde_json::Value, _: &mut Keys) -> Result<Box<dyn Evaluator>, String> {
         Err(REFUSAL.into())
     }
 }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 pub struct Probabilistic;
 
 /// `probabilistic`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProbabilisticConfig {
     /// Percentage of traces to keep, 0–100.

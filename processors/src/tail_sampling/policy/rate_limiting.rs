@@ -8,7 +8,7 @@ use serde::Deserialize;
 pub struct RateLimiting;
 
 /// `rate_limiting`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitingConfig {
     /// Spans per second.

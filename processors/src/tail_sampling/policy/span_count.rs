@@ -8,7 +8,7 @@ use serde::Deserialize;
 pub struct SpanCount;
 
 /// `span_count`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpanCountConfig {
     /// At least this many spans.

@@ -7,7 +7,7 @@ use serde::Deserialize;
 pub struct StatusCode;
 
 /// `status_code`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusCodeConfig {
     /// `OK`, `ERROR`, `UNSET`.
@@ -15,7 +15,9 @@ pub struct StatusCodeConfig {
 }
 
 /// A span status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 pub enum StatusName {
     /// Unset.
     #[serde(rename = "UNSET")]

@@ -12,7 +12,7 @@ use serde::Deserialize;
 pub struct StringAttribute;
 
 /// `string_attribute`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StringAttributeConfig {
     /// Attribute key (span or resource).

@@ -8,7 +8,7 @@ use serde::Deserialize;
 pub struct TraceState;
 
 /// `trace_state`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TraceStateConfig {
     /// The tracestate list-member key.

@@ -569,11 +569,11 @@ pub fn row<F: Family>(
 /// `processors.correlate.dependencies`: a dependency's metrics (Redis,
 /// PostgreSQL, NGINX, Envoy, vLLM, Triton, DCGM; see the module doc) join
 /// the client spans that called it by address.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DependenciesConfig {
     /// How often the dependencies are scraped: a client span joins the
-    /// points within this of its start and end (default 15s). Set it to
+    /// points within this of its start and end. Set it to
     /// your `scrape_interval`.
     #[serde(default = "dep_sample_interval")]
     pub sample_interval: Duration,

@@ -50,34 +50,34 @@ use fold::*;
 use join::*;
 
 /// `processors.correlate.profiles`: the window of profile samples.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProfilesConfig {
     /// Bytes of samples (stacks interned) held at most, the oldest out
-    /// first (default 64MiB).
+    /// first.
     #[serde(default = "max_bytes")]
     pub max_bytes: causeway_core::config::ByteSize,
     /// A profiles request larger than this on the wire is not taken into
-    /// the state (counted; it passes on) (default 8MiB).
+    /// the state (counted; it passes on).
     #[serde(default = "max_profile_bytes")]
     pub max_profile_bytes: causeway_core::config::ByteSize,
     /// A function holding at least this share of a span's samples is the
-    /// code at fault (default 0.5).
+    /// code at fault.
     #[serde(default = "half")]
     pub min_share: f64,
     /// The profile's time joined to a span must cover at least this share
-    /// of its self time for the code to explain it (default 0.5).
+    /// of its self time for the code to explain it.
     #[serde(default = "half")]
     pub min_coverage: f64,
     /// Time on CPU a span's samples must add up to before its code is a
     /// cause, and the least self time a span is shown its code for
-    /// (default 50ms: five samples at Go's 100 Hz).
+    /// (50ms: five samples at Go's 100 Hz).
     #[serde(default = "min_time")]
     pub min_time: causeway_core::config::Duration,
     /// A kept trace with a span of a service whose profiles flow (one
     /// arrived within this long) waits until the profile windows covering
     /// its spans have arrived, at most this long after it reached
-    /// `correlate` (default 30s: the `pprof` receiver's 15 s window and
+    /// `correlate` (30s: the `pprof` receiver's 15 s window and
     /// 10 s timeout, and room to deliver). `0s`: no trace waits; a profile
     /// that arrives after its trace was analysed then explains nothing.
     #[serde(default = "wait")]
