@@ -14,7 +14,7 @@ pub const SIGNAL_HEADER: &str = "causeway.signal";
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Encoding {
-    /// An `Export*ServiceRequest` in protobuf (default).
+    /// An `Export*ServiceRequest` in protobuf.
     #[default]
     OtlpProto,
     /// The same request in OTLP/JSON.

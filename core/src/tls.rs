@@ -48,7 +48,7 @@ impl std::fmt::Display for Secret {
     Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, serde::Serialize, schemars::JsonSchema,
 )]
 pub enum TlsVersion {
-    /// TLS 1.2 (default).
+    /// TLS 1.2.
     #[default]
     #[serde(rename = "1.2")]
     V1_2,
@@ -80,7 +80,7 @@ pub struct ServerTls {
     /// PEM CA bundle: when set, clients must present a certificate it signed (mTLS).
     #[serde(default)]
     pub client_ca_file: Option<PathBuf>,
-    /// Lowest version accepted: `"1.2"` (default) or `"1.3"`.
+    /// Lowest version accepted: `"1.2"` or `"1.3"`.
     #[serde(default)]
     pub min_version: TlsVersion,
 }
@@ -110,7 +110,7 @@ pub struct ClientTls {
     /// The name the server certificate must carry, when not the endpoint's host.
     #[serde(default)]
     pub server_name_override: Option<String>,
-    /// Lowest version accepted: `"1.2"` (default) or `"1.3"`.
+    /// Lowest version accepted: `"1.2"` or `"1.3"`.
     #[serde(default)]
     pub min_version: TlsVersion,
 }

@@ -298,7 +298,7 @@ impl schemars::JsonSchema for ByteSize {
 }
 
 /// Deserialize a present-but-null section (`grpc:`) as its defaults, as the
-/// Collector does; use with `#[serde(default, deserialize_with = ...)]`.
+/// Collector does; use with `#[serde(deserialize_with = ...)]`.
 pub fn null_as_default<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
@@ -448,7 +448,7 @@ pub struct TelemetryMetrics {
     /// Readers: `pull` (Prometheus) and `periodic` (OTLP push).
     #[serde(default)]
     pub readers: Vec<MetricReader>,
-    /// TLS for the `/metrics`, `/healthz`, `/readyz` server (default: plaintext).
+    /// TLS for the `/metrics`, `/healthz`, `/readyz` server (unset: plaintext).
     #[serde(default)]
     pub tls: Option<crate::tls::ServerTls>,
     /// Also serve the OpenTelemetry Collector's names of the same counts
@@ -560,7 +560,7 @@ pub struct OtlpTelemetryExporter {
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpTelemetryEndpoint {
-    /// `grpc` (default) or `http/protobuf`.
+    /// `grpc` or `http/protobuf`.
     pub protocol: Option<String>,
     /// E.g. `http://127.0.0.1:4317` (`https://…` with `tls`).
     pub endpoint: String,
@@ -688,7 +688,7 @@ pub struct QueueConfig {
     /// Concurrent exports.
     #[serde(default = "queue_consumers")]
     pub num_consumers: usize,
-    /// Capacity, in units of `sizer` (default 1000 batches).
+    /// Capacity, in units of `sizer`.
     #[serde(default = "queue_size", deserialize_with = "lenient_int")]
     pub queue_size: usize,
     /// When full: wait (pushing back to receivers and clients) or drop and count.
@@ -701,7 +701,7 @@ pub struct QueueConfig {
     #[serde(default)]
     pub sizer: Sizer,
     /// A second bound on an in-memory queue whose `sizer` counts batches or
-    /// items: the encoded bytes it holds (default: a quarter of the memory
+    /// items: the encoded bytes it holds (unset: a quarter of the memory
     /// limiter's limit, at most 256MiB; a batch bigger than that goes
     /// alone). A causeway key: without it, 1,000 batches of up to 20 MiB
     /// each could hold 20 GiB.
@@ -714,10 +714,10 @@ pub struct QueueConfig {
     /// Largest size of the persistent queue.
     #[serde(default = "queue_max_size")]
     pub max_size: ByteSize,
-    /// Persistent queue full: `block` (default: backpressure) or `drop_oldest` (counted).
+    /// Persistent queue full: `block` (backpressure) or `drop_oldest` (counted).
     #[serde(default)]
     pub when_full: crate::topology::WhenFull,
-    /// Persistent queue fsync: `always`, `periodic` (default, once a second) or `never`.
+    /// Persistent queue fsync: `always`, `periodic` (once a second) or `never`.
     #[serde(default)]
     pub fsync: crate::topology::Fsync,
 }

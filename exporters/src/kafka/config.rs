@@ -11,7 +11,7 @@ pub use causeway_core::kafka::{Encoding as KafkaEncoding, SignalTopic};
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProducerConfig {
-    /// Compression of message batches: `none` (default), `gzip`, `snappy`, `lz4`, `zstd`.
+    /// Compression of message batches: `none`, `gzip`, `snappy`, `lz4`, `zstd`.
     #[serde(default = "none")]
     pub compression: String,
     /// Largest message, in bytes (the broker's default).
@@ -71,7 +71,7 @@ causeway_core::exporter_config! {
         /// Metrics' topic.
         #[serde(default)]
         pub metrics: SignalTopic,
-        /// `otlp_proto` (default) or `otlp_json`.
+        /// `otlp_proto` or `otlp_json`.
         #[serde(default)]
         pub encoding: KafkaEncoding,
         /// Spans keyed by trace id (32 hex characters): every span of a trace

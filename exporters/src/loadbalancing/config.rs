@@ -13,7 +13,7 @@ use crate::otlp::config::OtlpGrpcConfig;
     Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize, schemars::JsonSchema,
 )]
 pub enum RoutingKey {
-    /// The trace id (default): every span of a trace, and every log record
+    /// The trace id: every span of a trace, and every log record
     /// carrying that trace id, reaches the same backend.
     #[default]
     #[serde(rename = "traceID")]
@@ -101,7 +101,7 @@ fn timeout() -> Duration {
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoadBalancingConfig {
-    /// `traceID` (default) or `service`.
+    /// `traceID` or `service`.
     #[serde(default)]
     pub routing_key: RoutingKey,
     /// The per-backend exporter.

@@ -59,10 +59,10 @@ causeway_core::exporter_config! {
     pub struct LokiConfig {
         /// The push URL, e.g. `http://loki:3100/loki/api/v1/push` (a bare `http://host:3100` gets the path appended).
         pub endpoint: String,
-        /// `protobuf` (default, snappy) or `json`.
+        /// `protobuf` (snappy) or `json`.
         #[serde(default)]
         pub encoding: LokiEncoding,
-        /// For `json`: `gzip` or `none` (default).
+        /// For `json`: `gzip` or `none`.
         #[serde(default)]
         pub compression: Option<String>,
         /// Tenant, sent as `X-Scope-OrgID`.

@@ -7,7 +7,7 @@ use causeway_core::config::{
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-/// `compression`: `gzip` (default), `zstd`, `snappy` or `none`.
+/// `compression`: `gzip`, `zstd`, `snappy` or `none`.
 pub use causeway_core::compress::Codec as Compression;
 
 /// `tls`: the client side of TLS (CA bundle, client certificate, `insecure` for plaintext).
@@ -22,7 +22,7 @@ macro_rules! otlp_config {
             $(#[$m])*
             $vis struct $name {
                 $($body)*
-                /// `gzip` (default), `zstd`, `snappy` or `none` (levels: see BENCHMARKS.md).
+                /// `gzip`, `zstd`, `snappy` or `none` (levels: see BENCHMARKS.md).
                 #[serde(default)]
                 pub compression: Compression,
                 /// Headers sent with every request (gRPC metadata for `otlp`).
@@ -58,7 +58,7 @@ otlp_config! {
 )]
 #[serde(rename_all = "lowercase")]
 pub enum HttpEncoding {
-    /// `application/x-protobuf` (default).
+    /// `application/x-protobuf`.
     #[default]
     Proto,
     /// `application/json`.
@@ -81,7 +81,7 @@ otlp_config! {
         pub metrics_endpoint: Option<String>,
         /// Full URL for profiles (overrides `endpoint`).
         pub profiles_endpoint: Option<String>,
-        /// `proto` (default) or `json`.
+        /// `proto` or `json`.
         #[serde(default)]
         pub encoding: HttpEncoding,
     }

@@ -109,7 +109,7 @@ causeway_core::exporter_config! {
     pub struct VictoriaMetricsConfig {
         /// The write URL, e.g. `http://victoriametrics:8428/api/v1/write` (a bare host gets the path appended).
         pub endpoint: String,
-        /// `snappy` (default) or `zstd`.
+        /// `snappy` or `zstd`.
         #[serde(default)]
         pub compression: RwCompression,
         /// Add unit suffixes to names.

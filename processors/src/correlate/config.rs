@@ -66,7 +66,7 @@ pub struct CorrelateConfig {
     /// `slow_dependency` (the fallback), or `upstream_timeout` (the callee
     /// was still running when the caller gave up) this long, then
     /// analyse it again: its gateway log or metrics may still arrive
-    /// (metrics are scraped every 10–60 s). `0s` (default) turns it off.
+    /// (metrics are scraped every 10–60 s). `0s` turns it off.
     #[serde(default)]
     pub evidence_wait: Duration,
     /// The last analysed traces kept for the built-in page's trace view

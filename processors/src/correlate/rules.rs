@@ -68,6 +68,7 @@ use super::model::columns::{fill_spans, fill_traces, SPAN_COLUMNS, TRACE_COLUMNS
 use super::model::table::{schema_of, Cols, Table};
 use super::model::SpanRow;
 use super::model::{Finding, Rule, TraceRow};
+use crate::correlate::model::trace::SpanKind;
 use std::sync::LazyLock;
 
 /// Time waiting before work began: a callee's accept queue, a pool or lock
@@ -95,7 +96,7 @@ pub static SLOW_DEPENDENCY: Cause = Cause::new("slow_dependency", slow_kind).fal
 /// 5xx on the client span, nothing traced below) is the callee's; any
 /// other error is the service's where it began.
 fn error_kind(c: &SpanRow) -> &'static str {
-    if c.kind == "client" && c.http_status.is_some_and(|s| s >= 500) {
+    if c.kind == SpanKind::Client && c.http_status.is_some_and(|s| s >= 500) {
         "callee"
     } else {
         "service"
@@ -105,7 +106,7 @@ fn error_kind(c: &SpanRow) -> &'static str {
 fn slow_kind(c: &SpanRow) -> &'static str {
     if dependency_name(c).is_some() {
         "dependency"
-    } else if c.kind == "client" {
+    } else if c.kind == SpanKind::Client {
         "callee"
     } else {
         "service"

@@ -2914,7 +2914,7 @@ async fn a_call_cancelled_after_the_callers_deadline_is_the_timeout() {
     let out = analyse(&st, &mut rs).await;
     let (row, v) = &out[0];
     assert_eq!(
-        row.error_origin.map(|e| row.spans[e].kind),
+        row.error_origin.map(|e| row.spans[e].kind.as_str()),
         Some("client"),
         "the cancelled server span is not the origin: {v:?}"
     );

@@ -71,14 +71,14 @@ pub struct GatewayLogConfig {
     /// `[/etc/logrotate.conf, /etc/logrotate.d]`; a missing one is skipped).
     #[serde(default = "logrotate_configs")]
     pub logrotate_configs: Vec<String>,
-    /// `end` (default) or `beginning`, for files found at startup without a checkpoint.
+    /// `end` or `beginning`, for files found at startup without a checkpoint.
     /// Files that appear later are always read from their beginning.
     #[serde(default)]
     pub start_at: StartAt,
     /// How often to look for new files and new lines.
     #[serde(default = "poll")]
     pub poll_interval: Duration,
-    /// `json` (default), `envoy`, `nginx` or `regex`.
+    /// `json`, `envoy`, `nginx` or `regex`.
     #[serde(default)]
     pub format: FormatName,
     /// For `format: regex`: named captures named after the fields (`trace_id`, `route_id`, `status_code`, …).

@@ -14,7 +14,7 @@ pub struct HostMetricsConfig {
     /// host's (`/hostfs` → `/hostfs/proc`).
     #[serde(default = "root")]
     pub root_path: String,
-    /// `host.name` on the resource (default: the kernel's hostname under `root_path`).
+    /// `host.name` on the resource (unset: the kernel's hostname under `root_path`).
     #[serde(default)]
     pub host_name: Option<String>,
     /// Which groups of metrics to read, as the Collector's `scrapers`:

@@ -13,7 +13,7 @@ pub use causeway_core::kafka::{Encoding as KafkaEncoding, SignalTopic};
 )]
 #[serde(rename_all = "snake_case")]
 pub enum InitialOffset {
-    /// New messages only (default, as the Collector).
+    /// New messages only (as the Collector).
     #[default]
     Latest,
     /// The oldest message kept.
@@ -26,7 +26,7 @@ pub enum InitialOffset {
 )]
 #[serde(rename_all = "snake_case")]
 pub enum RebalanceStrategy {
-    /// Kafka's range assignor (default): partition N of every subscribed
+    /// Kafka's range assignor: partition N of every subscribed
     /// topic goes to the same member when the topics have the same
     /// partition count, so a trace's spans and its log records meet.
     #[default]
@@ -55,7 +55,7 @@ pub struct KafkaReceiverConfig {
     /// Metrics' topic.
     #[serde(default)]
     pub metrics: SignalTopic,
-    /// `otlp_proto` (default) or `otlp_json`.
+    /// `otlp_proto` or `otlp_json`.
     #[serde(default)]
     pub encoding: KafkaEncoding,
     /// The consumer group. Instances of one tier share
@@ -69,11 +69,11 @@ pub struct KafkaReceiverConfig {
     /// Static membership (`group.instance.id`, as the Collector's key): a
     /// member that restarts within `session.timeout.ms` gets its partitions
     /// back without a rebalance of the group, so a rolling restart moves
-    /// nothing. Unique per instance, e.g. `${env:POD_NAME}`; unset (default):
+    /// nothing. Unique per instance, e.g. `${env:POD_NAME}`; unset:
     /// dynamic membership.
     #[serde(default)]
     pub group_instance_id: Option<String>,
-    /// `latest` (default) or `earliest`: where a group without a committed offset starts.
+    /// `latest` or `earliest`: where a group without a committed offset starts.
     #[serde(default)]
     pub initial_offset: InitialOffset,
     /// `range` (default; keeps the spans and logs topics co-partitioned) or `roundrobin`.

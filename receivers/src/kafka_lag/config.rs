@@ -8,10 +8,10 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Match {
-    /// Names matching this regex are read (default: all).
+    /// Names matching this regex are read (unset: all).
     #[serde(default = "all")]
     pub include: String,
-    /// Names matching this regex are left out, even when included (default: none).
+    /// Names matching this regex are left out, even when included (unset: none).
     #[serde(default)]
     pub exclude: Option<String>,
 }

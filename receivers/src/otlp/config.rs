@@ -50,10 +50,10 @@ pub struct GrpcConfig {
     /// REFUSED_STREAM, which gRPC clients retry).
     #[serde(default = "max_streams")]
     pub max_concurrent_streams: Option<u32>,
-    /// TLS (default: plaintext).
+    /// TLS (unset: plaintext).
     #[serde(default)]
     pub tls: Option<ServerTls>,
-    /// Authentication of requests (default: none).
+    /// Authentication of requests (unset: none).
     #[serde(default)]
     pub auth: Option<ServerAuth>,
     /// Limits under a connection flood: `max` (4096), `handshake_timeout`
@@ -102,10 +102,10 @@ pub struct HttpConfig {
     /// Path of metric exports.
     #[serde(default = "metrics_path")]
     pub metrics_url_path: String,
-    /// TLS (default: plaintext).
+    /// TLS (unset: plaintext).
     #[serde(default)]
     pub tls: Option<ServerTls>,
-    /// Authentication of requests (default: none).
+    /// Authentication of requests (unset: none).
     #[serde(default)]
     pub auth: Option<ServerAuth>,
     /// Limits under a connection flood: `max` (4096), `handshake_timeout`

@@ -70,7 +70,7 @@ pub struct Job {
     /// Files listing more (re-read when they change; as Prometheus's).
     #[serde(default)]
     pub file_sd_configs: Vec<FileSdConfig>,
-    /// `http` (default) or `https`.
+    /// `http` or `https`.
     #[serde(default = "http")]
     pub scheme: String,
     /// Where the runtime serves its profiles.

@@ -42,16 +42,16 @@ pub struct GlobalConfig {
 pub struct ScrapeConfig {
     /// The job name (`service.name` of what it scrapes).
     pub job_name: String,
-    /// How often (default: `global.scrape_interval`, else 1m).
+    /// How often (unset: `global.scrape_interval`, else 1m).
     #[serde(default)]
     pub scrape_interval: Option<Duration>,
-    /// How long a scrape may take (default: `global.scrape_timeout`, else 10s).
+    /// How long a scrape may take (unset: `global.scrape_timeout`, else 10s).
     #[serde(default)]
     pub scrape_timeout: Option<Duration>,
     /// Path.
     #[serde(default = "default_path")]
     pub metrics_path: String,
-    /// `http` (default) or `https`.
+    /// `http` or `https`.
     #[serde(default = "default_scheme")]
     pub scheme: String,
     /// URL query parameters.
@@ -123,7 +123,7 @@ pub struct ScrapeConfig {
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
-    /// CA bundle (default: the system's roots).
+    /// CA bundle (unset: the system's roots).
     #[serde(default)]
     pub ca_file: Option<std::path::PathBuf>,
     /// Client certificate.
@@ -205,7 +205,7 @@ pub struct RelabelConfig {
     /// What `replace` writes, with `$1`-style references.
     #[serde(default = "dollar_one")]
     pub replacement: String,
-    /// `replace` (default), `keep`, `drop`, `labelmap`, `labeldrop` or `labelkeep`.
+    /// `replace`, `keep`, `drop`, `labelmap`, `labeldrop` or `labelkeep`.
     #[serde(default)]
     pub action: RelabelAction,
 }

@@ -7,6 +7,7 @@
 //! consequence of what happened below it. The attempts of one retried call
 //! are one step of the chain: a failure in any of them is the sequence's.
 
+use crate::correlate::model::trace::SpanKind;
 use crate::correlate::model::TraceRow;
 
 /// The chain of a failed trace.
@@ -40,8 +41,11 @@ impl Chain {
         let mut steps = Vec::with_capacity(spans.len());
         for (k, &i) in spans.iter().enumerate() {
             let same_call = k > 0
-                && t.spans[i].kind == "server"
-                && matches!(t.spans[spans[k - 1]].kind, "client" | "producer");
+                && t.spans[i].kind == SpanKind::Server
+                && matches!(
+                    t.spans[spans[k - 1]].kind,
+                    SpanKind::Client | SpanKind::Producer
+                );
             // Steps count in twos: a gateway's own answer sits between a call
             // and what it called (`step_of_gateway`).
             let prev = steps.last().copied().unwrap_or(0);
@@ -100,9 +104,9 @@ impl Chain {
                 .rev()
                 .find_map(|(&i, &k)| {
                     let r = &t.spans[i];
-                    if r.kind == "server" && *r.service == *name {
+                    if r.kind == SpanKind::Server && *r.service == *name {
                         Some(k.saturating_sub(1))
-                    } else if r.kind == "client"
+                    } else if r.kind == SpanKind::Client
                         && (r.callee.as_deref() == Some(name)
                             || r.server_address.as_deref() == Some(name)
                             || super::peers::address_of(r).as_deref() == Some(name))
@@ -120,12 +124,12 @@ impl Chain {
                 (0..t.spans.len())
                     .filter(|&i| {
                         let r = &t.spans[i];
-                        r.kind == "client"
+                        r.kind == SpanKind::Client
                             && super::shape::failed(r)
                             && !t
                                 .spans
                                 .iter()
-                                .any(|c| c.parent == Some(i) && c.kind == "server")
+                                .any(|c| c.parent == Some(i) && c.kind == SpanKind::Server)
                     })
                     .map(|i| self.step_of(t, i) + 1)
                     .max()
@@ -143,7 +147,7 @@ impl Chain {
         let reached = t
             .spans
             .iter()
-            .any(|c| c.parent == Some(at) && c.kind == "server");
+            .any(|c| c.parent == Some(at) && c.kind == SpanKind::Server);
         if reached {
             k.saturating_sub(1)
         } else {

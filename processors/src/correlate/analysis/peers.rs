@@ -16,6 +16,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use crate::correlate::model::trace::SpanKind;
 use crate::correlate::model::{SpanRow, TraceRow};
 
 #[derive(Debug, Default)]
@@ -94,13 +95,13 @@ impl Peers {
         let mut g = self.lock();
         for t in traces.iter() {
             for s in &t.spans {
-                if s.kind == "server" {
+                if s.kind == SpanKind::Server {
                     if let Some(rpc) = rpc_of(s) {
                         Self::put(&mut g, self.max, rpc, &s.service);
                     }
                 }
                 if let (Some(callee), Some(addr)) = (
-                    s.callee.as_ref().filter(|_| s.kind == "client"),
+                    s.callee.as_ref().filter(|_| s.kind == SpanKind::Client),
                     address_of(s),
                 ) {
                     // A service "answering" its own call is a repaired
@@ -114,7 +115,7 @@ impl Peers {
                 let answered = t
                     .spans
                     .iter()
-                    .find(|s| s.kind == "server" && s.parent_id == *span && *span != 0);
+                    .find(|s| s.kind == SpanKind::Server && s.parent_id == *span && *span != 0);
                 if let Some(server) = answered {
                     let addr = addr.trim().to_ascii_lowercase();
                     Self::put(&mut g, self.max, addr, &server.service);
@@ -123,7 +124,7 @@ impl Peers {
         }
         for t in traces.iter_mut() {
             for s in t.spans.iter_mut().filter(|s| s.callee.is_none()) {
-                if !matches!(s.kind, "client" | "producer") {
+                if !matches!(s.kind, SpanKind::Client | SpanKind::Producer) {
                     continue;
                 }
                 let known = |k: Option<String>| {
@@ -161,7 +162,7 @@ mod tests {
 
     fn client(addr: &str, port: i64, callee: Option<&str>) -> SpanRow {
         SpanRow {
-            kind: "client",
+            kind: SpanKind::Client,
             server_address: Some(addr.into()),
             server_port: Some(port),
             callee: callee.map(Into::into),
@@ -217,7 +218,7 @@ mod tests {
         let p = Peers::new(8);
         let mut seen = vec![TraceRow {
             spans: vec![SpanRow {
-                kind: "server",
+                kind: SpanKind::Server,
                 service: "reservations".into(),
                 rpc_service: Some("reservations.Book".into()),
                 ..Default::default()
@@ -228,7 +229,7 @@ mod tests {
         // A gRPC client span with no address, whose callee never answered.
         let mut later = vec![TraceRow {
             spans: vec![SpanRow {
-                kind: "client",
+                kind: SpanKind::Client,
                 service: "api".into(),
                 rpc_service: Some("reservations.Book".into()),
                 ..Default::default()
@@ -253,8 +254,8 @@ mod tests {
         // where the assistant answered it.
         let mut seen = vec![TraceRow {
             spans: vec![
-                span("client", "driver", 7, 0),
-                span("server", "assistant", 8, 7),
+                span(SpanKind::Client, "driver", 7, 0),
+                span(SpanKind::Server, "assistant", 8, 7),
             ],
             proxied: vec![(7, "127.0.0.1:9000".into())],
             ..Default::default()
@@ -263,7 +264,7 @@ mod tests {
         assert_eq!(p.resolve("127.0.0.1:9000").as_deref(), Some("assistant"));
         // A line whose call nothing answered in the trace teaches nothing.
         let mut unanswered = vec![TraceRow {
-            spans: vec![span("client", "driver", 9, 0)],
+            spans: vec![span(SpanKind::Client, "driver", 9, 0)],
             proxied: vec![(9, "127.0.0.1:9001".into())],
             ..Default::default()
         }];

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use super::peers::address_of;
 use super::shape;
+use crate::correlate::model::trace::SpanKind;
 use crate::correlate::model::{SpanRow, TraceRow};
 
 /// A refusal takes at most this long (ms): a check of the breaker's state,
@@ -87,8 +88,8 @@ fn target_of(s: &SpanRow) -> Option<Arc<str>> {
 /// target made one).
 fn refusal_shaped(s: &SpanRow, calls_below: bool) -> bool {
     let attempt = match s.kind {
-        "client" => target_of(s).is_some(),
-        "producer" | "consumer" => true,
+        SpanKind::Client => target_of(s).is_some(),
+        SpanKind::Producer | SpanKind::Consumer => true,
         _ => false,
     };
     shape::failed(s)
@@ -104,7 +105,7 @@ fn refusal_shaped(s: &SpanRow, calls_below: bool) -> bool {
 fn calls_below(t: &TraceRow) -> Vec<bool> {
     let mut below = vec![false; t.spans.len()];
     for s in &t.spans {
-        if s.kind == "internal" && !s.pool_wait {
+        if s.kind == SpanKind::Internal && !s.pool_wait {
             continue;
         }
         let mut at = s.parent;
@@ -187,7 +188,7 @@ impl Refusals {
         for t in traces {
             let base = t.start_unix_ms;
             for (i, s) in t.spans.iter().enumerate() {
-                if s.kind != "client" {
+                if s.kind != SpanKind::Client {
                     continue;
                 }
                 let Some(target) = target_of(s).filter(|x| **x != *s.service) else {
@@ -303,7 +304,7 @@ impl Refusals {
 mod tests {
     use super::*;
 
-    fn span(kind: &'static str, status: &'static str, start: f64, dur: f64) -> SpanRow {
+    fn span(kind: SpanKind, status: &'static str, start: f64, dur: f64) -> SpanRow {
         SpanRow {
             kind,
             status,
@@ -327,11 +328,11 @@ mod tests {
     fn a_fast_failure_with_nothing_under_it_after_failed_calls_is_refused_by_the_caller() {
         let r = Refusals::new(4);
         // api's calls to pricing failed (nothing answered at the address).
-        let mut call = span("client", "error", 0.0, 30.0);
+        let mut call = span(SpanKind::Client, "error", 0.0, 30.0);
         call.server_address = Some("10.0.0.7".into());
         call.server_port = Some(8080);
         call.callee = Some("pricing".into());
-        let mut quote = span("server", "error", 0.0, 31.0);
+        let mut quote = span(SpanKind::Server, "error", 0.0, 31.0);
         quote.op = "server GET /quote".into();
         let mut first = vec![trace(1_000.0, vec![quote.clone(), call])];
         first[0].spans[1].parent = Some(0);
@@ -342,10 +343,10 @@ mod tests {
         );
         // Later, api's quote fails in a millisecond without calling
         // anything (its framework's own spans under it).
-        let mut refused = span("server", "error", 0.0, 1.0);
+        let mut refused = span(SpanKind::Server, "error", 0.0, 1.0);
         refused.op = quote.op.clone();
         refused.exception_type = Some("CircuitBreakerError".into());
-        let mut handler = span("internal", "unset", 0.0, 0.5);
+        let mut handler = span(SpanKind::Internal, "unset", 0.0, 0.5);
         handler.parent = Some(0);
         let mut later = vec![trace(5_000.0, vec![refused.clone(), handler])];
         r.learn_and_mark(&mut later);
@@ -384,18 +385,18 @@ mod tests {
     fn a_fast_failure_after_the_target_answered_again_is_the_applications_own() {
         let r = Refusals::new(4);
         let call = |status: &'static str| {
-            let mut c = span("client", status, 0.0, 30.0);
+            let mut c = span(SpanKind::Client, status, 0.0, 30.0);
             c.callee = Some("pricing".into());
             c.parent = Some(0);
             c
         };
-        let mut quote = span("server", "error", 0.0, 31.0);
+        let mut quote = span(SpanKind::Server, "error", 0.0, 31.0);
         quote.op = "server GET /quote".into();
         // A failed call, then (in a trace a sampler did not keep) one that
         // reached pricing and was answered: no breaker is open.
         r.learn(&[trace(1_000.0, vec![quote.clone(), call("error")])]);
         r.learn(&[trace(2_000.0, vec![quote.clone(), call("unset")])]);
-        let mut exception = span("internal", "error", 0.0, 2.0);
+        let mut exception = span(SpanKind::Internal, "error", 0.0, 2.0);
         exception.exception_type = Some("java.lang.IllegalStateException".into());
         let mut root = quote.clone();
         root.duration_ms = 3.0;
@@ -427,13 +428,13 @@ mod tests {
     fn the_refusal_names_the_failed_target_its_text_names() {
         let r = Refusals::new(4);
         let failed = |callee: &str, end: f64| {
-            let mut c = span("client", "error", 0.0, 10.0);
+            let mut c = span(SpanKind::Client, "error", 0.0, 10.0);
             c.callee = Some(callee.into());
             trace(end, vec![c])
         };
         let mut seen = vec![failed("inventory", 1_000.0), failed("pricing", 2_000.0)];
         r.learn_and_mark(&mut seen);
-        let mut refused = span("internal", "error", 0.0, 0.5);
+        let mut refused = span(SpanKind::Internal, "error", 0.0, 0.5);
         refused.exception_message = Some("Circuit \"Inventory\" OPEN until 12:00".into());
         let mut t = vec![trace(3_000.0, vec![refused.clone()])];
         r.learn_and_mark(&mut t);
@@ -443,7 +444,7 @@ mod tests {
         r.learn_and_mark(&mut t);
         assert_eq!(t[0].spans[0].refused_target.as_deref(), Some("pricing"));
         // A client span with a target made an attempt: not a refusal.
-        let mut attempt = span("client", "error", 0.0, 1.0);
+        let mut attempt = span(SpanKind::Client, "error", 0.0, 1.0);
         attempt.server_address = Some("10.0.0.9".into());
         let mut t = vec![trace(3_000.0, vec![attempt])];
         r.learn_and_mark(&mut t);
@@ -454,7 +455,7 @@ mod tests {
     fn services_and_failures_are_bounded() {
         let r = Refusals::new(2);
         for (i, svc) in ["a", "b", "c"].iter().enumerate() {
-            let mut c = span("client", "error", 0.0, 1.0);
+            let mut c = span(SpanKind::Client, "error", 0.0, 1.0);
             c.service = (*svc).into();
             c.callee = Some("x".into());
             r.learn_and_mark(&mut [trace(i as f64, vec![c])]);
@@ -463,7 +464,7 @@ mod tests {
         assert!(!r.lock().failed.contains_key("a"));
         let mut many: Vec<TraceRow> = (0..40)
             .map(|i| {
-                let mut c = span("client", "error", 0.0, 1.0);
+                let mut c = span(SpanKind::Client, "error", 0.0, 1.0);
                 c.callee = Some("x".into());
                 trace(f64::from(i), vec![c])
             })

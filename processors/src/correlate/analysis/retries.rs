@@ -23,6 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use super::peers::address_of;
+use crate::correlate::model::trace::SpanKind;
 use crate::correlate::model::{SpanRow, TraceRow};
 
 /// Seconds of counts kept per target.
@@ -50,7 +51,7 @@ fn key_of(s: &SpanRow) -> Option<Arc<str>> {
 /// Retries that span `s` stands for: 1 for a later attempt, the attempts
 /// after the first for a client span holding server attempts, else 0.
 fn retries_of(s: &SpanRow) -> u32 {
-    if s.kind != "client" {
+    if s.kind != SpanKind::Client {
         return 0;
     }
     match (s.attempt, s.attempts) {
@@ -180,7 +181,7 @@ mod tests {
 
     fn retry(at_ms: f64, address: &str, attempt: i64) -> SpanRow {
         SpanRow {
-            kind: "client",
+            kind: SpanKind::Client,
             server_address: Some(address.into()),
             attempt: Some(attempt),
             attempts: Some(6),
@@ -259,19 +260,19 @@ mod tests {
     #[test]
     fn the_attempts_under_one_client_span_and_resend_counts_are_retries() {
         let holder = SpanRow {
-            kind: "client",
+            kind: SpanKind::Client,
             attempts: Some(4),
             ..SpanRow::default()
         };
         assert_eq!(retries_of(&holder), 3);
         let resent = SpanRow {
-            kind: "client",
+            kind: SpanKind::Client,
             resend_count: Some(2),
             ..SpanRow::default()
         };
         assert_eq!(retries_of(&resent), 1);
         let server = SpanRow {
-            kind: "server",
+            kind: SpanKind::Server,
             attempt: Some(3),
             ..SpanRow::default()
         };

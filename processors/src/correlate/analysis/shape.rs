@@ -31,6 +31,7 @@
 //!   it is the server's answer, not where an error began.
 
 use super::critical::Node;
+use crate::correlate::model::trace::SpanKind;
 use crate::correlate::model::SpanRow;
 
 /// Cache systems whose reads and writes are recognised.
@@ -133,7 +134,7 @@ pub fn adopt_contained(nodes: &mut [Node], rows: &mut [SpanRow]) -> usize {
     let mut moved = 0;
     for kids in &ch {
         for &w in kids {
-            if rows[w].kind != "internal" || !ch[w].is_empty() {
+            if rows[w].kind != SpanKind::Internal || !ch[w].is_empty() {
                 continue;
             }
             let (ws, we) = (nodes[w].start, nodes[w].end);
@@ -141,7 +142,7 @@ pub fn adopt_contained(nodes: &mut [Node], rows: &mut [SpanRow]) -> usize {
                 continue;
             }
             for &c in kids {
-                if c == w || rows[c].kind == "server" {
+                if c == w || rows[c].kind == SpanKind::Server {
                     continue;
                 }
                 let inside = nodes[c].start + tol >= ws && nodes[c].end <= we + tol;
@@ -167,7 +168,7 @@ pub fn fix_skew(nodes: &mut [Node], rows: &[SpanRow], children: &[Vec<usize>]) -
     let mut shifted = 0;
     for &i in &order {
         let Some(p) = nodes[i].parent else { continue };
-        if rows[i].kind != "server" || rows[p].kind != "client" {
+        if rows[i].kind != SpanKind::Server || rows[p].kind != SpanKind::Client {
             continue;
         }
         let (ps, pe) = (nodes[p].start, nodes[p].end);
@@ -237,7 +238,7 @@ fn is_cache_write(r: &SpanRow) -> bool {
 pub fn failed(r: &SpanRow) -> bool {
     (r.status == "error" && !r.client_error)
         || r.http_status.is_some_and(|s| s >= 500)
-        || (r.kind == "client" && r.http_status == Some(429))
+        || (r.kind == SpanKind::Client && r.http_status == Some(429))
         || r.error_type.is_some()
 }
 
@@ -258,7 +259,7 @@ pub fn failure_text(r: &SpanRow) -> String {
 /// Run every inference on the spans of one trace (times already sanitized).
 pub fn infer(rows: &mut [SpanRow], nodes: &[Node], children: &[Vec<usize>]) {
     for r in rows.iter_mut() {
-        r.client_error = r.kind == "client"
+        r.client_error = r.kind == SpanKind::Client
             && r.status == "error"
             && r.http_status.is_some_and(|s| (400..500).contains(&s))
             && r.error_type.is_none()
@@ -291,7 +292,7 @@ fn cache_aside(rows: &mut [SpanRow], nodes: &[Node], children: &[Vec<usize>], ki
         let fallback = kids[k + 1..].iter().copied().find(|&d| {
             nodes[d].start + TOL >= nodes[c].end
                 && cache_system(&rows[d]).is_none()
-                && (rows[d].kind == "client"
+                && (rows[d].kind == SpanKind::Client
                     || rows[d].db_system.is_some()
                     || !children[d].is_empty())
         });
@@ -317,7 +318,7 @@ fn pool_waits(rows: &mut [SpanRow], nodes: &[Node], kids: &[usize]) {
         let Some(sys) = rows[c].db_system.as_deref() else {
             continue;
         };
-        if rows[c].db_operation.is_some() || rows[c].kind == "server" {
+        if rows[c].db_operation.is_some() || rows[c].kind == SpanKind::Server {
             continue;
         }
         let then_queried = kids[k + 1..].iter().any(|&d| {
@@ -335,11 +336,11 @@ fn pool_waits(rows: &mut [SpanRow], nodes: &[Node], kids: &[usize]) {
 /// Retries: several server spans under one client span; and queueing in
 /// the callee: the (single) server child began late.
 fn attempts_and_queueing(rows: &mut [SpanRow], nodes: &[Node], p: usize, kids: &[usize]) {
-    if rows[p].kind == "client" {
+    if rows[p].kind == SpanKind::Client {
         let servers: Vec<usize> = kids
             .iter()
             .copied()
-            .filter(|&c| rows[c].kind == "server")
+            .filter(|&c| rows[c].kind == SpanKind::Server)
             .collect();
         if servers.len() >= 2 {
             mark_attempts(rows, nodes, &servers, Some(p));
@@ -364,7 +365,7 @@ fn attempts_and_queueing(rows: &mut [SpanRow], nodes: &[Node], p: usize, kids: &
 fn sequential_retries(rows: &mut [SpanRow], nodes: &[Node], kids: &[usize]) {
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for &c in kids {
-        if rows[c].kind != "client" {
+        if rows[c].kind != SpanKind::Client {
             continue;
         }
         let same =
@@ -387,12 +388,17 @@ fn sequential_retries(rows: &mut [SpanRow], nodes: &[Node], kids: &[usize]) {
 /// Waiting on a consumer.
 fn consumer_waits(rows: &mut [SpanRow], nodes: &[Node], p: usize, kids: &[usize]) {
     for &c in kids {
-        let consumer = rows[c].kind == "consumer"
+        let consumer = rows[c].kind == SpanKind::Consumer
             || (rows[c].destination.is_some()
                 && ["process", "receive", "consume"]
                     .iter()
                     .any(|w| rows[c].name.to_ascii_lowercase().contains(w)));
-        if consumer && matches!(rows[p].kind, "producer" | "client" | "internal") {
+        if consumer
+            && matches!(
+                rows[p].kind,
+                SpanKind::Producer | SpanKind::Client | SpanKind::Internal
+            )
+        {
             let from = if nodes[p].end <= nodes[c].start {
                 nodes[p].end
             } else {

@@ -5,7 +5,7 @@
 
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 use opentelemetry_proto::tonic::trace::v1::{
-    span::SpanKind, status::StatusCode, ResourceSpans, Span,
+    span::SpanKind as OtlpKind, status::StatusCode, ResourceSpans, Span,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use super::critical::{critical_path, root, Node};
 use super::shape;
 use super::target;
 use crate::correlate::model::series::{find as attr, host_key, s as attr_str, ROUTE_KEYS};
-use crate::correlate::model::trace::{id64, SpanRef, SpanRow, TraceRow, PROMPT_BASELINE};
+use crate::correlate::model::trace::{id64, SpanKind, SpanRef, SpanRow, TraceRow, PROMPT_BASELINE};
 
 fn any_int(v: &Option<AnyValue>) -> Option<i64> {
     match v.as_ref()?.value.as_ref()? {
@@ -78,13 +78,13 @@ fn seconds_ms(v: &Option<AnyValue>) -> Option<f64> {
     (s.is_finite() && s >= 0.0).then_some(s * 1000.0)
 }
 
-fn kind_name(k: i32) -> &'static str {
-    match SpanKind::try_from(k) {
-        Ok(SpanKind::Server) => "server",
-        Ok(SpanKind::Client) => "client",
-        Ok(SpanKind::Producer) => "producer",
-        Ok(SpanKind::Consumer) => "consumer",
-        _ => "internal",
+fn kind_name(k: i32) -> SpanKind {
+    match OtlpKind::try_from(k) {
+        Ok(OtlpKind::Server) => SpanKind::Server,
+        Ok(OtlpKind::Client) => SpanKind::Client,
+        Ok(OtlpKind::Producer) => SpanKind::Producer,
+        Ok(OtlpKind::Consumer) => SpanKind::Consumer,
+        _ => SpanKind::Internal,
     }
 }
 
@@ -162,7 +162,7 @@ fn op_identity(r: &SpanRow, a: &[opentelemetry_proto::tonic::common::v1::KeyValu
             r.messaging_system.as_deref().unwrap_or("messaging")
         );
     }
-    if kind == "client" {
+    if kind == SpanKind::Client {
         if let Some(addr) = &r.server_address {
             let method = attr(a, &["http.request.method", "http.method"])
                 .and_then(attr_str)
@@ -178,7 +178,7 @@ fn op_identity(r: &SpanRow, a: &[opentelemetry_proto::tonic::common::v1::KeyValu
 
 fn span_row(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) -> SpanRow {
     let mut row = span_row_of(at, span, service, host);
-    if row.server_address.is_none() && row.kind == "client" {
+    if row.server_address.is_none() && row.kind == SpanKind::Client {
         // The target from the URL, else from the address the client's
         // error names (a gRPC client that writes no `server.address`).
         let url = || attr(&span.attributes, &["url.full", "http.url"]).and_then(attr_str);
@@ -551,7 +551,7 @@ fn trace_row(
     let entry = order
         .iter()
         .copied()
-        .filter(|&i| spans[i].kind == "server")
+        .filter(|&i| spans[i].kind == SpanKind::Server)
         .min_by(|&a, &b| {
             spans[a]
                 .depth
@@ -709,14 +709,19 @@ fn deviations(spans: &mut [SpanRow], b: &Baselines) {
 /// The callee of a call: the service of its server child, else its `peer.service`.
 fn callees(spans: &mut [SpanRow], nodes: &[Node]) {
     for i in 0..spans.len() {
-        if let Some(p) = nodes[i].parent.filter(|_| spans[i].kind == "server") {
-            if matches!(spans[p].kind, "client" | "producer") && spans[p].callee.is_none() {
+        if let Some(p) = nodes[i]
+            .parent
+            .filter(|_| spans[i].kind == SpanKind::Server)
+        {
+            if matches!(spans[p].kind, SpanKind::Client | SpanKind::Producer)
+                && spans[p].callee.is_none()
+            {
                 spans[p].callee = Some(spans[i].service.clone());
             }
         }
     }
     for r in spans.iter_mut() {
-        if r.callee.is_none() && matches!(r.kind, "client" | "producer") {
+        if r.callee.is_none() && matches!(r.kind, SpanKind::Client | SpanKind::Producer) {
             r.callee = r.peer_service.as_deref().map(Arc::from);
         }
     }

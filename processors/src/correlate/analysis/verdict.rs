@@ -5,6 +5,7 @@ use super::chain::Chain;
 use super::peers::Peers;
 use crate::correlate::model::cause::{Cause, Causes, UNKNOWN};
 use crate::correlate::model::finding::CULPRIT_KINDS;
+use crate::correlate::model::trace::SpanKind;
 use crate::correlate::model::trace::{parse_hex16, Hex16};
 use crate::correlate::model::{Finding, SpanRow, TraceRow, Verdict};
 
@@ -29,7 +30,7 @@ fn slowest_below(t: &TraceRow, e: usize) -> usize {
         .into_iter()
         .filter(|&i| {
             i != e
-                && t.spans[i].kind == "server"
+                && t.spans[i].kind == SpanKind::Server
                 && t.spans[i].duration_ms >= 0.5 * t.spans[e].duration_ms
         })
         // The innermost (deepest) server span that still holds half of the time.
@@ -590,7 +591,7 @@ fn culprit_service(
                     return resolve(n);
                 }
             }
-            if span.kind == "server" {
+            if span.kind == SpanKind::Server {
                 // A server span whose own call failed (an entry span that
                 // got the upstream's error): the callee of that call.
                 if let Some(call) = failed_call_below(t, c) {
@@ -605,7 +606,10 @@ fn culprit_service(
                 return named.map_or_else(|| span.service.to_string(), resolve);
             }
             let inner = slowest_below(t, c);
-            if inner != c && t.spans[inner].kind == "server" && span.kind == "client" {
+            if inner != c
+                && t.spans[inner].kind == SpanKind::Server
+                && span.kind == SpanKind::Client
+            {
                 return t.spans[inner].service.to_string();
             }
             callee_of(t, c, named, peers)
@@ -642,8 +646,8 @@ fn callee_of(t: &TraceRow, c: usize, named: Option<&str>, peers: Option<&Peers>)
         let reached = t
             .spans
             .iter()
-            .any(|x| x.kind == "server" && *x.service == *named);
-        if !reached || span.kind != "client" {
+            .any(|x| x.kind == SpanKind::Server && *x.service == *named);
+        if !reached || span.kind != SpanKind::Client {
             return named;
         }
     }
@@ -654,7 +658,7 @@ fn callee_of(t: &TraceRow, c: usize, named: Option<&str>, peers: Option<&Peers>)
     let mut steps = 0;
     while let Some(i) = at.filter(|_| steps <= t.spans.len()) {
         let x = &t.spans[i];
-        if x.service != span.service || x.kind == "server" {
+        if x.service != span.service || x.kind == SpanKind::Server {
             break;
         }
         if let Some(callee) = &x.callee {
@@ -664,7 +668,11 @@ fn callee_of(t: &TraceRow, c: usize, named: Option<&str>, peers: Option<&Peers>)
             return a;
         }
         // An RPC no server answered, to no address: the service it called.
-        if let Some(r) = x.rpc_service.as_deref().filter(|_| x.kind == "client") {
+        if let Some(r) = x
+            .rpc_service
+            .as_deref()
+            .filter(|_| x.kind == SpanKind::Client)
+        {
             return r.to_string();
         }
         at = x.parent;
@@ -679,7 +687,7 @@ fn failed_call_below(t: &TraceRow, s: usize) -> Option<usize> {
     (0..t.spans.len())
         .filter(|&i| {
             let x = &t.spans[i];
-            x.kind == "client"
+            x.kind == SpanKind::Client
                 && super::shape::failed(x)
                 && !x.recovered
                 && x.depth > t.spans[s].depth
@@ -734,7 +742,7 @@ mod tests {
     /// A failed request: a server span (0) whose client call (1) failed
     /// with an exception, both 100 ms.
     fn failed_call(message: &str) -> TraceRow {
-        let span = |id: u64, parent: Option<usize>, kind: &'static str| SpanRow {
+        let span = |id: u64, parent: Option<usize>, kind: SpanKind| SpanRow {
             span_id: id,
             parent_id: parent.map_or(0, |p| p as u64 + 1),
             parent,
@@ -754,7 +762,10 @@ mod tests {
         TraceRow {
             trace_id: "t".into(),
             duration_ms: 100.0,
-            spans: vec![span(1, None, "server"), span(2, Some(0), "client")],
+            spans: vec![
+                span(1, None, SpanKind::Server),
+                span(2, Some(0), SpanKind::Client),
+            ],
             culprit: 1,
             error_origin: Some(1),
             failed: true,

@@ -387,6 +387,13 @@ impl Incidents {
         for s in candidates.iter().filter(|s| s.route == *name) {
             i.add(s, self.cfg.max_values, self.cfg.exemplars);
         }
+        let bad = candidates
+            .iter()
+            .filter(|s| s.route == *name && i.is_bad(s));
+        if let Some((started, first_seen)) = run_start(bad) {
+            i.started_ns = started;
+            i.first_seen_ns = first_seen;
+        }
         // The requests since it began that were not slow count too.
         let (n, failed, hist) = r.recent_since(i.first_seen_ns / self.interval_ns);
         if n > i.n {
@@ -672,6 +679,32 @@ pub fn alert(c: &Change, now_ns: u64, valid_ns: u64, links: &IndexMap<String, St
         generator_url: links.first().map(|l| l.1.clone()).unwrap_or_default(),
         trace_id: e.exemplars.first().cloned().unwrap_or_default(),
     }
+}
+
+/// A gap between two slow or failed requests longer than this many times
+/// the median gap between them ends the run an incident opens on...
+const RUN_GAP: u64 = 10;
+/// ...and never one shorter than this.
+const RUN_MIN_GAP_NS: u64 = 1_000_000_000;
+
+/// When the run of slow or failed requests an incident opens on began
+/// (the earliest start, and the earliest arrival, of its requests):
+/// walking back from the latest, the run ends at a gap much longer than
+/// its requests' usual one, so that a request slow in the route's normal
+/// way a while before the fault is not taken for its start.
+fn run_start<'a>(bad: impl Iterator<Item = &'a Arc<Sample>>) -> Option<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = bad.map(|s| (s.start_ns.max(1), s.time_ns.max(1))).collect();
+    v.sort_unstable();
+    let mut gaps: Vec<u64> = v.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    gaps.sort_unstable();
+    let median = gaps.get(gaps.len() / 2).copied().unwrap_or(0);
+    let limit = median.saturating_mul(RUN_GAP).max(RUN_MIN_GAP_NS);
+    let mut at = v.len().checked_sub(1)?;
+    while at > 0 && v[at].0 - v[at - 1].0 <= limit {
+        at -= 1;
+    }
+    let first_seen = v[at..].iter().map(|x| x.1).min()?;
+    Some((v[at].0, first_seen))
 }
 
 #[cfg(test)]

@@ -616,6 +616,35 @@ fn the_functions_whose_time_moved_explain_an_incident_of_the_code() {
     );
 }
 
+/// A request slow in the route's normal way a few seconds before the fault
+/// is not taken for the incident's start: it starts with the fault's run
+/// of slow requests.
+#[test]
+fn an_incident_starts_with_its_run_of_slow_requests_not_an_earlier_stray_one() {
+    let inc = Incidents::new(&IncidentsConfig::default());
+    assert!(run(&inc, &["checkout"], 1000, 2190, &healthy).is_empty());
+    // One stray slow request at 2195, then healthy traffic until the fault.
+    let stray = |t: u64, k: usize, r: &str| {
+        if t == 2195 && k == 0 {
+            sample(t, r, 900.0)
+        } else {
+            healthy(t, k, r)
+        }
+    };
+    assert!(run(&inc, &["checkout"], 2190, 2200, &stray).is_empty());
+    let fault = |t: u64, k: usize, r: &str| if k < 8 { cold(t, r) } else { healthy(t, k, r) };
+    let during = run(&inc, &["checkout"], 2200, 2320, &fault);
+    let opened: Vec<&Change> = during.iter().filter(|c| c.state == "open").collect();
+    assert_eq!(opened.len(), 1, "{during:?}");
+    // The fault's first requests started 2.4 s before they ended at 2200.
+    let started = opened[0].incident.started_ns;
+    assert!(
+        (2197 * S..2201 * S).contains(&started),
+        "started at {} s",
+        started as f64 / S as f64
+    );
+}
+
 /// A host's near-idle levels that fall to zero during an incident do not
 /// crowd out the dependency that moved with it.
 #[test]

@@ -9,6 +9,41 @@ use super::log::{LogEvidence, Parts};
 /// Where a span is in the batch: (resource_spans, scope_spans, span) indexes.
 pub type SpanRef = (usize, usize, usize);
 
+/// A span's kind, as OTLP says it (an unspecified kind is `internal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SpanKind {
+    /// Internal work (and a kind left unspecified).
+    #[default]
+    Internal,
+    /// Serves a request.
+    Server,
+    /// Makes a request.
+    Client,
+    /// Sends a message.
+    Producer,
+    /// Takes a message.
+    Consumer,
+}
+
+impl SpanKind {
+    /// Its name in the `spans` table, the page and the annotations.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpanKind::Internal => "internal",
+            SpanKind::Server => "server",
+            SpanKind::Client => "client",
+            SpanKind::Producer => "producer",
+            SpanKind::Consumer => "consumer",
+        }
+    }
+}
+
+impl std::fmt::Display for SpanKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One span, as a row.
 #[derive(Debug, Clone, Default)]
 pub struct SpanRow {
@@ -31,8 +66,8 @@ pub struct SpanRow {
     /// (`{operation} {model}`), the destination and kind of a message, the
     /// address a client called; else the name.
     pub op: String,
-    /// server, client, producer, consumer, internal.
-    pub kind: &'static str,
+    /// Its kind.
+    pub kind: SpanKind,
     /// Start relative to the trace's start (ms).
     pub start_ms: f64,
     /// End relative to the trace's start (ms).

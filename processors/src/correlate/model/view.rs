@@ -149,7 +149,7 @@ pub fn view(
                     parent_id: hex(s.parent_id),
                     service: s.service.clone(),
                     name: s.name.clone(),
-                    kind: s.kind,
+                    kind: s.kind.as_str(),
                     start_ms: s.start_ms,
                     duration_ms: s.duration_ms,
                     self_ms: s.self_ms,

@@ -35,6 +35,7 @@ use super::{
 use crate::correlate::model::cause::CONSUMER_LAG;
 use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
 use crate::correlate::model::table::{boolf, f64f, s, schema, utf8, Cols, Table, V};
+use crate::correlate::model::trace::SpanKind;
 use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, SpanRow, TraceRow};
 use crate::correlate::store::Store;
 
@@ -349,7 +350,7 @@ impl Source for Nats {
             let weight = |x: &SpanRow| x.async_wait_ms.unwrap_or(0.0) + x.duration_ms;
             for (i, sp) in t.spans.iter().enumerate().filter(|(_, x)| mine(x)) {
                 let subj = subject(sp).unwrap_or("");
-                let role = if sp.kind == "consumer" {
+                let role = if sp.kind == SpanKind::Consumer {
                     "consume"
                 } else {
                     "publish"

@@ -47,6 +47,7 @@ use super::{
 use crate::correlate::model::cause::{CONSUMER_LAG, RETRY_STORM};
 use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
 use crate::correlate::model::table::{boolf, f64f, i64f, s, schema, utf8, Cols, Table, V};
+use crate::correlate::model::trace::SpanKind;
 use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, SpanRow, TraceRow};
 use crate::correlate::store::Store;
 
@@ -232,8 +233,8 @@ impl Index {
 }
 
 fn consumer_side(s: &SpanRow) -> bool {
-    s.kind == "consumer"
-        || (s.kind != "producer"
+    s.kind == SpanKind::Consumer
+        || (s.kind != SpanKind::Producer
             && ["process", "receive", "deliver", "consume"]
                 .iter()
                 .any(|w| s.name.to_ascii_lowercase().contains(w)))
@@ -380,7 +381,9 @@ fn queue_rows(
     let mut best: BTreeMap<((String, String), &'static str), usize> = BTreeMap::new();
     let mut missed = 0;
     for (i, s) in t.spans.iter().enumerate().filter(|(_, s)| is_rabbit(s)) {
-        let role = if s.kind == "producer" || s.async_wait_ms.is_none() && s.kind != "consumer" {
+        let role = if s.kind == SpanKind::Producer
+            || s.async_wait_ms.is_none() && s.kind != SpanKind::Consumer
+        {
             "publish"
         } else {
             "consume"
@@ -817,7 +820,7 @@ mod tests {
         s
     }
 
-    fn span(kind: &'static str, name: &str, dest: Option<&str>, rk: Option<&str>) -> SpanRow {
+    fn span(kind: SpanKind, name: &str, dest: Option<&str>, rk: Option<&str>) -> SpanRow {
         SpanRow {
             kind,
             name: name.into(),
@@ -854,20 +857,30 @@ mod tests {
         };
         // amqplib 0.50 (old conventions): exchange + routing key on a publish.
         let s = span(
-            "producer",
+            SpanKind::Producer,
             "publish orders",
             Some("orders"),
             Some("order.created"),
         );
         assert_eq!(ix.resolve(&s), q(&["orders.audit", "orders.created"]));
-        let s = span("producer", "publish notify", Some("notify"), Some("sms"));
+        let s = span(
+            SpanKind::Producer,
+            "publish notify",
+            Some("notify"),
+            Some("sms"),
+        );
         assert_eq!(ix.resolve(&s), q(&["sms"]));
         // The default exchange: the queue named by the key.
-        let s = span("producer", "publish <default>", Some(""), Some("tasks"));
+        let s = span(
+            SpanKind::Producer,
+            "publish <default>",
+            Some(""),
+            Some("tasks"),
+        );
         assert_eq!(ix.resolve(&s), q(&["tasks"]));
         // amqplib's consumer: the queue only in the span name.
         let s = span(
-            "consumer",
+            SpanKind::Consumer,
             "orders.created process",
             Some("orders"),
             Some("order.created"),
@@ -875,33 +888,43 @@ mod tests {
         assert_eq!(ix.resolve(&s), q(&["orders.created"]));
         // Conventions since 1.24.
         let s = span(
-            "producer",
+            SpanKind::Producer,
             "publish orders:order.paid",
             Some("orders:order.paid"),
             None,
         );
         assert_eq!(ix.resolve(&s), q(&["orders.audit", "orders.created"]));
         let s = span(
-            "consumer",
+            SpanKind::Consumer,
             "process orders:order.paid:orders.created",
             Some("orders:order.paid:orders.created"),
             Some("order.paid"),
         );
         assert_eq!(ix.resolve(&s), q(&["orders.created"]));
         let s = span(
-            "consumer",
+            SpanKind::Consumer,
             "process tasks:tasks",
             Some("tasks:tasks"),
             Some("tasks"),
         );
         assert_eq!(ix.resolve(&s), q(&["tasks"]));
-        let s = span("producer", "publish amq.default", Some("amq.default"), None);
+        let s = span(
+            SpanKind::Producer,
+            "publish amq.default",
+            Some("amq.default"),
+            None,
+        );
         assert!(ix.resolve(&s).is_empty(), "no key: nowhere to go");
-        let s = span("producer", "publish fan", Some("fan"), Some("anything"));
+        let s = span(
+            SpanKind::Producer,
+            "publish fan",
+            Some("fan"),
+            Some("anything"),
+        );
         assert_eq!(ix.resolve(&s), q(&["fan.a"]));
         // Unknown exchange or queue: nothing.
         let s = span(
-            "producer",
+            SpanKind::Producer,
             "publish x",
             Some("elsewhere"),
             Some("order.created"),

@@ -21,6 +21,7 @@ use crate::correlate::annotate::annotate;
 use crate::correlate::incidents;
 use crate::correlate::model::cause::{Causes, UNKNOWN};
 use crate::correlate::model::now_ns;
+use crate::correlate::model::trace::SpanKind;
 use crate::correlate::model::trace::{SpanRef, SpanRow, NOT_IN_BATCH};
 use crate::correlate::model::{self, Finding, Hex16, RcaEvent, Rule, TraceRow, Verdict};
 use crate::correlate::rules;
@@ -364,8 +365,9 @@ impl Analyse {
     ) {
         analysis::baseline::samples_of(t, fed);
         for s in t.spans.iter().filter(|s| s.at != NOT_IN_BATCH) {
-            if s.kind == "producer"
-                || (s.destination.is_some() && matches!(s.kind, "client" | "internal"))
+            if s.kind == SpanKind::Producer
+                || (s.destination.is_some()
+                    && matches!(s.kind, SpanKind::Client | SpanKind::Internal))
             {
                 if let Some(one) = one_span(rs, s.at) {
                     self.correlation
@@ -470,14 +472,14 @@ impl Analyse {
             return false;
         }
         let mut answered = vec![false; t.spans.len()];
-        for s in t.spans.iter().filter(|s| s.kind == "server") {
+        for s in t.spans.iter().filter(|s| s.kind == SpanKind::Server) {
             if let Some(p) = s.parent {
                 answered[p] = true;
             }
         }
         let peers = &self.correlation.store.peers;
         t.spans.iter().enumerate().any(|(i, s)| {
-            s.kind == "client"
+            s.kind == SpanKind::Client
                 && s.at != NOT_IN_BATCH
                 && !answered[i]
                 && analysis::peers::address_of(s)

@@ -45,6 +45,7 @@ mod decode;
 mod fold;
 mod join;
 
+use crate::correlate::model::trace::SpanKind;
 use decode::*;
 use fold::*;
 use join::*;
@@ -262,7 +263,7 @@ impl Profiles {
             s.baseline_ms
                 .is_some_and(|b| x.time_ms() >= (SLOW_FACTOR * b).max(self.min_time_ms))
         };
-        let cpu = of("cpu").filter(|x| x.join != "time" || s.kind != "client");
+        let cpu = of("cpu").filter(|x| x.join != "time" || s.kind != SpanKind::Client);
         if let Some(c) = cpu.filter(|x| covers(x) || grew(x)) {
             return Some(c);
         }
@@ -381,7 +382,7 @@ impl Source for Profiles {
         t.spans.iter().any(|s| {
             s.at != NOT_IN_BATCH
                 && s.self_ms >= self.min_time_ms
-                && !matches!(s.kind, "client" | "producer")
+                && !matches!(s.kind, SpanKind::Client | SpanKind::Producer)
                 && w.latest.get(&s.service).is_some_and(|&end| {
                     let span_end = (base + s.end_ms * 1e6).max(0.0) as u64;
                     end < span_end && now_ns.saturating_sub(end) <= self.wait_ns
