@@ -308,7 +308,7 @@ where
 }
 
 /// The top level of the pipeline file (its JSON Schema is composed by
-/// [`crate::registry::Registry::schema`], one entry per component type).
+/// [`super::schema::pipeline_file`], one entry per component type).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineFile {
