@@ -173,13 +173,19 @@ impl<'a> Keys<'a> {
             default,
             meaning: cell(meaning),
         });
+        self.within(def, |k| k.inner(key, s));
+    }
+
+    /// `walk`, unless definition `def` is already being walked (a
+    /// recursive type is listed once).
+    fn within(&mut self, def: Option<&str>, walk: impl FnOnce(&mut Self)) {
         if let Some(name) = def {
             if self.path.iter().any(|n| n == name) {
                 return;
             }
             self.path.push(name.to_string());
         }
-        self.inner(key, s);
+        walk(self);
         if def.is_some() {
             self.path.pop();
         }
@@ -192,16 +198,7 @@ impl<'a> Keys<'a> {
             self.object(&format!("{key}."), s);
         } else if let Some(items) = s.get("items") {
             let (items, def) = resolve(self.definitions, items);
-            if let Some(name) = def {
-                if self.path.iter().any(|n| n == name) {
-                    return;
-                }
-                self.path.push(name.to_string());
-            }
-            self.items(key, items);
-            if def.is_some() {
-                self.path.pop();
-            }
+            self.within(def, |k| k.items(key, items));
         } else if let Some(values) = s.get("additionalProperties").filter(|v| v.is_object()) {
             self.object(&format!("{key}.<name>."), values);
         }
