@@ -8,7 +8,7 @@
 // (a canary rollout), and rate-limits itself out on /search meanwhile.
 // Ground truth is what the services observed, per trace id, in TRUTH_FILE:
 // the catalog's version and whether Redis answered the lookup; the driver's
-// phase of each request. No span attribute is added by hand.
+// phase of each request and when it sent it and had its answer. No span attribute is added by hand.
 'use strict';
 const sdk = require('./tracing.js');
 const http = require('http');
@@ -67,12 +67,15 @@ if (role === 'catalog') {
       req.on('error', () => resolve(0));
     });
   let phase = 'warmup';
-  const one = (path, headers = {}) =>
-    tracer.startActiveSpan('request', async (span) => {
+  // `start` and `t` are when the driver sent the request and had its answer.
+  const one = (path, headers = {}) => {
+    const start = Date.now();
+    return tracer.startActiveSpan('request', async (span) => {
       const status = await get(path, { 'x-request-id': `r${++seq}`, ...headers });
       span.end();
-      record({ trace_id: span.spanContext().traceId, path, status, phase, t: Date.now() });
+      record({ trace_id: span.spanContext().traceId, path, status, phase, start, t: Date.now() });
     });
+  };
   // `n` requests a second of `f` until `until()` is false, each in flight on its own.
   const rate = async (n, until, f) => {
     const every = 1000 / n;
