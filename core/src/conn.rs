@@ -36,13 +36,14 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-/// Open connections, by server.
-pub const CONNECTIONS: &str = "causeway_server_connections";
-/// TLS handshakes that failed, by receiver (the server's name).
-pub const HANDSHAKE_FAILURES: &str = "causeway_tls_handshake_failures_total";
-/// Connections closed by the server's limits, by server and reason
-/// (`evicted`, `handshake_timeout`, `handshake_failed`, `header_timeout`, `idle_timeout`).
-pub const CLOSED: &str = "causeway_server_connections_closed_total";
+crate::metrics! {
+    /// Connections open on a server, TLS handshakes included.
+    pub Connections: gauge = "causeway_server_connections";
+    /// TLS handshakes that failed, by receiver.
+    pub HandshakeFailures: counter = "causeway_tls_handshake_failures_total";
+    /// Connections closed by a server's limits (connections.max, its timeouts), by server and reason.
+    pub Closed: counter = "causeway_server_connections_closed_total";
+}
 
 /// Bytes a connection must have sent within `header_read_timeout`: the
 /// HTTP/2 client preface, shorter than any HTTP/1 request line with headers.
@@ -157,11 +158,8 @@ impl GuardInner {
     }
 
     fn closed(&self, reason: &str) -> Counter {
-        self.registry.counter(
-            CLOSED,
-            "Connections closed by a server's limits (connections.max, its timeouts), by server and reason.",
-            &[("server", &self.name), ("reason", reason)],
-        )
+        self.registry
+            .counter(Closed, &[("server", &self.name), ("reason", reason)])
     }
 }
 
@@ -180,11 +178,7 @@ impl Guard {
             started: Instant::now(),
             next: AtomicU64::new(0),
             slots: Mutex::new(HashMap::new()),
-            open: registry.gauge(
-                CONNECTIONS,
-                "Connections open on a server, TLS handshakes included.",
-                &[("server", name)],
-            ),
+            open: registry.gauge(Connections, &[("server", name)]),
             registry: registry.clone(),
         });
         let weak = Arc::downgrade(&inner);
@@ -550,10 +544,7 @@ pub fn accept(
                             // guard closed (counted with the guard's reason).
                             if !closer.closed.load(Ordering::SeqCst) {
                                 registry
-                                    .counter(
-                                        HANDSHAKE_FAILURES,
-                                        "TLS handshakes that failed, by receiver.",
-                                        &[("receiver", &name)],
+                                    .counter(HandshakeFailures, &[("receiver", &name)],
                                     )
                                     .add(1);
                             }

@@ -31,10 +31,12 @@ use crate::telemetry::registry::{Gauge, Registry};
 /// The key of the limiter in [`crate::shared::Shared`].
 pub const SHARED_KEY: &str = "service.memory_limiter";
 
-/// Requests refused by the memory limiter, by receiver and level.
-pub const REFUSED: &str = "causeway_memory_limiter_refused_requests_total";
-/// Resident memory last sampled.
-pub const RSS: &str = "causeway_process_resident_memory_bytes";
+crate::metrics! {
+    /// Requests refused by the memory limiter, by receiver and level.
+    pub Refused: counter = "causeway_memory_limiter_refused_requests_total";
+    /// Resident memory of the daemon, as the memory limiter last sampled it.
+    pub Rss: gauge = "causeway_process_resident_memory_bytes";
+}
 
 /// The share of the memory available to the process (its cgroup's limit,
 /// else the machine's) that is its budget when no limit is configured: the
@@ -249,11 +251,7 @@ impl MemoryLimiter {
             reserved: Arc::default(),
             over_soft: AtomicBool::new(false),
             telemetry: telemetry.clone(),
-            rss_gauge: telemetry.gauge(
-                RSS,
-                "Resident memory of the daemon, as the memory limiter last sampled it.",
-                &[],
-            ),
+            rss_gauge: telemetry.gauge(Rss, &[]),
         };
         l.sample();
         l
@@ -311,8 +309,7 @@ impl MemoryLimiter {
         if let Some(hard) = refusal {
             self.telemetry
                 .counter(
-                    REFUSED,
-                    "Requests refused by the memory limiter, by receiver and level.",
+                    Refused,
                     &[
                         ("receiver", receiver),
                         ("level", if hard { "hard" } else { "soft" }),

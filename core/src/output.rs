@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::model::{Batch, Signal, SignalSet};
-use crate::telemetry::registry::{Registry, SignalCounters, RECEIVER_ACCEPTED, RECEIVER_REFUSED};
+use crate::telemetry::registry::{ReceiverAccepted, ReceiverRefused, Registry, SignalCounters};
 
 /// How long a receiver waits for room in its pipelines before refusing a
 /// request with a retryable status.
@@ -56,16 +56,8 @@ impl Output {
                 .into_iter()
                 .map(|(signals, tx)| Route { signals, tx })
                 .collect(),
-            accepted: telemetry.signal_counters(
-                RECEIVER_ACCEPTED,
-                "Items accepted by a receiver.",
-                component,
-            ),
-            refused: telemetry.signal_counters(
-                RECEIVER_REFUSED,
-                "Items refused by a receiver (malformed or no room).",
-                component,
-            ),
+            accepted: telemetry.signal_counters(ReceiverAccepted, component),
+            refused: telemetry.signal_counters(ReceiverRefused, component),
             wait: ADMISSION_WAIT,
         }
     }

@@ -5,10 +5,10 @@ use crate::http_fetch::Failure;
 
 /// The failed collections of a polling receiver: each counted under its
 /// reason, each reason logged once until a collection succeeds again.
-pub struct Failures {
+pub struct Failures<M> {
     telemetry: causeway_core::telemetry::Registry,
-    /// The counter's name and help.
-    counter: (&'static str, &'static str),
+    /// The counter.
+    counter: M,
     receiver: String,
     endpoint: String,
     /// What failed, for the log (`NATS collection`).
@@ -18,12 +18,12 @@ pub struct Failures {
     reported: std::collections::HashSet<&'static str>,
 }
 
-impl Failures {
+impl<M: causeway_core::telemetry::Metric> Failures<M> {
     /// The failures of receiver `receiver` reading `endpoint`, counted in
-    /// `counter` (name, help).
+    /// `counter`.
     pub fn new(
         telemetry: &causeway_core::telemetry::Registry,
-        counter: (&'static str, &'static str),
+        counter: M,
         (receiver, endpoint): (&str, &str),
         what: &'static str,
         again: &'static str,
@@ -43,8 +43,7 @@ impl Failures {
     pub fn failed(&mut self, f: &Failure) {
         self.telemetry
             .counter(
-                self.counter.0,
-                self.counter.1,
+                self.counter,
                 &[("receiver", &self.receiver), ("reason", f.reason)],
             )
             .add(1);

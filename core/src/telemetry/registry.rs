@@ -11,34 +11,80 @@ use std::sync::{Arc, Mutex};
 
 use crate::signal::Signal;
 
-/// Items a receiver accepted and passed on.
-pub const RECEIVER_ACCEPTED: &str = "causeway_receiver_accepted_items_total";
-/// Items a receiver refused (malformed, or the pipeline was full).
-pub const RECEIVER_REFUSED: &str = "causeway_receiver_refused_items_total";
-/// Items that entered a processor.
-pub const PROCESSOR_RECEIVED: &str = "causeway_processor_received_items_total";
-/// Items a processor passed on.
-pub const PROCESSOR_SENT: &str = "causeway_processor_sent_items_total";
-/// Items a processor dropped on purpose (e.g. sampling).
-pub const PROCESSOR_DROPPED: &str = "causeway_processor_dropped_items_total";
-/// Items an exporter delivered.
-pub const EXPORTER_SENT: &str = "causeway_exporter_sent_items_total";
-/// Items an exporter gave up on (permanent error, or retries exhausted).
-pub const EXPORTER_SEND_FAILED: &str = "causeway_exporter_send_failed_items_total";
-/// Items the backend accepted the request for but rejected (OTLP partial success).
-pub const EXPORTER_REJECTED: &str = "causeway_exporter_rejected_items_total";
-/// Items dropped because the sending queue was full and `block_on_overflow` was off.
-pub const EXPORTER_ENQUEUE_FAILED: &str = "causeway_exporter_enqueue_failed_items_total";
-/// Retried export attempts.
-pub const EXPORTER_RETRIES: &str = "causeway_exporter_retries_total";
-/// Corrupt persistent-queue records skipped.
-pub const QUEUE_CORRUPT: &str = "causeway_exporter_queue_corrupt_records_total";
-/// Batches waiting in an exporter's sending queue.
-pub const EXPORTER_QUEUE_SIZE: &str = "causeway_exporter_queue_size";
-/// Capacity of an exporter's sending queue, in batches.
-pub const EXPORTER_QUEUE_CAPACITY: &str = "causeway_exporter_queue_capacity";
-/// Batches waiting at the entry of a pipeline.
-pub const PIPELINE_QUEUE_SIZE: &str = "causeway_pipeline_queue_size";
+/// A metric of the daemon's own, declared once by [`metrics!`](crate::metrics)
+/// as a unit struct in the module of the component that records it: its
+/// name, its kind, and its doc comment, which is its help on `/metrics`.
+/// The registry hands out its series by it: `registry.counter(Lines, &labels)`.
+pub trait Metric: Copy {
+    /// Its name on `/metrics`.
+    const NAME: &'static str;
+    /// What it counts (its doc comment).
+    const HELP: &'static str;
+    /// Counter or gauge.
+    const KIND: Kind;
+}
+
+/// Declares the daemon's own metrics, each a unit struct implementing
+/// [`Metric`](crate::telemetry::Metric): its doc comment (the help), its
+/// kind (`counter` or `gauge`) and its name.
+///
+/// ```
+/// causeway_core::metrics! {
+///     /// Lines read, by file.
+///     pub Lines: counter = "causeway_example_lines_total";
+/// }
+/// let r = causeway_core::telemetry::Registry::new();
+/// r.counter(Lines, &[("file", "a.log")]).add(2);
+/// assert!(r.render().contains("# HELP causeway_example_lines_total Lines read, by file."));
+/// ```
+#[macro_export]
+macro_rules! metrics {
+    (@kind counter) => { $crate::telemetry::Kind::Counter };
+    (@kind gauge) => { $crate::telemetry::Kind::Gauge };
+    ($( $(#[doc = $doc:literal])+ $vis:vis $name:ident: $kind:ident = $metric:literal; )*) => {
+        $(
+            $(#[doc = $doc])+
+            #[derive(Debug, Clone, Copy)]
+            $vis struct $name;
+            impl $crate::telemetry::Metric for $name {
+                const NAME: &'static str = $metric;
+                const HELP: &'static str = concat!($($doc),+);
+                const KIND: $crate::telemetry::Kind = $crate::metrics!(@kind $kind);
+            }
+        )*
+    };
+}
+
+crate::metrics! {
+    /// Items a receiver accepted and passed on.
+    pub ReceiverAccepted: counter = "causeway_receiver_accepted_items_total";
+    /// Items a receiver refused (malformed, or the pipeline was full).
+    pub ReceiverRefused: counter = "causeway_receiver_refused_items_total";
+    /// Items that entered a processor.
+    pub ProcessorReceived: counter = "causeway_processor_received_items_total";
+    /// Items a processor passed on.
+    pub ProcessorSent: counter = "causeway_processor_sent_items_total";
+    /// Items a processor dropped on purpose (e.g. sampling).
+    pub ProcessorDropped: counter = "causeway_processor_dropped_items_total";
+    /// Items an exporter delivered.
+    pub ExporterSent: counter = "causeway_exporter_sent_items_total";
+    /// Items an exporter gave up on (permanent error, or retries exhausted).
+    pub ExporterSendFailed: counter = "causeway_exporter_send_failed_items_total";
+    /// Items the backend accepted the request for but rejected (OTLP partial success).
+    pub ExporterRejected: counter = "causeway_exporter_rejected_items_total";
+    /// Items dropped because the sending queue was full and `block_on_overflow` was off.
+    pub ExporterEnqueueFailed: counter = "causeway_exporter_enqueue_failed_items_total";
+    /// Retried export attempts.
+    pub ExporterRetries: counter = "causeway_exporter_retries_total";
+    /// Corrupt persistent-queue records skipped.
+    pub QueueCorrupt: counter = "causeway_exporter_queue_corrupt_records_total";
+    /// Batches in an exporter's sending queue.
+    pub ExporterQueueSize: gauge = "causeway_exporter_queue_size";
+    /// Capacity of an exporter's sending queue, in its sizer's units (batches by default).
+    pub ExporterQueueCapacity: gauge = "causeway_exporter_queue_capacity";
+    /// Batches waiting at the entry of a pipeline.
+    pub PipelineQueueSize: gauge = "causeway_pipeline_queue_size";
+}
 
 /// A monotonic counter.
 #[derive(Clone, Debug, Default)]
@@ -205,19 +251,21 @@ impl Registry {
         f(&mut guard)
     }
 
-    /// A counter with these labels (the same handle for the same name and labels).
-    pub fn counter(
-        &self,
-        name: &'static str,
-        help: &'static str,
-        labels: &[(&'static str, &str)],
-    ) -> Counter {
+    /// The series of counter `M` with these labels (the same handle for
+    /// the same labels).
+    pub fn counter<M: Metric>(&self, _: M, labels: &[(&'static str, &str)]) -> Counter {
+        const {
+            assert!(
+                matches!(M::KIND, Kind::Counter),
+                "a gauge taken as a counter"
+            )
+        };
         let labels: Labels = labels.iter().map(|(k, v)| (*k, v.to_string())).collect();
         self.with(|f| {
-            f.help.insert(name, (help, Kind::Counter));
+            f.help.insert(M::NAME, (M::HELP.trim(), Kind::Counter));
             match f
                 .series
-                .entry((name, labels))
+                .entry((M::NAME, labels))
                 .or_insert_with(|| Value::Counter(Counter::default()))
             {
                 Value::Counter(c) => c.clone(),
@@ -226,19 +274,15 @@ impl Registry {
         })
     }
 
-    /// A gauge with these labels.
-    pub fn gauge(
-        &self,
-        name: &'static str,
-        help: &'static str,
-        labels: &[(&'static str, &str)],
-    ) -> Gauge {
+    /// The series of gauge `M` with these labels.
+    pub fn gauge<M: Metric>(&self, _: M, labels: &[(&'static str, &str)]) -> Gauge {
+        const { assert!(matches!(M::KIND, Kind::Gauge), "a counter taken as a gauge") };
         let labels: Labels = labels.iter().map(|(k, v)| (*k, v.to_string())).collect();
         self.with(|f| {
-            f.help.insert(name, (help, Kind::Gauge));
+            f.help.insert(M::NAME, (M::HELP.trim(), Kind::Gauge));
             match f
                 .series
-                .entry((name, labels))
+                .entry((M::NAME, labels))
                 .or_insert_with(|| Value::Gauge(Gauge::default()))
             {
                 Value::Gauge(g) => g.clone(),
@@ -248,35 +292,25 @@ impl Registry {
     }
 
     /// One counter per signal, labelled `component` and `signal`.
-    pub fn signal_counters(
-        &self,
-        name: &'static str,
-        help: &'static str,
-        component: &str,
-    ) -> SignalCounters {
-        SignalCounters(Signal::ALL.map(|s| {
-            self.counter(
-                name,
-                help,
-                &[("component", component), ("signal", s.as_str())],
-            )
-        }))
+    pub fn signal_counters<M: Metric>(&self, m: M, component: &str) -> SignalCounters {
+        SignalCounters(
+            Signal::ALL
+                .map(|s| self.counter(m, &[("component", component), ("signal", s.as_str())])),
+        )
     }
 
     /// One counter per signal of a processor in a pipeline, labelled
     /// `component` (`<pipeline>/<processor>`), `processor` and `signal`.
-    pub fn processor_counters(
+    pub fn processor_counters<M: Metric>(
         &self,
-        name: &'static str,
-        help: &'static str,
+        m: M,
         pipeline: &str,
         processor: &str,
     ) -> SignalCounters {
         let component = format!("{pipeline}/{processor}");
         SignalCounters(Signal::ALL.map(|s| {
             self.counter(
-                name,
-                help,
+                m,
                 &[
                     ("component", &component),
                     ("processor", processor),
@@ -472,31 +506,31 @@ fn escape_label(v: &str) -> String {
 /// component's label, the help.
 const PER_SIGNAL: &[(&str, &str, &str, &str)] = &[
     (
-        RECEIVER_ACCEPTED,
+        ReceiverAccepted::NAME,
         "otelcol_receiver_accepted_",
         "receiver",
         "Items successfully pushed into the pipeline.",
     ),
     (
-        RECEIVER_REFUSED,
+        ReceiverRefused::NAME,
         "otelcol_receiver_refused_",
         "receiver",
         "Items that could not be pushed into the pipeline.",
     ),
     (
-        EXPORTER_SENT,
+        ExporterSent::NAME,
         "otelcol_exporter_sent_",
         "exporter",
         "Items successfully sent to destination.",
     ),
     (
-        EXPORTER_SEND_FAILED,
+        ExporterSendFailed::NAME,
         "otelcol_exporter_send_failed_",
         "exporter",
         "Items in failed attempts to send to destination.",
     ),
     (
-        EXPORTER_ENQUEUE_FAILED,
+        ExporterEnqueueFailed::NAME,
         "otelcol_exporter_enqueue_failed_",
         "exporter",
         "Items failed to be added to the sending queue.",
@@ -526,9 +560,9 @@ fn collector_series(s: &Sample) -> Option<(String, &'static str, Kind, Labels)> 
             vec![(*key, c)],
         ));
     }
-    if s.name == PROCESSOR_RECEIVED || s.name == PROCESSOR_SENT {
+    if s.name == ProcessorReceived::NAME || s.name == ProcessorSent::NAME {
         let (p, sig) = (label("processor")?, label("signal")?);
-        let (name, help) = if s.name == PROCESSOR_RECEIVED {
+        let (name, help) = if s.name == ProcessorReceived::NAME {
             (
                 "otelcol_processor_incoming_items",
                 "Number of items passed to the processor.",
@@ -542,9 +576,9 @@ fn collector_series(s: &Sample) -> Option<(String, &'static str, Kind, Labels)> 
         let labels = vec![("otel_signal", sig), ("processor", p)];
         return Some((name.into(), help, Kind::Counter, labels));
     }
-    if s.name == EXPORTER_QUEUE_SIZE || s.name == EXPORTER_QUEUE_CAPACITY {
+    if s.name == ExporterQueueSize::NAME || s.name == ExporterQueueCapacity::NAME {
         let e = label("component")?;
-        let (name, help) = if s.name == EXPORTER_QUEUE_SIZE {
+        let (name, help) = if s.name == ExporterQueueSize::NAME {
             (
                 "otelcol_exporter_queue_size",
                 "Current size of the retry queue (in batches).",
@@ -567,14 +601,10 @@ mod tests {
     #[test]
     fn renders_prometheus_text() {
         let r = Registry::new();
-        let c = r.signal_counters(RECEIVER_ACCEPTED, "Items accepted.", "otlp");
+        let c = r.signal_counters(ReceiverAccepted, "otlp");
         c.get(Signal::Traces).add(3);
-        r.gauge(
-            EXPORTER_QUEUE_SIZE,
-            "Queue.",
-            &[("component", "otlp/\"x\"")],
-        )
-        .set(2);
+        r.gauge(ExporterQueueSize, &[("component", "otlp/\"x\"")])
+            .set(2);
         let text = r.render();
         assert!(text.contains("# TYPE causeway_receiver_accepted_items_total counter"));
         assert!(text.contains(
@@ -589,26 +619,26 @@ mod tests {
     #[test]
     fn the_collector_names_of_the_same_counts_are_served_when_on() {
         let r = Registry::new();
-        r.signal_counters(RECEIVER_ACCEPTED, "", "otlp")
+        r.signal_counters(ReceiverAccepted, "otlp")
             .get(Signal::Traces)
             .add(10);
-        r.signal_counters(RECEIVER_REFUSED, "", "otlp")
+        r.signal_counters(ReceiverRefused, "otlp")
             .get(Signal::Logs)
             .add(2);
-        r.signal_counters(EXPORTER_SENT, "", "otlp/jaeger")
+        r.signal_counters(ExporterSent, "otlp/jaeger")
             .get(Signal::Traces)
             .add(7);
-        r.signal_counters(EXPORTER_SEND_FAILED, "", "victoriametrics")
+        r.signal_counters(ExporterSendFailed, "victoriametrics")
             .get(Signal::Metrics)
             .add(3);
         // One processor in two pipelines: the Collector counts it once.
-        r.processor_counters(PROCESSOR_RECEIVED, "", "traces", "batch")
+        r.processor_counters(ProcessorReceived, "traces", "batch")
             .get(Signal::Traces)
             .add(4);
-        r.processor_counters(PROCESSOR_RECEIVED, "", "traces/2", "batch")
+        r.processor_counters(ProcessorReceived, "traces/2", "batch")
             .get(Signal::Traces)
             .add(5);
-        r.gauge(EXPORTER_QUEUE_CAPACITY, "", &[("component", "otlp/jaeger")])
+        r.gauge(ExporterQueueCapacity, &[("component", "otlp/jaeger")])
             .set(1000);
         assert!(
             !r.render().contains("otelcol_"),

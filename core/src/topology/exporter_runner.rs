@@ -13,7 +13,11 @@ use crate::component::{ExportError, Exporter};
 use crate::config::DeliveryConfig;
 use crate::model::Batch;
 use crate::retry::Backoff;
-use crate::telemetry::registry::{self as telemetry, Counter, Gauge, Registry, SignalCounters};
+use crate::telemetry::registry::{
+    Counter, ExporterEnqueueFailed, ExporterQueueCapacity, ExporterQueueSize, ExporterRejected,
+    ExporterRetries, ExporterSendFailed, ExporterSent, Gauge, QueueCorrupt, Registry,
+    SignalCounters,
+};
 
 /// A batch in the sending queue, with what it holds of the queue's budgets
 /// (its `sizer`'s, when that is `items` or `bytes`, and the `max_bytes`
@@ -147,17 +151,9 @@ pub(crate) fn spawn(
         (Some(b), true) => b.capacity.min(1 << 16),
     };
     let (tx, rx) = mpsc::channel::<Queued>(capacity);
-    let size = telemetry.gauge(
-        telemetry::EXPORTER_QUEUE_SIZE,
-        "Batches in an exporter's sending queue.",
-        &[("component", &id)],
-    );
+    let size = telemetry.gauge(ExporterQueueSize, &[("component", &id)]);
     telemetry
-        .gauge(
-            telemetry::EXPORTER_QUEUE_CAPACITY,
-            "Capacity of an exporter's sending queue, in its sizer's units (batches by default).",
-            &[("component", &id)],
-        )
+        .gauge(ExporterQueueCapacity, &[("component", &id)])
         .set(budget.as_ref().map_or(capacity, |b| b.capacity) as i64);
     let queue = ExporterQueue {
         id: id.clone(),
@@ -166,11 +162,7 @@ pub(crate) fn spawn(
         bytes,
         disk: disk.clone(),
         block: delivery.queue.block_on_overflow || !delivery.queue.enabled,
-        enqueue_failed: telemetry.signal_counters(
-            telemetry::EXPORTER_ENQUEUE_FAILED,
-            "Items dropped because the sending queue was full.",
-            &id,
-        ),
+        enqueue_failed: telemetry.signal_counters(ExporterEnqueueFailed, &id),
         size: size.clone(),
     };
     let counters = Arc::new(Counters::new(telemetry, &id));
@@ -205,15 +197,9 @@ pub(crate) fn spawn(
 fn open_disk(id: &str, delivery: &DeliveryConfig, telemetry: &Registry) -> Option<Arc<DiskQueue>> {
     delivery.queue.storage.as_ref().and_then(|dir| {
         let path = std::path::Path::new(dir).join(id.replace(['/', '\\'], "_"));
-        let dropped = telemetry.counter(
-            telemetry::EXPORTER_ENQUEUE_FAILED,
-            "Items dropped because the sending queue was full.",
-            &[("component", id), ("signal", "any")],
+        let dropped = telemetry.counter(ExporterEnqueueFailed, &[("component", id), ("signal", "any")],
         );
-        let corrupt = telemetry.counter(
-            telemetry::QUEUE_CORRUPT,
-            "Corrupt persistent-queue records skipped.",
-            &[("component", id)],
+        let corrupt = telemetry.counter(QueueCorrupt, &[("component", id)],
         );
         let opened = DiskQueue::open(
             &path,
@@ -275,26 +261,10 @@ fn budgets(
 impl Counters {
     fn new(telemetry: &Registry, id: &str) -> Self {
         Counters {
-            sent: telemetry.signal_counters(
-                telemetry::EXPORTER_SENT,
-                "Items delivered by an exporter.",
-                id,
-            ),
-            failed: telemetry.signal_counters(
-                telemetry::EXPORTER_SEND_FAILED,
-                "Items an exporter gave up on.",
-                id,
-            ),
-            rejected: telemetry.signal_counters(
-                telemetry::EXPORTER_REJECTED,
-                "Items the backend rejected (partial success).",
-                id,
-            ),
-            retries: telemetry.counter(
-                telemetry::EXPORTER_RETRIES,
-                "Retried export attempts.",
-                &[("component", id)],
-            ),
+            sent: telemetry.signal_counters(ExporterSent, id),
+            failed: telemetry.signal_counters(ExporterSendFailed, id),
+            rejected: telemetry.signal_counters(ExporterRejected, id),
+            retries: telemetry.counter(ExporterRetries, &[("component", id)]),
         }
     }
 }
@@ -552,10 +522,6 @@ mod tests {
     use super::*;
     use crate::component::Delivered;
     use crate::config::{Duration as D, QueueConfig, RetryConfig};
-    use crate::telemetry::{
-        EXPORTER_QUEUE_CAPACITY, EXPORTER_QUEUE_SIZE, EXPORTER_RETRIES, EXPORTER_SEND_FAILED,
-        EXPORTER_SENT,
-    };
     use async_trait::async_trait;
     use std::collections::VecDeque;
     use std::sync::Mutex;
@@ -640,8 +606,8 @@ mod tests {
         handle.await.expect("runner");
     }
 
-    fn count(reg: &Registry, name: &'static str) -> u64 {
-        reg.counter(name, "", &[("component", "x"), ("signal", "traces")])
+    fn count<M: crate::telemetry::Metric>(reg: &Registry, m: M) -> u64 {
+        reg.counter(m, &[("component", "x"), ("signal", "traces")])
             .get()
     }
 
@@ -674,7 +640,7 @@ mod tests {
                 "{timeout:?}: {attempts} attempts"
             );
             if !tried_again {
-                assert_eq!(count(&reg, EXPORTER_SENT), 3);
+                assert_eq!(count(&reg, ExporterSent), 3);
             }
         }
     }
@@ -689,13 +655,9 @@ mod tests {
         )
         .await;
         assert_eq!(exp.attempts.lock().expect("lock").len(), 1);
-        assert_eq!(
-            reg.counter(EXPORTER_RETRIES, "", &[("component", "x")])
-                .get(),
-            0
-        );
-        assert_eq!(count(&reg, EXPORTER_SENT), 0);
-        assert_eq!(count(&reg, EXPORTER_SEND_FAILED), 3);
+        assert_eq!(reg.counter(ExporterRetries, &[("component", "x")]).get(), 0);
+        assert_eq!(count(&reg, ExporterSent), 0);
+        assert_eq!(count(&reg, ExporterSendFailed), 3);
     }
 
     #[tokio::test(start_paused = true)]
@@ -718,12 +680,8 @@ mod tests {
             vec![100, 200, 3000],
             "backoff 100ms, 200ms, then the server's 3s"
         );
-        assert_eq!(
-            reg.counter(EXPORTER_RETRIES, "", &[("component", "x")])
-                .get(),
-            3
-        );
-        assert_eq!(count(&reg, EXPORTER_SENT), 3);
+        assert_eq!(reg.counter(ExporterRetries, &[("component", "x")]).get(), 3);
+        assert_eq!(count(&reg, ExporterSent), 3);
     }
 
     /// Holds every export until released.
@@ -751,12 +709,9 @@ mod tests {
         let reg = Registry::new();
         let (queue, handle) = start(gate.clone(), d, &reg);
         let batch = |n| Batch::from_encoded(crate::Signal::Traces, bytes::Bytes::new(), n);
-        let size = || {
-            reg.gauge(EXPORTER_QUEUE_SIZE, "", &[("component", "x")])
-                .get()
-        };
+        let size = || reg.gauge(ExporterQueueSize, &[("component", "x")]).get();
         let capacity = reg
-            .gauge(EXPORTER_QUEUE_CAPACITY, "", &[("component", "x")])
+            .gauge(ExporterQueueCapacity, &[("component", "x")])
             .get();
         assert_eq!(capacity, 10, "the capacity is in items");
         // The first batch goes to the one consumer (held at the gate), the
@@ -778,7 +733,7 @@ mod tests {
         queue.push(batch(4)).await;
         assert_eq!(size(), 8);
         queue.push(batch(4)).await;
-        assert_eq!(count(&reg, telemetry::EXPORTER_ENQUEUE_FAILED), 4);
+        assert_eq!(count(&reg, ExporterEnqueueFailed), 4);
         // A batch bigger than the whole queue is not refused for ever: it
         // takes the whole budget once the queue is empty.
         gate.0.add_permits(100);
@@ -786,8 +741,8 @@ mod tests {
         queue.push(batch(25)).await;
         drop(queue);
         handle.await.expect("runner");
-        assert_eq!(count(&reg, EXPORTER_SENT), 4 * 4 + 25);
-        assert_eq!(count(&reg, telemetry::EXPORTER_ENQUEUE_FAILED), 4);
+        assert_eq!(count(&reg, ExporterSent), 4 * 4 + 25);
+        assert_eq!(count(&reg, ExporterEnqueueFailed), 4);
     }
 
     /// The default sizer counts batches, and `max_bytes` bounds the same
@@ -825,7 +780,7 @@ mod tests {
                 1,
             )
         };
-        let failed = || count(&reg, telemetry::EXPORTER_ENQUEUE_FAILED);
+        let failed = || count(&reg, ExporterEnqueueFailed);
         // One batch held by the consumer at the gate, one waiting for it:
         // both have left the queue; then three of 300 KiB fit in 1 MiB.
         for _ in 0..2 {
@@ -848,7 +803,7 @@ mod tests {
         gate.0.add_permits(100);
         drop(queue);
         handle.await.expect("runner");
-        assert_eq!(count(&reg, EXPORTER_SENT), 5);
+        assert_eq!(count(&reg, ExporterSent), 5);
     }
 
     #[test]
@@ -876,7 +831,7 @@ mod tests {
             let at = exp.attempts.lock().expect("lock").clone();
             assert!((at[at.len() - 1] - at[0]) <= Duration::from_secs(2));
             assert!(at.len() >= 5, "{} attempts", at.len());
-            count(&reg, EXPORTER_SEND_FAILED)
+            count(&reg, ExporterSendFailed)
         };
         assert_eq!(failed, 3);
     }

@@ -239,11 +239,9 @@ impl Build<'_> {
             }
             drop(tx);
             let task = PipelineTask {
-                queue_size: self.telemetry.gauge(
-                    telemetry::PIPELINE_QUEUE_SIZE,
-                    "Batches waiting at a pipeline's entry.",
-                    &[("pipeline", &pid)],
-                ),
+                queue_size: self
+                    .telemetry
+                    .gauge(telemetry::PipelineQueueSize, &[("pipeline", &pid)]),
                 id: pid,
                 rx,
                 stages,
@@ -270,17 +268,14 @@ impl Build<'_> {
             .await
             .map_err(|e| build_err("processor", id, e))?;
         let name = id.to_string();
-        let counters = |metric, help| self.telemetry.processor_counters(metric, help, pid, &name);
+        let t = &self.telemetry;
         Ok(Stage {
             id: id.to_string(),
             accepts: processor.accepts().intersect(signals),
             processor,
-            received: counters(
-                telemetry::PROCESSOR_RECEIVED,
-                "Items that entered a processor.",
-            ),
-            sent: counters(telemetry::PROCESSOR_SENT, "Items a processor passed on."),
-            dropped: counters(telemetry::PROCESSOR_DROPPED, "Items a processor dropped."),
+            received: t.processor_counters(telemetry::ProcessorReceived, pid, &name),
+            sent: t.processor_counters(telemetry::ProcessorSent, pid, &name),
+            dropped: t.processor_counters(telemetry::ProcessorDropped, pid, &name),
         })
     }
 

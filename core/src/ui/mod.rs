@@ -165,10 +165,15 @@ mod tests {
         }
     }
 
+    crate::metrics! {
+        /// A counter of the test.
+        X: counter = "causeway_x_total";
+    }
+
     #[test]
     fn the_api_dispatches_to_sources_and_says_what_is_missing() {
         let r = Registry::new();
-        let c = r.counter("causeway_x_total", "x", &[("component", "a")]);
+        let c = r.counter(X, &[("component", "a")]);
         c.add(3);
         let (st, body) = answer(&r, "pipelines");
         assert_eq!(st, 200);

@@ -36,14 +36,16 @@ use crate::otlp::grpc::GrpcExporter;
 use config::{LoadBalancingConfig, RoutingKey};
 use ring::Ring;
 
-/// Backends on the ring now.
-pub const NUM_BACKENDS: &str = "causeway_loadbalancer_num_backends";
-/// Resolutions, by resolver and outcome.
-pub const RESOLUTIONS: &str = "causeway_loadbalancer_num_resolutions_total";
-/// Times the backend list changed.
-pub const BACKEND_UPDATES: &str = "causeway_loadbalancer_num_backend_updates_total";
-/// Items sent to a backend again after a failed attempt (re-routed on the ring as it then was).
-pub const REROUTED: &str = "causeway_loadbalancer_rerouted_items_total";
+causeway_core::metrics! {
+    /// Backends on the ring.
+    pub NumBackends: gauge = "causeway_loadbalancer_num_backends";
+    /// Backend resolutions, by resolver and outcome.
+    pub Resolutions: counter = "causeway_loadbalancer_num_resolutions_total";
+    /// Times the backend list changed.
+    pub BackendUpdates: counter = "causeway_loadbalancer_num_backend_updates_total";
+    /// Items sent again after a failed attempt, routed on the ring as it then was.
+    pub Rerouted: counter = "causeway_loadbalancer_rerouted_items_total";
+}
 
 /// Factory of the `loadbalancing` exporter.
 pub struct LoadBalancingExporterFactory;
@@ -183,8 +185,7 @@ impl LoadBalancingExporter {
         };
         let res = |ok: &str| {
             telemetry.counter(
-                RESOLUTIONS,
-                "Backend resolutions, by resolver and outcome.",
+                Resolutions,
                 &[("exporter", id), ("resolver", kind), ("success", ok)],
             )
         };
@@ -199,21 +200,9 @@ impl LoadBalancingExporter {
                 ring: Ring::default(),
             })),
             metrics: Metrics {
-                backends: telemetry.gauge(
-                    NUM_BACKENDS,
-                    "Backends on the ring.",
-                    &[("exporter", id)],
-                ),
-                updates: telemetry.counter(
-                    BACKEND_UPDATES,
-                    "Times the backend list changed.",
-                    &[("exporter", id)],
-                ),
-                rerouted: telemetry.counter(
-                    REROUTED,
-                    "Items sent again after a failed attempt, routed on the ring as it then was.",
-                    &[("exporter", id)],
-                ),
+                backends: telemetry.gauge(NumBackends, &[("exporter", id)]),
+                updates: telemetry.counter(BackendUpdates, &[("exporter", id)]),
+                rerouted: telemetry.counter(Rerouted, &[("exporter", id)]),
             },
             resolutions: [res("true"), res("false")],
             wake: Arc::new(tokio::sync::Notify::new()),

@@ -38,8 +38,10 @@ use std::sync::Mutex;
 use crate::ExporterError;
 use config::{LokiConfig, LokiEncoding};
 
-/// Labels moved to structured metadata by the cardinality guard.
-pub const LABELS_DEMOTED: &str = "causeway_loki_labels_demoted_total";
+causeway_core::metrics! {
+    /// Loki labels moved to structured metadata by the cardinality guard.
+    pub LabelsDemoted: counter = "causeway_loki_labels_demoted_total";
+}
 
 /// Factory of the `loki` exporter.
 pub struct LokiExporterFactory;
@@ -562,11 +564,7 @@ impl LokiExporter {
                     guard.demoted.insert(label.to_string());
                     guard.values.remove(label);
                     self.telemetry
-                        .counter(
-                            LABELS_DEMOTED,
-                            "Loki labels moved to structured metadata by the cardinality guard.",
-                            &[("component", &self.id), ("label", label)],
-                        )
+                        .counter(LabelsDemoted, &[("component", &self.id), ("label", label)])
                         .add(1);
                     tracing::warn!(exporter = %self.id, label = %label, max = self.cfg.max_label_values, "Label has too many values; sending it as structured metadata from now on.");
                     meta.push((Cow::Owned(label.to_string()), value));

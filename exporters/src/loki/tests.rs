@@ -285,8 +285,7 @@ async fn a_label_with_thousands_of_values_becomes_structured_metadata() {
     }
     let demoted = reg
         .counter(
-            super::LABELS_DEMOTED,
-            "",
+            super::LabelsDemoted,
             &[("component", "loki"), ("label", "route_id")],
         )
         .get();

@@ -1,20 +1,20 @@
 use super::*;
-use causeway_core::telemetry::{EXPORTER_SENT, PROCESSOR_RECEIVED, RECEIVER_ACCEPTED};
+use causeway_core::telemetry::{ExporterSent, ProcessorReceived, ReceiverAccepted};
 use causeway_core::Signal;
 
 #[tokio::test]
 async fn pipelinez_shows_each_component_with_its_live_counts() {
     let telemetry = Registry::new();
     telemetry
-        .signal_counters(RECEIVER_ACCEPTED, "", "otlp")
+        .signal_counters(ReceiverAccepted, "otlp")
         .get(Signal::Traces)
         .add(42);
     telemetry
-        .signal_counters(PROCESSOR_RECEIVED, "", "traces/tail_sampling")
+        .signal_counters(ProcessorReceived, "traces/tail_sampling")
         .get(Signal::Traces)
         .add(40);
     telemetry
-        .signal_counters(EXPORTER_SENT, "", "otlp/<jaeger>")
+        .signal_counters(ExporterSent, "otlp/<jaeger>")
         .get(Signal::Traces)
         .add(7);
     let info = Arc::new(ServiceInfo {

@@ -57,9 +57,9 @@ use model::cause::Causes;
 use model::Rule;
 use model::{nanos, now_ns};
 use source::Correlation;
-use stage::analyse::ANALYSED;
+use stage::analyse::Analysed;
+use stage::RuleErrors;
 use stage::Stage;
-use stage::RULE_ERRORS;
 use store::{Limits, Store};
 
 /// Factory of the `correlate` processor.
@@ -225,11 +225,7 @@ fn analyse_stage(
         rules,
         planner: rules::Planner::new(&correlation.sources.tables()),
         rule_errors_logged: std::collections::HashSet::new(),
-        analysed: ctx.telemetry.counter(
-            ANALYSED,
-            "Kept traces analysed by correlate.",
-            &[("component", id)],
-        ),
+        analysed: ctx.telemetry.counter(Analysed, &[("component", id)]),
     }
 }
 
@@ -258,11 +254,7 @@ fn rules_of(
     if emit_logs || ctx.pipeline_signals.contains(Signal::Traces) {
         for rule in names {
             ctx.telemetry
-                .counter(
-                    RULE_ERRORS,
-                    "Root-cause and alert rules that failed at run time, by rule.",
-                    &[("component", id), ("rule", rule)],
-                )
+                .counter(RuleErrors, &[("component", id), ("rule", rule)])
                 .add(0);
         }
     }

@@ -3,28 +3,11 @@
 //! decision tick). The engine knows the core tables (the trace and its
 //! logs) and is handed the sources' tables and rules.
 //!
-//! Tables (one row per …):
-//! - `traces` (trace): `trace_id, duration_ms, route, root_span_id, root_service, root_name, error,
-//!   culprit_span_id, culprit_service, culprit_name, culprit_kind, culprit_self_ms,
-//!   culprit_share, culprit_host, culprit_db_system, error_span_id, error_service,
-//!   start_unix_ms, failed, final_status, culprit_excess_ms, culprit_baseline_ms,
-//!   culprit_path_ms, entry_span_id, entry_service`
-//! - `spans` (span): `trace_id, span_id, parent_id, service, host, name, kind, start_ms,
-//!   end_ms, duration_ms, self_ms, share, critical, status, status_message, http_status,
-//!   route, db_system, db_operation, messaging_system, destination, consumer_group,
-//!   routing_key, server_address, peer_service, callee, error_type, exception_type, exception_message, resend_count,
-//!   rpc_system, rpc_service, rpc_method, grpc_status,
-//!   cache_hit, wait_ms, path_ms, cache_inferred, pool_wait, client_error, refused_target, attempt, attempts,
-//!   failed_attempts, retry_window_ms, retry_gap_ms, retry_trigger, recovered, target_retries_per_s, queue_ms, async_wait_ms,
-//!   baseline_ms, excess_ms, server_port, gen_ai_model, input_tokens, output_tokens, cache_read_tokens,
-//!   gen_ai_queue_ms, gen_ai_ttft_ms, gen_ai_prefill_ms, gen_ai_decode_ms, prompt_baseline`, then
-//!   the declared span attributes (`super::model::attributes`: `db_collection`, `thread_name`)
-//!   (see `super::analysis::shape` for the inferred ones)
-//! - `logs` (log record of the trace): `trace_id, time_ms, service, severity, error_type, body,
-//!   span_id`, and the columns each source reads of its records (the gateway's: `gateway, hop,
-//!   route, status, rate_limit_rule, circuit_state, response_flags, upstream, duration_ms`)
-//! - and each evidence source's (see `super::source`): `route_stats`, `kafka_lag`,
-//!   `rabbitmq_queue`, `host`, `dependency`, `nats_consumer`, documented with their source.
+//! Tables: the core ones, `traces` (one row per trace), `spans` (one row
+//! per span) and `logs` (one row per log record of the trace), declared in
+//! `super::model::columns` and `super::model::attributes`, and each evidence
+//! source's, declared in its file under `super::source`. [`reference`]
+//! lists them all, with their columns, for the README.
 //!
 //! A rule returns `trace_id, confidence, summary` and optionally
 //! `culprit_span_id`, `culprit_service` (the service at fault when the span
@@ -59,15 +42,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::analysis::verdict::dependency_name;
-use super::model::attributes::{self, SPAN_ATTRIBUTES};
 use super::model::cause::{
     Cause, Face, CIRCUIT_OPEN, CONSUMER_LAG, DB_CONNECTION_SATURATION, LONG_PROMPT, RATE_LIMITED,
     RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
 };
-use super::model::columns::{fill_spans, fill_traces, SPAN_COLUMNS, TRACE_COLUMNS};
-use super::model::table::{schema_of, Cols, Table};
+use super::model::columns::{
+    fill_spans, fill_traces, LOG_COLUMNS, SPAN_ATTRIBUTES, SPAN_COLUMNS, TRACE_COLUMNS,
+};
+use super::model::table::{schema_of, Cols, Table, Ty};
 use super::model::SpanRow;
 use super::model::{Finding, Rule, TraceRow};
+use super::source::Sources;
 use crate::correlate::model::trace::SpanKind;
 use std::sync::LazyLock;
 
@@ -554,9 +539,38 @@ static TRACES_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| schema_of(TRACE_COL
 /// `spans`: its declared columns, then the declared span attributes' (made once).
 static SPANS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     let mut fields: Vec<_> = SPAN_COLUMNS.iter().map(|c| c.field()).collect();
-    fields.extend(SPAN_ATTRIBUTES.iter().map(|a| a.ty.field(a.column)));
+    fields.extend(SPAN_ATTRIBUTES.iter().map(|c| c.field()));
     Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
 });
+
+/// The reference of the tables the rules read (the correlate README's
+/// "Evidence tables"): the core tables' columns by name and type, then
+/// every source's tables with what each column holds, all from their
+/// declarations.
+pub fn reference(sources: &Sources) -> String {
+    let list = |cols: Vec<(&str, Ty)>| -> String {
+        let cols: Vec<String> = cols
+            .iter()
+            .map(|(n, t)| format!("`{n}` {}", t.name()))
+            .collect();
+        cols.join(", ")
+    };
+    let spans = SPAN_COLUMNS
+        .iter()
+        .map(|c| (c.name, c.ty))
+        .chain(SPAN_ATTRIBUTES.iter().map(|c| (c.name, c.ty)));
+    let mut out = String::from("### The core tables\n\n");
+    out += &format!(
+        "- `traces` (one row per trace): {}\n",
+        list(TRACE_COLUMNS.iter().map(|c| (c.name, c.ty)).collect())
+    );
+    out += &format!("- `spans` (one row per span): {}\n", list(spans.collect()));
+    out += &format!(
+        "- `logs` (one row per log record of the trace): {}, then the sources' columns below\n\n",
+        list(LOG_COLUMNS.iter().map(|c| (c.name, c.ty)).collect())
+    );
+    out + &sources.reference()
+}
 
 /// The core tables' schemas, from their declared columns.
 pub fn schemas() -> Vec<(&'static str, SchemaRef)> {
@@ -585,7 +599,9 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<Table>, String> {
     let rows = each(|t| t.spans.len());
     let mut c = Cols::new(&SPANS_SCHEMA, rows.len());
     fill_spans(&mut c, &rows);
-    attributes::fill(&mut c, SPAN_COLUMNS.len(), &rows);
+    for (k, col) in SPAN_ATTRIBUTES.iter().enumerate() {
+        c.fill(SPAN_COLUMNS.len() + k, col, &rows);
+    }
     let spans_t = (
         "spans",
         SPANS_SCHEMA.clone(),

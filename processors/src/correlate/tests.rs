@@ -1,4 +1,4 @@
-use super::stage::analyse::HELD_TRACES;
+use super::stage::analyse::HeldTraces;
 use super::*;
 use crate::correlate::analysis::verdict::verdict;
 use crate::correlate::analysis::verdict::Enough;
@@ -2250,7 +2250,7 @@ async fn evidence_wait_holds_at_most_max_held_traces_and_the_rest_leave_at_once(
     let gauge = |t: &causeway_core::telemetry::Registry| {
         t.render()
             .lines()
-            .find(|l| l.starts_with(HELD_TRACES))
+            .find(|l| l.starts_with(<HeldTraces as causeway_core::telemetry::Metric>::NAME))
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse::<f64>().ok())
     };
@@ -5083,19 +5083,15 @@ async fn a_kept_trace_waits_for_the_spans_of_an_instrumented_callee() {
 /// learner going on with the next.
 #[test]
 fn the_unkept_learner_keeps_to_its_budget_and_counts_bad_input() {
-    use crate::correlate::stage::unkept::{Learn, UNKEPT_SPANS};
+    use crate::correlate::stage::unkept::{Learn, UnkeptSpans};
     use crate::unkept::Learner;
     use prost::Message;
     let st = store();
     let reg = causeway_core::telemetry::Registry::new();
     let learn = Learn::new(st.clone(), RouteMap::default(), 5, (&reg, "c"));
     let count = |outcome: &str| {
-        reg.counter(
-            UNKEPT_SPANS,
-            "x",
-            &[("component", "c"), ("outcome", outcome)],
-        )
-        .get()
+        reg.counter(UnkeptSpans, &[("component", "c"), ("outcome", outcome)])
+            .get()
     };
     // Within one second (tried again if a second began in between).
     let second = || now_ns() / 1_000_000_000;
@@ -5119,4 +5115,42 @@ fn the_unkept_learner_keeps_to_its_budget_and_counts_bad_input() {
     learn.learn(bytes::Bytes::from(good.encode_to_vec()));
     assert_eq!(count("learned"), 3);
     assert_eq!(count("bad_input"), 1);
+}
+
+/// The README's list of the tables the rules read is the one their
+/// declarations make, and every source's column says what it holds: a
+/// column added, renamed or documented changes the list, and a stale
+/// README fails here (`CAUSEWAY_BLESS=1 cargo test -p causeway-processors
+/// tables_reference` rewrites it).
+#[test]
+fn tables_reference_in_the_readme_is_current() {
+    let cfg: CorrelateConfig = serde_yaml::from_str("{}").unwrap();
+    let sources = crate::correlate::registry::sources(&cfg);
+    for t in sources.about() {
+        for (name, _, doc) in &t.columns {
+            assert!(
+                !doc.is_empty(),
+                "{}.{name} does not say what it holds",
+                t.name
+            );
+        }
+    }
+    let want = format!("\n{}\n", rules::reference(&sources));
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/correlate/README.md");
+    let readme = std::fs::read_to_string(&path).unwrap();
+    let (open, close) = ("<!-- tables -->\n", "<!-- /tables -->");
+    let from = readme.find(open).expect("the README's tables marker") + open.len();
+    let to = readme.find(close).expect("the README's tables end marker");
+    if readme[from..to] == want {
+        return;
+    }
+    if std::env::var_os("CAUSEWAY_BLESS").is_some() {
+        let fresh = format!("{}{want}{}", &readme[..from], &readme[to..]);
+        std::fs::write(&path, fresh).unwrap();
+        return;
+    }
+    panic!(
+        "src/correlate/README.md's table list is stale: run \
+         `CAUSEWAY_BLESS=1 cargo test -p causeway-processors tables_reference`"
+    );
 }

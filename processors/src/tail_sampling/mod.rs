@@ -39,22 +39,24 @@ use config::TailSamplingConfig;
 use extract::{AttrRef, AttrValue, Group, Held, Keys};
 use policy::{default_route_attributes, Decision, Policy, TraceView};
 
-/// Pending traces.
-pub const PENDING_TRACES: &str = "causeway_tail_sampling_pending_traces";
-/// Pending spans.
-pub const PENDING_SPANS: &str = "causeway_tail_sampling_pending_spans";
-/// Bytes held by pending spans, with bookkeeping.
-pub const PENDING_BYTES: &str = "causeway_tail_sampling_pending_bytes";
-/// Traces decided, by outcome.
-pub const TRACES: &str = "causeway_tail_sampling_traces_total";
-/// Each policy's evaluations, by outcome.
-pub const POLICY_DECISIONS: &str = "causeway_tail_sampling_policy_decisions_total";
-/// Spans arriving after their trace's decision, by the decision they followed.
-pub const LATE_SPANS: &str = "causeway_tail_sampling_late_spans_total";
-/// Traces decided before their time, by reason.
-pub const EARLY_DECISIONS: &str = "causeway_tail_sampling_early_decisions_total";
-/// How late after its deadline the latest tick decided a trace.
-pub const DECISION_LAG: &str = "causeway_tail_sampling_decision_lag_milliseconds";
+causeway_core::metrics! {
+    /// Traces waiting for a sampling decision.
+    pub PendingTraces: gauge = "causeway_tail_sampling_pending_traces";
+    /// Spans waiting for a sampling decision.
+    pub PendingSpans: gauge = "causeway_tail_sampling_pending_spans";
+    /// Bytes held by pending spans, with bookkeeping.
+    pub PendingBytes: gauge = "causeway_tail_sampling_pending_bytes";
+    /// Traces decided, by outcome.
+    pub Traces: counter = "causeway_tail_sampling_traces_total";
+    /// Policy evaluations by outcome.
+    pub PolicyDecisions: counter = "causeway_tail_sampling_policy_decisions_total";
+    /// Spans that arrived after their trace's decision.
+    pub LateSpans: counter = "causeway_tail_sampling_late_spans_total";
+    /// Traces decided early, by reason.
+    pub EarlyDecisions: counter = "causeway_tail_sampling_early_decisions_total";
+    /// How late after its deadline the last tick decided (milliseconds).
+    pub DecisionLag: gauge = "causeway_tail_sampling_decision_lag_milliseconds";
+}
 
 /// Per-span bookkeeping counted in `max_memory` on top of the span's bytes.
 const SPAN_OVERHEAD: usize = std::mem::size_of::<Held>() + 16;
@@ -417,74 +419,34 @@ pub struct TailSampling {
 impl Metrics {
     /// The sampler's metrics, with a decision counter per policy `names`.
     fn new(telemetry: &Registry, id: &str, names: &[&str]) -> Metrics {
-        let c = |name: &'static str, help: &'static str, extra: &[(&'static str, &str)]| {
-            let mut labels = vec![("component", id)];
-            labels.extend_from_slice(extra);
-            telemetry.counter(name, help, &labels)
+        let decided = |d| telemetry.counter(Traces, &[("component", id), ("decision", d)]);
+        let late = |d| telemetry.counter(LateSpans, &[("component", id), ("decision", d)]);
+        let policy = |name, d| {
+            let labels = [("component", id), ("policy", name), ("decision", d)];
+            telemetry.counter(PolicyDecisions, &labels)
         };
-        let mut policy_counters = Vec::new();
-        for &name in names {
-            policy_counters.push(["sampled", "not_sampled", "dropped"].map(|d| {
-                c(
-                    POLICY_DECISIONS,
-                    "Policy evaluations by outcome.",
-                    &[("policy", name), ("decision", d)],
-                )
-            }));
-        }
-        let g = |name: &'static str, help: &'static str| {
-            telemetry.gauge(name, help, &[("component", id)])
-        };
+        let labels = [("component", id)];
         Metrics {
-            pending_traces: g(PENDING_TRACES, "Traces waiting for a sampling decision."),
-            pending_spans: g(PENDING_SPANS, "Spans waiting for a sampling decision."),
-            pending_bytes: g(
-                PENDING_BYTES,
-                "Bytes held by pending spans, with bookkeeping.",
-            ),
-            kept: c(
-                TRACES,
-                "Traces decided, by outcome.",
-                &[("decision", "sampled")],
-            ),
-            dropped: c(
-                TRACES,
-                "Traces decided, by outcome.",
-                &[("decision", "not_sampled")],
-            ),
-            late_kept: c(
-                LATE_SPANS,
-                "Spans that arrived after their trace's decision.",
-                &[("decision", "sampled")],
-            ),
-            late_dropped: c(
-                LATE_SPANS,
-                "Spans that arrived after their trace's decision.",
-                &[("decision", "not_sampled")],
-            ),
-            revoked: c(
-                TRACES,
-                "Traces decided, by outcome.",
-                &[("decision", "revoked")],
-            ),
+            pending_traces: telemetry.gauge(PendingTraces, &labels),
+            pending_spans: telemetry.gauge(PendingSpans, &labels),
+            pending_bytes: telemetry.gauge(PendingBytes, &labels),
+            kept: decided("sampled"),
+            dropped: decided("not_sampled"),
+            late_kept: late("sampled"),
+            late_dropped: late("not_sampled"),
+            revoked: decided("revoked"),
             early: ["num_traces", "max_memory", "trace_too_large", "shutdown"]
                 .into_iter()
                 .map(|r| {
-                    (
-                        r,
-                        c(
-                            EARLY_DECISIONS,
-                            "Traces decided early, by reason.",
-                            &[("reason", r)],
-                        ),
-                    )
+                    let labels = [("component", id), ("reason", r)];
+                    (r, telemetry.counter(EarlyDecisions, &labels))
                 })
                 .collect(),
-            lag_ms: g(
-                DECISION_LAG,
-                "How late after its deadline the last tick decided (milliseconds).",
-            ),
-            policy: policy_counters,
+            lag_ms: telemetry.gauge(DecisionLag, &labels),
+            policy: names
+                .iter()
+                .map(|&name| ["sampled", "not_sampled", "dropped"].map(|d| policy(name, d)))
+                .collect(),
         }
     }
 }

@@ -566,8 +566,7 @@ async fn late_spans_follow_the_decision() {
     assert_eq!(p.traces.len(), 0, "late spans do not start new traces");
     let late = |d: &str| {
         reg.counter(
-            LATE_SPANS,
-            "",
+            LateSpans,
             &[("component", "tail_sampling"), ("decision", d)],
         )
         .get()
@@ -594,8 +593,7 @@ async fn bounds_decide_the_oldest_early_by_the_same_policies() {
     }
     let early = reg
         .counter(
-            EARLY_DECISIONS,
-            "",
+            EarlyDecisions,
             &[("component", "tail_sampling"), ("reason", "num_traces")],
         )
         .get();
@@ -618,8 +616,7 @@ async fn bounds_decide_the_oldest_early_by_the_same_policies() {
     }
     let early = reg
         .counter(
-            EARLY_DECISIONS,
-            "",
+            EarlyDecisions,
             &[("component", "tail_sampling"), ("reason", "max_memory")],
         )
         .get();
@@ -643,8 +640,7 @@ async fn a_giant_trace_is_decided_at_once_and_others_on_time() {
     }
     let too_large = reg
         .counter(
-            EARLY_DECISIONS,
-            "",
+            EarlyDecisions,
             &[
                 ("component", "tail_sampling"),
                 ("reason", "trace_too_large"),

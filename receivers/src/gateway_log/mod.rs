@@ -47,18 +47,20 @@ use config::{FormatName, GatewayLogConfig, StartAt};
 use parse::{Canon, Format, KeyMap};
 use tail::{Checkpoint, TailConfig, Tailer};
 
-/// Lines read, by outcome (`parsed`, `bad`, `too_long`).
-pub const LINES: &str = "causeway_gateway_log_lines_total";
-/// Files being followed.
-pub const OPEN_FILES: &str = "causeway_gateway_log_open_files";
-/// Re-reads from the checkpoint after an exporter gave up.
-pub const REREADS: &str = "causeway_gateway_log_rereads_total";
-/// Lines read from compressed backups.
-pub const COMPRESSED_LINES: &str = "causeway_gateway_log_compressed_lines_total";
-/// Compressed backups found, by outcome and format.
-pub const BACKUPS: &str = "causeway_gateway_log_backups_total";
-/// Files whose unread content was on disk and could not be read, by reason.
-pub const LOST: &str = "causeway_gateway_log_files_lost_total";
+causeway_core::metrics! {
+    /// Gateway log lines read, by outcome.
+    pub Lines: counter = "causeway_gateway_log_lines_total";
+    /// Files followed by a gateway_log receiver.
+    pub OpenFiles: gauge = "causeway_gateway_log_open_files";
+    /// Times a gateway_log receiver read its files again from the checkpoint, after an exporter gave up on lines.
+    pub Rereads: counter = "causeway_gateway_log_rereads_total";
+    /// Gateway log lines read from compressed backups (rotated and compressed before they were read to their end).
+    pub CompressedLines: counter = "causeway_gateway_log_compressed_lines_total";
+    /// Compressed backups found by a gateway_log receiver, by outcome (resumed, new, skipped, corrupt) and format.
+    pub Backups: counter = "causeway_gateway_log_backups_total";
+    /// Files whose unread lines were on disk and could no longer be read by a gateway_log receiver, by reason.
+    pub Lost: counter = "causeway_gateway_log_files_lost_total";
+}
 
 /// Factory of the `gateway_log` receiver.
 pub struct GatewayLogFactory;
@@ -110,11 +112,8 @@ impl ReceiverFactory for GatewayLogFactory {
             max_held: cfg.max_held_files,
         };
         let lines = |outcome: &str| {
-            ctx.telemetry.counter(
-                LINES,
-                "Gateway log lines read, by outcome.",
-                &[("component", &id), ("outcome", outcome)],
-            )
+            ctx.telemetry
+                .counter(Lines, &[("component", &id), ("outcome", outcome)])
         };
         let resource = Resource {
             attributes: cfg.resource.iter().map(|(k, v)| kv(k, v)).collect(),
@@ -135,22 +134,12 @@ impl ReceiverFactory for GatewayLogFactory {
             parsed: lines("parsed"),
             bad: lines("bad"),
             too_long: lines("too_long"),
-            rereads: ctx.telemetry.counter(
-                REREADS,
-                "Times a gateway_log receiver read its files again from the checkpoint, after an exporter gave up on lines.",
-                &[("component", &id)],
-            ),
-            compressed_lines: ctx.telemetry.counter(
-                COMPRESSED_LINES,
-                "Gateway log lines read from compressed backups (rotated and compressed before they were read to their end).",
-                &[("component", &id)],
-            ),
+            rereads: ctx.telemetry.counter(Rereads, &[("component", &id)]),
+            compressed_lines: ctx
+                .telemetry
+                .counter(CompressedLines, &[("component", &id)]),
             telemetry: ctx.telemetry.clone(),
-            open_files: ctx.telemetry.gauge(
-                OPEN_FILES,
-                "Files followed by a gateway_log receiver.",
-                &[("component", &id)],
-            ),
+            open_files: ctx.telemetry.gauge(OpenFiles, &[("component", &id)]),
             tailer: Some(Tailer::new(tail_cfg, restored)),
             format: std::sync::Arc::new(format),
             envelope: std::sync::Arc::new(envelope),
@@ -308,9 +297,12 @@ impl GatewayLogReceiver {
         for (outcome, file, format) in events.backups {
             self.telemetry
                 .counter(
-                    BACKUPS,
-                    "Compressed backups found by a gateway_log receiver, by outcome (resumed, new, skipped, corrupt) and format.",
-                    &[("component", &self.id), ("outcome", outcome), ("format", format)],
+                    Backups,
+                    &[
+                        ("component", &self.id),
+                        ("outcome", outcome),
+                        ("format", format),
+                    ],
                 )
                 .add(1);
             match outcome {
@@ -324,11 +316,7 @@ impl GatewayLogReceiver {
         }
         for (reason, file, detail) in events.lost {
             self.telemetry
-                .counter(
-                    LOST,
-                    "Files whose unread lines were on disk and could no longer be read by a gateway_log receiver, by reason.",
-                    &[("component", &self.id), ("reason", reason)],
-                )
+                .counter(Lost, &[("component", &self.id), ("reason", reason)])
                 .add(1);
             tracing::error!(receiver = %self.id, %file, %reason, %detail, "Gateway log lines lost.");
         }

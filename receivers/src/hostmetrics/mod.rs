@@ -28,8 +28,10 @@ use crate::metric_builder::{kv, Builder, Kind, Value};
 use config::HostMetricsConfig;
 use proc::{Reading, CPU_MODES};
 
-/// Problems reading /proc (a file missing or malformed).
-pub const ERRORS: &str = "causeway_hostmetrics_errors_total";
+causeway_core::metrics! {
+    /// Problems reading /proc (file missing or malformed).
+    pub Errors: counter = "causeway_hostmetrics_errors_total";
+}
 
 /// Factory of the `hostmetrics` receiver.
 pub struct HostMetricsFactory;
@@ -63,11 +65,7 @@ impl ReceiverFactory for HostMetricsFactory {
         };
         let id = ctx.id.to_string();
         Ok(Box::new(HostMetricsReceiver {
-            errors: ctx.telemetry.counter(
-                ERRORS,
-                "Problems reading /proc (file missing or malformed).",
-                &[("component", &id)],
-            ),
+            errors: ctx.telemetry.counter(Errors, &[("component", &id)]),
             id,
             root,
             host,

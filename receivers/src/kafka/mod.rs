@@ -52,21 +52,22 @@ use tokio_util::sync::CancellationToken;
 
 use config::{InitialOffset, KafkaEncoding, KafkaReceiverConfig, RebalanceStrategy};
 
-/// Messages read, by outcome.
-pub const MESSAGES: &str = "causeway_kafka_receiver_messages_total";
-/// Messages read but not safe when their partition was revoked (they are
-/// read again by the next owner; those already decided are delivered twice).
-pub const REDELIVERED: &str = "causeway_kafka_receiver_redelivered_messages_total";
-/// Offset commits, by outcome.
-pub const COMMITS: &str = "causeway_kafka_receiver_commits_total";
-/// Rebalances, by kind.
-pub const REBALANCES: &str = "causeway_kafka_receiver_rebalances_total";
-/// Partitions this instance owns now.
-pub const ASSIGNED: &str = "causeway_kafka_receiver_assigned_partitions";
-/// Bytes of the messages read and not yet safe.
-pub const IN_FLIGHT_BYTES: &str = "causeway_kafka_receiver_in_flight_bytes";
-/// Times reading paused because memory was over the soft limit.
-pub const PAUSES: &str = "causeway_kafka_receiver_pauses_total";
+causeway_core::metrics! {
+    /// Messages read, by outcome.
+    pub Messages: counter = "causeway_kafka_receiver_messages_total";
+    /// Messages not yet safe when their partition was revoked: read again by the next owner.
+    pub Redelivered: counter = "causeway_kafka_receiver_redelivered_messages_total";
+    /// Offset commits, by outcome.
+    pub Commits: counter = "causeway_kafka_receiver_commits_total";
+    /// Rebalances, by kind.
+    pub Rebalances: counter = "causeway_kafka_receiver_rebalances_total";
+    /// Partitions this instance owns now.
+    pub Assigned: gauge = "causeway_kafka_receiver_assigned_partitions";
+    /// Bytes of the messages read and not yet safe.
+    pub InFlightBytes: gauge = "causeway_kafka_receiver_in_flight_bytes";
+    /// Times reading paused because memory was over the soft limit.
+    pub Pauses: counter = "causeway_kafka_receiver_pauses_total";
+}
 
 /// `queued.max.messages.kbytes` unless `settings` say otherwise: what
 /// librdkafka prefetches ahead of the receiver (its own default is 64 MiB),
@@ -301,35 +302,21 @@ impl KafkaReceiver {
     fn new(cfg: KafkaReceiverConfig, ctx: &BuildContext) -> Result<Self, BoxError> {
         let id = ctx.id.to_string();
         let t = &ctx.telemetry;
-        let c = |name: &'static str, help: &'static str, extra: (&'static str, &str)| {
-            t.counter(name, help, &[("receiver", id.as_str()), extra])
-        };
+        let messages =
+            |outcome| t.counter(Messages, &[("receiver", id.as_str()), ("outcome", outcome)]);
+        let commits =
+            |outcome| t.counter(Commits, &[("receiver", id.as_str()), ("outcome", outcome)]);
+        let rebalances = |kind| t.counter(Rebalances, &[("receiver", id.as_str()), ("kind", kind)]);
         let state = Arc::new(Mutex::new(State::default()));
-        let in_flight_bytes = t.gauge(
-            IN_FLIGHT_BYTES,
-            "Bytes of the messages read and not yet safe.",
-            &[("receiver", id.as_str())],
-        );
-        let commit_failed = c(
-            COMMITS,
-            "Offset commits, by outcome.",
-            ("outcome", "failed"),
-        );
+        let in_flight_bytes = t.gauge(InFlightBytes, &[("receiver", id.as_str())]);
+        let commit_failed = commits("failed");
         let context = Ctx {
             id: id.clone(),
             state: state.clone(),
-            redelivered: t.counter(
-                REDELIVERED,
-                "Messages not yet safe when their partition was revoked: read again by the next owner.",
-                &[("receiver", id.as_str())],
-            ),
-            revokes: c(REBALANCES, "Rebalances, by kind.", ("kind", "revoke")),
-            assigns: c(REBALANCES, "Rebalances, by kind.", ("kind", "assign")),
-            assigned: t.gauge(
-                ASSIGNED,
-                "Partitions this instance owns now.",
-                &[("receiver", id.as_str())],
-            ),
+            redelivered: t.counter(Redelivered, &[("receiver", id.as_str())]),
+            revokes: rebalances("revoke"),
+            assigns: rebalances("assign"),
+            assigned: t.gauge(Assigned, &[("receiver", id.as_str())]),
             in_flight_bytes: in_flight_bytes.clone(),
             commit_failed: commit_failed.clone(),
             copartitioned: cfg.group_rebalance_strategy == RebalanceStrategy::Range,
@@ -364,29 +351,13 @@ impl KafkaReceiver {
             .create_with_context(context)
             .map_err(|e| format!("kafka receiver {id}: cannot create the consumer: {e}"))?;
         Ok(KafkaReceiver {
-            read: c(
-                MESSAGES,
-                "Messages read, by outcome.",
-                ("outcome", "accepted"),
-            ),
-            invalid: c(
-                MESSAGES,
-                "Messages read, by outcome.",
-                ("outcome", "invalid"),
-            ),
-            gave_up: c(
-                MESSAGES,
-                "Messages read, by outcome.",
-                ("outcome", "not_delivered"),
-            ),
-            commits: c(COMMITS, "Offset commits, by outcome.", ("outcome", "ok")),
+            read: messages("accepted"),
+            invalid: messages("invalid"),
+            gave_up: messages("not_delivered"),
+            commits: commits("ok"),
             commit_failed,
             in_flight_bytes,
-            pauses: t.counter(
-                PAUSES,
-                "Times reading paused because memory was over the soft limit.",
-                &[("receiver", id.as_str())],
-            ),
+            pauses: t.counter(Pauses, &[("receiver", id.as_str())]),
             limiter: MemoryLimiter::shared(&ctx.shared),
             id,
             cfg,

@@ -41,14 +41,16 @@ use client::Client;
 use config::{Filter, KafkaLagConfig};
 use tracker::{Round, Settings, Tracker};
 
-/// Collection rounds, by outcome (`ok`, `error`).
-pub const ROUNDS: &str = "causeway_kafka_lag_rounds_total";
-/// Errors talking to the cluster, by operation.
-pub const ERRORS: &str = "causeway_kafka_lag_errors_total";
-/// 1 when the last round read the cluster, 0 when it failed.
-pub const UP: &str = "causeway_kafka_lag_up";
-/// Wall time of the last round, milliseconds.
-pub const ROUND_MS: &str = "causeway_kafka_lag_round_duration_ms";
+causeway_core::metrics! {
+    /// kafka_lag collection rounds, by outcome.
+    pub Rounds: counter = "causeway_kafka_lag_rounds_total";
+    /// Errors of kafka_lag talking to the cluster, by operation.
+    pub Errors: counter = "causeway_kafka_lag_errors_total";
+    /// 1 when the last kafka_lag round read the cluster.
+    pub Up: gauge = "causeway_kafka_lag_up";
+    /// Wall time of the last kafka_lag round, milliseconds.
+    pub RoundMs: gauge = "causeway_kafka_lag_round_duration_ms";
+}
 
 /// Factory of the `kafka_lag` receiver.
 pub struct KafkaLagFactory;
@@ -76,27 +78,16 @@ impl ReceiverFactory for KafkaLagFactory {
         let id = ctx.id.to_string();
         let (settings, scope) = plan(&cfg)?;
         let rounds = |outcome: &str| {
-            ctx.telemetry.counter(
-                ROUNDS,
-                "kafka_lag collection rounds, by outcome.",
-                &[("component", &id), ("outcome", outcome)],
-            )
+            ctx.telemetry
+                .counter(Rounds, &[("component", &id), ("outcome", outcome)])
         };
         Ok(Box::new(KafkaLagReceiver {
             ok: rounds("ok"),
             failed: rounds("error"),
             skipped: rounds("memory_limit"),
             limiter: causeway_core::memory::MemoryLimiter::shared(&ctx.shared),
-            up: ctx.telemetry.gauge(
-                UP,
-                "1 when the last kafka_lag round read the cluster.",
-                &[("component", &id)],
-            ),
-            round_ms: ctx.telemetry.gauge(
-                ROUND_MS,
-                "Wall time of the last kafka_lag round, milliseconds.",
-                &[("component", &id)],
-            ),
+            up: ctx.telemetry.gauge(Up, &[("component", &id)]),
+            round_ms: ctx.telemetry.gauge(RoundMs, &[("component", &id)]),
             telemetry: ctx.telemetry.clone(),
             state: Some(State {
                 client: None,
@@ -269,11 +260,7 @@ impl KafkaLagReceiver {
                 _ => "other",
             };
             self.telemetry
-                .counter(
-                    ERRORS,
-                    "Errors of kafka_lag talking to the cluster, by operation.",
-                    &[("component", &self.id), ("op", op)],
-                )
+                .counter(Errors, &[("component", &self.id), ("op", op)])
                 .add(1);
             if fatal {
                 tracing::warn!(receiver = %self.id, error = %e, consecutive_failures = consecutive, "Kafka cluster not read this round; retrying at the next interval.");

@@ -46,8 +46,10 @@ use crate::http_fetch::{self, Failure};
 use crate::metric_builder::{kv, Builder, Kind, Value};
 use config::{Filter, NatsConfig};
 
-/// Failed collections, by reason.
-pub const ERRORS: &str = "causeway_nats_errors_total";
+causeway_core::metrics! {
+    /// Failed collections, by reason.
+    pub Errors: counter = "causeway_nats_errors_total";
+}
 
 /// What is asked of the monitoring endpoint.
 const JSZ: &str = "/jsz?accounts=true&streams=true&consumers=true&config=true";
@@ -347,10 +349,7 @@ impl Receiver for Nats {
         let mut rising = HashMap::new();
         let mut failures = crate::polling::Failures::new(
             &self.telemetry,
-            (
-                ERRORS,
-                "Failed collections of the nats receiver, by reason.",
-            ),
+            Errors,
             (&self.id, &self.cfg.endpoint),
             "NATS collection",
             "The monitoring endpoint answers again.",

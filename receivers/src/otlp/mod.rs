@@ -35,6 +35,13 @@ use tokio_util::sync::CancellationToken;
 use crate::ReceiverError;
 use config::OtlpReceiverConfig;
 
+causeway_core::metrics! {
+    /// Request message bytes as received, by transport and content encoding.
+    pub ReceiverWireBytes: counter = "causeway_receiver_wire_bytes_total";
+    /// Request message bytes after decompression, by transport and content encoding.
+    pub ReceiverInflatedBytes: counter = "causeway_receiver_inflated_bytes_total";
+}
+
 /// Factory of the `otlp` receiver.
 pub struct OtlpReceiverFactory;
 
@@ -225,16 +232,8 @@ impl WireBytes {
                 ("encoding", encoding),
             ];
             (
-                t.counter(
-                    "causeway_receiver_wire_bytes_total",
-                    "Request message bytes as received, by transport and content encoding.",
-                    &labels,
-                ),
-                t.counter(
-                    "causeway_receiver_inflated_bytes_total",
-                    "Request message bytes after decompression, by transport and content encoding.",
-                    &labels,
-                ),
+                t.counter(ReceiverWireBytes, &labels),
+                t.counter(ReceiverInflatedBytes, &labels),
             )
         };
         let row = |transport: &str| {

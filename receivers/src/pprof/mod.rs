@@ -38,8 +38,10 @@ use crate::prometheus::config::ScrapeConfig;
 use config::{Job, Kind, PprofConfig};
 use convert::{kv, Limits};
 
-/// Failed collections, by reason.
-pub const ERRORS: &str = "causeway_pprof_errors_total";
+causeway_core::metrics! {
+    /// Failed collections, by reason.
+    pub Errors: counter = "causeway_pprof_errors_total";
+}
 
 /// The deepest stack `max_depth` may allow (the receivers' check's limit).
 pub const MAX_DEPTH: usize = causeway_core::wire::MAX_STACK_DEPTH;
@@ -231,7 +233,7 @@ impl Receiver for Pprof {
         out: Output,
         shutdown: CancellationToken,
     ) -> Result<(), BoxError> {
-        let mut failures: HashMap<String, crate::polling::Failures> = HashMap::new();
+        let mut failures: HashMap<String, crate::polling::Failures<Errors>> = HashMap::new();
         let mut tick = crate::polling::rounds(self.cfg.collection_interval.get());
         let mut file_errors_seen = std::collections::HashSet::new();
         loop {
@@ -263,10 +265,7 @@ impl Receiver for Pprof {
                 let f = failures.entry(key.clone()).or_insert_with(|| {
                     crate::polling::Failures::new(
                         &self.telemetry,
-                        (
-                            ERRORS,
-                            "Failed collections of the pprof receiver, by reason.",
-                        ),
+                        Errors,
                         (&self.id, &key),
                         "A pprof collection",
                         "The pprof endpoint answers again.",

@@ -45,8 +45,10 @@ use crate::metric_builder::{kv, kv_int};
 use config::{PrometheusReceiverConfig, ScrapeConfig};
 use parse::{Family, Type};
 
-/// Failed scrapes, by job and reason.
-pub const SCRAPE_ERRORS: &str = "causeway_prometheus_scrape_errors_total";
+causeway_core::metrics! {
+    /// Failed scrapes of Prometheus targets, by job and reason.
+    pub ScrapeErrors: counter = "causeway_prometheus_scrape_errors_total";
+}
 
 /// OTLP's "no recorded value" data point flag (a staleness marker).
 const NO_RECORDED_VALUE: u32 = 1;
@@ -443,8 +445,7 @@ impl Target {
         if dups > 0 {
             self.telemetry
                 .counter(
-                    SCRAPE_ERRORS,
-                    "Failed scrapes of Prometheus targets, by job and reason.",
+                    ScrapeErrors,
                     &[("job", &self.job.job_name), ("reason", "duplicate_series")],
                 )
                 .add(dups);
@@ -472,8 +473,7 @@ impl Target {
     fn failed(&self, f: &Failure, reported: &mut HashSet<&'static str>) {
         self.telemetry
             .counter(
-                SCRAPE_ERRORS,
-                "Failed scrapes of Prometheus targets, by job and reason.",
+                ScrapeErrors,
                 &[("job", &self.job.job_name), ("reason", f.reason)],
             )
             .add(1);

@@ -48,8 +48,10 @@ use crate::http_fetch::{self, Failure};
 use crate::metric_builder::{kv, Builder, Kind, Value};
 use config::{Filter, RabbitmqConfig};
 
-/// Failed collections, by reason.
-pub const ERRORS: &str = "causeway_rabbitmq_errors_total";
+causeway_core::metrics! {
+    /// Failed collections, by reason.
+    pub Errors: counter = "causeway_rabbitmq_errors_total";
+}
 
 /// The queue columns asked for (the API answers only these).
 const QUEUES: &str = "/api/queues?disable_stats=false&columns=name,vhost,node,type,messages,messages_ready,messages_unacknowledged,\
@@ -597,10 +599,7 @@ impl Receiver for Rabbitmq {
         let mut history: HashMap<(String, String), History> = HashMap::new();
         let mut failures = crate::polling::Failures::new(
             &self.telemetry,
-            (
-                ERRORS,
-                "Failed collections of the rabbitmq receiver, by reason.",
-            ),
+            Errors,
             (&self.id, &self.cfg.endpoint),
             "RabbitMQ collection",
             "The management API answers again.",

@@ -160,11 +160,16 @@ impl Peers {
 mod tests {
     use super::*;
 
+    use crate::correlate::model::attributes::SpanAttrs;
+
     fn client(addr: &str, port: i64, callee: Option<&str>) -> SpanRow {
         SpanRow {
             kind: SpanKind::Client,
-            server_address: Some(addr.into()),
-            server_port: Some(port),
+            attrs: SpanAttrs {
+                server_address: Some(addr.into()),
+                server_port: Some(port),
+                ..Default::default()
+            },
             callee: callee.map(Into::into),
             ..Default::default()
         }
@@ -220,7 +225,10 @@ mod tests {
             spans: vec![SpanRow {
                 kind: SpanKind::Server,
                 service: "reservations".into(),
-                rpc_service: Some("reservations.Book".into()),
+                attrs: SpanAttrs {
+                    rpc_service: Some("reservations.Book".into()),
+                    ..Default::default()
+                },
                 ..Default::default()
             }],
             ..Default::default()
@@ -231,7 +239,10 @@ mod tests {
             spans: vec![SpanRow {
                 kind: SpanKind::Client,
                 service: "api".into(),
-                rpc_service: Some("reservations.Book".into()),
+                attrs: SpanAttrs {
+                    rpc_service: Some("reservations.Book".into()),
+                    ..Default::default()
+                },
                 ..Default::default()
             }],
             ..Default::default()

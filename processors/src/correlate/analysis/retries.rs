@@ -182,7 +182,10 @@ mod tests {
     fn retry(at_ms: f64, address: &str, attempt: i64) -> SpanRow {
         SpanRow {
             kind: SpanKind::Client,
-            server_address: Some(address.into()),
+            attrs: crate::correlate::model::attributes::SpanAttrs {
+                server_address: Some(address.into()),
+                ..Default::default()
+            },
             attempt: Some(attempt),
             attempts: Some(6),
             start_ms: at_ms,
@@ -265,11 +268,11 @@ mod tests {
             ..SpanRow::default()
         };
         assert_eq!(retries_of(&holder), 3);
-        let resent = SpanRow {
+        let mut resent = SpanRow {
             kind: SpanKind::Client,
-            resend_count: Some(2),
             ..SpanRow::default()
         };
+        resent.resend_count = Some(2);
         assert_eq!(retries_of(&resent), 1);
         let server = SpanRow {
             kind: SpanKind::Server,

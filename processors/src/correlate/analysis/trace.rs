@@ -3,7 +3,6 @@
 //! self times, the inferences of the layout, the culprit and the error
 //! origin. It knows no evidence source.
 
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
 use opentelemetry_proto::tonic::trace::v1::{
     span::SpanKind as OtlpKind, status::StatusCode, ResourceSpans, Span,
 };
@@ -14,69 +13,9 @@ use super::baseline::Baselines;
 use super::critical::{critical_path, root, Node};
 use super::shape;
 use super::target;
-use crate::correlate::model::series::{find as attr, host_key, s as attr_str, ROUTE_KEYS};
+use crate::correlate::model::attributes::SpanAttrs;
+use crate::correlate::model::series::{find as attr, host_key, s as attr_str};
 use crate::correlate::model::trace::{id64, SpanKind, SpanRef, SpanRow, TraceRow, PROMPT_BASELINE};
-
-fn any_int(v: &Option<AnyValue>) -> Option<i64> {
-    match v.as_ref()?.value.as_ref()? {
-        any_value::Value::IntValue(i) => Some(*i),
-        any_value::Value::DoubleValue(d) => Some(*d as i64),
-        any_value::Value::StringValue(x) => x.parse().ok(),
-        _ => None,
-    }
-}
-
-/// The gRPC status codes by number (grpc/doc/statuscodes.md).
-const GRPC_CODES: [&str; 17] = [
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-];
-
-/// A gRPC status as its name: from its number (`4`), or its name in any
-/// case (`DEADLINE_EXCEEDED`, `DeadlineExceeded`, `deadline_exceeded`).
-fn grpc_status(v: &Option<AnyValue>) -> Option<&'static str> {
-    if let Some(n) = any_int(v) {
-        return usize::try_from(n)
-            .ok()
-            .and_then(|i| GRPC_CODES.get(i))
-            .copied();
-    }
-    let text = attr_str(v)?;
-    let squash = |s: &str| -> String {
-        s.chars()
-            .filter(|c| *c != '_')
-            .flat_map(char::to_uppercase)
-            .collect()
-    };
-    let want = squash(&text);
-    GRPC_CODES.iter().copied().find(|c| squash(c) == want)
-}
-
-/// A duration in float seconds (vLLM's `gen_ai.latency.*`), in ms.
-fn seconds_ms(v: &Option<AnyValue>) -> Option<f64> {
-    let s = match v.as_ref()?.value.as_ref()? {
-        any_value::Value::DoubleValue(d) => *d,
-        any_value::Value::IntValue(i) => *i as f64,
-        any_value::Value::StringValue(x) => x.parse().ok()?,
-        _ => return None,
-    };
-    (s.is_finite() && s >= 0.0).then_some(s * 1000.0)
-}
 
 fn kind_name(k: i32) -> SpanKind {
     match OtlpKind::try_from(k) {
@@ -197,22 +136,26 @@ fn span_row(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) -> Sp
 }
 
 fn span_row_of(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) -> SpanRow {
-    let a = &span.attributes;
     let status = match span.status.as_ref().map(|s| StatusCode::try_from(s.code)) {
         Some(Ok(StatusCode::Error)) => "error",
         Some(Ok(StatusCode::Ok)) => "ok",
         _ => "unset",
     };
+    // The exception event's type and message (an event's attributes, not the span's).
     let exception = span.events.iter().find(|e| e.name == "exception");
-    let cache_hit =
-        match attr(a, &["cache.hit", "db.cache.hit"]).and_then(|v| v.as_ref()?.value.as_ref()) {
-            Some(any_value::Value::BoolValue(b)) => Some(*b),
-            Some(any_value::Value::StringValue(x)) => Some(x == "true" || x == "hit"),
-            _ => attr(a, &["cache.result"])
-                .and_then(attr_str)
-                .map(|x| x == "hit"),
-        };
-    let mut row = SpanRow {
+    let of_exception =
+        |key: &str| exception.and_then(|e| attr(&e.attributes, &[key]).and_then(attr_str));
+    let attrs = SpanAttrs::read(&span.attributes);
+    let pool_wait = POOL_WAITS.contains(&span.name.as_str())
+        || span.attributes.iter().any(|kv| {
+            kv.key.starts_with("db.client.connection.")
+                || kv.key.starts_with("db.client.connections.")
+        })
+        || pool_acquire(
+            attrs.code_namespace.as_deref(),
+            attrs.code_function.as_deref(),
+        );
+    SpanRow {
         at,
         span_id: id64(&span.span_id),
         parent_id: id64(&span.parent_span_id),
@@ -220,127 +163,18 @@ fn span_row_of(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) ->
         host: host.clone(),
         name: span.name.clone(),
         kind: kind_name(span.kind),
+        attrs,
         status,
         status_message: span
             .status
             .as_ref()
             .map(|s| s.message.clone())
             .unwrap_or_default(),
-        http_status: attr(a, &["http.response.status_code", "http.status_code"]).and_then(any_int),
-        route: attr(a, &ROUTE_KEYS).and_then(attr_str),
-        db_system: attr(a, &["db.system", "db.system.name"]).and_then(attr_str),
-        db_operation: attr(a, &["db.operation.name", "db.operation"])
-            .and_then(attr_str)
-            .or_else(|| {
-                // Stock instrumentations often give only the (masked) statement: `GET ?`.
-                attr(a, &["db.query.text", "db.statement"])
-                    .and_then(attr_str)
-                    .and_then(|q| q.split_whitespace().next().map(str::to_ascii_uppercase))
-            }),
-        server_address: attr(
-            a,
-            &[
-                "server.address",
-                "net.peer.name",
-                "peer.service",
-                "net.sock.peer.addr",
-            ],
-        )
-        .and_then(attr_str),
-        error_type: attr(a, &["error.type"]).and_then(attr_str),
-        exception_type: exception
-            .and_then(|e| attr(&e.attributes, &["exception.type"]).and_then(attr_str)),
-        exception_message: exception
-            .and_then(|e| attr(&e.attributes, &["exception.message"]).and_then(attr_str)),
-        resend_count: attr(a, &["http.request.resend_count"]).and_then(any_int),
-        attributes: crate::correlate::model::attributes::read(a),
-        rpc_system: attr(a, &["rpc.system", "rpc.system.name"]).and_then(attr_str),
-        rpc_service: attr(a, &["rpc.service"]).and_then(attr_str),
-        rpc_method: attr(a, &["rpc.method"]).and_then(attr_str),
-        grpc_status: attr(a, &["rpc.grpc.status_code", "rpc.response.status_code"])
-            .and_then(grpc_status),
-        server_port: attr(a, &["server.port", "net.peer.port"]).and_then(any_int),
-        peer_service: attr(a, &["peer.service"]).and_then(attr_str),
-        cache_hit,
-        pool_wait: POOL_WAITS.contains(&span.name.as_str())
-            || a.iter().any(|kv| {
-                kv.key.starts_with("db.client.connection.")
-                    || kv.key.starts_with("db.client.connections.")
-            })
-            || pool_acquire(
-                attr(a, &["code.namespace"]).and_then(attr_str).as_deref(),
-                attr(a, &["code.function.name", "code.function"])
-                    .and_then(attr_str)
-                    .as_deref(),
-            ),
+        exception_type: of_exception("exception.type"),
+        exception_message: of_exception("exception.message"),
+        pool_wait,
         ..Default::default()
-    };
-    messaging(&mut row, a);
-    gen_ai(&mut row, a);
-    row
-}
-
-/// The messaging attributes of a span (system, destination, consumer
-/// group, RabbitMQ's routing key).
-fn messaging(row: &mut SpanRow, a: &[opentelemetry_proto::tonic::common::v1::KeyValue]) {
-    row.messaging_system = attr(a, &["messaging.system"]).and_then(attr_str);
-    row.destination = attr(
-        a,
-        &[
-            "messaging.destination.name",
-            "messaging.destination",
-            "messaging.kafka.destination",
-        ],
-    )
-    .and_then(attr_str);
-    row.consumer_group = attr(
-        a,
-        &[
-            "messaging.consumer.group.name",
-            "messaging.kafka.consumer.group",
-        ],
-    )
-    .and_then(attr_str);
-    row.routing_key = attr(
-        a,
-        &[
-            "messaging.rabbitmq.destination.routing_key",
-            "messaging.rabbitmq.routing_key",
-        ],
-    )
-    .and_then(attr_str);
-}
-
-/// The GenAI attributes of a span (model, tokens, the server's queue,
-/// first-token, prefill and decode times).
-fn gen_ai(row: &mut SpanRow, a: &[opentelemetry_proto::tonic::common::v1::KeyValue]) {
-    row.gen_ai_model =
-        attr(a, &["gen_ai.request.model", "gen_ai.response.model"]).and_then(attr_str);
-    row.input_tokens = attr(
-        a,
-        &["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"],
-    )
-    .and_then(any_int);
-    row.output_tokens = attr(
-        a,
-        &[
-            "gen_ai.usage.output_tokens",
-            "gen_ai.usage.completion_tokens",
-        ],
-    )
-    .and_then(any_int);
-    row.gen_ai_queue_ms = attr(a, &["gen_ai.latency.time_in_queue"]).and_then(seconds_ms);
-    row.cache_read_tokens = attr(a, &["gen_ai.usage.cache_read.input_tokens"]).and_then(any_int);
-    row.gen_ai_ttft_ms = attr(
-        a,
-        &[
-            "gen_ai.latency.time_to_first_token",
-            "gen_ai.response.time_to_first_chunk",
-        ],
-    )
-    .and_then(seconds_ms);
-    row.gen_ai_prefill_ms = attr(a, &["gen_ai.latency.time_in_model_prefill"]).and_then(seconds_ms);
-    row.gen_ai_decode_ms = attr(a, &["gen_ai.latency.time_in_model_decode"]).and_then(seconds_ms);
+    }
 }
 
 /// Span names that stock instrumentations give a wait for a pooled

@@ -1,153 +1,271 @@
-//! Span attributes a rule reads as they are, each declared once: its
-//! column in `spans`, the attribute keys it is read from (the first
-//! present wins: the current semantic-convention name, then the older
-//! ones) and its type. A new attribute for a rule is one line in
-//! [`SPAN_ATTRIBUTES`]; what the analysis derives from spans (self time,
-//! retries, waits) stays in [`SpanRow`](super::trace::SpanRow).
+//! The span attributes the analysis and the rules read, each declared once
+//! in [`span_attribute_list!`] below: its doc, its field of [`SpanAttrs`]
+//! (and so of every `SpanRow`), its type, how its
+//! value is read and the keys it is read from (the first present wins: the
+//! current semantic-convention name, then the older ones). The list makes
+//! the field and the reading here, and the `spans` column in
+//! the columns module (`SPAN_ATTRIBUTES`); a new attribute for a rule is one
+//! line in it. What the analysis derives
+//! from spans (self time, retries, waits, the exception event) stays in
+//! `SpanRow`.
 
-use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 
-use super::table::{Cols, Ty, V};
-use super::trace::TraceRow;
+use super::series::{find, s as text, ROUTE_KEYS};
 
-/// A span attribute read as it is.
-#[derive(Debug)]
-pub struct SpanAttribute {
-    /// Its column in `spans`.
-    pub column: &'static str,
-    /// The keys it is read from, the first present wins.
-    pub keys: &'static [&'static str],
-    /// Its type (a value of another type is read as this one when it can
-    /// be: an integer as text, `"42"` as an integer).
-    pub ty: Ty,
+/// Declares the span attributes' fields and their reading: for each, its
+/// doc, its field and type, how it is read (`(conv) keys`, then optionally
+/// `or (conv) keys` when none of the first keys is present); the column's
+/// type and cell are for the columns module.
+macro_rules! span_attrs {
+    ($(
+        $(#[doc = $doc:literal])+
+        $field:ident: $ty:ty = $col:ident ($conv:path) $keys:expr
+            $(, or ($conv2:path) $keys2:expr)?
+            $(, column $get:expr)?;
+    )*) => {
+        /// The attributes of a span the analysis and the rules read as they
+        /// are (see the module's doc).
+        #[derive(Debug, Clone, Default)]
+        pub struct SpanAttrs {
+            $( $(#[doc = $doc])+ pub $field: Option<$ty>, )*
+        }
+
+        impl SpanAttrs {
+            /// A span's attributes, each from the first of its keys present.
+            pub fn read(a: &[KeyValue]) -> Self {
+                SpanAttrs {
+                    $( $field: find(a, &$keys).and_then($conv)
+                        $( .or_else(|| find(a, &$keys2).and_then($conv2)) )?, )*
+                }
+            }
+        }
+
+        /// Each attribute's column and the keys it is read from, in order.
+        pub static KEYS: &[(&str, &[&str])] = &[
+            $( (stringify!($field), &concat_keys!($keys $(, $keys2)?)), )*
+        ];
+    };
 }
 
-impl SpanAttribute {
-    /// A text attribute.
-    pub const fn text(column: &'static str, keys: &'static [&'static str]) -> Self {
-        SpanAttribute {
-            column,
-            keys,
-            ty: Ty::Text,
+/// The keys of an attribute, its fallback's after its own.
+macro_rules! concat_keys {
+    ($keys:expr) => {
+        $keys
+    };
+    ($keys:expr, $keys2:expr) => {
+        KeysOf::<{ $keys.len() + $keys2.len() }>::join(&$keys, &$keys2)
+    };
+}
+
+/// Two key lists as one, in a constant.
+struct KeysOf<const N: usize>;
+
+impl<const N: usize> KeysOf<N> {
+    const fn join(a: &[&'static str], b: &[&'static str]) -> [&'static str; N] {
+        let mut out = [""; N];
+        let mut i = 0;
+        while i < a.len() {
+            out[i] = a[i];
+            i += 1;
         }
-    }
-    /// An integer attribute.
-    pub const fn int(column: &'static str, keys: &'static [&'static str]) -> Self {
-        SpanAttribute {
-            column,
-            keys,
-            ty: Ty::Int,
+        while i < N {
+            out[i] = b[i - a.len()];
+            i += 1;
         }
-    }
-    /// A float attribute.
-    pub const fn float(column: &'static str, keys: &'static [&'static str]) -> Self {
-        SpanAttribute {
-            column,
-            keys,
-            ty: Ty::Float,
-        }
-    }
-    /// A boolean attribute.
-    pub const fn bool(column: &'static str, keys: &'static [&'static str]) -> Self {
-        SpanAttribute {
-            column,
-            keys,
-            ty: Ty::Bool,
-        }
+        out
     }
 }
 
-/// The span attributes rules read as they are.
-pub static SPAN_ATTRIBUTES: &[SpanAttribute] = &[
-    // The table a database call touched (and the name before semconv 1.25).
-    SpanAttribute::text("db_collection", &["db.collection.name", "db.sql.table"]),
-    // The thread that ran the span (the Java agent's, by default), whose
-    // profile samples are the span's where a profiler names threads.
-    SpanAttribute::text("thread_name", &["thread.name"]),
-];
+/// The span attributes: each line is one attribute (see [`span_attrs!`]
+/// for its form). `$m` is the macro that makes something of the list: the
+/// fields and their reading here, the columns in the columns module.
+macro_rules! span_attribute_list {
+    ($m:ident) => {
+        $m! {
+    /// `http.response.status_code` (or the older `http.status_code`).
+    http_status: i64 = int(int) ["http.response.status_code", "http.status_code"];
+    /// The route on the span itself (`spans` falls back to the trace's).
+    route: String = text(text) ROUTE_KEYS,
+        column |t, i| V::S(t.spans[i].attrs.route.as_deref().or(t.route.as_deref()));
+    /// `db.system.name` (or the older `db.system`).
+    db_system: String = text(text) ["db.system", "db.system.name"];
+    /// `db.operation.name` (or `db.operation`), else the first word of the
+    /// (masked) statement stock instrumentations give: `GET ?`.
+    db_operation: String = text(text) ["db.operation.name", "db.operation"],
+        or (first_word) ["db.query.text", "db.statement"];
+    /// The table a database call touched (`db.collection.name`, or
+    /// `db.sql.table` before semconv 1.25).
+    db_collection: String = text(text) ["db.collection.name", "db.sql.table"];
+    /// `messaging.system`.
+    messaging_system: String = text(text) ["messaging.system"];
+    /// `messaging.destination.name` (or the older `messaging.destination`,
+    /// `messaging.kafka.destination`).
+    destination: String = text(text) [
+        "messaging.destination.name",
+        "messaging.destination",
+        "messaging.kafka.destination",
+    ];
+    /// `messaging.consumer.group.name` (or `messaging.kafka.consumer.group`).
+    consumer_group: String = text(text) [
+        "messaging.consumer.group.name",
+        "messaging.kafka.consumer.group",
+    ];
+    /// `messaging.rabbitmq.destination.routing_key` (or the older
+    /// `messaging.rabbitmq.routing_key`).
+    routing_key: String = text(text) [
+        "messaging.rabbitmq.destination.routing_key",
+        "messaging.rabbitmq.routing_key",
+    ];
+    /// `server.address` (or `net.peer.name`, `peer.service`, `net.sock.peer.addr`).
+    server_address: String = text(text) [
+        "server.address",
+        "net.peer.name",
+        "peer.service",
+        "net.sock.peer.addr",
+    ];
+    /// `server.port` (or `net.peer.port`).
+    server_port: i64 = int(int) ["server.port", "net.peer.port"];
+    /// `peer.service`: the callee's name as the caller configured it.
+    peer_service: String = text(text) ["peer.service"];
+    /// `error.type`.
+    error_type: String = text(text) ["error.type"];
+    /// `http.request.resend_count`.
+    resend_count: i64 = int(int) ["http.request.resend_count"];
+    /// `rpc.system` (`grpc`, ...; or `rpc.system.name`).
+    rpc_system: String = text(text) ["rpc.system", "rpc.system.name"];
+    /// `rpc.service`.
+    rpc_service: String = text(text) ["rpc.service"];
+    /// `rpc.method`.
+    rpc_method: String = text(text) ["rpc.method"];
+    /// The gRPC status by name (`DEADLINE_EXCEEDED`, `UNAVAILABLE`, ...):
+    /// `rpc.grpc.status_code` (its number or, as some SDKs write it, its
+    /// name) or the stable conventions' `rpc.response.status_code`.
+    grpc_status: &'static str = text(grpc_status) ["rpc.grpc.status_code", "rpc.response.status_code"];
+    /// `cache.hit` (`db.cache.hit`), or `cache.result` = hit/miss.
+    cache_hit: bool = bool(hit) ["cache.hit", "db.cache.hit", "cache.result"];
+    /// `code.namespace`: the type whose method the span is.
+    code_namespace: String = text(text) ["code.namespace"];
+    /// `code.function.name` (or `code.function`): the method.
+    code_function: String = text(text) ["code.function.name", "code.function"];
+    /// The thread that ran the span (`thread.name`; the Java agent's, by
+    /// default), whose profile samples are the span's where a profiler
+    /// names threads.
+    thread_name: String = text(text) ["thread.name"];
+    /// `gen_ai.request.model` (or `gen_ai.response.model`).
+    gen_ai_model: String = text(text) ["gen_ai.request.model", "gen_ai.response.model"];
+    /// `gen_ai.usage.input_tokens` (or the older `gen_ai.usage.prompt_tokens`).
+    input_tokens: i64 = int(int) ["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"];
+    /// `gen_ai.usage.output_tokens` (or `gen_ai.usage.completion_tokens`).
+    output_tokens: i64 = int(int) [
+        "gen_ai.usage.output_tokens",
+        "gen_ai.usage.completion_tokens",
+    ];
+    /// `gen_ai.usage.cache_read.input_tokens`: the input tokens the server
+    /// took from its prompt cache (the OpenAI instrumentation writes it for
+    /// the Responses API, not for chat completions).
+    cache_read_tokens: i64 = int(int) ["gen_ai.usage.cache_read.input_tokens"];
+    /// vLLM's `gen_ai.latency.time_in_queue` (ms).
+    gen_ai_queue_ms: f64 = float(seconds_ms) ["gen_ai.latency.time_in_queue"];
+    /// vLLM's `gen_ai.latency.time_to_first_token`, or the conventions'
+    /// `gen_ai.response.time_to_first_chunk` a streaming client measured (ms).
+    gen_ai_ttft_ms: f64 = float(seconds_ms) [
+        "gen_ai.latency.time_to_first_token",
+        "gen_ai.response.time_to_first_chunk",
+    ];
+    /// vLLM's `gen_ai.latency.time_in_model_prefill` (ms).
+    gen_ai_prefill_ms: f64 = float(seconds_ms) ["gen_ai.latency.time_in_model_prefill"];
+    /// vLLM's `gen_ai.latency.time_in_model_decode` (ms).
+    gen_ai_decode_ms: f64 = float(seconds_ms) ["gen_ai.latency.time_in_model_decode"];
+        }
+    };
+}
+pub(crate) use span_attribute_list;
 
-/// A span's declared text attribute `column` ([`SPAN_ATTRIBUTES`]), if it
-/// has one.
-pub fn text<'a>(span: &'a super::trace::SpanRow, column: &str) -> Option<&'a str> {
-    let k = SPAN_ATTRIBUTES.iter().position(|a| a.column == column)?;
-    match span.attributes.get(k)? {
-        Some(Value::Text(s)) => Some(s),
+span_attribute_list!(span_attrs);
+
+/// An integer (a float truncated, a number in text parsed).
+fn int(v: &Option<AnyValue>) -> Option<i64> {
+    match v.as_ref()?.value.as_ref()? {
+        any_value::Value::IntValue(i) => Some(*i),
+        any_value::Value::DoubleValue(d) => Some(*d as i64),
+        any_value::Value::StringValue(x) => x.parse().ok(),
         _ => None,
     }
 }
 
-pub use super::trace::AttrValue as Value;
-
-/// The value of `v` as type `ty`, when it reads as one.
-fn value_of(v: &any_value::Value, ty: Ty) -> Option<Value> {
-    use any_value::Value as A;
-    Some(match (ty, v) {
-        (Ty::Text, A::StringValue(s)) => Value::Text(s.clone()),
-        (Ty::Text, A::IntValue(i)) => Value::Text(i.to_string()),
-        (Ty::Text, A::DoubleValue(d)) => Value::Text(d.to_string()),
-        (Ty::Text, A::BoolValue(b)) => Value::Text(b.to_string()),
-        (Ty::Int, A::IntValue(i)) => Value::Int(*i),
-        (Ty::Int, A::StringValue(s)) => Value::Int(s.trim().parse().ok()?),
-        (Ty::Float, A::DoubleValue(d)) => Value::Float(*d),
-        (Ty::Float, A::IntValue(i)) => Value::Float(*i as f64),
-        (Ty::Float, A::StringValue(s)) => Value::Float(s.trim().parse().ok()?),
-        (Ty::Bool, A::BoolValue(b)) => Value::Bool(*b),
-        (Ty::Bool, A::StringValue(s)) => Value::Bool(s.eq_ignore_ascii_case("true")),
-        _ => return None,
-    })
+/// A statement's first word, upper-cased (`get ?` → `GET`).
+fn first_word(v: &Option<AnyValue>) -> Option<String> {
+    text(v)?
+        .split_whitespace()
+        .next()
+        .map(str::to_ascii_uppercase)
 }
 
-/// A value as a cell.
-fn cell(v: &Value) -> V<'_> {
-    match v {
-        Value::Text(s) => V::S(Some(s)),
-        Value::Int(i) => V::I(Some(*i)),
-        Value::Float(f) => V::F(Some(*f)),
-        Value::Bool(b) => V::B(Some(*b)),
+/// A cache answer: a boolean, or `true`/`hit` in text (`cache.result`).
+fn hit(v: &Option<AnyValue>) -> Option<bool> {
+    match v.as_ref()?.value.as_ref()? {
+        any_value::Value::BoolValue(b) => Some(*b),
+        any_value::Value::StringValue(x) => Some(x == "true" || x == "hit"),
+        _ => None,
     }
 }
 
-/// The declared attributes of a span, in [`SPAN_ATTRIBUTES`]' order (empty,
-/// without allocating, when it has none of them).
-pub fn read(attrs: &[KeyValue]) -> Vec<Option<Value>> {
-    let found = |a: &SpanAttribute| {
-        a.keys.iter().find_map(|k| {
-            let v = attrs
-                .iter()
-                .find(|kv| kv.key == *k)?
-                .value
-                .as_ref()?
-                .value
-                .as_ref()?;
-            value_of(v, a.ty)
-        })
+/// The gRPC status codes by number (grpc/doc/statuscodes.md).
+const GRPC_CODES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// A gRPC status as its name: from its number (`4`), or its name in any
+/// case (`DEADLINE_EXCEEDED`, `DeadlineExceeded`, `deadline_exceeded`).
+fn grpc_status(v: &Option<AnyValue>) -> Option<&'static str> {
+    if let Some(n) = int(v) {
+        return usize::try_from(n)
+            .ok()
+            .and_then(|i| GRPC_CODES.get(i))
+            .copied();
+    }
+    let text = text(v)?;
+    let squash = |s: &str| -> String {
+        s.chars()
+            .filter(|c| *c != '_')
+            .flat_map(char::to_uppercase)
+            .collect()
     };
-    if !SPAN_ATTRIBUTES
-        .iter()
-        .any(|a| a.keys.iter().any(|k| attrs.iter().any(|kv| kv.key == *k)))
-    {
-        return Vec::new();
-    }
-    SPAN_ATTRIBUTES.iter().map(found).collect()
+    let want = squash(&text);
+    GRPC_CODES.iter().copied().find(|c| squash(c) == want)
 }
 
-/// Fill the attributes' columns of `spans`, from column `at` on.
-pub fn fill(c: &mut Cols, at: usize, rows: &[(&TraceRow, usize)]) {
-    for (k, _) in SPAN_ATTRIBUTES.iter().enumerate() {
-        c.fill_with(at + k, rows, |t, i| {
-            t.spans[i]
-                .attributes
-                .get(k)
-                .and_then(Option::as_ref)
-                .map_or(V::S(None), cell)
-        });
-    }
+/// A duration in float seconds (vLLM's `gen_ai.latency.*`), in ms.
+fn seconds_ms(v: &Option<AnyValue>) -> Option<f64> {
+    let s = match v.as_ref()?.value.as_ref()? {
+        any_value::Value::DoubleValue(d) => *d,
+        any_value::Value::IntValue(i) => *i as f64,
+        any_value::Value::StringValue(x) => x.parse().ok()?,
+        _ => return None,
+    };
+    (s.is_finite() && s >= 0.0).then_some(s * 1000.0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry_proto::tonic::common::v1::AnyValue;
 
     fn kv(k: &str, v: any_value::Value) -> KeyValue {
         KeyValue {
@@ -158,12 +276,25 @@ mod tests {
     }
 
     #[test]
-    fn an_attribute_is_read_by_its_first_present_key_and_nothing_allocates_without_one() {
-        assert!(read(&[kv("http.route", any_value::Value::StringValue("/x".into()))]).is_empty());
-        assert_eq!(
-            value_of(&any_value::Value::StringValue("42".into()), Ty::Int),
-            Some(Value::Int(42))
-        );
-        assert_eq!(value_of(&any_value::Value::BoolValue(true), Ty::Int), None);
+    fn an_attribute_is_read_by_its_first_present_key_then_its_fallback() {
+        use any_value::Value::{IntValue, StringValue};
+        let a = SpanAttrs::read(&[
+            kv("http.status_code", StringValue("503".into())),
+            kv("http.response.status_code", IntValue(504)),
+            kv("db.statement", StringValue("get ?".into())),
+            kv(
+                "rpc.grpc.status_code",
+                StringValue("DeadlineExceeded".into()),
+            ),
+        ]);
+        assert_eq!(a.http_status, Some(504));
+        assert_eq!(a.db_operation.as_deref(), Some("GET"));
+        assert_eq!(a.grpc_status, Some("DEADLINE_EXCEEDED"));
+        assert_eq!(a.route, None);
+        let named = SpanAttrs::read(&[
+            kv("db.operation", StringValue("SELECT".into())),
+            kv("db.statement", StringValue("get ?".into())),
+        ]);
+        assert_eq!(named.db_operation.as_deref(), Some("SELECT"));
     }
 }

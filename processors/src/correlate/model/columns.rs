@@ -1,7 +1,8 @@
 //! The core tables' columns, each declared once: its name, its type and
 //! how its cell is read from a trace. `rules::schemas` and `rules::tables`
 //! both derive from these lists. A span attribute a rule reads as it is
-//! is one line in [`SPAN_ATTRIBUTES`](super::attributes::SPAN_ATTRIBUTES);
+//! is one line in [`span_attributes!`](super::attributes)' list, which makes
+//! its column of `spans` ([`SPAN_ATTRIBUTES`]);
 //! what the analysis derives from spans is a field of
 //! [`SpanRow`](super::trace::SpanRow) and one line here.
 
@@ -104,31 +105,12 @@ table!(
     bool("critical", |t, i| V::B(Some(t.spans[i].critical))),
     text("status", |t, i| s(t.spans[i].status)),
     text("status_message", |t, i| s(&t.spans[i].status_message)),
-    int("http_status", |t, i| V::I(t.spans[i].http_status)),
-    text("route", |t, i| {
-        V::S(t.spans[i].route.as_deref().or(t.route.as_deref()))
-    }),
-    text("db_system", |t, i| so(&t.spans[i].db_system)),
-    text("db_operation", |t, i| so(&t.spans[i].db_operation)),
-    text("messaging_system", |t, i| so(&t.spans[i].messaging_system)),
-    text("destination", |t, i| so(&t.spans[i].destination)),
-    text("consumer_group", |t, i| so(&t.spans[i].consumer_group)),
-    text("routing_key", |t, i| so(&t.spans[i].routing_key)),
-    text("server_address", |t, i| so(&t.spans[i].server_address)),
-    text("peer_service", |t, i| so(&t.spans[i].peer_service)),
     text("callee", |t, i| V::S(t.spans[i].callee.as_deref())),
-    text("error_type", |t, i| so(&t.spans[i].error_type)),
     text("exception_type", |t, i| so(&t.spans[i].exception_type)),
     text(
         "exception_message",
         |t, i| so(&t.spans[i].exception_message),
     ),
-    int("resend_count", |t, i| V::I(t.spans[i].resend_count)),
-    text("rpc_system", |t, i| so(&t.spans[i].rpc_system)),
-    text("rpc_service", |t, i| so(&t.spans[i].rpc_service)),
-    text("rpc_method", |t, i| so(&t.spans[i].rpc_method)),
-    text("grpc_status", |t, i| V::S(t.spans[i].grpc_status)),
-    bool("cache_hit", |t, i| V::B(t.spans[i].cache_hit)),
     float("wait_ms", |t, i| V::F(t.spans[i].wait_ms)),
     float("path_ms", |t, i| V::F(Some(t.spans[i].path_ms))),
     bool("cache_inferred", |t, i| {
@@ -153,17 +135,6 @@ table!(
     float("async_wait_ms", |t, i| V::F(t.spans[i].async_wait_ms)),
     float("baseline_ms", |t, i| V::F(t.spans[i].baseline_ms)),
     float("excess_ms", |t, i| V::F(t.spans[i].excess_ms)),
-    int("server_port", |t, i| V::I(t.spans[i].server_port)),
-    text("gen_ai_model", |t, i| so(&t.spans[i].gen_ai_model)),
-    int("input_tokens", |t, i| V::I(t.spans[i].input_tokens)),
-    int("output_tokens", |t, i| V::I(t.spans[i].output_tokens)),
-    int("cache_read_tokens", |t, i| V::I(t.spans[i].cache_read_tokens)),
-    float("gen_ai_queue_ms", |t, i| V::F(t.spans[i].gen_ai_queue_ms)),
-    float("gen_ai_ttft_ms", |t, i| V::F(t.spans[i].gen_ai_ttft_ms)),
-    float("gen_ai_prefill_ms", |t, i| {
-        V::F(t.spans[i].gen_ai_prefill_ms)
-    }),
-    float("gen_ai_decode_ms", |t, i| V::F(t.spans[i].gen_ai_decode_ms)),
     float("prompt_baseline", |t, i| V::F(t.spans[i].prompt_baseline)),
     ]
 );
@@ -184,3 +155,92 @@ table!(
     text("span_id", |t, i| so(&t.logs[i].span_id)),
     ]
 );
+
+/// A value as a cell of the `spans` table.
+trait Cell {
+    fn cell(&self) -> V<'_>;
+}
+
+impl Cell for Option<String> {
+    fn cell(&self) -> V<'_> {
+        V::S(self.as_deref())
+    }
+}
+impl Cell for Option<&'static str> {
+    fn cell(&self) -> V<'_> {
+        V::S(*self)
+    }
+}
+impl Cell for Option<i64> {
+    fn cell(&self) -> V<'_> {
+        V::I(*self)
+    }
+}
+impl Cell for Option<f64> {
+    fn cell(&self) -> V<'_> {
+        V::F(*self)
+    }
+}
+impl Cell for Option<bool> {
+    fn cell(&self) -> V<'_> {
+        V::B(*self)
+    }
+}
+
+/// The cell of attribute `$field` of span `$i`: the declared one, else the
+/// field's own.
+macro_rules! getter {
+    ($field:ident ;) => {
+        |t, i| t.spans[i].attrs.$field.cell()
+    };
+    ($field:ident ; $get:expr) => {
+        $get
+    };
+}
+
+/// Makes the span attributes' columns of `spans` from
+/// [`span_attribute_list!`](super::attributes::span_attribute_list).
+macro_rules! span_attr_columns {
+    ($(
+        $(#[doc = $doc:literal])+
+        $field:ident: $ty:ty = $col:ident ($conv:path) $keys:expr
+            $(, or ($conv2:path) $keys2:expr)?
+            $(, column $get:expr)?;
+    )*) => {
+        /// The span attributes' columns of `spans`, after its derived ones.
+        pub static SPAN_ATTRIBUTES: &[Column<TraceRow>] = &[
+            $( Column::<TraceRow>::$col(stringify!($field), getter!($field ; $($get)?))
+                .doc(concat!($($doc),+)), )*
+        ];
+    };
+}
+
+super::attributes::span_attribute_list!(span_attr_columns);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_attribute_has_a_column_with_its_doc_and_its_keys() {
+        assert_eq!(SPAN_ATTRIBUTES.len(), super::super::attributes::KEYS.len());
+        for (c, (name, keys)) in SPAN_ATTRIBUTES.iter().zip(super::super::attributes::KEYS) {
+            assert_eq!(c.name, *name);
+            assert!(!c.doc.trim().is_empty() && !keys.is_empty(), "{name}");
+        }
+        let op = super::super::attributes::KEYS
+            .iter()
+            .find(|k| k.0 == "db_operation")
+            .unwrap()
+            .1;
+        assert_eq!(
+            op,
+            &[
+                "db.operation.name",
+                "db.operation",
+                "db.query.text",
+                "db.statement"
+            ]
+        );
+    }
+}

@@ -221,6 +221,15 @@ pub enum Ty {
 }
 
 impl Ty {
+    /// Its name in the reference.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ty::Text => "text",
+            Ty::Float => "float",
+            Ty::Int => "integer",
+            Ty::Bool => "boolean",
+        }
+    }
     /// The Arrow field of a column `name` of this type.
     pub fn field(self, name: &str) -> Field {
         match self {
@@ -243,6 +252,8 @@ pub struct Column<R: ?Sized> {
     pub ty: Ty,
     /// Its cell for row `i`.
     pub get: for<'a> fn(&'a R, usize) -> V<'a>,
+    /// What it holds, for the generated table reference (empty: none yet).
+    pub doc: &'static str,
 }
 
 impl<R: ?Sized> std::fmt::Debug for Column<R> {
@@ -258,6 +269,7 @@ impl<R: ?Sized> Column<R> {
             name,
             ty: Ty::Text,
             get,
+            doc: "",
         }
     }
     /// A float column.
@@ -266,6 +278,7 @@ impl<R: ?Sized> Column<R> {
             name,
             ty: Ty::Float,
             get,
+            doc: "",
         }
     }
     /// An integer column.
@@ -274,6 +287,7 @@ impl<R: ?Sized> Column<R> {
             name,
             ty: Ty::Int,
             get,
+            doc: "",
         }
     }
     /// A boolean column.
@@ -282,11 +296,105 @@ impl<R: ?Sized> Column<R> {
             name,
             ty: Ty::Bool,
             get,
+            doc: "",
         }
+    }
+    /// The same column, saying what it holds.
+    pub const fn doc(mut self, doc: &'static str) -> Self {
+        self.doc = doc;
+        self
     }
     /// Its Arrow field.
     pub fn field(&self) -> Field {
         self.ty.field(self.name)
+    }
+}
+
+/// A row of a per-trace table: the trace it belongs to and what was joined.
+#[derive(Debug)]
+pub struct Traced<T> {
+    /// The trace's id (hex).
+    pub trace_id: String,
+    /// The joined row.
+    pub row: T,
+}
+
+/// What a table is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// The rules read it each tick, one or more rows per analysed trace.
+    Rules,
+    /// The alert rules read it: the state as last collected.
+    Alerts,
+}
+
+/// A table declared once: its name, what it holds and its columns, each
+/// with its name, type, cell and doc. Its schema, its batches and its
+/// reference (the correlate README's table list) all come from here.
+pub struct Declared<R: 'static> {
+    /// Its name in SQL.
+    pub name: &'static str,
+    /// What one row is.
+    pub doc: &'static str,
+    /// Who reads it.
+    pub purpose: Purpose,
+    /// Its columns, in order.
+    pub columns: &'static [Column<R>],
+}
+
+impl<R> Declared<R> {
+    /// Its schema.
+    pub fn schema(&self) -> SchemaRef {
+        schema_of(self.columns)
+    }
+    /// A batch of `rows`, every column filled from its declaration.
+    pub fn batch(&self, rows: &[R]) -> Result<Table, String> {
+        let sch = self.schema();
+        let mut c = Cols::new(&sch, rows.len());
+        let at: Vec<(&R, usize)> = rows.iter().map(|r| (r, 0)).collect();
+        for (i, col) in self.columns.iter().enumerate() {
+            c.fill(i, col, &at);
+        }
+        Ok((self.name, sch.clone(), c.finish(sch)?))
+    }
+    /// What it is, for the reference.
+    pub fn about(&self) -> About {
+        About {
+            name: self.name,
+            doc: self.doc,
+            purpose: self.purpose,
+            columns: self.columns.iter().map(|c| (c.name, c.ty, c.doc)).collect(),
+        }
+    }
+}
+
+/// A declared table as the reference and the planner see it.
+#[derive(Debug, Clone)]
+pub struct About {
+    /// Its name in SQL.
+    pub name: &'static str,
+    /// What one row is.
+    pub doc: &'static str,
+    /// Who reads it.
+    pub purpose: Purpose,
+    /// Its columns: name, type and doc.
+    pub columns: Vec<(&'static str, Ty, &'static str)>,
+}
+
+impl About {
+    /// Its schema.
+    pub fn schema(&self) -> SchemaRef {
+        schema(self.columns.iter().map(|(n, t, _)| t.field(n)).collect())
+    }
+    /// Its reference in Markdown: a heading, what a row is, and a table of
+    /// its columns.
+    pub fn markdown(&self) -> String {
+        let mut out = format!("#### `{}`\n\n{}\n\n", self.name, self.doc);
+        out += "| Column | Type | What it holds |\n|---|---|---|\n";
+        for (name, ty, doc) in &self.columns {
+            out += &format!("| `{name}` | {} | {doc} |\n", ty.name());
+        }
+        out
     }
 }
 

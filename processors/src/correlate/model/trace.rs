@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::attributes::SpanAttrs;
 use super::log::{LogEvidence, Parts};
 
 /// Where a span is in the batch: (resource_spans, scope_spans, span) indexes.
@@ -68,6 +69,9 @@ pub struct SpanRow {
     pub op: String,
     /// Its kind.
     pub kind: SpanKind,
+    /// The attributes read as they are (`attributes::SpanAttrs`; a
+    /// `SpanRow` derefs to them: `span.http_status`).
+    pub attrs: SpanAttrs,
     /// Start relative to the trace's start (ms).
     pub start_ms: f64,
     /// End relative to the trace's start (ms).
@@ -82,77 +86,16 @@ pub struct SpanRow {
     pub status: &'static str,
     /// Status message.
     pub status_message: String,
-    /// `http.response.status_code` (or the older `http.status_code`).
-    pub http_status: Option<i64>,
-    /// Route on the span itself (the `spans` table falls back to the trace's).
-    pub route: Option<String>,
-    /// `db.system` (`db.system.name`).
-    pub db_system: Option<String>,
-    /// `db.operation.name` (or `db.operation`).
-    pub db_operation: Option<String>,
-    /// `messaging.system`.
-    pub messaging_system: Option<String>,
-    /// `messaging.destination.name`.
-    pub destination: Option<String>,
-    /// `messaging.consumer.group.name` (or `messaging.kafka.consumer.group`).
-    pub consumer_group: Option<String>,
-    /// `messaging.rabbitmq.destination.routing_key` (or the older
-    /// `messaging.rabbitmq.routing_key`).
-    pub routing_key: Option<String>,
-    /// `server.address` (or `net.peer.name`).
-    pub server_address: Option<String>,
-    /// `server.port` (or `net.peer.port`).
-    pub server_port: Option<i64>,
-    /// `peer.service`: the callee's name as the caller configured it.
-    pub peer_service: Option<String>,
     /// For a client (or producer) span: the service that answered it, from
     /// its server child in the trace, else `peer.service`, else its address
     /// mapped to the service seen serving it (see `analysis::peers`).
     pub callee: Option<Arc<str>>,
-    /// `gen_ai.request.model` (or `gen_ai.response.model`).
-    pub gen_ai_model: Option<String>,
-    /// `gen_ai.usage.input_tokens` (or the older `gen_ai.usage.prompt_tokens`).
-    pub input_tokens: Option<i64>,
-    /// `gen_ai.usage.output_tokens` (or `gen_ai.usage.completion_tokens`).
-    pub output_tokens: Option<i64>,
-    /// `gen_ai.usage.cache_read.input_tokens`: the input tokens the server
-    /// took from its prompt cache (the OpenAI instrumentation writes it for
-    /// the Responses API, not for chat completions).
-    pub cache_read_tokens: Option<i64>,
-    /// vLLM's `gen_ai.latency.time_in_queue` (ms).
-    pub gen_ai_queue_ms: Option<f64>,
-    /// vLLM's `gen_ai.latency.time_to_first_token`, or the conventions'
-    /// `gen_ai.response.time_to_first_chunk` a streaming client measured (ms).
-    pub gen_ai_ttft_ms: Option<f64>,
-    /// vLLM's `gen_ai.latency.time_in_model_prefill` (ms).
-    pub gen_ai_prefill_ms: Option<f64>,
-    /// vLLM's `gen_ai.latency.time_in_model_decode` (ms).
-    pub gen_ai_decode_ms: Option<f64>,
     /// The model's normal prompt length (median input tokens), once known.
     pub prompt_baseline: Option<f64>,
-    /// `error.type`.
-    pub error_type: Option<String>,
     /// `exception.type` of an `exception` event.
     pub exception_type: Option<String>,
     /// `exception.message` of an `exception` event.
     pub exception_message: Option<String>,
-    /// The declared span attributes (`attributes::SPAN_ATTRIBUTES`), in
-    /// their order; empty when the span has none.
-    pub attributes: Vec<Option<AttrValue>>,
-    /// `http.request.resend_count`.
-    pub resend_count: Option<i64>,
-    /// `rpc.system` (`grpc`, ...).
-    pub rpc_system: Option<String>,
-    /// `rpc.service`.
-    pub rpc_service: Option<String>,
-    /// `rpc.method`.
-    pub rpc_method: Option<String>,
-    /// The gRPC status by name (`DEADLINE_EXCEEDED`, `UNAVAILABLE`, ...):
-    /// `rpc.grpc.status_code` (its number or, as some SDKs write it, its
-    /// name) or the stable conventions' `rpc.response.status_code`.
-    pub grpc_status: Option<&'static str>,
-    /// `cache.hit` (`db.cache.hit`), or `cache.result` = hit/miss.
-    pub cache_hit: Option<bool>,
     /// Time from the span's start to its first child's start (ms), when it has children.
     pub wait_ms: Option<f64>,
     /// Critical-path time of the span and its descendants (ms).
@@ -204,17 +147,17 @@ pub struct SpanRow {
     pub claimed: Option<&'static str>,
 }
 
-/// A declared span attribute's value (`attributes::SPAN_ATTRIBUTES`).
-#[derive(Debug, Clone, PartialEq)]
-pub enum AttrValue {
-    /// Text.
-    Text(String),
-    /// Integer.
-    Int(i64),
-    /// Float.
-    Float(f64),
-    /// Boolean.
-    Bool(bool),
+impl std::ops::Deref for SpanRow {
+    type Target = SpanAttrs;
+    fn deref(&self) -> &SpanAttrs {
+        &self.attrs
+    }
+}
+
+impl std::ops::DerefMut for SpanRow {
+    fn deref_mut(&mut self) -> &mut SpanAttrs {
+        &mut self.attrs
+    }
 }
 
 /// One kept trace.

@@ -5,18 +5,14 @@
 //! joined by `trace_id`).
 //!
 //! - series: metric points that carry a route (`route_id`, `http.route`);
-//! - rules' table `route_stats` (trace with a known route): `trace_id, route, requests, s4xx,
-//!   s5xx, s429, s503, s504, not_closed, top_rule, circuit_state, circuit_changes, p50_ms,
-//!   p99_ms`; its rules read the gateway's records in `logs`;
-//! - alerts' table `routes` (route with gateway traffic in the window): `route_id, requests, s4xx,
-//!   s5xx, s429, s503, s504, error_ratio, not_closed, top_rule, circuit_state, circuit_changes,
-//!   p50_ms, p99_ms`;
+//! - rules' table `route_stats` (trace with a known route, declared in
+//!   [`ROUTE_STATS`]); its rules read the gateway's records in `logs`;
+//! - alerts' table `routes` (route with gateway traffic in the window; [`ROUTES`]);
 //! - page: `GET /api/routes`, every route with traffic in the window, worst first;
 //! - trouble: a gateway answer among the policy's statuses or a circuit not
 //!   closed on the trace's own records, or its route open or answering
 //!   those statuses at `route_error_ratio`.
 
-use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -25,7 +21,9 @@ use crate::correlate::model::cause::{
     CIRCUIT_OPEN, RATE_LIMITED, UNKNOWN, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
 };
 use crate::correlate::model::series::{find, num, s, Kept, Offer, PointKind, ROUTE_KEYS};
-use crate::correlate::model::table::{count, f64f, i64f, schema, so, utf8, Cols, Column, Table, V};
+use crate::correlate::model::table::{
+    count, s as s_, so, About, Column, Declared, Purpose, Table, Traced, V,
+};
 use crate::correlate::model::{Joined, Key, LogEvidence, Rule, TraceRow};
 use crate::correlate::store::lock;
 use crate::sketch::Sketch;
@@ -80,6 +78,17 @@ pub struct RouteStats {
     pub p50_ms: Option<f64>,
     /// 99th percentile latency (ms).
     pub p99_ms: Option<f64>,
+}
+
+impl RouteStats {
+    /// 5xx answers ÷ requests (0 without requests).
+    pub fn error_ratio(&self) -> f64 {
+        if self.requests > 0 {
+            self.s5xx as f64 / self.requests as f64
+        } else {
+            0.0
+        }
+    }
 }
 
 /// One ten-second bucket of a route's gateway traffic, for a chart.
@@ -220,33 +229,42 @@ fn cell<'a>(t: &'a TraceRow, i: usize, f: impl FnOnce(&'a Line) -> V<'a>, none: 
 
 /// The gateway's columns of `logs` (null on a record that is not a gateway's).
 static LOG_COLUMNS: &[Column<TraceRow>] = &[
-    Column::bool("gateway", |t, i| V::B(Some(line(&t.logs[i]).is_some()))),
-    Column::int("hop", |t, i| {
+    Column::<TraceRow>::bool("gateway", |t, i| V::B(Some(line(&t.logs[i]).is_some())))
+        .doc("Whether the record is a gateway's access-log line."),
+    Column::<TraceRow>::int("hop", |t, i| {
         V::I(
             t.parts
                 .get::<Hops>()
                 .and_then(|h| h.0.get(i).copied().flatten()),
         )
-    }),
-    Column::text("route", |t, i| {
+    })
+    .doc("Which gateway hop of the trace the line is (1: the outermost)."),
+    Column::<TraceRow>::text("route", |t, i| {
         cell(t, i, |l| V::S(l.route.as_deref()), V::S(None))
-    }),
-    Column::int("status", |t, i| cell(t, i, |l| V::I(l.status), V::I(None))),
-    Column::text("rate_limit_rule", |t, i| {
+    })
+    .doc("The line's route (`route_id`)."),
+    Column::<TraceRow>::int("status", |t, i| cell(t, i, |l| V::I(l.status), V::I(None)))
+        .doc("The status the gateway answered."),
+    Column::<TraceRow>::text("rate_limit_rule", |t, i| {
         cell(t, i, |l| V::S(l.rate_limit_rule.as_deref()), V::S(None))
-    }),
-    Column::text("circuit_state", |t, i| {
+    })
+    .doc("The rate-limit rule that turned the request away, if one did."),
+    Column::<TraceRow>::text("circuit_state", |t, i| {
         cell(t, i, |l| V::S(l.circuit_state.as_deref()), V::S(None))
-    }),
-    Column::text("response_flags", |t, i| {
+    })
+    .doc("The circuit breaker's state (`CLOSED`, `OPEN`, `HALF_OPEN`)."),
+    Column::<TraceRow>::text("response_flags", |t, i| {
         cell(t, i, |l| V::S(l.response_flags.as_deref()), V::S(None))
-    }),
-    Column::text("upstream", |t, i| {
+    })
+    .doc("Envoy's response flags (`UO`, `UF`, `URX`, …)."),
+    Column::<TraceRow>::text("upstream", |t, i| {
         cell(t, i, |l| V::S(l.upstream.as_deref()), V::S(None))
-    }),
-    Column::float("duration_ms", |t, i| {
+    })
+    .doc("The upstream the gateway sent the request to."),
+    Column::<TraceRow>::float("duration_ms", |t, i| {
         cell(t, i, |l| V::F(l.duration_ms), V::F(None))
-    }),
+    })
+    .doc("The request's time at the gateway (ms)."),
 ];
 
 /// The hop of each gateway record of a trace: 0 for the outermost gateway
@@ -449,45 +467,78 @@ impl Gateway {
     }
 }
 
-/// The `route_stats` table's schema.
-fn route_stats_schema() -> SchemaRef {
-    schema(vec![
-        utf8("trace_id"),
-        utf8("route"),
-        i64f("requests"),
-        i64f("s4xx"),
-        i64f("s5xx"),
-        i64f("s429"),
-        i64f("s503"),
-        i64f("s504"),
-        i64f("not_closed"),
-        utf8("top_rule"),
-        utf8("circuit_state"),
-        i64f("circuit_changes"),
-        f64f("p50_ms"),
-        f64f("p99_ms"),
-    ])
+/// A route's statistics over the window, as a row of a table.
+#[derive(Debug)]
+pub struct RouteRow {
+    /// The route.
+    pub route: String,
+    /// Its statistics.
+    pub stats: RouteStats,
 }
 
-/// The `routes` alert table's schema.
-fn routes_schema() -> SchemaRef {
-    schema(vec![
-        utf8("route_id"),
-        i64f("requests"),
-        i64f("s4xx"),
-        i64f("s5xx"),
-        i64f("s429"),
-        i64f("s503"),
-        i64f("s504"),
-        f64f("error_ratio"),
-        i64f("not_closed"),
-        utf8("top_rule"),
-        utf8("circuit_state"),
-        i64f("circuit_changes"),
-        f64f("p50_ms"),
-        f64f("p99_ms"),
-    ])
-}
+/// The rules' table of each trace's route.
+static ROUTE_STATS: Declared<Traced<RouteRow>> = Declared {
+    name: "route_stats",
+    doc: "The gateway's traffic on the trace's route over the window: one row per trace with \
+          a known route. Its rules read the gateway's own records in `logs`.",
+    purpose: Purpose::Rules,
+    columns: &[
+        Column::<Traced<RouteRow>>::text("trace_id", |r, _| s_(&r.trace_id)).doc("The trace."),
+        Column::<Traced<RouteRow>>::text("route", |r, _| s_(&r.row.route))
+            .doc("The route (`route_id`)."),
+        Column::<Traced<RouteRow>>::int("requests", |r, _| count(r.row.stats.requests))
+            .doc("Requests."),
+        Column::<Traced<RouteRow>>::int("s4xx", |r, _| count(r.row.stats.s4xx)).doc("4xx answers."),
+        Column::<Traced<RouteRow>>::int("s5xx", |r, _| count(r.row.stats.s5xx)).doc("5xx answers."),
+        Column::<Traced<RouteRow>>::int("s429", |r, _| count(r.row.stats.s429)).doc("429 answers."),
+        Column::<Traced<RouteRow>>::int("s503", |r, _| count(r.row.stats.s503)).doc("503 answers."),
+        Column::<Traced<RouteRow>>::int("s504", |r, _| count(r.row.stats.s504)).doc("504 answers."),
+        Column::<Traced<RouteRow>>::int("not_closed", |r, _| count(r.row.stats.not_closed))
+            .doc("Records whose circuit state was not CLOSED."),
+        Column::<Traced<RouteRow>>::text("top_rule", |r, _| so(&r.row.stats.top_rule))
+            .doc("The most frequent rate-limit rule."),
+        Column::<Traced<RouteRow>>::text("circuit_state", |r, _| so(&r.row.stats.circuit_state))
+            .doc("The latest circuit state."),
+        Column::<Traced<RouteRow>>::int("circuit_changes", |r, _| {
+            count(r.row.stats.circuit_changes)
+        })
+        .doc("Circuit state changes seen."),
+        Column::<Traced<RouteRow>>::float("p50_ms", |r, _| V::F(r.row.stats.p50_ms))
+            .doc("Median latency (ms)."),
+        Column::<Traced<RouteRow>>::float("p99_ms", |r, _| V::F(r.row.stats.p99_ms))
+            .doc("99th percentile latency (ms)."),
+    ],
+};
+
+/// The alerts' table of routes.
+static ROUTES: Declared<RouteRow> = Declared {
+    name: "routes",
+    doc: "A route with gateway traffic in the window: one row per route.",
+    purpose: Purpose::Alerts,
+    columns: &[
+        Column::<RouteRow>::text("route_id", |r, _| s_(&r.route)).doc("The route."),
+        Column::<RouteRow>::int("requests", |r, _| count(r.stats.requests)).doc("Requests."),
+        Column::<RouteRow>::int("s4xx", |r, _| count(r.stats.s4xx)).doc("4xx answers."),
+        Column::<RouteRow>::int("s5xx", |r, _| count(r.stats.s5xx)).doc("5xx answers."),
+        Column::<RouteRow>::int("s429", |r, _| count(r.stats.s429)).doc("429 answers."),
+        Column::<RouteRow>::int("s503", |r, _| count(r.stats.s503)).doc("503 answers."),
+        Column::<RouteRow>::int("s504", |r, _| count(r.stats.s504)).doc("504 answers."),
+        Column::<RouteRow>::float("error_ratio", |r, _| V::F(Some(r.stats.error_ratio())))
+            .doc("5xx answers ÷ requests (0 without requests)."),
+        Column::<RouteRow>::int("not_closed", |r, _| count(r.stats.not_closed))
+            .doc("Records whose circuit state was not CLOSED."),
+        Column::<RouteRow>::text("top_rule", |r, _| so(&r.stats.top_rule))
+            .doc("The most frequent rate-limit rule."),
+        Column::<RouteRow>::text("circuit_state", |r, _| so(&r.stats.circuit_state))
+            .doc("The latest circuit state."),
+        Column::<RouteRow>::int("circuit_changes", |r, _| count(r.stats.circuit_changes))
+            .doc("Circuit state changes seen."),
+        Column::<RouteRow>::float("p50_ms", |r, _| V::F(r.stats.p50_ms))
+            .doc("Median latency (ms)."),
+        Column::<RouteRow>::float("p99_ms", |r, _| V::F(r.stats.p99_ms))
+            .doc("99th percentile latency (ms)."),
+    ],
+};
 
 /// A route's statistics as evidence.
 #[derive(serde::Serialize)]
@@ -590,8 +641,8 @@ impl Source for Gateway {
         LOG_COLUMNS
     }
 
-    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
-        vec![("route_stats", route_stats_schema())]
+    fn tables(&self) -> Vec<About> {
+        vec![ROUTE_STATS.about(), ROUTES.about()]
     }
 
     fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
@@ -600,8 +651,7 @@ impl Source for Gateway {
         type Stats = Option<(RouteStats, Arc<serde_json::Value>)>;
         let mut stats: HashMap<String, Stats> = HashMap::new();
         let none = Arc::new(serde_json::Value::Null);
-        let sch = route_stats_schema();
-        let mut c = Cols::new(&sch, traces.len());
+        let mut rows = Vec::new();
         for t in traces.iter_mut() {
             let st = t.route.as_ref().and_then(|route| {
                 stats
@@ -616,27 +666,14 @@ impl Source for Gateway {
             });
             let ev = st.as_ref().map_or_else(|| none.clone(), |x| x.2.clone());
             t.joined.push(Joined::Field("route_stats", ev));
-            if let Some((route, st, _)) = &st {
-                c.row([
-                    crate::correlate::model::table::s(&t.trace_id),
-                    crate::correlate::model::table::s(route),
-                    count(st.requests),
-                    count(st.s4xx),
-                    count(st.s5xx),
-                    count(st.s429),
-                    count(st.s503),
-                    count(st.s504),
-                    count(st.not_closed),
-                    so(&st.top_rule),
-                    so(&st.circuit_state),
-                    count(st.circuit_changes),
-                    V::F(st.p50_ms),
-                    V::F(st.p99_ms),
-                ]);
+            if let Some((route, stats, _)) = st {
+                let trace_id = t.trace_id.clone();
+                let row = RouteRow { route, stats };
+                rows.push(Traced { trace_id, row });
             }
         }
         Ok(Join {
-            tables: vec![("route_stats", sch.clone(), c.finish(sch)?)],
+            tables: vec![ROUTE_STATS.batch(&rows)?],
             misses: 0,
         })
     }
@@ -731,35 +768,13 @@ HAVING sum(CASE WHEN (l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR 
     }
 
     fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
-        let sch = routes_schema();
-        let routes = view
+        let routes: Vec<RouteRow> = view
             .map(|v| self.routes_over(v.now_ns, v.window_ns))
-            .unwrap_or_default();
-        let mut c = Cols::new(&sch, routes.len());
-        for (r, st) in &routes {
-            let ratio = if st.requests > 0 {
-                st.s5xx as f64 / st.requests as f64
-            } else {
-                0.0
-            };
-            c.row([
-                crate::correlate::model::table::s(r),
-                count(st.requests),
-                count(st.s4xx),
-                count(st.s5xx),
-                count(st.s429),
-                count(st.s503),
-                count(st.s504),
-                V::F(Some(ratio)),
-                count(st.not_closed),
-                so(&st.top_rule),
-                so(&st.circuit_state),
-                count(st.circuit_changes),
-                V::F(st.p50_ms),
-                V::F(st.p99_ms),
-            ]);
-        }
-        Ok(vec![("routes", sch.clone(), c.finish(sch)?)])
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(route, stats)| RouteRow { route, stats })
+            .collect();
+        Ok(vec![ROUTES.batch(&routes)?])
     }
 
     fn api(&self, path: &str, view: &View<'_>) -> Option<serde_json::Value> {

@@ -6,21 +6,18 @@
 //! - series: points whose resource names a machine (`k8s.node.name`,
 //!   `host.name`, ...; a scraped target named only by its instance counts
 //!   for `system.*` metrics only);
-//! - rules' table `host` (host the trace ran on): `trace_id, host, culprit, cpu_busy, iowait,
-//!   mem_used, mem_available_ratio, disk_util, psi_cpu, psi_memory, psi_io, time_ms, gpu_util,
-//!   gpu_mem_used`;
+//! - rules' table `host` (host the trace ran on, declared in [`HOST`]);
 //! - trouble: a host of the trace above the policy's `cpu_busy`, `iowait`
 //!   or `memory_used`;
 //! - a trace none of whose hosts has series while other hosts have is a
 //!   join miss (`join="host"`).
 
-use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{json, row_time, Asked, Join, Source, Tick, JOIN_ATTRS};
 use crate::correlate::model::cause::{self, Cause};
 use crate::correlate::model::series::{find, machine, s, Kept, Offer, PointKind, ROUTE_KEYS};
-use crate::correlate::model::table::{boolf, f64f, schema, utf8, Cols, V};
+use crate::correlate::model::table::{About, Column, Declared, Purpose, Traced, V};
 use crate::correlate::model::{Joined, Key, Rule, Series, TraceRow};
 
 /// The GPU was busy.
@@ -233,24 +230,45 @@ impl Reads {
     }
 }
 
-fn host_schema() -> SchemaRef {
-    schema(vec![
-        utf8("trace_id"),
-        utf8("host"),
-        boolf("culprit"),
-        f64f("cpu_busy"),
-        f64f("iowait"),
-        f64f("mem_used"),
-        f64f("mem_available_ratio"),
-        f64f("disk_util"),
-        f64f("psi_cpu"),
-        f64f("psi_memory"),
-        f64f("psi_io"),
-        f64f("time_ms"),
-        f64f("gpu_util"),
-        f64f("gpu_mem_used"),
-    ])
-}
+/// The rules' table of the hosts the trace's spans ran on.
+static HOST: Declared<Traced<HostRow>> = Declared {
+    name: "host",
+    doc: "A machine a span of the trace ran on, by the readings nearest the trace (the last at \
+          or before its start, those during it, the first after it): one row per trace and host.",
+    purpose: Purpose::Rules,
+    columns: &[
+        Column::<Traced<HostRow>>::text("trace_id", |r, _| V::S(Some(r.trace_id.as_str())))
+            .doc("The trace."),
+        Column::<Traced<HostRow>>::text("host", |r, _| V::S(Some(r.row.host.as_str())))
+            .doc("The machine (`host.name`, `k8s.node.name`, …)."),
+        Column::<Traced<HostRow>>::bool("culprit", |r, _| V::B(Some(r.row.culprit)))
+            .doc("Whether the culprit span ran there."),
+        Column::<Traced<HostRow>>::float("cpu_busy", |r, _| V::F(r.row.cpu_busy))
+            .doc("CPU busy fraction (1 − idle), largest."),
+        Column::<Traced<HostRow>>::float("iowait", |r, _| V::F(r.row.iowait))
+            .doc("CPU iowait fraction, largest."),
+        Column::<Traced<HostRow>>::float("mem_used", |r, _| V::F(r.row.mem_used))
+            .doc("Memory used fraction, largest."),
+        Column::<Traced<HostRow>>::float("mem_available_ratio", |r, _| {
+            V::F(r.row.mem_available_ratio)
+        })
+        .doc("MemAvailable ÷ MemTotal over those readings."),
+        Column::<Traced<HostRow>>::float("disk_util", |r, _| V::F(r.row.disk_util))
+            .doc("The busiest disk's busy fraction."),
+        Column::<Traced<HostRow>>::float("psi_cpu", |r, _| V::F(r.row.psi_cpu))
+            .doc("CPU pressure stall, `some avg10` (%)."),
+        Column::<Traced<HostRow>>::float("psi_memory", |r, _| V::F(r.row.psi_memory))
+            .doc("Memory pressure stall, `some avg10` (%)."),
+        Column::<Traced<HostRow>>::float("psi_io", |r, _| V::F(r.row.psi_io))
+            .doc("I/O pressure stall, `some avg10` (%)."),
+        Column::<Traced<HostRow>>::float("time_ms", |r, _| V::F(Some(r.row.time_ns as f64 / 1e6)))
+            .doc("The latest reading used (ms since the epoch)."),
+        Column::<Traced<HostRow>>::float("gpu_util", |r, _| V::F(r.row.gpu_util))
+            .doc("The busiest GPU's utilization (0..1; DCGM `DCGM_FI_DEV_GPU_UTIL` ÷ 100)."),
+        Column::<Traced<HostRow>>::float("gpu_mem_used", |r, _| V::F(r.row.gpu_mem_used))
+            .doc("The fullest GPU's framebuffer used (0..1; `FB_USED ÷ (FB_USED + FB_FREE)`)."),
+    ],
+};
 
 /// The `gpu_busy` rule.
 const GPU_BUSY_SQL: &str = r#"
@@ -374,8 +392,8 @@ impl Source for Host {
         &["host", "route_id"]
     }
 
-    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
-        vec![("host", host_schema())]
+    fn tables(&self) -> Vec<About> {
+        vec![HOST.about()]
     }
 
     fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
@@ -393,12 +411,11 @@ impl Source for Host {
                 .matching(|s| s.key.get("host").is_some_and(|h| hosts.contains(h)))
         };
         let any = tick.store.series.any_with("host");
-        let sch = host_schema();
-        let mut c = Cols::new(&sch, 0);
+        let mut rows = Vec::new();
         if series.is_empty() {
             // Nothing joins: every trace is a miss while other hosts report.
             return Ok(Join {
-                tables: vec![("host", sch.clone(), c.finish(sch)?)],
+                tables: vec![HOST.batch(&rows)?],
                 misses: if any { traces.len() as u64 } else { 0 },
             });
         }
@@ -419,23 +436,9 @@ impl Source for Host {
                     continue;
                 }
                 row.culprit = *h == *culprit_host;
-                c.row([
-                    V::S(Some(t.trace_id.as_str())),
-                    V::S(Some(row.host.as_str())),
-                    V::B(Some(row.culprit)),
-                    V::F(row.cpu_busy),
-                    V::F(row.iowait),
-                    V::F(row.mem_used),
-                    V::F(row.mem_available_ratio),
-                    V::F(row.disk_util),
-                    V::F(row.psi_cpu),
-                    V::F(row.psi_memory),
-                    V::F(row.psi_io),
-                    V::F(Some(row.time_ns as f64 / 1e6)),
-                    V::F(row.gpu_util),
-                    V::F(row.gpu_mem_used),
-                ]);
                 t.joined.push(Joined::Metric("host", json(&row)));
+                let trace_id = t.trace_id.clone();
+                rows.push(Traced { trace_id, row });
                 joined = true;
             }
             if !joined && any {
@@ -443,7 +446,7 @@ impl Source for Host {
             }
         }
         Ok(Join {
-            tables: vec![("host", sch.clone(), c.finish(sch)?)],
+            tables: vec![HOST.batch(&rows)?],
             misses,
         })
     }

@@ -6,11 +6,10 @@
 //!   consumer group (`group`, `messaging.consumer.group.name`);
 //! - spans: `messaging.system = kafka`, and messaging spans no other source
 //!   claims (older conventions without `messaging.system`);
-//! - rules' table `kafka_lag` (topic the trace touches): `trace_id, topic, consumer_group, lag,
-//!   lag_trend, lag_seconds, status, alarm, retry_storm, produce_rate, time_ms, growing,
-//!   lagging`; a consumer span joins the lag sampled while its message waited;
-//! - alerts' table `kafka_groups` (consumer group): `consumer_group, status, status_name, lag,
-//!   lag_seconds, alarm`;
+//! - rules' table `kafka_lag` (topic the trace touches, declared in
+//!   [`KAFKA_LAG`]); a consumer span joins the lag sampled while its message
+//!   waited;
+//! - alerts' table `kafka_groups` (consumer group; [`GROUPS`]);
 //! - page: `GET /api/kafka`, the consumer groups as last seen;
 //! - trouble: a lag alarm, a retry storm or a partition status of WARN or
 //!   worse on a topic the trace touches;
@@ -18,7 +17,6 @@
 //!   join miss (`join="kafka"`).
 
 use causeway_core::config::{ConfigError, Duration, Validate};
-use datafusion::arrow::datatypes::SchemaRef;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,7 +26,7 @@ use super::{
 };
 use crate::correlate::model::cause::{CONSUMER_LAG, RETRY_STORM};
 use crate::correlate::model::series::{find, machine, s, Kept, Offer, PointKind, ROUTE_KEYS};
-use crate::correlate::model::table::{boolf, f64f, i64f, schema, utf8, Cols, Table, V};
+use crate::correlate::model::table::{About, Column, Declared, Purpose, Table, Traced, V};
 use crate::correlate::model::{Joined, Key, Rule, Series, SpanRow, TraceRow};
 use crate::correlate::store::Store;
 
@@ -207,34 +205,65 @@ fn kafka_row(
     row
 }
 
-fn kafka_lag_schema() -> SchemaRef {
-    schema(vec![
-        utf8("trace_id"),
-        utf8("topic"),
-        utf8("consumer_group"),
-        f64f("lag"),
-        f64f("lag_trend"),
-        f64f("lag_seconds"),
-        i64f("status"),
-        boolf("alarm"),
-        boolf("retry_storm"),
-        f64f("produce_rate"),
-        f64f("time_ms"),
-        boolf("growing"),
-        boolf("lagging"),
-    ])
-}
+/// The rules' table of topics the trace's spans touch.
+static KAFKA_LAG: Declared<Traced<KafkaRow>> = Declared {
+    name: "kafka_lag",
+    doc: "A Kafka topic (and consumer group) a span of the trace touches, by its lag series; \
+          a consumer span joins the lag sampled while its message waited: one row per topic \
+          and group.",
+    purpose: Purpose::Rules,
+    columns: &[
+        Column::<Traced<KafkaRow>>::text("trace_id", |r, _| V::S(Some(r.trace_id.as_str())))
+            .doc("The trace."),
+        Column::<Traced<KafkaRow>>::text("topic", |r, _| V::S(Some(r.row.topic.as_str())))
+            .doc("The topic."),
+        Column::<Traced<KafkaRow>>::text("consumer_group", |r, _| {
+            V::S(Some(r.row.group.as_str()).filter(|g| !g.is_empty()))
+        })
+        .doc("The consumer group (null when the spans and the series name none)."),
+        Column::<Traced<KafkaRow>>::float("lag", |r, _| V::F(r.row.lag))
+            .doc("Lag (messages), largest in the join interval."),
+        Column::<Traced<KafkaRow>>::float("lag_trend", |r, _| V::F(r.row.lag_trend))
+            .doc("How the lag moved over the interval (messages; > 0: growing)."),
+        Column::<Traced<KafkaRow>>::float("lag_seconds", |r, _| V::F(r.row.lag_seconds))
+            .doc("Time lag (s), largest."),
+        Column::<Traced<KafkaRow>>::int("status", |r, _| V::I(r.row.status))
+            .doc("Burrow group status, worst: 1 OK, 2 WARN, 3 ERR, 4 STOP, 5 STALL, 6 REWIND."),
+        Column::<Traced<KafkaRow>>::bool("alarm", |r, _| V::B(Some(r.row.alarm)))
+            .doc("The lag alarm is on."),
+        Column::<Traced<KafkaRow>>::bool("retry_storm", |r, _| V::B(Some(r.row.retry_storm)))
+            .doc("A retry storm is on the topic."),
+        Column::<Traced<KafkaRow>>::float("produce_rate", |r, _| V::F(r.row.produce_rate))
+            .doc("Messages produced per second."),
+        Column::<Traced<KafkaRow>>::float("time_ms", |r, _| V::F(Some(r.row.time_ns as f64 / 1e6)))
+            .doc("The latest time of the points used (ms since the epoch)."),
+        Column::<Traced<KafkaRow>>::bool("growing", |r, _| V::B(Some(r.row.growing)))
+            .doc("The lag rose point after point by at least `consumer_lag.lag_growth`."),
+        Column::<Traced<KafkaRow>>::bool("lagging", |r, _| V::B(Some(r.row.lagging)))
+            .doc("The lag is at or above `consumer_lag.lag_threshold`, or growing."),
+    ],
+};
 
-fn groups_schema() -> SchemaRef {
-    schema(vec![
-        utf8("consumer_group"),
-        i64f("status"),
-        utf8("status_name"),
-        f64f("lag"),
-        f64f("lag_seconds"),
-        boolf("alarm"),
-    ])
-}
+/// The alerts' table of consumer groups as last seen.
+static GROUPS: Declared<GroupState> = Declared {
+    name: "kafka_groups",
+    doc: "A Kafka consumer group as last seen: one row per group.",
+    purpose: Purpose::Alerts,
+    columns: &[
+        Column::<GroupState>::text("consumer_group", |g, _| {
+            V::S(Some(g.consumer_group.as_str()))
+        })
+        .doc("The consumer group."),
+        Column::<GroupState>::int("status", |g, _| V::I(g.status)).doc("Burrow status code."),
+        Column::<GroupState>::text("status_name", |g, _| V::S(g.status_name.as_deref()))
+            .doc("Its name (`OK`, `WARN`, `ERR`, `STOP`, `STALL`, `REWIND`)."),
+        Column::<GroupState>::float("lag", |g, _| V::F(g.lag))
+            .doc("Lag summed over the group's topics."),
+        Column::<GroupState>::float("lag_seconds", |g, _| V::F(g.lag_seconds))
+            .doc("Time lag (s), largest."),
+        Column::<GroupState>::bool("alarm", |g, _| V::B(Some(g.alarm))).doc("The lag alarm is on."),
+    ],
+};
 
 /// A Kafka consumer group as last seen (the alerts' `kafka_groups`, the page's `/api/kafka`).
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -329,8 +358,8 @@ impl Source for Kafka {
             .is_some_and(|m| m.eq_ignore_ascii_case("kafka"))
     }
 
-    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
-        vec![("kafka_lag", kafka_lag_schema())]
+    fn tables(&self) -> Vec<About> {
+        vec![KAFKA_LAG.about(), GROUPS.about()]
     }
 
     fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
@@ -348,8 +377,7 @@ impl Source for Kafka {
                 .matching(|s| s.key.get("topic").is_some_and(|t| topics.contains(t)))
         };
         let any = !topics.is_empty() && tick.store.series.any_with("topic");
-        let sch = kafka_lag_schema();
-        let mut c = Cols::new(&sch, 0);
+        let mut rows = Vec::new();
         let mut misses = 0;
         for t in traces.iter_mut() {
             let interval = tick.interval(t);
@@ -380,26 +408,13 @@ impl Source for Kafka {
                     misses += u64::from(any);
                     continue;
                 }
-                c.row([
-                    V::S(Some(t.trace_id.as_str())),
-                    V::S(Some(k.topic.as_str())),
-                    V::S(Some(k.group.as_str()).filter(|g| !g.is_empty())),
-                    V::F(k.lag),
-                    V::F(k.lag_trend),
-                    V::F(k.lag_seconds),
-                    V::I(k.status),
-                    V::B(Some(k.alarm)),
-                    V::B(Some(k.retry_storm)),
-                    V::F(k.produce_rate),
-                    V::F(Some(k.time_ns as f64 / 1e6)),
-                    V::B(Some(k.growing)),
-                    V::B(Some(k.lagging)),
-                ]);
                 t.joined.push(Joined::Metric("kafka", json(&k)));
+                let trace_id = t.trace_id.clone();
+                rows.push(Traced { trace_id, row: k });
             }
         }
         Ok(Join {
-            tables: vec![("kafka_lag", sch.clone(), c.finish(sch)?)],
+            tables: vec![KAFKA_LAG.batch(&rows)?],
             misses,
         })
     }
@@ -440,19 +455,7 @@ GROUP BY k.trace_id"#,
 
     fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         let groups = view.map(|v| groups(v.store)).unwrap_or_default();
-        let sch = groups_schema();
-        let mut c = Cols::new(&sch, groups.len());
-        for g in &groups {
-            c.row([
-                V::S(Some(g.consumer_group.as_str())),
-                V::I(g.status),
-                V::S(g.status_name.as_deref()),
-                V::F(g.lag),
-                V::F(g.lag_seconds),
-                V::B(Some(g.alarm)),
-            ]);
-        }
-        Ok(vec![("kafka_groups", sch.clone(), c.finish(sch)?)])
+        Ok(vec![GROUPS.batch(&groups)?])
     }
 
     fn api(&self, path: &str, view: &View<'_>) -> Option<serde_json::Value> {

@@ -31,7 +31,7 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 
 use super::model::columns::{fill_logs, LOG_COLUMNS};
 use super::model::series::{Kept, Offer};
-use super::model::table::{schema, Cols, Column, Table};
+use super::model::table::{schema, About, Cols, Column, Purpose, Table};
 use super::model::{LogEvidence, Rule, SpanRow, TraceRow, Trouble};
 use super::store::Store;
 
@@ -174,8 +174,9 @@ pub trait Source: Send + Sync {
         &[]
     }
 
-    /// Its tables for the rules: names and schemas.
-    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
+    /// Its declared tables, for the rules and for the alert rules: their
+    /// names, docs and columns (the planner's schemas and the reference).
+    fn tables(&self) -> Vec<About> {
         Vec::new()
     }
 
@@ -310,6 +311,25 @@ fn merge(tables: &mut Vec<Table>, more: Vec<Table>) -> Result<(), String> {
     Ok(())
 }
 
+/// The sources' declared tables, each once: a table several sources
+/// declare (the dependency families' `dependency`) has the columns of all.
+fn about(sources: &[Box<dyn Source>]) -> Vec<About> {
+    let mut out: Vec<About> = Vec::new();
+    for t in sources.iter().flat_map(|s| s.tables()) {
+        match out.iter_mut().find(|h| h.name == t.name) {
+            Some(have) => {
+                for c in t.columns {
+                    if !have.columns.iter().any(|h| h.0 == c.0) {
+                        have.columns.push(c);
+                    }
+                }
+            }
+            None => out.push(t),
+        }
+    }
+    out
+}
+
 /// One table's columns as two sources declare them: the first's, then the
 /// second's it lacks.
 fn union(a: &SchemaRef, b: &SchemaRef) -> SchemaRef {
@@ -401,10 +421,9 @@ impl Sources {
                 .collect(),
         );
         let mut tables: Vec<(&'static str, SchemaRef)> = vec![("logs", logs)];
-        for (name, schema) in sources.iter().flat_map(|s| s.tables()) {
-            match tables.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, have)) => *have = union(have, &schema),
-                None => tables.push((name, schema)),
+        for t in about(&sources) {
+            if t.purpose == Purpose::Rules {
+                tables.push((t.name, t.schema()));
             }
         }
         Sources {
@@ -501,6 +520,48 @@ impl Sources {
     /// columns to one table: the dependency families to `dependency`).
     pub fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
         self.tables.clone()
+    }
+
+    /// Every source's declared tables, each once, as the reference lists them.
+    pub fn about(&self) -> Vec<About> {
+        about(&self.list)
+    }
+
+    /// The reference of the sources' tables and their columns of `logs`
+    /// (the correlate README's "Evidence tables"), from their declarations.
+    pub fn reference(&self) -> String {
+        let tables = self.about();
+        let mut out = String::new();
+        for (purpose, title) in [
+            (
+                Purpose::Rules,
+                "For the rules (`rules[].sql`), rebuilt each tick",
+            ),
+            (
+                Purpose::Alerts,
+                "For the alert rules (`alerts.rules[].expr`), rebuilt each evaluation",
+            ),
+        ] {
+            out += &format!("### {title}\n\n");
+            for t in tables.iter().filter(|t| t.purpose == purpose) {
+                out += &t.markdown();
+                out += "\n";
+            }
+        }
+        let logs = About {
+            name: "logs",
+            doc: "The sources' own columns of `logs`, after its shared ones (null on a record \
+                  the source did not read).",
+            purpose: Purpose::Rules,
+            columns: self
+                .log_columns
+                .iter()
+                .map(|c| (c.name, c.ty, c.doc))
+                .collect(),
+        };
+        out += "### The sources' columns of `logs`\n\n";
+        out += &logs.markdown();
+        out
     }
 
     /// Every source's built-in rules.

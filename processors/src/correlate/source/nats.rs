@@ -14,19 +14,14 @@
 //!
 //! - series: the `nats.consumer.*` points, keyed by stream and consumer;
 //! - spans: `messaging.system = nats`;
-//! - rules' table `nats_consumer` (consumer and role a trace touches): `trace_id, stream,
-//!   consumer, span_id, role, pending, ack_pending, backlog, backlog_trend, redelivered, waiting,
-//!   alarm, time_ms`, over the span that waited longest (a consumer span: while its message
-//!   waited); rule `nats_consumer_lag`;
-//! - alerts' table `nats_consumers` (consumer, latest collection): `account, stream, consumer,
-//!   subjects, filter_subject, pending, ack_pending, backlog, redelivered, waiting, alarm,
-//!   time_ms`;
+//! - rules' table `nats_consumer` (consumer and role a trace touches, declared
+//!   in [`CONSUMER`]); rule `nats_consumer_lag`;
+//! - alerts' table `nats_consumers` (consumer, latest collection; [`CONSUMERS`]);
 //! - page: `GET /api/nats`, the consumers as last collected;
 //! - trouble: a consumer in backlog alarm that a destination of the trace reaches;
 //! - a NATS span that reaches no known consumer while consumers are known
 //!   is a join miss (`join="nats"`).
 
-use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::BTreeMap;
 
 use super::{
@@ -34,7 +29,7 @@ use super::{
 };
 use crate::correlate::model::cause::CONSUMER_LAG;
 use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
-use crate::correlate::model::table::{boolf, f64f, s, schema, utf8, Cols, Table, V};
+use crate::correlate::model::table::{s, About, Column, Declared, Purpose, Table, Traced, V};
 use crate::correlate::model::trace::SpanKind;
 use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, SpanRow, TraceRow};
 use crate::correlate::store::Store;
@@ -257,40 +252,70 @@ impl Nats {
 /// `processors.correlate.nats`: how often the `nats` receiver collects.
 pub type NatsConfig = super::SampleInterval;
 
-fn consumer_schema() -> SchemaRef {
-    schema(vec![
-        utf8("trace_id"),
-        utf8("stream"),
-        utf8("consumer"),
-        utf8("span_id"),
-        utf8("role"),
-        f64f("pending"),
-        f64f("ack_pending"),
-        f64f("backlog"),
-        f64f("backlog_trend"),
-        f64f("redelivered"),
-        f64f("waiting"),
-        boolf("alarm"),
-        f64f("time_ms"),
-    ])
-}
+/// The rules' table of consumers the trace's spans touch.
+static CONSUMER: Declared<Traced<ConsumerRow>> = Declared {
+    name: "nats_consumer",
+    doc: "A JetStream consumer a span of the trace publishes to or consumes from, over the span \
+          that waited longest (a consumer span: while its message waited): one row per \
+          consumer and role.",
+    purpose: Purpose::Rules,
+    columns: &[
+        Column::<Traced<ConsumerRow>>::text("trace_id", |r, _| s(&r.trace_id)).doc("The trace."),
+        Column::<Traced<ConsumerRow>>::text("stream", |r, _| s(&r.row.stream)).doc("The stream."),
+        Column::<Traced<ConsumerRow>>::text("consumer", |r, _| s(&r.row.consumer))
+            .doc("The consumer."),
+        Column::<Traced<ConsumerRow>>::text("span_id", |r, _| s(&r.row.span_id))
+            .doc("The span that publishes to it or consumes from it."),
+        Column::<Traced<ConsumerRow>>::text("role", |r, _| s(r.row.role))
+            .doc("`publish` or `consume`."),
+        Column::<Traced<ConsumerRow>>::float("pending", |r, _| V::F(r.row.pending))
+            .doc("Messages not yet delivered to it, largest in the interval."),
+        Column::<Traced<ConsumerRow>>::float("ack_pending", |r, _| V::F(r.row.ack_pending))
+            .doc("Delivered and not acknowledged, largest."),
+        Column::<Traced<ConsumerRow>>::float("backlog", |r, _| V::F(r.row.backlog))
+            .doc("Pending plus ack pending, largest."),
+        Column::<Traced<ConsumerRow>>::float("backlog_trend", |r, _| V::F(r.row.backlog_trend))
+            .doc("How the backlog moved over the interval (last − first)."),
+        Column::<Traced<ConsumerRow>>::float("redelivered", |r, _| V::F(r.row.redelivered))
+            .doc("Redelivered and not acknowledged, largest."),
+        Column::<Traced<ConsumerRow>>::float("waiting", |r, _| V::F(r.row.waiting))
+            .doc("Pull requests waiting, at the latest collection."),
+        Column::<Traced<ConsumerRow>>::bool("alarm", |r, _| V::B(Some(r.row.alarm)))
+            .doc("The backlog alarm is on."),
+        Column::<Traced<ConsumerRow>>::float("time_ms", |r, _| {
+            V::F(Some(r.row.time_ns as f64 / 1e6))
+        })
+        .doc("The latest time of the points used (ms since the epoch)."),
+    ],
+};
 
-fn consumers_schema() -> SchemaRef {
-    schema(vec![
-        utf8("account"),
-        utf8("stream"),
-        utf8("consumer"),
-        utf8("subjects"),
-        utf8("filter_subject"),
-        f64f("pending"),
-        f64f("ack_pending"),
-        f64f("backlog"),
-        f64f("redelivered"),
-        f64f("waiting"),
-        boolf("alarm"),
-        f64f("time_ms"),
-    ])
-}
+/// The alerts' table of consumers as last collected.
+static CONSUMERS: Declared<ConsumerState> = Declared {
+    name: "nats_consumers",
+    doc: "A JetStream consumer as last collected: one row per consumer.",
+    purpose: Purpose::Alerts,
+    columns: &[
+        Column::<ConsumerState>::text("account", |r, _| s(&r.account)).doc("The account."),
+        Column::<ConsumerState>::text("stream", |r, _| s(&r.stream)).doc("The stream."),
+        Column::<ConsumerState>::text("consumer", |r, _| s(&r.consumer)).doc("The consumer."),
+        Column::<ConsumerState>::text("subjects", |r, _| s(&r.subjects))
+            .doc("The stream's subjects, comma-separated."),
+        Column::<ConsumerState>::text("filter_subject", |r, _| s(&r.filter_subject))
+            .doc("The consumer's filter subjects, comma-separated (empty: all)."),
+        Column::<ConsumerState>::float("pending", |r, _| V::F(r.pending)).doc("Not yet delivered."),
+        Column::<ConsumerState>::float("ack_pending", |r, _| V::F(r.ack_pending))
+            .doc("Delivered, not acknowledged."),
+        Column::<ConsumerState>::float("backlog", |r, _| V::F(r.backlog)).doc("The two together."),
+        Column::<ConsumerState>::float("redelivered", |r, _| V::F(r.redelivered))
+            .doc("Redelivered, not acknowledged."),
+        Column::<ConsumerState>::float("waiting", |r, _| V::F(r.waiting))
+            .doc("Pull requests waiting."),
+        Column::<ConsumerState>::bool("alarm", |r, _| V::B(Some(r.alarm)))
+            .doc("The backlog alarm is on."),
+        Column::<ConsumerState>::float("time_ms", |r, _| V::F(Some(r.time_ms)))
+            .doc("The latest collection (ms since the epoch)."),
+    ],
+};
 
 impl Source for Nats {
     fn name(&self) -> &'static str {
@@ -323,18 +348,17 @@ impl Source for Nats {
             .is_some_and(|m| m.eq_ignore_ascii_case("nats"))
     }
 
-    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
-        vec![("nats_consumer", consumer_schema())]
+    fn tables(&self) -> Vec<About> {
+        vec![CONSUMER.about(), CONSUMERS.about()]
     }
 
     fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
-        let sch = consumer_schema();
-        let mut c = Cols::new(&sch, 0);
+        let mut rows = Vec::new();
         let mut misses = 0;
         let mine = |s: &SpanRow| s.claimed == Some("nats") && subject(s).is_some();
         if !traces.iter().any(|t| t.spans.iter().any(mine)) {
             return Ok(Join {
-                tables: vec![("nats_consumer", sch.clone(), c.finish(sch)?)],
+                tables: vec![CONSUMER.batch(&rows)?],
                 misses,
             });
         }
@@ -378,26 +402,13 @@ impl Source for Nats {
                 }
                 r.span_id = Hex16::of(sp.span_id).as_str().to_string();
                 r.role = role;
-                c.row([
-                    s(&t.trace_id),
-                    s(&r.stream),
-                    s(&r.consumer),
-                    s(&r.span_id),
-                    s(r.role),
-                    V::F(r.pending),
-                    V::F(r.ack_pending),
-                    V::F(r.backlog),
-                    V::F(r.backlog_trend),
-                    V::F(r.redelivered),
-                    V::F(r.waiting),
-                    V::B(Some(r.alarm)),
-                    V::F(Some(r.time_ns as f64 / 1e6)),
-                ]);
                 t.joined.push(Joined::Metric("nats", json(&r)));
+                let trace_id = t.trace_id.clone();
+                rows.push(Traced { trace_id, row: r });
             }
         }
         Ok(Join {
-            tables: vec![("nats_consumer", sch.clone(), c.finish(sch)?)],
+            tables: vec![CONSUMER.batch(&rows)?],
             misses,
         })
     }
@@ -428,25 +439,7 @@ GROUP BY n.trace_id"#,
 
     fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         let rows = view.map(|v| consumers(v.store)).unwrap_or_default();
-        let sch = consumers_schema();
-        let mut c = Cols::new(&sch, rows.len());
-        for r in &rows {
-            c.row([
-                s(&r.account),
-                s(&r.stream),
-                s(&r.consumer),
-                s(&r.subjects),
-                s(&r.filter_subject),
-                V::F(r.pending),
-                V::F(r.ack_pending),
-                V::F(r.backlog),
-                V::F(r.redelivered),
-                V::F(r.waiting),
-                V::B(Some(r.alarm)),
-                V::F(Some(r.time_ms)),
-            ]);
-        }
-        Ok(vec![("nats_consumers", sch.clone(), c.finish(sch)?)])
+        Ok(vec![CONSUMERS.batch(&rows)?])
     }
 
     fn api(&self, path: &str, view: &View<'_>) -> Option<serde_json::Value> {

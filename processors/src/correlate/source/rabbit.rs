@@ -26,19 +26,15 @@
 //! several vhosts joins all of them.
 //!
 //! - spans: `messaging.system = rabbitmq`;
-//! - rules' table `rabbitmq_queue` (queue and role the trace touches): `trace_id, queue, vhost,
-//!   span_id, role, depth, depth_trend, ready, unacked, consumers, backlog_age_s, status, alarm,
-//!   retry_storm, publish_rate, deliver_rate, time_ms`;
-//! - alerts' table `rabbitmq_queues` (queue, latest collection): `queue, vhost, status,
-//!   status_name, depth, ready, unacked, consumers, backlog_age_s, alarm, retry_storm,
-//!   publish_rate, deliver_rate, time_ms`;
+//! - rules' table `rabbitmq_queue` (the queues the trace touches) and
+//!   alerts' table `rabbitmq_queues` (the queues as last collected),
+//!   declared in [`QUEUE`] and [`QUEUES`];
 //! - page: `GET /api/queues`, the queues as last collected;
 //! - trouble: a queue in alarm (backlog, stop or stall, retry storm) the
 //!   trace's destinations or routing keys may reach;
 //! - a RabbitMQ span that reaches no known queue while queues are known is
 //!   a join miss (`join="rabbitmq"`).
 
-use datafusion::arrow::datatypes::SchemaRef;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
@@ -46,7 +42,7 @@ use super::{
 };
 use crate::correlate::model::cause::{CONSUMER_LAG, RETRY_STORM};
 use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
-use crate::correlate::model::table::{boolf, f64f, i64f, s, schema, utf8, Cols, Table, V};
+use crate::correlate::model::table::{s, About, Column, Declared, Purpose, Table, Traced, V};
 use crate::correlate::model::trace::SpanKind;
 use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, SpanRow, TraceRow};
 use crate::correlate::store::Store;
@@ -512,46 +508,76 @@ impl Rabbit {
 /// `processors.correlate.rabbitmq`: how often the `rabbitmq` receiver collects.
 pub type RabbitmqConfig = super::SampleInterval;
 
-fn queue_schema() -> SchemaRef {
-    schema(vec![
-        utf8("trace_id"),
-        utf8("queue"),
-        utf8("vhost"),
-        utf8("span_id"),
-        utf8("role"),
-        f64f("depth"),
-        f64f("depth_trend"),
-        f64f("ready"),
-        f64f("unacked"),
-        f64f("consumers"),
-        f64f("backlog_age_s"),
-        i64f("status"),
-        boolf("alarm"),
-        boolf("retry_storm"),
-        f64f("publish_rate"),
-        f64f("deliver_rate"),
-        f64f("time_ms"),
-    ])
-}
+/// The rules' table of queues the trace's spans touch.
+static QUEUE: Declared<Traced<QueueRow>> = Declared {
+    name: "rabbitmq_queue",
+    doc: "A RabbitMQ queue a span of the trace publishes to or consumes from, by the queue's own \
+          series over the join interval: one row per span and queue.",
+    purpose: Purpose::Rules,
+    columns: &[
+        Column::<Traced<QueueRow>>::text("trace_id", |r, _| s(&r.trace_id)).doc("The trace."),
+        Column::<Traced<QueueRow>>::text("queue", |r, _| s(&r.row.queue)).doc("The queue's name."),
+        Column::<Traced<QueueRow>>::text("vhost", |r, _| s(&r.row.vhost)).doc("Its vhost."),
+        Column::<Traced<QueueRow>>::text("span_id", |r, _| s(&r.row.span_id))
+            .doc("The span that publishes to it or consumes from it."),
+        Column::<Traced<QueueRow>>::text("role", |r, _| s(r.row.role)).doc("`publish` or `consume`."),
+        Column::<Traced<QueueRow>>::float("depth", |r, _| V::F(r.row.depth))
+            .doc("Ready + unacknowledged messages, largest in the interval."),
+        Column::<Traced<QueueRow>>::float("depth_trend", |r, _| V::F(r.row.depth_trend))
+            .doc("How the depth moved over the interval (last − first)."),
+        Column::<Traced<QueueRow>>::float("ready", |r, _| V::F(r.row.ready)).doc("Ready messages, largest."),
+        Column::<Traced<QueueRow>>::float("unacked", |r, _| V::F(r.row.unacked))
+            .doc("Unacknowledged messages, largest."),
+        Column::<Traced<QueueRow>>::float("consumers", |r, _| V::F(r.row.consumers))
+            .doc("Consumers at the latest collection in the interval."),
+        Column::<Traced<QueueRow>>::float("backlog_age_s", |r, _| V::F(r.row.backlog_age_s))
+            .doc("Age of the oldest message (s), largest."),
+        Column::<Traced<QueueRow>>::int("status", |r, _| V::I(r.row.status))
+            .doc("Burrow-like status, worst: 1 OK, 2 WARN (grows), 4 STOP (no consumer), 5 STALL (consumers, no delivery)."),
+        Column::<Traced<QueueRow>>::bool("alarm", |r, _| V::B(Some(r.row.alarm))).doc("The backlog alarm is on."),
+        Column::<Traced<QueueRow>>::bool("retry_storm", |r, _| V::B(Some(r.row.retry_storm)))
+            .doc("A retry storm is on the queue."),
+        Column::<Traced<QueueRow>>::float("publish_rate", |r, _| V::F(r.row.publish_rate))
+            .doc("Messages published per second, largest."),
+        Column::<Traced<QueueRow>>::float("deliver_rate", |r, _| V::F(r.row.deliver_rate))
+            .doc("Messages delivered per second, at the latest collection."),
+        Column::<Traced<QueueRow>>::float("time_ms", |r, _| V::F(Some(r.row.time_ns as f64 / 1e6)))
+            .doc("The latest time of the points used (ms since the epoch)."),
+    ],
+};
 
-fn queues_schema() -> SchemaRef {
-    schema(vec![
-        utf8("queue"),
-        utf8("vhost"),
-        i64f("status"),
-        utf8("status_name"),
-        f64f("depth"),
-        f64f("ready"),
-        f64f("unacked"),
-        f64f("consumers"),
-        f64f("backlog_age_s"),
-        boolf("alarm"),
-        boolf("retry_storm"),
-        f64f("publish_rate"),
-        f64f("deliver_rate"),
-        f64f("time_ms"),
-    ])
-}
+/// The alerts' table of queues as last collected.
+static QUEUES: Declared<QueueState> = Declared {
+    name: "rabbitmq_queues",
+    doc: "A RabbitMQ queue as last collected: one row per queue.",
+    purpose: Purpose::Alerts,
+    columns: &[
+        Column::<QueueState>::text("queue", |q, _| s(&q.queue)).doc("The queue's name."),
+        Column::<QueueState>::text("vhost", |q, _| s(&q.vhost)).doc("Its vhost."),
+        Column::<QueueState>::int("status", |q, _| V::I(q.status))
+            .doc("Burrow-like status: 1 OK, 2 WARN, 4 STOP, 5 STALL."),
+        Column::<QueueState>::text("status_name", |q, _| V::S(q.status_name.as_deref()))
+            .doc("The status's name."),
+        Column::<QueueState>::float("depth", |q, _| V::F(q.depth))
+            .doc("Ready + unacknowledged messages."),
+        Column::<QueueState>::float("ready", |q, _| V::F(q.ready)).doc("Ready messages."),
+        Column::<QueueState>::float("unacked", |q, _| V::F(q.unacked))
+            .doc("Unacknowledged messages."),
+        Column::<QueueState>::float("consumers", |q, _| V::F(q.consumers)).doc("Consumers."),
+        Column::<QueueState>::float("backlog_age_s", |q, _| V::F(q.backlog_age_s))
+            .doc("Age of the oldest message (s)."),
+        Column::<QueueState>::bool("alarm", |q, _| V::B(Some(q.alarm)))
+            .doc("The backlog alarm is on."),
+        Column::<QueueState>::bool("retry_storm", |q, _| V::B(Some(q.retry_storm)))
+            .doc("A retry storm is on the queue."),
+        Column::<QueueState>::float("publish_rate", |q, _| V::F(q.publish_rate))
+            .doc("Messages published per second."),
+        Column::<QueueState>::float("deliver_rate", |q, _| V::F(q.deliver_rate))
+            .doc("Messages delivered per second."),
+        Column::<QueueState>::float("time_ms", |q, _| V::F(Some(q.time_ms)))
+            .doc("The latest collection (ms since the epoch)."),
+    ],
+};
 
 impl Source for Rabbit {
     fn name(&self) -> &'static str {
@@ -579,13 +605,12 @@ impl Source for Rabbit {
         is_rabbit(s)
     }
 
-    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
-        vec![("rabbitmq_queue", queue_schema())]
+    fn tables(&self) -> Vec<About> {
+        vec![QUEUE.about(), QUEUES.about()]
     }
 
     fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
-        let sch = queue_schema();
-        let mut c = Cols::new(&sch, 0);
+        let mut rows = Vec::new();
         let mut misses = 0;
         // The queue series, only when a trace of the tick has a RabbitMQ span.
         if traces.iter().any(|t| t.spans.iter().any(is_rabbit)) {
@@ -593,36 +618,19 @@ impl Source for Rabbit {
             let index = Index::new(&series);
             if !index.is_empty() {
                 for t in traces.iter_mut() {
-                    let (rows, missed) =
+                    let (found, missed) =
                         queue_rows(t, &index, &series, tick.interval(t), self.sample_ns);
                     misses += missed;
-                    for q in rows {
-                        c.row([
-                            s(&t.trace_id),
-                            s(&q.queue),
-                            s(&q.vhost),
-                            s(&q.span_id),
-                            s(q.role),
-                            V::F(q.depth),
-                            V::F(q.depth_trend),
-                            V::F(q.ready),
-                            V::F(q.unacked),
-                            V::F(q.consumers),
-                            V::F(q.backlog_age_s),
-                            V::I(q.status),
-                            V::B(Some(q.alarm)),
-                            V::B(Some(q.retry_storm)),
-                            V::F(q.publish_rate),
-                            V::F(q.deliver_rate),
-                            V::F(Some(q.time_ns as f64 / 1e6)),
-                        ]);
-                        t.joined.push(Joined::Metric("queue", json(&q)));
+                    for row in found {
+                        t.joined.push(Joined::Metric("queue", json(&row)));
+                        let trace_id = t.trace_id.clone();
+                        rows.push(Traced { trace_id, row });
                     }
                 }
             }
         }
         Ok(Join {
-            tables: vec![("rabbitmq_queue", sch.clone(), c.finish(sch)?)],
+            tables: vec![QUEUE.batch(&rows)?],
             misses,
         })
     }
@@ -683,27 +691,7 @@ GROUP BY q.trace_id"#,
 
     fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         let queues = view.map(|v| queues(v.store)).unwrap_or_default();
-        let sch = queues_schema();
-        let mut c = Cols::new(&sch, queues.len());
-        for q in &queues {
-            c.row([
-                s(&q.queue),
-                s(&q.vhost),
-                V::I(q.status),
-                V::S(q.status_name.as_deref()),
-                V::F(q.depth),
-                V::F(q.ready),
-                V::F(q.unacked),
-                V::F(q.consumers),
-                V::F(q.backlog_age_s),
-                V::B(Some(q.alarm)),
-                V::B(Some(q.retry_storm)),
-                V::F(q.publish_rate),
-                V::F(q.deliver_rate),
-                V::F(Some(q.time_ms)),
-            ]);
-        }
-        Ok(vec![("rabbitmq_queues", sch.clone(), c.finish(sch)?)])
+        Ok(vec![QUEUES.batch(&queues)?])
     }
 
     fn api(&self, path: &str, view: &View<'_>) -> Option<serde_json::Value> {
@@ -820,13 +808,18 @@ mod tests {
         s
     }
 
+    use crate::correlate::model::attributes::SpanAttrs;
+
     fn span(kind: SpanKind, name: &str, dest: Option<&str>, rk: Option<&str>) -> SpanRow {
         SpanRow {
             kind,
             name: name.into(),
-            messaging_system: Some("rabbitmq".into()),
-            destination: dest.map(String::from),
-            routing_key: rk.map(String::from),
+            attrs: SpanAttrs {
+                messaging_system: Some("rabbitmq".into()),
+                destination: dest.map(String::from),
+                routing_key: rk.map(String::from),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }

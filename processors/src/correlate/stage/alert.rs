@@ -13,10 +13,12 @@ use super::{own_logs, Stage};
 use crate::correlate::alerts;
 use crate::correlate::source::Correlation;
 
-/// Alert instances firing, by alert.
-pub const ALERTS_FIRING: &str = "causeway_alerts_firing";
-/// Alert notifications emitted, by alert and status.
-pub const ALERTS_SENT: &str = "causeway_alerts_sent_total";
+causeway_core::metrics! {
+    /// Alert instances firing, by alert.
+    pub AlertsFiring: gauge = "causeway_alerts_firing";
+    /// Alert notifications emitted, by alert and status.
+    pub AlertsSent: counter = "causeway_alerts_sent_total";
+}
 
 /// The alert rules' evaluation.
 pub struct Alert {
@@ -46,11 +48,7 @@ impl Alert {
         }
         for (alert, n) in alerting.firing() {
             self.telemetry
-                .gauge(
-                    ALERTS_FIRING,
-                    "Alert instances firing, by alert.",
-                    &[("component", &self.id), ("alert", &alert)],
-                )
+                .gauge(AlertsFiring, &[("component", &self.id), ("alert", &alert)])
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
         if sent.is_empty() {
@@ -62,8 +60,7 @@ impl Alert {
             tracing::info!(processor = %self.id, alert = %name, status, labels = ?a.labels, "Alert.");
             self.telemetry
                 .counter(
-                    ALERTS_SENT,
-                    "Alert notifications emitted, by alert and status.",
+                    AlertsSent,
                     &[("component", &self.id), ("alert", name), ("status", status)],
                 )
                 .add(1);

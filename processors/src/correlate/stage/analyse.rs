@@ -27,14 +27,16 @@ use crate::correlate::model::{self, Finding, Hex16, RcaEvent, Rule, TraceRow, Ve
 use crate::correlate::rules;
 use crate::correlate::source::{Correlation, Tick};
 
-/// Traces analysed, by cause.
-pub const ANALYSED: &str = "causeway_correlate_analysed_traces_total";
-/// Spans of traces analysed already (late), passed on without a second analysis.
-pub const LATE_SPANS: &str = "causeway_correlate_late_spans_total";
-/// Traces whose join with host, Kafka or RabbitMQ metrics found nothing while such metrics flow.
-pub const JOIN_MISSES: &str = "causeway_correlate_join_misses_total";
-/// Traces held by `evidence_wait`.
-pub const HELD_TRACES: &str = "causeway_correlate_held_traces";
+causeway_core::metrics! {
+    /// Kept traces analysed by correlate.
+    pub Analysed: counter = "causeway_correlate_analysed_traces_total";
+    /// Spans of traces analysed already, passed on without a second analysis.
+    pub LateSpans: counter = "causeway_correlate_late_spans_total";
+    /// Traces whose join with an evidence source (host, Kafka, RabbitMQ, ...) found nothing while its metrics flow.
+    pub JoinMisses: counter = "causeway_correlate_join_misses_total";
+    /// Traces held by evidence_wait, or for the profile windows that cover them.
+    pub HeldTraces: gauge = "causeway_correlate_held_traces";
+}
 
 /// Traces held by `evidence_wait`, analysed again when it has passed; or
 /// (`awaiting`) held before their analysis for what is still to come (a
@@ -296,11 +298,7 @@ impl Analyse {
         if n > 0 {
             self.correlation.store.traces.count_late(n);
             self.telemetry
-                .counter(
-                    LATE_SPANS,
-                    "Spans of traces analysed already, passed on without a second analysis.",
-                    &[("component", &self.id)],
-                )
+                .counter(LateSpans, &[("component", &self.id)])
                 .add(n);
         }
     }
@@ -327,11 +325,7 @@ impl Analyse {
         let joined = self.correlation.sources.join(&tick, traces);
         for (join, n) in joined.misses {
             self.telemetry
-                .counter(
-                    JOIN_MISSES,
-                    "Traces whose join with an evidence source (host, Kafka, RabbitMQ, ...) found nothing while its metrics flow.",
-                    &[("component", &self.id), ("join", join)],
-                )
+                .counter(JoinMisses, &[("component", &self.id), ("join", join)])
                 .add(n);
         }
         for (source, error) in joined.errors {
@@ -583,11 +577,7 @@ impl Analyse {
     fn set_held_gauge(&self) {
         let n: usize = self.held.iter().map(|h| h.traces).sum();
         self.telemetry
-            .gauge(
-                HELD_TRACES,
-                "Traces held by evidence_wait, or for the profile windows that cover them.",
-                &[("component", &self.id)],
-            )
+            .gauge(HeldTraces, &[("component", &self.id)])
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 

@@ -21,10 +21,12 @@ use crate::correlate::annotate::kv;
 use crate::correlate::model::now_ns;
 use crate::correlate::source::Correlation;
 
-/// Log records evicted before the window ended, by the limit that forced it.
-pub const EVICTED_LOGS: &str = "causeway_correlate_evicted_log_records_total";
-/// Age of the oldest log record held (how far back gateway evidence reaches).
-pub const LOG_RETENTION: &str = "causeway_correlate_log_retention_seconds";
+causeway_core::metrics! {
+    /// Log records evicted before the window ended, by the limit that forced it (count or bytes).
+    pub EvictedLogs: counter = "causeway_correlate_evicted_log_records_total";
+    /// Age of the oldest log record held, in seconds.
+    pub LogRetention: gauge = "causeway_correlate_log_retention_seconds";
+}
 
 /// How often RCA events are emitted.
 const EMIT_EVERY: Duration = Duration::from_secs(1);
@@ -69,20 +71,12 @@ impl Emit {
             ("bytes", bytes.saturating_sub(was_bytes)),
         ] {
             self.telemetry
-                .counter(
-                    EVICTED_LOGS,
-                    "Log records evicted before the window ended, by the limit that forced it (count or bytes).",
-                    &[("component", &self.id), ("reason", reason)],
-                )
+                .counter(EvictedLogs, &[("component", &self.id), ("reason", reason)])
                 .add(n);
         }
         let (_, age) = self.correlation.store.logs.retention(now);
         self.telemetry
-            .gauge(
-                LOG_RETENTION,
-                "Age of the oldest log record held, in seconds.",
-                &[("component", &self.id)],
-            )
+            .gauge(LogRetention, &[("component", &self.id)])
             .set(i64::try_from(age / 1_000_000_000).unwrap_or(i64::MAX));
     }
 

@@ -14,14 +14,16 @@ use crate::correlate::alerts;
 use crate::correlate::incidents;
 use crate::correlate::model::nanos;
 
-/// Open incidents.
-pub const INCIDENTS_OPEN: &str = "causeway_correlate_incidents_open";
-/// Incident records written, by state.
-pub const INCIDENTS_WRITTEN: &str = "causeway_correlate_incident_records_total";
-/// Routes with incident statistics.
-pub const INCIDENT_ROUTES: &str = "causeway_correlate_incident_routes";
-/// Routes dropped from the incident statistics, by reason (`evicted`, `refused`).
-pub const INCIDENT_ROUTES_DROPPED: &str = "causeway_correlate_incident_routes_dropped_total";
+causeway_core::metrics! {
+    /// Open incidents.
+    pub IncidentsOpen: gauge = "causeway_correlate_incidents_open";
+    /// Incident records written, by state (open, update, resolved).
+    pub IncidentsWritten: counter = "causeway_correlate_incident_records_total";
+    /// Routes with incident statistics (at most incidents.max_routes).
+    pub IncidentRoutes: gauge = "causeway_correlate_incident_routes";
+    /// Routes dropped from the incident statistics for room: evicted (never had a normal, no incident) or refused (no room).
+    pub IncidentRoutesDropped: counter = "causeway_correlate_incident_routes_dropped_total";
+}
 
 /// The incident evaluation of the instance that writes the records.
 pub struct IncidentTicks {
@@ -68,14 +70,10 @@ impl IncidentTicks {
         let counts = self.engine.counts();
         let c = &self.id;
         self.telemetry
-            .gauge(INCIDENTS_OPEN, "Open incidents.", &[("component", c)])
+            .gauge(IncidentsOpen, &[("component", c)])
             .set(i64::try_from(counts.open).unwrap_or(i64::MAX));
         self.telemetry
-            .gauge(
-                INCIDENT_ROUTES,
-                "Routes with incident statistics (at most incidents.max_routes).",
-                &[("component", c)],
-            )
+            .gauge(IncidentRoutes, &[("component", c)])
             .set(i64::try_from(counts.routes).unwrap_or(i64::MAX));
         for (reason, now_n, was) in [
             ("evicted", counts.evicted, self.dropped.0),
@@ -83,8 +81,7 @@ impl IncidentTicks {
         ] {
             self.telemetry
                 .counter(
-                    INCIDENT_ROUTES_DROPPED,
-                    "Routes dropped from the incident statistics for room: evicted (never had a normal, no incident) or refused (no room).",
+                    IncidentRoutesDropped,
                     &[("component", c), ("reason", reason)],
                 )
                 .add(now_n.saturating_sub(was));
@@ -98,11 +95,7 @@ impl IncidentTicks {
             let i = &ch.incident;
             tracing::info!(processor = %c, incident = %i.id, route = %i.route, state = ch.state, summary = %i.summary(&ch.explanation), "Incident.");
             self.telemetry
-                .counter(
-                    INCIDENTS_WRITTEN,
-                    "Incident records written, by state (open, update, resolved).",
-                    &[("component", c), ("state", ch.state)],
-                )
+                .counter(IncidentsWritten, &[("component", c), ("state", ch.state)])
                 .add(1);
             records.push(incidents::record(ch, wall));
             records.push(alerts::record(

@@ -18,8 +18,10 @@ use tokio::time::Instant;
 
 use crate::correlate::annotate::kv;
 
-/// Rule failures at run time, by rule.
-pub const RULE_ERRORS: &str = "causeway_rca_rule_errors_total";
+causeway_core::metrics! {
+    /// Root-cause and alert rules that failed at run time, by rule.
+    pub RuleErrors: counter = "causeway_rca_rule_errors_total";
+}
 
 /// Count a rule that failed at run time (`kind`: root-cause or alert);
 /// the first failure of each rule is logged, the others only counted.
@@ -30,11 +32,7 @@ fn rule_failed(
     kind: &str,
 ) {
     telemetry
-        .counter(
-            RULE_ERRORS,
-            "Root-cause and alert rules that failed at run time, by rule.",
-            &[("component", id), ("rule", &rule)],
-        )
+        .counter(RuleErrors, &[("component", id), ("rule", &rule)])
         .add(1);
     if logged.insert(rule.clone()) {
         tracing::warn!(processor = %id, %rule, %error, kind, "A rule failed; the other rules still ran.");

@@ -14,8 +14,10 @@ use causeway_core::{Batch, Signal};
 use crate::correlate::analysis::{self, trace::RouteMap};
 use crate::correlate::source::Correlation;
 
-/// Spans of traces not kept, by outcome (`learned`, `over_budget`, `bad_input`).
-pub const UNKEPT_SPANS: &str = "causeway_correlate_unkept_spans_total";
+causeway_core::metrics! {
+    /// Spans of traces a sampler did not keep, learned from (baselines, calls) or not, by outcome.
+    pub UnkeptSpans: counter = "causeway_correlate_unkept_spans_total";
+}
 
 /// The learner `correlate` publishes for the samplers before it.
 pub struct Learn {
@@ -38,11 +40,7 @@ impl Learn {
         (telemetry, id): (&Registry, &str),
     ) -> Self {
         let c = |outcome: &str| {
-            telemetry.counter(
-                UNKEPT_SPANS,
-                "Spans of traces a sampler did not keep, learned from (baselines, calls) or not, by outcome.",
-                &[("component", id), ("outcome", outcome)],
-            )
+            telemetry.counter(UnkeptSpans, &[("component", id), ("outcome", outcome)])
         };
         Learn {
             correlation,

@@ -44,14 +44,21 @@ pub struct EnvoyRow {
 
 /// The columns EnvoyRow adds to the `dependency` and `dependencies` tables.
 static ENVOY: &[Column<EnvoyRow>] = &[
-    Column::text("envoy_cluster", |r, _| so(&r.cluster)),
-    Column::float("pending_overflow", |r, _| V::F(r.pending_overflow)),
-    Column::float("cx_overflow", |r, _| V::F(r.cx_overflow)),
-    Column::float("connect_fail", |r, _| V::F(r.connect_fail)),
-    Column::float("rq_timeout", |r, _| V::F(r.rq_timeout)),
-    Column::float("ssl_errors", |r, _| V::F(r.ssl_errors)),
-    Column::float("breaker_open", |r, _| V::F(r.breaker_open)),
-    Column::float("connect_ms", |r, _| V::F(r.connect_ms)),
+    Column::<EnvoyRow>::text("envoy_cluster", |r, _| so(&r.cluster)).doc("The upstream cluster."),
+    Column::<EnvoyRow>::float("pending_overflow", |r, _| V::F(r.pending_overflow))
+        .doc("`upstream_rq_pending_overflow` (increase)."),
+    Column::<EnvoyRow>::float("cx_overflow", |r, _| V::F(r.cx_overflow))
+        .doc("`upstream_cx_overflow` + `upstream_cx_pool_overflow` (increase)."),
+    Column::<EnvoyRow>::float("connect_fail", |r, _| V::F(r.connect_fail))
+        .doc("`upstream_cx_connect_fail` (increase)."),
+    Column::<EnvoyRow>::float("rq_timeout", |r, _| V::F(r.rq_timeout))
+        .doc("`upstream_rq_timeout` (increase)."),
+    Column::<EnvoyRow>::float("ssl_errors", |r, _| V::F(r.ssl_errors))
+        .doc("`ssl.connection_error` + `ssl.fail_verify_*` (increase)."),
+    Column::<EnvoyRow>::float("breaker_open", |r, _| V::F(r.breaker_open))
+        .doc("`circuit_breakers.default.*_open`: the largest (1 = at capacity)."),
+    Column::<EnvoyRow>::float("connect_ms", |r, _| V::F(r.connect_ms))
+        .doc("`upstream_cx_connect_ms`: the mean over the interval."),
 ];
 
 const CONNECT_MS: &str = "envoy_cluster_upstream_cx_connect_ms";

@@ -148,25 +148,40 @@ pub struct LlmRow {
 
 /// The columns LlmRow adds to the `dependency` and `dependencies` tables.
 static LLM: &[Column<LlmRow>] = &[
-    Column::float("requests_waiting", |r, _| V::F(r.requests_waiting)),
-    Column::float("requests_running", |r, _| V::F(r.requests_running)),
-    Column::float("kv_cache_usage", |r, _| V::F(r.kv_cache_usage)),
-    Column::float("preemptions", |r, _| V::F(r.preemptions)),
-    Column::float("queue_time_s", |r, _| V::F(r.queue_time_s)),
-    Column::float("ttft_s", |r, _| V::F(r.ttft_s)),
-    Column::float("request_duration_s", |r, _| V::F(r.request_duration_s)),
-    Column::float("queue_ms_per_request", |r, _| V::F(r.queue_ms_per_request)),
-    Column::float("gpu_util", |r, _| V::F(r.gpu_util)),
-    Column::float("gpu_mem_used", |r, _| V::F(r.gpu_mem_used)),
-    Column::float("prompt_ms_per_token", |r, _| V::F(r.prompt_ms_per_token)),
-    Column::float("prompt_ms_per_token_min", |r, _| {
+    Column::<LlmRow>::float("requests_waiting", |r, _| V::F(r.requests_waiting))
+    .doc("`vllm:num_requests_waiting`, llama.cpp's `llamacpp:requests_deferred`."),
+    Column::<LlmRow>::float("requests_running", |r, _| V::F(r.requests_running))
+    .doc("`vllm:num_requests_running`, llama.cpp's `llamacpp:requests_processing`."),
+    Column::<LlmRow>::float("kv_cache_usage", |r, _| V::F(r.kv_cache_usage))
+    .doc("`vllm:kv_cache_usage_perc` (or the older `gpu_cache_usage_perc`), 0..1."),
+    Column::<LlmRow>::float("preemptions", |r, _| V::F(r.preemptions))
+    .doc("`vllm:num_preemptions_total` (increase)."),
+    Column::<LlmRow>::float("queue_time_s", |r, _| V::F(r.queue_time_s))
+    .doc("`vllm:request_queue_time_seconds`: the mean over the interval (s)."),
+    Column::<LlmRow>::float("ttft_s", |r, _| V::F(r.ttft_s))
+    .doc("`vllm:time_to_first_token_seconds` (or the GenAI convention's `gen_ai.server.time_to_first_token`): the mean over the interval (s)."),
+    Column::<LlmRow>::float("request_duration_s", |r, _| V::F(r.request_duration_s))
+    .doc("`gen_ai.server.request.duration`: the mean over the interval (s)."),
+    Column::<LlmRow>::float("queue_ms_per_request", |r, _| V::F(r.queue_ms_per_request))
+    .doc("Triton: queue µs ÷ successful requests over the interval, in ms."),
+    Column::<LlmRow>::float("gpu_util", |r, _| V::F(r.gpu_util))
+    .doc("Triton `nv_gpu_utilization` (0..1): the largest."),
+    Column::<LlmRow>::float("gpu_mem_used", |r, _| V::F(r.gpu_mem_used))
+    .doc("Triton `nv_gpu_memory_used_bytes ÷ nv_gpu_memory_total_bytes`: the largest."),
+    Column::<LlmRow>::float("prompt_ms_per_token", |r, _| V::F(r.prompt_ms_per_token))
+    .doc("llama.cpp: ms per prompt token it processed (not cached) over the window (`llamacpp:prompt_seconds_total ÷ prompt_tokens_total`); the server's lifetime mean when it processed none meanwhile."),
+    Column::<LlmRow>::float("prompt_ms_per_token_min", |r, _| {
         V::F(r.prompt_ms_per_token_min)
-    }),
-    Column::float("decode_ms_per_token", |r, _| V::F(r.decode_ms_per_token)),
-    Column::float("prompt_cached_ratio", |r, _| V::F(r.prompt_cached_ratio)),
-    Column::float("prompt_tokens_processed", |r, _| {
+    })
+    .doc("llama.cpp: the fastest ms per prompt token between any two scrapes around the span (prefill per token varies with the context: a long prompt's tokens cost more)."),
+    Column::<LlmRow>::float("decode_ms_per_token", |r, _| V::F(r.decode_ms_per_token))
+    .doc("llama.cpp: ms per generated token over the window (`llamacpp:tokens_predicted_seconds_total ÷ tokens_predicted_total`; the lifetime mean likewise)."),
+    Column::<LlmRow>::float("prompt_cached_ratio", |r, _| V::F(r.prompt_cached_ratio))
+    .doc("llama.cpp: the share of prompt tokens its cache served over the window (`prompt_tokens_cached_total` of it and `prompt_tokens_total`), 0..1."),
+    Column::<LlmRow>::float("prompt_tokens_processed", |r, _| {
         V::F(r.prompt_tokens_processed)
-    }),
+    })
+    .doc("llama.cpp: the prompt tokens it processed (not cached) between the scrapes around the span (`llamacpp:prompt_tokens_total`): at most this many of the span's own prompt were not cached."),
 ];
 
 /// One llama.cpp counter around a span.

@@ -40,11 +40,10 @@
 //! One row per (trace, server): the values over the longest span to that
 //! server, widened by `dependencies.sample_interval` on each side.
 //!
-//! - rules' table `dependency` (server the trace called): `trace_id, span_id, system, address,
-//!   job, instance, time_ms, up`, then each family's own columns (its [`Family::columns`]);
-//! - alerts' table `dependencies` (each scraped server, and each Envoy cluster, over the
-//!   window): `system, job, instance, addresses, time_ms, up` and the same family columns
-//!   (counters as increases, gauges at their largest).
+//! - rules' table `dependency` (server the trace called) and alerts' table
+//!   `dependencies` (each scraped server, and each Envoy cluster, over the
+//!   window): the shared columns declared in [`DEPENDENCY`] and
+//!   [`DEPENDENCIES`], then each family's own ([`Family::columns`]).
 //!
 //! The families share those two tables: each adds its rows and its columns
 //! (a family's rows have nulls in the others' columns).
@@ -56,7 +55,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::{json, Join, Source, Tick, View, JOIN_ATTRS};
 use crate::correlate::model::series::{find, host_key, s as attr_s, Kept, Offer};
-use crate::correlate::model::table::{s, schema, Cols, Column, Table, V};
+use crate::correlate::model::table::{s, schema, About, Cols, Column, Purpose, Table, V};
 use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, TraceRow};
 use datafusion::arrow::array::RecordBatch;
 
@@ -420,25 +419,48 @@ fn time_ms(c: &Common) -> V<'static> {
 
 /// The rules' `dependency` table's own columns; each family adds its own.
 static DEPENDENCY: &[Column<Common>] = &[
-    Column::text("trace_id", |c, _| s(&c.trace_id)),
-    Column::text("span_id", |c, _| s(&c.span_id)),
-    Column::text("system", |c, _| s(c.system)),
-    Column::text("address", |c, _| s(&c.address)),
-    Column::text("job", |c, _| s(&c.job)),
-    Column::text("instance", |c, _| s(&c.instance)),
-    Column::float("time_ms", |c, _| time_ms(c)),
-    Column::float("up", |c, _| V::F(c.up)),
+    Column::<Common>::text("trace_id", |c, _| s(&c.trace_id)).doc("The trace."),
+    Column::<Common>::text("span_id", |c, _| s(&c.span_id)).doc("The span that called the server."),
+    Column::<Common>::text("system", |c, _| s(c.system))
+        .doc("The family's system: `redis`, `postgresql`, `nginx`, `envoy`, `vllm`, `gpu`…"),
+    Column::<Common>::text("address", |c, _| s(&c.address)).doc("The address the span called."),
+    Column::<Common>::text("job", |c, _| s(&c.job)).doc("The scrape job of the server's series."),
+    Column::<Common>::text("instance", |c, _| s(&c.instance)).doc("Their scrape instance."),
+    Column::<Common>::float("time_ms", |c, _| time_ms(c))
+        .doc("The latest point used (ms since the epoch)."),
+    Column::<Common>::float("up", |c, _| V::F(c.up))
+        .doc("The exporter's `up` (`redis_up`, `pg_up`, `nginx_up`): the lowest."),
 ];
 
 /// The alerts' `dependencies` table's own columns; each family adds its own.
 static DEPENDENCIES: &[Column<Common>] = &[
-    Column::text("system", |c, _| s(c.system)),
-    Column::text("job", |c, _| s(&c.job)),
-    Column::text("instance", |c, _| s(&c.instance)),
-    Column::text("addresses", |c, _| s(&c.addresses)),
-    Column::float("time_ms", |c, _| time_ms(c)),
-    Column::float("up", |c, _| V::F(c.up)),
+    Column::<Common>::text("system", |c, _| s(c.system)).doc("The family's system."),
+    Column::<Common>::text("job", |c, _| s(&c.job)).doc("The scrape job of the server's series."),
+    Column::<Common>::text("instance", |c, _| s(&c.instance)).doc("Their scrape instance."),
+    Column::<Common>::text("addresses", |c, _| s(&c.addresses))
+        .doc("Every address it answers at, comma-separated."),
+    Column::<Common>::float("time_ms", |c, _| time_ms(c))
+        .doc("The latest point used (ms since the epoch)."),
+    Column::<Common>::float("up", |c, _| V::F(c.up)).doc("The exporter's `up`: the lowest."),
 ];
+
+/// A family's declared table: the shared columns, then the family's own.
+fn family_about<F: Family>(
+    family: &F,
+    (name, doc, purpose): (&'static str, &'static str, Purpose),
+    common: &[Column<Common>],
+) -> About {
+    About {
+        name,
+        doc,
+        purpose,
+        columns: common
+            .iter()
+            .map(|c| (c.name, c.ty, c.doc))
+            .chain(family.columns().iter().map(|c| (c.name, c.ty, c.doc)))
+            .collect(),
+    }
+}
 
 /// A family's table: the shared columns, then the family's own.
 fn family_schema<F: Family>(family: &F, common: &[Column<Common>]) -> SchemaRef {
@@ -722,8 +744,30 @@ impl<F: Family> Source for Deps<F> {
         }
     }
 
-    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
-        vec![("dependency", family_schema(&self.family, DEPENDENCY))]
+    fn tables(&self) -> Vec<About> {
+        vec![
+            family_about(
+                &self.family,
+                (
+                    "dependency",
+                    "A server the trace called, by its own metrics over the longest span \
+                     to it (widened by `dependencies.sample_interval`): one row per trace \
+                     and server; a family's rows have nulls in the others' columns.",
+                    Purpose::Rules,
+                ),
+                DEPENDENCY,
+            ),
+            family_about(
+                &self.family,
+                (
+                    "dependencies",
+                    "Each scraped server, and each Envoy cluster, over the window: \
+                     counters as increases, gauges at their largest.",
+                    Purpose::Alerts,
+                ),
+                DEPENDENCIES,
+            ),
+        ]
     }
 
     fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {

@@ -21,8 +21,10 @@ pub struct NginxRow {
 
 /// The columns NginxRow adds to the `dependency` and `dependencies` tables.
 static NGINX: &[Column<NginxRow>] = &[
-    Column::float("connections_active", |r, _| V::F(r.connections_active)),
-    Column::float("connections_waiting", |r, _| V::F(r.connections_waiting)),
+    Column::<NginxRow>::float("connections_active", |r, _| V::F(r.connections_active))
+        .doc("`nginx_connections_active`."),
+    Column::<NginxRow>::float("connections_waiting", |r, _| V::F(r.connections_waiting))
+        .doc("`nginx_connections_waiting`."),
 ];
 
 impl Family for Nginx {

@@ -38,11 +38,16 @@ pub struct PgRow {
 
 /// The columns PgRow adds to the `dependency` and `dependencies` tables.
 static POSTGRESQL: &[Column<PgRow>] = &[
-    Column::float("locks_exclusive", |r, _| V::F(r.locks_exclusive)),
-    Column::text("locks_by_mode", |r, _| so(&r.locks_by_mode)),
-    Column::float("connections", |r, _| V::F(r.connections)),
-    Column::float("max_connections", |r, _| V::F(r.max_connections)),
-    Column::float("max_tx_duration_s", |r, _| V::F(r.max_tx_duration_s)),
+    Column::<PgRow>::float("locks_exclusive", |r, _| V::F(r.locks_exclusive))
+    .doc("`pg_locks_count` in the blocking modes (AccessExclusive, Exclusive), as a scrape during the span saw them."),
+    Column::<PgRow>::text("locks_by_mode", |r, _| so(&r.locks_by_mode))
+    .doc("`pg_locks_count` by mode, the non-zero ones (`mode=n,…`)."),
+    Column::<PgRow>::float("connections", |r, _| V::F(r.connections))
+    .doc("`pg_stat_activity_count`, all states."),
+    Column::<PgRow>::float("max_connections", |r, _| V::F(r.max_connections))
+    .doc("`pg_settings_max_connections`."),
+    Column::<PgRow>::float("max_tx_duration_s", |r, _| V::F(r.max_tx_duration_s))
+    .doc("`pg_stat_activity_max_tx_duration` (s)."),
 ];
 
 impl Family for Postgresql {

@@ -39,12 +39,18 @@ pub struct RedisRow {
 
 /// The columns RedisRow adds to the `dependency` and `dependencies` tables.
 static REDIS: &[Column<RedisRow>] = &[
-    Column::float("hits", |r, _| V::F(r.hits)),
-    Column::float("misses", |r, _| V::F(r.misses)),
-    Column::float("miss_ratio", |r, _| V::F(r.miss_ratio)),
-    Column::float("connected_clients", |r, _| V::F(r.connected_clients)),
-    Column::float("blocked_clients", |r, _| V::F(r.blocked_clients)),
-    Column::float("command_p99_us", |r, _| V::F(r.command_p99_us)),
+    Column::<RedisRow>::float("hits", |r, _| V::F(r.hits))
+    .doc("Keyspace hits (increase)."),
+    Column::<RedisRow>::float("misses", |r, _| V::F(r.misses))
+    .doc("Keyspace misses (increase)."),
+    Column::<RedisRow>::float("miss_ratio", |r, _| V::F(r.miss_ratio))
+    .doc("misses ÷ (hits + misses)."),
+    Column::<RedisRow>::float("connected_clients", |r, _| V::F(r.connected_clients))
+    .doc("`redis_connected_clients`."),
+    Column::<RedisRow>::float("blocked_clients", |r, _| V::F(r.blocked_clients))
+    .doc("`redis_blocked_clients`."),
+    Column::<RedisRow>::float("command_p99_us", |r, _| V::F(r.command_p99_us))
+    .doc("The server's own 99th percentile latency (µs) of the command the span ran (`redis_latency_percentiles_usec{cmd,quantile=\"99\"}`, Redis 7)."),
 ];
 
 impl Family for Redis {

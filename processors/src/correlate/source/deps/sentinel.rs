@@ -32,9 +32,12 @@ pub struct SentinelRow {
 
 /// The columns SentinelRow adds to the `dependency` and `dependencies` tables.
 static SENTINEL: &[Column<SentinelRow>] = &[
-    Column::float("ok_replicas", |r, _| V::F(r.ok_replicas)),
-    Column::float("ok_sentinels", |r, _| V::F(r.ok_sentinels)),
-    Column::float("master_ok", |r, _| V::F(r.master_ok)),
+    Column::<SentinelRow>::float("ok_replicas", |r, _| V::F(r.ok_replicas))
+    .doc("Replicas the Sentinel reaches (`redis_sentinel_master_ok_slaves`), the lowest."),
+    Column::<SentinelRow>::float("ok_sentinels", |r, _| V::F(r.ok_sentinels))
+    .doc("Sentinels that reach the master, this one included (`redis_sentinel_master_ok_sentinels`), the lowest."),
+    Column::<SentinelRow>::float("master_ok", |r, _| V::F(r.master_ok))
+    .doc("1 while the Sentinel sees the master ok (`redis_sentinel_master_status`), the lowest."),
 ];
 
 /// The masters a Sentinel's series name.

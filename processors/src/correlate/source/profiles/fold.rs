@@ -262,6 +262,7 @@ pub(super) const KINDS: [&str; 5] = ["cpu", "lock", LOCK_WAIT, "wall", "alloc"];
 /// span's, a local root's, a profile window's) and the weight of their
 /// values for this span. Shares, a flame graph and a mean wait do not
 /// depend on the weight; the time does.
+#[derive(Clone)]
 pub(super) struct Told {
     pub(super) kind: &'static str,
     pub(super) join: &'static str,

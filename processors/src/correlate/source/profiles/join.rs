@@ -183,10 +183,10 @@ impl Processes {
         let mut on_thread = vec![Vec::new(); t.spans.len()];
         for (j, s) in t.spans.iter().enumerate() {
             let Some(p) = s.parent else { continue };
-            let thread = attributes::text(s, "thread_name");
+            let thread = s.thread_name.as_deref();
             if thread.is_some()
                 && t.spans[p].service == s.service
-                && attributes::text(&t.spans[p], "thread_name") == thread
+                && t.spans[p].thread_name.as_deref() == thread
             {
                 on_thread[p].push(span_time(t, j));
             }
@@ -252,7 +252,7 @@ pub(super) fn span_code(
     // (c) Its thread over its time, less its children's on the same thread:
     // where the service's samples name threads, a span's thread with none
     // had none.
-    if let Some(thread) = attributes::text(s, "thread_name").filter(|_| has(&index.threaded)) {
+    if let Some(thread) = s.thread_name.as_deref().filter(|_| has(&index.threaded)) {
         let holes = &p.on_thread[i];
         let (code, w) = index.gather((&s.service, kind, thread), start, end, holes)?;
         return told("thread", &code, w);

@@ -24,10 +24,8 @@
 //!   share, the profile's kind, the join, and the top five by that, by the
 //!   leaf and inclusive — as evidence of that span; the verdict shows the
 //!   culprit's (`rca.code.*`);
-//! - rules' table `code`: `trace_id, span_id, kind, join, function,
-//!   location, share, samples, time_ms, gc_share, mean_wait_ms, delay_ms`.
+//! - rules' table `code`, declared in [`CODE`].
 
-use datafusion::arrow::datatypes::SchemaRef;
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use opentelemetry_proto::tonic::profiles::v1development::ProfilesDictionary;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -35,9 +33,8 @@ use std::sync::{Arc, Mutex};
 
 use super::{Join, Source, Tick};
 use crate::correlate::analysis::baseline::SLOW_FACTOR;
-use crate::correlate::model::attributes;
 use crate::correlate::model::cause::{self, Cause};
-use crate::correlate::model::table::{f64f, i64f, schema, utf8, Cols, V};
+use crate::correlate::model::table::{About, Column, Declared, Purpose, Traced, V};
 use crate::correlate::model::trace::NOT_IN_BATCH;
 use crate::correlate::model::{Hex16, Joined, Rule, TraceRow};
 
@@ -223,22 +220,51 @@ impl Profiles {
     }
 }
 
-fn code_schema() -> SchemaRef {
-    schema(vec![
-        utf8("trace_id"),
-        utf8("span_id"),
-        utf8("kind"),
-        utf8("join"),
-        utf8("function"),
-        utf8("location"),
-        f64f("share"),
-        i64f("samples"),
-        f64f("time_ms"),
-        f64f("gc_share"),
-        f64f("mean_wait_ms"),
-        f64f("delay_ms"),
-    ])
+/// A critical span of a trace and what one kind of profile tells of it.
+struct CodeRow {
+    span_id: Hex16,
+    told: Told,
 }
+
+fn first(r: &Traced<CodeRow>) -> Option<(&Arc<Frame>, f64)> {
+    r.row.told.code.first()
+}
+
+/// The rules' table of what the profiles tell of the trace's critical spans.
+static CODE: Declared<Traced<CodeRow>> = Declared {
+    name: "code",
+    doc: "What one kind of profile tells of a critical span of the trace: the function of the \
+          service's code whose samples hold the most of the span's time. One row per span and \
+          kind with samples.",
+    purpose: Purpose::Rules,
+    columns: &[
+        Column::<Traced<CodeRow>>::text("trace_id", |r, _| V::S(Some(&r.trace_id))).doc("The trace."),
+        Column::<Traced<CodeRow>>::text("span_id", |r, _| V::Id(r.row.span_id)).doc("The span."),
+        Column::<Traced<CodeRow>>::text("kind", |r, _| V::S(Some(r.row.told.kind)))
+            .doc("The kind of profile: `cpu`, `lock`, `lock_wait`, `wall` or `alloc`."),
+        Column::<Traced<CodeRow>>::text("join", |r, _| V::S(Some(r.row.told.join)))
+            .doc("How the samples joined the span: `span` (its id), `local_root` (its local root's), `thread` or `time`."),
+        Column::<Traced<CodeRow>>::text("function", |r, _| V::S(first(r).map(|(f, _)| &*f.function)))
+            .doc("The function whose samples hold the most (innermost frame of the service's code)."),
+        Column::<Traced<CodeRow>>::text("location", |r, _| V::S(first(r).map(|(f, _)| &*f.location)))
+            .doc("Its file and line."),
+        Column::<Traced<CodeRow>>::float("share", |r, _| V::F(first(r).map(|(_, x)| round3(x))))
+            .doc("Its share of the span's samples (0..1)."),
+        Column::<Traced<CodeRow>>::int("samples", |r, _| V::I(Some(r.row.told.code.samples as i64)))
+            .doc("The samples joined."),
+        Column::<Traced<CodeRow>>::float("time_ms", |r, _| V::F(Some(r.row.told.time_ms())))
+            .doc("The time they stand for (ms; 0 for `alloc`)."),
+        Column::<Traced<CodeRow>>::float("gc_share", |r, _| {
+            let c = &r.row.told.code;
+            V::F(Some(c.gc / c.total.max(f64::MIN_POSITIVE)))
+        })
+        .doc("The share of the samples in the runtime's garbage collector."),
+        Column::<Traced<CodeRow>>::float("mean_wait_ms", |r, _| V::F(r.row.told.code.mean_wait_ms()))
+            .doc("The mean wait of a contention charged to the function (ms; lock profiles)."),
+        Column::<Traced<CodeRow>>::float("delay_ms", |r, _| V::F(r.row.told.code.delay_ms()))
+            .doc("The delay of all those contentions (ms)."),
+    ],
+};
 
 /// The confidence of a code cause before the operation has a baseline
 /// (its evidence then is absolute: the share of the span's own time its
@@ -361,8 +387,8 @@ impl Source for Profiles {
         }
     }
 
-    fn tables(&self) -> Vec<(&'static str, SchemaRef)> {
-        vec![("code", code_schema())]
+    fn tables(&self) -> Vec<About> {
+        vec![CODE.about()]
     }
 
     /// A span that could be given a code cause (its self time at least
@@ -391,12 +417,11 @@ impl Source for Profiles {
     }
 
     fn join(&self, _tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
-        let sch = code_schema();
-        let mut c = Cols::new(&sch, 0);
+        let mut rows = Vec::new();
         let w = self.lock();
         if w.samples.is_empty() {
             return Ok(Join {
-                tables: vec![("code", sch.clone(), c.finish(sch)?)],
+                tables: vec![CODE.batch(&rows)?],
                 misses: 0,
             });
         }
@@ -419,24 +444,13 @@ impl Source for Profiles {
                 }
                 any = true;
                 let span_id = Hex16::of(t.spans[i].span_id);
-                for x in &told {
-                    let Some((first, share)) = x.code.first() else {
-                        continue;
+                for x in told.iter().filter(|x| x.code.first().is_some()) {
+                    let trace_id = t.trace_id.clone();
+                    let row = CodeRow {
+                        span_id,
+                        told: x.clone(),
                     };
-                    c.row([
-                        V::S(Some(&t.trace_id)),
-                        V::S(Some(span_id.as_str())),
-                        V::S(Some(x.kind)),
-                        V::S(Some(x.join)),
-                        V::S(Some(&first.function)),
-                        V::S(Some(&first.location)),
-                        V::F(Some(round3(share))),
-                        V::I(Some(x.code.samples as i64)),
-                        V::F(Some(x.time_ms())),
-                        V::F(Some(x.code.gc / x.code.total.max(f64::MIN_POSITIVE))),
-                        V::F(x.code.mean_wait_ms()),
-                        V::F(x.code.delay_ms()),
-                    ]);
+                    rows.push(Traced { trace_id, row });
                 }
                 // The code is evidence of the span only where it explains
                 // its time.
@@ -454,7 +468,7 @@ impl Source for Profiles {
             }
         }
         Ok(Join {
-            tables: vec![("code", sch.clone(), c.finish(sch)?)],
+            tables: vec![CODE.batch(&rows)?],
             misses,
         })
     }
