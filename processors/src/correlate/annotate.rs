@@ -4,6 +4,7 @@
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 
+use super::model::cause::CulpritKind;
 use super::model::table::{Cells, Column};
 use super::model::{Hex16, Joined, TraceRow, Verdict};
 
@@ -244,12 +245,12 @@ fn root_attributes(a: &mut Vec<KeyValue>, t: &TraceRow, v: &Verdict, route: &str
     set_str(a, "rca.culprit.service", v.culprit_service.clone());
     set_str(a, "rca.culprit.kind", v.culprit_kind.to_string());
     match v.culprit_kind {
-        "host" if !culprit.host.is_empty() => set_attr(
+        CulpritKind::Host if !culprit.host.is_empty() => set_attr(
             a,
             "rca.culprit.host",
             any_value::Value::StringValue(culprit.host.to_string()),
         ),
-        "dependency" => {
+        CulpritKind::Dependency => {
             for (k, val) in [
                 ("rca.culprit.db_system", &culprit.db_system),
                 ("rca.culprit.messaging_system", &culprit.messaging_system),

@@ -43,8 +43,8 @@ use std::sync::Arc;
 
 use super::analysis::verdict::dependency_name;
 use super::model::cause::{
-    Cause, Face, CIRCUIT_OPEN, CONSUMER_LAG, DB_CONNECTION_SATURATION, LONG_PROMPT, RATE_LIMITED,
-    RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
+    Cause, CulpritKind, Face, CIRCUIT_OPEN, CONSUMER_LAG, DB_CONNECTION_SATURATION, LONG_PROMPT,
+    RATE_LIMITED, RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
 };
 use super::model::columns::{
     fill_spans, fill_traces, LOG_COLUMNS, SPAN_ATTRIBUTES, SPAN_COLUMNS, TRACE_COLUMNS,
@@ -60,11 +60,11 @@ use std::sync::LazyLock;
 /// of the service's own.
 pub static QUEUEING: Cause = Cause::new("queueing", queue_kind);
 
-fn queue_kind(c: &SpanRow) -> &'static str {
+fn queue_kind(c: &SpanRow) -> CulpritKind {
     if c.queue_ms.is_some() {
-        "callee"
+        CulpritKind::Callee
     } else {
-        "service"
+        CulpritKind::Service
     }
 }
 
@@ -80,21 +80,21 @@ pub static SLOW_DEPENDENCY: Cause = Cause::new("slow_dependency", slow_kind).fal
 /// An error answered by a callee that left no span of its own (an HTTP
 /// 5xx on the client span, nothing traced below) is the callee's; any
 /// other error is the service's where it began.
-fn error_kind(c: &SpanRow) -> &'static str {
+fn error_kind(c: &SpanRow) -> CulpritKind {
     if c.kind == SpanKind::Client && c.http_status.is_some_and(|s| s >= 500) {
-        "callee"
+        CulpritKind::Callee
     } else {
-        "service"
+        CulpritKind::Service
     }
 }
 
-fn slow_kind(c: &SpanRow) -> &'static str {
+fn slow_kind(c: &SpanRow) -> CulpritKind {
     if dependency_name(c).is_some() {
-        "dependency"
+        CulpritKind::Dependency
     } else if c.kind == SpanKind::Client {
-        "callee"
+        CulpritKind::Callee
     } else {
-        "service"
+        CulpritKind::Service
     }
 }
 

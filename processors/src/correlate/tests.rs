@@ -620,7 +620,7 @@ async fn one_requests_retries_are_evidence_on_their_trigger_and_a_storm_is_retri
         v.best.summary
     );
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("payments", "callee")
     );
     assert!(
@@ -711,7 +711,7 @@ async fn one_requests_retries_are_evidence_on_their_trigger_and_a_storm_is_retri
         v.best.summary
     );
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("payments", "callee")
     );
     // Sixty requests retrying into payments at once: 300 retries in one
@@ -741,7 +741,7 @@ async fn one_requests_retries_are_evidence_on_their_trigger_and_a_storm_is_retri
             v.reason
         );
         assert_eq!(
-            (v.culprit_service.as_str(), v.culprit_kind),
+            (v.culprit_service.as_str(), v.culprit_kind.as_str()),
             ("payments", "callee")
         );
     }
@@ -1472,7 +1472,7 @@ async fn express_handler_spans_ms_clock_starts_and_orphans_keep_calls_on_the_pat
     assert_eq!(v.best.cause, "upstream_timeout", "{v:?}");
     // The call that timed out shows it; the callee still running is at fault.
     assert_eq!(v.culprit_service, "pricing", "{v:?}");
-    assert_eq!(v.culprit_kind, "callee", "{v:?}");
+    assert_eq!(v.culprit_kind.as_str(), "callee", "{v:?}");
 }
 
 /// A span at `base` + milliseconds, of trace 50.
@@ -2079,7 +2079,7 @@ async fn a_slow_rabbitmq_consumer_explains_the_wait_of_its_message_and_the_wait_
         "{v:?}"
     );
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("audit", "consumer")
     );
     assert!(
@@ -2093,7 +2093,10 @@ async fn a_slow_rabbitmq_consumer_explains_the_wait_of_its_message_and_the_wait_
     let mut rs = through(62, "billing");
     let out = analyse(&st, &mut rs).await;
     assert_eq!(
-        (out[0].1.culprit_service.as_str(), out[0].1.culprit_kind),
+        (
+            out[0].1.culprit_service.as_str(),
+            out[0].1.culprit_kind.as_str()
+        ),
         ("billing", "consumer")
     );
     // The correlated policy: a trace reaching the queue in trouble through
@@ -2468,7 +2471,7 @@ async fn the_culprit_is_the_service_at_fault_and_its_kind() {
     let v = &out[0].1;
     assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("orders", "callee")
     );
     assert_eq!(
@@ -2479,7 +2482,10 @@ async fn the_culprit_is_the_service_at_fault_and_its_kind() {
     let mut rs = refused(72, "10.0.0.9", 9090);
     let out = analyse(&st, &mut rs).await;
     assert_eq!(
-        (out[0].1.culprit_service.as_str(), out[0].1.culprit_kind),
+        (
+            out[0].1.culprit_service.as_str(),
+            out[0].1.culprit_kind.as_str()
+        ),
         ("10.0.0.9:9090", "callee")
     );
     // A timeout: search gave up on pricing, which was waiting on inventory
@@ -2524,7 +2530,7 @@ async fn the_culprit_is_the_service_at_fault_and_its_kind() {
     let v = &out[0].1;
     assert_eq!(v.best.cause, "upstream_timeout", "{v:?}");
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("inventory", "callee")
     );
     // The accept queue: the request to pricing waited 900 ms before pricing began it.
@@ -2551,7 +2557,7 @@ async fn the_culprit_is_the_service_at_fault_and_its_kind() {
     let v = &out[0].1;
     assert_eq!(v.best.cause, "queueing", "{v:?}");
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("pricing", "callee")
     );
     // A slow query: the database, by its system, with the system written.
@@ -2575,7 +2581,7 @@ async fn the_culprit_is_the_service_at_fault_and_its_kind() {
     let v = &out[0].1;
     assert_eq!(v.best.cause, "slow_dependency", "{v:?}");
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("postgresql", "dependency")
     );
     let root = &rs[0].scope_spans[0].spans[0];
@@ -2610,7 +2616,7 @@ async fn the_culprit_is_the_service_at_fault_and_its_kind() {
     let v = &out[0].1;
     assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("orders", "callee")
     );
 }
@@ -2711,7 +2717,7 @@ async fn a_sub_millisecond_overhang_is_rounding_and_keeps_the_queue() {
         v.best.summary
     );
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("pricing", "callee")
     );
 }
@@ -2800,7 +2806,7 @@ async fn with_two_gateway_layers_the_outermost_answers_and_names_the_route() {
     );
     assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("10.1.0.9:8080", "callee")
     );
 }
@@ -2920,7 +2926,7 @@ async fn a_call_cancelled_after_the_callers_deadline_is_the_timeout() {
     );
     assert_eq!(v.best.cause, "upstream_timeout", "{v:?}");
     assert_eq!(v.culprit_service, "pricing", "{v:?}");
-    assert_eq!(v.culprit_kind, "callee", "{v:?}");
+    assert_eq!(v.culprit_kind.as_str(), "callee", "{v:?}");
     assert!(
         v.alternatives
             .iter()
@@ -3102,7 +3108,7 @@ async fn a_rate_limit_names_the_gateway_that_limited_not_the_callee_behind_it() 
         let (_, v) = &out[0];
         assert_eq!(v.best.cause, "rate_limited", "trace {t}: {v:?}");
         assert_eq!(
-            (v.culprit_service.as_str(), v.culprit_kind),
+            (v.culprit_service.as_str(), v.culprit_kind.as_str()),
             ("nginx-gateway", "limiter"),
             "trace {t}: {v:?}"
         );
@@ -3287,7 +3293,7 @@ async fn a_grpc_call_to_nothing_names_the_service_or_address_it_meant_to_reach()
     let v = &analyse(&st, &mut rs).await[0].1;
     assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("127.0.0.1:45123", "callee"),
         "{v:?}"
     );
@@ -3306,7 +3312,7 @@ async fn a_grpc_call_to_nothing_names_the_service_or_address_it_meant_to_reach()
     let v = &analyse(&st, &mut rs).await[0].1;
     assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("reservations", "callee"),
         "{v:?}"
     );
@@ -3360,7 +3366,7 @@ async fn a_breaker_no_rule_knows_by_name_is_found_by_what_it_did() {
     let v = &analyse(&st, &mut rs).await[0].1;
     assert_eq!(v.best.cause, "circuit_open", "{v:?}");
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("pricing", "callee"),
         "{v:?}"
     );
@@ -3419,7 +3425,7 @@ async fn retries_that_met_a_drain_and_recovered_are_the_drain() {
     let v = &analyse(&st, &mut rs).await[0].1;
     assert_eq!(v.best.cause, "upstream_unavailable", "{v:?}");
     assert_eq!(
-        (v.culprit_service.as_str(), v.culprit_kind),
+        (v.culprit_service.as_str(), v.culprit_kind.as_str()),
         ("pricing", "callee"),
         "{v:?}"
     );
@@ -4019,7 +4025,7 @@ async fn the_code_is_the_cause_where_its_profile_covers_a_slow_spans_time() {
         (
             v.best.cause.clone(),
             v.culprit_service.clone(),
-            v.culprit_kind,
+            v.culprit_kind.as_str(),
             v.best.summary.clone(),
         )
     };
@@ -4362,7 +4368,7 @@ async fn a_jvms_samples_join_a_span_by_its_thread_and_time() {
         (
             v.best.cause.as_str(),
             v.culprit_service.as_str(),
-            v.culprit_kind
+            v.culprit_kind.as_str()
         ),
         ("cpu_hotspot", "ledger", "code"),
         "{}",
@@ -4424,7 +4430,7 @@ async fn a_jvms_samples_join_a_span_by_its_thread_and_time() {
         (
             v.best.cause.as_str(),
             v.culprit_service.as_str(),
-            v.culprit_kind
+            v.culprit_kind.as_str()
         ),
         ("lock_contention", "ledger", "code"),
         "{}",
@@ -4644,7 +4650,7 @@ async fn a_llama_cpp_calls_wait_prefill_and_decode_come_from_its_counters_and_th
     let queued = v(101);
     assert_eq!(queued.best.cause, "inference_queueing", "{queued:?}");
     assert_eq!(queued.culprit_service, "llama-server", "{queued:?}");
-    assert_eq!(queued.culprit_kind, "dependency", "{queued:?}");
+    assert_eq!(queued.culprit_kind.as_str(), "dependency", "{queued:?}");
     for part in [
         "waited ~634 ms of 900 ms for a slot",
         "llamacpp:requests_deferred 4",

@@ -3,8 +3,8 @@
 
 use super::chain::Chain;
 use super::peers::Peers;
+use crate::correlate::model::cause::CulpritKind;
 use crate::correlate::model::cause::{Cause, Causes, UNKNOWN};
-use crate::correlate::model::finding::CULPRIT_KINDS;
 use crate::correlate::model::trace::SpanKind;
 use crate::correlate::model::trace::{parse_hex16, Hex16};
 use crate::correlate::model::{Finding, SpanRow, TraceRow, Verdict};
@@ -474,7 +474,7 @@ fn conclude(
     let kind = best
         .culprit_kind
         .as_deref()
-        .and_then(|k| CULPRIT_KINDS.iter().copied().find(|x| *x == k))
+        .and_then(CulpritKind::named)
         .unwrap_or_else(|| (causes.get(&best.cause).kind)(&t.spans[culprit]));
     let culprit_service = culprit_service(t, culprit, kind, best.culprit_service.as_deref(), peers);
     Verdict {
@@ -577,7 +577,7 @@ pub fn dependency_name(c: &SpanRow) -> Option<&str> {
 fn culprit_service(
     t: &TraceRow,
     c: usize,
-    kind: &str,
+    kind: CulpritKind,
     named: Option<&str>,
     peers: Option<&Peers>,
 ) -> String {
@@ -585,8 +585,8 @@ fn culprit_service(
     let named = named.map(str::trim).filter(|n| !n.is_empty() && *n != "-");
     let resolve = |n: &str| resolve_name(n, peers);
     match kind {
-        "callee" | "limiter" => {
-            if kind == "limiter" {
+        CulpritKind::Callee | CulpritKind::Limiter => {
+            if kind == CulpritKind::Limiter {
                 if let Some(n) = named {
                     return resolve(n);
                 }
@@ -614,7 +614,7 @@ fn culprit_service(
             }
             callee_of(t, c, named, peers)
         }
-        "dependency" => named
+        CulpritKind::Dependency => named
             .map(resolve)
             .or_else(|| dependency_name(span).map(str::to_string))
             .or_else(|| span.callee.as_deref().map(str::to_string))
@@ -851,8 +851,8 @@ mod tests {
         );
     }
 
-    fn blame_dependency(_: &SpanRow) -> &'static str {
-        "dependency"
+    fn blame_dependency(_: &SpanRow) -> CulpritKind {
+        CulpritKind::Dependency
     }
     static BLAMES_A_DEPENDENCY: Cause = Cause::new("blames", blame_dependency);
     static BLAMES_THE_HOST: Cause = Cause::new("blames", cause::host);
@@ -863,15 +863,18 @@ mod tests {
         let f = vec![finding(&BLAMES_A_DEPENDENCY, 2, true, 0.9)];
         assert_eq!(
             best(&t, f.clone(), &[&BLAMES_A_DEPENDENCY]).culprit_kind,
-            "dependency"
+            CulpritKind::Dependency
         );
         assert_eq!(
             best(&t, f.clone(), &[&BLAMES_THE_HOST]).culprit_kind,
-            "host"
+            CulpritKind::Host
         );
         let mut said = f;
         said[0].culprit_kind = Some("limiter".into());
-        assert_eq!(best(&t, said, &[&BLAMES_THE_HOST]).culprit_kind, "limiter");
+        assert_eq!(
+            best(&t, said, &[&BLAMES_THE_HOST]).culprit_kind,
+            CulpritKind::Limiter
+        );
     }
 
     static STATUS_SAYS_WHERE_NOT: Cause =
@@ -983,7 +986,7 @@ mod tests {
         let causes = Causes::of([&MECHANISM]);
         let user = causes.get("from_a_users_rule");
         assert!(!user.fallback && !user.waits && !user.holds_retries);
-        assert_eq!((user.kind)(&SpanRow::default()), "service");
+        assert_eq!((user.kind)(&SpanRow::default()), CulpritKind::Service);
         assert!(
             causes.get(cause::UNKNOWN.name).waits,
             "the verdict's own is always described"

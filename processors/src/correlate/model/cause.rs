@@ -34,7 +34,7 @@ pub struct Cause {
     pub name: &'static str,
     /// The kind of fault it blames (`rca.culprit.kind`) when its rule does
     /// not say, from the span it names.
-    pub kind: fn(&SpanRow) -> &'static str,
+    pub kind: fn(&SpanRow) -> CulpritKind,
     /// It names a span, not a mechanism (an error with no mechanism found,
     /// a span slower than its baseline): a mechanism explaining the same
     /// failure, or half the same time, explains it.
@@ -64,7 +64,7 @@ pub struct Cause {
 
 impl Cause {
     /// A cause blaming `kind`, with nothing else to say.
-    pub const fn new(name: &'static str, kind: fn(&SpanRow) -> &'static str) -> Cause {
+    pub const fn new(name: &'static str, kind: fn(&SpanRow) -> CulpritKind) -> Cause {
         Cause {
             name,
             kind,
@@ -119,33 +119,112 @@ impl Cause {
     }
 }
 
+/// The kinds of culprit (`rca.culprit.kind`):
+/// - `service`: the service whose own code or resources failed or took the time;
+/// - `callee`: a service that did not answer, timed out, refused, had its
+///   circuit open or queued the request (named from the callee's spans,
+///   `peer.service`, or its address mapped to the service that serves it);
+/// - `dependency`: a database, cache, broker or model server (named by
+///   `peer.service`, else `db.system`/`messaging.system`);
+/// - `limiter`: what rate-limited the request (the gateway or the callee);
+/// - `host`: the host (the service that ran on it is named);
+/// - `consumer`: the consumer a message waited for;
+/// - `gateway`: the gateway itself;
+/// - `code`: a function of the service's own code that held the time
+///   (named from the service's profiles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CulpritKind {
+    /// The service whose own code or resources failed or took the time.
+    Service,
+    /// A service that did not answer, timed out, refused, had its circuit
+    /// open or queued the request.
+    Callee,
+    /// A database, cache, broker or model server.
+    Dependency,
+    /// What rate-limited the request (the gateway or the callee).
+    Limiter,
+    /// The host (the service that ran on it is named).
+    Host,
+    /// The consumer a message waited for.
+    Consumer,
+    /// The gateway itself.
+    Gateway,
+    /// A function of the service's own code that held the time.
+    Code,
+}
+
+impl CulpritKind {
+    /// Every kind.
+    pub const ALL: [CulpritKind; 8] = [
+        CulpritKind::Service,
+        CulpritKind::Callee,
+        CulpritKind::Dependency,
+        CulpritKind::Limiter,
+        CulpritKind::Host,
+        CulpritKind::Consumer,
+        CulpritKind::Gateway,
+        CulpritKind::Code,
+    ];
+
+    /// Its name (`rca.culprit.kind`, a rule's `culprit_kind`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CulpritKind::Service => "service",
+            CulpritKind::Callee => "callee",
+            CulpritKind::Dependency => "dependency",
+            CulpritKind::Limiter => "limiter",
+            CulpritKind::Host => "host",
+            CulpritKind::Consumer => "consumer",
+            CulpritKind::Gateway => "gateway",
+            CulpritKind::Code => "code",
+        }
+    }
+
+    /// The kind a rule named, if it is one.
+    pub fn named(name: &str) -> Option<CulpritKind> {
+        CulpritKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for CulpritKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for CulpritKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// `service`: the service's own code or resources.
-pub fn service(_: &SpanRow) -> &'static str {
-    "service"
+pub fn service(_: &SpanRow) -> CulpritKind {
+    CulpritKind::Service
 }
 /// `callee`: the service a call went to.
-pub fn callee(_: &SpanRow) -> &'static str {
-    "callee"
+pub fn callee(_: &SpanRow) -> CulpritKind {
+    CulpritKind::Callee
 }
 /// `limiter`: what rate-limited the request.
-pub fn limiter(_: &SpanRow) -> &'static str {
-    "limiter"
+pub fn limiter(_: &SpanRow) -> CulpritKind {
+    CulpritKind::Limiter
 }
 /// `consumer`: the consumer a message waited for.
-pub fn consumer(_: &SpanRow) -> &'static str {
-    "consumer"
+pub fn consumer(_: &SpanRow) -> CulpritKind {
+    CulpritKind::Consumer
 }
 /// `host`: the machine the service ran on.
-pub fn host(_: &SpanRow) -> &'static str {
-    "host"
+pub fn host(_: &SpanRow) -> CulpritKind {
+    CulpritKind::Host
 }
 /// `code`: a function of the service's own code (from its profiles).
-pub fn code(_: &SpanRow) -> &'static str {
-    "code"
+pub fn code(_: &SpanRow) -> CulpritKind {
+    CulpritKind::Code
 }
 /// `dependency`: a database, cache, broker or model server.
-pub fn dependency(_: &SpanRow) -> &'static str {
-    "dependency"
+pub fn dependency(_: &SpanRow) -> CulpritKind {
+    CulpritKind::Dependency
 }
 
 /// A prompt far longer than the model's usual held the prefill (a server's

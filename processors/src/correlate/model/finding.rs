@@ -51,7 +51,7 @@ pub struct Finding {
     /// The service at fault the rule named (a service, an address, a
     /// dependency, a gateway), when the span alone does not say it.
     pub culprit_service: Option<String>,
-    /// The kind of fault the rule named (one of [`CULPRIT_KINDS`]), when
+    /// The kind of fault the rule named (a [`CulpritKind`](super::cause::CulpritKind)'s name), when
     /// its cause's default does not fit.
     pub culprit_kind: Option<String>,
     /// Extra evidence the rule returned.
@@ -79,36 +79,12 @@ pub struct Verdict {
     /// The service at fault (`rca.culprit.service`): the callee, the
     /// dependency, the limiter, the consumer, or the service itself.
     pub culprit_service: String,
-    /// What kind of fault (`rca.culprit.kind`), one of [`CULPRIT_KINDS`].
-    pub culprit_kind: &'static str,
+    /// What kind of fault (`rca.culprit.kind`).
+    pub culprit_kind: super::cause::CulpritKind,
     /// Why this cause won (`rca.reason`): where it sits in the failure's
     /// chain or how much time it explains, and what it was preferred to.
     pub reason: String,
 }
-
-/// The kinds of culprit (`rca.culprit.kind`):
-/// - `service`: the service whose own code or resources failed or took the time;
-/// - `callee`: a service that did not answer, timed out, refused, had its
-///   circuit open or queued the request (named from the callee's spans,
-///   `peer.service`, or its address mapped to the service that serves it);
-/// - `dependency`: a database, cache, broker or model server (named by
-///   `peer.service`, else `db.system`/`messaging.system`);
-/// - `limiter`: what rate-limited the request (the gateway or the callee);
-/// - `host`: the host (the service that ran on it is named);
-/// - `consumer`: the consumer a message waited for;
-/// - `gateway`: the gateway itself;
-/// - `code`: a function of the service's own code that held the time
-///   (named from the service's profiles).
-pub const CULPRIT_KINDS: [&str; 8] = [
-    "service",
-    "callee",
-    "dependency",
-    "limiter",
-    "host",
-    "consumer",
-    "gateway",
-    "code",
-];
 
 /// One analysed trace, for the RCA log record and counter.
 #[derive(Debug, Clone, PartialEq)]
@@ -128,7 +104,7 @@ pub struct RcaEvent {
     /// Culprit service.
     pub service: String,
     /// Culprit kind.
-    pub culprit_kind: &'static str,
+    pub culprit_kind: super::cause::CulpritKind,
     /// Culprit span id (hex).
     pub culprit_span_id: String,
     /// Confidence.

@@ -81,7 +81,7 @@ pub struct TraceView {
     /// Culprit service.
     pub culprit_service: Arc<str>,
     /// Culprit kind (service, callee, dependency, ...).
-    pub culprit_kind: &'static str,
+    pub culprit_kind: super::cause::CulpritKind,
     /// Spans (at most [`MAX_SPANS`]).
     pub spans: Vec<SpanView>,
     /// Spans left out.

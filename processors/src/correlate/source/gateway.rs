@@ -16,7 +16,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use super::capabilities;
 use super::{json, Asked, Join, Source, Tick, View, JOIN_ATTRS};
+use super::{KeepsMetrics, ReadsLogs, ShowsState, ShowsTrouble};
 use crate::correlate::model::cause::{
     CIRCUIT_OPEN, RATE_LIMITED, UNKNOWN, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
 };
@@ -553,94 +555,6 @@ impl Source for Gateway {
         "gateway"
     }
 
-    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
-        if o.kind != PointKind::Number {
-            return None;
-        }
-        let route = find(o.attrs, &ROUTE_KEYS).and_then(s)?;
-        Some(Kept {
-            key: Key::new("gateway").with("route_id", Some(route)),
-            drop: JOIN_ATTRS,
-            add: Vec::new(),
-        })
-    }
-
-    fn dims(&self) -> &'static [&'static str] {
-        &["route_id"]
-    }
-
-    fn read_log(&self, attrs: &[KeyValue], record: &mut LogEvidence) {
-        if let Some(l) = Line::read(attrs, &self.texts) {
-            let bytes = l.bytes();
-            record.parts.put(l, bytes);
-        }
-    }
-
-    fn observe(&self, ev: &LogEvidence, _clock_ns: u64) {
-        let Some(l) = line(ev) else { return };
-        if let Some(route) = &l.route {
-            add_route(
-                &mut self.lock(),
-                (self.window_ns, self.max_routes),
-                route,
-                (ev.time_ns, l),
-            );
-        }
-    }
-
-    /// Gateways in layers: the request's answer and its route are the
-    /// outermost gateway's; an inner hop's lines are evidence of the hop.
-    /// The gateway's own route id is the route; the service route it maps
-    /// to is learned, so a trace whose gateway line is missing still gets it.
-    fn join_logs(&self, t: &mut TraceRow) {
-        let entry_route = t.route.clone();
-        let hop = hops(&t.logs);
-        let mut outer: Vec<(u64, &Line)> = t
-            .logs
-            .iter()
-            .zip(&hop)
-            .filter(|(_, h)| **h == Some(0))
-            .filter_map(|(l, _)| Some((l.time_ns, line(l)?)))
-            .collect();
-        // The last answer is the request's.
-        if let Some((_, g)) = outer.iter().max_by_key(|(at, _)| *at) {
-            if let Some(st) = g.status {
-                t.final_status = Some(st);
-                t.failed |= st >= 500 || st == 429;
-            }
-        }
-        outer.sort_by_key(|(at, _)| *at);
-        let gw_route = outer
-            .iter()
-            .find_map(|(_, l)| l.route.as_deref().map(str::to_string));
-        t.route = match (gw_route, entry_route) {
-            (Some(gw), Some(entry)) => {
-                self.learn_route(&entry, &gw);
-                Some(gw)
-            }
-            (Some(gw), None) => Some(gw),
-            (None, Some(entry)) => Some(self.learned_route(&entry).unwrap_or(entry)),
-            (None, None) => None,
-        };
-        if hop.iter().any(Option::is_some) {
-            t.parts.put(Hops(hop), 0);
-        }
-        // Where each line forwarded its caller's call: `Peers` names the
-        // upstream address after the server span that answered it.
-        t.proxied = t
-            .logs
-            .iter()
-            .filter_map(|l| {
-                let span = u64::from_str_radix(l.span_id.as_deref()?, 16).ok()?;
-                Some((span, line(l)?.upstream.clone()?))
-            })
-            .collect();
-    }
-
-    fn log_columns(&self) -> &'static [Column<TraceRow>] {
-        LOG_COLUMNS
-    }
-
     fn tables(&self) -> Vec<About> {
         vec![ROUTE_STATS.about(), ROUTES.about()]
     }
@@ -767,6 +681,102 @@ HAVING sum(CASE WHEN (l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR 
         ]
     }
 
+    capabilities!(metrics, logs, state, trouble);
+}
+
+impl KeepsMetrics for Gateway {
+    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
+        if o.kind != PointKind::Number {
+            return None;
+        }
+        let route = find(o.attrs, &ROUTE_KEYS).and_then(s)?;
+        Some(Kept {
+            key: Key::new("gateway").with("route_id", Some(route)),
+            drop: JOIN_ATTRS,
+            add: Vec::new(),
+        })
+    }
+
+    fn dims(&self) -> &'static [&'static str] {
+        &["route_id"]
+    }
+}
+
+impl ReadsLogs for Gateway {
+    fn read_log(&self, attrs: &[KeyValue], record: &mut LogEvidence) {
+        if let Some(l) = Line::read(attrs, &self.texts) {
+            let bytes = l.bytes();
+            record.parts.put(l, bytes);
+        }
+    }
+
+    fn observe(&self, ev: &LogEvidence, _clock_ns: u64) {
+        let Some(l) = line(ev) else { return };
+        if let Some(route) = &l.route {
+            add_route(
+                &mut self.lock(),
+                (self.window_ns, self.max_routes),
+                route,
+                (ev.time_ns, l),
+            );
+        }
+    }
+
+    /// Gateways in layers: the request's answer and its route are the
+    /// outermost gateway's; an inner hop's lines are evidence of the hop.
+    /// The gateway's own route id is the route; the service route it maps
+    /// to is learned, so a trace whose gateway line is missing still gets it.
+    fn join_logs(&self, t: &mut TraceRow) {
+        let entry_route = t.route.clone();
+        let hop = hops(&t.logs);
+        let mut outer: Vec<(u64, &Line)> = t
+            .logs
+            .iter()
+            .zip(&hop)
+            .filter(|(_, h)| **h == Some(0))
+            .filter_map(|(l, _)| Some((l.time_ns, line(l)?)))
+            .collect();
+        // The last answer is the request's.
+        if let Some((_, g)) = outer.iter().max_by_key(|(at, _)| *at) {
+            if let Some(st) = g.status {
+                t.final_status = Some(st);
+                t.failed |= st >= 500 || st == 429;
+            }
+        }
+        outer.sort_by_key(|(at, _)| *at);
+        let gw_route = outer
+            .iter()
+            .find_map(|(_, l)| l.route.as_deref().map(str::to_string));
+        t.route = match (gw_route, entry_route) {
+            (Some(gw), Some(entry)) => {
+                self.learn_route(&entry, &gw);
+                Some(gw)
+            }
+            (Some(gw), None) => Some(gw),
+            (None, Some(entry)) => Some(self.learned_route(&entry).unwrap_or(entry)),
+            (None, None) => None,
+        };
+        if hop.iter().any(Option::is_some) {
+            t.parts.put(Hops(hop), 0);
+        }
+        // Where each line forwarded its caller's call: `Peers` names the
+        // upstream address after the server span that answered it.
+        t.proxied = t
+            .logs
+            .iter()
+            .filter_map(|l| {
+                let span = u64::from_str_radix(l.span_id.as_deref()?, 16).ok()?;
+                Some((span, line(l)?.upstream.clone()?))
+            })
+            .collect();
+    }
+
+    fn log_columns(&self) -> &'static [Column<TraceRow>] {
+        LOG_COLUMNS
+    }
+}
+
+impl ShowsState for Gateway {
     fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         let routes: Vec<RouteRow> = view
             .map(|v| self.routes_over(v.now_ns, v.window_ns))
@@ -780,7 +790,9 @@ HAVING sum(CASE WHEN (l.status IN (502, 503) OR l.response_flags LIKE '%UF%' OR 
     fn api(&self, path: &str, view: &View<'_>) -> Option<serde_json::Value> {
         (path == "routes").then(|| self.routes_page(view))
     }
+}
 
+impl ShowsTrouble for Gateway {
     fn trouble_keys(&self) -> &'static [&'static str] {
         &["http.route", "route_id"]
     }

@@ -14,7 +14,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::capabilities;
 use super::{json, row_time, Asked, Join, Source, Tick, JOIN_ATTRS};
+use super::{KeepsMetrics, ShowsTrouble};
 use crate::correlate::model::cause::{self, Cause};
 use crate::correlate::model::series::{find, machine, s, Kept, Offer, PointKind, ROUTE_KEYS};
 use crate::correlate::model::table::{About, Column, Declared, Purpose, Traced, V};
@@ -374,24 +376,6 @@ impl Source for Host {
         "host"
     }
 
-    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
-        if o.kind != PointKind::Number {
-            return None;
-        }
-        let host = machine(o.resource, o.metric)?;
-        Some(Kept {
-            key: Key::new("host")
-                .with("host", Some(host))
-                .with("route_id", find(o.attrs, &ROUTE_KEYS).and_then(s)),
-            drop: JOIN_ATTRS,
-            add: Vec::new(),
-        })
-    }
-
-    fn dims(&self) -> &'static [&'static str] {
-        &["host", "route_id"]
-    }
-
     fn tables(&self) -> Vec<About> {
         vec![HOST.about()]
     }
@@ -463,6 +447,30 @@ impl Source for Host {
         ]
     }
 
+    capabilities!(metrics, trouble);
+}
+
+impl KeepsMetrics for Host {
+    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
+        if o.kind != PointKind::Number {
+            return None;
+        }
+        let host = machine(o.resource, o.metric)?;
+        Some(Kept {
+            key: Key::new("host")
+                .with("host", Some(host))
+                .with("route_id", find(o.attrs, &ROUTE_KEYS).and_then(s)),
+            drop: JOIN_ATTRS,
+            add: Vec::new(),
+        })
+    }
+
+    fn dims(&self) -> &'static [&'static str] {
+        &["host", "route_id"]
+    }
+}
+
+impl ShowsTrouble for Host {
     fn trouble_keys(&self) -> &'static [&'static str] {
         &["host.name"]
     }

@@ -20,10 +20,12 @@ use causeway_core::config::{ConfigError, Duration, Validate};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::capabilities;
 use super::{
     json, mine, row_time, wait_window, Asked, Join, PageColumn, PageTable, Source, Tick, View,
     JOIN_ATTRS,
 };
+use super::{KeepsMetrics, ShowsState, ShowsTrouble};
 use crate::correlate::model::cause::{CONSUMER_LAG, RETRY_STORM};
 use crate::correlate::model::series::{find, machine, s, Kept, Offer, PointKind, ROUTE_KEYS};
 use crate::correlate::model::table::{About, Column, Declared, Purpose, Table, Traced, V};
@@ -320,38 +322,6 @@ impl Source for Kafka {
         "kafka"
     }
 
-    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
-        if o.kind != PointKind::Number {
-            return None;
-        }
-        let topic = find(o.attrs, &["topic", "messaging.destination.name"]).and_then(s);
-        let group = find(
-            o.attrs,
-            &[
-                "group",
-                "messaging.consumer.group.name",
-                "messaging.kafka.consumer.group",
-            ],
-        )
-        .and_then(s);
-        if topic.is_none() && group.is_none() {
-            return None;
-        }
-        Some(Kept {
-            key: Key::new("kafka")
-                .with("topic", topic)
-                .with("consumer_group", group)
-                .with("host", machine(o.resource, o.metric))
-                .with("route_id", find(o.attrs, &ROUTE_KEYS).and_then(s)),
-            drop: JOIN_ATTRS,
-            add: Vec::new(),
-        })
-    }
-
-    fn dims(&self) -> &'static [&'static str] {
-        &["topic", "consumer_group", "host", "route_id"]
-    }
-
     fn claims(&self, s: &SpanRow) -> bool {
         s.messaging_system
             .as_deref()
@@ -453,6 +423,44 @@ GROUP BY k.trace_id"#,
         ]
     }
 
+    capabilities!(metrics, state, trouble);
+}
+
+impl KeepsMetrics for Kafka {
+    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
+        if o.kind != PointKind::Number {
+            return None;
+        }
+        let topic = find(o.attrs, &["topic", "messaging.destination.name"]).and_then(s);
+        let group = find(
+            o.attrs,
+            &[
+                "group",
+                "messaging.consumer.group.name",
+                "messaging.kafka.consumer.group",
+            ],
+        )
+        .and_then(s);
+        if topic.is_none() && group.is_none() {
+            return None;
+        }
+        Some(Kept {
+            key: Key::new("kafka")
+                .with("topic", topic)
+                .with("consumer_group", group)
+                .with("host", machine(o.resource, o.metric))
+                .with("route_id", find(o.attrs, &ROUTE_KEYS).and_then(s)),
+            drop: JOIN_ATTRS,
+            add: Vec::new(),
+        })
+    }
+
+    fn dims(&self) -> &'static [&'static str] {
+        &["topic", "consumer_group", "host", "route_id"]
+    }
+}
+
+impl ShowsState for Kafka {
     fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         let groups = view.map(|v| groups(v.store)).unwrap_or_default();
         Ok(vec![GROUPS.batch(&groups)?])
@@ -478,7 +486,9 @@ GROUP BY k.trace_id"#,
             },
         })
     }
+}
 
+impl ShowsTrouble for Kafka {
     fn trouble_keys(&self) -> &'static [&'static str] {
         &["messaging.destination.name", "messaging.destination"]
     }

@@ -1,18 +1,16 @@
 //! Evidence sources. A source owns everything about one kind of evidence
 //! and nothing else names it:
-//! - which metric series it keeps, under which key ([`Source::keep`]);
+//! - which metric series it keeps, under which key ([`KeepsMetrics::keep`]);
 //! - which spans it claims ([`Source::claims`]);
 //! - what it reads of a log record, how the records join a trace, and its
-//!   columns of the `logs` table ([`Source::read_log`],
-//!   [`Source::join_logs`], [`Source::log_columns`]);
+//!   columns of the `logs` table ([`ReadsLogs`]);
 //! - how it joins a trace, its Arrow tables for the rules, and what a join
 //!   that finds nothing counts as ([`Source::join`], [`Source::tables`]);
 //! - its built-in rules ([`Source::rules`]);
-//! - its tables for the alert rules ([`Source::alert_tables`]);
-//! - the page's API it serves and the table the page draws of it
-//!   ([`Source::api`], [`Source::page`]);
+//! - its tables for the alert rules, the page's API it serves and the
+//!   table the page draws of it ([`ShowsState`]);
 //! - what "in trouble" means for the `correlated` sampling policy
-//!   ([`Source::in_trouble`]).
+//!   ([`ShowsTrouble`]).
 //!
 //! A new source is one file here and one line in the registry (`registry.rs`).
 //! Sources sit above the state and the model and below the rule engine,
@@ -112,56 +110,120 @@ pub struct PageTable {
 }
 
 /// A trace's values of an attribute (the `correlated` sampling policy reads
-/// the keys of [`Source::trouble_keys`]).
+/// the keys of [`ShowsTrouble::trouble_keys`]).
 pub use crate::trouble::Values;
 
-/// One kind of evidence.
+/// One kind of evidence: what every source does (its name, the spans it
+/// claims, its tables, its join, its rules), and the capabilities only
+/// some have, each its own trait a source hands out: the metric series it
+/// keeps ([`KeepsMetrics`]), what it reads of log records
+/// ([`ReadsLogs`]), the profiles it takes ([`TakesProfiles`]), what it
+/// shows of the state to the alert rules and the page ([`ShowsState`]),
+/// and what trouble means for the `correlated` sampling policy
+/// ([`ShowsTrouble`]).
 pub trait Source: Send + Sync {
     /// Its name: the `source` of its series' keys and the `join` label of
     /// its misses.
     fn name(&self) -> &'static str;
-
-    /// The key of a metric point it keeps (`None`: not its point). Sources
-    /// are asked in turn; the first that keeps a point has it.
-    fn keep(&self, _offer: &Offer<'_>) -> Option<Kept> {
-        None
-    }
-
-    /// The key dimensions its series carry (the alert rules' `metrics`
-    /// table has a column for each).
-    fn dims(&self) -> &'static [&'static str] {
-        &[]
-    }
 
     /// Whether a span is its own (a span one source claims is no other's).
     fn claims(&self, _span: &SpanRow) -> bool {
         false
     }
 
+    /// Its declared tables, for the rules and for the alert rules: their
+    /// names, docs and columns (the planner's schemas and the reference).
+    fn tables(&self) -> Vec<About>;
+
+    /// Join the traces of a tick with its evidence: it may add to each
+    /// trace's `joined` (its evidence) and returns its tables.
+    fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String>;
+
+    /// Its built-in rules.
+    fn rules(&self) -> Vec<Rule> {
+        Vec::new()
+    }
+
+    /// The metric series it keeps, if it keeps any.
+    fn metrics(&self) -> Option<&dyn KeepsMetrics> {
+        None
+    }
+
+    /// What it reads of log records, if it reads any.
+    fn logs(&self) -> Option<&dyn ReadsLogs> {
+        None
+    }
+
+    /// The profiles it takes, if it takes any.
+    fn profiles(&self) -> Option<&dyn TakesProfiles> {
+        None
+    }
+
+    /// What it shows of the state, if anything.
+    fn state(&self) -> Option<&dyn ShowsState> {
+        None
+    }
+
+    /// What trouble means for it, if anything.
+    fn trouble(&self) -> Option<&dyn ShowsTrouble> {
+        None
+    }
+}
+
+/// The capabilities a source hands out, in its `Source` impl:
+/// `capabilities!(metrics, state, trouble);` for a source that implements
+/// [`KeepsMetrics`], [`ShowsState`] and [`ShowsTrouble`].
+macro_rules! capabilities {
+    ($($cap:ident),* $(,)?) => { $( capabilities!(@one $cap); )* };
+    (@one metrics) => {
+        fn metrics(&self) -> Option<&dyn $crate::correlate::source::KeepsMetrics> {
+            Some(self)
+        }
+    };
+    (@one logs) => {
+        fn logs(&self) -> Option<&dyn $crate::correlate::source::ReadsLogs> {
+            Some(self)
+        }
+    };
+    (@one profiles) => {
+        fn profiles(&self) -> Option<&dyn $crate::correlate::source::TakesProfiles> {
+            Some(self)
+        }
+    };
+    (@one state) => {
+        fn state(&self) -> Option<&dyn $crate::correlate::source::ShowsState> {
+            Some(self)
+        }
+    };
+    (@one trouble) => {
+        fn trouble(&self) -> Option<&dyn $crate::correlate::source::ShowsTrouble> {
+            Some(self)
+        }
+    };
+}
+pub(crate) use capabilities;
+
+/// A source of metric series.
+pub trait KeepsMetrics {
+    /// The key of a metric point it keeps (`None`: not its point). Sources
+    /// are asked in turn; the first that keeps a point has it.
+    fn keep(&self, offer: &Offer<'_>) -> Option<Kept>;
+
+    /// The key dimensions its series carry (the alert rules' `metrics`
+    /// table has a column for each).
+    fn dims(&self) -> &'static [&'static str] {
+        &[]
+    }
+}
+
+/// A source that reads log records.
+pub trait ReadsLogs {
     /// Read what it knows of a log record's attributes into the record's
     /// parts (a gateway's route and answer), before the state keeps it.
     fn read_log(&self, _attrs: &[KeyValue], _record: &mut LogEvidence) {}
 
     /// See a log record taken into the state (route statistics, say).
     fn observe(&self, _record: &LogEvidence, _clock_ns: u64) {}
-
-    /// Take in a profiles request (`encoded_len` bytes on the wire) that
-    /// passes through the processor.
-    fn take_profiles(
-        &self,
-        _req: &opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest,
-        _encoded_len: usize,
-        _now_ns: u64,
-    ) {
-    }
-
-    /// Whether a kept trace should wait for evidence of this source that
-    /// arrives after the spans it covers (a profile window ends after
-    /// them), having waited `waited` already. `false` once it has arrived,
-    /// or there is nothing to wait for, or the source's bound has passed.
-    fn awaits(&self, _t: &TraceRow, _now_ns: u64, _waited: std::time::Duration) -> bool {
-        false
-    }
 
     /// Join a trace with its log records (`t.logs`, found already): it may
     /// set what its records say of the request (the route, the final
@@ -173,22 +235,30 @@ pub trait Source: Send + Sync {
     fn log_columns(&self) -> &'static [Column<TraceRow>] {
         &[]
     }
+}
 
-    /// Its declared tables, for the rules and for the alert rules: their
-    /// names, docs and columns (the planner's schemas and the reference).
-    fn tables(&self) -> Vec<About> {
-        Vec::new()
+/// A source that takes profiles.
+pub trait TakesProfiles {
+    /// Take in a profiles request (`encoded_len` bytes on the wire) that
+    /// passes through the processor.
+    fn take_profiles(
+        &self,
+        req: &opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest,
+        encoded_len: usize,
+        now_ns: u64,
+    );
+
+    /// Whether a kept trace should wait for evidence of this source that
+    /// arrives after the spans it covers (a profile window ends after
+    /// them), having waited `waited` already. `false` once it has arrived,
+    /// or there is nothing to wait for, or the source's bound has passed.
+    fn awaits(&self, _t: &TraceRow, _now_ns: u64, _waited: std::time::Duration) -> bool {
+        false
     }
+}
 
-    /// Join the traces of a tick with its evidence: it may add to each
-    /// trace's `joined` (its evidence) and returns its tables.
-    fn join(&self, tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String>;
-
-    /// Its built-in rules.
-    fn rules(&self) -> Vec<Rule> {
-        Vec::new()
-    }
-
+/// A source that shows its state to the alert rules and the page.
+pub trait ShowsState {
     /// Its tables for the alert rules (with no view: empty, for validation).
     fn alert_tables(&self, _view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         Ok(Vec::new())
@@ -203,16 +273,15 @@ pub trait Source: Send + Sync {
     fn page(&self) -> Option<PageTable> {
         None
     }
+}
 
+/// A source that knows trouble for the `correlated` sampling policy.
+pub trait ShowsTrouble {
     /// The span and resource attributes its `in_trouble` reads.
-    fn trouble_keys(&self) -> &'static [&'static str] {
-        &[]
-    }
+    fn trouble_keys(&self) -> &'static [&'static str];
 
     /// Whether what it knows of the trace shows trouble.
-    fn in_trouble(&self, _asked: &Asked<'_, '_>) -> bool {
-        false
-    }
+    fn in_trouble(&self, asked: &Asked<'_, '_>) -> bool;
 }
 
 /// What the `correlated` sampling policy asks a source of a trace: the
@@ -394,15 +463,22 @@ impl std::fmt::Debug for Sources {
 }
 
 impl Sources {
-    /// Whether any source asks the trace to wait (see [`Source::awaits`]).
+    /// Whether any source asks the trace to wait (see [`TakesProfiles::awaits`]).
     pub fn awaits(&self, t: &TraceRow, now_ns: u64, waited: std::time::Duration) -> bool {
-        self.list.iter().any(|s| s.awaits(t, now_ns, waited))
+        self.list
+            .iter()
+            .filter_map(|s| s.profiles())
+            .any(|p| p.awaits(t, now_ns, waited))
     }
 
     /// These sources.
     pub fn new(sources: Vec<Box<dyn Source>>) -> Self {
         let mut log_columns: Vec<&'static Column<TraceRow>> = Vec::new();
-        for c in sources.iter().flat_map(|s| s.log_columns()) {
+        for c in sources
+            .iter()
+            .filter_map(|s| s.logs())
+            .flat_map(|l| l.log_columns())
+        {
             let taken = |n: &str| {
                 LOG_COLUMNS
                     .iter()
@@ -435,8 +511,8 @@ impl Sources {
 
     /// Every source reads a log record's attributes.
     pub fn read_log(&self, attrs: &[KeyValue], record: &mut LogEvidence) {
-        for s in &self.list {
-            s.read_log(attrs, record);
+        for l in self.list.iter().filter_map(|s| s.logs()) {
+            l.read_log(attrs, record);
         }
     }
 
@@ -444,8 +520,8 @@ impl Sources {
     pub fn join_logs(&self, traces: &mut [TraceRow], store: &Store) {
         for t in traces.iter_mut() {
             t.logs = store.logs.of(&t.id);
-            for s in &self.list {
-                s.join_logs(t);
+            for l in self.list.iter().filter_map(|s| s.logs()) {
+                l.join_logs(t);
             }
         }
     }
@@ -485,7 +561,10 @@ impl Sources {
 
     /// The first source's key of a metric point.
     pub fn classify(&self, offer: &Offer<'_>) -> Option<Kept> {
-        self.list.iter().find_map(|s| s.keep(offer))
+        self.list
+            .iter()
+            .filter_map(|s| s.metrics())
+            .find_map(|m| m.keep(offer))
     }
 
     /// Every source sees a profiles request.
@@ -495,15 +574,15 @@ impl Sources {
         encoded_len: usize,
         now_ns: u64,
     ) {
-        for s in &self.list {
-            s.take_profiles(req, encoded_len, now_ns);
+        for p in self.list.iter().filter_map(|s| s.profiles()) {
+            p.take_profiles(req, encoded_len, now_ns);
         }
     }
 
     /// Every source sees a log record.
     pub fn observe(&self, record: &LogEvidence, clock_ns: u64) {
-        for s in &self.list {
-            s.observe(record, clock_ns);
+        for l in self.list.iter().filter_map(|s| s.logs()) {
+            l.observe(record, clock_ns);
         }
     }
 
@@ -615,7 +694,9 @@ impl Sources {
     pub fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         let mut out = Vec::new();
         for s in &self.list {
-            merge(&mut out, s.alert_tables(view)?)?;
+            if let Some(st) = s.state() {
+                merge(&mut out, st.alert_tables(view)?)?;
+            }
         }
         Ok(out)
     }
@@ -623,7 +704,12 @@ impl Sources {
     /// The key dimensions of every source's series, each once, in order.
     pub fn dims(&self) -> Vec<&'static str> {
         let mut out: Vec<&'static str> = Vec::new();
-        for d in self.list.iter().flat_map(|s| s.dims().iter()) {
+        for d in self
+            .list
+            .iter()
+            .filter_map(|s| s.metrics())
+            .flat_map(|m| m.dims().iter())
+        {
             if !out.contains(d) {
                 out.push(d);
             }
@@ -633,18 +719,30 @@ impl Sources {
 
     /// The answer of the source that serves `/api/{path}`.
     pub fn api(&self, path: &str, view: &View<'_>) -> Option<serde_json::Value> {
-        self.list.iter().find_map(|s| s.api(path, view))
+        self.list
+            .iter()
+            .filter_map(|s| s.state())
+            .find_map(|st| st.api(path, view))
     }
 
     /// The tables the page draws.
     pub fn pages(&self) -> Vec<PageTable> {
-        self.list.iter().filter_map(|s| s.page()).collect()
+        self.list
+            .iter()
+            .filter_map(|s| s.state())
+            .filter_map(|st| st.page())
+            .collect()
     }
 
     /// The attributes every source's `in_trouble` reads, each once.
     pub fn trouble_keys(&self) -> Vec<&'static str> {
         let mut out: Vec<&'static str> = Vec::new();
-        for k in self.list.iter().flat_map(|s| s.trouble_keys().iter()) {
+        for k in self
+            .list
+            .iter()
+            .filter_map(|s| s.trouble())
+            .flat_map(|t| t.trouble_keys().iter())
+        {
             if !out.contains(k) {
                 out.push(k);
             }
@@ -705,7 +803,7 @@ impl Correlation {
 /// What any source knows of the trace (for the `correlated` sampling policy).
 impl crate::trouble::TroubleState for Correlation {
     fn in_trouble(&self, trace_id: &[u8; 16], values: Values<'_>, tr: &Trouble) -> bool {
-        self.sources.iter().any(|s| {
+        self.sources.iter().filter_map(|s| s.trouble()).any(|s| {
             s.in_trouble(&Asked {
                 store: &self.store,
                 trace_id,

@@ -24,9 +24,11 @@
 
 use std::collections::BTreeMap;
 
+use super::capabilities;
 use super::{
     json, wait_window, Asked, Join, PageColumn, PageTable, Source, Tick, View, JOIN_ATTRS,
 };
+use super::{KeepsMetrics, ShowsState, ShowsTrouble};
 use crate::correlate::model::cause::CONSUMER_LAG;
 use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
 use crate::correlate::model::table::{s, About, Column, Declared, Purpose, Table, Traced, V};
@@ -322,26 +324,6 @@ impl Source for Nats {
         "nats"
     }
 
-    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
-        if o.kind != PointKind::Number || !o.metric.starts_with("nats.consumer.") {
-            return None;
-        }
-        let stream = find(o.resource, &["nats.stream.name"]).and_then(attr_s)?;
-        let consumer = find(o.resource, &["nats.consumer.name"]).and_then(attr_s)?;
-        let account = find(o.resource, &["nats.account.name"]).and_then(attr_s);
-        Some(Kept {
-            key: Key::new("nats")
-                .with("nats_stream", Some(stream))
-                .with("nats_consumer", Some(consumer)),
-            drop: JOIN_ATTRS,
-            add: vec![("nats.account.name".into(), account.unwrap_or_default())],
-        })
-    }
-
-    fn dims(&self) -> &'static [&'static str] {
-        &["nats_stream", "nats_consumer"]
-    }
-
     fn claims(&self, s: &SpanRow) -> bool {
         s.messaging_system
             .as_deref()
@@ -437,6 +419,32 @@ GROUP BY n.trace_id"#,
         )]
     }
 
+    capabilities!(metrics, state, trouble);
+}
+
+impl KeepsMetrics for Nats {
+    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
+        if o.kind != PointKind::Number || !o.metric.starts_with("nats.consumer.") {
+            return None;
+        }
+        let stream = find(o.resource, &["nats.stream.name"]).and_then(attr_s)?;
+        let consumer = find(o.resource, &["nats.consumer.name"]).and_then(attr_s)?;
+        let account = find(o.resource, &["nats.account.name"]).and_then(attr_s);
+        Some(Kept {
+            key: Key::new("nats")
+                .with("nats_stream", Some(stream))
+                .with("nats_consumer", Some(consumer)),
+            drop: JOIN_ATTRS,
+            add: vec![("nats.account.name".into(), account.unwrap_or_default())],
+        })
+    }
+
+    fn dims(&self) -> &'static [&'static str] {
+        &["nats_stream", "nats_consumer"]
+    }
+}
+
+impl ShowsState for Nats {
     fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         let rows = view.map(|v| consumers(v.store)).unwrap_or_default();
         Ok(vec![CONSUMERS.batch(&rows)?])
@@ -463,7 +471,9 @@ GROUP BY n.trace_id"#,
             },
         })
     }
+}
 
+impl ShowsTrouble for Nats {
     fn trouble_keys(&self) -> &'static [&'static str] {
         &["messaging.destination.name"]
     }

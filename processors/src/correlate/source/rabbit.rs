@@ -37,9 +37,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::capabilities;
 use super::{
     json, wait_window, Asked, Join, PageColumn, PageTable, Source, Tick, View, JOIN_ATTRS,
 };
+use super::{KeepsMetrics, ShowsState, ShowsTrouble};
 use crate::correlate::model::cause::{CONSUMER_LAG, RETRY_STORM};
 use crate::correlate::model::series::{find, s as attr_s, Kept, Offer, PointKind};
 use crate::correlate::model::table::{s, About, Column, Declared, Purpose, Table, Traced, V};
@@ -584,23 +586,6 @@ impl Source for Rabbit {
         "rabbitmq"
     }
 
-    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
-        if o.kind != PointKind::Number || !o.metric.starts_with("rabbitmq.") {
-            return None;
-        }
-        let queue = find(o.resource, &["rabbitmq.queue.name"]).and_then(attr_s)?;
-        let vhost = find(o.resource, &[VHOST]).and_then(attr_s);
-        Some(Kept {
-            key: Key::new("rabbitmq").with("queue", Some(queue)),
-            drop: JOIN_ATTRS,
-            add: vec![(VHOST.to_string(), vhost.unwrap_or_else(|| "/".into()))],
-        })
-    }
-
-    fn dims(&self) -> &'static [&'static str] {
-        &["queue"]
-    }
-
     fn claims(&self, s: &SpanRow) -> bool {
         is_rabbit(s)
     }
@@ -689,6 +674,29 @@ GROUP BY q.trace_id"#,
         ]
     }
 
+    capabilities!(metrics, state, trouble);
+}
+
+impl KeepsMetrics for Rabbit {
+    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
+        if o.kind != PointKind::Number || !o.metric.starts_with("rabbitmq.") {
+            return None;
+        }
+        let queue = find(o.resource, &["rabbitmq.queue.name"]).and_then(attr_s)?;
+        let vhost = find(o.resource, &[VHOST]).and_then(attr_s);
+        Some(Kept {
+            key: Key::new("rabbitmq").with("queue", Some(queue)),
+            drop: JOIN_ATTRS,
+            add: vec![(VHOST.to_string(), vhost.unwrap_or_else(|| "/".into()))],
+        })
+    }
+
+    fn dims(&self) -> &'static [&'static str] {
+        &["queue"]
+    }
+}
+
+impl ShowsState for Rabbit {
     fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         let queues = view.map(|v| queues(v.store)).unwrap_or_default();
         Ok(vec![QUEUES.batch(&queues)?])
@@ -715,7 +723,9 @@ GROUP BY q.trace_id"#,
             },
         })
     }
+}
 
+impl ShowsTrouble for Rabbit {
     fn trouble_keys(&self) -> &'static [&'static str] {
         &[
             "messaging.destination.name",

@@ -386,7 +386,12 @@ impl Analyse {
             rs,
             t,
             now,
-            (&v.best.cause, &v.culprit_service, v.culprit_kind, v.culprit),
+            (
+                &v.best.cause,
+                &v.culprit_service,
+                v.culprit_kind.as_str(),
+                v.culprit,
+            ),
             &self.sample_attrs,
         );
         let mut extra = incidents::sample::record_attributes(&sample);

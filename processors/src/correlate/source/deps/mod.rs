@@ -53,7 +53,9 @@ use datafusion::arrow::datatypes::SchemaRef;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
+use super::capabilities;
 use super::{json, Join, Source, Tick, View, JOIN_ATTRS};
+use super::{KeepsMetrics, ShowsState};
 use crate::correlate::model::series::{find, host_key, s as attr_s, Kept, Offer};
 use crate::correlate::model::table::{s, schema, About, Cols, Column, Purpose, Table, V};
 use crate::correlate::model::{Hex16, Joined, Key, Rule, Series, TraceRow};
@@ -711,39 +713,6 @@ impl<F: Family> Source for Deps<F> {
         self.family.name()
     }
 
-    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
-        system_of(&self.family, o.metric)?;
-        let key = if self.family.by_host() {
-            // A machine's: joined by host, as host metrics are.
-            Key::new(self.family.name()).with(
-                "host",
-                find(o.attrs, &["Hostname"])
-                    .and_then(attr_s)
-                    .or_else(|| host_key(o.resource)),
-            )
-        } else {
-            Key::new(self.family.name())
-                .with("job", find(o.resource, &["service.name"]).and_then(attr_s))
-                .with(
-                    "instance",
-                    find(o.resource, &["service.instance.id"]).and_then(attr_s),
-                )
-        };
-        Some(Kept {
-            key,
-            drop: JOIN_ATTRS,
-            add: Vec::new(),
-        })
-    }
-
-    fn dims(&self) -> &'static [&'static str] {
-        if self.family.by_host() {
-            &["host"]
-        } else {
-            &["job", "instance"]
-        }
-    }
-
     fn tables(&self) -> Vec<About> {
         vec![
             family_about(
@@ -799,6 +768,45 @@ impl<F: Family> Source for Deps<F> {
         self.family.rules()
     }
 
+    capabilities!(metrics, state);
+}
+
+impl<F: Family> KeepsMetrics for Deps<F> {
+    fn keep(&self, o: &Offer<'_>) -> Option<Kept> {
+        system_of(&self.family, o.metric)?;
+        let key = if self.family.by_host() {
+            // A machine's: joined by host, as host metrics are.
+            Key::new(self.family.name()).with(
+                "host",
+                find(o.attrs, &["Hostname"])
+                    .and_then(attr_s)
+                    .or_else(|| host_key(o.resource)),
+            )
+        } else {
+            Key::new(self.family.name())
+                .with("job", find(o.resource, &["service.name"]).and_then(attr_s))
+                .with(
+                    "instance",
+                    find(o.resource, &["service.instance.id"]).and_then(attr_s),
+                )
+        };
+        Some(Kept {
+            key,
+            drop: JOIN_ATTRS,
+            add: Vec::new(),
+        })
+    }
+
+    fn dims(&self) -> &'static [&'static str] {
+        if self.family.by_host() {
+            &["host"]
+        } else {
+            &["job", "instance"]
+        }
+    }
+}
+
+impl<F: Family> ShowsState for Deps<F> {
     fn alert_tables(&self, view: Option<&View<'_>>) -> Result<Vec<Table>, String> {
         // Each server's numbers over the window.
         let name = self.family.name();

@@ -27,7 +27,7 @@ pub(super) struct Sample {
     /// The thread it was taken on (`thread.name`), when the profiler names
     /// it.
     pub(super) thread: Option<Arc<str>>,
-    pub(super) kind: &'static str,
+    pub(super) kind: ProfileKind,
     pub(super) value: f64,
     /// The events it counts (a lock's contentions), when its profile has
     /// them.
@@ -47,22 +47,67 @@ pub(super) const SAMPLE_BYTES: usize = 80;
 /// eBPF profiler's: `samples`/`count` every period of `cpu`/`nanoseconds`)
 /// where its scope has no profile of that kind already (Go's CPU profile
 /// has both).
-pub(super) fn kind(type_: &str, unit: &str) -> Option<&'static str> {
+pub(super) fn kind(type_: &str, unit: &str) -> Option<ProfileKind> {
+    use ProfileKind::*;
     match (type_, unit) {
         ("cpu", _) | ("perf_events", _) | ("itimer", _) | ("ctimer", _) | ("cpu-clock", _) => {
-            Some("cpu")
+            Some(Cpu)
         }
         ("delay", _)
         | ("lock", _)
         | ("locks", _)
         | ("lock_tracer", _)
         | ("native_lock", _)
-        | ("contentions", "nanoseconds") => Some("lock"),
-        ("wall", _) | ("off_cpu", _) => Some("wall"),
+        | ("contentions", "nanoseconds") => Some(Lock),
+        ("wall", _) | ("off_cpu", _) => Some(Wall),
         ("alloc_space", _) | ("alloc_objects", _) | ("alloc", _) | ("alloc_tracer", _) => {
-            Some("alloc")
+            Some(Alloc)
         }
         _ => None,
+    }
+}
+
+/// The kind of time (or of allocation) a profile's samples measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum ProfileKind {
+    /// On CPU.
+    Cpu,
+    /// Holding a lock others waited for (Go's mutex profile, a JVM's lock
+    /// events): the holder's side.
+    Lock,
+    /// Waiting to take a lock (Go's block profile at `Lock`): the waiter's
+    /// side of what the mutex profile charges to the holder.
+    LockWait,
+    /// Wall clock, on CPU or off.
+    Wall,
+    /// Allocating (bytes, not time).
+    Alloc,
+}
+
+impl ProfileKind {
+    /// Every kind, in the order a span's code is told by them.
+    pub(super) const ALL: [ProfileKind; 5] = [
+        ProfileKind::Cpu,
+        ProfileKind::Lock,
+        ProfileKind::LockWait,
+        ProfileKind::Wall,
+        ProfileKind::Alloc,
+    ];
+
+    /// Its name in the `code` table and the evidence.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            ProfileKind::Cpu => "cpu",
+            ProfileKind::Lock => "lock",
+            ProfileKind::LockWait => "lock_wait",
+            ProfileKind::Wall => "wall",
+            ProfileKind::Alloc => "alloc",
+        }
+    }
+
+    /// Whether its samples count a lock's contentions (either side).
+    pub(super) fn is_lock(self) -> bool {
+        matches!(self, ProfileKind::Lock | ProfileKind::LockWait)
     }
 }
 
@@ -73,7 +118,7 @@ pub(super) fn kind(type_: &str, unit: &str) -> Option<&'static str> {
 pub(super) fn scale(
     s: &[String],
     p: &opentelemetry_proto::tonic::profiles::v1development::Profile,
-    kind: &str,
+    kind: ProfileKind,
     unit: &str,
 ) -> Option<f64> {
     match unit {
@@ -84,7 +129,7 @@ pub(super) fn scale(
             {
                 Some(p.period as f64)
             }
-            _ if kind == "alloc" => Some(1.0),
+            _ if kind == ProfileKind::Alloc => Some(1.0),
             _ => None,
         },
         "ms" | "milliseconds" => Some(1e6),
@@ -301,7 +346,7 @@ impl Decode<'_> {
                 }
             }
         }
-        let direct: HashSet<&str> = sp
+        let direct: HashSet<ProfileKind> = sp
             .profiles
             .iter()
             .filter_map(|p| p.sample_type)
@@ -350,7 +395,7 @@ impl Decode<'_> {
     pub(super) fn sample(
         &mut self,
         service: &Arc<str>,
-        kind: &'static str,
+        kind: ProfileKind,
         scale: f64,
         (from, to): (u64, u64),
         x: &opentelemetry_proto::tonic::profiles::v1development::Sample,
@@ -366,14 +411,14 @@ impl Decode<'_> {
         // Go's block profile beside its mutex profile: the
         // waiter's side of a lock apart, a channel's wait out.
         let kind = match kind {
-            "lock" => match lock_side(&stack) {
+            ProfileKind::Lock => match lock_side(&stack) {
                 Some(side) => side,
                 None => return,
             },
             k => k,
         };
         // A stack's contentions go with its first delay sample.
-        let counted = if is_lock(kind) {
+        let counted = if kind.is_lock() {
             counts.remove(&x.stack_index)
         } else {
             None
@@ -402,7 +447,7 @@ impl Decode<'_> {
         // A lock event is one contention.
         let n = times.len() as f64;
         let count = |c: Option<f64>| {
-            if !is_lock(kind) {
+            if !kind.is_lock() {
                 0.0
             } else {
                 c.map_or(1.0, |c| c / n)
@@ -426,22 +471,13 @@ impl Decode<'_> {
     }
 }
 
-/// Whether samples of `kind` count a lock's contentions (either side).
-pub(super) fn is_lock(kind: &str) -> bool {
-    kind == "lock" || kind == LOCK_WAIT
-}
-
-/// The kind of Go's block-profile samples that waited to take a lock: the
-/// waiter's side of what the mutex profile charges to the holder.
-pub(super) const LOCK_WAIT: &str = "lock_wait";
-
 /// The side of a lock a contention sample shows, by the Go runtime's
 /// frames on its stack: Go's mutex profile charges the holder at its
 /// `Unlock` (`lock`); its block profile charges the waiter at its `Lock`
-/// ([`LOCK_WAIT`]), and also records waits that are no lock's (a channel,
+/// ([`ProfileKind::LockWait`]), and also records waits that are no lock's (a channel,
 /// a `select`, a `sync.Cond`, a `sync.WaitGroup`): `None`, not a lock. A
 /// stack of another runtime (a JVM's lock events) is `lock`.
-pub(super) fn lock_side(stack: &[Arc<Frame>]) -> Option<&'static str> {
+pub(super) fn lock_side(stack: &[Arc<Frame>]) -> Option<ProfileKind> {
     let has = |names: &[&str]| {
         stack
             .iter()
@@ -455,7 +491,7 @@ pub(super) fn lock_side(stack: &[Arc<Frame>]) -> Option<&'static str> {
         .first()
         .is_some_and(|f| &*f.function == "runtime.unlock")
     {
-        return Some("lock");
+        return Some(ProfileKind::Lock);
     }
     if has(&[
         "sync.(*Mutex).Lock",
@@ -465,7 +501,7 @@ pub(super) fn lock_side(stack: &[Arc<Frame>]) -> Option<&'static str> {
         "sync.runtime_SemacquireMutex",
         "sync.runtime_SemacquireRWMutex",
     ]) {
-        return Some(LOCK_WAIT);
+        return Some(ProfileKind::LockWait);
     }
     if has(&[
         "runtime.chanrecv",
@@ -478,7 +514,7 @@ pub(super) fn lock_side(stack: &[Arc<Frame>]) -> Option<&'static str> {
     ]) {
         return None;
     }
-    Some("lock")
+    Some(ProfileKind::Lock)
 }
 
 /// Whether a frame is the runtime allocating or collecting garbage: Go's

@@ -255,8 +255,30 @@ pub(super) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-/// The kinds of profile a span's code is told by.
-pub(super) const KINDS: [&str; 5] = ["cpu", "lock", LOCK_WAIT, "wall", "alloc"];
+/// How a span's samples were found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum JoinedBy {
+    /// By the span's own id on the samples' links or labels.
+    Span,
+    /// By its local root span's id (Go's `otel-profiling-go`).
+    LocalRoot,
+    /// By the thread that ran it (`thread.name`) and its time.
+    Thread,
+    /// By its service and its time only.
+    Time,
+}
+
+impl JoinedBy {
+    /// Its name in the `code` table and `rca.code.join`.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            JoinedBy::Span => "span",
+            JoinedBy::LocalRoot => "local_root",
+            JoinedBy::Thread => "thread",
+            JoinedBy::Time => "time",
+        }
+    }
+}
 
 /// What one kind of profile says of a span: samples aggregated once (a
 /// span's, a local root's, a profile window's) and the weight of their
@@ -264,8 +286,8 @@ pub(super) const KINDS: [&str; 5] = ["cpu", "lock", LOCK_WAIT, "wall", "alloc"];
 /// depend on the weight; the time does.
 #[derive(Clone)]
 pub(super) struct Told {
-    pub(super) kind: &'static str,
-    pub(super) join: &'static str,
+    pub(super) kind: ProfileKind,
+    pub(super) join: JoinedBy,
     pub(super) code: Arc<Code>,
     pub(super) weight: f64,
 }
@@ -273,7 +295,7 @@ pub(super) struct Told {
 impl Told {
     /// The joined time (ms), for a kind of time.
     pub(super) fn time_ms(&self) -> f64 {
-        if self.kind == "alloc" {
+        if self.kind == ProfileKind::Alloc {
             0.0
         } else {
             self.code.total * self.weight / 1e6
@@ -287,8 +309,8 @@ impl Told {
             "function": &*first.function,
             "location": &*first.location,
             "share": round3(share),
-            "kind": self.kind,
-            "join": self.join,
+            "kind": self.kind.as_str(),
+            "join": self.join.as_str(),
             "samples": self.code.samples,
             "time_ms": round3(self.time_ms()),
             "gc_share": round3(self.code.gc / self.code.total.max(f64::MIN_POSITIVE)),

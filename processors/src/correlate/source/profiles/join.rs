@@ -9,7 +9,7 @@ use super::*;
 pub(super) type Windows = (Vec<(u64, u64, Arc<Code>)>, u64);
 
 /// A service, a kind of profile, and a thread (`""`: all of them).
-pub(super) type Of<'a> = (&'a str, &'static str, &'a str);
+pub(super) type Of<'a> = (&'a str, ProfileKind, &'a str);
 
 /// The samples one tick's traces may join, aggregated once: those linked
 /// to each of the tick's spans, by kind; the unlinked ones of the tick's
@@ -19,13 +19,13 @@ pub(super) type Of<'a> = (&'a str, &'static str, &'a str);
 /// samples of a kind carry links, or threads, at all (their runtime says
 /// which samples are a span's, or its thread's: a span with none had none).
 pub(super) struct Index<'a> {
-    pub(super) by_span: HashMap<(u64, &'static str), Arc<Code>>,
+    pub(super) by_span: HashMap<(u64, ProfileKind), Arc<Code>>,
     /// The windows `(from, to, code)` by start, and the longest window.
     pub(super) windows: HashMap<Of<'a>, Windows>,
     /// The samples taken at an instant, by time.
     pub(super) instants: HashMap<Of<'a>, Vec<&'a Sample>>,
-    pub(super) linked: HashMap<&'a str, HashSet<&'static str>>,
-    pub(super) threaded: HashMap<&'a str, HashSet<&'static str>>,
+    pub(super) linked: HashMap<&'a str, HashSet<ProfileKind>>,
+    pub(super) threaded: HashMap<&'a str, HashSet<ProfileKind>>,
 }
 
 impl<'a> Index<'a> {
@@ -40,11 +40,11 @@ impl<'a> Index<'a> {
             .flat_map(|t| t.spans.iter().map(|s| s.span_id))
             .collect();
         let services: HashSet<&str> = critical().map(|s| &*s.service).collect();
-        let mut by_span: HashMap<(u64, &'static str), Code> = HashMap::new();
+        let mut by_span: HashMap<(u64, ProfileKind), Code> = HashMap::new();
         let mut windows: HashMap<(Of<'a>, u64, u64), Code> = HashMap::new();
         let mut instants: HashMap<Of<'a>, Vec<&'a Sample>> = HashMap::new();
-        let mut linked: HashMap<&str, HashSet<&'static str>> = HashMap::new();
-        let mut threaded: HashMap<&str, HashSet<&'static str>> = HashMap::new();
+        let mut linked: HashMap<&str, HashSet<ProfileKind>> = HashMap::new();
+        let mut threaded: HashMap<&str, HashSet<ProfileKind>> = HashMap::new();
         for (x, _) in samples {
             if !services.contains(&*x.service) {
                 continue;
@@ -213,7 +213,7 @@ pub(super) fn span_code(
     i: usize,
     p: &Processes,
     index: &Index<'_>,
-    kind: &'static str,
+    kind: ProfileKind,
 ) -> Option<Told> {
     let s = &t.spans[i];
     let (start, end) = span_time(t, i);
@@ -227,7 +227,7 @@ pub(super) fn span_code(
     };
     // (a) The very span.
     if let Some(code) = index.by_span.get(&(s.span_id, kind)) {
-        return told("span", code, 1.0);
+        return told(JoinedBy::Span, code, 1.0);
     }
     // (b) The local root of its process: its samples, weighed by the share
     // of the process's critical self time this span holds.
@@ -236,15 +236,15 @@ pub(super) fn span_code(
         if let Some(code) = index.by_span.get(&(t.spans[root].span_id, kind)) {
             let own = p.own.get(&root).copied().unwrap_or(0.0);
             let weight = if own > 0.0 { s.self_ms / own } else { 0.0 };
-            if let Some(x) = told("local_root", code, weight) {
+            if let Some(x) = told(JoinedBy::LocalRoot, code, weight) {
                 return Some(x);
             }
         }
     }
     // Only where the service's samples of this kind name no span (where
     // they do, this span had none).
-    let has = |m: &HashMap<&str, HashSet<&'static str>>| {
-        m.get(&*s.service).is_some_and(|k| k.contains(kind))
+    let has = |m: &HashMap<&str, HashSet<ProfileKind>>| {
+        m.get(&*s.service).is_some_and(|k| k.contains(&kind))
     };
     if has(&index.linked) {
         return None;
@@ -255,11 +255,11 @@ pub(super) fn span_code(
     if let Some(thread) = s.thread_name.as_deref().filter(|_| has(&index.threaded)) {
         let holes = &p.on_thread[i];
         let (code, w) = index.gather((&s.service, kind, thread), start, end, holes)?;
-        return told("thread", &code, w);
+        return told(JoinedBy::Thread, &code, w);
     }
     // (d) Its service over its time, weighed by the overlap.
     let (code, w) = index.gather((&s.service, kind, ""), start, end, &[])?;
-    told("time", &code, w)
+    told(JoinedBy::Time, &code, w)
 }
 
 /// The span that began span `i`'s process's part of the trace: its

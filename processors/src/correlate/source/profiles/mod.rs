@@ -31,6 +31,8 @@ use opentelemetry_proto::tonic::profiles::v1development::ProfilesDictionary;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use super::capabilities;
+use super::TakesProfiles;
 use super::{Join, Source, Tick};
 use crate::correlate::analysis::baseline::SLOW_FACTOR;
 use crate::correlate::model::cause::{self, Cause};
@@ -240,9 +242,9 @@ static CODE: Declared<Traced<CodeRow>> = Declared {
     columns: &[
         Column::<Traced<CodeRow>>::text("trace_id", |r, _| V::S(Some(&r.trace_id))).doc("The trace."),
         Column::<Traced<CodeRow>>::text("span_id", |r, _| V::Id(r.row.span_id)).doc("The span."),
-        Column::<Traced<CodeRow>>::text("kind", |r, _| V::S(Some(r.row.told.kind)))
+        Column::<Traced<CodeRow>>::text("kind", |r, _| V::S(Some(r.row.told.kind.as_str())))
             .doc("The kind of profile: `cpu`, `lock`, `lock_wait`, `wall` or `alloc`."),
-        Column::<Traced<CodeRow>>::text("join", |r, _| V::S(Some(r.row.told.join)))
+        Column::<Traced<CodeRow>>::text("join", |r, _| V::S(Some(r.row.told.join.as_str())))
             .doc("How the samples joined the span: `span` (its id), `local_root` (its local root's), `thread` or `time`."),
         Column::<Traced<CodeRow>>::text("function", |r, _| V::S(first(r).map(|(f, _)| &*f.function)))
             .doc("The function whose samples hold the most (innermost frame of the service's code)."),
@@ -282,31 +284,36 @@ impl Profiles {
         if s.self_ms < self.min_time_ms {
             return None;
         }
-        let of = |k: &str| told.iter().find(|x| x.kind == k);
+        let of = |k: ProfileKind| told.iter().find(|x| x.kind == k);
         let covers = |x: &&Told| x.time_ms() >= self.min_coverage * s.self_ms;
         // Or the work grew (the rule's second reading).
         let grew = |x: &&Told| {
             s.baseline_ms
                 .is_some_and(|b| x.time_ms() >= (SLOW_FACTOR * b).max(self.min_time_ms))
         };
-        let cpu = of("cpu").filter(|x| x.join != "time" || s.kind != SpanKind::Client);
+        let cpu =
+            of(ProfileKind::Cpu).filter(|x| x.join != JoinedBy::Time || s.kind != SpanKind::Client);
         if let Some(c) = cpu.filter(|x| covers(x) || grew(x)) {
             return Some(c);
         }
         // Its time off CPU, when the runtime says which samples are its.
-        let on = cpu.filter(|x| x.join != "time").map_or(0.0, Told::time_ms);
+        let on = cpu
+            .filter(|x| x.join != JoinedBy::Time)
+            .map_or(0.0, Told::time_ms);
         let off = (s.self_ms - on).max(0.0);
         // Off CPU for the collector, not a lock (see the rule).
         let collecting = cpu
-            .filter(|x| x.join != "time")
+            .filter(|x| x.join != JoinedBy::Time)
             .is_some_and(|x| x.code.gc >= 0.5 * x.code.total);
         // The holder's contentions, or the waiter's (the same waits, seen
         // from the side that waited), can hold the wait.
-        let waited = of(LOCK_WAIT).is_some_and(|w| w.code.holds_wait(off));
-        if let Some(l) = of("lock").filter(|l| !collecting && (l.code.holds_wait(off) || waited)) {
+        let waited = of(ProfileKind::LockWait).is_some_and(|w| w.code.holds_wait(off));
+        if let Some(l) =
+            of(ProfileKind::Lock).filter(|l| !collecting && (l.code.holds_wait(off) || waited))
+        {
             return Some(l);
         }
-        of("wall").filter(covers)
+        of(ProfileKind::Wall).filter(covers)
     }
 }
 
@@ -314,7 +321,7 @@ impl Profiles {
 /// one that held it, in a lock's evidence: `waiter_function`,
 /// `waiter_location`, `waiter_delay_ms` (`rca.code.waiter_*`).
 fn waited_in(v: &mut serde_json::Value, told: &[Told]) {
-    let Some(w) = told.iter().find(|x| x.kind == LOCK_WAIT) else {
+    let Some(w) = told.iter().find(|x| x.kind == ProfileKind::LockWait) else {
         return;
     };
     let Some((f, _)) = w.code.first() else {
@@ -331,12 +338,12 @@ fn waited_in(v: &mut serde_json::Value, told: &[Told]) {
 /// without its mutex profile), the function that waited is the lock's
 /// code, as the holder's would be.
 fn waiters_alone_are_the_lock(told: &mut Vec<Told>) {
-    if told.iter().any(|x| x.kind == "lock") {
+    if told.iter().any(|x| x.kind == ProfileKind::Lock) {
         return;
     }
-    if let Some(w) = told.iter().find(|x| x.kind == LOCK_WAIT) {
+    if let Some(w) = told.iter().find(|x| x.kind == ProfileKind::LockWait) {
         let lock = Told {
-            kind: "lock",
+            kind: ProfileKind::Lock,
             join: w.join,
             code: w.code.clone(),
             weight: w.weight,
@@ -350,70 +357,8 @@ impl Source for Profiles {
         "profiles"
     }
 
-    fn take_profiles(&self, req: &ExportProfilesServiceRequest, encoded_len: usize, now_ns: u64) {
-        let mut w = self.lock();
-        if encoded_len > self.max_profile_bytes {
-            w.refused += 1;
-            tracing::warn!(bytes = encoded_len, max_profile_bytes = self.max_profile_bytes, "A profile over max_profile_bytes was not taken into the correlation state; it passes on.");
-            return;
-        }
-        // Where each service's profiles have got to: the end of each
-        // profile's time range, with samples or not (an idle JVM's
-        // recording has none), else of its samples.
-        let mut ended = window_ends(req);
-        for (s, bytes) in samples(req) {
-            w.bytes += bytes;
-            ended.push((s.service.clone(), s.to_ns));
-            w.samples.push_back((s, bytes));
-        }
-        for (service, to_ns) in ended {
-            let end = w.latest.entry(service).or_insert(0);
-            *end = (*end).max(to_ns);
-        }
-        if w.latest.len() > MAX_FLOWS {
-            let stale = now_ns.saturating_sub(self.wait_ns);
-            w.latest.retain(|_, end| *end >= stale);
-            if w.latest.len() > MAX_FLOWS {
-                w.latest.clear();
-            }
-        }
-        // The oldest first: over the bytes, or older than the window.
-        let oldest = now_ns.saturating_sub(self.keep_ns);
-        while w.bytes > self.max_bytes || w.samples.front().is_some_and(|(s, _)| s.to_ns < oldest) {
-            let Some((_, b)) = w.samples.pop_front() else {
-                break;
-            };
-            w.bytes -= b;
-        }
-    }
-
     fn tables(&self) -> Vec<About> {
         vec![CODE.about()]
-    }
-
-    /// A span that could be given a code cause (its self time at least
-    /// `min_time`, not a call), of a service whose profiles flow (a window
-    /// ended within `wait` of now), ended after that service's latest
-    /// window: the window that covers it has not arrived yet.
-    fn awaits(&self, t: &TraceRow, now_ns: u64, waited: std::time::Duration) -> bool {
-        let waited = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
-        if waited >= self.wait_ns {
-            return false;
-        }
-        let w = self.lock();
-        if w.latest.is_empty() {
-            return false;
-        }
-        let base = t.start_unix_ms * 1e6;
-        t.spans.iter().any(|s| {
-            s.at != NOT_IN_BATCH
-                && s.self_ms >= self.min_time_ms
-                && !matches!(s.kind, SpanKind::Client | SpanKind::Producer)
-                && w.latest.get(&s.service).is_some_and(|&end| {
-                    let span_end = (base + s.end_ms * 1e6).max(0.0) as u64;
-                    end < span_end && now_ns.saturating_sub(end) <= self.wait_ns
-                })
-        })
     }
 
     fn join(&self, _tick: &Tick<'_>, traces: &mut [TraceRow]) -> Result<Join, String> {
@@ -434,8 +379,8 @@ impl Source for Profiles {
                 if !t.spans[i].critical {
                     continue;
                 }
-                let mut told: Vec<Told> = KINDS
-                    .iter()
+                let mut told: Vec<Told> = ProfileKind::ALL
+                    .into_iter()
                     .filter_map(|k| span_code(t, i, &processes, &index, k))
                     .collect();
                 waiters_alone_are_the_lock(&mut told);
@@ -456,7 +401,7 @@ impl Source for Profiles {
                 // its time.
                 if let Some(x) = self.explaining(t, i, &told) {
                     if let Some(mut v) = x.json(true) {
-                        if x.kind == "lock" {
+                        if x.kind == ProfileKind::Lock {
                             waited_in(&mut v, &told);
                         }
                         t.joined.push(Joined::Span(i, "code", Arc::new(v)));
@@ -540,7 +485,7 @@ SELECT l.trace_id, CASE WHEN l."join" = 'time' THEN 0.7 ELSE 0.8 END
 FROM code l JOIN spans s ON s.trace_id = l.trace_id AND s.span_id = l.span_id
 LEFT JOIN code c ON c.trace_id = l.trace_id AND c.span_id = l.span_id AND c.kind = 'cpu' AND c."join" <> 'time'
 -- The waiter's side (Go's block profile), when it is profiled.
-LEFT JOIN code w ON w.trace_id = l.trace_id AND w.span_id = l.span_id AND w.kind = '{LOCK_WAIT}'
+LEFT JOIN code w ON w.trace_id = l.trace_id AND w.span_id = l.span_id AND w.kind = 'lock_wait'
 WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND coalesce(s.excess_ms, s.self_ms) > 0
   AND l.share >= {min_share}
   -- Before a baseline, the wait itself must be long enough to be a cause.
@@ -567,6 +512,72 @@ WHERE l.kind = 'lock' AND s.kind NOT IN ('client', 'producer') AND coalesce(s.ex
                 ),
             ),
         ]
+    }
+
+    capabilities!(profiles);
+}
+
+impl TakesProfiles for Profiles {
+    fn take_profiles(&self, req: &ExportProfilesServiceRequest, encoded_len: usize, now_ns: u64) {
+        let mut w = self.lock();
+        if encoded_len > self.max_profile_bytes {
+            w.refused += 1;
+            tracing::warn!(bytes = encoded_len, max_profile_bytes = self.max_profile_bytes, "A profile over max_profile_bytes was not taken into the correlation state; it passes on.");
+            return;
+        }
+        // Where each service's profiles have got to: the end of each
+        // profile's time range, with samples or not (an idle JVM's
+        // recording has none), else of its samples.
+        let mut ended = window_ends(req);
+        for (s, bytes) in samples(req) {
+            w.bytes += bytes;
+            ended.push((s.service.clone(), s.to_ns));
+            w.samples.push_back((s, bytes));
+        }
+        for (service, to_ns) in ended {
+            let end = w.latest.entry(service).or_insert(0);
+            *end = (*end).max(to_ns);
+        }
+        if w.latest.len() > MAX_FLOWS {
+            let stale = now_ns.saturating_sub(self.wait_ns);
+            w.latest.retain(|_, end| *end >= stale);
+            if w.latest.len() > MAX_FLOWS {
+                w.latest.clear();
+            }
+        }
+        // The oldest first: over the bytes, or older than the window.
+        let oldest = now_ns.saturating_sub(self.keep_ns);
+        while w.bytes > self.max_bytes || w.samples.front().is_some_and(|(s, _)| s.to_ns < oldest) {
+            let Some((_, b)) = w.samples.pop_front() else {
+                break;
+            };
+            w.bytes -= b;
+        }
+    }
+
+    /// A span that could be given a code cause (its self time at least
+    /// `min_time`, not a call), of a service whose profiles flow (a window
+    /// ended within `wait` of now), ended after that service's latest
+    /// window: the window that covers it has not arrived yet.
+    fn awaits(&self, t: &TraceRow, now_ns: u64, waited: std::time::Duration) -> bool {
+        let waited = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        if waited >= self.wait_ns {
+            return false;
+        }
+        let w = self.lock();
+        if w.latest.is_empty() {
+            return false;
+        }
+        let base = t.start_unix_ms * 1e6;
+        t.spans.iter().any(|s| {
+            s.at != NOT_IN_BATCH
+                && s.self_ms >= self.min_time_ms
+                && !matches!(s.kind, SpanKind::Client | SpanKind::Producer)
+                && w.latest.get(&s.service).is_some_and(|&end| {
+                    let span_end = (base + s.end_ms * 1e6).max(0.0) as u64;
+                    end < span_end && now_ns.saturating_sub(end) <= self.wait_ns
+                })
+        })
     }
 }
 
@@ -693,7 +704,7 @@ mod tests {
 
     #[test]
     fn the_window_is_bounded_in_bytes_and_time_and_a_large_profile_is_refused() {
-        use super::{Profiles, Source};
+        use super::{Profiles, TakesProfiles};
         use prost::Message;
         let req = crate::correlate::tests::cpu_profile_of_api(Some(1));
         let len = req.encoded_len();
@@ -751,7 +762,7 @@ mod tests {
         let total = |req: &super::ExportProfilesServiceRequest| -> Vec<(&'static str, f64)> {
             super::samples(req)
                 .iter()
-                .map(|(x, _)| (x.kind, x.value))
+                .map(|(x, _)| (x.kind.as_str(), x.value))
                 .collect()
         };
         // async-profiler's OTLP: 30 samples of perf_events every 10 ms.
@@ -841,7 +852,7 @@ mod tests {
         let got: Vec<(u64, f64, f64, Option<String>)> = super::samples(&req)
             .into_iter()
             .map(|(s, _)| {
-                assert_eq!((s.kind, s.from_ns), ("lock", s.to_ns));
+                assert_eq!((s.kind.as_str(), s.from_ns), ("lock", s.to_ns));
                 (
                     s.from_ns,
                     s.value,
