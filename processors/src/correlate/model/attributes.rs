@@ -99,6 +99,8 @@ macro_rules! span_attribute_list {
     db_collection: String = text(text) ["db.collection.name", "db.sql.table"];
     /// `messaging.system`.
     messaging_system: String = text(text) ["messaging.system"];
+    /// `messaging.operation.type` (or the older `messaging.operation`): `receive`, `process`, `send`…
+    messaging_operation: String = text(text) ["messaging.operation.type", "messaging.operation"];
     /// `messaging.destination.name` (or the older `messaging.destination`,
     /// `messaging.kafka.destination`).
     destination: String = text(text) [

@@ -232,6 +232,10 @@ impl Index {
 
 fn consumer_side(s: &SpanRow) -> bool {
     s.kind == SpanKind::Consumer
+        || matches!(
+            s.messaging_operation.as_deref(),
+            Some("receive" | "process" | "deliver")
+        )
         || (s.kind != SpanKind::Producer
             && ["process", "receive", "deliver", "consume"]
                 .iter()
@@ -832,6 +836,16 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn an_internal_span_that_says_it_processes_a_message_is_the_consumer_side() {
+        let mut s = span(SpanKind::Internal, "handle", Some("orders"), None);
+        assert!(!consumer_side(&s), "neither its kind nor its name says so");
+        s.messaging_operation = Some("process".into());
+        assert!(consumer_side(&s));
+        s.messaging_operation = Some("send".into());
+        assert!(!consumer_side(&s));
     }
 
     #[test]
