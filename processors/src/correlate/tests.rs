@@ -5160,3 +5160,37 @@ fn tables_reference_in_the_readme_is_current() {
          `CAUSEWAY_BLESS=1 cargo test -p causeway-processors tables_reference`"
     );
 }
+
+/// A user's rule reads the error ratio of the trace's route at the
+/// gateway (`route_stats.error_ratio`): 6 of its 10 answers were 503.
+#[tokio::test]
+async fn a_users_rule_reads_the_error_ratio_of_the_traces_route() {
+    let st = store();
+    for i in 0..10u8 {
+        let status = if i < 6 { 503 } else { 200 };
+        st.add_logs(&[gateway_log(100 + i, status, vec![])], 1_000_000_000_000);
+    }
+    let rs = vec![resource_spans(
+        "api",
+        vec![span(100, 1, None, "POST /orders", 0, 100, vec![])],
+    )];
+    let (traces, tables) = join_all(&st, &rs);
+    let rule = Rule {
+        name: "route_errors".into(),
+        cause: "upstream_unavailable".into(),
+        sql: "SELECT trace_id, 0.9 AS confidence, concat('route ', route, ' answered ', \
+              CAST(CAST(round(error_ratio * 100) AS BIGINT) AS VARCHAR), '% 5xx') AS summary \
+              FROM route_stats WHERE error_ratio >= 0.5"
+            .into(),
+        user: true,
+        described: None,
+    };
+    let (findings, errors) = rules::Planner::new(&st.sources.tables())
+        .evaluate(&[rule], &traces, tables)
+        .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(
+        findings[&traces[0].trace_id][0].summary,
+        "route order-create answered 60% 5xx"
+    );
+}

@@ -495,6 +495,10 @@ static ROUTE_STATS: Declared<Traced<RouteRow>> = Declared {
         Column::<Traced<RouteRow>>::int("s429", |r, _| count(r.row.stats.s429)).doc("429 answers."),
         Column::<Traced<RouteRow>>::int("s503", |r, _| count(r.row.stats.s503)).doc("503 answers."),
         Column::<Traced<RouteRow>>::int("s504", |r, _| count(r.row.stats.s504)).doc("504 answers."),
+        Column::<Traced<RouteRow>>::float("error_ratio", |r, _| {
+            V::F(Some(r.row.stats.error_ratio()))
+        })
+        .doc("5xx answers ÷ requests (0 without requests)."),
         Column::<Traced<RouteRow>>::int("not_closed", |r, _| count(r.row.stats.not_closed))
             .doc("Records whose circuit state was not CLOSED."),
         Column::<Traced<RouteRow>>::text("top_rule", |r, _| so(&r.row.stats.top_rule))
