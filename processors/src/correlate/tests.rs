@@ -1,4 +1,4 @@
-use super::stage::analyse::HeldTraces;
+use super::stage::analyse::{AnalysisTime, HeldTraces};
 use super::*;
 use crate::correlate::analysis::verdict::verdict;
 use crate::correlate::analysis::verdict::Enough;
@@ -2258,6 +2258,13 @@ async fn evidence_wait_holds_at_most_max_held_traces_and_the_rest_leave_at_once(
             .and_then(|v| v.parse::<f64>().ok())
     };
     assert_eq!(gauge(&telemetry), Some(3.0));
+    let analysing = <AnalysisTime as causeway_core::telemetry::Metric>::NAME;
+    let spent = telemetry
+        .render()
+        .lines()
+        .find(|l| l.starts_with(analysing))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert!(spent.is_some_and(|us| us > 0.0), "{analysing}: {spent:?}");
     let mut released = Vec::new();
     p.flush(&mut released).await.unwrap();
     let traces: usize = released
