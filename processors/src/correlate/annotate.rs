@@ -139,7 +139,7 @@ pub fn evidence_json<'a>(
             name: &c.name,
             self_ms: c.self_ms,
             duration_ms: c.duration_ms,
-            status: c.status,
+            status: c.status.as_str(),
             host: &c.host,
         }],
         logs: t

@@ -303,8 +303,9 @@ impl Refusals {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::correlate::model::trace::SpanStatus;
 
-    fn span(kind: SpanKind, status: &'static str, start: f64, dur: f64) -> SpanRow {
+    fn span(kind: SpanKind, status: SpanStatus, start: f64, dur: f64) -> SpanRow {
         SpanRow {
             kind,
             status,
@@ -328,11 +329,11 @@ mod tests {
     fn a_fast_failure_with_nothing_under_it_after_failed_calls_is_refused_by_the_caller() {
         let r = Refusals::new(4);
         // api's calls to pricing failed (nothing answered at the address).
-        let mut call = span(SpanKind::Client, "error", 0.0, 30.0);
+        let mut call = span(SpanKind::Client, SpanStatus::Error, 0.0, 30.0);
         call.server_address = Some("10.0.0.7".into());
         call.server_port = Some(8080);
         call.callee = Some("pricing".into());
-        let mut quote = span(SpanKind::Server, "error", 0.0, 31.0);
+        let mut quote = span(SpanKind::Server, SpanStatus::Error, 0.0, 31.0);
         quote.op = "server GET /quote".into();
         let mut first = vec![trace(1_000.0, vec![quote.clone(), call])];
         first[0].spans[1].parent = Some(0);
@@ -343,10 +344,10 @@ mod tests {
         );
         // Later, api's quote fails in a millisecond without calling
         // anything (its framework's own spans under it).
-        let mut refused = span(SpanKind::Server, "error", 0.0, 1.0);
+        let mut refused = span(SpanKind::Server, SpanStatus::Error, 0.0, 1.0);
         refused.op = quote.op.clone();
         refused.exception_type = Some("CircuitBreakerError".into());
-        let mut handler = span(SpanKind::Internal, "unset", 0.0, 0.5);
+        let mut handler = span(SpanKind::Internal, SpanStatus::Unset, 0.0, 0.5);
         handler.parent = Some(0);
         let mut later = vec![trace(5_000.0, vec![refused.clone(), handler])];
         r.learn_and_mark(&mut later);
@@ -367,7 +368,7 @@ mod tests {
         let mut other = refused.clone();
         other.service = "checkout".into();
         let mut not_failed = refused.clone();
-        not_failed.status = "ok";
+        not_failed.status = SpanStatus::Ok;
         not_failed.exception_type = None;
         let mut none = vec![trace(5_000.0, vec![slow, bad_request, other, not_failed])];
         r.learn_and_mark(&mut none);
@@ -384,19 +385,19 @@ mod tests {
     #[test]
     fn a_fast_failure_after_the_target_answered_again_is_the_applications_own() {
         let r = Refusals::new(4);
-        let call = |status: &'static str| {
+        let call = |status: SpanStatus| {
             let mut c = span(SpanKind::Client, status, 0.0, 30.0);
             c.callee = Some("pricing".into());
             c.parent = Some(0);
             c
         };
-        let mut quote = span(SpanKind::Server, "error", 0.0, 31.0);
+        let mut quote = span(SpanKind::Server, SpanStatus::Error, 0.0, 31.0);
         quote.op = "server GET /quote".into();
         // A failed call, then (in a trace a sampler did not keep) one that
         // reached pricing and was answered: no breaker is open.
-        r.learn(&[trace(1_000.0, vec![quote.clone(), call("error")])]);
-        r.learn(&[trace(2_000.0, vec![quote.clone(), call("unset")])]);
-        let mut exception = span(SpanKind::Internal, "error", 0.0, 2.0);
+        r.learn(&[trace(1_000.0, vec![quote.clone(), call(SpanStatus::Error)])]);
+        r.learn(&[trace(2_000.0, vec![quote.clone(), call(SpanStatus::Unset)])]);
+        let mut exception = span(SpanKind::Internal, SpanStatus::Error, 0.0, 2.0);
         exception.exception_type = Some("java.lang.IllegalStateException".into());
         let mut root = quote.clone();
         root.duration_ms = 3.0;
@@ -410,10 +411,10 @@ mod tests {
         // Failing again, with nothing answered since: a refusal, however
         // many calls of the service to other targets were answered
         // meanwhile (a busy service).
-        r.learn(&[trace(4_000.0, vec![quote.clone(), call("error")])]);
+        r.learn(&[trace(4_000.0, vec![quote.clone(), call(SpanStatus::Error)])]);
         let other: Vec<TraceRow> = (0..200)
             .map(|i| {
-                let mut c = call("unset");
+                let mut c = call(SpanStatus::Unset);
                 c.callee = Some("reservations".into());
                 trace(4_001.0 + f64::from(i), vec![quote.clone(), c])
             })
@@ -428,13 +429,13 @@ mod tests {
     fn the_refusal_names_the_failed_target_its_text_names() {
         let r = Refusals::new(4);
         let failed = |callee: &str, end: f64| {
-            let mut c = span(SpanKind::Client, "error", 0.0, 10.0);
+            let mut c = span(SpanKind::Client, SpanStatus::Error, 0.0, 10.0);
             c.callee = Some(callee.into());
             trace(end, vec![c])
         };
         let mut seen = vec![failed("inventory", 1_000.0), failed("pricing", 2_000.0)];
         r.learn_and_mark(&mut seen);
-        let mut refused = span(SpanKind::Internal, "error", 0.0, 0.5);
+        let mut refused = span(SpanKind::Internal, SpanStatus::Error, 0.0, 0.5);
         refused.exception_message = Some("Circuit \"Inventory\" OPEN until 12:00".into());
         let mut t = vec![trace(3_000.0, vec![refused.clone()])];
         r.learn_and_mark(&mut t);
@@ -444,7 +445,7 @@ mod tests {
         r.learn_and_mark(&mut t);
         assert_eq!(t[0].spans[0].refused_target.as_deref(), Some("pricing"));
         // A client span with a target made an attempt: not a refusal.
-        let mut attempt = span(SpanKind::Client, "error", 0.0, 1.0);
+        let mut attempt = span(SpanKind::Client, SpanStatus::Error, 0.0, 1.0);
         attempt.server_address = Some("10.0.0.9".into());
         let mut t = vec![trace(3_000.0, vec![attempt])];
         r.learn_and_mark(&mut t);
@@ -455,7 +456,7 @@ mod tests {
     fn services_and_failures_are_bounded() {
         let r = Refusals::new(2);
         for (i, svc) in ["a", "b", "c"].iter().enumerate() {
-            let mut c = span(SpanKind::Client, "error", 0.0, 1.0);
+            let mut c = span(SpanKind::Client, SpanStatus::Error, 0.0, 1.0);
             c.service = (*svc).into();
             c.callee = Some("x".into());
             r.learn_and_mark(&mut [trace(i as f64, vec![c])]);
@@ -464,7 +465,7 @@ mod tests {
         assert!(!r.lock().failed.contains_key("a"));
         let mut many: Vec<TraceRow> = (0..40)
             .map(|i| {
-                let mut c = span(SpanKind::Client, "error", 0.0, 1.0);
+                let mut c = span(SpanKind::Client, SpanStatus::Error, 0.0, 1.0);
                 c.callee = Some("x".into());
                 trace(f64::from(i), vec![c])
             })

@@ -31,7 +31,7 @@
 //!   it is the server's answer, not where an error began.
 
 use super::critical::Node;
-use crate::correlate::model::trace::SpanKind;
+use crate::correlate::model::trace::{SpanKind, SpanStatus};
 use crate::correlate::model::SpanRow;
 
 /// Cache systems whose reads and writes are recognised.
@@ -236,7 +236,7 @@ fn is_cache_write(r: &SpanRow) -> bool {
 
 /// A span that failed: ERROR status (not a client 4xx), a 5xx, or an error type.
 pub fn failed(r: &SpanRow) -> bool {
-    (r.status == "error" && !r.client_error)
+    (r.status == SpanStatus::Error && !r.client_error)
         || r.http_status.is_some_and(|s| s >= 500)
         || (r.kind == SpanKind::Client && r.http_status == Some(429))
         || r.error_type.is_some()
@@ -260,7 +260,7 @@ pub fn failure_text(r: &SpanRow) -> String {
 pub fn infer(rows: &mut [SpanRow], nodes: &[Node], children: &[Vec<usize>]) {
     for r in rows.iter_mut() {
         r.client_error = r.kind == SpanKind::Client
-            && r.status == "error"
+            && r.status == SpanStatus::Error
             && r.http_status.is_some_and(|s| (400..500).contains(&s))
             && r.error_type.is_none()
             && r.exception_type.is_none();

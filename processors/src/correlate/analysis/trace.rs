@@ -15,7 +15,9 @@ use super::shape;
 use super::target;
 use crate::correlate::model::attributes::SpanAttrs;
 use crate::correlate::model::series::{find as attr, host_key, s as attr_str};
-use crate::correlate::model::trace::{id64, SpanKind, SpanRef, SpanRow, TraceRow, PROMPT_BASELINE};
+use crate::correlate::model::trace::{
+    id64, SpanKind, SpanRef, SpanRow, SpanStatus, TraceRow, PROMPT_BASELINE,
+};
 
 fn kind_name(k: i32) -> SpanKind {
     match OtlpKind::try_from(k) {
@@ -137,9 +139,9 @@ fn span_row(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) -> Sp
 
 fn span_row_of(at: SpanRef, span: &Span, service: &Arc<str>, host: &Arc<str>) -> SpanRow {
     let status = match span.status.as_ref().map(|s| StatusCode::try_from(s.code)) {
-        Some(Ok(StatusCode::Error)) => "error",
-        Some(Ok(StatusCode::Ok)) => "ok",
-        _ => "unset",
+        Some(Ok(StatusCode::Error)) => SpanStatus::Error,
+        Some(Ok(StatusCode::Ok)) => SpanStatus::Ok,
+        _ => SpanStatus::Unset,
     };
     // The exception event's type and message (an event's attributes, not the span's).
     let exception = span.events.iter().find(|e| e.name == "exception");
@@ -399,7 +401,7 @@ fn trace_row(
     let failed = [root_i, entry].iter().any(|&i| {
         let s = &spans[i];
         !s.recovered
-            && ((s.status == "error" && !s.client_error)
+            && ((s.status == SpanStatus::Error && !s.client_error)
                 || s.http_status.is_some_and(|x| x >= 500 || x == 429))
     });
     Some(TraceRow {
@@ -481,7 +483,7 @@ fn times(spans: &mut [SpanRow], nodes: &[Node], self_ns: &[u64], start_ns: u64) 
 fn error_origin(spans: &[SpanRow], nodes: &[Node]) -> Option<usize> {
     let mut has_error_child = vec![false; nodes.len()];
     for i in 0..nodes.len() {
-        if spans[i].status == "error"
+        if spans[i].status == SpanStatus::Error
             && !spans[i].client_error
             && !spans[i].recovered
             && !super::chain::cancelled(&spans[i])
@@ -501,7 +503,7 @@ fn error_origin(spans: &[SpanRow], nodes: &[Node]) -> Option<usize> {
     let origin_of = |skip_cancelled: bool| {
         (0..spans.len())
             .filter(|&i| {
-                spans[i].status == "error"
+                spans[i].status == SpanStatus::Error
                     && !spans[i].client_error
                     && !spans[i].recovered
                     && !has_error_child[i]

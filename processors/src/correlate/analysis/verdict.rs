@@ -738,6 +738,7 @@ fn retry_note(t: &TraceRow) -> Option<String> {
 mod tests {
     use super::*;
     use crate::correlate::model::cause::{self, Face};
+    use crate::correlate::model::trace::SpanStatus;
 
     /// A failed request: a server span (0) whose client call (1) failed
     /// with an exception, both 100 ms.
@@ -754,7 +755,7 @@ mod tests {
             self_ms: 50.0,
             path_ms: 50.0,
             critical: true,
-            status: "error",
+            status: SpanStatus::Error,
             status_message: message.into(),
             depth: parent.map_or(0, |_| 1),
             ..Default::default()

@@ -103,7 +103,7 @@ table!(
     float("self_ms", |t, i| V::F(Some(t.spans[i].self_ms))),
     float("share", |t, i| share(t, t.spans[i].self_ms)),
     bool("critical", |t, i| V::B(Some(t.spans[i].critical))),
-    text("status", |t, i| s(t.spans[i].status)),
+    text("status", |t, i| s(t.spans[i].status.as_str())),
     text("status_message", |t, i| s(&t.spans[i].status_message)),
     text("callee", |t, i| V::S(t.spans[i].callee.as_deref())),
     text("exception_type", |t, i| so(&t.spans[i].exception_type)),

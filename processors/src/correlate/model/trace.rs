@@ -45,6 +45,29 @@ impl std::fmt::Display for SpanKind {
     }
 }
 
+/// A span's status, as OTLP says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpanStatus {
+    /// Left unset.
+    #[default]
+    Unset,
+    /// Marked OK.
+    Ok,
+    /// Marked ERROR.
+    Error,
+}
+
+impl SpanStatus {
+    /// Its name in the `spans` table, the page and the evidence.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpanStatus::Unset => "unset",
+            SpanStatus::Ok => "ok",
+            SpanStatus::Error => "error",
+        }
+    }
+}
+
 /// One span, as a row.
 #[derive(Debug, Clone, Default)]
 pub struct SpanRow {
@@ -82,8 +105,8 @@ pub struct SpanRow {
     pub self_ms: f64,
     /// On the critical path.
     pub critical: bool,
-    /// unset, ok, error.
-    pub status: &'static str,
+    /// Its status.
+    pub status: SpanStatus,
     /// Status message.
     pub status_message: String,
     /// For a client (or producer) span: the service that answered it, from

@@ -154,7 +154,7 @@ pub fn view(
                     duration_ms: s.duration_ms,
                     self_ms: s.self_ms,
                     critical: s.critical,
-                    status: s.status,
+                    status: s.status.as_str(),
                 }
             })
             .collect(),
