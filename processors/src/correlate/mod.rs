@@ -57,7 +57,7 @@ use model::cause::Causes;
 use model::Rule;
 use model::{nanos, now_ns};
 use source::Correlation;
-use stage::analyse::Analysed;
+use stage::analyse::{Analysed, AnalysisTime};
 use stage::RuleErrors;
 use stage::Stage;
 use store::{Limits, Store};
@@ -226,6 +226,7 @@ fn analyse_stage(
         planner: rules::Planner::new(&correlation.sources.tables()),
         rule_errors_logged: std::collections::HashSet::new(),
         analysed: ctx.telemetry.counter(Analysed, &[("component", id)]),
+        analysis_time: ctx.telemetry.counter(AnalysisTime, &[("component", id)]),
     }
 }
 
