@@ -47,7 +47,7 @@ use super::model::cause::{
     RATE_LIMITED, RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
 };
 use super::model::columns::{
-    fill_spans, fill_traces, LOG_COLUMNS, SPAN_ATTRIBUTES, SPAN_COLUMNS, TRACE_COLUMNS,
+    fill_span_attributes, fill_spans, fill_traces, LOG_COLUMNS, SPAN_ATTRIBUTES, SPAN_COLUMNS, TRACE_COLUMNS,
 };
 use super::model::table::{schema_of, Cols, Table, Ty};
 use super::model::SpanRow;
@@ -599,9 +599,7 @@ pub fn tables(traces: &[TraceRow]) -> Result<Vec<Table>, String> {
     let rows = each(|t| t.spans.len());
     let mut c = Cols::new(&SPANS_SCHEMA, rows.len());
     fill_spans(&mut c, &rows);
-    for (k, col) in SPAN_ATTRIBUTES.iter().enumerate() {
-        c.fill(SPAN_COLUMNS.len() + k, col, &rows);
-    }
+    fill_span_attributes(&mut c, SPAN_COLUMNS.len(), &rows);
     let spans_t = (
         "spans",
         SPANS_SCHEMA.clone(),

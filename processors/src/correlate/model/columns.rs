@@ -187,6 +187,12 @@ impl Cell for Option<bool> {
     }
 }
 
+/// A cell function as itself (its closure's types inferred from the bound).
+#[inline(always)]
+fn cell_of<F: for<'a> Fn(&'a TraceRow, usize) -> V<'a>>(f: F) -> F {
+    f
+}
+
 /// The cell of attribute `$field` of span `$i`: the declared one, else the
 /// field's own.
 macro_rules! getter {
@@ -212,6 +218,16 @@ macro_rules! span_attr_columns {
             $( Column::<TraceRow>::$col(stringify!($field), getter!($field ; $($get)?))
                 .doc(concat!($($doc),+)), )*
         ];
+
+        /// Fill the span attributes' columns of a batch (from column `at`
+        /// on) with `rows`, row by row with the same cells inlined: one
+        /// pass over the spans, not one per attribute (a span's row is
+        /// large; a pass per column reads every span again).
+        pub fn fill_span_attributes(c: &mut Cols, at: usize, rows: &[(&TraceRow, usize)]) {
+            for &(t, i) in rows {
+                c.row_at(at, [ $( cell_of(getter!($field ; $($get)?))(t, i), )* ]);
+            }
+        }
     };
 }
 

@@ -87,6 +87,14 @@ impl Cols {
             append(c, v);
         }
     }
+    /// Append a row's cells to the columns from `at` on (the rest of a
+    /// row whose first columns another pass filled).
+    #[inline]
+    pub fn row_at<'a>(&mut self, at: usize, cells: impl IntoIterator<Item = V<'a>>) {
+        for (c, v) in self.cols.iter_mut().skip(at).zip(cells) {
+            append(c, v);
+        }
+    }
     /// Fill column `at` with declared column `col` over `rows`.
     pub fn fill<R: ?Sized>(&mut self, at: usize, col: &Column<R>, rows: &[(&R, usize)]) {
         self.fill_with(at, rows, col.get);
