@@ -6,7 +6,7 @@ use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 
 use super::model::cause::CulpritKind;
 use super::model::table::{Cells, Column};
-use super::model::{Hex16, Joined, TraceRow, Verdict};
+use super::model::{Hex16, Joined, SpanFacts, TraceRow, Verdict};
 
 /// Values that become OTLP attribute values.
 pub trait IntoAny {
@@ -72,8 +72,15 @@ struct Evidence<'a> {
     logs: Vec<EvLog<'a>>,
     metrics: Vec<Tagged<'a>>,
     #[serde(flatten)]
-    fields: std::collections::BTreeMap<&'a str, &'a serde_json::Value>,
+    fields: std::collections::BTreeMap<&'a str, Fact<'a>>,
     alternatives: Vec<EvAlt<'a>>,
+}
+/// A field of the evidence: a source's own, or what it knows of the culprit span.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Fact<'a> {
+    Field(&'a serde_json::Value),
+    Span(&'a SpanFacts),
 }
 /// A joined row, its `kind` first.
 #[derive(serde::Serialize)]
@@ -171,8 +178,8 @@ pub fn evidence_json<'a>(
             .joined
             .iter()
             .filter_map(|j| match j {
-                Joined::Field(k, v) => Some((*k, &**v)),
-                Joined::Span(i, k, v) if *i == v_culprit => Some((*k, &**v)),
+                Joined::Field(k, v) => Some((*k, Fact::Field(v))),
+                Joined::Span(i, k, v) if *i == v_culprit => Some((*k, Fact::Span(v))),
                 Joined::Metric(..) | Joined::Span(..) => None,
             })
             .collect(),

@@ -47,7 +47,8 @@ use super::model::cause::{
     RATE_LIMITED, RETRY_STORM, TLS_HANDSHAKE, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
 };
 use super::model::columns::{
-    fill_span_attributes, fill_spans, fill_traces, LOG_COLUMNS, SPAN_ATTRIBUTES, SPAN_COLUMNS, TRACE_COLUMNS,
+    fill_span_attributes, fill_spans, fill_traces, LOG_COLUMNS, SPAN_ATTRIBUTES, SPAN_COLUMNS,
+    TRACE_COLUMNS,
 };
 use super::model::table::{schema_of, Cols, Table, Ty};
 use super::model::SpanRow;

@@ -24,7 +24,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub use finding::{Finding, RcaEvent, Rule, Verdict};
 pub use log::{LogEvidence, Parts};
 pub use series::{Key, LatestPoint, Series};
-pub use trace::{Hex16, Joined, SpanRef, SpanRow, TraceRow};
+pub use trace::{Hex16, Joined, SpanFacts, SpanRef, SpanRow, TraceRow};
 
 /// `d` in nanoseconds (saturating).
 pub(crate) fn nanos(d: std::time::Duration) -> u64 {

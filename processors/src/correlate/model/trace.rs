@@ -288,7 +288,42 @@ pub enum Joined {
     /// What a source knows of one span (by index; `code`): shown as the
     /// field of that name, and as `rca.{name}.{key}` for each of its plain
     /// values, when the span is the verdict's culprit.
-    Span(usize, &'static str, Arc<serde_json::Value>),
+    Span(usize, &'static str, Arc<SpanFacts>),
+}
+
+/// What a source knows of one span: its values (an object; each plain one
+/// becomes `rca.{name}.{key}` on the culprit), and the parts written as
+/// JSON once where they were made (a flame graph), which only the
+/// culprit's `rca.evidence` shows: never built into values, copied or
+/// walked again.
+#[derive(Debug, Clone, Default)]
+pub struct SpanFacts {
+    /// The values.
+    pub values: serde_json::Value,
+    /// The parts written already, by key.
+    pub written: Vec<(&'static str, Box<serde_json::value::RawValue>)>,
+}
+
+impl std::ops::Deref for SpanFacts {
+    type Target = serde_json::Value;
+    fn deref(&self) -> &serde_json::Value {
+        &self.values
+    }
+}
+
+impl serde::Serialize for SpanFacts {
+    /// One object: the values' fields, then the written parts'.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in self.values.as_object().into_iter().flatten() {
+            m.serialize_entry(k, v)?;
+        }
+        for (k, v) in &self.written {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
 }
 
 impl TraceRow {

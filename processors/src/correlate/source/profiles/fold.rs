@@ -33,14 +33,13 @@ impl<T: ?Sized> std::hash::Hash for Ptr<T> {
 /// By frame.
 pub(super) type ByFrame<V> = HashMap<Ptr<Frame>, V>;
 
-/// What a span's joined samples of one kind say of its code.
+/// What a span's joined samples of one kind say of its code: their stacks
+/// with their values, and what every span asks of them (the total, the
+/// collector's and the service's code's shares, the contentions). By frame,
+/// what a rule or the evidence reads is made from the stacks once, when
+/// it is first asked for: most joined codes are never shown.
 #[derive(Debug, Default)]
 pub(super) struct Code {
-    /// By the sample's innermost frame of the service's code (none when
-    /// every frame is the runtime's).
-    pub(super) own_by: ByFrame<f64>,
-    pub(super) self_by: ByFrame<f64>,
-    pub(super) total_by: ByFrame<f64>,
     /// The joined value (ns for a kind of time).
     pub(super) total: f64,
     /// Of it, samples with the allocator or the collector on their stack.
@@ -55,9 +54,19 @@ pub(super) struct Code {
     pub(super) samples: usize,
     /// The stacks, leaf first, with their value: the flame graph.
     pub(super) stacks: HashMap<Ptr<[Arc<Frame>]>, f64>,
+    /// By the sample's innermost frame of the service's code (none when
+    /// every frame is the runtime's), made once from the stacks.
+    own_by: std::sync::OnceLock<ByFrame<f64>>,
+    /// By leaf, and by every frame on the stack (inclusive), made once.
+    self_total_by: std::sync::OnceLock<(ByFrame<f64>, ByFrame<f64>)>,
     /// [`Code::first`], found once (the code is shared by the spans that
     /// join it, and complete before any of them asks).
-    pub(super) first: std::sync::OnceLock<Option<(Arc<Frame>, f64)>>,
+    first: std::sync::OnceLock<Option<(Arc<Frame>, f64)>>,
+}
+
+/// A stack's innermost frame of the service's code.
+fn own_frame(stack: &[Arc<Frame>]) -> Option<&Arc<Frame>> {
+    stack.iter().find(|f| !f.runtime)
 }
 
 impl Code {
@@ -72,11 +81,7 @@ impl Code {
             self.gc += v;
         }
         *self.stacks.entry(Ptr(s.stack.clone())).or_default() += v;
-        if let Some(leaf) = s.stack.first() {
-            *self.self_by.entry(Ptr(leaf.clone())).or_default() += v;
-        }
-        if let Some(own) = s.stack.iter().find(|f| !f.runtime) {
-            *self.own_by.entry(Ptr(own.clone())).or_default() += v;
+        if let Some(own) = own_frame(&s.stack) {
             self.own += v;
             if s.count > 0.0 {
                 let c = self.counted_by.entry(Ptr(own.clone())).or_default();
@@ -84,30 +89,11 @@ impl Code {
                 c.1 += s.value;
             }
         }
-        // Once per sample (a recursive frame is on its stack twice).
-        let mut seen = (s.stack.len() > 64).then(HashSet::new);
-        for (k, f) in s.stack.iter().enumerate() {
-            let first = match &mut seen {
-                Some(seen) => seen.insert(Arc::as_ptr(f)),
-                None => !s.stack[..k].iter().any(|g| Arc::ptr_eq(g, f)),
-            };
-            if first {
-                *self.total_by.entry(Ptr(f.clone())).or_default() += v;
-            }
-        }
     }
 
     /// Add `other`'s samples, their values weighed by `w` (their counts
     /// and counted waits are not: a mean wait is the samples').
     pub(super) fn absorb(&mut self, other: &Code, w: f64) {
-        fn add(to: &mut ByFrame<f64>, from: &ByFrame<f64>, w: f64) {
-            for (f, x) in from {
-                *to.entry(f.clone()).or_default() += x * w;
-            }
-        }
-        add(&mut self.own_by, &other.own_by, w);
-        add(&mut self.self_by, &other.self_by, w);
-        add(&mut self.total_by, &other.total_by, w);
         for (st, x) in &other.stacks {
             *self.stacks.entry(st.clone()).or_default() += x * w;
         }
@@ -120,6 +106,43 @@ impl Code {
         self.gc += other.gc * w;
         self.own += other.own * w;
         self.samples += other.samples;
+    }
+
+    /// By the innermost frame of the service's code.
+    pub(super) fn own_by(&self) -> &ByFrame<f64> {
+        self.own_by.get_or_init(|| {
+            let mut by = ByFrame::default();
+            for (Ptr(stack), v) in &self.stacks {
+                if let Some(own) = own_frame(stack) {
+                    *by.entry(Ptr(own.clone())).or_default() += v;
+                }
+            }
+            by
+        })
+    }
+
+    /// By leaf, and by every frame on the stack, each once per stack (a
+    /// recursive frame is on its stack twice).
+    pub(super) fn self_total_by(&self) -> &(ByFrame<f64>, ByFrame<f64>) {
+        self.self_total_by.get_or_init(|| {
+            let (mut leaf, mut total) = (ByFrame::default(), ByFrame::default());
+            for (Ptr(stack), &v) in &self.stacks {
+                if let Some(f) = stack.first() {
+                    *leaf.entry(Ptr(f.clone())).or_default() += v;
+                }
+                let mut seen = (stack.len() > 64).then(HashSet::new);
+                for (k, f) in stack.iter().enumerate() {
+                    let first = match &mut seen {
+                        Some(seen) => seen.insert(Arc::as_ptr(f)),
+                        None => !stack[..k].iter().any(|g| Arc::ptr_eq(g, f)),
+                    };
+                    if first {
+                        *total.entry(Ptr(f.clone())).or_default() += v;
+                    }
+                }
+            }
+            (leaf, total)
+        })
     }
 
     /// The contentions charged to the top function, when the samples count
@@ -160,8 +183,8 @@ impl Code {
     }
 
     /// By function (its lines' values summed, shown at its heaviest line),
-    /// the most first.
-    pub(super) fn ranked(by: &ByFrame<f64>) -> Vec<(&Arc<Frame>, f64)> {
+    /// the `n` that hold the most, the most first.
+    pub(super) fn ranked(by: &ByFrame<f64>, n: usize) -> Vec<(&Arc<Frame>, f64)> {
         let mut of: HashMap<&str, (&Arc<Frame>, f64, f64)> = HashMap::with_capacity(by.len());
         for (Ptr(f), &x) in by {
             let e = of.entry(&*f.function).or_insert((f, x, 0.0));
@@ -171,17 +194,21 @@ impl Code {
             e.2 += x;
         }
         let mut v: Vec<(&Arc<Frame>, f64)> = of.into_values().map(|(f, _, x)| (f, x)).collect();
-        v.sort_by(|a, b| {
+        let order = |a: &(&Arc<Frame>, f64), b: &(&Arc<Frame>, f64)| {
             b.1.total_cmp(&a.1)
                 .then_with(|| a.0.function.cmp(&b.0.function))
-        });
+        };
+        if n > 0 && v.len() > n {
+            v.select_nth_unstable_by(n - 1, order);
+            v.truncate(n);
+        }
+        v.sort_by(order);
         v
     }
 
     pub(super) fn top(by: &ByFrame<f64>, total: f64) -> Vec<serde_json::Value> {
-        Code::ranked(by)
+        Code::ranked(by, 5)
             .into_iter()
-            .take(5)
             .map(|(f, x)| {
                 serde_json::json!({
                     "function": &*f.function,
@@ -197,7 +224,7 @@ impl Code {
     pub(super) fn first(&self) -> Option<(&Arc<Frame>, f64)> {
         self.first
             .get_or_init(|| {
-                Code::ranked(&self.own_by)
+                Code::ranked(self.own_by(), 1)
                     .first()
                     .map(|(f, x)| ((*f).clone(), x / self.own))
             })
@@ -205,23 +232,24 @@ impl Code {
             .map(|(f, x)| (f, *x))
     }
 
-    /// The flame graph of the joined samples: an icicle of frames from the
-    /// root, each `{f, v, c}` (function, value as a share of the total,
-    /// children), the smallest under 1% merged away, at most `MAX_DEPTH`
-    /// deep.
-    pub(super) fn flame(&self) -> serde_json::Value {
+    /// The flame graph of the joined samples, written as JSON once: an
+    /// icicle of frames from the root, each `{f, v, c}` (function, value as
+    /// a share of the total, children), the smallest under 1% merged away,
+    /// at most `MAX_DEPTH` deep.
+    pub(super) fn flame(&self) -> Option<Box<serde_json::value::RawValue>> {
         const MAX_DEPTH: usize = 48;
-        #[derive(Default)]
-        struct Node {
-            v: f64,
-            c: Vec<(Arc<str>, Node)>,
-        }
         let mut root = Node::default();
         for (Ptr(stack), v) in &self.stacks {
             root.v += v;
             let mut n = &mut root;
             for f in stack.iter().rev().take(MAX_DEPTH) {
-                let k = match n.c.iter().position(|(name, _)| *name == f.function) {
+                // Frames are interned per request: the same function is
+                // most often the same text.
+                let at = n
+                    .c
+                    .iter()
+                    .position(|(name, _)| Arc::ptr_eq(name, &f.function) || *name == f.function);
+                let k = match at {
                     Some(k) => k,
                     None => {
                         n.c.push((f.function.clone(), Node::default()));
@@ -232,22 +260,50 @@ impl Code {
                 n.v += v;
             }
         }
-        fn json(name: &str, n: &Node, total: f64) -> serde_json::Value {
-            let mut c: Vec<&(Arc<str>, Node)> =
-                n.c.iter().filter(|(_, x)| x.v >= total * 0.01).collect();
-            c.sort_by(|a, b| b.1.v.total_cmp(&a.1.v));
-            // Built as values, not through `json!` (which serializes its
-            // arguments again: each level would copy its whole subtree).
-            let mut m = serde_json::Map::with_capacity(3);
-            m.insert("f".into(), serde_json::Value::from(name));
-            m.insert("v".into(), serde_json::Value::from(round3(n.v / total)));
-            m.insert(
-                "c".into(),
-                serde_json::Value::Array(c.into_iter().map(|(k, x)| json(k, x, total)).collect()),
-            );
-            serde_json::Value::Object(m)
-        }
-        json("all", &root, self.total.max(f64::MIN_POSITIVE))
+        serde_json::value::to_raw_value(&Flame {
+            name: "all",
+            node: &root,
+            total: self.total.max(f64::MIN_POSITIVE),
+        })
+        .ok()
+    }
+}
+
+/// A frame of the flame graph and its callees.
+#[derive(Default)]
+struct Node {
+    v: f64,
+    c: Vec<(Arc<str>, Node)>,
+}
+
+/// A node of the flame graph as JSON: `{"c": [...], "f": name, "v": share}`,
+/// its callees of at least 1% of the total, the heaviest first.
+struct Flame<'a> {
+    name: &'a str,
+    node: &'a Node,
+    total: f64,
+}
+
+impl serde::Serialize for Flame<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut c: Vec<Flame<'_>> = self
+            .node
+            .c
+            .iter()
+            .filter(|(_, x)| x.v >= self.total * 0.01)
+            .map(|(name, node)| Flame {
+                name,
+                node,
+                total: self.total,
+            })
+            .collect();
+        c.sort_by(|a, b| b.node.v.total_cmp(&a.node.v));
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("c", &c)?;
+        m.serialize_entry("f", self.name)?;
+        m.serialize_entry("v", &round3(self.node.v / self.total))?;
+        m.end()
     }
 }
 
@@ -302,8 +358,9 @@ impl Told {
         }
     }
 
-    /// The evidence: the top function of the service's code first.
-    pub(super) fn json(&self, explains: bool) -> Option<serde_json::Value> {
+    /// The evidence: the top function of the service's code first, and
+    /// where the code explains the span, its flame graph.
+    pub(super) fn json(&self, explains: bool) -> Option<SpanFacts> {
         let (first, share) = self.code.first()?;
         let mut v = serde_json::json!({
             "function": &*first.function,
@@ -314,9 +371,9 @@ impl Told {
             "samples": self.code.samples,
             "time_ms": round3(self.time_ms()),
             "gc_share": round3(self.code.gc / self.code.total.max(f64::MIN_POSITIVE)),
-            "top_own": Code::top(&self.code.own_by, self.code.own),
-            "top_self": Code::top(&self.code.self_by, self.code.total),
-            "top_inclusive": Code::top(&self.code.total_by, self.code.total),
+            "top_own": Code::top(self.code.own_by(), self.code.own),
+            "top_self": Code::top(&self.code.self_total_by().0, self.code.total),
+            "top_inclusive": Code::top(&self.code.self_total_by().1, self.code.total),
         });
         if let Some(m) = self.code.mean_wait_ms() {
             v["mean_wait_ms"] = serde_json::json!(round3(m));
@@ -324,9 +381,10 @@ impl Told {
         if let Some(d) = self.code.delay_ms() {
             v["delay_ms"] = serde_json::json!(round3(d));
         }
-        if explains {
-            v["flame"] = self.code.flame();
-        }
-        Some(v)
+        let written = match explains.then(|| self.code.flame()).flatten() {
+            Some(flame) => vec![("flame", flame)],
+            None => Vec::new(),
+        };
+        Some(SpanFacts { values: v, written })
     }
 }

@@ -38,7 +38,7 @@ use crate::correlate::analysis::baseline::SLOW_FACTOR;
 use crate::correlate::model::cause::{self, Cause};
 use crate::correlate::model::table::{About, Column, Declared, Purpose, Traced, V};
 use crate::correlate::model::trace::NOT_IN_BATCH;
-use crate::correlate::model::{Hex16, Joined, Rule, TraceRow};
+use crate::correlate::model::{Hex16, Joined, Rule, SpanFacts, TraceRow};
 
 mod decode;
 mod fold;
@@ -402,7 +402,7 @@ impl Source for Profiles {
                 if let Some(x) = self.explaining(t, i, &told) {
                     if let Some(mut v) = x.json(true) {
                         if x.kind == ProfileKind::Lock {
-                            waited_in(&mut v, &told);
+                            waited_in(&mut v.values, &told);
                         }
                         t.joined.push(Joined::Span(i, "code", Arc::new(v)));
                     }
@@ -957,5 +957,59 @@ mod tests {
         ] {
             assert!(!is_runtime(f, l), "{f}");
         }
+    }
+
+    /// The flame graph is written once as JSON, `{c, f, v}` from the root,
+    /// the heaviest callee first and under 1% merged away; the evidence
+    /// carries it beside the values, which alone become attributes.
+    #[test]
+    fn the_flame_graph_is_written_once_and_only_the_evidence_carries_it() {
+        use super::{Arc, Code, Frame, JoinedBy, ProfileKind, Sample, Told};
+        let frame = |name: &str| {
+            Arc::new(Frame {
+                function: name.into(),
+                location: format!("{name}.go:1").into(),
+                runtime: false,
+                gc: false,
+            })
+        };
+        let (root, hot, cold, tiny) = (frame("main"), frame("hot"), frame("cold"), frame("tiny"));
+        let sample = |stack: Vec<Arc<Frame>>, value: f64| Sample {
+            service: "api".into(),
+            from_ns: 0,
+            to_ns: 1,
+            span: Some(1),
+            thread: None,
+            kind: ProfileKind::Cpu,
+            value,
+            count: 0.0,
+            stack: stack.into(),
+        };
+        let mut code = Code::default();
+        code.add(&sample(vec![cold.clone(), root.clone()], 30.0), 1.0);
+        code.add(&sample(vec![hot.clone(), root.clone()], 69.5), 1.0);
+        code.add(&sample(vec![tiny, root], 0.5), 1.0);
+        let told = Told {
+            kind: ProfileKind::Cpu,
+            join: JoinedBy::Span,
+            code: Arc::new(code),
+            weight: 1.0,
+        };
+        let facts = told.json(true).expect("the code names a function");
+        assert_eq!(facts["function"], "hot");
+        let flame = &facts.written[0];
+        assert_eq!(flame.0, "flame");
+        assert_eq!(
+            flame.1.get(),
+            r#"{"c":[{"c":[{"c":[],"f":"hot","v":0.695},{"c":[],"f":"cold","v":0.3}],"f":"main","v":1.0}],"f":"all","v":1.0}"#
+        );
+        // In the evidence, one object: the values and the flame graph.
+        let ev: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&facts).expect("serializes"))
+                .expect("JSON");
+        assert_eq!(ev["function"], "hot");
+        assert_eq!(ev["flame"]["c"][0]["c"][1]["f"], "cold");
+        // Without `explains`, no flame graph is made.
+        assert!(told.json(false).expect("values").written.is_empty());
     }
 }
