@@ -1,4 +1,4 @@
-# The shipped binary (the `dist` profile: thin LTO, no symbols) in a small image.
+# The shipped binary (the `dist` profile: thin LTO, no symbols, panics abort) in a small image.
 #   docker build -t causeway:dev .
 # Try it (deploy/docker/pipeline.yaml: the default pipeline on every
 # interface of the container, without TLS or credentials, as it says):
