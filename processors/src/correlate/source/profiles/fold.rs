@@ -31,7 +31,12 @@ impl<T: ?Sized> std::hash::Hash for Ptr<T> {
 }
 
 /// By frame.
-pub(super) type ByFrame<V> = HashMap<Ptr<Frame>, V>;
+pub(super) type ByFrame<V> = Fast<Ptr<Frame>, V>;
+
+/// A map hashed with foldhash: its keys are pointers and the service's own
+/// text, hashed per sample and per frame, where SipHash's resistance to
+/// chosen keys buys nothing.
+pub(super) type Fast<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// What a span's joined samples of one kind say of its code: their stacks
 /// with their values, and what every span asks of them (the total, the
@@ -53,7 +58,7 @@ pub(super) struct Code {
     pub(super) counted_by: ByFrame<(f64, f64)>,
     pub(super) samples: usize,
     /// The stacks, leaf first, with their value: the flame graph.
-    pub(super) stacks: HashMap<Ptr<[Arc<Frame>]>, f64>,
+    pub(super) stacks: Fast<Ptr<[Arc<Frame>]>, f64>,
     /// By the sample's innermost frame of the service's code (none when
     /// every frame is the runtime's), made once from the stacks.
     own_by: std::sync::OnceLock<ByFrame<f64>>,
@@ -185,7 +190,8 @@ impl Code {
     /// By function (its lines' values summed, shown at its heaviest line),
     /// the `n` that hold the most, the most first.
     pub(super) fn ranked(by: &ByFrame<f64>, n: usize) -> Vec<(&Arc<Frame>, f64)> {
-        let mut of: HashMap<&str, (&Arc<Frame>, f64, f64)> = HashMap::with_capacity(by.len());
+        let mut of: Fast<&str, (&Arc<Frame>, f64, f64)> =
+            Fast::with_capacity_and_hasher(by.len(), Default::default());
         for (Ptr(f), &x) in by {
             let e = of.entry(&*f.function).or_insert((f, x, 0.0));
             if x > e.1 || (x == e.1 && f.location < e.0.location) {

@@ -19,7 +19,7 @@ pub(super) type Of<'a> = (&'a str, ProfileKind, &'a str);
 /// samples of a kind carry links, or threads, at all (their runtime says
 /// which samples are a span's, or its thread's: a span with none had none).
 pub(super) struct Index<'a> {
-    pub(super) by_span: HashMap<(u64, ProfileKind), Arc<Code>>,
+    pub(super) by_span: Fast<(u64, ProfileKind), Arc<Code>>,
     /// The windows `(from, to, code)` by start, and the longest window.
     pub(super) windows: HashMap<Of<'a>, Windows>,
     /// The samples taken at an instant, by time.
@@ -35,12 +35,12 @@ impl<'a> Index<'a> {
                 .iter()
                 .flat_map(|t| t.spans.iter().filter(|s| s.critical))
         };
-        let spans: HashSet<u64> = traces
+        let spans: std::collections::HashSet<u64, foldhash::fast::RandomState> = traces
             .iter()
             .flat_map(|t| t.spans.iter().map(|s| s.span_id))
             .collect();
         let services: HashSet<&str> = critical().map(|s| &*s.service).collect();
-        let mut by_span: HashMap<(u64, ProfileKind), Code> = HashMap::new();
+        let mut by_span: Fast<(u64, ProfileKind), Code> = Fast::default();
         let mut windows: HashMap<(Of<'a>, u64, u64), Code> = HashMap::new();
         let mut instants: HashMap<Of<'a>, Vec<&'a Sample>> = HashMap::new();
         let mut linked: HashMap<&str, HashSet<ProfileKind>> = HashMap::new();
