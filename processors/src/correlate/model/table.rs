@@ -83,9 +83,7 @@ impl Cols {
     /// Append a row.
     #[inline]
     pub fn row<'a>(&mut self, cells: impl IntoIterator<Item = V<'a>>) {
-        for (c, v) in self.cols.iter_mut().zip(cells) {
-            append(c, v);
-        }
+        self.row_at(0, cells);
     }
     /// Append a row's cells to the columns from `at` on (the rest of a
     /// row whose first columns another pass filled).
