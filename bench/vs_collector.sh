@@ -7,10 +7,14 @@
 #
 # PERF=1 records each daemon with `perf record` (PERF_RECORD: more of its
 # options, e.g. "--call-graph dwarf") and prints its top
-# functions by self time (to stderr).
-# rows: a comma list of forward-gzip, forward-zstd, forward-none, tail and
-# gateway, each as fast as the daemon takes it or, as ROW@RATE, at RATE
-# spans/s (default: all, with forward-zstd@100000 and tail@50000). Each round runs every row's daemons one
+# functions by self time (to stderr); on the gateway rows it records call
+# graphs and gives correlate's share of causeway's CPU (the samples with a
+# correlate function on their stack) in the table. perf costs the daemon
+# CPU: a PERF=1 run's figures are not comparable with another's.
+# rows: a comma list of forward-gzip, forward-zstd, forward-none, tail,
+# gateway and gateway-profiles, each as fast as the daemon takes it or, as
+# ROW@RATE, at RATE spans/s (default: all, with forward-zstd@100000 and
+# tail@50000). Each round runs every row's daemons one
 # after another; the table gives each figure's median over the rounds, and
 # every round's figure below it.
 #
@@ -36,6 +40,13 @@
 #    sampling with the policies it has, the same exporters, no correlate).
 #    The load: the tail row's traces at 40,000 spans/s (both keep up),
 #    8,000 gateway log records/s carrying their trace ids, 2,000 points/s.
+#  - gateway-profiles: the gateway row with profiles flowing into
+#    causeway: each of the 4 services' CPU and mutex profiles of the last
+#    second, every second, 5,000 CPU samples/s in all (the services spend
+#    50 cores on the requests whose spans arrive, profiled at Go's 100 Hz),
+#    each linked to a span just sent, and 100 mutex samples/s
+#    (`loadgen send --profile-samples-per-sec`). The Collector's gateway
+#    joins no profiles: it gets the gateway row's load.
 #
 # The daemon under test runs on CPU 0, the load generator and the sink on
 # CPU 1. CPU is counted from the daemon's start of load to the moment the
@@ -48,7 +59,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
 ROUNDS=${2:-3}
-ROWS=${3:-forward-gzip,forward-zstd,forward-none,tail,forward-zstd@100000,tail@50000,gateway}
+ROWS=${3:-forward-gzip,forward-zstd,forward-none,tail,forward-zstd@100000,tail@50000,gateway,gateway-profiles}
 if [[ -n ${CAUSEWAY_DAEMON:-} ]]; then # a daemon built already (another commit's)
   T=${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/causeway-target}
   export CARGO_TARGET_DIR=$T
@@ -89,9 +100,10 @@ measure() {
   env "${ENVS[@]}" taskset -c 0 "${RUN[@]}" > "$o.log" 2>&1 &
   local d=$!
   if ! wait_port "$port"; then tail -5 "$o.log" >&2; kill $sink; return 1; fi
-  local perf=
+  local perf= record=${PERF_RECORD:-}
+  [[ $row == gateway* && $name == causeway ]] && record="--call-graph dwarf,16384 -F 199"
   if [[ ${PERF:-0} == 1 ]]; then # where the daemon's time goes (self time by function)
-    perf record -F 999 ${PERF_RECORD:-} -p "$d" -o "$o.perf" > /dev/null 2>&1 & perf=$!
+    perf record -F 999 $record -p "$d" -o "$o.perf" > /dev/null 2>&1 & perf=$!
   fi
   local before; before=$(awk '{print $14+$15}' "/proc/$d/stat")
   taskset -c 1 "$LG" send --target "127.0.0.1:$port" --seconds "$SECS" "${LOAD[@]}" > "$o-send.json"
@@ -100,6 +112,21 @@ measure() {
     kill -INT "$perf"; wait "$perf"
     echo "== $1 $2: self time, top 30" >&2
     perf report -i "$o.perf" --no-children --sort dso,symbol --stdio 2>/dev/null | grep -E '^ +[0-9.]+%' | head -30 >&2
+    if [[ $record == *call-graph* ]]; then # correlate's share: samples with it on the stack
+      perf script --no-inline -i "$o.perf" -F ip,sym 2>/dev/null | python3 -c '
+import sys
+n = hit = 0; inside = False; seen = False
+for line in sys.stdin:
+    if not line.strip():
+        if seen: n += 1; hit += inside
+        inside = seen = False
+        continue
+    seen = True
+    inside = inside or "correlate::" in line
+if seen: n += 1; hit += inside
+print(round(100 * hit / n, 1) if n else "")' > "$o.share"
+      echo "== $1 $2: correlate on the stack in $(cat "$o.share")% of the samples" >&2
+    fi
   fi
   local after; after=$(awk '{print $14+$15}' "/proc/$d/stat")
   local hwm; hwm=$(awk '/VmHWM/{print $2}' "/proc/$d/status")
@@ -114,9 +141,14 @@ cpu = (after - before) / tck
 # drops what it accepted: the Collector's batch processor does); sampling
 # rows count the spans taken in (their kept sets are compared below).
 done = min(send["spans_accepted"], sink["spans_received"]) if row.startswith("forward") else send["spans_accepted"]
+try:
+    share = float(open(f"{o}.share").read())
+except (OSError, ValueError):
+    share = None
 print(json.dumps({"row": row, "daemon": name, "round": int(rnd), "spans_accepted": send["spans_accepted"],
   "spans_at_sink": sink["spans_received"], "cpu_s": round(cpu, 2),
-  "spans_per_cpu_s": round(done / cpu) if cpu else None, "rss_mib": round(hwm / 1024, 1)}))
+  "spans_per_cpu_s": round(done / cpu) if cpu else None, "rss_mib": round(hwm / 1024, 1),
+  "correlate_share": share}))
 PY
   tail -1 "$RESULTS" >&2
 }
@@ -154,21 +186,22 @@ tail_row() { # tail ROUND
 
 . bench/gateway_peers.sh
 gateway_up() { gateway_peers '{}'; }
-gateway_row() { # gateway ROUND
+gateway_row() { # gateway ROUND [more of causeway's load]
   local r=$1
   SINK_ARGS=()
-  LOAD=("${SPLIT[@]}" --tls-ca "$OUT/ca.crt" --token "$TOKEN" --rate 40000 --logs-per-sec 8000 --points-per-sec 2000)
+  LOAD=("${SPLIT[@]}" --tls-ca "$OUT/ca.crt" --token "$TOKEN" --rate 40000 --logs-per-sec 8000 --points-per-sec 2000 "${@:2}")
   ENVS=(CAUSEWAY_TLS_DIR="$OUT" CAUSEWAY_OTLP_TOKEN="$TOKEN" CAUSEWAY_TELEMETRY_TOKEN="$TOKEN"
     KAFKA_BROKERS=127.0.0.1:1 JAEGER_ENDPOINT=127.0.0.1:15317 LOKI_ENDPOINT=http://127.0.0.1:13100
     VM_ENDPOINT=http://127.0.0.1:18428 ALERTMANAGER_URL=http://127.0.0.1:13100)
   rm -rf /var/lib/causeway/queue && mkdir -p /var/lib/causeway/queue
   RUN=("$DAEMON" --config examples/gateway.yaml)
-  measure gateway causeway "$r" 4317 5
+  measure "$ROW" causeway "$r" 4317 5
+  LOAD=("${LOAD[@]:0:${#LOAD[@]}-$(($# - 1))}") # the Collector joins no profiles
   RUN=("$OTELCOL" --config bench/gateway_otelcol.yaml)
-  measure gateway otelcol "$r" 4317 5
+  measure "$ROW" otelcol "$r" 4317 5
 }
 
-if [[ ,$ROWS, == *,gateway,* ]] && ! gateway_up; then
+if [[ ,$ROWS, == *,gateway* ]] && ! gateway_up; then
   echo "the gateway's peers did not start (scripts/deps.sh installs NGINX and VictoriaMetrics)" >&2
   exit 1
 fi
@@ -180,6 +213,7 @@ for r in $(seq 1 "$ROUNDS"); do
       forward-*) forward "$r" "${row#forward-}" ;;
       tail) tail_row "$r" ;;
       gateway) gateway_row "$r" ;;
+      gateway-profiles) gateway_row "$r" --profile-samples-per-sec 5000 ;;
       *) echo "unknown row $row" >&2; exit 2 ;;
     esac
   done
@@ -195,11 +229,13 @@ for r in res:
 names = {"forward-gzip": "forwarding gzip → gzip", "forward-zstd": "forwarding zstd → zstd",
          "forward-none": "forwarding, no compression",
          "tail": "tail sampling, traces split over 3 requests (~11% kept)",
-         "gateway": "the gateway pipeline (causeway: + correlate; the Collector: without)"}
+         "gateway": "the gateway pipeline (causeway: + correlate; the Collector: without)",
+         "gateway-profiles": "the gateway pipeline with 5,000 profile samples/s joined (the Collector: as above)"}
 for row in sorted({r for r, _ in by if "@" in r}):
     base, rate = row.split("@")
     names[row] = f"{names[base]}, at {int(rate):,} spans/s (both keep up: memory at the same load)"
 names["gateway"] = names.pop("gateway")
+names["gateway-profiles"] = names.pop("gateway-profiles")
 med = lambda rs, k: statistics.median(r[k] for r in rs if r[k] is not None)
 print("| configuration | causeway spans/CPU-s | the Collector | ratio | rotel | causeway RSS | the Collector RSS | RSS ratio |")
 print("|---|---|---|---|---|---|---|---|")
@@ -211,6 +247,11 @@ for row in names:
     cr, orr = med(c, "rss_mib"), med(o, "rss_mib")
     rot = f"{med(t, 'spans_per_cpu_s'):,.0f}" if t else "—"
     print(f"| {names[row]} | {cs:,.0f} | {os_:,.0f} | **{cs / os_:.1f}×** | {rot} | {cr:.0f} MiB | {orr:.0f} MiB | {cr / orr:.2f}× |")
+shares = {row: [r["correlate_share"] for r in rs if r.get("correlate_share") is not None]
+          for (row, d), rs in by.items() if d == "causeway"}
+for row, s in shares.items():
+    if s:
+        print(f"\n{names.get(row, row)}: correlate on the stack in {statistics.median(s):.1f}% of causeway's perf samples (median of {len(s)})")
 print()
 print("Every round (spans accepted / at the sink / daemon CPU s / spans per CPU-s / peak RSS MiB):")
 for (row, d), rs in sorted(by.items()):

@@ -198,6 +198,19 @@ fn request(
     }
 }
 
+/// Span `j` of trace `t` of a set: a marker the sender overwrites with the
+/// set's number (as it does in the trace ids), then `t` and `j`, so that
+/// every span of a run has its own id, as profiles linking samples to
+/// spans need.
+fn span_id(t: u64, j: u64) -> Vec<u8> {
+    let mut id = SPAN_MARKER.to_vec();
+    id.extend_from_slice(&(((t as u32) << 12) | (j as u32 & 0xfff)).to_be_bytes());
+    id
+}
+
+/// The first 4 bytes of a template's span ids (spread mode).
+const SPAN_MARKER: [u8; 4] = [0xC0, 0xFF, 0xEE, 0x43];
+
 /// The `parts` requests of one trace set: whole traces of `min..=max`
 /// spans, about `n` spans a request. Span j of a trace is in request
 /// `j % parts`, comes from service `j % services` (a resource each) and is
@@ -236,11 +249,11 @@ fn split_traces(
             let err = error_every > 0 && id.is_multiple_of(error_every as u64);
             let span = Span {
                 trace_id: trace_id.clone(),
-                span_id: mix((t << 16) | j).to_be_bytes().to_vec(),
+                span_id: span_id(t, j),
                 parent_span_id: if j == 0 {
                     vec![]
                 } else {
-                    mix((t << 16) | ((j - 1) / 2)).to_be_bytes().to_vec()
+                    span_id(t, (j - 1) / 2)
                 },
                 name: "GET /api/v1/orders/{id}".into(),
                 kind: if j == 0 {
@@ -408,6 +421,148 @@ fn gateway_logs(
     }
 }
 
+/// The span ids of each service in a trace set's templates (spread mode),
+/// without their set's number: `(service.name, [t and j])`.
+fn spans_by_service(templates: &[ExportTraceServiceRequest]) -> Vec<(String, Vec<[u8; 4]>)> {
+    let mut out: Vec<(String, Vec<[u8; 4]>)> = Vec::new();
+    for rs in templates.iter().flat_map(|r| &r.resource_spans) {
+        let name = rs
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .find(|kv| kv.key == "service.name")
+            .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                any_value::Value::StringValue(s) => Some(s.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let ids = rs
+            .scope_spans
+            .iter()
+            .flat_map(|s| &s.spans)
+            .filter(|s| s.span_id.starts_with(&SPAN_MARKER))
+            .filter_map(|s| s.span_id[4..].try_into().ok());
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => v.extend(ids),
+            None => out.push((name, ids.collect())),
+        }
+    }
+    out.retain(|(_, v)| !v.is_empty());
+    out
+}
+
+/// One second of one service's profiles, as a Go service profiled at
+/// 100 Hz with its samples linked to their spans sends them (pprof labels
+/// by otel-profiling-go; the eBPF profiler's span ids): a CPU profile of
+/// `samples` 10 ms samples, each linked to a span of the service in one
+/// of the last 20 trace sets sent, their stacks 30 frames deep out of 200
+/// distinct stacks of 300 functions; and a mutex profile of one unlinked
+/// sample per 50.
+fn service_profiles(
+    i: u64,
+    (service, spans): (&str, &[[u8; 4]]),
+    samples: u64,
+    last_set: u64,
+) -> opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest {
+    use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+    use opentelemetry_proto::tonic::profiles::v1development::{
+        Function, Line, Link, Location, Profile, ProfilesDictionary, ResourceProfiles, Sample,
+        ScopeProfiles, Stack, ValueType,
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut d = ProfilesDictionary {
+        string_table: vec![
+            String::new(),
+            "cpu".into(),
+            "nanoseconds".into(),
+            "delay".into(),
+        ],
+        location_table: vec![Location::default()],
+        function_table: vec![Function::default()],
+        link_table: vec![Link::default()],
+        stack_table: vec![Stack::default()],
+        ..Default::default()
+    };
+    for f in 0..300i32 {
+        d.string_table
+            .push(format!("github.com/acme/{service}/pkg{}.Handler{f}", f % 12));
+        d.string_table
+            .push(format!("/src/{service}/pkg{}/handler.go", f % 12));
+        d.function_table.push(Function {
+            name_strindex: 4 + 2 * f,
+            filename_strindex: 5 + 2 * f,
+            ..Default::default()
+        });
+        d.location_table.push(Location {
+            lines: vec![Line {
+                function_index: 1 + f,
+                line: i64::from(10 + f),
+                column: 0,
+            }],
+            ..Default::default()
+        });
+    }
+    for st in 0..200i32 {
+        d.stack_table.push(Stack {
+            location_indices: (0..30).map(|k| 1 + (st * 7 + k * 13) % 300).collect(),
+        });
+    }
+    let mut cpu = Vec::new();
+    for k in 0..samples {
+        let r = mix(i.wrapping_mul(1_000_003) ^ k);
+        let set = last_set.saturating_sub(r % 20).max(1) as u32;
+        let mut span_id = set.to_be_bytes().to_vec();
+        span_id.extend_from_slice(&spans[(r >> 8) as usize % spans.len()]);
+        d.link_table.push(Link {
+            trace_id: Vec::new(),
+            span_id,
+        });
+        cpu.push(Sample {
+            stack_index: 1 + ((r >> 32) % 200) as i32,
+            link_index: d.link_table.len() as i32 - 1,
+            values: vec![10_000_000],
+            ..Default::default()
+        });
+    }
+    let mutex = (0..samples.div_ceil(50))
+        .map(|k| Sample {
+            stack_index: 1 + (mix(i ^ (k << 40)) % 200) as i32,
+            values: vec![5_000_000],
+            ..Default::default()
+        })
+        .collect();
+    let profile = |type_strindex, samples| Profile {
+        sample_type: Some(ValueType {
+            type_strindex,
+            unit_strindex: 2,
+        }),
+        samples,
+        time_unix_nano: now.saturating_sub(1_000_000_000),
+        duration_nano: 1_000_000_000,
+        ..Default::default()
+    };
+    ExportProfilesServiceRequest {
+        resource_profiles: vec![ResourceProfiles {
+            resource: Some(Resource {
+                attributes: vec![kv(
+                    "service.name",
+                    any_value::Value::StringValue(service.into()),
+                )],
+                ..Default::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                profiles: vec![profile(1, cpu), profile(3, mutex)],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        dictionary: Some(d),
+    }
+}
+
 /// 100 gauge points of host metrics (CPU and memory utilization, load) of
 /// 20 hosts, now.
 fn host_metrics(
@@ -525,6 +680,11 @@ struct Load {
     /// metrics of 20 hosts).
     #[arg(long, default_value = "0")]
     points_per_sec: u64,
+    /// Also send this many CPU profile samples a second (spread mode),
+    /// each linked to a span just sent: each service's CPU and mutex
+    /// profiles of the last second, every second (see `service_profiles`).
+    #[arg(long, default_value = "0")]
+    profile_samples_per_sec: u64,
     /// TLS: the CA certificate (PEM) that signed the receiver's; the
     /// server name checked is `localhost`.
     #[arg(long)]
@@ -564,11 +724,17 @@ fn encode(
         .iter()
         .map(|req| {
             let b = req.encode_to_vec();
+            // A trace id's marker (field 1, 16 bytes) is kept and the set's
+            // number written after it; a span id's or a parent's (fields 2
+            // and 4, 8 bytes) is overwritten with it.
             let offsets = b
                 .windows(6)
                 .enumerate()
-                .filter(|(_, w)| w == &[0x0a, 0x10, 0xC0, 0xFF, 0xEE, 0x42])
-                .map(|(o, _)| o + 2)
+                .filter_map(|(o, w)| match w {
+                    [0x0a, 0x10, 0xC0, 0xFF, 0xEE, 0x42] => Some(o + 6),
+                    [0x12 | 0x22, 0x08, m @ ..] if m == SPAN_MARKER => Some(o + 2),
+                    _ => None,
+                })
                 .collect();
             if codec != Codec::None {
                 let z = codec
@@ -719,7 +885,7 @@ impl Senders {
         } else {
             let mut b = template.to_vec();
             for o in offsets {
-                b[o + 4..o + 8].copy_from_slice(&(number as u32 + 1).to_be_bytes());
+                b[*o..o + 4].copy_from_slice(&(number as u32 + 1).to_be_bytes());
             }
             Bytes::from(b)
         };
@@ -780,6 +946,41 @@ fn side_senders(
     tasks
 }
 
+/// One profile sender per service: `samples_per_sec` CPU samples a second
+/// over all of them, each service's profiles of the last second once a
+/// second, linked to its spans of the last trace sets sent.
+fn profile_senders(
+    channels: &[tonic::transport::Channel],
+    headers: &http::HeaderMap,
+    deadline: Instant,
+    samples_per_sec: u64,
+    (by_service, last_set): (Vec<(String, Vec<[u8; 4]>)>, Arc<AtomicU64>),
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let n = by_service.len() as u64;
+    if samples_per_sec == 0 || n == 0 {
+        return Vec::new();
+    }
+    let each = samples_per_sec.div_ceil(n);
+    by_service
+        .into_iter()
+        .enumerate()
+        .map(|(k, (service, spans))| {
+            let ch = channels[k % channels.len()].clone();
+            let (headers, last_set) = (headers.clone(), last_set.clone());
+            tokio::spawn(async move {
+                paced(deadline, each, each, ch, headers, Signal::Profiles, |i| {
+                    let set = last_set.load(Ordering::Relaxed);
+                    Bytes::from(
+                        service_profiles(i * n + k as u64, (&service, &spans), each, set)
+                            .encode_to_vec(),
+                    )
+                })
+                .await;
+            })
+        })
+        .collect()
+}
+
 /// Print what was sent (one JSON line), and write the trace sets' send
 /// times to `sent_log` if asked.
 fn report(
@@ -827,6 +1028,7 @@ async fn send(load: Load) -> anyhow::Result<()> {
         rate,
         logs_per_sec,
         points_per_sec,
+        profile_samples_per_sec,
         tls_ca,
         token,
         sent_log,
@@ -897,6 +1099,18 @@ async fn send(load: Load) -> anyhow::Result<()> {
         deadline,
         (logs_per_sec, points_per_sec),
         (senders.last_set.clone(), traces_per_set),
+    ));
+    let by_service = if spread > 0 {
+        spans_by_service(&templates)
+    } else {
+        Vec::new()
+    };
+    tasks.extend(profile_senders(
+        &channels,
+        &headers,
+        deadline,
+        profile_samples_per_sec,
+        (by_service, senders.last_set.clone()),
     ));
     for t in tasks {
         t.await?;
