@@ -8,8 +8,9 @@
 # PERF=1 records each daemon with `perf record` (PERF_RECORD: more of its
 # options, e.g. "--call-graph dwarf") and prints its top
 # functions by self time (to stderr); on the gateway rows it records call
-# graphs and gives correlate's share of causeway's CPU (the samples with a
-# correlate function on their stack) in the table. perf costs the daemon
+# graphs, prints causeway's CPU by component (bench/perf_buckets.py) and
+# gives correlate's share (the samples with a correlate function on their
+# stack) below the table. perf costs the daemon
 # CPU: a PERF=1 run's figures are not comparable with another's.
 # rows: a comma list of forward-gzip, forward-zstd, forward-none, tail,
 # gateway and gateway-profiles, each as fast as the daemon takes it or, as
@@ -113,19 +114,10 @@ measure() {
     echo "== $1 $2: self time, top 30" >&2
     perf report -i "$o.perf" --no-children --sort dso,symbol --stdio 2>/dev/null | grep -E '^ +[0-9.]+%' | head -30 >&2
     if [[ $record == *call-graph* ]]; then # correlate's share: samples with it on the stack
-      perf script --no-inline -i "$o.perf" -F ip,sym 2>/dev/null | python3 -c '
-import sys
-n = hit = 0; inside = False; seen = False
-for line in sys.stdin:
-    if not line.strip():
-        if seen: n += 1; hit += inside
-        inside = seen = False
-        continue
-    seen = True
-    inside = inside or "correlate::" in line
-if seen: n += 1; hit += inside
-print(round(100 * hit / n, 1) if n else "")' > "$o.share"
-      echo "== $1 $2: correlate on the stack in $(cat "$o.share")% of the samples" >&2
+      perf script --no-inline -i "$o.perf" -F ip,sym 2>/dev/null | python3 bench/perf_buckets.py > "$o.buckets"
+      echo "== $1 $2: by component" >&2; grep '^|' "$o.buckets" >&2
+      awk '/^correlate /{print $2}' "$o.buckets" > "$o.share"
+      echo "== $1 $2: correlate's share $(cat "$o.share")%" >&2
     fi
   fi
   local after; after=$(awk '{print $14+$15}' "/proc/$d/stat")

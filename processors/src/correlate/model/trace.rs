@@ -292,16 +292,23 @@ pub enum Joined {
 }
 
 /// What a source knows of one span: its values (an object; each plain one
-/// becomes `rca.{name}.{key}` on the culprit), and the parts written as
-/// JSON once where they were made (a flame graph), which only the
-/// culprit's `rca.evidence` shows: never built into values, copied or
-/// walked again.
+/// becomes `rca.{name}.{key}` on the culprit), and parts written as JSON
+/// when first shown (a flame graph), which only the culprit's
+/// `rca.evidence` shows: never built for a span that is not the culprit,
+/// into values, copied or walked again.
 #[derive(Debug, Clone, Default)]
 pub struct SpanFacts {
     /// The values.
     pub values: serde_json::Value,
-    /// The parts written already, by key.
-    pub written: Vec<(&'static str, Box<serde_json::value::RawValue>)>,
+    /// The parts written when shown, by key.
+    pub written: Vec<(&'static str, Arc<dyn Written>)>,
+}
+
+/// A part of a span's facts written as JSON when it is first shown, then
+/// kept (a source's flame graph of the span's samples).
+pub trait Written: std::fmt::Debug + Send + Sync {
+    /// The part as JSON (`None`: nothing to show).
+    fn json(&self) -> Option<&serde_json::value::RawValue>;
 }
 
 impl std::ops::Deref for SpanFacts {
@@ -319,8 +326,10 @@ impl serde::Serialize for SpanFacts {
         for (k, v) in self.values.as_object().into_iter().flatten() {
             m.serialize_entry(k, v)?;
         }
-        for (k, v) in &self.written {
-            m.serialize_entry(k, v)?;
+        for (k, w) in &self.written {
+            if let Some(v) = w.json() {
+                m.serialize_entry(k, v)?;
+            }
         }
         m.end()
     }

@@ -3,6 +3,7 @@
 //! flame graph.
 
 use super::*;
+use crate::correlate::model::trace::Written;
 
 /// A shared value keyed by its address: frames and stacks are interned
 /// (per request), so aggregates hash a pointer, not a frame's text; what
@@ -67,6 +68,14 @@ pub(super) struct Code {
     /// [`Code::first`], found once (the code is shared by the spans that
     /// join it, and complete before any of them asks).
     first: std::sync::OnceLock<Option<(Arc<Frame>, f64)>>,
+    /// The flame graph, written when the evidence first shows it.
+    flame: std::sync::OnceLock<Option<Box<serde_json::value::RawValue>>>,
+}
+
+impl crate::correlate::model::trace::Written for Code {
+    fn json(&self) -> Option<&serde_json::value::RawValue> {
+        self.flame.get_or_init(|| self.write_flame()).as_deref()
+    }
 }
 
 /// A stack's innermost frame of the service's code.
@@ -242,7 +251,7 @@ impl Code {
     /// icicle of frames from the root, each `{f, v, c}` (function, value as
     /// a share of the total, children), the smallest under 1% merged away,
     /// at most `MAX_DEPTH` deep.
-    pub(super) fn flame(&self) -> Option<Box<serde_json::value::RawValue>> {
+    fn write_flame(&self) -> Option<Box<serde_json::value::RawValue>> {
         const MAX_DEPTH: usize = 48;
         let mut root = Node::default();
         for (Ptr(stack), v) in &self.stacks {
@@ -387,9 +396,12 @@ impl Told {
         if let Some(d) = self.code.delay_ms() {
             v["delay_ms"] = serde_json::json!(round3(d));
         }
-        let written = match explains.then(|| self.code.flame()).flatten() {
-            Some(flame) => vec![("flame", flame)],
-            None => Vec::new(),
+        // Only the verdict's culprit's evidence shows the flame graph:
+        // written then, from the code, not for every span it explains.
+        let written: Vec<(&'static str, Arc<dyn Written>)> = if explains {
+            vec![("flame", self.code.clone())]
+        } else {
+            Vec::new()
         };
         Some(SpanFacts { values: v, written })
     }

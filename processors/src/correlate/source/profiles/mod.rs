@@ -909,7 +909,7 @@ mod tests {
         let flame = &facts.written[0];
         assert_eq!(flame.0, "flame");
         assert_eq!(
-            flame.1.get(),
+            flame.1.json().expect("a flame graph").get(),
             r#"{"c":[{"c":[{"c":[],"f":"hot","v":0.695},{"c":[],"f":"cold","v":0.3}],"f":"main","v":1.0}],"f":"all","v":1.0}"#
         );
         // In the evidence, one object: the values and the flame graph.
