@@ -487,8 +487,10 @@ fn service_profiles(
         ..Default::default()
     };
     for f in 0..300i32 {
-        d.string_table
-            .push(format!("github.com/acme/{service}/pkg{}.Handler{f}", f % 12));
+        d.string_table.push(format!(
+            "github.com/acme/{service}/pkg{}.Handler{f}",
+            f % 12
+        ));
         d.string_table
             .push(format!("/src/{service}/pkg{}/handler.go", f % 12));
         d.function_table.push(Function {
