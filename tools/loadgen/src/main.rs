@@ -421,9 +421,12 @@ fn gateway_logs(
     }
 }
 
+/// Each service and the ids of its spans in a trace set (see [`spans_by_service`]).
+type SpansByService = Vec<(String, Vec<[u8; 4]>)>;
+
 /// The span ids of each service in a trace set's templates (spread mode),
 /// without their set's number: `(service.name, [t and j])`.
-fn spans_by_service(templates: &[ExportTraceServiceRequest]) -> Vec<(String, Vec<[u8; 4]>)> {
+fn spans_by_service(templates: &[ExportTraceServiceRequest]) -> SpansByService {
     let mut out: Vec<(String, Vec<[u8; 4]>)> = Vec::new();
     for rs in templates.iter().flat_map(|r| &r.resource_spans) {
         let name = rs
@@ -956,7 +959,7 @@ fn profile_senders(
     headers: &http::HeaderMap,
     deadline: Instant,
     samples_per_sec: u64,
-    (by_service, last_set): (Vec<(String, Vec<[u8; 4]>)>, Arc<AtomicU64>),
+    (by_service, last_set): (SpansByService, Arc<AtomicU64>),
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let n = by_service.len() as u64;
     if samples_per_sec == 0 || n == 0 {
