@@ -1014,6 +1014,34 @@ fn report(
     Ok(())
 }
 
+/// The request templates and the traces in a set of them. Every send
+/// renumbers the trace ids, so each request carries new traces (as real
+/// traffic does) at the cost of one copy. Spread: `parts` templates,
+/// template k holding part k of each trace.
+fn templates(
+    (spans, parts, trace_len, services): (usize, usize, (usize, usize), usize),
+    (spread, error_every, slow_every): (u64, usize, usize),
+) -> (Vec<ExportTraceServiceRequest>, u64) {
+    let templates: Vec<ExportTraceServiceRequest> = if spread > 0 {
+        split_traces(spans, parts, trace_len, services, error_every, slow_every)
+    } else {
+        (0..64)
+            .map(|i| request(i, spans, error_every, slow_every))
+            .collect()
+    };
+    // The log records carry trace ids of the last set sent.
+    let traces_per_set = templates[0]
+        .resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .map(|s| &s.trace_id)
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+        .max(1) as u64;
+    (templates, traces_per_set)
+}
+
 async fn send(load: Load) -> anyhow::Result<()> {
     use causeway_core::compress::Codec;
     let Load {
@@ -1048,27 +1076,11 @@ async fn send(load: Load) -> anyhow::Result<()> {
         );
     }
     let headers = causeway_core::grpc::unary_headers(extra);
-    // Request templates; every send renumbers the trace ids, so each request
-    // carries new traces (as real traffic does) at the cost of one copy.
-    // Spread: `parts` templates, template k holding part k of each trace.
     let trace_len = trace_len(trace_spans.as_deref(), parts)?;
-    let templates: Vec<ExportTraceServiceRequest> = if spread > 0 {
-        split_traces(spans, parts, trace_len, services, error_every, slow_every)
-    } else {
-        (0..64)
-            .map(|i| request(i, spans, error_every, slow_every))
-            .collect()
-    };
-    // The log records carry trace ids of the last set sent.
-    let traces_per_set = templates[0]
-        .resource_spans
-        .iter()
-        .flat_map(|r| &r.scope_spans)
-        .flat_map(|s| &s.spans)
-        .map(|s| &s.trace_id)
-        .collect::<std::collections::HashSet<_>>()
-        .len()
-        .max(1) as u64;
+    let (templates, traces_per_set) = templates(
+        (spans, parts, trace_len, services),
+        (spread, error_every, slow_every),
+    );
     let channels = connect(&target, tls_ca.as_deref(), connections).await?;
     let start = Instant::now();
     let deadline = start + Duration::from_secs(seconds);
