@@ -50,8 +50,22 @@ struct Op {
 
 #[derive(Debug, Default)]
 struct Inner {
-    ops: HashMap<(String, String), Op>,
+    /// By [`key`]: one string, so that a lookup borrows `scratch` instead
+    /// of allocating the key.
+    ops: HashMap<String, Op, foldhash::fast::RandomState>,
     generation_start: u64,
+    /// The key being looked up, written in place.
+    scratch: String,
+}
+
+/// An operation's key: its service and its name, apart by a NUL (which
+/// services' and operations' names do not hold).
+fn key<'a>(scratch: &'a mut String, service: &str, op: &str) -> &'a str {
+    scratch.clear();
+    scratch.push_str(service);
+    scratch.push('\0');
+    scratch.push_str(op);
+    scratch
 }
 
 /// A span is slow beyond this many times its operation's normal duration.
@@ -92,7 +106,8 @@ impl Baselines {
     /// The normal duration (ms) of an operation, once it has enough samples.
     pub fn normal(&self, service: &str, op: &str) -> Option<f64> {
         let mut g = self.lock();
-        let o = g.ops.get_mut(&(service.to_string(), op.to_string()))?;
+        let Inner { ops, scratch, .. } = &mut *g;
+        let o = ops.get_mut(key(scratch, service, op))?;
         if o.normal.is_none() {
             let mut s = o.old.clone();
             s.merge(&o.cur);
@@ -116,15 +131,21 @@ impl Baselines {
             }
             g.ops.retain(|_, o| o.old.count() > 0);
         }
+        let Inner { ops, scratch, .. } = &mut *g;
         for (service, op, v) in samples {
-            let key = (service.to_string(), op.to_string());
-            let o = g.ops.entry(key).or_default();
-            o.cur.add(v);
-            o.updated = now_ns;
-            o.normal = None;
+            let k = key(scratch, service, op);
+            let add = |o: &mut Op| {
+                o.cur.add(v);
+                o.updated = now_ns;
+                o.normal = None;
+            };
+            match ops.get_mut(k) {
+                Some(o) => add(o),
+                None => add(ops.entry(k.to_owned()).or_default()),
+            }
         }
         if g.ops.len() > self.max_ops {
-            let mut ages: Vec<(u64, (String, String))> =
+            let mut ages: Vec<(u64, String)> =
                 g.ops.iter().map(|(k, o)| (o.updated, k.clone())).collect();
             ages.sort_unstable();
             let excess = g.ops.len() - self.max_ops;

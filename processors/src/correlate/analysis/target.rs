@@ -32,6 +32,10 @@ pub fn of_url(url: &str) -> Option<Target> {
 
 /// The address a client's error text names, if it names one.
 pub fn of_error(text: &str) -> Option<Target> {
+    // Most spans say nothing: no marker is searched for in an empty text.
+    if text.is_empty() {
+        return None;
+    }
     let word = |marker: &str| {
         after(text, marker)
             .and_then(|w| split_host_port(w.trim_end_matches(':')))

@@ -9,9 +9,12 @@
 //! from spans (self time, retries, waits, the exception event) stays in
 //! `SpanRow`.
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 
-use super::series::{find, s as text, ROUTE_KEYS};
+use super::series::{s as text, ROUTE_KEYS};
 
 /// Declares the span attributes' fields and their reading: for each, its
 /// doc, its field and type, how it is read (`(conv) keys`, then optionally
@@ -34,12 +37,21 @@ macro_rules! span_attrs {
         impl SpanAttrs {
             /// A span's attributes, each from the first of its keys present.
             pub fn read(a: &[KeyValue]) -> Self {
+                let mut found = Found::of(a);
                 SpanAttrs {
-                    $( $field: find(a, &$keys).and_then($conv)
-                        $( .or_else(|| find(a, &$keys2).and_then($conv2)) )?, )*
+                    $( $field: {
+                        let first = found.next(&$keys);
+                        $( let fallback = found.next(&$keys2); )?
+                        first.and_then($conv)
+                            $( .or_else(|| fallback.and_then($conv2)) )?
+                    }, )*
                 }
             }
         }
+
+        /// Every attribute's key lists, in the order [`SpanAttrs::read`]
+        /// reads them (an attribute's own keys, then its fallback's).
+        const LISTS: &[&[&str]] = &[ $( &$keys, $( &$keys2, )? )* ];
 
         /// Each attribute's column and the keys it is read from, in order.
         pub static KEYS: &[(&str, &[&str])] = &[
@@ -186,6 +198,58 @@ pub(crate) use span_attribute_list;
 
 span_attribute_list!(span_attrs);
 
+/// Each key of [`LISTS`]: the lists it is in, and its rank in each.
+type Index = HashMap<&'static str, Vec<(u16, u16)>, foldhash::fast::FixedState>;
+
+fn index() -> &'static Index {
+    static INDEX: OnceLock<Index> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut m = Index::default();
+        for (list, keys) in LISTS.iter().enumerate() {
+            for (rank, k) in keys.iter().enumerate() {
+                m.entry(*k).or_default().push((list as u16, rank as u16));
+            }
+        }
+        m
+    })
+}
+
+/// A span's attributes found in one pass over them (a key looked up once,
+/// not each key list scanning them all): for each key list, the value of
+/// its first key present (the first of a key given twice).
+struct Found<'a> {
+    best: [Option<(u16, &'a Option<AnyValue>)>; LISTS.len()],
+    /// The list [`Found::next`] gives.
+    next: usize,
+}
+
+impl<'a> Found<'a> {
+    fn of(attrs: &'a [KeyValue]) -> Self {
+        let index = index();
+        let mut best = [None; LISTS.len()];
+        for kv in attrs {
+            let Some(lists) = index.get(kv.key.as_str()) else {
+                continue;
+            };
+            for &(list, rank) in lists {
+                let b = &mut best[usize::from(list)];
+                if b.is_none_or(|(r, _)| rank < r) {
+                    *b = Some((rank, &kv.value));
+                }
+            }
+        }
+        Found { best, next: 0 }
+    }
+
+    /// The value of the next key list (`keys`, as the attribute reads it).
+    fn next(&mut self, keys: &[&str]) -> Option<&'a Option<AnyValue>> {
+        debug_assert_eq!(LISTS.get(self.next).copied(), Some(keys));
+        let v = self.best.get(self.next).copied().flatten().map(|(_, v)| v);
+        self.next += 1;
+        v
+    }
+}
+
 /// An integer (a float truncated, a number in text parsed).
 fn int(v: &Option<AnyValue>) -> Option<i64> {
     match v.as_ref()?.value.as_ref()? {
@@ -298,5 +362,19 @@ mod tests {
             kv("db.statement", StringValue("get ?".into())),
         ]);
         assert_eq!(named.db_operation.as_deref(), Some("SELECT"));
+        // A key of two attributes gives both; a key given twice, its first
+        // value; an own key whose value does not read, the fallback.
+        let shared = SpanAttrs::read(&[
+            kv("peer.service", StringValue("pricing".into())),
+            kv("net.sock.peer.addr", StringValue("10.0.0.9".into())),
+            kv("server.port", IntValue(8080)),
+            kv("server.port", IntValue(9090)),
+            kv("db.operation.name", any_value::Value::BytesValue(vec![1])),
+            kv("db.query.text", StringValue("update t".into())),
+        ]);
+        assert_eq!(shared.server_address.as_deref(), Some("pricing"));
+        assert_eq!(shared.peer_service.as_deref(), Some("pricing"));
+        assert_eq!(shared.server_port, Some(8080));
+        assert_eq!(shared.db_operation.as_deref(), Some("UPDATE"));
     }
 }
