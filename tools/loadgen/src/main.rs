@@ -469,52 +469,13 @@ fn service_profiles(
 ) -> opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest {
     use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
     use opentelemetry_proto::tonic::profiles::v1development::{
-        Function, Line, Link, Location, Profile, ProfilesDictionary, ResourceProfiles, Sample,
-        ScopeProfiles, Stack, ValueType,
+        Link, Profile, ResourceProfiles, Sample, ScopeProfiles, ValueType,
     };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    let mut d = ProfilesDictionary {
-        string_table: vec![
-            String::new(),
-            "cpu".into(),
-            "nanoseconds".into(),
-            "delay".into(),
-        ],
-        location_table: vec![Location::default()],
-        function_table: vec![Function::default()],
-        link_table: vec![Link::default()],
-        stack_table: vec![Stack::default()],
-        ..Default::default()
-    };
-    for f in 0..300i32 {
-        d.string_table.push(format!(
-            "github.com/acme/{service}/pkg{}.Handler{f}",
-            f % 12
-        ));
-        d.string_table
-            .push(format!("/src/{service}/pkg{}/handler.go", f % 12));
-        d.function_table.push(Function {
-            name_strindex: 4 + 2 * f,
-            filename_strindex: 5 + 2 * f,
-            ..Default::default()
-        });
-        d.location_table.push(Location {
-            lines: vec![Line {
-                function_index: 1 + f,
-                line: i64::from(10 + f),
-                column: 0,
-            }],
-            ..Default::default()
-        });
-    }
-    for st in 0..200i32 {
-        d.stack_table.push(Stack {
-            location_indices: (0..30).map(|k| 1 + (st * 7 + k * 13) % 300).collect(),
-        });
-    }
+    let mut d = causeway_scenarios::profiles::go_service_dictionary(service);
     let mut cpu = Vec::new();
     for k in 0..samples {
         let r = mix(i.wrapping_mul(1_000_003) ^ k);

@@ -400,6 +400,7 @@ fn finish(cx: Ctx<'_>, up: [u8; 8]) -> Case {
 }
 
 pub mod config;
+pub mod profiles;
 pub mod send;
 
 #[cfg(test)]
